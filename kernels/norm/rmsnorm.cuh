@@ -1,0 +1,249 @@
+// RMSNorm (and Gemma-style RMSNorm with weight + 1) over the last dimension.
+//
+//   out[r, i] = T(float(x[r, i]) * rsqrt(mean_i(float(x[r, i])^2) + eps) * (float(w[i]) + offset))
+//
+// The op is purely bandwidth-bound (about 2 flops per byte), so the design goal is to touch HBM
+// exactly once per input and output element: each row of x is read once into registers, reduced,
+// then normalised from those registers. Only rows too long to hold that way fall back to a second
+// read of x, which is expected to hit L2. Short rows (a few hundred bytes) are best given fewer
+// than 32 threads each: a warp then holds several rows and every lane still has loads in flight.
+#pragma once
+
+#include "common/prelude.cuh"
+#include "common/reduce.cuh"
+#include "common/vec.cuh"
+
+namespace kjit {
+namespace norm {
+
+// Passed by value as a __grid_constant__ kernel parameter. Strides in elements. Keep this exact
+// layout: the host mirrors it.
+struct RmsNormParams {
+  const void* input;   // [rows, HIDDEN] with row stride in_stride
+  const void* weight;  // [HIDDEN]
+  void* out;           // [rows, HIDDEN] with row stride out_stride
+  long long rows;
+  long long in_stride;
+  long long out_stride;
+  float eps;
+  float weight_offset;  // 0 for RMSNorm; 1 for Gemma-style (weight + 1). Applied as (w + offset).
+};
+
+namespace detail {
+
+// A thread keeps its share of the row in registers when it is at most this many vectors
+// (128 bytes at 16-byte vectors); beyond that the unrolled row would crowd out occupancy.
+constexpr int kMaxCachedVecs = 8;
+
+// Registers left for addresses, loop state and the reduction when sizing register arrays.
+constexpr int kRegReserve = 32;
+
+KJIT_HOST_DEVICE constexpr int clamp_int(int v, int lo, int hi) {
+  return v < lo ? lo : (v > hi ? hi : v);
+}
+
+// Rows within one warp reduce with shuffles alone; a block per row goes through shared memory.
+template <int THREADS_PER_ROW>
+KJIT_DEVICE KJIT_FORCEINLINE float row_sum(float s, float* partials) {
+  if constexpr (THREADS_PER_ROW <= 32) {
+    (void)partials;
+    return warp_reduce_sum<THREADS_PER_ROW>(s);
+  } else {
+    return block_reduce_sum<THREADS_PER_ROW>(s, partials);
+  }
+}
+
+}  // namespace detail
+
+// Launch with grid = ceil(rows / ROWS_PER_BLOCK), block = THREADS_PER_ROW * ROWS_PER_BLOCK and no
+// dynamic shared memory. input, weight, out and both row strides must be aligned to
+// VEC * sizeof(T) bytes. out may be input itself (in place, equal strides); otherwise out must
+// not overlap input, and it must never overlap weight (read through the non-coherent path).
+// clang-format would read the launch bound as a pointer declaration.
+// clang-format off
+template <typename T, int HIDDEN, int VEC, int THREADS_PER_ROW, int ROWS_PER_BLOCK>
+__global__ void __launch_bounds__(THREADS_PER_ROW * ROWS_PER_BLOCK)
+rmsnorm_kernel(const __grid_constant__ RmsNormParams p) {
+  // clang-format on
+  static_assert(HIDDEN >= 1, "HIDDEN must be positive");
+  static_assert(VEC >= 1 && HIDDEN % VEC == 0, "HIDDEN must be a multiple of VEC");
+  static_assert(VEC * sizeof(T) <= 16, "a vector must fit one 16-byte access");
+  // Only shapes whose row reduction is a warp shuffle (rows of at most a warp, whole warps per
+  // block so every shuffle has 32 lanes) or a block reduction over a block that holds one row
+  // (so the block is all-in or all-out of range and no barrier is stranded).
+  static_assert((THREADS_PER_ROW <= 32 && (THREADS_PER_ROW & (THREADS_PER_ROW - 1)) == 0 &&
+                 THREADS_PER_ROW * ROWS_PER_BLOCK % 32 == 0) ||
+                    (ROWS_PER_BLOCK == 1 && THREADS_PER_ROW % 32 == 0 && THREADS_PER_ROW <= 1024),
+                "use THREADS_PER_ROW == 32 (or a power of two below it, with whole warps per "
+                "block), or ROWS_PER_BLOCK == 1 with THREADS_PER_ROW a multiple of 32 up to 1024");
+  static_assert(
+      THREADS_PER_ROW >= 1 && ROWS_PER_BLOCK >= 1 && THREADS_PER_ROW * ROWS_PER_BLOCK <= 1024,
+      "at most 1024 threads per block");
+
+  using V = Vec<T, VEC>;
+  constexpr int kThreads = THREADS_PER_ROW * ROWS_PER_BLOCK;
+  constexpr int kVecs = HIDDEN / VEC;
+  constexpr int kIters = (kVecs + THREADS_PER_ROW - 1) / THREADS_PER_ROW;
+  // When the vectors split evenly across the row's threads, no bounds checks are emitted at all.
+  constexpr bool kEven = kVecs % THREADS_PER_ROW == 0;
+  constexpr float kInvHidden = 1.0f / float(HIDDEN);
+
+  // What __launch_bounds__(kThreads) lets the compiler use per thread; register arrays are sized
+  // against it so the cached row never spills to local memory.
+  constexpr int kRegCap = detail::clamp_int(65536 / kThreads, 24, 255);
+  constexpr int kRegsPerVec = int(VEC * sizeof(T) + 3) / 4;
+  constexpr bool kCacheRow =
+      kIters <= detail::kMaxCachedVecs && kIters * kRegsPerVec <= kRegCap - detail::kRegReserve;
+  // Issuing the weight loads together with x hides their (L2/L1) latency behind x's DRAM
+  // latency, which is most of the run time when there are only a few rows (decode). It doubles
+  // the register footprint, so only where that still fits.
+  constexpr bool kPrefetchWeight =
+      kCacheRow && 2 * kIters * kRegsPerVec <= kRegCap - detail::kRegReserve;
+
+  const int tid =
+      THREADS_PER_ROW == kThreads ? int(threadIdx.x) : int(threadIdx.x) % THREADS_PER_ROW;
+  i64 row = i64(blockIdx.x) * ROWS_PER_BLOCK + int(threadIdx.x) / THREADS_PER_ROW;
+  // With a warp or more per row, being out of range is uniform across everything that
+  // synchronises below (the warp, or the whole block when it holds a single row), so leaving
+  // early strands no shuffle or barrier. Rows narrower than a warp share their warp's shuffles
+  // with neighbouring rows, so there an out-of-range row stays and only skips memory.
+  if (THREADS_PER_ROW >= 32 && row >= p.rows) return;
+  const bool active = THREADS_PER_ROW >= 32 || row < p.rows;
+  if (!active) row = 0;
+
+  // 64-bit: rows * stride can exceed 2^31 elements.
+  const T* x = static_cast<const T*>(p.input) + row * p.in_stride;
+  T* y = static_cast<T*>(p.out) + row * p.out_stride;
+  const T* w = static_cast<const T*>(p.weight);
+  const float w_off = p.weight_offset;
+
+  // Vector k of this thread is v = tid + k * THREADS_PER_ROW, so a warp covers consecutive
+  // vectors (coalesced). Only the last k can run past the row end.
+  auto in_row = [active](int k, int v) { return active && (kEven || k < kIters - 1 || v < kVecs); };
+
+  // Only referenced (and so only allocated) when a row spans several warps.
+  __shared__ float partials[THREADS_PER_ROW >= 32 ? THREADS_PER_ROW / 32 : 1];
+
+  if constexpr (kCacheRow) {
+    V xv[kIters];
+    V wv[kPrefetchWeight ? kIters : 1];
+    // All loads first, so each thread has its whole share of the row in flight at once.
+#pragma unroll
+    for (int k = 0; k < kIters; ++k) {
+      const int v = tid + k * THREADS_PER_ROW;
+      if (in_row(k, v)) {
+        xv[k].load(x + v * VEC);
+        if constexpr (kPrefetchWeight) wv[k].load_ro(w + v * VEC);
+      }
+    }
+
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kIters; ++k) {
+      const int v = tid + k * THREADS_PER_ROW;
+      if (in_row(k, v)) {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const float f = to_float(xv[k][e]);
+          ss = fmaf(f, f, ss);
+        }
+      }
+    }
+    const float total = detail::row_sum<THREADS_PER_ROW>(ss, partials);
+    const float inv_rms = rsqrtf(total * kInvHidden + p.eps);
+
+    // Re-derive the fp32 values from the packed row below instead of letting the compiler keep
+    // the ones from the sum of squares alive: those would take twice the registers.
+#pragma unroll
+    for (int k = 0; k < kIters; ++k) xv[k].opaque();
+#pragma unroll
+    for (int k = 0; k < kIters; ++k) {
+      const int v = tid + k * THREADS_PER_ROW;
+      if (in_row(k, v)) {
+        V wk;
+        if constexpr (kPrefetchWeight) {
+          wk = wv[k];
+        } else {
+          // A coherent load on purpose: it stays ordered after the previous store, so ptxas
+          // cannot hoist every weight load to the top and overflow the tight register cap that
+          // made us skip the prefetch in the first place.
+          wk.load(w + v * VEC);
+        }
+        V o;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          o[e] = from_float<T>(to_float(xv[k][e]) * inv_rms * (to_float(wk[e]) + w_off));
+        }
+        o.store(y + v * VEC);
+      }
+    }
+  } else {
+    // Long rows: two passes over x. The second read should come from L2, since the row was just
+    // read by the same block. Each pass works in chunks of vectors loaded together so that a
+    // thread still keeps several independent loads in flight.
+    //
+    // All resident rows together can outgrow L2 (two 256 KB rows per SM is 67 MB), so the second
+    // pass helps L2 keep what is still to be re-read: it walks the row backwards (the most
+    // recently read part first), marks its reads as last use and streams its stores. On H200
+    // this took fp32 x 65536 from 3.1 to 3.6 TB/s and bf16 x 262144 from 2.8 to 3.0 TB/s.
+    constexpr int kChunk1 =
+        detail::clamp_int((kRegCap - detail::kRegReserve) / kRegsPerVec, 1, detail::kMaxCachedVecs);
+    constexpr int kChunk2 = detail::clamp_int((kRegCap - detail::kRegReserve) / (2 * kRegsPerVec),
+                                              1, detail::kMaxCachedVecs);
+    // Beyond the last full chunk some vectors may not exist even when kEven.
+    auto in_range = [active](int v) { return active && v < kVecs; };
+
+    float ss = 0.0f;
+#pragma unroll 1
+    for (int k0 = 0; k0 < kIters; k0 += kChunk1) {
+      V xv[kChunk1];
+#pragma unroll
+      for (int u = 0; u < kChunk1; ++u) {
+        const int v = tid + (k0 + u) * THREADS_PER_ROW;
+        if (in_range(v)) xv[u].load(x + v * VEC);
+      }
+#pragma unroll
+      for (int u = 0; u < kChunk1; ++u) {
+        const int v = tid + (k0 + u) * THREADS_PER_ROW;
+        if (in_range(v)) {
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            const float f = to_float(xv[u][e]);
+            ss = fmaf(f, f, ss);
+          }
+        }
+      }
+    }
+    const float total = detail::row_sum<THREADS_PER_ROW>(ss, partials);
+    const float inv_rms = rsqrtf(total * kInvHidden + p.eps);
+
+#pragma unroll 1
+    for (int k0 = (kIters - 1) / kChunk2 * kChunk2; k0 >= 0; k0 -= kChunk2) {
+      V xv[kChunk2];
+      V wv[kChunk2];
+#pragma unroll
+      for (int u = 0; u < kChunk2; ++u) {
+        const int v = tid + (k0 + u) * THREADS_PER_ROW;
+        if (in_range(v)) {
+          xv[u].load_last_use(x + v * VEC);
+          wv[u].load_ro(w + v * VEC);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kChunk2; ++u) {
+        const int v = tid + (k0 + u) * THREADS_PER_ROW;
+        if (in_range(v)) {
+          V o;
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            o[e] = from_float<T>(to_float(xv[u][e]) * inv_rms * (to_float(wv[u][e]) + w_off));
+          }
+          o.store_streaming(y + v * VEC);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace norm
+}  // namespace kjit

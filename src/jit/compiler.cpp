@@ -1,0 +1,115 @@
+#include "jit/compiler.hpp"
+
+#include <nvrtc.h>
+
+#include <chrono>
+#include <mutex>
+
+#include "util/error.hpp"
+
+namespace kjit::jit {
+
+std::string nvrtc_version() {
+  int major = 0, minor = 0;
+  nvrtcVersion(&major, &minor);
+  return fmt::format("{}.{}", major, minor);
+}
+
+std::vector<std::string> semantic_options(const Spec& spec, const ArchTarget& target,
+                                          const Settings& settings) {
+  std::vector<std::string> opts = {
+      "-std=c++17",
+      "--gpu-architecture=" + target.sm(),
+      "-default-device",  // kernels/ code is device-only; saves __device__ noise
+      "-DNDEBUG",
+  };
+  if (settings.debug) opts.push_back("-G");
+  if (settings.lineinfo) opts.push_back("-lineinfo");
+  for (const auto& o : spec.extra_options) opts.push_back(o);
+  return opts;
+}
+
+namespace {
+
+void check_nvrtc(nvrtcResult r, const char* what, const std::string& uri) {
+  if (r != NVRTC_SUCCESS) {
+    fail(KJIT_ERROR_COMPILE, "{}: {} failed: {}", uri, what, nvrtcGetErrorString(r));
+  }
+}
+
+struct Program {
+  nvrtcProgram prog = nullptr;
+  ~Program() {
+    if (prog) nvrtcDestroyProgram(&prog);
+  }
+};
+
+}  // namespace
+
+CompileOutput compile_cubin(const Spec& spec, const std::vector<SourceFile>& sources,
+                            const ArchTarget& target, const Settings& settings) {
+  auto cuda_home = find_cuda_home();
+  std::vector<std::string> opts = semantic_options(spec, target, settings);
+  opts.push_back("-I" + (cuda_home / "include").string());
+  opts.push_back("-I" + (cuda_home / "include" / "cccl").string());
+  // kjit keeps its own cache; NVRTC's codegen cache (12.9+) would only blur compile timings.
+  opts.push_back("--no-cache");
+  // Automatic PCH caches headers by name for the life of the process: safe for the embedded
+  // kernels, which cannot change, but not for KJIT_KERNEL_DIR, whose files may be edited between
+  // two compiles in one process.
+  if (settings.use_pch && !kernel_dir_override()) opts.push_back("-pch");
+
+  std::vector<const char*> header_data, header_names;
+  for (const auto& s : sources) {
+    header_data.push_back(s.content.c_str());
+    header_names.push_back(s.name.c_str());
+  }
+  std::vector<const char*> opt_ptrs;
+  for (const auto& o : opts) opt_ptrs.push_back(o.c_str());
+
+  // NVRTC runs one front end at a time per process anyway; the lock makes that explicit and
+  // keeps the PCH heap consistent.
+  static std::mutex nvrtc_mutex;
+  std::lock_guard<std::mutex> lock(nvrtc_mutex);
+  auto t0 = std::chrono::steady_clock::now();
+
+  Program p;
+  std::string main_name = spec.uri + ".cu";
+  const std::string main = main_source(spec);
+  check_nvrtc(nvrtcCreateProgram(&p.prog, main.c_str(), main_name.c_str(),
+                                 static_cast<int>(header_data.size()), header_data.data(),
+                                 header_names.data()),
+              "nvrtcCreateProgram", spec.uri);
+  for (const auto& e : spec.entry_names) {
+    check_nvrtc(nvrtcAddNameExpression(p.prog, e.c_str()), "nvrtcAddNameExpression", spec.uri);
+  }
+  nvrtcResult cr = nvrtcCompileProgram(p.prog, static_cast<int>(opt_ptrs.size()), opt_ptrs.data());
+  CompileOutput out;
+  size_t log_size = 0;
+  nvrtcGetProgramLogSize(p.prog, &log_size);
+  if (log_size > 1) {
+    out.log.resize(log_size);
+    nvrtcGetProgramLog(p.prog, out.log.data());
+    out.log.resize(log_size - 1);
+  }
+  if (cr != NVRTC_SUCCESS) {
+    std::string opt_text;
+    for (const auto& o : opts) opt_text += " " + o;
+    fail(KJIT_ERROR_COMPILE, "NVRTC failed to compile {} for {}: {}\noptions:{}\n{}", spec.uri,
+         target.sm(), nvrtcGetErrorString(cr), opt_text, out.log);
+  }
+  size_t cubin_size = 0;
+  check_nvrtc(nvrtcGetCUBINSize(p.prog, &cubin_size), "nvrtcGetCUBINSize", spec.uri);
+  out.cubin.resize(cubin_size);
+  check_nvrtc(nvrtcGetCUBIN(p.prog, out.cubin.data()), "nvrtcGetCUBIN", spec.uri);
+  for (const auto& e : spec.entry_names) {
+    const char* lowered = nullptr;
+    check_nvrtc(nvrtcGetLoweredName(p.prog, e.c_str(), &lowered), "nvrtcGetLoweredName", spec.uri);
+    out.lowered_names.emplace_back(e, lowered);
+  }
+  out.compile_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+}  // namespace kjit::jit

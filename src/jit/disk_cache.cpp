@@ -1,0 +1,95 @@
+#include "jit/disk_cache.hpp"
+
+#include <algorithm>
+
+#include "util/error.hpp"
+#include "util/fs.hpp"
+
+namespace kjit::jit {
+
+EntryPaths DiskCache::paths(const std::string& arch, const std::string& uri,
+                            const std::string& key) const {
+  fs::path base = entries_dir() / arch / (uri + "-" + key.substr(0, 16));
+  EntryPaths p;
+  p.cubin = base;
+  p.cubin += ".cubin";
+  p.json = base;
+  p.json += ".json";
+  p.lock = base;
+  p.lock += ".lock";
+  return p;
+}
+
+std::optional<CachedEntry> DiskCache::load(const EntryPaths& p, const std::string& key,
+                                           const KeyInputs& expected, std::string* problem) const {
+  auto json = util::read_file(p.json);
+  if (!json) return std::nullopt;  // a plain miss
+  auto set_problem = [&](std::string why) {
+    if (problem) *problem = std::move(why);
+    return std::nullopt;
+  };
+  auto cubin = util::read_file(p.cubin);
+  if (!cubin) return set_problem("metadata present but cubin missing");
+  CachedEntry e;
+  try {
+    e.meta = Metadata::from_json(*json);
+  } catch (const Error& err) {
+    return set_problem(err.what());
+  }
+  if (auto why = validate_entry(e.meta, *cubin, key, expected)) return set_problem(*why);
+  e.cubin = std::move(*cubin);
+  return e;
+}
+
+void DiskCache::publish(const EntryPaths& p, const Metadata& meta, const std::string& cubin) const {
+  util::make_dirs(p.json.parent_path());
+  util::write_file_atomic(p.cubin, cubin);
+  util::write_file_atomic(p.json, meta.to_json());
+}
+
+std::vector<ListedEntry> DiskCache::list(const std::string& kjit_version,
+                                         const std::string& nvrtc_version) const {
+  std::vector<ListedEntry> out;
+  std::error_code ec;
+  if (!fs::is_directory(entries_dir(), ec)) return out;
+  for (const auto& arch_dir : fs::directory_iterator(entries_dir(), ec)) {
+    if (!arch_dir.is_directory()) continue;
+    for (const auto& f : fs::directory_iterator(arch_dir.path(), ec)) {
+      if (f.path().extension() != ".json") continue;
+      ListedEntry row;
+      row.json_path = f.path();
+      row.arch = arch_dir.path().filename().string();
+      std::string stem = f.path().stem().string();
+      row.uri = stem.size() > 17 ? stem.substr(0, stem.size() - 17) : stem;
+      fs::path cubin_path = f.path();
+      cubin_path.replace_extension(".cubin");
+      auto cubin = util::read_file(cubin_path);
+      if (cubin) row.cubin_size = cubin->size();
+      auto json = util::read_file(f.path());
+      try {
+        if (!json) throw Error(KJIT_ERROR_CACHE, "unreadable metadata");
+        Metadata m = Metadata::from_json(*json);
+        row.uri = m.uri;
+        KeyInputs expected = m.inputs;
+        expected.kjit_version = kjit_version;
+        expected.nvrtc_version = nvrtc_version;
+        expected.arch = row.arch;
+        if (!cubin) {
+          row.problem = "cubin missing";
+        } else if (auto why = validate_entry(m, *cubin, m.key, expected)) {
+          row.problem = *why;
+        } else if (stem != m.uri + "-" + m.key.substr(0, 16)) {
+          row.problem = "file name does not match uri and key";
+        }
+        row.meta = std::move(m);
+      } catch (const Error& e) {
+        row.problem = e.what();
+      }
+      out.push_back(std::move(row));
+    }
+  }
+  std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.json_path < b.json_path; });
+  return out;
+}
+
+}  // namespace kjit::jit

@@ -1,0 +1,207 @@
+#include "jit/jit_core.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include "cuda/device.hpp"
+#include "cuda/driver.hpp"
+#include "jit/compiler.hpp"
+#include "jit/cubin_info.hpp"
+#include "jit/sources.hpp"
+#include "kjit/version.h"
+#include "util/error.hpp"
+#include "util/fs.hpp"
+#include "util/log.hpp"
+
+namespace kjit::jit {
+
+std::string kjit_version() {
+  return KJIT_VERSION_STRING;
+}
+
+JitCore::JitCore(Settings settings) : settings_(std::move(settings)) {}
+
+JitCore& JitCore::global() {
+  static JitCore core(Settings::from_env());
+  return core;
+}
+
+Artifact JitCore::build(const Spec& spec, const ArchTarget& target) {
+  if (!family_supports(spec.arch_families, target)) {
+    select_targets(spec.arch_families, {target}, spec.uri);  // throws with both lists
+  }
+  std::vector<SourceFile> sources = sources_for(spec.kernel_dirs);
+  KeyInputs inputs = make_key_inputs(spec, sources, semantic_options(spec, target, settings_),
+                                     target, nvrtc_version(), kjit_version());
+  std::string key = compute_key(inputs).hex();
+  if (!settings_.disk_cache) {
+    if (settings_.disable_jit) {
+      fail(KJIT_ERROR_JIT_DISABLED,
+           "{} ({}) is not loaded, KJIT_DISABLE_JIT=1 forbids compiling it and KJIT_JIT_CACHE=0 "
+           "turns the disk cache off",
+           spec.uri, target.sm());
+    }
+    return compile(spec, target, sources, inputs, key);
+  }
+  DiskCache cache = disk_cache();
+  EntryPaths paths = cache.paths(target.sm(), spec.uri, key);
+  // Lock-free fast path: most processes find a published entry.
+  std::string problem;
+  if (auto e = cache.load(paths, key, inputs, &problem)) {
+    stats_.disk_hits++;
+    return {std::move(e->meta), std::move(e->cubin), ArtifactSource::kDisk, paths.cubin};
+  }
+  return build_locked(spec, target, sources, inputs, key, paths);
+}
+
+Artifact JitCore::build_locked(const Spec& spec, const ArchTarget& target,
+                               const std::vector<SourceFile>& sources, const KeyInputs& inputs,
+                               const std::string& key, const EntryPaths& paths) {
+  DiskCache cache = disk_cache();
+  std::unique_ptr<util::FileLock> lock;
+  if (!settings_.disable_jit) {
+    try {
+      util::make_dirs(paths.lock.parent_path());
+      lock = std::make_unique<util::FileLock>(paths.lock);
+    } catch (const Error& e) {
+      // A read-only or full cache must not stop inference: compile into memory instead.
+      util::log("warning: {}; compiling {} without the disk cache", e.what(), spec.uri);
+      return compile(spec, target, sources, inputs, key);
+    }
+  }
+  // Check again under the lock: another process may have published while we waited.
+  std::string problem;
+  if (auto e = cache.load(paths, key, inputs, &problem)) {
+    stats_.disk_hits++;
+    return {std::move(e->meta), std::move(e->cubin), ArtifactSource::kDisk, paths.cubin};
+  }
+  if (!problem.empty()) {
+    stats_.invalid_entries++;
+    util::log("cache entry {} is invalid ({}); {}", paths.json.string(), problem,
+              settings_.disable_jit ? "not loading it" : "rebuilding it");
+  }
+  if (settings_.disable_jit) {
+    fail(KJIT_ERROR_JIT_DISABLED,
+         "{} ({}) has no valid cached module{} and KJIT_DISABLE_JIT=1 forbids compiling it "
+         "(looked for {})",
+         spec.uri, target.sm(), problem.empty() ? "" : " (" + problem + ")", paths.json.string());
+  }
+  Artifact a = compile(spec, target, sources, inputs, key);
+  try {
+    cache.publish(paths, a.meta, a.cubin);
+    a.cubin_path = paths.cubin;
+  } catch (const Error& e) {
+    util::log("warning: {}; {} stays in memory only", e.what(), spec.uri);
+  }
+  return a;
+}
+
+Artifact JitCore::compile(const Spec& spec, const ArchTarget& target,
+                          const std::vector<SourceFile>& sources, const KeyInputs& inputs,
+                          const std::string& key) {
+  if (settings_.disable_jit) {
+    fail(KJIT_ERROR_JIT_DISABLED, "{} ({}) needs a compile and KJIT_DISABLE_JIT=1", spec.uri,
+         target.sm());
+  }
+  if (settings_.disk_cache || settings_.gen_dir_explicit) {
+    try {
+      write_generated(spec, sources, inputs);
+    } catch (const Error& e) {
+      util::log("warning: generated sources not written: {}", e.what());
+    }
+  }
+  CompileOutput out = compile_cubin(spec, sources, target, settings_);
+  stats_.compiles++;
+  if (settings_.verbose) {
+    std::string opts;
+    for (const auto& o : inputs.options) opts += " " + o;
+    util::log("compiled {} for {} in {:.1f} ms ({} bytes):{}", spec.uri, target.sm(),
+              out.compile_ms, out.cubin.size(), opts);
+  }
+  Artifact a;
+  a.source = ArtifactSource::kCompiled;
+  Metadata& m = a.meta;
+  m.key = key;
+  m.uri = spec.uri;
+  m.inputs = inputs;
+  m.lowered_names = out.lowered_names;
+  m.cubin_size = out.cubin.size();
+  m.cubin_hash = util::xxh3_64_hex(out.cubin);
+  m.compile_ms = out.compile_ms;
+  m.created = utc_now_iso();
+  if (!out.lowered_names.empty()) {
+    CubinKernelInfo info = cubin_kernel_info(out.cubin, out.lowered_names.front().second);
+    m.registers = info.registers;
+    m.shared_bytes = info.shared_bytes;
+  }
+  a.cubin = std::move(out.cubin);
+  return a;
+}
+
+void JitCore::write_generated(const Spec& spec, const std::vector<SourceFile>& sources,
+                              const KeyInputs& inputs) {
+  fs::path dir = settings_.gen_dir / spec.uri;
+  util::make_dirs(dir);
+  util::write_file_if_different(dir / (spec.uri + ".cu"), main_source(spec));
+  for (const auto& s : sources) {
+    util::make_dirs((dir / "kernels" / s.name).parent_path());
+    util::write_file_if_different(dir / "kernels" / s.name, s.content);
+  }
+  nlohmann::json m;
+  m["uri"] = spec.uri;
+  m["main"] = spec.uri + ".cu";
+  m["entry_names"] = spec.entry_names;
+  m["sources"] = nlohmann::json::array();
+  for (const auto& [name, hash] : inputs.source_hashes) m["sources"].push_back({name, hash});
+  m["options"] = inputs.options;
+  m["arch"] = inputs.arch;
+  m["nvrtc_version"] = inputs.nvrtc_version;
+  m["kjit_version"] = inputs.kjit_version;
+  m["include_dirs"] = {"kernels", "<cuda>/include", "<cuda>/include/cccl"};
+  util::write_file_if_different(dir / ("manifest-" + inputs.arch + ".json"), m.dump(2) + "\n");
+}
+
+const LoadedKernel& JitCore::kernel(const std::string& uri, int device,
+                                    const std::function<Spec()>& make_spec) {
+  std::string map_key = uri + "@" + std::to_string(device);
+  {
+    std::shared_lock<std::shared_mutex> lock(loaded_mu_);
+    auto it = loaded_.find(map_key);
+    if (it != loaded_.end()) return *it->second;
+  }
+  std::lock_guard<std::mutex> build_lock(load_mu_);
+  {
+    std::shared_lock<std::shared_mutex> lock(loaded_mu_);
+    auto it = loaded_.find(map_key);
+    if (it != loaded_.end()) return *it->second;
+  }
+  auto k = load(make_spec(), device);
+  std::unique_lock<std::shared_mutex> lock(loaded_mu_);
+  auto& slot = loaded_[map_key];
+  slot = std::move(k);
+  return *slot;
+}
+
+std::unique_ptr<LoadedKernel> JitCore::load(const Spec& spec, int device) {
+  const cuda::DeviceInfo& info = cuda::device_info(device);
+  ArchTarget target = select_device_target(spec.arch_families, info.major, info.minor, spec.uri);
+  Artifact a = build(spec, target);
+  const cuda::Driver& d = cuda::driver();
+  cuda::ScopedDevice scope(device);
+  auto k = std::make_unique<LoadedKernel>();
+  k->uri = spec.uri;
+  k->target = target;
+  k->device = device;
+  KJIT_CU_CHECK(d.cuModuleLoadData(&k->module, a.cubin.data()));
+  for (const auto& [expr, lowered] : a.meta.lowered_names) {
+    CUfunction fn = nullptr;
+    KJIT_CU_CHECK(d.cuModuleGetFunction(&fn, k->module, lowered.c_str()));
+    // Force the load now: lazy loading would otherwise happen at the first launch, inside a
+    // timed region or a stream capture.
+    if (d.cuFuncLoad) KJIT_CU_CHECK(d.cuFuncLoad(fn));
+    k->functions.push_back(fn);
+  }
+  stats_.loads++;
+  return k;
+}
+
+}  // namespace kjit::jit

@@ -1,0 +1,95 @@
+// The one build-and-load pipeline every op uses:
+//
+//   kernel(uri, device)                      hot path: in-process map, no hashing, no I/O
+//     -> make_spec()                         only on an in-process miss
+//     -> select_device_target()              never compiles for a family the spec excludes
+//     -> build(spec, target):
+//          valid disk entry?                 lock-free read, validated before use
+//          -> flock(entry) -> check again    concurrent processes compile once
+//          -> NVRTC -> publish (atomic)      KJIT_DISABLE_JIT stops here with an error
+//     -> cuModuleLoadData in the device's primary context, cuFuncLoad (no lazy load later)
+#pragma once
+
+#include <cuda.h>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "jit/arch.hpp"
+#include "jit/disk_cache.hpp"
+#include "jit/metadata.hpp"
+#include "jit/settings.hpp"
+#include "jit/spec.hpp"
+
+namespace kjit::jit {
+
+enum class ArtifactSource { kDisk, kCompiled };
+
+struct Artifact {
+  Metadata meta;
+  std::string cubin;
+  ArtifactSource source = ArtifactSource::kCompiled;
+  fs::path cubin_path;  // empty when not on disk
+};
+
+struct LoadedKernel {
+  std::string uri;
+  ArchTarget target;
+  int device = 0;
+  CUmodule module = nullptr;
+  std::vector<CUfunction> functions;  // in spec.entry_names order
+};
+
+struct JitStats {
+  std::atomic<long> compiles{0};
+  std::atomic<long> disk_hits{0};
+  std::atomic<long> invalid_entries{0};  // found on disk, rejected, rebuilt
+  std::atomic<long> loads{0};            // modules loaded onto a device
+};
+
+class JitCore {
+ public:
+  explicit JitCore(Settings settings);
+  // The process-wide instance used by the C ABI, configured from the environment on first use.
+  static JitCore& global();
+
+  const Settings& settings() const { return settings_; }
+  const JitStats& stats() const { return stats_; }
+  DiskCache disk_cache() const { return DiskCache(settings_.cache_dir); }
+
+  // The cubin of `spec` for `target`: from a valid disk entry or compiled (then published).
+  // Works without a GPU. Throws kjit::Error (COMPILE, JIT_DISABLED, UNSUPPORTED, ...).
+  Artifact build(const Spec& spec, const ArchTarget& target);
+
+  // The loaded kernel of `uri` on `device`; `make_spec` runs only when it is not loaded yet.
+  // Thread-safe; the returned reference lives as long as this JitCore.
+  const LoadedKernel& kernel(const std::string& uri, int device,
+                             const std::function<Spec()>& make_spec);
+
+ private:
+  Artifact build_locked(const Spec& spec, const ArchTarget& target,
+                        const std::vector<SourceFile>& sources, const KeyInputs& inputs,
+                        const std::string& key, const EntryPaths& paths);
+  Artifact compile(const Spec& spec, const ArchTarget& target,
+                   const std::vector<SourceFile>& sources, const KeyInputs& inputs,
+                   const std::string& key);
+  void write_generated(const Spec& spec, const std::vector<SourceFile>& sources,
+                       const KeyInputs& inputs);
+  std::unique_ptr<LoadedKernel> load(const Spec& spec, int device);
+
+  Settings settings_;
+  JitStats stats_;
+  std::shared_mutex loaded_mu_;
+  std::unordered_map<std::string, std::unique_ptr<LoadedKernel>> loaded_;
+  std::mutex load_mu_;  // one cold load at a time; NVRTC is serial per process anyway
+};
+
+std::string kjit_version();
+
+}  // namespace kjit::jit

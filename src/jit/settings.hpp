@@ -1,0 +1,32 @@
+// JIT settings, read from KJIT_* environment variables once per JitCore (docs/env-vars.md).
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "jit/arch.hpp"
+
+namespace kjit::jit {
+
+struct Settings {
+  std::filesystem::path cache_dir;  // KJIT_CACHE_DIR, else $XDG_CACHE_HOME/kjit, else ~/.cache/kjit
+  std::filesystem::path gen_dir;    // KJIT_GEN_DIR, else <cache_dir>/generated
+  bool gen_dir_explicit = false;    // KJIT_GEN_DIR was set (then written even without disk cache)
+  bool disable_jit = false;         // KJIT_DISABLE_JIT
+  bool disk_cache = true;           // KJIT_JIT_CACHE (0 = no disk reads or writes)
+  bool verbose = false;             // KJIT_JIT_VERBOSE
+  bool debug = false;               // KJIT_JIT_DEBUG  -> -G
+  bool lineinfo = false;            // KJIT_JIT_LINEINFO -> -lineinfo
+  bool use_pch = true;              // KJIT_JIT_PCH (0 disables NVRTC precompiled headers)
+  std::vector<ArchTarget> arch_list;  // KJIT_CUDA_ARCH_LIST (compile-only extra targets)
+
+  static Settings from_env();
+};
+
+// The CUDA toolkit root whose include/ has cuda_bf16.h: KJIT_CUDA_HOME, CUDA_HOME, CUDA_PATH,
+// then the build-time path. Throws KJIT_ERROR_COMPILE listing what was tried when none has it.
+std::filesystem::path find_cuda_home();
+
+}  // namespace kjit::jit

@@ -1,0 +1,61 @@
+#include "ops/registry.hpp"
+
+#include <algorithm>
+
+#include "ops/norm.hpp"
+#include "util/error.hpp"
+
+namespace kjit::ops {
+
+const std::vector<OpDef>& op_registry() {
+  static const std::vector<OpDef> defs = {rmsnorm_op_def()};
+  return defs;
+}
+
+const OpDef* find_op(std::string_view name) {
+  for (const auto& d : op_registry()) {
+    if (d.name == name) return &d;
+  }
+  return nullptr;
+}
+
+void check_set_args(const OpDef& def, const SetArgs& args) {
+  for (const auto& [k, v] : args) {
+    auto it = std::find_if(def.axes.begin(), def.axes.end(), [&](auto& a) { return a.name == k; });
+    if (it == def.axes.end()) {
+      std::string names;
+      for (const auto& a : def.axes) names += " " + a.name;
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "{} has no parameter '{}' (has:{})", def.name, k, names);
+    }
+    if (!it->values.empty() &&
+        std::find(it->values.begin(), it->values.end(), v) == it->values.end()) {
+      std::string allowed;
+      for (const auto& a : it->values) allowed += " " + a;
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "{}: {}={} is not one of:{}", def.name, k, v, allowed);
+    }
+  }
+  for (const auto& a : def.axes) {
+    if (a.required && args.find(a.name) == args.end()) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "{} needs --set {}=<{}>", def.name, a.name,
+           a.values.empty() ? "int" : "value");
+    }
+  }
+}
+
+long long positive_int_arg(const SetArgs& args, const std::string& name, long long max) {
+  auto it = args.find(name);
+  if (it == args.end()) fail(KJIT_ERROR_INVALID_ARGUMENT, "missing parameter '{}'", name);
+  const std::string& s = it->second;
+  long long v = 0;
+  bool ok = !s.empty() && s.size() <= 12;
+  for (char c : s) {
+    ok = ok && c >= '0' && c <= '9';
+    if (ok) v = v * 10 + (c - '0');
+  }
+  if (!ok || v <= 0 || v > max) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{}={} must be an integer in 1..{}", name, s, max);
+  }
+  return v;
+}
+
+}  // namespace kjit::ops

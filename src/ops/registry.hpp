@@ -1,0 +1,43 @@
+// The op registry: what `kjit-cli ops / compile` and the compile-everything tests see of each op
+// family. Each family registers itself in registry.cpp with one OpDef.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "jit/spec.hpp"
+
+namespace kjit::ops {
+
+using SetArgs = std::map<std::string, std::string>;  // --set name=value
+
+struct AxisDef {
+  std::string name;
+  std::vector<std::string> values;  // allowed values; empty means "a positive integer"
+  bool required = true;
+  std::string help;
+};
+
+struct OpDef {
+  std::string name;
+  std::string summary;
+  std::vector<AxisDef> axes;
+  std::vector<std::string> arch_families;
+  // Builds the spec the library would use for these values. Throws KJIT_ERROR_INVALID_ARGUMENT
+  // on unknown, missing or bad values, KJIT_ERROR_UNSUPPORTED on combinations it cannot serve.
+  std::function<jit::Spec(const SetArgs&)> make_spec;
+  // The specializations worth compiling ahead of use (`compile --all`, CI compile tests).
+  std::function<std::vector<SetArgs>()> catalog;
+};
+
+const std::vector<OpDef>& op_registry();
+const OpDef* find_op(std::string_view name);
+
+// Helpers for make_spec implementations: reject names not in `def.axes`, check values.
+void check_set_args(const OpDef& def, const SetArgs& args);
+long long positive_int_arg(const SetArgs& args, const std::string& name, long long max);
+
+}  // namespace kjit::ops

@@ -1,0 +1,77 @@
+#include "support/gpu.hpp"
+
+#include <stdexcept>
+
+#include "cuda/device.hpp"
+#include "cuda/driver.hpp"
+
+namespace kjit::test {
+
+bool gpu_available(std::string* why) {
+  if (!cuda::driver_available(why)) return false;
+  if (cuda::device_count() == 0) {
+    if (why) *why = "no CUDA device";
+    return false;
+  }
+  return true;
+}
+
+DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
+  cuda::ScopedDevice scope(0);
+  CUdeviceptr p = 0;
+  KJIT_CU_CHECK(cuda::driver().cuMemAlloc(&p, bytes == 0 ? 1 : bytes));
+  ptr_ = p;
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  cuda::ScopedDevice scope(0);
+  cuda::driver().cuMemFree(static_cast<CUdeviceptr>(ptr_));
+}
+
+void DeviceBuffer::upload(const void* src, size_t bytes, size_t offset) {
+  if (offset + bytes > bytes_) throw std::out_of_range("upload past the end");
+  cuda::ScopedDevice scope(0);
+  KJIT_CU_CHECK(cuda::driver().cuMemcpyHtoD(static_cast<CUdeviceptr>(ptr_ + offset), src, bytes));
+}
+
+void DeviceBuffer::download(void* dst, size_t bytes, size_t offset) const {
+  if (offset + bytes > bytes_) throw std::out_of_range("download past the end");
+  cuda::ScopedDevice scope(0);
+  KJIT_CU_CHECK(cuda::driver().cuMemcpyDtoH(dst, static_cast<CUdeviceptr>(ptr_ + offset), bytes));
+}
+
+void DeviceBuffer::fill(unsigned char value) {
+  cuda::ScopedDevice scope(0);
+  KJIT_CU_CHECK(cuda::driver().cuMemsetD8(static_cast<CUdeviceptr>(ptr_), value, bytes_));
+}
+
+void device_synchronize() {
+  cuda::ScopedDevice scope(0);
+  KJIT_CU_CHECK(cuda::driver().cuCtxSynchronize());
+}
+
+DLDataType dl_dtype(const std::string& name) {
+  if (name == "fp32") return {kDLFloat, 32, 1};
+  if (name == "fp16") return {kDLFloat, 16, 1};
+  if (name == "bf16") return {kDLBfloat, 16, 1};
+  if (name == "int32") return {kDLInt, 32, 1};
+  if (name == "int64") return {kDLInt, 64, 1};
+  throw std::invalid_argument("unknown dtype " + name);
+}
+
+Tensor make_tensor(void* data, std::vector<int64_t> shape, DLDataType dtype,
+                   std::vector<int64_t> strides, int device_id, DLDeviceType device_type) {
+  Tensor t;
+  t.shape = std::move(shape);
+  t.strides = std::move(strides);
+  t.t.data = data;
+  t.t.device = {device_type, device_id};
+  t.t.ndim = static_cast<int>(t.shape.size());
+  t.t.dtype = dtype;
+  t.t.shape = t.shape.data();
+  t.t.strides = t.strides.empty() ? nullptr : t.strides.data();
+  t.t.byte_offset = 0;
+  return t;
+}
+
+}  // namespace kjit::test

@@ -1,0 +1,57 @@
+// GPU helpers for tests and the bench: the one capability check, device buffers and DLTensors.
+#pragma once
+
+#include <dlpack/dlpack.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kjit::test {
+
+// The single place that decides whether GPU tests run: a driver that loads and a device.
+bool gpu_available(std::string* why = nullptr);
+
+// cuMemAlloc'ed bytes in the primary context of device 0, freed on destruction.
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* get() const { return reinterpret_cast<void*>(ptr_); }
+  size_t size() const { return bytes_; }
+  void upload(const void* src, size_t bytes, size_t offset = 0);
+  void download(void* dst, size_t bytes, size_t offset = 0) const;
+  // Fills every byte with `value` (0xFF makes bf16/fp16/fp32 NaN: a poisoned output).
+  void fill(unsigned char value);
+
+ private:
+  unsigned long long ptr_ = 0;
+  size_t bytes_ = 0;
+};
+
+void device_synchronize();
+
+// A DLTensor that owns its shape and strides.
+struct Tensor {
+  Tensor() = default;
+  // Moves keep the vectors' buffers, so t.shape / t.strides stay valid; copies would not.
+  Tensor(Tensor&&) = default;
+  Tensor& operator=(Tensor&&) = default;
+  Tensor(const Tensor&) = delete;
+  Tensor& operator=(const Tensor&) = delete;
+  DLTensor t{};
+  std::vector<int64_t> shape;
+  std::vector<int64_t> strides;  // empty = compact
+  DLTensor* get() { return &t; }
+};
+
+// dtype "fp32" | "fp16" | "bf16" | "int32" | "int64".
+DLDataType dl_dtype(const std::string& name);
+Tensor make_tensor(void* data, std::vector<int64_t> shape, DLDataType dtype,
+                   std::vector<int64_t> strides = {}, int device_id = 0,
+                   DLDeviceType device_type = kDLCUDA);
+
+}  // namespace kjit::test

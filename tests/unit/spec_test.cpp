@@ -1,0 +1,85 @@
+#include <catch2/catch.hpp>
+
+#include <set>
+
+#include "jit/spec.hpp"
+#include "ops/norm.hpp"
+#include "ops/registry.hpp"
+#include "util/error.hpp"
+
+using namespace kjit;
+
+TEST_CASE("spec: URIs are readable and deterministic", "[spec]") {
+  ops::RmsNormConfig c = ops::select_rmsnorm(ops::DType::kBF16, 4096, 16);
+  CHECK(ops::rmsnorm_uri(c) == "rmsnorm_dtype_bf16_hidden_4096_vec_8_tpr_128_rpb_1");
+  CHECK(ops::rmsnorm_spec(c).uri == ops::rmsnorm_uri(c));
+  CHECK(jit::main_source(ops::rmsnorm_spec(c)) == jit::main_source(ops::rmsnorm_spec(c)));
+  CHECK(jit::main_source(ops::rmsnorm_spec(c)).find("constexpr int kHidden = 4096;") !=
+        std::string::npos);
+  CHECK(jit::make_uri("op", {{"a", "1"}, {"b", "x.y"}}) == "op_a_1_b_x.y");
+}
+
+TEST_CASE("spec: every catalog specialization has its own URI", "[spec]") {
+  std::set<std::string> uris;
+  size_t n = 0;
+  for (const auto& def : ops::op_registry()) {
+    for (const auto& args : def.catalog()) {
+      uris.insert(def.make_spec(args).uri);
+      ++n;
+    }
+  }
+  CHECK(n > 10);
+  CHECK(uris.size() == n);
+}
+
+TEST_CASE("spec: different parameters give different URIs", "[spec]") {
+  std::set<std::string> uris;
+  for (auto dt : {ops::DType::kF32, ops::DType::kF16, ops::DType::kBF16}) {
+    for (int h : {1, 2, 3, 64, 4096, 4097}) {
+      for (int align : {16, 8, 4, 2})
+        uris.insert(ops::rmsnorm_uri(ops::select_rmsnorm(dt, h, align)));
+    }
+  }
+  // Alignment only matters where it changes the vector width, so some collapse; dtype x hidden
+  // never do.
+  CHECK(uris.size() >= 3 * 6);
+}
+
+TEST_CASE("spec: names and values outside [a-z0-9.] are rejected", "[spec]") {
+  CHECK_THROWS_AS(jit::make_uri("op", {{"a_b", "1"}}), Error);
+  CHECK_THROWS_AS(jit::make_uri("op", {{"a", "1/2"}}), Error);
+  CHECK_THROWS_AS(jit::make_uri("op", {{"a", ""}}), Error);
+  CHECK_THROWS_AS(jit::make_uri("Op", {}), Error);
+}
+
+TEST_CASE("spec: rmsnorm picks the widest vector the alignment and size allow", "[spec]") {
+  using ops::DType;
+  CHECK(ops::select_rmsnorm(DType::kBF16, 4096, 16).vec == 8);
+  CHECK(ops::select_rmsnorm(DType::kBF16, 4096, 4).vec == 2);
+  CHECK(ops::select_rmsnorm(DType::kBF16, 4097, 16).vec == 1);
+  CHECK(ops::select_rmsnorm(DType::kBF16, 4098, 16).vec == 2);
+  CHECK(ops::select_rmsnorm(DType::kF32, 4096, 16).vec == 4);
+  CHECK(ops::select_rmsnorm(DType::kF32, 4096, 2).vec == 1);
+  CHECK(ops::select_rmsnorm(DType::kF16, 128, 16).threads_per_row == 16);
+  CHECK(ops::select_rmsnorm(DType::kF16, 128, 16).rows_per_block == 8);
+  CHECK(ops::select_rmsnorm(DType::kF16, 1024, 16).threads_per_row == 32);
+  CHECK(ops::select_rmsnorm(DType::kBF16, 2048, 16).threads_per_row == 64);
+  CHECK(ops::select_rmsnorm(DType::kBF16, 1, 16).threads_per_row == 1);
+  CHECK(ops::select_rmsnorm(DType::kBF16, 1, 16).rows_per_block == 128);
+  CHECK(ops::select_rmsnorm(DType::kF16, 4097, 16).threads_per_row == 544);
+  CHECK_THROWS_AS(ops::select_rmsnorm(DType::kI32, 4096, 16), Error);
+  CHECK_THROWS_AS(ops::select_rmsnorm(DType::kBF16, ops::kRmsNormMaxHidden + 1, 16), Error);
+}
+
+TEST_CASE("spec: --set arguments are checked against the op's axes", "[spec]") {
+  const ops::OpDef* d = ops::find_op("rmsnorm");
+  REQUIRE(d);
+  CHECK(d->make_spec({{"dtype", "bf16"}, {"hidden", "4096"}}).uri ==
+        "rmsnorm_dtype_bf16_hidden_4096_vec_8_tpr_128_rpb_1");
+  CHECK_THROWS_AS(d->make_spec({{"dtype", "bf16"}}), Error);
+  CHECK_THROWS_AS(d->make_spec({{"dtype", "int8"}, {"hidden", "4096"}}), Error);
+  CHECK_THROWS_AS(d->make_spec({{"dtype", "bf16"}, {"hidden", "-1"}}), Error);
+  CHECK_THROWS_AS(d->make_spec({{"dtype", "bf16"}, {"hidden", "12x"}}), Error);
+  CHECK_THROWS_AS(d->make_spec({{"dtype", "bf16"}, {"hidden", "4096"}, {"bogus", "1"}}), Error);
+  CHECK(ops::find_op("nope") == nullptr);
+}

@@ -1,0 +1,51 @@
+#include <catch2/catch.hpp>
+
+#include "ops/tensor.hpp"
+#include "support/gpu.hpp"
+
+using namespace kjit;
+using kjit::test::dl_dtype;
+using kjit::test::make_tensor;
+
+TEST_CASE("tensor: row view of compact and strided tensors", "[tensor]") {
+  char* base = reinterpret_cast<char*>(0x1000);
+  auto t = make_tensor(base, {3, 5, 64}, dl_dtype("fp16"));
+  auto m = ops::as_row_matrix(t.get(), "t");
+  CHECK(m.rows == 15);
+  CHECK(m.cols == 64);
+  CHECK(m.row_stride == 64);
+  auto v = make_tensor(base, {3, 5, 64}, dl_dtype("fp16"), {5 * 100, 100, 1});
+  auto mv = ops::as_row_matrix(v.get(), "v");
+  CHECK(mv.rows == 15);
+  CHECK(mv.row_stride == 100);
+  // Size-1 dims may carry any stride.
+  auto s = make_tensor(base, {1, 4, 64}, dl_dtype("fp16"), {7, 64, 1});
+  CHECK(ops::as_row_matrix(s.get(), "s").row_stride == 64);
+  auto o = make_tensor(base, {4, 64}, dl_dtype("fp16"));
+  o.t.byte_offset = 6;
+  CHECK(ops::as_row_matrix(o.get(), "o").data == base + 6);
+}
+
+TEST_CASE("tensor: alignment is the widest power of two shared by address and stride", "[tensor]") {
+  char* base = reinterpret_cast<char*>(0x1000);
+  auto t = make_tensor(base, {4, 64}, dl_dtype("bf16"));
+  CHECK(ops::row_alignment(ops::as_row_matrix(t.get(), "t")) == 16);
+  auto s = make_tensor(base, {4, 64}, dl_dtype("bf16"), {66, 1});
+  CHECK(ops::row_alignment(ops::as_row_matrix(s.get(), "s")) == 4);
+  auto p = make_tensor(base + 2, {4, 64}, dl_dtype("bf16"));
+  CHECK(ops::row_alignment(ops::as_row_matrix(p.get(), "p")) == 2);
+  auto one = make_tensor(base, {1, 63}, dl_dtype("bf16"));
+  CHECK(ops::row_alignment(ops::as_row_matrix(one.get(), "one")) == 16);  // one row: no stride
+}
+
+TEST_CASE("tensor: overlap detection allows exact in-place only", "[tensor]") {
+  char* base = reinterpret_cast<char*>(0x1000);
+  auto a = make_tensor(base, {4, 64}, dl_dtype("fp32"));
+  auto same = make_tensor(base, {4, 64}, dl_dtype("fp32"));
+  auto shifted = make_tensor(base + 256, {4, 64}, dl_dtype("fp32"));
+  auto after = make_tensor(base + 4 * 64 * 4, {4, 64}, dl_dtype("fp32"));
+  auto ma = ops::as_row_matrix(a.get(), "a");
+  CHECK_FALSE(ops::partially_overlaps(ma, ops::as_row_matrix(same.get(), "s")));
+  CHECK(ops::partially_overlaps(ma, ops::as_row_matrix(shifted.get(), "s")));
+  CHECK_FALSE(ops::partially_overlaps(ma, ops::as_row_matrix(after.get(), "s")));
+}
