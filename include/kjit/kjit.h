@@ -82,6 +82,12 @@ KJIT_API const char* kjit_last_error(void);
 KJIT_API kjit_status kjit_rmsnorm(const DLTensor* input, const DLTensor* weight, DLTensor* out,
                                   float eps, void* stream);
 
+/* ---- Activations (kernels/activation, src/ops/activation) ---------------------------------- */
+
+/* ---- Rotary position embedding (kernels/rope, src/ops/rope) -------------------------------- */
+
+/* ---- Paged KV cache (kernels/kv_cache, src/ops/kv_cache) ----------------------------------- */
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
