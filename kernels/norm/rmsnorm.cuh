@@ -12,6 +12,7 @@
 #include "common/prelude.cuh"
 #include "common/reduce.cuh"
 #include "common/vec.cuh"
+#include "norm/row_common.cuh"
 
 namespace kjit {
 namespace norm {
@@ -29,32 +30,6 @@ struct RmsNormParams {
   float weight_offset;  // 0 for RMSNorm; 1 for Gemma-style (weight + 1). Applied as (w + offset).
 };
 
-namespace detail {
-
-// A thread keeps its share of the row in registers when it is at most this many vectors
-// (128 bytes at 16-byte vectors); beyond that the unrolled row would crowd out occupancy.
-constexpr int kMaxCachedVecs = 8;
-
-// Registers left for addresses, loop state and the reduction when sizing register arrays.
-constexpr int kRegReserve = 32;
-
-KJIT_HOST_DEVICE constexpr int clamp_int(int v, int lo, int hi) {
-  return v < lo ? lo : (v > hi ? hi : v);
-}
-
-// Rows within one warp reduce with shuffles alone; a block per row goes through shared memory.
-template <int THREADS_PER_ROW>
-KJIT_DEVICE KJIT_FORCEINLINE float row_sum(float s, float* partials) {
-  if constexpr (THREADS_PER_ROW <= 32) {
-    (void)partials;
-    return warp_reduce_sum<THREADS_PER_ROW>(s);
-  } else {
-    return block_reduce_sum<THREADS_PER_ROW>(s, partials);
-  }
-}
-
-}  // namespace detail
-
 // Launch with grid = ceil(rows / ROWS_PER_BLOCK), block = THREADS_PER_ROW * ROWS_PER_BLOCK and no
 // dynamic shared memory. input, weight, out and both row strides must be aligned to
 // VEC * sizeof(T) bytes. out may be input itself (in place, equal strides); otherwise out must
@@ -68,17 +43,11 @@ rmsnorm_kernel(const __grid_constant__ RmsNormParams p) {
   static_assert(HIDDEN >= 1, "HIDDEN must be positive");
   static_assert(VEC >= 1 && HIDDEN % VEC == 0, "HIDDEN must be a multiple of VEC");
   static_assert(VEC * sizeof(T) <= 16, "a vector must fit one 16-byte access");
-  // Only shapes whose row reduction is a warp shuffle (rows of at most a warp, whole warps per
-  // block so every shuffle has 32 lanes) or a block reduction over a block that holds one row
-  // (so the block is all-in or all-out of range and no barrier is stranded).
-  static_assert((THREADS_PER_ROW <= 32 && (THREADS_PER_ROW & (THREADS_PER_ROW - 1)) == 0 &&
-                 THREADS_PER_ROW * ROWS_PER_BLOCK % 32 == 0) ||
-                    (ROWS_PER_BLOCK == 1 && THREADS_PER_ROW % 32 == 0 && THREADS_PER_ROW <= 1024),
+  // Only shapes whose row reduction cannot strand a shuffle or a barrier (see valid_row_shape).
+  static_assert(detail::valid_row_shape(THREADS_PER_ROW, ROWS_PER_BLOCK),
                 "use THREADS_PER_ROW == 32 (or a power of two below it, with whole warps per "
-                "block), or ROWS_PER_BLOCK == 1 with THREADS_PER_ROW a multiple of 32 up to 1024");
-  static_assert(
-      THREADS_PER_ROW >= 1 && ROWS_PER_BLOCK >= 1 && THREADS_PER_ROW * ROWS_PER_BLOCK <= 1024,
-      "at most 1024 threads per block");
+                "block), or ROWS_PER_BLOCK == 1 with THREADS_PER_ROW a multiple of 32; at most "
+                "1024 threads per block");
 
   using V = Vec<T, VEC>;
   constexpr int kThreads = THREADS_PER_ROW * ROWS_PER_BLOCK;
@@ -90,8 +59,8 @@ rmsnorm_kernel(const __grid_constant__ RmsNormParams p) {
 
   // What __launch_bounds__(kThreads) lets the compiler use per thread; register arrays are sized
   // against it so the cached row never spills to local memory.
-  constexpr int kRegCap = detail::clamp_int(65536 / kThreads, 24, 255);
-  constexpr int kRegsPerVec = int(VEC * sizeof(T) + 3) / 4;
+  constexpr int kRegCap = detail::reg_cap(kThreads);
+  constexpr int kRegsPerVec = detail::regs_per_vec<T, VEC>();
   constexpr bool kCacheRow =
       kIters <= detail::kMaxCachedVecs && kIters * kRegsPerVec <= kRegCap - detail::kRegReserve;
   // Issuing the weight loads together with x hides their (L2/L1) latency behind x's DRAM

@@ -1,5 +1,6 @@
 // C entry points of the normalization family.
 #include "api/guard.hpp"
+#include "ops/layernorm.hpp"
 #include "ops/norm.hpp"
 
 extern "C" {
@@ -8,6 +9,32 @@ KJIT_API kjit_status kjit_rmsnorm(const DLTensor* input, const DLTensor* weight,
                                   float eps, void* stream) {
   return kjit::api::guarded("kjit_rmsnorm",
                             [&] { kjit::ops::rmsnorm(input, weight, out, eps, stream); });
+}
+
+KJIT_API kjit_status kjit_fused_add_rmsnorm(DLTensor* input, DLTensor* residual,
+                                            const DLTensor* weight, float eps, void* stream) {
+  return kjit::api::guarded("kjit_fused_add_rmsnorm", [&] {
+    kjit::ops::fused_add_rmsnorm(input, residual, weight, eps, stream);
+  });
+}
+
+KJIT_API kjit_status kjit_gemma_rmsnorm(const DLTensor* input, const DLTensor* weight,
+                                        DLTensor* out, float eps, void* stream) {
+  return kjit::api::guarded("kjit_gemma_rmsnorm",
+                            [&] { kjit::ops::rmsnorm(input, weight, out, eps, stream, 1.0f); });
+}
+
+KJIT_API kjit_status kjit_gemma_fused_add_rmsnorm(DLTensor* input, DLTensor* residual,
+                                                  const DLTensor* weight, float eps, void* stream) {
+  return kjit::api::guarded("kjit_gemma_fused_add_rmsnorm", [&] {
+    kjit::ops::fused_add_rmsnorm(input, residual, weight, eps, stream, 1.0f);
+  });
+}
+
+KJIT_API kjit_status kjit_layernorm(const DLTensor* input, const DLTensor* gamma,
+                                    const DLTensor* beta, DLTensor* out, float eps, void* stream) {
+  return kjit::api::guarded("kjit_layernorm",
+                            [&] { kjit::ops::layernorm(input, gamma, beta, out, eps, stream); });
 }
 
 }  // extern "C"

@@ -72,6 +72,10 @@ CUcontext primary_context(int ordinal) {
   return state(ordinal).ctx;
 }
 
+void make_current(int ordinal) {
+  KJIT_CU_CHECK(driver().cuCtxSetCurrent(primary_context(ordinal)));
+}
+
 ScopedDevice::ScopedDevice(int ordinal) {
   CUcontext want = primary_context(ordinal);
   const Driver& d = driver();

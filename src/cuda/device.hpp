@@ -27,6 +27,10 @@ int device_count();
 const DeviceInfo& device_info(int ordinal);
 CUcontext primary_context(int ordinal);
 
+// Makes the device's primary context current for the calling thread, for code (tests, the
+// bench) that then uses the driver API directly, as the CUDA runtime's cudaSetDevice does.
+void make_current(int ordinal);
+
 // Makes the device's primary context current for the scope when it is not already, and restores
 // the caller's context afterwards.
 class ScopedDevice {

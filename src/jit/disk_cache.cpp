@@ -1,5 +1,8 @@
 #include "jit/disk_cache.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+
 #include <algorithm>
 
 #include "util/error.hpp"
@@ -65,7 +68,10 @@ std::vector<ListedEntry> DiskCache::list(const std::string& kjit_version,
       cubin_path.replace_extension(".cubin");
       auto cubin = util::read_file(cubin_path);
       if (cubin) row.cubin_size = cubin->size();
+      struct stat st {};
+      if (::stat(cubin_path.c_str(), &st) == 0) row.last_used = st.st_mtime;
       auto json = util::read_file(f.path());
+      if (json) row.json_size = json->size();
       try {
         if (!json) throw Error(KJIT_ERROR_CACHE, "unreadable metadata");
         Metadata m = Metadata::from_json(*json);
@@ -90,6 +96,25 @@ std::vector<ListedEntry> DiskCache::list(const std::string& kjit_version,
   }
   std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.json_path < b.json_path; });
   return out;
+}
+
+bool DiskCache::remove(const fs::path& json_path) {
+  std::error_code ec;
+  bool ok = true;
+  for (const char* ext : {".json", ".cubin", ".lock"}) {
+    fs::path p = json_path;
+    p.replace_extension(ext);
+    fs::remove(p, ec);
+    ok = ok && !ec;
+  }
+  return ok;
+}
+
+void DiskCache::touch(const fs::path& cubin_path) {
+  // utimensat(UTIME_NOW) is one syscall and needs no read of the file; failures (read-only
+  // cache) only cost pruning precision.
+  struct timespec now[2] = {{0, UTIME_NOW}, {0, UTIME_NOW}};
+  ::utimensat(AT_FDCWD, cubin_path.c_str(), now, 0);
 }
 
 }  // namespace kjit::jit

@@ -31,6 +31,8 @@ struct ListedEntry {
   std::string arch;  // folder name
   std::string uri;   // from metadata, else from the file name
   uint64_t cubin_size = 0;
+  uint64_t json_size = 0;
+  int64_t last_used = 0;  // unix seconds: the cubin's mtime, refreshed on every load from disk
   std::optional<Metadata> meta;
   std::string problem;  // empty when valid
 };
@@ -53,6 +55,13 @@ class DiskCache {
   // Every entry with a JSON sidecar, checked for self-consistency against this kjit and NVRTC.
   std::vector<ListedEntry> list(const std::string& kjit_version,
                                 const std::string& nvrtc_version) const;
+
+  // Removes an entry: the JSON first, so a concurrent reader sees a miss rather than a sidecar
+  // without its cubin; then the cubin and the lock. Returns false if anything could not go.
+  static bool remove(const fs::path& json_path);
+
+  // Marks an entry as used now (the cubin's mtime), for least-recently-used pruning. Best effort.
+  static void touch(const fs::path& cubin_path);
 
  private:
   fs::path root_;

@@ -48,6 +48,7 @@ Artifact JitCore::build(const Spec& spec, const ArchTarget& target) {
   std::string problem;
   if (auto e = cache.load(paths, key, inputs, &problem)) {
     stats_.disk_hits++;
+    DiskCache::touch(paths.cubin);
     return {std::move(e->meta), std::move(e->cubin), ArtifactSource::kDisk, paths.cubin};
   }
   return build_locked(spec, target, sources, inputs, key, paths);

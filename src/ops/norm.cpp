@@ -1,5 +1,6 @@
 #include "ops/norm.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "cuda/device.hpp"
@@ -23,23 +24,24 @@ struct RmsNormParams {
   float weight_offset;
 };
 
-const char* device_type_name(DType t) {
-  switch (t) {
-    case DType::kF32: return "float";
-    case DType::kF16: return "__half";
-    case DType::kBF16: return "__nv_bfloat16";
-    default: return nullptr;
-  }
-}
+// Mirrors kjit::norm::FusedAddRmsNormParams in kernels/norm/fused_add_rmsnorm.cuh.
+struct FusedAddRmsNormParams {
+  void* input;
+  void* residual;
+  const void* weight;
+  long long rows;
+  long long in_stride;
+  long long res_stride;
+  float eps;
+  float weight_offset;
+};
 
-}  // namespace
-
-RmsNormConfig select_rmsnorm(DType dtype, int64_t hidden, int align_bytes) {
-  if (dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16) {
-    fail(KJIT_ERROR_UNSUPPORTED, "rmsnorm supports fp32, fp16 and bf16, not {}", dtype_name(dtype));
+RmsNormConfig select_row_norm(const char* op, DType dtype, int64_t hidden, int align_bytes) {
+  if (!norm_detail::is_float(dtype)) {
+    fail(KJIT_ERROR_UNSUPPORTED, "{} supports fp32, fp16 and bf16, not {}", op, dtype_name(dtype));
   }
   if (hidden < 1 || hidden > kRmsNormMaxHidden) {
-    fail(KJIT_ERROR_UNSUPPORTED, "rmsnorm supports hidden sizes 1..{}, not {}", kRmsNormMaxHidden,
+    fail(KJIT_ERROR_UNSUPPORTED, "{} supports hidden sizes 1..{}, not {}", op, kRmsNormMaxHidden,
          hidden);
   }
   RmsNormConfig c;
@@ -50,50 +52,26 @@ RmsNormConfig select_rmsnorm(DType dtype, int64_t hidden, int align_bytes) {
   // down to scalar, so odd sizes and misaligned views still run (just slower).
   c.vec = 16 / elem;
   while (c.vec > 1 && (c.hidden % c.vec != 0 || c.vec * elem > align_bytes)) c.vec /= 2;
-  const int n_vec = c.hidden / c.vec;
-  if (n_vec <= 32) {
-    // Tiny rows: a power-of-two slice of a warp per row, 128-thread blocks. bf16 hidden 128 went
-    // from 2.93 TB/s (a warp per row) to 4.27 TB/s on the H200 with 16 threads x 8 rows.
-    int t = 1;
-    while (t < n_vec) t *= 2;
-    c.threads_per_row = t;
-    c.rows_per_block = 128 / t;
-  } else if (n_vec <= 128) {
-    // A warp per row, no __syncthreads; 4 rows per block keeps blocks at 128 threads.
-    c.threads_per_row = 32;
-    c.rows_per_block = 4;
-  } else {
-    // One row per block with ~4 vectors per thread (16-byte vectors) or ~8 elements (scalar):
-    // enough loads in flight per thread to cover HBM latency while several blocks fit per SM.
-    // bf16 2048 measured 3.85 TB/s as a warp per row and 4.23 TB/s as 64 threads per row.
-    const int per_thread = c.vec == 1 ? 8 : 4;
-    int t = (n_vec + per_thread - 1) / per_thread;
-    t = (t + 31) / 32 * 32;
-    c.threads_per_row = t < 64 ? 64 : (t > 1024 ? 1024 : t);
-    c.rows_per_block = 1;
-  }
+  norm_detail::row_shape(c.hidden / c.vec, c.vec, c.threads_per_row, c.rows_per_block);
   return c;
 }
 
-std::string rmsnorm_uri(const RmsNormConfig& c) {
-  return jit::make_uri("rmsnorm", {{"dtype", dtype_name(c.dtype)},
-                                   {"hidden", std::to_string(c.hidden)},
-                                   {"vec", std::to_string(c.vec)},
-                                   {"tpr", std::to_string(c.threads_per_row)},
-                                   {"rpb", std::to_string(c.rows_per_block)}});
+jit::Params row_norm_params(const RmsNormConfig& c) {
+  return {{"dtype", dtype_name(c.dtype)},
+          {"hidden", std::to_string(c.hidden)},
+          {"vec", std::to_string(c.vec)},
+          {"tpr", std::to_string(c.threads_per_row)},
+          {"rpb", std::to_string(c.rows_per_block)}};
 }
 
-jit::Spec rmsnorm_spec(const RmsNormConfig& c) {
+jit::Spec row_norm_spec(const char* op, const char* include, const char* kernel,
+                        const RmsNormConfig& c) {
   jit::Spec s;
-  s.op = "rmsnorm";
-  s.params = {{"dtype", dtype_name(c.dtype)},
-              {"hidden", std::to_string(c.hidden)},
-              {"vec", std::to_string(c.vec)},
-              {"tpr", std::to_string(c.threads_per_row)},
-              {"rpb", std::to_string(c.rows_per_block)}};
+  s.op = op;
+  s.params = row_norm_params(c);
   s.uri = jit::make_uri(s.op, s.params);
   s.kernel_dirs = {"common", "norm"};
-  s.includes = {"norm/rmsnorm.cuh"};
+  s.includes = {include};
   s.config = fmt::format(
       "namespace kjit_spec {{\n"
       "using T = {type};\n"
@@ -102,18 +80,161 @@ jit::Spec rmsnorm_spec(const RmsNormConfig& c) {
       "constexpr int kThreadsPerRow = {tpr};\n"
       "constexpr int kRowsPerBlock = {rpb};\n"
       "}}  // namespace kjit_spec\n",
-      fmt::arg("type", device_type_name(c.dtype)), fmt::arg("hidden", c.hidden),
+      fmt::arg("type", norm_detail::device_type_name(c.dtype)), fmt::arg("hidden", c.hidden),
       fmt::arg("vec", c.vec), fmt::arg("tpr", c.threads_per_row),
       fmt::arg("rpb", c.rows_per_block));
   s.entry_names = {
-      "kjit::norm::rmsnorm_kernel<kjit_spec::T, kjit_spec::kHidden, kjit_spec::kVec, "
-      "kjit_spec::kThreadsPerRow, kjit_spec::kRowsPerBlock>"};
+      fmt::format("kjit::norm::{}<kjit_spec::T, kjit_spec::kHidden, kjit_spec::kVec, "
+                  "kjit_spec::kThreadsPerRow, kjit_spec::kRowsPerBlock>",
+                  kernel)};
   s.arch_families = {"sm_80+"};
   return s;
 }
 
-void rmsnorm(const DLTensor* input, const DLTensor* weight, DLTensor* out, float eps,
-             void* stream) {
+cuda::LaunchConfig row_launch(const RmsNormConfig& cfg, int64_t rows, void* stream) {
+  cuda::LaunchConfig lc;
+  lc.grid_x = static_cast<unsigned>((rows + cfg.rows_per_block - 1) / cfg.rows_per_block);
+  lc.block_x = static_cast<unsigned>(cfg.threads_per_row * cfg.rows_per_block);
+  lc.stream = static_cast<CUstream>(stream);
+  return lc;
+}
+
+// The --set axes and catalog shape both RMSNorm ops share.
+OpDef row_norm_op_def(const char* name, const char* summary,
+                      jit::Spec (*spec)(const RmsNormConfig&),
+                      RmsNormConfig (*select)(DType, int64_t, int),
+                      std::vector<int> catalog_hiddens) {
+  OpDef d;
+  d.name = name;
+  d.summary = summary;
+  d.axes = {{"dtype", {"bf16", "fp16", "fp32"}, true, "activation/weight dtype"},
+            {"hidden", {}, true, "row length (any size 1..262144)"},
+            {"align",
+             {"16", "8", "4", "2"},
+             false,
+             "byte alignment of pointers and row strides (default 16)"}};
+  d.arch_families = {"sm_80+"};
+  d.make_spec = [d, spec, select](const SetArgs& args) {
+    check_set_args(d, args);
+    DType dtype = norm_detail::dtype_arg(args.at("dtype"));
+    int64_t hidden = positive_int_arg(args, "hidden", kRmsNormMaxHidden);
+    int align = args.count("align") ? std::stoi(args.at("align")) : 16;
+    return spec(select(dtype, hidden, align));
+  };
+  d.catalog = [catalog_hiddens] {
+    std::vector<SetArgs> out;
+    for (const char* dt : {"bf16", "fp16", "fp32"}) {
+      for (int h : catalog_hiddens) out.push_back({{"dtype", dt}, {"hidden", std::to_string(h)}});
+    }
+    return out;
+  };
+  return d;
+}
+
+}  // namespace
+
+namespace norm_detail {
+
+const char* device_type_name(DType t) {
+  switch (t) {
+    case DType::kF32: return "float";
+    case DType::kF16: return "__half";
+    case DType::kBF16: return "__nv_bfloat16";
+    default: return nullptr;
+  }
+}
+
+bool is_float(DType t) {
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16;
+}
+
+void row_shape(int n_vec, int vec, int& threads_per_row, int& rows_per_block) {
+  if (n_vec <= 32) {
+    // Tiny rows: a power-of-two slice of a warp per row, 128-thread blocks. bf16 hidden 128 went
+    // from 2.93 TB/s (a warp per row) to 4.27 TB/s on the H200 with 16 threads x 8 rows.
+    int t = 1;
+    while (t < n_vec) t *= 2;
+    threads_per_row = t;
+    rows_per_block = 128 / t;
+  } else if (n_vec <= 128) {
+    // A warp per row, no __syncthreads; 4 rows per block keeps blocks at 128 threads.
+    threads_per_row = 32;
+    rows_per_block = 4;
+  } else {
+    // One row per block with ~4 vectors per thread (16-byte vectors) or ~8 elements (scalar):
+    // enough loads in flight per thread to cover HBM latency while several blocks fit per SM.
+    // bf16 2048 measured 3.85 TB/s as a warp per row and 4.23 TB/s as 64 threads per row.
+    const int per_thread = vec == 1 ? 8 : 4;
+    int t = (n_vec + per_thread - 1) / per_thread;
+    t = (t + 31) / 32 * 32;
+    threads_per_row = t < 64 ? 64 : (t > 1024 ? 1024 : t);
+    rows_per_block = 1;
+  }
+}
+
+void check_eps(float eps) {
+  if (!std::isfinite(eps) || eps < 0.0f) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "eps must be finite and >= 0, got {}", eps);
+  }
+}
+
+void check_same_shape(const DLTensor* a, const char* an, const DLTensor* b, const char* bn) {
+  if (b->ndim != a->ndim) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} has ndim {} but {} has {}", bn, b->ndim, an, a->ndim);
+  }
+  for (int i = 0; i < a->ndim; ++i) {
+    if (b->shape[i] != a->shape[i]) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "{} dim {} is {} but {} dim {} is {}", bn, i, b->shape[i],
+           an, i, a->shape[i]);
+    }
+  }
+}
+
+void check_param_vector(const DLTensor* t, const RowMatrix& m, const char* name, int64_t hidden) {
+  if (t->ndim != 1 || m.cols != hidden) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be [hidden={}], got ndim {} with {} elements", name,
+         hidden, t->ndim, m.numel());
+  }
+}
+
+bool any_overlap(const RowMatrix& a, const RowMatrix& b) {
+  // partially_overlaps() lets the exact same view through (that is in-place); here it counts.
+  return partially_overlaps(a, b) || (a.numel() > 0 && b.numel() > 0 && a.data == b.data);
+}
+
+DType dtype_arg(const std::string& name) {
+  return name == "bf16" ? DType::kBF16 : name == "fp16" ? DType::kF16 : DType::kF32;
+}
+
+}  // namespace norm_detail
+
+RmsNormConfig select_rmsnorm(DType dtype, int64_t hidden, int align_bytes) {
+  return select_row_norm("rmsnorm", dtype, hidden, align_bytes);
+}
+
+RmsNormConfig select_fused_add_rmsnorm(DType dtype, int64_t hidden, int align_bytes) {
+  return select_row_norm("fused_add_rmsnorm", dtype, hidden, align_bytes);
+}
+
+std::string rmsnorm_uri(const RmsNormConfig& c) {
+  return jit::make_uri("rmsnorm", row_norm_params(c));
+}
+
+jit::Spec rmsnorm_spec(const RmsNormConfig& c) {
+  return row_norm_spec("rmsnorm", "norm/rmsnorm.cuh", "rmsnorm_kernel", c);
+}
+
+std::string fused_add_rmsnorm_uri(const RmsNormConfig& c) {
+  return jit::make_uri("fused_add_rmsnorm", row_norm_params(c));
+}
+
+jit::Spec fused_add_rmsnorm_spec(const RmsNormConfig& c) {
+  return row_norm_spec("fused_add_rmsnorm", "norm/fused_add_rmsnorm.cuh",
+                       "fused_add_rmsnorm_kernel", c);
+}
+
+void rmsnorm(const DLTensor* input, const DLTensor* weight, DLTensor* out, float eps, void* stream,
+             float weight_offset) {
   RowMatrix x = as_row_matrix(input, "input");
   RowMatrix w = as_row_matrix(weight, "weight");
   RowMatrix y = as_row_matrix(out, "out");
@@ -121,30 +242,14 @@ void rmsnorm(const DLTensor* input, const DLTensor* weight, DLTensor* out, float
   check_same_dtype(x, "input", y, "out");
   check_same_device(x, "input", w, "weight");
   check_same_device(x, "input", y, "out");
-  if (weight->ndim != 1 || w.cols != x.cols) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "weight must be [hidden={}], got ndim {} with {} elements",
-         x.cols, weight->ndim, w.numel());
-  }
-  if (out->ndim != input->ndim) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "out has ndim {} but input has {}", out->ndim, input->ndim);
-  }
-  for (int i = 0; i < input->ndim; ++i) {
-    if (out->shape[i] != input->shape[i]) {
-      fail(KJIT_ERROR_INVALID_ARGUMENT, "out dim {} is {} but input dim {} is {}", i, out->shape[i],
-           i, input->shape[i]);
-    }
-  }
-  if (!std::isfinite(eps) || eps < 0.0f) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "eps must be finite and >= 0, got {}", eps);
-  }
+  norm_detail::check_param_vector(weight, w, "weight", x.cols);
+  norm_detail::check_same_shape(input, "input", out, "out");
+  norm_detail::check_eps(eps);
   if (partially_overlaps(x, y)) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "out overlaps input without being the same view");
   }
+  if (norm_detail::any_overlap(y, w)) fail(KJIT_ERROR_INVALID_ARGUMENT, "out overlaps weight");
   if (x.numel() == 0) return;  // after validation: a zero-size call is still checked
-  if (x.dtype != DType::kF32 && x.dtype != DType::kF16 && x.dtype != DType::kBF16) {
-    fail(KJIT_ERROR_UNSUPPORTED, "rmsnorm supports fp32, fp16 and bf16, not {}",
-         dtype_name(x.dtype));
-  }
   int align = row_alignment(x);
   align = std::min(align, row_alignment(y));
   align = std::min(align, row_alignment(w));
@@ -152,47 +257,63 @@ void rmsnorm(const DLTensor* input, const DLTensor* weight, DLTensor* out, float
 
   const jit::LoadedKernel& k =
       jit::JitCore::global().kernel(rmsnorm_uri(cfg), x.device, [&] { return rmsnorm_spec(cfg); });
-  RmsNormParams p{x.data, w.data, y.data, x.rows, x.row_stride, y.row_stride, eps, 0.0f};
-  cuda::LaunchConfig lc;
-  lc.grid_x = static_cast<unsigned>((x.rows + cfg.rows_per_block - 1) / cfg.rows_per_block);
-  lc.block_x = static_cast<unsigned>(cfg.threads_per_row * cfg.rows_per_block);
-  lc.stream = static_cast<CUstream>(stream);
+  RmsNormParams p{x.data, w.data, y.data, x.rows, x.row_stride, y.row_stride, eps, weight_offset};
+  cuda::LaunchConfig lc = row_launch(cfg, x.rows, stream);
+  cuda::ScopedDevice scope(x.device);
+  cuda::launch(k.functions.at(0), lc, &p);
+}
+
+void fused_add_rmsnorm(DLTensor* input, DLTensor* residual, const DLTensor* weight, float eps,
+                       void* stream, float weight_offset) {
+  RowMatrix x = as_row_matrix(input, "input");
+  RowMatrix r = as_row_matrix(residual, "residual");
+  RowMatrix w = as_row_matrix(weight, "weight");
+  check_same_dtype(x, "input", r, "residual");
+  check_same_dtype(x, "input", w, "weight");
+  check_same_device(x, "input", r, "residual");
+  check_same_device(x, "input", w, "weight");
+  norm_detail::check_same_shape(input, "input", residual, "residual");
+  norm_detail::check_param_vector(weight, w, "weight", x.cols);
+  norm_detail::check_eps(eps);
+  // Both are read and written, so no overlap at all, not even the same view.
+  if (norm_detail::any_overlap(x, r)) fail(KJIT_ERROR_INVALID_ARGUMENT, "residual overlaps input");
+  if (norm_detail::any_overlap(x, w)) fail(KJIT_ERROR_INVALID_ARGUMENT, "input overlaps weight");
+  if (norm_detail::any_overlap(r, w)) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "residual overlaps weight");
+  }
+  if (x.numel() == 0) return;  // after validation: a zero-size call is still checked
+  int align = row_alignment(x);
+  align = std::min(align, row_alignment(r));
+  align = std::min(align, row_alignment(w));
+  RmsNormConfig cfg = select_fused_add_rmsnorm(x.dtype, x.cols, align);
+
+  const jit::LoadedKernel& k = jit::JitCore::global().kernel(
+      fused_add_rmsnorm_uri(cfg), x.device, [&] { return fused_add_rmsnorm_spec(cfg); });
+  FusedAddRmsNormParams p{x.data,       r.data,       w.data, x.rows,
+                          x.row_stride, r.row_stride, eps,    weight_offset};
+  cuda::LaunchConfig lc = row_launch(cfg, x.rows, stream);
   cuda::ScopedDevice scope(x.device);
   cuda::launch(k.functions.at(0), lc, &p);
 }
 
 OpDef rmsnorm_op_def() {
-  OpDef d;
-  d.name = "rmsnorm";
-  d.summary = "out = x * rsqrt(mean(x^2) + eps) * weight over the last dim";
-  d.axes = {{"dtype", {"bf16", "fp16", "fp32"}, true, "input/weight/out dtype"},
-            {"hidden", {}, true, "row length (any size 1..262144)"},
-            {"align",
-             {"16", "8", "4", "2"},
-             false,
-             "byte alignment of pointers and row strides (default 16)"}};
-  d.arch_families = {"sm_80+"};
-  d.make_spec = [d](const SetArgs& args) {
-    check_set_args(d, args);
-    const std::string& dt = args.at("dtype");
-    DType dtype = dt == "bf16" ? DType::kBF16 : dt == "fp16" ? DType::kF16 : DType::kF32;
-    int64_t hidden = positive_int_arg(args, "hidden", kRmsNormMaxHidden);
-    int align = args.count("align") ? std::stoi(args.at("align")) : 16;
-    return rmsnorm_spec(select_rmsnorm(dtype, hidden, align));
-  };
-  d.catalog = [] {
-    std::vector<SetArgs> out;
-    // Hidden sizes of common models (Llama, Mistral, Qwen, Gemma, DeepSeek), plus odd sizes that
-    // take the narrow-vector and scalar paths.
-    for (const char* dt : {"bf16", "fp16", "fp32"}) {
-      for (int h : {1, 127, 512, 1024, 2048, 2560, 3072, 3584, 4096, 4097, 5120, 7168, 8192, 12288,
-                    16384, 65537}) {
-        out.push_back({{"dtype", dt}, {"hidden", std::to_string(h)}});
-      }
-    }
-    return out;
-  };
-  return d;
+  // Hidden sizes of common models (Llama, Mistral, Qwen, Gemma, DeepSeek), plus odd sizes that
+  // take the narrow-vector and scalar paths.
+  return row_norm_op_def("rmsnorm", "out = x * rsqrt(mean(x^2) + eps) * weight over the last dim",
+                         rmsnorm_spec, select_rmsnorm,
+                         {1, 127, 512, 1024, 2048, 2560, 3072, 3584, 4096, 4097, 5120, 7168, 8192,
+                          12288, 16384, 65537});
+}
+
+OpDef fused_add_rmsnorm_op_def() {
+  // Where the fused form is used: the hidden sizes of decoder layers (Llama 3 8B/70B/405B,
+  // Mistral 7B / Large, Qwen2.5 0.5B..72B, Gemma 2/3, DeepSeek-V3), plus odd sizes for the
+  // narrow-vector, scalar and long-row (two-pass) paths.
+  return row_norm_op_def(
+      "fused_add_rmsnorm",
+      "residual += x; x = rmsnorm(residual) * (weight [+ 1]) over the last dim, in place",
+      fused_add_rmsnorm_spec, select_fused_add_rmsnorm,
+      {127, 896, 2048, 3072, 3584, 4096, 4097, 5120, 7168, 8192, 16384, 65537});
 }
 
 }  // namespace kjit::ops

@@ -1,4 +1,5 @@
-// RMSNorm: specialization choice, spec rendering and launch (device code: kernels/norm/).
+// RMSNorm and residual-add + RMSNorm (plain and Gemma-style): specialization choice, spec
+// rendering and launch (device code: kernels/norm/). LayerNorm is in layernorm.hpp.
 #pragma once
 
 #include <dlpack/dlpack.h>
@@ -11,7 +12,8 @@
 
 namespace kjit::ops {
 
-// One compiled RMSNorm variant. Every field is in the URI.
+// One compiled RMSNorm (or fused add + RMSNorm) variant. Every field is in the URI. The Gemma
+// form (weight + 1) is a launch-time scalar, so it shares these variants.
 struct RmsNormConfig {
   DType dtype = DType::kBF16;
   int hidden = 0;
@@ -26,13 +28,45 @@ inline constexpr int64_t kRmsNormMaxHidden = 1 << 18;
 // (bytes, power of two <= 16) that every pointer and row stride shares. Throws
 // KJIT_ERROR_UNSUPPORTED for a dtype or hidden size no variant serves.
 RmsNormConfig select_rmsnorm(DType dtype, int64_t hidden, int align_bytes);
+// The same choice for the fused kernel (same shapes and limits; its own kernel and URI).
+RmsNormConfig select_fused_add_rmsnorm(DType dtype, int64_t hidden, int align_bytes);
 
 jit::Spec rmsnorm_spec(const RmsNormConfig& cfg);
 std::string rmsnorm_uri(const RmsNormConfig& cfg);
+jit::Spec fused_add_rmsnorm_spec(const RmsNormConfig& cfg);
+std::string fused_add_rmsnorm_uri(const RmsNormConfig& cfg);
 
-// Validates, then launches on `stream`. Throws kjit::Error.
-void rmsnorm(const DLTensor* input, const DLTensor* weight, DLTensor* out, float eps, void* stream);
+// Validate, then launch on `stream`. Throw kjit::Error. weight_offset is 0 for RMSNorm and 1 for
+// the Gemma form (weight + 1).
+void rmsnorm(const DLTensor* input, const DLTensor* weight, DLTensor* out, float eps, void* stream,
+             float weight_offset = 0.0f);
+// residual += input (rounded to the dtype), then input = rmsnorm(residual) * (weight + offset).
+void fused_add_rmsnorm(DLTensor* input, DLTensor* residual, const DLTensor* weight, float eps,
+                       void* stream, float weight_offset = 0.0f);
 
 OpDef rmsnorm_op_def();
+OpDef fused_add_rmsnorm_op_def();
+
+// Pieces the normalization family's ops share (norm.cpp, layernorm.cpp).
+namespace norm_detail {
+
+// The CUDA spelling of a float dtype ("__nv_bfloat16"), nullptr for the others.
+const char* device_type_name(DType t);
+bool is_float(DType t);  // fp32, fp16 or bf16
+
+// Threads per row and rows per block for a row of n_vec vectors of `vec` elements each.
+void row_shape(int n_vec, int vec, int& threads_per_row, int& rows_per_block);
+
+// Throw KJIT_ERROR_INVALID_ARGUMENT naming the argument.
+void check_eps(float eps);
+void check_same_shape(const DLTensor* a, const char* an, const DLTensor* b, const char* bn);
+void check_param_vector(const DLTensor* t, const RowMatrix& m, const char* name, int64_t hidden);
+
+// True when the two matrices share any byte, the exact same view included.
+bool any_overlap(const RowMatrix& a, const RowMatrix& b);
+
+DType dtype_arg(const std::string& name);  // "bf16" | "fp16" | "fp32" from a --set value
+
+}  // namespace norm_detail
 
 }  // namespace kjit::ops

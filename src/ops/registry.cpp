@@ -2,13 +2,19 @@
 
 #include <algorithm>
 
+#include "ops/activation.hpp"
+#include "ops/kv_cache.hpp"
+#include "ops/layernorm.hpp"
 #include "ops/norm.hpp"
+#include "ops/rope.hpp"
 #include "util/error.hpp"
 
 namespace kjit::ops {
 
 const std::vector<OpDef>& op_registry() {
-  static const std::vector<OpDef> defs = {rmsnorm_op_def()};
+  static const std::vector<OpDef> defs = {rmsnorm_op_def(),   fused_add_rmsnorm_op_def(),
+                                          layernorm_op_def(), act_and_mul_op_def(),
+                                          rope_op_def(),      append_paged_kv_op_def()};
   return defs;
 }
 

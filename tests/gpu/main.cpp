@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "cuda/device.hpp"
 #include "support/gpu.hpp"
 
 int main(int argc, char** argv) {
@@ -17,5 +18,7 @@ int main(int argc, char** argv) {
     std::printf("SKIPPED: no GPU (%s)\n", why.c_str());
     return 77;
   }
+  // Like cudaSetDevice(0): the tests use the driver API (streams, events) directly.
+  if (!listing) kjit::cuda::make_current(0);
   return Catch::Session().run(argc, argv);
 }

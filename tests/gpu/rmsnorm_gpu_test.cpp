@@ -171,10 +171,11 @@ TEST_CASE("rmsnorm gpu: runs on a user stream and is repeatable", "[gpu][rmsnorm
 }
 
 TEST_CASE("rmsnorm gpu: a device id that does not exist is an argument error", "[gpu][rmsnorm]") {
-  DeviceBuffer buf(4096);
-  auto x = make_tensor(buf.get(), {2, 64}, dl_dtype("bf16"), {}, 63);
-  auto w = make_tensor(buf.get(), {64}, dl_dtype("bf16"), {}, 63);
-  auto y = make_tensor(buf.get(), {2, 64}, dl_dtype("bf16"), {}, 63);
+  // Distinct buffers, so the device id is the only thing wrong with the call.
+  DeviceBuffer xb(256), wb(128), yb(256);
+  auto x = make_tensor(xb.get(), {2, 64}, dl_dtype("bf16"), {}, 63);
+  auto w = make_tensor(wb.get(), {64}, dl_dtype("bf16"), {}, 63);
+  auto y = make_tensor(yb.get(), {2, 64}, dl_dtype("bf16"), {}, 63);
   CHECK(kjit_rmsnorm(x.get(), w.get(), y.get(), 1e-6f, nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
   CHECK(std::string(kjit_last_error()).find("device 63") != std::string::npos);
 }

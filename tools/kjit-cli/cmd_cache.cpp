@@ -1,5 +1,10 @@
-// kjit-cli cache inspect|clear|dir: the on-disk cache of the current settings (KJIT_CACHE_DIR...).
+// kjit-cli cache inspect|verify|clear|prune|dir: the on-disk cache of the current settings
+// (KJIT_CACHE_DIR...).
+#include <fnmatch.h>
+
 #include <algorithm>
+#include <cctype>
+#include <ctime>
 #include <memory>
 #include <system_error>
 
@@ -18,11 +23,35 @@ namespace {
 using json = nlohmann::ordered_json;
 namespace fs = std::filesystem;
 
+std::string iso_utc(int64_t unix_seconds) {
+  if (unix_seconds <= 0) return "-";
+  std::time_t t = static_cast<std::time_t>(unix_seconds);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// Entries whose URI matches the glob (all when it is empty).
+std::vector<jit::ListedEntry> list_entries(const jit::DiskCache& cache, const std::string& glob) {
+  auto entries = cache.list(jit::kjit_version(), jit::nvrtc_version());
+  if (!glob.empty()) {
+    entries.erase(std::remove_if(entries.begin(), entries.end(),
+                                 [&](const jit::ListedEntry& e) {
+                                   return ::fnmatch(glob.c_str(), e.uri.c_str(), 0) != 0;
+                                 }),
+                  entries.end());
+  }
+  return entries;
+}
+
 json entry_json(const jit::ListedEntry& e) {
   json j = {{"uri", e.uri},
             {"arch", e.arch},
             {"cubin_size", e.cubin_size},
             {"created", nullptr},
+            {"last_used", iso_utc(e.last_used)},
             {"compile_ms", nullptr},
             {"registers", nullptr},
             {"valid", e.problem.empty()},
@@ -36,10 +65,10 @@ json entry_json(const jit::ListedEntry& e) {
   return j;
 }
 
-int run_inspect(bool as_json) {
+int run_inspect(bool as_json, const std::string& glob) {
   jit::DiskCache cache = jit::JitCore::global().disk_cache();
   // Validated against this kjit and this NVRTC: an entry another version wrote shows as invalid.
-  auto entries = cache.list(jit::kjit_version(), jit::nvrtc_version());
+  auto entries = list_entries(cache, glob);
   json rows = json::array();
   size_t valid = 0;
   unsigned long long bytes = 0;
@@ -60,12 +89,13 @@ int run_inspect(bool as_json) {
   }
   size_t width = 3;
   for (const auto& e : entries) width = std::max(width, e.uri.size());
-  fmt::print("{:<{}}  {:<7}  {:>9}  {:<20}  {:>10}  {:>4}  {}\n", "URI", width, "ARCH", "BYTES",
-             "CREATED", "COMPILE MS", "REGS", "STATUS");
+  fmt::print("{:<{}}  {:<7}  {:>9}  {:<20}  {:<20}  {:>10}  {:>4}  {}\n", "URI", width, "ARCH",
+             "BYTES", "CREATED", "LAST USED", "COMPILE MS", "REGS", "STATUS");
   for (const auto& e : entries) {
     const auto& m = e.meta;
-    fmt::print("{:<{}}  {:<7}  {:>9}  {:<20}  {:>10}  {:>4}  {}\n", e.uri, width, e.arch,
-               e.cubin_size, m ? m->created : "-", m ? fmt::format("{:.1f}", m->compile_ms) : "-",
+    fmt::print("{:<{}}  {:<7}  {:>9}  {:<20}  {:<20}  {:>10}  {:>4}  {}\n", e.uri, width, e.arch,
+               e.cubin_size, m ? m->created : "-", iso_utc(e.last_used),
+               m ? fmt::format("{:.1f}", m->compile_ms) : "-",
                m && m->registers >= 0 ? std::to_string(m->registers) : "-",
                e.problem.empty() ? "valid" : e.problem);
   }
@@ -85,8 +115,14 @@ size_t count_entries(const fs::path& entries_dir) {
   return n;
 }
 
-int run_clear() {
+int run_clear(const std::string& glob) {
   jit::DiskCache cache = jit::JitCore::global().disk_cache();
+  if (!glob.empty()) {
+    size_t n = 0;
+    for (const auto& e : list_entries(cache, glob)) n += jit::DiskCache::remove(e.json_path);
+    fmt::print("removed {} entries matching '{}' from {}\n", n, glob, cache.root().string());
+    return kExitOk;
+  }
   size_t n = count_entries(cache.entries_dir());
   // Only the folders kjit owns under the cache root; an explicit KJIT_GEN_DIR is the user's.
   for (const fs::path& dir : {cache.entries_dir(), cache.root() / "generated"}) {
@@ -98,6 +134,93 @@ int run_clear() {
   return kExitOk;
 }
 
+// Re-hashes every entry (list() validates each cubin against its sidecar); --fix removes the
+// invalid ones. Exit 1 while invalid entries remain.
+int run_verify(bool fix, bool as_json) {
+  jit::DiskCache cache = jit::JitCore::global().disk_cache();
+  auto entries = list_entries(cache, "");
+  json bad = json::array();
+  size_t removed = 0;
+  for (const auto& e : entries) {
+    if (e.problem.empty()) continue;
+    bool gone = fix && jit::DiskCache::remove(e.json_path);
+    removed += gone;
+    bad.push_back({{"uri", e.uri},
+                   {"arch", e.arch},
+                   {"problem", e.problem},
+                   {"json_path", e.json_path.string()},
+                   {"removed", gone}});
+    if (!as_json) {
+      fmt::print("{}  {}  {}: {}\n", gone ? "removed" : "INVALID", e.arch, e.uri, e.problem);
+    }
+  }
+  size_t remaining = bad.size() - removed;
+  if (as_json) {
+    json out = {{"cache_dir", cache.root().string()},
+                {"checked", entries.size()},
+                {"invalid", bad},
+                {"removed", removed},
+                {"remaining_invalid", remaining}};
+    fmt::print("{}\n", out.dump(2, ' ', false, json::error_handler_t::replace));
+  } else {
+    fmt::print("{} entries checked: {} valid, {} invalid, {} removed\n", entries.size(),
+               entries.size() - bad.size(), bad.size(), removed);
+  }
+  return remaining == 0 ? kExitOk : kExitFailure;
+}
+
+// "500M", "2GiB", "1.5G", "4096" -> bytes (K/M/G/T are powers of 1024).
+uint64_t parse_size(const std::string& text) {
+  size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &pos);
+  } catch (const std::exception&) {
+    throw UsageError("--max-size " + text + ": expected a size like 500M or 2G");
+  }
+  std::string unit = text.substr(pos);
+  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  double mul = 1;
+  if (unit == "" || unit == "B")
+    mul = 1;
+  else if (unit == "K" || unit == "KB" || unit == "KIB")
+    mul = 1024.0;
+  else if (unit == "M" || unit == "MB" || unit == "MIB")
+    mul = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GB" || unit == "GIB")
+    mul = 1024.0 * 1024 * 1024;
+  else if (unit == "T" || unit == "TB" || unit == "TIB")
+    mul = 1024.0 * 1024 * 1024 * 1024;
+  else
+    throw UsageError("--max-size " + text + ": unknown unit '" + unit + "'");
+  if (!(v >= 0)) throw UsageError("--max-size " + text + ": must be >= 0");
+  return static_cast<uint64_t>(v * mul);
+}
+
+// Least recently used first until the entries (cubin + sidecar) fit in max_bytes.
+int run_prune(const std::string& max_size) {
+  const uint64_t limit = parse_size(max_size);
+  jit::DiskCache cache = jit::JitCore::global().disk_cache();
+  auto entries = list_entries(cache, "");
+  uint64_t total = 0;
+  for (const auto& e : entries) total += e.cubin_size + e.json_size;
+  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
+    return a.last_used != b.last_used ? a.last_used < b.last_used : a.json_path < b.json_path;
+  });
+  size_t removed = 0;
+  uint64_t freed = 0;
+  for (const auto& e : entries) {
+    if (total - freed <= limit) break;
+    if (jit::DiskCache::remove(e.json_path)) {
+      ++removed;
+      freed += e.cubin_size + e.json_size;
+    }
+  }
+  fmt::print("pruned {} of {} entries ({} bytes); {} bytes remain (limit {})\n", removed,
+             entries.size(), freed, total - freed, limit);
+  return kExitOk;
+}
+
 }  // namespace
 
 void add_cache_commands(CLI::App& app, int& exit_code) {
@@ -105,13 +228,32 @@ void add_cache_commands(CLI::App& app, int& exit_code) {
   cache->footer(kExitCodesFooter);
   cache->require_subcommand(1);
 
-  auto as_json = std::make_shared<bool>(false);
+  struct Opts {
+    bool json = false;
+    bool fix = false;
+    std::string filter;
+    std::string max_size;
+  };
+  auto o = std::make_shared<Opts>();
   CLI::App* inspect = cache->add_subcommand("inspect", "List entries and check each one");
-  inspect->add_flag("--json", *as_json, "Print one JSON document on stdout");
-  inspect->callback([as_json, &exit_code] { exit_code = run_inspect(*as_json); });
+  inspect->add_flag("--json", o->json, "Print one JSON document on stdout");
+  inspect->add_option("--filter", o->filter, "Only URIs matching this glob");
+  inspect->callback([o, &exit_code] { exit_code = run_inspect(o->json, o->filter); });
 
-  cache->add_subcommand("clear", "Remove every entry and the generated sources")
-      ->callback([&exit_code] { exit_code = run_clear(); });
+  CLI::App* verify = cache->add_subcommand("verify", "Re-hash every entry, report invalid ones");
+  verify->add_flag("--fix", o->fix, "Remove the invalid entries");
+  verify->add_flag("--json", o->json, "Print one JSON document on stdout");
+  verify->callback([o, &exit_code] { exit_code = run_verify(o->fix, o->json); });
+
+  CLI::App* clear = cache->add_subcommand("clear", "Remove entries and the generated sources");
+  clear->add_option("--filter", o->filter, "Only URIs matching this glob (keeps generated/)");
+  clear->callback([o, &exit_code] { exit_code = run_clear(o->filter); });
+
+  CLI::App* prune = cache->add_subcommand("prune", "Remove least recently used entries");
+  prune->add_option("--max-size", o->max_size, "Keep at most this much (e.g. 500M, 2G)")
+      ->required();
+  prune->callback([o, &exit_code] { exit_code = run_prune(o->max_size); });
+
   cache->add_subcommand("dir", "Print the cache folder")->callback([&exit_code] {
     fmt::print("{}\n", jit::JitCore::global().settings().cache_dir.string());
     exit_code = kExitOk;

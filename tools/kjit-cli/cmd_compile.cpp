@@ -150,6 +150,14 @@ std::vector<const ops::OpDef*> selected_ops(const CompileOptions& o) {
   return defs;
 }
 
+void check_set_args_usage(const ops::OpDef& def, const ops::SetArgs& args) {
+  try {
+    ops::check_set_args(def, args);
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+}
+
 Plan make_plan(const CompileOptions& o, const Request& req) {
   Plan plan;
   std::set<std::string> seen;  // two catalog rows can map to one specialization
@@ -233,6 +241,10 @@ void print_human(const std::vector<json>& results, const std::vector<Failure>& f
 int run_compile(const CompileOptions& o) {
   if (!o.all && o.op.empty()) throw UsageError("compile needs an op name or --all");
   auto t0 = std::chrono::steady_clock::now();
+  // Usage mistakes in the op or its --set values come before the question of targets.
+  for (const ops::OpDef* def : selected_ops(o)) {
+    if (!o.all) check_set_args_usage(*def, parse_sets(o.sets));
+  }
   Request req = make_request(o.archs);
   Plan plan = make_plan(o, req);
 

@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""PyTorch peers (rmsnorm, fused add + rmsnorm, layernorm, silu_and_mul), timed the way `kjit-cli bench` times kjit: CUDA events around a
+batch of back-to-back calls sized to ~1 ms, median over samples, hot L2. PyTorch is the
+reference implementation here, so it is not checked; kjit's results are (kjit-cli bench).
+One JSON line per result."""
+import argparse
+import json
+import sys
+
+import torch
+
+
+def time_batches(fn, warmup=10, samples=30):
+    for _ in range(warmup):
+        fn()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record(); fn(); b.record(); b.synchronize()
+    batch = max(1, min(2000, int(1.0 / max(a.elapsed_time(b), 1e-4))))
+    us = []
+    for _ in range(samples):
+        a.record()
+        for _ in range(batch):
+            fn()
+        b.record(); b.synchronize()
+        us.append(1000.0 * a.elapsed_time(b) / batch)
+    us.sort()
+    q = lambda p: us[int(p * (len(us) - 1) + 0.5)]
+    return {"median_us": q(0.5), "min_us": us[0], "p10_us": q(0.1), "p90_us": q(0.9),
+            "samples": samples, "batch": batch}
+
+
+def make_case(op, rows, hidden, dt, eps):
+    """Inputs, the peer's eager function, bytes moved, and the bytes a same-traffic copy reads."""
+    f = torch.nn.functional
+    rnd = lambda *shape: (torch.rand(*shape, device="cuda") * 4 - 2).to(dt)
+    if op == "rmsnorm":
+        x, w = rnd(rows, hidden), rnd(hidden)
+        return (lambda: f.rms_norm(x, (hidden,), w, eps)), 2 * x.nbytes + w.nbytes, x
+    if op == "fused_add_rmsnorm":
+        x, r, w = rnd(rows, hidden), rnd(rows, hidden), rnd(hidden)
+
+        def fused():  # what engines do without a fused kernel: add, store, normalize
+            r.add_(x)
+            x.copy_(f.rms_norm(r, (hidden,), w, eps))
+        return fused, 4 * x.nbytes + w.nbytes, torch.cat([x, r])
+    if op == "layernorm":
+        x, g, b = rnd(rows, hidden), rnd(hidden), rnd(hidden)
+        return (lambda: f.layer_norm(x, (hidden,), g, b, eps)), 2 * x.nbytes + 2 * g.nbytes, x
+    if op == "silu_and_mul":
+        x = rnd(rows, 2 * hidden)
+        return (lambda: f.silu(x[:, :hidden]) * x[:, hidden:]), x.nbytes * 3 // 2, x
+    raise ValueError(op)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--op", default="rmsnorm")
+    ap.add_argument("--shapes", default="1x4096,64x4096,4096x4096,16384x4096,16384x8192")
+    ap.add_argument("--dtype", default="bf16")
+    ap.add_argument("--json", default="")
+    # Small shapes are launch-bound and torch.compile adds Python guard time per call there;
+    # compile only where bandwidth is what is compared.
+    ap.add_argument("--compile-min-bytes", type=int, default=16 << 20)
+    args = ap.parse_args()
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
+    eps = 1e-6
+    out = open(args.json, "a") if args.json else None
+    for shape in args.shapes.split(","):
+        rows, hidden = map(int, shape.split("x"))
+        eager, nbytes, copy_src = make_case(args.op, rows, hidden, dt, eps)
+        half = copy_src.reshape(-1)[: nbytes // 2 // copy_src.element_size()]
+        dst = torch.empty_like(half)
+        copy = time_batches(lambda: dst.copy_(half))
+        copy_gbps = 2 * half.nbytes / (copy["median_us"] * 1e3)
+        peers = {"torch-eager": eager}
+        if nbytes >= 2 * args.compile_min_bytes:
+            # A fresh, static-shape compile per shape: one function reused across shapes turns
+            # dynamic after the second shape and loses its specialized kernel.
+            torch._dynamo.reset()
+            peers["torch-compile"] = torch.compile(eager, dynamic=False)
+        for name, fn in peers.items():
+            fn()
+            row = {"op": args.op, "backend": name, "shape": {"rows": rows, "hidden": hidden},
+                   "dtype": args.dtype, "gpu": torch.cuda.get_device_name(),
+                   "torch": torch.__version__,
+                   "timer": "cuda-events, back-to-back batch per sample, hot L2"}
+            t = time_batches(fn)
+            row.update(t)
+            row["gbps"] = nbytes / (t["median_us"] * 1e3)
+            row["copy_gbps"] = copy_gbps
+            row["pct_of_copy"] = 100 * row["gbps"] / copy_gbps
+            print(f"{args.op:18s} {name:14s} rows={rows:6d} hidden={hidden:6d} "
+                  f"{t['median_us']:9.2f} us {row['gbps']:7.0f} GB/s "
+                  f"({row['pct_of_copy']:.1f}% of copy {copy_gbps:.0f})", flush=True)
+            if out:
+                out.write(json.dumps(row) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

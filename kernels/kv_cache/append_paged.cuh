@@ -1,0 +1,113 @@
+// Append new keys and values to a paged KV cache (FlashInfer's append_paged_kv_cache).
+//
+// Token t of the append goes to request b = batch_indices[t] at position pos = positions[t] of
+// that request's sequence: page kv_indices[kv_indptr[b] + pos / page_size], slot
+// pos % page_size. Each (token, head) row of HEAD_DIM elements of k and of v is copied there.
+//
+// The page table is read on the device only (nothing is synchronized with the host, so the
+// launch can be captured in a CUDA graph), and it is trusted for nothing that could write out of
+// bounds: a token whose request index is not in [0, batch), whose position is negative, whose
+// page slot falls outside its request's range [kv_indptr[b], kv_indptr[b + 1]) or outside
+// kv_indices, or whose page id is not in [0, num_pages) is skipped. kv_last_page_len is not read
+// (as in FlashInfer): positions say where tokens go.
+//
+// The op is a gather-scatter copy, bandwidth-bound; every byte of k and v is read once with
+// 16-byte vectors (when aligned) and written once. The data loads are issued before the chain of
+// dependent index loads (batch index -> indptr -> page id), so their latencies overlap.
+#pragma once
+
+#include "common/prelude.cuh"
+#include "common/vec.cuh"
+
+namespace kjit {
+namespace kv_cache {
+
+// Passed by value as a __grid_constant__ kernel parameter. Strides in elements. Keep this exact
+// layout: the host mirrors it. Cache strides are per logical dim (page, slot, head), so the
+// NHD and HND layouts (and strided views of a combined [pages, 2, ...] cache) are one kernel.
+struct AppendPagedKvParams {
+  const void* append_k;  // [nnz, num_heads, HEAD_DIM]
+  const void* append_v;
+  const int* batch_indices;  // [nnz]
+  const int* positions;      // [nnz]
+  void* k_cache;
+  void* v_cache;
+  const int* kv_indices;                 // [nnz_pages]
+  const int* kv_indptr;                  // [batch + 1]
+  long long ak_st, ak_sh, av_st, av_sh;  // append: token, head strides
+  long long kc_sp, kc_ss, kc_sh;         // k cache: page, slot, head strides
+  long long vc_sp, vc_ss, vc_sh;
+  long long num_pages;
+  int rows;  // nnz * num_heads
+  int num_heads;
+  int page_size;
+  int batch;
+  int nnz_pages;
+};
+
+// Launch with grid = ceil(rows / (blockDim.x / kThreadsPerRow)) and blockDim.x a multiple of
+// kThreadsPerRow = min(HEAD_DIM / VEC, 32), no shared memory. Every pointer and stride of the
+// append tensors and caches must be aligned to VEC * sizeof(T) bytes. The caches must not
+// overlap the inputs; two tokens that name the same slot race (one of them wins).
+// clang-format would read the launch bound as a pointer declaration.
+// clang-format off
+template <typename T, int HEAD_DIM, int VEC>
+__global__ void __launch_bounds__(256)
+append_paged_kv_kernel(const __grid_constant__ AppendPagedKvParams p) {
+  // clang-format on
+  static_assert(VEC >= 1 && (VEC & (VEC - 1)) == 0 && VEC * sizeof(T) <= 16, "bad VEC");
+  static_assert(HEAD_DIM >= 1 && HEAD_DIM % VEC == 0, "HEAD_DIM must be a multiple of VEC");
+  constexpr int kVecs = HEAD_DIM / VEC;
+  // Up to a warp per row; longer rows give each thread several vectors, all loaded together.
+  constexpr int kThreadsPerRow = kVecs < 32 ? kVecs : 32;
+  constexpr int kIters = (kVecs + kThreadsPerRow - 1) / kThreadsPerRow;
+  constexpr bool kEven = kVecs % kThreadsPerRow == 0;
+  using V = Vec<T, VEC>;
+
+  const int rows_per_block = int(blockDim.x) / kThreadsPerRow;
+  const int local = int(threadIdx.x) / kThreadsPerRow;
+  const int lane = int(threadIdx.x) - local * kThreadsPerRow;
+  if (local >= rows_per_block) return;  // threads past the last whole row
+  const int row = int(blockIdx.x) * rows_per_block + local;
+  if (row >= p.rows) return;
+  const int token = row / p.num_heads;
+  const int head = row - token * p.num_heads;
+
+  const T* ak = static_cast<const T*>(p.append_k) + token * p.ak_st + head * p.ak_sh;
+  const T* av = static_cast<const T*>(p.append_v) + token * p.av_st + head * p.av_sh;
+  // Loaded once and never written here: the read-only path.
+  V kv[kIters], vv[kIters];
+#pragma unroll
+  for (int i = 0; i < kIters; ++i) {
+    const int v = lane + i * kThreadsPerRow;
+    if (kEven || v < kVecs) {
+      kv[i].load_ro(ak + v * VEC);
+      vv[i].load_ro(av + v * VEC);
+    }
+  }
+
+  const int b = __ldg(p.batch_indices + token);
+  const int pos = __ldg(p.positions + token);
+  if (b < 0 || b >= p.batch || pos < 0) return;
+  const int first = __ldg(p.kv_indptr + b);
+  const int end = __ldg(p.kv_indptr + b + 1);
+  const long long slot_index = (long long)first + pos / p.page_size;
+  if (first < 0 || slot_index >= end || slot_index >= p.nnz_pages) return;
+  const int page = __ldg(p.kv_indices + slot_index);
+  if (page < 0 || page >= p.num_pages) return;
+  const int slot = pos % p.page_size;
+
+  T* kd = static_cast<T*>(p.k_cache) + page * p.kc_sp + slot * p.kc_ss + head * p.kc_sh;
+  T* vd = static_cast<T*>(p.v_cache) + page * p.vc_sp + slot * p.vc_ss + head * p.vc_sh;
+#pragma unroll
+  for (int i = 0; i < kIters; ++i) {
+    const int v = lane + i * kThreadsPerRow;
+    if (kEven || v < kVecs) {
+      kv[i].store(kd + v * VEC);
+      vv[i].store(vd + v * VEC);
+    }
+  }
+}
+
+}  // namespace kv_cache
+}  // namespace kjit

@@ -1,0 +1,215 @@
+// Residual add fused with RMSNorm (and its Gemma form, weight + 1), both in place:
+//
+//   residual[r, i] = T(float(x[r, i]) + float(residual[r, i]))
+//   x[r, i]        = T(float(residual[r, i]) * rsqrt(mean_i(float(residual[r, i])^2) + eps)
+//                      * (float(w[i]) + offset))
+//
+// The norm reads the new residual as stored (rounded to T), so the pair gives what the unfused
+// sequence `residual = x + residual; x = rmsnorm(residual)` in T gives, which is what inference
+// engines compare against. Unfused, that is three reads and two writes of a row; here x and
+// residual are read once and each written once: the add, the reduction and the normalisation all
+// run on the registers that hold the row.
+#pragma once
+
+#include "common/prelude.cuh"
+#include "common/reduce.cuh"
+#include "common/vec.cuh"
+#include "norm/row_common.cuh"
+
+namespace kjit {
+namespace norm {
+
+// Passed by value as a __grid_constant__ kernel parameter. Strides in elements. The host mirrors
+// this layout field for field.
+struct FusedAddRmsNormParams {
+  void* input;         // [rows, HIDDEN], row stride in_stride: read, then overwritten by the norm
+  void* residual;      // [rows, HIDDEN], row stride res_stride: read, then overwritten by the sum
+  const void* weight;  // [HIDDEN]
+  long long rows;
+  long long in_stride;
+  long long res_stride;
+  float eps;
+  float weight_offset;  // 0 for RMSNorm; 1 for Gemma-style (weight + 1)
+};
+
+// Launch with grid = ceil(rows / ROWS_PER_BLOCK), block = THREADS_PER_ROW * ROWS_PER_BLOCK and no
+// dynamic shared memory. input, residual, weight and both row strides must be aligned to
+// VEC * sizeof(T) bytes. input and residual must not overlap each other, and neither may overlap
+// weight (read through the non-coherent path).
+// clang-format would read the launch bound as a pointer declaration.
+// clang-format off
+template <typename T, int HIDDEN, int VEC, int THREADS_PER_ROW, int ROWS_PER_BLOCK>
+__global__ void __launch_bounds__(THREADS_PER_ROW * ROWS_PER_BLOCK)
+fused_add_rmsnorm_kernel(const __grid_constant__ FusedAddRmsNormParams p) {
+  // clang-format on
+  static_assert(HIDDEN >= 1, "HIDDEN must be positive");
+  static_assert(VEC >= 1 && HIDDEN % VEC == 0, "HIDDEN must be a multiple of VEC");
+  static_assert(VEC * sizeof(T) <= 16, "a vector must fit one 16-byte access");
+  static_assert(detail::valid_row_shape(THREADS_PER_ROW, ROWS_PER_BLOCK),
+                "use THREADS_PER_ROW == 32 (or a power of two below it, with whole warps per "
+                "block), or ROWS_PER_BLOCK == 1 with THREADS_PER_ROW a multiple of 32; at most "
+                "1024 threads per block");
+
+  using V = Vec<T, VEC>;
+  constexpr int kThreads = THREADS_PER_ROW * ROWS_PER_BLOCK;
+  constexpr int kVecs = HIDDEN / VEC;
+  constexpr int kIters = (kVecs + THREADS_PER_ROW - 1) / THREADS_PER_ROW;
+  constexpr bool kEven = kVecs % THREADS_PER_ROW == 0;
+  constexpr float kInvHidden = 1.0f / float(HIDDEN);
+
+  constexpr int kRegCap = detail::reg_cap(kThreads);
+  constexpr int kRegsPerVec = detail::regs_per_vec<T, VEC>();
+  constexpr int kRegBudget = kRegCap - detail::kRegReserve;
+  // Both rows are in registers while their loads are in flight, so a cached row costs twice
+  // what it does in rmsnorm_kernel; the weight prefetch (see there) a third share. Not with
+  // 1024-thread blocks: there ptxas aims at 32 registers (two blocks per SM) and spilled rather
+  // than exceed them (sm_90, fp16 x 10240 at 4-byte alignment); rows that need such blocks are
+  // long enough for the weight's L2 latency to be a small part of their time.
+  constexpr bool kCacheRow =
+      kIters <= detail::kMaxCachedVecs && 2 * kIters * kRegsPerVec <= kRegBudget;
+  constexpr bool kPrefetchWeight =
+      kCacheRow && kThreads < 1024 && 3 * kIters * kRegsPerVec <= kRegBudget;
+
+  const int tid =
+      THREADS_PER_ROW == kThreads ? int(threadIdx.x) : int(threadIdx.x) % THREADS_PER_ROW;
+  i64 row = i64(blockIdx.x) * ROWS_PER_BLOCK + int(threadIdx.x) / THREADS_PER_ROW;
+  // Same early-exit rule as rmsnorm_kernel: only where it strands no shuffle or barrier.
+  if (THREADS_PER_ROW >= 32 && row >= p.rows) return;
+  const bool active = THREADS_PER_ROW >= 32 || row < p.rows;
+  if (!active) row = 0;
+
+  T* x = static_cast<T*>(p.input) + row * p.in_stride;
+  T* res = static_cast<T*>(p.residual) + row * p.res_stride;
+  const T* w = static_cast<const T*>(p.weight);
+  const float w_off = p.weight_offset;
+
+  auto in_row = [active](int k, int v) { return active && (kEven || k < kIters - 1 || v < kVecs); };
+
+  __shared__ float partials[THREADS_PER_ROW >= 32 ? THREADS_PER_ROW / 32 : 1];
+
+  if constexpr (kCacheRow) {
+    V xv[kIters];
+    V rv[kIters];
+    V wv[kPrefetchWeight ? kIters : 1];
+#pragma unroll
+    for (int k = 0; k < kIters; ++k) {
+      const int v = tid + k * THREADS_PER_ROW;
+      if (in_row(k, v)) {
+        xv[k].load(x + v * VEC);
+        rv[k].load(res + v * VEC);
+        if constexpr (kPrefetchWeight) wv[k].load_ro(w + v * VEC);
+      }
+    }
+
+    // The sum takes the registers of x and the old residual (both dead after it) and goes out
+    // right away, so its stores drain while the row reduces.
+    V sv[kIters];
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kIters; ++k) {
+      const int v = tid + k * THREADS_PER_ROW;
+      if (in_row(k, v)) {
+        detail::round_into(sv[k], [&](int e) { return to_float(xv[k][e]) + to_float(rv[k][e]); });
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const float f = to_float(sv[k][e]);
+          ss = fmaf(f, f, ss);
+        }
+        sv[k].store(res + v * VEC);
+      }
+    }
+    const float total = detail::row_sum<THREADS_PER_ROW>(ss, partials);
+    const float inv_rms = rsqrtf(total * kInvHidden + p.eps);
+
+    // As in rmsnorm_kernel: recompute the fp32 values from the packed row rather than keep them.
+#pragma unroll
+    for (int k = 0; k < kIters; ++k) sv[k].opaque();
+#pragma unroll
+    for (int k = 0; k < kIters; ++k) {
+      const int v = tid + k * THREADS_PER_ROW;
+      if (in_row(k, v)) {
+        V wk;
+        if constexpr (kPrefetchWeight) {
+          wk = wv[k];
+        } else {
+          // Coherent on purpose, as in rmsnorm_kernel: keeps ptxas from hoisting every weight
+          // load above the stores and overflowing the register cap.
+          wk.load(w + v * VEC);
+        }
+        V o;
+        detail::round_into(
+            o, [&](int e) { return to_float(sv[k][e]) * inv_rms * (to_float(wk[e]) + w_off); });
+        o.store(x + v * VEC);
+      }
+    }
+  } else {
+    // Long rows: the first pass adds, stores the new residual and sums its squares chunk by
+    // chunk; the second reads the new residual back (from L2: this block just wrote it, and each
+    // thread reads only the vectors it wrote itself, so program order makes that read see the
+    // sum) and writes the norm over x. Backwards, with last-use loads and streaming stores, for
+    // the reasons given in rmsnorm_kernel.
+    // Two vectors per step, each with its address (8-byte vectors at 8 per chunk spilled).
+    constexpr int kChunk =
+        detail::clamp_int(kRegBudget / (2 * (kRegsPerVec + 1)), 1, detail::kMaxCachedVecs);
+    auto in_range = [active](int v) { return active && v < kVecs; };
+
+    float ss = 0.0f;
+#pragma unroll 1
+    for (int k0 = 0; k0 < kIters; k0 += kChunk) {
+      V xv[kChunk];
+      V rv[kChunk];
+#pragma unroll
+      for (int u = 0; u < kChunk; ++u) {
+        const int v = tid + (k0 + u) * THREADS_PER_ROW;
+        if (in_range(v)) {
+          xv[u].load(x + v * VEC);
+          rv[u].load(res + v * VEC);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kChunk; ++u) {
+        const int v = tid + (k0 + u) * THREADS_PER_ROW;
+        if (in_range(v)) {
+          V sv;
+          detail::round_into(sv, [&](int e) { return to_float(xv[u][e]) + to_float(rv[u][e]); });
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            const float f = to_float(sv[e]);
+            ss = fmaf(f, f, ss);
+          }
+          sv.store(res + v * VEC);
+        }
+      }
+    }
+    const float total = detail::row_sum<THREADS_PER_ROW>(ss, partials);
+    const float inv_rms = rsqrtf(total * kInvHidden + p.eps);
+
+#pragma unroll 1
+    for (int k0 = (kIters - 1) / kChunk * kChunk; k0 >= 0; k0 -= kChunk) {
+      V rv[kChunk];
+      V wv[kChunk];
+#pragma unroll
+      for (int u = 0; u < kChunk; ++u) {
+        const int v = tid + (k0 + u) * THREADS_PER_ROW;
+        if (in_range(v)) {
+          rv[u].load_last_use(res + v * VEC);
+          wv[u].load_ro(w + v * VEC);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kChunk; ++u) {
+        const int v = tid + (k0 + u) * THREADS_PER_ROW;
+        if (in_range(v)) {
+          V o;
+          detail::round_into(o, [&](int e) {
+            return to_float(rv[u][e]) * inv_rms * (to_float(wv[u][e]) + w_off);
+          });
+          o.store_streaming(x + v * VEC);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace norm
+}  // namespace kjit

@@ -1,0 +1,260 @@
+// LayerNorm over the last dimension, biased variance, fp32 statistics:
+//
+//   mean = mean_i(x[r, i]),  var = mean_i((x[r, i] - mean)^2)
+//   out[r, i] = T((x[r, i] - mean) * rsqrt(var + eps) * gamma[i] + beta[i])
+//
+// The variance is a true two-pass over the row held in registers (mean first, then the squared
+// deviations), not E[x^2] - mean^2: activations with a large common offset (|mean| >> std) lose
+// every significant digit of the variance to cancellation in the one-pass form. The second pass
+// costs an extra row reduction but no memory traffic, and the op stays bandwidth-bound.
+//
+// Rows too long to hold in registers take per-thread chunk statistics merged with Chan et al.'s
+// pairwise update, then a cross-thread merge in the same form (two sums), and a second read of x
+// from L2 for the output: still one pass over HBM for the statistics, and still no cancellation.
+//
+// gamma and beta are T or fp32 (TW); fp32 parameters beside bf16/fp16 activations are read as
+// wider accesses (ParamVec).
+#pragma once
+
+#include "common/prelude.cuh"
+#include "common/reduce.cuh"
+#include "common/vec.cuh"
+#include "norm/row_common.cuh"
+
+namespace kjit {
+namespace norm {
+
+// Passed by value as a __grid_constant__ kernel parameter. Strides in elements. The host mirrors
+// this layout field for field.
+struct LayerNormParams {
+  const void* input;  // [rows, HIDDEN] with row stride in_stride, T
+  const void* gamma;  // [HIDDEN], TW
+  const void* beta;   // [HIDDEN], TW
+  void* out;          // [rows, HIDDEN] with row stride out_stride, T
+  long long rows;
+  long long in_stride;
+  long long out_stride;
+  float eps;
+};
+
+// Launch with grid = ceil(rows / ROWS_PER_BLOCK), block = THREADS_PER_ROW * ROWS_PER_BLOCK and no
+// dynamic shared memory. input, out and both row strides must be aligned to VEC * sizeof(T)
+// bytes, gamma and beta to min(VEC * sizeof(TW), 16) bytes. out may be input itself (in place,
+// equal strides); otherwise it must not overlap input, and it must never overlap gamma or beta
+// (read through the non-coherent path).
+// clang-format would read the launch bound as a pointer declaration.
+// clang-format off
+template <typename T, typename TW, int HIDDEN, int VEC, int THREADS_PER_ROW, int ROWS_PER_BLOCK>
+__global__ void __launch_bounds__(THREADS_PER_ROW * ROWS_PER_BLOCK)
+layernorm_kernel(const __grid_constant__ LayerNormParams p) {
+  // clang-format on
+  static_assert(HIDDEN >= 1, "HIDDEN must be positive");
+  static_assert(VEC >= 1 && HIDDEN % VEC == 0, "HIDDEN must be a multiple of VEC");
+  static_assert(VEC * sizeof(T) <= 16, "a vector must fit one 16-byte access");
+  static_assert(detail::valid_row_shape(THREADS_PER_ROW, ROWS_PER_BLOCK),
+                "use THREADS_PER_ROW == 32 (or a power of two below it, with whole warps per "
+                "block), or ROWS_PER_BLOCK == 1 with THREADS_PER_ROW a multiple of 32; at most "
+                "1024 threads per block");
+
+  using V = Vec<T, VEC>;
+  using P = detail::ParamVec<TW, VEC>;
+  constexpr int kThreads = THREADS_PER_ROW * ROWS_PER_BLOCK;
+  constexpr int kVecs = HIDDEN / VEC;
+  constexpr int kIters = (kVecs + THREADS_PER_ROW - 1) / THREADS_PER_ROW;
+  constexpr bool kEven = kVecs % THREADS_PER_ROW == 0;
+  // Divisions, not products with a rounded 1/HIDDEN: one each per row, and the mean picks up one
+  // rounding instead of two, which matters when |mean| >> std.
+  constexpr float kHidden = float(HIDDEN);
+
+  constexpr int kRegCap = detail::reg_cap(kThreads);
+  constexpr int kRegsPerVec = detail::regs_per_vec<T, VEC>();
+  constexpr int kRegsPerParam = detail::regs_per_vec<TW, VEC>();
+  constexpr int kRegBudget = kRegCap - detail::kRegReserve;
+  // The output loop holds a gamma and a beta vector beside the row. The reserve covers that much
+  // at the activation's width (as for rmsnorm_kernel's weight); wider fp32 parameters take the
+  // excess from the row's share (bf16 x 65536 with fp32 gamma/beta spilled without this).
+  constexpr bool kCacheRow = kIters <= detail::kMaxCachedVecs &&
+                             kIters * kRegsPerVec + 2 * (kRegsPerParam - kRegsPerVec) <= kRegBudget;
+  // gamma and beta issued with x hide their latency behind x's (see rmsnorm_kernel), where the
+  // registers allow.
+  constexpr bool kPrefetchParams =
+      kCacheRow && kIters * (kRegsPerVec + 2 * kRegsPerParam) <= kRegBudget;
+
+  const int tid =
+      THREADS_PER_ROW == kThreads ? int(threadIdx.x) : int(threadIdx.x) % THREADS_PER_ROW;
+  i64 row = i64(blockIdx.x) * ROWS_PER_BLOCK + int(threadIdx.x) / THREADS_PER_ROW;
+  // Same early-exit rule as rmsnorm_kernel: only where it strands no shuffle or barrier.
+  if (THREADS_PER_ROW >= 32 && row >= p.rows) return;
+  const bool active = THREADS_PER_ROW >= 32 || row < p.rows;
+  if (!active) row = 0;
+
+  const T* x = static_cast<const T*>(p.input) + row * p.in_stride;
+  T* y = static_cast<T*>(p.out) + row * p.out_stride;
+  const TW* g = static_cast<const TW*>(p.gamma);
+  const TW* b = static_cast<const TW*>(p.beta);
+
+  auto in_row = [active](int k, int v) { return active && (kEven || k < kIters - 1 || v < kVecs); };
+
+  __shared__ float partials[THREADS_PER_ROW >= 32 ? THREADS_PER_ROW / 32 : 1];
+
+  if constexpr (kCacheRow) {
+    V xv[kIters];
+    P gv[kPrefetchParams ? kIters : 1];
+    P bv[kPrefetchParams ? kIters : 1];
+#pragma unroll
+    for (int k = 0; k < kIters; ++k) {
+      const int v = tid + k * THREADS_PER_ROW;
+      if (in_row(k, v)) {
+        xv[k].load(x + v * VEC);
+        if constexpr (kPrefetchParams) {
+          gv[k].load_ro(g + v * VEC);
+          bv[k].load_ro(b + v * VEC);
+        }
+      }
+    }
+
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kIters; ++k) {
+      const int v = tid + k * THREADS_PER_ROW;
+      if (in_row(k, v)) {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) s += to_float(xv[k][e]);
+      }
+    }
+    const float mean = detail::row_sum<THREADS_PER_ROW>(s, partials) / kHidden;
+
+    // Each pass re-derives the fp32 values from the packed row (see rmsnorm_kernel).
+#pragma unroll
+    for (int k = 0; k < kIters; ++k) xv[k].opaque();
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kIters; ++k) {
+      const int v = tid + k * THREADS_PER_ROW;
+      if (in_row(k, v)) {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const float d = to_float(xv[k][e]) - mean;
+          ss = fmaf(d, d, ss);
+        }
+      }
+    }
+    const float var = detail::row_sum<THREADS_PER_ROW>(ss, partials) / kHidden;
+    const float inv_std = rsqrtf(var + p.eps);
+
+#pragma unroll
+    for (int k = 0; k < kIters; ++k) xv[k].opaque();
+#pragma unroll
+    for (int k = 0; k < kIters; ++k) {
+      const int v = tid + k * THREADS_PER_ROW;
+      if (in_row(k, v)) {
+        P gk, bk;
+        if constexpr (kPrefetchParams) {
+          gk = gv[k];
+          bk = bv[k];
+        } else {
+          // Coherent on purpose, as in rmsnorm_kernel: keeps ptxas from hoisting every parameter
+          // load above the stores and overflowing the register cap.
+          gk.load(g + v * VEC);
+          bk.load(b + v * VEC);
+        }
+        V o;
+        detail::round_into(o, [&](int e) {
+          return fmaf((to_float(xv[k][e]) - mean) * inv_std, gk.get(e), bk.get(e));
+        });
+        o.store(y + v * VEC);
+      }
+    }
+  } else {
+    // Long rows. Per chunk: the chunk's own mean and squared deviations from it (exact two-pass
+    // over the registers), merged into the thread's running (n, mean, m2) by Chan et al.'s
+    // update. The row's statistics then come from two sums over threads:
+    //   mean = sum(n_t * mean_t) / HIDDEN,  m2 = sum(m2_t + n_t * (mean_t - mean)^2)
+    // where every term is non-negative: nothing cancels.
+    // Pass 1 leaves room for wide parameters as the cached path does: ptxas may hoist pass 2's
+    // (read-only) gamma/beta loads into it (bf16 x 65536 with fp32 parameters spilled otherwise).
+    constexpr int kChunk1 = detail::clamp_int(
+        (kRegBudget - 2 * (kRegsPerParam - kRegsPerVec)) / kRegsPerVec, 1, detail::kMaxCachedVecs);
+    constexpr int kChunk2 = detail::clamp_int(kRegBudget / (kRegsPerVec + 2 * kRegsPerParam), 1,
+                                              detail::kMaxCachedVecs);
+    auto in_range = [active](int v) { return active && v < kVecs; };
+
+    float n = 0.0f, mean_t = 0.0f, m2 = 0.0f;
+#pragma unroll 1
+    for (int k0 = 0; k0 < kIters; k0 += kChunk1) {
+      V xv[kChunk1];
+      int count = 0;
+#pragma unroll
+      for (int u = 0; u < kChunk1; ++u) {
+        const int v = tid + (k0 + u) * THREADS_PER_ROW;
+        if (in_range(v)) {
+          xv[u].load(x + v * VEC);
+          count += VEC;
+        }
+      }
+      if (count == 0) break;  // later chunks of this thread are past the row end as well
+      float cs = 0.0f;
+#pragma unroll
+      for (int u = 0; u < kChunk1; ++u) {
+        const int v = tid + (k0 + u) * THREADS_PER_ROW;
+        if (in_range(v)) {
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) cs += to_float(xv[u][e]);
+        }
+      }
+      const float cn = float(count);
+      const float cm = cs / cn;
+      float cm2 = 0.0f;
+#pragma unroll
+      for (int u = 0; u < kChunk1; ++u) {
+        const int v = tid + (k0 + u) * THREADS_PER_ROW;
+        if (in_range(v)) {
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            const float d = to_float(xv[u][e]) - cm;
+            cm2 = fmaf(d, d, cm2);
+          }
+        }
+      }
+      const float nn = n + cn;
+      const float delta = cm - mean_t;
+      mean_t = fmaf(delta, cn / nn, mean_t);
+      m2 += cm2 + delta * delta * (n * cn / nn);
+      n = nn;
+    }
+    const float mean = detail::row_sum<THREADS_PER_ROW>(n * mean_t, partials) / kHidden;
+    const float dm = mean_t - mean;
+    const float var = detail::row_sum<THREADS_PER_ROW>(fmaf(n * dm, dm, m2), partials) / kHidden;
+    const float inv_std = rsqrtf(var + p.eps);
+
+#pragma unroll 1
+    for (int k0 = (kIters - 1) / kChunk2 * kChunk2; k0 >= 0; k0 -= kChunk2) {
+      V xv[kChunk2];
+      P gv[kChunk2];
+      P bv[kChunk2];
+#pragma unroll
+      for (int u = 0; u < kChunk2; ++u) {
+        const int v = tid + (k0 + u) * THREADS_PER_ROW;
+        if (in_range(v)) {
+          xv[u].load_last_use(x + v * VEC);
+          gv[u].load_ro(g + v * VEC);
+          bv[u].load_ro(b + v * VEC);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kChunk2; ++u) {
+        const int v = tid + (k0 + u) * THREADS_PER_ROW;
+        if (in_range(v)) {
+          V o;
+          detail::round_into(o, [&](int e) {
+            return fmaf((to_float(xv[u][e]) - mean) * inv_std, gv[u].get(e), bv[u].get(e));
+          });
+          o.store_streaming(y + v * VEC);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace norm
+}  // namespace kjit

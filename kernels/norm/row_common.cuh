@@ -1,0 +1,118 @@
+// Building blocks shared by the row-wise normalisations (RMSNorm, fused add + RMSNorm,
+// LayerNorm): how much of a row a thread may keep in registers, the row reduction, and the
+// launch shapes those reductions accept.
+#pragma once
+
+#include "common/prelude.cuh"
+#include "common/reduce.cuh"
+#include "common/vec.cuh"
+
+namespace kjit {
+namespace norm {
+namespace detail {
+
+// A thread keeps its share of the row in registers when it is at most this many vectors
+// (128 bytes at 16-byte vectors); beyond that the unrolled row would crowd out occupancy.
+constexpr int kMaxCachedVecs = 8;
+
+// Registers left for addresses, loop state and the reduction when sizing register arrays.
+constexpr int kRegReserve = 32;
+
+KJIT_HOST_DEVICE constexpr int clamp_int(int v, int lo, int hi) {
+  return v < lo ? lo : (v > hi ? hi : v);
+}
+
+// What __launch_bounds__(threads) lets the compiler use per thread; register arrays are sized
+// against it so a cached row never spills to local memory.
+KJIT_HOST_DEVICE constexpr int reg_cap(int threads) {
+  return clamp_int(65536 / threads, 24, 255);
+}
+
+// 32-bit registers one Vec<T, VEC> occupies.
+template <typename T, int VEC>
+KJIT_HOST_DEVICE constexpr int regs_per_vec() {
+  return int(VEC * sizeof(T) + 3) / 4;
+}
+
+// Only shapes whose row reduction is a warp shuffle (rows of at most a warp, whole warps per
+// block so every shuffle has 32 lanes) or a block reduction over a block that holds one row (so
+// the block is all-in or all-out of range and no barrier is stranded).
+KJIT_HOST_DEVICE constexpr bool valid_row_shape(int threads_per_row, int rows_per_block) {
+  return threads_per_row >= 1 && rows_per_block >= 1 && threads_per_row * rows_per_block <= 1024 &&
+         ((threads_per_row <= 32 && (threads_per_row & (threads_per_row - 1)) == 0 &&
+           threads_per_row * rows_per_block % 32 == 0) ||
+          (rows_per_block == 1 && threads_per_row % 32 == 0));
+}
+
+// Rows within one warp reduce with shuffles alone; a block per row goes through shared memory.
+// Safe to call twice in a row with the same `partials` (block_reduce_sum ends on a barrier).
+template <int THREADS_PER_ROW>
+KJIT_DEVICE KJIT_FORCEINLINE float row_sum(float s, float* partials) {
+  if constexpr (THREADS_PER_ROW <= 32) {
+    (void)partials;
+    return warp_reduce_sum<THREADS_PER_ROW>(s);
+  } else {
+    return block_reduce_sum<THREADS_PER_ROW>(s, partials);
+  }
+}
+
+// No <type_traits> under NVRTC.
+template <typename A, typename B>
+struct IsSame {
+  static constexpr bool value = false;
+};
+template <typename A>
+struct IsSame<A, A> {
+  static constexpr bool value = true;
+};
+
+// out[e] = T(value(e)) for e < VEC. 16-bit types convert two at a time (cvt.rn.f16x2.f32 /
+// cvt.rn.bf16x2.f32, the same round-to-nearest-even as from_float): one instruction per pair
+// that writes the packed register directly. Element-wise 16-bit writes into a vector that stays
+// live made ptxas spill for sm_90 (fp16 x 4096 fused add + RMSNorm: 24 bytes; none this way).
+template <typename T, int VEC, typename F>
+KJIT_DEVICE KJIT_FORCEINLINE void round_into(Vec<T, VEC>& out, F&& value) {
+  constexpr bool kPairs = VEC % 2 == 0;
+  if constexpr (kPairs && IsSame<T, __half>::value) {
+#pragma unroll
+    for (int e = 0; e < VEC; e += 2) {
+      reinterpret_cast<__half2*>(out.v)[e / 2] = __floats2half2_rn(value(e), value(e + 1));
+    }
+  } else if constexpr (kPairs && IsSame<T, __nv_bfloat16>::value) {
+#pragma unroll
+    for (int e = 0; e < VEC; e += 2) {
+      reinterpret_cast<__nv_bfloat162*>(out.v)[e / 2] =
+          __floats2bfloat162_rn(value(e), value(e + 1));
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) out[e] = from_float<T>(value(e));
+  }
+}
+
+// N elements of T read as one or more accesses of at most 16 bytes: lets a parameter vector be
+// wider than the activation vector it pairs with (fp32 gamma beside 8 bf16 inputs is 32 bytes).
+// The pointer must be aligned to min(N * sizeof(T), 16) bytes.
+template <typename T, int N>
+struct ParamVec {
+  static constexpr int kPer = int(N * sizeof(T)) <= 16 ? N : int(16 / sizeof(T));
+  static constexpr int kParts = N / kPer;
+  static_assert(kPer * kParts == N, "N must be a power of two");
+  Vec<T, kPer> part[kParts];
+
+  KJIT_DEVICE KJIT_FORCEINLINE float get(int i) const { return to_float(part[i / kPer][i % kPer]); }
+  // Read-only path: parameters are never written by the kernels that read them.
+  KJIT_DEVICE KJIT_FORCEINLINE void load_ro(const T* p) {
+#pragma unroll
+    for (int j = 0; j < kParts; ++j) part[j].load_ro(p + j * kPer);
+  }
+  // Coherent load: see the kernels for why it is sometimes preferred on read-only data.
+  KJIT_DEVICE KJIT_FORCEINLINE void load(const T* p) {
+#pragma unroll
+    for (int j = 0; j < kParts; ++j) part[j].load(p + j * kPer);
+  }
+};
+
+}  // namespace detail
+}  // namespace norm
+}  // namespace kjit

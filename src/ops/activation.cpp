@@ -1,0 +1,232 @@
+#include "ops/activation.hpp"
+
+#include <algorithm>
+
+#include "cuda/device.hpp"
+#include "cuda/launch.hpp"
+#include "jit/jit_core.hpp"
+#include "util/error.hpp"
+
+namespace kjit::ops {
+
+namespace {
+
+// Mirrors kjit::activation::ActAndMulParams in kernels/activation/act_and_mul.cuh field for field.
+struct ActAndMulParams {
+  const void* input;
+  void* out;
+  long long rows;
+  long long in_stride;
+  long long out_stride;
+  int d;
+};
+
+const char* device_type_name(DType t) {
+  switch (t) {
+    case DType::kF32: return "float";
+    case DType::kF16: return "__half";
+    case DType::kBF16: return "__nv_bfloat16";
+    default: return nullptr;
+  }
+}
+
+bool is_float(DType t) {
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16;
+}
+
+// Mirrors kjit::activation::act_and_mul_unroll: vectors per thread per step.
+int unroll_for(int vec_bytes) {
+  return std::clamp(32 / vec_bytes, 2, 8);
+}
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+}  // namespace
+
+const char* act_name(Act a) {
+  switch (a) {
+    case Act::kSilu: return "silu";
+    case Act::kGelu: return "gelu";
+    case Act::kGeluTanh: return "gelutanh";
+  }
+  return "?";
+}
+
+ActAndMulConfig select_act_and_mul(Act act, DType dtype, int64_t d, int align_bytes) {
+  if (!is_float(dtype)) {
+    fail(KJIT_ERROR_UNSUPPORTED, "act_and_mul supports fp32, fp16 and bf16, not {}",
+         dtype_name(dtype));
+  }
+  if (d < 1 || d > kActAndMulMaxD) {
+    fail(KJIT_ERROR_UNSUPPORTED, "act_and_mul supports d (half the input's last dim) 1..{}, not {}",
+         kActAndMulMaxD, d);
+  }
+  ActAndMulConfig c;
+  c.act = act;
+  c.dtype = dtype;
+  const int elem = static_cast<int>(dtype_size(dtype));
+  // Widest vector that divides d (which also aligns the up half, d elements into the row) and
+  // that both pointers and both row strides allow; odd sizes and misaligned views run narrower,
+  // down to scalar, rather than fail.
+  c.vec = 16 / elem;
+  while (c.vec > 1 && (d % c.vec != 0 || c.vec * elem > align_bytes)) c.vec /= 2;
+  return c;
+}
+
+ActAndMulShape act_and_mul_shape(const ActAndMulConfig& cfg, int64_t rows, int64_t d, int sm_count,
+                                 int max_threads_per_sm) {
+  const int64_t n_vec = d / cfg.vec;
+  const int unroll = unroll_for(cfg.vec * static_cast<int>(dtype_size(cfg.dtype)));
+  ActAndMulShape s;
+  // Rows shorter than a block share it (block_y rows side by side), so short rows do not leave
+  // most of each block idle.
+  int bx = kActAndMulThreads;
+  while (bx > 1 && bx / 2 >= n_vec) bx /= 2;
+  const int by = kActAndMulThreads / bx;
+  const int64_t gy = std::min<int64_t>(ceil_div(rows, by), 65535);  // the kernel loops past it
+  // Large calls: each thread takes `unroll` vectors, all loads issued together.
+  int64_t gx = ceil_div(n_vec, int64_t{bx} * unroll);
+  const int64_t resident =
+      int64_t{std::max(sm_count, 1)} * std::max(max_threads_per_sm / kActAndMulThreads, 1);
+  if (gx * gy < 2 * resident) {
+    // Less than two waves (decode): one vector per thread for twice the blocks, and blocks
+    // narrowed down to a warp while they are still fewer than the SMs, so the few rows of a decode
+    // step reach as many SMs as possible rather than queueing on a handful.
+    gx = ceil_div(n_vec, bx);
+    while (by == 1 && bx > 32 && gx * gy < sm_count) {
+      bx /= 2;
+      gx = ceil_div(n_vec, bx);
+    }
+  }
+  s.grid_x = static_cast<unsigned>(gx);
+  s.grid_y = static_cast<unsigned>(gy);
+  s.block_x = static_cast<unsigned>(bx);
+  s.block_y = static_cast<unsigned>(by);
+  return s;
+}
+
+std::string act_and_mul_uri(const ActAndMulConfig& c) {
+  return jit::make_uri(
+      "act_and_mul",
+      {{"act", act_name(c.act)}, {"dtype", dtype_name(c.dtype)}, {"vec", std::to_string(c.vec)}});
+}
+
+jit::Spec act_and_mul_spec(const ActAndMulConfig& c) {
+  jit::Spec s;
+  s.op = "act_and_mul";
+  s.params = {
+      {"act", act_name(c.act)}, {"dtype", dtype_name(c.dtype)}, {"vec", std::to_string(c.vec)}};
+  s.uri = jit::make_uri(s.op, s.params);
+  s.kernel_dirs = {"common", "activation"};
+  s.includes = {"activation/act_and_mul.cuh"};
+  s.config = fmt::format(
+      "namespace kjit_spec {{\n"
+      "using T = {type};\n"
+      "constexpr int kAct = {act};\n"
+      "constexpr int kVec = {vec};\n"
+      "}}  // namespace kjit_spec\n",
+      fmt::arg("type", device_type_name(c.dtype)), fmt::arg("act", static_cast<int>(c.act)),
+      fmt::arg("vec", c.vec));
+  s.entry_names = {
+      "kjit::activation::act_and_mul_kernel<kjit_spec::T, kjit_spec::kAct, kjit_spec::kVec>"};
+  s.arch_families = {"sm_80+"};
+  return s;
+}
+
+void act_and_mul(Act act, const DLTensor* input, DLTensor* out, void* stream) {
+  RowMatrix x = as_row_matrix(input, "input");
+  RowMatrix y = as_row_matrix(out, "out");
+  check_same_dtype(x, "input", y, "out");
+  check_same_device(x, "input", y, "out");
+  if (out->ndim != input->ndim) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "out has ndim {} but input has {}", out->ndim, input->ndim);
+  }
+  for (int i = 0; i + 1 < input->ndim; ++i) {
+    if (out->shape[i] != input->shape[i]) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "out dim {} is {} but input dim {} is {}", i, out->shape[i],
+           i, input->shape[i]);
+    }
+  }
+  const int64_t two_d = input->shape[input->ndim - 1];
+  if (two_d % 2 != 0) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "input last dim must be even ([..., 2*d]), got {}", two_d);
+  }
+  const int64_t d = two_d / 2;
+  if (out->shape[out->ndim - 1] != d) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "out last dim is {} but must be half of input's {} ({})",
+         out->shape[out->ndim - 1], two_d, d);
+  }
+  // out is half as wide as input, so it can never be the same view: any shared byte is a race.
+  if (partially_overlaps(x, y)) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "out overlaps input (act_and_mul cannot run in place)");
+  }
+  if (x.numel() == 0) return;  // after validation: a zero-size call is still checked
+  if (!is_float(x.dtype)) {
+    fail(KJIT_ERROR_UNSUPPORTED, "act_and_mul supports fp32, fp16 and bf16, not {}",
+         dtype_name(x.dtype));
+  }
+  const int align = std::min(row_alignment(x), row_alignment(y));
+  const ActAndMulConfig cfg = select_act_and_mul(act, x.dtype, d, align);
+
+  const cuda::DeviceInfo& dev = cuda::device_info(x.device);
+  const jit::LoadedKernel& k = jit::JitCore::global().kernel(act_and_mul_uri(cfg), x.device,
+                                                             [&] { return act_and_mul_spec(cfg); });
+  const ActAndMulShape shape =
+      act_and_mul_shape(cfg, x.rows, d, dev.sm_count, dev.max_threads_per_sm);
+  ActAndMulParams p{x.data, y.data, x.rows, x.row_stride, y.row_stride, static_cast<int>(d)};
+  cuda::LaunchConfig lc;
+  lc.grid_x = shape.grid_x;
+  lc.grid_y = shape.grid_y;
+  lc.block_x = shape.block_x;
+  lc.block_y = shape.block_y;
+  lc.stream = static_cast<CUstream>(stream);
+  cuda::ScopedDevice scope(x.device);
+  cuda::launch(k.functions.at(0), lc, &p);
+}
+
+OpDef act_and_mul_op_def() {
+  OpDef d;
+  d.name = "act_and_mul";
+  d.summary = "out = act(x[..., :d]) * x[..., d:] (silu, gelu, gelu tanh), d at run time";
+  d.axes = {{"act", {"silu", "gelu", "gelutanh"}, true, "activation of the gate half"},
+            {"dtype", {"bf16", "fp16", "fp32"}, true, "input/out dtype"},
+            {"vec",
+             {"8", "4", "2", "1"},
+             true,
+             "elements per vector access; at most 16 bytes (fp32: 4)"}};
+  d.arch_families = {"sm_80+"};
+  d.make_spec = [d](const SetArgs& args) {
+    check_set_args(d, args);
+    const std::string& a = args.at("act");
+    const std::string& dt = args.at("dtype");
+    Act act = a == "silu" ? Act::kSilu : a == "gelu" ? Act::kGelu : Act::kGeluTanh;
+    DType dtype = dt == "bf16" ? DType::kBF16 : dt == "fp16" ? DType::kF16 : DType::kF32;
+    const int vec = std::stoi(args.at("vec"));
+    const int elem = static_cast<int>(dtype_size(dtype));
+    if (vec * elem > 16) {
+      fail(KJIT_ERROR_UNSUPPORTED, "act_and_mul: vec={} x {} is wider than 16 bytes", vec, dt);
+    }
+    // d = vec and full alignment: select_act_and_mul then picks exactly this width.
+    return act_and_mul_spec(select_act_and_mul(act, dtype, vec, vec * elem));
+  };
+  d.catalog = [] {
+    // d is a run-time value, so this is every specialization there is: 3 activations x (bf16 and
+    // fp16 at 8/4/2/1, fp32 at 4/2/1) = 33. The 16-byte widths serve every Llama / Mistral / Qwen
+    // intermediate size; the narrower ones serve odd d and misaligned views.
+    std::vector<SetArgs> out;
+    for (const char* act : {"silu", "gelu", "gelutanh"}) {
+      for (const char* dt : {"bf16", "fp16", "fp32"}) {
+        for (const char* v : {"8", "4", "2", "1"}) {
+          if (std::string(dt) == "fp32" && std::string(v) == "8") continue;
+          out.push_back({{"act", act}, {"dtype", dt}, {"vec", v}});
+        }
+      }
+    }
+    return out;
+  };
+  return d;
+}
+
+}  // namespace kjit::ops

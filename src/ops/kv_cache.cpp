@@ -1,0 +1,323 @@
+#include "ops/kv_cache.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <utility>
+
+#include "cuda/device.hpp"
+#include "cuda/launch.hpp"
+#include "jit/jit_core.hpp"
+#include "ops/rope.hpp"  // StridedView
+#include "util/error.hpp"
+
+namespace kjit::ops {
+
+namespace {
+
+// Mirrors kjit::kv_cache::AppendPagedKvParams in kernels/kv_cache/append_paged.cuh field for
+// field.
+struct AppendPagedKvParams {
+  const void* append_k;
+  const void* append_v;
+  const int* batch_indices;
+  const int* positions;
+  void* k_cache;
+  void* v_cache;
+  const int* kv_indices;
+  const int* kv_indptr;
+  long long ak_st, ak_sh, av_st, av_sh;
+  long long kc_sp, kc_ss, kc_sh;
+  long long vc_sp, vc_ss, vc_sh;
+  long long num_pages;
+  int rows;
+  int num_heads;
+  int page_size;
+  int batch;
+  int nnz_pages;
+};
+
+const char* device_type_name(DType t) {
+  switch (t) {
+    case DType::kF32: return "float";
+    case DType::kF16: return "__half";
+    case DType::kBF16: return "__nv_bfloat16";
+    default: return nullptr;
+  }
+}
+
+bool supported_dtype(DType t) {
+  return t == DType::kBF16 || t == DType::kF16 || t == DType::kF32;
+}
+
+// An 8-bit cache is well-formed (FlashInfer has fp8 e4m3 / e5m2 caches) but not served yet: say
+// so instead of calling its dtype unknown.
+StridedView cache_view(const DLTensor* t, const char* name) {
+  if (t != nullptr && t->dtype.bits == 8 && t->dtype.lanes == 1) {
+    fail(KJIT_ERROR_UNSUPPORTED,
+         "{} has an 8-bit dtype (code {}): fp8 KV caches are not supported yet, only bf16 / fp16 "
+         "/ fp32",
+         name, t->dtype.code);
+  }
+  return as_strided_view(t, name);
+}
+
+StridedView int_vector(const DLTensor* t, const char* name, int device) {
+  StridedView v = as_strided_view(t, name);
+  if (v.ndim != 1) fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be 1-D, got ndim {}", name, v.ndim);
+  if (v.dtype != DType::kI32) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be int32, got {}", name, dtype_name(v.dtype));
+  }
+  if (v.device != device) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is on cuda:{} but append_k is on cuda:{}", name, v.device,
+         device);
+  }
+  return v;
+}
+
+void check_dtype_device(const StridedView& a, const char* an, const StridedView& b,
+                        const char* bn) {
+  if (b.dtype != a.dtype) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is {} but {} is {}", bn, dtype_name(b.dtype), an,
+         dtype_name(a.dtype));
+  }
+  if (b.device != a.device) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is on cuda:{} but {} is on cuda:{}", bn, b.device, an,
+         a.device);
+  }
+}
+
+// Same dtype, device and shape.
+void check_like(const StridedView& a, const char* an, const StridedView& b, const char* bn) {
+  check_dtype_device(a, an, b, bn);
+  if (b.ndim != a.ndim) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} has ndim {} but {} has {}", bn, b.ndim, an, a.ndim);
+  }
+  for (int i = 0; i < a.ndim; ++i) {
+    if (a.shape[i] != b.shape[i]) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "{} dim {} is {} but {} dim {} is {}", bn, i, b.shape[i],
+           an, i, a.shape[i]);
+    }
+  }
+}
+
+}  // namespace
+
+AppendPagedKvConfig select_append_paged_kv(DType dtype, int64_t head_dim, int align_bytes) {
+  if (!supported_dtype(dtype)) {
+    fail(KJIT_ERROR_UNSUPPORTED, "append_paged_kv supports bf16, fp16 and fp32, not {}",
+         dtype_name(dtype));
+  }
+  if (head_dim < 1 || head_dim > kAppendPagedKvMaxHeadDim) {
+    fail(KJIT_ERROR_UNSUPPORTED, "append_paged_kv supports head_dim 1..{}, not {}",
+         kAppendPagedKvMaxHeadDim, head_dim);
+  }
+  AppendPagedKvConfig c;
+  c.dtype = dtype;
+  c.head_dim = static_cast<int>(head_dim);
+  const int elem = static_cast<int>(dtype_size(dtype));
+  c.vec = 16 / elem;
+  while (c.vec > 1 && (c.head_dim % c.vec != 0 || c.vec * elem > align_bytes)) c.vec /= 2;
+  return c;
+}
+
+std::string append_paged_kv_uri(const AppendPagedKvConfig& c) {
+  return append_paged_kv_spec(c).uri;
+}
+
+jit::Spec append_paged_kv_spec(const AppendPagedKvConfig& c) {
+  jit::Spec s;
+  s.op = "append_paged_kv";
+  s.params = {{"dtype", dtype_name(c.dtype)},
+              {"hd", std::to_string(c.head_dim)},
+              {"vec", std::to_string(c.vec)}};
+  s.uri = jit::make_uri(s.op, s.params);
+  s.kernel_dirs = {"common", "kv_cache"};
+  s.includes = {"kv_cache/append_paged.cuh"};
+  s.config = fmt::format(
+      "namespace kjit_spec {{\n"
+      "using T = {type};\n"
+      "constexpr int kHeadDim = {hd};\n"
+      "constexpr int kVec = {vec};\n"
+      "}}  // namespace kjit_spec\n",
+      fmt::arg("type", device_type_name(c.dtype)), fmt::arg("hd", c.head_dim),
+      fmt::arg("vec", c.vec));
+  s.entry_names = {
+      "kjit::kv_cache::append_paged_kv_kernel<kjit_spec::T, kjit_spec::kHeadDim, kjit_spec::kVec>"};
+  s.arch_families = {"sm_80+"};
+  return s;
+}
+
+void append_paged_kv_cache(const DLTensor* append_k, const DLTensor* append_v,
+                           const DLTensor* batch_indices, const DLTensor* positions,
+                           DLTensor* paged_k_cache, DLTensor* paged_v_cache,
+                           const DLTensor* kv_indices, const DLTensor* kv_indptr,
+                           const DLTensor* kv_last_page_len, int layout, void* stream) {
+  const StridedView ak = as_strided_view(append_k, "append_k");
+  const StridedView av = as_strided_view(append_v, "append_v");
+  if (ak.ndim != 3) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "append_k must be [nnz, num_kv_heads, head_dim], got ndim {}",
+         ak.ndim);
+  }
+  check_like(ak, "append_k", av, "append_v");
+  const int64_t nnz = ak.shape[0], heads = ak.shape[1], head_dim = ak.shape[2];
+  const int dev = ak.device;
+
+  const StridedView bi = int_vector(batch_indices, "batch_indices", dev);
+  const StridedView pos = int_vector(positions, "positions", dev);
+  for (const auto& [v, name] : {std::pair{&bi, "batch_indices"}, std::pair{&pos, "positions"}}) {
+    if (v->shape[0] != nnz) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "{} has {} elements but append_k has {} tokens", name,
+           v->shape[0], nnz);
+    }
+  }
+
+  if (layout != KJIT_KV_LAYOUT_NHD && layout != KJIT_KV_LAYOUT_HND) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "layout must be KJIT_KV_LAYOUT_NHD (0) or _HND (1), got {}",
+         layout);
+  }
+  const StridedView kc = cache_view(paged_k_cache, "paged_k_cache");
+  const StridedView vc = cache_view(paged_v_cache, "paged_v_cache");
+  const bool nhd = layout == KJIT_KV_LAYOUT_NHD;
+  if (kc.ndim != 4) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "paged_k_cache must be {}, got ndim {}",
+         nhd ? "[num_pages, page_size, num_kv_heads, head_dim] (NHD)"
+             : "[num_pages, num_kv_heads, page_size, head_dim] (HND)",
+         kc.ndim);
+  }
+  check_dtype_device(ak, "append_k", kc, "paged_k_cache");
+  check_like(kc, "paged_k_cache", vc, "paged_v_cache");
+  const int slot_dim = nhd ? 1 : 2, head_dim_index = nhd ? 2 : 1;
+  const int64_t num_pages = kc.shape[0], page_size = kc.shape[slot_dim];
+  if (kc.shape[head_dim_index] != heads || kc.shape[3] != head_dim) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT,
+         "paged_k_cache has {} heads of {} ({} layout) but append_k has {} heads of {}",
+         kc.shape[head_dim_index], kc.shape[3], nhd ? "NHD" : "HND", heads, head_dim);
+  }
+  if (page_size < 1) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "page_size (paged_k_cache dim {}) must be >= 1, got {}",
+         slot_dim, page_size);
+  }
+
+  const StridedView indices = int_vector(kv_indices, "kv_indices", dev);
+  const StridedView indptr = int_vector(kv_indptr, "kv_indptr", dev);
+  const StridedView last = int_vector(kv_last_page_len, "kv_last_page_len", dev);
+  if (indptr.shape[0] < 1) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "kv_indptr must have batch + 1 >= 1 elements, got 0");
+  }
+  const int64_t batch = indptr.shape[0] - 1;
+  if (last.shape[0] != batch) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT,
+         "kv_last_page_len has {} elements but kv_indptr says batch = {}", last.shape[0], batch);
+  }
+
+  for (const auto& [c, cn] : {std::pair{&kc, "paged_k_cache"}, std::pair{&vc, "paged_v_cache"}}) {
+    if (self_overlaps(*c)) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "{} has strides under which elements overlap", cn);
+    }
+    const std::pair<const StridedView*, const char*> inputs[] = {
+        {&ak, "append_k"},          {&av, "append_v"},        {&bi, "batch_indices"},
+        {&pos, "positions"},        {&indices, "kv_indices"}, {&indptr, "kv_indptr"},
+        {&last, "kv_last_page_len"}};
+    for (const auto& [in, in_name] : inputs) {
+      if (views_overlap(*c, *in)) fail(KJIT_ERROR_INVALID_ARGUMENT, "{} overlaps {}", cn, in_name);
+    }
+  }
+  if (views_overlap(kc, vc)) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "paged_v_cache overlaps paged_k_cache");
+  }
+
+  if (nnz == 0 || heads == 0 || head_dim == 0) return;  // after validation
+  if (!supported_dtype(ak.dtype)) {
+    fail(KJIT_ERROR_UNSUPPORTED, "append_paged_kv supports bf16, fp16 and fp32, not {}",
+         dtype_name(ak.dtype));
+  }
+  if (nnz * heads > INT_MAX || page_size > INT_MAX || indices.shape[0] > INT_MAX ||
+      batch > INT_MAX) {
+    fail(KJIT_ERROR_UNSUPPORTED,
+         "append_paged_kv supports up to {} (token, head) rows, page slots, pages and requests",
+         INT_MAX);
+  }
+  int align = 16;
+  for (const StridedView* t : {&ak, &av, &kc, &vc}) align = std::min(align, view_alignment(*t));
+  const AppendPagedKvConfig cfg = select_append_paged_kv(ak.dtype, head_dim, align);
+
+  const jit::LoadedKernel& kernel = jit::JitCore::global().kernel(
+      append_paged_kv_uri(cfg), dev, [&] { return append_paged_kv_spec(cfg); });
+
+  AppendPagedKvParams p{};
+  p.append_k = ak.data;
+  p.append_v = av.data;
+  p.batch_indices = reinterpret_cast<const int*>(bi.data);
+  p.positions = reinterpret_cast<const int*>(pos.data);
+  p.k_cache = kc.data;
+  p.v_cache = vc.data;
+  p.kv_indices = reinterpret_cast<const int*>(indices.data);
+  p.kv_indptr = reinterpret_cast<const int*>(indptr.data);
+  p.ak_st = ak.strides[0];
+  p.ak_sh = ak.strides[1];
+  p.av_st = av.strides[0];
+  p.av_sh = av.strides[1];
+  p.kc_sp = kc.strides[0];
+  p.kc_ss = kc.strides[slot_dim];
+  p.kc_sh = kc.strides[head_dim_index];
+  p.vc_sp = vc.strides[0];
+  p.vc_ss = vc.strides[slot_dim];
+  p.vc_sh = vc.strides[head_dim_index];
+  p.num_pages = num_pages;
+  p.rows = static_cast<int>(nnz * heads);
+  p.num_heads = static_cast<int>(heads);
+  p.page_size = static_cast<int>(page_size);
+  p.batch = static_cast<int>(batch);
+  p.nnz_pages = static_cast<int>(indices.shape[0]);
+
+  const int vecs = cfg.head_dim / cfg.vec;
+  const int threads_per_row = std::min(vecs, 32);
+  const int rows_per_block = std::max(1, kAppendPagedKvBlockThreads / threads_per_row);
+  cuda::LaunchConfig lc;
+  lc.grid_x = static_cast<unsigned>((p.rows + rows_per_block - 1) / rows_per_block);
+  lc.block_x = static_cast<unsigned>(threads_per_row * rows_per_block);
+  lc.stream = static_cast<CUstream>(stream);
+  cuda::ScopedDevice scope(dev);
+  cuda::launch(kernel.functions.at(0), lc, &p);
+}
+
+OpDef append_paged_kv_op_def() {
+  OpDef d;
+  d.name = "append_paged_kv";
+  d.summary =
+      "append k/v tokens to a paged KV cache (FlashInfer semantics; NHD and HND share code)";
+  d.axes = {{"dtype", {"bf16", "fp16", "fp32"}, true, "append and cache dtype"},
+            {"head_dim", {}, true, "head size (1..1024)"},
+            {"align",
+             {"16", "8", "4", "2"},
+             false,
+             "byte alignment of pointers and strides (default 16)"}};
+  d.arch_families = {"sm_80+"};
+  d.make_spec = [d](const SetArgs& args) {
+    check_set_args(d, args);
+    const std::string& dt = args.at("dtype");
+    const DType dtype = dt == "bf16" ? DType::kBF16 : dt == "fp16" ? DType::kF16 : DType::kF32;
+    const int64_t hd = positive_int_arg(args, "head_dim", kAppendPagedKvMaxHeadDim);
+    const int align = args.count("align") ? std::stoi(args.at("align")) : 16;
+    return append_paged_kv_spec(select_append_paged_kv(dtype, hd, align));
+  };
+  d.catalog = [] {
+    std::vector<SetArgs> out;
+    // Head sizes of Falcon / DeepSeek rope (64), Phi-2 (80), Phi-3 (96), Llama / Mistral / Qwen
+    // (128), DeepSeek-V3 q/k (192), Gemma (256) and MLA's compressed KV (512), plus views only 4
+    // or 2 bytes aligned (narrower vectors).
+    for (int hd : {64, 80, 96, 128, 192, 256, 512}) {
+      out.push_back({{"dtype", "bf16"}, {"head_dim", std::to_string(hd)}});
+    }
+    for (int hd : {64, 128, 256})
+      out.push_back({{"dtype", "fp16"}, {"head_dim", std::to_string(hd)}});
+    out.push_back({{"dtype", "fp32"}, {"head_dim", "128"}});
+    out.push_back({{"dtype", "bf16"}, {"head_dim", "128"}, {"align", "4"}});
+    out.push_back({{"dtype", "bf16"}, {"head_dim", "128"}, {"align", "2"}});
+    out.push_back({{"dtype", "fp16"}, {"head_dim", "80"}, {"align", "2"}});
+    return out;
+  };
+  return d;
+}
+
+}  // namespace kjit::ops

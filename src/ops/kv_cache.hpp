@@ -1,0 +1,43 @@
+// Paged KV cache append: specialization choice, spec rendering and launch (device code:
+// kernels/kv_cache/).
+#pragma once
+
+#include <dlpack/dlpack.h>
+
+#include <cstdint>
+#include <string>
+
+#include "jit/spec.hpp"
+#include "ops/registry.hpp"
+#include "ops/tensor.hpp"
+
+namespace kjit::ops {
+
+// One compiled append variant. Every field is in the URI. The cache layout is not one: the
+// kernel takes per-dim strides, so NHD and HND (and strided views) share the code.
+struct AppendPagedKvConfig {
+  DType dtype = DType::kBF16;
+  int head_dim = 0;
+  int vec = 1;  // elements per vector access
+};
+
+inline constexpr int kAppendPagedKvMaxHeadDim = 1024;
+inline constexpr int kAppendPagedKvBlockThreads = 128;  // the kernel's launch bound is 256
+
+// Support and dispatch in one place. Throws KJIT_ERROR_UNSUPPORTED for a dtype or head size no
+// variant serves.
+AppendPagedKvConfig select_append_paged_kv(DType dtype, int64_t head_dim, int align_bytes);
+
+jit::Spec append_paged_kv_spec(const AppendPagedKvConfig& cfg);
+std::string append_paged_kv_uri(const AppendPagedKvConfig& cfg);
+
+// Validates, then launches on `stream`. Throws kjit::Error.
+void append_paged_kv_cache(const DLTensor* append_k, const DLTensor* append_v,
+                           const DLTensor* batch_indices, const DLTensor* positions,
+                           DLTensor* paged_k_cache, DLTensor* paged_v_cache,
+                           const DLTensor* kv_indices, const DLTensor* kv_indptr,
+                           const DLTensor* kv_last_page_len, int layout, void* stream);
+
+OpDef append_paged_kv_op_def();
+
+}  // namespace kjit::ops

@@ -1,0 +1,182 @@
+#include "ops/layernorm.hpp"
+
+#include <algorithm>
+
+#include "cuda/device.hpp"
+#include "cuda/launch.hpp"
+#include "jit/jit_core.hpp"
+#include "ops/norm.hpp"
+#include "util/error.hpp"
+
+namespace kjit::ops {
+
+namespace {
+
+// Mirrors kjit::norm::LayerNormParams in kernels/norm/layernorm.cuh field for field.
+struct LayerNormParams {
+  const void* input;
+  const void* gamma;
+  const void* beta;
+  void* out;
+  long long rows;
+  long long in_stride;
+  long long out_stride;
+  float eps;
+};
+
+jit::Params layernorm_params(const LayerNormConfig& c) {
+  return {{"dtype", dtype_name(c.dtype)},
+          {"wdtype", dtype_name(c.param_dtype)},
+          {"hidden", std::to_string(c.hidden)},
+          {"vec", std::to_string(c.vec)},
+          {"tpr", std::to_string(c.threads_per_row)},
+          {"rpb", std::to_string(c.rows_per_block)}};
+}
+
+}  // namespace
+
+LayerNormConfig select_layernorm(DType dtype, DType param_dtype, int64_t hidden, int align_bytes,
+                                 int param_align_bytes) {
+  if (!norm_detail::is_float(dtype)) {
+    fail(KJIT_ERROR_UNSUPPORTED, "layernorm supports fp32, fp16 and bf16, not {}",
+         dtype_name(dtype));
+  }
+  // fp32 parameters beside 16-bit activations are common (mixed-precision checkpoints); other
+  // mixes are not, and each would be another set of specializations.
+  if (param_dtype != dtype && param_dtype != DType::kF32) {
+    fail(KJIT_ERROR_UNSUPPORTED,
+         "layernorm takes gamma/beta in the input dtype ({}) or fp32, not {}", dtype_name(dtype),
+         dtype_name(param_dtype));
+  }
+  if (hidden < 1 || hidden > kLayerNormMaxHidden) {
+    fail(KJIT_ERROR_UNSUPPORTED, "layernorm supports hidden sizes 1..{}, not {}",
+         kLayerNormMaxHidden, hidden);
+  }
+  LayerNormConfig c;
+  c.dtype = dtype;
+  c.param_dtype = param_dtype;
+  c.hidden = static_cast<int>(hidden);
+  const int elem = static_cast<int>(dtype_size(dtype));
+  const int pelem = static_cast<int>(dtype_size(param_dtype));
+  // As for RMSNorm: the widest vector every pointer allows, down to scalar. A parameter vector
+  // is read in accesses of at most 16 bytes, so that is all it needs to be aligned to.
+  c.vec = 16 / elem;
+  while (c.vec > 1 && (c.hidden % c.vec != 0 || c.vec * elem > align_bytes ||
+                       std::min(c.vec * pelem, 16) > param_align_bytes)) {
+    c.vec /= 2;
+  }
+  norm_detail::row_shape(c.hidden / c.vec, c.vec, c.threads_per_row, c.rows_per_block);
+  return c;
+}
+
+std::string layernorm_uri(const LayerNormConfig& c) {
+  return jit::make_uri("layernorm", layernorm_params(c));
+}
+
+jit::Spec layernorm_spec(const LayerNormConfig& c) {
+  jit::Spec s;
+  s.op = "layernorm";
+  s.params = layernorm_params(c);
+  s.uri = jit::make_uri(s.op, s.params);
+  s.kernel_dirs = {"common", "norm"};
+  s.includes = {"norm/layernorm.cuh"};
+  s.config = fmt::format(
+      "namespace kjit_spec {{\n"
+      "using T = {type};\n"
+      "using TW = {wtype};\n"
+      "constexpr int kHidden = {hidden};\n"
+      "constexpr int kVec = {vec};\n"
+      "constexpr int kThreadsPerRow = {tpr};\n"
+      "constexpr int kRowsPerBlock = {rpb};\n"
+      "}}  // namespace kjit_spec\n",
+      fmt::arg("type", norm_detail::device_type_name(c.dtype)),
+      fmt::arg("wtype", norm_detail::device_type_name(c.param_dtype)), fmt::arg("hidden", c.hidden),
+      fmt::arg("vec", c.vec), fmt::arg("tpr", c.threads_per_row),
+      fmt::arg("rpb", c.rows_per_block));
+  s.entry_names = {
+      "kjit::norm::layernorm_kernel<kjit_spec::T, kjit_spec::TW, kjit_spec::kHidden, "
+      "kjit_spec::kVec, kjit_spec::kThreadsPerRow, kjit_spec::kRowsPerBlock>"};
+  s.arch_families = {"sm_80+"};
+  return s;
+}
+
+void layernorm(const DLTensor* input, const DLTensor* gamma, const DLTensor* beta, DLTensor* out,
+               float eps, void* stream) {
+  RowMatrix x = as_row_matrix(input, "input");
+  RowMatrix g = as_row_matrix(gamma, "gamma");
+  RowMatrix b = as_row_matrix(beta, "beta");
+  RowMatrix y = as_row_matrix(out, "out");
+  check_same_dtype(x, "input", y, "out");
+  // gamma's dtype against input's is a support question (select_layernorm); beta must match it.
+  check_same_dtype(g, "gamma", b, "beta");
+  check_same_device(x, "input", g, "gamma");
+  check_same_device(x, "input", b, "beta");
+  check_same_device(x, "input", y, "out");
+  norm_detail::check_param_vector(gamma, g, "gamma", x.cols);
+  norm_detail::check_param_vector(beta, b, "beta", x.cols);
+  norm_detail::check_same_shape(input, "input", out, "out");
+  norm_detail::check_eps(eps);
+  if (partially_overlaps(x, y)) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "out overlaps input without being the same view");
+  }
+  if (norm_detail::any_overlap(y, g)) fail(KJIT_ERROR_INVALID_ARGUMENT, "out overlaps gamma");
+  if (norm_detail::any_overlap(y, b)) fail(KJIT_ERROR_INVALID_ARGUMENT, "out overlaps beta");
+  if (x.numel() == 0) return;  // after validation: a zero-size call is still checked
+  const int align = std::min(row_alignment(x), row_alignment(y));
+  const int param_align = std::min(row_alignment(g), row_alignment(b));
+  LayerNormConfig cfg = select_layernorm(x.dtype, g.dtype, x.cols, align, param_align);
+
+  const jit::LoadedKernel& k = jit::JitCore::global().kernel(layernorm_uri(cfg), x.device,
+                                                             [&] { return layernorm_spec(cfg); });
+  LayerNormParams p{x.data, g.data, b.data, y.data, x.rows, x.row_stride, y.row_stride, eps};
+  cuda::LaunchConfig lc;
+  lc.grid_x = static_cast<unsigned>((x.rows + cfg.rows_per_block - 1) / cfg.rows_per_block);
+  lc.block_x = static_cast<unsigned>(cfg.threads_per_row * cfg.rows_per_block);
+  lc.stream = static_cast<CUstream>(stream);
+  cuda::ScopedDevice scope(x.device);
+  cuda::launch(k.functions.at(0), lc, &p);
+}
+
+OpDef layernorm_op_def() {
+  OpDef d;
+  d.name = "layernorm";
+  d.summary = "out = (x - mean) * rsqrt(var + eps) * gamma + beta over the last dim";
+  d.axes = {
+      {"dtype", {"bf16", "fp16", "fp32"}, true, "input/out dtype"},
+      {"wdtype", {"bf16", "fp16", "fp32"}, false, "gamma/beta dtype: dtype (the default) or fp32"},
+      {"hidden", {}, true, "row length (any size 1..262144)"},
+      {"align",
+       {"16", "8", "4", "2"},
+       false,
+       "byte alignment of pointers and row strides (default 16)"}};
+  d.arch_families = {"sm_80+"};
+  d.make_spec = [d](const SetArgs& args) {
+    check_set_args(d, args);
+    DType dtype = norm_detail::dtype_arg(args.at("dtype"));
+    DType wdtype = args.count("wdtype") ? norm_detail::dtype_arg(args.at("wdtype")) : dtype;
+    int64_t hidden = positive_int_arg(args, "hidden", kLayerNormMaxHidden);
+    int align = args.count("align") ? std::stoi(args.at("align")) : 16;
+    return layernorm_spec(select_layernorm(dtype, wdtype, hidden, align, align));
+  };
+  d.catalog = [] {
+    std::vector<SetArgs> out;
+    // Hidden sizes of LayerNorm models (BERT/RoBERTa 768/1024, GPT-2/NeoX 2048, Phi-2 2560,
+    // Falcon / StarCoder 4096 and 8192), plus odd sizes for the narrow-vector, scalar and
+    // long-row paths.
+    for (const char* dt : {"bf16", "fp16", "fp32"}) {
+      for (int h : {1, 127, 768, 1024, 2048, 2560, 4096, 4097, 8192, 65537}) {
+        out.push_back({{"dtype", dt}, {"hidden", std::to_string(h)}});
+      }
+    }
+    // fp32 gamma/beta beside 16-bit activations (mixed-precision checkpoints).
+    for (const char* dt : {"bf16", "fp16"}) {
+      for (int h : {768, 1024, 4096, 8192}) {
+        out.push_back({{"dtype", dt}, {"wdtype", "fp32"}, {"hidden", std::to_string(h)}});
+      }
+    }
+    return out;
+  };
+  return d;
+}
+
+}  // namespace kjit::ops

@@ -1,0 +1,43 @@
+// LayerNorm: specialization choice, spec rendering and launch (device code:
+// kernels/norm/layernorm.cuh).
+#pragma once
+
+#include <dlpack/dlpack.h>
+
+#include <cstdint>
+#include <string>
+
+#include "jit/spec.hpp"
+#include "ops/registry.hpp"
+#include "ops/tensor.hpp"
+
+namespace kjit::ops {
+
+// One compiled LayerNorm variant. Every field is in the URI.
+struct LayerNormConfig {
+  DType dtype = DType::kBF16;        // input / out
+  DType param_dtype = DType::kBF16;  // gamma / beta: dtype, or fp32 beside bf16 / fp16
+  int hidden = 0;
+  int vec = 1;  // activation elements per vector access (VEC*sizeof(T) <= 16 bytes)
+  int threads_per_row = 32;
+  int rows_per_block = 1;
+};
+
+inline constexpr int64_t kLayerNormMaxHidden = 1 << 18;
+
+// Support and dispatch in one place. align_bytes is what input, out and their row strides share;
+// param_align_bytes what gamma and beta share (powers of two <= 16). Throws
+// KJIT_ERROR_UNSUPPORTED for a dtype pair or hidden size no variant serves.
+LayerNormConfig select_layernorm(DType dtype, DType param_dtype, int64_t hidden, int align_bytes,
+                                 int param_align_bytes);
+
+jit::Spec layernorm_spec(const LayerNormConfig& cfg);
+std::string layernorm_uri(const LayerNormConfig& cfg);
+
+// Validates, then launches on `stream`. Throws kjit::Error.
+void layernorm(const DLTensor* input, const DLTensor* gamma, const DLTensor* beta, DLTensor* out,
+               float eps, void* stream);
+
+OpDef layernorm_op_def();
+
+}  // namespace kjit::ops

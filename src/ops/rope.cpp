@@ -1,0 +1,718 @@
+#include "ops/rope.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstddef>
+#include <utility>
+
+#include "cuda/device.hpp"
+#include "cuda/launch.hpp"
+#include "jit/jit_core.hpp"
+#include "util/error.hpp"
+
+namespace kjit::ops {
+
+// ---- Strided views ------------------------------------------------------------------------------
+
+int64_t StridedView::numel() const {
+  int64_t n = 1;
+  for (int i = 0; i < ndim; ++i) n *= shape[i];
+  return n;
+}
+
+StridedView as_strided_view(const DLTensor* t, const char* name) {
+  if (t == nullptr) fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is NULL", name);
+  // Everything but the strides is checked as for a compact tensor, with the same messages.
+  DLTensor compact = *t;
+  compact.strides = nullptr;
+  RowMatrix m = as_row_matrix(&compact, name);
+  StridedView v;
+  v.data = static_cast<char*>(m.data);
+  v.dtype = m.dtype;
+  v.device = m.device;
+  v.ndim = t->ndim;
+  int64_t stride = 1;
+  for (int i = t->ndim - 1; i >= 0; --i) {
+    v.shape[i] = t->shape[i];
+    v.strides[i] = stride;
+    stride *= std::max<int64_t>(t->shape[i], 1);
+  }
+  if (v.numel() == 0) return v;
+  const int64_t es = static_cast<int64_t>(v.elem_bytes());
+  if (t->strides != nullptr) {
+    int64_t extent = 0;  // largest element offset
+    for (int i = 0; i < t->ndim; ++i) {
+      v.strides[i] = t->strides[i];
+      if (t->shape[i] == 1) continue;
+      const int64_t s = t->strides[i];
+      if (i == t->ndim - 1 && s != 1) {
+        fail(KJIT_ERROR_INVALID_ARGUMENT, "{} last dim has stride {} (must be contiguous)", name,
+             s);
+      }
+      if (s < 0) fail(KJIT_ERROR_INVALID_ARGUMENT, "{} dim {} has negative stride {}", name, i, s);
+      if (s > 0 && t->shape[i] - 1 > (INT64_MAX / es - extent) / s) {
+        fail(KJIT_ERROR_INVALID_ARGUMENT, "{} strides overflow int64", name);
+      }
+      extent += (t->shape[i] - 1) * s;
+    }
+  }
+  if (reinterpret_cast<uintptr_t>(v.data) % static_cast<uintptr_t>(es) != 0) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} data is not aligned to its {}-byte elements", name, es);
+  }
+  return v;
+}
+
+bool self_overlaps(const StridedView& v) {
+  if (v.numel() <= 1) return false;
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of dims with size > 1
+  for (int i = 0; i < v.ndim; ++i) {
+    if (v.shape[i] > 1) dims.emplace_back(v.strides[i], v.shape[i]);
+  }
+  std::sort(dims.begin(), dims.end());
+  // Innermost first: each dim must step past everything the dims inside it reach.
+  int64_t reach = 1;
+  for (const auto& [stride, size] : dims) {
+    if (stride < reach) return true;
+    reach = stride * (size - 1) + reach;
+  }
+  return false;
+}
+
+bool same_view(const StridedView& a, const StridedView& b) {
+  if (a.data != b.data || a.dtype != b.dtype || a.ndim != b.ndim) return false;
+  for (int i = 0; i < a.ndim; ++i) {
+    if (a.shape[i] != b.shape[i]) return false;
+    if (a.shape[i] > 1 && a.strides[i] != b.strides[i]) return false;
+  }
+  return true;
+}
+
+namespace {
+
+// Bytes from the first element to one past the last, over dims [from, ndim).
+int64_t extent_bytes(const StridedView& v, int from) {
+  int64_t e = 0;
+  for (int i = from; i < v.ndim; ++i) e += (v.shape[i] - 1) * v.strides[i];
+  return (e + 1) * static_cast<int64_t>(v.elem_bytes());
+}
+
+}  // namespace
+
+bool views_overlap(const StridedView& a, const StridedView& b) {
+  if (a.numel() == 0 || b.numel() == 0) return false;
+  const auto alo = reinterpret_cast<uintptr_t>(a.data);
+  const auto blo = reinterpret_cast<uintptr_t>(b.data);
+  if (alo + extent_bytes(a, 0) <= blo || blo + extent_bytes(b, 0) <= alo) return false;
+  // The ranges interleave. Disjoint anyway when both are rows of one period S (dim 0) and each
+  // row stays inside its own slice of the period: a's rows cover [0, Ea) and b's [d, d + Eb)
+  // modulo S.
+  const bool a_rows = a.shape[0] > 1, b_rows = b.shape[0] > 1;
+  if (!a_rows && !b_rows) return true;
+  const int64_t sa = a.strides[0] * static_cast<int64_t>(a.elem_bytes());
+  const int64_t sb = b.strides[0] * static_cast<int64_t>(b.elem_bytes());
+  if (a_rows && b_rows && sa != sb) return true;
+  const int64_t period = a_rows ? sa : sb;
+  const int64_t ea = a_rows ? extent_bytes(a, 1) : extent_bytes(a, 0);
+  const int64_t eb = b_rows ? extent_bytes(b, 1) : extent_bytes(b, 0);
+  if (period <= 0 || ea > period || eb > period) return true;
+  const auto diff = static_cast<int64_t>(blo - alo);  // wraps to the signed difference
+  const int64_t d = ((diff % period) + period) % period;
+  return !(d >= ea && d + eb <= period);
+}
+
+int view_alignment(const StridedView& v) {
+  const auto addr = reinterpret_cast<uintptr_t>(v.data);
+  const auto es = static_cast<int64_t>(v.elem_bytes());
+  int a = 16;
+  auto ok = [&](int al) {
+    if (addr % static_cast<uintptr_t>(al) != 0) return false;
+    for (int i = 0; i + 1 < v.ndim; ++i) {
+      if (v.shape[i] > 1 && (v.strides[i] * es) % al != 0) return false;
+    }
+    return true;
+  };
+  while (a > 1 && !ok(a)) a /= 2;
+  return a;
+}
+
+// ---- RoPE
+// -----------------------------------------------------------------------------------------
+
+namespace {
+
+// Mirrors kjit::rope::RopeArgs / RopeParams in kernels/rope/rope.cuh field for field, with the
+// table at its largest: the launch copies only the first sizeof(device RopeParams) bytes.
+struct RopeArgs {
+  const void* q_in;
+  void* q_out;
+  const void* k_in;
+  void* k_out;
+  const void* pos;
+  const void* cos_sin;
+  long long q_in_st, q_in_sh, q_out_st, q_out_sh;
+  long long k_in_st, k_in_sh, k_out_st, k_out_sh;
+  long long cache_stride;
+  long long max_pos;
+  int q_heads, k_heads;
+  int heads_per_chunk;
+  int chunks;
+  int copy_q_pass;
+  int copy_k_pass;
+  int pos_bytes;
+  int cache_dtype;
+};
+static_assert(sizeof(RopeArgs) == 160, "the device code asserts the same size");
+
+struct RopeParams {
+  RopeArgs a;
+  float freq[kRopeMaxRotDim];  // (hi, lo) pairs for rot_dim / 2 frequencies
+};
+static_assert(offsetof(RopeParams, freq) == sizeof(RopeArgs), "the table follows the args");
+
+constexpr int kCacheF32 = 0, kCacheF16 = 1, kCacheBF16 = 2;  // kjit::rope::kCache*
+constexpr double kPi = 3.14159265358979323846;
+
+const char* device_type_name(DType t) {
+  return t == DType::kF16 ? "__half" : "__nv_bfloat16";
+}
+
+const char* mode_name(RopeMode m) {
+  return m == RopeMode::kFreq ? "freq" : "cache";
+}
+
+// q, k and their outputs as [tokens, heads, head_dim] views, checked against each other.
+struct QkViews {
+  StridedView q, k, q_out, k_out;
+  int64_t tokens = 0, q_heads = 0, k_heads = 0, head_dim = 0;
+};
+
+void check_ndim3(const StridedView& v, const char* name, const char* what) {
+  if (v.ndim != 3) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be [tokens, {}, head_dim], got ndim {}", name, what,
+         v.ndim);
+  }
+}
+
+void check_same(const StridedView& a, const char* an, const StridedView& b, const char* bn) {
+  if (a.dtype != b.dtype) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is {} but {} is {}", bn, dtype_name(b.dtype), an,
+         dtype_name(a.dtype));
+  }
+  if (a.device != b.device) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is on cuda:{} but {} is on cuda:{}", bn, b.device, an,
+         a.device);
+  }
+}
+
+void check_same_shape(const StridedView& a, const char* an, const StridedView& b, const char* bn) {
+  for (int i = 0; i < a.ndim; ++i) {
+    if (a.shape[i] != b.shape[i]) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "{} dim {} is {} but {} dim {} is {}", bn, i, b.shape[i],
+           an, i, a.shape[i]);
+    }
+  }
+}
+
+// An output must be its own input exactly (in place) or share no byte with `other`.
+void check_no_alias(const StridedView& out, const char* on, const StridedView& other,
+                    const char* other_name, bool may_be_same) {
+  if (may_be_same && same_view(out, other)) return;
+  if (views_overlap(out, other)) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} overlaps {}{}", on, other_name,
+         may_be_same ? " without being the same view" : "");
+  }
+}
+
+void check_writable(const StridedView& v, const char* name) {
+  if (self_overlaps(v)) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} has strides under which elements overlap", name);
+  }
+}
+
+StridedView positions_view(const DLTensor* t, const char* name, int64_t tokens,
+                           const StridedView& q) {
+  StridedView p = as_strided_view(t, name);
+  if (p.ndim != 1) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be [tokens], got ndim {}", name, p.ndim);
+  }
+  if (p.dtype != DType::kI32 && p.dtype != DType::kI64) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be int32 or int64, got {}", name,
+         dtype_name(p.dtype));
+  }
+  if (p.shape[0] != tokens) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} has {} elements but q has {} tokens", name, p.shape[0],
+         tokens);
+  }
+  if (p.device != q.device) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is on cuda:{} but q is on cuda:{}", name, p.device,
+         q.device);
+  }
+  return p;
+}
+
+QkViews check_qk(const DLTensor* q, const DLTensor* k, const DLTensor* q_out,
+                 const DLTensor* k_out) {
+  QkViews v;
+  v.q = as_strided_view(q, "q");
+  v.k = as_strided_view(k, "k");
+  v.q_out = as_strided_view(q_out, "q_out");
+  v.k_out = as_strided_view(k_out, "k_out");
+  check_ndim3(v.q, "q", "num_qo_heads");
+  check_ndim3(v.k, "k", "num_kv_heads");
+  check_ndim3(v.q_out, "q_out", "num_qo_heads");
+  check_ndim3(v.k_out, "k_out", "num_kv_heads");
+  check_same(v.q, "q", v.k, "k");
+  check_same(v.q, "q", v.q_out, "q_out");
+  check_same(v.q, "q", v.k_out, "k_out");
+  if (v.k.shape[0] != v.q.shape[0]) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "k has {} tokens but q has {}", v.k.shape[0], v.q.shape[0]);
+  }
+  if (v.k.shape[2] != v.q.shape[2]) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "k has head_dim {} but q has {}", v.k.shape[2], v.q.shape[2]);
+  }
+  check_same_shape(v.q, "q", v.q_out, "q_out");
+  check_same_shape(v.k, "k", v.k_out, "k_out");
+  check_writable(v.q_out, "q_out");
+  check_writable(v.k_out, "k_out");
+  check_no_alias(v.q_out, "q_out", v.q, "q", true);
+  check_no_alias(v.q_out, "q_out", v.k, "k", false);
+  check_no_alias(v.q_out, "q_out", v.k_out, "k_out", false);
+  check_no_alias(v.k_out, "k_out", v.k, "k", true);
+  check_no_alias(v.k_out, "k_out", v.q, "q", false);
+  v.tokens = v.q.shape[0];
+  v.q_heads = v.q.shape[1];
+  v.k_heads = v.k.shape[1];
+  v.head_dim = v.q.shape[2];
+  return v;
+}
+
+void check_positive_finite(float x, const char* name) {
+  if (!std::isfinite(x) || x <= 0.0f) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be finite and > 0, got {}", name, x);
+  }
+}
+
+void check_supported(DType dtype, int64_t head_dim) {
+  if (dtype != DType::kBF16 && dtype != DType::kF16) {
+    fail(KJIT_ERROR_UNSUPPORTED, "rope supports bf16 and fp16 q/k, not {}", dtype_name(dtype));
+  }
+  if (head_dim > kRopeMaxHeadDim) {
+    fail(KJIT_ERROR_UNSUPPORTED, "rope supports head_dim up to {}, not {}", kRopeMaxHeadDim,
+         head_dim);
+  }
+}
+
+// Everything the launch needs beyond the views.
+struct RopeLaunch {
+  RopeMode mode = RopeMode::kFreq;
+  bool interleave = false;
+  int rot_dim = 0;
+  const StridedView* pos = nullptr;
+  const StridedView* cache = nullptr;             // kCache
+  const std::vector<double>* inv_freq = nullptr;  // kFreq
+};
+
+void launch_rope(const QkViews& v, const RopeLaunch& l, void* stream) {
+  const int64_t h_total = v.q_heads + v.k_heads;
+  if (v.tokens == 0 || h_total == 0) return;  // after validation: zero size is still checked
+  check_supported(v.q.dtype, v.head_dim);
+  if (l.rot_dim > kRopeMaxRotDim) {
+    fail(KJIT_ERROR_UNSUPPORTED, "rope supports rotary_dim up to {}, not {}", kRopeMaxRotDim,
+         l.rot_dim);
+  }
+  if (v.tokens > INT_MAX || h_total > INT_MAX) {
+    fail(KJIT_ERROR_UNSUPPORTED, "rope supports up to {} tokens and heads, got {} and {}", INT_MAX,
+         v.tokens, h_total);
+  }
+  int align = 16;
+  for (const StridedView* t : {&v.q, &v.k, &v.q_out, &v.k_out}) {
+    if (t->numel() > 0) align = std::min(align, view_alignment(*t));
+  }
+  const RopeConfig cfg = select_rope(l.mode, v.q.dtype, v.head_dim, l.rot_dim, l.interleave, align);
+
+  const jit::LoadedKernel& kernel =
+      jit::JitCore::global().kernel(rope_uri(cfg), v.q.device, [&] { return rope_spec(cfg); });
+
+  const int units = cfg.interleave ? cfg.rot_dim / std::max(cfg.vec, 2) : cfg.rot_dim / 2 / cfg.vec;
+  const int slots =
+      static_cast<int>(std::min<int64_t>(std::max(1, kRopeBlockThreads / units), h_total));
+  // Few tokens (decode): split each token's heads over several blocks so that every SM gets
+  // work; many tokens (prefill): one block per token, which computes sin / cos the fewest times.
+  const int64_t slot_rows = (h_total + slots - 1) / slots;
+  const int64_t target_blocks = 8LL * cuda::device_info(v.q.device).sm_count;
+  int64_t chunks = std::clamp<int64_t>((target_blocks + v.tokens - 1) / v.tokens, 1, slot_rows);
+  const int64_t heads_per_chunk = (slot_rows + chunks - 1) / chunks * slots;
+  chunks = (h_total + heads_per_chunk - 1) / heads_per_chunk;
+  if (v.tokens * chunks > INT_MAX) {
+    fail(KJIT_ERROR_UNSUPPORTED, "rope: {} tokens x {} chunks exceed the grid", v.tokens, chunks);
+  }
+
+  RopeParams p{};
+  p.a.q_in = v.q.data;
+  p.a.q_out = v.q_out.data;
+  p.a.k_in = v.k.data;
+  p.a.k_out = v.k_out.data;
+  p.a.pos = l.pos->data;
+  p.a.q_in_st = v.q.strides[0];
+  p.a.q_in_sh = v.q.strides[1];
+  p.a.q_out_st = v.q_out.strides[0];
+  p.a.q_out_sh = v.q_out.strides[1];
+  p.a.k_in_st = v.k.strides[0];
+  p.a.k_in_sh = v.k.strides[1];
+  p.a.k_out_st = v.k_out.strides[0];
+  p.a.k_out_sh = v.k_out.strides[1];
+  p.a.q_heads = static_cast<int>(v.q_heads);
+  p.a.k_heads = static_cast<int>(v.k_heads);
+  p.a.heads_per_chunk = static_cast<int>(heads_per_chunk);
+  p.a.chunks = static_cast<int>(chunks);
+  p.a.copy_q_pass = !same_view(v.q, v.q_out);
+  p.a.copy_k_pass = !same_view(v.k, v.k_out);
+  p.a.pos_bytes = static_cast<int>(l.pos->elem_bytes());
+  if (l.mode == RopeMode::kCache) {
+    p.a.cos_sin = l.cache->data;
+    p.a.cache_stride = l.cache->strides[0];
+    p.a.max_pos = l.cache->shape[0];
+    p.a.cache_dtype = l.cache->dtype == DType::kF32   ? kCacheF32
+                      : l.cache->dtype == DType::kF16 ? kCacheF16
+                                                      : kCacheBF16;
+  } else {
+    // inv_freq / pi as an unevaluated float pair (hi + lo): 48 significant bits, so the kernel's
+    // angle does not inherit fp32 rounding of the frequency (see kernels/rope/rope.cuh).
+    for (int f = 0; f < cfg.rot_dim / 2; ++f) {
+      const double g = (*l.inv_freq)[f] / kPi;
+      const float hi = static_cast<float>(g);
+      p.freq[2 * f] = hi;
+      p.freq[2 * f + 1] = static_cast<float>(g - static_cast<double>(hi));
+    }
+  }
+
+  cuda::LaunchConfig lc;
+  lc.grid_x = static_cast<unsigned>(v.tokens * chunks);
+  lc.block_x = static_cast<unsigned>(units * slots);
+  lc.stream = static_cast<CUstream>(stream);
+  cuda::ScopedDevice scope(v.q.device);
+  cuda::launch(kernel.functions.at(0), lc, &p);
+}
+
+int resolve_rotary_dim(int rotary_dim, int64_t head_dim, const char* name) {
+  const int64_t r = rotary_dim == 0 ? head_dim : rotary_dim;
+  if (r < 2 || r % 2 != 0 || r > head_dim) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be even and in 2..head_dim ({}), got {}", name,
+         head_dim, rotary_dim);
+  }
+  return static_cast<int>(r);
+}
+
+void check_flag(int v, const char* name) {
+  if (v != 0 && v != 1) fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be 0 or 1, got {}", name, v);
+}
+
+// The checks both pos_ids entry points share; returns the views and the rotary dim.
+std::pair<QkViews, int> check_pos_ids_call(const DLTensor* q, const DLTensor* k, DLTensor* q_out,
+                                           DLTensor* k_out, const DLTensor* pos_ids, int rotary_dim,
+                                           int interleave, float rope_scale, float rope_theta,
+                                           StridedView* pos) {
+  QkViews v = check_qk(q, k, q_out, k_out);
+  *pos = positions_view(pos_ids, "pos_ids", v.tokens, v.q);
+  check_no_alias(v.q_out, "q_out", *pos, "pos_ids", false);
+  check_no_alias(v.k_out, "k_out", *pos, "pos_ids", false);
+  const int rot = resolve_rotary_dim(rotary_dim, v.head_dim, "rotary_dim");
+  check_flag(interleave, "interleave");
+  check_positive_finite(rope_scale, "rope_scale");
+  check_positive_finite(rope_theta, "rope_theta");
+  return {v, rot};
+}
+
+}  // namespace
+
+RopeConfig select_rope(RopeMode mode, DType dtype, int64_t head_dim, int64_t rot_dim,
+                       bool interleave, int align_bytes) {
+  check_supported(dtype, head_dim);
+  if (rot_dim < 2 || rot_dim % 2 != 0 || rot_dim > head_dim || rot_dim > kRopeMaxRotDim) {
+    fail(KJIT_ERROR_UNSUPPORTED, "rope supports even rotary dims 2..min(head_dim, {}), not {}",
+         kRopeMaxRotDim, rot_dim);
+  }
+  RopeConfig c;
+  c.mode = mode;
+  c.dtype = dtype;
+  c.head_dim = static_cast<int>(head_dim);
+  c.rot_dim = static_cast<int>(rot_dim);
+  c.interleave = interleave;
+  const int elem = static_cast<int>(dtype_size(dtype));
+  // The widest vector that divides the head, each rotated run (a NeoX half, or the GPT-J pairs)
+  // and the alignment; narrower down to scalar for odd sizes and misaligned views.
+  const int run = interleave ? c.rot_dim : c.rot_dim / 2;
+  c.vec = 16 / elem;
+  while (c.vec > 1 && (c.head_dim % c.vec != 0 || run % c.vec != 0 || c.vec * elem > align_bytes)) {
+    c.vec /= 2;
+  }
+  return c;
+}
+
+std::string rope_uri(const RopeConfig& c) {
+  return rope_spec(c).uri;
+}
+
+jit::Spec rope_spec(const RopeConfig& c) {
+  jit::Spec s;
+  s.op = "rope";
+  s.params = {{"mode", mode_name(c.mode)},        {"dtype", dtype_name(c.dtype)},
+              {"hd", std::to_string(c.head_dim)}, {"rd", std::to_string(c.rot_dim)},
+              {"il", c.interleave ? "1" : "0"},   {"vec", std::to_string(c.vec)}};
+  s.uri = jit::make_uri(s.op, s.params);
+  s.kernel_dirs = {"common", "rope"};
+  s.includes = {"rope/rope.cuh"};
+  s.config = fmt::format(
+      "namespace kjit_spec {{\n"
+      "using T = {type};\n"
+      "constexpr int kHeadDim = {hd};\n"
+      "constexpr int kRotDim = {rd};\n"
+      "constexpr bool kInterleave = {il};\n"
+      "constexpr int kVec = {vec};\n"
+      "constexpr int kMode = {mode};\n"
+      "}}  // namespace kjit_spec\n",
+      fmt::arg("type", device_type_name(c.dtype)), fmt::arg("hd", c.head_dim),
+      fmt::arg("rd", c.rot_dim), fmt::arg("il", c.interleave ? "true" : "false"),
+      fmt::arg("vec", c.vec),
+      fmt::arg("mode",
+               c.mode == RopeMode::kFreq ? "kjit::rope::kModeFreq" : "kjit::rope::kModeCache"));
+  s.entry_names = {
+      "kjit::rope::rope_kernel<kjit_spec::T, kjit_spec::kHeadDim, kjit_spec::kRotDim, "
+      "kjit_spec::kInterleave, kjit_spec::kVec, kjit_spec::kMode>"};
+  s.arch_families = {"sm_80+"};
+  return s;
+}
+
+std::vector<double> rope_inv_freq(int rot_dim, double scale, double theta) {
+  std::vector<double> f(static_cast<size_t>(rot_dim / 2));
+  for (int i = 0; i < rot_dim / 2; ++i) {
+    f[i] = std::pow(theta, -2.0 * i / rot_dim) / scale;
+  }
+  return f;
+}
+
+std::vector<double> llama31_inv_freq(int rot_dim, double scale, double theta,
+                                     double low_freq_factor, double high_freq_factor,
+                                     double old_context_len) {
+  std::vector<double> f(static_cast<size_t>(rot_dim / 2));
+  for (int i = 0; i < rot_dim / 2; ++i) {
+    const double base = std::pow(theta, -2.0 * i / rot_dim);
+    // smooth = (old_context_len / wavelen - low) / (high - low), wavelen = 2 pi / base, clamped:
+    // 0 in the low band (wavelen > old_context_len / low: fully scaled), 1 in the high band.
+    double smooth = (old_context_len * base / (2.0 * kPi) - low_freq_factor) /
+                    (high_freq_factor - low_freq_factor);
+    smooth = std::clamp(smooth, 0.0, 1.0);
+    f[i] = (1.0 - smooth) * base / scale + smooth * base;
+  }
+  return f;
+}
+
+void apply_rope_pos_ids(const DLTensor* q, const DLTensor* k, DLTensor* q_out, DLTensor* k_out,
+                        const DLTensor* pos_ids, int rotary_dim, int interleave, float rope_scale,
+                        float rope_theta, void* stream) {
+  StridedView pos;
+  auto [v, rot] = check_pos_ids_call(q, k, q_out, k_out, pos_ids, rotary_dim, interleave,
+                                     rope_scale, rope_theta, &pos);
+  const std::vector<double> inv_freq = rope_inv_freq(rot, rope_scale, rope_theta);
+  RopeLaunch l;
+  l.mode = RopeMode::kFreq;
+  l.interleave = interleave != 0;
+  l.rot_dim = rot;
+  l.pos = &pos;
+  l.inv_freq = &inv_freq;
+  launch_rope(v, l, stream);
+}
+
+void apply_llama31_rope_pos_ids(const DLTensor* q, const DLTensor* k, DLTensor* q_out,
+                                DLTensor* k_out, const DLTensor* pos_ids, int rotary_dim,
+                                int interleave, float rope_scale, float rope_theta,
+                                float low_freq_factor, float high_freq_factor,
+                                float old_context_len, void* stream) {
+  StridedView pos;
+  auto [v, rot] = check_pos_ids_call(q, k, q_out, k_out, pos_ids, rotary_dim, interleave,
+                                     rope_scale, rope_theta, &pos);
+  check_positive_finite(low_freq_factor, "low_freq_factor");
+  check_positive_finite(old_context_len, "old_context_len");
+  if (!std::isfinite(high_freq_factor) || !(high_freq_factor > low_freq_factor)) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT,
+         "high_freq_factor must be finite and > low_freq_factor ({}), got {}", low_freq_factor,
+         high_freq_factor);
+  }
+  const std::vector<double> inv_freq = llama31_inv_freq(
+      rot, rope_scale, rope_theta, low_freq_factor, high_freq_factor, old_context_len);
+  RopeLaunch l;
+  l.mode = RopeMode::kFreq;
+  l.interleave = interleave != 0;
+  l.rot_dim = rot;
+  l.pos = &pos;
+  l.inv_freq = &inv_freq;
+  launch_rope(v, l, stream);
+}
+
+namespace {
+
+// vLLM's q / k: [tokens, heads * head_size] or [tokens, heads, head_size], as a 3-D view.
+StridedView heads_view(const DLTensor* t, const char* name, int head_size) {
+  StridedView v = as_strided_view(t, name);
+  if (v.ndim == 3) {
+    if (v.shape[2] != head_size) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "{} last dim is {} but head_size is {}", name, v.shape[2],
+           head_size);
+    }
+    return v;
+  }
+  if (v.ndim != 2) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT,
+         "{} must be [tokens, heads * head_size] or [tokens, heads, head_size], got ndim {}", name,
+         v.ndim);
+  }
+  if (v.shape[1] % head_size != 0) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} row of {} is not a multiple of head_size {}", name,
+         v.shape[1], head_size);
+  }
+  v.ndim = 3;
+  v.shape[2] = head_size;
+  v.strides[2] = 1;
+  v.shape[1] /= head_size;
+  v.strides[1] = head_size;
+  return v;
+}
+
+}  // namespace
+
+void apply_rope_with_cos_sin_cache(const DLTensor* positions, DLTensor* q, DLTensor* k,
+                                   int head_size, const DLTensor* cos_sin_cache, int is_neox,
+                                   void* stream) {
+  if (head_size <= 0) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "head_size must be > 0, got {}", head_size);
+  }
+  QkViews v;
+  v.q = heads_view(q, "q", head_size);
+  if (k != nullptr) {
+    v.k = heads_view(k, "k", head_size);
+    check_same(v.q, "q", v.k, "k");
+    if (v.k.shape[0] != v.q.shape[0]) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "k has {} tokens but q has {}", v.k.shape[0], v.q.shape[0]);
+    }
+  } else {
+    // No key (vLLM's optional key): a view with zero heads.
+    v.k = v.q;
+    v.k.shape[1] = 0;
+  }
+  check_writable(v.q, "q");
+  check_writable(v.k, "k");
+  if (views_overlap(v.q, v.k)) fail(KJIT_ERROR_INVALID_ARGUMENT, "k overlaps q");
+  v.q_out = v.q;
+  v.k_out = v.k;
+  v.tokens = v.q.shape[0];
+  v.q_heads = v.q.shape[1];
+  v.k_heads = v.k.shape[1];
+  v.head_dim = head_size;
+
+  StridedView pos = positions_view(positions, "positions", v.tokens, v.q);
+  StridedView cache = as_strided_view(cos_sin_cache, "cos_sin_cache");
+  if (cache.ndim != 2) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT,
+         "cos_sin_cache must be [max_position, rotary_dim], got ndim {}", cache.ndim);
+  }
+  if (cache.dtype != DType::kF32 && cache.dtype != v.q.dtype) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "cos_sin_cache must be fp32 or q's dtype ({}), got {}",
+         dtype_name(v.q.dtype), dtype_name(cache.dtype));
+  }
+  if (cache.device != v.q.device) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "cos_sin_cache is on cuda:{} but q is on cuda:{}",
+         cache.device, v.q.device);
+  }
+  const int64_t rot = cache.shape[1];
+  if (rot < 2 || rot % 2 != 0 || rot > head_size) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT,
+         "cos_sin_cache rotary_dim (its last dim) must be even and in 2..head_size ({}), got {}",
+         head_size, rot);
+  }
+  for (const auto& [view, name] : {std::pair{&v.q, "q"}, std::pair{&v.k, "k"}}) {
+    check_no_alias(*view, name, pos, "positions", false);
+    check_no_alias(*view, name, cache, "cos_sin_cache", false);
+  }
+  check_flag(is_neox, "is_neox");
+  RopeLaunch l;
+  l.mode = RopeMode::kCache;
+  l.interleave = is_neox == 0;
+  l.rot_dim = static_cast<int>(rot);
+  l.pos = &pos;
+  l.cache = &cache;
+  launch_rope(v, l, stream);
+}
+
+OpDef rope_op_def() {
+  OpDef d;
+  d.name = "rope";
+  d.summary = "rotary position embedding of q and k (pos_ids / llama31 / cos_sin_cache)";
+  d.axes = {
+      {"mode",
+       {"freq", "cache"},
+       true,
+       "freq: angles from positions (pos_ids and llama31); cache: cos/sin cache"},
+      {"dtype", {"bf16", "fp16"}, true, "q/k dtype"},
+      {"head_dim", {}, true, "head size (1..1024)"},
+      {"rotary_dim", {}, false, "rotated dims, even, <= head_dim and 512 (default head_dim)"},
+      {"interleave", {"0", "1"}, false, "1: GPT-J pairs (2i, 2i+1); 0: NeoX halves (default)"},
+      {"align",
+       {"16", "8", "4", "2"},
+       false,
+       "byte alignment of pointers and strides (default 16)"}};
+  d.arch_families = {"sm_80+"};
+  d.make_spec = [d](const SetArgs& args) {
+    check_set_args(d, args);
+    const RopeMode mode = args.at("mode") == "freq" ? RopeMode::kFreq : RopeMode::kCache;
+    const DType dtype = args.at("dtype") == "bf16" ? DType::kBF16 : DType::kF16;
+    const int64_t hd = positive_int_arg(args, "head_dim", kRopeMaxHeadDim);
+    const int64_t rd = args.count("rotary_dim") ? positive_int_arg(args, "rotary_dim", hd) : hd;
+    const bool il = args.count("interleave") && args.at("interleave") == "1";
+    const int align = args.count("align") ? std::stoi(args.at("align")) : 16;
+    return rope_spec(select_rope(mode, dtype, hd, rd, il, align));
+  };
+  d.catalog = [] {
+    std::vector<SetArgs> out;
+    auto add = [&](const char* mode, const char* dt, int hd, int rd, int il,
+                   const char* align = nullptr) {
+      SetArgs a{{"mode", mode},
+                {"dtype", dt},
+                {"head_dim", std::to_string(hd)},
+                {"rotary_dim", std::to_string(rd)},
+                {"interleave", std::to_string(il)}};
+      if (align) a["align"] = align;
+      out.push_back(std::move(a));
+    };
+    // Llama / Mistral / Qwen (128), Falcon / DeepSeek rope part (64), Gemma (256), Phi-3 (96),
+    // Phi-2 (80 with 32 rotated), GLM (128 with 64 rotated, GPT-J pairs), GPT-J (256 with 64),
+    // StableLM (80 with 20: 4-element vectors).
+    for (const char* dt : {"bf16", "fp16"}) {
+      add("freq", dt, 64, 64, 0);
+      add("freq", dt, 128, 128, 0);
+      add("freq", dt, 256, 256, 0);
+      add("freq", dt, 128, 128, 1);
+      add("freq", dt, 128, 64, 1);
+      add("freq", dt, 96, 96, 0);
+      add("cache", dt, 64, 64, 0);
+      add("cache", dt, 128, 128, 0);
+      add("cache", dt, 256, 256, 0);
+      add("cache", dt, 128, 128, 1);
+    }
+    add("freq", "bf16", 64, 64, 1);
+    add("freq", "bf16", 128, 64, 0);
+    add("freq", "bf16", 256, 64, 1);
+    add("freq", "bf16", 80, 32, 0);
+    add("freq", "bf16", 80, 20, 0);
+    add("cache", "bf16", 64, 64, 1);
+    add("cache", "bf16", 128, 64, 0);
+    add("cache", "bf16", 80, 32, 0);
+    // Views that are only 4- or 2-byte aligned: narrower vectors, scalar GPT-J pairs.
+    add("freq", "bf16", 128, 128, 0, "4");
+    add("freq", "bf16", 128, 128, 1, "2");
+    return out;
+  };
+  return d;
+}
+
+}  // namespace kjit::ops

@@ -1,0 +1,363 @@
+// kjit_append_paged_kv_cache on the GPU against the CPU reference, on fresh random page tables.
+//
+// The append is a copy, so the check is exact: after the call every byte of both caches must be
+// what it was before, except the (page, slot, head) rows the reference says the tokens go to,
+// which must hold the appended rows bit for bit. Spare pages, other requests' slots, padding
+// between rows and pages, the other half of a combined cache and the inputs all stay as they
+// were (poison or previous values).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kjit/kjit.h"
+#include "reference/half.hpp"
+#include "reference/kv_cache_ref.hpp"
+#include "support/gpu.hpp"
+
+using namespace kjit::test;
+namespace ref = kjit::ref;
+
+namespace {
+
+struct KvCase {
+  std::string dtype = "bf16";
+  int layout = KJIT_KV_LAYOUT_NHD;
+  int64_t batch = 4, heads = 8, head_dim = 128, page_size = 16;
+  int64_t max_seq = 100;      // sequence lengths are drawn from [1, max_seq]
+  int64_t max_append = 1;     // tokens appended per request from [1, max_append]; 1 = decode
+  int64_t spare_pages = 5;    // pages no request uses
+  bool combined = false;      // k and v are the two halves of one [pages, 2, ...] buffer
+  int64_t row_pad = 0;        // cache elements after each (slot, head) row
+  int64_t page_pad = 0;       // cache elements after each page (or page pair)
+  bool fused_append = false;  // append_k / append_v are views of a qkv row with 3 q heads
+  int64_t append_head_pad = 0, append_token_pad = 0;
+  size_t offset = 0;     // elements: misaligns every cache and append view
+  bool poison = false;   // caches start as 0xFF (NaN) instead of random previous contents
+  bool invalid = false;  // add tokens the kernel must skip (bad request, position, page)
+};
+
+std::string describe(const KvCase& c) {
+  return c.dtype + (c.layout == KJIT_KV_LAYOUT_NHD ? " NHD" : " HND") +
+         " batch=" + std::to_string(c.batch) + " heads=" + std::to_string(c.heads) +
+         " head_dim=" + std::to_string(c.head_dim) + " page=" + std::to_string(c.page_size) +
+         " max_seq=" + std::to_string(c.max_seq) + " max_append=" + std::to_string(c.max_append) +
+         (c.combined ? " combined" : "") + " pads=" + std::to_string(c.row_pad) + "/" +
+         std::to_string(c.page_pad) + (c.fused_append ? " fused" : "") +
+         " append_pads=" + std::to_string(c.append_head_pad) + "/" +
+         std::to_string(c.append_token_pad) + " offset=" + std::to_string(c.offset) +
+         (c.poison ? " poison" : "") + (c.invalid ? " invalid" : "");
+}
+
+struct Host {
+  std::vector<unsigned char> bytes;
+};
+
+void fill_random(std::vector<unsigned char>& b, size_t es, const std::string& dt,
+                 std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> dist(-4.0, 4.0);
+  for (size_t i = 0; i < b.size() / es; ++i) ref::store_elem(b.data(), i, dist(rng), dt);
+}
+
+void run_case(const KvCase& c, std::mt19937_64& rng) {
+  INFO(describe(c));
+  const std::string dt = c.dtype;
+  const size_t es = ref::elem_size(dt);
+  const int64_t H = c.heads, D = c.head_dim, ps = c.page_size;
+
+  // Requests and their page tables (distinct random pages).
+  std::uniform_int_distribution<int64_t> seq_dist(1, c.max_seq);
+  std::vector<int64_t> seq(static_cast<size_t>(c.batch)), napp(seq.size()), npages(seq.size());
+  int64_t used_pages = 0;
+  for (size_t b = 0; b < seq.size(); ++b) {
+    seq[b] = seq_dist(rng);
+    napp[b] = std::uniform_int_distribution<int64_t>(1, std::min(c.max_append, seq[b]))(rng);
+    npages[b] = (seq[b] + ps - 1) / ps;
+    used_pages += npages[b];
+  }
+  const int64_t num_pages = used_pages + c.spare_pages;
+  std::vector<int32_t> perm(static_cast<size_t>(num_pages));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::vector<int32_t> indptr{0}, indices, last;
+  for (size_t b = 0; b < seq.size(); ++b) {
+    for (int64_t i = 0; i < npages[b]; ++i) indices.push_back(perm[indices.size()]);
+    indptr.push_back(static_cast<int32_t>(indices.size()));
+    last.push_back(static_cast<int32_t>(seq[b] - (npages[b] - 1) * ps));
+  }
+  // Tokens: each request appends the last napp[b] positions of its sequence; shuffled.
+  std::vector<int32_t> bi, pos;
+  for (size_t b = 0; b < seq.size(); ++b) {
+    for (int64_t p = seq[b] - napp[b]; p < seq[b]; ++p) {
+      bi.push_back(static_cast<int32_t>(b));
+      pos.push_back(static_cast<int32_t>(p));
+    }
+  }
+  if (c.invalid) {
+    const auto batch = static_cast<int32_t>(c.batch);
+    // Three extra requests with broken tables: a page id past the pool, a negative page id, and
+    // a page range that runs past kv_indices.
+    indices.push_back(static_cast<int32_t>(num_pages + 3));
+    indptr.push_back(static_cast<int32_t>(indices.size()));
+    indices.push_back(-2);
+    indptr.push_back(static_cast<int32_t>(indices.size()));
+    indptr.push_back(static_cast<int32_t>(indices.size() + 2));
+    for (int i = 0; i < 3; ++i) last.push_back(1);
+    const int32_t tail = static_cast<int32_t>(npages[0] * ps);
+    const std::vector<std::pair<int32_t, int32_t>> bad = {
+        {batch + 3, 0}, {-1, 0},        {0, -3},
+        {0, tail + 1},  {0, tail},      {batch, 0},
+        {batch + 1, 1}, {batch + 2, 0}, {batch + 2, static_cast<int32_t>(ps)}};
+    for (auto [b, p] : bad) {
+      bi.push_back(b);
+      pos.push_back(p);
+    }
+  }
+  std::vector<size_t> order(bi.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  std::vector<int32_t> bis(bi.size()), poss(pos.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    bis[i] = bi[order[i]];
+    poss[i] = pos[order[i]];
+  }
+  const auto nnz = static_cast<int64_t>(bis.size());
+
+  // Append tensors.
+  const int64_t ahs = D + c.append_head_pad;
+  int64_t arow = 0;
+  size_t ak_off = c.offset, av_off = c.offset;
+  std::vector<Host> app(c.fused_append ? 1 : 2);
+  if (c.fused_append) {
+    arow = (3 + 2 * H) * ahs + c.append_token_pad;
+    ak_off += static_cast<size_t>(3 * ahs);
+    av_off += static_cast<size_t>((3 + H) * ahs);
+    app[0].bytes.resize((c.offset + static_cast<size_t>(nnz * arow)) * es);
+  } else {
+    arow = H * ahs + c.append_token_pad;
+    for (auto& a : app) a.bytes.resize((c.offset + static_cast<size_t>(nnz * arow)) * es);
+  }
+  for (auto& a : app) fill_random(a.bytes, es, dt, rng);
+  const int ak_buf = 0, av_buf = c.fused_append ? 0 : 1;
+
+  // Caches.
+  const int64_t row = D + c.row_pad;
+  const bool nhd = c.layout == KJIT_KV_LAYOUT_NHD;
+  const int64_t slot_stride = nhd ? H * row : row, head_stride = nhd ? row : ps * row;
+  const int64_t page_elems = ps * H * row;
+  const int64_t page_stride = (c.combined ? 2 * page_elems : page_elems) + c.page_pad;
+  std::vector<Host> caches(c.combined ? 1 : 2);
+  for (auto& h : caches)
+    h.bytes.resize((c.offset + static_cast<size_t>(num_pages * page_stride)) * es);
+  for (auto& h : caches) {
+    if (c.poison) {
+      std::fill(h.bytes.begin(), h.bytes.end(), 0xFF);
+    } else {
+      fill_random(h.bytes, es, dt, rng);
+    }
+  }
+  const int kc_buf = 0, vc_buf = c.combined ? 0 : 1;
+  const size_t kc_off = c.offset, vc_off = c.offset + (c.combined ? page_elems : 0);
+
+  // Expected caches: the previous contents with each valid token's rows copied in.
+  std::vector<Host> want = caches;
+  long written = 0;
+  for (int64_t t = 0; t < nnz; ++t) {
+    auto target = ref::append_target(bis, poss, indptr, indices, t, ps, num_pages);
+    if (!target) continue;
+    ++written;
+    for (int64_t h = 0; h < H; ++h) {
+      const size_t cache_elem = static_cast<size_t>(target->page * page_stride +
+                                                    target->slot * slot_stride + h * head_stride);
+      const size_t app_elem = static_cast<size_t>(t * arow + h * ahs);
+      std::memcpy(want[kc_buf].bytes.data() + (kc_off + cache_elem) * es,
+                  app[ak_buf].bytes.data() + (ak_off + app_elem) * es, static_cast<size_t>(D) * es);
+      std::memcpy(want[vc_buf].bytes.data() + (vc_off + cache_elem) * es,
+                  app[av_buf].bytes.data() + (av_off + app_elem) * es, static_cast<size_t>(D) * es);
+    }
+  }
+  if (!c.invalid) CHECK(written == nnz);
+
+  // Device side.
+  auto upload = [](const std::vector<unsigned char>& b) {
+    auto d = std::make_unique<DeviceBuffer>(b.size());
+    if (!b.empty()) d->upload(b.data(), b.size());
+    return d;
+  };
+  std::vector<std::unique_ptr<DeviceBuffer>> app_dev, cache_dev;
+  for (auto& a : app) app_dev.push_back(upload(a.bytes));
+  for (auto& h : caches) cache_dev.push_back(upload(h.bytes));
+  auto as_bytes = [](const std::vector<int32_t>& v) {
+    std::vector<unsigned char> b(v.size() * 4);
+    if (!v.empty()) std::memcpy(b.data(), v.data(), b.size());
+    return b;
+  };
+  auto bi_dev = upload(as_bytes(bis)), pos_dev = upload(as_bytes(poss));
+  auto idx_dev = upload(as_bytes(indices)), ptr_dev = upload(as_bytes(indptr));
+  auto last_dev = upload(as_bytes(last));
+
+  auto at = [&](const std::unique_ptr<DeviceBuffer>& d, size_t elems) {
+    return static_cast<char*>(d->get()) + elems * es;
+  };
+  Tensor ak = make_tensor(at(app_dev[ak_buf], ak_off), {nnz, H, D}, dl_dtype(dt), {arow, ahs, 1});
+  Tensor av = make_tensor(at(app_dev[av_buf], av_off), {nnz, H, D}, dl_dtype(dt), {arow, ahs, 1});
+  std::vector<int64_t> cshape =
+      nhd ? std::vector<int64_t>{num_pages, ps, H, D} : std::vector<int64_t>{num_pages, H, ps, D};
+  std::vector<int64_t> cstrides =
+      nhd ? std::vector<int64_t>{page_stride, slot_stride, head_stride, 1}
+          : std::vector<int64_t>{page_stride, head_stride, slot_stride, 1};
+  Tensor kc = make_tensor(at(cache_dev[kc_buf], kc_off), cshape, dl_dtype(dt), cstrides);
+  Tensor vc = make_tensor(at(cache_dev[vc_buf], vc_off), cshape, dl_dtype(dt), cstrides);
+  Tensor bt = make_tensor(bi_dev->get(), {nnz}, dl_dtype("int32"));
+  Tensor pt = make_tensor(pos_dev->get(), {nnz}, dl_dtype("int32"));
+  Tensor it =
+      make_tensor(idx_dev->get(), {static_cast<int64_t>(indices.size())}, dl_dtype("int32"));
+  Tensor ipt =
+      make_tensor(ptr_dev->get(), {static_cast<int64_t>(indptr.size())}, dl_dtype("int32"));
+  Tensor lt = make_tensor(last_dev->get(), {static_cast<int64_t>(last.size())}, dl_dtype("int32"));
+  kjit_status st =
+      kjit_append_paged_kv_cache(ak.get(), av.get(), bt.get(), pt.get(), kc.get(), vc.get(),
+                                 it.get(), ipt.get(), lt.get(), c.layout, nullptr);
+  INFO("kjit_last_error: " << kjit_last_error());
+  REQUIRE(st == KJIT_SUCCESS);
+  device_synchronize();
+
+  auto count_diffs = [&](const std::vector<unsigned char>& expect, const DeviceBuffer& d,
+                         const char* what) {
+    std::vector<unsigned char> got(expect.size());
+    if (!got.empty()) d.download(got.data(), got.size());
+    long diffs = 0;
+    for (size_t i = 0; i < got.size() / es; ++i) {
+      if (std::memcmp(got.data() + i * es, expect.data() + i * es, es) != 0) {
+        if (diffs++ < 5) UNSCOPED_INFO(what << " element " << i << " differs");
+      }
+    }
+    return diffs;
+  };
+  for (size_t i = 0; i < caches.size(); ++i)
+    CHECK(count_diffs(want[i].bytes, *cache_dev[i], "cache") == 0);
+  for (size_t i = 0; i < app.size(); ++i)
+    CHECK(count_diffs(app[i].bytes, *app_dev[i], "append") == 0);
+}
+
+}  // namespace
+
+TEST_CASE("kv gpu: decode and prefill appends, NHD and HND, every dtype", "[gpu][kv_cache]") {
+  std::mt19937_64 rng(std::random_device{}());
+  for (const char* dt : {"bf16", "fp16", "fp32"}) {
+    for (int layout : {KJIT_KV_LAYOUT_NHD, KJIT_KV_LAYOUT_HND}) {
+      for (int64_t hd : {64, 128, 256, 80}) {
+        KvCase c;
+        c.dtype = dt;
+        c.layout = layout;
+        c.head_dim = hd;
+        c.batch = 7;
+        c.heads = 3;
+        run_case(c, rng);   // decode: one token per request
+        c.max_append = 40;  // prefill / chunked append, crossing page boundaries
+        c.max_seq = 200;
+        run_case(c, rng);
+      }
+    }
+  }
+}
+
+TEST_CASE("kv gpu: page sizes, head counts and batch sizes", "[gpu][kv_cache]") {
+  std::mt19937_64 rng(std::random_device{}());
+  for (int64_t ps : {1, 5, 16, 64}) {
+    for (int64_t heads : {1, 8}) {
+      KvCase c;
+      c.page_size = ps;
+      c.heads = heads;
+      c.max_append = 9;
+      c.layout = ps % 2 ? KJIT_KV_LAYOUT_HND : KJIT_KV_LAYOUT_NHD;
+      run_case(c, rng);
+    }
+  }
+  KvCase decode;  // a large decode batch
+  decode.batch = 256;
+  decode.max_seq = 4000;
+  run_case(decode, rng);
+  KvCase prefill;  // one long prefill
+  prefill.batch = 1;
+  prefill.max_seq = 5000;
+  prefill.max_append = 5000;
+  prefill.heads = 8;
+  run_case(prefill, rng);
+  KvCase mla;  // 512-wide rows (MLA's compressed KV), one head
+  mla.heads = 1;
+  mla.head_dim = 512;
+  mla.max_append = 20;
+  run_case(mla, rng);
+}
+
+TEST_CASE("kv gpu: combined caches, padded, misaligned and fused views", "[gpu][kv_cache]") {
+  std::mt19937_64 rng(std::random_device{}());
+  for (const char* dt : {"bf16", "fp16"}) {
+    for (int layout : {KJIT_KV_LAYOUT_NHD, KJIT_KV_LAYOUT_HND}) {
+      KvCase c;
+      c.dtype = dt;
+      c.layout = layout;
+      c.max_append = 12;
+      c.combined = true;  // FlashInfer's single [pages, 2, ...] tensor
+      c.fused_append = true;
+      run_case(c, rng);
+      c.row_pad = 8;
+      c.page_pad = 24;
+      c.append_head_pad = 16;
+      c.append_token_pad = 8;
+      run_case(c, rng);
+      c.offset = 1;  // every view one element off: scalar copies
+      c.row_pad = 3;
+      c.append_head_pad = 1;
+      run_case(c, rng);
+      KvCase h;  // 4-byte aligned rows only
+      h.dtype = dt;
+      h.layout = layout;
+      h.row_pad = 2;
+      h.max_append = 5;
+      run_case(h, rng);
+    }
+  }
+}
+
+TEST_CASE("kv gpu: broken page tables skip tokens and write nothing out of bounds",
+          "[gpu][kv_cache]") {
+  std::mt19937_64 rng(std::random_device{}());
+  for (bool poison : {true, false}) {
+    for (int layout : {KJIT_KV_LAYOUT_NHD, KJIT_KV_LAYOUT_HND}) {
+      KvCase c;
+      c.layout = layout;
+      c.invalid = true;
+      c.poison = poison;
+      c.max_append = 6;
+      c.spare_pages = 0;  // the pool ends right where an out-of-range page id would land
+      run_case(c, rng);
+      c.combined = true;
+      run_case(c, rng);
+    }
+  }
+}
+
+TEST_CASE("kv gpu: a device id that does not exist is an argument error", "[gpu][kv_cache]") {
+  DeviceBuffer buf(1 << 20);
+  char* p = static_cast<char*>(buf.get());
+  auto ak = make_tensor(p, {2, 1, 64}, dl_dtype("bf16"), {}, 63);
+  auto av = make_tensor(p + 1024, {2, 1, 64}, dl_dtype("bf16"), {}, 63);
+  auto bi = make_tensor(p + 2048, {2}, dl_dtype("int32"), {}, 63);
+  auto pos = make_tensor(p + 2048 + 64, {2}, dl_dtype("int32"), {}, 63);
+  auto kc = make_tensor(p + 4096, {2, 4, 1, 64}, dl_dtype("bf16"), {}, 63);
+  auto vc = make_tensor(p + 8192, {2, 4, 1, 64}, dl_dtype("bf16"), {}, 63);
+  auto idx = make_tensor(p + 2048 + 128, {2}, dl_dtype("int32"), {}, 63);
+  auto ptr = make_tensor(p + 2048 + 192, {2}, dl_dtype("int32"), {}, 63);
+  auto last = make_tensor(p + 2048 + 256, {1}, dl_dtype("int32"), {}, 63);
+  CHECK(kjit_append_paged_kv_cache(ak.get(), av.get(), bi.get(), pos.get(), kc.get(), vc.get(),
+                                   idx.get(), ptr.get(), last.get(), KJIT_KV_LAYOUT_NHD,
+                                   nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(kjit_last_error()).find("device 63") != std::string::npos);
+}
