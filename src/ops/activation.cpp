@@ -21,19 +21,6 @@ struct ActAndMulParams {
   int d;
 };
 
-const char* device_type_name(DType t) {
-  switch (t) {
-    case DType::kF32: return "float";
-    case DType::kF16: return "__half";
-    case DType::kBF16: return "__nv_bfloat16";
-    default: return nullptr;
-  }
-}
-
-bool is_float(DType t) {
-  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16;
-}
-
 // Mirrors kjit::activation::act_and_mul_unroll: vectors per thread per step.
 int unroll_for(int vec_bytes) {
   return std::clamp(32 / vec_bytes, 2, 8);

@@ -36,19 +36,6 @@ struct AppendPagedKvParams {
   int nnz_pages;
 };
 
-const char* device_type_name(DType t) {
-  switch (t) {
-    case DType::kF32: return "float";
-    case DType::kF16: return "__half";
-    case DType::kBF16: return "__nv_bfloat16";
-    default: return nullptr;
-  }
-}
-
-bool supported_dtype(DType t) {
-  return t == DType::kBF16 || t == DType::kF16 || t == DType::kF32;
-}
-
 // An 8-bit cache is well-formed (FlashInfer has fp8 e4m3 / e5m2 caches) but not served yet: say
 // so instead of calling its dtype unknown.
 StridedView cache_view(const DLTensor* t, const char* name) {
@@ -103,7 +90,7 @@ void check_like(const StridedView& a, const char* an, const StridedView& b, cons
 }  // namespace
 
 AppendPagedKvConfig select_append_paged_kv(DType dtype, int64_t head_dim, int align_bytes) {
-  if (!supported_dtype(dtype)) {
+  if (!is_float(dtype)) {
     fail(KJIT_ERROR_UNSUPPORTED, "append_paged_kv supports bf16, fp16 and fp32, not {}",
          dtype_name(dtype));
   }
@@ -227,7 +214,7 @@ void append_paged_kv_cache(const DLTensor* append_k, const DLTensor* append_v,
   }
 
   if (nnz == 0 || heads == 0 || head_dim == 0) return;  // after validation
-  if (!supported_dtype(ak.dtype)) {
+  if (!is_float(ak.dtype)) {
     fail(KJIT_ERROR_UNSUPPORTED, "append_paged_kv supports bf16, fp16 and fp32, not {}",
          dtype_name(ak.dtype));
   }

@@ -37,7 +37,7 @@ jit::Params layernorm_params(const LayerNormConfig& c) {
 
 LayerNormConfig select_layernorm(DType dtype, DType param_dtype, int64_t hidden, int align_bytes,
                                  int param_align_bytes) {
-  if (!norm_detail::is_float(dtype)) {
+  if (!is_float(dtype)) {
     fail(KJIT_ERROR_UNSUPPORTED, "layernorm supports fp32, fp16 and bf16, not {}",
          dtype_name(dtype));
   }
@@ -89,8 +89,8 @@ jit::Spec layernorm_spec(const LayerNormConfig& c) {
       "constexpr int kThreadsPerRow = {tpr};\n"
       "constexpr int kRowsPerBlock = {rpb};\n"
       "}}  // namespace kjit_spec\n",
-      fmt::arg("type", norm_detail::device_type_name(c.dtype)),
-      fmt::arg("wtype", norm_detail::device_type_name(c.param_dtype)), fmt::arg("hidden", c.hidden),
+      fmt::arg("type", device_type_name(c.dtype)),
+      fmt::arg("wtype", device_type_name(c.param_dtype)), fmt::arg("hidden", c.hidden),
       fmt::arg("vec", c.vec), fmt::arg("tpr", c.threads_per_row),
       fmt::arg("rpb", c.rows_per_block));
   s.entry_names = {

@@ -37,7 +37,7 @@ struct FusedAddRmsNormParams {
 };
 
 RmsNormConfig select_row_norm(const char* op, DType dtype, int64_t hidden, int align_bytes) {
-  if (!norm_detail::is_float(dtype)) {
+  if (!is_float(dtype)) {
     fail(KJIT_ERROR_UNSUPPORTED, "{} supports fp32, fp16 and bf16, not {}", op, dtype_name(dtype));
   }
   if (hidden < 1 || hidden > kRmsNormMaxHidden) {
@@ -80,7 +80,7 @@ jit::Spec row_norm_spec(const char* op, const char* include, const char* kernel,
       "constexpr int kThreadsPerRow = {tpr};\n"
       "constexpr int kRowsPerBlock = {rpb};\n"
       "}}  // namespace kjit_spec\n",
-      fmt::arg("type", norm_detail::device_type_name(c.dtype)), fmt::arg("hidden", c.hidden),
+      fmt::arg("type", device_type_name(c.dtype)), fmt::arg("hidden", c.hidden),
       fmt::arg("vec", c.vec), fmt::arg("tpr", c.threads_per_row),
       fmt::arg("rpb", c.rows_per_block));
   s.entry_names = {
@@ -134,19 +134,6 @@ OpDef row_norm_op_def(const char* name, const char* summary,
 }  // namespace
 
 namespace norm_detail {
-
-const char* device_type_name(DType t) {
-  switch (t) {
-    case DType::kF32: return "float";
-    case DType::kF16: return "__half";
-    case DType::kBF16: return "__nv_bfloat16";
-    default: return nullptr;
-  }
-}
-
-bool is_float(DType t) {
-  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16;
-}
 
 void row_shape(int n_vec, int vec, int& threads_per_row, int& rows_per_block) {
   if (n_vec <= 32) {

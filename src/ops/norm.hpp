@@ -50,10 +50,6 @@ OpDef fused_add_rmsnorm_op_def();
 // Pieces the normalization family's ops share (norm.cpp, layernorm.cpp).
 namespace norm_detail {
 
-// The CUDA spelling of a float dtype ("__nv_bfloat16"), nullptr for the others.
-const char* device_type_name(DType t);
-bool is_float(DType t);  // fp32, fp16 or bf16
-
 // Threads per row and rows per block for a row of n_vec vectors of `vec` elements each.
 void row_shape(int n_vec, int vec, int& threads_per_row, int& rows_per_block);
 

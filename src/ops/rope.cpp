@@ -173,10 +173,6 @@ static_assert(offsetof(RopeParams, freq) == sizeof(RopeArgs), "the table follows
 constexpr int kCacheF32 = 0, kCacheF16 = 1, kCacheBF16 = 2;  // kjit::rope::kCache*
 constexpr double kPi = 3.14159265358979323846;
 
-const char* device_type_name(DType t) {
-  return t == DType::kF16 ? "__half" : "__nv_bfloat16";
-}
-
 const char* mode_name(RopeMode m) {
   return m == RopeMode::kFreq ? "freq" : "cache";
 }

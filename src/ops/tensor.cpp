@@ -38,6 +38,19 @@ size_t dtype_size(DType t) {
   return 0;
 }
 
+const char* device_type_name(DType t) {
+  switch (t) {
+    case DType::kF32: return "float";
+    case DType::kF16: return "__half";
+    case DType::kBF16: return "__nv_bfloat16";
+    default: return nullptr;
+  }
+}
+
+bool is_float(DType t) {
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16;
+}
+
 RowMatrix as_row_matrix(const DLTensor* t, const char* name) {
   if (t == nullptr) fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is NULL", name);
   if (t->ndim < 1 || t->ndim > kMaxDims) {

@@ -15,6 +15,9 @@ enum class DType { kF32, kF16, kBF16, kI32, kI64 };
 std::optional<DType> dtype_of(DLDataType t);
 const char* dtype_name(DType t);  // "fp32", "fp16", "bf16", "int32", "int64"
 size_t dtype_size(DType t);
+// The CUDA spelling of a float dtype for generated code ("__nv_bfloat16"); nullptr otherwise.
+const char* device_type_name(DType t);
+bool is_float(DType t);  // fp32, fp16 or bf16
 
 inline constexpr int kMaxDims = 8;
 
