@@ -120,8 +120,8 @@ void print_info(const json& j) {
                           j["abi_version"].get<int>()));
   row("NVRTC", j["nvrtc_version"]);
   const json& drv = j["driver"];
-  row("driver", drv["available"] ? drv["version"].get<std::string>()
-                                 : "no driver: " + drv["error"].get<std::string>());
+  row("driver",
+      drv["available"] ? drv["version"].get<std::string>() : drv["error"].get<std::string>());
   if (j["devices"].empty()) row("devices", "no GPU");
   for (const auto& d : j["devices"]) {
     row(d["ordinal"] == 0 ? "devices" : "",
