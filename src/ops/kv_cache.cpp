@@ -61,21 +61,9 @@ StridedView int_vector(const DLTensor* t, const char* name, int device) {
   return v;
 }
 
-void check_dtype_device(const StridedView& a, const char* an, const StridedView& b,
-                        const char* bn) {
-  if (b.dtype != a.dtype) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is {} but {} is {}", bn, dtype_name(b.dtype), an,
-         dtype_name(a.dtype));
-  }
-  if (b.device != a.device) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is on cuda:{} but {} is on cuda:{}", bn, b.device, an,
-         a.device);
-  }
-}
-
 // Same dtype, device and shape.
 void check_like(const StridedView& a, const char* an, const StridedView& b, const char* bn) {
-  check_dtype_device(a, an, b, bn);
+  check_same_dtype_device(a, an, b, bn);
   if (b.ndim != a.ndim) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "{} has ndim {} but {} has {}", bn, b.ndim, an, a.ndim);
   }
@@ -171,7 +159,7 @@ void append_paged_kv_cache(const DLTensor* append_k, const DLTensor* append_v,
              : "[num_pages, num_kv_heads, page_size, head_dim] (HND)",
          kc.ndim);
   }
-  check_dtype_device(ak, "append_k", kc, "paged_k_cache");
+  check_same_dtype_device(ak, "append_k", kc, "paged_k_cache");
   check_like(kc, "paged_k_cache", vc, "paged_v_cache");
   const int slot_dim = nhd ? 1 : 2, head_dim_index = nhd ? 2 : 1;
   const int64_t num_pages = kc.shape[0], page_size = kc.shape[slot_dim];

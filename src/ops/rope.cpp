@@ -88,6 +88,18 @@ bool same_view(const StridedView& a, const StridedView& b) {
   return true;
 }
 
+void check_same_dtype_device(const StridedView& a, const char* an, const StridedView& b,
+                             const char* bn) {
+  if (a.dtype != b.dtype) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is {} but {} is {}", bn, dtype_name(b.dtype), an,
+         dtype_name(a.dtype));
+  }
+  if (a.device != b.device) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is on cuda:{} but {} is on cuda:{}", bn, b.device, an,
+         a.device);
+  }
+}
+
 namespace {
 
 // Bytes from the first element to one past the last, over dims [from, ndim).
@@ -190,17 +202,6 @@ void check_ndim3(const StridedView& v, const char* name, const char* what) {
   }
 }
 
-void check_same(const StridedView& a, const char* an, const StridedView& b, const char* bn) {
-  if (a.dtype != b.dtype) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is {} but {} is {}", bn, dtype_name(b.dtype), an,
-         dtype_name(a.dtype));
-  }
-  if (a.device != b.device) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is on cuda:{} but {} is on cuda:{}", bn, b.device, an,
-         a.device);
-  }
-}
-
 void check_same_shape(const StridedView& a, const char* an, const StridedView& b, const char* bn) {
   for (int i = 0; i < a.ndim; ++i) {
     if (a.shape[i] != b.shape[i]) {
@@ -258,9 +259,9 @@ QkViews check_qk(const DLTensor* q, const DLTensor* k, const DLTensor* q_out,
   check_ndim3(v.k, "k", "num_kv_heads");
   check_ndim3(v.q_out, "q_out", "num_qo_heads");
   check_ndim3(v.k_out, "k_out", "num_kv_heads");
-  check_same(v.q, "q", v.k, "k");
-  check_same(v.q, "q", v.q_out, "q_out");
-  check_same(v.q, "q", v.k_out, "k_out");
+  check_same_dtype_device(v.q, "q", v.k, "k");
+  check_same_dtype_device(v.q, "q", v.q_out, "q_out");
+  check_same_dtype_device(v.q, "q", v.k_out, "k_out");
   if (v.k.shape[0] != v.q.shape[0]) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "k has {} tokens but q has {}", v.k.shape[0], v.q.shape[0]);
   }
@@ -587,7 +588,7 @@ void apply_rope_with_cos_sin_cache(const DLTensor* positions, DLTensor* q, DLTen
   v.q = heads_view(q, "q", head_size);
   if (k != nullptr) {
     v.k = heads_view(k, "k", head_size);
-    check_same(v.q, "q", v.k, "k");
+    check_same_dtype_device(v.q, "q", v.k, "k");
     if (v.k.shape[0] != v.q.shape[0]) {
       fail(KJIT_ERROR_INVALID_ARGUMENT, "k has {} tokens but q has {}", v.k.shape[0], v.q.shape[0]);
     }

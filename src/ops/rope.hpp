@@ -46,6 +46,9 @@ bool views_overlap(const StridedView& a, const StridedView& b);
 // The widest power of two (<= 16) dividing the address and the byte stride of every dim but the
 // last one that has more than one element.
 int view_alignment(const StridedView& v);
+// Throws KJIT_ERROR_INVALID_ARGUMENT unless b has a's dtype and device (messages name both).
+void check_same_dtype_device(const StridedView& a, const char* an, const StridedView& b,
+                             const char* bn);
 
 // ---- RoPE
 // -----------------------------------------------------------------------------------------
