@@ -779,12 +779,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       for (const auto& b : kBenches) ops += std::string(ops.empty() ? "" : ", ") + b.op;
       throw UsageError("bench supports: " + ops);
     }
-    ops::SetArgs args;
-    for (const auto& s : opts->sets) {
-      auto eq = s.find('=');
-      if (eq == std::string::npos) throw UsageError("--set wants name=value, got '" + s + "'");
-      args[s.substr(0, eq)] = s.substr(eq + 1);
-    }
+    ops::SetArgs args = parse_sets(opts->sets);
     for (const auto& k : e->keys) {
       if (!args.count(k)) throw UsageError("bench " + opts->op + " needs --set " + k + "=...");
     }

@@ -58,6 +58,8 @@ struct Plan {
   std::vector<Failure> failures;  // specs that could not be made or have no supported target
 };
 
+}  // namespace
+
 ops::SetArgs parse_sets(const std::vector<std::string>& sets) {
   ops::SetArgs out;
   for (const auto& s : sets) {
@@ -71,6 +73,8 @@ ops::SetArgs parse_sets(const std::vector<std::string>& sets) {
   }
   return out;
 }
+
+namespace {
 
 Request make_request(const std::vector<std::string>& archs) {
   Request r;

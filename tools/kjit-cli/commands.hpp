@@ -6,6 +6,10 @@
 #include <CLI/CLI.hpp>
 
 #include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ops/registry.hpp"
 
 namespace kjit::cli {
 
@@ -26,6 +30,9 @@ class UsageError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+// `--set name=value` arguments as a map; UsageError on a missing '=' or a name given twice.
+ops::SetArgs parse_sets(const std::vector<std::string>& sets);
 
 void add_info_commands(CLI::App& app, int& exit_code);  // info, ops
 void add_compile_command(CLI::App& app, int& exit_code);
