@@ -1,5 +1,6 @@
 #include "cuda/device.hpp"
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -23,7 +24,21 @@ struct DeviceState {
   CUcontext ctx = nullptr;
 };
 
+// Per-call readers (every launch asks for its context) take this lock-free path once the device
+// is set up; the mutex below only guards first-time setup.
+constexpr int kMaxFastDevices = 64;
+std::atomic<DeviceState*> g_fast_states[kMaxFastDevices];
+
+DeviceState& state_slow(int ordinal);
+
 DeviceState& state(int ordinal) {
+  if (ordinal >= 0 && ordinal < kMaxFastDevices) {
+    if (DeviceState* s = g_fast_states[ordinal].load(std::memory_order_acquire)) return *s;
+  }
+  return state_slow(ordinal);
+}
+
+DeviceState& state_slow(int ordinal) {
   static std::mutex mu;
   static std::vector<std::unique_ptr<DeviceState>> states;
   const Driver& d = driver();
@@ -58,6 +73,8 @@ DeviceState& state(int ordinal) {
     // Retained for the life of the process, like the CUDA runtime does.
     KJIT_CU_CHECK(d.cuDevicePrimaryCtxRetain(&s->ctx, dev));
     slot = std::move(s);
+    if (ordinal < kMaxFastDevices)
+      g_fast_states[ordinal].store(slot.get(), std::memory_order_release);
   }
   return *slot;
 }

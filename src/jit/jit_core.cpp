@@ -182,6 +182,19 @@ const LoadedKernel& JitCore::kernel(const std::string& uri, int device,
   return *slot;
 }
 
+const LoadedKernel* JitCore::find_fast(const util::Hash128& h) {
+  std::shared_lock<std::shared_mutex> lock(loaded_mu_);
+  auto it = fast_.find(h);
+  return it == fast_.end() ? nullptr : it->second;
+}
+
+const LoadedKernel& JitCore::kernel_slow(const util::Hash128& h, int device, const Spec& spec) {
+  const LoadedKernel& k = kernel(spec.uri, device, [&] { return spec; });
+  std::unique_lock<std::shared_mutex> lock(loaded_mu_);
+  fast_.emplace(h, &k);
+  return k;
+}
+
 std::unique_ptr<LoadedKernel> JitCore::load(const Spec& spec, int device) {
   const cuda::DeviceInfo& info = cuda::device_info(device);
   ArchTarget target = select_device_target(spec.arch_families, info.major, info.minor, spec.uri);

@@ -13,11 +13,14 @@
 #include <cuda.h>
 
 #include <atomic>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -26,6 +29,7 @@
 #include "jit/metadata.hpp"
 #include "jit/settings.hpp"
 #include "jit/spec.hpp"
+#include "util/hash.hpp"
 
 namespace kjit::jit {
 
@@ -72,6 +76,26 @@ class JitCore {
   const LoadedKernel& kernel(const std::string& uri, int device,
                              const std::function<Spec()>& make_spec);
 
+  // The per-call path of every op: the same kernel, found by hashing the bytes of the op's
+  // dispatch config instead of building its URI (which allocates a dozen strings; at decode
+  // sizes that host time is the kernel's time). A config with padding would hash garbage, so
+  // only padding-free configs compile; every field of one is then part of its identity.
+  template <class Config, class MakeSpec>
+  const LoadedKernel& kernel_for(std::string_view op, const Config& cfg, int device,
+                                 MakeSpec&& make_spec) {
+    static_assert(std::has_unique_object_representations_v<Config>,
+                  "a dispatch config must have no padding: its bytes are its cache key");
+    char bytes[128 + sizeof(Config) + sizeof(int)];
+    static_assert(sizeof(Config) <= 256, "a dispatch config is a handful of integers");
+    const size_t n = op.size() < 128 ? op.size() : 128;
+    std::memcpy(bytes, op.data(), n);
+    std::memcpy(bytes + n, &cfg, sizeof(Config));
+    std::memcpy(bytes + n + sizeof(Config), &device, sizeof(int));
+    const util::Hash128 h = util::xxh3_128({bytes, n + sizeof(Config) + sizeof(int)});
+    if (const LoadedKernel* k = find_fast(h)) return *k;
+    return kernel_slow(h, device, make_spec());
+  }
+
  private:
   Artifact build_locked(const Spec& spec, const ArchTarget& target,
                         const std::vector<SourceFile>& sources, const KeyInputs& inputs,
@@ -82,11 +106,18 @@ class JitCore {
   void write_generated(const Spec& spec, const std::vector<SourceFile>& sources,
                        const KeyInputs& inputs);
   std::unique_ptr<LoadedKernel> load(const Spec& spec, int device);
+  const LoadedKernel* find_fast(const util::Hash128& h);
+  const LoadedKernel& kernel_slow(const util::Hash128& h, int device, const Spec& spec);
+
+  struct Hash128Hasher {
+    size_t operator()(const util::Hash128& h) const { return static_cast<size_t>(h.lo); }
+  };
 
   Settings settings_;
   JitStats stats_;
   std::shared_mutex loaded_mu_;
   std::unordered_map<std::string, std::unique_ptr<LoadedKernel>> loaded_;
+  std::unordered_map<util::Hash128, const LoadedKernel*, Hash128Hasher> fast_;
   std::mutex load_mu_;  // one cold load at a time; NVRTC is serial per process anyway
 };
 

@@ -158,8 +158,8 @@ void act_and_mul(Act act, const DLTensor* input, DLTensor* out, void* stream) {
   const ActAndMulConfig cfg = select_act_and_mul(act, x.dtype, d, align);
 
   const cuda::DeviceInfo& dev = cuda::device_info(x.device);
-  const jit::LoadedKernel& k = jit::JitCore::global().kernel(act_and_mul_uri(cfg), x.device,
-                                                             [&] { return act_and_mul_spec(cfg); });
+  const jit::LoadedKernel& k = jit::JitCore::global().kernel_for(
+      "act_and_mul", cfg, x.device, [&] { return act_and_mul_spec(cfg); });
   const ActAndMulShape shape =
       act_and_mul_shape(cfg, x.rows, d, dev.sm_count, dev.max_threads_per_sm);
   ActAndMulParams p{x.data, y.data, x.rows, x.row_stride, y.row_stride, static_cast<int>(d)};

@@ -216,8 +216,8 @@ void append_paged_kv_cache(const DLTensor* append_k, const DLTensor* append_v,
   for (const StridedView* t : {&ak, &av, &kc, &vc}) align = std::min(align, view_alignment(*t));
   const AppendPagedKvConfig cfg = select_append_paged_kv(ak.dtype, head_dim, align);
 
-  const jit::LoadedKernel& kernel = jit::JitCore::global().kernel(
-      append_paged_kv_uri(cfg), dev, [&] { return append_paged_kv_spec(cfg); });
+  const jit::LoadedKernel& kernel = jit::JitCore::global().kernel_for(
+      "append_paged_kv", cfg, dev, [&] { return append_paged_kv_spec(cfg); });
 
   AppendPagedKvParams p{};
   p.append_k = ak.data;

@@ -126,8 +126,8 @@ void layernorm(const DLTensor* input, const DLTensor* gamma, const DLTensor* bet
   const int param_align = std::min(row_alignment(g), row_alignment(b));
   LayerNormConfig cfg = select_layernorm(x.dtype, g.dtype, x.cols, align, param_align);
 
-  const jit::LoadedKernel& k = jit::JitCore::global().kernel(layernorm_uri(cfg), x.device,
-                                                             [&] { return layernorm_spec(cfg); });
+  const jit::LoadedKernel& k = jit::JitCore::global().kernel_for(
+      "layernorm", cfg, x.device, [&] { return layernorm_spec(cfg); });
   LayerNormParams p{x.data, g.data, b.data, y.data, x.rows, x.row_stride, y.row_stride, eps};
   cuda::LaunchConfig lc;
   lc.grid_x = static_cast<unsigned>((x.rows + cfg.rows_per_block - 1) / cfg.rows_per_block);

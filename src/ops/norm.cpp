@@ -242,8 +242,8 @@ void rmsnorm(const DLTensor* input, const DLTensor* weight, DLTensor* out, float
   align = std::min(align, row_alignment(w));
   RmsNormConfig cfg = select_rmsnorm(x.dtype, x.cols, align);
 
-  const jit::LoadedKernel& k =
-      jit::JitCore::global().kernel(rmsnorm_uri(cfg), x.device, [&] { return rmsnorm_spec(cfg); });
+  const jit::LoadedKernel& k = jit::JitCore::global().kernel_for("rmsnorm", cfg, x.device,
+                                                                 [&] { return rmsnorm_spec(cfg); });
   RmsNormParams p{x.data, w.data, y.data, x.rows, x.row_stride, y.row_stride, eps, weight_offset};
   cuda::LaunchConfig lc = row_launch(cfg, x.rows, stream);
   cuda::ScopedDevice scope(x.device);
@@ -274,8 +274,8 @@ void fused_add_rmsnorm(DLTensor* input, DLTensor* residual, const DLTensor* weig
   align = std::min(align, row_alignment(w));
   RmsNormConfig cfg = select_fused_add_rmsnorm(x.dtype, x.cols, align);
 
-  const jit::LoadedKernel& k = jit::JitCore::global().kernel(
-      fused_add_rmsnorm_uri(cfg), x.device, [&] { return fused_add_rmsnorm_spec(cfg); });
+  const jit::LoadedKernel& k = jit::JitCore::global().kernel_for(
+      "fused_add_rmsnorm", cfg, x.device, [&] { return fused_add_rmsnorm_spec(cfg); });
   FusedAddRmsNormParams p{x.data,       r.data,       w.data, x.rows,
                           x.row_stride, r.row_stride, eps,    weight_offset};
   cuda::LaunchConfig lc = row_launch(cfg, x.rows, stream);

@@ -329,7 +329,7 @@ void launch_rope(const QkViews& v, const RopeLaunch& l, void* stream) {
   const RopeConfig cfg = select_rope(l.mode, v.q.dtype, v.head_dim, l.rot_dim, l.interleave, align);
 
   const jit::LoadedKernel& kernel =
-      jit::JitCore::global().kernel(rope_uri(cfg), v.q.device, [&] { return rope_spec(cfg); });
+      jit::JitCore::global().kernel_for("rope", cfg, v.q.device, [&] { return rope_spec(cfg); });
 
   const int units = cfg.interleave ? cfg.rot_dim / std::max(cfg.vec, 2) : cfg.rot_dim / 2 / cfg.vec;
   const int slots =

@@ -61,8 +61,8 @@ struct RopeConfig {
   DType dtype = DType::kBF16;
   int head_dim = 0;
   int rot_dim = 0;
-  bool interleave = false;
-  int vec = 1;  // elements per vector access
+  int interleave = 0;  // 0 / 1; int, not bool, so the config has no padding (see kernel_for)
+  int vec = 1;         // elements per vector access
 };
 
 inline constexpr int kRopeMaxHeadDim = 1024;

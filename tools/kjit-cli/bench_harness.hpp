@@ -1,0 +1,129 @@
+// The shared part of `kjit-cli bench`: timing, the copy baseline measured in the same run, the
+// reference-check record and the result row. Each op family's cases live in bench_<family>.cpp
+// and hand a BenchCase to report(); they never time anything themselves.
+//
+// Timer: CUDA events around a batch of back-to-back launches sized to fill >= ~1 ms, so launch
+// latency is hidden by the queue; per-launch time = batch time / batch size; L2 stays hot for
+// inputs that fit in it. The mechanism is recorded with every figure.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ops/registry.hpp"
+#include "support/gpu.hpp"
+
+namespace kjit::cli {
+
+// Options every bench shares (the command line of `kjit-cli bench` minus the op and --set).
+struct BenchOptions {
+  int warmup = 10;
+  int samples = 30;
+  std::string json_path;  // append one JSON line per result; empty: none
+};
+
+struct Timing {
+  double median_us = 0, min_us = 0, p10_us = 0, p90_us = 0;
+  int samples = 0;
+  int batch = 0;
+};
+
+// Times `launch` with events: `samples` batches of `batch` launches each.
+Timing time_batches(const std::function<void()>& launch, int warmup, int samples);
+
+// Reference agreement of one run's output: elements outside tolerance (NaN counts), largest
+// errors. `note` replaces the figures for an op with nothing to compare.
+struct Check {
+  double max_abs = 0, max_rel = 0;
+  long bad = 0;
+  std::string note;
+  void add(double got, double want, double tol) {
+    double err = std::fabs(got - want);
+    if (!(err <= tol)) ++bad;
+    if (std::isnan(err)) err = INFINITY;
+    max_abs = std::max(max_abs, err);
+    max_rel = std::max(max_rel, err / std::max(std::fabs(want), 1e-3));
+  }
+  bool pass() const { return bad == 0; }
+};
+
+// What one op's bench hands to the shared part: how to launch it, what it moves, and how to
+// describe it.
+struct BenchCase {
+  std::string op;
+  std::string uri;
+  std::string dtype;
+  nlohmann::json shape;  // {"rows": ..., ...}
+  std::string label;     // "rmsnorm bf16 rows=64 hidden=5120" for the console
+  std::function<void()> launch;
+  double bytes = 0;                // HBM bytes one launch reads and writes
+  const void* copy_src = nullptr;  // device bytes the copy baseline reads ...
+  size_t copy_bytes = 0;           // ... and as many it writes: ~bytes / 2; 0: no baseline
+};
+
+// Throws NO_DEVICE when there is no GPU; makes device 0 current for the driver calls of a bench.
+void check_gpu();
+
+// The first launch, synchronized: includes compiling or loading the specialization.
+double first_call_ms(const BenchCase& c);
+
+// Times a case that passed its check beside a device-to-device copy of the same traffic measured
+// in the same run, prints one line and appends one JSON row. A failed check is reported, never
+// timed. Returns the command's exit code.
+int report(const BenchCase& c, const Check& chk, double first_ms, const BenchOptions& opts);
+
+// Fills `n` elements of `dtype` at `dst` uniformly in [lo, hi).
+void fill_uniform(unsigned char* dst, size_t n, const std::string& dtype, std::mt19937_64& rng,
+                  double lo, double hi);
+
+// Fills `n` elements of a host image of `dtype` uniformly in [lo, hi) and returns their values.
+std::vector<double> random_elems(std::vector<unsigned char>& host, size_t n,
+                                 const std::string& dtype, std::mt19937_64& rng, double lo,
+                                 double hi);
+
+// The host image of several arrays in one device allocation, each at a 256-byte boundary: the
+// copy baseline then reads as many input bytes as the op does from a single buffer.
+struct Packed {
+  std::vector<unsigned char> host;
+  std::unique_ptr<test::DeviceBuffer> dev;
+  size_t add(size_t bytes) {
+    const size_t at = (host.size() + 255) / 256 * 256;
+    host.resize(at + bytes);
+    return at;
+  }
+  void upload() {
+    dev = std::make_unique<test::DeviceBuffer>(host.size());
+    dev->upload(host.data(), host.size());
+  }
+  char* at(size_t offset) const { return static_cast<char*>(dev->get()) + offset; }
+};
+
+size_t add_int32s(Packed& p, const std::vector<int32_t>& v);
+
+// A "0" / "1" flag, "0" when absent; UsageError otherwise.
+bool flag_arg(const ops::SetArgs& args, const std::string& name);
+
+// One `kjit-cli bench <op>`: the --set names it needs and what runs it.
+using BenchFn = int (*)(const ops::SetArgs&, const BenchOptions&);
+struct BenchEntry {
+  const char* op;
+  std::vector<std::string> required;
+  BenchFn run;
+  const char* set_help;  // "dtype, hidden, rows" and optional ones
+};
+
+// Each family appends its benches; cmd_bench.cpp lists the families.
+void add_norm_benches(std::vector<BenchEntry>& out);        // bench_norm.cpp
+void add_activation_benches(std::vector<BenchEntry>& out);  // bench_activation.cpp
+void add_rope_benches(std::vector<BenchEntry>& out);        // bench_rope.cpp
+void add_kv_cache_benches(std::vector<BenchEntry>& out);    // bench_kv_cache.cpp
+void add_empty_bench(std::vector<BenchEntry>& out);         // bench_harness.cpp
+
+}  // namespace kjit::cli

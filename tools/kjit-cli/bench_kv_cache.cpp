@@ -1,0 +1,161 @@
+// `kjit-cli bench` cases of the paged KV-cache append.
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <tuple>
+#include <vector>
+
+#include "bench_harness.hpp"
+#include "commands.hpp"
+#include "cuda/device.hpp"
+#include "cuda/driver.hpp"
+#include "cuda/launch.hpp"
+#include "jit/arch.hpp"
+#include "jit/jit_core.hpp"
+#include "kjit/kjit.h"
+#include "ops/kv_cache.hpp"
+#include "reference/kv_cache_ref.hpp"
+#include "reference/half.hpp"
+#include "support/gpu.hpp"
+#include "util/error.hpp"
+
+namespace kjit::cli {
+namespace {
+
+int bench_append_paged_kv(const ops::SetArgs& args, const BenchOptions& opts) {
+  const std::string dtype = args.at("dtype");
+  const int64_t tokens = ops::positive_int_arg(args, "tokens", 1 << 24);
+  const int64_t H = ops::positive_int_arg(args, "kv_heads", 1024);
+  const int64_t D = ops::positive_int_arg(args, "head_dim", ops::kAppendPagedKvMaxHeadDim);
+  const int64_t ps = ops::positive_int_arg(args, "page_size", 1024);
+  const int64_t batch = args.count("batch") ? ops::positive_int_arg(args, "batch", tokens)
+                                            : std::max<int64_t>(1, tokens / 512);
+  const std::string layout = args.count("layout") ? args.at("layout") : "nhd";
+  if (layout != "nhd" && layout != "hnd") throw UsageError("layout must be nhd or hnd");
+  const bool nhd = layout == "nhd";
+  const size_t es = ref::elem_size(dtype);
+  const size_t n = static_cast<size_t>(tokens * H * D);  // elements of append_k (and append_v)
+  check_gpu();
+
+  // Requests: each appends its share of the tokens after an existing prefix of up to 1024
+  // tokens, on distinct pages in random order.
+  std::mt19937_64 rng(std::random_device{}());
+  std::uniform_int_distribution<int32_t> prefix_dist(0, 1023);
+  std::vector<int32_t> bi, pos, indptr{0}, last;
+  int64_t num_pages = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    const int32_t prefix = prefix_dist(rng);
+    const int64_t share = tokens / batch + (b < tokens % batch ? 1 : 0);
+    for (int64_t i = 0; i < share; ++i) {
+      bi.push_back(static_cast<int32_t>(b));
+      pos.push_back(static_cast<int32_t>(prefix + i));
+    }
+    const int64_t len = prefix + share, pages = (len + ps - 1) / ps;
+    num_pages += pages;
+    indptr.push_back(static_cast<int32_t>(num_pages));
+    last.push_back(static_cast<int32_t>(len - (pages - 1) * ps));
+  }
+  std::vector<int32_t> indices(static_cast<size_t>(num_pages));
+  std::iota(indices.begin(), indices.end(), 0);
+  std::shuffle(indices.begin(), indices.end(), rng);
+
+  // Inputs append_k | append_v | index arrays in one buffer; the caches poisoned.
+  Packed in;
+  const size_t ak_at = in.add(n * es), av_at = in.add(n * es);
+  fill_uniform(in.host.data() + ak_at, n, dtype, rng, -4.0, 4.0);
+  fill_uniform(in.host.data() + av_at, n, dtype, rng, -4.0, 4.0);
+  const size_t bi_at = add_int32s(in, bi), pos_at = add_int32s(in, pos);
+  const size_t idx_at = add_int32s(in, indices), ptr_at = add_int32s(in, indptr);
+  const size_t last_at = add_int32s(in, last);
+  in.upload();
+  const size_t cache_elems = static_cast<size_t>(num_pages * ps * H * D);
+  Packed caches;
+  const size_t kc_at = caches.add(cache_elems * es), vc_at = caches.add(cache_elems * es);
+  caches.upload();
+  caches.dev->fill(0xFF);  // poison: NaN in every float format
+  const DLDataType dl = test::dl_dtype(dtype), i32 = test::dl_dtype("int32");
+  auto akt = test::make_tensor(in.at(ak_at), {tokens, H, D}, dl);
+  auto avt = test::make_tensor(in.at(av_at), {tokens, H, D}, dl);
+  const std::vector<int64_t> cshape =
+      nhd ? std::vector<int64_t>{num_pages, ps, H, D} : std::vector<int64_t>{num_pages, H, ps, D};
+  auto kct = test::make_tensor(caches.at(kc_at), cshape, dl);
+  auto vct = test::make_tensor(caches.at(vc_at), cshape, dl);
+  auto bt = test::make_tensor(in.at(bi_at), {tokens}, i32);
+  auto pt = test::make_tensor(in.at(pos_at), {tokens}, i32);
+  auto it = test::make_tensor(in.at(idx_at), {num_pages}, i32);
+  auto ipt = test::make_tensor(in.at(ptr_at), {batch + 1}, i32);
+  auto lt = test::make_tensor(in.at(last_at), {batch}, i32);
+
+  ops::AppendPagedKvConfig cfg = ops::select_append_paged_kv(*ops::dtype_of(dl), D, 16);
+  BenchCase c;
+  c.op = "append_paged_kv";
+  c.uri = ops::append_paged_kv_uri(cfg);
+  c.dtype = dtype;
+  c.shape = {{"tokens", tokens}, {"kv_heads", H},  {"head_dim", D},
+             {"page_size", ps},  {"batch", batch}, {"layout", layout}};
+  c.label = fmt::format("append_paged_kv {} {} tokens={} batch={} kv_heads={} head_dim={} page={}",
+                        dtype, layout, tokens, batch, H, D, ps);
+  c.launch = [&] {
+    kjit_status st = kjit_append_paged_kv_cache(
+        akt.get(), avt.get(), bt.get(), pt.get(), kct.get(), vct.get(), it.get(), ipt.get(),
+        lt.get(), nhd ? KJIT_KV_LAYOUT_NHD : KJIT_KV_LAYOUT_HND, nullptr);
+    if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
+  };
+  // Reads append_k / append_v, batch_indices, positions and the page table; writes as many
+  // cache bytes as it reads append bytes.
+  const size_t index_bytes = 4 * (bi.size() + pos.size() + indices.size() + indptr.size());
+  c.bytes = 4.0 * n * es + index_bytes;
+  c.copy_src = in.dev->get();
+  c.copy_bytes = 2 * n * es + index_bytes / 2;
+
+  // Every appended row must sit in its (page, slot) bit for bit, and every other cache element
+  // must still be poison.
+  const double first_ms = first_call_ms(c);
+  std::vector<unsigned char> got(caches.host.size());
+  caches.dev->download(got.data(), got.size());
+  Check chk;
+  const size_t row_bytes = static_cast<size_t>(D) * es;
+  for (int64_t t = 0; t < tokens; ++t) {
+    const auto target = ref::append_target(bi, pos, indptr, indices, t, ps, num_pages);
+    if (!target) throw Error(KJIT_ERROR_INTERNAL, "bench built a token the append skips");
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t cache_row = nhd ? (target->page * ps + target->slot) * H + h
+                                    : (target->page * H + h) * ps + target->slot;
+      const size_t app_elem = static_cast<size_t>((t * H + h) * D);
+      for (const auto& [src, dst] : {std::pair{ak_at, kc_at}, std::pair{av_at, vc_at}}) {
+        unsigned char* slot = got.data() + dst + static_cast<size_t>(cache_row) * row_bytes;
+        for (int64_t d = 0; d < D; ++d) {
+          chk.add(ref::load_elem(slot, static_cast<size_t>(d), dtype),
+                  ref::load_elem(in.host.data() + src, app_elem + d, dtype), 0.0);
+        }
+        std::memset(slot, 0xFF, row_bytes);  // checked: must not count as a stray write below
+      }
+    }
+  }
+  for (const size_t at : {kc_at, vc_at}) {
+    for (size_t i = 0; i < cache_elems * es; ++i) chk.bad += got[at + i] != 0xFF;
+  }
+  return report(c, chk, first_ms, opts);
+}
+
+}  // namespace
+
+void add_kv_cache_benches(std::vector<BenchEntry>& out) {
+  out.push_back({"append_paged_kv",
+                 {"dtype", "tokens", "kv_heads", "head_dim", "page_size"},
+                 bench_append_paged_kv,
+                 "dtype, tokens, kv_heads, head_dim, page_size, optional batch (default max(1, "
+                 "tokens / 512)), layout (nhd|hnd)"});
+}
+}  // namespace kjit::cli

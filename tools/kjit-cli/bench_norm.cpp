@@ -1,0 +1,217 @@
+// `kjit-cli bench` cases of the norm family (rmsnorm, fused_add_rmsnorm, layernorm).
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <tuple>
+#include <vector>
+
+#include "bench_harness.hpp"
+#include "commands.hpp"
+#include "cuda/device.hpp"
+#include "cuda/driver.hpp"
+#include "cuda/launch.hpp"
+#include "jit/arch.hpp"
+#include "jit/jit_core.hpp"
+#include "kjit/kjit.h"
+#include "ops/layernorm.hpp"
+#include "ops/norm.hpp"
+#include "reference/norm_ref.hpp"
+#include "reference/half.hpp"
+#include "support/gpu.hpp"
+#include "util/error.hpp"
+
+namespace kjit::cli {
+namespace {
+
+int bench_rmsnorm(const ops::SetArgs& args, const BenchOptions& opts) {
+  const std::string dtype = args.at("dtype");
+  const int64_t hidden = ops::positive_int_arg(args, "hidden", ops::kRmsNormMaxHidden);
+  const int64_t rows = ops::positive_int_arg(args, "rows", 1 << 24);
+  const size_t es = ref::elem_size(dtype);
+  const size_t n = static_cast<size_t>(rows * hidden);
+  check_gpu();
+
+  std::mt19937_64 rng(std::random_device{}());
+  std::uniform_real_distribution<double> dist(-2.0, 2.0);
+  std::vector<unsigned char> xh(n * es), wh(static_cast<size_t>(hidden) * es), yh(n * es);
+  for (size_t i = 0; i < n; ++i) ref::store_elem(xh.data(), i, dist(rng), dtype);
+  for (int64_t i = 0; i < hidden; ++i) ref::store_elem(wh.data(), i, dist(rng), dtype);
+  test::DeviceBuffer x(xh.size()), w(wh.size()), y(yh.size());
+  x.upload(xh.data(), xh.size());
+  w.upload(wh.data(), wh.size());
+  y.fill(0xFF);  // poison: NaN in every float format
+  auto xt = test::make_tensor(x.get(), {rows, hidden}, test::dl_dtype(dtype));
+  auto wt = test::make_tensor(w.get(), {hidden}, test::dl_dtype(dtype));
+  auto yt = test::make_tensor(y.get(), {rows, hidden}, test::dl_dtype(dtype));
+  const float eps = 1e-6f;
+
+  ops::RmsNormConfig cfg = ops::select_rmsnorm(*ops::dtype_of(test::dl_dtype(dtype)), hidden, 16);
+  BenchCase c;
+  c.op = "rmsnorm";
+  c.uri = ops::rmsnorm_uri(cfg);
+  c.dtype = dtype;
+  c.shape = {{"rows", rows}, {"hidden", hidden}};
+  c.label = fmt::format("rmsnorm {} rows={} hidden={}", dtype, rows, hidden);
+  c.launch = [&] {
+    kjit_status st = kjit_rmsnorm(xt.get(), wt.get(), yt.get(), eps, nullptr);
+    if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
+  };
+  c.bytes = 2.0 * n * es + hidden * es;
+  // The activation bytes: the op reads and writes as much, minus the tiny weight.
+  c.copy_src = x.get();
+  c.copy_bytes = n * es;
+
+  // Reference check on the first run's output.
+  const double first_ms = first_call_ms(c);
+  y.download(yh.data(), yh.size());
+  std::vector<double> xd(n), wd(static_cast<size_t>(hidden));
+  for (size_t i = 0; i < n; ++i) xd[i] = ref::load_elem(xh.data(), i, dtype);
+  for (int64_t i = 0; i < hidden; ++i) wd[i] = ref::load_elem(wh.data(), i, dtype);
+  std::vector<double> want = ref::rmsnorm(xd, wd, rows, hidden, eps);
+  Check chk;
+  const double u = ref::unit_roundoff(dtype);
+  for (size_t i = 0; i < n; ++i) {
+    chk.add(ref::load_elem(yh.data(), i, dtype), want[i],
+            (2 * u + 1e-5) * std::fabs(want[i]) + 1e-6);
+  }
+  return report(c, chk, first_ms, opts);
+}
+
+int bench_fused_add_rmsnorm(const ops::SetArgs& args, const BenchOptions& opts) {
+  const std::string dtype = args.at("dtype");
+  const int64_t hidden = ops::positive_int_arg(args, "hidden", ops::kRmsNormMaxHidden);
+  const int64_t rows = ops::positive_int_arg(args, "rows", 1 << 24);
+  const size_t es = ref::elem_size(dtype);
+  const size_t n = static_cast<size_t>(rows * hidden);
+  check_gpu();
+
+  std::mt19937_64 rng(std::random_device{}());
+  std::vector<unsigned char> xh, rh, wh;
+  const std::vector<double> xd = random_elems(xh, n, dtype, rng, -2.0, 2.0);
+  const std::vector<double> rd = random_elems(rh, n, dtype, rng, -2.0, 2.0);
+  const std::vector<double> wd = random_elems(wh, static_cast<size_t>(hidden), dtype, rng, -2, 2);
+  // input and residual back to back, so the copy baseline moves the same 2n elements.
+  test::DeviceBuffer xr(2 * n * es), w(wh.size());
+  xr.upload(xh.data(), n * es);
+  xr.upload(rh.data(), n * es, n * es);
+  w.upload(wh.data(), wh.size());
+  char* x_ptr = static_cast<char*>(xr.get());
+  auto xt = test::make_tensor(x_ptr, {rows, hidden}, test::dl_dtype(dtype));
+  auto rt = test::make_tensor(x_ptr + n * es, {rows, hidden}, test::dl_dtype(dtype));
+  auto wt = test::make_tensor(w.get(), {hidden}, test::dl_dtype(dtype));
+  const float eps = 1e-6f;
+
+  ops::RmsNormConfig cfg =
+      ops::select_fused_add_rmsnorm(*ops::dtype_of(test::dl_dtype(dtype)), hidden, 16);
+  BenchCase c;
+  c.op = "fused_add_rmsnorm";
+  c.uri = ops::fused_add_rmsnorm_uri(cfg);
+  c.dtype = dtype;
+  c.shape = {{"rows", rows}, {"hidden", hidden}};
+  c.label = fmt::format("fused_add_rmsnorm {} rows={} hidden={}", dtype, rows, hidden);
+  // In place: later launches run on the previous one's results. The work per byte is the same,
+  // and only the first launch is checked.
+  c.launch = [&] {
+    kjit_status st = kjit_fused_add_rmsnorm(xt.get(), rt.get(), wt.get(), eps, nullptr);
+    if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
+  };
+  c.bytes = 4.0 * n * es + hidden * es;  // reads input and residual, writes both
+  c.copy_src = xr.get();
+  c.copy_bytes = 2 * n * es;
+
+  const double first_ms = first_call_ms(c);
+  std::vector<unsigned char> out(2 * n * es);
+  xr.download(out.data(), out.size());
+  const std::vector<double> res_want = ref::residual_add(xd, rd, dtype);
+  const std::vector<double> want = ref::rmsnorm(res_want, wd, rows, hidden, eps);
+  Check chk;
+  for (size_t i = 0; i < n; ++i) {
+    chk.add(ref::load_elem(out.data(), n + i, dtype), res_want[i], 0.0);  // exact: fp32 add
+    chk.add(ref::load_elem(out.data(), i, dtype), want[i],
+            ref::one_rounding_tolerance(dtype, want[i]));
+  }
+  return report(c, chk, first_ms, opts);
+}
+
+int bench_layernorm(const ops::SetArgs& args, const BenchOptions& opts) {
+  const std::string dtype = args.at("dtype");
+  const std::string wdtype = args.count("wdtype") ? args.at("wdtype") : dtype;
+  if (wdtype != dtype && wdtype != "fp32") throw UsageError("wdtype must be dtype or fp32");
+  const int64_t hidden = ops::positive_int_arg(args, "hidden", ops::kLayerNormMaxHidden);
+  const int64_t rows = ops::positive_int_arg(args, "rows", 1 << 24);
+  const size_t es = ref::elem_size(dtype);
+  const size_t n = static_cast<size_t>(rows * hidden);
+  check_gpu();
+
+  std::mt19937_64 rng(std::random_device{}());
+  std::vector<unsigned char> xh, gh, bh;
+  const std::vector<double> xd = random_elems(xh, n, dtype, rng, -2.0, 2.0);
+  const std::vector<double> gd = random_elems(gh, static_cast<size_t>(hidden), wdtype, rng, -2, 2);
+  const std::vector<double> bd = random_elems(bh, static_cast<size_t>(hidden), wdtype, rng, -2, 2);
+  test::DeviceBuffer x(xh.size()), g(gh.size()), b(bh.size()), y(n * es);
+  x.upload(xh.data(), xh.size());
+  g.upload(gh.data(), gh.size());
+  b.upload(bh.data(), bh.size());
+  y.fill(0xFF);  // poison: NaN in every float format
+  auto xt = test::make_tensor(x.get(), {rows, hidden}, test::dl_dtype(dtype));
+  auto gt = test::make_tensor(g.get(), {hidden}, test::dl_dtype(wdtype));
+  auto bt = test::make_tensor(b.get(), {hidden}, test::dl_dtype(wdtype));
+  auto yt = test::make_tensor(y.get(), {rows, hidden}, test::dl_dtype(dtype));
+  const float eps = 1e-5f;
+
+  ops::LayerNormConfig cfg =
+      ops::select_layernorm(*ops::dtype_of(test::dl_dtype(dtype)),
+                            *ops::dtype_of(test::dl_dtype(wdtype)), hidden, 16, 16);
+  BenchCase c;
+  c.op = "layernorm";
+  c.uri = ops::layernorm_uri(cfg);
+  c.dtype = dtype;
+  c.shape = {{"rows", rows}, {"hidden", hidden}, {"wdtype", wdtype}};
+  c.label = fmt::format("layernorm {}/{} rows={} hidden={}", dtype, wdtype, rows, hidden);
+  c.launch = [&] {
+    kjit_status st = kjit_layernorm(xt.get(), gt.get(), bt.get(), yt.get(), eps, nullptr);
+    if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
+  };
+  c.bytes = 2.0 * n * es + 2.0 * hidden * ref::elem_size(wdtype);
+  c.copy_src = x.get();
+  c.copy_bytes = n * es;
+
+  const double first_ms = first_call_ms(c);
+  std::vector<unsigned char> yh(n * es);
+  y.download(yh.data(), yh.size());
+  std::vector<double> mean, rstd;
+  const std::vector<double> want = ref::layernorm(xd, gd, bd, rows, hidden, eps, &mean, &rstd);
+  Check chk;
+  for (size_t i = 0; i < n; ++i) {
+    const size_t r = i / static_cast<size_t>(hidden), col = i % static_cast<size_t>(hidden);
+    chk.add(ref::load_elem(yh.data(), i, dtype), want[i],
+            ref::layernorm_tolerance(dtype, want[i], xd[i], mean[r], rstd[r], gd[col]));
+  }
+  return report(c, chk, first_ms, opts);
+}
+
+}  // namespace
+
+void add_norm_benches(std::vector<BenchEntry>& out) {
+  out.push_back({"rmsnorm", {"dtype", "hidden", "rows"}, bench_rmsnorm, "dtype, hidden, rows"});
+  out.push_back({"fused_add_rmsnorm",
+                 {"dtype", "hidden", "rows"},
+                 bench_fused_add_rmsnorm,
+                 "dtype, hidden, rows"});
+  out.push_back({"layernorm",
+                 {"dtype", "hidden", "rows"},
+                 bench_layernorm,
+                 "dtype, hidden, rows, optional wdtype"});
+}
+}  // namespace kjit::cli
