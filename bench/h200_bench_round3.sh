@@ -23,5 +23,8 @@ J="$OUT/bench.jsonl"
   for r in 1 64; do
     $CLI bench rmsnorm --set dtype=bf16 --set rows=$r --set hidden=4096 --json "$J"
     $CLI bench act_and_mul --set act=silu --set dtype=bf16 --set rows=$r --set d=14336 --json "$J"
+    $CLI bench fused_add_rmsnorm --set dtype=bf16 --set rows=$r --set hidden=4096 --json "$J"
+    $CLI bench layernorm --set dtype=bf16 --set rows=$r --set hidden=4096 --json "$J"
   done
+  $CLI bench empty --json "$J"  # again: the floor drifts; bracket the decode figures
 } 2>&1 | tee "$OUT/bench.log"
