@@ -140,25 +140,31 @@ rope_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DIM / 2 :
   const long long pos = p.a.pos_bytes == 8 ? __ldg(static_cast<const long long*>(p.a.pos) + token)
                                            : __ldg(static_cast<const int*>(p.a.pos) + token);
   const int f0 = unit * kFreqs;
+  // The whole block belongs to this token, so leaving early strands nothing.
+  if (MODE == kModeCache && (pos < 0 || pos >= p.a.max_pos)) return;
+  // Computed after the first heads' loads are issued (below), so sincospif / the cache reads
+  // overlap their DRAM latency instead of preceding it: at prefill sizes each block is one
+  // token's ~10 KB and lives for about one DRAM round trip.
   float cs[kFreqs], sn[kFreqs];
-  if constexpr (MODE == kModeFreq) {
-    const float pf = float(pos);
+  auto compute_angles = [&] {
+    if constexpr (MODE == kModeFreq) {
+      const float pf = float(pos);
 #pragma unroll
-    for (int e = 0; e < kFreqs; ++e) {
-      detail::sincos_of_position(pf, p.freq[2 * (f0 + e)], p.freq[2 * (f0 + e) + 1], &sn[e],
-                                 &cs[e]);
-    }
-  } else {
-    // The whole block belongs to this token, so leaving early strands nothing.
-    if (pos < 0 || pos >= p.a.max_pos) return;
-    const char* row = static_cast<const char*>(p.a.cos_sin) +
-                      pos * p.a.cache_stride * (p.a.cache_dtype == kCacheF32 ? 4 : 2);
+      for (int e = 0; e < kFreqs; ++e) {
+        detail::sincos_of_position(pf, p.freq[2 * (f0 + e)], p.freq[2 * (f0 + e) + 1], &sn[e],
+                                   &cs[e]);
+      }
+    } else {
+      const char* row = static_cast<const char*>(p.a.cos_sin) +
+                        pos * p.a.cache_stride * (p.a.cache_dtype == kCacheF32 ? 4 : 2);
 #pragma unroll
-    for (int e = 0; e < kFreqs; ++e) {
-      cs[e] = detail::load_cache(row, f0 + e, p.a.cache_dtype);
-      sn[e] = detail::load_cache(row, kHalf + f0 + e, p.a.cache_dtype);
+      for (int e = 0; e < kFreqs; ++e) {
+        cs[e] = detail::load_cache(row, f0 + e, p.a.cache_dtype);
+        sn[e] = detail::load_cache(row, kHalf + f0 + e, p.a.cache_dtype);
+      }
     }
-  }
+  };
+  bool have_angles = false;
 
   // Offset in the head of this thread's j-th vector.
   auto elem_offset = [unit](int j) {
@@ -189,6 +195,10 @@ rope_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DIM / 2 :
 #pragma unroll
         for (int j = 0; j < kLoads; ++j) x[i][j].load(src + elem_offset(j));
       }
+    }
+    if (!have_angles) {
+      compute_angles();
+      have_angles = true;
     }
 #pragma unroll
     for (int i = 0; i < kInFlight; ++i) {
