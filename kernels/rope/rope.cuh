@@ -106,10 +106,14 @@ KJIT_DEVICE KJIT_FORCEINLINE float load_cache(const void* row, long long i, int 
 // multiples of VEC. An out view is its in view (in place) or overlaps nothing the kernel reads.
 // kModeCache tokens whose position is outside [0, max_pos) are left untouched (no read past the
 // cache).
+// Min 3 blocks of 256 (6 of the host's 128-thread blocks) caps registers at 80: loads issued
+// before the angle math raised them to 104 and cost residency; measured on the H200 at 65536
+// tokens x 40 heads x 128 bf16: 89.7% of copy (old order, 80 regs), 84.0% (new order, 104),
+// 93.2-93.7% (new order, capped) -- bench/results/2026-12-02-h200-round3b.
 // clang-format would read the launch bound as a pointer declaration.
 // clang-format off
 template <typename T, int HEAD_DIM, int ROT_DIM, bool INTERLEAVE, int VEC, int MODE>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(256, 3)
 rope_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DIM / 2 : 1> p) {
   // clang-format on
   static_assert(ROT_DIM >= 2 && ROT_DIM % 2 == 0 && ROT_DIM <= HEAD_DIM, "bad ROT_DIM");
