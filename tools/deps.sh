@@ -3,7 +3,7 @@
 # /usr/local/cuda (or CUDA_HOME); it is not a Debian package here.
 set -euo pipefail
 pkgs=(cmake ninja-build g++ clang-format libfmt-dev nlohmann-json3-dev catch2 libxxhash-dev
-      libcli11-dev libdlpack-dev)
+      libcli11-dev libdlpack-dev libssl-dev libcurl4-openssl-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

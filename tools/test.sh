@@ -10,3 +10,8 @@ build="${KJIT_BUILD_DIR:-build}"
 export KJIT_CACHE_DIR="${KJIT_TEST_CACHE_DIR:-$PWD/$build/test-cache}"
 rm -rf "$KJIT_CACHE_DIR"
 ctest --test-dir "$build" --output-on-failure -j "$(nproc)" "$@"
+# Opt-in, since the clang build costs minutes: KJIT_TEST_FUZZ_SECONDS=N also builds the libFuzzer
+# targets and runs each for N seconds (the plain build above only replays their seed corpora).
+if [ -n "${KJIT_TEST_FUZZ_SECONDS:-}" ]; then
+  bash tools/fuzz.sh "$KJIT_TEST_FUZZ_SECONDS"
+fi

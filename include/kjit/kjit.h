@@ -261,6 +261,235 @@ KJIT_API kjit_status kjit_append_paged_kv_cache(const DLTensor* append_k, const 
                                                 const DLTensor* kv_last_page_len, int layout,
                                                 void* stream);
 
+/* ---- Attention (kernels/attention, src/ops/decode_attention, src/ops/merge_states) ---------- */
+
+/*
+ * Batch decode attention over a paged KV cache (FlashInfer's BatchDecodeWithPagedKVCache): one
+ * query token per request, in two steps.
+ *
+ * kjit_batch_decode_plan (host only: no allocation, no launch, no device memory touched) reads
+ * the host copy of kv_indptr, picks the specialization and the split-KV partition for the
+ * device's SM count, and says how much workspace the runs need. kjit_batch_decode_run only
+ * launches kernels: no host synchronization, allocation or copy, so it can be captured in a CUDA
+ * graph and replayed after the page table's device contents change. A plan serves any number of
+ * runs (every layer of a step, every step while the batch's shape stays the same); replan when
+ * the lengths change a lot, since the partition follows them (the results never depend on it).
+ *
+ * For request b and qo head i (kv head i / (num_qo_heads / num_kv_heads), as FlashInfer):
+ *   len = (kv_indptr[b+1] - kv_indptr[b] - 1) * page_size + kv_last_page_len[b]
+ *   positions t in [start, len), start = max(0, len - 1 - window_left) (0 when window_left = -1)
+ *   x_t = sm_scale * k_scale * (q . k_t), or cap * tanh(that / cap) with a soft cap
+ *   out = v_scale * sum_t softmax(x)_t v_t,   lse = log(sum_t exp(x_t))  (natural log)
+ * The key at position t is page kv_indices[kv_indptr[b] + t / page_size], slot t % page_size.
+ * A request with no positions gets out = 0 and lse = -inf.
+ */
+typedef struct kjit_decode_plan kjit_decode_plan;
+
+/* Options of a plan. Versioned by struct_size: kjit_decode_options_init fills the defaults for
+ * this header's layout, and the library reads only the fields that struct_size covers. */
+typedef struct kjit_decode_options {
+  size_t struct_size;    /* sizeof(kjit_decode_options) */
+  float sm_scale;        /* logit scale; 0 (default): 1 / sqrt(head_dim); else finite > 0 */
+  float logits_soft_cap; /* 0 (default): off; > 0: x = cap * tanh(x / cap) (Gemma 2) */
+  int window_left;       /* -1 (default): off; >= 0: attend to the last window_left + 1 positions */
+  int num_splits;        /* 0 (default): chosen by the plan; n >= 1: split each request's
+                            positions into at most n parts (1: never split) */
+  int num_sms;           /* 0 (default): the device's SM count; n > 0: plan for n SMs */
+} kjit_decode_options;
+
+/* Fills *options with the defaults (NULL is ignored). */
+KJIT_API void kjit_decode_options_init(kjit_decode_options* options);
+
+/*
+ * Plans decode runs. On success *plan owns a new plan (free it with kjit_decode_plan_destroy);
+ * on failure *plan is set to NULL (when plan itself is not NULL).
+ *
+ * kv_indptr_host: host memory, batch + 1 int32 values, non-decreasing from >= 0 (NULL allowed
+ *   when batch = 0). Only the page counts matter; kv_last_page_len is not needed here.
+ * batch >= 0. num_qo_heads, num_kv_heads >= 1, num_qo_heads a multiple of num_kv_heads; the
+ *   group size (their ratio) 1..16 (larger: KJIT_ERROR_UNSUPPORTED).
+ * head_dim: 64, 128 or 256 (others: KJIT_ERROR_UNSUPPORTED). page_size >= 1 (any size; page
+ *   tables are read per token). layout: KJIT_KV_LAYOUT_NHD or KJIT_KV_LAYOUT_HND.
+ * q_dtype: bf16 or fp16 (out has this dtype too). kv_dtype: q_dtype, or fp8 e4m3 (DLPack 1.1's
+ *   kDLFloat8_e4m3fn = code 10, or kDLUInt, bits 8, for caches exported as raw bytes); fp8 keys
+ *   and values are multiplied by the run's k_scale / v_scale. Other pairs: UNSUPPORTED.
+ * options: NULL for the defaults.
+ * device_id: the CUDA device the runs use. Its SM count and shared memory are queried unless
+ *   options->num_sms > 0 and no driver is present (then an H100 / H200-class device is assumed).
+ * Thread-safe.
+ */
+KJIT_API kjit_status kjit_batch_decode_plan(const int32_t* kv_indptr_host, int batch,
+                                            int num_qo_heads, int num_kv_heads, int head_dim,
+                                            int page_size, int layout, DLDataType q_dtype,
+                                            DLDataType kv_dtype, const kjit_decode_options* options,
+                                            int device_id, kjit_decode_plan** plan);
+
+/* Workspace bytes kjit_batch_decode_run needs with this plan (0: none; NULL plan: 0). */
+KJIT_API size_t kjit_decode_plan_workspace_bytes(const kjit_decode_plan* plan);
+/* The largest number of parts the plan splits one request into (1: no split; NULL plan: 0). */
+KJIT_API int kjit_decode_plan_num_splits(const kjit_decode_plan* plan);
+/* Frees a plan; NULL is a no-op. Not while a kjit_batch_decode_run with it is in progress on
+ * another thread (launched runs do not use the plan: destroying it after the call returns is
+ * fine even before the GPU has run them). */
+KJIT_API void kjit_decode_plan_destroy(kjit_decode_plan* plan);
+
+/*
+ * Launches the planned decode attention on `stream`.
+ *
+ * q: [batch, num_qo_heads, head_dim], the plan's q dtype, last dim contiguous, other strides
+ *   free (element alignment suffices).
+ * k_cache, v_cache: 4-D in the plan's layout ([num_pages, page_size, num_kv_heads, head_dim] or
+ *   [num_pages, num_kv_heads, page_size, head_dim]), same shape, the plan's kv dtype, last dim
+ *   contiguous, other strides free (k and v may be the halves of one [num_pages, 2, ...]
+ *   tensor). Rows 16-byte aligned run fastest; 8- or 4-byte aligned rows run a narrower copy;
+ *   less is KJIT_ERROR_UNSUPPORTED.
+ * kv_indices [nnz_pages], kv_indptr [batch + 1], kv_last_page_len [batch]: int32, contiguous,
+ *   on the device. Read on the device only, and never trusted for memory safety: a page slot
+ *   outside [kv_indptr[b], kv_indptr[b+1]) or outside kv_indices, or a page id outside
+ *   [0, num_pages), contributes nothing; kv_last_page_len is clamped to [0, page_size]. Their
+ *   contents may differ from what was planned (any lengths are computed correctly).
+ * workspace: device memory of at least kjit_decode_plan_workspace_bytes(plan) bytes, any dtype,
+ *   contiguous, 16-byte aligned; NULL when that is 0. Overwritten; two runs in flight at once
+ *   must not share a workspace (runs on one stream are ordered: one workspace serves them all).
+ * out: [batch, num_qo_heads, head_dim], q's dtype, last dim contiguous, other strides free.
+ * lse: NULL, or [batch, num_qo_heads] fp32 (natural log), strides free.
+ *   out, lse and workspace must not overlap each other or any input.
+ * k_scale, v_scale: finite, > 0 (1 for a 16-bit cache; fp8 caches' dequantization scales).
+ * batch = 0 is a successful no-op after validation. The first run of a specialization may
+ * compile or load it: run once before capturing a graph. Thread-safe (one plan may be used from
+ * several threads at once, with distinct workspaces).
+ */
+KJIT_API kjit_status kjit_batch_decode_run(const kjit_decode_plan* plan, const DLTensor* q,
+                                           const DLTensor* k_cache, const DLTensor* v_cache,
+                                           const DLTensor* kv_indices, const DLTensor* kv_indptr,
+                                           const DLTensor* kv_last_page_len, DLTensor* workspace,
+                                           DLTensor* out, DLTensor* lse, float k_scale,
+                                           float v_scale, void* stream);
+
+/*
+ * Merges two attention states over disjoint key sets (FlashInfer's merge_state; cascade and
+ * shared-prefix attention): with s the log-sum-exp (natural log) of each state's logits,
+ *   s_out = log(exp(s_a) + exp(s_b)),  v_out = exp(s_a - s_out) v_a + exp(s_b - s_out) v_b.
+ * A state with s = -inf counts as empty; two empty states give v_out = 0, s_out = -inf. NaN in
+ * s propagates to v_out and s_out.
+ *
+ * v_a, v_b, v_out: [seqs, heads, dim], same shape, bf16 / fp16 / fp32 (same dtype), last dim
+ *   contiguous, other strides free; any dim (narrower vectors when alignment asks).
+ * s_a, s_b: [seqs, heads] fp32, strides free. s_out: the same, or NULL.
+ * v_out may be v_a or v_b itself and s_out s_a or s_b itself (in place); no other overlap.
+ * Zero seqs or heads is a successful no-op after validation.
+ * Thread-safety: safe from any thread; launches on `stream` and returns without waiting.
+ */
+KJIT_API kjit_status kjit_merge_states(const DLTensor* v_a, const DLTensor* s_a,
+                                       const DLTensor* v_b, const DLTensor* s_b, DLTensor* v_out,
+                                       DLTensor* s_out, void* stream);
+
+/*
+ * Merges n states per (seq, head): v [n, seqs, heads, dim], s [n, seqs, heads] -> v_out
+ * [seqs, heads, dim], s_out [seqs, heads] or NULL; the math of kjit_merge_states folded over
+ * the n states (n >= 1; n = 0 gives v_out = 0, s_out = -inf). Dtype and stride rules as
+ * kjit_merge_states; v_out and s_out must not overlap any input.
+ */
+KJIT_API kjit_status kjit_merge_states_n(const DLTensor* v, const DLTensor* s, DLTensor* v_out,
+                                         DLTensor* s_out, void* stream);
+
+/* ---- Sampling (kernels/sampling, src/ops/sampling) ----------------------------------------- */
+
+/*
+ * Conventions of the sampling functions:
+ *  - probs / logits: [batch, vocab], last dim contiguous, rows may be strided. probs are fp32;
+ *    logits fp32, bf16 or fp16. Probabilities need not be normalized: a row is sampled in
+ *    proportion to its values. vocab 1..262144 for the samplers and filters.
+ *  - Filter parameters come per row or as one scalar: a parameter's `*_arr` device tensor
+ *    ([batch], contiguous; top_k int32 or int64, the others fp32) is used when it is not NULL,
+ *    and the scalar after the outputs otherwise (then it is checked here: top_k >= 1,
+ *    top_p in (0, 1], min_p in [0, 1], temperature finite and >= 0). Per-row values are read on
+ *    the device: top_k <= 0 or >= vocab, top_p >= 1 and min_p <= 0 turn that filter off for
+ *    the row; top_p NaN or <= 0, min_p NaN or > 1, and temperature < 0, NaN or Inf make the row
+ *    invalid. temperature 0 is greedy (the first maximum logit).
+ *  - Sets, ties included: top-k keeps every token whose value is >= the k-th largest value
+ *    (so ties at the boundary are all kept: possibly more than k tokens); top-p keeps every
+ *    token for which the mass of strictly larger tokens is < top_p * the row's mass (the
+ *    smallest high-probability set reaching top_p, plus all ties of its last value); min-p
+ *    keeps value >= fl(min_p * max value). With top-k and top-p together, top-k applies first
+ *    and top_p is relative to the top-k set's mass. For logits, top-k ranks the logits
+ *    themselves and the other filters the fp32 weights exp((x - max) / T). The sampled token is
+ *    always in the set and drawn in proportion to its weight within it. No sort of the vocabulary
+ *    and no host synchronization.
+ *  - Randomness: Philox4x32-10 keyed by seed, counter (offset, row, 0): seed and offset are
+ *    device tensors (int64 or uint64, 1 element or [batch]) read by the kernel, so a captured
+ *    CUDA graph draws fresh tokens on replay when the caller updates offset in place (any change
+ *    gives independent draws; bumping it by 1 per step is enough). The same seed, offset and
+ *    inputs give the same tokens. With a [batch] seed a row's draw depends only on its own
+ *    seed and offset, not on its position in the batch.
+ *  - samples: [batch] int32 or int64. valid: NULL or [batch] uint8 / bool; 1 for a sampled row,
+ *    0 for an invalid row (NaN, Inf or negative probabilities, an all-zero row, NaN or +Inf
+ *    logits or all -Inf, a bad per-row parameter). An invalid row's sample is -1 either way.
+ *    Outputs must not overlap any argument.
+ *  - batch = 0 is a successful no-op after validation; vocab = 0 with batch > 0 is an error.
+ *  - Thread-safety: safe from any thread; launches on `stream` and returns without waiting.
+ */
+KJIT_API kjit_status kjit_sampling_from_probs(const DLTensor* probs, const DLTensor* seed,
+                                              const DLTensor* offset, DLTensor* samples,
+                                              DLTensor* valid, void* stream);
+KJIT_API kjit_status kjit_top_k_sampling_from_probs(const DLTensor* probs,
+                                                    const DLTensor* top_k_arr, const DLTensor* seed,
+                                                    const DLTensor* offset, DLTensor* samples,
+                                                    DLTensor* valid, int top_k, void* stream);
+KJIT_API kjit_status kjit_top_p_sampling_from_probs(const DLTensor* probs,
+                                                    const DLTensor* top_p_arr, const DLTensor* seed,
+                                                    const DLTensor* offset, DLTensor* samples,
+                                                    DLTensor* valid, float top_p, void* stream);
+KJIT_API kjit_status kjit_min_p_sampling_from_probs(const DLTensor* probs,
+                                                    const DLTensor* min_p_arr, const DLTensor* seed,
+                                                    const DLTensor* offset, DLTensor* samples,
+                                                    DLTensor* valid, float min_p, void* stream);
+KJIT_API kjit_status kjit_top_k_top_p_sampling_from_probs(
+    const DLTensor* probs, const DLTensor* top_k_arr, const DLTensor* top_p_arr,
+    const DLTensor* seed, const DLTensor* offset, DLTensor* samples, DLTensor* valid, int top_k,
+    float top_p, void* stream);
+/* Temperature, softmax, top-k, top-p and the draw in one kernel (top_k >= vocab and top_p = 1
+ * turn those filters off). */
+KJIT_API kjit_status kjit_top_k_top_p_sampling_from_logits(
+    const DLTensor* logits, const DLTensor* top_k_arr, const DLTensor* top_p_arr,
+    const DLTensor* temperature_arr, const DLTensor* seed, const DLTensor* offset,
+    DLTensor* samples, DLTensor* valid, int top_k, float top_p, float temperature, void* stream);
+
+/*
+ * Renormalize over the top-k / top-p set: out = p / (mass of the set) inside it, 0 outside.
+ * probs, out: [batch, vocab] fp32; out may be probs itself (same view), else must not overlap
+ * it. A row that the samplers would report invalid is written as zeros. Zero-size: no-op.
+ */
+KJIT_API kjit_status kjit_top_k_renorm_probs(const DLTensor* probs, const DLTensor* top_k_arr,
+                                             DLTensor* out, int top_k, void* stream);
+KJIT_API kjit_status kjit_top_p_renorm_probs(const DLTensor* probs, const DLTensor* top_p_arr,
+                                             DLTensor* out, float top_p, void* stream);
+
+/*
+ * out = logits inside the top-k set (by logit value, ties kept), -Inf outside. logits, out:
+ * [batch, vocab], fp32 / bf16 / fp16, same dtype; out may be logits itself. A row with a NaN,
+ * or whose top_k is off, is copied unchanged. Zero-size: no-op.
+ */
+KJIT_API kjit_status kjit_top_k_mask_logits(const DLTensor* logits, const DLTensor* top_k_arr,
+                                            DLTensor* out, int top_k, void* stream);
+
+/*
+ * out = softmax(logits / temperature) over the last dim: logits [batch, vocab] fp32 / bf16 /
+ * fp16 (vocab up to 2^24), out [batch, vocab] fp32 (may be logits itself when that is fp32).
+ * temperature_arr: NULL or [batch] fp32; the scalar must be finite and > 0. A row with a NaN or
+ * +Inf logit, only -Inf logits or a per-row temperature that is not finite and > 0 is written
+ * as NaN. Zero-size: no-op.
+ */
+KJIT_API kjit_status kjit_softmax(const DLTensor* logits, const DLTensor* temperature_arr,
+                                  DLTensor* out, float temperature, void* stream);
+
+/*
+ * out[b] = index of the largest element of input[b] (the first on ties; NaN counts as the
+ * largest, as torch.argmax). input: [batch, vocab] fp32 / bf16 / fp16, vocab 1..2^24; out:
+ * [batch] int32 or int64. batch = 0: no-op.
+ */
+KJIT_API kjit_status kjit_argmax(const DLTensor* input, DLTensor* out, void* stream);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -1,13 +1,16 @@
 #pragma once
 
+#include <atomic>
 #include <new>
 
 #include "util/error.hpp"
 
 namespace kjit::api {
 
+namespace guard_detail {
+
 template <typename F>
-kjit_status guarded(const char* api_name, F&& body) noexcept {
+kjit_status run(const char* api_name, F& body) noexcept {
   try {
     body();
     clear_last_error();
@@ -37,6 +40,28 @@ kjit_status guarded(const char* api_name, F&& body) noexcept {
     }
     return KJIT_ERROR_INTERNAL;
   }
+}
+
+}  // namespace guard_detail
+
+template <typename D, typename F>
+kjit_status guarded(const char* api_name, D&& describe, F&& body) noexcept {
+  // One per call site (each site's lambdas are their own types): the site's level under the
+  // current settings, so include / exclude patterns are matched once, not per call.
+  static std::atomic<uint64_t> site{0};
+  if (__builtin_expect(log_detail::g_level.load(std::memory_order_relaxed) == 0, 1)) {
+    return guard_detail::run(api_name, body);
+  }
+  const int level = log_detail::site_level(api_name, site);
+  if (level == 0) return guard_detail::run(api_name, body);
+  auto run = [&]() noexcept { return guard_detail::run(api_name, body); };
+  return log_detail::logged_call(api_name, level, describe, run);
+}
+
+template <typename F>
+kjit_status guarded(const char* api_name, F&& body) noexcept {
+  return guarded(
+      api_name, [](CallLog&) {}, body);
 }
 
 }  // namespace kjit::api

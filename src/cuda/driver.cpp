@@ -1,13 +1,24 @@
 #include "cuda/driver.hpp"
 
+#include <cudaTypedefs.h>
 #include <dlfcn.h>
 
 #include <mutex>
+#include <type_traits>
 
 #include "util/error.hpp"
 
 namespace kjit::cuda {
 namespace {
+
+// A member whose type is not the ABI requested for it would be called with the wrong arguments
+// (CUDA 13's cuCtxSynchronize_v2 reads a CUcontext from whatever register the caller left).
+#define KJIT_CU_FN(name, abi)                                                \
+  static_assert(std::is_same_v<decltype(Driver::name), PFN_##name##_v##abi>, \
+                #name ": driver_functions.inc names another ABI than cuda.h declares");
+#include "cuda/driver_functions.inc"
+#undef KJIT_CU_FN
+static_assert(std::is_same_v<decltype(Driver::cuFuncLoad), PFN_cuFuncLoad_v12040>);
 
 using GetProcAddressFn = CUresult (*)(const char*, void**, int, cuuint64_t,
                                       CUdriverProcAddressQueryResult*);
@@ -35,20 +46,20 @@ Loaded load_driver() {
   }
   Driver& d = out.driver;
   std::string missing;
-  auto load = [&](const char* name, void** slot, bool required) {
+  auto load = [&](const char* name, void** slot, int abi, bool required) {
     CUdriverProcAddressQueryResult status{};
-    CUresult r = get_proc(name, slot, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status);
+    CUresult r = get_proc(name, slot, abi, CU_GET_PROC_ADDRESS_DEFAULT, &status);
     if (r != CUDA_SUCCESS || status != CU_GET_PROC_ADDRESS_SUCCESS) {
       *slot = nullptr;
       if (required) missing += fmt::format(" {}", name);
     }
   };
   // #name is the unversioned symbol (cuMemAlloc) that cuGetProcAddress expects; d.name expands to
-  // the versioned member (cuMemAlloc_v2) whose type matches CUDA_VERSION.
-#define KJIT_CU_FN(name) load(#name, reinterpret_cast<void**>(&d.name), true);
+  // the versioned member (cuMemAlloc_v2), whose type is PFN_<name>_v<abi> (asserted above).
+#define KJIT_CU_FN(name, abi) load(#name, reinterpret_cast<void**>(&d.name), abi, true);
 #include "cuda/driver_functions.inc"
 #undef KJIT_CU_FN
-  load("cuFuncLoad", reinterpret_cast<void**>(&d.cuFuncLoad), false);
+  load("cuFuncLoad", reinterpret_cast<void**>(&d.cuFuncLoad), 12040, false);
   if (!missing.empty()) {
     out.error = fmt::format("CUDA driver lacks entry points:{}", missing);
     return out;

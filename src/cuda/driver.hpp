@@ -9,10 +9,11 @@
 
 namespace kjit::cuda {
 
-// Entry points resolved through cuGetProcAddress for the CUDA version kjit was built against.
+// Entry points resolved through cuGetProcAddress, each at the ABI whose signature cuda.h declares
+// for its name (driver_functions.inc).
 // Optional ones (newer than the oldest driver we accept) may be null.
 struct Driver {
-#define KJIT_CU_FN(name) decltype(&::name) name = nullptr;
+#define KJIT_CU_FN(name, abi) decltype(&::name) name = nullptr;
 #include "cuda/driver_functions.inc"
 #undef KJIT_CU_FN
   // Optional: cuFuncLoad (12.4+), cuStreamIsCapturing_v2 fallbacks, etc.

@@ -2,10 +2,12 @@
 
 #include <nvrtc.h>
 
+#include <algorithm>
 #include <chrono>
 #include <mutex>
 
 #include "util/error.hpp"
+#include "util/log.hpp"
 
 namespace kjit::jit {
 
@@ -76,21 +78,41 @@ CompileOutput compile_cubin(const Spec& spec, const std::vector<SourceFile>& sou
   Program p;
   std::string main_name = spec.uri + ".cu";
   const std::string main = main_source(spec);
-  check_nvrtc(nvrtcCreateProgram(&p.prog, main.c_str(), main_name.c_str(),
-                                 static_cast<int>(header_data.size()), header_data.data(),
-                                 header_names.data()),
-              "nvrtcCreateProgram", spec.uri);
-  for (const auto& e : spec.entry_names) {
-    check_nvrtc(nvrtcAddNameExpression(p.prog, e.c_str()), "nvrtcAddNameExpression", spec.uri);
-  }
-  nvrtcResult cr = nvrtcCompileProgram(p.prog, static_cast<int>(opt_ptrs.size()), opt_ptrs.data());
+  nvrtcResult cr = NVRTC_SUCCESS;
   CompileOutput out;
-  size_t log_size = 0;
-  nvrtcGetProgramLogSize(p.prog, &log_size);
-  if (log_size > 1) {
-    out.log.resize(log_size);
-    nvrtcGetProgramLog(p.prog, out.log.data());
-    out.log.resize(log_size - 1);
+  for (;;) {
+    if (p.prog) nvrtcDestroyProgram(&p.prog);
+    check_nvrtc(nvrtcCreateProgram(&p.prog, main.c_str(), main_name.c_str(),
+                                   static_cast<int>(header_data.size()), header_data.data(),
+                                   header_names.data()),
+                "nvrtcCreateProgram", spec.uri);
+    for (const auto& e : spec.entry_names) {
+      check_nvrtc(nvrtcAddNameExpression(p.prog, e.c_str()), "nvrtcAddNameExpression", spec.uri);
+    }
+    cr = nvrtcCompileProgram(p.prog, static_cast<int>(opt_ptrs.size()), opt_ptrs.data());
+    out.log.clear();
+    size_t log_size = 0;
+    nvrtcGetProgramLogSize(p.prog, &log_size);
+    if (log_size > 1) {
+      out.log.resize(log_size);
+      nvrtcGetProgramLog(p.prog, out.log.data());
+      out.log.resize(log_size - 1);
+    }
+    // NVRTC keeps its precompiled-header heap in a memory-mapped temp file: with the temp dir
+    // full (or RLIMIT_FSIZE) every -pch compile fails this way, although compiling needs no disk.
+    // -pch does not change the code, so compile again without it.
+    auto pch = std::find(opts.begin(), opts.end(), "-pch");
+    if (cr == NVRTC_SUCCESS || pch == opts.end() ||
+        out.log.find("unable to obtain mapped memory") == std::string::npos) {
+      break;
+    }
+    util::log(
+        "warning: NVRTC could not map memory for precompiled headers (temp dir full?); "
+        "compiling {} without -pch",
+        spec.uri);
+    opts.erase(pch);
+    opt_ptrs.clear();
+    for (const auto& o : opts) opt_ptrs.push_back(o.c_str());
   }
   if (cr != NVRTC_SUCCESS) {
     std::string opt_text;

@@ -47,7 +47,16 @@ std::optional<CachedEntry> DiskCache::load(const EntryPaths& p, const std::strin
 void DiskCache::publish(const EntryPaths& p, const Metadata& meta, const std::string& cubin) const {
   util::make_dirs(p.json.parent_path());
   util::write_file_atomic(p.cubin, cubin);
-  util::write_file_atomic(p.json, meta.to_json());
+  try {
+    util::write_file_atomic(p.json, meta.to_json());
+  } catch (const Error&) {
+    // A cubin without its sidecar is never loaded, but nothing lists or prunes it either: on a
+    // full disk it would only hold on to the space. The caller holds the entry lock, so no
+    // other writer can have paired a sidecar with it meanwhile.
+    std::error_code ec;
+    fs::remove(p.cubin, ec);
+    throw;
+  }
 }
 
 std::vector<ListedEntry> DiskCache::list(const std::string& kjit_version,

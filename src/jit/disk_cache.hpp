@@ -49,7 +49,8 @@ class DiskCache {
   std::optional<CachedEntry> load(const EntryPaths& p, const std::string& key,
                                   const KeyInputs& expected, std::string* problem) const;
 
-  // Publishes cubin then JSON. Throws KJIT_ERROR_CACHE on failure.
+  // Publishes cubin then JSON; call it holding the entry lock. Throws KJIT_ERROR_CACHE on
+  // failure, leaving no cubin without a sidecar behind (and no temp file).
   void publish(const EntryPaths& p, const Metadata& meta, const std::string& cubin) const;
 
   // Every entry with a JSON sidecar, checked for self-consistency against this kjit and NVRTC.

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "aot/packages.hpp"
 #include "cuda/device.hpp"
 #include "cuda/driver.hpp"
 #include "jit/compiler.hpp"
@@ -18,7 +19,10 @@ std::string kjit_version() {
   return KJIT_VERSION_STRING;
 }
 
-JitCore::JitCore(Settings settings) : settings_(std::move(settings)) {}
+JitCore::JitCore(Settings settings)
+    : settings_(std::move(settings)), packages_(std::make_unique<aot::Packages>(settings_)) {}
+
+JitCore::~JitCore() = default;
 
 JitCore& JitCore::global() {
   static JitCore core(Settings::from_env());
@@ -26,6 +30,10 @@ JitCore& JitCore::global() {
 }
 
 Artifact JitCore::build(const Spec& spec, const ArchTarget& target) {
+  return build_impl(spec, target, false);
+}
+
+Artifact JitCore::build_impl(const Spec& spec, const ArchTarget& target, bool for_device) {
   if (!family_supports(spec.arch_families, target)) {
     select_targets(spec.arch_families, {target}, spec.uri);  // throws with both lists
   }
@@ -33,12 +41,29 @@ Artifact JitCore::build(const Spec& spec, const ArchTarget& target) {
   KeyInputs inputs = make_key_inputs(spec, sources, semantic_options(spec, target, settings_),
                                      target, nvrtc_version(), kjit_version());
   std::string key = compute_key(inputs).hex();
+  // Packages come before the disk cache: a shipped cubin costs a read and a SHA-256.
+  std::vector<aot::Wanted> wanted{aot::make_wanted(target, inputs, key)};
+  ArchTarget specific = target;
+  specific.arch_specific = true;
+  if (for_device && !target.arch_specific && family_supports(spec.arch_families, specific)) {
+    // The device is exactly this compute capability, so a package built for sm_XYa serves it
+    // too; compile-only requests (for_device false) get exactly the target they named.
+    wanted.push_back(aot::make_wanted(spec, sources, specific, settings_));
+  }
+  std::string searched;
+  auto packaged = [&](aot::Found f) {
+    stats_.package_hits++;
+    return Artifact{std::move(f.meta), std::move(f.cubin), ArtifactSource::kPackage,
+                    std::move(f.cubin_path)};
+  };
+  if (auto f = packages_->find(spec.uri, wanted, &searched)) return packaged(std::move(*f));
   if (!settings_.disk_cache) {
+    if (auto f = packages_->auto_fetch(spec.uri, wanted, &searched)) return packaged(std::move(*f));
     if (settings_.disable_jit) {
       fail(KJIT_ERROR_JIT_DISABLED,
            "{} ({}) is not loaded, KJIT_DISABLE_JIT=1 forbids compiling it and KJIT_JIT_CACHE=0 "
-           "turns the disk cache off",
-           spec.uri, target.sm());
+           "turns the disk cache off (packages searched: {})",
+           spec.uri, target.sm(), searched);
     }
     return compile(spec, target, sources, inputs, key);
   }
@@ -51,12 +76,14 @@ Artifact JitCore::build(const Spec& spec, const ArchTarget& target) {
     DiskCache::touch(paths.cubin);
     return {std::move(e->meta), std::move(e->cubin), ArtifactSource::kDisk, paths.cubin};
   }
-  return build_locked(spec, target, sources, inputs, key, paths);
+  if (auto f = packages_->auto_fetch(spec.uri, wanted, &searched)) return packaged(std::move(*f));
+  return build_locked(spec, target, sources, inputs, key, paths, searched);
 }
 
 Artifact JitCore::build_locked(const Spec& spec, const ArchTarget& target,
                                const std::vector<SourceFile>& sources, const KeyInputs& inputs,
-                               const std::string& key, const EntryPaths& paths) {
+                               const std::string& key, const EntryPaths& paths,
+                               const std::string& searched) {
   DiskCache cache = disk_cache();
   std::unique_ptr<util::FileLock> lock;
   if (!settings_.disable_jit) {
@@ -83,8 +110,9 @@ Artifact JitCore::build_locked(const Spec& spec, const ArchTarget& target,
   if (settings_.disable_jit) {
     fail(KJIT_ERROR_JIT_DISABLED,
          "{} ({}) has no valid cached module{} and KJIT_DISABLE_JIT=1 forbids compiling it "
-         "(looked for {})",
-         spec.uri, target.sm(), problem.empty() ? "" : " (" + problem + ")", paths.json.string());
+         "(looked for {}; packages searched: {})",
+         spec.uri, target.sm(), problem.empty() ? "" : " (" + problem + ")", paths.json.string(),
+         searched);
   }
   Artifact a = compile(spec, target, sources, inputs, key);
   try {
@@ -198,12 +226,14 @@ const LoadedKernel& JitCore::kernel_slow(const util::Hash128& h, int device, con
 std::unique_ptr<LoadedKernel> JitCore::load(const Spec& spec, int device) {
   const cuda::DeviceInfo& info = cuda::device_info(device);
   ArchTarget target = select_device_target(spec.arch_families, info.major, info.minor, spec.uri);
-  Artifact a = build(spec, target);
+  Artifact a = build_impl(spec, target, true);
   const cuda::Driver& d = cuda::driver();
   cuda::ScopedDevice scope(device);
   auto k = std::make_unique<LoadedKernel>();
   k->uri = spec.uri;
   k->target = target;
+  // A package may serve a plain target with its arch-specific sibling: record what was loaded.
+  if (auto t = ArchTarget::parse(a.meta.inputs.arch)) k->target = *t;
   k->device = device;
   KJIT_CU_CHECK(d.cuModuleLoadData(&k->module, a.cubin.data()));
   for (const auto& [expr, lowered] : a.meta.lowered_names) {

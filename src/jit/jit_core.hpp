@@ -4,7 +4,9 @@
 //     -> make_spec()                         only on an in-process miss
 //     -> select_device_target()              never compiles for a family the spec excludes
 //     -> build(spec, target):
+//          AOT package / artifact dir entry? checked against version, sources, SHA-256
 //          valid disk entry?                 lock-free read, validated before use
+//          auto-fetch (opt-in)?              into the artifact dir, verified first
 //          -> flock(entry) -> check again    concurrent processes compile once
 //          -> NVRTC -> publish (atomic)      KJIT_DISABLE_JIT stops here with an error
 //     -> cuModuleLoadData in the device's primary context, cuFuncLoad (no lazy load later)
@@ -31,9 +33,14 @@
 #include "jit/spec.hpp"
 #include "util/hash.hpp"
 
+namespace kjit::aot {
+class Packages;
+}
+
 namespace kjit::jit {
 
-enum class ArtifactSource { kDisk, kCompiled };
+// kPackage: from an AOT package or the artifact dir (docs/aot.md).
+enum class ArtifactSource { kDisk, kCompiled, kPackage };
 
 struct Artifact {
   Metadata meta;
@@ -50,16 +57,55 @@ struct LoadedKernel {
   std::vector<CUfunction> functions;  // in spec.entry_names order
 };
 
+// Lets the API call log (src/api/call_log) name the kernels a call runs: kernel_for reports each
+// kernel it returns to the calling thread's observer, before the op launches it. With no observer
+// installed in any thread that costs one relaxed load per call.
+class KernelObserver {
+ public:
+  virtual void on_kernel(const LoadedKernel& k) noexcept = 0;
+
+ protected:
+  ~KernelObserver() = default;
+};
+inline std::atomic<int> g_kernel_observers{0};
+inline thread_local KernelObserver* t_kernel_observer = nullptr;
+
+inline void notify_kernel(const LoadedKernel& k) noexcept {
+  if (g_kernel_observers.load(std::memory_order_relaxed) != 0 && t_kernel_observer != nullptr) {
+    t_kernel_observer->on_kernel(k);
+  }
+}
+
+// Installs `o` as the calling thread's observer for the scope.
+class ScopedKernelObserver {
+ public:
+  explicit ScopedKernelObserver(KernelObserver* o) : prev_(t_kernel_observer) {
+    t_kernel_observer = o;
+    g_kernel_observers.fetch_add(1, std::memory_order_relaxed);
+  }
+  ~ScopedKernelObserver() {
+    g_kernel_observers.fetch_sub(1, std::memory_order_relaxed);
+    t_kernel_observer = prev_;
+  }
+  ScopedKernelObserver(const ScopedKernelObserver&) = delete;
+  ScopedKernelObserver& operator=(const ScopedKernelObserver&) = delete;
+
+ private:
+  KernelObserver* prev_;
+};
+
 struct JitStats {
   std::atomic<long> compiles{0};
   std::atomic<long> disk_hits{0};
   std::atomic<long> invalid_entries{0};  // found on disk, rejected, rebuilt
   std::atomic<long> loads{0};            // modules loaded onto a device
+  std::atomic<long> package_hits{0};     // served from an AOT package or the artifact dir
 };
 
 class JitCore {
  public:
   explicit JitCore(Settings settings);
+  ~JitCore();
   // The process-wide instance used by the C ABI, configured from the environment on first use.
   static JitCore& global();
 
@@ -92,14 +138,18 @@ class JitCore {
     std::memcpy(bytes + n, &cfg, sizeof(Config));
     std::memcpy(bytes + n + sizeof(Config), &device, sizeof(int));
     const util::Hash128 h = util::xxh3_128({bytes, n + sizeof(Config) + sizeof(int)});
-    if (const LoadedKernel* k = find_fast(h)) return *k;
-    return kernel_slow(h, device, make_spec());
+    const LoadedKernel* k = find_fast(h);
+    if (k == nullptr) k = &kernel_slow(h, device, make_spec());
+    notify_kernel(*k);
+    return *k;
   }
 
  private:
+  Artifact build_impl(const Spec& spec, const ArchTarget& target, bool for_device);
   Artifact build_locked(const Spec& spec, const ArchTarget& target,
                         const std::vector<SourceFile>& sources, const KeyInputs& inputs,
-                        const std::string& key, const EntryPaths& paths);
+                        const std::string& key, const EntryPaths& paths,
+                        const std::string& searched);
   Artifact compile(const Spec& spec, const ArchTarget& target,
                    const std::vector<SourceFile>& sources, const KeyInputs& inputs,
                    const std::string& key);
@@ -114,6 +164,7 @@ class JitCore {
   };
 
   Settings settings_;
+  std::unique_ptr<aot::Packages> packages_;  // KJIT_AOT_DIR, the artifact dir, fetching
   JitStats stats_;
   std::shared_mutex loaded_mu_;
   std::unordered_map<std::string, std::unique_ptr<LoadedKernel>> loaded_;

@@ -2,7 +2,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <ctime>
+#include <limits>
+#include <stdexcept>
+#include <type_traits>
 
 #include "util/error.hpp"
 
@@ -55,6 +59,31 @@ std::vector<std::pair<std::string, std::string>> pairs_from_json(const json& a) 
   return v;
 }
 
+// An integer field, strictly: nlohmann's get<int>() of 1e300 is a float-to-int conversion that
+// overflows (undefined behaviour), and of -1 into an unsigned field wraps. Found by fuzzing.
+template <class T>
+T integer_field(const json& v, const char* name) {
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (u <= static_cast<uint64_t>(std::numeric_limits<T>::max())) return static_cast<T>(u);
+  } else if (v.is_number_integer()) {
+    const int64_t i = v.get<int64_t>();
+    if constexpr (std::is_signed_v<T>) {
+      if (i >= std::numeric_limits<T>::min() && i <= std::numeric_limits<T>::max()) {
+        return static_cast<T>(i);
+      }
+    } else if (i >= 0) {
+      return static_cast<T>(i);
+    }
+  }
+  throw std::runtime_error(std::string(name) + " must be an integer in range, got " + v.dump());
+}
+
+template <class T>
+T optional_integer(const json& j, const char* name, T fallback) {
+  return j.contains(name) ? integer_field<T>(j.at(name), name) : fallback;
+}
+
 }  // namespace
 
 std::string Metadata::to_json() const {
@@ -83,7 +112,7 @@ Metadata Metadata::from_json(const std::string& text) {
   try {
     json j = json::parse(text);
     Metadata m;
-    m.schema = j.at("schema").get<int>();
+    m.schema = integer_field<int>(j.at("schema"), "schema");
     m.key = j.at("key").get<std::string>();
     m.uri = j.at("uri").get<std::string>();
     m.inputs.op = j.at("op").get<std::string>();
@@ -94,12 +123,12 @@ Metadata Metadata::from_json(const std::string& text) {
     m.inputs.nvrtc_version = j.at("nvrtc_version").get<std::string>();
     m.inputs.kjit_version = j.at("kjit_version").get<std::string>();
     m.lowered_names = pairs_from_json(j.at("lowered_names"));
-    m.cubin_size = j.at("cubin_size").get<uint64_t>();
+    m.cubin_size = integer_field<uint64_t>(j.at("cubin_size"), "cubin_size");
     m.cubin_hash = j.at("cubin_xxh3_64").get<std::string>();
     m.compile_ms = j.at("compile_ms").get<double>();
     m.created = j.at("created").get<std::string>();
-    m.registers = j.value("registers", -1);
-    m.shared_bytes = j.value("shared_bytes", -1);
+    m.registers = optional_integer<int>(j, "registers", -1);
+    m.shared_bytes = optional_integer<int>(j, "shared_bytes", -1);
     return m;
   } catch (const std::exception& e) {
     fail(KJIT_ERROR_CACHE, "invalid metadata: {}", e.what());

@@ -1,7 +1,12 @@
 #include "jit/settings.hpp"
 
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+
 #include "util/env.hpp"
 #include "util/error.hpp"
+#include "util/log.hpp"
 
 #ifndef KJIT_BUILD_CUDA_HOME
 #define KJIT_BUILD_CUDA_HOME "/usr/local/cuda"
@@ -12,6 +17,24 @@ namespace kjit::jit {
 namespace fs = std::filesystem;
 using util::env_flag;
 using util::env_get;
+
+namespace {
+
+// An integer variable in [lo, hi]; anything else is warned about and gives `fallback`, so a typo
+// in a tuning knob never stops inference.
+int env_int(const char* name, int fallback, int lo, int hi) {
+  auto v = env_get(name);
+  if (!v || v->empty()) return fallback;
+  char* end = nullptr;
+  long n = std::strtol(v->c_str(), &end, 10);
+  if (*end != '\0' || n < lo || n > hi) {
+    util::log("warning: {}={} is not an integer in {}..{}; using {}", name, *v, lo, hi, fallback);
+    return fallback;
+  }
+  return static_cast<int>(n);
+}
+
+}  // namespace
 
 Settings Settings::from_env() {
   Settings s;
@@ -37,6 +60,36 @@ Settings Settings::from_env() {
   s.lineinfo = env_flag("KJIT_JIT_LINEINFO");
   s.use_pch = env_flag("KJIT_JIT_PCH", true);
   if (auto v = env_get("KJIT_CUDA_ARCH_LIST")) s.arch_list = parse_arch_list(*v);
+  if (auto v = env_get("KJIT_AOT_DIR")) {
+    size_t start = 0;
+    while (start <= v->size()) {
+      size_t end = std::min(v->find(':', start), v->size());
+      if (end > start) s.aot_dirs.emplace_back(v->substr(start, end - start));
+      start = end + 1;
+    }
+  }
+  if (auto v = env_get("KJIT_ARTIFACT_DIR"); v && !v->empty()) {
+    s.artifact_dir = *v;
+  } else {
+    s.artifact_dir = s.cache_dir / "artifacts";
+  }
+  s.artifact_url = env_get("KJIT_ARTIFACT_URL").value_or("");
+  s.artifact_auto_fetch = env_flag("KJIT_ARTIFACT_AUTO_FETCH");
+  s.artifact_jobs = env_int("KJIT_ARTIFACT_JOBS", s.artifact_jobs, 1, 64);
+  s.artifact_retries = env_int("KJIT_ARTIFACT_RETRIES", s.artifact_retries, 0, 10);
+  s.artifact_skip_checksum = env_flag("KJIT_ARTIFACT_SKIP_CHECKSUM");
+  if (auto v = env_get("KJIT_ARTIFACT_LOG")) {
+    std::string lower = *v;
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (lower == "1" || lower == "true" || lower == "yes" || lower == "on" || lower == "stderr") {
+      s.artifact_log = "stderr";
+    } else if (!(lower.empty() || lower == "0" || lower == "false" || lower == "no" ||
+                 lower == "off")) {
+      s.artifact_log = *v;  // a file to append to
+    }
+  }
+  s.offline = env_flag("KJIT_OFFLINE");
+  s.aot_allow_version_mismatch = env_flag("KJIT_AOT_ALLOW_VERSION_MISMATCH");
   return s;
 }
 

@@ -21,6 +21,17 @@ struct Settings {
   bool lineinfo = false;            // KJIT_JIT_LINEINFO -> -lineinfo
   bool use_pch = true;              // KJIT_JIT_PCH (0 disables NVRTC precompiled headers)
   std::vector<ArchTarget> arch_list;  // KJIT_CUDA_ARCH_LIST (compile-only extra targets)
+  // AOT packages and artifact fetching (docs/aot.md).
+  std::vector<std::filesystem::path> aot_dirs;  // KJIT_AOT_DIR (':'-separated), read-only
+  std::filesystem::path artifact_dir;           // KJIT_ARTIFACT_DIR, else <cache_dir>/artifacts
+  std::string artifact_url;                 // KJIT_ARTIFACT_URL: http(s):// or file:// repository
+  bool artifact_auto_fetch = false;         // KJIT_ARTIFACT_AUTO_FETCH
+  int artifact_jobs = 4;                    // KJIT_ARTIFACT_JOBS: concurrent downloads
+  int artifact_retries = 3;                 // KJIT_ARTIFACT_RETRIES: attempts after the first
+  bool artifact_skip_checksum = false;      // KJIT_ARTIFACT_SKIP_CHECKSUM (debug aid, logged)
+  std::string artifact_log;                 // KJIT_ARTIFACT_LOG: "" off, "stderr", or a file
+  bool offline = false;                     // KJIT_OFFLINE: never download
+  bool aot_allow_version_mismatch = false;  // KJIT_AOT_ALLOW_VERSION_MISMATCH
 
   static Settings from_env();
 };

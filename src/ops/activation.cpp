@@ -5,6 +5,7 @@
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
 #include "jit/jit_core.hpp"
+#include "ops/trace_dump.hpp"
 #include "util/error.hpp"
 
 namespace kjit::ops {
@@ -156,6 +157,7 @@ void act_and_mul(Act act, const DLTensor* input, DLTensor* out, void* stream) {
   }
   const int align = std::min(row_alignment(x), row_alignment(y));
   const ActAndMulConfig cfg = select_act_and_mul(act, x.dtype, d, align);
+  if (trace::enabled()) trace::act_and_mul(act, x.dtype, d, x.rows);
 
   const cuda::DeviceInfo& dev = cuda::device_info(x.device);
   const jit::LoadedKernel& k = jit::JitCore::global().kernel_for(

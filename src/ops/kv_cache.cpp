@@ -7,6 +7,7 @@
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
 #include "jit/jit_core.hpp"
+#include "ops/trace_dump.hpp"
 #include "ops/rope.hpp"  // StridedView
 #include "util/error.hpp"
 
@@ -215,6 +216,10 @@ void append_paged_kv_cache(const DLTensor* append_k, const DLTensor* append_v,
   int align = 16;
   for (const StridedView* t : {&ak, &av, &kc, &vc}) align = std::min(align, view_alignment(*t));
   const AppendPagedKvConfig cfg = select_append_paged_kv(ak.dtype, head_dim, align);
+  if (trace::enabled()) {
+    trace::append_paged_kv(ak.dtype, heads, head_dim, page_size, nhd, nnz, batch, indices.shape[0],
+                           num_pages);
+  }
 
   const jit::LoadedKernel& kernel = jit::JitCore::global().kernel_for(
       "append_paged_kv", cfg, dev, [&] { return append_paged_kv_spec(cfg); });

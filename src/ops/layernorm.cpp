@@ -5,6 +5,7 @@
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
 #include "jit/jit_core.hpp"
+#include "ops/trace_dump.hpp"
 #include "ops/norm.hpp"
 #include "util/error.hpp"
 
@@ -125,6 +126,7 @@ void layernorm(const DLTensor* input, const DLTensor* gamma, const DLTensor* bet
   const int align = std::min(row_alignment(x), row_alignment(y));
   const int param_align = std::min(row_alignment(g), row_alignment(b));
   LayerNormConfig cfg = select_layernorm(x.dtype, g.dtype, x.cols, align, param_align);
+  if (trace::enabled()) trace::layernorm(x.dtype, g.dtype, x.cols, x.rows);
 
   const jit::LoadedKernel& k = jit::JitCore::global().kernel_for(
       "layernorm", cfg, x.device, [&] { return layernorm_spec(cfg); });

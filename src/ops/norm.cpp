@@ -6,6 +6,7 @@
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
 #include "jit/jit_core.hpp"
+#include "ops/trace_dump.hpp"
 #include "util/error.hpp"
 
 namespace kjit::ops {
@@ -241,6 +242,7 @@ void rmsnorm(const DLTensor* input, const DLTensor* weight, DLTensor* out, float
   align = std::min(align, row_alignment(y));
   align = std::min(align, row_alignment(w));
   RmsNormConfig cfg = select_rmsnorm(x.dtype, x.cols, align);
+  if (trace::enabled()) trace::rmsnorm(x.dtype, x.cols, x.rows, weight_offset != 0.0f);
 
   const jit::LoadedKernel& k = jit::JitCore::global().kernel_for("rmsnorm", cfg, x.device,
                                                                  [&] { return rmsnorm_spec(cfg); });
@@ -273,6 +275,7 @@ void fused_add_rmsnorm(DLTensor* input, DLTensor* residual, const DLTensor* weig
   align = std::min(align, row_alignment(r));
   align = std::min(align, row_alignment(w));
   RmsNormConfig cfg = select_fused_add_rmsnorm(x.dtype, x.cols, align);
+  if (trace::enabled()) trace::fused_add_rmsnorm(x.dtype, x.cols, x.rows, weight_offset != 0.0f);
 
   const jit::LoadedKernel& k = jit::JitCore::global().kernel_for(
       "fused_add_rmsnorm", cfg, x.device, [&] { return fused_add_rmsnorm_spec(cfg); });

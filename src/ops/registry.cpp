@@ -3,18 +3,23 @@
 #include <algorithm>
 
 #include "ops/activation.hpp"
+#include "ops/decode_attention.hpp"
+#include "ops/definitions.hpp"
 #include "ops/kv_cache.hpp"
 #include "ops/layernorm.hpp"
+#include "ops/merge_states.hpp"
 #include "ops/norm.hpp"
 #include "ops/rope.hpp"
+#include "ops/sampling.hpp"
 #include "util/error.hpp"
 
 namespace kjit::ops {
 
 const std::vector<OpDef>& op_registry() {
-  static const std::vector<OpDef> defs = {rmsnorm_op_def(),   fused_add_rmsnorm_op_def(),
-                                          layernorm_op_def(), act_and_mul_op_def(),
-                                          rope_op_def(),      append_paged_kv_op_def()};
+  static const std::vector<OpDef> defs = with_definitions(
+      {rmsnorm_op_def(), fused_add_rmsnorm_op_def(), layernorm_op_def(), act_and_mul_op_def(),
+       rope_op_def(), append_paged_kv_op_def(), decode_attention_op_def(), merge_states_op_def(),
+       sampling_filter_op_def(), softmax_op_def(), argmax_op_def()});
   return defs;
 }
 
@@ -27,7 +32,9 @@ const OpDef* find_op(std::string_view name) {
 
 void check_set_args(const OpDef& def, const SetArgs& args) {
   for (const auto& [k, v] : args) {
-    auto it = std::find_if(def.axes.begin(), def.axes.end(), [&](auto& a) { return a.name == k; });
+    // Named capture: clang before 16 cannot capture a structured binding.
+    auto it = std::find_if(def.axes.begin(), def.axes.end(),
+                           [&name = k](auto& a) { return a.name == name; });
     if (it == def.axes.end()) {
       std::string names;
       for (const auto& a : def.axes) names += " " + a.name;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "jit/spec.hpp"
+#include "ops/definition.hpp"
 
 namespace kjit::ops {
 
@@ -31,6 +32,9 @@ struct OpDef {
   std::function<jit::Spec(const SetArgs&)> make_spec;
   // The specializations worth compiling ahead of use (`compile --all`, CI compile tests).
   std::function<std::vector<SetArgs>()> catalog;
+  // The op's definitions at realistic const axes (`kjit-cli defs export`); set from
+  // ops/definitions.cpp when the OpDef leaves it empty.
+  std::function<std::vector<Definition>()> definitions;
 };
 
 const std::vector<OpDef>& op_registry();

@@ -12,6 +12,7 @@
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
 #include "jit/jit_core.hpp"
+#include "ops/trace_dump.hpp"
 #include "util/error.hpp"
 
 namespace kjit::ops {
@@ -39,7 +40,10 @@ StridedView as_strided_view(const DLTensor* t, const char* name) {
   for (int i = t->ndim - 1; i >= 0; --i) {
     v.shape[i] = t->shape[i];
     v.strides[i] = stride;
-    stride *= std::max<int64_t>(t->shape[i], 1);
+    // Only an empty tensor's product can pass INT64_MAX here (as_row_matrix bounds the others);
+    // its compact strides are never used, but computing them must not overflow.
+    const int64_t d = std::max<int64_t>(t->shape[i], 1);
+    stride = stride > INT64_MAX / d ? INT64_MAX : stride * d;
   }
   if (v.numel() == 0) return v;
   const int64_t es = static_cast<int64_t>(v.elem_bytes());
@@ -143,7 +147,10 @@ int view_alignment(const StridedView& v) {
   auto ok = [&](int al) {
     if (addr % static_cast<uintptr_t>(al) != 0) return false;
     for (int i = 0; i + 1 < v.ndim; ++i) {
-      if (v.shape[i] > 1 && (v.strides[i] * es) % al != 0) return false;
+      // Unsigned: wraps mod 2^64, which keeps divisibility by a power of two, where the signed
+      // product of an empty view's (unchecked) strides could overflow.
+      const uint64_t bytes = static_cast<uint64_t>(v.strides[i]) * static_cast<uint64_t>(es);
+      if (v.shape[i] > 1 && bytes % static_cast<uint64_t>(al) != 0) return false;
     }
     return true;
   };
@@ -309,7 +316,7 @@ struct RopeLaunch {
   bool interleave = false;
   int rot_dim = 0;
   const StridedView* pos = nullptr;
-  const StridedView* cache = nullptr;             // kCache
+  const StridedView* cache = nullptr;              // kCache
   const std::vector<float>* freq_pairs = nullptr;  // kFreq: see freq_pairs()
 };
 
@@ -543,6 +550,11 @@ void apply_rope_pos_ids(const DLTensor* q, const DLTensor* k, DLTensor* q_out, D
   StridedView pos;
   auto [v, rot] = check_pos_ids_call(q, k, q_out, k_out, pos_ids, rotary_dim, interleave,
                                      rope_scale, rope_theta, &pos);
+  if (trace::enabled() && v.tokens > 0 && v.q_heads + v.k_heads > 0) {
+    trace::rope({RopeKind::kPosIds, v.q.dtype, v.q_heads, v.k_heads, v.head_dim, rot,
+                 interleave != 0, pos.dtype},
+                v.tokens, 0);
+  }
   FreqKey key;
   key.rot_dim = rot;
   key.scale = rope_scale;
@@ -552,7 +564,9 @@ void apply_rope_pos_ids(const DLTensor* q, const DLTensor* k, DLTensor* q_out, D
   l.interleave = interleave != 0;
   l.rot_dim = rot;
   l.pos = &pos;
-  l.freq_pairs = &freq_pairs(key, [&] { return rope_inv_freq(rot, rope_scale, rope_theta); });
+  // rot = rot: clang before 16 cannot capture a structured binding.
+  l.freq_pairs =
+      &freq_pairs(key, [&, rot = rot] { return rope_inv_freq(rot, rope_scale, rope_theta); });
   launch_rope(v, l, stream);
 }
 
@@ -571,6 +585,11 @@ void apply_llama31_rope_pos_ids(const DLTensor* q, const DLTensor* k, DLTensor* 
          "high_freq_factor must be finite and > low_freq_factor ({}), got {}", low_freq_factor,
          high_freq_factor);
   }
+  if (trace::enabled() && v.tokens > 0 && v.q_heads + v.k_heads > 0) {
+    trace::rope({RopeKind::kLlama31, v.q.dtype, v.q_heads, v.k_heads, v.head_dim, rot,
+                 interleave != 0, pos.dtype},
+                v.tokens, 0);
+  }
   FreqKey key;
   key.rot_dim = rot;
   key.llama31 = 1;
@@ -584,7 +603,7 @@ void apply_llama31_rope_pos_ids(const DLTensor* q, const DLTensor* k, DLTensor* 
   l.interleave = interleave != 0;
   l.rot_dim = rot;
   l.pos = &pos;
-  l.freq_pairs = &freq_pairs(key, [&] {
+  l.freq_pairs = &freq_pairs(key, [&, rot = rot] {
     return llama31_inv_freq(rot, rope_scale, rope_theta, low_freq_factor, high_freq_factor,
                             old_context_len);
   });
@@ -676,6 +695,11 @@ void apply_rope_with_cos_sin_cache(const DLTensor* positions, DLTensor* q, DLTen
     check_no_alias(*view, name, cache, "cos_sin_cache", false);
   }
   check_flag(is_neox, "is_neox");
+  if (trace::enabled() && v.tokens > 0 && v.q_heads + v.k_heads > 0) {
+    trace::rope({RopeKind::kCosSinCache, v.q.dtype, v.q_heads, v.k_heads, head_size, rot,
+                 is_neox == 0, pos.dtype, cache.dtype},
+                v.tokens, cache.shape[0]);
+  }
   RopeLaunch l;
   l.mode = RopeMode::kCache;
   l.interleave = is_neox == 0;

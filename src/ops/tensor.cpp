@@ -92,7 +92,20 @@ RowMatrix as_row_matrix(const DLTensor* t, const char* name) {
   if (numel > INT64_MAX / static_cast<int64_t>(dtype_size(m.dtype))) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is too large to address", name);
   }
-  m.data = static_cast<char*>(t->data) + t->byte_offset;
+  // Integer arithmetic: a hostile byte_offset must not wrap the address (to NULL, say), and
+  // pointer arithmetic that overflows would be undefined before it could be checked.
+  const auto base = reinterpret_cast<uintptr_t>(t->data);
+  if (t->byte_offset > UINTPTR_MAX - base) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} byte_offset {} wraps the address space", name,
+         t->byte_offset);
+  }
+  m.data = reinterpret_cast<void*>(base + static_cast<uintptr_t>(t->byte_offset));
+  // Every kernel reads at least whole elements: a pointer below that alignment would fault on
+  // the device (a sticky error that ends the CUDA context), so it is an argument error here.
+  if (numel > 0 && reinterpret_cast<uintptr_t>(m.data) % dtype_size(m.dtype) != 0) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} data is not aligned to its {}-byte elements", name,
+         dtype_size(m.dtype));
+  }
   // Compact row-major unless strides say otherwise; size-1 dims may carry any stride.
   m.row_stride = m.cols;
   if (t->strides != nullptr && numel > 0) {

@@ -35,8 +35,9 @@ struct RowMatrix {
 
 // Throws KJIT_ERROR_INVALID_ARGUMENT naming `name` when `t` is null, has ndim outside 1..8,
 // negative or overflowing shapes, lanes != 1, an unknown dtype, a non-CUDA device, a null data
-// pointer with elements, a last dim that is not contiguous, leading dims that do not collapse
-// into one row stride, or rows that overlap.
+// pointer with elements, a byte_offset that wraps the address space, data (+ byte_offset) not
+// aligned to the element size, a last dim that is not contiguous, leading dims that do not
+// collapse into one row stride, or rows that overlap.
 RowMatrix as_row_matrix(const DLTensor* t, const char* name);
 
 // The widest power-of-two byte alignment (<= 16) shared by the address and the row stride.

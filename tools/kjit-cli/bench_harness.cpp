@@ -8,10 +8,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <tuple>
 #include <vector>
@@ -25,41 +27,11 @@
 #include "jit/jit_core.hpp"
 #include "kjit/kjit.h"
 #include "reference/half.hpp"
+#include "bench_timer.hpp"
 #include "support/gpu.hpp"
 #include "util/error.hpp"
 
 namespace kjit::cli {
-
-Timing time_batches(const std::function<void()>& launch, int warmup, int samples) {
-  const auto& d = cuda::driver();
-  CUevent a, b;
-  KJIT_CU_CHECK(d.cuEventCreate(&a, CU_EVENT_DEFAULT));
-  KJIT_CU_CHECK(d.cuEventCreate(&b, CU_EVENT_DEFAULT));
-  for (int i = 0; i < warmup; ++i) launch();
-  // Size the batch so one sample takes about a millisecond.
-  KJIT_CU_CHECK(d.cuEventRecord(a, nullptr));
-  launch();
-  KJIT_CU_CHECK(d.cuEventRecord(b, nullptr));
-  KJIT_CU_CHECK(d.cuEventSynchronize(b));
-  float one_ms = 0;
-  KJIT_CU_CHECK(d.cuEventElapsedTime(&one_ms, a, b));
-  int batch = std::clamp(static_cast<int>(1.0 / std::max(one_ms, 1e-4f)), 1, 2000);
-  std::vector<double> us;
-  for (int s = 0; s < samples; ++s) {
-    KJIT_CU_CHECK(d.cuEventRecord(a, nullptr));
-    for (int i = 0; i < batch; ++i) launch();
-    KJIT_CU_CHECK(d.cuEventRecord(b, nullptr));
-    KJIT_CU_CHECK(d.cuEventSynchronize(b));
-    float ms = 0;
-    KJIT_CU_CHECK(d.cuEventElapsedTime(&ms, a, b));
-    us.push_back(1000.0 * ms / batch);
-  }
-  d.cuEventDestroy(a);
-  d.cuEventDestroy(b);
-  std::sort(us.begin(), us.end());
-  auto at = [&](double q) { return us[static_cast<size_t>(q * (us.size() - 1) + 0.5)]; };
-  return {at(0.5), us.front(), at(0.1), at(0.9), samples, batch};
-}
 
 void check_gpu() {
   std::string why;
@@ -74,68 +46,201 @@ double first_call_ms(const BenchCase& c) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-int report(const BenchCase& c, const Check& chk, double first_ms, const BenchOptions& opts) {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+// The fields every row of a case shares, in row_fields() order up to the timing.
+ojson row_head(const BenchCase& c, const std::string& backend, const BenchOptions& opts) {
   const cuda::DeviceInfo& dev = cuda::device_info(0);
-  nlohmann::json row = {
-      {"op", c.op},
-      {"uri", c.uri},
-      {"backend", "kjit"},
-      {"shape", c.shape},
-      {"dtype", c.dtype},
-      {"arch", fmt::format("sm_{}{}", dev.major, dev.minor)},
-      {"gpu", dev.name},
-      {"driver", cuda::driver().version},
-      {"first_call_ms", first_ms},
-      {"check", chk.note.empty() ? nlohmann::json{{"pass", chk.pass()},
-                                                  {"bad", chk.bad},
-                                                  {"max_abs", chk.max_abs},
-                                                  {"max_rel", chk.max_rel}}
-                                 : nlohmann::json{{"pass", chk.pass()}, {"note", chk.note}}},
-  };
-  if (chk.pass()) {
-    Timing t = time_batches(c.launch, opts.warmup, opts.samples);
-    row["timer"] = fmt::format("cuda-events, {} back-to-back launches per sample, hot L2", t.batch);
-    row["warmup"] = opts.warmup;
-    row["samples"] = t.samples;
-    row["median_us"] = t.median_us;
-    row["min_us"] = t.min_us;
-    row["p10_us"] = t.p10_us;
-    row["p90_us"] = t.p90_us;
-    std::string vs_copy;
-    if (c.copy_bytes > 0) {
-      test::DeviceBuffer dst(c.copy_bytes);
-      Timing cp = time_batches(
-          [&] {
-            KJIT_CU_CHECK(cuda::driver().cuMemcpyDtoDAsync(
-                reinterpret_cast<CUdeviceptr>(dst.get()), reinterpret_cast<CUdeviceptr>(c.copy_src),
-                c.copy_bytes, nullptr));
-          },
-          opts.warmup, opts.samples);
-      const double gbps = c.bytes / (t.median_us * 1e3);
-      const double copy_gbps = 2.0 * c.copy_bytes / (cp.median_us * 1e3);
-      row["gbps"] = gbps;
-      row["copy_median_us"] = cp.median_us;
-      row["copy_gbps"] = copy_gbps;
-      row["pct_of_copy"] = 100.0 * gbps / copy_gbps;
-      vs_copy = fmt::format(", {:.0f} GB/s = {:.1f}% of copy ({:.0f} GB/s)", gbps,
-                            100.0 * gbps / copy_gbps, copy_gbps);
-    }
-    const std::string check =
-        chk.note.empty()
-            ? fmt::format("check pass (max abs {:.3g}, max rel {:.3g})", chk.max_abs, chk.max_rel)
-            : "no check (" + chk.note + ")";
-    fmt::print(
-        "{}: {:.2f} us median (p10 {:.2f}, p90 {:.2f}, {} x {}){}; {}; first call {:.1f} ms\n",
-        c.label, t.median_us, t.p10_us, t.p90_us, t.samples, t.batch, vs_copy, check, first_ms);
-  } else {
-    fmt::print("{}: CHECK FAILED ({} bad, max abs {:.3g}): not timed\n", c.label, chk.bad,
-               chk.max_abs);
+  const int v = cuda::driver().version;
+  // Every field first, in CSV order, null until known: a row that is not timed still has them.
+  ojson row;
+  for (const auto& f : row_fields()) row[f.substr(0, f.find('.'))] = nullptr;
+  row["op"] = c.op;
+  row["uri"] = backend == "kjit" ? ojson(c.uri) : ojson(nullptr);  // copy / reference: not ours
+  row["backend"] = backend;
+  row["shape"] = c.shape;
+  row["dtype"] = c.dtype;
+  row["arch"] = fmt::format("sm_{}{}", dev.major, dev.minor);
+  row["gpu"] = dev.name;
+  row["driver"] = fmt::format("{}.{}", v / 1000, v % 1000 / 10);
+  row["l2"] = opts.cold_l2 ? "cold" : "hot";
+  row["warmup"] = opts.warmup;
+  return row;
+}
+
+// Always the same keys, null where a figure does not apply, so every row has every field.
+ojson check_json(const Check& chk, const BenchOptions& opts) {
+  if (!opts.check) {
+    return {{"pass", nullptr}, {"max_abs", nullptr}, {"max_rel", nullptr}, {"skipped", true}};
   }
+  ojson j = {{"pass", chk.pass()}};
+  if (chk.note.empty()) {
+    j["max_abs"] = chk.max_abs;
+    j["max_rel"] = chk.max_rel;
+    j["bad"] = chk.bad;
+  } else {
+    j["max_abs"] = nullptr;
+    j["max_rel"] = nullptr;
+    j["note"] = chk.note;
+  }
+  return j;
+}
+
+// Fills the timing fields of `row` from `m`; `bytes` / `flops` give the rates.
+void put_timing(ojson& row, const Measurement& m, double bytes, double flops,
+                const BenchOptions& opts) {
+  row["timer"] = m.timer;
+  row["iters"] = m.stats.n;
+  row["stop"] = stop_name(m.stop);
+  row["median_us"] = m.stats.median;
+  row["min_us"] = m.stats.min;
+  row["max_us"] = m.stats.max;
+  row["p10_us"] = m.stats.p10;
+  row["p90_us"] = m.stats.p90;
+  row["stddev_us"] = m.stats.stddev;
+  row["gbps"] = m.stats.median > 0 ? bytes / (m.stats.median * 1e3) : 0.0;
+  row["tflops"] = m.stats.median > 0 ? flops / (m.stats.median * 1e6) : 0.0;
+  if (m.timer != opts.timer) row["timer_requested"] = opts.timer;
+  if (!m.note.empty()) row["timer_note"] = m.note;
+  if (m.batch > 1) row["batch"] = m.batch;
+}
+
+void put_tail(ojson& row, const Measurement* m, double first_ms, const BenchOptions& opts,
+              const ojson& check) {
+  row["check"] = check;
+  if (m != nullptr) {
+    if (m->throttled == Throttle::kUnknown) {
+      row["throttled"] = "unknown";
+    } else {
+      row["throttled"] = m->throttled == Throttle::kYes;
+    }
+    row["sm_clock_min_mhz"] = m->sm_clock_min_mhz ? ojson(m->sm_clock_min_mhz) : ojson(nullptr);
+    row["sm_clock_max_mhz"] = m->sm_clock_max_mhz ? ojson(m->sm_clock_max_mhz) : ojson(nullptr);
+    if (m->throttled_samples > 0) row["throttled_samples"] = m->throttled_samples;
+    if (!m->throttle_why.empty()) row["throttle_why"] = m->throttle_why;
+  }
+  row["first_call_ms"] = first_ms;
+  row["workload"] = opts.workload.empty() ? ojson(nullptr) : ojson(opts.workload);
+  BenchOptions r = opts;
+  if (r.op.empty()) r.op = row["op"].get<std::string>();
+  row["repro"] = repro_command(r);
+}
+
+void write_row(const ojson& row, const BenchOptions& opts) {
   if (!opts.json_path.empty()) {
     std::ofstream f(opts.json_path, std::ios::app);
     f << row.dump() << "\n";
+    if (!f) throw Error(KJIT_ERROR_INTERNAL, "cannot write " + opts.json_path);
   }
-  return chk.pass() ? kExitOk : kExitFailure;
+  if (!opts.csv_path.empty()) {
+    std::error_code ec;
+    const bool fresh = std::filesystem::file_size(opts.csv_path, ec) == 0 || ec;
+    std::ofstream f(opts.csv_path, std::ios::app);
+    if (fresh) f << csv_header() << "\n";
+    f << csv_line(row) << "\n";
+    if (!f) throw Error(KJIT_ERROR_INTERNAL, "cannot write " + opts.csv_path);
+  }
+}
+
+std::string describe(const Measurement& m) {
+  std::string s = fmt::format("{:.2f} us median (p10 {:.2f}, p90 {:.2f}, stddev {:.1f}%, n={}, {})",
+                              m.stats.median, m.stats.p10, m.stats.p90,
+                              100.0 * m.stats.rel_stddev(), m.stats.n, stop_name(m.stop));
+  if (m.throttled == Throttle::kYes) {
+    s += fmt::format(" THROTTLED in {} samples ({})", m.throttled_samples, m.throttle_why);
+  }
+  return s;
+}
+
+}  // namespace
+
+int report(const BenchCase& c, const Check& chk, double first_ms, const BenchOptions& opts) {
+  if (opts.check && !chk.pass()) {
+    ojson row = row_head(c, "kjit", opts);
+    put_tail(row, nullptr, first_ms, opts, check_json(chk, opts));
+    fmt::print("{}: CHECK FAILED ({} bad, max abs {:.3g}): not timed\n", c.label, chk.bad,
+               chk.max_abs);
+    write_row(row, opts);
+    return kExitFailure;
+  }
+  const std::string check =
+      !opts.check ? "not checked (--no-check)"
+      : chk.note.empty()
+          ? fmt::format("check pass (max abs {:.3g}, max rel {:.3g})", chk.max_abs, chk.max_rel)
+          : "no check (" + chk.note + ")";
+
+  // Every backend first, then the copy: the rows of one case share the copy figure.
+  std::vector<std::pair<std::string, Measurement>> timed;
+  for (const auto& b : opts.backends) {
+    if (b == "kjit") timed.emplace_back(b, measure(c.launch, opts));
+    if (b == "reference") {
+      if (!c.reference_launch) {
+        throw UsageError("backend 'reference': " + c.op + " has no device reference kernel");
+      }
+      timed.emplace_back(b, measure(c.reference_launch, opts));
+    }
+  }
+  std::optional<Measurement> copy;
+  std::unique_ptr<test::DeviceBuffer> dst;
+  if (c.copy_bytes > 0) {
+    dst = std::make_unique<test::DeviceBuffer>(c.copy_bytes);
+    copy = measure(
+        [&] {
+          KJIT_CU_CHECK(cuda::driver().cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(dst->get()),
+                                                         reinterpret_cast<CUdeviceptr>(c.copy_src),
+                                                         c.copy_bytes, nullptr));
+        },
+        opts);
+  }
+  const double copy_bytes = 2.0 * static_cast<double>(c.copy_bytes);
+  const double copy_gbps =
+      copy && copy->stats.median > 0 ? copy_bytes / (copy->stats.median * 1e3) : 0.0;
+
+  for (const auto& [backend, m] : timed) {
+    ojson row = row_head(c, backend, opts);
+    put_timing(row, m, c.bytes, c.flops, opts);
+    std::string vs_copy;
+    if (copy_gbps > 0) {
+      const double gbps = row["gbps"].get<double>();
+      row["pct_of_copy"] = 100.0 * gbps / copy_gbps;
+      row["copy_median_us"] = copy->stats.median;
+      row["copy_gbps"] = copy_gbps;
+      if (copy->timer != m.timer) row["copy_timer"] = copy->timer;
+      vs_copy = fmt::format(", {:.0f} GB/s = {:.1f}% of copy ({:.0f} GB/s)", gbps,
+                            100.0 * gbps / copy_gbps, copy_gbps);
+    } else {
+      row["pct_of_copy"] = nullptr;
+      row["copy_median_us"] = nullptr;
+    }
+    put_tail(row, &m, first_ms, opts, check_json(chk, opts));
+    fmt::print("{} [{}, {}]: {}{}; {}; first call {:.1f} ms\n", c.label, backend, m.timer,
+               describe(m), vs_copy, check, first_ms);
+    if (!m.note.empty()) fmt::print("  note: {}\n", m.note);
+    write_row(row, opts);
+  }
+  if (std::find(opts.backends.begin(), opts.backends.end(), "copy") != opts.backends.end()) {
+    ojson row = row_head(c, "copy", opts);
+    if (copy) {
+      put_timing(row, *copy, copy_bytes, 0.0, opts);
+      row["pct_of_copy"] = 100.0;
+      row["copy_median_us"] = copy->stats.median;
+      put_tail(row, &*copy, first_ms, opts,
+               {{"pass", true}, {"max_abs", nullptr}, {"max_rel", nullptr}, {"note", "baseline"}});
+      fmt::print("{} [copy of {} bytes, {}]: {}, {:.0f} GB/s\n", c.label, c.copy_bytes, copy->timer,
+                 describe(*copy), copy_gbps);
+    } else {
+      put_tail(row, nullptr, first_ms, opts,
+               {{"pass", nullptr},
+                {"max_abs", nullptr},
+                {"max_rel", nullptr},
+                {"note", "no copy baseline"}});
+      fmt::print("{} [copy]: this op has no copy baseline\n", c.label);
+    }
+    write_row(row, opts);
+  }
+  return kExitOk;
 }
 
 // Fills `n` elements of `dtype` at `dst` uniformly in [lo, hi).

@@ -1,14 +1,13 @@
-// The shared part of `kjit-cli bench`: timing, the copy baseline measured in the same run, the
-// reference-check record and the result row. Each op family's cases live in bench_<family>.cpp
-// and hand a BenchCase to report(); they never time anything themselves.
-//
-// Timer: CUDA events around a batch of back-to-back launches sized to fill >= ~1 ms, so launch
-// latency is hidden by the queue; per-launch time = batch time / batch size; L2 stays hot for
-// inputs that fit in it. The mechanism is recorded with every figure.
+// The shared part of `kjit-cli bench`: the reference-check record, the result rows, and the
+// timing of every backend (bench_timer.hpp) beside the copy baseline measured the same way in the
+// same run. Each op family's cases live in bench_<family>.cpp and hand a BenchCase to report();
+// they never time anything themselves. Timers, L2 state, stopping and the row fields are
+// described in docs/bench.md.
 #pragma once
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -17,26 +16,11 @@
 #include <string>
 #include <vector>
 
+#include "bench_stats.hpp"
 #include "ops/registry.hpp"
 #include "support/gpu.hpp"
 
 namespace kjit::cli {
-
-// Options every bench shares (the command line of `kjit-cli bench` minus the op and --set).
-struct BenchOptions {
-  int warmup = 10;
-  int samples = 30;
-  std::string json_path;  // append one JSON line per result; empty: none
-};
-
-struct Timing {
-  double median_us = 0, min_us = 0, p10_us = 0, p90_us = 0;
-  int samples = 0;
-  int batch = 0;
-};
-
-// Times `launch` with events: `samples` batches of `batch` launches each.
-Timing time_batches(const std::function<void()>& launch, int warmup, int samples);
 
 // Reference agreement of one run's output: elements outside tolerance (NaN counts), largest
 // errors. `note` replaces the figures for an op with nothing to compare.
@@ -66,6 +50,10 @@ struct BenchCase {
   double bytes = 0;                // HBM bytes one launch reads and writes
   const void* copy_src = nullptr;  // device bytes the copy baseline reads ...
   size_t copy_bytes = 0;           // ... and as many it writes: ~bytes / 2; 0: no baseline
+  double flops = 0;                // floating-point operations of one launch (0: memory-bound)
+  // The `reference` backend: a naive device implementation of the same op on the same buffers,
+  // when the family has one (BenchEntry::has_reference); empty otherwise.
+  std::function<void()> reference_launch;
 };
 
 // Throws NO_DEVICE when there is no GPU; makes device 0 current for the driver calls of a bench.
@@ -74,9 +62,10 @@ void check_gpu();
 // The first launch, synchronized: includes compiling or loading the specialization.
 double first_call_ms(const BenchCase& c);
 
-// Times a case that passed its check beside a device-to-device copy of the same traffic measured
-// in the same run, prints one line and appends one JSON row. A failed check is reported, never
-// timed. Returns the command's exit code.
+// Times a case that passed its check (or any case under --no-check) with every backend of
+// opts.backends, beside a device-to-device copy of the same traffic timed the same way in the
+// same run; prints one line and appends one JSON / CSV row per backend. A failed check is
+// reported, never timed. Returns the command's exit code.
 int report(const BenchCase& c, const Check& chk, double first_ms, const BenchOptions& opts);
 
 // Fills `n` elements of `dtype` at `dst` uniformly in [lo, hi).
@@ -116,7 +105,8 @@ struct BenchEntry {
   const char* op;
   std::vector<std::string> required;
   BenchFn run;
-  const char* set_help;  // "dtype, hidden, rows" and optional ones
+  const char* set_help;        // "dtype, hidden, rows" and optional ones
+  bool has_reference = false;  // its cases set BenchCase::reference_launch
 };
 
 // Each family appends its benches; cmd_bench.cpp lists the families.
@@ -124,6 +114,8 @@ void add_norm_benches(std::vector<BenchEntry>& out);        // bench_norm.cpp
 void add_activation_benches(std::vector<BenchEntry>& out);  // bench_activation.cpp
 void add_rope_benches(std::vector<BenchEntry>& out);        // bench_rope.cpp
 void add_kv_cache_benches(std::vector<BenchEntry>& out);    // bench_kv_cache.cpp
+void add_attention_benches(std::vector<BenchEntry>& out);   // bench_attention.cpp
+void add_sampling_benches(std::vector<BenchEntry>& out);    // bench_sampling.cpp
 void add_empty_bench(std::vector<BenchEntry>& out);         // bench_harness.cpp
 
 }  // namespace kjit::cli

@@ -38,6 +38,7 @@ int bench_rmsnorm(const ops::SetArgs& args, const BenchOptions& opts) {
   const std::string dtype = args.at("dtype");
   const int64_t hidden = ops::positive_int_arg(args, "hidden", ops::kRmsNormMaxHidden);
   const int64_t rows = ops::positive_int_arg(args, "rows", 1 << 24);
+  const bool gemma = flag_arg(args, "gemma");
   const size_t es = ref::elem_size(dtype);
   const size_t n = static_cast<size_t>(rows * hidden);
   check_gpu();
@@ -61,29 +62,35 @@ int bench_rmsnorm(const ops::SetArgs& args, const BenchOptions& opts) {
   c.op = "rmsnorm";
   c.uri = ops::rmsnorm_uri(cfg);
   c.dtype = dtype;
-  c.shape = {{"rows", rows}, {"hidden", hidden}};
-  c.label = fmt::format("rmsnorm {} rows={} hidden={}", dtype, rows, hidden);
+  c.shape = {{"rows", rows}, {"hidden", hidden}, {"gemma", gemma}};
+  c.label =
+      fmt::format("{}rmsnorm {} rows={} hidden={}", gemma ? "gemma_" : "", dtype, rows, hidden);
   c.launch = [&] {
-    kjit_status st = kjit_rmsnorm(xt.get(), wt.get(), yt.get(), eps, nullptr);
+    kjit_status st = gemma ? kjit_gemma_rmsnorm(xt.get(), wt.get(), yt.get(), eps, nullptr)
+                           : kjit_rmsnorm(xt.get(), wt.get(), yt.get(), eps, nullptr);
     if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
   };
   c.bytes = 2.0 * n * es + hidden * es;
+  // Per element: square, accumulate, scale by rsqrt, multiply by the weight (+ 1 for Gemma).
+  c.flops = (gemma ? 5.0 : 4.0) * n;
   // The activation bytes: the op reads and writes as much, minus the tiny weight.
   c.copy_src = x.get();
   c.copy_bytes = n * es;
 
   // Reference check on the first run's output.
   const double first_ms = first_call_ms(c);
-  y.download(yh.data(), yh.size());
-  std::vector<double> xd(n), wd(static_cast<size_t>(hidden));
-  for (size_t i = 0; i < n; ++i) xd[i] = ref::load_elem(xh.data(), i, dtype);
-  for (int64_t i = 0; i < hidden; ++i) wd[i] = ref::load_elem(wh.data(), i, dtype);
-  std::vector<double> want = ref::rmsnorm(xd, wd, rows, hidden, eps);
   Check chk;
-  const double u = ref::unit_roundoff(dtype);
-  for (size_t i = 0; i < n; ++i) {
-    chk.add(ref::load_elem(yh.data(), i, dtype), want[i],
-            (2 * u + 1e-5) * std::fabs(want[i]) + 1e-6);
+  if (opts.check) {
+    y.download(yh.data(), yh.size());
+    std::vector<double> xd(n), wd(static_cast<size_t>(hidden));
+    for (size_t i = 0; i < n; ++i) xd[i] = ref::load_elem(xh.data(), i, dtype);
+    for (int64_t i = 0; i < hidden; ++i) wd[i] = ref::load_elem(wh.data(), i, dtype);
+    std::vector<double> want = ref::rmsnorm(xd, wd, rows, hidden, eps, gemma ? 1.0 : 0.0);
+    const double u = ref::unit_roundoff(dtype);
+    for (size_t i = 0; i < n; ++i) {
+      chk.add(ref::load_elem(yh.data(), i, dtype), want[i],
+              (2 * u + 1e-5) * std::fabs(want[i]) + 1e-6);
+    }
   }
   return report(c, chk, first_ms, opts);
 }
@@ -92,6 +99,7 @@ int bench_fused_add_rmsnorm(const ops::SetArgs& args, const BenchOptions& opts) 
   const std::string dtype = args.at("dtype");
   const int64_t hidden = ops::positive_int_arg(args, "hidden", ops::kRmsNormMaxHidden);
   const int64_t rows = ops::positive_int_arg(args, "rows", 1 << 24);
+  const bool gemma = flag_arg(args, "gemma");
   const size_t es = ref::elem_size(dtype);
   const size_t n = static_cast<size_t>(rows * hidden);
   check_gpu();
@@ -118,28 +126,35 @@ int bench_fused_add_rmsnorm(const ops::SetArgs& args, const BenchOptions& opts) 
   c.op = "fused_add_rmsnorm";
   c.uri = ops::fused_add_rmsnorm_uri(cfg);
   c.dtype = dtype;
-  c.shape = {{"rows", rows}, {"hidden", hidden}};
-  c.label = fmt::format("fused_add_rmsnorm {} rows={} hidden={}", dtype, rows, hidden);
+  c.shape = {{"rows", rows}, {"hidden", hidden}, {"gemma", gemma}};
+  c.label = fmt::format("{}fused_add_rmsnorm {} rows={} hidden={}", gemma ? "gemma_" : "", dtype,
+                        rows, hidden);
   // In place: later launches run on the previous one's results. The work per byte is the same,
   // and only the first launch is checked.
   c.launch = [&] {
-    kjit_status st = kjit_fused_add_rmsnorm(xt.get(), rt.get(), wt.get(), eps, nullptr);
+    kjit_status st = gemma
+                         ? kjit_gemma_fused_add_rmsnorm(xt.get(), rt.get(), wt.get(), eps, nullptr)
+                         : kjit_fused_add_rmsnorm(xt.get(), rt.get(), wt.get(), eps, nullptr);
     if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
   };
   c.bytes = 4.0 * n * es + hidden * es;  // reads input and residual, writes both
+  c.flops = (gemma ? 6.0 : 5.0) * n;     // the residual add, then as rmsnorm
   c.copy_src = xr.get();
   c.copy_bytes = 2 * n * es;
 
   const double first_ms = first_call_ms(c);
-  std::vector<unsigned char> out(2 * n * es);
-  xr.download(out.data(), out.size());
-  const std::vector<double> res_want = ref::residual_add(xd, rd, dtype);
-  const std::vector<double> want = ref::rmsnorm(res_want, wd, rows, hidden, eps);
   Check chk;
-  for (size_t i = 0; i < n; ++i) {
-    chk.add(ref::load_elem(out.data(), n + i, dtype), res_want[i], 0.0);  // exact: fp32 add
-    chk.add(ref::load_elem(out.data(), i, dtype), want[i],
-            ref::one_rounding_tolerance(dtype, want[i]));
+  if (opts.check) {
+    std::vector<unsigned char> out(2 * n * es);
+    xr.download(out.data(), out.size());
+    const std::vector<double> res_want = ref::residual_add(xd, rd, dtype);
+    const std::vector<double> want =
+        ref::rmsnorm(res_want, wd, rows, hidden, eps, gemma ? 1.0 : 0.0);
+    for (size_t i = 0; i < n; ++i) {
+      chk.add(ref::load_elem(out.data(), n + i, dtype), res_want[i], 0.0);  // exact: fp32 add
+      chk.add(ref::load_elem(out.data(), i, dtype), want[i],
+              ref::one_rounding_tolerance(dtype, want[i]));
+    }
   }
   return report(c, chk, first_ms, opts);
 }
@@ -184,19 +199,23 @@ int bench_layernorm(const ops::SetArgs& args, const BenchOptions& opts) {
     if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
   };
   c.bytes = 2.0 * n * es + 2.0 * hidden * ref::elem_size(wdtype);
+  // Per element: mean (add), variance (sub, mul, add), normalize (sub, mul), gamma, beta.
+  c.flops = 8.0 * n;
   c.copy_src = x.get();
   c.copy_bytes = n * es;
 
   const double first_ms = first_call_ms(c);
-  std::vector<unsigned char> yh(n * es);
-  y.download(yh.data(), yh.size());
-  std::vector<double> mean, rstd;
-  const std::vector<double> want = ref::layernorm(xd, gd, bd, rows, hidden, eps, &mean, &rstd);
   Check chk;
-  for (size_t i = 0; i < n; ++i) {
-    const size_t r = i / static_cast<size_t>(hidden), col = i % static_cast<size_t>(hidden);
-    chk.add(ref::load_elem(yh.data(), i, dtype), want[i],
-            ref::layernorm_tolerance(dtype, want[i], xd[i], mean[r], rstd[r], gd[col]));
+  if (opts.check) {
+    std::vector<unsigned char> yh(n * es);
+    y.download(yh.data(), yh.size());
+    std::vector<double> mean, rstd;
+    const std::vector<double> want = ref::layernorm(xd, gd, bd, rows, hidden, eps, &mean, &rstd);
+    for (size_t i = 0; i < n; ++i) {
+      const size_t r = i / static_cast<size_t>(hidden), col = i % static_cast<size_t>(hidden);
+      chk.add(ref::load_elem(yh.data(), i, dtype), want[i],
+              ref::layernorm_tolerance(dtype, want[i], xd[i], mean[r], rstd[r], gd[col]));
+    }
   }
   return report(c, chk, first_ms, opts);
 }
@@ -204,11 +223,14 @@ int bench_layernorm(const ops::SetArgs& args, const BenchOptions& opts) {
 }  // namespace
 
 void add_norm_benches(std::vector<BenchEntry>& out) {
-  out.push_back({"rmsnorm", {"dtype", "hidden", "rows"}, bench_rmsnorm, "dtype, hidden, rows"});
+  out.push_back({"rmsnorm",
+                 {"dtype", "hidden", "rows"},
+                 bench_rmsnorm,
+                 "dtype, hidden, rows, optional gemma (0|1: weight + 1)"});
   out.push_back({"fused_add_rmsnorm",
                  {"dtype", "hidden", "rows"},
                  bench_fused_add_rmsnorm,
-                 "dtype, hidden, rows"});
+                 "dtype, hidden, rows, optional gemma (0|1: weight + 1)"});
   out.push_back({"layernorm",
                  {"dtype", "hidden", "rows"},
                  bench_layernorm,

@@ -91,12 +91,14 @@ int bench_rope(const ops::SetArgs& args, const BenchOptions& opts) {
     if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
   };
   c.bytes = 2.0 * (nq + nk) * es + 4.0 * tokens;  // reads q, k, pos_ids; writes q_out, k_out
+  // Two multiplies and an add per rotated element (the angles are per token, not counted).
+  c.flops = 3.0 * static_cast<double>(tokens) * static_cast<double>(hq + hk) * rot;
   c.copy_src = in.dev->get();
   c.copy_bytes = (nq + nk) * es + 2 * static_cast<size_t>(tokens);
 
   const double first_ms = first_call_ms(c);
   std::vector<unsigned char> got(out.host.size());
-  out.dev->download(got.data(), got.size());
+  if (opts.check) out.dev->download(got.data(), got.size());
   // Tolerance as in tests/gpu/rope_gpu_test.cpp: one output rounding plus 1e-6 per unit of the
   // two inputs (the kernel's angle error); the copied dims beyond rot are exact.
   const double u = ref::unit_roundoff(dtype);
@@ -104,7 +106,7 @@ int bench_rope(const ops::SetArgs& args, const BenchOptions& opts) {
   std::vector<double> cs(static_cast<size_t>(rot / 2)), sn(cs.size());
   std::vector<double> x(static_cast<size_t>(D)), y(x.size());
   Check chk;
-  for (int64_t t = 0; t < tokens; ++t) {
+  for (int64_t t = 0; opts.check && t < tokens; ++t) {
     for (size_t i = 0; i < cs.size(); ++i) {
       const double a = static_cast<double>(pos[static_cast<size_t>(t)]) * inv_freq[i];
       cs[i] = std::cos(a);

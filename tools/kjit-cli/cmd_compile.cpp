@@ -206,7 +206,8 @@ json build_one(const jit::Spec& spec, const jit::ArchTarget& target) {
   return {{"op", spec.op},
           {"uri", spec.uri},
           {"arch", target.sm()},
-          {"source", a.source == jit::ArtifactSource::kDisk ? "disk" : "compiled"},
+          // A cubin served by an AOT package or the artifact dir was not compiled either.
+          {"source", a.source == jit::ArtifactSource::kCompiled ? "compiled" : "disk"},
           {"compile_ms", a.meta.compile_ms},
           {"cubin_size", a.cubin.size()},
           {"cubin_path", a.cubin_path.string()},

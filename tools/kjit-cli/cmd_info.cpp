@@ -93,6 +93,10 @@ json collect_info() {
 
   j["cache_dir"] = s.cache_dir.string();
   j["gen_dir"] = s.gen_dir.string();
+  j["aot_dirs"] = json::array();
+  for (const auto& d : s.aot_dirs) j["aot_dirs"].push_back(d.string());
+  j["artifact_dir"] = s.artifact_dir.string();
+  j["artifact_url"] = s.artifact_url;
   try {
     j["cuda_home"] = jit::find_cuda_home().string();
   } catch (const Error& e) {
@@ -143,6 +147,13 @@ void print_info(const json& j) {
   }
   row("cache dir", j["cache_dir"]);
   row("generated dir", j["gen_dir"]);
+  auto aot = j["aot_dirs"].get<std::vector<std::string>>();
+  row("AOT dirs",
+      aot.empty() ? "none (KJIT_AOT_DIR unset)" : fmt::format("{}", fmt::join(aot, " ")));
+  row("artifact dir", j["artifact_dir"]);
+  row("artifact URL", j["artifact_url"].get<std::string>().empty()
+                          ? "none (KJIT_ARTIFACT_URL unset)"
+                          : j["artifact_url"].get<std::string>());
   row("CUDA home", j["cuda_home"].is_null()
                        ? "not found: " + j["cuda_home_error"].get<std::string>()
                        : j["cuda_home"].get<std::string>());

@@ -22,6 +22,9 @@ int main(int argc, char** argv) {
   add_compile_command(app, exit_code);
   add_cache_commands(app, exit_code);
   add_bench_command(app, exit_code);
+  add_aot_commands(app, exit_code);
+  add_defs_commands(app, exit_code);
+  add_replay_command(app, exit_code);
 
   try {
     app.parse(argc, argv);

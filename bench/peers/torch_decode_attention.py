@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""PyTorch peers of `kjit-cli bench decode_attention`: scaled_dot_product_attention on the same
+shapes with a dense KV cache (q [B, Hq, 1, D], k / v [B, Hkv, L, D], enable_gqa=True), once per
+SDPA backend (cuDNN, flash, memory-efficient; a backend that refuses the shape gets a row with
+its error). PyTorch is not checked here; kjit's result is (kjit-cli bench checks it).
+
+Timing matches the kjit harness's default (cold L2): each sample flushes L2 by writing a 512 MB
+buffer, then one call is timed with CUDA events; the median of the samples is reported. --hot
+times back-to-back batches of ~1 ms instead (as bench/peers/torch_peers.py). Bytes counted as
+kjit counts them: K and V read once, q read, out written. One JSON line per result."""
+import argparse
+import json
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+BACKENDS = {
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+}
+
+
+def time_cold(fn, flush, warmup=10, samples=50):
+    for _ in range(warmup):
+        fn()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    us = []
+    for _ in range(samples):
+        flush.zero_()
+        # Keeps the GPU busy (~50 us) while the host enqueues the events and the call, so the
+        # events time the kernels, not Python's launch path.
+        torch.cuda._sleep(100_000)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        us.append(1000.0 * a.elapsed_time(b))
+    us.sort()
+    q = lambda p: us[int(p * (len(us) - 1) + 0.5)]
+    return {"median_us": q(0.5), "min_us": us[0], "p10_us": q(0.1), "p90_us": q(0.9),
+            "samples": samples, "batch": 1}
+
+
+def time_hot(fn, warmup=10, samples=30):
+    for _ in range(warmup):
+        fn()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record(); fn(); b.record(); b.synchronize()
+    batch = max(1, min(2000, int(1.0 / max(a.elapsed_time(b), 1e-4))))
+    us = []
+    for _ in range(samples):
+        a.record()
+        for _ in range(batch):
+            fn()
+        b.record(); b.synchronize()
+        us.append(1000.0 * a.elapsed_time(b) / batch)
+    us.sort()
+    q = lambda p: us[int(p * (len(us) - 1) + 0.5)]
+    return {"median_us": q(0.5), "min_us": us[0], "p10_us": q(0.1), "p90_us": q(0.9),
+            "samples": samples, "batch": batch}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    # batch x kv_len, the issue's shapes by default
+    ap.add_argument("--shapes", default="64x4096,256x2048,1x8192,16x32768")
+    ap.add_argument("--qo-heads", type=int, default=32)
+    ap.add_argument("--kv-heads", type=int, default=8)
+    ap.add_argument("--head-dim", type=int, default=128)
+    ap.add_argument("--dtype", default="bf16")
+    ap.add_argument("--backends", default="cudnn,flash,efficient")
+    ap.add_argument("--hot", action="store_true", help="back-to-back batches, hot L2")
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
+    hq, hk, d = args.qo_heads, args.kv_heads, args.head_dim
+    out = open(args.json, "a") if args.json else None
+    flush = None if args.hot else torch.empty(512 << 20, dtype=torch.uint8, device="cuda")
+    for shape in args.shapes.split(","):
+        b, l = map(int, shape.split("x"))
+        q = torch.randn(b, hq, 1, d, device="cuda", dtype=dt)
+        k = torch.randn(b, hk, l, d, device="cuda", dtype=dt)
+        v = torch.randn(b, hk, l, d, device="cuda", dtype=dt)
+        nbytes = k.nbytes + v.nbytes + 2 * q.nbytes
+        for name in args.backends.split(","):
+            row = {"op": "decode_attention", "backend": f"torch-sdpa-{name}",
+                   "shape": {"batch": b, "kv_len": l, "qo_heads": hq, "kv_heads": hk,
+                             "head_dim": d, "layout": "dense"},
+                   "dtype": args.dtype, "gpu": torch.cuda.get_device_name(),
+                   "torch": torch.__version__,
+                   "timer": ("cuda-events, back-to-back batch per sample, hot L2" if args.hot
+                             else "cuda-events, one call per sample after an L2 flush")}
+
+            def fn():
+                return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+
+            with sdpa_kernel(BACKENDS[name]):
+                try:
+                    fn()
+                    torch.cuda.synchronize()
+                except Exception as e:  # the backend refuses this shape / GQA / dtype
+                    row["error"] = str(e).splitlines()[0][:300]
+                    print(f"decode_attention torch-sdpa-{name:9s} {shape:>10s}: {row['error']}",
+                          flush=True)
+                    if out:
+                        out.write(json.dumps(row) + "\n")
+                    continue
+                t = time_hot(fn) if args.hot else time_cold(fn, flush)
+            row.update(t)
+            row["gbps"] = nbytes / (t["median_us"] * 1e3)
+            print(f"decode_attention torch-sdpa-{name:9s} {shape:>10s} {t['median_us']:9.2f} us "
+                  f"{row['gbps']:7.0f} GB/s", flush=True)
+            if out:
+                out.write(json.dumps(row) + "\n")
+        del q, k, v
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

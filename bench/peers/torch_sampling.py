@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""PyTorch peers of kjit's sampling ops (`kjit-cli bench top_p_sampling | top_k_top_p_sampling |
+argmax | softmax`), timed the way `kjit-cli bench` times kjit: CUDA events around a batch of
+back-to-back calls sized to ~1 ms, median over samples, hot L2. One JSON line per result.
+
+The samplers are the usual sort-based implementations engines fall back to (vLLM's
+apply_top_k_top_p, SGLang's torch path): sort the row, cumulative sum, mask, renormalize,
+torch.multinomial, gather the index. FlashInfer's sorting-free samplers are timed too when the
+flashinfer package is importable. Inputs are drawn like kjit-cli's: probabilities are a softmax
+of N(0, sigma) logits per row; logits are N(0, sigma) in the given dtype. bytes = the
+probabilities / logits read (plus softmax's fp32 write), as in kjit-cli."""
+import argparse
+import json
+import sys
+
+import torch
+
+
+def time_batches(fn, warmup=10, samples=30):
+    for _ in range(warmup):
+        fn()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record(); fn(); b.record(); b.synchronize()
+    batch = max(1, min(2000, int(1.0 / max(a.elapsed_time(b), 1e-4))))
+    us = []
+    for _ in range(samples):
+        a.record()
+        for _ in range(batch):
+            fn()
+        b.record(); b.synchronize()
+        us.append(1000.0 * a.elapsed_time(b) / batch)
+    us.sort()
+    q = lambda p: us[int(p * (len(us) - 1) + 0.5)]
+    return {"median_us": q(0.5), "min_us": us[0], "p10_us": q(0.1), "p90_us": q(0.9),
+            "samples": samples, "batch": batch}
+
+
+def sort_top_p(probs, p):
+    """Keep the smallest prefix of the sorted row whose mass reaches p, then draw."""
+    sorted_p, idx = torch.sort(probs, dim=-1, descending=True)
+    cum = torch.cumsum(sorted_p, dim=-1)
+    sorted_p = sorted_p.masked_fill(cum - sorted_p > p, 0.0)
+    choice = torch.multinomial(sorted_p, 1)
+    return torch.gather(idx, -1, choice).squeeze(-1)
+
+
+def sort_top_k_top_p(logits, k, p, temperature):
+    """Temperature, top-k mask, softmax, then sort-based top-p on the renormalized set."""
+    x = logits.float() / temperature
+    if k < x.shape[-1]:
+        kth = torch.topk(x, k, dim=-1).values[..., -1:]
+        x = x.masked_fill(x < kth, float("-inf"))
+    probs = torch.softmax(x, dim=-1)
+    return sort_top_p(probs, p)
+
+
+def make_case(op, batch, vocab, dt, args):
+    """Inputs, the peers ({name: fn}) and the bytes one call reads (and writes)."""
+    g = torch.Generator(device="cuda")
+    g.manual_seed(1234)
+    logits = torch.randn(batch, vocab, device="cuda", generator=g) * args.sigma
+    peers = {}
+    if op == "top_p_sampling":
+        probs = torch.softmax(logits, dim=-1)
+        peers["torch-sort"] = lambda: sort_top_p(probs, args.p)
+        try:
+            import flashinfer  # noqa: F401
+            peers["flashinfer"] = lambda: flashinfer.sampling.top_p_sampling_from_probs(
+                probs, args.p)
+        except Exception:  # not installed or another API: no such peer
+            pass
+        return peers, probs.nbytes
+    x = logits.to(dt)
+    if op == "top_k_top_p_sampling":
+        peers["torch-sort"] = lambda: sort_top_k_top_p(x, args.k, args.p, args.temperature)
+        try:
+            import flashinfer  # noqa: F401
+            peers["flashinfer"] = lambda: flashinfer.sampling.top_k_top_p_sampling_from_logits(
+                x / args.temperature, args.k, args.p)
+        except Exception:
+            pass
+        return peers, x.nbytes
+    if op == "argmax":
+        peers["torch"] = lambda: torch.argmax(x, dim=-1)
+        return peers, x.nbytes
+    if op == "softmax":
+        peers["torch"] = lambda: torch.softmax(x.float() / args.temperature, dim=-1)
+        return peers, x.nbytes + batch * vocab * 4
+    raise ValueError(op)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--op", default="top_p_sampling",
+                    choices=["top_p_sampling", "top_k_top_p_sampling", "argmax", "softmax"])
+    ap.add_argument("--shapes", default="1x128256,64x128256,128x128256",
+                    help="batch x vocab, comma-separated")
+    ap.add_argument("--dtype", default="bf16", help="logits dtype (probabilities are fp32)")
+    ap.add_argument("--p", type=float, default=0.9)
+    ap.add_argument("--k", type=int, default=50)
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--sigma", type=float, default=2.0)
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
+    out = open(args.json, "a") if args.json else None
+    for shape in args.shapes.split(","):
+        batch, vocab = map(int, shape.split("x"))
+        peers, nbytes = make_case(args.op, batch, vocab, dt, args)
+        src = torch.empty(max(nbytes // 2 // 4, 1), dtype=torch.float32, device="cuda")
+        dst = torch.empty_like(src)
+        copy = time_batches(lambda: dst.copy_(src))
+        copy_gbps = 2 * src.nbytes / (copy["median_us"] * 1e3)
+        for name, fn in peers.items():
+            fn()
+            shape_row = {"batch": batch, "vocab": vocab}
+            if args.op in ("top_p_sampling", "top_k_top_p_sampling"):
+                shape_row["p"] = args.p
+            if args.op == "top_k_top_p_sampling":
+                shape_row["k"] = args.k
+            if args.op in ("top_k_top_p_sampling", "softmax"):
+                shape_row["temperature"] = args.temperature
+            row = {"op": args.op, "backend": name, "shape": shape_row,
+                   "dtype": "fp32" if args.op == "top_p_sampling" else args.dtype,
+                   "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+                   "timer": "cuda-events, back-to-back batch per sample, hot L2"}
+            t = time_batches(fn)
+            row.update(t)
+            row["gbps"] = nbytes / (t["median_us"] * 1e3)
+            row["copy_gbps"] = copy_gbps
+            row["pct_of_copy"] = 100 * row["gbps"] / copy_gbps
+            print(f"{args.op:22s} {name:12s} batch={batch:5d} vocab={vocab:7d} "
+                  f"{t['median_us']:9.2f} us {row['gbps']:7.0f} GB/s "
+                  f"({row['pct_of_copy']:.1f}% of copy {copy_gbps:.0f})", flush=True)
+            if out:
+                out.write(json.dumps(row) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

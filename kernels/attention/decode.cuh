@@ -1,0 +1,551 @@
+// Paged decode attention: one query token per request against its paged K/V cache (FlashInfer's
+// batch decode), grouped-query heads on tensor cores, split-KV across CTAs.
+//
+// For request b, kv head h and each query head j of its group (qo head h * group + j):
+//   logit_t = sm_scale * k_scale * (q_j . k_t)           (or cap * tanh(that / cap))
+//   out_j   = v_scale * sum_t softmax(logit)_t * v_t,  lse_j = log(sum_t exp(logit_t))
+// over the request's positions t in [start, len): len = (pages - 1) * page_size + last_page_len,
+// start = max(0, len - 1 - window_left) with a window, else 0.
+//
+// Design (docs/perf-notes.md): decode reads every K/V byte once and does ~16 flops per byte, so
+// the kernel is a bandwidth kernel that happens to use tensor cores. One CTA owns one (request,
+// kv head, split) and streams its tokens through shared memory in stages of TS tokens with
+// cp.async, S stages deep, so each SM keeps ~100 KB of loads in flight. The page table is looked
+// up per token row (any page size), one stage ahead of the loads, and the lookup's own global
+// read one stage ahead of that.
+//
+// The products run transposed so that a GQA group (up to 8 heads per n-tile) is the mma's N
+// dimension and 16 tokens its M: S^T = K Q^T and O^T += V^T P^T, m16n8k16. Nothing is padded
+// for groups of 8 (or 16 with NT = 2); P^T becomes the next B operand in registers through a
+// warp-shuffle transpose. Each warp keeps its own online softmax over its tokens; the warps'
+// states, then the splits' states (a second kernel), are merged with the MergeState math of
+// merge_states.cuh.
+#pragma once
+
+#include "attention/merge_states.cuh"
+#include "attention/mma_sm80.cuh"
+#include "common/prelude.cuh"
+
+namespace kjit {
+namespace attention {
+
+// Passed by value as a __grid_constant__ kernel parameter; the host mirrors it field for field.
+// Strides in elements of their tensor.
+struct DecodeParams {
+  const void* q;        // [batch, qo_heads, D]
+  const void* k_cache;  // pages, strides below
+  const void* v_cache;
+  const int* kv_indices;        // [nnz_pages]
+  const int* kv_indptr;         // [batch + 1]
+  const int* kv_last_page_len;  // [batch]
+  void* out;                    // [batch, qo_heads, D], q's dtype
+  float* lse;                   // [batch, qo_heads] natural log, or null
+  float* ws_o;                  // [batch, max_splits, qo_heads, D] split partials (normalized)
+  float* ws_lse;                // [batch, max_splits, qo_heads] their lse, log2
+  long long q_sb, q_sh;
+  long long o_sb, o_sh;
+  long long lse_sb, lse_sh;
+  long long k_sp, k_ss, k_sh;  // k cache page, slot, head strides
+  long long v_sp, v_ss, v_sh;
+  long long num_pages;
+  int batch;
+  int num_qo_heads;
+  int num_kv_heads;
+  int group;  // qo heads per kv head, <= 8 * NT
+  int page_size;
+  int nnz_pages;
+  int chunk;       // tokens per split (the last split of a request takes the rest)
+  int max_splits;  // CTAs per (request, kv head); 1: no split, no workspace
+  int window_left;
+  float score_scale;  // sm_scale * k_scale, then / cap (soft cap) or * log2e (none)
+  float cap_out;      // cap * log2e, 0 without a soft cap
+  float v_scale;
+};
+static_assert(sizeof(DecodeParams) == 232, "the host mirror asserts the same size");
+
+// A request's token range and split count, read from the device page table. The plan's host
+// copy only sizes things: whatever the table holds at run time, every token is covered (the
+// last split takes what the planned chunks leave) and nothing is read out of bounds.
+struct SeqSplit {
+  int first;     // kv_indptr[b]
+  int end_slot;  // min(kv_indptr[b + 1], nnz_pages)
+  int len;
+  int start;  // first position attended (the window's start)
+  int splits;
+};
+
+KJIT_DEVICE KJIT_FORCEINLINE SeqSplit seq_split(const DecodeParams& p, int b) {
+  SeqSplit r;
+  const int first = __ldg(p.kv_indptr + b);
+  const int last = __ldg(p.kv_indptr + b + 1);
+  long long len = 0;
+  if (first >= 0 && last > first) {
+    int lp = __ldg(p.kv_last_page_len + b);
+    lp = lp < 0 ? 0 : (lp > p.page_size ? p.page_size : lp);
+    len = (long long)(last - first - 1) * p.page_size + lp;
+    len = len > 0x7fffffffLL ? 0x7fffffffLL : len;
+  }
+  r.first = first;
+  r.end_slot = last < p.nnz_pages ? last : p.nnz_pages;
+  r.len = int(len);
+  r.start = (p.window_left >= 0 && len - 1 - p.window_left > 0) ? int(len - 1 - p.window_left) : 0;
+  const int eff = r.len - r.start;
+  int splits = eff <= 0 ? 1 : (eff - 1) / p.chunk + 1;
+  r.splits = splits < p.max_splits ? splits : p.max_splits;
+  return r;
+}
+
+// Shared memory of one CTA, in bytes (the host computes the same figure in decode_smem_bytes).
+template <bool KV_FP8, int D, int NT, int W, int TS, int S>
+struct DecodeSmem {
+  static constexpr int kKvBytes = KV_FP8 ? 1 : 2;
+  static constexpr int kStageRow = D * kKvBytes;             // bytes of one token row as stored
+  static constexpr int kStageTile = TS * kStageRow;          // one of K or V for one stage
+  static constexpr int kStageBytes = S * 2 * kStageTile;     // all stages, K and V
+  static constexpr int kConvTile = KV_FP8 ? TS * D * 2 : 0;  // fp8 converted to fp16, K or V
+  static constexpr int kQRows = 8 * NT;
+  static constexpr int kQBytes = kQRows * D * 2;
+  static constexpr int kOffBufs = S + 1;  // page lookups: see the main loop for why S + 1
+  static constexpr int kOffBytes = kOffBufs * TS * 8;
+  static constexpr int kConvAt = kStageBytes;
+  static constexpr int kQAt = kConvAt + 2 * kConvTile;
+  static constexpr int kOffAt = kQAt + kQBytes;
+  static constexpr int kTotal = kOffAt + kOffBytes;
+  // The final merge of the warps' states reuses the stage buffers.
+  static constexpr int kORow = D + 4;  // floats; the pad spreads the fragment stores over banks
+  static constexpr int kScratch = W * kQRows * kORow * 4 + 3 * W * kQRows * 4;
+  static_assert(kScratch <= kStageBytes, "merge scratch must fit in the stage buffers");
+};
+
+// 16-byte chunk `chunk` of row `row` in a tile of ROW_BYTES-byte rows, XOR-swizzled so the eight
+// rows an ldmatrix reads at one logical chunk fall in eight different bank groups.
+template <int ROW_BYTES>
+KJIT_DEVICE KJIT_FORCEINLINE int swz(int row, int chunk) {
+  static_assert(ROW_BYTES % 128 == 0, "swizzled rows must hold at least 8 chunks");
+  return row * ROW_BYTES + ((chunk ^ (row & 7)) << 4);
+}
+
+// Launch: grid = batch * num_kv_heads * max_splits (blockIdx.x = (b * kv_heads + h) *
+// max_splits + split), block = 32 * W, dynamic shared memory DecodeSmem<...>::kTotal bytes
+// (opt-in above 48 KB). Every K/V row (page, slot, head) address must be CP-byte aligned; q,
+// out and lse need only element alignment. out and lse must not overlap the inputs. With
+// max_splits > 1 the workspace partials are then combined by decode_merge_kernel.
+// QT: q / out type. CT: the mma operand type (QT for a 16-bit cache, __half for fp8 e4m3,
+// whose values enter scaled by 2^-8: the host folds 2^8 into score_scale and v_scale).
+// clang-format off
+template <typename QT, typename CT, bool KV_FP8, int D, int NT, int W, int TS, int S, int CP>
+__global__ void __launch_bounds__(32 * W)
+decode_kernel(const __grid_constant__ DecodeParams p) {
+  // clang-format on
+  static_assert(D == 64 || D == 128 || D == 256, "head_dim 64, 128 or 256");
+  static_assert(NT == 1 || NT == 2, "up to two n-tiles of 8 heads");
+  static_assert(TS % (16 * W) == 0, "every warp takes whole 16-token tiles of a stage");
+  static_assert(TS <= 32 * W, "one page lookup per thread per stage");
+  static_assert(S >= 2, "at least double buffering");
+  static_assert(CP == 16 || CP == 8 || CP == 4, "cp.async size");
+  using Smem = DecodeSmem<KV_FP8, D, NT, W, TS, S>;
+  constexpr int kThreads = 32 * W;
+  constexpr int kTilesPerWarp = TS / (16 * W);
+  constexpr int kRowCT = D * 2;  // bytes of a compute-type row (swizzled tiles)
+  constexpr int kKSteps = D / 16;
+  const float kNegInf = -__int_as_float(0x7f800000);
+
+  extern __shared__ __align__(16) unsigned char smem[];
+  int2* offs = reinterpret_cast<int2*>(smem + Smem::kOffAt);  // [kOffBufs][TS] (page, slot)
+  unsigned char* q_s = smem + Smem::kQAt;
+
+  const int tid = int(threadIdx.x);
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int g = lane >> 2;
+  const int c = lane & 3;
+
+  const int split = int(blockIdx.x % unsigned(p.max_splits));
+  const int bh = int(blockIdx.x / unsigned(p.max_splits));
+  const int h = bh % p.num_kv_heads;
+  const int b = bh / p.num_kv_heads;
+  const SeqSplit sq = seq_split(p, b);
+  if (split >= sq.splits) return;  // whole CTA: no barrier reached yet
+  const int begin = sq.start + split * p.chunk;
+  const int end = split == sq.splits - 1 ? sq.len : begin + p.chunk;
+  const int n_stages = end > begin ? (end - begin - 1) / TS + 1 : 0;
+
+  const unsigned char* k_head =
+      static_cast<const unsigned char*>(p.k_cache) + h * p.k_sh * Smem::kKvBytes;
+  const unsigned char* v_head =
+      static_cast<const unsigned char*>(p.v_cache) + h * p.v_sh * Smem::kKvBytes;
+
+  // ---- Page lookups: this thread's token of a stage -> (page, slot); page -1 masks it --------
+  // fetch starts the global read of the page id; publish (later: the read's latency is hidden)
+  // validates it and stores it for the loads and the masks.
+  struct Lookup {
+    int page;  // raw kv_indices value (unvalidated)
+    int slot;
+    bool ok;
+  };
+  auto fetch = [&](int stage) {
+    Lookup l{-1, 0, false};
+    if (tid < TS && stage < n_stages) {
+      const int pos = begin + stage * TS + tid;
+      if (pos < end) {
+        const int pidx = pos / p.page_size;
+        l.slot = pos - pidx * p.page_size;
+        const long long gi = (long long)sq.first + pidx;
+        if (gi < sq.end_slot) {
+          l.page = __ldg(p.kv_indices + gi);
+          l.ok = true;
+        }
+      }
+    }
+    return l;
+  };
+  auto publish = [&](int stage, const Lookup& l) {
+    if (tid < TS) {
+      const bool ok = l.ok && l.page >= 0 && l.page < p.num_pages;
+      offs[(stage % Smem::kOffBufs) * TS + tid] = make_int2(ok ? l.page : -1, l.slot);
+    }
+  };
+
+  // ---- Loads of one stage: TS rows of K and of V, CP bytes per cp.async ------------------------
+  auto issue = [&](int stage) {
+    if (stage >= n_stages) return;
+    const int buf = stage % S;
+    const int2* o = offs + (stage % Smem::kOffBufs) * TS;
+    unsigned char* kd = smem + buf * 2 * Smem::kStageTile;
+    unsigned char* vd = kd + Smem::kStageTile;
+    constexpr int kPerRow = Smem::kStageRow / CP;
+    static_assert((TS * kPerRow) % kThreads == 0, "loads split evenly over the threads");
+#pragma unroll 2
+    for (int i = 0; i < TS * kPerRow / kThreads; ++i) {
+      const int it = tid + i * kThreads;
+      const int row = it / kPerRow;
+      const int byte = (it % kPerRow) * CP;
+      const int2 ps = o[row];
+      const unsigned char* ks = k_head;
+      const unsigned char* vs = v_head;
+      int n = 0;
+      if (ps.x >= 0) {
+        ks += (ps.x * p.k_sp + ps.y * p.k_ss) * Smem::kKvBytes + byte;
+        vs += (ps.x * p.v_sp + ps.y * p.v_ss) * Smem::kKvBytes + byte;
+        n = CP;
+      }
+      int at;
+      if constexpr (KV_FP8) {
+        at = row * Smem::kStageRow + byte;  // converted before use: no swizzle needed here
+      } else {
+        at = swz<kRowCT>(row, byte >> 4) + (byte & 15);
+      }
+      cp_async<CP>(smem_addr(kd + at), ks, n);
+      cp_async<CP>(smem_addr(vd + at), vs, n);
+    }
+  };
+
+  // ---- Prologue: the page ids of stages 0..S-1 and q in flight together, then the loads of
+  // stages 0..S-2 ------------------------------------------------------------------------------
+  Lookup first[S];
+#pragma unroll
+  for (int st = 0; st < S; ++st) first[st] = fetch(st);
+
+    // q rows of the group into shared memory (zero rows past the group), as CT, swizzled.
+#pragma unroll
+  for (int i = tid; i < Smem::kQRows * D / 2; i += kThreads) {
+    const int j = i / (D / 2);
+    const int d = (i % (D / 2)) * 2;
+    float x0 = 0.0f, x1 = 0.0f;
+    if (j < p.group) {
+      const QT* qr = static_cast<const QT*>(p.q) + b * p.q_sb + (h * p.group + j) * p.q_sh;
+      x0 = to_float(qr[d]);
+      x1 = to_float(qr[d + 1]);
+    }
+    *reinterpret_cast<u32*>(q_s + swz<kRowCT>(j, d >> 3) + (d & 7) * 2) = pack2<CT>(x0, x1);
+  }
+
+#pragma unroll
+  for (int st = 0; st < S; ++st) publish(st, first[st]);
+  __syncthreads();
+  for (int st = 0; st < S - 1; ++st) {
+    issue(st);
+    cp_async_commit();
+  }
+  Lookup next = fetch(S);
+
+  // ---- Per-warp online softmax state: heads 2c, 2c+1 of each n-tile ---------------------------
+  float m_run[NT][2], l_run[NT][2];
+  float o_acc[kKSteps][NT][4];  // O^T: dims 16*mt + (g, g+8) x heads 8*nt + (2c, 2c+1)
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      m_run[nt][j] = kNegInf;
+      l_run[nt][j] = 0.0f;
+    }
+#pragma unroll
+    for (int mt = 0; mt < kKSteps; ++mt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o_acc[mt][nt][e] = 0.0f;
+    }
+  }
+
+  // ---- Main loop ----------------------------------------------------------------------------
+  // Iteration i: wait for stage i; issue stage i + S - 1 (its lookups were published one
+  // iteration earlier, and the barrier made them visible); publish the lookups of stage i + S
+  // from the registers loaded one iteration ago, and start the global reads for stage i + S + 1;
+  // compute stage i. The barrier also retires stage i - 1 (its buffer is the one refilled here)
+  // and its lookups: with S + 1 lookup buffers the one published here is stage i - 1's, while
+  // this iteration reads only those of stages i (masks) and i + S - 1 (loads).
+  for (int i = 0; i < n_stages; ++i) {
+    cp_async_wait<S - 2>();
+    __syncthreads();
+    issue(i + S - 1);
+    cp_async_commit();  // possibly empty: keeps the group count in step with the stages
+    publish(i + S, next);
+    next = fetch(i + S + 1);
+
+    const int buf = i % S;
+    const unsigned char* kt = smem + buf * 2 * Smem::kStageTile;
+    const unsigned char* vt = kt + Smem::kStageTile;
+    if constexpr (KV_FP8) {
+      // fp8 rows -> fp16 (scaled by 2^-8) swizzled tiles, 16 fp8 values per thread and step.
+      unsigned char* kc = smem + Smem::kConvAt;
+      unsigned char* vc = kc + Smem::kConvTile;
+      constexpr int kChunks = D / 16;
+      for (int it = tid; it < TS * kChunks; it += kThreads) {
+        const int row = it / kChunks;
+        const int ch = it % kChunks;
+#pragma unroll
+        for (int kv = 0; kv < 2; ++kv) {
+          const uint4 x = *reinterpret_cast<const uint4*>((kv ? vt : kt) + row * D + ch * 16);
+          uint4 y0, y1;
+          e4m3x4_to_half2x2_scaled(x.x, y0.x, y0.y);
+          e4m3x4_to_half2x2_scaled(x.y, y0.z, y0.w);
+          e4m3x4_to_half2x2_scaled(x.z, y1.x, y1.y);
+          e4m3x4_to_half2x2_scaled(x.w, y1.z, y1.w);
+          unsigned char* dst = kv ? vc : kc;
+          *reinterpret_cast<uint4*>(dst + swz<kRowCT>(row, 2 * ch)) = y0;
+          *reinterpret_cast<uint4*>(dst + swz<kRowCT>(row, 2 * ch + 1)) = y1;
+        }
+      }
+      __syncthreads();
+      kt = kc;
+      vt = vc;
+    }
+
+    const int2* o = offs + (i % Smem::kOffBufs) * TS;
+#pragma unroll
+    for (int tt = 0; tt < kTilesPerWarp; ++tt) {
+      const int r0 = (warp * kTilesPerWarp + tt) * 16;
+      const bool ok_lo = o[r0 + g].x >= 0;
+      const bool ok_hi = o[r0 + g + 8].x >= 0;
+      if (!__any_sync(0xffffffffu, ok_lo || ok_hi)) continue;  // a fully masked tile
+
+      // S^T = K Q^T: two accumulators (even / odd k-steps) halve the dependent mma chain.
+      float s[NT][4], s2[NT][4];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[nt][e] = s2[nt][e] = 0.0f;
+      }
+#pragma unroll
+      for (int ks = 0; ks < kKSteps; ks += 2) {
+        u32 qf[NT][4];  // B fragments of k-steps ks (0, 1) and ks + 1 (2, 3)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          ldmatrix_x4(qf[nt],
+                      smem_addr(q_s + swz<kRowCT>(nt * 8 + (lane & 7), 2 * ks + (lane >> 3))));
+        }
+        const int krow = r0 + (lane & 7) + ((lane >> 3) & 1) * 8;
+        u32 ka[4], kb[4];
+        ldmatrix_x4(ka, smem_addr(kt + swz<kRowCT>(krow, 2 * ks + (lane >> 4))));
+        ldmatrix_x4(kb, smem_addr(kt + swz<kRowCT>(krow, 2 * ks + 2 + (lane >> 4))));
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          mma_16816<CT>(s[nt], ka, qf[nt][0], qf[nt][1]);
+          mma_16816<CT>(s2[nt], kb, qf[nt][2], qf[nt][3]);
+        }
+      }
+
+      // Online softmax over this tile's tokens (g: rows 0..7, g + 8: rows 8..15).
+      u32 pb[NT][2];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        float x[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float v = (s[nt][e] + s2[nt][e]) * p.score_scale;
+          if (p.cap_out != 0.0f) v = p.cap_out * tanhf(v);
+          x[e] = (e < 2 ? ok_lo : ok_hi) ? v : kNegInf;
+        }
+        float pr[4];
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          float mx = fmaxf(x[j], x[j + 2]);
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+          const float m_new = fmaxf(m_run[nt][j], mx);
+          const float m_use = m_new == kNegInf ? 0.0f : m_new;
+          const float alpha = exp2f(m_run[nt][j] - m_use);
+          pr[j] = exp2f(x[j] - m_use);
+          pr[j + 2] = exp2f(x[j + 2] - m_use);
+          l_run[nt][j] = l_run[nt][j] * alpha + pr[j] + pr[j + 2];
+          m_run[nt][j] = m_new;
+#pragma unroll
+          for (int mt = 0; mt < kKSteps; ++mt) {
+            o_acc[mt][nt][j] *= alpha;
+            o_acc[mt][nt][j + 2] *= alpha;
+          }
+        }
+        // P^T as the B operand: transpose the two 8x8 (token, head) blocks.
+        pb[nt][0] = transpose_8x8_b16(pack2<CT>(pr[0], pr[1]), lane);
+        pb[nt][1] = transpose_8x8_b16(pack2<CT>(pr[2], pr[3]), lane);
+      }
+
+      // O^T += V^T P^T.
+      const int vrow = r0 + (lane & 7) + (lane >> 4) * 8;
+#pragma unroll
+      for (int mt = 0; mt < kKSteps; ++mt) {
+        u32 va[4];
+        ldmatrix_x4_trans(va, smem_addr(vt + swz<kRowCT>(vrow, 2 * mt + ((lane >> 3) & 1))));
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) mma_16816<CT>(o_acc[mt][nt], va, pb[nt][0], pb[nt][1]);
+      }
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the stage buffers become the merge scratch
+
+  // ---- Merge the warps' states -----------------------------------------------------------------
+  float* so = reinterpret_cast<float*>(smem);       // [W][kQRows][kORow]
+  float* sm = so + W * Smem::kQRows * Smem::kORow;  // [W][kQRows] max (log2)
+  float* sl = sm + W * Smem::kQRows;                // [W][kQRows] sum
+  float* sw = sl + W * Smem::kQRows;                // [W][kQRows] final weights
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      float l = l_run[nt][j];
+      l += __shfl_xor_sync(0xffffffffu, l, 4);
+      l += __shfl_xor_sync(0xffffffffu, l, 8);
+      l += __shfl_xor_sync(0xffffffffu, l, 16);
+      const int head = nt * 8 + 2 * c + j;
+      if (g == 0) {
+        sm[warp * Smem::kQRows + head] = m_run[nt][j];
+        sl[warp * Smem::kQRows + head] = l;
+      }
+      float* row = so + (warp * Smem::kQRows + head) * Smem::kORow;
+#pragma unroll
+      for (int mt = 0; mt < kKSteps; ++mt) {
+        row[mt * 16 + g] = o_acc[mt][nt][j];
+        row[mt * 16 + g + 8] = o_acc[mt][nt][j + 2];
+      }
+    }
+  }
+  __syncthreads();
+
+  const bool final_out = sq.splits == 1;
+  const long long part = ((long long)b * p.max_splits + split) * p.num_qo_heads + h * p.group;
+  if (tid < p.group) {
+    float mx = kNegInf;
+#pragma unroll
+    for (int w = 0; w < W; ++w) mx = fmaxf(mx, sm[w * Smem::kQRows + tid]);
+    float tot = 0.0f;
+    float wt[W];
+#pragma unroll
+    for (int w = 0; w < W; ++w) {
+      wt[w] = mx == kNegInf ? 0.0f : exp2f(sm[w * Smem::kQRows + tid] - mx);
+      tot += wt[w] * sl[w * Smem::kQRows + tid];
+    }
+    const float inv = tot > 0.0f ? p.v_scale / tot : 0.0f;
+#pragma unroll
+    for (int w = 0; w < W; ++w) sw[w * Smem::kQRows + tid] = wt[w] * inv;
+    const float lse2 = tot > 0.0f ? mx + __log2f(tot) : kNegInf;
+    if (final_out) {
+      if (p.lse != nullptr) {
+        p.lse[b * p.lse_sb + (h * p.group + tid) * p.lse_sh] = lse2 * kLn2;
+      }
+    } else {
+      p.ws_lse[part + tid] = lse2;
+    }
+  }
+  __syncthreads();
+  for (int i = tid; i < p.group * D; i += kThreads) {
+    const int j = i / D;
+    const int d = i - j * D;
+    float acc = 0.0f;
+#pragma unroll
+    for (int w = 0; w < W; ++w) {
+      acc += sw[w * Smem::kQRows + j] * so[(w * Smem::kQRows + j) * Smem::kORow + d];
+    }
+    if (final_out) {
+      static_cast<QT*>(p.out)[b * p.o_sb + (h * p.group + j) * p.o_sh + d] = from_float<QT>(acc);
+    } else {
+      p.ws_o[(part + j) * D + d] = acc;
+    }
+  }
+}
+
+// Combines the split partials of decode_kernel: a block per (request, qo head), its four warps
+// taking every fourth split, D / 32 dims per lane. All the partials' lse are read first (a lane
+// per split) for their maximum, so each warp's loads of partial outputs are independent of one
+// another: a request split 32 ways costs about one L2 round trip, not 32. The merge is
+// merge_states.cuh's: out = sum_s 2^(lse_s - max) o_s / sum_s 2^(lse_s - max). Launch with
+// grid = batch * num_qo_heads, block = 128, after decode_kernel on the same stream, with the
+// same params. Requests that ran unsplit are skipped (decode_kernel wrote them).
+template <typename QT, int D>
+__global__ void __launch_bounds__(128) decode_merge_kernel(const __grid_constant__ DecodeParams p) {
+  constexpr int kPer = D / 32;
+  constexpr int kWarps = 4;
+  __shared__ float s_acc[kWarps][D];
+  __shared__ float s_sum[kWarps];
+  const int lane = int(threadIdx.x) & 31;
+  const int warp = int(threadIdx.x) >> 5;
+  const int b = int(blockIdx.x / unsigned(p.num_qo_heads));
+  const int qh = int(blockIdx.x - unsigned(b) * unsigned(p.num_qo_heads));
+  const SeqSplit sq = seq_split(p, b);
+  if (sq.splits <= 1) return;  // whole block
+  const float kNegInf = -__int_as_float(0x7f800000);
+  const long long hs = p.num_qo_heads;
+  const long long base = (long long)b * p.max_splits * hs + qh;  // partial s: base + s * hs
+
+  float mx = kNegInf;
+  for (int s = lane; s < sq.splits; s += 32) mx = fmaxf(mx, p.ws_lse[base + s * hs]);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+
+  float sum = 0.0f;
+  float acc[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) acc[i] = 0.0f;
+  if (mx != kNegInf) {
+#pragma unroll 4
+    for (int s = warp; s < sq.splits; s += kWarps) {
+      const float w = exp2f(p.ws_lse[base + s * hs] - mx);  // an empty partial (-inf): 0
+      const float* src = p.ws_o + (base + s * hs) * D + lane * kPer;
+      sum += w;
+#pragma unroll
+      for (int i = 0; i < kPer; i += 2) {
+        const float2 x = *reinterpret_cast<const float2*>(src + i);
+        acc[i] += w * x.x;
+        acc[i + 1] += w * x.y;
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) s_acc[warp][lane * kPer + i] = acc[i];
+  if (lane == 0) s_sum[warp] = sum;
+  __syncthreads();
+
+  const float total = s_sum[0] + s_sum[1] + s_sum[2] + s_sum[3];
+  const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+  QT* dst = static_cast<QT*>(p.out) + b * p.o_sb + qh * p.o_sh;
+  for (int e = int(threadIdx.x); e < D; e += 32 * kWarps) {
+    const float v = s_acc[0][e] + s_acc[1][e] + s_acc[2][e] + s_acc[3][e];
+    dst[e] = from_float<QT>(v * inv);
+  }
+  if (threadIdx.x == 0 && p.lse != nullptr) {
+    p.lse[b * p.lse_sb + qh * p.lse_sh] = total > 0.0f ? (mx + __log2f(total)) * kLn2 : kNegInf;
+  }
+}
+
+}  // namespace attention
+}  // namespace kjit

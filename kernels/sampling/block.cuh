@@ -1,0 +1,178 @@
+// Block-wide building blocks of the sampling kernels: the row walk (16-byte loads, one warp per
+// contiguous segment), reductions and scans over a 1-D block whose size is chosen at launch (a
+// multiple of 32, at most 1024), and the order-preserving keys the threshold search works on.
+#pragma once
+
+#include "common/prelude.cuh"
+#include "common/vec.cuh"
+
+namespace kjit {
+namespace sampling {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+
+// ---- Keys ----------------------------------------------------------------------------------
+
+// A weight w >= 0 (or -0) as an unsigned key with the same order; -0 becomes +0.
+KJIT_DEVICE KJIT_FORCEINLINE u32 nonneg_key(float w) {
+  return __float_as_uint(w) & 0x7fffffffu;
+}
+KJIT_DEVICE KJIT_FORCEINLINE float nonneg_value(u32 key) {
+  return __uint_as_float(key);
+}
+
+// Any float as an unsigned key with the float order (-0 and +0 tie; NaN is the caller's).
+KJIT_DEVICE KJIT_FORCEINLINE u32 signed_key(float x) {
+  const u32 b = __float_as_uint(x + 0.0f);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+// exp2 on the SFU. Written out so that every pass computes bit-identical weights: the threshold
+// search compares keys of the weights across passes, so no pass may contract or reassociate.
+KJIT_DEVICE KJIT_FORCEINLINE float ex2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// exp((x - m) / T) with c = log2(e) / T.
+KJIT_DEVICE KJIT_FORCEINLINE float exp_weight(float x, float m, float c) {
+  return ex2_approx(__fmul_rn(__fsub_rn(x, m), c));
+}
+
+// ---- The row walk -----------------------------------------------------------------------------
+
+// Visits every element of one row. Warp w of the block reads segments of 32 * VEC * U contiguous
+// elements (U vector loads per lane, all in flight together); segment s covers elements
+// [s * kSeg, (s + 1) * kSeg) and belongs to warp s % warps, so segment numbers follow the index
+// order. f(index, value) runs for each element; seg_end(segment) runs on every lane of the warp
+// after each of its segments (warp-uniform, so it may use shuffles). Nothing block-wide happens
+// inside, so warps run ahead of each other freely. Requires vocab % VEC == 0 and a row aligned to
+// VEC * sizeof(T) bytes.
+template <typename T, int VEC, int U>
+struct RowWalk {
+  static constexpr int kSeg = 32 * VEC * U;
+  const T* row;
+  int vocab;
+
+  KJIT_DEVICE KJIT_FORCEINLINE int step() const { return int(blockDim.x) * VEC * U; }
+
+  template <typename F, typename G>
+  KJIT_DEVICE KJIT_FORCEINLINE void run(F&& f, G&& seg_end) const {
+    const int lane = int(threadIdx.x) & 31;
+    const int stride = step();
+    for (int base = (int(threadIdx.x) >> 5) * kSeg; base < vocab; base += stride) {
+      Vec<T, VEC> v[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int i = base + (u * 32 + lane) * VEC;
+        if (i < vocab) v[u].load(row + i);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int i = base + (u * 32 + lane) * VEC;
+        if (i < vocab) {
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) f(i + e, to_float(v[u][e]));
+        }
+      }
+      seg_end(base / kSeg);
+    }
+  }
+
+  template <typename F>
+  KJIT_DEVICE KJIT_FORCEINLINE void run(F&& f) const {
+    run(static_cast<F&&>(f), [](int) {});
+  }
+};
+
+// ---- Reductions and scans (blockDim.x a multiple of 32, at most 1024) -------------------------
+
+template <typename V>
+KJIT_DEVICE KJIT_FORCEINLINE V warp_sum(V v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
+  return v;
+}
+
+// Every thread gets the block's sum. scratch: 32 elements. Ends on a barrier, so the scratch
+// may be reused right away; the order of additions is fixed, so the result is deterministic.
+template <typename V>
+KJIT_DEVICE KJIT_FORCEINLINE V block_sum(V v, V* scratch) {
+  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+  const int warps = int(blockDim.x) >> 5;
+  v = warp_sum(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < warps ? scratch[lane] : V(0);
+  v = warp_sum(v);
+  __syncthreads();
+  return v;
+}
+
+KJIT_DEVICE KJIT_FORCEINLINE float block_max(float v, float* scratch) {
+  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+  const int warps = int(blockDim.x) >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, o));
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < warps ? scratch[lane] : -__int_as_float(0x7f800000);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, o));
+  __syncthreads();
+  return v;
+}
+
+KJIT_DEVICE KJIT_FORCEINLINE u64 warp_max_u64(u64 v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const u64 other = __shfl_xor_sync(kFullMask, v, o);
+    v = other > v ? other : v;
+  }
+  return v;
+}
+
+KJIT_DEVICE KJIT_FORCEINLINE u64 block_max_u64(u64 v, u64* scratch) {
+  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+  const int warps = int(blockDim.x) >> 5;
+  v = warp_max_u64(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < warps ? scratch[lane] : 0ull;
+  v = warp_max_u64(v);
+  __syncthreads();
+  return v;
+}
+
+// Exclusive prefix of one value per thread in thread order; *total gets the sum. scratch: 32
+// elements. Ends on a barrier. Floating-point prefixes of neighbouring threads are each rounded
+// on their own, so callers that look for a crossing must tolerate zero or two claimants.
+template <typename V>
+KJIT_DEVICE KJIT_FORCEINLINE V block_exclusive_scan(V v, V* scratch, V* total) {
+  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+  const int warps = int(blockDim.x) >> 5;
+  V incl = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const V n = __shfl_up_sync(kFullMask, incl, o);
+    if (lane >= o) incl += n;
+  }
+  V excl = __shfl_up_sync(kFullMask, incl, 1);
+  if (lane == 0) excl = V(0);
+  if (lane == 31) scratch[warp] = incl;
+  __syncthreads();
+  V w = lane < warps ? scratch[lane] : V(0);
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const V n = __shfl_up_sync(kFullMask, w, o);
+    if (lane >= o) w += n;
+  }
+  const V before = __shfl_sync(kFullMask, w, warp == 0 ? 0 : warp - 1);
+  *total = __shfl_sync(kFullMask, w, 31);
+  __syncthreads();
+  return warp == 0 ? excl : before + excl;
+}
+
+}  // namespace sampling
+}  // namespace kjit

@@ -1,0 +1,676 @@
+// Sorting-free top-k / top-p / min-p filtering with sampling, renormalization or masking.
+//
+// One block per row. Every element has a weight w >= 0 (the probability, or exp((x - max) / T)
+// for logits) and unsigned keys with the weight's order (the bits of w) and, for logits, the
+// logit's order (top-k ranks logits by the logit: exact, and its passes need no exp). Each filter
+// keeps the tokens whose key is at least a threshold, so ties at the boundary are always admitted
+// together:
+//   top-k:  keys >= the k-th largest key (counting repeats);
+//   top-p:  keys >= the largest K with mass(keys >= K) >= p * mass, i.e. a token is kept when
+//           the mass strictly above it is < p * mass. With top-k too, "mass" is the top-k set's
+//           mass (top-k first, as vLLM and FlashInfer's top_k_first);
+//   min-p:  w >= fl(min_p * w_max).
+// The row keeps the tokens at or above the largest of the thresholds.
+//
+// Thresholds are found by a radix search over the keys, without sorting: a pass counts the
+// keys of the current window into 2048 bins in shared memory (an increment is one hardware-
+// aggregated atomic), a block scan from the top finds the bin holding the threshold, and the
+// next pass refines that bin (11 + 11 + 9 bits for top-k, at most three passes). Top-p also needs
+// each bin's mass: bounds from the bin's edges (count x the smallest / largest value the bin can
+// hold) and, from the second level on, the sum of w in 24-bit fixed point relative to the
+// window's top (integer atomics, so deterministic); once a window is a single key its mass is
+// exact (count x value). A window shrinks to the bins whose bounds straddle p * mass, usually one.
+//
+// Sampling then draws one uniform u (Philox, seed / offset from device memory) and inverts the
+// CDF of the kept weights in index order: one pass sums kept weight per 32 * VEC * U-element
+// segment, a block scan picks the segment, one warp rescans it. Nothing is sorted, nothing is
+// rejected and retried, the work per row is bounded (at most 2 + 2 + 9 + 1 passes over the row,
+// typically 3 to 7), and a fixed seed and offset give the same token on every run.
+//
+// A row is invalid when it holds a NaN, an infinite or (probabilities) negative value, when its
+// mass is zero, or when its per-row parameter is out of range; see SamplingParams.
+#pragma once
+
+#include "common/prelude.cuh"
+#include "common/vec.cuh"
+#include "sampling/block.cuh"
+#include "sampling/philox.cuh"
+
+namespace kjit {
+namespace sampling {
+
+enum : int { kKeysProbs = 0, kKeysLogits = 1, kKeysSigned = 2 };
+enum : int { kOpSample = 0, kOpRenorm = 1, kOpMask = 2 };
+enum : int { kFilterTopK = 1, kFilterTopP = 2, kFilterMinP = 4 };
+
+constexpr int kBins = 2048;
+constexpr int kMaxSegments = 1024;  // vocab <= 262144 with segments of >= 256 elements
+constexpr int kMaxTopPLevels = 9;
+
+// Passed by value as a __grid_constant__ kernel parameter. Keep this exact layout: the host
+// mirrors it. A per-row array, when not null, replaces the scalar beside it.
+struct SamplingParams {
+  const void* input;                 // [rows, vocab] probabilities or logits, row stride in_stride
+  void* out;                         // renorm / mask: [rows, vocab], row stride out_stride
+  void* samples;                     // sample: [rows] int32 or int64
+  unsigned char* valid;              // sample: [rows] 0 / 1, or null
+  const void* top_k_arr;             // [rows] int32 or int64: <= 0 or >= vocab means no top-k
+  const float* top_p_arr;            // [rows]: >= 1 no top-p; NaN or <= 0 invalid row
+  const float* min_p_arr;            // [rows]: <= 0 no min-p; NaN or > 1 invalid row
+  const float* temp_arr;             // [rows]: 0 greedy; < 0, NaN or Inf invalid row
+  const unsigned long long* seed;    // [1] or [rows]
+  const unsigned long long* offset;  // [1] or [rows]
+  long long rows;
+  long long in_stride;
+  long long out_stride;
+  long long seed_stride;    // 0: one seed for all rows, 1: one per row
+  long long offset_stride;  // 0 or 1
+  int vocab;
+  int filters;  // kFilterTopK | kFilterTopP | kFilterMinP
+  int top_k;
+  int top_k_i64;
+  int samples_i64;
+  float top_p;
+  float min_p;
+  float temperature;
+  int per_row_seed;  // seed_stride == 1: a row's stream then does not depend on its position
+};
+
+namespace detail {
+
+// Windows of keys are inclusive ranges [lo, hi] (u32: a window may be every key there is).
+
+// Bin width (as a shift) that covers the window [lo, hi] with at most kBins bins.
+KJIT_DEVICE KJIT_FORCEINLINE int fit_shift(u32 lo, u32 hi) {
+  const int b = (32 - __clz(static_cast<int>(hi - lo))) - 11;
+  return b > 0 ? b : 0;
+}
+
+KJIT_DEVICE KJIT_FORCEINLINE int bins_of(u32 lo, u32 hi, int s) {
+  return static_cast<int>((hi - lo) >> s) + 1;
+}
+
+KJIT_DEVICE KJIT_FORCEINLINE void clear_bins(u32* a) {
+  for (int i = int(threadIdx.x); i < kBins; i += int(blockDim.x)) a[i] = 0u;
+}
+
+// The bin holding the `need`-th largest key of the window (need >= 1 and at most the window's
+// count): bin b with above(b) < need <= above(b) + cnt[b], where above(b) counts the window's
+// keys in bins above b. Exact integer arithmetic, so exactly one thread finds it.
+KJIT_DEVICE void find_count_bin(const u32* cnt, int nb, u32 need, u32* scratch, int* found,
+                                int& bin, u32& above, u32& count) {
+  const int per = (nb + int(blockDim.x) - 1) / int(blockDim.x);
+  const int r0 = int(threadIdx.x) * per;
+  const int r1 = r0 + per < nb ? r0 + per : nb;
+  u32 local = 0;
+  for (int r = r0; r < r1; ++r) local += cnt[nb - 1 - r];
+  u32 total;
+  u32 run = block_exclusive_scan<u32>(local, scratch, &total);
+  for (int r = r0; r < r1; ++r) {
+    const int b = nb - 1 - r;
+    const u32 c = cnt[b];
+    if (run < need && run + c >= need) {
+      found[0] = b;
+      found[1] = static_cast<int>(run);
+      found[2] = static_cast<int>(c);
+    }
+    run += c;
+  }
+  __syncthreads();
+  bin = found[0];
+  above = static_cast<u32>(found[1]);
+  count = static_cast<u32>(found[2]);
+  __syncthreads();
+}
+
+// The window of the top-p search: keys [lo, hi] in bins of 2^s keys, with the exact mass of
+// the keys > hi (`above`) and, when have_mass, each bin's fixed-point mass.
+struct Window {
+  u32 lo, hi;
+  int s;
+  u32 kmax;  // the row's largest key: no bin holds a larger one
+  bool have_mass;
+  float scale;  // fixed-point units per unit of weight
+  double above;
+};
+
+// Lower and upper bounds of bin b's mass.
+KJIT_DEVICE KJIT_FORCEINLINE void bin_bounds(const u32* cnt, const u32* mhi, const u32* mlo,
+                                             const Window& w, int b, double& lo, double& hi) {
+  const u32 c = cnt[b];
+  if (c == 0) {
+    lo = hi = 0.0;
+    return;
+  }
+  const u32 k_lo = w.lo + (u32(b) << w.s);
+  const u32 span = (u32(1) << w.s) - 1;  // the bin's last key, capped by the window's
+  u32 k_hi = w.hi - k_lo < span ? w.hi : k_lo + span;
+  k_hi = k_hi < w.kmax ? k_hi : w.kmax;
+  lo = double(c) * double(nonneg_value(k_lo));
+  hi = double(c) * double(nonneg_value(k_hi));
+  if (w.have_mass && w.s > 0) {
+    // Each element added floor(rz(w * scale)), which is within [w * scale - 2, w * scale].
+    const double q = double(mhi[b]) * 4096.0 + double(mlo[b]);
+    const double sc = double(w.scale);
+    const double mlo_b = q / sc, mhi_b = (q + 2.0 * double(c)) / sc;
+    lo = lo > mlo_b ? lo : mlo_b;
+    hi = hi < mhi_b ? hi : mhi_b;
+  }
+}
+
+// The bins that may hold the top-p threshold: b1 is the largest b whose upper bound of the mass
+// at or above it reaches target (the threshold is below the end of b1), b0 the largest b whose
+// lower bound does (the threshold is at or above the start of b0; -1: no bin is sure). Prefixes
+// of neighbouring threads round separately, so a crossing may be claimed twice or missed; each
+// side then takes the looser answer, which only widens the next window.
+KJIT_DEVICE void find_mass_bins(const u32* cnt, const u32* mhi, const u32* mlo, const Window& w,
+                                int nb, double target, double* scratch, int* found, int& b0,
+                                int& b1) {
+  if (threadIdx.x == 0) {
+    found[0] = -1;          // b1: atomicMax
+    found[1] = 0x7fffffff;  // b0: atomicMin
+  }
+  const int per = (nb + int(blockDim.x) - 1) / int(blockDim.x);
+  const int r0 = int(threadIdx.x) * per;
+  const int r1 = r0 + per < nb ? r0 + per : nb;
+  double sum_lo = 0.0, sum_hi = 0.0;
+  for (int r = r0; r < r1; ++r) {
+    double lo, hi;
+    bin_bounds(cnt, mhi, mlo, w, nb - 1 - r, lo, hi);
+    sum_lo += lo;
+    sum_hi += hi;
+  }
+  double total;
+  double run_lo = w.above + block_exclusive_scan<double>(sum_lo, scratch, &total);
+  double run_hi = w.above + block_exclusive_scan<double>(sum_hi, scratch, &total);
+  for (int r = r0; r < r1; ++r) {
+    const int b = nb - 1 - r;
+    double lo, hi;
+    bin_bounds(cnt, mhi, mlo, w, b, lo, hi);
+    const double next_lo = run_lo + lo, next_hi = run_hi + hi;
+    if (run_hi < target && next_hi >= target) atomicMax(&found[0], b);
+    if (run_lo < target && next_lo >= target) atomicMin(&found[1], b);
+    run_lo = next_lo;
+    run_hi = next_hi;
+  }
+  __syncthreads();
+  b1 = found[0] < 0 ? nb - 1 : found[0];
+  b0 = found[1] == 0x7fffffff ? -1 : found[1];
+  __syncthreads();
+}
+
+// One row's result: the token (-1 for an invalid row) and its valid flag.
+KJIT_DEVICE KJIT_FORCEINLINE void write_sample(const SamplingParams& p, i64 r, i64 token) {
+  if (p.samples_i64) {
+    static_cast<i64*>(p.samples)[r] = token;
+  } else {
+    static_cast<int*>(p.samples)[r] = static_cast<int>(token);
+  }
+  if (p.valid) p.valid[r] = token >= 0 ? 1 : 0;
+}
+
+template <typename T, int VEC, int U, typename F>
+KJIT_DEVICE KJIT_FORCEINLINE void write_row(const T* in, T* out, int vocab, F&& value) {
+  constexpr int kSeg = 32 * VEC * U;
+  const int lane = int(threadIdx.x) & 31;
+  const int stride = int(blockDim.x) * VEC * U;
+  for (int base = (int(threadIdx.x) >> 5) * kSeg; base < vocab; base += stride) {
+    Vec<T, VEC> v[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int i = base + (u * 32 + lane) * VEC;
+      if (i < vocab) v[u].load(in + i);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int i = base + (u * 32 + lane) * VEC;
+      if (i < vocab) {
+        Vec<T, VEC> o;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) o[e] = from_float<T>(value(to_float(v[u][e])));
+        o.store(out + i);
+      }
+    }
+  }
+}
+
+}  // namespace detail
+
+// Launch: grid = rows, block = a multiple of 32 up to 1024 (more threads for longer rows), no
+// dynamic shared memory. Requires 1 <= vocab <= kMaxSegments * 32 * VEC * U, vocab % VEC == 0,
+// rows (and out rows) aligned to VEC * sizeof(T) bytes. KEYS: kKeysProbs (T = float), kKeysLogits
+// (sample only), kKeysSigned (OP = kOpMask, top-k only). out may be input itself (same strides).
+// clang-format off
+template <typename T, int VEC, int U, int KEYS, int OP>
+__global__ void __launch_bounds__(1024)
+filter_kernel(const __grid_constant__ SamplingParams p) {
+  // clang-format on
+  static_assert(OP != kOpMask || KEYS == kKeysSigned, "masking works on logit keys");
+  static_assert(OP == kOpMask || KEYS != kKeysSigned, "signed keys are for masking");
+  static_assert(OP != kOpRenorm || KEYS == kKeysProbs, "renormalization is of probabilities");
+  constexpr int kSeg = 32 * VEC * U;
+  const float kInf = __int_as_float(0x7f800000);
+  constexpr float kMaxFinite = 3.40282347e38f;
+
+  __shared__ u32 s_cnt[kBins];
+  __shared__ u32 s_mhi[kBins];
+  __shared__ u32 s_mlo[kBins];
+  __shared__ float s_seg[kMaxSegments];
+  __shared__ double s_red_d[32];
+  __shared__ float s_red_f[32];
+  __shared__ u32 s_red_u[32];
+  __shared__ u64 s_red_u64[32];
+  __shared__ int s_found[4];
+  __shared__ double s_rem;
+
+  const i64 r = blockIdx.x;
+  const int vocab = p.vocab;
+  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+  const T* row = static_cast<const T*>(p.input) + r * p.in_stride;
+  T* out_row = OP == kOpSample ? nullptr : static_cast<T*>(p.out) + r * p.out_stride;
+  const RowWalk<T, VEC, U> walk{row, vocab};
+
+  // ---- Per-row parameters (uniform across the block) ----
+  bool bad_param = false;
+  bool use_k = false, use_p = false, use_minp = false;
+  int top_k = 0;
+  float top_p = 1.0f, min_p = 0.0f;
+  if (p.filters & kFilterTopK) {
+    if (p.top_k_arr == nullptr) {
+      top_k = p.top_k;
+    } else if (p.top_k_i64) {
+      const i64 k = static_cast<const i64*>(p.top_k_arr)[r];
+      top_k = k <= 0 ? 0 : (k >= i64(vocab) ? vocab : int(k));
+    } else {
+      top_k = static_cast<const int*>(p.top_k_arr)[r];
+    }
+    use_k = top_k > 0 && top_k < vocab;
+  }
+  if (p.filters & kFilterTopP) {
+    top_p = p.top_p_arr == nullptr ? p.top_p : p.top_p_arr[r];
+    bad_param |= !(top_p > 0.0f);
+    use_p = top_p < 1.0f;
+  }
+  if (p.filters & kFilterMinP) {
+    min_p = p.min_p_arr == nullptr ? p.min_p : p.min_p_arr[r];
+    bad_param |= !(min_p <= 1.0f);
+    use_minp = min_p > 0.0f;
+  }
+  bool greedy = false;
+  float c_log2 = 0.0f;  // log2(e) / T
+  if (KEYS == kKeysLogits) {
+    const float t = p.temp_arr == nullptr ? p.temperature : p.temp_arr[r];
+    bad_param |= !(t >= 0.0f && t <= kMaxFinite);
+    c_log2 = 1.44269504088896341f / t;
+    greedy = t == 0.0f || !(c_log2 <= kMaxFinite);  // so small that only the maximum survives
+  }
+  // Top-k ranks logits by the logit itself (exact, and no exp needed for its passes); every
+  // other threshold is on the weight. Pass 0 histograms the top-k key when there is a top-k,
+  // else (probabilities or logits with top-p) the weight's key, which then needs the maximum
+  // first for logits (pass 0b).
+  const bool need_hist = KEYS == kKeysSigned ? use_k : (use_k || use_p);
+
+  if (need_hist) detail::clear_bins(s_cnt);
+  __syncthreads();
+
+  // ---- Pass 0: validity, maximum, mass; the first level of the key histogram ----
+  bool bad = false;
+  float vmax = -kInf;
+  double wsum = 0.0;
+  u64 best = 0;
+  if (KEYS == kKeysProbs) {
+    walk.run([&](int, float v) {
+      bad |= !(v >= 0.0f && v <= kMaxFinite);
+      wsum += double(v);
+      vmax = fmaxf(vmax, v);
+      if (need_hist) atomicAdd(&s_cnt[nonneg_key(v) >> 20], 1u);
+    });
+  } else {
+    walk.run([&](int i, float x) {
+      bad |= x != x;
+      vmax = fmaxf(vmax, x);
+      if (KEYS == kKeysLogits && greedy) {
+        const u64 packed = (u64(signed_key(x)) << 32) | u64(0xffffffffu - u32(i));
+        best = packed > best ? packed : best;
+      }
+      if (KEYS != kKeysProbs && use_k) atomicAdd(&s_cnt[signed_key(x) >> 21], 1u);
+    });
+  }
+  bad = __syncthreads_or(bad) != 0;
+  vmax = block_max(vmax, s_red_f);
+  if (KEYS == kKeysProbs) wsum = block_sum<double>(wsum, s_red_d);
+  // Logits: a +Inf maximum makes exp(x - max) NaN, a -Inf one means no token has any weight.
+  if (KEYS == kKeysLogits) bad |= !(vmax >= -kMaxFinite && vmax <= kMaxFinite);
+  if (KEYS == kKeysProbs) bad |= !(wsum > 0.0);
+  bad |= bad_param;
+
+  if (KEYS == kKeysSigned && (bad || !use_k)) {
+    // Nothing to mask: NaN rows propagate unchanged (a sampler then reports them invalid).
+    if (out_row != row)
+      detail::write_row<T, VEC, U>(row, out_row, vocab, [](float x) { return x; });
+    return;
+  }
+  if (bad) {
+    if (OP == kOpSample) {
+      if (threadIdx.x == 0) detail::write_sample(p, r, -1);
+    } else if (OP == kOpRenorm) {
+      detail::write_row<T, VEC, U>(row, out_row, vocab, [](float) { return 0.0f; });
+    }
+    return;
+  }
+  if (KEYS == kKeysLogits && greedy) {
+    best = block_max_u64(best, s_red_u64);
+    if (threadIdx.x == 0) detail::write_sample(p, r, i64(0xffffffffu - u32(best & 0xffffffffu)));
+    return;
+  }
+
+  const float m_logit = vmax;
+  auto weight = [&](float x) -> float {
+    if constexpr (KEYS == kKeysLogits) {
+      return exp_weight(x, m_logit, c_log2);
+    } else {
+      return x;
+    }
+  };
+  // The key top-k ranks by: the probability's, or the logit's.
+  auto topk_key = [&](float x) -> u32 {
+    if constexpr (KEYS == kKeysProbs) {
+      return nonneg_key(x);
+    } else {
+      return signed_key(x);
+    }
+  };
+
+  if (KEYS == kKeysLogits && use_p && !use_k) {
+    // Pass 0b: the mass and the first histogram level of the weights, now that the maximum is
+    // known (with a top-k, top-p's mass is the top-k set's, found later).
+    walk.run([&](int, float x) {
+      const float w = weight(x);
+      wsum += double(w);
+      atomicAdd(&s_cnt[nonneg_key(w) >> 20], 1u);
+    });
+    wsum = block_sum<double>(wsum, s_red_d);
+  }
+  // The largest weight's key (for logits, exp(0) = 1).
+  const u32 kmax = KEYS == kKeysSigned ? signed_key(vmax) : nonneg_key(weight(vmax));
+
+  // ---- Top-k: radix select on counts ----
+  u32 threshold = 0;  // on topk_key
+  if (use_k) {
+    u32 lo = 0, hi = KEYS == kKeysProbs ? 0x7fffffffu : 0xffffffffu;
+    int s = KEYS == kKeysProbs ? 20 : 21;
+    u32 above = 0;  // keys > hi
+    const u32 k = static_cast<u32>(top_k);
+    for (;;) {
+      int b;
+      u32 in_above, c;
+      detail::find_count_bin(s_cnt, detail::bins_of(lo, hi, s), k - above, s_red_u, s_found, b,
+                             in_above, c);
+      if (s == 0 || above + in_above + c == k) {
+        // Either a single key, or every key of the bin is among the top k: the k-th largest is
+        // the bin's smallest key, and no key lies between the bin's start and it.
+        threshold = lo + (u32(b) << s);
+        break;
+      }
+      above += in_above;
+      lo += u32(b) << s;
+      hi = lo + ((u32(1) << s) - 1);
+      s = s > 11 ? s - 11 : 0;
+      detail::clear_bins(s_cnt);
+      __syncthreads();
+      const u32 wlo = lo, wspan = hi - lo;
+      const int sh = s;
+      walk.run([&](int, float x) {
+        const u32 d = topk_key(x) - wlo;  // wraps for keys below the window
+        if (d <= wspan) atomicAdd(&s_cnt[d >> sh], 1u);
+      });
+      __syncthreads();
+    }
+  }
+
+  if (KEYS == kKeysSigned) {
+    const u32 t = threshold;
+    detail::write_row<T, VEC, U>(row, out_row, vocab,
+                                 [t, kInf](float x) { return signed_key(x) >= t ? x : -kInf; });
+    return;
+  }
+
+  // A token is kept when its weight's key is >= kw and, for logits under a top-k, its logit's
+  // key is >= kx (for probabilities the two keys are one, and kx folds into kw).
+  const u32 kx = KEYS == kKeysLogits && use_k ? threshold : 0u;
+  const bool x_filter = KEYS == kKeysLogits && use_k;
+  if (KEYS == kKeysLogits) threshold = 0;
+  auto in_topk = [&](float x) { return !x_filter || signed_key(x) >= kx; };
+
+  // ---- Top-p: radix search on mass bounds ----
+  if (use_p) {
+    detail::Window w;
+    w.kmax = kmax;
+    double target;
+    // One level pass: counts and fixed-point mass of the window's keys, exact mass above it.
+    // Per-thread sums are fp32 (a few hundred terms), the block's are fp64.
+    auto level_pass = [&](double& in_window) {
+      detail::clear_bins(s_cnt);
+      detail::clear_bins(s_mhi);
+      detail::clear_bins(s_mlo);
+      __syncthreads();
+      float a = 0.0f, b = 0.0f;
+      const u32 wlo = w.lo, wspan = w.hi - w.lo;
+      const int sh = w.s;
+      const float sc = w.scale;
+      walk.run([&](int, float x) {
+        if (!in_topk(x)) return;
+        const float wt = weight(x);
+        const u32 d = nonneg_key(wt) - wlo;  // wraps for keys below the window
+        if (d > wspan) {
+          if (nonneg_key(wt) > wlo) a += wt;  // above the window
+        } else {
+          const int bin = static_cast<int>(d >> sh);
+          atomicAdd(&s_cnt[bin], 1u);
+          b += wt;
+          const u32 q = static_cast<u32>(__fmul_rz(wt, sc));  // 0 when there is no scale
+          if (q >> 12) atomicAdd(&s_mhi[bin], q >> 12);
+          if (q & 4095u) atomicAdd(&s_mlo[bin], q & 4095u);
+        }
+      });
+      w.above = block_sum<double>(double(a), s_red_d);
+      in_window = block_sum<double>(double(b), s_red_d);
+    };
+    auto set_scale = [&] {
+      const float wtop = nonneg_value(w.hi < kmax ? w.hi : kmax);
+      const float sc = wtop > 0.0f ? 16777216.0f / wtop : 0.0f;
+      w.have_mass = sc > 0.0f && sc <= kMaxFinite;
+      w.scale = w.have_mass ? sc : 0.0f;
+    };
+    if (use_k) {
+      // Top-k first: p is relative to the top-k set's mass, the first window is that set (for
+      // logits: every weight, counting only the tokens the logit threshold keeps).
+      w.lo = threshold;
+      w.hi = kmax;
+      w.s = detail::fit_shift(w.lo, w.hi);
+      set_scale();
+      double mass_k;
+      level_pass(mass_k);
+      target = double(top_p) * (w.above + mass_k);
+    } else {
+      // The first level is pass 0's histogram (counts only, bounds from the bin edges).
+      w.lo = 0;
+      w.hi = 0x7fffffffu;
+      w.s = 20;
+      w.have_mass = false;
+      w.scale = 0.0f;
+      w.above = 0.0;
+      target = double(top_p) * wsum;
+    }
+    u32 kp = w.lo;
+    for (int level = 0;; ++level) {
+      int b0, b1;
+      detail::find_mass_bins(s_cnt, s_mhi, s_mlo, w, detail::bins_of(w.lo, w.hi, w.s), target,
+                             s_red_d, s_found, b0, b1);
+      if (w.s == 0) {
+        // Single-key bins: the bounds are exact, so b0 == b1 unless nothing reaches the target.
+        kp = b0 >= 0 ? w.lo + u32(b0) : w.lo;
+        break;
+      }
+      const u32 nlo = b0 >= 0 ? w.lo + (u32(b0) << w.s) : w.lo;
+      const u32 b1_last = w.lo + (u32(b1) << w.s) + ((u32(1) << w.s) - 1);
+      const u32 nhi = w.hi - (u32(b1) << w.s) - w.lo < (u32(1) << w.s) ? w.hi : b1_last;
+      if (nhi == nlo || level + 1 >= kMaxTopPLevels || (nlo == w.lo && nhi == w.hi)) {
+        // One key left, or (only through rounding) no progress: the window's start is the
+        // threshold, which keeps at most the window's keys beyond the exact set.
+        kp = nlo;
+        break;
+      }
+      w.lo = nlo;
+      w.hi = nhi;
+      w.s = detail::fit_shift(nlo, nhi);
+      set_scale();
+      double unused;
+      level_pass(unused);
+    }
+    threshold = kp > threshold ? kp : threshold;
+  }
+
+  if (use_minp) {
+    const u32 km = nonneg_key(__fmul_rn(min_p, nonneg_value(kmax)));
+    threshold = km > threshold ? km : threshold;
+  }
+
+  const u32 t = threshold;  // kw
+  if (OP == kOpRenorm) {
+    double kept = 0.0;
+    walk.run([&](int, float x) {
+      if (nonneg_key(x) >= t) kept += double(x);
+    });
+    kept = block_sum<double>(kept, s_red_d);
+    const float kept_f = static_cast<float>(kept);
+    detail::write_row<T, VEC, U>(row, out_row, vocab, [t, kept_f](float x) {
+      return nonneg_key(x) >= t ? __fdiv_rn(x, kept_f) : 0.0f;
+    });
+    return;
+  }
+
+  // ---- Sample: kept weight per segment, one uniform, inverse CDF in index order ----
+  {
+    float acc = 0.0f;
+    walk.run(
+        [&](int, float x) {
+          const float wt = weight(x);
+          if (nonneg_key(wt) >= t && in_topk(x)) acc += wt;
+        },
+        [&](int sg) {
+          const float total = warp_sum(acc);
+          if (lane == 0) s_seg[sg] = total;
+          acc = 0.0f;
+        });
+  }
+  if (threadIdx.x == 0) {
+    s_found[0] = 0x7fffffff;  // chosen segment: atomicMin
+    s_found[1] = -1;          // last segment with weight: atomicMax
+  }
+  __syncthreads();
+  const int nseg = (vocab + kSeg - 1) / kSeg;
+  const int per = (nseg + int(blockDim.x) - 1) / int(blockDim.x);
+  const int j0 = int(threadIdx.x) * per;
+  const int j1 = j0 + per < nseg ? j0 + per : nseg;
+  double local = 0.0;
+  for (int j = j0; j < j1; ++j) local += double(s_seg[j]);
+  double total;
+  const double start = block_exclusive_scan<double>(local, s_red_d, &total);
+  const u64 seed = p.seed[r * p.seed_stride];
+  const u64 offset = p.offset[r * p.offset_stride];
+  const double u = philox_uniform(seed, offset, p.per_row_seed ? 0u : static_cast<u32>(r));
+  const double target = u * total;
+  {
+    double run = start;
+    for (int j = j0; j < j1; ++j) {
+      const double next = run + double(s_seg[j]);
+      if (s_seg[j] > 0.0f) {
+        atomicMax(&s_found[1], j);
+        if (run <= target && target < next) atomicMin(&s_found[0], j);
+      }
+      run = next;
+    }
+  }
+  __syncthreads();
+  int sel = s_found[0];
+  const bool found = sel != 0x7fffffff;
+  if (!found) sel = s_found[1];
+  if (found && sel >= j0 && sel < j1) {
+    // The remainder within the chosen segment, by the thread whose prefix chose it.
+    double run = start;
+    for (int j = j0; j < sel; ++j) run += double(s_seg[j]);
+    s_rem = target - run;
+  }
+  __syncthreads();
+  if (warp != 0) return;
+  if (sel < 0) {
+    // No kept weight at all (cannot happen for a valid row: its maximum is always kept).
+    if (lane == 0) detail::write_sample(p, r, -1);
+    return;
+  }
+  // Rounding can leave the draw past the last segment's end: take the last kept token then.
+  const double rem = found ? s_rem : kInf;
+  const int base = sel * kSeg;
+  double run = 0.0;
+  int pick = -1, last = -1;
+#pragma unroll 1
+  for (int uu = 0; uu < U; ++uu) {
+    const int i = base + (uu * 32 + lane) * VEC;
+    float wv[VEC];
+    double lane_sum = 0.0;
+    if (i < vocab) {
+      Vec<T, VEC> v;
+      v.load(row + i);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const float x = to_float(v[e]);
+        const float wt = weight(x);
+        wv[e] = nonneg_key(wt) >= t && in_topk(x) ? wt : 0.0f;
+        lane_sum += double(wv[e]);
+        if (wv[e] > 0.0f) last = i + e;
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) wv[e] = 0.0f;
+    }
+    double incl = lane_sum;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const double n = __shfl_up_sync(kFullMask, incl, o);
+      if (lane >= o) incl += n;
+    }
+    double excl = __shfl_up_sync(kFullMask, incl, 1);
+    if (lane == 0) excl = 0.0;
+    const double lo = run + excl, hi = run + incl;
+    const unsigned hit =
+        __ballot_sync(kFullMask, pick < 0 && lane_sum > 0.0 && lo <= rem && rem < hi);
+    if (hit != 0u) {
+      const int src = __ffs(hit) - 1;
+      int cand = -1;
+      if (lane == src) {
+        double a = lo;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          if (wv[e] > 0.0f) {
+            if (cand < 0 && rem < a + double(wv[e])) cand = i + e;
+            a += double(wv[e]);
+          }
+        }
+        if (cand < 0) cand = last;  // rounding: the lane's last kept token
+      }
+      pick = __shfl_sync(kFullMask, cand, src);
+    }
+    run = __shfl_sync(kFullMask, hi, 31);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const int other = __shfl_xor_sync(kFullMask, last, o);
+    last = other > last ? other : last;
+  }
+  if (pick < 0) pick = last;
+  if (lane == 0) detail::write_sample(p, r, pick);
+}
+
+}  // namespace sampling
+}  // namespace kjit

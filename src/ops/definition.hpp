@@ -1,0 +1,47 @@
+// Definitions: what an op computes at one set of constant sizes, in the shape of flashinfer-bench's
+// definitions. A definition names the op and its const axes (`rmsnorm_h4096`), lists its axes
+// (const with a value, or var: known per call), its inputs and outputs with shapes in axis names,
+// and points at the CPU fp64 reference the tests use. `kjit-cli defs export` writes them as JSON
+// (bench/definitions/); KJIT_TRACE_DUMP writes the ones an engine actually calls (trace_dump.hpp).
+// The definitions of each op are in definitions.cpp.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kjit::ops {
+
+struct DefAxis {
+  std::string name;
+  bool is_const = false;
+  int64_t value = 0;  // const axes only
+  std::string description;
+};
+
+struct DefTensor {
+  std::string name;
+  std::vector<std::string> shape;  // axis names; empty for a scalar
+  bool scalar = false;
+  std::string dtype;  // "bfloat16", "float16", "float32", "int32", ...
+  std::string description;
+};
+
+struct Definition {
+  std::string name;     // op + const axes: "rmsnorm_h4096", "rmsnorm_h4096_fp16"
+  std::string op_type;  // the operation: "rmsnorm", "gemma_rmsnorm", "silu_and_mul", ...
+  std::string op;       // the registry op (OpDef::name) whose kernels serve it
+  std::string entry;    // the C entry point: "kjit_rmsnorm"
+  std::string description;
+  std::vector<DefAxis> axes;
+  std::vector<DefTensor> inputs, outputs;
+  std::string reference;  // "tests/reference/norm_ref.hpp: ref::rmsnorm"
+
+  const DefAxis* axis(const std::string& axis_name) const;
+};
+
+// The JSON text of a definition: 2-space indent, fields in a fixed order, trailing newline; the
+// exact bytes `kjit-cli defs export` writes.
+std::string definition_json(const Definition& d);
+
+}  // namespace kjit::ops

@@ -1,0 +1,290 @@
+// Specialization choice, spec rendering and registry entries of the sampling family. The
+// argument checks and launches are in sampling_ops.cpp.
+#include "ops/sampling.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "util/error.hpp"
+
+namespace kjit::ops {
+
+namespace {
+
+const char* op_name(FilterOp op) {
+  switch (op) {
+    case FilterOp::kSample: return "sample";
+    case FilterOp::kRenorm: return "renorm";
+    case FilterOp::kMask: return "mask";
+  }
+  return "?";
+}
+
+const char* input_name(FilterInput in) {
+  switch (in) {
+    case FilterInput::kProbs: return "probs";
+    case FilterInput::kLogits: return "logits";
+    case FilterInput::kLogitKeys: return "logitkeys";
+  }
+  return "?";
+}
+
+DType float_dtype_arg(const std::string& s) {
+  return s == "bf16" ? DType::kBF16 : s == "fp16" ? DType::kF16 : DType::kF32;
+}
+
+// The 16-byte path when the caller allows it, else scalar loads with more of them in flight.
+void choose_vec(DType dtype, bool vec_ok, int vec_unroll, int& vec, int& unroll) {
+  if (vec_ok) {
+    vec = static_cast<int>(16 / dtype_size(dtype));
+    unroll = vec_unroll;
+  } else {
+    vec = 1;
+    unroll = 8;
+  }
+}
+
+jit::Params row_params(const RowConfig& c) {
+  return {{"dtype", dtype_name(c.dtype)},
+          {"vec", std::to_string(c.vec)},
+          {"unroll", std::to_string(c.unroll)}};
+}
+
+jit::Spec row_spec(const char* op, const char* include, const char* kernel, const RowConfig& c) {
+  jit::Spec s;
+  s.op = op;
+  s.params = row_params(c);
+  s.uri = jit::make_uri(s.op, s.params);
+  s.kernel_dirs = {"common", "sampling"};
+  s.includes = {include};
+  s.config = fmt::format(
+      "namespace kjit_spec {{\n"
+      "using T = {};\n"
+      "constexpr int kVec = {};\n"
+      "constexpr int kUnroll = {};\n"
+      "}}  // namespace kjit_spec\n",
+      device_type_name(c.dtype), c.vec, c.unroll);
+  s.entry_names = {
+      fmt::format("kjit::sampling::{}<kjit_spec::T, kjit_spec::kVec, kjit_spec::kUnroll>", kernel)};
+  s.arch_families = {"sm_80+"};
+  return s;
+}
+
+void check_row_kernel(const char* op, DType dtype, int64_t vocab) {
+  if (!is_float(dtype)) {
+    fail(KJIT_ERROR_UNSUPPORTED, "{} supports fp32, fp16 and bf16, not {}", op, dtype_name(dtype));
+  }
+  if (vocab < 1 || vocab > kRowKernelMaxVocab) {
+    fail(KJIT_ERROR_UNSUPPORTED, "{} supports rows of 1..{} elements, not {}", op,
+         kRowKernelMaxVocab, vocab);
+  }
+}
+
+// --set align=16 (default) takes the vector path when the vocabulary allows it.
+bool vec_ok_arg(const SetArgs& args, DType dtype, int64_t vocab) {
+  const int align = args.count("align") ? std::stoi(args.at("align")) : 16;
+  return align >= 16 && vocab % static_cast<int64_t>(16 / dtype_size(dtype)) == 0;
+}
+
+AxisDef align_axis() {
+  return {"align",
+          {"16", "8", "4", "2", "1"},
+          false,
+          "byte alignment of the rows (default 16); below 16 takes the scalar path"};
+}
+
+AxisDef vocab_axis() {
+  return {"vocab",
+          {},
+          false,
+          "row length (default 128256); a run-time value, only its parity "
+          "with the vector width matters"};
+}
+
+}  // namespace
+
+int sampling_block_threads(int64_t vocab, int vec, int unroll) {
+  const int64_t per_step = static_cast<int64_t>(vec) * unroll;
+  int64_t t = (vocab + per_step - 1) / per_step;
+  t = (t + 31) / 32 * 32;
+  return static_cast<int>(std::clamp<int64_t>(t, 32, 1024));
+}
+
+FilterConfig select_filter(FilterOp op, FilterInput input, DType dtype, int64_t vocab,
+                           bool vec_ok) {
+  const bool logit_input = input != FilterInput::kProbs;
+  if (op == FilterOp::kMask ? input != FilterInput::kLogitKeys : input == FilterInput::kLogitKeys) {
+    fail(KJIT_ERROR_UNSUPPORTED, "sampling filter: op {} does not take {} input", op_name(op),
+         input_name(input));
+  }
+  if (op == FilterOp::kRenorm && input != FilterInput::kProbs) {
+    fail(KJIT_ERROR_UNSUPPORTED, "renormalization works on probabilities, not logits");
+  }
+  if (logit_input ? !is_float(dtype) : dtype != DType::kF32) {
+    fail(KJIT_ERROR_UNSUPPORTED, "{} {} must be {}, not {}", op_name(op), input_name(input),
+         logit_input ? "fp32, bf16 or fp16" : "fp32", dtype_name(dtype));
+  }
+  if (vocab < 1 || vocab > kFilterMaxVocab) {
+    fail(KJIT_ERROR_UNSUPPORTED, "sampling filters support vocabularies of 1..{}, not {}",
+         kFilterMaxVocab, vocab);
+  }
+  FilterConfig c;
+  c.op = op;
+  c.input = input;
+  c.dtype = dtype;
+  choose_vec(dtype, vec_ok, 2, c.vec, c.unroll);
+  return c;
+}
+
+RowConfig select_softmax(DType dtype, int64_t vocab, bool vec_ok) {
+  check_row_kernel("softmax", dtype, vocab);
+  RowConfig c;
+  c.dtype = dtype;
+  choose_vec(dtype, vec_ok, 2, c.vec, c.unroll);
+  return c;
+}
+
+RowConfig select_argmax(DType dtype, int64_t vocab, bool vec_ok) {
+  check_row_kernel("argmax", dtype, vocab);
+  RowConfig c;
+  c.dtype = dtype;
+  // A pure read: four 16-byte loads in flight per lane for fp32 (two for 16-bit types, which
+  // hold twice the elements per load) keep enough bytes in flight for one block per row.
+  choose_vec(dtype, vec_ok, dtype == DType::kF32 ? 4 : 2, c.vec, c.unroll);
+  return c;
+}
+
+std::string filter_uri(const FilterConfig& c) {
+  return filter_spec(c).uri;
+}
+
+jit::Spec filter_spec(const FilterConfig& c) {
+  jit::Spec s;
+  s.op = "sampling_filter";
+  s.params = {{"op", op_name(c.op)},
+              {"input", input_name(c.input)},
+              {"dtype", dtype_name(c.dtype)},
+              {"vec", std::to_string(c.vec)},
+              {"unroll", std::to_string(c.unroll)}};
+  s.uri = jit::make_uri(s.op, s.params);
+  s.kernel_dirs = {"common", "sampling"};
+  s.includes = {"sampling/sampling.cuh"};
+  s.config = fmt::format(
+      "namespace kjit_spec {{\n"
+      "using T = {};\n"
+      "constexpr int kVec = {};\n"
+      "constexpr int kUnroll = {};\n"
+      "constexpr int kKeys = {};\n"
+      "constexpr int kOp = {};\n"
+      "}}  // namespace kjit_spec\n",
+      device_type_name(c.dtype), c.vec, c.unroll, static_cast<int>(c.input),
+      static_cast<int>(c.op));
+  s.entry_names = {
+      "kjit::sampling::filter_kernel<kjit_spec::T, kjit_spec::kVec, kjit_spec::kUnroll, "
+      "kjit_spec::kKeys, kjit_spec::kOp>"};
+  s.arch_families = {"sm_80+"};
+  return s;
+}
+
+jit::Spec softmax_spec(const RowConfig& c) {
+  return row_spec("softmax", "sampling/softmax.cuh", "softmax_kernel", c);
+}
+std::string softmax_uri(const RowConfig& c) {
+  return jit::make_uri("softmax", row_params(c));
+}
+jit::Spec argmax_spec(const RowConfig& c) {
+  return row_spec("argmax", "sampling/argmax.cuh", "argmax_kernel", c);
+}
+std::string argmax_uri(const RowConfig& c) {
+  return jit::make_uri("argmax", row_params(c));
+}
+
+OpDef sampling_filter_op_def() {
+  OpDef d;
+  d.name = "sampling_filter";
+  d.summary = "sorting-free top-k / top-p / min-p: sample, renormalize probs, or mask logits";
+  d.axes = {{"op", {"sample", "renorm", "mask"}, true, "what the kept set is used for"},
+            {"input",
+             {"probs", "logits"},
+             false,
+             "sample: probs (fp32) or logits (default probs); renorm: probs; mask: logits"},
+            {"dtype", {"fp32", "bf16", "fp16"}, true, "input dtype (probabilities: fp32)"},
+            align_axis(),
+            vocab_axis()};
+  d.arch_families = {"sm_80+"};
+  d.make_spec = [d](const SetArgs& args) {
+    check_set_args(d, args);
+    const std::string& op_s = args.at("op");
+    const FilterOp op = op_s == "sample"   ? FilterOp::kSample
+                        : op_s == "renorm" ? FilterOp::kRenorm
+                                           : FilterOp::kMask;
+    const std::string in_s = args.count("input") ? args.at("input") : "";
+    FilterInput input = in_s == "logits" ? FilterInput::kLogits : FilterInput::kProbs;
+    if (op == FilterOp::kMask) {
+      if (in_s == "probs") fail(KJIT_ERROR_UNSUPPORTED, "mask works on logits");
+      input = FilterInput::kLogitKeys;
+    }
+    const DType dtype = float_dtype_arg(args.at("dtype"));
+    const int64_t vocab =
+        args.count("vocab") ? positive_int_arg(args, "vocab", kFilterMaxVocab) : 128256;
+    return filter_spec(select_filter(op, input, dtype, vocab, vec_ok_arg(args, dtype, vocab)));
+  };
+  d.catalog = [] {
+    // The vocabulary is a launch-time value, so a handful of variants serve every model: each
+    // input kind and dtype with 16-byte loads, and the scalar path for odd vocabularies.
+    std::vector<SetArgs> out;
+    for (const char* align : {"16", "4"}) {
+      out.push_back({{"op", "sample"}, {"input", "probs"}, {"dtype", "fp32"}, {"align", align}});
+      for (const char* dt : {"fp32", "bf16", "fp16"}) {
+        out.push_back({{"op", "sample"}, {"input", "logits"}, {"dtype", dt}, {"align", align}});
+        out.push_back({{"op", "mask"}, {"dtype", dt}, {"align", align}});
+      }
+      out.push_back({{"op", "renorm"}, {"dtype", "fp32"}, {"align", align}});
+    }
+    return out;
+  };
+  return d;
+}
+
+namespace {
+
+OpDef row_op_def(const char* name, const char* summary, jit::Spec (*spec)(const RowConfig&),
+                 RowConfig (*select)(DType, int64_t, bool)) {
+  OpDef d;
+  d.name = name;
+  d.summary = summary;
+  d.axes = {{"dtype", {"fp32", "bf16", "fp16"}, true, "input dtype"}, align_axis(), vocab_axis()};
+  d.arch_families = {"sm_80+"};
+  d.make_spec = [d, spec, select](const SetArgs& args) {
+    check_set_args(d, args);
+    const DType dtype = float_dtype_arg(args.at("dtype"));
+    const int64_t vocab =
+        args.count("vocab") ? positive_int_arg(args, "vocab", kRowKernelMaxVocab) : 128256;
+    return spec(select(dtype, vocab, vec_ok_arg(args, dtype, vocab)));
+  };
+  d.catalog = [] {
+    std::vector<SetArgs> out;
+    for (const char* align : {"16", "4"}) {
+      for (const char* dt : {"fp32", "bf16", "fp16"}) {
+        out.push_back({{"dtype", dt}, {"align", align}});
+      }
+    }
+    return out;
+  };
+  return d;
+}
+
+}  // namespace
+
+OpDef softmax_op_def() {
+  return row_op_def("softmax", "softmax(x / T) over the last dim, fp32 out", softmax_spec,
+                    select_softmax);
+}
+
+OpDef argmax_op_def() {
+  return row_op_def("argmax", "index of the row maximum (first on ties, NaN largest)", argmax_spec,
+                    select_argmax);
+}
+
+}  // namespace kjit::ops

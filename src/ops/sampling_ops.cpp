@@ -1,0 +1,495 @@
+// The sampling family's public ops: argument checks, then one launch each. Every check runs
+// before anything is compiled or launched, and nothing here reads device memory or waits for
+// the device, so each op can be captured in a CUDA graph (after its first call has loaded the
+// kernel).
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cuda/device.hpp"
+#include "cuda/launch.hpp"
+#include "jit/jit_core.hpp"
+#include "ops/sampling.hpp"
+#include "util/error.hpp"
+
+namespace kjit::ops {
+
+namespace {
+
+// Mirrors kjit::sampling::SamplingParams in kernels/sampling/sampling.cuh field for field.
+struct SamplingParams {
+  const void* input;
+  void* out;
+  void* samples;
+  unsigned char* valid;
+  const void* top_k_arr;
+  const float* top_p_arr;
+  const float* min_p_arr;
+  const float* temp_arr;
+  const unsigned long long* seed;
+  const unsigned long long* offset;
+  long long rows;
+  long long in_stride;
+  long long out_stride;
+  long long seed_stride;
+  long long offset_stride;
+  int vocab;
+  int filters;
+  int top_k;
+  int top_k_i64;
+  int samples_i64;
+  float top_p;
+  float min_p;
+  float temperature;
+  int per_row_seed;
+};
+
+// Mirrors kjit::sampling::SoftmaxParams in kernels/sampling/softmax.cuh.
+struct SoftmaxParams {
+  const void* input;
+  float* out;
+  const float* temp_arr;
+  long long rows;
+  long long in_stride;
+  long long out_stride;
+  int vocab;
+  float temperature;
+};
+
+// Mirrors kjit::sampling::ArgmaxParams in kernels/sampling/argmax.cuh.
+struct ArgmaxParams {
+  const void* input;
+  void* out;
+  long long rows;
+  long long in_stride;
+  int vocab;
+  int out_i64;
+};
+
+// A [batch, vocab] matrix. batch and vocab come from the shape (as_row_matrix reports no rows
+// for an empty vocabulary).
+struct Batch {
+  RowMatrix m;
+  int64_t batch = 0;
+  int64_t vocab = 0;
+};
+
+Batch as_batch(const DLTensor* t, const char* name) {
+  Batch b;
+  b.m = as_row_matrix(t, name);
+  if (t->ndim != 2) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be 2-D [batch, vocab], got ndim {}", name, t->ndim);
+  }
+  b.batch = t->shape[0];
+  b.vocab = t->shape[1];
+  if (b.batch > 0x7fffffff) {
+    fail(KJIT_ERROR_UNSUPPORTED, "{} has {} rows; at most 2^31 - 1 are supported", name, b.batch);
+  }
+  if (b.m.numel() > 0 && row_alignment(b.m) < static_cast<int>(dtype_size(b.m.dtype))) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is misaligned for {} elements", name,
+         dtype_name(b.m.dtype));
+  }
+  return b;
+}
+
+// A 1-D device tensor of a few accepted element types.
+struct Vector {
+  const char* name = nullptr;
+  char* data = nullptr;
+  int64_t n = 0;
+  size_t elem = 0;
+  DLDataType dtype{};
+  int device = 0;
+};
+
+// DLPack >= 0.8 names this kDLBool; the header here may predate it.
+constexpr uint8_t kBoolCode = 6;
+
+bool is_type(DLDataType t, uint8_t code, uint8_t bits) {
+  return t.code == code && t.bits == bits && t.lanes == 1;
+}
+
+std::string type_text(DLDataType t) {
+  const char* code = t.code == kDLInt      ? "int"
+                     : t.code == kDLUInt   ? "uint"
+                     : t.code == kDLFloat  ? "float"
+                     : t.code == kDLBfloat ? "bfloat"
+                     : t.code == kBoolCode ? "bool"
+                                           : "code";
+  return fmt::format("{}{}{}", code, t.bits, t.lanes == 1 ? "" : fmt::format("x{}", t.lanes));
+}
+
+// Checks everything but the element type: NULL, ndim 1, shape, device, data, contiguity and
+// alignment to the element size.
+Vector as_vector(const DLTensor* t, const char* name) {
+  if (t == nullptr) fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is NULL", name);
+  if (t->ndim != 1) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be 1-D, got ndim {}", name, t->ndim);
+  }
+  if (t->shape == nullptr) fail(KJIT_ERROR_INVALID_ARGUMENT, "{} has a NULL shape", name);
+  if (t->shape[0] < 0) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} has negative length {}", name, t->shape[0]);
+  }
+  if (t->device.device_type != kDLCUDA && t->device.device_type != kDLCUDAManaged) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is on device type {} (expected kDLCUDA)", name,
+         static_cast<int>(t->device.device_type));
+  }
+  if (t->device.device_id < 0) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} has device id {}", name, t->device.device_id);
+  }
+  Vector v;
+  v.name = name;
+  v.n = t->shape[0];
+  v.dtype = t->dtype;
+  v.elem = (t->dtype.bits + 7) / 8;
+  v.device = t->device.device_id;
+  if (v.n > 0 && t->data == nullptr) fail(KJIT_ERROR_INVALID_ARGUMENT, "{} data is NULL", name);
+  if (t->strides != nullptr && v.n > 1 && t->strides[0] != 1) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} has stride {} (must be contiguous)", name, t->strides[0]);
+  }
+  v.data = static_cast<char*>(t->data) + t->byte_offset;
+  if (v.elem > 0 && v.n > 0 && reinterpret_cast<uintptr_t>(v.data) % v.elem != 0) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is misaligned for {}-byte elements", name, v.elem);
+  }
+  return v;
+}
+
+void check_length(const Vector& v, int64_t batch, bool one_ok) {
+  if (v.n != batch && !(one_ok && v.n == 1)) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} has {} elements, expected {}{}", v.name, v.n,
+         one_ok ? "1 or " : "", batch);
+  }
+}
+
+void check_device(const Vector& v, int device) {
+  if (v.device != device) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is on cuda:{} but the input is on cuda:{}", v.name,
+         v.device, device);
+  }
+}
+
+// Per-row index output: int32 or int64 [batch].
+Vector index_vector(const DLTensor* t, const char* name, int64_t batch, int device) {
+  Vector v = as_vector(t, name);
+  if (!is_type(v.dtype, kDLInt, 32) && !is_type(v.dtype, kDLInt, 64)) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be int32 or int64, got {}", name,
+         type_text(v.dtype));
+  }
+  check_length(v, batch, false);
+  check_device(v, device);
+  return v;
+}
+
+Vector float_row_param(const DLTensor* t, const char* name, int64_t batch, int device) {
+  Vector v = as_vector(t, name);
+  if (!is_type(v.dtype, kDLFloat, 32)) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be fp32, got {}", name, type_text(v.dtype));
+  }
+  check_length(v, batch, false);
+  check_device(v, device);
+  return v;
+}
+
+// seed / offset: int64 or uint64 (read as 64 bits), one value or one per row.
+Vector rng_vector(const DLTensor* t, const char* name, int64_t batch, int device) {
+  Vector v = as_vector(t, name);
+  if (!is_type(v.dtype, kDLInt, 64) && !is_type(v.dtype, kDLUInt, 64)) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be int64 or uint64, got {}", name,
+         type_text(v.dtype));
+  }
+  check_length(v, batch, true);
+  if (v.n == 0) fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is empty", name);
+  check_device(v, device);
+  return v;
+}
+
+Vector valid_vector(const DLTensor* t, int64_t batch, int device) {
+  Vector v = as_vector(t, "valid");
+  if (!is_type(v.dtype, kDLUInt, 8) && !is_type(v.dtype, kBoolCode, 8)) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "valid must be uint8 or bool, got {}", type_text(v.dtype));
+  }
+  check_length(v, batch, false);
+  check_device(v, device);
+  return v;
+}
+
+struct Span {
+  const char* name;
+  uintptr_t lo, hi;
+};
+
+Span span_of(const Vector& v) {
+  const auto lo = reinterpret_cast<uintptr_t>(v.data);
+  return {v.name, lo, lo + static_cast<uintptr_t>(v.n) * v.elem};
+}
+
+Span span_of(const RowMatrix& m, const char* name) {
+  const auto lo = reinterpret_cast<uintptr_t>(m.data);
+  if (m.numel() == 0) return {name, lo, lo};
+  return {name, lo, lo + ((m.rows - 1) * m.row_stride + m.cols) * dtype_size(m.dtype)};
+}
+
+// Each written span must share no byte with any other span (read or written).
+void check_no_overlap(const std::vector<Span>& written, const std::vector<Span>& all) {
+  for (const Span& w : written) {
+    for (const Span& o : all) {
+      if (o.name == w.name || w.lo == w.hi || o.lo == o.hi) continue;
+      if (w.lo < o.hi && o.lo < w.hi) {
+        fail(KJIT_ERROR_INVALID_ARGUMENT, "{} overlaps {}", w.name, o.name);
+      }
+    }
+  }
+}
+
+void check_top_k_scalar(int top_k) {
+  if (top_k < 1) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "top_k must be >= 1 (vocab or more: no top-k), got {}",
+         top_k);
+  }
+}
+
+void check_top_p_scalar(float top_p) {
+  if (!(top_p > 0.0f && top_p <= 1.0f)) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "top_p must be in (0, 1], got {}", top_p);
+  }
+}
+
+void check_min_p_scalar(float min_p) {
+  if (!(min_p >= 0.0f && min_p <= 1.0f)) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "min_p must be in [0, 1], got {}", min_p);
+  }
+}
+
+void check_temperature_scalar(float t, bool zero_ok) {
+  if (!(std::isfinite(t) && (zero_ok ? t >= 0.0f : t > 0.0f))) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "temperature must be finite and {}, got {}",
+         zero_ok ? ">= 0" : "> 0", t);
+  }
+}
+
+// The top-k parameter: per-row int32 / int64, or a scalar >= 1.
+void top_k_param(const RowParam<int>& k, int64_t batch, int device, SamplingParams& p,
+                 std::vector<Span>& spans) {
+  if (k.per_row != nullptr) {
+    Vector v = as_vector(k.per_row, "top_k_arr");
+    if (!is_type(v.dtype, kDLInt, 32) && !is_type(v.dtype, kDLInt, 64)) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "top_k_arr must be int32 or int64, got {}",
+           type_text(v.dtype));
+    }
+    check_length(v, batch, false);
+    check_device(v, device);
+    p.top_k_arr = v.data;
+    p.top_k_i64 = v.elem == 8;
+    spans.push_back(span_of(v));
+  } else {
+    check_top_k_scalar(k.scalar);
+    p.top_k = k.scalar;
+  }
+}
+
+const float* float_param(const RowParam<float>& f, const char* arr_name, int64_t batch, int device,
+                         std::vector<Span>& spans) {
+  if (f.per_row == nullptr) return nullptr;
+  Vector v = float_row_param(f.per_row, arr_name, batch, device);
+  spans.push_back(span_of(v));
+  return reinterpret_cast<const float*>(v.data);
+}
+
+// Whether every row of `m` (and of `out`, when given) allows 16-byte vectors of `dtype`.
+bool vec_ok(const Batch& b, const RowMatrix* out = nullptr) {
+  const int64_t vec = 16 / static_cast<int64_t>(dtype_size(b.m.dtype));
+  if (b.vocab % vec != 0 || row_alignment(b.m) < 16) return false;
+  return out == nullptr || row_alignment(*out) >= 16;
+}
+
+void launch_filter(const FilterConfig& cfg, const Batch& b, SamplingParams& p, void* stream) {
+  const jit::LoadedKernel& k = jit::JitCore::global().kernel_for("sampling_filter", cfg, b.m.device,
+                                                                 [&] { return filter_spec(cfg); });
+  cuda::LaunchConfig lc;
+  lc.grid_x = static_cast<unsigned>(b.batch);
+  lc.block_x = static_cast<unsigned>(sampling_block_threads(b.vocab, cfg.vec, cfg.unroll));
+  lc.stream = static_cast<CUstream>(stream);
+  cuda::ScopedDevice scope(b.m.device);
+  cuda::launch(k.functions.at(0), lc, &p);
+}
+
+// The renorm / mask output: [batch, vocab] of `dtype`, either input itself (the same view) or
+// not overlapping it.
+RowMatrix matrix_out(const DLTensor* out, const Batch& in, DType dtype, const char* in_name) {
+  RowMatrix o = as_row_matrix(out, "out");
+  if (out->ndim != 2 || out->shape[0] != in.batch || out->shape[1] != in.vocab) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "out must be [{}, {}] like {}", in.batch, in.vocab, in_name);
+  }
+  if (o.dtype != dtype) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "out must be {}, got {}", dtype_name(dtype),
+         dtype_name(o.dtype));
+  }
+  check_same_device(in.m, in_name, o, "out");
+  if (o.numel() > 0 && row_alignment(o) < static_cast<int>(dtype_size(o.dtype))) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "out is misaligned for {} elements", dtype_name(o.dtype));
+  }
+  if (partially_overlaps(in.m, o)) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "out overlaps {} without being the same view", in_name);
+  }
+  return o;
+}
+
+}  // namespace
+
+void sample(const char* input_name, FilterInput input, const DLTensor* x, const SampleArgs& a,
+            const DLTensor* seed, const DLTensor* offset, DLTensor* samples, DLTensor* valid,
+            void* stream) {
+  const Batch b = as_batch(x, input_name);
+  const int dev = b.m.device;
+  SamplingParams p{};
+  std::vector<Span> spans = {span_of(b.m, input_name)};
+  p.filters = a.filters;
+  if (a.filters & kFilterTopK) top_k_param(a.top_k, b.batch, dev, p, spans);
+  if (a.filters & kFilterTopP) {
+    p.top_p_arr = float_param(a.top_p, "top_p_arr", b.batch, dev, spans);
+    if (p.top_p_arr == nullptr) check_top_p_scalar(a.top_p.scalar);
+    p.top_p = a.top_p.scalar;
+  }
+  if (a.filters & kFilterMinP) {
+    p.min_p_arr = float_param(a.min_p, "min_p_arr", b.batch, dev, spans);
+    if (p.min_p_arr == nullptr) check_min_p_scalar(a.min_p.scalar);
+    p.min_p = a.min_p.scalar;
+  }
+  if (input == FilterInput::kLogits) {
+    p.temp_arr = float_param(a.temperature, "temperature_arr", b.batch, dev, spans);
+    if (p.temp_arr == nullptr) check_temperature_scalar(a.temperature.scalar, true);
+    p.temperature = a.temperature.scalar;
+  }
+  const Vector sd = rng_vector(seed, "seed", b.batch, dev);
+  const Vector of = rng_vector(offset, "offset", b.batch, dev);
+  spans.push_back(span_of(sd));
+  spans.push_back(span_of(of));
+  const Vector out = index_vector(samples, "samples", b.batch, dev);
+  spans.push_back(span_of(out));
+  std::vector<Span> written = {span_of(out)};
+  if (valid != nullptr) {
+    const Vector vv = valid_vector(valid, b.batch, dev);
+    spans.push_back(span_of(vv));
+    written.push_back(span_of(vv));
+    p.valid = reinterpret_cast<unsigned char*>(vv.data);
+  }
+  check_no_overlap(written, spans);
+  if (b.batch == 0) return;  // after validation: a zero-size call is still checked
+  if (b.vocab == 0) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} has an empty vocabulary: no token to sample", input_name);
+  }
+  const FilterConfig cfg = select_filter(FilterOp::kSample, input, b.m.dtype, b.vocab, vec_ok(b));
+
+  p.input = b.m.data;
+  p.samples = out.data;
+  p.samples_i64 = out.elem == 8;
+  p.seed = reinterpret_cast<const unsigned long long*>(sd.data);
+  p.offset = reinterpret_cast<const unsigned long long*>(of.data);
+  p.seed_stride = sd.n == 1 ? 0 : 1;
+  p.offset_stride = of.n == 1 ? 0 : 1;
+  p.per_row_seed = sd.n == 1 ? 0 : 1;
+  p.rows = b.batch;
+  p.in_stride = b.m.row_stride;
+  p.vocab = static_cast<int>(b.vocab);
+  launch_filter(cfg, b, p, stream);
+}
+
+namespace {
+
+void renorm_or_mask(FilterOp op, const DLTensor* x, const RowParam<int>* top_k,
+                    const RowParam<float>* top_p, DLTensor* out, void* stream) {
+  const bool mask = op == FilterOp::kMask;
+  const char* in_name = mask ? "logits" : "probs";
+  const Batch b = as_batch(x, in_name);
+  const int dev = b.m.device;
+  SamplingParams p{};
+  std::vector<Span> spans;
+  if (top_k != nullptr) {
+    p.filters = kFilterTopK;
+    top_k_param(*top_k, b.batch, dev, p, spans);
+  } else {
+    p.filters = kFilterTopP;
+    p.top_p_arr = float_param(*top_p, "top_p_arr", b.batch, dev, spans);
+    if (p.top_p_arr == nullptr) check_top_p_scalar(top_p->scalar);
+    p.top_p = top_p->scalar;
+  }
+  // Renormalized probabilities are fp32 like the input; masked logits keep the logits' dtype.
+  const RowMatrix o = matrix_out(out, b, mask ? b.m.dtype : DType::kF32, in_name);
+  check_no_overlap({span_of(o, "out")}, spans);
+  if (b.m.numel() == 0) return;  // after validation: a zero-size call is still checked
+  const FilterConfig cfg = select_filter(op, mask ? FilterInput::kLogitKeys : FilterInput::kProbs,
+                                         b.m.dtype, b.vocab, vec_ok(b, &o));
+  p.input = b.m.data;
+  p.out = o.data;
+  p.rows = b.batch;
+  p.in_stride = b.m.row_stride;
+  p.out_stride = o.row_stride;
+  p.vocab = static_cast<int>(b.vocab);
+  launch_filter(cfg, b, p, stream);
+}
+
+}  // namespace
+
+void top_k_renorm_probs(const DLTensor* probs, RowParam<int> top_k, DLTensor* out, void* stream) {
+  renorm_or_mask(FilterOp::kRenorm, probs, &top_k, nullptr, out, stream);
+}
+
+void top_p_renorm_probs(const DLTensor* probs, RowParam<float> top_p, DLTensor* out, void* stream) {
+  renorm_or_mask(FilterOp::kRenorm, probs, nullptr, &top_p, out, stream);
+}
+
+void top_k_mask_logits(const DLTensor* logits, RowParam<int> top_k, DLTensor* out, void* stream) {
+  renorm_or_mask(FilterOp::kMask, logits, &top_k, nullptr, out, stream);
+}
+
+void softmax(const DLTensor* logits, DLTensor* out, RowParam<float> temperature, void* stream) {
+  const Batch b = as_batch(logits, "logits");
+  std::vector<Span> spans;
+  SoftmaxParams p{};
+  p.temp_arr = float_param(temperature, "temperature_arr", b.batch, b.m.device, spans);
+  if (p.temp_arr == nullptr) check_temperature_scalar(temperature.scalar, false);
+  p.temperature = temperature.scalar;
+  const RowMatrix o = matrix_out(out, b, DType::kF32, "logits");
+  if (b.m.data == o.data && b.m.dtype != DType::kF32) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "out may alias logits only when both are fp32");
+  }
+  check_no_overlap({span_of(o, "out")}, spans);
+  if (b.m.numel() == 0) return;  // after validation: a zero-size call is still checked
+  const RowConfig cfg = select_softmax(b.m.dtype, b.vocab, vec_ok(b, &o));
+  p.input = b.m.data;
+  p.out = static_cast<float*>(o.data);
+  p.rows = b.batch;
+  p.in_stride = b.m.row_stride;
+  p.out_stride = o.row_stride;
+  p.vocab = static_cast<int>(b.vocab);
+  const jit::LoadedKernel& k = jit::JitCore::global().kernel_for("softmax", cfg, b.m.device,
+                                                                 [&] { return softmax_spec(cfg); });
+  cuda::LaunchConfig lc;
+  lc.grid_x = static_cast<unsigned>(b.batch);
+  lc.block_x = static_cast<unsigned>(sampling_block_threads(b.vocab, cfg.vec, cfg.unroll));
+  lc.stream = static_cast<CUstream>(stream);
+  cuda::ScopedDevice scope(b.m.device);
+  cuda::launch(k.functions.at(0), lc, &p);
+}
+
+void argmax(const DLTensor* input, DLTensor* out, void* stream) {
+  const Batch b = as_batch(input, "input");
+  const Vector o = index_vector(out, "out", b.batch, b.m.device);
+  check_no_overlap({span_of(o)}, {span_of(b.m, "input")});
+  if (b.batch == 0) return;  // after validation: a zero-size call is still checked
+  if (b.vocab == 0) fail(KJIT_ERROR_INVALID_ARGUMENT, "input has an empty vocabulary");
+  const RowConfig cfg = select_argmax(b.m.dtype, b.vocab, vec_ok(b));
+  ArgmaxParams p{b.m.data,           o.data, b.batch, b.m.row_stride, static_cast<int>(b.vocab),
+                 o.elem == 8 ? 1 : 0};
+  const jit::LoadedKernel& k = jit::JitCore::global().kernel_for("argmax", cfg, b.m.device,
+                                                                 [&] { return argmax_spec(cfg); });
+  cuda::LaunchConfig lc;
+  lc.grid_x = static_cast<unsigned>(b.batch);
+  lc.block_x = static_cast<unsigned>(sampling_block_threads(b.vocab, cfg.vec, cfg.unroll));
+  lc.stream = static_cast<CUstream>(stream);
+  cuda::ScopedDevice scope(b.m.device);
+  cuda::launch(k.functions.at(0), lc, &p);
+}
+
+}  // namespace kjit::ops

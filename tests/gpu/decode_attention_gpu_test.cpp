@@ -1,0 +1,695 @@
+// kjit_batch_decode_plan / kjit_batch_decode_run on the GPU against the fp64 CPU reference, on
+// fresh random caches and shuffled page tables.
+//
+// Every case poisons out, lse and the workspace (0xFF: NaN), so an element the kernels forget to
+// write, or a split partial they read without writing, fails. Tolerances follow the precision of
+// the probabilities fed to the P.V product (bf16 for bf16 q, fp16 for fp16 q or an fp8 cache)
+// and of the output type; lse is checked to ~1e-4 relative.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda/device.hpp"
+#include "cuda/driver.hpp"
+#include "kjit/kjit.h"
+#include "reference/attention_ref.hpp"
+#include "reference/half.hpp"
+#include "support/gpu.hpp"
+
+using namespace kjit::test;
+namespace ref = kjit::ref;
+
+namespace {
+
+struct PlanDeleter {
+  void operator()(kjit_decode_plan* p) const { kjit_decode_plan_destroy(p); }
+};
+using PlanPtr = std::unique_ptr<kjit_decode_plan, PlanDeleter>;
+
+struct DecodeCase {
+  std::string q_dtype = "bf16";
+  bool fp8 = false;
+  bool fp8_as_uint8 = false;  // hand the fp8 cache over as raw bytes (kDLUInt, 8)
+  int layout = KJIT_KV_LAYOUT_NHD;
+  int64_t qo_heads = 32, kv_heads = 8, head_dim = 128, page_size = 16;
+  std::vector<int64_t> lens = {1, 15, 17, 100};  // per request; 0 = no pages
+  int64_t spare_pages = 3;                       // pages no request uses
+  float sm_scale = 0.0f, soft_cap = 0.0f;
+  int window_left = -1;
+  int num_splits = 0;
+  float k_scale = 1.0f, v_scale = 1.0f;
+  double q_range = 2.0;  // q uniform in [-q_range, q_range]
+  bool lse = true;
+  bool combined = false;  // k and v are the two halves of one [pages, 2, ...] buffer
+  int64_t row_pad = 0;    // cache elements after each (slot, head) row
+  size_t offset = 0;      // elements: shifts both cache views (misaligned rows)
+  int64_t q_head_pad = 0, out_head_pad = 0;
+  bool invalid_pages = false;          // page ids past the pool and negative ones in the table
+  std::vector<int32_t> last_override;  // kv_last_page_len values as given (clamping is tested)
+};
+
+std::string describe(const DecodeCase& c) {
+  std::string lens;
+  for (int64_t l : c.lens) lens += std::to_string(l) + ",";
+  return c.q_dtype + (c.fp8 ? (c.fp8_as_uint8 ? " kv=u8(e4m3)" : " kv=e4m3") : "") +
+         (c.layout == KJIT_KV_LAYOUT_NHD ? " NHD" : " HND") +
+         " heads=" + std::to_string(c.qo_heads) + "/" + std::to_string(c.kv_heads) +
+         " head_dim=" + std::to_string(c.head_dim) + " page=" + std::to_string(c.page_size) +
+         " lens=" + lens + " scale=" + std::to_string(c.sm_scale) +
+         " cap=" + std::to_string(c.soft_cap) + " window=" + std::to_string(c.window_left) +
+         " splits=" + std::to_string(c.num_splits) + " kscale=" + std::to_string(c.k_scale) +
+         " vscale=" + std::to_string(c.v_scale) + (c.lse ? "" : " no-lse") +
+         (c.combined ? " combined" : "") + " row_pad=" + std::to_string(c.row_pad) +
+         " offset=" + std::to_string(c.offset) + " q_pad=" + std::to_string(c.q_head_pad) +
+         " out_pad=" + std::to_string(c.out_head_pad) + (c.invalid_pages ? " invalid" : "");
+}
+
+std::vector<unsigned char> as_bytes(const std::vector<int32_t>& v) {
+  std::vector<unsigned char> b(v.size() * 4);
+  if (!v.empty()) std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+std::unique_ptr<DeviceBuffer> upload(const std::vector<unsigned char>& b) {
+  auto d = std::make_unique<DeviceBuffer>(std::max<size_t>(b.size(), 1));
+  if (!b.empty()) d->upload(b.data(), b.size());
+  return d;
+}
+
+// One decode problem: host images, device buffers, tensors and its plan.
+struct Problem {
+  DecodeCase c;
+  int64_t batch = 0, num_pages = 0, group = 0;
+  std::vector<int32_t> indptr, indices, last;
+  // Cache geometry in elements.
+  int64_t row = 0, slot_stride = 0, head_stride = 0, page_elems = 0, page_stride = 0;
+  size_t kc_off = 0, vc_off = 0;
+  int kc_buf = 0, vc_buf = 0;
+  size_t es_kv = 2, es_q = 2;
+  std::vector<unsigned char> q_host;
+  std::vector<std::vector<unsigned char>> caches;
+  int64_t q_hs = 0, o_hs = 0;  // head strides of q and out
+  std::unique_ptr<DeviceBuffer> q_dev, idx_dev, ptr_dev, last_dev, out_dev, lse_dev, ws_dev;
+  std::vector<std::unique_ptr<DeviceBuffer>> cache_dev;
+  Tensor q_t, kc_t, vc_t, idx_t, ptr_t, last_t, out_t, lse_t, ws_t;
+  PlanPtr plan;
+
+  double q(int64_t b, int64_t i, int64_t d) const {
+    return ref::load_elem(q_host.data(), static_cast<size_t>((b * c.qo_heads + i) * q_hs + d),
+                          c.q_dtype);
+  }
+  double kv(int buf, size_t off, int64_t page, int64_t slot, int64_t h, int64_t d) const {
+    const size_t i =
+        off + static_cast<size_t>(page * page_stride + slot * slot_stride + h * head_stride + d);
+    if (c.fp8) return ref::e4m3_to_double(caches[static_cast<size_t>(buf)][i]);
+    return ref::load_elem(caches[static_cast<size_t>(buf)].data(), i, c.q_dtype);
+  }
+  ref::DecodeRefArgs ref_args() const {
+    ref::DecodeRefArgs a;
+    a.batch = batch;
+    a.qo_heads = c.qo_heads;
+    a.kv_heads = c.kv_heads;
+    a.head_dim = c.head_dim;
+    a.page_size = c.page_size;
+    a.num_pages = num_pages;
+    a.sm_scale = c.sm_scale > 0 ? c.sm_scale : 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+    a.soft_cap = c.soft_cap;
+    a.k_scale = c.k_scale;
+    a.v_scale = c.v_scale;
+    a.window_left = c.window_left;
+    a.indptr = indptr;
+    a.indices = indices;
+    a.last_page_len = last;
+    return a;
+  }
+  void set_indices(const std::vector<int32_t>& v) {
+    REQUIRE(v.size() == indices.size());
+    indices = v;
+    if (!v.empty()) idx_dev->upload(v.data(), v.size() * 4);
+  }
+  void set_last(const std::vector<int32_t>& v) {
+    REQUIRE(v.size() == last.size());
+    last = v;
+    if (!v.empty()) last_dev->upload(v.data(), v.size() * 4);
+  }
+  void poison() {
+    out_dev->fill(0xFF);
+    lse_dev->fill(0xFF);
+    ws_dev->fill(0xFF);
+  }
+  kjit_status run(void* stream = nullptr, const kjit_decode_plan* p = nullptr) {
+    return kjit_batch_decode_run(p ? p : plan.get(), q_t.get(), kc_t.get(), vc_t.get(), idx_t.get(),
+                                 ptr_t.get(), last_t.get(), ws_t.get(), out_t.get(),
+                                 c.lse ? lse_t.get() : nullptr, c.k_scale, c.v_scale, stream);
+  }
+};
+
+void fill_cache(std::vector<unsigned char>& b, const DecodeCase& c, std::mt19937_64& rng) {
+  if (c.fp8) {
+    // Every finite e4m3 value with exponent field 0..9 (zero, subnormals, up to 7.5), random
+    // sign: magnitudes a model's scaled cache would hold, without NaN.
+    std::uniform_int_distribution<int> sign(0, 1), exp(0, 9), man(0, 7);
+    for (auto& x : b) x = static_cast<unsigned char>(sign(rng) << 7 | exp(rng) << 3 | man(rng));
+    return;
+  }
+  std::uniform_real_distribution<double> dist(-1.0, 1.0);
+  for (size_t i = 0; i < b.size() / 2; ++i) ref::store_elem(b.data(), i, dist(rng), c.q_dtype);
+}
+
+std::unique_ptr<Problem> build(const DecodeCase& c, std::mt19937_64& rng) {
+  auto pp = std::make_unique<Problem>();
+  Problem& p = *pp;
+  p.c = c;
+  p.batch = static_cast<int64_t>(c.lens.size());
+  p.group = c.qo_heads / c.kv_heads;
+  const int64_t P = c.page_size, H = c.kv_heads, D = c.head_dim;
+
+  // Page table: distinct pages in random order.
+  std::vector<int64_t> npages;
+  int64_t used = 0;
+  for (int64_t len : c.lens) {
+    npages.push_back((len + P - 1) / P);
+    used += npages.back();
+  }
+  p.num_pages = used + c.spare_pages;
+  std::vector<int32_t> perm(static_cast<size_t>(p.num_pages));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  p.indptr = {0};
+  for (size_t b = 0; b < c.lens.size(); ++b) {
+    for (int64_t i = 0; i < npages[b]; ++i) p.indices.push_back(perm[p.indices.size()]);
+    p.indptr.push_back(static_cast<int32_t>(p.indices.size()));
+    p.last.push_back(static_cast<int32_t>(npages[b] == 0 ? 0 : c.lens[b] - (npages[b] - 1) * P));
+  }
+  if (!c.last_override.empty()) p.last = c.last_override;
+  if (c.invalid_pages) {
+    // A page id past the pool in the first request with two pages, a negative one in the last
+    // request with pages: their positions must contribute nothing.
+    for (size_t b = 0; b < c.lens.size(); ++b) {
+      if (npages[b] >= 2) {
+        p.indices[static_cast<size_t>(p.indptr[b] + 1)] = static_cast<int32_t>(p.num_pages + 5);
+        break;
+      }
+    }
+    for (size_t b = c.lens.size(); b-- > 0;) {
+      if (npages[b] >= 1) {
+        p.indices[static_cast<size_t>(p.indptr[b])] = -3;
+        break;
+      }
+    }
+  }
+
+  // Caches.
+  p.es_kv = c.fp8 ? 1 : ref::elem_size(c.q_dtype);
+  p.es_q = ref::elem_size(c.q_dtype);
+  p.row = D + c.row_pad;
+  const bool nhd = c.layout == KJIT_KV_LAYOUT_NHD;
+  p.slot_stride = nhd ? H * p.row : p.row;
+  p.head_stride = nhd ? p.row : P * p.row;
+  p.page_elems = P * H * p.row;
+  p.page_stride = c.combined ? 2 * p.page_elems : p.page_elems;
+  p.caches.resize(c.combined ? 1 : 2);
+  for (auto& h : p.caches) {
+    h.resize((c.offset + static_cast<size_t>(p.num_pages * p.page_stride)) * p.es_kv);
+    fill_cache(h, c, rng);
+  }
+  p.kc_buf = 0;
+  p.vc_buf = c.combined ? 0 : 1;
+  p.kc_off = c.offset;
+  p.vc_off = c.offset + (c.combined ? static_cast<size_t>(p.page_elems) : 0);
+
+  // q, out, lse.
+  p.q_hs = D + c.q_head_pad;
+  p.o_hs = D + c.out_head_pad;
+  p.q_host.resize(static_cast<size_t>(p.batch * c.qo_heads * p.q_hs) * p.es_q);
+  std::uniform_real_distribution<double> qd(-c.q_range, c.q_range);
+  for (size_t i = 0; i < p.q_host.size() / p.es_q; ++i) {
+    ref::store_elem(p.q_host.data(), i, qd(rng), c.q_dtype);
+  }
+
+  // Device side.
+  p.q_dev = upload(p.q_host);
+  for (auto& h : p.caches) p.cache_dev.push_back(upload(h));
+  p.idx_dev = upload(as_bytes(p.indices));
+  p.ptr_dev = upload(as_bytes(p.indptr));
+  p.last_dev = upload(as_bytes(p.last));
+  p.out_dev = std::make_unique<DeviceBuffer>(
+      std::max<size_t>(1, static_cast<size_t>(p.batch * c.qo_heads * p.o_hs) * p.es_q));
+  p.lse_dev = std::make_unique<DeviceBuffer>(
+      std::max<size_t>(1, static_cast<size_t>(p.batch * c.qo_heads) * 4));
+
+  const DLDataType qdt = dl_dtype(c.q_dtype);
+  const DLDataType kvdt = c.fp8 ? (c.fp8_as_uint8 ? DLDataType{kDLUInt, 8, 1}
+                                                  : DLDataType{10, 8, 1})  // kDLFloat8_e4m3fn
+                                : qdt;
+  kjit_decode_options o;
+  kjit_decode_options_init(&o);
+  o.sm_scale = c.sm_scale;
+  o.logits_soft_cap = c.soft_cap;
+  o.window_left = c.window_left;
+  o.num_splits = c.num_splits;
+  kjit_decode_plan* plan = nullptr;
+  const kjit_status st = kjit_batch_decode_plan(
+      p.indptr.data(), static_cast<int>(p.batch), static_cast<int>(c.qo_heads), static_cast<int>(H),
+      static_cast<int>(D), static_cast<int>(P), c.layout, qdt, kvdt, &o, 0, &plan);
+  INFO("kjit_last_error: " << kjit_last_error());
+  REQUIRE(st == KJIT_SUCCESS);
+  p.plan.reset(plan);
+  const size_t ws_bytes = kjit_decode_plan_workspace_bytes(plan);
+  CHECK((ws_bytes == 0) == (kjit_decode_plan_num_splits(plan) == 1));
+  p.ws_dev = std::make_unique<DeviceBuffer>(std::max<size_t>(ws_bytes, 16));
+
+  auto at = [&](const std::unique_ptr<DeviceBuffer>& d, size_t elems, size_t es) {
+    return static_cast<char*>(d->get()) + elems * es;
+  };
+  p.q_t =
+      make_tensor(p.q_dev->get(), {p.batch, c.qo_heads, D}, qdt, {c.qo_heads * p.q_hs, p.q_hs, 1});
+  const std::vector<int64_t> cshape =
+      nhd ? std::vector<int64_t>{p.num_pages, P, H, D} : std::vector<int64_t>{p.num_pages, H, P, D};
+  const std::vector<int64_t> cstrides =
+      nhd ? std::vector<int64_t>{p.page_stride, p.slot_stride, p.head_stride, 1}
+          : std::vector<int64_t>{p.page_stride, p.head_stride, p.slot_stride, 1};
+  p.kc_t = make_tensor(at(p.cache_dev[static_cast<size_t>(p.kc_buf)], p.kc_off, p.es_kv), cshape,
+                       kvdt, cstrides);
+  p.vc_t = make_tensor(at(p.cache_dev[static_cast<size_t>(p.vc_buf)], p.vc_off, p.es_kv), cshape,
+                       kvdt, cstrides);
+  p.idx_t =
+      make_tensor(p.idx_dev->get(), {static_cast<int64_t>(p.indices.size())}, dl_dtype("int32"));
+  p.ptr_t = make_tensor(p.ptr_dev->get(), {p.batch + 1}, dl_dtype("int32"));
+  p.last_t = make_tensor(p.last_dev->get(), {p.batch}, dl_dtype("int32"));
+  p.out_t = make_tensor(p.out_dev->get(), {p.batch, c.qo_heads, D}, qdt,
+                        {c.qo_heads * p.o_hs, p.o_hs, 1});
+  p.lse_t = make_tensor(p.lse_dev->get(), {p.batch, c.qo_heads}, dl_dtype("fp32"));
+  p.ws_t = make_tensor(p.ws_dev->get(), {static_cast<int64_t>(p.ws_dev->size())},
+                       DLDataType{kDLUInt, 8, 1});
+  p.poison();
+  return pp;
+}
+
+struct Expected {
+  std::vector<double> out, lse;
+  double vmax = 0;  // largest |v| * v_scale the outputs average
+};
+
+Expected reference(const Problem& p) {
+  Expected e;
+  const ref::DecodeRefArgs a = p.ref_args();
+  auto q = [&](int64_t b, int64_t i, int64_t d) { return p.q(b, i, d); };
+  auto k = [&](int64_t page, int64_t slot, int64_t h, int64_t d) {
+    return p.kv(p.kc_buf, p.kc_off, page, slot, h, d);
+  };
+  auto v = [&](int64_t page, int64_t slot, int64_t h, int64_t d) {
+    const double x = p.kv(p.vc_buf, p.vc_off, page, slot, h, d);
+    e.vmax = std::max(e.vmax, std::fabs(x) * p.c.v_scale);
+    return x;
+  };
+  ref::decode_attention(a, q, k, v, e.out, e.lse);
+  return e;
+}
+
+struct Got {
+  std::vector<double> out;
+  std::vector<float> lse;
+  std::vector<unsigned char> raw;  // out's bytes as downloaded (bitwise comparisons)
+};
+
+Got download(const Problem& p) {
+  Got g;
+  const DecodeCase& c = p.c;
+  g.raw.resize(static_cast<size_t>(p.batch * c.qo_heads * p.o_hs) * p.es_q);
+  if (!g.raw.empty()) p.out_dev->download(g.raw.data(), g.raw.size());
+  g.out.resize(static_cast<size_t>(p.batch * c.qo_heads * c.head_dim));
+  for (int64_t r = 0; r < p.batch * c.qo_heads; ++r) {
+    for (int64_t d = 0; d < c.head_dim; ++d) {
+      g.out[static_cast<size_t>(r * c.head_dim + d)] =
+          ref::load_elem(g.raw.data(), static_cast<size_t>(r * p.o_hs + d), c.q_dtype);
+    }
+  }
+  g.lse.resize(static_cast<size_t>(p.batch * c.qo_heads));
+  if (!g.lse.empty()) p.lse_dev->download(g.lse.data(), g.lse.size() * 4);
+  return g;
+}
+
+// Checks the outputs against the reference; returns the number of bad elements.
+long check(const Problem& p, const Expected& e, const Got& g) {
+  const DecodeCase& c = p.c;
+  // P.V takes the probabilities rounded to bf16 for bf16 q, to fp16 for fp16 q and fp8 caches.
+  const double u_p = (c.q_dtype == "bf16" && !c.fp8) ? 0x1p-8 : 0x1p-11;
+  const double u_out = ref::unit_roundoff(c.q_dtype);
+  long bad = 0;
+  double worst = 0;
+  for (size_t i = 0; i < e.out.size(); ++i) {
+    const double tol = 3 * u_p * e.vmax + 2 * u_out * std::fabs(e.out[i]) + 1e-6;
+    const double err = std::fabs(g.out[i] - e.out[i]);
+    if (!(err <= tol)) {
+      if (bad++ < 5) {
+        UNSCOPED_INFO("out[" << i << "] (row " << i / c.head_dim << ", dim " << i % c.head_dim
+                             << ") = " << g.out[i] << ", want " << e.out[i] << " (tol " << tol
+                             << ")");
+      }
+    }
+    worst = std::max(worst, std::isnan(err) ? INFINITY : err);
+  }
+  if (c.lse) {
+    for (size_t i = 0; i < e.lse.size(); ++i) {
+      const double want = e.lse[i], got = g.lse[i];
+      const bool ok = std::isinf(want) ? (std::isinf(got) && got < 0)
+                                       : std::fabs(got - want) <= 2e-4 * (1 + std::fabs(want));
+      if (!ok && bad++ < 10) UNSCOPED_INFO("lse[" << i << "] = " << got << ", want " << want);
+    }
+  }
+  UNSCOPED_INFO("largest out error " << worst << " (vmax " << e.vmax << ")");
+  return bad;
+}
+
+// Builds, runs (on the legacy stream) and checks one case.
+void run_case(const DecodeCase& c, std::mt19937_64& rng) {
+  INFO(describe(c));
+  auto p = build(c, rng);
+  const kjit_status st = p->run();
+  INFO("kjit_last_error: " << kjit_last_error());
+  REQUIRE(st == KJIT_SUCCESS);
+  device_synchronize();
+  INFO("splits " << kjit_decode_plan_num_splits(p->plan.get()));
+  CHECK(check(*p, reference(*p), download(*p)) == 0);
+  // lse was not asked for: the poison must still be there.
+  if (!c.lse) {
+    std::vector<uint32_t> lse(static_cast<size_t>(p->batch * c.qo_heads));
+    if (!lse.empty()) p->lse_dev->download(lse.data(), lse.size() * 4);
+    for (uint32_t x : lse) CHECK(x == 0xFFFFFFFFu);
+  }
+}
+
+std::vector<int64_t> random_lens(std::mt19937_64& rng, int n, int64_t lo, int64_t hi) {
+  std::uniform_int_distribution<int64_t> d(lo, hi);
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("decode gpu: every group size, odd lengths", "[gpu][attention]") {
+  std::mt19937_64 rng(101);
+  for (int64_t g : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16}) {
+    DecodeCase c;
+    c.kv_heads = g == 1 ? 8 : 4;
+    c.qo_heads = c.kv_heads * g;
+    c.lens = {1, 15, 17, 100, 1000};
+    run_case(c, rng);
+  }
+}
+
+TEST_CASE("decode gpu: head dims, dtypes and layouts", "[gpu][attention]") {
+  std::mt19937_64 rng(202);
+  for (int64_t hd : {64, 128, 256}) {
+    for (const char* dt : {"bf16", "fp16"}) {
+      for (int layout : {KJIT_KV_LAYOUT_NHD, KJIT_KV_LAYOUT_HND}) {
+        for (int64_t g : {4, 16}) {
+          DecodeCase c;
+          c.q_dtype = dt;
+          c.layout = layout;
+          c.head_dim = hd;
+          c.kv_heads = 2;
+          c.qo_heads = 2 * g;
+          c.lens = {1, 33, 257, 16};
+          run_case(c, rng);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("decode gpu: page sizes 1 to 64 with partial last pages", "[gpu][attention]") {
+  std::mt19937_64 rng(303);
+  for (int64_t ps : {1, 2, 3, 5, 8, 16, 31, 32, 48, 64}) {
+    for (int layout : {KJIT_KV_LAYOUT_NHD, KJIT_KV_LAYOUT_HND}) {
+      DecodeCase c;
+      c.page_size = ps;
+      c.layout = layout;
+      c.lens = random_lens(rng, 5, 1, 300);
+      c.lens.push_back(ps);      // exactly one full page
+      c.lens.push_back(ps + 1);  // one position into the second page
+      run_case(c, rng);
+    }
+  }
+}
+
+TEST_CASE("decode gpu: split-KV, forced and planned", "[gpu][attention]") {
+  std::mt19937_64 rng(404);
+  for (int splits : {2, 3, 7, 16, 64, 256}) {
+    for (const char* dt : {"bf16", "fp16"}) {
+      DecodeCase c;
+      c.q_dtype = dt;
+      c.num_splits = splits;
+      c.lens = {1, 17, 1000, 4097, 64};
+      run_case(c, rng);
+    }
+  }
+  {
+    // The benchmark's latency shape: one request of 8192 positions is spread over the SMs.
+    DecodeCase c;
+    c.lens = {8192};
+    auto p = build(c, rng);
+    if (kjit::cuda::device_info(0).sm_count >= 64) {
+      CHECK(kjit_decode_plan_num_splits(p->plan.get()) >= 8);
+    }
+    run_case(c, rng);
+  }
+  {
+    // Ragged: one long request among short ones, planned automatically.
+    DecodeCase c;
+    c.lens = random_lens(rng, 20, 1, 64);
+    c.lens.push_back(20000);
+    c.kv_heads = 2;
+    c.qo_heads = 16;
+    run_case(c, rng);
+  }
+}
+
+TEST_CASE("decode gpu: fp8 e4m3 caches with scales", "[gpu][attention]") {
+  std::mt19937_64 rng(505);
+  for (int64_t hd : {64, 128, 256}) {
+    for (const char* dt : {"bf16", "fp16"}) {
+      for (int splits : {0, 5}) {
+        DecodeCase c;
+        c.fp8 = true;
+        c.q_dtype = dt;
+        c.head_dim = hd;
+        c.k_scale = 0.375f;
+        c.v_scale = 1.75f;
+        c.num_splits = splits;
+        c.lens = {1, 15, 17, 300, 1000};
+        c.layout = splits ? KJIT_KV_LAYOUT_HND : KJIT_KV_LAYOUT_NHD;
+        run_case(c, rng);
+      }
+    }
+  }
+  DecodeCase u;  // the same bytes handed over as uint8, group of 12 (two n-tiles)
+  u.fp8 = true;
+  u.fp8_as_uint8 = true;
+  u.kv_heads = 2;
+  u.qo_heads = 24;
+  u.lens = {77, 5};
+  run_case(u, rng);
+}
+
+TEST_CASE("decode gpu: 16-bit caches with k_scale and v_scale", "[gpu][attention]") {
+  std::mt19937_64 rng(606);
+  DecodeCase c;
+  c.k_scale = 2.5f;
+  c.v_scale = 0.25f;
+  c.sm_scale = 0.05f;
+  c.lens = {3, 200};
+  run_case(c, rng);
+}
+
+TEST_CASE("decode gpu: logits soft cap and sliding window", "[gpu][attention]") {
+  std::mt19937_64 rng(707);
+  for (float cap : {0.0f, 5.0f, 30.0f}) {
+    for (int window : {-1, 0, 1, 15, 100, 5000}) {
+      DecodeCase c;
+      c.soft_cap = cap;
+      c.window_left = window;
+      c.q_range = 8.0;  // logits of several units: the cap bites
+      c.lens = {1, 16, 17, 250, 1500};
+      c.num_splits = window == 100 ? 4 : 0;
+      run_case(c, rng);
+    }
+  }
+}
+
+TEST_CASE("decode gpu: empty requests, broken page tables, clamped last pages, no lse",
+          "[gpu][attention]") {
+  std::mt19937_64 rng(808);
+  {
+    DecodeCase c;
+    c.lens = {0, 5, 0, 40, 0};
+    run_case(c, rng);
+    c.num_splits = 3;
+    run_case(c, rng);
+  }
+  {
+    DecodeCase c;
+    c.lens = {50, 3, 70, 200};
+    c.invalid_pages = true;
+    run_case(c, rng);
+    c.num_splits = 6;
+    run_case(c, rng);
+  }
+  {
+    // kv_last_page_len outside [1, page_size]: 0 (a whole page less) and 40 (clamped to 16).
+    DecodeCase c;
+    c.lens = {32, 20, 1};
+    c.last_override = {0, 40, 1};
+    run_case(c, rng);
+  }
+  {
+    DecodeCase c;
+    c.lse = false;
+    c.lens = {9, 99};
+    run_case(c, rng);
+    c.num_splits = 2;
+    run_case(c, rng);
+  }
+}
+
+TEST_CASE("decode gpu: strided, combined and misaligned views", "[gpu][attention]") {
+  std::mt19937_64 rng(909);
+  for (bool fp8 : {false, true}) {
+    DecodeCase base;
+    base.fp8 = fp8;
+    base.lens = {5, 70, 300};
+    {
+      DecodeCase c = base;
+      c.combined = true;
+      c.layout = KJIT_KV_LAYOUT_HND;
+      run_case(c, rng);
+    }
+    {
+      DecodeCase c = base;
+      c.row_pad = 16;
+      c.q_head_pad = 3;  // element-aligned q and out rows
+      c.out_head_pad = 5;
+      run_case(c, rng);
+    }
+    // Rows 8- and 4-byte aligned: narrower cp.async copies.
+    for (size_t off : {fp8 ? size_t{8} : size_t{4}, fp8 ? size_t{4} : size_t{2}}) {
+      DecodeCase c = base;
+      c.offset = off;
+      c.num_splits = 3;
+      run_case(c, rng);
+    }
+  }
+}
+
+TEST_CASE("decode gpu: one plan, runs with new page tables and lengths", "[gpu][attention]") {
+  std::mt19937_64 rng(1001);
+  for (int splits : {1, 4}) {
+    DecodeCase c;
+    c.lens = {100, 37, 600, 1};
+    c.num_splits = splits;
+    auto p = build(c, rng);
+    for (int round = 0; round < 3; ++round) {
+      INFO("round " << round << " splits " << splits);
+      if (round > 0) {
+        // The same pages in a new order, and new last-page lengths.
+        std::vector<int32_t> idx = p->indices;
+        std::shuffle(idx.begin(), idx.end(), rng);
+        p->set_indices(idx);
+        std::vector<int32_t> last = p->last;
+        for (size_t b = 0; b < last.size(); ++b) {
+          last[b] = std::uniform_int_distribution<int32_t>(1, 16)(rng);
+        }
+        p->set_last(last);
+        p->poison();
+      }
+      REQUIRE(p->run() == KJIT_SUCCESS);
+      device_synchronize();
+      CHECK(check(*p, reference(*p), download(*p)) == 0);
+    }
+  }
+}
+
+TEST_CASE("decode gpu: CUDA graph capture, replay with changed kv_indices", "[gpu][attention]") {
+  const auto& d = kjit::cuda::driver();
+  std::mt19937_64 rng(1101);
+  for (int splits : {1, 8}) {
+    INFO("splits " << splits);
+    DecodeCase c;
+    c.lens = {300, 17, 1200, 64};
+    c.num_splits = splits;
+    auto p = build(c, rng);
+    CUstream stream = nullptr;
+    // A blocking stream: ordered after the uploads and poison fills on the legacy stream.
+    REQUIRE(d.cuStreamCreate(&stream, CU_STREAM_DEFAULT) == CUDA_SUCCESS);
+    // Warm-up: the first run may compile and load; capture must not.
+    REQUIRE(p->run(stream) == KJIT_SUCCESS);
+    REQUIRE(d.cuStreamSynchronize(stream) == CUDA_SUCCESS);
+
+    CUgraph graph = nullptr;
+    CUgraphExec exec = nullptr;
+    REQUIRE(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
+    const kjit_status captured = p->run(stream);
+    const CUresult end = d.cuStreamEndCapture(stream, &graph);
+    INFO("kjit_last_error: " << kjit_last_error());
+    REQUIRE(captured == KJIT_SUCCESS);
+    REQUIRE(end == CUDA_SUCCESS);
+    REQUIRE(d.cuGraphInstantiateWithFlags(&exec, graph, 0) == CUDA_SUCCESS);
+
+    for (int round = 0; round < 3; ++round) {
+      INFO("round " << round);
+      std::vector<int32_t> idx = p->indices;
+      std::shuffle(idx.begin(), idx.end(), rng);
+      p->set_indices(idx);  // new contents, same device buffer: what a replay sees
+      p->poison();
+      REQUIRE(d.cuGraphLaunch(exec, stream) == CUDA_SUCCESS);
+      REQUIRE(d.cuStreamSynchronize(stream) == CUDA_SUCCESS);
+      const Got replayed = download(*p);
+      CHECK(check(*p, reference(*p), replayed) == 0);
+      // Eager with the same table: bit for bit the same as the replay.
+      p->poison();
+      REQUIRE(p->run(stream) == KJIT_SUCCESS);
+      REQUIRE(d.cuStreamSynchronize(stream) == CUDA_SUCCESS);
+      const Got eager = download(*p);
+      CHECK(eager.raw == replayed.raw);
+      CHECK(std::memcmp(eager.lse.data(), replayed.lse.data(), eager.lse.size() * 4) == 0);
+    }
+    d.cuGraphExecDestroy(exec);
+    d.cuGraphDestroy(graph);
+    d.cuStreamDestroy(stream);
+  }
+}
+
+TEST_CASE("decode gpu: runs are deterministic", "[gpu][attention]") {
+  std::mt19937_64 rng(1201);
+  DecodeCase c;
+  c.lens = {513, 2049};
+  c.num_splits = 5;
+  auto p = build(c, rng);
+  REQUIRE(p->run() == KJIT_SUCCESS);
+  device_synchronize();
+  const Got a = download(*p);
+  CHECK(check(*p, reference(*p), a) == 0);
+  p->poison();
+  REQUIRE(p->run() == KJIT_SUCCESS);
+  device_synchronize();
+  CHECK(download(*p).raw == a.raw);
+}
+
+TEST_CASE("decode gpu: batch 0 runs as a no-op", "[gpu][attention]") {
+  std::mt19937_64 rng(1301);
+  DecodeCase c;
+  c.lens = {};
+  auto p = build(c, rng);
+  CHECK(p->run() == KJIT_SUCCESS);
+  device_synchronize();
+}

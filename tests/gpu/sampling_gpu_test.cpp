@@ -1,0 +1,891 @@
+// The sampling family on the GPU against the CPU reference (tests/reference/sampling_ref.hpp):
+// every drawn token is in the reference set (ties included), draws follow the renormalized
+// distribution (chi-square over >= 10^5 draws), edge cases (k = 1, p = 1, k = vocab, all-equal
+// rows, NaN / zero rows, greedy), determinism and fresh draws per offset, CUDA-graph replay with
+// the offset bumped in device memory, renormalization, masking, softmax and argmax.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "cuda/driver.hpp"
+#include "kjit/kjit.h"
+#include "reference/half.hpp"
+#include "reference/sampling_ref.hpp"
+#include "support/gpu.hpp"
+
+using namespace kjit::test;
+namespace ref = kjit::ref;
+
+namespace {
+
+const double kNaN = std::numeric_limits<double>::quiet_NaN();
+const double kInf = std::numeric_limits<double>::infinity();
+
+// ---- Inputs -------------------------------------------------------------------------------------
+
+// A [batch, vocab] matrix on the device (rows `stride` apart, starting `offset_elems` into the
+// buffer) and the values the GPU reads, as doubles.
+struct Matrix {
+  std::string dtype;
+  int64_t batch = 0, vocab = 0, stride = 0;
+  size_t offset_elems = 0;
+  std::vector<double> values;  // [batch * vocab], compact
+  std::unique_ptr<DeviceBuffer> dev;
+  Tensor t;
+  double at(int64_t r, int64_t i) const { return values[static_cast<size_t>(r * vocab + i)]; }
+  std::vector<double> row(int64_t r) const {
+    return {values.begin() + r * vocab, values.begin() + (r + 1) * vocab};
+  }
+};
+
+// gen(r, i) gives the value; rows are stored `stride` apart (0: compact).
+template <typename Gen>
+Matrix make_matrix(const std::string& dtype, int64_t batch, int64_t vocab, Gen gen,
+                   int64_t stride = 0, size_t offset_elems = 0) {
+  Matrix m;
+  m.dtype = dtype;
+  m.batch = batch;
+  m.vocab = vocab;
+  m.stride = stride ? stride : vocab;
+  m.offset_elems = offset_elems;
+  const size_t es = ref::elem_size(dtype);
+  const size_t elems =
+      offset_elems + static_cast<size_t>(std::max<int64_t>(0, (batch - 1) * m.stride + vocab));
+  std::vector<unsigned char> host(std::max<size_t>(elems, 1) * es, 0xFF);
+  m.values.resize(static_cast<size_t>(batch * vocab));
+  for (int64_t r = 0; r < batch; ++r) {
+    for (int64_t i = 0; i < vocab; ++i) {
+      const size_t at = offset_elems + static_cast<size_t>(r * m.stride + i);
+      ref::store_elem(host.data(), at, gen(r, i), dtype);
+      m.values[static_cast<size_t>(r * vocab + i)] = ref::load_elem(host.data(), at, dtype);
+    }
+  }
+  m.dev = std::make_unique<DeviceBuffer>(host.size());
+  m.dev->upload(host.data(), host.size());
+  char* base = static_cast<char*>(m.dev->get()) + offset_elems * es;
+  m.t = make_tensor(base, {batch, vocab}, dl_dtype(dtype), {m.stride, 1});
+  return m;
+}
+
+// Probabilities of a softmax over N(0, sigma) logits, different per row, stored as fp32.
+Matrix random_probs(std::mt19937_64& rng, int64_t batch, int64_t vocab, double sigma,
+                    int64_t stride = 0, size_t offset_elems = 0) {
+  std::normal_distribution<double> n(0.0, sigma);
+  std::vector<double> all(static_cast<size_t>(batch * vocab));
+  for (int64_t r = 0; r < batch; ++r) {
+    double m = -kInf, s = 0;
+    for (int64_t i = 0; i < vocab; ++i) m = std::max(m, all[r * vocab + i] = n(rng));
+    for (int64_t i = 0; i < vocab; ++i) s += all[r * vocab + i] = std::exp(all[r * vocab + i] - m);
+    for (int64_t i = 0; i < vocab; ++i) all[r * vocab + i] /= s;
+  }
+  return make_matrix(
+      "fp32", batch, vocab, [&](int64_t r, int64_t i) { return all[r * vocab + i]; }, stride,
+      offset_elems);
+}
+
+template <typename T>
+std::unique_ptr<DeviceBuffer> upload_vec(const std::vector<T>& v) {
+  auto b = std::make_unique<DeviceBuffer>(std::max<size_t>(v.size(), 1) * sizeof(T));
+  if (!v.empty()) b->upload(v.data(), v.size() * sizeof(T));
+  return b;
+}
+
+template <typename T>
+std::vector<T> download_vec(const DeviceBuffer& b, size_t n) {
+  std::vector<T> v(n);
+  if (n) b.download(v.data(), n * sizeof(T));
+  return v;
+}
+
+// ---- A sampler call -----------------------------------------------------------------------------
+
+enum class Api { kPlain, kTopK, kTopP, kMinP, kTopKTopP, kLogits };
+
+// Filter parameters: per-row vectors when non-empty, else the scalars.
+struct Params {
+  int top_k = 0;
+  float top_p = 1.0f, min_p = 0.0f, temperature = 1.0f;
+  std::vector<int32_t> top_k_rows;
+  std::vector<float> top_p_rows, min_p_rows, temp_rows;
+};
+
+// Runs one draw per offset; returns samples[offset_index][row] and valid flags.
+struct Draws {
+  std::vector<std::vector<int64_t>> samples;
+  std::vector<std::vector<uint8_t>> valid;
+};
+
+Draws draw(Api api, Matrix& x, const Params& prm, uint64_t seed, std::vector<uint64_t> offsets,
+           bool int64_out = false, std::vector<uint64_t> row_seeds = {}) {
+  const int64_t b = x.batch;
+  auto seed_dev = upload_vec(row_seeds.empty() ? std::vector<uint64_t>{seed} : row_seeds);
+  DeviceBuffer offset_dev(8);
+  auto seed_t = make_tensor(seed_dev->get(), {row_seeds.empty() ? 1 : b}, dl_dtype("int64"));
+  auto offset_t = make_tensor(offset_dev.get(), {1}, dl_dtype("int64"));
+  DeviceBuffer samples_dev(static_cast<size_t>(std::max<int64_t>(b, 1)) * 8), valid_dev(b + 1);
+  auto samples_t = make_tensor(samples_dev.get(), {b}, dl_dtype(int64_out ? "int64" : "int32"));
+  auto valid_t = make_tensor(valid_dev.get(), {b}, DLDataType{kDLUInt, 8, 1});
+  auto k_dev = upload_vec(prm.top_k_rows);
+  auto p_dev = upload_vec(prm.top_p_rows);
+  auto m_dev = upload_vec(prm.min_p_rows);
+  auto t_dev = upload_vec(prm.temp_rows);
+  auto k_t = make_tensor(k_dev->get(), {b}, dl_dtype("int32"));
+  auto p_t = make_tensor(p_dev->get(), {b}, dl_dtype("fp32"));
+  auto m_t = make_tensor(m_dev->get(), {b}, dl_dtype("fp32"));
+  auto t_t = make_tensor(t_dev->get(), {b}, dl_dtype("fp32"));
+  const DLTensor* k_arr = prm.top_k_rows.empty() ? nullptr : k_t.get();
+  const DLTensor* p_arr = prm.top_p_rows.empty() ? nullptr : p_t.get();
+  const DLTensor* m_arr = prm.min_p_rows.empty() ? nullptr : m_t.get();
+  const DLTensor* t_arr = prm.temp_rows.empty() ? nullptr : t_t.get();
+  Draws d;
+  for (uint64_t off : offsets) {
+    offset_dev.upload(&off, 8);
+    samples_dev.fill(0x5A);  // poison
+    valid_dev.fill(0x5A);
+    const DLTensor *xs = x.t.get(), *sd = seed_t.get(), *of = offset_t.get();
+    DLTensor *out = samples_t.get(), *val = valid_t.get();
+    kjit_status st = KJIT_SUCCESS;
+    switch (api) {
+      case Api::kPlain: st = kjit_sampling_from_probs(xs, sd, of, out, val, nullptr); break;
+      case Api::kTopK:
+        st = kjit_top_k_sampling_from_probs(xs, k_arr, sd, of, out, val, prm.top_k, nullptr);
+        break;
+      case Api::kTopP:
+        st = kjit_top_p_sampling_from_probs(xs, p_arr, sd, of, out, val, prm.top_p, nullptr);
+        break;
+      case Api::kMinP:
+        st = kjit_min_p_sampling_from_probs(xs, m_arr, sd, of, out, val, prm.min_p, nullptr);
+        break;
+      case Api::kTopKTopP:
+        st = kjit_top_k_top_p_sampling_from_probs(xs, k_arr, p_arr, sd, of, out, val, prm.top_k,
+                                                  prm.top_p, nullptr);
+        break;
+      case Api::kLogits:
+        st = kjit_top_k_top_p_sampling_from_logits(xs, k_arr, p_arr, t_arr, sd, of, out, val,
+                                                   prm.top_k, prm.top_p, prm.temperature, nullptr);
+        break;
+    }
+    INFO("kjit_last_error: " << kjit_last_error());
+    REQUIRE(st == KJIT_SUCCESS);
+    device_synchronize();
+    std::vector<int64_t> s(static_cast<size_t>(b));
+    if (int64_out) {
+      s = download_vec<int64_t>(samples_dev, static_cast<size_t>(b));
+    } else {
+      auto s32 = download_vec<int32_t>(samples_dev, static_cast<size_t>(b));
+      std::copy(s32.begin(), s32.end(), s.begin());
+    }
+    d.samples.push_back(s);
+    d.valid.push_back(download_vec<uint8_t>(valid_dev, static_cast<size_t>(b)));
+  }
+  return d;
+}
+
+std::vector<uint64_t> range_offsets(uint64_t first, int n) {
+  std::vector<uint64_t> v(static_cast<size_t>(n));
+  std::iota(v.begin(), v.end(), first);
+  return v;
+}
+
+// The weights the kernel samples from: the probabilities, or exp((x - max) / T) of the logits.
+std::vector<double> weights_of(Api api, const std::vector<double>& x, double temperature) {
+  if (api != Api::kLogits) return x;
+  const double m = *std::max_element(x.begin(), x.end());
+  std::vector<double> w(x.size());
+  for (size_t i = 0; i < x.size(); ++i) w[i] = std::exp((x[i] - m) / temperature);
+  return w;
+}
+
+ref::FilterSpec spec_of(Api api, const Params& prm, int64_t r) {
+  ref::FilterSpec f;
+  const bool has_k = api == Api::kTopK || api == Api::kTopKTopP || api == Api::kLogits;
+  const bool has_p = api == Api::kTopP || api == Api::kTopKTopP || api == Api::kLogits;
+  if (has_k) f.top_k = prm.top_k_rows.empty() ? prm.top_k : prm.top_k_rows[r];
+  if (has_p) f.top_p = prm.top_p_rows.empty() ? prm.top_p : prm.top_p_rows[r];
+  if (api == Api::kMinP) f.min_p = prm.min_p_rows.empty() ? prm.min_p : prm.min_p_rows[r];
+  // Probabilities are compared exactly by the kernel (keys are their bits; min-p multiplies in
+  // fp32 as the reference does); logits' weights come from an fp32 exp2.
+  f.value_tol = api == Api::kLogits ? 2e-5 : 0.0;
+  f.mass_tol = api == Api::kLogits ? 2e-4 : 1e-4;
+  return f;
+}
+
+double temperature_of(const Params& prm, int64_t r) {
+  return prm.temp_rows.empty() ? prm.temperature : prm.temp_rows[r];
+}
+
+// Every draw of every row is a valid token of the row's reference set.
+void check_in_set(Api api, const Matrix& x, const Params& prm, const Draws& d) {
+  long outside = 0, invalid = 0, in_band = 0, total = 0;
+  for (int64_t r = 0; r < x.batch; ++r) {
+    const auto w = weights_of(api, x.row(r), temperature_of(prm, r));
+    const auto keep = ref::keep_sets(w, spec_of(api, prm, r));
+    for (size_t k = 0; k < d.samples.size(); ++k) {
+      const int64_t t = d.samples[k][r];
+      ++total;
+      if (d.valid[k][r] != 1 || t < 0 || t >= x.vocab) {
+        if (invalid++ < 5) UNSCOPED_INFO("row " << r << " draw " << k << ": token " << t);
+        continue;
+      }
+      if (keep[t] == ref::Keep::kNo) {
+        if (outside++ < 5) {
+          UNSCOPED_INFO("row " << r << " draw " << k << ": token " << t << " (w " << w[t]
+                               << ") is outside the set");
+        }
+      }
+      in_band += keep[t] == ref::Keep::kMay;
+    }
+  }
+  INFO(total << " draws, " << in_band << " in the rounding band");
+  CHECK(invalid == 0);
+  CHECK(outside == 0);
+  CHECK(total > 0);
+}
+
+// Draw counts of row 0 over every row and offset (rows must be identical).
+std::vector<long> histogram(const Draws& d, int64_t vocab, long& n) {
+  std::vector<long> c(static_cast<size_t>(vocab), 0);
+  n = 0;
+  for (const auto& s : d.samples) {
+    for (int64_t t : s) {
+      if (t >= 0 && t < vocab) ++c[static_cast<size_t>(t)];
+      ++n;
+    }
+  }
+  return c;
+}
+
+// Chi-square and total variation of the draws against the renormalized target. The bound is
+// ~6 standard deviations of the chi-square law above its mean, so a correct kernel passes and a
+// kernel drawing e.g. uniformly within the set, or from the unfiltered row, fails by far.
+void check_distribution(const Draws& d, const std::vector<double>& target, int64_t vocab) {
+  long n = 0;
+  const auto counts = histogram(d, vocab, n);
+  int dof = 0;
+  long impossible = 0;
+  const double chi = ref::chi_square(counts, target, n, dof, impossible);
+  double tv = 0;
+  for (int64_t i = 0; i < vocab; ++i) tv += std::fabs(double(counts[i]) / n - target[i]);
+  tv /= 2;
+  INFO("draws " << n << ", chi2 " << chi << " with " << dof << " dof, TV " << tv);
+  CHECK(n >= 100000);
+  CHECK(impossible == 0);
+  CHECK(chi < dof + 6.0 * std::sqrt(2.0 * std::max(dof, 1)) + 10.0);
+  CHECK(tv < 0.02);
+}
+
+}  // namespace
+
+// ================================ exactness =====================================================
+
+TEST_CASE("sampling gpu: every draw is in the reference set, odd vocabularies included",
+          "[gpu][sampling]") {
+  std::mt19937_64 rng(std::random_device{}());
+  for (int64_t vocab : {1, 7, 1000, 4097, 128256}) {
+    const int64_t batch = vocab >= 100000 ? 16 : 64;
+    Matrix x = random_probs(rng, batch, vocab, 3.0);
+    INFO("vocab " << vocab);
+    Params k;
+    k.top_k = static_cast<int>(std::min<int64_t>(vocab, 50));
+    check_in_set(Api::kTopK, x, k, draw(Api::kTopK, x, k, 1, range_offsets(0, 8)));
+    for (float p : {0.1f, 0.5f, 0.9f, 0.99f}) {
+      Params pp;
+      pp.top_p = p;
+      INFO("top_p " << p);
+      check_in_set(Api::kTopP, x, pp, draw(Api::kTopP, x, pp, 2, range_offsets(0, 8)));
+    }
+    Params m;
+    m.min_p = 0.05f;
+    check_in_set(Api::kMinP, x, m, draw(Api::kMinP, x, m, 3, range_offsets(0, 8)));
+    Params kp;
+    kp.top_k = static_cast<int>(std::min<int64_t>(vocab, 200));
+    kp.top_p = 0.8f;
+    check_in_set(Api::kTopKTopP, x, kp, draw(Api::kTopKTopP, x, kp, 4, range_offsets(0, 8)));
+    Params none;
+    check_in_set(Api::kPlain, x, none, draw(Api::kPlain, x, none, 5, range_offsets(0, 4)));
+  }
+}
+
+TEST_CASE("sampling gpu: per-row parameters, each row against its own set", "[gpu][sampling]") {
+  std::mt19937_64 rng(std::random_device{}());
+  const int64_t batch = 256, vocab = 32000;
+  Matrix x = random_probs(rng, batch, vocab, 2.0);
+  std::uniform_int_distribution<int> kd(-2, 3000);
+  std::uniform_real_distribution<float> pd(0.05f, 1.2f);  // > 1: top-p off for the row
+  Params prm;
+  for (int64_t r = 0; r < batch; ++r) {
+    prm.top_k_rows.push_back(r % 17 == 0 ? 0 : kd(rng));  // <= 0: top-k off for the row
+    prm.top_p_rows.push_back(std::min(pd(rng), 1.0f));
+    prm.min_p_rows.push_back(r % 5 == 0 ? 0.0f : pd(rng) / 4);
+  }
+  check_in_set(Api::kTopK, x, prm, draw(Api::kTopK, x, prm, 11, range_offsets(100, 6)));
+  check_in_set(Api::kTopP, x, prm, draw(Api::kTopP, x, prm, 12, range_offsets(100, 6)));
+  check_in_set(Api::kMinP, x, prm, draw(Api::kMinP, x, prm, 13, range_offsets(100, 6)));
+  check_in_set(Api::kTopKTopP, x, prm, draw(Api::kTopKTopP, x, prm, 14, range_offsets(100, 6)));
+}
+
+TEST_CASE("sampling gpu: ties at the boundary, heavy ties, and very peaked rows",
+          "[gpu][sampling]") {
+  std::mt19937_64 rng(std::random_device{}());
+  // Values from a few levels, so every boundary is a tie group (and groups are large).
+  std::uniform_int_distribution<int> level(0, 4);
+  const int64_t batch = 128, vocab = 5000;
+  std::vector<double> lv = {0.0, 1.0, 2.0, 4.0, 8.0};
+  Matrix x = make_matrix("fp32", batch, vocab, [&](int64_t, int64_t) {
+    return lv[static_cast<size_t>(level(rng))] / 20000.0;
+  });
+  for (int k : {1, 2, 50, 999, 1000, 1001, 4999}) {
+    Params prm;
+    prm.top_k = k;
+    INFO("top_k " << k);
+    check_in_set(Api::kTopK, x, prm, draw(Api::kTopK, x, prm, 21, range_offsets(0, 6)));
+  }
+  for (float p : {0.01f, 0.3f, 0.5f, 0.75f, 0.999f}) {
+    Params prm;
+    prm.top_p = p;
+    INFO("top_p " << p);
+    check_in_set(Api::kTopP, x, prm, draw(Api::kTopP, x, prm, 22, range_offsets(0, 6)));
+  }
+  // Top-k with every boundary token tied: over many draws the whole tie group shows up.
+  Matrix eq = make_matrix("fp32", 1024, 100, [](int64_t, int64_t i) { return i < 90 ? 1.0 : 0.5; });
+  Params k1;
+  k1.top_k = 1;
+  const Draws d = draw(Api::kTopK, eq, k1, 23, {0, 1, 2});  // 3072 draws: each tie ~34 times
+  std::vector<int> seen(100, 0);
+  for (const auto& s : d.samples) {
+    for (int64_t t : s) seen.at(static_cast<size_t>(t)) = 1;
+  }
+  CHECK(std::accumulate(seen.begin(), seen.begin() + 90, 0) == 90);  // all 90 tied maxima
+  CHECK(std::accumulate(seen.begin() + 90, seen.end(), 0) == 0);
+  // One dominant token plus a long flat tail (top-p thresholds deep in the tail).
+  Matrix peaked = make_matrix(
+      "fp32", 32, 131072, [&](int64_t r, int64_t i) { return i == r * 7 ? 0.5 : 0.5 / 131071.0; });
+  for (float p : {0.4f, 0.5f, 0.6f, 0.9999f}) {
+    Params prm;
+    prm.top_p = p;
+    INFO("peaked top_p " << p);
+    check_in_set(Api::kTopP, peaked, prm, draw(Api::kTopP, peaked, prm, 24, range_offsets(0, 4)));
+  }
+}
+
+TEST_CASE("sampling gpu: logits (fp32, bf16, fp16) with temperature, top-k and top-p",
+          "[gpu][sampling]") {
+  std::mt19937_64 rng(std::random_device{}());
+  std::normal_distribution<double> n(0.0, 3.0);
+  for (const char* dt : {"fp32", "bf16", "fp16"}) {
+    for (int64_t vocab : {7, 1000, 128256, 262144}) {
+      const int64_t batch = vocab >= 100000 ? 8 : 64;
+      Matrix x = make_matrix(dt, batch, vocab, [&](int64_t, int64_t) { return n(rng); });
+      INFO(dt << " vocab " << vocab);
+      for (auto [k, p, t] : {std::tuple<int, float, float>{50, 0.9f, 0.7f},
+                             {static_cast<int>(vocab), 0.5f, 1.0f},
+                             {20, 1.0f, 1.5f},
+                             {1000000, 1.0f, 0.3f}}) {
+        Params prm;
+        prm.top_k = k;
+        prm.top_p = p;
+        prm.temperature = t;
+        INFO("k " << k << " p " << p << " T " << t);
+        check_in_set(Api::kLogits, x, prm, draw(Api::kLogits, x, prm, 31, range_offsets(0, 4)));
+      }
+    }
+  }
+}
+
+TEST_CASE("sampling gpu: strided rows, misaligned rows (scalar path) and batch 1024",
+          "[gpu][sampling]") {
+  std::mt19937_64 rng(std::random_device{}());
+  Params prm;
+  prm.top_k = 40;
+  prm.top_p = 0.9f;
+  Matrix strided = random_probs(rng, 33, 4096, 2.0, 4096 + 64);
+  check_in_set(Api::kTopKTopP, strided, prm,
+               draw(Api::kTopKTopP, strided, prm, 41, range_offsets(0, 4)));
+  Matrix misaligned = random_probs(rng, 33, 4096, 2.0, 4099, 1);
+  check_in_set(Api::kTopKTopP, misaligned, prm,
+               draw(Api::kTopKTopP, misaligned, prm, 42, range_offsets(0, 4)));
+  Matrix big = random_probs(rng, 1024, 1000, 2.0);
+  check_in_set(Api::kTopKTopP, big, prm, draw(Api::kTopKTopP, big, prm, 43, range_offsets(0, 2)));
+  check_in_set(Api::kTopP, big, prm,
+               draw(Api::kTopP, big, prm, 44, range_offsets(0, 2), /*int64_out=*/true));
+}
+
+// ================================ distributions =================================================
+
+TEST_CASE("sampling gpu: draws follow the renormalized distribution (>= 1e5 draws)",
+          "[gpu][sampling]") {
+  // A skewed small row, repeated in 1024 rows (independent streams), 100 offsets.
+  const int64_t vocab = 24;
+  std::vector<double> base(vocab);
+  for (int64_t i = 0; i < vocab; ++i) base[i] = 1.0 / (1.0 + i) + (i % 3 == 0 ? 0.05 : 0.0);
+  double s = std::accumulate(base.begin(), base.end(), 0.0);
+  for (double& v : base) v /= s;
+  Matrix x = make_matrix("fp32", 1024, vocab, [&](int64_t, int64_t i) { return base[i]; });
+  const auto offsets = range_offsets(1000, 100);
+  struct Case {
+    Api api;
+    Params prm;
+  };
+  std::vector<Case> cases(5);
+  cases[0].api = Api::kPlain;
+  cases[1].api = Api::kTopK;
+  cases[1].prm.top_k = 6;
+  cases[2].api = Api::kTopP;
+  cases[2].prm.top_p = 0.6f;
+  cases[3].api = Api::kMinP;
+  cases[3].prm.min_p = 0.15f;
+  cases[4].api = Api::kTopKTopP;
+  cases[4].prm.top_k = 10;
+  cases[4].prm.top_p = 0.7f;
+  for (const Case& c : cases) {
+    INFO("api " << static_cast<int>(c.api));
+    const auto w = weights_of(c.api, x.row(0), 1.0);
+    const auto keep = ref::keep_sets(w, spec_of(c.api, c.prm, 0));
+    for (auto k : keep) REQUIRE(k != ref::Keep::kMay);  // a row with no rounding ambiguity
+    check_distribution(draw(c.api, x, c.prm, 77, offsets), ref::target_distribution(w, keep),
+                       vocab);
+  }
+  // Logits with temperature: the target is softmax(x / T) restricted and renormalized.
+  Matrix lx =
+      make_matrix("bf16", 1024, vocab, [&](int64_t, int64_t i) { return std::log(base[i]); });
+  Params lp;
+  lp.top_k = 12;
+  lp.top_p = 0.8f;
+  lp.temperature = 0.8f;
+  const auto w = weights_of(Api::kLogits, lx.row(0), 0.8);
+  const auto keep = ref::keep_sets(w, spec_of(Api::kLogits, lp, 0));
+  for (auto k : keep) REQUIRE(k != ref::Keep::kMay);
+  check_distribution(draw(Api::kLogits, lx, lp, 78, offsets), ref::target_distribution(w, keep),
+                     vocab);
+}
+
+TEST_CASE("sampling gpu: all-equal probabilities draw uniformly", "[gpu][sampling]") {
+  const int64_t vocab = 37;
+  Matrix x = make_matrix("fp32", 1024, vocab, [](int64_t, int64_t) { return 1.0 / 37.0; });
+  std::vector<double> uniform(vocab, 1.0 / vocab);
+  Params none;
+  check_distribution(draw(Api::kPlain, x, none, 5, range_offsets(0, 100)), uniform, vocab);
+  Params k1;
+  k1.top_k = 1;  // every token ties with the maximum: all are kept
+  check_distribution(draw(Api::kTopK, x, k1, 6, range_offsets(0, 100)), uniform, vocab);
+  Params p;
+  p.top_p = 0.01f;  // the first token reaches 1%; its ties come along: all of them
+  check_distribution(draw(Api::kTopP, x, p, 7, range_offsets(0, 100)), uniform, vocab);
+}
+
+// ================================ edge cases ====================================================
+
+TEST_CASE("sampling gpu: k = 1 is argmax; greedy temperature 0 is the first maximum",
+          "[gpu][sampling]") {
+  std::mt19937_64 rng(std::random_device{}());
+  Matrix x = random_probs(rng, 128, 50000, 2.0);
+  Params k1;
+  k1.top_k = 1;
+  const Draws d = draw(Api::kTopK, x, k1, 9, range_offsets(0, 3));
+  for (int64_t r = 0; r < x.batch; ++r) {
+    const int64_t want = ref::argmax(x.row(r));
+    for (const auto& s : d.samples) CHECK(s[r] == want);
+  }
+  std::normal_distribution<double> n(0.0, 2.0);
+  Matrix lx = make_matrix("bf16", 64, 1000, [&](int64_t, int64_t) { return n(rng); });
+  Params greedy;
+  greedy.top_k = 1000;
+  greedy.temperature = 0.0f;
+  const Draws g = draw(Api::kLogits, lx, greedy, 9, range_offsets(0, 2));
+  Params per_row = greedy;
+  per_row.temperature = 1.0f;
+  per_row.temp_rows.assign(64, 0.0f);
+  const Draws g2 = draw(Api::kLogits, lx, per_row, 9, {0});
+  for (int64_t r = 0; r < lx.batch; ++r) {
+    const int64_t want = ref::argmax(lx.row(r));  // bf16 ties resolve to the first
+    CHECK(g.samples[0][r] == want);
+    CHECK(g.samples[1][r] == want);
+    CHECK(g2.samples[0][r] == want);
+    CHECK(g.valid[0][r] == 1);
+  }
+}
+
+TEST_CASE("sampling gpu: p = 1 and k >= vocab are exactly plain sampling", "[gpu][sampling]") {
+  std::mt19937_64 rng(std::random_device{}());
+  Matrix x = random_probs(rng, 200, 3000, 1.5);
+  const auto offsets = range_offsets(5, 3);
+  Params none;
+  const Draws plain = draw(Api::kPlain, x, none, 99, offsets);
+  Params p1;
+  p1.top_p = 1.0f;
+  Params kv;
+  kv.top_k = 3000;
+  Params both;
+  both.top_k = 1 << 30;
+  both.top_p = 1.0f;
+  CHECK(draw(Api::kTopP, x, p1, 99, offsets).samples == plain.samples);
+  CHECK(draw(Api::kTopK, x, kv, 99, offsets).samples == plain.samples);
+  CHECK(draw(Api::kTopKTopP, x, both, 99, offsets).samples == plain.samples);
+  Params m0;
+  m0.min_p = 0.0f;
+  CHECK(draw(Api::kMinP, x, m0, 99, offsets).samples == plain.samples);
+}
+
+TEST_CASE("sampling gpu: the draw is the inverse CDF of the documented Philox uniform",
+          "[gpu][sampling]") {
+  // Beyond membership: the token equals the reference's pick for u = Philox(seed, offset, row)
+  // (a few may differ where u * total falls within rounding of a token boundary). The pick is
+  // made over the exact set of kjit.h's rule (no tolerance band): inverse_cdf counts band tokens
+  // as kept, and with a 1e-4 band at p = 0.7 most rows of 20000 tokens have a band token that the
+  // kernel (whose top-p sums for probabilities are good to ~1e-7) correctly drops, which moves
+  // u * total and with it about one draw in ten. A kernel whose set strays from the exact rule
+  // by more than rounding still moves draws here.
+  std::mt19937_64 rng(std::random_device{}());
+  Matrix x = random_probs(rng, 256, 20000, 2.0);
+  const uint64_t seed = 0x1234567890abcdefull;
+  for (Api api : {Api::kPlain, Api::kTopP, Api::kTopK}) {
+    Params prm;
+    prm.top_k = 100;
+    prm.top_p = 0.7f;
+    const Draws d = draw(api, x, prm, seed, {42, 43});
+    long agree = 0, total = 0;
+    for (size_t k = 0; k < d.samples.size(); ++k) {
+      for (int64_t r = 0; r < x.batch; ++r) {
+        const auto w = x.row(r);
+        const auto keep = ref::keep_sets(w, ref::exact(spec_of(api, prm, r)));
+        const double u = ref::sampling_uniform(seed, 42 + k, static_cast<uint32_t>(r));
+        agree += d.samples[k][r] == ref::inverse_cdf(w, keep, u);
+        ++total;
+      }
+    }
+    INFO("api " << static_cast<int>(api) << ": " << agree << " of " << total << " agree");
+    CHECK(agree >= total * 99 / 100);
+  }
+}
+
+TEST_CASE("sampling gpu: NaN, negative, infinite and all-zero rows are reported invalid",
+          "[gpu][sampling]") {
+  const int64_t vocab = 1000;
+  Matrix x = make_matrix("fp32", 8, vocab, [](int64_t r, int64_t i) {
+    if (r == 1 && i == 500) return kNaN;
+    if (r == 2 && i == 3) return -0.25;
+    if (r == 3) return 0.0;
+    if (r == 4 && i == 999) return kInf;
+    return 1.0 + (i % 7);
+  });
+  Params prm;
+  prm.top_k = 10;
+  prm.top_p = 0.5f;
+  for (Api api : {Api::kPlain, Api::kTopK, Api::kTopP, Api::kTopKTopP}) {
+    const Draws d = draw(api, x, prm, 1, {0});
+    for (int64_t r = 0; r < 8; ++r) {
+      const bool bad = r >= 1 && r <= 4;
+      INFO("api " << static_cast<int>(api) << " row " << r);
+      CHECK(d.valid[0][r] == (bad ? 0 : 1));
+      if (bad) CHECK(d.samples[0][r] == -1);
+      if (!bad) CHECK(d.samples[0][r] >= 0);
+    }
+  }
+  // Per-row parameters out of range make their row invalid, and only it.
+  Params rows;
+  rows.top_p_rows = {0.5f, 0.0f, static_cast<float>(kNaN), -1.0f, 0.5f, 0.5f, 0.5f, 0.5f};
+  Matrix ok = make_matrix("fp32", 8, vocab, [](int64_t, int64_t i) { return 1.0 + i % 5; });
+  const Draws d = draw(Api::kTopP, ok, rows, 1, {0});
+  for (int64_t r = 0; r < 8; ++r) CHECK(d.valid[0][r] == (r >= 1 && r <= 3 ? 0 : 1));
+  // Logits: NaN, +Inf, all -Inf, and a negative per-row temperature.
+  Matrix lx = make_matrix("fp32", 6, vocab, [](int64_t r, int64_t i) {
+    if (r == 1 && i == 2) return kNaN;
+    if (r == 2 && i == 2) return kInf;
+    if (r == 3) return -kInf;
+    if (r == 5 && i != 7) return -kInf;  // a single finite logit: always token 7
+    return std::sin(double(i));
+  });
+  Params lp;
+  lp.top_k = 5;
+  lp.top_p = 0.9f;
+  lp.temp_rows = {1.0f, 1.0f, 1.0f, 1.0f, -1.0f, 1.0f};
+  const Draws ld = draw(Api::kLogits, lx, lp, 1, {0});
+  const std::vector<int> want_valid = {1, 0, 0, 0, 0, 1};
+  for (int64_t r = 0; r < 6; ++r) CHECK(ld.valid[0][r] == want_valid[r]);
+  CHECK(ld.samples[0][5] == 7);
+}
+
+TEST_CASE("sampling gpu: same seed and offset repeat; other offsets and seeds differ",
+          "[gpu][sampling]") {
+  std::mt19937_64 rng(std::random_device{}());
+  Matrix x = random_probs(rng, 512, 1000, 0.5);  // flat-ish: repeats by chance are rare
+  Params prm;
+  prm.top_p = 0.95f;
+  const Draws a = draw(Api::kTopP, x, prm, 7, {10, 10, 11});
+  CHECK(a.samples[0] == a.samples[1]);
+  long same = 0;
+  for (int64_t r = 0; r < x.batch; ++r) same += a.samples[0][r] == a.samples[2][r];
+  CHECK(same < x.batch / 10);
+  const Draws b = draw(Api::kTopP, x, prm, 8, {10});
+  same = 0;
+  for (int64_t r = 0; r < x.batch; ++r) same += a.samples[0][r] == b.samples[0][r];
+  CHECK(same < x.batch / 10);
+  // Offsets beyond 32 bits use the counter's high word too.
+  const Draws c = draw(Api::kTopP, x, prm, 7, {10 + (1ull << 32)});
+  same = 0;
+  for (int64_t r = 0; r < x.batch; ++r) same += a.samples[0][r] == c.samples[0][r];
+  CHECK(same < x.batch / 10);
+}
+
+TEST_CASE("sampling gpu: with per-row seeds a row's draw does not depend on its position",
+          "[gpu][sampling]") {
+  std::mt19937_64 rng(std::random_device{}());
+  const int64_t batch = 64, vocab = 2000;
+  Matrix x = random_probs(rng, batch, vocab, 1.0);
+  std::vector<int64_t> perm(batch);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  Matrix y =
+      make_matrix("fp32", batch, vocab, [&](int64_t r, int64_t i) { return x.at(perm[r], i); });
+  std::vector<uint64_t> seeds(batch), seeds_y(batch);
+  for (int64_t r = 0; r < batch; ++r) seeds[r] = 1000 + 17 * r;
+  for (int64_t r = 0; r < batch; ++r) seeds_y[r] = seeds[perm[r]];
+  Params prm;
+  prm.top_p = 0.9f;
+  const Draws dx = draw(Api::kTopP, x, prm, 0, {3}, false, seeds);
+  const Draws dy = draw(Api::kTopP, y, prm, 0, {3}, false, seeds_y);
+  for (int64_t r = 0; r < batch; ++r) CHECK(dy.samples[0][r] == dx.samples[0][perm[r]]);
+}
+
+TEST_CASE("sampling gpu: a captured graph draws fresh tokens when the offset changes",
+          "[gpu][sampling]") {
+  const auto& drv = kjit::cuda::driver();
+  std::mt19937_64 rng(std::random_device{}());
+  const int64_t batch = 256, vocab = 32000;
+  Matrix x = random_probs(rng, batch, vocab, 0.7);
+  auto seed_dev = upload_vec(std::vector<uint64_t>{2024});
+  auto offset_dev = upload_vec(std::vector<uint64_t>{0});
+  DeviceBuffer samples_dev(batch * 4);
+  auto seed_t = make_tensor(seed_dev->get(), {1}, dl_dtype("int64"));
+  auto offset_t = make_tensor(offset_dev->get(), {1}, dl_dtype("int64"));
+  auto samples_t = make_tensor(samples_dev.get(), {batch}, dl_dtype("int32"));
+  CUstream s = nullptr;
+  REQUIRE(drv.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS);
+  auto call = [&] {
+    return kjit_top_k_top_p_sampling_from_probs(x.t.get(), nullptr, nullptr, seed_t.get(),
+                                                offset_t.get(), samples_t.get(), nullptr, 100, 0.9f,
+                                                s);
+  };
+  // Direct calls at offsets 0 and 1: what the graph must reproduce.
+  std::vector<std::vector<int32_t>> direct;
+  for (uint64_t off : {0ull, 1ull}) {
+    offset_dev->upload(&off, 8);
+    REQUIRE(call() == KJIT_SUCCESS);  // also loads the kernel before capture
+    REQUIRE(drv.cuStreamSynchronize(s) == CUDA_SUCCESS);
+    direct.push_back(download_vec<int32_t>(samples_dev, batch));
+  }
+  CUgraph graph = nullptr;
+  CUgraphExec exec = nullptr;
+  REQUIRE(drv.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED) == CUDA_SUCCESS);
+  const kjit_status st = call();
+  REQUIRE(drv.cuStreamEndCapture(s, &graph) == CUDA_SUCCESS);
+  INFO(kjit_last_error());
+  REQUIRE(st == KJIT_SUCCESS);
+  REQUIRE(drv.cuGraphInstantiateWithFlags(&exec, graph, 0) == CUDA_SUCCESS);
+  std::vector<std::vector<int32_t>> replays;
+  for (uint64_t off : {0ull, 1ull, 0ull}) {
+    offset_dev->upload(&off, 8);
+    samples_dev.fill(0xFF);
+    REQUIRE(drv.cuGraphLaunch(exec, s) == CUDA_SUCCESS);
+    REQUIRE(drv.cuStreamSynchronize(s) == CUDA_SUCCESS);
+    replays.push_back(download_vec<int32_t>(samples_dev, batch));
+  }
+  CHECK(replays[0] == direct[0]);
+  CHECK(replays[1] == direct[1]);
+  CHECK(replays[2] == direct[0]);
+  long same = 0;
+  for (int64_t r = 0; r < batch; ++r) same += replays[0][r] == replays[1][r];
+  CHECK(same < batch / 4);  // a bumped offset draws new tokens
+  drv.cuGraphExecDestroy(exec);
+  drv.cuGraphDestroy(graph);
+  drv.cuStreamDestroy(s);
+}
+
+// ================================ renorm, mask, softmax, argmax =================================
+
+TEST_CASE("sampling gpu: top-k / top-p renormalization matches the reference", "[gpu][sampling]") {
+  std::mt19937_64 rng(std::random_device{}());
+  for (int64_t vocab : {7, 1000, 128256}) {
+    Matrix x = random_probs(rng, 16, vocab, 2.0);
+    for (int mode = 0; mode < 2; ++mode) {
+      DeviceBuffer out(static_cast<size_t>(x.batch * vocab) * 4);
+      out.fill(0xFF);
+      auto out_t = make_tensor(out.get(), {x.batch, vocab}, dl_dtype("fp32"));
+      Params prm;
+      prm.top_k = 30;
+      prm.top_p = 0.7f;
+      const kjit_status st =
+          mode == 0 ? kjit_top_k_renorm_probs(x.t.get(), nullptr, out_t.get(), prm.top_k, nullptr)
+                    : kjit_top_p_renorm_probs(x.t.get(), nullptr, out_t.get(), prm.top_p, nullptr);
+      INFO(kjit_last_error());
+      REQUIRE(st == KJIT_SUCCESS);
+      device_synchronize();
+      const auto got = download_vec<float>(out, static_cast<size_t>(x.batch * vocab));
+      long bad = 0, in_band = 0, not_a_threshold = 0;
+      for (int64_t r = 0; r < x.batch; ++r) {
+        const auto w = x.row(r);
+        const auto keep = ref::keep_sets(w, spec_of(mode == 0 ? Api::kTopK : Api::kTopP, prm, r));
+        // The divisor is the mass of the set the kernel kept (a weight > 0 renormalizes to a
+        // value > 0), not of "must + may": a top-p band of 1e-4 of the mass holds ~10 tokens of
+        // a 128256-token row, each ~3e-5 of the kept mass, so counting the ones the kernel rightly
+        // dropped would put every kept value off by more than the 1e-5 tolerance. Membership is
+        // checked on its own: must-keep tokens nonzero, must-drop tokens zero, and the kept set
+        // is everything at or above one weight (kjit.h's threshold rule, ties together).
+        double mass = 0, sum = 0;
+        double min_kept = kInf, max_dropped = 0;
+        for (int64_t i = 0; i < vocab; ++i) {
+          if (got[r * vocab + i] != 0.0f) mass += w[i];
+        }
+        for (int64_t i = 0; i < vocab; ++i) {
+          const double g = got[r * vocab + i];
+          sum += g;
+          const double want = w[i] / mass;
+          const bool zero_ok = keep[i] != ref::Keep::kMust;
+          const bool value_ok = keep[i] != ref::Keep::kNo && std::fabs(g - want) <= 1e-5 * want;
+          if (!((zero_ok && g == 0.0) || value_ok)) {
+            if (bad++ < 5) {
+              UNSCOPED_INFO("row " << r << " col " << i << " got " << g << " want "
+                                   << (keep[i] == ref::Keep::kNo ? 0.0 : want));
+            }
+          }
+          in_band += keep[i] == ref::Keep::kMay;
+          if (g != 0.0) min_kept = std::min(min_kept, w[i]);
+          if (g == 0.0 && w[i] > 0) max_dropped = std::max(max_dropped, w[i]);
+        }
+        not_a_threshold += max_dropped >= min_kept;
+        CHECK(std::fabs(sum - 1.0) < 1e-3);
+      }
+      INFO("vocab " << vocab << " mode " << mode << ": " << in_band << " tokens in the band");
+      CHECK(bad == 0);
+      CHECK(not_a_threshold == 0);
+    }
+  }
+  // In place, and an all-zero row written as zeros.
+  Matrix z = make_matrix("fp32", 2, 100, [](int64_t r, int64_t i) { return r == 0 ? 0.0 : i; });
+  REQUIRE(kjit_top_k_renorm_probs(z.t.get(), nullptr, z.t.get(), 10, nullptr) == KJIT_SUCCESS);
+  device_synchronize();
+  std::vector<float> zh(200);
+  z.dev->download(zh.data(), 800);
+  for (int i = 0; i < 100; ++i) CHECK(zh[i] == 0.0f);
+  for (int i = 0; i < 100; ++i) CHECK(zh[100 + i] == (i >= 90 ? Approx(i / 945.0) : Approx(0)));
+}
+
+TEST_CASE("sampling gpu: top-k logit masking keeps ties and copies NaN rows", "[gpu][sampling]") {
+  std::mt19937_64 rng(std::random_device{}());
+  std::uniform_int_distribution<int> q(-40, 40);
+  for (const char* dt : {"fp32", "bf16", "fp16"}) {
+    for (int64_t vocab : {7, 1000, 32000}) {
+      // Quantized logits: many exact ties at any boundary.
+      Matrix x = make_matrix(dt, 9, vocab, [&](int64_t r, int64_t i) {
+        return r == 8 && i == 3 ? kNaN : q(rng) / 4.0;
+      });
+      std::vector<int32_t> ks = {1, 2, 5, 33, static_cast<int32_t>(vocab), 0, -3, 100, 5};
+      auto k_dev = upload_vec(ks);
+      auto k_t = make_tensor(k_dev->get(), {9}, dl_dtype("int32"));
+      DeviceBuffer out(static_cast<size_t>(9 * vocab) * ref::elem_size(dt));
+      auto out_t = make_tensor(out.get(), {9, vocab}, dl_dtype(dt));
+      REQUIRE(kjit_top_k_mask_logits(x.t.get(), k_t.get(), out_t.get(), 1, nullptr) ==
+              KJIT_SUCCESS);
+      device_synchronize();
+      std::vector<unsigned char> got(out.size());
+      out.download(got.data(), got.size());
+      long bad = 0;
+      for (int64_t r = 0; r < 9; ++r) {
+        auto row = x.row(r);
+        std::vector<double> sorted(row);
+        std::sort(sorted.begin(), sorted.end(), std::greater<double>());
+        const int k = ks[r];
+        const bool off = k <= 0 || k >= vocab || r == 8;
+        const double vk = off ? -kInf : sorted[static_cast<size_t>(k) - 1];
+        for (int64_t i = 0; i < vocab; ++i) {
+          const double g = ref::load_elem(got.data(), static_cast<size_t>(r * vocab + i), dt);
+          const double want = row[i] >= vk || std::isnan(row[i]) ? row[i] : -kInf;
+          const bool ok = std::isnan(want) ? std::isnan(g) : g == want;
+          if (!ok && bad++ < 5) UNSCOPED_INFO(dt << " row " << r << " col " << i << " got " << g);
+        }
+      }
+      CHECK(bad == 0);
+    }
+  }
+}
+
+TEST_CASE("sampling gpu: softmax with temperature matches fp64", "[gpu][sampling]") {
+  std::mt19937_64 rng(std::random_device{}());
+  std::normal_distribution<double> n(0.0, 4.0);
+  for (const char* dt : {"fp32", "bf16", "fp16"}) {
+    for (int64_t vocab : {1, 7, 1000, 128256}) {
+      Matrix x = make_matrix(dt, 6, vocab, [&](int64_t r, int64_t i) {
+        if (r == 4 && i == 0) return kNaN;
+        if (r == 5) return i == 0 ? 1.0 : -kInf;
+        return n(rng);
+      });
+      const std::vector<float> temps = {1.0f, 0.5f, 2.0f, 0.0f, 1.0f, 1.0f};  // row 3: invalid
+      auto t_dev = upload_vec(temps);
+      auto t_t = make_tensor(t_dev->get(), {6}, dl_dtype("fp32"));
+      DeviceBuffer out(static_cast<size_t>(6 * vocab) * 4);
+      out.fill(0x00);
+      auto out_t = make_tensor(out.get(), {6, vocab}, dl_dtype("fp32"));
+      REQUIRE(kjit_softmax(x.t.get(), t_t.get(), out_t.get(), 1.0f, nullptr) == KJIT_SUCCESS);
+      device_synchronize();
+      const auto got = download_vec<float>(out, static_cast<size_t>(6 * vocab));
+      long bad = 0;
+      for (int64_t r = 0; r < 6; ++r) {
+        const auto want = r == 3 ? std::vector<double>{} : ref::softmax(x.row(r), temps[r]);
+        for (int64_t i = 0; i < vocab; ++i) {
+          const double g = got[r * vocab + i];
+          const bool ok =
+              want.empty() ? std::isnan(g) : std::fabs(g - want[i]) <= 2e-5 * want[i] + 1e-30;
+          if (!ok && bad++ < 5) UNSCOPED_INFO(dt << " row " << r << " col " << i << " got " << g);
+        }
+      }
+      CHECK(bad == 0);
+    }
+  }
+}
+
+TEST_CASE("sampling gpu: argmax is torch.argmax (first maximum, NaN largest)", "[gpu][sampling]") {
+  std::mt19937_64 rng(std::random_device{}());
+  std::uniform_int_distribution<int> q(-1000, 1000);
+  for (const char* dt : {"fp32", "bf16", "fp16"}) {
+    for (int64_t vocab : {1, 7, 1000, 128256, 262147}) {
+      for (bool misaligned : {false, true}) {
+        const int64_t batch = 70;
+        Matrix x = make_matrix(
+            dt, batch, vocab,
+            [&](int64_t r, int64_t i) {
+              if (r == 1 && (i == vocab / 2 || i == vocab - 1)) return kNaN;
+              if (r == 2) return 1.0;  // all ties: index 0
+              if (r == 3) return i == vocab - 1 ? 2.0 : -kInf;
+              return q(rng) / 8.0;  // many ties among maxima
+            },
+            misaligned ? vocab + 1 : 0, misaligned ? 1 : 0);
+        for (const char* ot : {"int32", "int64"}) {
+          DeviceBuffer out(batch * 8);
+          out.fill(0xFF);
+          auto out_t = make_tensor(out.get(), {batch}, dl_dtype(ot));
+          REQUIRE(kjit_argmax(x.t.get(), out_t.get(), nullptr) == KJIT_SUCCESS);
+          device_synchronize();
+          std::vector<int64_t> got(batch);
+          if (std::string(ot) == "int64") {
+            got = download_vec<int64_t>(out, batch);
+          } else {
+            auto g32 = download_vec<int32_t>(out, batch);
+            std::copy(g32.begin(), g32.end(), got.begin());
+          }
+          for (int64_t r = 0; r < batch; ++r) {
+            INFO(dt << " vocab " << vocab << " row " << r << " " << ot);
+            CHECK(got[r] == ref::argmax(x.row(r)));
+          }
+        }
+      }
+    }
+  }
+}

@@ -1,0 +1,129 @@
+// fp64 CPU references for decode attention over a paged KV cache and for merging attention
+// states, written from the definitions in kjit.h (FlashInfer's batch decode and merge_state),
+// independently of the kernels: plain loops, a two-pass softmax, the fp8 format decoded from its
+// fields.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+namespace kjit::ref {
+
+// OCP fp8 e4m3 ("fn": no infinities, S.1111.111 is NaN), from its sign, exponent and mantissa.
+inline double e4m3_to_double(uint8_t b) {
+  const int sign = b >> 7, exp = (b >> 3) & 15, man = b & 7;
+  if (exp == 15 && man == 7) return std::numeric_limits<double>::quiet_NaN();
+  const double mag = exp == 0 ? std::ldexp(man / 8.0, -6) : std::ldexp(1.0 + man / 8.0, exp - 7);
+  return sign ? -mag : mag;
+}
+
+struct DecodeRefArgs {
+  int64_t batch = 0, qo_heads = 0, kv_heads = 0, head_dim = 0, page_size = 0, num_pages = 0;
+  double sm_scale = 0, soft_cap = 0, k_scale = 1, v_scale = 1;
+  int window_left = -1;
+  std::vector<int32_t> indptr, indices, last_page_len;
+};
+
+// The positions request b attends to, [start, len), by kjit's documented rules: len from the
+// page count and the last page's length clamped to [0, page_size] (0 for an empty or inverted
+// range), start from the window.
+inline void decode_ref_range(const DecodeRefArgs& a, int64_t b, int64_t& start, int64_t& len) {
+  const int64_t first = a.indptr[static_cast<size_t>(b)];
+  const int64_t end = a.indptr[static_cast<size_t>(b + 1)];
+  len = 0;
+  if (first >= 0 && end > first) {
+    const int64_t lp = std::clamp<int64_t>(a.last_page_len[static_cast<size_t>(b)], 0, a.page_size);
+    len = (end - first - 1) * a.page_size + lp;
+  }
+  start = a.window_left >= 0 ? std::max<int64_t>(0, len - 1 - a.window_left) : 0;
+}
+
+// The page holding position t of request b, or -1 when the table does not give a valid one
+// (those positions contribute nothing).
+inline int64_t decode_ref_page(const DecodeRefArgs& a, int64_t b, int64_t t) {
+  const int64_t first = a.indptr[static_cast<size_t>(b)];
+  const int64_t end = std::min<int64_t>(a.indptr[static_cast<size_t>(b + 1)],
+                                        static_cast<int64_t>(a.indices.size()));
+  const int64_t gi = first + t / a.page_size;
+  if (gi >= end) return -1;
+  const int64_t page = a.indices[static_cast<size_t>(gi)];
+  return page >= 0 && page < a.num_pages ? page : -1;
+}
+
+// out[b][i][d] and lse[b][i] (natural log) for every request b and qo head i. q(b, i, d),
+// k(page, slot, kv_head, d) and v(...) return the stored values as doubles (fp8: decoded, not
+// scaled). An empty request gives out = 0, lse = -inf.
+template <class Q, class K, class V>
+void decode_attention(const DecodeRefArgs& a, Q&& q, K&& k, V&& v, std::vector<double>& out,
+                      std::vector<double>& lse) {
+  const int64_t D = a.head_dim, group = a.qo_heads / a.kv_heads;
+  out.assign(static_cast<size_t>(a.batch * a.qo_heads * D), 0.0);
+  lse.assign(static_cast<size_t>(a.batch * a.qo_heads), -std::numeric_limits<double>::infinity());
+  std::vector<int64_t> pages, slots;
+  std::vector<double> x;
+  for (int64_t b = 0; b < a.batch; ++b) {
+    int64_t start = 0, len = 0;
+    decode_ref_range(a, b, start, len);
+    pages.clear();
+    slots.clear();
+    for (int64_t t = start; t < len; ++t) {
+      const int64_t page = decode_ref_page(a, b, t);
+      if (page < 0) continue;
+      pages.push_back(page);
+      slots.push_back(t % a.page_size);
+    }
+    if (pages.empty()) continue;
+    for (int64_t i = 0; i < a.qo_heads; ++i) {
+      const int64_t h = i / group;
+      x.assign(pages.size(), 0.0);
+      double mx = -std::numeric_limits<double>::infinity();
+      for (size_t j = 0; j < pages.size(); ++j) {
+        double dot = 0;
+        for (int64_t d = 0; d < D; ++d) dot += q(b, i, d) * k(pages[j], slots[j], h, d);
+        double logit = a.sm_scale * a.k_scale * dot;
+        if (a.soft_cap > 0) logit = a.soft_cap * std::tanh(logit / a.soft_cap);
+        x[j] = logit;
+        mx = std::max(mx, logit);
+      }
+      double sum = 0;
+      for (double& e : x) {
+        e = std::exp(e - mx);
+        sum += e;
+      }
+      double* o = &out[static_cast<size_t>((b * a.qo_heads + i) * D)];
+      for (size_t j = 0; j < pages.size(); ++j) {
+        const double p = x[j] / sum;
+        for (int64_t d = 0; d < D; ++d) o[d] += p * a.v_scale * v(pages[j], slots[j], h, d);
+      }
+      lse[static_cast<size_t>(b * a.qo_heads + i)] = mx + std::log(sum);
+    }
+  }
+}
+
+// Merged state of n states with log-sum-exps s[i] (natural log) and values v(i, d):
+// s_out = log(sum_i exp(s[i])), v_out[d] = sum_i exp(s[i] - s_out) v(i, d). States with
+// s = -inf are empty; all empty gives v_out = 0, s_out = -inf.
+template <class V>
+void merge_states(const std::vector<double>& s, int64_t dim, V&& v, std::vector<double>& v_out,
+                  double& s_out) {
+  v_out.assign(static_cast<size_t>(dim), 0.0);
+  double mx = -std::numeric_limits<double>::infinity();
+  for (double si : s) mx = std::max(mx, si);
+  if (mx == -std::numeric_limits<double>::infinity()) {
+    s_out = mx;
+    return;
+  }
+  double sum = 0;
+  for (double si : s) sum += std::exp(si - mx);
+  s_out = mx + std::log(sum);
+  for (size_t i = 0; i < s.size(); ++i) {
+    const double w = std::exp(s[i] - s_out);
+    if (w == 0) continue;
+    for (int64_t d = 0; d < dim; ++d) v_out[static_cast<size_t>(d)] += w * v(i, d);
+  }
+}
+
+}  // namespace kjit::ref

@@ -1,0 +1,206 @@
+// CPU references of the sampling family, written from the definitions in kjit.h (not from the
+// kernels): Philox4x32-10, the top-k / top-p / min-p sets with their tie rules (by sorting, in
+// fp64), softmax, argmax, and the inverse-CDF draw.
+//
+// The kernels decide set membership with fp32 weights and fp32 / fixed-point sums, so a token
+// whose decision is within rounding of the boundary may go either way. keep_sets() therefore
+// returns, per token, whether it must be kept, may be kept (inside the rounding band), or must
+// not be kept; tests accept a draw in "may" and count how many tokens sat in the band.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+namespace kjit::ref {
+
+// ---- Philox4x32-10 ------------------------------------------------------------------------------
+
+struct Philox4 {
+  uint32_t v[4];
+};
+
+inline Philox4 philox4x32_10(Philox4 ctr, uint32_t k0, uint32_t k1) {
+  const uint64_t m0 = 0xD2511F53u, m1 = 0xCD9E8D57u;
+  for (int round = 0; round < 10; ++round) {
+    const uint64_t p0 = m0 * ctr.v[0];
+    const uint64_t p1 = m1 * ctr.v[2];
+    const uint32_t hi0 = static_cast<uint32_t>(p0 >> 32), lo0 = static_cast<uint32_t>(p0);
+    const uint32_t hi1 = static_cast<uint32_t>(p1 >> 32), lo1 = static_cast<uint32_t>(p1);
+    ctr = Philox4{{hi1 ^ ctr.v[1] ^ k0, lo1, hi0 ^ ctr.v[3] ^ k1, lo0}};
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return ctr;
+}
+
+// The uniform kjit draws for a row (kjit.h: key = seed, counter = (offset, subsequence, 0)).
+inline double sampling_uniform(uint64_t seed, uint64_t offset, uint32_t subsequence) {
+  const Philox4 r = philox4x32_10(
+      Philox4{{static_cast<uint32_t>(offset), static_cast<uint32_t>(offset >> 32), subsequence, 0}},
+      static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+  const uint64_t bits = (static_cast<uint64_t>(r.v[0]) << 21) ^ (r.v[1] >> 11);
+  return static_cast<double>(bits) / 9007199254740992.0;
+}
+
+// ---- Sets ---------------------------------------------------------------------------------------
+
+enum class Keep : uint8_t { kNo = 0, kMay = 1, kMust = 2 };
+
+struct FilterSpec {
+  int top_k = 0;         // 0 or >= vocab: off
+  double top_p = 1.0;    // >= 1: off
+  double min_p = 0.0;    // <= 0: off
+  double value_tol = 0;  // relative band on values (top-k / min-p boundaries)
+  double mass_tol = 0;   // relative band on masses (top-p boundary)
+};
+
+// The same filters with no tolerance band: the documented rule applied exactly in fp64, for
+// checks that need one set (inverse_cdf, target_distribution) rather than a range of sets.
+inline FilterSpec exact(FilterSpec f) {
+  f.value_tol = 0;
+  f.mass_tol = 0;
+  return f;
+}
+
+// Per token: must / may / must-not be kept, for non-negative weights w (kjit.h's rules: top-k
+// keeps w >= the k-th largest; top-p keeps a token when the mass strictly above it is < p times
+// the mass of the top-k set (the row without top-k); min-p keeps w >= fl32(min_p * max)).
+inline std::vector<Keep> keep_sets(const std::vector<double>& w, const FilterSpec& f) {
+  const size_t n = w.size();
+  std::vector<Keep> keep(n, Keep::kMust);
+  std::vector<double> sorted(w);
+  std::sort(sorted.begin(), sorted.end(), std::greater<double>());
+  auto downgrade = [&](size_t i, Keep k) { keep[i] = std::min(keep[i], k); };
+  auto band = [&](size_t i, double v, double thr, double tol) {
+    // v >= thr keeps; within the relative band either answer is acceptable.
+    const double t = tol * std::max(std::fabs(thr), std::numeric_limits<double>::min());
+    if (v >= thr + t) return;
+    downgrade(i, v >= thr - t ? Keep::kMay : Keep::kNo);
+  };
+  double set_mass = std::accumulate(w.begin(), w.end(), 0.0);
+  double vk = -1.0;
+  const bool use_k = f.top_k > 0 && static_cast<size_t>(f.top_k) < n;
+  if (use_k) {
+    vk = sorted[static_cast<size_t>(f.top_k) - 1];
+    for (size_t i = 0; i < n; ++i) band(i, w[i], vk, f.value_tol);
+    set_mass = 0;
+    for (double v : w) set_mass += v >= vk ? v : 0.0;
+  }
+  if (f.top_p < 1.0) {
+    // mass strictly above each distinct value, from the top.
+    const double target = f.top_p * set_mass;
+    const double mt = f.mass_tol * set_mass;
+    std::vector<std::pair<double, double>> above;  // (value, mass strictly above it)
+    double run = 0;
+    for (size_t j = 0; j < n;) {
+      size_t e = j;
+      double group = 0;
+      while (e < n && sorted[e] == sorted[j]) group += sorted[e++];
+      above.push_back({sorted[j], run});
+      run += group;
+      j = e;
+    }
+    for (size_t i = 0; i < n; ++i) {
+      auto it = std::lower_bound(
+          above.begin(), above.end(), w[i],
+          [](const std::pair<double, double>& a, double v) { return a.first > v; });
+      const double m = it->second;
+      if (m < target - mt) continue;
+      downgrade(i, m < target + mt ? Keep::kMay : Keep::kNo);
+    }
+  }
+  if (f.min_p > 0.0) {
+    const float thr = static_cast<float>(f.min_p) * static_cast<float>(sorted.front());
+    for (size_t i = 0; i < n; ++i) band(i, w[i], thr, f.value_tol);
+  }
+  // A zero weight is never drawn.
+  for (size_t i = 0; i < n; ++i) {
+    if (w[i] <= 0.0) keep[i] = Keep::kNo;
+  }
+  return keep;
+}
+
+// The distribution a draw should follow: w renormalized over the kept tokens (kMay counts as
+// kept, so use it on rows whose band is empty).
+inline std::vector<double> target_distribution(const std::vector<double>& w,
+                                               const std::vector<Keep>& keep) {
+  std::vector<double> p(w.size(), 0.0);
+  double s = 0;
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (keep[i] != Keep::kNo) s += w[i];
+  }
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (keep[i] != Keep::kNo) p[i] = w[i] / s;
+  }
+  return p;
+}
+
+// The inverse-CDF draw in index order: the first kept token whose inclusive prefix exceeds
+// u * total. kMay counts as kept, so pass a set without a band (exact()): a band token changes
+// total, and with it the pick of most draws whose target lies beyond it.
+inline int64_t inverse_cdf(const std::vector<double>& w, const std::vector<Keep>& keep, double u) {
+  double total = 0;
+  for (size_t i = 0; i < w.size(); ++i) total += keep[i] != Keep::kNo ? w[i] : 0.0;
+  const double target = u * total;
+  double run = 0;
+  int64_t last = -1;
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (keep[i] == Keep::kNo || w[i] <= 0) continue;
+    run += w[i];
+    last = static_cast<int64_t>(i);
+    if (target < run) return last;
+  }
+  return last;
+}
+
+// ---- Softmax and argmax -------------------------------------------------------------------------
+
+// exp((x - max) / t) / sum in fp64; empty when the row is invalid (NaN / +Inf / all -Inf).
+inline std::vector<double> softmax(const std::vector<double>& x, double t) {
+  double m = -std::numeric_limits<double>::infinity();
+  for (double v : x) {
+    if (std::isnan(v) || v == std::numeric_limits<double>::infinity()) return {};
+    m = std::max(m, v);
+  }
+  if (!std::isfinite(m)) return {};
+  std::vector<double> p(x.size());
+  double s = 0;
+  for (size_t i = 0; i < x.size(); ++i) s += p[i] = std::exp((x[i] - m) / t);
+  for (double& v : p) v /= s;
+  return p;
+}
+
+// torch.argmax: the first maximum, NaN the largest.
+inline int64_t argmax(const std::vector<double>& x) {
+  int64_t best = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(x[best])) break;
+    if (std::isnan(x[i]) || x[i] > x[best]) best = static_cast<int64_t>(i);
+  }
+  return best;
+}
+
+// Chi-square statistic of `counts` (n draws) against `p`, over tokens with p > 0; draws of
+// tokens with p == 0 are returned in `impossible`.
+inline double chi_square(const std::vector<long>& counts, const std::vector<double>& p, long n,
+                         int& dof, long& impossible) {
+  double chi = 0;
+  dof = -1;
+  impossible = 0;
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i] <= 0) {
+      impossible += counts[i];
+      continue;
+    }
+    const double e = p[i] * static_cast<double>(n);
+    chi += (counts[i] - e) * (counts[i] - e) / e;
+    ++dof;
+  }
+  return chi;
+}
+
+}  // namespace kjit::ref

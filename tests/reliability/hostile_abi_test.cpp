@@ -1,0 +1,1470 @@
+// Hostile input for every public function of include/kjit/kjit.h, table-driven: each entry is a
+// valid call plus the ways to break it. Every tensor argument of every function gets every
+// generic breakage (NULL, ndim, shapes, dtype, device, strides, alignment, byte_offset); each
+// function adds its own (mismatched shapes, aliasing, bad integers) and every float scalar gets
+// NaN and both infinities.
+//
+// What makes this meaningful without a GPU: the unbroken call must fail with
+// KJIT_ERROR_NO_DEVICE (it got past validation to the driver), and every broken one must fail
+// with KJIT_ERROR_INVALID_ARGUMENT or KJIT_ERROR_UNSUPPORTED, a message that starts with the
+// function's name, and never NO_DEVICE: validation happens before any driver call, so nothing
+// can launch on bad input. Zero-size calls must succeed without reaching the driver.
+#include <catch2/catch.hpp>
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "kjit/kjit.h"
+#include "support/gpu.hpp"
+
+using kjit::test::dl_dtype;
+using kjit::test::make_tensor;
+using kjit::test::Tensor;
+
+namespace {
+
+// Fake device addresses, 256-byte aligned and far apart: never dereferenced.
+char* addr(int slot) {
+  return reinterpret_cast<char*>(static_cast<uintptr_t>(0x10000000) * static_cast<uintptr_t>(slot));
+}
+
+struct Arg {
+  std::string name;  // as the messages name it
+  Tensor t;
+  bool nullable = false;
+  bool null = false;
+  bool any_dtype = false;  // documented to take any element type (a workspace)
+  bool bool_ok = false;    // documented to take DLPack's bool (code 6) as well
+};
+
+struct PlanDeleter {
+  void operator()(kjit_decode_plan* p) const { kjit_decode_plan_destroy(p); }
+};
+using PlanPtr = std::shared_ptr<kjit_decode_plan>;
+
+struct Call {
+  PlanPtr plan;  // for kjit_batch_decode_run
+  std::vector<Arg> tensors;
+  std::vector<std::pair<std::string, float>> floats;
+  std::vector<std::pair<std::string, int>> ints;
+  DLTensor* t(size_t i) { return tensors[i].null ? nullptr : tensors[i].t.get(); }
+  float f(size_t i) const { return floats[i].second; }
+  int n(size_t i) const { return ints[i].second; }
+  Arg& arg(const std::string& name) {
+    for (auto& a : tensors) {
+      if (a.name == name) return a;
+    }
+    throw std::logic_error("no tensor argument " + name);
+  }
+  float& scalar(const std::string& name) {
+    for (auto& [n, v] : floats) {
+      if (n == name) return v;
+    }
+    throw std::logic_error("no float argument " + name);
+  }
+  int& integer(const std::string& name) {
+    for (auto& [n, v] : ints) {
+      if (n == name) return v;
+    }
+    throw std::logic_error("no int argument " + name);
+  }
+};
+
+struct Mutation {
+  std::string what;
+  std::function<void(Call&)> apply;
+  std::string arg;  // the argument the message must name ("" = not checked)
+};
+
+struct Api {
+  std::string name;
+  std::function<Call()> make;  // a valid call
+  std::function<kjit_status(Call&)> invoke;
+  std::vector<Mutation> specific;
+  std::function<void(Call&)> zero_size;  // turns the call into a documented no-op
+  // False when the float scalars are ignored in this call (per-row tensors given instead).
+  bool check_floats = true;
+};
+
+Arg arg(const std::string& name, int slot, std::vector<int64_t> shape, const char* dtype,
+        bool nullable = false) {
+  return Arg{name, make_tensor(addr(slot), std::move(shape), dl_dtype(dtype)), nullable, false};
+}
+
+// Replaces a tensor's shape (and drops its strides).
+void reshape(Arg& a, std::vector<int64_t> shape) {
+  a.t = make_tensor(a.t.t.data, std::move(shape), a.t.t.dtype);
+}
+
+void set_strides(Arg& a, std::vector<int64_t> strides) {
+  a.t.strides = std::move(strides);
+  a.t.t.strides = a.t.strides.data();
+}
+
+std::vector<int64_t> compact_strides(const Arg& a) {
+  std::vector<int64_t> s(a.t.shape.size());
+  int64_t st = 1;
+  for (size_t i = s.size(); i-- > 0;) {
+    s[i] = st;
+    st *= std::max<int64_t>(a.t.shape[i], 1);
+  }
+  return s;
+}
+
+// Every generic breakage of tensor argument `i` of a call.
+std::vector<Mutation> tensor_mutations(const Call& proto, size_t i) {
+  const Arg& a0 = proto.tensors[i];
+  const std::string nm = a0.name;
+  std::vector<Mutation> m;
+  auto add = [&](std::string what, std::function<void(Arg&)> f, bool names_arg = true) {
+    m.push_back({nm + ": " + what, [i, f](Call& c) { f(c.tensors[i]); }, names_arg ? nm : ""});
+  };
+  if (!a0.nullable) add("NULL", [](Arg& a) { a.null = true; });
+  add("NULL data with elements", [](Arg& a) { a.t.t.data = nullptr; });
+  add("NULL shape", [](Arg& a) { a.t.t.shape = nullptr; });
+  add("ndim 0", [](Arg& a) { a.t.t.ndim = 0; });
+  add("ndim -1", [](Arg& a) { a.t.t.ndim = -1; });
+  add("ndim 9", [](Arg& a) {
+    std::vector<int64_t> s(9 - a.t.shape.size(), 1);
+    s.insert(s.end(), a.t.shape.begin(), a.t.shape.end());
+    reshape(a, s);
+  });
+  add("ndim INT_MAX", [](Arg& a) { a.t.t.ndim = INT_MAX; });
+  add("dim 0 negative", [](Arg& a) { a.t.shape[0] = -1; });
+  add("dim 0 INT64_MIN", [](Arg& a) { a.t.shape[0] = INT64_MIN; });
+  add("element count overflows int64", [](Arg& a) {
+    for (auto& d : a.t.shape) d = int64_t{1} << 40;
+    if (a.t.shape.size() == 1) a.t.shape[0] = INT64_MAX;  // then the byte count overflows
+  });
+  add("byte count overflows int64", [](Arg& a) {
+    for (auto& d : a.t.shape) d = 1;
+    a.t.shape.back() = INT64_MAX / 2 + 1;
+  });
+  if (!a0.any_dtype) {
+    add("dtype code opaque handle", [](Arg& a) { a.t.t.dtype = {kDLOpaqueHandle, 64, 1}; });
+    add("dtype code 200", [](Arg& a) { a.t.t.dtype.code = 200; });
+    if (!a0.bool_ok) {
+      add("dtype code 6 (bool in DLPack 0.8+)", [](Arg& a) { a.t.t.dtype = {6, 8, 1}; });
+    }
+    add("dtype bits 0", [](Arg& a) { a.t.t.dtype.bits = 0; });
+    if (a0.t.t.dtype.bits != 8) {
+      add("dtype bits 8 (fp8-like)", [](Arg& a) { a.t.t.dtype.bits = 8; });
+    }
+    add("dtype bits 24", [](Arg& a) { a.t.t.dtype.bits = 24; });
+    add("lanes 0", [](Arg& a) { a.t.t.dtype.lanes = 0; });
+    add("lanes 2", [](Arg& a) { a.t.t.dtype.lanes = 2; });
+    add("lanes 65535", [](Arg& a) { a.t.t.dtype.lanes = 65535; });
+  }
+  add("host memory (kDLCPU)", [](Arg& a) { a.t.t.device.device_type = kDLCPU; });
+  add("pinned host memory (kDLCUDAHost)", [](Arg& a) { a.t.t.device.device_type = kDLCUDAHost; });
+  add("ROCm device", [](Arg& a) { a.t.t.device.device_type = kDLROCM; });
+  add("device type 0", [](Arg& a) { a.t.t.device.device_type = static_cast<DLDeviceType>(0); });
+  add("device type 999", [](Arg& a) { a.t.t.device.device_type = static_cast<DLDeviceType>(999); });
+  add("device id -1", [](Arg& a) { a.t.t.device.device_id = -1; });
+  add("device id INT_MIN", [](Arg& a) { a.t.t.device.device_id = INT_MIN; });
+  // The message may name either side of the mismatch.
+  add(
+      "device id 1 beside cuda:0", [](Arg& a) { a.t.t.device.device_id = 1; }, false);
+  add("last dim stride 2", [](Arg& a) {
+    auto s = compact_strides(a);
+    for (auto& x : s) x *= 2;
+    if (a.t.shape.back() < 2) a.t.shape.back() = 2;  // a size-1 dim may carry any stride
+    set_strides(a, s);
+  });
+  add("last dim stride 0 (broadcast)", [](Arg& a) {
+    auto s = compact_strides(a);
+    s.back() = 0;
+    if (a.t.shape.back() < 2) a.t.shape.back() = 2;
+    set_strides(a, s);
+  });
+  add("last dim stride -1", [](Arg& a) {
+    auto s = compact_strides(a);
+    s.back() = -1;
+    if (a.t.shape.back() < 2) a.t.shape.back() = 2;
+    set_strides(a, s);
+  });
+  if (a0.t.shape.size() >= 2 && a0.t.shape[0] > 1) {
+    add("dim 0 stride negative", [](Arg& a) {
+      auto s = compact_strides(a);
+      s[0] = -s[0];
+      set_strides(a, s);
+    });
+    add("dim 0 stride overflows", [](Arg& a) {
+      auto s = compact_strides(a);
+      s[0] = INT64_MAX / 2;
+      set_strides(a, s);
+    });
+  }
+  if (a0.t.t.dtype.bits > 8 && !a0.any_dtype) {  // 1-byte elements align anywhere
+    add("data misaligned by 1 byte",
+        [](Arg& a) { a.t.t.data = static_cast<char*>(a.t.t.data) + 1; });
+    add("byte_offset 1", [](Arg& a) { a.t.t.byte_offset = 1; });
+  }
+  add("byte_offset wraps the address space to NULL", [](Arg& a) {
+    a.t.t.byte_offset = ~static_cast<uint64_t>(reinterpret_cast<uintptr_t>(a.t.t.data)) + 1;
+  });
+  add("byte_offset wraps past the top of the address space",
+      [](Arg& a) { a.t.t.byte_offset = UINT64_MAX - 255; });
+  return m;
+}
+
+// NaN and both infinities for every float scalar.
+std::vector<Mutation> float_mutations(const Call& proto) {
+  std::vector<Mutation> m;
+  for (size_t i = 0; i < proto.floats.size(); ++i) {
+    const std::string nm = proto.floats[i].first;
+    for (float v :
+         {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+          -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::signaling_NaN()}) {
+      std::ostringstream what;
+      what << nm << " = " << v;
+      m.push_back({what.str(), [i, v](Call& c) { c.floats[i].second = v; }, nm});
+    }
+  }
+  return m;
+}
+
+Mutation set_int(const std::string& name, int v) {
+  return {name + " = " + std::to_string(v), [name, v](Call& c) { c.integer(name) = v; }, name};
+}
+Mutation set_float(const std::string& name, float v) {
+  std::ostringstream what;
+  what << name << " = " << v;
+  return {what.str(), [name, v](Call& c) { c.scalar(name) = v; }, name};
+}
+
+// ---- The table ---------------------------------------------------------------------------------
+
+// out = rmsnorm(input) * weight, and the Gemma variant.
+Api rmsnorm_api(const std::string& name,
+                kjit_status (*fn)(const DLTensor*, const DLTensor*, DLTensor*, float, void*)) {
+  Api api;
+  api.name = name;
+  api.make = [] {
+    Call c;
+    c.tensors.push_back(arg("input", 1, {4, 64}, "bf16"));
+    c.tensors.push_back(arg("weight", 2, {64}, "bf16"));
+    c.tensors.push_back(arg("out", 3, {4, 64}, "bf16"));
+    c.floats = {{"eps", 1e-6f}};
+    return c;
+  };
+  api.invoke = [fn](Call& c) { return fn(c.t(0), c.t(1), c.t(2), c.f(0), nullptr); };
+  api.specific = {
+      {"weight of the wrong length", [](Call& c) { reshape(c.arg("weight"), {63}); }, "weight"},
+      {"weight 2-D",
+       [](Call& c) {
+         reshape(c.arg("weight"), {1, 64});
+       },
+       "weight"},
+      {"out of another row count",
+       [](Call& c) {
+         reshape(c.arg("out"), {5, 64});
+       },
+       "out"},
+      {"out of another width",
+       [](Call& c) {
+         reshape(c.arg("out"), {4, 32});
+       },
+       "out"},
+      {"out of another dtype", [](Call& c) { c.arg("out").t.t.dtype = dl_dtype("fp16"); }, "out"},
+      {"weight of another dtype", [](Call& c) { c.arg("weight").t.t.dtype = dl_dtype("fp32"); },
+       "weight"},
+      {"int32 tensors",
+       [](Call& c) {
+         for (auto& a : c.tensors) a.t.t.dtype = dl_dtype("int32");
+       },
+       ""},
+      {"out partially overlaps input",
+       [](Call& c) { c.arg("out").t.t.data = static_cast<char*>(c.arg("input").t.t.data) + 64; },
+       "out"},
+      {"out overlaps weight", [](Call& c) { c.arg("out").t.t.data = c.arg("weight").t.t.data; },
+       "out"},
+      {"input rows overlap",
+       [](Call& c) {
+         set_strides(c.arg("input"), {32, 1});
+       },
+       "input"},
+      {"input dims that do not collapse into rows",
+       [](Call& c) {
+         reshape(c.arg("input"), {2, 2, 64});
+         set_strides(c.arg("input"), {1000, 64, 1});
+         reshape(c.arg("out"), {2, 2, 64});
+       },
+       "input"},
+      set_float("eps", -1e-6f),
+  };
+  api.zero_size = [](Call& c) {
+    reshape(c.arg("input"), {0, 64});
+    reshape(c.arg("out"), {0, 64});
+  };
+  return api;
+}
+
+// input, residual in place.
+Api fused_api(const std::string& name,
+              kjit_status (*fn)(DLTensor*, DLTensor*, const DLTensor*, float, void*)) {
+  Api api;
+  api.name = name;
+  api.make = [] {
+    Call c;
+    c.tensors.push_back(arg("input", 1, {4, 64}, "fp16"));
+    c.tensors.push_back(arg("residual", 2, {4, 64}, "fp16"));
+    c.tensors.push_back(arg("weight", 3, {64}, "fp16"));
+    c.floats = {{"eps", 1e-6f}};
+    return c;
+  };
+  api.invoke = [fn](Call& c) { return fn(c.t(0), c.t(1), c.t(2), c.f(0), nullptr); };
+  api.specific = {
+      {"residual of another shape",
+       [](Call& c) {
+         reshape(c.arg("residual"), {5, 64});
+       },
+       "residual"},
+      {"weight of the wrong length", [](Call& c) { reshape(c.arg("weight"), {65}); }, "weight"},
+      {"residual is input (same view)",
+       [](Call& c) { c.arg("residual").t.t.data = c.arg("input").t.t.data; }, "residual"},
+      {"residual partially overlaps input",
+       [](Call& c) {
+         c.arg("residual").t.t.data = static_cast<char*>(c.arg("input").t.t.data) + 128;
+       },
+       "residual"},
+      {"weight overlaps input", [](Call& c) { c.arg("weight").t.t.data = c.arg("input").t.t.data; },
+       "weight"},
+      {"residual of another dtype", [](Call& c) { c.arg("residual").t.t.dtype = dl_dtype("bf16"); },
+       "residual"},
+      set_float("eps", -1.0f),
+  };
+  api.zero_size = [](Call& c) {
+    reshape(c.arg("input"), {0, 64});
+    reshape(c.arg("residual"), {0, 64});
+  };
+  return api;
+}
+
+Api layernorm_api() {
+  Api api;
+  api.name = "kjit_layernorm";
+  api.make = [] {
+    Call c;
+    c.tensors.push_back(arg("input", 1, {4, 64}, "bf16"));
+    c.tensors.push_back(arg("gamma", 2, {64}, "fp32"));
+    c.tensors.push_back(arg("beta", 3, {64}, "fp32"));
+    c.tensors.push_back(arg("out", 4, {4, 64}, "bf16"));
+    c.floats = {{"eps", 1e-5f}};
+    return c;
+  };
+  api.invoke = [](Call& c) {
+    return kjit_layernorm(c.t(0), c.t(1), c.t(2), c.t(3), c.f(0), nullptr);
+  };
+  api.specific = {
+      {"gamma of the wrong length", [](Call& c) { reshape(c.arg("gamma"), {63}); }, "gamma"},
+      {"beta of another dtype than gamma",
+       [](Call& c) { c.arg("beta").t.t.dtype = dl_dtype("bf16"); }, "beta"},
+      {"fp16 gamma beside bf16 input",
+       [](Call& c) {
+         c.arg("gamma").t.t.dtype = dl_dtype("fp16");
+         c.arg("beta").t.t.dtype = dl_dtype("fp16");
+       },
+       ""},
+      {"out of another shape",
+       [](Call& c) {
+         reshape(c.arg("out"), {4, 65});
+       },
+       "out"},
+      {"out overlaps gamma", [](Call& c) { c.arg("out").t.t.data = c.arg("gamma").t.t.data; },
+       "out"},
+      {"out partially overlaps input",
+       [](Call& c) { c.arg("out").t.t.data = static_cast<char*>(c.arg("input").t.t.data) + 2; },
+       "out"},
+      set_float("eps", -1.0f),
+  };
+  api.zero_size = [](Call& c) {
+    reshape(c.arg("input"), {0, 64});
+    reshape(c.arg("out"), {0, 64});
+  };
+  return api;
+}
+
+Api act_api(const std::string& name, kjit_status (*fn)(const DLTensor*, DLTensor*, void*)) {
+  Api api;
+  api.name = name;
+  api.make = [] {
+    Call c;
+    c.tensors.push_back(arg("input", 1, {4, 128}, "bf16"));
+    c.tensors.push_back(arg("out", 2, {4, 64}, "bf16"));
+    return c;
+  };
+  api.invoke = [fn](Call& c) { return fn(c.t(0), c.t(1), nullptr); };
+  api.specific = {
+      {"input of odd width",
+       [](Call& c) {
+         reshape(c.arg("input"), {4, 127});
+       },
+       ""},
+      {"out as wide as input",
+       [](Call& c) {
+         reshape(c.arg("out"), {4, 128});
+       },
+       "out"},
+      {"out of another row count",
+       [](Call& c) {
+         reshape(c.arg("out"), {3, 64});
+       },
+       "out"},
+      {"out of another dtype", [](Call& c) { c.arg("out").t.t.dtype = dl_dtype("fp32"); }, "out"},
+      {"out is input (in place)", [](Call& c) { c.arg("out").t.t.data = c.arg("input").t.t.data; },
+       "out"},
+      {"out inside input",
+       [](Call& c) { c.arg("out").t.t.data = static_cast<char*>(c.arg("input").t.t.data) + 256; },
+       "out"},
+  };
+  api.zero_size = [](Call& c) {
+    reshape(c.arg("input"), {0, 128});
+    reshape(c.arg("out"), {0, 64});
+  };
+  return api;
+}
+
+Call rope_call(bool llama31) {
+  Call c;
+  c.tensors.push_back(arg("q", 1, {4, 8, 128}, "bf16"));
+  c.tensors.push_back(arg("k", 2, {4, 2, 128}, "bf16"));
+  c.tensors.push_back(arg("q_out", 3, {4, 8, 128}, "bf16"));
+  c.tensors.push_back(arg("k_out", 4, {4, 2, 128}, "bf16"));
+  c.tensors.push_back(arg("pos_ids", 5, {4}, "int32"));
+  c.ints = {{"rotary_dim", 0}, {"interleave", 0}};
+  c.floats = {{"rope_scale", 1.0f}, {"rope_theta", 10000.0f}};
+  if (llama31) {
+    c.floats.push_back({"low_freq_factor", 1.0f});
+    c.floats.push_back({"high_freq_factor", 4.0f});
+    c.floats.push_back({"old_context_len", 8192.0f});
+  }
+  return c;
+}
+
+std::vector<Mutation> rope_mutations() {
+  return {
+      set_int("rotary_dim", -2),
+      set_int("rotary_dim", 3),
+      set_int("rotary_dim", 130),
+      set_int("rotary_dim", INT_MAX),
+      set_int("rotary_dim", INT_MIN),
+      set_int("interleave", 2),
+      set_int("interleave", -1),
+      set_float("rope_scale", 0.0f),
+      set_float("rope_scale", -1.0f),
+      set_float("rope_theta", 0.0f),
+      set_float("rope_theta", -10000.0f),
+      {"q_out of another shape",
+       [](Call& c) {
+         reshape(c.arg("q_out"), {4, 8, 64});
+       },
+       "q_out"},
+      {"k of another head_dim",
+       [](Call& c) {
+         reshape(c.arg("k"), {4, 2, 64});
+       },
+       "k"},
+      {"k of another token count",
+       [](Call& c) {
+         reshape(c.arg("k"), {5, 2, 128});
+       },
+       "k"},
+      {"q 2-D",
+       [](Call& c) {
+         reshape(c.arg("q"), {4, 1024});
+       },
+       "q"},
+      {"pos_ids of another length", [](Call& c) { reshape(c.arg("pos_ids"), {3}); }, "pos_ids"},
+      {"pos_ids fp32", [](Call& c) { c.arg("pos_ids").t.t.dtype = dl_dtype("fp32"); }, "pos_ids"},
+      {"pos_ids strided", [](Call& c) { set_strides(c.arg("pos_ids"), {2}); }, "pos_ids"},
+      {"fp32 q, k and outputs",
+       [](Call& c) {
+         for (const char* n : {"q", "k", "q_out", "k_out"}) c.arg(n).t.t.dtype = dl_dtype("fp32");
+       },
+       ""},
+      {"head_dim 2048",
+       [](Call& c) {
+         reshape(c.arg("q"), {4, 8, 2048});
+         reshape(c.arg("q_out"), {4, 8, 2048});
+         reshape(c.arg("k"), {4, 2, 2048});
+         reshape(c.arg("k_out"), {4, 2, 2048});
+       },
+       ""},
+      {"q_out overlaps k", [](Call& c) { c.arg("q_out").t.t.data = c.arg("k").t.t.data; }, "q_out"},
+      {"k_out overlaps pos_ids",
+       [](Call& c) { c.arg("k_out").t.t.data = c.arg("pos_ids").t.t.data; }, "k_out"},
+      {"q_out heads overlap each other",
+       [](Call& c) {
+         set_strides(c.arg("q_out"), {8 * 128, 64, 1});
+       },
+       "q_out"},
+  };
+}
+
+Api rope_api() {
+  Api api;
+  api.name = "kjit_apply_rope_pos_ids";
+  api.make = [] { return rope_call(false); };
+  api.invoke = [](Call& c) {
+    return kjit_apply_rope_pos_ids(c.t(0), c.t(1), c.t(2), c.t(3), c.t(4), c.n(0), c.n(1), c.f(0),
+                                   c.f(1), nullptr);
+  };
+  api.specific = rope_mutations();
+  api.zero_size = [](Call& c) {
+    reshape(c.arg("q"), {0, 8, 128});
+    reshape(c.arg("k"), {0, 2, 128});
+    reshape(c.arg("q_out"), {0, 8, 128});
+    reshape(c.arg("k_out"), {0, 2, 128});
+    reshape(c.arg("pos_ids"), {0});
+  };
+  return api;
+}
+
+Api llama31_rope_api() {
+  Api api = rope_api();
+  api.name = "kjit_apply_llama31_rope_pos_ids";
+  api.make = [] { return rope_call(true); };
+  api.invoke = [](Call& c) {
+    return kjit_apply_llama31_rope_pos_ids(c.t(0), c.t(1), c.t(2), c.t(3), c.t(4), c.n(0), c.n(1),
+                                           c.f(0), c.f(1), c.f(2), c.f(3), c.f(4), nullptr);
+  };
+  api.specific.push_back(set_float("low_freq_factor", 0.0f));
+  api.specific.push_back(set_float("high_freq_factor", 1.0f));  // must exceed low_freq_factor
+  api.specific.push_back(set_float("high_freq_factor", 0.5f));
+  api.specific.push_back(set_float("old_context_len", 0.0f));
+  api.specific.push_back(set_float("old_context_len", -8192.0f));
+  return api;
+}
+
+Api cos_sin_cache_api() {
+  Api api;
+  api.name = "kjit_apply_rope_with_cos_sin_cache";
+  api.make = [] {
+    Call c;
+    c.tensors.push_back(arg("positions", 1, {4}, "int64"));
+    c.tensors.push_back(arg("q", 2, {4, 8 * 128}, "bf16"));
+    c.tensors.push_back(arg("k", 3, {4, 2 * 128}, "bf16", /*nullable=*/true));
+    c.tensors.push_back(arg("cos_sin_cache", 4, {4096, 128}, "fp32"));
+    c.ints = {{"head_size", 128}, {"is_neox", 1}};
+    return c;
+  };
+  api.invoke = [](Call& c) {
+    return kjit_apply_rope_with_cos_sin_cache(c.t(0), c.t(1), c.t(2), c.n(0), c.t(3), c.n(1),
+                                              nullptr);
+  };
+  api.specific = {
+      set_int("head_size", 0),
+      set_int("head_size", -128),
+      set_int("head_size", 100),
+      set_int("head_size", 2048),
+      set_int("head_size", INT_MAX),
+      set_int("is_neox", 2),
+      set_int("is_neox", -1),
+      {"cos_sin_cache of odd width",
+       [](Call& c) {
+         reshape(c.arg("cos_sin_cache"), {4096, 127});
+       },
+       "cos_sin_cache"},
+      {"cos_sin_cache wider than head_size",
+       [](Call& c) {
+         reshape(c.arg("cos_sin_cache"), {4096, 256});
+       },
+       "cos_sin_cache"},
+      {"cos_sin_cache fp16 beside bf16 q",
+       [](Call& c) { c.arg("cos_sin_cache").t.t.dtype = dl_dtype("fp16"); }, "cos_sin_cache"},
+      {"cos_sin_cache 1-D", [](Call& c) { reshape(c.arg("cos_sin_cache"), {4096 * 128}); },
+       "cos_sin_cache"},
+      {"positions of another length", [](Call& c) { reshape(c.arg("positions"), {5}); },
+       "positions"},
+      {"positions fp32", [](Call& c) { c.arg("positions").t.t.dtype = dl_dtype("fp32"); },
+       "positions"},
+      {"k of another token count",
+       [](Call& c) {
+         reshape(c.arg("k"), {3, 256});
+       },
+       "k"},
+      {"k of another dtype", [](Call& c) { c.arg("k").t.t.dtype = dl_dtype("fp16"); }, "k"},
+      {"k is q", [](Call& c) { c.arg("k").t.t.data = c.arg("q").t.t.data; }, "k"},
+      {"q width not a multiple of head_size",
+       [](Call& c) {
+         reshape(c.arg("q"), {4, 1000});
+       },
+       "q"},
+      {"q overlaps positions", [](Call& c) { c.arg("q").t.t.data = c.arg("positions").t.t.data; },
+       "q"},
+  };
+  api.zero_size = [](Call& c) {
+    reshape(c.arg("positions"), {0});
+    reshape(c.arg("q"), {0, 8 * 128});
+    reshape(c.arg("k"), {0, 2 * 128});
+  };
+  return api;
+}
+
+Api append_kv_api() {
+  Api api;
+  api.name = "kjit_append_paged_kv_cache";
+  api.make = [] {
+    Call c;
+    c.tensors.push_back(arg("append_k", 1, {5, 2, 128}, "bf16"));
+    c.tensors.push_back(arg("append_v", 2, {5, 2, 128}, "bf16"));
+    c.tensors.push_back(arg("batch_indices", 3, {5}, "int32"));
+    c.tensors.push_back(arg("positions", 4, {5}, "int32"));
+    c.tensors.push_back(arg("paged_k_cache", 5, {16, 16, 2, 128}, "bf16"));
+    c.tensors.push_back(arg("paged_v_cache", 6, {16, 16, 2, 128}, "bf16"));
+    c.tensors.push_back(arg("kv_indices", 7, {7}, "int32"));
+    c.tensors.push_back(arg("kv_indptr", 8, {4}, "int32"));
+    c.tensors.push_back(arg("kv_last_page_len", 9, {3}, "int32"));
+    c.ints = {{"layout", KJIT_KV_LAYOUT_NHD}};
+    return c;
+  };
+  api.invoke = [](Call& c) {
+    return kjit_append_paged_kv_cache(c.t(0), c.t(1), c.t(2), c.t(3), c.t(4), c.t(5), c.t(6),
+                                      c.t(7), c.t(8), c.n(0), nullptr);
+  };
+  api.specific = {
+      set_int("layout", 2),
+      set_int("layout", -1),
+      {"append_v of another shape",
+       [](Call& c) {
+         reshape(c.arg("append_v"), {5, 2, 64});
+       },
+       "append_v"},
+      {"append_k 2-D",
+       [](Call& c) {
+         reshape(c.arg("append_k"), {5, 256});
+       },
+       "append_k"},
+      {"batch_indices int64", [](Call& c) { c.arg("batch_indices").t.t.dtype = dl_dtype("int64"); },
+       "batch_indices"},
+      {"positions of another length", [](Call& c) { reshape(c.arg("positions"), {4}); },
+       "positions"},
+      {"kv_indptr fp32", [](Call& c) { c.arg("kv_indptr").t.t.dtype = dl_dtype("fp32"); },
+       "kv_indptr"},
+      {"kv_last_page_len of another batch",
+       [](Call& c) { reshape(c.arg("kv_last_page_len"), {4}); }, "kv_last_page_len"},
+      {"paged caches of another head_dim",
+       [](Call& c) {
+         reshape(c.arg("paged_k_cache"), {16, 16, 2, 64});
+         reshape(c.arg("paged_v_cache"), {16, 16, 2, 64});
+       },
+       ""},
+      {"paged_v_cache of another shape",
+       [](Call& c) {
+         reshape(c.arg("paged_v_cache"), {8, 16, 2, 128});
+       },
+       "paged_v_cache"},
+      {"paged caches fp8",
+       [](Call& c) {
+         for (const char* n : {"append_k", "append_v", "paged_k_cache", "paged_v_cache"}) {
+           c.arg(n).t.t.dtype = DLDataType{kDLFloat, 8, 1};
+         }
+       },
+       ""},
+      {"paged_v_cache is paged_k_cache",
+       [](Call& c) { c.arg("paged_v_cache").t.t.data = c.arg("paged_k_cache").t.t.data; },
+       "paged_v_cache"},
+      {"paged_k_cache overlaps append_k",
+       [](Call& c) { c.arg("paged_k_cache").t.t.data = c.arg("append_k").t.t.data; },
+       "paged_k_cache"},
+      {"paged_k_cache slots overlap each other",
+       [](Call& c) {
+         set_strides(c.arg("paged_k_cache"), {16 * 2 * 128, 2 * 128, 64, 1});
+       },
+       "paged_k_cache"},
+  };
+  api.zero_size = [](Call& c) {
+    reshape(c.arg("append_k"), {0, 2, 128});
+    reshape(c.arg("append_v"), {0, 2, 128});
+    reshape(c.arg("batch_indices"), {0});
+    reshape(c.arg("positions"), {0});
+  };
+  return api;
+}
+
+// ---- Attention
+// -----------------------------------------------------------------------------------
+
+// A plan for 3 requests (3, 0 and 4 pages of 16), 32 / 8 heads of 128, made without a device
+// (num_sms given). Four splits, so the run needs (and checks) its workspace.
+PlanPtr decode_plan(int batch = 3) {
+  const std::vector<int32_t> indptr =
+      batch == 0 ? std::vector<int32_t>{0} : std::vector<int32_t>{0, 3, 3, 7};
+  kjit_decode_options o;
+  kjit_decode_options_init(&o);
+  o.num_sms = 132;
+  o.num_splits = 4;
+  kjit_decode_plan* p = nullptr;
+  const kjit_status s =
+      kjit_batch_decode_plan(indptr.data(), batch, 32, 8, 128, 16, KJIT_KV_LAYOUT_NHD,
+                             dl_dtype("bf16"), dl_dtype("bf16"), &o, 0, &p);
+  INFO(kjit_last_error());
+  REQUIRE(s == KJIT_SUCCESS);
+  return PlanPtr(p, PlanDeleter());
+}
+
+Api decode_run_api() {
+  Api api;
+  api.name = "kjit_batch_decode_run";
+  api.make = [] {
+    Call c;
+    c.plan = decode_plan();
+    c.tensors.push_back(arg("q", 1, {3, 32, 128}, "bf16"));
+    c.tensors.push_back(arg("k_cache", 2, {20, 16, 8, 128}, "bf16"));
+    c.tensors.push_back(arg("v_cache", 3, {20, 16, 8, 128}, "bf16"));
+    c.tensors.push_back(arg("kv_indices", 4, {7}, "int32"));
+    c.tensors.push_back(arg("kv_indptr", 5, {4}, "int32"));
+    c.tensors.push_back(arg("kv_last_page_len", 6, {3}, "int32"));
+    c.tensors.push_back(arg("workspace", 7, {1 << 24}, "int32"));
+    c.tensors.back().any_dtype = true;
+    c.tensors.push_back(arg("out", 8, {3, 32, 128}, "bf16"));
+    c.tensors.push_back(arg("lse", 9, {3, 32}, "fp32", /*nullable=*/true));
+    c.floats = {{"k_scale", 1.0f}, {"v_scale", 1.0f}};
+    return c;
+  };
+  api.invoke = [](Call& c) {
+    return kjit_batch_decode_run(c.plan.get(), c.t(0), c.t(1), c.t(2), c.t(3), c.t(4), c.t(5),
+                                 c.t(6), c.t(7), c.t(8), c.f(0), c.f(1), nullptr);
+  };
+  api.specific = {
+      {"NULL plan", [](Call& c) { c.plan.reset(); }, "plan"},
+      set_float("k_scale", 0.0f),
+      set_float("v_scale", -1.0f),
+      {"q of another head count",
+       [](Call& c) {
+         reshape(c.arg("q"), {3, 16, 128});
+       },
+       "q"},
+      {"q of another batch",
+       [](Call& c) {
+         reshape(c.arg("q"), {4, 32, 128});
+       },
+       "q"},
+      {"q of another head_dim",
+       [](Call& c) {
+         reshape(c.arg("q"), {3, 32, 64});
+       },
+       "q"},
+      {"q fp16 (the plan says bf16)", [](Call& c) { c.arg("q").t.t.dtype = dl_dtype("fp16"); },
+       "q"},
+      {"k_cache of another head_dim",
+       [](Call& c) {
+         reshape(c.arg("k_cache"), {20, 16, 8, 64});
+       },
+       "k_cache"},
+      {"v_cache of another shape",
+       [](Call& c) {
+         reshape(c.arg("v_cache"), {20, 16, 4, 128});
+       },
+       "v_cache"},
+      {"kv_indptr of another batch", [](Call& c) { reshape(c.arg("kv_indptr"), {3}); },
+       "kv_indptr"},
+      {"kv_indices int64", [](Call& c) { c.arg("kv_indices").t.t.dtype = dl_dtype("int64"); },
+       "kv_indices"},
+      {"workspace too small", [](Call& c) { reshape(c.arg("workspace"), {100}); }, "workspace"},
+      {"workspace not 16-byte aligned",
+       [](Call& c) {
+         c.arg("workspace").t.t.data = static_cast<char*>(c.arg("workspace").t.t.data) + 4;
+       },
+       "workspace"},
+      {"out of another dtype", [](Call& c) { c.arg("out").t.t.dtype = dl_dtype("fp16"); }, "out"},
+      {"out of another shape",
+       [](Call& c) {
+         reshape(c.arg("out"), {3, 32, 64});
+       },
+       "out"},
+      {"lse of another shape",
+       [](Call& c) {
+         reshape(c.arg("lse"), {3, 16});
+       },
+       "lse"},
+      {"lse bf16", [](Call& c) { c.arg("lse").t.t.dtype = dl_dtype("bf16"); }, "lse"},
+      {"out overlaps q", [](Call& c) { c.arg("out").t.t.data = c.arg("q").t.t.data; }, "out"},
+      {"lse overlaps out", [](Call& c) { c.arg("lse").t.t.data = c.arg("out").t.t.data; }, ""},
+      {"workspace overlaps k_cache",
+       [](Call& c) { c.arg("workspace").t.t.data = c.arg("k_cache").t.t.data; }, ""},
+  };
+  api.zero_size = [](Call& c) {
+    c.plan = decode_plan(0);
+    reshape(c.arg("q"), {0, 32, 128});
+    reshape(c.arg("out"), {0, 32, 128});
+    reshape(c.arg("lse"), {0, 32});
+    reshape(c.arg("kv_indptr"), {1});
+    reshape(c.arg("kv_last_page_len"), {0});
+  };
+  return api;
+}
+
+Api merge_states_api() {
+  Api api;
+  api.name = "kjit_merge_states";
+  api.make = [] {
+    Call c;
+    c.tensors.push_back(arg("v_a", 1, {5, 8, 128}, "bf16"));
+    c.tensors.push_back(arg("s_a", 2, {5, 8}, "fp32"));
+    c.tensors.push_back(arg("v_b", 3, {5, 8, 128}, "bf16"));
+    c.tensors.push_back(arg("s_b", 4, {5, 8}, "fp32"));
+    c.tensors.push_back(arg("v_out", 5, {5, 8, 128}, "bf16"));
+    c.tensors.push_back(arg("s_out", 6, {5, 8}, "fp32", /*nullable=*/true));
+    return c;
+  };
+  api.invoke = [](Call& c) {
+    return kjit_merge_states(c.t(0), c.t(1), c.t(2), c.t(3), c.t(4), c.t(5), nullptr);
+  };
+  api.specific = {
+      {"v_b of another shape",
+       [](Call& c) {
+         reshape(c.arg("v_b"), {5, 8, 64});
+       },
+       "v_b"},
+      {"s_a of another shape",
+       [](Call& c) {
+         reshape(c.arg("s_a"), {5, 4});
+       },
+       "s_a"},
+      {"s_b bf16", [](Call& c) { c.arg("s_b").t.t.dtype = dl_dtype("bf16"); }, "s_b"},
+      {"v_out of another dtype", [](Call& c) { c.arg("v_out").t.t.dtype = dl_dtype("fp16"); },
+       "v_out"},
+      {"v_out partially overlaps v_b",
+       [](Call& c) { c.arg("v_out").t.t.data = static_cast<char*>(c.arg("v_b").t.t.data) + 256; },
+       "v_out"},
+      {"s_out overlaps v_a", [](Call& c) { c.arg("s_out").t.t.data = c.arg("v_a").t.t.data; },
+       "s_out"},
+      {"v_out overlaps s_a", [](Call& c) { c.arg("v_out").t.t.data = c.arg("s_a").t.t.data; },
+       "v_out"},
+  };
+  api.zero_size = [](Call& c) {
+    for (const char* n : {"v_a", "v_b", "v_out"}) reshape(c.arg(n), {0, 8, 128});
+    for (const char* n : {"s_a", "s_b", "s_out"}) reshape(c.arg(n), {0, 8});
+  };
+  return api;
+}
+
+Api merge_states_n_api() {
+  Api api;
+  api.name = "kjit_merge_states_n";
+  api.make = [] {
+    Call c;
+    c.tensors.push_back(arg("v", 1, {3, 5, 8, 128}, "fp16"));
+    c.tensors.push_back(arg("s", 2, {3, 5, 8}, "fp32"));
+    c.tensors.push_back(arg("v_out", 3, {5, 8, 128}, "fp16"));
+    c.tensors.push_back(arg("s_out", 4, {5, 8}, "fp32", /*nullable=*/true));
+    return c;
+  };
+  api.invoke = [](Call& c) { return kjit_merge_states_n(c.t(0), c.t(1), c.t(2), c.t(3), nullptr); };
+  api.specific = {
+      {"s of another state count",
+       [](Call& c) {
+         reshape(c.arg("s"), {2, 5, 8});
+       },
+       "s"},
+      {"v_out of another shape",
+       [](Call& c) {
+         reshape(c.arg("v_out"), {5, 8, 64});
+       },
+       "v_out"},
+      {"v_out inside v", [](Call& c) { c.arg("v_out").t.t.data = c.arg("v").t.t.data; }, "v_out"},
+      {"s_out inside s", [](Call& c) { c.arg("s_out").t.t.data = c.arg("s").t.t.data; }, "s_out"},
+  };
+  api.zero_size = [](Call& c) {
+    reshape(c.arg("v"), {3, 0, 8, 128});
+    reshape(c.arg("s"), {3, 0, 8});
+    reshape(c.arg("v_out"), {0, 8, 128});
+    reshape(c.arg("s_out"), {0, 8});
+  };
+  return api;
+}
+
+// ---- Sampling
+// ------------------------------------------------------------------------------------
+
+// The arguments the samplers share, around a [4, 1000] input. Per-row parameter tensors are
+// passed when `per_row` (their scalars are then ignored), else NULL (the scalars are checked).
+struct SamplerShape {
+  const char* input = "probs";
+  const char* input_dtype = "fp32";
+  std::vector<std::string> arrays;  // per-row parameter tensors, in argument order
+  bool per_row = false;
+};
+
+Call sampler_call(const SamplerShape& sh) {
+  Call c;
+  c.tensors.push_back(arg(sh.input, 1, {4, 1000}, sh.input_dtype));
+  int slot = 2;
+  for (const auto& a : sh.arrays) {
+    c.tensors.push_back(arg(a, slot++, {4}, a == "top_k_arr" ? "int32" : "fp32", true));
+    c.tensors.back().null = !sh.per_row;
+  }
+  c.tensors.push_back(arg("seed", 10, {1}, "int64"));
+  c.tensors.push_back(arg("offset", 11, {4}, "int64"));
+  c.tensors.push_back(arg("samples", 12, {4}, "int32"));
+  c.tensors.push_back(Arg{"valid", make_tensor(addr(13), {4}, DLDataType{kDLUInt, 8, 1}), true});
+  c.tensors.back().bool_ok = true;
+  return c;
+}
+
+std::vector<Mutation> sampler_mutations(const SamplerShape& sh) {
+  std::vector<Mutation> m = {
+      {"input 1-D", [sh](Call& c) { reshape(c.arg(sh.input), {4000}); }, sh.input},
+      {"input with an empty vocabulary",
+       [sh](Call& c) {
+         reshape(c.arg(sh.input), {4, 0});
+       },
+       sh.input},
+      {"seed empty", [](Call& c) { reshape(c.arg("seed"), {0}); }, "seed"},
+      {"seed of another length", [](Call& c) { reshape(c.arg("seed"), {3}); }, "seed"},
+      {"seed int32", [](Call& c) { c.arg("seed").t.t.dtype = dl_dtype("int32"); }, "seed"},
+      {"offset fp32", [](Call& c) { c.arg("offset").t.t.dtype = dl_dtype("fp32"); }, "offset"},
+      {"samples of another length", [](Call& c) { reshape(c.arg("samples"), {5}); }, "samples"},
+      {"samples fp32", [](Call& c) { c.arg("samples").t.t.dtype = dl_dtype("fp32"); }, "samples"},
+      {"valid int32", [](Call& c) { c.arg("valid").t.t.dtype = dl_dtype("int32"); }, "valid"},
+      {"samples overlap the input",
+       [sh](Call& c) { c.arg("samples").t.t.data = c.arg(sh.input).t.t.data; }, "samples"},
+      {"valid overlaps samples",
+       [](Call& c) { c.arg("valid").t.t.data = c.arg("samples").t.t.data; }, ""},
+      {"samples overlap seed", [](Call& c) { c.arg("samples").t.t.data = c.arg("seed").t.t.data; },
+       "samples"},
+  };
+  if (sh.per_row) {
+    for (const auto& a : sh.arrays) {
+      m.push_back({a + " of another length", [a](Call& c) { reshape(c.arg(a), {3}); }, a});
+      m.push_back({a + " int8",
+                   [a](Call& c) {
+                     c.arg(a).t.t.dtype = DLDataType{kDLInt, 8, 1};
+                   },
+                   a});
+      m.push_back({"samples overlap " + a,
+                   [a](Call& c) { c.arg("samples").t.t.data = c.arg(a).t.t.data; }, "samples"});
+    }
+  }
+  return m;
+}
+
+void sampler_zero_size(Call& c) {
+  reshape(c.tensors[0], {0, 1000});
+  for (auto& a : c.tensors) {
+    // seed and offset hold one value for every row; an empty one is an error.
+    if (a.name == "offset") reshape(a, {1});
+    if (a.name != "seed" && a.name != "offset" && &a != &c.tensors[0]) reshape(a, {0});
+  }
+}
+
+Api sampler_api(const std::string& name, const SamplerShape& sh,
+                std::vector<std::pair<std::string, float>> floats,
+                std::vector<std::pair<std::string, int>> ints,
+                std::function<kjit_status(Call&)> invoke, std::vector<Mutation> scalar_bad) {
+  Api api;
+  api.name = name;
+  api.make = [sh, floats, ints] {
+    Call c = sampler_call(sh);
+    c.floats = floats;
+    c.ints = ints;
+    return c;
+  };
+  api.invoke = std::move(invoke);
+  api.specific = sampler_mutations(sh);
+  if (!sh.per_row) {
+    api.specific.insert(api.specific.end(), scalar_bad.begin(), scalar_bad.end());
+  }
+  api.check_floats = !sh.per_row;
+  api.zero_size = sampler_zero_size;
+  return api;
+}
+
+// Each sampler twice: with per-row parameter tensors, and with the scalars.
+void add_samplers(std::vector<Api>& t) {
+  for (bool per_row : {false, true}) {
+    SamplerShape plain{"probs", "fp32", {}, per_row};
+    if (!per_row) {
+      t.push_back(sampler_api("kjit_sampling_from_probs", plain, {}, {},
+                              [](Call& c) {
+                                return kjit_sampling_from_probs(c.t(0), c.t(1), c.t(2), c.t(3),
+                                                                c.t(4), nullptr);
+                              },
+                              {}));
+    }
+    SamplerShape k{"probs", "fp32", {"top_k_arr"}, per_row};
+    t.push_back(
+        sampler_api("kjit_top_k_sampling_from_probs", k, {}, {{"top_k", 50}},
+                    [](Call& c) {
+                      return kjit_top_k_sampling_from_probs(c.t(0), c.t(1), c.t(2), c.t(3), c.t(4),
+                                                            c.t(5), c.n(0), nullptr);
+                    },
+                    {set_int("top_k", 0), set_int("top_k", -5), set_int("top_k", INT_MIN)}));
+    SamplerShape p{"probs", "fp32", {"top_p_arr"}, per_row};
+    t.push_back(sampler_api(
+        "kjit_top_p_sampling_from_probs", p, {{"top_p", 0.9f}}, {},
+        [](Call& c) {
+          return kjit_top_p_sampling_from_probs(c.t(0), c.t(1), c.t(2), c.t(3), c.t(4), c.t(5),
+                                                c.f(0), nullptr);
+        },
+        {set_float("top_p", 0.0f), set_float("top_p", 1.5f), set_float("top_p", -0.1f)}));
+    SamplerShape mp{"probs", "fp32", {"min_p_arr"}, per_row};
+    t.push_back(sampler_api("kjit_min_p_sampling_from_probs", mp, {{"min_p", 0.1f}}, {},
+                            [](Call& c) {
+                              return kjit_min_p_sampling_from_probs(
+                                  c.t(0), c.t(1), c.t(2), c.t(3), c.t(4), c.t(5), c.f(0), nullptr);
+                            },
+                            {set_float("min_p", -0.1f), set_float("min_p", 1.5f)}));
+    SamplerShape kp{"probs", "fp32", {"top_k_arr", "top_p_arr"}, per_row};
+    t.push_back(sampler_api(
+        "kjit_top_k_top_p_sampling_from_probs", kp, {{"top_p", 0.9f}}, {{"top_k", 50}},
+        [](Call& c) {
+          return kjit_top_k_top_p_sampling_from_probs(c.t(0), c.t(1), c.t(2), c.t(3), c.t(4),
+                                                      c.t(5), c.t(6), c.n(0), c.f(0), nullptr);
+        },
+        {set_int("top_k", 0), set_float("top_p", 0.0f), set_float("top_p", 2.0f)}));
+    SamplerShape lg{"logits", "bf16", {"top_k_arr", "top_p_arr", "temperature_arr"}, per_row};
+    t.push_back(sampler_api(
+        "kjit_top_k_top_p_sampling_from_logits", lg, {{"top_p", 0.9f}, {"temperature", 0.7f}},
+        {{"top_k", 50}},
+        [](Call& c) {
+          return kjit_top_k_top_p_sampling_from_logits(c.t(0), c.t(1), c.t(2), c.t(3), c.t(4),
+                                                       c.t(5), c.t(6), c.t(7), c.n(0), c.f(0),
+                                                       c.f(1), nullptr);
+        },
+        {set_int("top_k", -1), set_float("top_p", 0.0f), set_float("temperature", -1.0f)}));
+  }
+}
+
+// probs / logits -> out of the same shape, with one per-row parameter or its scalar.
+template <class Scalar>
+Api filter_api(const std::string& name, const char* input, const char* dtype, const char* out_dtype,
+               const std::string& array, bool per_row, std::pair<std::string, Scalar> scalar,
+               kjit_status (*fn)(const DLTensor*, const DLTensor*, DLTensor*, Scalar, void*),
+               std::vector<Mutation> scalar_bad) {
+  Api api;
+  api.name = name;
+  api.make = [=] {
+    Call c;
+    c.tensors.push_back(arg(input, 1, {4, 1000}, dtype));
+    c.tensors.push_back(arg(array, 2, {4}, array == "top_k_arr" ? "int32" : "fp32", true));
+    c.tensors.back().null = !per_row;
+    c.tensors.push_back(arg("out", 3, {4, 1000}, out_dtype));
+    if constexpr (std::is_same_v<Scalar, int>) {
+      c.ints = {{scalar.first, scalar.second}};
+    } else {
+      c.floats = {{scalar.first, scalar.second}};
+    }
+    return c;
+  };
+  api.invoke = [fn](Call& c) {
+    if constexpr (std::is_same_v<Scalar, int>) {
+      return fn(c.t(0), c.t(1), c.t(2), c.n(0), nullptr);
+    } else {
+      return fn(c.t(0), c.t(1), c.t(2), c.f(0), nullptr);
+    }
+  };
+  const std::string in = input;
+  api.specific = {
+      {"out of another shape",
+       [](Call& c) {
+         reshape(c.arg("out"), {4, 999});
+       },
+       "out"},
+      {"out partially overlaps the input",
+       [in](Call& c) { c.arg("out").t.t.data = static_cast<char*>(c.arg(in).t.t.data) + 64; },
+       "out"},
+      {"input 3-D",
+       [in](Call& c) {
+         reshape(c.arg(in), {4, 1, 1000});
+       },
+       in},
+  };
+  if (per_row) {
+    api.specific.push_back(
+        {array + " of another length", [array](Call& c) { reshape(c.arg(array), {5}); }, array});
+    api.specific.push_back({"out overlaps " + array,
+                            [array](Call& c) { c.arg("out").t.t.data = c.arg(array).t.t.data; },
+                            "out"});
+  } else {
+    api.specific.insert(api.specific.end(), scalar_bad.begin(), scalar_bad.end());
+  }
+  api.check_floats = !per_row;
+  api.zero_size = [in, array](Call& c) {
+    reshape(c.arg(in), {0, 1000});
+    reshape(c.arg(array), {0});
+    reshape(c.arg("out"), {0, 1000});
+  };
+  return api;
+}
+
+void add_filters(std::vector<Api>& t) {
+  for (bool per_row : {false, true}) {
+    t.push_back(filter_api<int>("kjit_top_k_renorm_probs", "probs", "fp32", "fp32", "top_k_arr",
+                                per_row, {"top_k", 20}, kjit_top_k_renorm_probs,
+                                {set_int("top_k", 0), set_int("top_k", -1)}));
+    t.push_back(filter_api<float>("kjit_top_p_renorm_probs", "probs", "fp32", "fp32", "top_p_arr",
+                                  per_row, {"top_p", 0.8f}, kjit_top_p_renorm_probs,
+                                  {set_float("top_p", 0.0f), set_float("top_p", 1.01f)}));
+    t.push_back(filter_api<int>("kjit_top_k_mask_logits", "logits", "fp16", "fp16", "top_k_arr",
+                                per_row, {"top_k", 20}, kjit_top_k_mask_logits,
+                                {set_int("top_k", 0)}));
+    t.push_back(filter_api<float>(
+        "kjit_softmax", "logits", "bf16", "fp32", "temperature_arr", per_row, {"temperature", 1.0f},
+        kjit_softmax, {set_float("temperature", 0.0f), set_float("temperature", -1.0f)}));
+  }
+}
+
+Api argmax_api() {
+  Api api;
+  api.name = "kjit_argmax";
+  api.make = [] {
+    Call c;
+    c.tensors.push_back(arg("input", 1, {4, 1000}, "fp16"));
+    c.tensors.push_back(arg("out", 2, {4}, "int64"));
+    return c;
+  };
+  api.invoke = [](Call& c) { return kjit_argmax(c.t(0), c.t(1), nullptr); };
+  api.specific = {
+      {"out of another length", [](Call& c) { reshape(c.arg("out"), {5}); }, "out"},
+      {"out fp32", [](Call& c) { c.arg("out").t.t.dtype = dl_dtype("fp32"); }, "out"},
+      {"out inside input", [](Call& c) { c.arg("out").t.t.data = c.arg("input").t.t.data; }, "out"},
+      {"input with an empty vocabulary",
+       [](Call& c) {
+         reshape(c.arg("input"), {4, 0});
+       },
+       "input"},
+  };
+  api.zero_size = [](Call& c) {
+    reshape(c.arg("input"), {0, 1000});
+    reshape(c.arg("out"), {0});
+  };
+  return api;
+}
+
+std::vector<Api> table() {
+  std::vector<Api> t = {
+      rmsnorm_api("kjit_rmsnorm", kjit_rmsnorm),
+      rmsnorm_api("kjit_gemma_rmsnorm", kjit_gemma_rmsnorm),
+      fused_api("kjit_fused_add_rmsnorm", kjit_fused_add_rmsnorm),
+      fused_api("kjit_gemma_fused_add_rmsnorm", kjit_gemma_fused_add_rmsnorm),
+      layernorm_api(),
+      act_api("kjit_silu_and_mul", kjit_silu_and_mul),
+      act_api("kjit_gelu_and_mul", kjit_gelu_and_mul),
+      act_api("kjit_gelu_tanh_and_mul", kjit_gelu_tanh_and_mul),
+      rope_api(),
+      llama31_rope_api(),
+      cos_sin_cache_api(),
+      append_kv_api(),
+      decode_run_api(),
+      merge_states_api(),
+      merge_states_n_api(),
+      argmax_api(),
+  };
+  add_samplers(t);
+  add_filters(t);
+  return t;
+}
+
+// Entry points without tensor arguments: the last two tests below cover them.
+const std::set<std::string> kCoveredElsewhere = {"kjit_version_string",
+                                                 "kjit_version_number",
+                                                 "kjit_abi_version",
+                                                 "kjit_status_string",
+                                                 "kjit_last_error",
+                                                 "kjit_decode_options_init",
+                                                 "kjit_batch_decode_plan",
+                                                 "kjit_decode_plan_workspace_bytes",
+                                                 "kjit_decode_plan_num_splits",
+                                                 "kjit_decode_plan_destroy"};
+
+bool is_argument_error(kjit_status s) {
+  return s == KJIT_ERROR_INVALID_ARGUMENT || s == KJIT_ERROR_UNSUPPORTED;
+}
+
+// What is wrong with how a broken call was handled, or "" when it was rejected as it must be:
+// an argument error whose message starts with the function and names the broken argument.
+std::string rejection_problem(const Api& api, const Mutation& m) {
+  Call c = api.make();
+  m.apply(c);
+  const kjit_status s = api.invoke(c);
+  const std::string msg = kjit_last_error();
+  std::string why;
+  if (!is_argument_error(s)) {
+    why = "not rejected";
+  } else if (msg.rfind(api.name, 0) != 0 || msg.size() <= api.name.size() + 2) {
+    why = "the message does not start with the function";
+  } else if (!m.arg.empty() && msg.find(m.arg) == std::string::npos) {
+    why = "the message does not name " + m.arg;
+  }
+  if (why.empty()) return "";
+  return api.name + " with " + m.what + ": " + why + " (" + kjit_status_string(s) + ": " + msg +
+         ")";
+}
+
+// Rejections that modules owned elsewhere do not make yet (docs/reliability.md, "Open
+// findings"): a byte_offset that wraps the address space, in the 1-D vector checks of the
+// sampling family (as_vector, src/ops/sampling_ops.cpp) and of the decode workspace. Reported as
+// warnings until fixed there; a gap that closes is reported too, so the list can shrink.
+bool known_gap(const std::string& fn, const Mutation& m) {
+  if (m.what.find("byte_offset wraps") == std::string::npos) return false;
+  const std::string arg = m.what.substr(0, m.what.find(':'));
+  if (fn == "kjit_batch_decode_run") return arg == "workspace";
+  if (fn == "kjit_argmax") return arg == "out";
+  static const std::set<std::string> sampling = {"kjit_sampling_from_probs",
+                                                 "kjit_top_k_sampling_from_probs",
+                                                 "kjit_top_p_sampling_from_probs",
+                                                 "kjit_min_p_sampling_from_probs",
+                                                 "kjit_top_k_top_p_sampling_from_probs",
+                                                 "kjit_top_k_top_p_sampling_from_logits",
+                                                 "kjit_top_k_renorm_probs",
+                                                 "kjit_top_p_renorm_probs",
+                                                 "kjit_top_k_mask_logits",
+                                                 "kjit_softmax"};
+  return sampling.count(fn) && arg != "probs" && arg != "logits" && arg != "out";
+}
+
+std::string join_lines(const std::vector<std::string>& v, size_t max) {
+  std::string s;
+  for (size_t i = 0; i < v.size() && i < max; ++i) s += "\n  " + v[i];
+  if (v.size() > max) s += "\n  ... and " + std::to_string(v.size() - max) + " more";
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("hostile abi: the table covers every public function of kjit.h",
+          "[reliability][hostile_abi]") {
+  std::ifstream in(KJIT_SOURCE_DIR "/include/kjit/kjit.h");
+  REQUIRE(in);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::set<std::string> declared;
+  std::regex decl(R"(KJIT_API\s+[^;(]*?\b(kjit_[a-z0-9_]+)\s*\()");
+  const std::string s = text.str();
+  for (std::sregex_iterator it(s.begin(), s.end(), decl), end; it != end; ++it) {
+    declared.insert((*it)[1]);
+  }
+  REQUIRE(declared.size() >= 17);
+  std::set<std::string> covered = kCoveredElsewhere;
+  for (const auto& api : table()) covered.insert(api.name);
+  for (const auto& fn : declared) {
+    INFO(fn << " is declared in kjit.h: add it to the hostile-input table");
+    CHECK(covered.count(fn) == 1);
+  }
+}
+
+TEST_CASE("hostile abi: every function rejects every broken argument before the driver",
+          "[reliability][hostile_abi]") {
+  if (kjit::test::gpu_available()) {
+    // With a device the valid baseline would launch on fake pointers; the GPU suites cover this.
+    WARN("skipped: a GPU is present");
+    return;
+  }
+  size_t cases = 0;
+  std::vector<std::string> problems, gaps_open, gaps_closed;
+  for (const Api& api : table()) {
+    // The unbroken call gets past validation: only the missing driver stops it.
+    Call valid = api.make();
+    kjit_status base = api.invoke(valid);
+    INFO(api.name << " valid call: " << kjit_last_error());
+    REQUIRE(base == KJIT_ERROR_NO_DEVICE);
+
+    std::vector<Mutation> all = api.specific;
+    const Call proto = api.make();
+    for (size_t i = 0; i < proto.tensors.size(); ++i) {
+      if (proto.tensors[i].null) continue;  // not passed in this variant
+      auto m = tensor_mutations(proto, i);
+      all.insert(all.end(), m.begin(), m.end());
+    }
+    if (api.check_floats) {
+      auto f = float_mutations(proto);
+      all.insert(all.end(), f.begin(), f.end());
+    }
+    for (const Mutation& m : all) {
+      std::string problem = rejection_problem(api, m);
+      if (known_gap(api.name, m)) {
+        (problem.empty() ? gaps_closed : gaps_open)
+            .push_back(problem.empty() ? api.name + " with " + m.what : problem);
+      } else if (!problem.empty()) {
+        problems.push_back(problem);
+      }
+      ++cases;
+    }
+  }
+  if (!gaps_open.empty()) {
+    WARN(gaps_open.size() << " known gaps still open (see docs/reliability.md):"
+                          << join_lines(gaps_open, 5));
+  }
+  if (!gaps_closed.empty()) {
+    WARN(gaps_closed.size() << " known gaps now closed: remove them from known_gap()"
+                            << join_lines(gaps_closed, 5));
+  }
+  INFO(problems.size() << " of " << cases
+                       << " broken calls mishandled:" << join_lines(problems, 40));
+  CHECK(problems.empty());
+  CHECK(cases > 2000);
+}
+
+TEST_CASE("hostile abi: zero-size calls are validated no-ops that never reach the driver",
+          "[reliability][hostile_abi]") {
+  for (const Api& api : table()) {
+    INFO(api.name);
+    REQUIRE(api.zero_size);
+    Call c = api.make();
+    api.zero_size(c);
+    kjit_status s = api.invoke(c);
+    INFO(kjit_last_error());
+    CHECK(s == KJIT_SUCCESS);
+    CHECK(std::string(kjit_last_error()).empty());
+    // Still validated: a zero-size call with a broken argument fails.
+    for (size_t i = 0; i < c.tensors.size(); ++i) {
+      // Optional tensors, and a workspace that a batch-0 plan does not use, may be anything.
+      if (c.tensors[i].nullable || c.tensors[i].null || c.tensors[i].any_dtype) continue;
+      INFO("argument " << c.tensors[i].name);
+      Call z = api.make();
+      api.zero_size(z);
+      z.tensors[i].t.t.dtype.lanes = 2;
+      CHECK(is_argument_error(api.invoke(z)));
+      Call n = api.make();
+      api.zero_size(n);
+      n.tensors[i].null = true;
+      CHECK(is_argument_error(api.invoke(n)));
+    }
+    for (size_t i = 0; i < c.floats.size() && api.check_floats; ++i) {
+      Call z = api.make();
+      api.zero_size(z);
+      z.floats[i].second = std::numeric_limits<float>::quiet_NaN();
+      CHECK(api.invoke(z) == KJIT_ERROR_INVALID_ARGUMENT);
+    }
+  }
+}
+
+TEST_CASE("hostile abi: the functions without tensors take any value",
+          "[reliability][hostile_abi]") {
+  for (int s : {INT_MIN, -1, 10, 999, INT_MAX}) {
+    const char* text = kjit_status_string(static_cast<kjit_status>(s));
+    REQUIRE(text != nullptr);
+    CHECK(std::string(text) == "KJIT_ERROR_UNKNOWN_STATUS");
+  }
+  REQUIRE(kjit_version_string() != nullptr);
+  CHECK(kjit_version_number() == KJIT_VERSION_NUMBER);
+  CHECK(kjit_abi_version() == KJIT_ABI_VERSION);
+  // An error's message stays readable until the next call on the thread, then clears.
+  CHECK(kjit_rmsnorm(nullptr, nullptr, nullptr, 0.0f, nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
+  REQUIRE(kjit_last_error() != nullptr);
+  CHECK(std::string(kjit_last_error()).find("kjit_rmsnorm") == 0);
+  CHECK(std::string(kjit_version_string()) == KJIT_VERSION_STRING);
+}
+
+TEST_CASE("hostile abi: kjit_batch_decode_plan rejects every broken argument",
+          "[reliability][hostile_abi]") {
+  struct Plan {
+    std::vector<int32_t> indptr = {0, 3, 3, 7};
+    const int32_t* indptr_ptr = nullptr;  // overrides indptr when set
+    bool null_indptr = false;
+    int batch = 3, qo = 32, kv = 8, head_dim = 128, page_size = 16;
+    int layout = KJIT_KV_LAYOUT_NHD;
+    DLDataType q_dtype = dl_dtype("bf16"), kv_dtype = dl_dtype("bf16");
+    kjit_decode_options o = [] {
+      kjit_decode_options x;
+      kjit_decode_options_init(&x);
+      x.num_sms = 132;  // plans without a device
+      return x;
+    }();
+    bool null_options = false, null_out = false;
+    int device = 0;
+    kjit_decode_plan* out = reinterpret_cast<kjit_decode_plan*>(0x1);  // must become NULL
+    kjit_status run() {
+      return kjit_batch_decode_plan(null_indptr ? nullptr : indptr.data(), batch, qo, kv, head_dim,
+                                    page_size, layout, q_dtype, kv_dtype,
+                                    null_options ? nullptr : &o, device, null_out ? nullptr : &out);
+    }
+  };
+  {
+    Plan valid;
+    REQUIRE(valid.run() == KJIT_SUCCESS);
+    REQUIRE(valid.out != nullptr);
+    CHECK(kjit_decode_plan_num_splits(valid.out) >= 1);
+    kjit_decode_plan_destroy(valid.out);
+  }
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<std::pair<std::string, std::function<void(Plan&)>>> broken = {
+      {"NULL plan out-pointer", [](Plan& p) { p.null_out = true; }},
+      {"NULL kv_indptr with requests", [](Plan& p) { p.null_indptr = true; }},
+      {"negative batch", [](Plan& p) { p.batch = -1; }},
+      {"batch INT_MIN", [](Plan& p) { p.batch = INT_MIN; }},
+      {"kv_indptr decreasing",
+       [](Plan& p) {
+         p.indptr = {0, 3, 2, 7};
+       }},
+      {"kv_indptr starting below 0",
+       [](Plan& p) {
+         p.indptr = {-1, 3, 3, 7};
+       }},
+      {"zero qo heads", [](Plan& p) { p.qo = 0; }},
+      {"negative kv heads", [](Plan& p) { p.kv = -8; }},
+      {"qo heads not a multiple of kv heads", [](Plan& p) { p.qo = 30; }},
+      {"group of 64", [](Plan& p) { p.qo = 512; }},
+      {"head_dim 100", [](Plan& p) { p.head_dim = 100; }},
+      {"head_dim INT_MAX", [](Plan& p) { p.head_dim = INT_MAX; }},
+      {"page_size 0", [](Plan& p) { p.page_size = 0; }},
+      {"page_size -16", [](Plan& p) { p.page_size = -16; }},
+      {"layout 2", [](Plan& p) { p.layout = 2; }},
+      {"q_dtype fp32", [](Plan& p) { p.q_dtype = dl_dtype("fp32"); }},
+      {"q_dtype with 2 lanes", [](Plan& p) { p.q_dtype.lanes = 2; }},
+      {"q_dtype code 200", [](Plan& p) { p.q_dtype.code = 200; }},
+      {"kv_dtype fp16 beside bf16 q", [](Plan& p) { p.kv_dtype = dl_dtype("fp16"); }},
+      {"kv_dtype int32", [](Plan& p) { p.kv_dtype = dl_dtype("int32"); }},
+      {"options.struct_size 0", [](Plan& p) { p.o.struct_size = 0; }},
+      {"options.struct_size 3", [](Plan& p) { p.o.struct_size = 3; }},
+      {"options.sm_scale NaN", [nan](Plan& p) { p.o.sm_scale = nan; }},
+      {"options.sm_scale Inf", [inf](Plan& p) { p.o.sm_scale = inf; }},
+      {"options.sm_scale -1", [](Plan& p) { p.o.sm_scale = -1.0f; }},
+      {"options.logits_soft_cap NaN", [nan](Plan& p) { p.o.logits_soft_cap = nan; }},
+      {"options.logits_soft_cap -Inf", [inf](Plan& p) { p.o.logits_soft_cap = -inf; }},
+      {"options.logits_soft_cap -1", [](Plan& p) { p.o.logits_soft_cap = -1.0f; }},
+      {"options.window_left -2", [](Plan& p) { p.o.window_left = -2; }},
+      {"options.num_splits -1", [](Plan& p) { p.o.num_splits = -1; }},
+      {"options.num_splits 100000", [](Plan& p) { p.o.num_splits = 100000; }},
+      {"options.num_sms -1", [](Plan& p) { p.o.num_sms = -1; }},
+      {"device id -1", [](Plan& p) { p.device = -1; }},
+  };
+  for (const auto& [what, f] : broken) {
+    Plan p;
+    f(p);
+    kjit_status s = p.run();
+    std::string msg = kjit_last_error();
+    INFO(what << " -> " << kjit_status_string(s) << ": " << msg);
+    CHECK(is_argument_error(s));
+    CHECK(msg.rfind("kjit_batch_decode_plan", 0) == 0);
+    if (!p.null_out) CHECK(p.out == nullptr);
+  }
+  // Extreme but not invalid: a plan or a clear refusal, never a crash (or, under the sanitizers,
+  // an overflow).
+  for (auto f : std::vector<std::function<void(Plan&)>>{[](Plan& p) {
+                                                          p.indptr = {0, INT_MAX, INT_MAX, INT_MAX};
+                                                        },
+                                                        [](Plan& p) { p.page_size = INT_MAX; },
+                                                        [](Plan& p) {
+                                                          p.indptr = {0, INT_MAX, INT_MAX, INT_MAX};
+                                                          p.page_size = INT_MAX;
+                                                          p.o.num_splits = 256;
+                                                        }}) {
+    Plan p;
+    f(p);
+    kjit_status s = p.run();
+    INFO(kjit_last_error());
+    CHECK((s == KJIT_SUCCESS || is_argument_error(s)));
+    if (s == KJIT_SUCCESS) kjit_decode_plan_destroy(p.out);
+  }
+  // The plan's accessors take NULL.
+  kjit_decode_options_init(nullptr);
+  CHECK(kjit_decode_plan_workspace_bytes(nullptr) == 0);
+  CHECK(kjit_decode_plan_num_splits(nullptr) == 0);
+  kjit_decode_plan_destroy(nullptr);
+}

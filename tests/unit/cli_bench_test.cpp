@@ -1,0 +1,265 @@
+// kjit-cli bench / defs as processes: usage errors exit 2 before any GPU work, repro lines parse
+// back to the same options, the committed workloads and definitions are what this build reads
+// and writes, and bench without a GPU exits 3 (with one, it runs and writes a full row).
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench_stats.hpp"
+#include "ops/registry.hpp"
+#include "support/gpu.hpp"
+#include "support/temp_dir.hpp"
+#include "util/fs.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Run {
+  int code = -1;
+  std::string out;
+};
+
+// Runs `kjit-cli <args>` (a shell fragment) with a private cache; stdout, and stderr too when
+// `with_stderr`.
+Run cli(const fs::path& cache, const std::string& args, bool with_stderr = false) {
+  std::string cmd = "KJIT_CACHE_DIR='" + cache.string() + "' '" KJIT_CLI_PATH "' " + args +
+                    (with_stderr ? " 2>&1" : " 2>/dev/null");
+  Run r;
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+const std::string kRms = "bench rmsnorm --set dtype=bf16 --set hidden=4096 --set rows=1 ";
+
+}  // namespace
+
+TEST_CASE("cli bench: bad options are usage errors (exit 2), before any GPU work", "[cli]") {
+  kjit::test::TempDir dir;
+  const fs::path bad_line = dir.path() / "bad.jsonl";
+  kjit::util::write_file_atomic(bad_line,
+                                "{\"op\": \"rmsnorm\", \"set\": {\"dtype\": \"bf16\"}}\n");
+  const fs::path not_json = dir.path() / "not.jsonl";
+  kjit::util::write_file_atomic(not_json, "# a comment\n{op: rmsnorm}\n");
+  const fs::path other_csv = dir.path() / "other.csv";
+  kjit::util::write_file_atomic(other_csv, "a,b,c\n1,2,3\n");
+  const std::string cases[] = {
+      kRms + "--backends kjit,bogus",
+      kRms + "--backends ''",
+      kRms + "--backends kjit,,copy",
+      kRms + "--backends kjit,kjit",
+      kRms + "--backends reference",  // rmsnorm has no device reference kernel
+      kRms + "--timer nvtx",
+      kRms + "--timer events-batched",  // needs --hot-l2
+      kRms + "--cold-l2 --hot-l2",
+      kRms + "--check --no-check",
+      kRms + "--iters 0",
+      kRms + "--max-noise -1",
+      kRms + "--min-iters 1",
+      kRms + "--from " + bad_line.string(),  // --from with an op
+      kRms + "--csv " + other_csv.string(),  // a CSV with other columns
+      "bench",                               // neither op nor --from
+      "bench nosuchop --set a=b",
+      "bench rmsnorm --set dtype=bf16 --set hidden=4096",  // rows missing
+      "bench rmsnorm --set dtype=int8 --set hidden=8 --set rows=1",
+      "bench --from " + bad_line.string(),  // a line without rows
+      "bench --from " + not_json.string(),
+      "bench --from " + (dir.path() / "missing.jsonl").string(),
+  };
+  for (const auto& args : cases) {
+    INFO(args);
+    const Run r = cli(dir.path(), args, true);
+    CHECK(r.code == 2);
+    CHECK_FALSE(r.out.empty());  // a message, not just a code
+  }
+}
+
+TEST_CASE("cli bench: a row's repro parses back to the same options", "[cli]") {
+  kjit::test::TempDir dir;
+  const std::string variants[] = {
+      "",
+      "--timer events --hot-l2 --iters 7 --warmup 0",
+      "--timer events-batched --hot-l2 --backends kjit,copy --no-check",
+      "--max-noise 0.25 --max-time 3.5 --min-iters 12",
+      "--max-noise 2 --iters 40 --timer events --json x.jsonl --csv x.csv",
+  };
+  for (const auto& v : variants) {
+    INFO(v);
+    const Run first = cli(dir.path(), kRms + v + " --dry-run");
+    REQUIRE(first.code == 0);
+    const auto a = nlohmann::json::parse(first.out).at("runs").at(0);
+    const std::string repro = a.at("repro").get<std::string>();
+    REQUIRE(repro.rfind("kjit-cli bench ", 0) == 0);
+    // The repro line, run through the real parser with the shell's word splitting.
+    const Run again = cli(dir.path(), repro.substr(std::string("kjit-cli ").size()) + " --dry-run");
+    REQUIRE(again.code == 0);
+    const auto b = nlohmann::json::parse(again.out).at("runs").at(0);
+    CHECK(b.at("options") == a.at("options"));
+    CHECK(b.at("repro") == a.at("repro"));  // a fixpoint
+  }
+  const auto o =
+      nlohmann::json::parse(cli(dir.path(), kRms + "--timer events --hot-l2 --dry-run").out)
+          .at("runs")
+          .at(0)
+          .at("options");
+  CHECK(o.at("timer") == "events");
+  CHECK(o.at("cold_l2") == false);
+  CHECK(o.at("set").at("hidden") == "4096");
+}
+
+TEST_CASE("cli bench: the committed workloads are valid --from input", "[cli]") {
+  kjit::test::TempDir dir;
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(fs::path(KJIT_SOURCE_DIR) / "bench/workloads")) {
+    if (e.path().extension() != ".jsonl") continue;
+    ++files;
+    INFO(e.path());
+    int lines = 0;
+    std::ifstream f(e.path());
+    for (std::string line; std::getline(f, line);) lines += !line.empty() && line[0] != '#';
+    const Run r = cli(dir.path(), "bench --from " + e.path().string() + " --dry-run");
+    REQUIRE(r.code == 0);
+    const auto runs = nlohmann::json::parse(r.out).at("runs");
+    CHECK(static_cast<int>(runs.size()) == lines);
+    for (const auto& run : runs) CHECK_FALSE(run.at("workload").get<std::string>().empty());
+    // Each line names a committed definition, and only var axes of it.
+    std::ifstream again(e.path());
+    for (std::string line; std::getline(again, line);) {
+      if (line.empty() || line[0] == '#') continue;
+      const auto j = nlohmann::json::parse(line);
+      const fs::path def = fs::path(KJIT_SOURCE_DIR) / "bench/definitions" /
+                           (j.at("definition").get<std::string>() + ".json");
+      INFO(line);
+      REQUIRE(fs::exists(def));
+      const auto d = nlohmann::json::parse(*kjit::util::read_file(def));
+      for (const auto& [axis, value] : j.at("axes").items()) {
+        INFO(axis);
+        CHECK(d.at("axes").at(axis).at("type") == "var");
+      }
+    }
+  }
+  CHECK(files >= 2);  // Llama-3-8B and -70B
+}
+
+TEST_CASE("cli bench: without a GPU bench exits 3 with a message; with one it writes a row",
+          "[cli]") {
+  kjit::test::TempDir dir;
+  const fs::path json = dir.path() / "rows.jsonl", csv = dir.path() / "rows.csv";
+  const std::string args =
+      "bench empty --timer events --hot-l2 --warmup 1 --iters 5 "
+      "--backends kjit --json " +
+      json.string() + " --csv " + csv.string();
+  std::string why;
+  if (!kjit::test::gpu_available(&why)) {
+    const Run r = cli(dir.path(), args, true);
+    CHECK(r.code == 3);
+    CHECK(r.out.find("GPU") != std::string::npos);
+    CHECK_FALSE(fs::exists(json));
+    return;
+  }
+  const Run r = cli(dir.path(), args);
+  REQUIRE(r.code == 0);
+  std::ifstream f(json);
+  std::string line;
+  REQUIRE(std::getline(f, line));
+  const auto row = nlohmann::json::parse(line);
+  for (const auto& field : kjit::cli::row_fields()) {
+    INFO(field);
+    const size_t dot = field.find('.');
+    CHECK((dot == std::string::npos
+               ? row.contains(field)
+               : row.at(field.substr(0, dot)).contains(field.substr(dot + 1))));
+  }
+  CHECK(row.at("timer") == "events");
+  CHECK(row.at("iters") == 5);
+  CHECK(row.at("median_us").get<double>() > 0);
+  std::ifstream c(csv);
+  std::string header;
+  REQUIRE(std::getline(c, header));
+  CHECK(header == kjit::cli::csv_header());
+
+  // CUPTI (or events, saying why) with a cold L2, the copy baseline as its own row, a real check.
+  const fs::path rows = dir.path() / "rms.jsonl";
+  REQUIRE(cli(dir.path(), kRms +
+                              "--timer cupti --cold-l2 --warmup 2 --iters 20 --backends "
+                              "kjit,copy --json " +
+                              rows.string())
+              .code == 0);
+  std::ifstream rf(rows);
+  std::vector<nlohmann::json> got;
+  for (std::string l; std::getline(rf, l);) got.push_back(nlohmann::json::parse(l));
+  REQUIRE(got.size() == 2);
+  CHECK(got[0].at("backend") == "kjit");
+  CHECK(got[1].at("backend") == "copy");
+  for (const auto& row : got) {
+    INFO(row.dump());
+    CHECK(row.at("l2") == "cold");
+    CHECK(row.at("iters") == 20);
+    const std::string timer = row.at("timer");
+    CHECK((timer == "cupti" || (timer == "events" && row.contains("timer_note"))));
+    CHECK(row.at("median_us").get<double>() > 0);
+    CHECK(row.at("min_us").get<double>() <= row.at("median_us").get<double>());
+    CHECK(row.at("median_us").get<double>() <= row.at("max_us").get<double>());
+  }
+  CHECK(got[0].at("check").at("pass") == true);
+  CHECK(got[0].at("pct_of_copy").get<double>() > 0);
+  CHECK(got[0].at("uri").get<std::string>().rfind("rmsnorm_", 0) == 0);
+}
+
+TEST_CASE("cli defs: export writes one file per definition, equal to the committed set", "[cli]") {
+  kjit::test::TempDir dir;
+  const fs::path out = dir.path() / "defs";
+  const Run r = cli(dir.path(), "defs export " + out.string());
+  REQUIRE(r.code == 0);
+  size_t want = 0;
+  for (const auto& op : kjit::ops::op_registry())
+    want += op.definitions ? op.definitions().size() : 0;
+  size_t got = 0;
+  const fs::path committed = fs::path(KJIT_SOURCE_DIR) / "bench/definitions";
+  for (const auto& e : fs::directory_iterator(out)) {
+    ++got;
+    INFO(e.path().filename() << ": regenerate with `kjit-cli defs export bench/definitions "
+                                "--clean`");
+    const auto fresh = kjit::util::read_file(e.path());
+    const auto kept = kjit::util::read_file(committed / e.path().filename());
+    REQUIRE(kept.has_value());
+    CHECK(*fresh == *kept);
+    CHECK(nlohmann::json::parse(*fresh).at("name") == e.path().stem().string());
+  }
+  CHECK(got == want);
+  CHECK(want >= 20);
+  const Run list = cli(dir.path(), "defs list --json");
+  REQUIRE(list.code == 0);
+  CHECK(nlohmann::json::parse(list.out).size() == want);
+  CHECK(cli(dir.path(), "defs").code == 2);
+  CHECK(cli(dir.path(), "defs export").code == 2);
+}
+
+TEST_CASE("cli bench: libkjit.so links neither CUPTI nor NVML", "[cli]") {
+  kjit::test::TempDir dir;
+  FILE* p = popen("readelf -d '" KJIT_SHARED_LIB_PATH "' 2>&1", "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  REQUIRE(pclose(p) == 0);
+  REQUIRE(out.find("NEEDED") != std::string::npos);
+  CHECK(out.find("cupti") == std::string::npos);
+  CHECK(out.find("nvidia-ml") == std::string::npos);
+  CHECK(out.find("libcuda.so") == std::string::npos);
+}

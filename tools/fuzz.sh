@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets of tests/fuzz (clang, ASan + UBSan, every object instrumented) into
+# ${KJIT_FUZZ_BUILD_DIR:-build-fuzz} and runs each for SECONDS (default 20) on a working copy of
+# its committed seed corpus (tests/fuzz/corpus/<target>/). docs/reliability.md has the results.
+#
+#   tools/fuzz.sh [SECONDS] [TARGET...]    e.g. tools/fuzz.sh 600 fuzz_metadata
+#   KJIT_FUZZ_JOBS=N                       targets run N at a time (default 1)
+#   KJIT_FUZZ_BUILD_ONLY=1                 build, run nothing
+#
+# A failing input is written to $build/fuzz-findings/<target>/ (replay it: $build/tests/fuzz/<target>
+# <file>); the log of each run is $build/fuzz-logs/<target>.log. Exits 1 when any target failed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs="${1:-20}"
+shift || true
+build="${KJIT_FUZZ_BUILD_DIR:-build-fuzz}"
+cuda_home="${CUDA_HOME:-/usr/local/cuda}"
+
+bash tools/deps.sh
+# clang with its runtime libraries (libFuzzer, the sanitizers): Debian packages.
+missing=()
+for p in clang libclang-rt-dev; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if ((${#missing[@]})); then
+  echo "fuzz: installing ${missing[*]}"
+  sudo_cmd=()
+  [ "$(id -u)" -ne 0 ] && sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+targets=("$@")
+if ((${#targets[@]} == 0)); then
+  for f in tests/fuzz/fuzz_*.cpp; do targets+=("$(basename "$f" .cpp)"); done
+fi
+
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+  -DKJIT_BUILD_FUZZERS=ON -DKJIT_BUILD_TESTS=OFF -DKJIT_BUILD_CLI=OFF -DKJIT_INSTALL=OFF \
+  -DCUDAToolkit_ROOT="$cuda_home" >/dev/null
+cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
+if [ "${KJIT_FUZZ_BUILD_ONLY:-0}" = 1 ]; then exit 0; fi
+
+run_one() {
+  local t="$1" corpus="$build/fuzz-corpus/$1" findings="$build/fuzz-findings/$1/"
+  local log="$build/fuzz-logs/$1.log"
+  mkdir -p "$corpus" "$findings" "$(dirname "$log")"
+  # New inputs go to the working corpus; the committed seeds are only read.
+  local rc=0
+  "$build/tests/fuzz/$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
+    -print_final_stats=1 -artifact_prefix="$findings" "$corpus" "tests/fuzz/corpus/$t" \
+    >"$log" 2>&1 || rc=$?
+  local execs cov corp
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+  corp=$(find "$corpus" -type f | wc -l)
+  if ((rc == 0)); then
+    echo "fuzz: $t: ok, ${execs:-?} executions in ${secs}s, coverage ${cov:-?}, corpus $corp"
+  else
+    echo "fuzz: $t: FAILED (exit $rc) after ${execs:-?} executions; input in $findings, log $log"
+    grep -m 5 -E 'ERROR|runtime error|invariant failed|uncaught|deadly signal' "$log" | sed 's/^/  /'
+  fi
+  return "$rc"
+}
+
+jobs="${KJIT_FUZZ_JOBS:-1}"
+failed=0
+pids=()
+for t in "${targets[@]}"; do
+  run_one "$t" &
+  pids+=("$!")
+  if ((${#pids[@]} >= jobs)); then
+    wait "${pids[0]}" || failed=1
+    pids=("${pids[@]:1}")
+  fi
+done
+for p in "${pids[@]}"; do wait "$p" || failed=1; done
+exit "$failed"

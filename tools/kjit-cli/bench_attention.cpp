@@ -1,0 +1,314 @@
+// `kjit-cli bench` cases of the attention family: paged decode attention (plan once, time the
+// run) and a read-only bandwidth probe over the same bytes, the ceiling decode is held to.
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench_harness.hpp"
+#include "commands.hpp"
+#include "cuda/device.hpp"
+#include "cuda/launch.hpp"
+#include "jit/jit_core.hpp"
+#include "kjit/kjit.h"
+#include "ops/decode_attention.hpp"
+#include "reference/attention_ref.hpp"
+#include "reference/half.hpp"
+#include "support/gpu.hpp"
+#include "util/error.hpp"
+
+namespace kjit::cli {
+namespace {
+
+struct PlanDeleter {
+  void operator()(kjit_decode_plan* p) const { kjit_decode_plan_destroy(p); }
+};
+
+// Fills n elements fast (the caches run to gigabytes): 12 random bits index a table of values
+// uniform in [-1, 1) (16-bit dtypes) or of e4m3 bytes with exponent field 0..9 (|x| <= 7.5).
+void fill_fast(unsigned char* dst, size_t n, const std::string& dtype, bool fp8,
+               std::mt19937_64& rng) {
+  std::vector<uint16_t> table(4096);
+  for (size_t i = 0; i < table.size(); ++i) {
+    if (fp8) {
+      table[i] = static_cast<uint16_t>((rng() & 0x80) | ((rng() % 10) << 3) | (rng() & 7));
+    } else {
+      const float x = static_cast<float>(static_cast<double>(i) / 2048.0 - 1.0);
+      table[i] = dtype == "bf16" ? ref::float_to_bf16(x) : ref::float_to_fp16(x);
+    }
+  }
+  uint64_t s = rng() | 1;
+  size_t i = 0;
+  while (i < n) {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    for (int k = 0; k < 5 && i < n; ++k, ++i) {
+      const uint16_t v = table[(s >> (12 * k)) & 4095];
+      if (fp8) {
+        dst[i] = static_cast<unsigned char>(v);
+      } else {
+        std::memcpy(dst + 2 * i, &v, 2);
+      }
+    }
+  }
+}
+
+// Reads n 16-byte words and keeps nothing: what HBM gives a pure read stream. The XOR result is
+// stored only if it hits a value it practically never does, so the loads stay.
+constexpr const char* kReadProbeSource = R"(
+struct ReadProbeParams { const uint4* p; unsigned long long n; unsigned* sink; };
+extern "C" __global__ void __launch_bounds__(512)
+kjit_read_probe_kernel(const __grid_constant__ ReadProbeParams a) {
+  const unsigned long long stride = 512ull * gridDim.x;
+  unsigned long long i = 512ull * blockIdx.x + threadIdx.x;
+  uint4 x = make_uint4(0, 0, 0, 0);
+  for (; i + 3 * stride < a.n; i += 4 * stride) {
+    const uint4 r0 = __ldcs(a.p + i), r1 = __ldcs(a.p + i + stride);
+    const uint4 r2 = __ldcs(a.p + i + 2 * stride), r3 = __ldcs(a.p + i + 3 * stride);
+    x.x ^= r0.x ^ r1.x ^ r2.x ^ r3.x; x.y ^= r0.y ^ r1.y ^ r2.y ^ r3.y;
+    x.z ^= r0.z ^ r1.z ^ r2.z ^ r3.z; x.w ^= r0.w ^ r1.w ^ r2.w ^ r3.w;
+  }
+  for (; i < a.n; i += stride) {
+    const uint4 r = __ldcs(a.p + i);
+    x.x ^= r.x; x.y ^= r.y; x.z ^= r.z; x.w ^= r.w;
+  }
+  if ((x.x ^ x.y ^ x.z ^ x.w) == 0x9e3779b9u && x.x == 0x7f4a7c15u) a.sink[0] = 1;
+}
+)";
+
+struct ReadProbeParams {
+  const void* p;
+  unsigned long long n;
+  unsigned* sink;
+};
+
+int bench_decode_attention(const ops::SetArgs& args, const BenchOptions& opts) {
+  const std::string dtype = args.at("dtype");
+  if (dtype == "fp32") throw UsageError("decode_attention supports dtype bf16 or fp16");
+  const std::string kv_dtype = args.count("kv_dtype") ? args.at("kv_dtype") : dtype;
+  if (kv_dtype != dtype && kv_dtype != "e4m3") {
+    throw UsageError("kv_dtype must be the q dtype or e4m3");
+  }
+  const bool fp8 = kv_dtype == "e4m3";
+  const int64_t B = ops::positive_int_arg(args, "batch", 1 << 16);
+  const int64_t L = ops::positive_int_arg(args, "kv_len", 1 << 24);
+  const int64_t hq = ops::positive_int_arg(args, "qo_heads", 1024);
+  const int64_t hk = ops::positive_int_arg(args, "kv_heads", 1024);
+  const int64_t D = ops::positive_int_arg(args, "head_dim", 256);
+  const int64_t P = ops::positive_int_arg(args, "page_size", 1024);
+  const int splits = args.count("num_splits")
+                         ? static_cast<int>(ops::positive_int_arg(args, "num_splits", 256))
+                         : 0;
+  const std::string layout = args.count("layout") ? args.at("layout") : "nhd";
+  if (layout != "nhd" && layout != "hnd") throw UsageError("layout must be nhd or hnd");
+  const bool nhd = layout == "nhd";
+  const size_t es_q = ref::elem_size(dtype), es_kv = fp8 ? 1 : es_q;
+  check_gpu();
+
+  // Every request has kv_len positions on distinct pages in random order (a fragmented pool).
+  std::mt19937_64 rng(std::random_device{}());
+  const int64_t pages_per = (L + P - 1) / P, num_pages = B * pages_per;
+  std::vector<int32_t> indices(static_cast<size_t>(num_pages)), indptr{0}, last;
+  std::iota(indices.begin(), indices.end(), 0);
+  std::shuffle(indices.begin(), indices.end(), rng);
+  for (int64_t b = 0; b < B; ++b) {
+    indptr.push_back(static_cast<int32_t>((b + 1) * pages_per));
+    last.push_back(static_cast<int32_t>(L - (pages_per - 1) * P));
+  }
+
+  // Caches k | v in one buffer (the copy baseline and the probe read it), q and the page table
+  // in another, out (poisoned) and the workspace apart.
+  const size_t cache_elems = static_cast<size_t>(num_pages * P * hk * D);
+  Packed caches;
+  const size_t kc_at = caches.add(cache_elems * es_kv), vc_at = caches.add(cache_elems * es_kv);
+  fill_fast(caches.host.data() + kc_at, cache_elems, dtype, fp8, rng);
+  fill_fast(caches.host.data() + vc_at, cache_elems, dtype, fp8, rng);
+  caches.upload();
+  Packed in;
+  const size_t nq = static_cast<size_t>(B * hq * D);
+  const size_t q_at = in.add(nq * es_q);
+  fill_uniform(in.host.data() + q_at, nq, dtype, rng, -2.0, 2.0);
+  const size_t idx_at = add_int32s(in, indices), ptr_at = add_int32s(in, indptr);
+  const size_t last_at = add_int32s(in, last);
+  in.upload();
+  test::DeviceBuffer out(nq * es_q);
+  out.fill(0xFF);
+
+  const DLDataType qdt = test::dl_dtype(dtype), i32 = test::dl_dtype("int32");
+  const DLDataType kvdt = fp8 ? DLDataType{10, 8, 1} : qdt;  // kDLFloat8_e4m3fn
+  kjit_decode_options o;
+  kjit_decode_options_init(&o);
+  o.num_splits = splits;
+  kjit_decode_plan* raw_plan = nullptr;
+  kjit_status st = kjit_batch_decode_plan(
+      indptr.data(), static_cast<int>(B), static_cast<int>(hq), static_cast<int>(hk),
+      static_cast<int>(D), static_cast<int>(P), nhd ? KJIT_KV_LAYOUT_NHD : KJIT_KV_LAYOUT_HND, qdt,
+      kvdt, &o, 0, &raw_plan);
+  if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
+  std::unique_ptr<kjit_decode_plan, PlanDeleter> plan(raw_plan);
+  const size_t ws_bytes = kjit_decode_plan_workspace_bytes(raw_plan);
+  const int plan_splits = kjit_decode_plan_num_splits(raw_plan);
+  test::DeviceBuffer ws(std::max<size_t>(ws_bytes, 16));
+
+  const std::vector<int64_t> cshape =
+      nhd ? std::vector<int64_t>{num_pages, P, hk, D} : std::vector<int64_t>{num_pages, hk, P, D};
+  auto qt = test::make_tensor(in.at(q_at), {B, hq, D}, qdt);
+  auto kct = test::make_tensor(caches.at(kc_at), cshape, kvdt);
+  auto vct = test::make_tensor(caches.at(vc_at), cshape, kvdt);
+  auto it = test::make_tensor(in.at(idx_at), {num_pages}, i32);
+  auto pt = test::make_tensor(in.at(ptr_at), {B + 1}, i32);
+  auto lt = test::make_tensor(in.at(last_at), {B}, i32);
+  auto wt =
+      test::make_tensor(ws.get(), {static_cast<int64_t>(ws.size())}, DLDataType{kDLUInt, 8, 1});
+  auto ot = test::make_tensor(out.get(), {B, hq, D}, qdt);
+
+  const double kv_bytes = 2.0 * static_cast<double>(B * L * hk * D) * es_kv;
+  BenchCase c;
+  c.op = "decode_attention";
+  c.uri = ops::decode_uri(raw_plan->data.cfg);
+  c.dtype = dtype;
+  c.shape = {{"batch", B},
+             {"kv_len", L},
+             {"qo_heads", hq},
+             {"kv_heads", hk},
+             {"head_dim", D},
+             {"page_size", P},
+             {"layout", layout},
+             {"kv_dtype", kv_dtype},
+             {"splits", plan_splits},
+             {"workspace_bytes", ws_bytes}};
+  c.label = fmt::format(
+      "decode_attention {} kv={} {} batch={} kv_len={} heads={}/{} head_dim={} "
+      "page={} splits={}",
+      dtype, kv_dtype, layout, B, L, hq, hk, D, P, plan_splits);
+  c.launch = [&] {
+    const kjit_status s =
+        kjit_batch_decode_run(raw_plan, qt.get(), kct.get(), vct.get(), it.get(), pt.get(),
+                              lt.get(), wt.get(), ot.get(), nullptr, 1.0f, 1.0f, nullptr);
+    if (s != KJIT_SUCCESS) throw Error(s, kjit_last_error());
+  };
+  // Reads every K and V byte of the requests once, q and the page table; writes out.
+  c.bytes = kv_bytes + 2.0 * static_cast<double>(nq * es_q) +
+            4.0 * static_cast<double>(indices.size() + indptr.size() + last.size());
+  c.copy_src = caches.dev->get();
+  c.copy_bytes = static_cast<size_t>(c.bytes / 2);
+  c.flops = 4.0 * static_cast<double>(B * L * hq * D);
+
+  // The check: the fp64 reference on up to 4 requests (first, last and two at random; the full
+  // batch would take minutes on the host), every qo head of each.
+  const double first_ms = first_call_ms(c);
+  Check chk;
+  if (opts.check) {
+    std::vector<unsigned char> got(nq * es_q);
+    out.download(got.data(), got.size());
+    std::vector<int64_t> picks = {0, B - 1};
+    std::uniform_int_distribution<int64_t> pick(0, B - 1);
+    for (int k = 0; k < 2; ++k) picks.push_back(pick(rng));
+    std::sort(picks.begin(), picks.end());
+    picks.erase(std::unique(picks.begin(), picks.end()), picks.end());
+    const double u_p = (dtype == "bf16" && !fp8) ? 0x1p-8 : 0x1p-11;
+    const double u_out = ref::unit_roundoff(dtype);
+    const double vmax = fp8 ? 7.5 : 1.0;
+    c.shape["checked_requests"] = picks.size();
+    for (int64_t b : picks) {
+      ref::DecodeRefArgs a;
+      a.batch = 1;
+      a.qo_heads = hq;
+      a.kv_heads = hk;
+      a.head_dim = D;
+      a.page_size = P;
+      a.num_pages = num_pages;
+      a.sm_scale = 1.0 / std::sqrt(static_cast<double>(D));
+      a.indptr = {0, static_cast<int32_t>(pages_per)};
+      a.indices.assign(indices.begin() + b * pages_per, indices.begin() + (b + 1) * pages_per);
+      a.last_page_len = {last[static_cast<size_t>(b)]};
+      auto elem = [&](size_t at, int64_t page, int64_t slot, int64_t h, int64_t d) {
+        const size_t i = static_cast<size_t>(nhd ? ((page * P + slot) * hk + h) * D + d
+                                                 : ((page * hk + h) * P + slot) * D + d);
+        if (fp8) return ref::e4m3_to_double(caches.host[at + i]);
+        return ref::load_elem(caches.host.data() + at, i, dtype);
+      };
+      auto q = [&](int64_t, int64_t i, int64_t d) {
+        return ref::load_elem(in.host.data() + q_at, static_cast<size_t>((b * hq + i) * D + d),
+                              dtype);
+      };
+      auto k = [&](int64_t pg, int64_t s, int64_t h, int64_t d) {
+        return elem(kc_at, pg, s, h, d);
+      };
+      auto v = [&](int64_t pg, int64_t s, int64_t h, int64_t d) {
+        return elem(vc_at, pg, s, h, d);
+      };
+      std::vector<double> want, lse;
+      ref::decode_attention(a, q, k, v, want, lse);
+      for (int64_t i = 0; i < hq * D; ++i) {
+        const double w = want[static_cast<size_t>(i)];
+        chk.add(ref::load_elem(got.data(), static_cast<size_t>(b * hq * D + i), dtype), w,
+                3 * u_p * vmax + 2 * u_out * std::fabs(w) + 1e-6);
+      }
+    }
+  }
+  int rc = report(c, chk, first_ms, opts);
+
+  // The read-only probe over the same number of bytes (K then V), timed the same way.
+  const jit::Spec spec = [] {
+    jit::Spec s;
+    s.op = "read_probe";
+    s.uri = jit::make_uri(s.op, s.params);
+    s.kernel_dirs = {"common"};
+    s.includes = {"common/prelude.cuh"};
+    s.config = kReadProbeSource;
+    s.entry_names = {"kjit_read_probe_kernel"};
+    s.arch_families = {"sm_80+"};
+    return s;
+  }();
+  test::DeviceBuffer sink(16);
+  ReadProbeParams rp{caches.dev->get(), static_cast<unsigned long long>(kv_bytes / 16),
+                     static_cast<unsigned*>(sink.get())};
+  CUfunction fn = nullptr;
+  cuda::LaunchConfig lc;
+  lc.grid_x = static_cast<unsigned>(cuda::device_info(0).sm_count * 4);
+  lc.block_x = 512;
+  BenchCase probe;
+  probe.op = "read_probe";
+  probe.uri = spec.uri;
+  probe.dtype = "none";
+  probe.shape = {{"bytes", kv_bytes}, {"for", c.label}};
+  probe.label =
+      fmt::format("read-only probe, {:.1f} MB (the KV bytes of the case above)", kv_bytes / 1e6);
+  probe.launch = [&] {
+    if (fn == nullptr)
+      fn = jit::JitCore::global().kernel(spec.uri, 0, [&] { return spec; }).functions.at(0);
+    cuda::launch(fn, lc, &rp);
+  };
+  probe.bytes = kv_bytes;
+  probe.copy_src = caches.dev->get();
+  probe.copy_bytes = static_cast<size_t>(kv_bytes / 2);
+  Check none;
+  none.note = "no output";
+  const double probe_first = first_call_ms(probe);
+  const int rc2 = report(probe, none, probe_first, opts);
+  return rc != kExitOk ? rc : rc2;
+}
+
+}  // namespace
+
+void add_attention_benches(std::vector<BenchEntry>& out) {
+  out.push_back({"decode_attention",
+                 {"dtype", "batch", "kv_len", "qo_heads", "kv_heads", "head_dim", "page_size"},
+                 bench_decode_attention,
+                 "dtype (q), batch, kv_len, qo_heads, kv_heads, head_dim, page_size, optional "
+                 "kv_dtype (e4m3), layout (nhd|hnd), num_splits; checked on up to 4 requests, "
+                 "then a read-only probe of the same bytes"});
+}
+
+}  // namespace kjit::cli

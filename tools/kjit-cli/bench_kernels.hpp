@@ -1,0 +1,18 @@
+// The device code of the bench harness itself (bench_timer.cpp): the blocking kernel that holds
+// the stream while a chunk is queued, the L2 flush, and the empty separator kernel that tells
+// CUPTI samples apart. Compiled through the JIT like any op (so, under CUPTI, after CUPTI is
+// enabled); separate from the timer so the unit tests compile it without a GPU.
+#pragma once
+
+#include "jit/spec.hpp"
+
+namespace kjit::cli {
+
+inline constexpr const char* kBlockKernel = "kjit_bench_block";
+inline constexpr const char* kFlushKernel = "kjit_bench_l2_flush";
+inline constexpr const char* kMarkKernel = "kjit_bench_mark";
+
+// Entries in this order: block, flush, mark.
+jit::Spec harness_kernels_spec();
+
+}  // namespace kjit::cli

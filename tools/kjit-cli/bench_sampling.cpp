@@ -1,0 +1,325 @@
+// `kjit-cli bench` cases of the sampling family: top_p_sampling (from probabilities),
+// top_k_top_p_sampling (fused from logits), argmax and softmax. The check of a sampler is the
+// exactness of its draws: every drawn token must be in the CPU reference's set (rows whose
+// boundary token sits within rounding of the threshold accept either answer, and are counted).
+// bytes = the probabilities / logits read (plus softmax's fp32 write).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench_harness.hpp"
+#include "commands.hpp"
+#include "kjit/kjit.h"
+#include "ops/sampling.hpp"
+#include "reference/half.hpp"
+#include "reference/sampling_ref.hpp"
+#include "support/gpu.hpp"
+#include "util/error.hpp"
+
+namespace kjit::cli {
+namespace {
+
+double float_arg(const ops::SetArgs& args, const std::string& name, double dflt, double lo,
+                 double hi) {
+  auto it = args.find(name);
+  if (it == args.end()) return dflt;
+  double v = 0;
+  try {
+    size_t used = 0;
+    v = std::stod(it->second, &used);
+    if (used != it->second.size()) throw std::invalid_argument("trailing");
+  } catch (const std::exception&) {
+    throw UsageError(fmt::format("{}={} is not a number", name, it->second));
+  }
+  if (!(v >= lo && v <= hi)) throw UsageError(fmt::format("{} must be in [{}, {}]", name, lo, hi));
+  return v;
+}
+
+// Logits like a language model's: N(0, sigma), a different row each time.
+std::vector<double> random_logits(std::vector<unsigned char>& host, size_t n,
+                                  const std::string& dtype, std::mt19937_64& rng, double sigma) {
+  std::normal_distribution<double> nd(0.0, sigma);
+  host.resize(n * ref::elem_size(dtype));
+  std::vector<double> v(n);
+  for (size_t i = 0; i < n; ++i) {
+    ref::store_elem(host.data(), i, nd(rng), dtype);
+    v[i] = ref::load_elem(host.data(), i, dtype);
+  }
+  return v;
+}
+
+// Device-resident seed, offset and outputs of one sampler.
+struct DrawBuffers {
+  test::DeviceBuffer seed{8}, offset{8}, samples, valid;
+  test::Tensor seed_t, offset_t, samples_t, valid_t;
+  explicit DrawBuffers(int64_t batch) : samples(batch * 4), valid(batch) {
+    const uint64_t s = 20240601, o = 0;
+    seed.upload(&s, 8);
+    offset.upload(&o, 8);
+    seed_t = test::make_tensor(seed.get(), {1}, test::dl_dtype("int64"));
+    offset_t = test::make_tensor(offset.get(), {1}, test::dl_dtype("int64"));
+    samples_t = test::make_tensor(samples.get(), {batch}, test::dl_dtype("int32"));
+    valid_t = test::make_tensor(valid.get(), {batch}, DLDataType{kDLUInt, 8, 1});
+  }
+};
+
+// Counts drawn tokens outside each row's reference set (invalid flags count too).
+Check check_draws(const std::vector<double>& values, int64_t batch, int64_t vocab,
+                  const ref::FilterSpec& spec, double temperature, bool logits,
+                  const DrawBuffers& bufs) {
+  std::vector<int32_t> got(static_cast<size_t>(batch));
+  std::vector<uint8_t> valid(static_cast<size_t>(batch));
+  bufs.samples.download(got.data(), got.size() * 4);
+  bufs.valid.download(valid.data(), valid.size());
+  Check chk;
+  long band = 0;
+  for (int64_t r = 0; r < batch; ++r) {
+    std::vector<double> w(values.begin() + r * vocab, values.begin() + (r + 1) * vocab);
+    if (logits) {
+      double m = -INFINITY;
+      for (double x : w) m = std::max(m, x);
+      for (double& x : w) x = std::exp((x - m) / temperature);
+    }
+    const auto keep = ref::keep_sets(w, spec);
+    const int32_t t = got[static_cast<size_t>(r)];
+    const bool ok = valid[static_cast<size_t>(r)] == 1 && t >= 0 && t < vocab &&
+                    keep[static_cast<size_t>(t)] != ref::Keep::kNo;
+    chk.add(ok ? 0.0 : 1.0, 0.0, 0.5);
+    band += ok && keep[static_cast<size_t>(t)] == ref::Keep::kMay;
+  }
+  chk.note = fmt::format("{} of {} drawn tokens in the reference set ({} in the rounding band)",
+                         batch - chk.bad, batch, band);
+  return chk;
+}
+
+int bench_top_p_sampling(const ops::SetArgs& args, const BenchOptions& opts) {
+  const int64_t batch = ops::positive_int_arg(args, "batch", 1 << 20);
+  const int64_t vocab = ops::positive_int_arg(args, "vocab", ops::kFilterMaxVocab);
+  const double p = float_arg(args, "p", 0.9, 1e-6, 1.0);
+  const double sigma = float_arg(args, "sigma", 2.0, 0.0, 100.0);
+  const size_t n = static_cast<size_t>(batch * vocab);
+  check_gpu();
+
+  // Probabilities: a softmax of N(0, sigma) logits per row, stored as fp32.
+  std::mt19937_64 rng(std::random_device{}());
+  std::vector<unsigned char> host;
+  std::vector<double> probs = random_logits(host, n, "fp32", rng, sigma);
+  for (int64_t r = 0; r < batch; ++r) {
+    double m = -INFINITY, s = 0;
+    for (int64_t i = 0; i < vocab; ++i) m = std::max(m, probs[r * vocab + i]);
+    for (int64_t i = 0; i < vocab; ++i)
+      s += probs[r * vocab + i] = std::exp(probs[r * vocab + i] - m);
+    for (int64_t i = 0; i < vocab; ++i) {
+      ref::store_elem(host.data(), static_cast<size_t>(r * vocab + i), probs[r * vocab + i] / s,
+                      "fp32");
+      probs[r * vocab + i] =
+          ref::load_elem(host.data(), static_cast<size_t>(r * vocab + i), "fp32");
+    }
+  }
+  test::DeviceBuffer x(host.size());
+  x.upload(host.data(), host.size());
+  auto xt = test::make_tensor(x.get(), {batch, vocab}, test::dl_dtype("fp32"));
+  DrawBuffers bufs(batch);
+
+  const ops::FilterConfig cfg = ops::select_filter(ops::FilterOp::kSample, ops::FilterInput::kProbs,
+                                                   ops::DType::kF32, vocab, vocab % 4 == 0);
+  BenchCase c;
+  c.op = "top_p_sampling";
+  c.uri = ops::filter_uri(cfg);
+  c.dtype = "fp32";
+  c.shape = {{"batch", batch}, {"vocab", vocab}, {"p", p}, {"sigma", sigma}};
+  c.label = fmt::format("top_p_sampling fp32 batch={} vocab={} p={}", batch, vocab, p);
+  c.launch = [&] {
+    kjit_status st = kjit_top_p_sampling_from_probs(
+        xt.get(), nullptr, bufs.seed_t.get(), bufs.offset_t.get(), bufs.samples_t.get(),
+        bufs.valid_t.get(), static_cast<float>(p), nullptr);
+    if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
+  };
+  c.bytes = static_cast<double>(n) * 4;
+  c.copy_src = x.get();
+  c.copy_bytes = n * 2;
+
+  const double first_ms = first_call_ms(c);
+  ref::FilterSpec spec;
+  spec.top_p = p;
+  spec.mass_tol = 1e-4;
+  return report(c, check_draws(probs, batch, vocab, spec, 1.0, false, bufs), first_ms, opts);
+}
+
+int bench_top_k_top_p_sampling(const ops::SetArgs& args, const BenchOptions& opts) {
+  const std::string dtype = args.at("dtype");
+  const int64_t batch = ops::positive_int_arg(args, "batch", 1 << 20);
+  const int64_t vocab = ops::positive_int_arg(args, "vocab", ops::kFilterMaxVocab);
+  const int64_t k = args.count("k") ? ops::positive_int_arg(args, "k", 1 << 30) : 50;
+  const double p = float_arg(args, "p", 0.9, 1e-6, 1.0);
+  const double temperature = float_arg(args, "temperature", 1.0, 1e-3, 100.0);
+  const double sigma = float_arg(args, "sigma", 2.0, 0.0, 100.0);
+  if (dtype != "fp32" && dtype != "bf16" && dtype != "fp16") {
+    throw UsageError("dtype must be fp32, bf16 or fp16");
+  }
+  const size_t n = static_cast<size_t>(batch * vocab);
+  const size_t es = ref::elem_size(dtype);
+  check_gpu();
+
+  std::mt19937_64 rng(std::random_device{}());
+  std::vector<unsigned char> host;
+  const std::vector<double> logits = random_logits(host, n, dtype, rng, sigma);
+  test::DeviceBuffer x(host.size());
+  x.upload(host.data(), host.size());
+  auto xt = test::make_tensor(x.get(), {batch, vocab}, test::dl_dtype(dtype));
+  DrawBuffers bufs(batch);
+
+  const ops::DType dt = *ops::dtype_of(test::dl_dtype(dtype));
+  const ops::FilterConfig cfg =
+      ops::select_filter(ops::FilterOp::kSample, ops::FilterInput::kLogits, dt, vocab,
+                         vocab % static_cast<int64_t>(16 / es) == 0);
+  BenchCase c;
+  c.op = "top_k_top_p_sampling";
+  c.uri = ops::filter_uri(cfg);
+  c.dtype = dtype;
+  c.shape = {{"batch", batch}, {"vocab", vocab}, {"k", k}, {"p", p}, {"temperature", temperature},
+             {"sigma", sigma}};
+  c.label = fmt::format("top_k_top_p_sampling {} batch={} vocab={} k={} p={} T={}", dtype, batch,
+                        vocab, k, p, temperature);
+  c.launch = [&] {
+    kjit_status st = kjit_top_k_top_p_sampling_from_logits(
+        xt.get(), nullptr, nullptr, nullptr, bufs.seed_t.get(), bufs.offset_t.get(),
+        bufs.samples_t.get(), bufs.valid_t.get(), static_cast<int>(k), static_cast<float>(p),
+        static_cast<float>(temperature), nullptr);
+    if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
+  };
+  c.bytes = static_cast<double>(n * es);
+  c.copy_src = x.get();
+  c.copy_bytes = n * es / 2;
+
+  const double first_ms = first_call_ms(c);
+  ref::FilterSpec spec;
+  spec.top_k = static_cast<int>(k);
+  spec.top_p = p;
+  spec.value_tol = 2e-5;
+  spec.mass_tol = 2e-4;
+  return report(c, check_draws(logits, batch, vocab, spec, temperature, true, bufs), first_ms,
+                opts);
+}
+
+int bench_argmax(const ops::SetArgs& args, const BenchOptions& opts) {
+  const std::string dtype = args.at("dtype");
+  const int64_t batch = ops::positive_int_arg(args, "batch", 1 << 20);
+  const int64_t vocab = ops::positive_int_arg(args, "vocab", ops::kRowKernelMaxVocab);
+  if (dtype != "fp32" && dtype != "bf16" && dtype != "fp16") {
+    throw UsageError("dtype must be fp32, bf16 or fp16");
+  }
+  const size_t n = static_cast<size_t>(batch * vocab);
+  const size_t es = ref::elem_size(dtype);
+  check_gpu();
+  std::mt19937_64 rng(std::random_device{}());
+  std::vector<unsigned char> host;
+  const std::vector<double> v = random_logits(host, n, dtype, rng, 2.0);
+  test::DeviceBuffer x(host.size()), out(static_cast<size_t>(batch) * 8);
+  x.upload(host.data(), host.size());
+  auto xt = test::make_tensor(x.get(), {batch, vocab}, test::dl_dtype(dtype));
+  auto ot = test::make_tensor(out.get(), {batch}, test::dl_dtype("int64"));
+  const ops::DType dt = *ops::dtype_of(test::dl_dtype(dtype));
+  BenchCase c;
+  c.op = "argmax";
+  c.uri =
+      ops::argmax_uri(ops::select_argmax(dt, vocab, vocab % static_cast<int64_t>(16 / es) == 0));
+  c.dtype = dtype;
+  c.shape = {{"batch", batch}, {"vocab", vocab}};
+  c.label = fmt::format("argmax {} batch={} vocab={}", dtype, batch, vocab);
+  c.launch = [&] {
+    kjit_status st = kjit_argmax(xt.get(), ot.get(), nullptr);
+    if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
+  };
+  c.bytes = static_cast<double>(n * es);
+  c.copy_src = x.get();
+  c.copy_bytes = n * es / 2;
+  const double first_ms = first_call_ms(c);
+  std::vector<int64_t> got(static_cast<size_t>(batch));
+  out.download(got.data(), got.size() * 8);
+  Check chk;
+  for (int64_t r = 0; r < batch; ++r) {
+    const std::vector<double> row(v.begin() + r * vocab, v.begin() + (r + 1) * vocab);
+    chk.add(static_cast<double>(got[static_cast<size_t>(r)]), static_cast<double>(ref::argmax(row)),
+            0.0);
+  }
+  return report(c, chk, first_ms, opts);
+}
+
+int bench_softmax(const ops::SetArgs& args, const BenchOptions& opts) {
+  const std::string dtype = args.at("dtype");
+  const int64_t batch = ops::positive_int_arg(args, "batch", 1 << 20);
+  const int64_t vocab = ops::positive_int_arg(args, "vocab", ops::kRowKernelMaxVocab);
+  const double temperature = float_arg(args, "temperature", 1.0, 1e-3, 100.0);
+  if (dtype != "fp32" && dtype != "bf16" && dtype != "fp16") {
+    throw UsageError("dtype must be fp32, bf16 or fp16");
+  }
+  const size_t n = static_cast<size_t>(batch * vocab);
+  const size_t es = ref::elem_size(dtype);
+  check_gpu();
+  std::mt19937_64 rng(std::random_device{}());
+  std::vector<unsigned char> host;
+  const std::vector<double> v = random_logits(host, n, dtype, rng, 2.0);
+  test::DeviceBuffer x(host.size()), out(n * 4);
+  x.upload(host.data(), host.size());
+  out.fill(0xFF);
+  auto xt = test::make_tensor(x.get(), {batch, vocab}, test::dl_dtype(dtype));
+  auto ot = test::make_tensor(out.get(), {batch, vocab}, test::dl_dtype("fp32"));
+  const ops::DType dt = *ops::dtype_of(test::dl_dtype(dtype));
+  BenchCase c;
+  c.op = "softmax";
+  c.uri =
+      ops::softmax_uri(ops::select_softmax(dt, vocab, vocab % static_cast<int64_t>(16 / es) == 0));
+  c.dtype = dtype;
+  c.shape = {{"batch", batch}, {"vocab", vocab}, {"temperature", temperature}};
+  c.label = fmt::format("softmax {} batch={} vocab={} T={}", dtype, batch, vocab, temperature);
+  c.launch = [&] {
+    kjit_status st =
+        kjit_softmax(xt.get(), nullptr, ot.get(), static_cast<float>(temperature), nullptr);
+    if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
+  };
+  // Two reads of the logits (the second mostly from L2) count once: HBM traffic is one read and
+  // the fp32 write.
+  c.bytes = static_cast<double>(n * es + n * 4);
+  c.copy_src = x.get();
+  c.copy_bytes = std::min((n * es + n * 4) / 2, n * es);  // as much as the logits allow
+  const double first_ms = first_call_ms(c);
+  std::vector<float> got(n);
+  out.download(got.data(), n * 4);
+  Check chk;
+  for (int64_t r = 0; r < batch; ++r) {
+    const std::vector<double> row(v.begin() + r * vocab, v.begin() + (r + 1) * vocab);
+    const std::vector<double> want = ref::softmax(row, temperature);
+    for (int64_t i = 0; i < vocab; ++i) {
+      chk.add(got[static_cast<size_t>(r * vocab + i)], want[static_cast<size_t>(i)],
+              2e-5 * want[static_cast<size_t>(i)] + 1e-30);
+    }
+  }
+  return report(c, chk, first_ms, opts);
+}
+
+}  // namespace
+
+void add_sampling_benches(std::vector<BenchEntry>& out) {
+  out.push_back({"top_p_sampling",
+                 {"batch", "vocab"},
+                 bench_top_p_sampling,
+                 "batch, vocab, optional p (0.9), sigma (2: logits' spread)"});
+  out.push_back({"top_k_top_p_sampling",
+                 {"dtype", "batch", "vocab"},
+                 bench_top_k_top_p_sampling,
+                 "dtype, batch, vocab, optional k (50), p (0.9), temperature (1), sigma (2)"});
+  out.push_back({"argmax", {"dtype", "batch", "vocab"}, bench_argmax, "dtype, batch, vocab"});
+  out.push_back({"softmax",
+                 {"dtype", "batch", "vocab"},
+                 bench_softmax,
+                 "dtype, batch, vocab, optional temperature (1)"});
+}
+
+}  // namespace kjit::cli
