@@ -16,51 +16,13 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from peer_timing import time_batches as time_hot, time_cold
+
 BACKENDS = {
     "cudnn": SDPBackend.CUDNN_ATTENTION,
     "flash": SDPBackend.FLASH_ATTENTION,
     "efficient": SDPBackend.EFFICIENT_ATTENTION,
 }
-
-
-def time_cold(fn, flush, warmup=10, samples=50):
-    for _ in range(warmup):
-        fn()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    us = []
-    for _ in range(samples):
-        flush.zero_()
-        # Keeps the GPU busy (~50 us) while the host enqueues the events and the call, so the
-        # events time the kernels, not Python's launch path.
-        torch.cuda._sleep(100_000)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        us.append(1000.0 * a.elapsed_time(b))
-    us.sort()
-    q = lambda p: us[int(p * (len(us) - 1) + 0.5)]
-    return {"median_us": q(0.5), "min_us": us[0], "p10_us": q(0.1), "p90_us": q(0.9),
-            "samples": samples, "batch": 1}
-
-
-def time_hot(fn, warmup=10, samples=30):
-    for _ in range(warmup):
-        fn()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record(); fn(); b.record(); b.synchronize()
-    batch = max(1, min(2000, int(1.0 / max(a.elapsed_time(b), 1e-4))))
-    us = []
-    for _ in range(samples):
-        a.record()
-        for _ in range(batch):
-            fn()
-        b.record(); b.synchronize()
-        us.append(1000.0 * a.elapsed_time(b) / batch)
-    us.sort()
-    q = lambda p: us[int(p * (len(us) - 1) + 0.5)]
-    return {"median_us": q(0.5), "min_us": us[0], "p10_us": q(0.1), "p90_us": q(0.9),
-            "samples": samples, "batch": batch}
 
 
 def main():

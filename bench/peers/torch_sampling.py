@@ -15,24 +15,7 @@ import sys
 
 import torch
 
-
-def time_batches(fn, warmup=10, samples=30):
-    for _ in range(warmup):
-        fn()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record(); fn(); b.record(); b.synchronize()
-    batch = max(1, min(2000, int(1.0 / max(a.elapsed_time(b), 1e-4))))
-    us = []
-    for _ in range(samples):
-        a.record()
-        for _ in range(batch):
-            fn()
-        b.record(); b.synchronize()
-        us.append(1000.0 * a.elapsed_time(b) / batch)
-    us.sort()
-    q = lambda p: us[int(p * (len(us) - 1) + 0.5)]
-    return {"median_us": q(0.5), "min_us": us[0], "p10_us": q(0.1), "p90_us": q(0.9),
-            "samples": samples, "batch": batch}
+from peer_timing import time_batches
 
 
 def sort_top_p(probs, p):
