@@ -1307,6 +1307,7 @@ TEST_CASE("hostile abi: every function rejects every broken argument before the 
                        << " broken calls mishandled:" << join_lines(problems, 40));
   CHECK(problems.empty());
   CHECK(cases > 2000);
+  WARN(cases << " broken calls checked, all rejected before any driver call but the known gaps");
 }
 
 TEST_CASE("hostile abi: zero-size calls are validated no-ops that never reach the driver",
