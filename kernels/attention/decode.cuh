@@ -42,6 +42,7 @@ struct DecodeParams {
   float* lse;                   // [batch, qo_heads] natural log, or null
   float* ws_o;                  // [batch, max_splits, qo_heads, D] split partials (normalized)
   float* ws_lse;                // [batch, max_splits, qo_heads] their lse, log2
+  int* counters;  // [batch * kv_heads / HP] finished splits (fused merge), or null: merge kernel
   long long q_sb, q_sh;
   long long o_sb, o_sh;
   long long lse_sb, lse_sh;
@@ -61,7 +62,7 @@ struct DecodeParams {
   float cap_out;      // cap * log2e, 0 without a soft cap
   float v_scale;
 };
-static_assert(sizeof(DecodeParams) == 232, "the host mirror asserts the same size");
+static_assert(sizeof(DecodeParams) == 240, "the host mirror asserts the same size");
 
 // A request's token range and split count, read from the device page table. The plan's host
 // copy only sizes things: whatever the table holds at run time, every token is covered (the
@@ -96,15 +97,17 @@ KJIT_DEVICE KJIT_FORCEINLINE SeqSplit seq_split(const DecodeParams& p, int b) {
 }
 
 // Shared memory of one CTA, in bytes (the host computes the same figure in decode_smem_bytes).
-template <bool KV_FP8, int D, int NT, int W, int TS, int S>
+// HP kv heads share a CTA: their rows of one token are adjacent in an NHD cache, so a CTA reads
+// HP * D * kv_bytes contiguous bytes per token instead of one head's row.
+template <bool KV_FP8, int D, int NT, int W, int TS, int S, int HP = 1>
 struct DecodeSmem {
   static constexpr int kKvBytes = KV_FP8 ? 1 : 2;
-  static constexpr int kStageRow = D * kKvBytes;             // bytes of one token row as stored
-  static constexpr int kStageTile = TS * kStageRow;          // one of K or V for one stage
-  static constexpr int kStageBytes = S * 2 * kStageTile;     // all stages, K and V
-  static constexpr int kConvTile = KV_FP8 ? TS * D * 2 : 0;  // fp8 converted to fp16, K or V
-  static constexpr int kQRows = 8 * NT;
-  static constexpr int kQBytes = kQRows * D * 2;
+  static constexpr int kStageRow = D * kKvBytes;          // bytes of one token row as stored
+  static constexpr int kStageTile = HP * TS * kStageRow;  // one of K or V for one stage
+  static constexpr int kStageBytes = S * 2 * kStageTile;  // all stages, K and V
+  static constexpr int kConvTile = KV_FP8 ? HP * TS * D * 2 : 0;  // fp8 as fp16, K or V
+  static constexpr int kQRows = 8 * NT;                           // per head
+  static constexpr int kQBytes = HP * kQRows * D * 2;
   static constexpr int kOffBufs = S + 1;  // page lookups: see the main loop for why S + 1
   static constexpr int kOffBytes = kOffBufs * TS * 8;
   static constexpr int kConvAt = kStageBytes;
@@ -115,6 +118,8 @@ struct DecodeSmem {
   static constexpr int kORow = D + 4;  // floats; the pad spreads the fragment stores over banks
   static constexpr int kScratch = W * kQRows * kORow * 4 + 3 * W * kQRows * 4;
   static_assert(kScratch <= kStageBytes, "merge scratch must fit in the stage buffers");
+  // The fused split merge keeps [max_splits][HP * group] weights in the stage buffers: the host
+  // enables it only where they fit.
 };
 
 // 16-byte chunk `chunk` of row `row` in a tile of ROW_BYTES-byte rows, XOR-swizzled so the eight
@@ -125,27 +130,33 @@ KJIT_DEVICE KJIT_FORCEINLINE int swz(int row, int chunk) {
   return row * ROW_BYTES + ((chunk ^ (row & 7)) << 4);
 }
 
-// Launch: grid = batch * num_kv_heads * max_splits (blockIdx.x = (b * kv_heads + h) *
-// max_splits + split), block = 32 * W, dynamic shared memory DecodeSmem<...>::kTotal bytes
-// (opt-in above 48 KB). Every K/V row (page, slot, head) address must be CP-byte aligned; q,
-// out and lse need only element alignment. out and lse must not overlap the inputs. With
-// max_splits > 1 the workspace partials are then combined by decode_merge_kernel.
-// QT: q / out type. CT: the mma operand type (QT for a 16-bit cache, __half for fp8 e4m3,
-// whose values enter scaled by 2^-8: the host folds 2^8 into score_scale and v_scale).
+// Launch: grid = batch * (num_kv_heads / HP) * max_splits (blockIdx.x = (b * kv_heads / HP +
+// h / HP) * max_splits + split), block = 32 * W, dynamic shared memory DecodeSmem<...>::kTotal
+// bytes (opt-in above 48 KB). num_kv_heads must be a multiple of HP; W / HP warps serve each head.
+// Every K/V row (page, slot, head) address must be CP-byte aligned; q, out and lse need only
+// element alignment. out and lse must not overlap the inputs. With max_splits > 1 the workspace
+// partials are then combined by decode_merge_kernel, or, with p.counters set (zero before the first
+// launch; the kernel leaves them zero), by the last CTA of each (request, head set) to finish: no
+// second launch and no gap between the kernels. QT: q / out type. CT: the mma operand type (QT for
+// a 16-bit cache, __half for fp8 e4m3, whose values enter scaled by 2^-8: the host folds 2^8 into
+// score_scale and v_scale).
 // clang-format off
-template <typename QT, typename CT, bool KV_FP8, int D, int NT, int W, int TS, int S, int CP>
+template <typename QT, typename CT, bool KV_FP8, int D, int NT, int W, int TS, int S, int CP,
+          int HP = 1>
 __global__ void __launch_bounds__(32 * W)
 decode_kernel(const __grid_constant__ DecodeParams p) {
   // clang-format on
   static_assert(D == 64 || D == 128 || D == 256, "head_dim 64, 128 or 256");
   static_assert(NT == 1 || NT == 2, "up to two n-tiles of 8 heads");
-  static_assert(TS % (16 * W) == 0, "every warp takes whole 16-token tiles of a stage");
+  static_assert(HP >= 1 && W % HP == 0, "every head of the CTA gets whole warps");
+  constexpr int kWarpsPerHead = W / HP;
+  static_assert(TS % (16 * kWarpsPerHead) == 0, "every warp takes whole 16-token tiles of a stage");
   static_assert(TS <= 32 * W, "one page lookup per thread per stage");
   static_assert(S >= 2, "at least double buffering");
   static_assert(CP == 16 || CP == 8 || CP == 4, "cp.async size");
-  using Smem = DecodeSmem<KV_FP8, D, NT, W, TS, S>;
+  using Smem = DecodeSmem<KV_FP8, D, NT, W, TS, S, HP>;
   constexpr int kThreads = 32 * W;
-  constexpr int kTilesPerWarp = TS / (16 * W);
+  constexpr int kTilesPerWarp = TS / (16 * kWarpsPerHead);
   constexpr int kRowCT = D * 2;  // bytes of a compute-type row (swizzled tiles)
   constexpr int kKSteps = D / 16;
   const float kNegInf = -__int_as_float(0x7f800000);
@@ -159,11 +170,14 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
   const int warp = tid >> 5;
   const int g = lane >> 2;
   const int c = lane & 3;
+  const int wh = warp / kWarpsPerHead;  // this warp's head within the CTA
+  const int wi = warp % kWarpsPerHead;  // and its rank among that head's warps
 
   const int split = int(blockIdx.x % unsigned(p.max_splits));
   const int bh = int(blockIdx.x / unsigned(p.max_splits));
-  const int h = bh % p.num_kv_heads;
-  const int b = bh / p.num_kv_heads;
+  const int head_sets = p.num_kv_heads / HP;
+  const int h = (bh % head_sets) * HP;  // the CTA's first kv head
+  const int b = bh / head_sets;
   const SeqSplit sq = seq_split(p, b);
   if (split >= sq.splits) return;  // whole CTA: no barrier reached yet
   const int begin = sq.start + split * p.chunk;
@@ -214,19 +228,24 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
     unsigned char* kd = smem + buf * 2 * Smem::kStageTile;
     unsigned char* vd = kd + Smem::kStageTile;
     constexpr int kPerRow = Smem::kStageRow / CP;
-    static_assert((TS * kPerRow) % kThreads == 0, "loads split evenly over the threads");
+    static_assert((HP * TS * kPerRow) % kThreads == 0, "loads split evenly over the threads");
+    // Consecutive threads walk a token's HP head rows in address order (adjacent in NHD); the
+    // tile keeps each head's TS rows together for the mma.
 #pragma unroll 2
-    for (int i = 0; i < TS * kPerRow / kThreads; ++i) {
+    for (int i = 0; i < HP * TS * kPerRow / kThreads; ++i) {
       const int it = tid + i * kThreads;
-      const int row = it / kPerRow;
+      const int rh = it / kPerRow;
+      const int hh = rh % HP;
+      const int t = rh / HP;
+      const int row = hh * TS + t;
       const int byte = (it % kPerRow) * CP;
-      const int2 ps = o[row];
+      const int2 ps = o[t];
       const unsigned char* ks = k_head;
       const unsigned char* vs = v_head;
       int n = 0;
       if (ps.x >= 0) {
-        ks += (ps.x * p.k_sp + ps.y * p.k_ss) * Smem::kKvBytes + byte;
-        vs += (ps.x * p.v_sp + ps.y * p.v_ss) * Smem::kKvBytes + byte;
+        ks += (ps.x * p.k_sp + ps.y * p.k_ss + hh * p.k_sh) * Smem::kKvBytes + byte;
+        vs += (ps.x * p.v_sp + ps.y * p.v_ss + hh * p.v_sh) * Smem::kKvBytes + byte;
         n = CP;
       }
       int at;
@@ -248,16 +267,18 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
 
     // q rows of the group into shared memory (zero rows past the group), as CT, swizzled.
 #pragma unroll
-  for (int i = tid; i < Smem::kQRows * D / 2; i += kThreads) {
-    const int j = i / (D / 2);
+  for (int i = tid; i < HP * Smem::kQRows * D / 2; i += kThreads) {
+    const int jr = i / (D / 2);  // q_s row: head jr / kQRows of the CTA, group member j
+    const int j = jr % Smem::kQRows;
     const int d = (i % (D / 2)) * 2;
     float x0 = 0.0f, x1 = 0.0f;
     if (j < p.group) {
-      const QT* qr = static_cast<const QT*>(p.q) + b * p.q_sb + (h * p.group + j) * p.q_sh;
+      const QT* qr = static_cast<const QT*>(p.q) + b * p.q_sb +
+                     ((h + jr / Smem::kQRows) * p.group + j) * p.q_sh;
       x0 = to_float(qr[d]);
       x1 = to_float(qr[d + 1]);
     }
-    *reinterpret_cast<u32*>(q_s + swz<kRowCT>(j, d >> 3) + (d & 7) * 2) = pack2<CT>(x0, x1);
+    *reinterpret_cast<u32*>(q_s + swz<kRowCT>(jr, d >> 3) + (d & 7) * 2) = pack2<CT>(x0, x1);
   }
 
 #pragma unroll
@@ -309,7 +330,7 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
       unsigned char* kc = smem + Smem::kConvAt;
       unsigned char* vc = kc + Smem::kConvTile;
       constexpr int kChunks = D / 16;
-      for (int it = tid; it < TS * kChunks; it += kThreads) {
+      for (int it = tid; it < HP * TS * kChunks; it += kThreads) {
         const int row = it / kChunks;
         const int ch = it % kChunks;
 #pragma unroll
@@ -333,9 +354,10 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
     const int2* o = offs + (i % Smem::kOffBufs) * TS;
 #pragma unroll
     for (int tt = 0; tt < kTilesPerWarp; ++tt) {
-      const int r0 = (warp * kTilesPerWarp + tt) * 16;
-      const bool ok_lo = o[r0 + g].x >= 0;
-      const bool ok_hi = o[r0 + g + 8].x >= 0;
+      const int t0 = (wi * kTilesPerWarp + tt) * 16;  // the tile's first token of the stage
+      const int r0 = wh * TS + t0;                    // and its row in the K / V tiles
+      const bool ok_lo = o[t0 + g].x >= 0;
+      const bool ok_hi = o[t0 + g + 8].x >= 0;
       if (!__any_sync(0xffffffffu, ok_lo || ok_hi)) continue;  // a fully masked tile
 
       // S^T = K Q^T: two accumulators (even / odd k-steps) halve the dependent mma chain.
@@ -350,8 +372,8 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
         u32 qf[NT][4];  // B fragments of k-steps ks (0, 1) and ks + 1 (2, 3)
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
-          ldmatrix_x4(qf[nt],
-                      smem_addr(q_s + swz<kRowCT>(nt * 8 + (lane & 7), 2 * ks + (lane >> 3))));
+          ldmatrix_x4(qf[nt], smem_addr(q_s + swz<kRowCT>(wh * Smem::kQRows + nt * 8 + (lane & 7),
+                                                          2 * ks + (lane >> 3))));
         }
         const int krow = r0 + (lane & 7) + ((lane >> 3) & 1) * 8;
         u32 ka[4], kb[4];
@@ -442,22 +464,27 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
   }
   __syncthreads();
 
+  // Heads k = hh * group + j of the CTA (qo head h * group + k): the CTA's qo heads are adjacent.
   const bool final_out = sq.splits == 1;
+  const int nh = HP * p.group;
   const long long part = ((long long)b * p.max_splits + split) * p.num_qo_heads + h * p.group;
-  if (tid < p.group) {
+  if (tid < nh) {
+    const int hh = tid / p.group;
+    const int j = tid - hh * p.group;
+    const int w0 = hh * kWarpsPerHead;
     float mx = kNegInf;
 #pragma unroll
-    for (int w = 0; w < W; ++w) mx = fmaxf(mx, sm[w * Smem::kQRows + tid]);
+    for (int w = 0; w < kWarpsPerHead; ++w) mx = fmaxf(mx, sm[(w0 + w) * Smem::kQRows + j]);
     float tot = 0.0f;
-    float wt[W];
+    float wt[kWarpsPerHead];
 #pragma unroll
-    for (int w = 0; w < W; ++w) {
-      wt[w] = mx == kNegInf ? 0.0f : exp2f(sm[w * Smem::kQRows + tid] - mx);
-      tot += wt[w] * sl[w * Smem::kQRows + tid];
+    for (int w = 0; w < kWarpsPerHead; ++w) {
+      wt[w] = mx == kNegInf ? 0.0f : exp2f(sm[(w0 + w) * Smem::kQRows + j] - mx);
+      tot += wt[w] * sl[(w0 + w) * Smem::kQRows + j];
     }
     const float inv = tot > 0.0f ? p.v_scale / tot : 0.0f;
 #pragma unroll
-    for (int w = 0; w < W; ++w) sw[w * Smem::kQRows + tid] = wt[w] * inv;
+    for (int w = 0; w < kWarpsPerHead; ++w) sw[(w0 + w) * Smem::kQRows + j] = wt[w] * inv;
     const float lse2 = tot > 0.0f ? mx + __log2f(tot) : kNegInf;
     if (final_out) {
       if (p.lse != nullptr) {
@@ -468,19 +495,87 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
     }
   }
   __syncthreads();
-  for (int i = tid; i < p.group * D; i += kThreads) {
-    const int j = i / D;
-    const int d = i - j * D;
+  for (int i = tid; i < nh * D; i += kThreads) {
+    const int k = i / D;
+    const int d = i - k * D;
+    const int hh = k / p.group;
+    const int j = k - hh * p.group;
+    const int w0 = hh * kWarpsPerHead;
     float acc = 0.0f;
 #pragma unroll
-    for (int w = 0; w < W; ++w) {
-      acc += sw[w * Smem::kQRows + j] * so[(w * Smem::kQRows + j) * Smem::kORow + d];
+    for (int w = 0; w < kWarpsPerHead; ++w) {
+      acc += sw[(w0 + w) * Smem::kQRows + j] * so[((w0 + w) * Smem::kQRows + j) * Smem::kORow + d];
     }
     if (final_out) {
-      static_cast<QT*>(p.out)[b * p.o_sb + (h * p.group + j) * p.o_sh + d] = from_float<QT>(acc);
+      static_cast<QT*>(p.out)[b * p.o_sb + (h * p.group + k) * p.o_sh + d] = from_float<QT>(acc);
     } else {
-      p.ws_o[(part + j) * D + d] = acc;
+      p.ws_o[(part + k) * D + d] = acc;
     }
+  }
+  if (final_out || p.counters == nullptr) return;
+
+  // ---- Fused split merge: the last CTA of this (request, head set) to finish combines all ------
+  // The classic last-block pattern: every CTA makes its partial visible device-wide before its
+  // arrival is counted; the CTA that counts last fences again, then reads the others' partials
+  // from L2 (ld.cg: L1 is not coherent across SMs). It leaves the counter at zero for the next
+  // launch, which a CUDA graph replay relies on.
+  __threadfence();
+  __syncthreads();
+  int* flag = reinterpret_cast<int*>(smem + Smem::kOffAt);  // the lookups are dead by now
+  if (tid == 0) {
+    const int prev = atomicAdd(p.counters + bh, 1);
+    const bool last = prev == sq.splits - 1;
+    if (last) atomicExch(p.counters + bh, 0);
+    *flag = last ? 1 : 0;
+  }
+  __syncthreads();
+  if (*flag == 0) return;  // whole CTA
+  __threadfence();
+
+  float* wts = reinterpret_cast<float*>(smem);  // [splits][nh]: lse, then weights
+  const long long base = (long long)b * p.max_splits * p.num_qo_heads + h * p.group;
+  for (int i = tid; i < sq.splits * nh; i += kThreads) {
+    const int sp = i / nh;
+    wts[i] = __ldcg(p.ws_lse + base + (long long)sp * p.num_qo_heads + (i - sp * nh));
+  }
+  __syncthreads();
+  if (tid < nh) {
+    float mx = kNegInf;
+    for (int sp = 0; sp < sq.splits; ++sp) mx = fmaxf(mx, wts[sp * nh + tid]);
+    float tot = 0.0f;
+    for (int sp = 0; sp < sq.splits; ++sp) {
+      const float w = mx == kNegInf ? 0.0f : exp2f(wts[sp * nh + tid] - mx);  // empty: 0
+      wts[sp * nh + tid] = w;
+      tot += w;
+    }
+    const float inv = tot > 0.0f ? 1.0f / tot : 0.0f;
+    for (int sp = 0; sp < sq.splits; ++sp) wts[sp * nh + tid] *= inv;
+    if (p.lse != nullptr) {
+      p.lse[b * p.lse_sb + (h * p.group + tid) * p.lse_sh] =
+          tot > 0.0f ? (mx + __log2f(tot)) * kLn2 : kNegInf;
+    }
+  }
+  __syncthreads();
+  // Four dims per thread; the partials' loads are independent, so unrolling keeps many in flight.
+  for (int i = tid; i < nh * (D / 4); i += kThreads) {
+    const int k = i / (D / 4);
+    const int d = (i - k * (D / 4)) * 4;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 16
+    for (int sp = 0; sp < sq.splits; ++sp) {
+      const float w = wts[sp * nh + k];
+      const float4 x = __ldcg(reinterpret_cast<const float4*>(
+          p.ws_o + (base + (long long)sp * p.num_qo_heads + k) * D + d));
+      acc.x += w * x.x;
+      acc.y += w * x.y;
+      acc.z += w * x.z;
+      acc.w += w * x.w;
+    }
+    QT* dst = static_cast<QT*>(p.out) + b * p.o_sb + (h * p.group + k) * p.o_sh + d;
+    dst[0] = from_float<QT>(acc.x);
+    dst[1] = from_float<QT>(acc.y);
+    dst[2] = from_float<QT>(acc.z);
+    dst[3] = from_float<QT>(acc.w);
   }
 }
 

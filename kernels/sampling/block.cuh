@@ -49,11 +49,16 @@ KJIT_DEVICE KJIT_FORCEINLINE float exp_weight(float x, float m, float c) {
 // after each of its segments (warp-uniform, so it may use shuffles). Nothing block-wide happens
 // inside, so warps run ahead of each other freely. Requires vocab % VEC == 0 and a row aligned to
 // VEC * sizeof(T) bytes.
+//
+// A block of a cluster walks only segments [seg_lo, seg_hi): whole segments, so a segment's
+// elements are visited by the same lanes in the same order on every path.
 template <typename T, int VEC, int U>
 struct RowWalk {
   static constexpr int kSeg = 32 * VEC * U;
   const T* row;
   int vocab;
+  int seg_lo = 0;
+  int seg_hi = 0x7fffffff;
 
   KJIT_DEVICE KJIT_FORCEINLINE int step() const { return int(blockDim.x) * VEC * U; }
 
@@ -61,7 +66,8 @@ struct RowWalk {
   KJIT_DEVICE KJIT_FORCEINLINE void run(F&& f, G&& seg_end) const {
     const int lane = int(threadIdx.x) & 31;
     const int stride = step();
-    for (int base = (int(threadIdx.x) >> 5) * kSeg; base < vocab; base += stride) {
+    const int end = seg_hi < (vocab + kSeg - 1) / kSeg ? seg_hi * kSeg : vocab;
+    for (int base = (seg_lo + (int(threadIdx.x) >> 5)) * kSeg; base < end; base += stride) {
       Vec<T, VEC> v[U];
 #pragma unroll
       for (int u = 0; u < U; ++u) {
@@ -172,6 +178,63 @@ KJIT_DEVICE KJIT_FORCEINLINE V block_exclusive_scan(V v, V* scratch, V* total) {
   *total = __shfl_sync(kFullMask, w, 31);
   __syncthreads();
   return warp == 0 ? excl : before + excl;
+}
+
+// ---- Thread-block clusters (sm_90+) -----------------------------------------------------------
+//
+// A cluster splits one row over several blocks that meet through distributed shared memory.
+// Every block of the cluster must call these the same number of times in the same order.
+
+KJIT_DEVICE KJIT_FORCEINLINE u32 cluster_rank() {
+#if __CUDA_ARCH__ >= 900
+  u32 r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+#else
+  return 0;
+#endif
+}
+
+KJIT_DEVICE KJIT_FORCEINLINE u32 cluster_size() {
+#if __CUDA_ARCH__ >= 900
+  u32 n;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
+  return n;
+#else
+  return 1;
+#endif
+}
+
+// A barrier of every thread of every block of the cluster. Shared-memory writes before it are
+// visible to every block of the cluster after it (release / acquire at cluster scope).
+KJIT_DEVICE KJIT_FORCEINLINE void cluster_sync() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile(
+      "barrier.cluster.arrive.release.aligned;\n\t"
+      "barrier.cluster.wait.acquire.aligned;" ::
+          : "memory");
+#else
+  __syncthreads();
+#endif
+}
+
+// Bytes of dynamic shared memory the launch gave the block.
+KJIT_DEVICE KJIT_FORCEINLINE u32 dynamic_smem_bytes() {
+  u32 n;
+  asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(n));
+  return n;
+}
+
+// The generic address of `p` (this block's shared memory) in block `rank` of the cluster.
+template <typename V>
+KJIT_DEVICE KJIT_FORCEINLINE V* cluster_map(V* p, u32 rank) {
+#if __CUDA_ARCH__ >= 900
+  u64 out;
+  asm volatile("mapa.u64 %0, %1, %2;" : "=l"(out) : "l"(reinterpret_cast<u64>(p)), "r"(rank));
+  return reinterpret_cast<V*>(out);
+#else
+  return p;
+#endif
 }
 
 }  // namespace sampling

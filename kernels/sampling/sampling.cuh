@@ -1,10 +1,14 @@
 // Sorting-free top-k / top-p / min-p filtering with sampling, renormalization or masking.
 //
-// One block per row. Every element has a weight w >= 0 (the probability, or exp((x - max) / T)
-// for logits) and unsigned keys with the weight's order (the bits of w) and, for logits, the
-// logit's order (top-k ranks logits by the logit: exact, and its passes need no exp). Each filter
-// keeps the tokens whose key is at least a threshold, so ties at the boundary are always admitted
-// together:
+// One block per row, or (sampling on sm_90+, small batches) one thread-block cluster per row:
+// each block of the cluster walks a contiguous share of the row's segments, and every point where
+// the one-block kernel reduces over its block (a histogram level, a sum, the maximum) is combined
+// over the cluster through distributed shared memory, with integer histograms and fp64 sums, so
+// both paths find the same thresholds and draw the same token. Every element has a weight w >= 0
+// (the probability, or exp((x - max) / T) for logits) and unsigned keys with the weight's order
+// (the bits of w) and, for logits, the logit's order (top-k ranks logits by the logit: exact, and
+// its passes need no exp). Each filter keeps the tokens whose key is at least a threshold, so ties
+// at the boundary are always admitted together:
 //   top-k:  keys >= the k-th largest key (counting repeats);
 //   top-p:  keys >= the largest K with mass(keys >= K) >= p * mass, i.e. a token is kept when
 //           the mass strictly above it is < p * mass. With top-k too, "mass" is the top-k set's
@@ -234,17 +238,98 @@ KJIT_DEVICE KJIT_FORCEINLINE void write_row(const T* in, T* out, int vocab, F&& 
   }
 }
 
+// ---- The cluster path: one row over the blocks of a thread-block cluster (sm_90+) ----
+
+// Block-wide values combined over the cluster: sums, a maximum, an or and a u64 maximum.
+struct ClusterRed {
+  double s0, s1;
+  float m;
+  u32 flag;
+  u64 best;
+};
+
+// Every block of the cluster gets the same combination (ranks are added in rank order), so the
+// decisions each block takes on it agree. `slots` alternates between two buffers: a block writes
+// slot k % 2 only after the barrier of exchange k - 1, which every block passes only after
+// reading slot (k - 2) % 2, so one barrier per exchange suffices. Thread q fetches block q's slot
+// into `staged` ([kMaxCluster]), so each block makes n remote reads, not n per thread.
+constexpr int kMaxCluster = 16;
+KJIT_DEVICE void cluster_exchange(ClusterRed& v, ClusterRed* slots, ClusterRed* staged,
+                                  int& parity) {
+  if (threadIdx.x == 0) slots[parity] = v;
+  cluster_sync();
+  const u32 n = cluster_size();
+  if (threadIdx.x < n) staged[threadIdx.x] = cluster_map(slots, threadIdx.x)[parity];
+  __syncthreads();
+  ClusterRed acc;
+  acc.s0 = 0.0;
+  acc.s1 = 0.0;
+  acc.m = -__int_as_float(0x7f800000);
+  acc.flag = 0u;
+  acc.best = 0ull;
+  for (u32 q = 0; q < n; ++q) {
+    const ClusterRed o = staged[q];
+    acc.s0 += o.s0;
+    acc.s1 += o.s1;
+    acc.m = fmaxf(acc.m, o.m);
+    acc.flag |= o.flag;
+    acc.best = o.best > acc.best ? o.best : acc.best;
+  }
+  __syncthreads();  // `staged` is reused by the next exchange
+  parity ^= 1;
+  v = acc;
+}
+
+constexpr int kOwnBins = kBins / 2;  // clusters of >= 2 blocks
+
+// Replaces bins [0, nb) of the NARR arrays (a0, a1, a2) by their sums over the cluster, in two
+// steps through `own` ([3][kOwnBins]): block q sums its share of the bins from every block, then
+// every block gathers the shares. Each block moves about 2 * nb words per array instead of
+// (cluster size) * nb. Integer sums, so the order of additions does not matter.
+template <int NARR>
+KJIT_DEVICE void cluster_merge(u32* a0, u32* a1, u32* a2, int nb, u32* own) {
+  cluster_sync();  // every block's histogram is complete
+  const u32 n = cluster_size(), me = cluster_rank();
+  const int chunk = (nb + int(n) - 1) / int(n);
+  for (int it = int(threadIdx.x); it < NARR * chunk; it += int(blockDim.x)) {
+    const int a = it / chunk, j = it - a * chunk, bin = int(me) * chunk + j;
+    if (bin < nb) {
+      u32* arr = a == 0 ? a0 : (a == 1 ? a1 : a2);
+      u32 sum = 0;
+#pragma unroll 4
+      for (u32 q = 0; q < n; ++q) sum += cluster_map(arr, q)[bin];
+      own[a * kOwnBins + j] = sum;
+    }
+  }
+  cluster_sync();  // every share is summed, and no block reads the histograms any more
+  for (int it = int(threadIdx.x); it < NARR * nb; it += int(blockDim.x)) {
+    const int a = it / nb, bin = it - a * nb;
+    const int q = bin / chunk;
+    u32* arr = a == 0 ? a0 : (a == 1 ? a1 : a2);
+    arr[bin] = cluster_map(own, u32(q))[a * kOwnBins + bin - q * chunk];
+  }
+  __syncthreads();
+}
+
 }  // namespace detail
 
 // Launch: grid = rows, block = a multiple of 32 up to 1024 (more threads for longer rows), no
 // dynamic shared memory. Requires 1 <= vocab <= kMaxSegments * 32 * VEC * U, vocab % VEC == 0,
 // rows (and out rows) aligned to VEC * sizeof(T) bytes. KEYS: kKeysProbs (T = float), kKeysLogits
 // (sample only), kKeysSigned (OP = kOpMask, top-k only). out may be input itself (same strides).
+//
+// CLUSTER = 1 (sample only, sm_90+): grid = rows * n with clusters of n = 2..16 blocks along x,
+// block as for one block per row (the same block size keeps the draw's scan identical). Block q of
+// a row's cluster walks the q-th share of the row's segments; the histograms and block-wide values
+// are combined through distributed shared memory, and every block takes the same decisions on them,
+// so the thresholds are those of the one-block path. Block 0 then draws the token from the gathered
+// segment masses exactly as one block would.
 // clang-format off
-template <typename T, int VEC, int U, int KEYS, int OP>
+template <typename T, int VEC, int U, int KEYS, int OP, int CLUSTER = 0>
 __global__ void __launch_bounds__(1024)
 filter_kernel(const __grid_constant__ SamplingParams p) {
   // clang-format on
+  static_assert(!CLUSTER || OP == kOpSample, "the cluster path samples");
   static_assert(OP != kOpMask || KEYS == kKeysSigned, "masking works on logit keys");
   static_assert(OP == kOpMask || KEYS != kKeysSigned, "signed keys are for masking");
   static_assert(OP != kOpRenorm || KEYS == kKeysProbs, "renormalization is of probabilities");
@@ -262,13 +347,71 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
   __shared__ u64 s_red_u64[32];
   __shared__ int s_found[4];
   __shared__ double s_rem;
+  __shared__ u32 s_own[CLUSTER ? 3 * detail::kOwnBins : 1];
+  __shared__ detail::ClusterRed s_xch[2];
+  __shared__ detail::ClusterRed s_xin[CLUSTER ? detail::kMaxCluster : 1];
 
-  const i64 r = blockIdx.x;
   const int vocab = p.vocab;
+  const int nseg = (vocab + kSeg - 1) / kSeg;
+  const u32 csize = CLUSTER ? cluster_size() : 1u;
+  const u32 crank = CLUSTER ? cluster_rank() : 0u;
+  const i64 r = CLUSTER ? i64(blockIdx.x / csize) : i64(blockIdx.x);
   const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
   const T* row = static_cast<const T*>(p.input) + r * p.in_stride;
   T* out_row = OP == kOpSample ? nullptr : static_cast<T*>(p.out) + r * p.out_stride;
-  const RowWalk<T, VEC, U> walk{row, vocab};
+  RowWalk<T, VEC, U> walk{row, vocab};
+  if (CLUSTER) {
+    const int share = (nseg + int(csize) - 1) / int(csize);
+    walk.seg_lo = int(crank) * share;
+    walk.seg_hi = walk.seg_lo + share < nseg ? walk.seg_lo + share : nseg;
+    // When the launch gives the room, the block's share is read from global memory once and
+    // every pass walks the copy: a pass then costs shared-memory time, not an L2 round trip
+    // per step. The walk keeps global indices, so it reads through a pointer offset by the
+    // share's start (only indices inside the share are ever formed into addresses).
+    extern __shared__ __align__(16) unsigned char s_dyn[];
+    const int lo = walk.seg_lo * kSeg;
+    const int len =
+        walk.seg_lo < nseg ? (walk.seg_hi * kSeg < vocab ? walk.seg_hi * kSeg : vocab) - lo : 0;
+    if (len > 0 && u64(len) * sizeof(T) <= u64(dynamic_smem_bytes())) {
+      T* cache = reinterpret_cast<T*>(s_dyn);
+      constexpr int kCopyUnroll = 4;
+      const int step = int(blockDim.x) * VEC;
+      for (int base = int(threadIdx.x) * VEC; base < len; base += step * kCopyUnroll) {
+        Vec<T, VEC> v[kCopyUnroll];
+#pragma unroll
+        for (int u = 0; u < kCopyUnroll; ++u) {
+          if (base + u * step < len) v[u].load(row + lo + base + u * step);
+        }
+#pragma unroll
+        for (int u = 0; u < kCopyUnroll; ++u) {
+          if (base + u * step < len) v[u].store(cache + base + u * step);
+        }
+      }
+      __syncthreads();
+      walk.row = cache - lo;
+    }
+  }
+  int xpar = 0;  // cluster_exchange's slot
+  // Cluster combinations; no-ops on the one-block path.
+  auto cl_merge1 = [&](int nb) {
+    if (CLUSTER) detail::cluster_merge<1>(s_cnt, s_cnt, s_cnt, nb, s_own);
+  };
+  auto cl_merge3 = [&](int nb) {
+    if (CLUSTER) detail::cluster_merge<3>(s_cnt, s_mhi, s_mlo, nb, s_own);
+  };
+  auto cl_sum = [&](double& a, double& b) {
+    if (CLUSTER) {
+      detail::ClusterRed v{a, b, 0.0f, 0u, 0ull};
+      detail::cluster_exchange(v, s_xch, s_xin, xpar);
+      a = v.s0;
+      b = v.s1;
+    }
+  };
+  // A block may leave only when no other block of its cluster still reads its shared memory.
+  auto cl_leave = [&] {
+    if (CLUSTER) cluster_sync();
+  };
+  const bool leader = crank == 0u;  // the block that writes a sampled row's result
 
   // ---- Per-row parameters (uniform across the block) ----
   bool bad_param = false;
@@ -339,6 +482,13 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
   bad = __syncthreads_or(bad) != 0;
   vmax = block_max(vmax, s_red_f);
   if (KEYS == kKeysProbs) wsum = block_sum<double>(wsum, s_red_d);
+  if (CLUSTER) {
+    detail::ClusterRed v{wsum, 0.0, vmax, bad ? 1u : 0u, 0ull};
+    detail::cluster_exchange(v, s_xch, s_xin, xpar);
+    wsum = v.s0;
+    vmax = v.m;
+    bad = v.flag != 0u;
+  }
   // Logits: a +Inf maximum makes exp(x - max) NaN, a -Inf one means no token has any weight.
   if (KEYS == kKeysLogits) bad |= !(vmax >= -kMaxFinite && vmax <= kMaxFinite);
   if (KEYS == kKeysProbs) bad |= !(wsum > 0.0);
@@ -352,15 +502,24 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
   }
   if (bad) {
     if (OP == kOpSample) {
-      if (threadIdx.x == 0) detail::write_sample(p, r, -1);
+      if (threadIdx.x == 0 && leader) detail::write_sample(p, r, -1);
     } else if (OP == kOpRenorm) {
       detail::write_row<T, VEC, U>(row, out_row, vocab, [](float) { return 0.0f; });
     }
+    cl_leave();
     return;
   }
   if (KEYS == kKeysLogits && greedy) {
     best = block_max_u64(best, s_red_u64);
-    if (threadIdx.x == 0) detail::write_sample(p, r, i64(0xffffffffu - u32(best & 0xffffffffu)));
+    if (CLUSTER) {
+      detail::ClusterRed v{0.0, 0.0, 0.0f, 0u, best};
+      detail::cluster_exchange(v, s_xch, s_xin, xpar);
+      best = v.best;
+    }
+    if (threadIdx.x == 0 && leader) {
+      detail::write_sample(p, r, i64(0xffffffffu - u32(best & 0xffffffffu)));
+    }
+    cl_leave();
     return;
   }
 
@@ -390,7 +549,11 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
       atomicAdd(&s_cnt[nonneg_key(w) >> 20], 1u);
     });
     wsum = block_sum<double>(wsum, s_red_d);
+    double unused = 0.0;
+    cl_sum(wsum, unused);
   }
+  // Pass 0 (or 0b) built the first histogram level of whichever search comes next.
+  if (need_hist) cl_merge1(kBins);
   // The largest weight's key (for logits, exp(0) = 1).
   const u32 kmax = KEYS == kKeysSigned ? signed_key(vmax) : nonneg_key(weight(vmax));
 
@@ -425,6 +588,7 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
         if (d <= wspan) atomicAdd(&s_cnt[d >> sh], 1u);
       });
       __syncthreads();
+      cl_merge1(detail::bins_of(lo, hi, s));
     }
   }
 
@@ -448,13 +612,15 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
     w.kmax = kmax;
     double target;
     // One level pass: counts and fixed-point mass of the window's keys, exact mass above it.
-    // Per-thread sums are fp32 (a few hundred terms), the block's are fp64.
+    // Sums are fp64 from the first term: their order depends on how the row is split (one
+    // block or a cluster), and fp64 keeps that from moving the threshold except at ties within
+    // about 1e-16 of p * mass.
     auto level_pass = [&](double& in_window) {
       detail::clear_bins(s_cnt);
       detail::clear_bins(s_mhi);
       detail::clear_bins(s_mlo);
       __syncthreads();
-      float a = 0.0f, b = 0.0f;
+      double a = 0.0, b = 0.0;
       const u32 wlo = w.lo, wspan = w.hi - w.lo;
       const int sh = w.s;
       const float sc = w.scale;
@@ -463,18 +629,20 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
         const float wt = weight(x);
         const u32 d = nonneg_key(wt) - wlo;  // wraps for keys below the window
         if (d > wspan) {
-          if (nonneg_key(wt) > wlo) a += wt;  // above the window
+          if (nonneg_key(wt) > wlo) a += double(wt);  // above the window
         } else {
           const int bin = static_cast<int>(d >> sh);
           atomicAdd(&s_cnt[bin], 1u);
-          b += wt;
+          b += double(wt);
           const u32 q = static_cast<u32>(__fmul_rz(wt, sc));  // 0 when there is no scale
           if (q >> 12) atomicAdd(&s_mhi[bin], q >> 12);
           if (q & 4095u) atomicAdd(&s_mlo[bin], q & 4095u);
         }
       });
-      w.above = block_sum<double>(double(a), s_red_d);
-      in_window = block_sum<double>(double(b), s_red_d);
+      w.above = block_sum<double>(a, s_red_d);
+      in_window = block_sum<double>(b, s_red_d);
+      cl_sum(w.above, in_window);
+      cl_merge3(detail::bins_of(w.lo, w.hi, w.s));
     };
     auto set_scale = [&] {
       const float wtop = nonneg_value(w.hi < kmax ? w.hi : kmax);
@@ -564,12 +732,23 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
           acc = 0.0f;
         });
   }
+  if (CLUSTER) {
+    // The leader gathers every segment's mass and draws alone, exactly as one block would.
+    cluster_sync();
+    if (leader) {
+      const int share = (nseg + int(csize) - 1) / int(csize);
+      for (int j = share + int(threadIdx.x); j < nseg; j += int(blockDim.x)) {
+        s_seg[j] = cluster_map(s_seg, u32(j / share))[j];
+      }
+    }
+    cluster_sync();
+    if (!leader) return;
+  }
   if (threadIdx.x == 0) {
     s_found[0] = 0x7fffffff;  // chosen segment: atomicMin
     s_found[1] = -1;          // last segment with weight: atomicMax
   }
   __syncthreads();
-  const int nseg = (vocab + kSeg - 1) / kSeg;
   const int per = (nseg + int(blockDim.x) - 1) / int(blockDim.x);
   const int j0 = int(threadIdx.x) * per;
   const int j1 = j0 + per < nseg ? j0 + per : nseg;

@@ -8,6 +8,7 @@
 #include "util/error.hpp"
 #include "util/fs.hpp"
 #include "util/hash.hpp"
+#include "util/json_fields.hpp"
 
 namespace kjit::aot {
 
@@ -102,7 +103,7 @@ PackageIndex PackageIndex::from_json(const std::string& text) {
     if (j.value("format", std::string()) != "kjit-aot-package") {
       fail(KJIT_ERROR_CACHE, "invalid package index: \"format\" is not \"kjit-aot-package\"");
     }
-    idx.format_version = j.at("format_version").get<int>();
+    idx.format_version = util::integer_field<int>(j.at("format_version"), "format_version");
     if (idx.format_version != kPackageFormatVersion) {
       fail(KJIT_ERROR_CACHE, "package format version {} is not supported (this kjit reads {})",
            idx.format_version, kPackageFormatVersion);
@@ -119,10 +120,13 @@ PackageIndex PackageIndex::from_json(const std::string& text) {
       e.key = je.at("key").get<std::string>();
       e.content_key = je.at("content_key").get<std::string>();
       e.file = je.at("file").get<std::string>();
-      e.size = je.at("size").get<uint64_t>();
+      // Sizes bound what is read and compared: a negative one must not wrap to 2^64 - 1.
+      const std::string at = fmt::format("entries[{}].", idx.entries.size());
+      e.size = util::integer_field<uint64_t>(je.at("size"), (at + "size").c_str());
       e.sha256 = je.at("sha256").get<std::string>();
       e.metadata = je.at("metadata").get<std::string>();
-      e.metadata_size = je.at("metadata_size").get<uint64_t>();
+      e.metadata_size =
+          util::integer_field<uint64_t>(je.at("metadata_size"), (at + "metadata_size").c_str());
       e.metadata_sha256 = je.at("metadata_sha256").get<std::string>();
       check_entry_fields(e);
       idx.entries.push_back(std::move(e));

@@ -16,4 +16,70 @@ void launch(CUfunction fn, const LaunchConfig& cfg, const void* params) {
                                  cfg.block_z, cfg.smem_bytes, cfg.stream, args, nullptr));
 }
 
+namespace {
+
+CUlaunchAttribute cluster_attribute(unsigned cluster_x) {
+  CUlaunchAttribute a{};
+  a.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  a.value.clusterDim.x = cluster_x;
+  a.value.clusterDim.y = 1;
+  a.value.clusterDim.z = 1;
+  return a;
+}
+
+}  // namespace
+
+void launch_cluster(CUfunction fn, const LaunchConfig& cfg, unsigned cluster_x,
+                    const void* params) {
+  const Driver& d = driver();
+  if (cfg.smem_bytes > 48 * 1024) {
+    KJIT_CU_CHECK(d.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                       static_cast<int>(cfg.smem_bytes)));
+  }
+  if (cluster_x > 8) {
+    KJIT_CU_CHECK(d.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1));
+  }
+  CUlaunchAttribute attr = cluster_attribute(cluster_x);
+  CUlaunchConfig lc{};
+  lc.gridDimX = cfg.grid_x;
+  lc.gridDimY = cfg.grid_y;
+  lc.gridDimZ = cfg.grid_z;
+  lc.blockDimX = cfg.block_x;
+  lc.blockDimY = cfg.block_y;
+  lc.blockDimZ = cfg.block_z;
+  lc.sharedMemBytes = cfg.smem_bytes;
+  lc.hStream = cfg.stream;
+  lc.attrs = &attr;
+  lc.numAttrs = 1;
+  void* args[] = {const_cast<void*>(params)};
+  KJIT_CU_CHECK(d.cuLaunchKernelEx(&lc, fn, args, nullptr));
+}
+
+int max_active_clusters(CUfunction fn, unsigned cluster_x, unsigned block_x, unsigned smem_bytes) {
+  const Driver& d = driver();
+  if (cluster_x > 8 && d.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
+                                            1) != CUDA_SUCCESS) {
+    return 0;
+  }
+  if (smem_bytes > 48 * 1024 &&
+      d.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                           static_cast<int>(smem_bytes)) != CUDA_SUCCESS) {
+    return 0;
+  }
+  CUlaunchAttribute attr = cluster_attribute(cluster_x);
+  CUlaunchConfig lc{};
+  lc.gridDimX = cluster_x;
+  lc.gridDimY = 1;
+  lc.gridDimZ = 1;
+  lc.blockDimX = block_x;
+  lc.blockDimY = 1;
+  lc.blockDimZ = 1;
+  lc.sharedMemBytes = smem_bytes;
+  lc.attrs = &attr;
+  lc.numAttrs = 1;
+  int n = 0;
+  if (d.cuOccupancyMaxActiveClusters(&n, fn, &lc) != CUDA_SUCCESS) return 0;
+  return n;
+}
+
 }  // namespace kjit::cuda

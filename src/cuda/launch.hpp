@@ -17,4 +17,12 @@ struct LaunchConfig {
 // Throws KJIT_ERROR_CUDA when the launch is rejected.
 void launch(CUfunction fn, const LaunchConfig& cfg, const void* params);
 
+// Thread-block clusters (sm_90+): `cluster_x` blocks along x form a cluster (grid_x a multiple of
+// it). Sizes above 8 are non-portable; the launch opts the kernel in to them.
+void launch_cluster(CUfunction fn, const LaunchConfig& cfg, unsigned cluster_x, const void* params);
+
+// How many clusters of `cluster_x` blocks of `block_x` threads (and `smem_bytes` of dynamic
+// shared memory) the device can run at once; 0 when it cannot run one (or the size is refused).
+int max_active_clusters(CUfunction fn, unsigned cluster_x, unsigned block_x, unsigned smem_bytes);
+
 }  // namespace kjit::cuda

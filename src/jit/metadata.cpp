@@ -4,15 +4,16 @@
 
 #include <cstdint>
 #include <ctime>
-#include <limits>
 #include <stdexcept>
-#include <type_traits>
 
 #include "util/error.hpp"
+#include "util/json_fields.hpp"
 
 namespace kjit::jit {
 
 using nlohmann::json;
+using util::integer_field;
+using util::optional_integer;
 
 KeyInputs make_key_inputs(const Spec& spec, const std::vector<SourceFile>& sources,
                           const std::vector<std::string>& options, const ArchTarget& target,
@@ -57,31 +58,6 @@ std::vector<std::pair<std::string, std::string>> pairs_from_json(const json& a) 
     v.emplace_back(p.at(0).get<std::string>(), p.at(1).get<std::string>());
   }
   return v;
-}
-
-// An integer field, strictly: nlohmann's get<int>() of 1e300 is a float-to-int conversion that
-// overflows (undefined behaviour), and of -1 into an unsigned field wraps. Found by fuzzing.
-template <class T>
-T integer_field(const json& v, const char* name) {
-  if (v.is_number_unsigned()) {
-    const uint64_t u = v.get<uint64_t>();
-    if (u <= static_cast<uint64_t>(std::numeric_limits<T>::max())) return static_cast<T>(u);
-  } else if (v.is_number_integer()) {
-    const int64_t i = v.get<int64_t>();
-    if constexpr (std::is_signed_v<T>) {
-      if (i >= std::numeric_limits<T>::min() && i <= std::numeric_limits<T>::max()) {
-        return static_cast<T>(i);
-      }
-    } else if (i >= 0) {
-      return static_cast<T>(i);
-    }
-  }
-  throw std::runtime_error(std::string(name) + " must be an integer in range, got " + v.dump());
-}
-
-template <class T>
-T optional_integer(const json& j, const char* name, T fallback) {
-  return j.contains(name) ? integer_field<T>(j.at(name), name) : fallback;
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "cuda/launch.hpp"
 #include "jit/jit_core.hpp"
 #include "ops/rope.hpp"  // StridedView
+#include "ops/trace_dump.hpp"
 #include "util/error.hpp"
 
 namespace kjit::ops {
@@ -30,6 +31,7 @@ struct DecodeParams {
   float* lse;
   float* ws_o;
   float* ws_lse;
+  int* counters;
   long long q_sb, q_sh;
   long long o_sb, o_sh;
   long long lse_sb, lse_sh;
@@ -49,7 +51,7 @@ struct DecodeParams {
   float cap_out;
   float v_scale;
 };
-static_assert(sizeof(DecodeParams) == 232, "the device code asserts the same size");
+static_assert(sizeof(DecodeParams) == 240, "the device code asserts the same size");
 
 constexpr float kLog2e = 1.4426950408889634f;
 // fp8 values enter the mma scaled by 2^-8 (mma_sm80.cuh); the scales take the 2^8 back.
@@ -218,8 +220,8 @@ StridedView workspace_view(const DLTensor* t, const DecodePlanData& pl) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "workspace has {} bytes but the plan needs {}", bytes,
          pl.workspace_bytes);
   }
-  char* data = static_cast<char*>(t->data) + t->byte_offset;
   if (t->data == nullptr) fail(KJIT_ERROR_INVALID_ARGUMENT, "workspace data is NULL");
+  char* data = reinterpret_cast<char*>(data_address(t, "workspace"));
   if (reinterpret_cast<uintptr_t>(data) % 16 != 0) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "workspace must be 16-byte aligned");
   }
@@ -267,9 +269,10 @@ void check_scale(float x, const char* name) {
 int decode_smem_bytes(const DecodeConfig& c) {
   const int kv_bytes = c.kv_fp8 ? 1 : 2;
   const int d = c.head_dim, ts = c.stage_tokens, st = c.stages;
-  const int stage = st * 2 * ts * d * kv_bytes;
-  const int conv = c.kv_fp8 ? 2 * ts * d * 2 : 0;
-  const int q = 8 * c.n_tiles * d * 2;
+  const int hp = c.heads_per_cta;
+  const int stage = st * 2 * hp * ts * d * kv_bytes;
+  const int conv = c.kv_fp8 ? 2 * hp * ts * d * 2 : 0;
+  const int q = hp * 8 * c.n_tiles * d * 2;
   const int lookups = (st + 1) * ts * 8;
   return stage + conv + q + lookups;
 }
@@ -334,6 +337,8 @@ jit::Spec decode_spec(const DecodeConfig& c) {
               {"hd", std::to_string(c.head_dim)}, {"nt", std::to_string(c.n_tiles)},
               {"w", std::to_string(c.warps)},     {"ts", std::to_string(c.stage_tokens)},
               {"st", std::to_string(c.stages)},   {"cp", std::to_string(c.cp_bytes)}};
+  // One head per CTA keeps the URIs (and caches, packages) of the variants before the option.
+  if (c.heads_per_cta != 1) s.params.push_back({"hp", std::to_string(c.heads_per_cta)});
   s.uri = jit::make_uri(s.op, s.params);
   s.kernel_dirs = {"common", "attention"};
   s.includes = {"attention/decode.cuh"};
@@ -348,16 +353,17 @@ jit::Spec decode_spec(const DecodeConfig& c) {
       "constexpr int kStageTokens = {ts};\n"
       "constexpr int kStages = {st};\n"
       "constexpr int kCpBytes = {cp};\n"
+      "constexpr int kHeadsPerCta = {hp};\n"
       "}}  // namespace kjit_spec\n",
       fmt::arg("qt", device_type_name(c.q_dtype)),
       fmt::arg("ct", c.kv_fp8 ? "__half" : device_type_name(c.q_dtype)),
       fmt::arg("fp8", c.kv_fp8 ? "true" : "false"), fmt::arg("hd", c.head_dim),
       fmt::arg("nt", c.n_tiles), fmt::arg("w", c.warps), fmt::arg("ts", c.stage_tokens),
-      fmt::arg("st", c.stages), fmt::arg("cp", c.cp_bytes));
+      fmt::arg("st", c.stages), fmt::arg("cp", c.cp_bytes), fmt::arg("hp", c.heads_per_cta));
   s.entry_names = {
       "kjit::attention::decode_kernel<kjit_spec::QT, kjit_spec::CT, kjit_spec::kKvFp8, "
       "kjit_spec::kHeadDim, kjit_spec::kNTiles, kjit_spec::kWarps, kjit_spec::kStageTokens, "
-      "kjit_spec::kStages, kjit_spec::kCpBytes>",
+      "kjit_spec::kStages, kjit_spec::kCpBytes, kjit_spec::kHeadsPerCta>",
       "kjit::attention::decode_merge_kernel<kjit_spec::QT, kjit_spec::kHeadDim>"};
   s.arch_families = {"sm_80+"};
   return s;
@@ -422,11 +428,111 @@ DecodeSplit choose_decode_split(const std::vector<int64_t>& eff, int kv_heads, i
   return best_n <= 1 ? out : finish(best_chunk);
 }
 
+namespace {
+
+bool one_of_1248(int x) {
+  return x == 1 || x == 2 || x == 4 || x == 8;
+}
+
+// Applies the tuning overrides to the selected variant (pl.cfg, pl.ctas_per_sm), checking that
+// the kernel's static requirements hold and that the CTA fits the device.
+void apply_tuning(DecodePlanData& pl, const DecodeTuning& t, const SmemBudget& budget) {
+  DecodeConfig c = pl.cfg;
+  const DecodeConfig planned = c;
+  if (t.warps != 0) {
+    if (!one_of_1248(t.warps)) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "tuning warps must be 1, 2, 4 or 8, got {}", t.warps);
+    }
+    c.warps = t.warps;
+  }
+  if (t.heads_per_cta != 0) {
+    if (!one_of_1248(t.heads_per_cta)) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "tuning heads_per_cta must be 1, 2, 4 or 8, got {}",
+           t.heads_per_cta);
+    }
+    c.heads_per_cta = t.heads_per_cta;
+  }
+  if (pl.num_kv_heads % c.heads_per_cta != 0 || c.warps % c.heads_per_cta != 0) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT,
+         "tuning heads_per_cta {} must divide num_kv_heads ({}) and warps ({})", c.heads_per_cta,
+         pl.num_kv_heads, c.warps);
+  }
+  const int warps_per_head = c.warps / c.heads_per_cta;
+  if (t.stage_tokens != 0) {
+    c.stage_tokens = t.stage_tokens;
+  } else {
+    // The planned stage bytes (all heads of the CTA together), in whole tiles of every warp.
+    const int tile = 16 * warps_per_head;
+    const int want = planned.stage_tokens * planned.heads_per_cta / c.heads_per_cta;
+    c.stage_tokens = std::max(tile, want / tile * tile);
+  }
+  if (c.stage_tokens < 16 || c.stage_tokens % (16 * warps_per_head) != 0 ||
+      c.stage_tokens > 32 * c.warps) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT,
+         "tuning stage_tokens {} must be a multiple of 16 x warps / heads_per_cta ({}) and at "
+         "most 32 x warps ({})",
+         c.stage_tokens, 16 * warps_per_head, 32 * c.warps);
+  }
+  const int kv_bytes = c.kv_fp8 ? 1 : 2;
+  // 16-byte copies are the fewest per stage: if they split evenly, so do 8- and 4-byte ones.
+  const int cp_per_stage = c.heads_per_cta * c.stage_tokens * (c.head_dim * kv_bytes / 16);
+  if (cp_per_stage % (32 * c.warps) != 0) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "tuning: a stage's copies do not split over {} threads",
+         32 * c.warps);
+  }
+  // The warps' merge scratch lives in the stage buffers (the fused merge's weights: see the plan).
+  auto scratch_fits = [&] {
+    const int stage_bytes = c.stages * 2 * c.heads_per_cta * c.stage_tokens * c.head_dim * kv_bytes;
+    const int rows = 8 * c.n_tiles;
+    const int warp_merge = c.warps * rows * (c.head_dim + 4) * 4 + 3 * c.warps * rows * 4;
+    return warp_merge <= stage_bytes;
+  };
+  const int want_per_sm = t.ctas_per_sm > 0 ? t.ctas_per_sm : 2;
+  if (t.stages != 0) {
+    if (t.stages < 2 || t.stages > 8) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "tuning stages must be 2..8, got {}", t.stages);
+    }
+    c.stages = t.stages;
+  } else {
+    // The deepest of 2..4 stages that fits want_per_sm CTAs per SM, else one CTA per SM (when
+    // the residency was not forced), else 2 stages (refused below if even that does not fit).
+    auto deepest = [&](int per_sm) {
+      const int room = std::min(budget.per_block, budget.per_sm / per_sm - budget.reserved);
+      for (int st = 4; st >= 2; --st) {
+        c.stages = st;
+        if (decode_smem_bytes(c) <= room && scratch_fits()) return true;
+      }
+      return false;
+    };
+    if (!deepest(want_per_sm) && !(t.ctas_per_sm <= 0 && deepest(1))) c.stages = 2;
+  }
+  if (!scratch_fits()) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT,
+         "tuning: {} stages of {} tokens are too small for the merge scratch", c.stages,
+         c.stage_tokens);
+  }
+  const int smem = decode_smem_bytes(c);
+  if (smem > budget.per_block) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT,
+         "tuning: the variant needs {} bytes of shared memory per CTA; the device allows {}", smem,
+         budget.per_block);
+  }
+  int per_sm = t.ctas_per_sm;
+  if (per_sm <= 0) {
+    per_sm = std::max(1, std::min(budget.per_sm / (smem + budget.reserved), 2048 / (32 * c.warps)));
+  }
+  if (t.fused_merge >= 0) pl.fused_merge = t.fused_merge != 0 ? 1 : 0;
+  pl.cfg = c;
+  pl.ctas_per_sm = per_sm;
+}
+
+}  // namespace
+
 DecodePlanData plan_batch_decode(const int32_t* kv_indptr_host, int batch, int num_qo_heads,
                                  int num_kv_heads, int head_dim, int page_size, int layout,
                                  DLDataType q_dtype, DLDataType kv_dtype, float sm_scale,
                                  float logits_soft_cap, int window_left, int num_splits,
-                                 int num_sms, int device_id) {
+                                 int num_sms, int device_id, const DecodeTuning* tuning) {
   if (batch < 0) fail(KJIT_ERROR_INVALID_ARGUMENT, "batch must be >= 0, got {}", batch);
   if (batch > 0 && kv_indptr_host == nullptr) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "kv_indptr_host is NULL");
@@ -539,8 +645,13 @@ DecodePlanData plan_batch_decode(const int32_t* kv_indptr_host, int batch, int n
   pl.soft_cap = logits_soft_cap;
   pl.window_left = window_left;
   pl.num_sms = sms;
-  const int row_bytes = 2 * head_dim * (fp8 ? 1 : 2);
-  pl.split = choose_decode_split(eff, num_kv_heads, sms * pl.ctas_per_sm, row_bytes, num_splits);
+  if (tuning != nullptr) apply_tuning(pl, *tuning, budget);
+  const int hp = pl.cfg.heads_per_cta;
+  // A CTA streams the rows of all its heads: its "row" is hp heads wide.
+  const int row_bytes = 2 * head_dim * (fp8 ? 1 : 2) * hp;
+  pl.split =
+      choose_decode_split(eff, num_kv_heads / hp, sms * pl.ctas_per_sm, row_bytes, num_splits);
+  if (batch > 0) pl.kv_pages = static_cast<int64_t>(kv_indptr_host[batch]) - kv_indptr_host[0];
   if (static_cast<int64_t>(batch) * num_kv_heads * pl.split.max_splits > INT_MAX ||
       static_cast<int64_t>(batch) * num_qo_heads > INT_MAX) {
     fail(KJIT_ERROR_UNSUPPORTED,
@@ -553,6 +664,19 @@ DecodePlanData plan_batch_decode(const int32_t* kv_indptr_host, int batch, int n
     const uint64_t o_bytes = parts * head_dim * 4;
     pl.ws_lse_offset = (o_bytes + 255) / 256 * 256;
     pl.workspace_bytes = (pl.ws_lse_offset + parts * 4 + 255) / 256 * 256;
+    // The fused merge's weights ([splits][heads of a CTA] floats) live in the stage buffers.
+    const int64_t stage_bytes = static_cast<int64_t>(pl.cfg.stages) * 2 * hp * pl.cfg.stage_tokens *
+                                head_dim * (fp8 ? 1 : 2);
+    if (static_cast<int64_t>(pl.split.max_splits) * hp * group * 4 > stage_bytes) {
+      pl.fused_merge = 0;
+    }
+    if (pl.fused_merge != 0) {
+      pl.counters_offset = pl.workspace_bytes;
+      const uint64_t counters = static_cast<uint64_t>(batch) * (num_kv_heads / hp);
+      pl.workspace_bytes = (pl.counters_offset + counters * 4 + 255) / 256 * 256;
+    }
+  } else {
+    pl.fused_merge = 0;  // nothing to merge
   }
   return pl;
 }
@@ -697,6 +821,10 @@ void batch_decode_run(const DecodePlanData& pl, const DLTensor* q, const DLTenso
   }
   DecodeConfig cfg = pl.cfg;
   cfg.cp_bytes = std::min(align, 16);
+  if (trace::enabled()) {
+    trace::batch_decode({pl.cfg.q_dtype, pl.cfg.kv_fp8 != 0, qo, kvh, hd, pl.page_size, nhd}, batch,
+                        indices.shape[0], kc.shape[0], pl.kv_pages * pl.page_size / batch);
+  }
 
   const jit::LoadedKernel& kernel = jit::JitCore::global().kernel_for(
       "decode_attention", cfg, dev, [&] { return decode_spec(cfg); });
@@ -713,6 +841,7 @@ void batch_decode_run(const DecodePlanData& pl, const DLTensor* q, const DLTenso
   if (pl.split.max_splits > 1) {
     p.ws_o = reinterpret_cast<float*>(wv.data);
     p.ws_lse = reinterpret_cast<float*>(wv.data + pl.ws_lse_offset);
+    if (pl.fused_merge != 0) p.counters = reinterpret_cast<int*>(wv.data + pl.counters_offset);
   }
   p.q_sb = qv.strides[0];
   p.q_sh = qv.strides[1];
@@ -743,14 +872,14 @@ void batch_decode_run(const DecodePlanData& pl, const DLTensor* q, const DLTenso
   p.v_scale = v_eff;
 
   cuda::LaunchConfig lc;
-  lc.grid_x = static_cast<unsigned>(batch * kvh * pl.split.max_splits);
+  lc.grid_x = static_cast<unsigned>(batch * (kvh / cfg.heads_per_cta) * pl.split.max_splits);
   lc.block_x = static_cast<unsigned>(32 * cfg.warps);
   lc.smem_bytes = static_cast<unsigned>(decode_smem_bytes(cfg));
   lc.stream = static_cast<CUstream>(stream);
   cuda::ScopedDevice scope(dev);
   prefer_max_shared(kernel.functions.at(0));
   cuda::launch(kernel.functions.at(0), lc, &p);
-  if (pl.split.max_splits > 1) {
+  if (pl.split.max_splits > 1 && pl.fused_merge == 0) {
     cuda::LaunchConfig mc;
     mc.grid_x = static_cast<unsigned>(batch * qo);
     mc.block_x = 128;
@@ -777,7 +906,11 @@ OpDef decode_attention_op_def() {
              false,
              "shared memory per SM of the target: 228 H100/H200 (default), 164 A100, 100 "
              "sm_86/sm_89"},
-            {"align", {"16", "8", "4"}, false, "byte alignment of the cache rows (default 16)"}};
+            {"align", {"16", "8", "4"}, false, "byte alignment of the cache rows (default 16)"},
+            {"heads_per_cta",
+             {"1", "2", "4"},
+             false,
+             "kv heads per CTA (default 1; 2 / 4 read longer NHD rows, a tuning variant)"}};
   d.arch_families = {"sm_80+"};
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
@@ -790,10 +923,18 @@ OpDef decode_attention_op_def() {
            kv, args.at("q_dtype"));
     }
     const int64_t group = positive_int_arg(args, "group", 1 << 20);
-    DecodeConfig c = select_decode(q, kv == "e4m3", std::stoi(args.at("head_dim")), group,
-                                   budget_for_class(int_arg_or(args, "smem_kb", 228)));
-    c.cp_bytes = int_arg_or(args, "align", 16);
-    return decode_spec(c);
+    const SmemBudget budget = budget_for_class(int_arg_or(args, "smem_kb", 228));
+    DecodePlanData pl;
+    pl.cfg = select_decode(q, kv == "e4m3", std::stoi(args.at("head_dim")), group, budget);
+    const int hp = int_arg_or(args, "heads_per_cta", 1);
+    if (hp != 1) {
+      DecodeTuning t;
+      t.heads_per_cta = hp;
+      pl.num_kv_heads = hp;
+      apply_tuning(pl, t, budget);
+    }
+    pl.cfg.cp_bytes = int_arg_or(args, "align", 16);
+    return decode_spec(pl.cfg);
   };
   d.catalog = [] {
     std::vector<SetArgs> out;
@@ -813,6 +954,11 @@ OpDef decode_attention_op_def() {
     // The A100 budget picks a shallower pipeline (sm_86 / sm_89 resolve to the same one).
     out.push_back({{"q_dtype", "bf16"}, {"head_dim", "128"}, {"group", "4"}, {"smem_kb", "164"}});
     out.push_back({{"q_dtype", "bf16"}, {"head_dim", "128"}, {"group", "4"}, {"align", "8"}});
+    // The multi-head tuning variants (round 7), at the shape they are measured on.
+    for (const char* hp : {"2", "4"}) {
+      out.push_back(
+          {{"q_dtype", "bf16"}, {"head_dim", "128"}, {"group", "4"}, {"heads_per_cta", hp}});
+    }
     return out;
   };
   return d;

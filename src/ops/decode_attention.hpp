@@ -26,6 +26,20 @@ struct DecodeConfig {
   int stage_tokens = 64;  // tokens per pipeline stage (16 per warp tile)
   int stages = 3;         // cp.async pipeline depth
   int cp_bytes = 16;      // bytes per cp.async: 16, or 8 / 4 for caches aligned only that much
+  int heads_per_cta = 1;  // kv heads per CTA (their NHD rows are adjacent: longer reads)
+};
+
+// Internal (not C ABI) overrides of the planned variant, for tuning sweeps (`kjit-cli bench
+// decode_attention --set ...`) and tests; 0 (or -1 for fused_merge) keeps the planned value.
+struct DecodeTuning {
+  int warps = 0;
+  int stage_tokens = 0;   // default with heads_per_cta: the planned stage bytes kept
+  int stages = 0;         // default: the deepest that fits ctas_per_sm (2, else 1) per SM
+  int heads_per_cta = 0;  // 1, 2, 4 or 8; must divide num_kv_heads and warps
+  int ctas_per_sm = 0;    // residency the wave model assumes (default: from shared memory)
+  int fused_merge = -1;   // 1: the last CTA of each (request, heads) merges the splits; the
+                          // plan's workspace then holds counters that must be zero before
+                          // the first run (every run leaves them zero)
 };
 
 inline constexpr int kDecodeMaxGroup = 16;
@@ -83,7 +97,10 @@ struct DecodePlanData {
   int num_sms = 0;
   int ctas_per_sm = 0;
   DecodeSplit split;
-  size_t ws_lse_offset = 0;  // bytes; the partial outputs start at 0
+  int fused_merge = 0;
+  size_t counters_offset = 0;  // bytes; fused merge only
+  int64_t kv_pages = 0;        // the requests' pages as planned (KJIT_TRACE_DUMP's kv_len)
+  size_t ws_lse_offset = 0;    // bytes; the partial outputs start at 0
   size_t workspace_bytes = 0;
 };
 
@@ -92,7 +109,7 @@ DecodePlanData plan_batch_decode(const int32_t* kv_indptr_host, int batch, int n
                                  int num_kv_heads, int head_dim, int page_size, int layout,
                                  DLDataType q_dtype, DLDataType kv_dtype, float sm_scale,
                                  float logits_soft_cap, int window_left, int num_splits,
-                                 int num_sms, int device_id);
+                                 int num_sms, int device_id, const DecodeTuning* tuning = nullptr);
 
 // Validates, then launches on `stream`. Throws kjit::Error.
 void batch_decode_run(const DecodePlanData& plan, const DLTensor* q, const DLTensor* k_cache,

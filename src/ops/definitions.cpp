@@ -267,6 +267,228 @@ Definition append_paged_kv_definition(DType dtype, int64_t kv_heads, int64_t hea
   return d;
 }
 
+Definition batch_decode_definition(const DecodeDefAxes& a) {
+  Definition d;
+  d.name = fmt::format("batch_decode_q{}_k{}_d{}_ps{}{}{}{}", a.qo_heads, a.kv_heads, a.head_dim,
+                       a.page_size, a.nhd ? "" : "_hnd", a.kv_fp8 ? "_kve4m3" : "",
+                       dtype_suffix(a.dtype));
+  d.op_type = "batch_decode";
+  d.op = "decode_attention";
+  d.entry = "kjit_batch_decode_run";
+  d.description = fmt::format(
+      "one query token per request against its paged KV cache ({} layout), planned by "
+      "kjit_batch_decode_plan: query head i reads kv head i / (num_qo_heads / num_kv_heads); "
+      "request b's positions are the slots of pages kv_indices[kv_indptr[b] .. kv_indptr[b+1]), "
+      "the last page holding kv_last_page_len[b]; x_t = sm_scale * k_scale * (q . k_t) (or "
+      "cap * tanh(x_t / cap)), out = v_scale * sum_t softmax(x)_t v_t, lse = log(sum_t exp(x_t))",
+      a.nhd ? "NHD" : "HND");
+  d.axes = {var("batch_size", "requests (one query token each)"),
+            var("len_indptr", "batch_size + 1"),
+            var("num_kv_indices", "entries of the page table"),
+            var("num_pages", "pages in the caches"),
+            constant("num_qo_heads", a.qo_heads, "query heads"),
+            constant("num_kv_heads", a.kv_heads, "key / value heads"),
+            constant("head_dim", a.head_dim, "elements per head"),
+            constant("page_size", a.page_size, "token slots per page")};
+  const std::vector<std::string> cache_shape =
+      a.nhd ? std::vector<std::string>{"num_pages", "page_size", "num_kv_heads", "head_dim"}
+            : std::vector<std::string>{"num_pages", "num_kv_heads", "page_size", "head_dim"};
+  const std::string kv_dtype = a.kv_fp8 ? "float8_e4m3fn" : def_dtype_name(a.dtype);
+  const char* fp8_note = a.kv_fp8 ? " (fp8: multiplied by k_scale / v_scale)" : "";
+  d.inputs = {
+      tensor("q", {"batch_size", "num_qo_heads", "head_dim"}, a.dtype, "one query token each"),
+      {"k_cache", cache_shape, false, kv_dtype, std::string("paged keys") + fp8_note},
+      {"v_cache", cache_shape, false, kv_dtype, std::string("paged values") + fp8_note},
+      tensor("kv_indices", {"num_kv_indices"}, DType::kI32, "page ids, request by request"),
+      tensor("kv_indptr", {"len_indptr"}, DType::kI32, "each request's range in kv_indices"),
+      tensor("kv_last_page_len", {"batch_size"}, DType::kI32, "tokens in each last page"),
+      scalar("sm_scale", "logit scale (plan option; 0: 1 / sqrt(head_dim))"),
+      scalar("logits_soft_cap", "plan option; 0: off"),
+      {"window_left", {}, true, "int32", "plan option; -1: off, else the last window_left + 1"},
+      scalar("k_scale", "key scale (1 for a 16-bit cache)"),
+      scalar("v_scale", "value scale (1 for a 16-bit cache)")};
+  d.outputs = {tensor("out", {"batch_size", "num_qo_heads", "head_dim"}, a.dtype,
+                      "attention output (0 for a request with no positions)"),
+               tensor("lse", {"batch_size", "num_qo_heads"}, DType::kF32,
+                      "optional: log-sum-exp of the logits, natural log (-inf when empty)")};
+  d.reference = "tests/reference/attention_ref.hpp: ref::decode_attention";
+  return d;
+}
+
+Definition merge_states_definition(DType dtype, int64_t heads, int64_t head_dim, bool n_way) {
+  Definition d;
+  d.op_type = n_way ? "merge_states_n" : "merge_states";
+  d.name = fmt::format("{}_h{}_d{}{}", d.op_type, heads, head_dim, dtype_suffix(dtype));
+  d.op = "merge_states";
+  d.entry = n_way ? "kjit_merge_states_n" : "kjit_merge_states";
+  d.description =
+      std::string(
+          "merges attention states over disjoint key sets, per (seq, head): s_out = "
+          "log(sum_i exp(s_i)), v_out = sum_i exp(s_i - s_out) v_i; s = -inf is an "
+          "empty state") +
+      (n_way ? " (num_states of them; none gives v_out = 0, s_out = -inf)" : " (two of them)");
+  if (n_way) d.axes.push_back(var("num_states", "states merged per (seq, head)"));
+  d.axes.push_back(var("seq_len", "sequences (query tokens)"));
+  d.axes.push_back(constant("num_heads", heads, "query heads"));
+  d.axes.push_back(constant("head_dim", head_dim, "elements per head"));
+  const std::vector<std::string> v_shape = {"seq_len", "num_heads", "head_dim"};
+  const std::vector<std::string> s_shape = {"seq_len", "num_heads"};
+  if (n_way) {
+    d.inputs = {
+        tensor("v", {"num_states", "seq_len", "num_heads", "head_dim"}, dtype, "the states' v"),
+        tensor("s", {"num_states", "seq_len", "num_heads"}, DType::kF32,
+               "the states' log-sum-exp (natural log)")};
+  } else {
+    d.inputs = {tensor("v_a", v_shape, dtype, "first state's v"),
+                tensor("s_a", s_shape, DType::kF32, "first state's log-sum-exp (natural log)"),
+                tensor("v_b", v_shape, dtype, "second state's v"),
+                tensor("s_b", s_shape, DType::kF32, "second state's log-sum-exp")};
+  }
+  d.outputs = {tensor("v_out", v_shape, dtype, n_way ? "merged v" : "merged v; may be v_a or v_b"),
+               tensor("s_out", s_shape, DType::kF32,
+                      n_way ? "optional: merged log-sum-exp"
+                            : "optional: merged log-sum-exp; may be "
+                              "s_a or s_b")};
+  d.reference = "tests/reference/attention_ref.hpp: ref::merge_states";
+  return d;
+}
+
+bool sampling_reads_logits(SamplingKind kind) {
+  return kind == SamplingKind::kTopKTopPFromLogits || kind == SamplingKind::kTopKMaskLogits ||
+         kind == SamplingKind::kSoftmax || kind == SamplingKind::kArgmax;
+}
+
+SamplingKind sample_kind(bool logits, int filters) {
+  if (logits) return SamplingKind::kTopKTopPFromLogits;
+  switch (filters) {
+    case 0: return SamplingKind::kFromProbs;
+    case 1: return SamplingKind::kTopKFromProbs;
+    case 2: return SamplingKind::kTopPFromProbs;
+    case 4: return SamplingKind::kMinPFromProbs;
+    default: return SamplingKind::kTopKTopPFromProbs;  // 1 | 2, the only other one kjit.h has
+  }
+}
+
+Definition sampling_definition(SamplingKind kind, DType dtype, int64_t vocab) {
+  using K = SamplingKind;
+  const bool logits = sampling_reads_logits(kind);
+  const DType in_dtype = logits ? dtype : DType::kF32;
+  Definition d;
+  switch (kind) {
+    case K::kFromProbs: d.op_type = "sampling_from_probs"; break;
+    case K::kTopKFromProbs: d.op_type = "top_k_sampling_from_probs"; break;
+    case K::kTopPFromProbs: d.op_type = "top_p_sampling_from_probs"; break;
+    case K::kMinPFromProbs: d.op_type = "min_p_sampling_from_probs"; break;
+    case K::kTopKTopPFromProbs: d.op_type = "top_k_top_p_sampling_from_probs"; break;
+    case K::kTopKTopPFromLogits: d.op_type = "top_k_top_p_sampling_from_logits"; break;
+    case K::kTopKRenormProbs: d.op_type = "top_k_renorm_probs"; break;
+    case K::kTopPRenormProbs: d.op_type = "top_p_renorm_probs"; break;
+    case K::kTopKMaskLogits: d.op_type = "top_k_mask_logits"; break;
+    case K::kSoftmax: d.op_type = "softmax"; break;
+    case K::kArgmax: d.op_type = "argmax"; break;
+  }
+  // Probabilities are always fp32, so only a logits dtype is a choice worth naming.
+  d.name = fmt::format("{}_v{}{}", d.op_type, vocab, logits ? dtype_suffix(dtype) : "");
+  d.op = kind == K::kSoftmax ? "softmax" : kind == K::kArgmax ? "argmax" : "sampling_filter";
+  d.entry = "kjit_" + d.op_type;
+  d.axes = {var("batch_size", "rows"), constant("vocab_size", vocab, "row length")};
+  const char* in_name = kind == K::kArgmax ? "input" : logits ? "logits" : "probs";
+  d.inputs = {tensor(in_name, {"batch_size", "vocab_size"}, in_dtype,
+                     logits ? "logits" : "probabilities; need not be normalized")};
+  const bool top_k = kind == K::kTopKFromProbs || kind == K::kTopKTopPFromProbs ||
+                     kind == K::kTopKTopPFromLogits || kind == K::kTopKRenormProbs ||
+                     kind == K::kTopKMaskLogits;
+  const bool top_p = kind == K::kTopPFromProbs || kind == K::kTopKTopPFromProbs ||
+                     kind == K::kTopKTopPFromLogits || kind == K::kTopPRenormProbs;
+  const bool min_p = kind == K::kMinPFromProbs;
+  const bool temperature = kind == K::kTopKTopPFromLogits || kind == K::kSoftmax;
+  const bool draws = kind <= K::kTopKTopPFromLogits;
+  if (top_k) {
+    d.inputs.push_back(tensor("top_k", {"batch_size"}, DType::kI32,
+                              "top_k_arr (int32 or int64; a row's k <= 0 or >= vocab_size: "
+                              "off), or the scalar top_k (>= 1) for every row"));
+  }
+  if (top_p) {
+    d.inputs.push_back(tensor("top_p", {"batch_size"}, DType::kF32,
+                              "top_p_arr (a row's p >= 1: off), or the scalar top_p in (0, 1] "
+                              "for every row"));
+  }
+  if (min_p) {
+    d.inputs.push_back(tensor("min_p", {"batch_size"}, DType::kF32,
+                              "min_p_arr (a row's min_p <= 0: off), or the scalar min_p in "
+                              "[0, 1] for every row"));
+  }
+  if (temperature) {
+    d.inputs.push_back(tensor("temperature", {"batch_size"}, DType::kF32,
+                              kind == K::kSoftmax
+                                  ? "temperature_arr, or the scalar temperature for every row"
+                                  : "temperature_arr, or the scalar temperature for every row; "
+                                    "0: greedy"));
+  }
+  if (draws) {
+    d.inputs.push_back(tensor("seed", {"batch_size"}, DType::kI64,
+                              "Philox key (int64 or uint64): one element for every row, or one "
+                              "per row"));
+    d.inputs.push_back(tensor("offset", {"batch_size"}, DType::kI64,
+                              "Philox counter (int64 or uint64): one element, or one per row"));
+    d.outputs = {tensor("samples", {"batch_size"}, DType::kI64,
+                        "the drawn token (int64 or int32); -1 for an invalid row"),
+                 {"valid",
+                  {"batch_size"},
+                  false,
+                  "bool",
+                  "optional (uint8 or bool): 1 where the row was sampled"}};
+  } else if (kind == K::kArgmax) {
+    d.outputs = {tensor("out", {"batch_size"}, DType::kI64,
+                        "index of the first maximum, NaN the largest (int64 or int32)")};
+  } else {
+    const DType out_dtype = kind == K::kTopKMaskLogits ? in_dtype : DType::kF32;
+    d.outputs = {tensor("out", {"batch_size", "vocab_size"}, out_dtype,
+                        kind == K::kSoftmax ? "probabilities; may be logits when that is fp32"
+                        : kind == K::kTopKMaskLogits ? "logits inside the set, -inf outside; "
+                                                       "may be logits"
+                                                     : "probs / (mass of the set) inside it, 0 "
+                                                       "outside; may be probs")};
+  }
+
+  const char* set = kind == K::kFromProbs            ? "every token"
+                    : kind == K::kTopKFromProbs      ? "the top-k set (ties at the k-th kept)"
+                    : kind == K::kTopPFromProbs      ? "the top-p set"
+                    : kind == K::kMinPFromProbs      ? "the min-p set (p >= min_p * max p)"
+                    : kind == K::kTopKTopPFromProbs  ? "the top-p set within the top-k set"
+                    : kind == K::kTopKTopPFromLogits ? "the top-p set within the top-k set of "
+                                                       "softmax(logits / temperature)"
+                    : kind == K::kTopKRenormProbs || kind == K::kTopKMaskLogits
+                        ? "the top-k set (ties at the k-th kept)"
+                        : "the top-p set";
+  if (draws) {
+    d.description = fmt::format(
+        "draws one token per row from {}, in proportion to its weight (Philox4x32-10 keyed by "
+        "seed, counter (offset, row, 0)); no sort of the vocabulary",
+        set);
+  } else if (kind == K::kSoftmax) {
+    d.description = "out = softmax(logits / temperature) per row, in fp32";
+  } else if (kind == K::kArgmax) {
+    d.description = "out = index of the largest element of each row (the first on ties)";
+  } else if (kind == K::kTopKMaskLogits) {
+    d.description = fmt::format("keeps the logits of {} and sets the others to -inf", set);
+  } else {
+    d.description = fmt::format("renormalizes each row over {}", set);
+  }
+  d.reference = kind == K::kSoftmax  ? "tests/reference/sampling_ref.hpp: ref::softmax"
+                : kind == K::kArgmax ? "tests/reference/sampling_ref.hpp: ref::argmax"
+                : kind == K::kTopKTopPFromLogits
+                    ? "tests/reference/sampling_ref.hpp: ref::softmax, ref::keep_sets, "
+                      "ref::sampling_uniform, ref::inverse_cdf"
+                : draws
+                    ? "tests/reference/sampling_ref.hpp: ref::keep_sets, ref::sampling_uniform, "
+                      "ref::inverse_cdf"
+                : kind == K::kTopKMaskLogits
+                    ? "tests/reference/sampling_ref.hpp: ref::keep_sets (on the logits)"
+                    : "tests/reference/sampling_ref.hpp: ref::keep_sets, ref::target_distribution";
+  return d;
+}
+
 std::vector<Definition> op_definitions(std::string_view op) {
   // Realistic const axes: the hidden / intermediate sizes, head counts and page sizes of common
   // models (Llama 3.x, Qwen 2.5, Mistral, Gemma 2, DeepSeek-V3, Phi-2, Falcon, StarCoder2), bf16.
@@ -313,6 +535,42 @@ std::vector<Definition> op_definitions(std::string_view op) {
     out.push_back(append_paged_kv_definition(bf, 8, 128, 16, false));
     out.push_back(append_paged_kv_definition(bf, 8, 128, 1, true));
     out.push_back(append_paged_kv_definition(bf, 4, 128, 16, true));
+  } else if (op == "decode_attention") {
+    // Llama 3 8B / Mistral 7B (32 / 8), Llama 3 70B / Qwen 2.5 72B (64 / 8), Qwen 2.5 7B (28 / 4)
+    // at the page sizes of paged engines (16) and of token-granular ones (1); the 8B shape also
+    // in the HND layout and with an fp8 cache.
+    struct Heads {
+      int q, k;
+    };
+    for (const Heads h : {Heads{32, 8}, Heads{64, 8}, Heads{28, 4}}) {
+      for (int ps : {16, 1}) out.push_back(batch_decode_definition({bf, false, h.q, h.k, 128, ps}));
+    }
+    out.push_back(batch_decode_definition({bf, false, 32, 8, 128, 16, false}));
+    out.push_back(batch_decode_definition({bf, true, 32, 8, 128, 16}));
+  } else if (op == "merge_states") {
+    // Per query head: the qo head counts above.
+    for (bool n_way : {false, true}) {
+      for (int h : {32, 64, 28}) out.push_back(merge_states_definition(bf, h, 128, n_way));
+    }
+  } else if (op == "sampling_filter" || op == "softmax" || op == "argmax") {
+    // Llama 3 (128256), Qwen 2 / 2.5 (151936), Llama 2 / Mistral (32000). Engines upcast the
+    // logits to fp32 before sampling, so the logits definitions are fp32.
+    using K = SamplingKind;
+    std::vector<K> kinds;
+    if (op == "softmax") {
+      kinds = {K::kSoftmax};
+    } else if (op == "argmax") {
+      kinds = {K::kArgmax};
+    } else {
+      kinds = {K::kFromProbs,       K::kTopKFromProbs,     K::kTopPFromProbs,
+               K::kMinPFromProbs,   K::kTopKTopPFromProbs, K::kTopKTopPFromLogits,
+               K::kTopKRenormProbs, K::kTopPRenormProbs,   K::kTopKMaskLogits};
+    }
+    for (K k : kinds) {
+      for (int v : {128256, 151936, 32000}) {
+        out.push_back(sampling_definition(k, DType::kF32, v));
+      }
+    }
   }
   return out;
 }

@@ -9,6 +9,7 @@
 #include "cuda/launch.hpp"
 #include "jit/jit_core.hpp"
 #include "ops/rope.hpp"  // StridedView
+#include "ops/trace_dump.hpp"
 #include "util/error.hpp"
 
 namespace kjit::ops {
@@ -197,6 +198,7 @@ void merge_states(const DLTensor* v_a, const DLTensor* s_a, const DLTensor* v_b,
   }
   int align = 16;
   for (const StridedView* t : {&va, &vb, &vo}) align = std::min(align, view_alignment(*t));
+  if (trace::enabled()) trace::merge_states(va.dtype, heads, dim, seqs);
 
   MergeStatesParams p{};
   p.v_a = va.data;
@@ -256,6 +258,7 @@ void merge_states_n(const DLTensor* v, const DLTensor* s, DLTensor* v_out, DLTen
          kMergeMaxDim);
   }
   int align = std::min(view_alignment(vv), view_alignment(vo));
+  if (trace::enabled()) trace::merge_states_n(vv.dtype, heads, dim, seqs, n);
 
   MergeStatesParams p{};
   p.v_a = vv.data;

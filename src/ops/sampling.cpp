@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include "util/error.hpp"
 
@@ -46,9 +47,11 @@ void choose_vec(DType dtype, bool vec_ok, int vec_unroll, int& vec, int& unroll)
 }
 
 jit::Params row_params(const RowConfig& c) {
-  return {{"dtype", dtype_name(c.dtype)},
-          {"vec", std::to_string(c.vec)},
-          {"unroll", std::to_string(c.unroll)}};
+  jit::Params out{{"dtype", dtype_name(c.dtype)},
+                  {"vec", std::to_string(c.vec)},
+                  {"unroll", std::to_string(c.unroll)}};
+  if (c.cluster > 1) out.push_back({"cluster", std::to_string(c.cluster)});
+  return out;
 }
 
 jit::Spec row_spec(const char* op, const char* include, const char* kernel, const RowConfig& c) {
@@ -63,8 +66,18 @@ jit::Spec row_spec(const char* op, const char* include, const char* kernel, cons
       "using T = {};\n"
       "constexpr int kVec = {};\n"
       "constexpr int kUnroll = {};\n"
+      "constexpr int kCluster = {};\n"
       "}}  // namespace kjit_spec\n",
-      device_type_name(c.dtype), c.vec, c.unroll);
+      device_type_name(c.dtype), c.vec, c.unroll, c.cluster);
+  if (c.cluster > 1) {
+    // Only argmax has a cluster launch (thread-block clusters are sm_90+).
+    s.entry_names = {fmt::format(
+        "kjit::sampling::{}_cluster_kernel<kjit_spec::T, kjit_spec::kVec, kjit_spec::kUnroll, "
+        "kjit_spec::kCluster>",
+        std::string(kernel).substr(0, std::string(kernel).rfind("_kernel")))};
+    s.arch_families = {"sm_90+"};
+    return s;
+  }
   s.entry_names = {
       fmt::format("kjit::sampling::{}<kjit_spec::T, kjit_spec::kVec, kjit_spec::kUnroll>", kernel)};
   s.arch_families = {"sm_80+"};
@@ -103,6 +116,40 @@ AxisDef vocab_axis() {
 }
 
 }  // namespace
+
+namespace {
+std::atomic<int> g_sample_path{0};
+std::atomic<int> g_sample_cluster{0};
+}  // namespace
+
+void set_sample_path(SamplePath path, int cluster_size) {
+  if (cluster_size < 0 || cluster_size == 1 || cluster_size > kSampleMaxCluster) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "cluster size must be 0 (auto) or 2..{}, not {}",
+         kSampleMaxCluster, cluster_size);
+  }
+  g_sample_path.store(static_cast<int>(path));
+  g_sample_cluster.store(cluster_size);
+}
+
+SamplePath sample_path() {
+  return static_cast<SamplePath>(g_sample_path.load());
+}
+
+int forced_sample_cluster_size() {
+  return g_sample_cluster.load();
+}
+
+namespace {
+std::atomic<int> g_last_sample_cluster{1};
+}  // namespace
+
+int last_sample_cluster_size() {
+  return g_last_sample_cluster.load();
+}
+
+void note_sample_cluster_size(int n) {
+  g_last_sample_cluster.store(n);
+}
 
 int sampling_block_threads(int64_t vocab, int vec, int unroll) {
   const int64_t per_step = static_cast<int64_t>(vec) * unroll;
@@ -167,6 +214,8 @@ jit::Spec filter_spec(const FilterConfig& c) {
               {"dtype", dtype_name(c.dtype)},
               {"vec", std::to_string(c.vec)},
               {"unroll", std::to_string(c.unroll)}};
+  // Only the cluster variant names the path, so the one-block URIs stay as they were.
+  if (c.cluster) s.params.push_back({"path", "cluster"});
   s.uri = jit::make_uri(s.op, s.params);
   s.kernel_dirs = {"common", "sampling"};
   s.includes = {"sampling/sampling.cuh"};
@@ -177,13 +226,15 @@ jit::Spec filter_spec(const FilterConfig& c) {
       "constexpr int kUnroll = {};\n"
       "constexpr int kKeys = {};\n"
       "constexpr int kOp = {};\n"
+      "constexpr int kCluster = {};\n"
       "}}  // namespace kjit_spec\n",
-      device_type_name(c.dtype), c.vec, c.unroll, static_cast<int>(c.input),
-      static_cast<int>(c.op));
+      device_type_name(c.dtype), c.vec, c.unroll, static_cast<int>(c.input), static_cast<int>(c.op),
+      c.cluster ? 1 : 0);
   s.entry_names = {
       "kjit::sampling::filter_kernel<kjit_spec::T, kjit_spec::kVec, kjit_spec::kUnroll, "
-      "kjit_spec::kKeys, kjit_spec::kOp>"};
-  s.arch_families = {"sm_80+"};
+      "kjit_spec::kKeys, kjit_spec::kOp, kjit_spec::kCluster>"};
+  // Clusters and distributed shared memory are sm_90's.
+  s.arch_families = {c.cluster ? "sm_90+" : "sm_80+"};
   return s;
 }
 
@@ -211,7 +262,11 @@ OpDef sampling_filter_op_def() {
              "sample: probs (fp32) or logits (default probs); renorm: probs; mask: logits"},
             {"dtype", {"fp32", "bf16", "fp16"}, true, "input dtype (probabilities: fp32)"},
             align_axis(),
-            vocab_axis()};
+            vocab_axis(),
+            {"path",
+             {"single", "cluster"},
+             false,
+             "sample: one block per row (default) or a cluster of blocks per row (sm_90+)"}};
   d.arch_families = {"sm_80+"};
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
@@ -228,7 +283,14 @@ OpDef sampling_filter_op_def() {
     const DType dtype = float_dtype_arg(args.at("dtype"));
     const int64_t vocab =
         args.count("vocab") ? positive_int_arg(args, "vocab", kFilterMaxVocab) : 128256;
-    return filter_spec(select_filter(op, input, dtype, vocab, vec_ok_arg(args, dtype, vocab)));
+    FilterConfig c = select_filter(op, input, dtype, vocab, vec_ok_arg(args, dtype, vocab));
+    if (args.count("path") && args.at("path") == "cluster") {
+      if (op != FilterOp::kSample) {
+        fail(KJIT_ERROR_UNSUPPORTED, "the cluster path is for op=sample only");
+      }
+      c.cluster = 1;
+    }
+    return filter_spec(c);
   };
   d.catalog = [] {
     // The vocabulary is a launch-time value, so a handful of variants serve every model: each
@@ -241,6 +303,22 @@ OpDef sampling_filter_op_def() {
         out.push_back({{"op", "mask"}, {"dtype", dt}, {"align", align}});
       }
       out.push_back({{"op", "renorm"}, {"dtype", "fp32"}, {"align", align}});
+    }
+    // The small-batch samplers of sm_90+ (compiled for sm_90 and later targets only). Only
+    // the 16-byte path: the scalar one (odd vocabularies) is rare enough to compile on demand.
+    for (const char* align : {"16"}) {
+      out.push_back({{"op", "sample"},
+                     {"input", "probs"},
+                     {"dtype", "fp32"},
+                     {"align", align},
+                     {"path", "cluster"}});
+      for (const char* dt : {"fp32", "bf16", "fp16"}) {
+        out.push_back({{"op", "sample"},
+                       {"input", "logits"},
+                       {"dtype", dt},
+                       {"align", align},
+                       {"path", "cluster"}});
+      }
     }
     return out;
   };
@@ -282,9 +360,76 @@ OpDef softmax_op_def() {
                     select_softmax);
 }
 
+namespace {
+std::atomic<int> g_argmax_path{0};
+std::atomic<int> g_argmax_cluster{0};
+}  // namespace
+
+void force_argmax_path(ArgmaxPath path, int cluster) {
+  g_argmax_path.store(static_cast<int>(path));
+  g_argmax_cluster.store(cluster);
+}
+
+int argmax_cluster_size(ArgmaxPath path, int forced_cluster, int64_t batch, int64_t vocab,
+                        int sm_count, int cc_major) {
+  if (path == ArgmaxPath::kAuto) {
+    path = static_cast<ArgmaxPath>(g_argmax_path.load());
+    forced_cluster = g_argmax_cluster.load();
+  }
+  if (path == ArgmaxPath::kBlock) return 1;
+  if (path == ArgmaxPath::kCluster && cc_major < 9) {
+    fail(KJIT_ERROR_UNSUPPORTED, "argmax: the cluster path needs sm_90 or newer, not sm_{}0",
+         cc_major);
+  }
+  if (path == ArgmaxPath::kCluster && forced_cluster > 0) {
+    if (forced_cluster != 2 && forced_cluster != 4 && forced_cluster != 8) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "argmax: cluster size must be 2, 4 or 8, not {}",
+           forced_cluster);
+    }
+    return forced_cluster;
+  }
+  if (cc_major < 9) return 1;
+  // A pure read needs every SM pulling: grow the blocks per row until the grid has two blocks
+  // per SM (the most 1024-thread blocks an SM holds), while each part keeps >= 4096 elements
+  // (below that the cluster barrier and the extra block outweigh the split).
+  int c = 1;
+  while (c < 8 && batch * c < 2LL * sm_count && vocab / (2 * c) >= 4096) c *= 2;
+  if (path == ArgmaxPath::kCluster && c == 1) c = 2;
+  return c;
+}
+
 OpDef argmax_op_def() {
-  return row_op_def("argmax", "index of the row maximum (first on ties, NaN largest)", argmax_spec,
-                    select_argmax);
+  OpDef d = row_op_def("argmax", "index of the row maximum (first on ties, NaN largest)",
+                       argmax_spec, select_argmax);
+  d.axes.push_back({"cluster",
+                    {"1", "2", "4", "8"},
+                    false,
+                    "blocks per row (default 1); > 1 is a sm_90+ thread-block cluster, which "
+                    "small batches get"});
+  d.make_spec = [d](const SetArgs& args) {
+    check_set_args(d, args);
+    const DType dtype = float_dtype_arg(args.at("dtype"));
+    const int64_t vocab =
+        args.count("vocab") ? positive_int_arg(args, "vocab", kRowKernelMaxVocab) : 128256;
+    RowConfig c = select_argmax(dtype, vocab, vec_ok_arg(args, dtype, vocab));
+    if (args.count("cluster")) c.cluster = static_cast<int>(positive_int_arg(args, "cluster", 8));
+    return argmax_spec(c);
+  };
+  d.catalog = [] {
+    std::vector<SetArgs> out;
+    for (const char* align : {"16", "4"}) {
+      for (const char* dt : {"fp32", "bf16", "fp16"}) {
+        out.push_back({{"dtype", dt}, {"align", align}});
+      }
+    }
+    // Decode batches (<= 65 rows on 132 SMs) on sm_90, for the usual logits dtypes; other
+    // cluster sizes compile on first use (the three sampling catalogs share a budget of 40).
+    for (const char* dt : {"fp32", "bf16"}) {
+      out.push_back({{"dtype", dt}, {"align", "16"}, {"cluster", "8"}});
+    }
+    return out;
+  };
+  return d;
 }
 
 }  // namespace kjit::ops

@@ -25,8 +25,9 @@ struct FilterConfig {
   FilterOp op = FilterOp::kSample;
   FilterInput input = FilterInput::kProbs;
   DType dtype = DType::kF32;
-  int vec = 1;     // elements per vector load (16 bytes, or 1)
-  int unroll = 8;  // vector loads in flight per lane
+  int vec = 1;      // elements per vector load (16 bytes, or 1)
+  int unroll = 8;   // vector loads in flight per lane
+  int cluster = 0;  // 1: the thread-block-cluster variant (sample, sm_90+), cluster size at launch
 };
 
 // One compiled softmax or argmax variant.
@@ -34,6 +35,7 @@ struct RowConfig {
   DType dtype = DType::kF32;
   int vec = 1;
   int unroll = 8;
+  int cluster = 1;  // argmax only: blocks per row, a sm_90 thread-block cluster when > 1
 };
 
 inline constexpr int64_t kFilterMaxVocab = 262144;      // 1024 segments of >= 256 elements
@@ -45,6 +47,17 @@ FilterConfig select_filter(FilterOp op, FilterInput input, DType dtype, int64_t 
 RowConfig select_softmax(DType dtype, int64_t vocab, bool vec_ok);
 RowConfig select_argmax(DType dtype, int64_t vocab, bool vec_ok);
 
+// Which argmax launch serves a call: kAuto picks a cluster of blocks per row on sm_90+ when the
+// batch alone would leave SMs idle, else one block per row.
+enum class ArgmaxPath : int { kAuto = 0, kBlock = 1, kCluster = 2 };
+// Blocks per row for `path` (cluster: `forced_cluster` in 2..8, or 0 for the heuristic's size,
+// at least 2). Throws KJIT_ERROR_UNSUPPORTED for kCluster below sm_90.
+int argmax_cluster_size(ArgmaxPath path, int forced_cluster, int64_t batch, int64_t vocab,
+                        int sm_count, int cc_major);
+// Test and bench hook: every later kjit_argmax in the process takes `path` (and, for kCluster,
+// `cluster` blocks per row, 0 = the heuristic's). Not thread-safe against concurrent calls.
+void force_argmax_path(ArgmaxPath path, int cluster = 0);
+
 jit::Spec filter_spec(const FilterConfig& cfg);
 std::string filter_uri(const FilterConfig& cfg);
 jit::Spec softmax_spec(const RowConfig& cfg);
@@ -54,6 +67,24 @@ std::string argmax_uri(const RowConfig& cfg);
 
 // Threads per block for a row of `vocab` elements read `vec * unroll` per thread per step.
 int sampling_block_threads(int64_t vocab, int vec, int unroll);
+
+// Which kernel path the samplers take. kAuto: a cluster of blocks per row (sm_90+) while the
+// batch leaves most SMs idle, else one block per row. The others force a path so that tests and
+// the bench can compare them; a forced cluster size of 0 lets the batch choose it. Process-wide;
+// internal (not in the C API).
+enum class SamplePath : int { kAuto = 0, kSingle = 1, kCluster = 2 };
+void set_sample_path(SamplePath path, int cluster_size = 0);
+SamplePath sample_path();
+int forced_sample_cluster_size();
+// The blocks per row of the process's latest sampler launch (1: one block per row), for the
+// bench to report which path the automatic choice took.
+int last_sample_cluster_size();
+void note_sample_cluster_size(int n);
+
+// The smallest vocabulary the automatic choice splits over a cluster: below it one block is
+// already short, and a cluster's barriers would cost more than its split saves.
+inline constexpr int64_t kSampleClusterMinVocab = 16384;
+inline constexpr int kSampleMaxCluster = 16;
 
 // A filter parameter: one value per row from a device tensor, or `scalar` for every row when
 // `per_row` is NULL.

@@ -2,15 +2,21 @@
 // before anything is compiled or launched, and nothing here reads device memory or waits for
 // the device, so each op can be captured in a CUDA graph (after its first call has loaded the
 // kernel).
+#include <climits>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
 #include "jit/jit_core.hpp"
 #include "ops/sampling.hpp"
+#include "ops/trace_dump.hpp"
 #include "util/error.hpp"
 
 namespace kjit::ops {
@@ -70,6 +76,7 @@ struct ArgmaxParams {
 // A [batch, vocab] matrix. batch and vocab come from the shape (as_row_matrix reports no rows
 // for an empty vocabulary).
 struct Batch {
+  const char* name = nullptr;  // the argument, for the messages of the tensors checked against it
   RowMatrix m;
   int64_t batch = 0;
   int64_t vocab = 0;
@@ -77,6 +84,7 @@ struct Batch {
 
 Batch as_batch(const DLTensor* t, const char* name) {
   Batch b;
+  b.name = name;
   b.m = as_row_matrix(t, name);
   if (t->ndim != 2) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be 2-D [batch, vocab], got ndim {}", name, t->ndim);
@@ -120,8 +128,8 @@ std::string type_text(DLDataType t) {
   return fmt::format("{}{}{}", code, t.bits, t.lanes == 1 ? "" : fmt::format("x{}", t.lanes));
 }
 
-// Checks everything but the element type: NULL, ndim 1, shape, device, data, contiguity and
-// alignment to the element size.
+// Checks everything but the element type: NULL, ndim 1, shape, device, data, contiguity, a
+// byte_offset that wraps the address space and alignment to the element size.
 Vector as_vector(const DLTensor* t, const char* name) {
   if (t == nullptr) fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is NULL", name);
   if (t->ndim != 1) {
@@ -148,7 +156,7 @@ Vector as_vector(const DLTensor* t, const char* name) {
   if (t->strides != nullptr && v.n > 1 && t->strides[0] != 1) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "{} has stride {} (must be contiguous)", name, t->strides[0]);
   }
-  v.data = static_cast<char*>(t->data) + t->byte_offset;
+  v.data = reinterpret_cast<char*>(data_address(t, name));
   if (v.elem > 0 && v.n > 0 && reinterpret_cast<uintptr_t>(v.data) % v.elem != 0) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is misaligned for {}-byte elements", name, v.elem);
   }
@@ -162,55 +170,55 @@ void check_length(const Vector& v, int64_t batch, bool one_ok) {
   }
 }
 
-void check_device(const Vector& v, int device) {
-  if (v.device != device) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is on cuda:{} but the input is on cuda:{}", v.name,
-         v.device, device);
+void check_device(const Vector& v, const Batch& b) {
+  if (v.device != b.m.device) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is on cuda:{} but {} is on cuda:{}", v.name, v.device,
+         b.name, b.m.device);
   }
 }
 
 // Per-row index output: int32 or int64 [batch].
-Vector index_vector(const DLTensor* t, const char* name, int64_t batch, int device) {
+Vector index_vector(const DLTensor* t, const char* name, const Batch& b) {
   Vector v = as_vector(t, name);
   if (!is_type(v.dtype, kDLInt, 32) && !is_type(v.dtype, kDLInt, 64)) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be int32 or int64, got {}", name,
          type_text(v.dtype));
   }
-  check_length(v, batch, false);
-  check_device(v, device);
+  check_length(v, b.batch, false);
+  check_device(v, b);
   return v;
 }
 
-Vector float_row_param(const DLTensor* t, const char* name, int64_t batch, int device) {
+Vector float_row_param(const DLTensor* t, const char* name, const Batch& b) {
   Vector v = as_vector(t, name);
   if (!is_type(v.dtype, kDLFloat, 32)) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be fp32, got {}", name, type_text(v.dtype));
   }
-  check_length(v, batch, false);
-  check_device(v, device);
+  check_length(v, b.batch, false);
+  check_device(v, b);
   return v;
 }
 
 // seed / offset: int64 or uint64 (read as 64 bits), one value or one per row.
-Vector rng_vector(const DLTensor* t, const char* name, int64_t batch, int device) {
+Vector rng_vector(const DLTensor* t, const char* name, const Batch& b) {
   Vector v = as_vector(t, name);
   if (!is_type(v.dtype, kDLInt, 64) && !is_type(v.dtype, kDLUInt, 64)) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be int64 or uint64, got {}", name,
          type_text(v.dtype));
   }
-  check_length(v, batch, true);
+  check_length(v, b.batch, true);
   if (v.n == 0) fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is empty", name);
-  check_device(v, device);
+  check_device(v, b);
   return v;
 }
 
-Vector valid_vector(const DLTensor* t, int64_t batch, int device) {
+Vector valid_vector(const DLTensor* t, const Batch& b) {
   Vector v = as_vector(t, "valid");
   if (!is_type(v.dtype, kDLUInt, 8) && !is_type(v.dtype, kBoolCode, 8)) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "valid must be uint8 or bool, got {}", type_text(v.dtype));
   }
-  check_length(v, batch, false);
-  check_device(v, device);
+  check_length(v, b.batch, false);
+  check_device(v, b);
   return v;
 }
 
@@ -269,7 +277,7 @@ void check_temperature_scalar(float t, bool zero_ok) {
 }
 
 // The top-k parameter: per-row int32 / int64, or a scalar >= 1.
-void top_k_param(const RowParam<int>& k, int64_t batch, int device, SamplingParams& p,
+void top_k_param(const RowParam<int>& k, const Batch& b, SamplingParams& p,
                  std::vector<Span>& spans) {
   if (k.per_row != nullptr) {
     Vector v = as_vector(k.per_row, "top_k_arr");
@@ -277,8 +285,8 @@ void top_k_param(const RowParam<int>& k, int64_t batch, int device, SamplingPara
       fail(KJIT_ERROR_INVALID_ARGUMENT, "top_k_arr must be int32 or int64, got {}",
            type_text(v.dtype));
     }
-    check_length(v, batch, false);
-    check_device(v, device);
+    check_length(v, b.batch, false);
+    check_device(v, b);
     p.top_k_arr = v.data;
     p.top_k_i64 = v.elem == 8;
     spans.push_back(span_of(v));
@@ -288,10 +296,10 @@ void top_k_param(const RowParam<int>& k, int64_t batch, int device, SamplingPara
   }
 }
 
-const float* float_param(const RowParam<float>& f, const char* arr_name, int64_t batch, int device,
+const float* float_param(const RowParam<float>& f, const char* arr_name, const Batch& b,
                          std::vector<Span>& spans) {
   if (f.per_row == nullptr) return nullptr;
-  Vector v = float_row_param(f.per_row, arr_name, batch, device);
+  Vector v = float_row_param(f.per_row, arr_name, b);
   spans.push_back(span_of(v));
   return reinterpret_cast<const float*>(v.data);
 }
@@ -303,15 +311,93 @@ bool vec_ok(const Batch& b, const RowMatrix* out = nullptr) {
   return out == nullptr || row_alignment(*out) >= 16;
 }
 
+// Dynamic shared memory for a cluster of n blocks: room for each block's share of the row, which
+// it then reads from global memory once, when that fits beside the kernel's static shared memory
+// (under 48 KB); else 0 and every pass reads the share from L2.
+unsigned cluster_cache_bytes(const FilterConfig& cfg, const Batch& b, int n, int smem_optin) {
+  const int64_t seg = int64_t{32} * cfg.vec * cfg.unroll;
+  const int64_t nseg = (b.vocab + seg - 1) / seg;
+  const int64_t bytes = (nseg + n - 1) / n * seg * static_cast<int64_t>(dtype_size(b.m.dtype));
+  return bytes <= smem_optin - 48 * 1024 ? static_cast<unsigned>(bytes) : 0u;
+}
+
+// The automatic cluster size of a sampler: the largest of 16, 8, 4, 2 for which the whole batch
+// runs in one wave of clusters and every block keeps at least one segment of the row; 0 when
+// none does (one block per row then). The occupancy answers are cached per kernel, size and
+// shared memory, so a call being captured into a graph asks nothing of the driver after the
+// first.
+int auto_cluster_size(CUfunction fn, const FilterConfig& cfg, const Batch& b, unsigned threads,
+                      int smem_optin) {
+  static std::mutex mu;
+  static std::map<std::tuple<CUfunction, unsigned, unsigned>, int> active;
+  const int64_t seg = int64_t{32} * cfg.vec * cfg.unroll;
+  const int64_t nseg = (b.vocab + seg - 1) / seg;
+  for (unsigned n : {16u, 8u, 4u, 2u}) {
+    if (static_cast<int64_t>(n) > nseg) continue;
+    const unsigned smem = cluster_cache_bytes(cfg, b, static_cast<int>(n), smem_optin);
+    int clusters;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = active.find({fn, n, smem});
+      if (it == active.end()) {
+        it = active
+                 .emplace(std::make_tuple(fn, n, smem),
+                          cuda::max_active_clusters(fn, n, threads, smem))
+                 .first;
+      }
+      clusters = it->second;
+    }
+    if (b.batch <= clusters) return static_cast<int>(n);
+  }
+  return 0;
+}
+
 void launch_filter(const FilterConfig& cfg, const Batch& b, SamplingParams& p, void* stream) {
-  const jit::LoadedKernel& k = jit::JitCore::global().kernel_for("sampling_filter", cfg, b.m.device,
-                                                                 [&] { return filter_spec(cfg); });
   cuda::LaunchConfig lc;
-  lc.grid_x = static_cast<unsigned>(b.batch);
   lc.block_x = static_cast<unsigned>(sampling_block_threads(b.vocab, cfg.vec, cfg.unroll));
   lc.stream = static_cast<CUstream>(stream);
+  const SamplePath path = cfg.op == FilterOp::kSample ? sample_path() : SamplePath::kSingle;
+  if (path != SamplePath::kSingle) {
+    // Small batches split each row over a cluster (sm_90+). The split draws the same token as
+    // one block: the thresholds are the same exact rule, and the draw runs on one block over
+    // the same per-segment masses.
+    const cuda::DeviceInfo& info = cuda::device_info(b.m.device);
+    const bool forced = path == SamplePath::kCluster;
+    if (info.major < 9 && forced) {
+      fail(KJIT_ERROR_UNSUPPORTED, "the cluster sampling path needs sm_90 or later, not sm_{}{}",
+           info.major, info.minor);
+    }
+    // Auto considers clusters only where two blocks a row still fit the SMs in one wave, so a
+    // large batch never compiles the cluster variant.
+    const bool small = b.vocab >= kSampleClusterMinVocab && b.batch * 2 <= info.sm_count;
+    if (info.major >= 9 && (forced || small)) {
+      FilterConfig cc = cfg;
+      cc.cluster = 1;
+      const jit::LoadedKernel& k = jit::JitCore::global().kernel_for(
+          "sampling_filter", cc, b.m.device, [&] { return filter_spec(cc); });
+      cuda::ScopedDevice scope(b.m.device);
+      int n = forced ? forced_sample_cluster_size() : 0;
+      if (n == 0) n = auto_cluster_size(k.functions.at(0), cfg, b, lc.block_x, info.max_smem_optin);
+      if (n == 0 && forced) n = 2;
+      if (n >= 2) {
+        lc.smem_bytes = cluster_cache_bytes(cfg, b, n, info.max_smem_optin);
+        if (b.batch > int64_t{0x7fffffff} / n) {
+          fail(KJIT_ERROR_UNSUPPORTED, "a batch of {} rows is too large for clusters of {}",
+               b.batch, n);
+        }
+        lc.grid_x = static_cast<unsigned>(b.batch * n);
+        cuda::launch_cluster(k.functions.at(0), lc, static_cast<unsigned>(n), &p);
+        if (cfg.op == FilterOp::kSample) note_sample_cluster_size(n);
+        return;
+      }
+    }
+  }
+  const jit::LoadedKernel& k = jit::JitCore::global().kernel_for("sampling_filter", cfg, b.m.device,
+                                                                 [&] { return filter_spec(cfg); });
+  lc.grid_x = static_cast<unsigned>(b.batch);
   cuda::ScopedDevice scope(b.m.device);
   cuda::launch(k.functions.at(0), lc, &p);
+  if (cfg.op == FilterOp::kSample) note_sample_cluster_size(1);
 }
 
 // The renorm / mask output: [batch, vocab] of `dtype`, either input itself (the same view) or
@@ -341,35 +427,34 @@ void sample(const char* input_name, FilterInput input, const DLTensor* x, const 
             const DLTensor* seed, const DLTensor* offset, DLTensor* samples, DLTensor* valid,
             void* stream) {
   const Batch b = as_batch(x, input_name);
-  const int dev = b.m.device;
   SamplingParams p{};
   std::vector<Span> spans = {span_of(b.m, input_name)};
   p.filters = a.filters;
-  if (a.filters & kFilterTopK) top_k_param(a.top_k, b.batch, dev, p, spans);
+  if (a.filters & kFilterTopK) top_k_param(a.top_k, b, p, spans);
   if (a.filters & kFilterTopP) {
-    p.top_p_arr = float_param(a.top_p, "top_p_arr", b.batch, dev, spans);
+    p.top_p_arr = float_param(a.top_p, "top_p_arr", b, spans);
     if (p.top_p_arr == nullptr) check_top_p_scalar(a.top_p.scalar);
     p.top_p = a.top_p.scalar;
   }
   if (a.filters & kFilterMinP) {
-    p.min_p_arr = float_param(a.min_p, "min_p_arr", b.batch, dev, spans);
+    p.min_p_arr = float_param(a.min_p, "min_p_arr", b, spans);
     if (p.min_p_arr == nullptr) check_min_p_scalar(a.min_p.scalar);
     p.min_p = a.min_p.scalar;
   }
   if (input == FilterInput::kLogits) {
-    p.temp_arr = float_param(a.temperature, "temperature_arr", b.batch, dev, spans);
+    p.temp_arr = float_param(a.temperature, "temperature_arr", b, spans);
     if (p.temp_arr == nullptr) check_temperature_scalar(a.temperature.scalar, true);
     p.temperature = a.temperature.scalar;
   }
-  const Vector sd = rng_vector(seed, "seed", b.batch, dev);
-  const Vector of = rng_vector(offset, "offset", b.batch, dev);
+  const Vector sd = rng_vector(seed, "seed", b);
+  const Vector of = rng_vector(offset, "offset", b);
   spans.push_back(span_of(sd));
   spans.push_back(span_of(of));
-  const Vector out = index_vector(samples, "samples", b.batch, dev);
+  const Vector out = index_vector(samples, "samples", b);
   spans.push_back(span_of(out));
   std::vector<Span> written = {span_of(out)};
   if (valid != nullptr) {
-    const Vector vv = valid_vector(valid, b.batch, dev);
+    const Vector vv = valid_vector(valid, b);
     spans.push_back(span_of(vv));
     written.push_back(span_of(vv));
     p.valid = reinterpret_cast<unsigned char*>(vv.data);
@@ -380,6 +465,10 @@ void sample(const char* input_name, FilterInput input, const DLTensor* x, const 
     fail(KJIT_ERROR_INVALID_ARGUMENT, "{} has an empty vocabulary: no token to sample", input_name);
   }
   const FilterConfig cfg = select_filter(FilterOp::kSample, input, b.m.dtype, b.vocab, vec_ok(b));
+  if (trace::enabled()) {
+    trace::sampling(sample_kind(input == FilterInput::kLogits, a.filters), b.m.dtype, b.vocab,
+                    b.batch);
+  }
 
   p.input = b.m.data;
   p.samples = out.data;
@@ -402,15 +491,14 @@ void renorm_or_mask(FilterOp op, const DLTensor* x, const RowParam<int>* top_k,
   const bool mask = op == FilterOp::kMask;
   const char* in_name = mask ? "logits" : "probs";
   const Batch b = as_batch(x, in_name);
-  const int dev = b.m.device;
   SamplingParams p{};
   std::vector<Span> spans;
   if (top_k != nullptr) {
     p.filters = kFilterTopK;
-    top_k_param(*top_k, b.batch, dev, p, spans);
+    top_k_param(*top_k, b, p, spans);
   } else {
     p.filters = kFilterTopP;
-    p.top_p_arr = float_param(*top_p, "top_p_arr", b.batch, dev, spans);
+    p.top_p_arr = float_param(*top_p, "top_p_arr", b, spans);
     if (p.top_p_arr == nullptr) check_top_p_scalar(top_p->scalar);
     p.top_p = top_p->scalar;
   }
@@ -420,6 +508,12 @@ void renorm_or_mask(FilterOp op, const DLTensor* x, const RowParam<int>* top_k,
   if (b.m.numel() == 0) return;  // after validation: a zero-size call is still checked
   const FilterConfig cfg = select_filter(op, mask ? FilterInput::kLogitKeys : FilterInput::kProbs,
                                          b.m.dtype, b.vocab, vec_ok(b, &o));
+  if (trace::enabled()) {
+    trace::sampling(mask               ? SamplingKind::kTopKMaskLogits
+                    : top_k != nullptr ? SamplingKind::kTopKRenormProbs
+                                       : SamplingKind::kTopPRenormProbs,
+                    b.m.dtype, b.vocab, b.batch);
+  }
   p.input = b.m.data;
   p.out = o.data;
   p.rows = b.batch;
@@ -447,7 +541,7 @@ void softmax(const DLTensor* logits, DLTensor* out, RowParam<float> temperature,
   const Batch b = as_batch(logits, "logits");
   std::vector<Span> spans;
   SoftmaxParams p{};
-  p.temp_arr = float_param(temperature, "temperature_arr", b.batch, b.m.device, spans);
+  p.temp_arr = float_param(temperature, "temperature_arr", b, spans);
   if (p.temp_arr == nullptr) check_temperature_scalar(temperature.scalar, false);
   p.temperature = temperature.scalar;
   const RowMatrix o = matrix_out(out, b, DType::kF32, "logits");
@@ -457,6 +551,7 @@ void softmax(const DLTensor* logits, DLTensor* out, RowParam<float> temperature,
   check_no_overlap({span_of(o, "out")}, spans);
   if (b.m.numel() == 0) return;  // after validation: a zero-size call is still checked
   const RowConfig cfg = select_softmax(b.m.dtype, b.vocab, vec_ok(b, &o));
+  if (trace::enabled()) trace::sampling(SamplingKind::kSoftmax, b.m.dtype, b.vocab, b.batch);
   p.input = b.m.data;
   p.out = static_cast<float*>(o.data);
   p.rows = b.batch;
@@ -475,18 +570,28 @@ void softmax(const DLTensor* logits, DLTensor* out, RowParam<float> temperature,
 
 void argmax(const DLTensor* input, DLTensor* out, void* stream) {
   const Batch b = as_batch(input, "input");
-  const Vector o = index_vector(out, "out", b.batch, b.m.device);
+  const Vector o = index_vector(out, "out", b);
   check_no_overlap({span_of(o)}, {span_of(b.m, "input")});
   if (b.batch == 0) return;  // after validation: a zero-size call is still checked
   if (b.vocab == 0) fail(KJIT_ERROR_INVALID_ARGUMENT, "input has an empty vocabulary");
-  const RowConfig cfg = select_argmax(b.m.dtype, b.vocab, vec_ok(b));
+  RowConfig cfg = select_argmax(b.m.dtype, b.vocab, vec_ok(b));
+  if (trace::enabled()) trace::sampling(SamplingKind::kArgmax, b.m.dtype, b.vocab, b.batch);
+  const cuda::DeviceInfo& info = cuda::device_info(b.m.device);
+  cfg.cluster =
+      argmax_cluster_size(ArgmaxPath::kAuto, 0, b.batch, b.vocab, info.sm_count, info.major);
+  if (b.batch * cfg.cluster > INT_MAX) {
+    fail(KJIT_ERROR_UNSUPPORTED, "argmax: {} rows exceed the grid", b.batch);
+  }
   ArgmaxParams p{b.m.data,           o.data, b.batch, b.m.row_stride, static_cast<int>(b.vocab),
                  o.elem == 8 ? 1 : 0};
   const jit::LoadedKernel& k = jit::JitCore::global().kernel_for("argmax", cfg, b.m.device,
                                                                  [&] { return argmax_spec(cfg); });
+  // Each block of a cluster scans 1 / cluster of the row (rounded up to whole vectors).
+  const int64_t part =
+      ((b.vocab + cfg.cluster - 1) / cfg.cluster + cfg.vec - 1) / cfg.vec * cfg.vec;
   cuda::LaunchConfig lc;
-  lc.grid_x = static_cast<unsigned>(b.batch);
-  lc.block_x = static_cast<unsigned>(sampling_block_threads(b.vocab, cfg.vec, cfg.unroll));
+  lc.grid_x = static_cast<unsigned>(b.batch * cfg.cluster);
+  lc.block_x = static_cast<unsigned>(sampling_block_threads(part, cfg.vec, cfg.unroll));
   lc.stream = static_cast<CUstream>(stream);
   cuda::ScopedDevice scope(b.m.device);
   cuda::launch(k.functions.at(0), lc, &p);

@@ -51,6 +51,15 @@ bool is_float(DType t) {
   return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16;
 }
 
+uintptr_t data_address(const DLTensor* t, const char* name) {
+  const auto base = reinterpret_cast<uintptr_t>(t->data);
+  if (t->byte_offset > UINTPTR_MAX - base) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} byte_offset {} wraps the address space", name,
+         t->byte_offset);
+  }
+  return base + static_cast<uintptr_t>(t->byte_offset);
+}
+
 RowMatrix as_row_matrix(const DLTensor* t, const char* name) {
   if (t == nullptr) fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is NULL", name);
   if (t->ndim < 1 || t->ndim > kMaxDims) {
@@ -92,14 +101,7 @@ RowMatrix as_row_matrix(const DLTensor* t, const char* name) {
   if (numel > INT64_MAX / static_cast<int64_t>(dtype_size(m.dtype))) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is too large to address", name);
   }
-  // Integer arithmetic: a hostile byte_offset must not wrap the address (to NULL, say), and
-  // pointer arithmetic that overflows would be undefined before it could be checked.
-  const auto base = reinterpret_cast<uintptr_t>(t->data);
-  if (t->byte_offset > UINTPTR_MAX - base) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} byte_offset {} wraps the address space", name,
-         t->byte_offset);
-  }
-  m.data = reinterpret_cast<void*>(base + static_cast<uintptr_t>(t->byte_offset));
+  m.data = reinterpret_cast<void*>(data_address(t, name));
   // Every kernel reads at least whole elements: a pointer below that alignment would fault on
   // the device (a sticky error that ends the CUDA context), so it is an argument error here.
   if (numel > 0 && reinterpret_cast<uintptr_t>(m.data) % dtype_size(m.dtype) != 0) {

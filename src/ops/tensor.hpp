@@ -21,6 +21,12 @@ bool is_float(DType t);  // fp32, fp16 or bf16
 
 inline constexpr int kMaxDims = 8;
 
+// data + byte_offset as an address. Throws KJIT_ERROR_INVALID_ARGUMENT naming `name` when the sum
+// wraps the address space (to NULL, or past the top): a hostile byte_offset must not turn a valid
+// pointer into another one, and pointer arithmetic that overflows is undefined before it could be
+// checked. Every check that reads a DLTensor's address goes through this.
+uintptr_t data_address(const DLTensor* t, const char* name);
+
 // A tensor seen as a row-major matrix: [..., cols] with unit-stride columns and the leading dims
 // collapsed into rows that are row_stride elements apart.
 struct RowMatrix {

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -208,6 +209,56 @@ void append_paged_kv(DType dtype, int64_t kv_heads, int64_t head_dim, int64_t pa
           {"batch", str(batch)},
           {"layout", nhd ? "nhd" : "hnd"}},
          [&] { return d; });
+}
+
+void batch_decode(const DecodeDefAxes& a, int64_t batch, int64_t num_kv_indices, int64_t num_pages,
+                  int64_t kv_len) noexcept {
+  const Definition d = batch_decode_definition(a);
+  ojson set = {{"dtype", dtype_name(a.dtype)},
+               {"batch", str(batch)},
+               {"kv_len", str(std::max<int64_t>(kv_len, 1))},
+               {"qo_heads", str(a.qo_heads)},
+               {"kv_heads", str(a.kv_heads)},
+               {"head_dim", str(a.head_dim)},
+               {"page_size", str(a.page_size)},
+               {"layout", a.nhd ? "nhd" : "hnd"}};
+  if (a.kv_fp8) set["kv_dtype"] = "e4m3";
+  record(d.name,
+         {{"batch_size", batch},
+          {"len_indptr", batch + 1},
+          {"num_kv_indices", num_kv_indices},
+          {"num_pages", num_pages}},
+         "decode_attention", set, [&] { return d; });
+}
+
+void merge_states(DType dtype, int64_t heads, int64_t head_dim, int64_t seqs) noexcept {
+  // No bench times merge_states yet.
+  const Definition d = merge_states_definition(dtype, heads, head_dim, false);
+  record(d.name, {{"seq_len", seqs}}, nullptr, nullptr, [&] { return d; });
+}
+
+void merge_states_n(DType dtype, int64_t heads, int64_t head_dim, int64_t seqs,
+                    int64_t num_states) noexcept {
+  const Definition d = merge_states_definition(dtype, heads, head_dim, true);
+  record(d.name, {{"num_states", num_states}, {"seq_len", seqs}}, nullptr, nullptr,
+         [&] { return d; });
+}
+
+void sampling(SamplingKind kind, DType dtype, int64_t vocab, int64_t batch) noexcept {
+  const Definition d = sampling_definition(kind, dtype, vocab);
+  // The sampling benches time these four at their default filter parameters; the other entry
+  // points have no bench yet.
+  const char* bench_op = nullptr;
+  ojson set = {{"batch", str(batch)}, {"vocab", str(vocab)}};
+  switch (kind) {
+    case SamplingKind::kTopPFromProbs: bench_op = "top_p_sampling"; break;
+    case SamplingKind::kTopKTopPFromLogits: bench_op = "top_k_top_p_sampling"; break;
+    case SamplingKind::kSoftmax: bench_op = "softmax"; break;
+    case SamplingKind::kArgmax: bench_op = "argmax"; break;
+    default: break;
+  }
+  if (bench_op != nullptr && sampling_reads_logits(kind)) set["dtype"] = dtype_name(dtype);
+  record(d.name, {{"batch_size", batch}}, bench_op, set, [&] { return d; });
 }
 
 }  // namespace kjit::ops::trace

@@ -40,6 +40,14 @@ void rope(const RopeDefAxes& axes, int64_t tokens, int64_t max_position) noexcep
 void append_paged_kv(DType dtype, int64_t kv_heads, int64_t head_dim, int64_t page_size, bool nhd,
                      int64_t tokens, int64_t batch, int64_t num_kv_indices,
                      int64_t num_pages) noexcept;
+// kv_len: the requests' mean planned length (pages from kjit_batch_decode_plan's kv_indptr_host
+// times page_size, over batch), the one `bench decode_attention` gives every request.
+void batch_decode(const DecodeDefAxes& axes, int64_t batch, int64_t num_kv_indices,
+                  int64_t num_pages, int64_t kv_len) noexcept;
+void merge_states(DType dtype, int64_t heads, int64_t head_dim, int64_t seqs) noexcept;
+void merge_states_n(DType dtype, int64_t heads, int64_t head_dim, int64_t seqs,
+                    int64_t num_states) noexcept;
+void sampling(SamplingKind kind, DType dtype, int64_t vocab, int64_t batch) noexcept;
 
 // Tests: dump into `dir` from now on (empty: off), forgetting what was written, whatever the
 // environment says.

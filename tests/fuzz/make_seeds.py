@@ -64,6 +64,15 @@ index = json.load(open(os.path.join(pkg, "index.json")))
 index["entries"] = index["entries"][:2]
 write(d, "real.json", json.dumps(index, indent=2))
 write(d, "empty.json", json.dumps(dict(index, entries=[])))
+# Regressions: the fuzzer's input (a format_version no int holds, undefined behaviour before the
+# fix), and a negative and an overflowing size.
+write(d, "format_version_float.json",
+      '{"format": "kjit-aot-package", "format_version": 3' + "3" * 69 + '1, "kjit_version": '
+      '"0.1.0", "nvrtc_version": "13.0", "crt(ed": "2p262%T6:08:52Z", "archs": ["sm_9("], '
+      '"entries": []}')
+write(d, "regression_size_fields.json",
+      json.dumps(dict(index, entries=[dict(index["entries"][0], size=-1,
+                                           metadata_size=2**64)])))
 
 # ---- --set parameters: every op with its first value of each axis (64 for integers)
 ops = json.loads(subprocess.run([cli, "ops", "--json"], env=env, check=True,

@@ -20,6 +20,7 @@
 #include "cuda/device.hpp"
 #include "cuda/driver.hpp"
 #include "kjit/kjit.h"
+#include "ops/decode_attention.hpp"
 #include "reference/attention_ref.hpp"
 #include "reference/half.hpp"
 #include "support/gpu.hpp"
@@ -54,6 +55,8 @@ struct DecodeCase {
   int64_t q_head_pad = 0, out_head_pad = 0;
   bool invalid_pages = false;          // page ids past the pool and negative ones in the table
   std::vector<int32_t> last_override;  // kv_last_page_len values as given (clamping is tested)
+  bool tuned = false;                  // re-plan with `tune` (the internal tuning path)
+  kjit::ops::DecodeTuning tune;
 };
 
 std::string describe(const DecodeCase& c) {
@@ -140,10 +143,27 @@ struct Problem {
     last = v;
     if (!v.empty()) last_dev->upload(v.data(), v.size() * 4);
   }
-  void poison() {
+  // The fused merge's counters (none: empty).
+  size_t counters_bytes() const {
+    const auto& d = plan->data;
+    return d.fused_merge ? d.workspace_bytes - d.counters_offset : 0;
+  }
+  std::vector<int32_t> counters() const {
+    std::vector<int32_t> v(counters_bytes() / 4);
+    if (!v.empty()) ws_dev->download(v.data(), v.size() * 4, plan->data.counters_offset);
+    return v;
+  }
+  void poison_outputs() {
     out_dev->fill(0xFF);
     lse_dev->fill(0xFF);
+  }
+  // Everything but the fused merge's counters, which the caller zeroes once (the kernel leaves
+  // them zero: checked after every fused run instead of re-zeroed here).
+  void poison() {
+    poison_outputs();
     ws_dev->fill(0xFF);
+    const std::vector<unsigned char> zero(counters_bytes(), 0);
+    if (!zero.empty()) ws_dev->upload(zero.data(), zero.size(), plan->data.counters_offset);
   }
   kjit_status run(void* stream = nullptr, const kjit_decode_plan* p = nullptr) {
     return kjit_batch_decode_run(p ? p : plan.get(), q_t.get(), kc_t.get(), vc_t.get(), idx_t.get(),
@@ -263,6 +283,17 @@ std::unique_ptr<Problem> build(const DecodeCase& c, std::mt19937_64& rng) {
   INFO("kjit_last_error: " << kjit_last_error());
   REQUIRE(st == KJIT_SUCCESS);
   p.plan.reset(plan);
+  if (c.tuned) {
+    try {
+      plan->data = kjit::ops::plan_batch_decode(
+          p.indptr.data(), static_cast<int>(p.batch), static_cast<int>(c.qo_heads),
+          static_cast<int>(H), static_cast<int>(D), static_cast<int>(P), c.layout, qdt, kvdt,
+          o.sm_scale, o.logits_soft_cap, o.window_left, o.num_splits, o.num_sms, 0, &c.tune);
+    } catch (const std::exception& e) {
+      FAIL("tuned plan: " << e.what());
+    }
+    if (c.tune.heads_per_cta > 0) CHECK(plan->data.cfg.heads_per_cta == c.tune.heads_per_cta);
+  }
   const size_t ws_bytes = kjit_decode_plan_workspace_bytes(plan);
   CHECK((ws_bytes == 0) == (kjit_decode_plan_num_splits(plan) == 1));
   p.ws_dev = std::make_unique<DeviceBuffer>(std::max<size_t>(ws_bytes, 16));
@@ -380,6 +411,7 @@ void run_case(const DecodeCase& c, std::mt19937_64& rng) {
   device_synchronize();
   INFO("splits " << kjit_decode_plan_num_splits(p->plan.get()));
   CHECK(check(*p, reference(*p), download(*p)) == 0);
+  for (int32_t x : p->counters()) CHECK(x == 0);
   // lse was not asked for: the poison must still be there.
   if (!c.lse) {
     std::vector<uint32_t> lse(static_cast<size_t>(p->batch * c.qo_heads));
@@ -692,4 +724,195 @@ TEST_CASE("decode gpu: batch 0 runs as a no-op", "[gpu][attention]") {
   auto p = build(c, rng);
   CHECK(p->run() == KJIT_SUCCESS);
   device_synchronize();
+}
+
+namespace {
+
+// The round-7 tuning variants: warps, stage tokens, stages, heads per CTA (0: planned).
+struct Variant {
+  int warps, stage_tokens, stages, heads_per_cta;
+};
+constexpr Variant kVariants[] = {{4, 64, 3, 1}, {0, 0, 0, 2},  {0, 0, 0, 4}, {8, 16, 3, 8},
+                                 {2, 32, 6, 1}, {2, 16, 6, 2}, {8, 0, 0, 4}};
+
+DecodeCase tuned_case(const Variant& v, int fused) {
+  DecodeCase c;
+  c.tuned = true;
+  c.tune.warps = v.warps;
+  c.tune.stage_tokens = v.stage_tokens;
+  c.tune.stages = v.stages;
+  c.tune.heads_per_cta = v.heads_per_cta;
+  c.tune.fused_merge = fused;
+  return c;
+}
+
+std::string describe(const Variant& v, int fused) {
+  return "variant w" + std::to_string(v.warps) + " ts" + std::to_string(v.stage_tokens) + " st" +
+         std::to_string(v.stages) + " hp" + std::to_string(v.heads_per_cta) + " fused " +
+         std::to_string(fused);
+}
+
+}  // namespace
+
+TEST_CASE("decode gpu: tuning variants (heads per CTA, pipelines, fused merge)",
+          "[gpu][attention]") {
+  std::mt19937_64 rng(1401);
+  for (const Variant& v : kVariants) {
+    for (int fused : {0, 1}) {
+      INFO(describe(v, fused));
+      {
+        // Planned splits (the long request is split, the short ones are not).
+        DecodeCase c = tuned_case(v, fused);
+        c.lens = {1, 15, 17, 100, 1000, 8192};
+        run_case(c, rng);
+      }
+      {
+        // Forced splits over odd lengths: partial stages, partial tiles, empty CTAs.
+        DecodeCase c = tuned_case(v, fused);
+        c.num_splits = 5;
+        c.lens = {1, 17, 1000, 4097, 64, 0};
+        run_case(c, rng);
+      }
+      {
+        // fp16 q, fp8 cache with scales, two n-tiles (group 16) over 8 kv heads.
+        DecodeCase c = tuned_case(v, fused);
+        c.q_dtype = "fp16";
+        c.fp8 = true;
+        c.k_scale = 0.7f;
+        c.v_scale = 1.3f;
+        c.qo_heads = 128;
+        c.num_splits = 3;
+        c.lens = {33, 700, 5};
+        run_case(c, rng);
+      }
+      {
+        // HND, an odd page size, soft cap, window, a broken page table, no lse.
+        DecodeCase c = tuned_case(v, fused);
+        c.layout = KJIT_KV_LAYOUT_HND;
+        c.page_size = 5;
+        c.soft_cap = 30.0f;
+        c.window_left = 300;
+        c.invalid_pages = true;
+        c.lse = false;
+        c.num_splits = 4;
+        c.lens = {2, 401, 1200, 77};
+        run_case(c, rng);
+      }
+      {
+        // Padded rows (head stride != head_dim) and 8-byte cp.async: the heads of a CTA are
+        // then not adjacent, which the loads must not assume.
+        DecodeCase c = tuned_case(v, fused);
+        c.row_pad = 4;
+        c.num_splits = 2;
+        c.lens = {130, 999};
+        run_case(c, rng);
+      }
+    }
+  }
+  // Other head dims with two heads per CTA (the planned warps allow it at every head dim).
+  for (int64_t hd : {64, 256}) {
+    for (int fused : {0, 1}) {
+      DecodeCase c = tuned_case({0, 0, 0, 2}, fused);
+      c.head_dim = hd;
+      c.num_splits = 3;
+      c.lens = {1, 257, 1500};
+      INFO("head_dim " << hd << " fused " << fused);
+      run_case(c, rng);
+    }
+  }
+}
+
+TEST_CASE("decode gpu: fused merge under graph replay with changed page tables",
+          "[gpu][attention]") {
+  const auto& d = kjit::cuda::driver();
+  std::mt19937_64 rng(1501);
+  for (const Variant& v : {Variant{0, 0, 0, 1}, Variant{0, 0, 0, 2}, Variant{8, 16, 3, 8}}) {
+    INFO(describe(v, 1));
+    DecodeCase c = tuned_case(v, 1);
+    c.lens = {300, 17, 1200, 64};
+    c.num_splits = 8;
+    auto p = build(c, rng);
+    REQUIRE(p->plan->data.fused_merge == 1);
+    REQUIRE(p->counters_bytes() > 0);
+    CUstream stream = nullptr;
+    REQUIRE(d.cuStreamCreate(&stream, CU_STREAM_DEFAULT) == CUDA_SUCCESS);
+    REQUIRE(p->run(stream) == KJIT_SUCCESS);
+    REQUIRE(d.cuStreamSynchronize(stream) == CUDA_SUCCESS);
+    CHECK(check(*p, reference(*p), download(*p)) == 0);
+    for (int32_t x : p->counters()) CHECK(x == 0);
+
+    CUgraph graph = nullptr;
+    CUgraphExec exec = nullptr;
+    REQUIRE(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
+    const kjit_status captured = p->run(stream);
+    const CUresult end = d.cuStreamEndCapture(stream, &graph);
+    INFO("kjit_last_error: " << kjit_last_error());
+    REQUIRE(captured == KJIT_SUCCESS);
+    REQUIRE(end == CUDA_SUCCESS);
+    REQUIRE(d.cuGraphInstantiateWithFlags(&exec, graph, 0) == CUDA_SUCCESS);
+
+    for (int round = 0; round < 4; ++round) {
+      INFO("round " << round);
+      // New page order and last-page lengths: the split counts the device derives change with
+      // them (a request of one partial page stops splitting), so a stale count would hang or
+      // skip the merge.
+      std::vector<int32_t> idx = p->indices;
+      std::shuffle(idx.begin(), idx.end(), rng);
+      p->set_indices(idx);
+      std::vector<int32_t> last = p->last;
+      for (auto& x : last) x = std::uniform_int_distribution<int32_t>(1, 16)(rng);
+      p->set_last(last);
+      // Outputs only: the counters and partials stay as the last run left them.
+      p->poison_outputs();
+      REQUIRE(d.cuGraphLaunch(exec, stream) == CUDA_SUCCESS);
+      REQUIRE(d.cuStreamSynchronize(stream) == CUDA_SUCCESS);
+      const Got replayed = download(*p);
+      CHECK(check(*p, reference(*p), replayed) == 0);
+      for (int32_t x : p->counters()) CHECK(x == 0);
+      // Twice more back to back without a sync between: each replay must start from zero.
+      REQUIRE(d.cuGraphLaunch(exec, stream) == CUDA_SUCCESS);
+      REQUIRE(d.cuGraphLaunch(exec, stream) == CUDA_SUCCESS);
+      REQUIRE(d.cuStreamSynchronize(stream) == CUDA_SUCCESS);
+      CHECK(download(*p).raw == replayed.raw);
+      for (int32_t x : p->counters()) CHECK(x == 0);
+      // Eager, same table: bit for bit the replay.
+      p->poison_outputs();
+      REQUIRE(p->run(stream) == KJIT_SUCCESS);
+      REQUIRE(d.cuStreamSynchronize(stream) == CUDA_SUCCESS);
+      CHECK(download(*p).raw == replayed.raw);
+    }
+    d.cuGraphExecDestroy(exec);
+    d.cuGraphDestroy(graph);
+    d.cuStreamDestroy(stream);
+  }
+}
+
+TEST_CASE("decode gpu: invalid tuning overrides are refused", "[gpu][attention]") {
+  const std::vector<int32_t> indptr = {0, 1};  // 16 positions: too short to split
+  const DLDataType bf16{kDLBfloat, 16, 1};
+  auto plan = [&](kjit::ops::DecodeTuning t) {
+    return kjit::ops::plan_batch_decode(indptr.data(), 1, 32, 8, 128, 16, KJIT_KV_LAYOUT_NHD, bf16,
+                                        bf16, 0.0f, 0.0f, -1, 0, 132, 0, &t);
+  };
+  kjit::ops::DecodeTuning t;
+  t.heads_per_cta = 3;
+  CHECK_THROWS(plan(t));
+  t.heads_per_cta = 8;  // more heads than the planned 4 warps
+  CHECK_THROWS(plan(t));
+  t = {};
+  t.stage_tokens = 40;  // not whole tiles
+  CHECK_THROWS(plan(t));
+  t = {};
+  t.warps = 3;
+  CHECK_THROWS(plan(t));
+  t = {};
+  t.stages = 8;
+  t.stage_tokens = 128;  // 8 x 64 KB: more shared memory than a CTA may have
+  CHECK_THROWS(plan(t));
+  t = {};
+  t.heads_per_cta = 2;
+  t.fused_merge = 1;
+  const auto ok = plan(t);
+  CHECK(ok.cfg.heads_per_cta == 2);
+  CHECK(ok.fused_merge == 0);  // nothing split, nothing to merge
 }

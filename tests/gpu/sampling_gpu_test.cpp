@@ -2,7 +2,9 @@
 // every drawn token is in the reference set (ties included), draws follow the renormalized
 // distribution (chi-square over >= 10^5 draws), edge cases (k = 1, p = 1, k = vocab, all-equal
 // rows, NaN / zero rows, greedy), determinism and fresh draws per offset, CUDA-graph replay with
-// the offset bumped in device memory, renormalization, masking, softmax and argmax.
+// the offset bumped in device memory, renormalization, masking, softmax and argmax. The samplers'
+// two kernel paths (one block per row; a thread-block cluster per row on sm_90+) are each forced
+// and must draw the same tokens.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -15,8 +17,10 @@
 #include <tuple>
 #include <vector>
 
+#include "cuda/device.hpp"
 #include "cuda/driver.hpp"
 #include "kjit/kjit.h"
+#include "ops/sampling.hpp"
 #include "reference/half.hpp"
 #include "reference/sampling_ref.hpp"
 #include "support/gpu.hpp"
@@ -704,6 +708,292 @@ TEST_CASE("sampling gpu: a captured graph draws fresh tokens when the offset cha
   long same = 0;
   for (int64_t r = 0; r < batch; ++r) same += replays[0][r] == replays[1][r];
   CHECK(same < batch / 4);  // a bumped offset draws new tokens
+  drv.cuGraphExecDestroy(exec);
+  drv.cuGraphDestroy(graph);
+  drv.cuStreamDestroy(s);
+}
+
+// ================================ the one-block and the cluster path ============================
+
+namespace {
+
+using kjit::ops::SamplePath;
+
+// Forces the samplers' kernel path for a scope (cluster size 0: chosen by the batch).
+struct ForcePath {
+  ForcePath(SamplePath p, int cluster = 0) { kjit::ops::set_sample_path(p, cluster); }
+  ~ForcePath() { kjit::ops::set_sample_path(SamplePath::kAuto, 0); }
+  ForcePath(const ForcePath&) = delete;
+  ForcePath& operator=(const ForcePath&) = delete;
+};
+
+// Whether the device runs thread-block clusters (sm_90+). Elsewhere a forced cluster path must
+// be refused as unsupported, which is checked instead.
+bool clusters_supported() {
+  const auto& info = kjit::cuda::device_info(0);
+  if (info.major >= 9) return true;
+  std::mt19937_64 rng(1);
+  Matrix x = random_probs(rng, 1, 1000, 1.0);
+  auto seed_dev = upload_vec(std::vector<uint64_t>{1});
+  auto offset_dev = upload_vec(std::vector<uint64_t>{0});
+  DeviceBuffer out(8);
+  auto seed_t = make_tensor(seed_dev->get(), {1}, dl_dtype("int64"));
+  auto offset_t = make_tensor(offset_dev->get(), {1}, dl_dtype("int64"));
+  auto out_t = make_tensor(out.get(), {1}, dl_dtype("int32"));
+  ForcePath force(SamplePath::kCluster);
+  CHECK(kjit_sampling_from_probs(x.t.get(), seed_t.get(), offset_t.get(), out_t.get(), nullptr,
+                                 nullptr) == KJIT_ERROR_UNSUPPORTED);
+  return false;
+}
+
+// Draws of one case on a forced path.
+Draws draw_on(SamplePath path, int cluster, Api api, Matrix& x, const Params& prm, uint64_t seed,
+              const std::vector<uint64_t>& offsets, std::vector<uint64_t> row_seeds = {}) {
+  ForcePath force(path, cluster);
+  return draw(api, x, prm, seed, offsets, false, std::move(row_seeds));
+}
+
+// The two paths must agree token for token: the thresholds are the same exact rule (integer
+// histograms; fp64 masses that could differ only at ties within ~1e-16 of p * mass), and the
+// draw runs on one block over the same per-segment fp32 masses.
+void check_same(const Draws& single, const Draws& cluster) {
+  REQUIRE(single.samples.size() == cluster.samples.size());
+  long differ = 0, total = 0;
+  for (size_t k = 0; k < single.samples.size(); ++k) {
+    for (size_t r = 0; r < single.samples[k].size(); ++r) {
+      ++total;
+      const bool same = single.samples[k][r] == cluster.samples[k][r] &&
+                        single.valid[k][r] == cluster.valid[k][r];
+      if (!same && differ++ < 5) {
+        UNSCOPED_INFO("draw " << k << " row " << r << ": one block " << single.samples[k][r]
+                              << ", cluster " << cluster.samples[k][r]);
+      }
+    }
+  }
+  INFO(total << " draws compared");
+  CHECK(total > 0);
+  CHECK(differ == 0);
+}
+
+}  // namespace
+
+TEST_CASE("sampling gpu: the cluster path draws the one-block path's tokens, all in the set",
+          "[gpu][sampling][cluster]") {
+  if (!clusters_supported()) return;
+  std::mt19937_64 rng(std::random_device{}());
+  // Odd and tiny vocabularies leave some blocks of a cluster without a segment; 3 and 5 split
+  // the segments unevenly; 16 is the non-portable size.
+  for (int64_t vocab : {1, 7, 4097, 32000, 128256, 151936}) {
+    for (int64_t batch : {1, 3}) {
+      Matrix x = random_probs(rng, batch, vocab, 3.0);
+      std::vector<Params> ps(5);
+      std::vector<Api> apis = {Api::kPlain, Api::kTopK, Api::kTopP, Api::kMinP, Api::kTopKTopP};
+      ps[1].top_k = static_cast<int>(std::min<int64_t>(vocab, 50));
+      ps[2].top_p = vocab > 1000 ? 0.9f : 0.5f;
+      ps[3].min_p = 0.05f;
+      ps[4].top_k = static_cast<int>(std::min<int64_t>(vocab, 500));
+      ps[4].top_p = 0.8f;
+      for (size_t c = 0; c < apis.size(); ++c) {
+        INFO("vocab " << vocab << " batch " << batch << " api " << static_cast<int>(apis[c]));
+        const auto offsets = range_offsets(100, 4);
+        const Draws one = draw_on(SamplePath::kSingle, 0, apis[c], x, ps[c], 11, offsets);
+        check_in_set(apis[c], x, ps[c], one);
+        for (int n : {0, 2, 3, 5, 8, 16}) {
+          INFO("cluster " << n);
+          const Draws cl = draw_on(SamplePath::kCluster, n, apis[c], x, ps[c], 11, offsets);
+          check_in_set(apis[c], x, ps[c], cl);
+          check_same(one, cl);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("sampling gpu: cluster path from logits (fp32, bf16, fp16), per-row parameters",
+          "[gpu][sampling][cluster]") {
+  if (!clusters_supported()) return;
+  std::mt19937_64 rng(std::random_device{}());
+  std::normal_distribution<double> nd(0.0, 2.0);
+  const int64_t batch = 6;
+  for (const char* dt : {"fp32", "bf16", "fp16"}) {
+    for (int64_t vocab : {4099, 128256}) {
+      Matrix x = make_matrix(dt, batch, vocab, [&](int64_t, int64_t) { return nd(rng); });
+      Params prm;
+      prm.top_k_rows = {50, 0, 1, 1000, int(vocab), 20};
+      prm.top_p_rows = {0.9f, 0.5f, 1.0f, 0.95f, 0.3f, 1.0f};
+      prm.temp_rows = {1.0f, 0.7f, 1.3f, 2.0f, 0.5f, 1.0f};
+      INFO(dt << " vocab " << vocab);
+      const auto offsets = range_offsets(5, 4);
+      const Draws one = draw_on(SamplePath::kSingle, 0, Api::kLogits, x, prm, 21, offsets);
+      check_in_set(Api::kLogits, x, prm, one);
+      for (int n : {0, 4, 16}) {
+        INFO("cluster " << n);
+        const Draws cl = draw_on(SamplePath::kCluster, n, Api::kLogits, x, prm, 21, offsets);
+        check_in_set(Api::kLogits, x, prm, cl);
+        check_same(one, cl);
+      }
+      // Greedy rows (temperature 0) take the first maximum on both paths.
+      Params g = prm;
+      g.temp_rows = {0.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0.0f};
+      const Draws g1 = draw_on(SamplePath::kSingle, 0, Api::kLogits, x, g, 22, {0});
+      const Draws g2 = draw_on(SamplePath::kCluster, 16, Api::kLogits, x, g, 22, {0});
+      check_same(g1, g2);
+      for (int64_t r : {0, 1, 3, 4, 5}) {
+        const auto row = x.row(r);
+        const int64_t want = std::max_element(row.begin(), row.end()) - row.begin();
+        CHECK(g2.samples[0][r] == want);
+      }
+    }
+  }
+}
+
+TEST_CASE("sampling gpu: cluster path reports the same invalid rows", "[gpu][sampling][cluster]") {
+  if (!clusters_supported()) return;
+  const int64_t batch = 5, vocab = 128256;
+  std::mt19937_64 rng(std::random_device{}());
+  Matrix ok = random_probs(rng, batch, vocab, 1.0);
+  // Row 0 valid, 1 a NaN in the last block's share, 2 negative, 3 all zero, 4 +Inf.
+  Matrix x = make_matrix("fp32", batch, vocab, [&](int64_t r, int64_t i) {
+    if (r == 1 && i == vocab - 3) return kNaN;
+    if (r == 2 && i == 70000) return -0.5;
+    if (r == 3) return 0.0;
+    if (r == 4 && i == 9) return kInf;
+    return ok.at(r, i);
+  });
+  Params prm;
+  prm.top_p = 0.9f;
+  const Draws one = draw_on(SamplePath::kSingle, 0, Api::kTopP, x, prm, 3, {0, 1});
+  const Draws cl = draw_on(SamplePath::kCluster, 16, Api::kTopP, x, prm, 3, {0, 1});
+  check_same(one, cl);
+  for (size_t k = 0; k < 2; ++k) {
+    CHECK(cl.valid[k][0] == 1);
+    for (int64_t r = 1; r < batch; ++r) {
+      CHECK(cl.valid[k][r] == 0);
+      CHECK(cl.samples[k][r] == -1);
+    }
+  }
+}
+
+TEST_CASE("sampling gpu: cluster path draws follow the renormalized distribution",
+          "[gpu][sampling][cluster]") {
+  if (!clusters_supported()) return;
+  // 24 tokens with weight spread over the whole row (so every block of the cluster holds some),
+  // the rest exactly zero; 512 identical rows x 200 offsets.
+  const int64_t vocab = 128256, batch = 512, kTokens = 24;
+  std::vector<double> base(vocab, 0.0);
+  double s = 0;
+  for (int64_t j = 0; j < kTokens; ++j) {
+    const double w = 1.0 / (1.0 + j) + (j % 3 == 0 ? 0.05 : 0.0);
+    base[static_cast<size_t>(j * (vocab / kTokens) + 37 * j)] = w;
+    s += w;
+  }
+  for (double& v : base) v /= s;
+  Matrix x = make_matrix("fp32", batch, vocab, [&](int64_t, int64_t i) { return base[i]; });
+  const auto offsets = range_offsets(2000, 200);
+  std::vector<std::pair<Api, Params>> cases(4);
+  cases[0].first = Api::kPlain;
+  cases[1].first = Api::kTopK;
+  cases[1].second.top_k = 7;
+  cases[2].first = Api::kTopP;
+  cases[2].second.top_p = 0.6f;
+  cases[3].first = Api::kTopKTopP;
+  cases[3].second.top_k = 12;
+  cases[3].second.top_p = 0.7f;
+  for (int n : {4, 16}) {
+    for (const auto& c : cases) {
+      INFO("cluster " << n << " api " << static_cast<int>(c.first));
+      const auto w = weights_of(c.first, x.row(0), 1.0);
+      const auto keep = ref::keep_sets(w, spec_of(c.first, c.second, 0));
+      for (auto k : keep) REQUIRE(k != ref::Keep::kMay);
+      check_distribution(draw_on(SamplePath::kCluster, n, c.first, x, c.second, 91, offsets),
+                         ref::target_distribution(w, keep), vocab);
+    }
+  }
+}
+
+TEST_CASE("sampling gpu: cluster path is deterministic, per-row seeds ignore the position",
+          "[gpu][sampling][cluster]") {
+  if (!clusters_supported()) return;
+  std::mt19937_64 rng(std::random_device{}());
+  const int64_t batch = 12, vocab = 128256;
+  Matrix x = random_probs(rng, batch, vocab, 0.3);  // flat-ish: repeats by chance are rare
+  Params prm;
+  prm.top_p = 0.95f;
+  const Draws a = draw_on(SamplePath::kCluster, 8, Api::kTopP, x, prm, 7, {10, 10, 11});
+  CHECK(a.samples[0] == a.samples[1]);
+  long same = 0;
+  for (int64_t r = 0; r < batch; ++r) same += a.samples[0][r] == a.samples[2][r];
+  CHECK(same <= 1);
+  std::vector<int64_t> perm(batch);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  Matrix y =
+      make_matrix("fp32", batch, vocab, [&](int64_t r, int64_t i) { return x.at(perm[r], i); });
+  std::vector<uint64_t> seeds(batch), seeds_y(batch);
+  for (int64_t r = 0; r < batch; ++r) seeds[r] = 1000 + 17 * r;
+  for (int64_t r = 0; r < batch; ++r) seeds_y[r] = seeds[perm[r]];
+  const Draws dx = draw_on(SamplePath::kCluster, 16, Api::kTopP, x, prm, 0, {3}, seeds);
+  const Draws dy = draw_on(SamplePath::kCluster, 16, Api::kTopP, y, prm, 0, {3}, seeds_y);
+  const Draws d1 = draw_on(SamplePath::kSingle, 0, Api::kTopP, y, prm, 0, {3}, seeds_y);
+  for (int64_t r = 0; r < batch; ++r) CHECK(dy.samples[0][r] == dx.samples[0][perm[r]]);
+  check_same(d1, dy);
+}
+
+TEST_CASE("sampling gpu: cluster path replays in a captured graph, auto batch 1 matches",
+          "[gpu][sampling][cluster]") {
+  if (!clusters_supported()) return;
+  const auto& drv = kjit::cuda::driver();
+  std::mt19937_64 rng(std::random_device{}());
+  const int64_t batch = 2, vocab = 128256;
+  Matrix x = random_probs(rng, batch, vocab, 0.7);
+  auto seed_dev = upload_vec(std::vector<uint64_t>{2024});
+  auto offset_dev = upload_vec(std::vector<uint64_t>{0});
+  DeviceBuffer samples_dev(batch * 4);
+  auto seed_t = make_tensor(seed_dev->get(), {1}, dl_dtype("int64"));
+  auto offset_t = make_tensor(offset_dev->get(), {1}, dl_dtype("int64"));
+  auto samples_t = make_tensor(samples_dev.get(), {batch}, dl_dtype("int32"));
+  CUstream s = nullptr;
+  REQUIRE(drv.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS);
+  auto call = [&] {
+    return kjit_top_k_top_p_sampling_from_probs(x.t.get(), nullptr, nullptr, seed_t.get(),
+                                                offset_t.get(), samples_t.get(), nullptr, 1000,
+                                                0.9f, s);
+  };
+  auto run_direct = [&](SamplePath path, int n) {
+    ForcePath force(path, n);
+    std::vector<std::vector<int32_t>> out;
+    for (uint64_t off = 0; off < 8; ++off) {
+      offset_dev->upload(&off, 8);
+      REQUIRE(call() == KJIT_SUCCESS);
+      REQUIRE(drv.cuStreamSynchronize(s) == CUDA_SUCCESS);
+      out.push_back(download_vec<int32_t>(samples_dev, batch));
+    }
+    return out;
+  };
+  const auto single = run_direct(SamplePath::kSingle, 0);
+  CHECK(run_direct(SamplePath::kAuto, 0) == single);
+  CHECK(kjit::ops::last_sample_cluster_size() > 1);  // auto splits a batch of 2 on sm_90+
+  CHECK(run_direct(SamplePath::kCluster, 16) == single);
+  long same = 0;
+  for (size_t k = 1; k < single.size(); ++k) same += single[k] == single[0];
+  CHECK(same < 3);  // the offsets draw different tokens
+
+  ForcePath force(SamplePath::kCluster, 16);
+  CUgraph graph = nullptr;
+  CUgraphExec exec = nullptr;
+  REQUIRE(drv.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED) == CUDA_SUCCESS);
+  const kjit_status st = call();
+  REQUIRE(drv.cuStreamEndCapture(s, &graph) == CUDA_SUCCESS);
+  INFO(kjit_last_error());
+  REQUIRE(st == KJIT_SUCCESS);
+  REQUIRE(drv.cuGraphInstantiateWithFlags(&exec, graph, 0) == CUDA_SUCCESS);
+  for (uint64_t off : {0ull, 1ull, 5ull, 0ull}) {
+    offset_dev->upload(&off, 8);
+    samples_dev.fill(0xFF);
+    REQUIRE(drv.cuGraphLaunch(exec, s) == CUDA_SUCCESS);
+    REQUIRE(drv.cuStreamSynchronize(s) == CUDA_SUCCESS);
+    CHECK(download_vec<int32_t>(samples_dev, batch) == single[off]);
+  }
   drv.cuGraphExecDestroy(exec);
   drv.cuGraphDestroy(graph);
   drv.cuStreamDestroy(s);

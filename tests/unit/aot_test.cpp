@@ -340,6 +340,75 @@ TEST_CASE("aot: verify and load refuse a flipped byte and a tampered index", "[a
   }
 }
 
+// nlohmann's get<int>() of 3e70 is undefined behaviour and of -1 into a size wraps: every integer
+// of index.json is read strictly (found by fuzz_package_index, docs/reliability.md).
+TEST_CASE("aot: index.json integers that are floats, negative or too large are refused", "[aot]") {
+  aot::PackageIndex valid;
+  valid.kjit_version = jit::kjit_version();
+  valid.nvrtc_version = "13.0";
+  valid.archs = {"sm_90"};
+  aot::PackageEntry e;
+  e.uri = "argmax_dtype_bf16";
+  e.op = "argmax";
+  e.arch = "sm_90";
+  e.key = std::string(32, 'a');
+  e.content_key = std::string(32, 'b');
+  e.file = aot::entry_stem(e.arch, e.uri, e.key) + ".cubin";
+  e.metadata = aot::entry_stem(e.arch, e.uri, e.key) + ".json";
+  e.size = 11040;
+  e.metadata_size = 1547;
+  e.sha256 = std::string(64, 'c');
+  e.metadata_sha256 = std::string(64, 'd');
+  valid.entries = {e};
+  const json base = json::parse(valid.to_json());
+  // The unedited index reads back, with the largest size there is.
+  json big = base;
+  big["entries"][0]["size"] = UINT64_MAX;
+  CHECK(aot::PackageIndex::from_json(big.dump()).entries.at(0).size == UINT64_MAX);
+
+  struct Case {
+    const char* field;  // "format_version", or a field of entries[0]
+    json value;
+    const char* named;  // as the message names the field
+    const char* shown;  // as the message shows the value
+  };
+  const std::vector<Case> cases = {
+      {"format_version", 3e70, "format_version", "3e+70"},
+      {"format_version", 1.0, "format_version", "1.0"},
+      {"format_version", 1.5, "format_version", "1.5"},
+      {"format_version", int64_t{1} << 31, "format_version", "2147483648"},
+      {"format_version", "1", "format_version", "\"1\""},
+      {"format_version", true, "format_version", "true"},
+      {"size", -1, "entries[0].size", "-1"},
+      {"size", INT64_MIN, "entries[0].size", "-9223372036854775808"},
+      {"size", 18446744073709551616.0, "entries[0].size", "1.8446744073709552e+19"},
+      {"size", 11040.5, "entries[0].size", "11040.5"},
+      {"metadata_size", -1547, "entries[0].metadata_size", "-1547"},
+      {"metadata_size", 1e300, "entries[0].metadata_size", "1e+300"},
+      {"metadata_size", nullptr, "entries[0].metadata_size", "null"},
+  };
+  for (const Case& c : cases) {
+    json j = base;
+    (std::string(c.field) == "format_version" ? j : j["entries"][0])[c.field] = c.value;
+    const std::string m =
+        error_of([&] { aot::PackageIndex::from_json(j.dump()); }, KJIT_ERROR_CACHE);
+    INFO(c.field << " = " << c.value.dump() << ": " << m);
+    CHECK(m == std::string("invalid package index: ") + c.named +
+                   " must be an integer in range, got " + c.shown);
+  }
+  // An integer of the wrong value is read, then refused as such.
+  json old = base;
+  old["format_version"] = -1;
+  CHECK(error_of([&] { aot::PackageIndex::from_json(old.dump()); }, KJIT_ERROR_CACHE) ==
+        "package format version -1 is not supported (this kjit reads 1)");
+  // The input the fuzzer found, as the corpus replays it.
+  const auto found = util::read_file(
+      fs::path(KJIT_SOURCE_DIR) / "tests/fuzz/corpus/fuzz_package_index/format_version_float.json");
+  REQUIRE(found);
+  CHECK(error_of([&] { aot::PackageIndex::from_json(*found); }, KJIT_ERROR_CACHE)
+            .find("format_version must be an integer in range") != std::string::npos);
+}
+
 TEST_CASE("aot: a package of another kjit major.minor is refused naming both versions", "[aot]") {
   TempDir dir;
   fs::path pkg = copy_package(dir);

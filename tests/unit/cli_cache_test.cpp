@@ -4,7 +4,9 @@
 #include <nlohmann/json.hpp>
 
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <string>
 #include <thread>
@@ -92,6 +94,96 @@ TEST_CASE("cli cache: verify finds a truncated cubin and a tampered sidecar; --f
   CHECK_FALSE(fs::exists(tampered));
   CHECK(cli(dir.path(), "cache verify").code == 0);
   CHECK(nlohmann::json::parse(cli(dir.path(), "cache inspect --json").out).at("valid") == 1);
+}
+
+namespace {
+
+// A pid that no process has: a child that already exited and was reaped.
+long gone_pid() {
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) _exit(0);
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  return static_cast<long>(pid);
+}
+
+// A temp file as util::write_file_atomic names them, `age` old.
+fs::path temp_file(const fs::path& dir, const std::string& target, long pid, int n,
+                   std::chrono::seconds age) {
+  fs::create_directories(dir);
+  fs::path p = dir / (target + ".tmp." + std::to_string(pid) + "." + std::to_string(n));
+  kjit::util::write_file_atomic(p, std::string(100, 'x'));
+  fs::last_write_time(p, fs::file_time_type::clock::now() - age);
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("cli cache: verify reports temp files of killed writers; --fix and prune remove them",
+          "[cli]") {
+  kjit::test::TempDir dir;
+  compile(dir.path(), 100);
+  const fs::path arch_dir = entry_json(dir.path(), "hidden_100_").parent_path();
+  const long dead = gone_pid();
+  const auto hour = std::chrono::hours(1);
+  // Stale: an hour old and the writer gone; in the entries and in the generated sources.
+  const fs::path stale_cubin = temp_file(arch_dir, "a-0123.cubin", dead, 0, hour);
+  const fs::path stale_gen = temp_file(dir.path() / "generated", "b.cuh", dead, 1, hour);
+  // Kept: a fresh one (a writer may be between write and rename), an old one whose writer still
+  // runs (this process), and names that only look like temp files.
+  const fs::path fresh = temp_file(arch_dir, "c-0123.json", dead, 2, std::chrono::seconds(30));
+  const fs::path alive = temp_file(arch_dir, "d-0123.cubin", static_cast<long>(getpid()), 3, hour);
+  const fs::path nine_min = temp_file(arch_dir, "e-0123.cubin", dead, 4, std::chrono::minutes(9));
+  const fs::path not_temp = arch_dir / "f.tmp.12x.0";
+  kjit::util::write_file_atomic(not_temp, "x");
+  fs::last_write_time(not_temp, fs::file_time_type::clock::now() - hour);
+
+  auto r = cli(dir.path(), "cache verify --json");
+  CHECK(r.code == 0);  // temp files are never read: the entries are still all valid
+  auto v = nlohmann::json::parse(r.out);
+  CHECK(v.at("checked") == 1);
+  CHECK(v.at("remaining_invalid") == 0);
+  const auto& temps = v.at("stale_temp_files");
+  REQUIRE(temps.size() == 2);
+  CHECK(temps[0].at("path") == stale_gen.string());  // sorted by path
+  CHECK(temps[1].at("path") == stale_cubin.string());
+  CHECK(temps[0].at("pid") == dead);
+  CHECK(temps[0].at("bytes") == 100);
+  CHECK(temps[0].at("age_s").get<int64_t>() >= 3500);
+  CHECK(temps[0].at("removed") == false);
+  CHECK(v.at("temp_files_removed") == 0);
+  CHECK(fs::exists(stale_cubin));  // without --fix nothing is removed
+
+  r = cli(dir.path(), "cache verify");
+  CHECK(r.code == 0);
+  CHECK(r.out.find("STALE    " + stale_cubin.string()) != std::string::npos);
+  CHECK(r.out.find("2 stale temp files of killed writers, 0 removed") != std::string::npos);
+
+  SECTION("verify --fix") {
+    r = cli(dir.path(), "cache verify --fix --json");
+    CHECK(r.code == 0);
+    v = nlohmann::json::parse(r.out);
+    CHECK(v.at("temp_files_removed") == 2);
+    CHECK(v.at("stale_temp_files")[0].at("removed") == true);
+  }
+  SECTION("prune") {
+    r = cli(dir.path(), "cache prune --max-size 1G");
+    CHECK(r.code == 0);
+    CHECK(r.out.find("removed 2 stale temp files of killed writers (200 bytes)") !=
+          std::string::npos);
+    CHECK(nlohmann::json::parse(cli(dir.path(), "cache inspect --json").out).at("valid") == 1);
+  }
+  CHECK_FALSE(fs::exists(stale_cubin));
+  CHECK_FALSE(fs::exists(stale_gen));
+  for (const fs::path& kept : {fresh, alive, nine_min, not_temp}) {
+    INFO(kept);
+    CHECK(fs::exists(kept));
+  }
+  v = nlohmann::json::parse(cli(dir.path(), "cache verify --json").out);
+  CHECK(v.at("stale_temp_files").empty());
+  r = cli(dir.path(), "cache verify");
+  CHECK(r.out.find("stale temp files") == std::string::npos);
 }
 
 TEST_CASE("cli cache: prune removes the least recently used first", "[cli]") {

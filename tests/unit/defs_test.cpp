@@ -66,8 +66,9 @@ TEST_CASE("defs: every exported definition is consistent", "[defs]") {
       CHECK_FALSE(list->empty());
       for (const auto& t : *list) {
         CHECK(t.scalar == t.shape.empty());
-        CHECK(std::set<std::string>{"bfloat16", "float16", "float32", "int32", "int64"}.count(
-            t.dtype));
+        CHECK(std::set<std::string>{"bfloat16", "float16", "float32", "int32", "int64",
+                                    "float8_e4m3fn", "bool"}
+                  .count(t.dtype));
         for (const auto& ax : t.shape) {
           CHECK(declared.count(ax));
           used.insert(ax);
@@ -105,19 +106,128 @@ TEST_CASE("defs: every exported definition is consistent", "[defs]") {
     CHECK(j.at("axes").size() == d.axes.size());
     CHECK(j.at("inputs").size() + j.at("outputs").size() == d.inputs.size() + d.outputs.size());
   }
-  // Every op family that existed when definitions were introduced has some.
-  for (const char* op :
-       {"rmsnorm", "fused_add_rmsnorm", "layernorm", "act_and_mul", "rope", "append_paged_kv"}) {
-    INFO(op);
-    CHECK(ops_with_defs.count(op));
+  // Every registry op has some.
+  for (const auto& op : kjit::ops::op_registry()) {
+    INFO(op.name);
+    CHECK(ops_with_defs.count(op.name));
   }
-  for (const char* t : {"rmsnorm", "gemma_rmsnorm", "fused_add_rmsnorm", "gemma_fused_add_rmsnorm",
-                        "layernorm", "silu_and_mul", "gelu_tanh_and_mul", "rope", "llama31_rope",
-                        "rope_cos_sin_cache", "append_paged_kv"}) {
+  for (const char* t : {"rmsnorm",
+                        "gemma_rmsnorm",
+                        "fused_add_rmsnorm",
+                        "gemma_fused_add_rmsnorm",
+                        "layernorm",
+                        "silu_and_mul",
+                        "gelu_tanh_and_mul",
+                        "rope",
+                        "llama31_rope",
+                        "rope_cos_sin_cache",
+                        "append_paged_kv",
+                        "batch_decode",
+                        "merge_states",
+                        "merge_states_n",
+                        "sampling_from_probs",
+                        "top_k_sampling_from_probs",
+                        "top_p_sampling_from_probs",
+                        "min_p_sampling_from_probs",
+                        "top_k_top_p_sampling_from_probs",
+                        "top_k_top_p_sampling_from_logits",
+                        "top_k_renorm_probs",
+                        "top_p_renorm_probs",
+                        "top_k_mask_logits",
+                        "softmax",
+                        "argmax"}) {
     INFO(t);
     CHECK(op_types.count(t));
   }
   CHECK(names.count("rmsnorm_h4096"));  // the flashinfer-bench name of Llama-3-8B's norm
+  // Llama-3-8B's decode attention and sampler, Qwen 2.5's vocabulary.
+  CHECK(names.count("batch_decode_q32_k8_d128_ps16"));
+  CHECK(names.count("batch_decode_q28_k4_d128_ps1"));
+  CHECK(names.count("top_k_top_p_sampling_from_logits_v128256_fp32"));
+  CHECK(names.count("top_p_sampling_from_probs_v151936"));
+}
+
+TEST_CASE("defs: the attention and sampling definitions say what the entry points take", "[defs]") {
+  using kjit::ops::DType;
+  using kjit::ops::SamplingKind;
+  auto shape = [](const Definition& d, const std::string& tensor, bool output = false) {
+    for (const auto& t : output ? d.outputs : d.inputs) {
+      if (t.name == tensor) return t.shape;
+    }
+    FAIL("no tensor " << tensor << " in " << d.name);
+    return std::vector<std::string>{};
+  };
+  using V = std::vector<std::string>;
+
+  // The page layout is in the cache shapes; the fp8 cache keeps q and out 16-bit.
+  const Definition hnd =
+      kjit::ops::batch_decode_definition({DType::kF16, true, 64, 8, 128, 1, false});
+  CHECK(hnd.name == "batch_decode_q64_k8_d128_ps1_hnd_kve4m3_fp16");
+  CHECK(shape(hnd, "k_cache") == V{"num_pages", "num_kv_heads", "page_size", "head_dim"});
+  CHECK(shape(hnd, "q") == V{"batch_size", "num_qo_heads", "head_dim"});
+  for (const auto& t : hnd.inputs) {
+    INFO(t.name);
+    if (t.name == "q") CHECK(t.dtype == "float16");
+    if (t.name == "k_cache" || t.name == "v_cache") CHECK(t.dtype == "float8_e4m3fn");
+  }
+  CHECK(hnd.axis("page_size")->value == 1);
+  CHECK(hnd.axis("num_qo_heads")->value == 64);
+  CHECK_FALSE(hnd.axis("batch_size")->is_const);
+  const Definition nhd = kjit::ops::batch_decode_definition({DType::kBF16, false, 32, 8, 128, 16});
+  CHECK(nhd.name == "batch_decode_q32_k8_d128_ps16");
+  CHECK(shape(nhd, "v_cache") == V{"num_pages", "page_size", "num_kv_heads", "head_dim"});
+  CHECK(shape(nhd, "lse", true) == V{"batch_size", "num_qo_heads"});
+
+  const Definition m2 = kjit::ops::merge_states_definition(DType::kF32, 32, 128, false);
+  CHECK(m2.name == "merge_states_h32_d128_fp32");
+  CHECK(m2.entry == "kjit_merge_states");
+  CHECK(m2.inputs.size() == 4);
+  const Definition mn = kjit::ops::merge_states_definition(DType::kBF16, 64, 256, true);
+  CHECK(mn.name == "merge_states_n_h64_d256");
+  CHECK(mn.entry == "kjit_merge_states_n");
+  CHECK(shape(mn, "v") == V{"num_states", "seq_len", "num_heads", "head_dim"});
+  CHECK_FALSE(mn.axis("num_states")->is_const);
+
+  // Probabilities are fp32 whatever dtype is passed, so it is not in the name; logits are named
+  // by dtype unless bf16.
+  CHECK(kjit::ops::sampling_definition(SamplingKind::kTopPFromProbs, DType::kBF16, 128256).name ==
+        "top_p_sampling_from_probs_v128256");
+  CHECK(kjit::ops::sampling_definition(SamplingKind::kArgmax, DType::kBF16, 32000).name ==
+        "argmax_v32000");
+  CHECK(kjit::ops::sampling_definition(SamplingKind::kSoftmax, DType::kF16, 151936).name ==
+        "softmax_v151936_fp16");
+  const Definition mask =
+      kjit::ops::sampling_definition(SamplingKind::kTopKMaskLogits, DType::kF16, 1000);
+  CHECK(mask.outputs.at(0).dtype == "float16");  // masked logits keep their dtype
+  CHECK(kjit::ops::sampling_definition(SamplingKind::kTopKRenormProbs, DType::kF16, 1000)
+            .outputs.at(0)
+            .dtype == "float32");
+  // Each kind is its own entry point, and the samplers take the filters the entry point has.
+  std::set<std::string> entries;
+  for (int k = 0; k <= static_cast<int>(SamplingKind::kArgmax); ++k) {
+    const Definition d =
+        kjit::ops::sampling_definition(static_cast<SamplingKind>(k), DType::kF32, 50000);
+    INFO(d.name);
+    CHECK(d.entry == "kjit_" + d.op_type);
+    CHECK(entries.insert(d.entry).second);
+    CHECK(shape(d, d.op_type == "argmax" ? "input"
+                   : kjit::ops::sampling_reads_logits(static_cast<SamplingKind>(k))
+                       ? "logits"
+                       : "probs") == V{"batch_size", "vocab_size"});
+  }
+  CHECK(entries.size() == 11);
+  using kjit::ops::sample_kind;
+  CHECK(sample_kind(false, 0) == SamplingKind::kFromProbs);
+  CHECK(sample_kind(false, 1) == SamplingKind::kTopKFromProbs);
+  CHECK(sample_kind(false, 2) == SamplingKind::kTopPFromProbs);
+  CHECK(sample_kind(false, 4) == SamplingKind::kMinPFromProbs);
+  CHECK(sample_kind(false, 3) == SamplingKind::kTopKTopPFromProbs);
+  CHECK(sample_kind(true, 3) == SamplingKind::kTopKTopPFromLogits);
+  const Definition tk =
+      kjit::ops::sampling_definition(SamplingKind::kTopKTopPFromProbs, DType::kF32, 32000);
+  std::set<std::string> names;
+  for (const auto& t : tk.inputs) names.insert(t.name);
+  CHECK(names == std::set<std::string>{"probs", "top_k", "top_p", "seed", "offset"});
 }
 
 TEST_CASE("defs: names carry the dtype and the other const choices", "[defs]") {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "bench_harness.hpp"
+#include "bench_probe.hpp"
 #include "commands.hpp"
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
@@ -62,35 +63,6 @@ void fill_fast(unsigned char* dst, size_t n, const std::string& dtype, bool fp8,
     }
   }
 }
-
-// Reads n 16-byte words and keeps nothing: what HBM gives a pure read stream. The XOR result is
-// stored only if it hits a value it practically never does, so the loads stay.
-constexpr const char* kReadProbeSource = R"(
-struct ReadProbeParams { const uint4* p; unsigned long long n; unsigned* sink; };
-extern "C" __global__ void __launch_bounds__(512)
-kjit_read_probe_kernel(const __grid_constant__ ReadProbeParams a) {
-  const unsigned long long stride = 512ull * gridDim.x;
-  unsigned long long i = 512ull * blockIdx.x + threadIdx.x;
-  uint4 x = make_uint4(0, 0, 0, 0);
-  for (; i + 3 * stride < a.n; i += 4 * stride) {
-    const uint4 r0 = __ldcs(a.p + i), r1 = __ldcs(a.p + i + stride);
-    const uint4 r2 = __ldcs(a.p + i + 2 * stride), r3 = __ldcs(a.p + i + 3 * stride);
-    x.x ^= r0.x ^ r1.x ^ r2.x ^ r3.x; x.y ^= r0.y ^ r1.y ^ r2.y ^ r3.y;
-    x.z ^= r0.z ^ r1.z ^ r2.z ^ r3.z; x.w ^= r0.w ^ r1.w ^ r2.w ^ r3.w;
-  }
-  for (; i < a.n; i += stride) {
-    const uint4 r = __ldcs(a.p + i);
-    x.x ^= r.x; x.y ^= r.y; x.z ^= r.z; x.w ^= r.w;
-  }
-  if ((x.x ^ x.y ^ x.z ^ x.w) == 0x9e3779b9u && x.x == 0x7f4a7c15u) a.sink[0] = 1;
-}
-)";
-
-struct ReadProbeParams {
-  const void* p;
-  unsigned long long n;
-  unsigned* sink;
-};
 
 int bench_decode_attention(const ops::SetArgs& args, const BenchOptions& opts) {
   const std::string dtype = args.at("dtype");
@@ -156,9 +128,40 @@ int bench_decode_attention(const ops::SetArgs& args, const BenchOptions& opts) {
       kvdt, &o, 0, &raw_plan);
   if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
   std::unique_ptr<kjit_decode_plan, PlanDeleter> plan(raw_plan);
+  // Tuning overrides (internal, not the C ABI): the same problem planned again with them, so one
+  // device call can sweep variants against the default plan.
+  ops::DecodeTuning tune;
+  bool tuned = false;
+  for (const auto& [key, field] :
+       {std::pair{"warps", &tune.warps}, std::pair{"stage_tokens", &tune.stage_tokens},
+        std::pair{"stages", &tune.stages}, std::pair{"heads_per_cta", &tune.heads_per_cta},
+        std::pair{"ctas_per_sm", &tune.ctas_per_sm}}) {
+    if (args.count(key)) {
+      *field = static_cast<int>(ops::positive_int_arg(args, key, 64));
+      tuned = true;
+    }
+  }
+  if (args.count("merge")) {
+    const std::string m = args.at("merge");
+    if (m != "fused" && m != "kernel") throw UsageError("merge must be fused or kernel");
+    tune.fused_merge = m == "fused" ? 1 : 0;
+    tuned = true;
+  }
+  if (tuned) {
+    raw_plan->data = ops::plan_batch_decode(
+        indptr.data(), static_cast<int>(B), static_cast<int>(hq), static_cast<int>(hk),
+        static_cast<int>(D), static_cast<int>(P), nhd ? KJIT_KV_LAYOUT_NHD : KJIT_KV_LAYOUT_HND,
+        qdt, kvdt, o.sm_scale, o.logits_soft_cap, o.window_left, o.num_splits, o.num_sms, 0, &tune);
+  }
+  const ops::DecodePlanData& pd = raw_plan->data;
+  const std::string variant =
+      fmt::format("w{} ts{} st{} hp{} cps{} merge={}", pd.cfg.warps, pd.cfg.stage_tokens,
+                  pd.cfg.stages, pd.cfg.heads_per_cta, pd.ctas_per_sm,
+                  pd.split.max_splits <= 1 ? "none" : (pd.fused_merge ? "fused" : "kernel"));
   const size_t ws_bytes = kjit_decode_plan_workspace_bytes(raw_plan);
   const int plan_splits = kjit_decode_plan_num_splits(raw_plan);
   test::DeviceBuffer ws(std::max<size_t>(ws_bytes, 16));
+  ws.fill(0);  // the fused merge's counters start at zero (every run leaves them zero)
 
   const std::vector<int64_t> cshape =
       nhd ? std::vector<int64_t>{num_pages, P, hk, D} : std::vector<int64_t>{num_pages, hk, P, D};
@@ -177,20 +180,14 @@ int bench_decode_attention(const ops::SetArgs& args, const BenchOptions& opts) {
   c.op = "decode_attention";
   c.uri = ops::decode_uri(raw_plan->data.cfg);
   c.dtype = dtype;
-  c.shape = {{"batch", B},
-             {"kv_len", L},
-             {"qo_heads", hq},
-             {"kv_heads", hk},
-             {"head_dim", D},
-             {"page_size", P},
-             {"layout", layout},
-             {"kv_dtype", kv_dtype},
-             {"splits", plan_splits},
-             {"workspace_bytes", ws_bytes}};
+  c.shape = {{"batch", B},         {"kv_len", L},          {"qo_heads", hq},
+             {"kv_heads", hk},     {"head_dim", D},        {"page_size", P},
+             {"layout", layout},   {"kv_dtype", kv_dtype}, {"splits", plan_splits},
+             {"variant", variant}, {"tuned", tuned},       {"workspace_bytes", ws_bytes}};
   c.label = fmt::format(
       "decode_attention {} kv={} {} batch={} kv_len={} heads={}/{} head_dim={} "
-      "page={} splits={}",
-      dtype, kv_dtype, layout, B, L, hq, hk, D, P, plan_splits);
+      "page={} splits={} [{}{}]",
+      dtype, kv_dtype, layout, B, L, hq, hk, D, P, plan_splits, variant, tuned ? ", tuned" : "");
   c.launch = [&] {
     const kjit_status s =
         kjit_batch_decode_run(raw_plan, qt.get(), kct.get(), vct.get(), it.get(), pt.get(),
@@ -260,43 +257,7 @@ int bench_decode_attention(const ops::SetArgs& args, const BenchOptions& opts) {
   int rc = report(c, chk, first_ms, opts);
 
   // The read-only probe over the same number of bytes (K then V), timed the same way.
-  const jit::Spec spec = [] {
-    jit::Spec s;
-    s.op = "read_probe";
-    s.uri = jit::make_uri(s.op, s.params);
-    s.kernel_dirs = {"common"};
-    s.includes = {"common/prelude.cuh"};
-    s.config = kReadProbeSource;
-    s.entry_names = {"kjit_read_probe_kernel"};
-    s.arch_families = {"sm_80+"};
-    return s;
-  }();
-  test::DeviceBuffer sink(16);
-  ReadProbeParams rp{caches.dev->get(), static_cast<unsigned long long>(kv_bytes / 16),
-                     static_cast<unsigned*>(sink.get())};
-  CUfunction fn = nullptr;
-  cuda::LaunchConfig lc;
-  lc.grid_x = static_cast<unsigned>(cuda::device_info(0).sm_count * 4);
-  lc.block_x = 512;
-  BenchCase probe;
-  probe.op = "read_probe";
-  probe.uri = spec.uri;
-  probe.dtype = "none";
-  probe.shape = {{"bytes", kv_bytes}, {"for", c.label}};
-  probe.label =
-      fmt::format("read-only probe, {:.1f} MB (the KV bytes of the case above)", kv_bytes / 1e6);
-  probe.launch = [&] {
-    if (fn == nullptr)
-      fn = jit::JitCore::global().kernel(spec.uri, 0, [&] { return spec; }).functions.at(0);
-    cuda::launch(fn, lc, &rp);
-  };
-  probe.bytes = kv_bytes;
-  probe.copy_src = caches.dev->get();
-  probe.copy_bytes = static_cast<size_t>(kv_bytes / 2);
-  Check none;
-  none.note = "no output";
-  const double probe_first = first_call_ms(probe);
-  const int rc2 = report(probe, none, probe_first, opts);
+  const int rc2 = report_read_probe(caches.dev->get(), kv_bytes, c.label, opts);
   return rc != kExitOk ? rc : rc2;
 }
 
@@ -307,8 +268,9 @@ void add_attention_benches(std::vector<BenchEntry>& out) {
                  {"dtype", "batch", "kv_len", "qo_heads", "kv_heads", "head_dim", "page_size"},
                  bench_decode_attention,
                  "dtype (q), batch, kv_len, qo_heads, kv_heads, head_dim, page_size, optional "
-                 "kv_dtype (e4m3), layout (nhd|hnd), num_splits; checked on up to 4 requests, "
-                 "then a read-only probe of the same bytes"});
+                 "kv_dtype (e4m3), layout (nhd|hnd), num_splits; tuning overrides warps, "
+                 "stage_tokens, stages, heads_per_cta, ctas_per_sm, merge (fused|kernel); "
+                 "checked on up to 4 requests, then a read-only probe of the same bytes"});
 }
 
 }  // namespace kjit::cli

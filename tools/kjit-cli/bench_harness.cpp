@@ -64,7 +64,10 @@ ojson row_head(const BenchCase& c, const std::string& backend, const BenchOption
   row["dtype"] = c.dtype;
   row["arch"] = fmt::format("sm_{}{}", dev.major, dev.minor);
   row["gpu"] = dev.name;
-  row["driver"] = fmt::format("{}.{}", v / 1000, v % 1000 / 10);
+  // The kernel driver's own version when NVML tells it, then the CUDA version it implements.
+  const std::string api = fmt::format("CUDA {}.{}", v / 1000, v % 1000 / 10);
+  const std::string kernel_driver = driver_version();
+  row["driver"] = kernel_driver.empty() ? api : kernel_driver + " (" + api + ")";
   row["l2"] = opts.cold_l2 ? "cold" : "hot";
   row["warmup"] = opts.warmup;
   return row;

@@ -15,4 +15,15 @@ inline constexpr const char* kMarkKernel = "kjit_bench_mark";
 // Entries in this order: block, flush, mark.
 jit::Spec harness_kernels_spec();
 
+// The read-only bandwidth probe: reads n 16-byte words (streaming loads) and keeps nothing, what
+// HBM gives a pure read stream, the ceiling of a pure-read op such as argmax or decode attention.
+// Launch: block 512, any grid (4 blocks per SM is plenty), params ReadProbeParams.
+inline constexpr const char* kReadProbeKernel = "kjit_read_probe_kernel";
+struct ReadProbeParams {
+  const void* p;  // 16-byte aligned
+  unsigned long long n;
+  unsigned* sink;  // 4 bytes of device memory, practically never written
+};
+jit::Spec read_probe_spec();
+
 }  // namespace kjit::cli

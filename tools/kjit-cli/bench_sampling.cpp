@@ -14,7 +14,9 @@
 #include <vector>
 
 #include "bench_harness.hpp"
+#include "bench_probe.hpp"
 #include "commands.hpp"
+#include "cuda/device.hpp"
 #include "kjit/kjit.h"
 #include "ops/sampling.hpp"
 #include "reference/half.hpp"
@@ -53,6 +55,57 @@ std::vector<double> random_logits(std::vector<unsigned char>& host, size_t n,
   }
   return v;
 }
+
+// --set path=auto|single|cluster (default auto) and, with path=cluster, cluster=N (2..16; default:
+// chosen by the batch) force the samplers' kernel path for the case, so that the one-block and
+// the cluster path can be timed side by side in one run. Restores the automatic choice after.
+class PathChoice {
+ public:
+  explicit PathChoice(const ops::SetArgs& args) {
+    const std::string path = args.count("path") ? args.at("path") : "auto";
+    int cluster = 0;
+    if (args.count("cluster")) {
+      if (path != "cluster") throw UsageError("cluster=N needs path=cluster");
+      cluster = static_cast<int>(ops::positive_int_arg(args, "cluster", ops::kSampleMaxCluster));
+      if (cluster < 2) throw UsageError("cluster must be 2..16");
+    }
+    ops::SamplePath sp;
+    if (path == "auto") {
+      sp = ops::SamplePath::kAuto;
+    } else if (path == "single") {
+      sp = ops::SamplePath::kSingle;
+    } else if (path == "cluster") {
+      sp = ops::SamplePath::kCluster;
+    } else {
+      throw UsageError("path must be auto, single or cluster");
+    }
+    ops::set_sample_path(sp, cluster);
+    cluster_variant_ = sp == ops::SamplePath::kCluster;
+    label_ = path == "auto" ? "" : fmt::format(" path={}", path);
+    if (cluster > 0) label_ += fmt::format(" cluster={}", cluster);
+  }
+  ~PathChoice() { ops::set_sample_path(ops::SamplePath::kAuto, 0); }
+  PathChoice(const PathChoice&) = delete;
+  PathChoice& operator=(const PathChoice&) = delete;
+
+  const std::string& label() const { return label_; }
+  // After the first call: what the launch took, for the label and the URI.
+  void describe_ran(BenchCase& c, ops::FilterConfig cfg) const {
+    const int n = ops::last_sample_cluster_size();
+    c.label += n > 1 ? fmt::format(" (ran: cluster of {})", n) : std::string(" (ran: one block)");
+    cfg.cluster = n > 1 ? 1 : 0;
+    c.uri = ops::filter_uri(cfg);
+  }
+  // The URI the case reports: the cluster variant's when forced.
+  std::string uri(ops::FilterConfig cfg) const {
+    cfg.cluster = cluster_variant_ ? 1 : 0;
+    return ops::filter_uri(cfg);
+  }
+
+ private:
+  bool cluster_variant_ = false;
+  std::string label_;
+};
 
 // Device-resident seed, offset and outputs of one sampler.
 struct DrawBuffers {
@@ -129,12 +182,14 @@ int bench_top_p_sampling(const ops::SetArgs& args, const BenchOptions& opts) {
 
   const ops::FilterConfig cfg = ops::select_filter(ops::FilterOp::kSample, ops::FilterInput::kProbs,
                                                    ops::DType::kF32, vocab, vocab % 4 == 0);
+  const PathChoice path(args);
   BenchCase c;
   c.op = "top_p_sampling";
-  c.uri = ops::filter_uri(cfg);
+  c.uri = path.uri(cfg);
   c.dtype = "fp32";
   c.shape = {{"batch", batch}, {"vocab", vocab}, {"p", p}, {"sigma", sigma}};
-  c.label = fmt::format("top_p_sampling fp32 batch={} vocab={} p={}", batch, vocab, p);
+  c.label =
+      fmt::format("top_p_sampling fp32 batch={} vocab={} p={}{}", batch, vocab, p, path.label());
   c.launch = [&] {
     kjit_status st = kjit_top_p_sampling_from_probs(
         xt.get(), nullptr, bufs.seed_t.get(), bufs.offset_t.get(), bufs.samples_t.get(),
@@ -146,6 +201,7 @@ int bench_top_p_sampling(const ops::SetArgs& args, const BenchOptions& opts) {
   c.copy_bytes = n * 2;
 
   const double first_ms = first_call_ms(c);
+  path.describe_ran(c, cfg);
   ref::FilterSpec spec;
   spec.top_p = p;
   spec.mass_tol = 1e-4;
@@ -179,14 +235,15 @@ int bench_top_k_top_p_sampling(const ops::SetArgs& args, const BenchOptions& opt
   const ops::FilterConfig cfg =
       ops::select_filter(ops::FilterOp::kSample, ops::FilterInput::kLogits, dt, vocab,
                          vocab % static_cast<int64_t>(16 / es) == 0);
+  const PathChoice path(args);
   BenchCase c;
   c.op = "top_k_top_p_sampling";
-  c.uri = ops::filter_uri(cfg);
+  c.uri = path.uri(cfg);
   c.dtype = dtype;
   c.shape = {{"batch", batch}, {"vocab", vocab}, {"k", k}, {"p", p}, {"temperature", temperature},
              {"sigma", sigma}};
-  c.label = fmt::format("top_k_top_p_sampling {} batch={} vocab={} k={} p={} T={}", dtype, batch,
-                        vocab, k, p, temperature);
+  c.label = fmt::format("top_k_top_p_sampling {} batch={} vocab={} k={} p={} T={}{}", dtype, batch,
+                        vocab, k, p, temperature, path.label());
   c.launch = [&] {
     kjit_status st = kjit_top_k_top_p_sampling_from_logits(
         xt.get(), nullptr, nullptr, nullptr, bufs.seed_t.get(), bufs.offset_t.get(),
@@ -199,6 +256,7 @@ int bench_top_k_top_p_sampling(const ops::SetArgs& args, const BenchOptions& opt
   c.copy_bytes = n * es / 2;
 
   const double first_ms = first_call_ms(c);
+  path.describe_ran(c, cfg);
   ref::FilterSpec spec;
   spec.top_k = static_cast<int>(k);
   spec.top_p = p;
@@ -226,13 +284,31 @@ int bench_argmax(const ops::SetArgs& args, const BenchOptions& opts) {
   auto xt = test::make_tensor(x.get(), {batch, vocab}, test::dl_dtype(dtype));
   auto ot = test::make_tensor(out.get(), {batch}, test::dl_dtype("int64"));
   const ops::DType dt = *ops::dtype_of(test::dl_dtype(dtype));
+  // path=auto|block|cluster (cluster=2|4|8 with it, else the heuristic's size), for every call of
+  // this run; restored to auto when the case ends.
+  const std::string path = args.count("path") ? args.at("path") : "auto";
+  if (path != "auto" && path != "block" && path != "cluster") {
+    throw UsageError("path must be auto, block or cluster");
+  }
+  const int cluster =
+      args.count("cluster") ? static_cast<int>(ops::positive_int_arg(args, "cluster", 8)) : 0;
+  const ops::ArgmaxPath ap = path == "block"     ? ops::ArgmaxPath::kBlock
+                             : path == "cluster" ? ops::ArgmaxPath::kCluster
+                                                 : ops::ArgmaxPath::kAuto;
+  struct PathGuard {
+    PathGuard(ops::ArgmaxPath p, int c) { ops::force_argmax_path(p, c); }
+    ~PathGuard() { ops::force_argmax_path(ops::ArgmaxPath::kAuto); }
+  } guard(ap, cluster);
+  ops::RowConfig rc = ops::select_argmax(dt, vocab, vocab % static_cast<int64_t>(16 / es) == 0);
+  const cuda::DeviceInfo& info = cuda::device_info(0);
+  rc.cluster = ops::argmax_cluster_size(ap, cluster, batch, vocab, info.sm_count, info.major);
   BenchCase c;
   c.op = "argmax";
-  c.uri =
-      ops::argmax_uri(ops::select_argmax(dt, vocab, vocab % static_cast<int64_t>(16 / es) == 0));
+  c.uri = ops::argmax_uri(rc);
   c.dtype = dtype;
   c.shape = {{"batch", batch}, {"vocab", vocab}};
-  c.label = fmt::format("argmax {} batch={} vocab={}", dtype, batch, vocab);
+  c.label =
+      fmt::format("argmax {} batch={} vocab={} blocks/row={}", dtype, batch, vocab, rc.cluster);
   c.launch = [&] {
     kjit_status st = kjit_argmax(xt.get(), ot.get(), nullptr);
     if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
@@ -249,7 +325,10 @@ int bench_argmax(const ops::SetArgs& args, const BenchOptions& opts) {
     chk.add(static_cast<double>(got[static_cast<size_t>(r)]), static_cast<double>(ref::argmax(row)),
             0.0);
   }
-  return report(c, chk, first_ms, opts);
+  const int rc1 = report(c, chk, first_ms, opts);
+  // The ceiling: a pure read of the same bytes, timed the same way in the same run.
+  const int rc2 = report_read_probe(x.get(), static_cast<int64_t>(n * es) / 16 * 16, c.label, opts);
+  return rc1 != kExitOk ? rc1 : rc2;
 }
 
 int bench_softmax(const ops::SetArgs& args, const BenchOptions& opts) {
@@ -310,12 +389,18 @@ void add_sampling_benches(std::vector<BenchEntry>& out) {
   out.push_back({"top_p_sampling",
                  {"batch", "vocab"},
                  bench_top_p_sampling,
-                 "batch, vocab, optional p (0.9), sigma (2: logits' spread)"});
+                 "batch, vocab, optional p (0.9), sigma (2: logits' spread), path "
+                 "(auto|single|cluster), cluster (2..16, with path=cluster)"});
   out.push_back({"top_k_top_p_sampling",
                  {"dtype", "batch", "vocab"},
                  bench_top_k_top_p_sampling,
-                 "dtype, batch, vocab, optional k (50), p (0.9), temperature (1), sigma (2)"});
-  out.push_back({"argmax", {"dtype", "batch", "vocab"}, bench_argmax, "dtype, batch, vocab"});
+                 "dtype, batch, vocab, optional k (50), p (0.9), temperature (1), sigma (2), "
+                 "path (auto|single|cluster), cluster (2..16, with path=cluster)"});
+  out.push_back({"argmax",
+                 {"dtype", "batch", "vocab"},
+                 bench_argmax,
+                 "dtype, batch, vocab, optional path (auto|block|cluster) and cluster (2|4|8); "
+                 "then a read-only probe of the same bytes"});
   out.push_back({"softmax",
                  {"dtype", "batch", "vocab"},
                  bench_softmax,

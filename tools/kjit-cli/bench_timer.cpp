@@ -150,6 +150,7 @@ struct Nvml {
   nvmlReturn_t (*get_max_clock)(nvmlDevice_t, int, unsigned*) = nullptr;
   nvmlReturn_t (*get_reasons)(nvmlDevice_t, unsigned long long*) = nullptr;
   nvmlReturn_t (*get_violation)(nvmlDevice_t, int, nvmlViolationTime_t*) = nullptr;
+  std::string driver_version;  // the kernel driver's, e.g. "580.159.04"; empty when unknown
 };
 
 Nvml load_nvml() {
@@ -171,6 +172,8 @@ Nvml load_nvml() {
   n.get_reasons = reinterpret_cast<decltype(n.get_reasons)>(reasons);
   n.get_violation =
       reinterpret_cast<decltype(n.get_violation)>(sym("nvmlDeviceGetViolationStatus"));
+  auto get_version =
+      reinterpret_cast<nvmlReturn_t (*)(char*, unsigned)>(sym("nvmlSystemGetDriverVersion"));
   if (init == nullptr || by_bus == nullptr || n.get_clock == nullptr) {
     n.why = "libnvidia-ml.so.1 lacks nvmlInit_v2 / nvmlDeviceGetHandleByPciBusId_v2 / GetClockInfo";
     return n;
@@ -198,6 +201,10 @@ Nvml load_nvml() {
     return n;
   }
   n.ok = true;
+  char version[96] = {};
+  if (get_version != nullptr && get_version(version, sizeof(version)) == 0) {
+    n.driver_version = version;
+  }
   return n;
 }
 
@@ -451,6 +458,10 @@ ClockReading read_clocks() {
     r.thermal_violation_ns = thermal.violation_time;
   }
   return r;
+}
+
+std::string driver_version() {
+  return nvml().driver_version;
 }
 
 unsigned max_sm_clock_mhz() {

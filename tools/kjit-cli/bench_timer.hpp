@@ -29,7 +29,8 @@ bool cupti_available();
 
 // NVML (dlopen'ed libnvidia-ml.so.1) for device 0; readings are invalid when it is missing.
 ClockReading read_clocks();
-unsigned max_sm_clock_mhz();  // 0 when unknown
+unsigned max_sm_clock_mhz();   // 0 when unknown
+std::string driver_version();  // the kernel driver's (NVML), e.g. "580.159.04"; "" when unknown
 
 struct Measurement {
   std::string timer;       // the mechanism that produced the figures

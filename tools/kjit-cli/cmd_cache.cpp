@@ -1,9 +1,13 @@
 // kjit-cli cache inspect|verify|clear|prune|dir: the on-disk cache of the current settings
 // (KJIT_CACHE_DIR...).
 #include <fnmatch.h>
+#include <signal.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <climits>
 #include <ctime>
 #include <memory>
 #include <system_error>
@@ -134,11 +138,97 @@ int run_clear(const std::string& glob) {
   return kExitOk;
 }
 
-// Re-hashes every entry (list() validates each cubin against its sidecar); --fix removes the
-// invalid ones. Exit 1 while invalid entries remain.
+// A temp file that a writer killed between create and rename left behind: util::
+// write_file_atomic names them "<target>.tmp.<pid>.<n>". Nothing reads them; only these commands
+// remove them.
+struct TempFile {
+  fs::path path;
+  uint64_t bytes = 0;
+  int64_t age_s = 0;
+  long long pid = 0;
+  bool removed = false;
+};
+
+// A writer holds its temp file for the few milliseconds of one write + fsync: one this old is
+// not being written any more, even on a slow network file system.
+constexpr int64_t kStaleTempSeconds = 10 * 60;
+
+// The writer pid in a temp file's name, or -1 when the name is not a temp file's.
+long long temp_writer_pid(const std::string& name) {
+  const size_t at = name.rfind(".tmp.");
+  if (at == std::string::npos || at == 0) return -1;
+  const std::string rest = name.substr(at + 5);  // "<pid>.<n>"
+  const size_t dot = rest.find('.');
+  auto digits = [](const std::string& d) {
+    return !d.empty() && d.size() <= 18 &&
+           std::all_of(d.begin(), d.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  if (dot == std::string::npos || !digits(rest.substr(0, dot)) || !digits(rest.substr(dot + 1))) {
+    return -1;
+  }
+  return std::stoll(rest.substr(0, dot));
+}
+
+// Whether a process with this pid runs in this pid namespace (EPERM: it does, as another user).
+// A pid that was reused keeps its file until that process ends too: the safe side.
+bool process_alive(long long pid) {
+  if (pid <= 0 || pid > INT_MAX) return false;  // no process has it
+  return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
+}
+
+// Temp files under the folders kjit writes in the cache (entries and generated sources) that are
+// older than kStaleTempSeconds and whose writer no longer runs; removed when `remove` is set.
+std::vector<TempFile> stale_temp_files(const jit::DiskCache& cache, bool remove) {
+  std::vector<TempFile> out;
+  const int64_t now = static_cast<int64_t>(std::time(nullptr));
+  for (const fs::path& dir : {cache.entries_dir(), cache.root() / "generated"}) {
+    std::error_code ec;
+    for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+      const long long pid = temp_writer_pid(it->path().filename().string());
+      struct stat st {};
+      if (pid < 0 || ::lstat(it->path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+      TempFile t;
+      t.path = it->path();
+      t.bytes = static_cast<uint64_t>(st.st_size);
+      t.age_s = now - static_cast<int64_t>(st.st_mtime);
+      t.pid = pid;
+      if (t.age_s < kStaleTempSeconds || process_alive(pid)) continue;
+      out.push_back(std::move(t));
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.path < b.path; });
+  if (remove) {
+    for (TempFile& t : out) {
+      std::error_code ec;
+      t.removed = fs::remove(t.path, ec) && !ec;
+    }
+  }
+  return out;
+}
+
+std::string temp_file_text(const TempFile& t) {
+  return fmt::format("{}: temp file of writer pid {} (no longer running), {} bytes, {} min old",
+                     t.path.string(), t.pid, t.bytes, t.age_s / 60);
+}
+
+// Re-hashes every entry (list() validates each cubin against its sidecar) and finds stale temp
+// files; --fix removes both. Exit 1 while invalid entries remain (temp files are never read, so
+// they do not make the cache invalid).
 int run_verify(bool fix, bool as_json) {
   jit::DiskCache cache = jit::JitCore::global().disk_cache();
   auto entries = list_entries(cache, "");
+  const auto temps = stale_temp_files(cache, fix);
+  json temp_rows = json::array();
+  size_t temps_removed = 0;
+  for (const TempFile& t : temps) {
+    temps_removed += t.removed;
+    temp_rows.push_back({{"path", t.path.string()},
+                         {"bytes", t.bytes},
+                         {"age_s", t.age_s},
+                         {"pid", t.pid},
+                         {"removed", t.removed}});
+    if (!as_json) fmt::print("{}  {}\n", t.removed ? "removed" : "STALE  ", temp_file_text(t));
+  }
   json bad = json::array();
   size_t removed = 0;
   for (const auto& e : entries) {
@@ -160,11 +250,17 @@ int run_verify(bool fix, bool as_json) {
                 {"checked", entries.size()},
                 {"invalid", bad},
                 {"removed", removed},
-                {"remaining_invalid", remaining}};
+                {"remaining_invalid", remaining},
+                {"stale_temp_files", temp_rows},
+                {"temp_files_removed", temps_removed}};
     fmt::print("{}\n", out.dump(2, ' ', false, json::error_handler_t::replace));
   } else {
     fmt::print("{} entries checked: {} valid, {} invalid, {} removed\n", entries.size(),
                entries.size() - bad.size(), bad.size(), removed);
+    if (!temps.empty()) {
+      fmt::print("{} stale temp files of killed writers, {} removed{}\n", temps.size(),
+                 temps_removed, fix ? "" : " (--fix removes them)");
+    }
   }
   return remaining == 0 ? kExitOk : kExitFailure;
 }
@@ -197,10 +293,22 @@ uint64_t parse_size(const std::string& text) {
   return static_cast<uint64_t>(v * mul);
 }
 
-// Least recently used first until the entries (cubin + sidecar) fit in max_bytes.
+// Stale temp files first (they hold space and are never read), then entries least recently
+// used first until the entries (cubin + sidecar) fit in max_bytes.
 int run_prune(const std::string& max_size) {
   const uint64_t limit = parse_size(max_size);
   jit::DiskCache cache = jit::JitCore::global().disk_cache();
+  size_t temps_removed = 0;
+  uint64_t temp_bytes = 0;
+  for (const TempFile& t : stale_temp_files(cache, true)) {
+    if (!t.removed) continue;
+    ++temps_removed;
+    temp_bytes += t.bytes;
+  }
+  if (temps_removed > 0) {
+    fmt::print("removed {} stale temp files of killed writers ({} bytes)\n", temps_removed,
+               temp_bytes);
+  }
   auto entries = list_entries(cache, "");
   uint64_t total = 0;
   for (const auto& e : entries) total += e.cubin_size + e.json_size;
@@ -240,8 +348,10 @@ void add_cache_commands(CLI::App& app, int& exit_code) {
   inspect->add_option("--filter", o->filter, "Only URIs matching this glob");
   inspect->callback([o, &exit_code] { exit_code = run_inspect(o->json, o->filter); });
 
-  CLI::App* verify = cache->add_subcommand("verify", "Re-hash every entry, report invalid ones");
-  verify->add_flag("--fix", o->fix, "Remove the invalid entries");
+  CLI::App* verify = cache->add_subcommand(
+      "verify", "Re-hash every entry, report invalid ones and stale temp files");
+  verify->add_flag("--fix", o->fix,
+                   "Remove the invalid entries and the temp files of killed writers");
   verify->add_flag("--json", o->json, "Print one JSON document on stdout");
   verify->callback([o, &exit_code] { exit_code = run_verify(o->fix, o->json); });
 
@@ -249,7 +359,8 @@ void add_cache_commands(CLI::App& app, int& exit_code) {
   clear->add_option("--filter", o->filter, "Only URIs matching this glob (keeps generated/)");
   clear->callback([o, &exit_code] { exit_code = run_clear(o->filter); });
 
-  CLI::App* prune = cache->add_subcommand("prune", "Remove least recently used entries");
+  CLI::App* prune =
+      cache->add_subcommand("prune", "Remove stale temp files, then least recently used entries");
   prune->add_option("--max-size", o->max_size, "Keep at most this much (e.g. 500M, 2G)")
       ->required();
   prune->callback([o, &exit_code] { exit_code = run_prune(o->max_size); });

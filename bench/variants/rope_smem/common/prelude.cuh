@@ -1,0 +1,71 @@
+// Base definitions for every kjit device source.
+//
+// These headers are compiled at run time by NVRTC, which has no C++ standard library and no host
+// headers; everything a kernel needs from "outside" is spelled out here. The same files also
+// compile under nvcc (-I kernels) for offline checks.
+#pragma once
+
+// Lets shared headers tell a device-only (NVRTC) translation unit from a host one.
+#ifndef KJIT_DEVICE_ONLY
+#define KJIT_DEVICE_ONLY 1
+#endif
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#define KJIT_DEVICE __device__
+// For constexpr helpers that must also be usable in constant expressions inside kernels.
+#define KJIT_HOST_DEVICE __host__ __device__
+#define KJIT_FORCEINLINE __forceinline__
+
+namespace kjit {
+
+// No <cstdint> under NVRTC. CUDA targets are LP64 on Linux and LLP64 on Windows, so only
+// `long long` is 64 bits on both.
+using i8 = signed char;
+using u8 = unsigned char;
+using i16 = short;
+using u16 = unsigned short;
+using i32 = int;
+using u32 = unsigned int;
+using i64 = long long;
+using u64 = unsigned long long;
+
+static_assert(sizeof(i8) == 1 && sizeof(u8) == 1, "8-bit types");
+static_assert(sizeof(i16) == 2 && sizeof(u16) == 2, "16-bit types");
+static_assert(sizeof(i32) == 4 && sizeof(u32) == 4, "32-bit types");
+static_assert(sizeof(i64) == 8 && sizeof(u64) == 8, "64-bit types");
+
+// All arithmetic is done in fp32; storage types convert at the load/store boundary only.
+KJIT_DEVICE KJIT_FORCEINLINE float to_float(float x) {
+  return x;
+}
+KJIT_DEVICE KJIT_FORCEINLINE float to_float(__half x) {
+  return __half2float(x);
+}
+KJIT_DEVICE KJIT_FORCEINLINE float to_float(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+
+// Left undefined so an unsupported storage type fails at compile time rather than silently
+// picking a conversion.
+template <typename T>
+KJIT_DEVICE T from_float(float x);
+
+template <>
+KJIT_DEVICE KJIT_FORCEINLINE float from_float<float>(float x) {
+  return x;
+}
+
+// Round-to-nearest-even, matching what PyTorch's .to(dtype) does on the reference side.
+template <>
+KJIT_DEVICE KJIT_FORCEINLINE __half from_float<__half>(float x) {
+  return __float2half_rn(x);
+}
+
+template <>
+KJIT_DEVICE KJIT_FORCEINLINE __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+}  // namespace kjit

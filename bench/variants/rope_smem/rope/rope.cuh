@@ -1,0 +1,284 @@
+// Rotary position embedding (RoPE) on q and k, with FlashInfer's and vLLM's semantics.
+//
+// For each token t, head h and rotated pair (i1, i2) with frequency index f:
+//   out[i1] = x[i1] * cos(a) - x[i2] * sin(a)
+//   out[i2] = x[i2] * cos(a) + x[i1] * sin(a)
+// Pairs are (f, f + ROT_DIM / 2) for "rotate half" (NeoX, INTERLEAVE = false) and (2f, 2f + 1)
+// for GPT-J style (INTERLEAVE = true), f < ROT_DIM / 2. Dims >= ROT_DIM pass through unchanged.
+// The angle a comes from either
+//   - kModeFreq: a = pos * inv_freq[f], with inv_freq computed on the host in double (it holds
+//     the rope_scale and the Llama 3.1 band scaling) and passed in the params, or
+//   - kModeCache: cos(a) = cache[pos][f] and sin(a) = cache[pos][ROT_DIM / 2 + f].
+//
+// Accuracy of kModeFreq. inv_freq[f] / pi travels as two floats (hi + lo, 48 bits), and
+// pos * hi is formed exactly as a float pair with an fma, so the angle, reduced modulo 2 pi
+// exactly (sincospif needs only t mod 2, which is exact in fp32), is off by at most 3e-7 rad
+// from the fp64 value of pos * inv_freq for every |pos| < 2^24: position 131072 is as accurate
+// as position 1. Rounding pos * inv_freq once to fp32, as a plain `sincosf(pos * freq)` does,
+// would put up to 0.008 rad of error into the highest frequency at that position: a bf16 ulp,
+// or 16 fp16 ulps, of output error. sincospif adds at most 1 ulp. Positions beyond 2^24 are
+// first rounded to fp32.
+//
+// Work split: sin and cos depend on (token, f) only, so a thread computes them once for its
+// slice of the frequencies and then applies them to many heads of the token. A head takes
+// kUnits threads (each holding one 16-byte vector of each half, or a vector of pairs); a block
+// holds blockDim.x / kUnits head slots and covers one token's heads [chunk * heads_per_chunk,
+// ...). The host picks several chunks per token when there are few tokens (decode), so that
+// every SM still gets a block, and one chunk per token for prefill, which best amortizes the
+// sin / cos work over the heads.
+#pragma once
+
+#include "common/prelude.cuh"
+#include "common/vec.cuh"
+
+namespace kjit {
+namespace rope {
+
+constexpr int kModeFreq = 0;
+constexpr int kModeCache = 1;
+
+// cos_sin cache element types (RopeParams::cache_dtype).
+constexpr int kCacheF32 = 0;
+constexpr int kCacheF16 = 1;
+constexpr int kCacheBF16 = 2;
+
+// Passed by value as a __grid_constant__ kernel parameter (RopeParams below). Strides are in
+// elements. Keep this exact layout: the host mirrors it.
+struct RopeArgs {
+  const void* q_in;     // [tokens, q_heads, HEAD_DIM]
+  void* q_out;          // may be q_in (same strides): in place
+  const void* k_in;     // [tokens, k_heads, HEAD_DIM]
+  void* k_out;          // may be k_in (same strides): in place
+  const void* pos;      // [tokens], int32 or int64 (pos_bytes)
+  const void* cos_sin;  // kModeCache: [max_pos, ROT_DIM], row stride cache_stride
+  long long q_in_st, q_in_sh, q_out_st, q_out_sh;
+  long long k_in_st, k_in_sh, k_out_st, k_out_sh;
+  long long cache_stride;
+  long long max_pos;
+  int q_heads, k_heads;
+  int heads_per_chunk;  // heads of one token that one block covers
+  int chunks;           // blocks per token: grid = tokens * chunks
+  int copy_q_pass;      // 1 when q_out is not q_in: dims >= ROT_DIM must be copied
+  int copy_k_pass;
+  int pos_bytes;    // 4 or 8
+  int cache_dtype;  // kCache*
+};
+// The host puts the frequency table right after the args; it checks the same size.
+static_assert(sizeof(RopeArgs) == 160, "RopeArgs layout");
+
+// The args and, for kModeFreq, (hi, lo) of inv_freq[f] / pi for f < ROT_DIM / 2. The host mirror
+// has a table of the largest size; the launch copies only this kernel's parameter size, so the
+// table is as long as this ROT_DIM needs.
+template <int TABLE>
+struct RopeParams {
+  RopeArgs a;
+  float freq[2 * TABLE];
+};
+
+namespace detail {
+
+// sin and cos of pi * pos * (g_hi + g_lo), accurate to 3e-7 absolute for |pos| < 2^24.
+KJIT_DEVICE KJIT_FORCEINLINE void sincos_of_position(float pos, float g_hi, float g_lo, float* s,
+                                                     float* c) {
+  const float hi = pos * g_hi;
+  // pos * g_hi == hi + lo exactly (fma residual); the g_lo term is ~2^-24 of hi, so its own
+  // rounding is far below what matters.
+  float lo = fmaf(pos, g_hi, -hi);
+  lo = fmaf(pos, g_lo, lo);
+  // hi - 2 * rint(hi / 2) is exact (Sterbenz), so the reduction loses nothing; the sum with lo
+  // rounds once, at |t| <= ~1.
+  const float t = (hi - 2.0f * rintf(0.5f * hi)) + lo;
+  sincospif(t, s, c);
+}
+
+KJIT_DEVICE KJIT_FORCEINLINE float load_cache(const void* row, long long i, int dtype) {
+  if (dtype == kCacheF32) return __ldg(static_cast<const float*>(row) + i);
+  if (dtype == kCacheF16) return to_float(__ldg(static_cast<const __half*>(row) + i));
+  return to_float(__ldg(static_cast<const __nv_bfloat16*>(row) + i));
+}
+
+}  // namespace detail
+
+// Launch with grid = tokens * p.a.chunks and block = kUnits * slots threads (any slots >= 1, at
+// most 256 threads), no dynamic shared memory, where kUnits = ROT_DIM / 2 / VEC (NeoX) or
+// ROT_DIM / max(VEC, 2) (GPT-J). q_in, q_out, k_in, k_out and their token and head strides must
+// be aligned to VEC * sizeof(T) bytes; HEAD_DIM and ROT_DIM (NeoX: ROT_DIM / 2) must be
+// multiples of VEC. An out view is its in view (in place) or overlaps nothing the kernel reads.
+// kModeCache tokens whose position is outside [0, max_pos) are left untouched (no read past the
+// cache).
+// Min 3 blocks of 256 (6 of the host's 128-thread blocks) caps registers at 80: loads issued
+// before the angle math raised them to 104 and cost residency; measured on the H200 at 65536
+// tokens x 40 heads x 128 bf16: 89.7% of copy (old order, 80 regs), 84.0% (new order, 104),
+// 93.2-93.7% (new order, capped) -- bench/results/2026-12-02-h200-round3b.
+// clang-format would read the launch bound as a pointer declaration.
+// clang-format off
+template <typename T, int HEAD_DIM, int ROT_DIM, bool INTERLEAVE, int VEC, int MODE>
+__global__ void __launch_bounds__(256, 3)
+rope_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DIM / 2 : 1> p) {
+  // clang-format on
+  static_assert(ROT_DIM >= 2 && ROT_DIM % 2 == 0 && ROT_DIM <= HEAD_DIM, "bad ROT_DIM");
+  static_assert(VEC >= 1 && (VEC & (VEC - 1)) == 0 && VEC * sizeof(T) <= 16, "bad VEC");
+  static_assert(HEAD_DIM % VEC == 0 && ROT_DIM % VEC == 0, "dims must be multiples of VEC");
+  static_assert(INTERLEAVE || (ROT_DIM / 2) % VEC == 0, "NeoX halves must be multiples of VEC");
+  static_assert(MODE == kModeFreq || MODE == kModeCache, "bad MODE");
+
+  constexpr int kHalf = ROT_DIM / 2;
+  // Elements one thread rotates per head: a vector of each half (NeoX), or a run of whole pairs
+  // (GPT-J; two scalars when the alignment allows no wider vector).
+  constexpr int kUnit = INTERLEAVE ? (VEC < 2 ? 2 : VEC) : VEC;
+  constexpr int kLoads = INTERLEAVE ? kUnit / VEC : 2;                // vectors per head per thread
+  constexpr int kUnits = INTERLEAVE ? ROT_DIM / kUnit : kHalf / VEC;  // threads per head
+  constexpr int kFreqs = INTERLEAVE ? kUnit / 2 : VEC;                // angles per thread
+  constexpr int kPassVecs = (HEAD_DIM - ROT_DIM) / VEC;
+  // Heads whose loads a thread issues together: 4 heads of NeoX 16-byte vectors are 128 bytes in
+  // flight per thread, enough to cover DRAM latency at full occupancy without spilling.
+  constexpr int kInFlight = 4;
+  using V = Vec<T, VEC>;
+
+  const int unit = int(threadIdx.x) % kUnits;
+  const int slot = int(threadIdx.x) / kUnits;
+  const int slots = int(blockDim.x) / kUnits;
+  const int token = int(blockIdx.x) / p.a.chunks;
+  const int chunk = int(blockIdx.x) - token * p.a.chunks;
+
+  // Variant "smem": the first kHalf threads copy one (hi, lo) pair each from the parameter bank
+  // into shared memory (one constant-cache access per pair per block, instead of 8-way
+  // divergent reads by every warp), padded so that the 8 units of a quarter warp read 16-byte
+  // vectors from distinct banks.
+  constexpr int kRow = 2 * kFreqs + 4;  // floats per unit, padded
+  __shared__ __align__(16) float s_freq[MODE == kModeFreq ? kUnits * kRow : 4];
+  if constexpr (MODE == kModeFreq) {
+    for (int f = int(threadIdx.x); f < kHalf; f += int(blockDim.x)) {
+      const float2 g = *reinterpret_cast<const float2*>(&p.freq[2 * f]);
+      *reinterpret_cast<float2*>(&s_freq[(f / kFreqs) * kRow + 2 * (f % kFreqs)]) = g;
+    }
+  }
+  const long long pos = p.a.pos_bytes == 8 ? __ldg(static_cast<const long long*>(p.a.pos) + token)
+                                           : __ldg(static_cast<const int*>(p.a.pos) + token);
+  const int f0 = unit * kFreqs;
+  // The whole block belongs to this token, so leaving early strands nothing.
+  if (MODE == kModeCache && (pos < 0 || pos >= p.a.max_pos)) return;
+  // Computed after the first heads' loads are issued (below), so sincospif / the cache reads
+  // overlap their DRAM latency instead of preceding it: at prefill sizes each block is one
+  // token's ~10 KB and lives for about one DRAM round trip.
+  float cs[kFreqs], sn[kFreqs];
+  auto compute_angles = [&] {
+    if constexpr (MODE == kModeFreq) {
+      const float pf = float(pos);
+#pragma unroll
+      for (int e = 0; e < kFreqs; ++e) {
+        const float2 g = *reinterpret_cast<const float2*>(&s_freq[unit * kRow + 2 * e]);
+        detail::sincos_of_position(pf, g.x, g.y, &sn[e], &cs[e]);
+      }
+    } else {
+      const char* row = static_cast<const char*>(p.a.cos_sin) +
+                        pos * p.a.cache_stride * (p.a.cache_dtype == kCacheF32 ? 4 : 2);
+#pragma unroll
+      for (int e = 0; e < kFreqs; ++e) {
+        cs[e] = detail::load_cache(row, f0 + e, p.a.cache_dtype);
+        sn[e] = detail::load_cache(row, kHalf + f0 + e, p.a.cache_dtype);
+      }
+    }
+  };
+  bool have_angles = false;
+
+  // Offset in the head of this thread's j-th vector.
+  auto elem_offset = [unit](int j) {
+    return INTERLEAVE ? unit * kUnit + j * VEC : j * kHalf + unit * VEC;
+  };
+  const int h_total = p.a.q_heads + p.a.k_heads;
+  const int h_begin = chunk * p.a.heads_per_chunk;
+  const int h_end = min(h_begin + p.a.heads_per_chunk, h_total);
+  const long long tk = token;
+  auto head_in = [&](int h) {
+    return h < p.a.q_heads ? static_cast<const T*>(p.a.q_in) + tk * p.a.q_in_st + h * p.a.q_in_sh
+                           : static_cast<const T*>(p.a.k_in) + tk * p.a.k_in_st +
+                                 (h - p.a.q_heads) * p.a.k_in_sh;
+  };
+  auto head_out = [&](int h) {
+    return h < p.a.q_heads
+               ? static_cast<T*>(p.a.q_out) + tk * p.a.q_out_st + h * p.a.q_out_sh
+               : static_cast<T*>(p.a.k_out) + tk * p.a.k_out_st + (h - p.a.q_heads) * p.a.k_out_sh;
+  };
+
+  if constexpr (MODE == kModeFreq) {
+    // The barrier would hold back the first heads' loads, so they are started as L1 prefetches
+    // before it; the loads below then meet data already on its way.
+#pragma unroll
+    for (int i = 0; i < kInFlight; ++i) {
+      const int h = h_begin + slot + i * slots;
+      if (h < h_end) {
+        const T* src = head_in(h);
+#pragma unroll
+        for (int j = 0; j < kLoads; ++j) {
+          asm volatile("prefetch.global.L1 [%0];" ::"l"(src + elem_offset(j)));
+        }
+      }
+    }
+    __syncthreads();
+  }
+  for (int h0 = h_begin + slot; h0 < h_end; h0 += kInFlight * slots) {
+    V x[kInFlight][kLoads];
+#pragma unroll
+    for (int i = 0; i < kInFlight; ++i) {
+      const int h = h0 + i * slots;
+      if (h < h_end) {
+        const T* src = head_in(h);
+#pragma unroll
+        for (int j = 0; j < kLoads; ++j) x[i][j].load(src + elem_offset(j));
+      }
+    }
+    if (!have_angles) {
+      compute_angles();
+      have_angles = true;
+    }
+#pragma unroll
+    for (int i = 0; i < kInFlight; ++i) {
+      const int h = h0 + i * slots;
+      if (h < h_end) {
+        float v[kLoads * VEC];
+#pragma unroll
+        for (int j = 0; j < kLoads; ++j) {
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) v[j * VEC + e] = to_float(x[i][j][e]);
+        }
+#pragma unroll
+        for (int f = 0; f < kFreqs; ++f) {
+          // NeoX: element f of each half; GPT-J: the f-th adjacent pair.
+          const int i1 = INTERLEAVE ? 2 * f : f;
+          const int i2 = INTERLEAVE ? 2 * f + 1 : VEC + f;
+          const float a = v[i1], b = v[i2];
+          v[i1] = fmaf(a, cs[f], -b * sn[f]);
+          v[i2] = fmaf(b, cs[f], a * sn[f]);
+        }
+        T* dst = head_out(h);
+#pragma unroll
+        for (int j = 0; j < kLoads; ++j) {
+          V o;
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) o[e] = from_float<T>(v[j * VEC + e]);
+          o.store(dst + elem_offset(j));
+        }
+      }
+    }
+  }
+
+  // Dims past ROT_DIM: nothing to do in place; out of place they are copied. The views do not
+  // overlap then (the host checks), which is what lets the loop keep several loads in flight.
+  if constexpr (kPassVecs > 0) {
+    for (int h = h_begin + slot; h < h_end; h += slots) {
+      if (!(h < p.a.q_heads ? p.a.copy_q_pass : p.a.copy_k_pass)) continue;
+      const T* __restrict__ src = head_in(h) + ROT_DIM;
+      T* __restrict__ dst = head_out(h) + ROT_DIM;
+#pragma unroll 4
+      for (int v = unit; v < kPassVecs; v += kUnits) {
+        V t;
+        t.load(src + v * VEC);
+        t.store(dst + v * VEC);
+      }
+    }
+  }
+}
+
+}  // namespace rope
+}  // namespace kjit
