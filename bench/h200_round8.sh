@@ -5,23 +5,10 @@
 # the cluster kernels; part b: the decode-attention tests and racecheck. Builds nothing: run from
 # the repo root with build-h200 carried; KJIT_COMMIT names the commit the binaries were built from.
 set -uo pipefail
-B=${B:-build-h200}
-CLI=$B/tools/kjit-cli/kjit-cli
-export KJIT_CACHE_DIR=/tmp/kjit-cache
-J="$OUT/bench.jsonl"
-stamp() { echo "[$(date -u +%T)] $*"; }
-tests() {  # tests LOG SECONDS BINARY SPEC...
-  local log=$1 secs=$2
-  shift 2
-  KJIT_CACHE_DIR=/tmp/kjit-test-cache timeout "$secs" "$@" 2>&1 | tee -a "$OUT/$log" | tail -3
-}
-bench() { timeout 60 "$CLI" bench "$@" --json "$J" 2>&1 | grep -v '^  repro' | tail -4; }
-CS=/usr/local/cuda/bin/compute-sanitizer
+source "$(dirname "$0")/h200_lib.sh"
 part=${1:-a}
 if [ "$part" = a ]; then {
-  date -u +%FT%TZ
-  echo "commit ${KJIT_COMMIT:-unknown}"
-  nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
+  header
   stamp "GPU tests: sampling (both paths), argmax, trace"
   tests gpu_tests.log 160 "$B/tests/kjit_gpu_tests" "[sampling]"
   tests gpu_tests.log 60 "$B/tests/kjit_gpu_tests" "[argmax],[trace]"
@@ -62,7 +49,7 @@ if [ "$part" = a ]; then {
   echo "memcheck rc $?"; tail -4 "$OUT/memcheck.log"
   stamp "done"
 } 2>&1 | tee "$OUT/run.log"; else {
-  date -u +%FT%TZ
+  header
   stamp "GPU tests: decode attention (tuning variants included)"
   tests gpu_tests_attention.log 200 "$B/tests/kjit_gpu_tests" "[attention]"
   stamp "compute-sanitizer racecheck: argmax, one decode case"
