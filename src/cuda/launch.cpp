@@ -4,19 +4,28 @@
 
 namespace kjit::cuda {
 
-void launch(CUfunction fn, const LaunchConfig& cfg, const void* params) {
-  const Driver& d = driver();
-  if (cfg.smem_bytes > 48 * 1024) {
-    // Above 48 KB a kernel must opt in to its dynamic shared memory size.
-    KJIT_CU_CHECK(d.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                       static_cast<int>(cfg.smem_bytes)));
-  }
-  void* args[] = {const_cast<void*>(params)};
-  KJIT_CU_CHECK(d.cuLaunchKernel(fn, cfg.grid_x, cfg.grid_y, cfg.grid_z, cfg.block_x, cfg.block_y,
-                                 cfg.block_z, cfg.smem_bytes, cfg.stream, args, nullptr));
-}
-
 namespace {
+
+constexpr unsigned kDefaultSmemBytes = 48 * 1024;
+
+// A kernel whose static plus dynamic shared memory passes 48 KB must opt in to its dynamic size
+// (the default limit on the dynamic part is 48 KB minus the static part: a kernel with 42 KB of
+// static shared memory and 8 KB of dynamic fails to launch with CUDA_ERROR_INVALID_VALUE without
+// it, as the sampling cluster path did on the H200 in round 8). Returns the driver's result.
+CUresult opt_in_dynamic_smem(CUfunction fn, unsigned dynamic_bytes) {
+  if (dynamic_bytes == 0) return CUDA_SUCCESS;
+  const Driver& d = driver();
+  int static_bytes = 0;
+  if (dynamic_bytes <= kDefaultSmemBytes) {
+    const CUresult r = d.cuFuncGetAttribute(&static_bytes, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn);
+    if (r != CUDA_SUCCESS) return r;
+    if (static_cast<unsigned>(static_bytes) + dynamic_bytes <= kDefaultSmemBytes) {
+      return CUDA_SUCCESS;
+    }
+  }
+  return d.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                              static_cast<int>(dynamic_bytes));
+}
 
 CUlaunchAttribute cluster_attribute(unsigned cluster_x) {
   CUlaunchAttribute a{};
@@ -29,13 +38,18 @@ CUlaunchAttribute cluster_attribute(unsigned cluster_x) {
 
 }  // namespace
 
+void launch(CUfunction fn, const LaunchConfig& cfg, const void* params) {
+  const Driver& d = driver();
+  KJIT_CU_CHECK(opt_in_dynamic_smem(fn, cfg.smem_bytes));
+  void* args[] = {const_cast<void*>(params)};
+  KJIT_CU_CHECK(d.cuLaunchKernel(fn, cfg.grid_x, cfg.grid_y, cfg.grid_z, cfg.block_x, cfg.block_y,
+                                 cfg.block_z, cfg.smem_bytes, cfg.stream, args, nullptr));
+}
+
 void launch_cluster(CUfunction fn, const LaunchConfig& cfg, unsigned cluster_x,
                     const void* params) {
   const Driver& d = driver();
-  if (cfg.smem_bytes > 48 * 1024) {
-    KJIT_CU_CHECK(d.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                       static_cast<int>(cfg.smem_bytes)));
-  }
+  KJIT_CU_CHECK(opt_in_dynamic_smem(fn, cfg.smem_bytes));
   if (cluster_x > 8) {
     KJIT_CU_CHECK(d.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1));
   }
@@ -61,11 +75,7 @@ int max_active_clusters(CUfunction fn, unsigned cluster_x, unsigned block_x, uns
                                             1) != CUDA_SUCCESS) {
     return 0;
   }
-  if (smem_bytes > 48 * 1024 &&
-      d.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                           static_cast<int>(smem_bytes)) != CUDA_SUCCESS) {
-    return 0;
-  }
+  if (opt_in_dynamic_smem(fn, smem_bytes) != CUDA_SUCCESS) return 0;
   CUlaunchAttribute attr = cluster_attribute(cluster_x);
   CUlaunchConfig lc{};
   lc.gridDimX = cluster_x;
