@@ -2,8 +2,10 @@
 # Installs the Debian packages kjit builds with, when missing. CUDA 13 is expected at
 # /usr/local/cuda (or CUDA_HOME); it is not a Debian package here.
 set -euo pipefail
+# clang, libclang-rt-dev (its sanitizer runtimes and libFuzzer) and llvm (llvm-symbolizer, for the
+# sanitizers' stack traces): the instrumented builds of tools/sanitize.sh and tools/fuzz.sh.
 pkgs=(cmake ninja-build g++ clang-format libfmt-dev nlohmann-json3-dev catch2 libxxhash-dev
-      libcli11-dev libdlpack-dev libssl-dev libcurl4-openssl-dev)
+      libcli11-dev libdlpack-dev libssl-dev libcurl4-openssl-dev clang libclang-rt-dev llvm)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -1,31 +1,25 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets of tests/fuzz (clang, ASan + UBSan, every object instrumented) into
-# ${KJIT_FUZZ_BUILD_DIR:-build-fuzz} and runs each for SECONDS (default 20) on a working copy of
-# its committed seed corpus (tests/fuzz/corpus/<target>/). docs/reliability.md has the results.
+# Runs the libFuzzer targets of tests/fuzz, each for SECONDS (default 20) on a working copy of its
+# committed seed corpus (tests/fuzz/corpus/<target>/). They are built by tools/sanitize.sh address
+# into ${KJIT_ASAN_BUILD_DIR:-build-asan} (clang; every object with ASan, UBSan and coverage
+# feedback, the same objects that run the test suite there). docs/reliability.md has the results.
 #
 #   tools/fuzz.sh [SECONDS] [TARGET...]    e.g. tools/fuzz.sh 600 fuzz_metadata
 #   KJIT_FUZZ_JOBS=N                       targets run N at a time (default 1)
 #   KJIT_FUZZ_BUILD_ONLY=1                 build, run nothing
 #
-# A failing input is written to $build/fuzz-findings/<target>/ (replay it: $build/tests/fuzz/<target>
-# <file>); the log of each run is $build/fuzz-logs/<target>.log. Exits 1 when any target failed.
+# New inputs go to $build/fuzz-corpus/<target>/ (kept between runs); a failing input is written to
+# $build/fuzz-findings/<target>/ (replay it: $build/tests/fuzz/<target> <file>); the log of each
+# run is $build/fuzz-logs/<target>.log. Exits 1 when any target failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs="${1:-20}"
 shift || true
-build="${KJIT_FUZZ_BUILD_DIR:-build-fuzz}"
-cuda_home="${CUDA_HOME:-/usr/local/cuda}"
-
-bash tools/deps.sh
-# clang with its runtime libraries (libFuzzer, the sanitizers): Debian packages.
-missing=()
-for p in clang libclang-rt-dev; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-if ((${#missing[@]})); then
-  echo "fuzz: installing ${missing[*]}"
-  sudo_cmd=()
-  [ "$(id -u)" -ne 0 ] && sudo_cmd=(sudo)
-  "${sudo_cmd[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
+build="${KJIT_ASAN_BUILD_DIR:-build-asan}"
+# libFuzzer takes -max_total_time=0 as "forever".
+if ! [[ "$secs" =~ ^[1-9][0-9]*$ ]]; then
+  echo "fuzz: SECONDS must be a positive number of seconds, not '$secs'" >&2
+  exit 2
 fi
 
 targets=("$@")
@@ -33,10 +27,7 @@ if ((${#targets[@]} == 0)); then
   for f in tests/fuzz/fuzz_*.cpp; do targets+=("$(basename "$f" .cpp)"); done
 fi
 
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
-  -DKJIT_BUILD_FUZZERS=ON -DKJIT_BUILD_TESTS=OFF -DKJIT_BUILD_CLI=OFF -DKJIT_INSTALL=OFF \
-  -DCUDAToolkit_ROOT="$cuda_home" >/dev/null
-cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
+KJIT_SANITIZE_BUILD_ONLY=1 KJIT_SANITIZE_TARGETS="${targets[*]}" bash tools/sanitize.sh address
 if [ "${KJIT_FUZZ_BUILD_ONLY:-0}" = 1 ]; then exit 0; fi
 
 run_one() {
@@ -56,7 +47,8 @@ run_one() {
     echo "fuzz: $t: ok, ${execs:-?} executions in ${secs}s, coverage ${cov:-?}, corpus $corp"
   else
     echo "fuzz: $t: FAILED (exit $rc) after ${execs:-?} executions; input in $findings, log $log"
-    grep -m 5 -E 'ERROR|runtime error|invariant failed|uncaught|deadly signal' "$log" | sed 's/^/  /'
+    grep -m 5 -E 'ERROR|runtime error|invariant failed|uncaught|deadly signal' "$log" |
+      sed 's/^/  /'
   fi
   return "$rc"
 }

@@ -198,7 +198,7 @@ TEST_CASE("argmax gpu: ties and NaN across the cluster's part boundaries", "[gpu
   }
 }
 
-TEST_CASE("argmax gpu: decode and large batches under the heuristic; forced paths agree",
+TEST_CASE("argmax gpu: decode and large batches under the heuristic, forced paths agree",
           "[gpu][argmax]") {
   std::mt19937_64 rng(std::random_device{}());
   std::normal_distribution<double> n(0.0, 3.0);

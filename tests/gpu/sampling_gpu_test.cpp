@@ -487,7 +487,7 @@ TEST_CASE("sampling gpu: all-equal probabilities draw uniformly", "[gpu][samplin
 
 // ================================ edge cases ====================================================
 
-TEST_CASE("sampling gpu: k = 1 is argmax; greedy temperature 0 is the first maximum",
+TEST_CASE("sampling gpu: k = 1 is argmax, greedy temperature 0 is the first maximum",
           "[gpu][sampling]") {
   std::mt19937_64 rng(std::random_device{}());
   Matrix x = random_probs(rng, 128, 50000, 2.0);
@@ -617,7 +617,7 @@ TEST_CASE("sampling gpu: NaN, negative, infinite and all-zero rows are reported 
   CHECK(ld.samples[0][5] == 7);
 }
 
-TEST_CASE("sampling gpu: same seed and offset repeat; other offsets and seeds differ",
+TEST_CASE("sampling gpu: same seed and offset repeat, other offsets and seeds differ",
           "[gpu][sampling]") {
   std::mt19937_64 rng(std::random_device{}());
   Matrix x = random_probs(rng, 512, 1000, 0.5);  // flat-ish: repeats by chance are rare

@@ -57,7 +57,7 @@ TEST_CASE("argmax: forced paths", "[argmax]") {
   CHECK(ops::argmax_cluster_size(ArgmaxPath::kAuto, 0, 1, 128256, 132, 9) == 8);
 }
 
-TEST_CASE("argmax: the cluster spec is its own sm_90+ kernel; one block per row is unchanged",
+TEST_CASE("argmax: the cluster spec is its own sm_90+ kernel, one block per row is unchanged",
           "[argmax]") {
   ops::RowConfig c = ops::select_argmax(ops::DType::kBF16, 128256, true);
   CHECK(ops::argmax_uri(c) == "argmax_dtype_bf16_vec_8_unroll_2");

@@ -37,15 +37,31 @@
 #include "util/safetensors.hpp"
 
 // ---- Counting allocations on the calling thread -------------------------------------------------
-// Replaces the global operator new for this test binary; it only counts while a test asks.
+// Replaces the global operator new for this test binary; it only counts while a test asks. Every
+// replaceable form is replaced, so each allocation and its release both go through malloc / free
+// (AddressSanitizer's alloc-dealloc-mismatch check stays on: a form left to ASan, e.g. Catch2's
+// new (std::nothrow), would otherwise be released by the replaced delete).
 
 namespace {
 std::atomic<long> g_allocations{0};
 thread_local bool t_count_allocations = false;
 
-void* counted_alloc(std::size_t n) {
+void* counted_alloc_or_null(std::size_t n) noexcept {
   if (t_count_allocations) g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n ? n : 1)) return p;
+  return std::malloc(n ? n : 1);
+}
+void* counted_alloc(std::size_t n) {
+  if (void* p = counted_alloc_or_null(n)) return p;
+  throw std::bad_alloc();
+}
+void* counted_aligned_alloc_or_null(std::size_t n, std::align_val_t a) noexcept {
+  if (t_count_allocations) g_allocations.fetch_add(1, std::memory_order_relaxed);
+  void* p = nullptr;
+  const std::size_t align = std::max(static_cast<std::size_t>(a), sizeof(void*));
+  return posix_memalign(&p, align, n ? n : 1) == 0 ? p : nullptr;
+}
+void* counted_aligned_alloc(std::size_t n, std::align_val_t a) {
+  if (void* p = counted_aligned_alloc_or_null(n, a)) return p;
   throw std::bad_alloc();
 }
 }  // namespace
@@ -55,6 +71,24 @@ void* operator new(std::size_t n) {
 }
 void* operator new[](std::size_t n) {
   return counted_alloc(n);
+}
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  return counted_alloc_or_null(n);
+}
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
+  return counted_alloc_or_null(n);
+}
+void* operator new(std::size_t n, std::align_val_t a) {
+  return counted_aligned_alloc(n, a);
+}
+void* operator new[](std::size_t n, std::align_val_t a) {
+  return counted_aligned_alloc(n, a);
+}
+void* operator new(std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  return counted_aligned_alloc_or_null(n, a);
+}
+void* operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  return counted_aligned_alloc_or_null(n, a);
 }
 void operator delete(void* p) noexcept {
   std::free(p);
@@ -66,6 +100,30 @@ void operator delete(void* p, std::size_t) noexcept {
   std::free(p);
 }
 void operator delete[](void* p, std::size_t) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, const std::nothrow_t&) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, const std::nothrow_t&) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::align_val_t) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, std::align_val_t) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept {
   std::free(p);
 }
 

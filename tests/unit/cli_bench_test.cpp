@@ -155,7 +155,7 @@ TEST_CASE("cli bench: the committed workloads are valid --from input", "[cli]") 
   CHECK(files >= 2);  // Llama-3-8B and -70B
 }
 
-TEST_CASE("cli bench: without a GPU bench exits 3 with a message; with one it writes a row",
+TEST_CASE("cli bench: without a GPU bench exits 3 with a message, with one it writes a row",
           "[cli]") {
   kjit::test::TempDir dir;
   const fs::path json = dir.path() / "rows.jsonl", csv = dir.path() / "rows.csv";

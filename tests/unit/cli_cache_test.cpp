@@ -65,7 +65,7 @@ TEST_CASE("cli cache: inspect and verify on an empty cache", "[cli]") {
   CHECK(cli(dir.path(), "cache verify").code == 0);
 }
 
-TEST_CASE("cli cache: verify finds a truncated cubin and a tampered sidecar; --fix removes them",
+TEST_CASE("cli cache: verify finds a truncated cubin and a tampered sidecar, --fix removes them",
           "[cli]") {
   kjit::test::TempDir dir;
   for (int h : {100, 200, 300}) compile(dir.path(), h);
@@ -120,7 +120,7 @@ fs::path temp_file(const fs::path& dir, const std::string& target, long pid, int
 
 }  // namespace
 
-TEST_CASE("cli cache: verify reports temp files of killed writers; --fix and prune remove them",
+TEST_CASE("cli cache: verify reports temp files of killed writers, --fix and prune remove them",
           "[cli]") {
   kjit::test::TempDir dir;
   compile(dir.path(), 100);

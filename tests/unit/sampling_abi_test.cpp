@@ -213,7 +213,7 @@ TEST_CASE("sampling abi: rejects top_k <= 0", "[c_abi][sampling]") {
   CHECK(last_error().find("top_k must be >= 1") != std::string::npos);
 }
 
-TEST_CASE("sampling abi: rejects top_p outside (0, 1]", "[c_abi][sampling]") {
+TEST_CASE("sampling abi: rejects top_p outside 0 < p <= 1", "[c_abi][sampling]") {
   for (float p : {0.0f, -0.5f, 1.5f, kNaN, kInf}) {
     Probs c;
     c.top_p = p;
