@@ -96,10 +96,30 @@ KJIT_DEVICE KJIT_FORCEINLINE SeqSplit seq_split(const DecodeParams& p, int b) {
   return r;
 }
 
+// What a stage's lookup buffers hold per token. ADDR 0: (page, slot), and every 16-byte copy
+// recomputes its address from them (three 64-bit stride products: the round-8 kernel spent over
+// half its instructions there). ADDR 1 / 2: the byte offsets of the row (page, slot, the CTA's
+// first head) from the start of the K and V caches, 64- or 32-bit (the host picks 32 when every
+// row lies within 4 GB), computed once per token; a copy is then a load, an add to the cache
+// pointer (a kernel parameter) and the cp.async. All ones marks a masked row: a
+// CP-aligned row never has an odd offset.
+template <int ADDR>
+struct __align__(8) DecodeRow {
+  unsigned k, v;
+};
+template <>
+struct __align__(16) DecodeRow<1> {
+  long long k, v;
+};
+template <>
+struct __align__(8) DecodeRow<0> {
+  int page, slot;
+};
+
 // Shared memory of one CTA, in bytes (the host computes the same figure in decode_smem_bytes).
 // HP kv heads share a CTA: their rows of one token are adjacent in an NHD cache, so a CTA reads
 // HP * D * kv_bytes contiguous bytes per token instead of one head's row.
-template <bool KV_FP8, int D, int NT, int W, int TS, int S, int HP = 1>
+template <bool KV_FP8, int D, int NT, int W, int TS, int S, int HP = 1, int ADDR = 0>
 struct DecodeSmem {
   static constexpr int kKvBytes = KV_FP8 ? 1 : 2;
   static constexpr int kStageRow = D * kKvBytes;          // bytes of one token row as stored
@@ -109,7 +129,7 @@ struct DecodeSmem {
   static constexpr int kQRows = 8 * NT;                           // per head
   static constexpr int kQBytes = HP * kQRows * D * 2;
   static constexpr int kOffBufs = S + 1;  // page lookups: see the main loop for why S + 1
-  static constexpr int kOffBytes = kOffBufs * TS * 8;
+  static constexpr int kOffBytes = kOffBufs * TS * int(sizeof(DecodeRow<ADDR>));
   static constexpr int kConvAt = kStageBytes;
   static constexpr int kQAt = kConvAt + 2 * kConvTile;
   static constexpr int kOffAt = kQAt + kQBytes;
@@ -137,12 +157,13 @@ KJIT_DEVICE KJIT_FORCEINLINE int swz(int row, int chunk) {
 // element alignment. out and lse must not overlap the inputs. With max_splits > 1 the workspace
 // partials are then combined by decode_merge_kernel, or, with p.counters set (zero before the first
 // launch; the kernel leaves them zero), by the last CTA of each (request, head set) to finish: no
-// second launch and no gap between the kernels. QT: q / out type. CT: the mma operand type (QT for
-// a 16-bit cache, __half for fp8 e4m3, whose values enter scaled by 2^-8: the host folds 2^8 into
-// score_scale and v_scale).
+// second launch and no gap between the kernels. ADDR: see DecodeRow. JT: 16-token tiles a warp
+// computes together (one softmax update for all, JT independent mma chains in flight). QT: q / out
+// type. CT: the mma operand type (QT for a 16-bit cache, __half for fp8 e4m3, whose values enter
+// scaled by 2^-8: the host folds 2^8 into score_scale and v_scale).
 // clang-format off
 template <typename QT, typename CT, bool KV_FP8, int D, int NT, int W, int TS, int S, int CP,
-          int HP = 1>
+          int HP = 1, int ADDR = 0, int JT = 1>
 __global__ void __launch_bounds__(32 * W)
 decode_kernel(const __grid_constant__ DecodeParams p) {
   // clang-format on
@@ -154,18 +175,27 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
   static_assert(TS <= 32 * W, "one page lookup per thread per stage");
   static_assert(S >= 2, "at least double buffering");
   static_assert(CP == 16 || CP == 8 || CP == 4, "cp.async size");
-  using Smem = DecodeSmem<KV_FP8, D, NT, W, TS, S, HP>;
+  static_assert(ADDR >= 0 && ADDR <= 2, "lookup form: (page, slot), 64- or 32-bit offsets");
+  using Smem = DecodeSmem<KV_FP8, D, NT, W, TS, S, HP, ADDR>;
+  using Row = DecodeRow<ADDR>;
   constexpr int kThreads = 32 * W;
   constexpr int kTilesPerWarp = TS / (16 * kWarpsPerHead);
+  static_assert((JT == 1 || JT == 2) && kTilesPerWarp % JT == 0, "whole tile groups per warp");
   constexpr int kRowCT = D * 2;  // bytes of a compute-type row (swizzled tiles)
   constexpr int kKSteps = D / 16;
   const float kNegInf = -__int_as_float(0x7f800000);
 
   extern __shared__ __align__(16) unsigned char smem[];
-  int2* offs = reinterpret_cast<int2*>(smem + Smem::kOffAt);  // [kOffBufs][TS] (page, slot)
+  Row* offs = reinterpret_cast<Row*>(smem + Smem::kOffAt);  // [kOffBufs][TS]
   unsigned char* q_s = smem + Smem::kQAt;
 
   const int tid = int(threadIdx.x);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // A merge kernel launched as a programmatic dependent may start once every CTA here has: its
+  // griddepcontrol.wait still waits for this grid to finish and flush. Without that launch
+  // attribute this does nothing.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
   const int lane = tid & 31;
   const int warp = tid >> 5;
   const int g = lane >> 2;
@@ -216,46 +246,113 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
   auto publish = [&](int stage, const Lookup& l) {
     if (tid < TS) {
       const bool ok = l.ok && l.page >= 0 && l.page < p.num_pages;
-      offs[(stage % Smem::kOffBufs) * TS + tid] = make_int2(ok ? l.page : -1, l.slot);
+      Row r;
+      if constexpr (ADDR == 0) {
+        r.page = ok ? l.page : -1;
+        r.slot = l.slot;
+      } else {
+        using Off = decltype(r.k);
+        r.k = r.v = ~Off(0);
+        if (ok) {
+          r.k = Off((l.page * p.k_sp + l.slot * p.k_ss + h * p.k_sh) * Smem::kKvBytes);
+          r.v = Off((l.page * p.v_sp + l.slot * p.v_ss + h * p.v_sh) * Smem::kKvBytes);
+        }
+      }
+      offs[(stage % Smem::kOffBufs) * TS + tid] = r;
+    }
+  };
+  // Whether token t of the stage whose lookups start at o is attended.
+  auto row_ok = [&](const Row* o, int t) {
+    if constexpr (ADDR == 0) {
+      return o[t].page >= 0;
+    } else {
+      return o[t].k != ~decltype(o[t].k)(0);
     }
   };
 
   // ---- Loads of one stage: TS rows of K and of V, CP bytes per cp.async ------------------------
+  // Byte offsets of head hh of the CTA from its first head (ADDR 1 / 2).
+  const long long k_hh = p.k_sh * Smem::kKvBytes, v_hh = p.v_sh * Smem::kKvBytes;
   auto issue = [&](int stage) {
     if (stage >= n_stages) return;
     const int buf = stage % S;
-    const int2* o = offs + (stage % Smem::kOffBufs) * TS;
+    const Row* o = offs + (stage % Smem::kOffBufs) * TS;
     unsigned char* kd = smem + buf * 2 * Smem::kStageTile;
     unsigned char* vd = kd + Smem::kStageTile;
     constexpr int kPerRow = Smem::kStageRow / CP;
     static_assert((HP * TS * kPerRow) % kThreads == 0, "loads split evenly over the threads");
-    // Consecutive threads walk a token's HP head rows in address order (adjacent in NHD); the
-    // tile keeps each head's TS rows together for the mma.
+    constexpr int kIters = HP * TS * kPerRow / kThreads;
+    // Copy `col` (CP bytes) of head row rh = t * HP + hh: consecutive threads walk a token's HP
+    // head rows in address order (adjacent in NHD); the tile keeps each head's TS rows together
+    // for the mma.
+    auto copy = [&](int rh, int col) {
+      if constexpr (ADDR != 0) {
+        const int hh = rh % HP;
+        const int t = rh / HP;
+        const int row = hh * TS + t;
+        const int byte = col * CP;
+        const Row r = o[t];
+        const bool ok = r.k != ~decltype(r.k)(0);
+        // The offset and the column added in the offset's own width, then one add to the
+        // cache pointer (a kernel parameter: uniform, never recomputed).
+        using Off = decltype(r.k);
+        const unsigned char* ks =
+            static_cast<const unsigned char*>(p.k_cache) + ((ok ? r.k : Off(0)) + Off(byte));
+        const unsigned char* vs =
+            static_cast<const unsigned char*>(p.v_cache) + ((ok ? r.v : Off(0)) + Off(byte));
+        if constexpr (HP > 1) {
+          ks += hh * k_hh;
+          vs += hh * v_hh;
+        }
+        int at;
+        if constexpr (KV_FP8) {
+          at = row * Smem::kStageRow + byte;
+        } else {
+          at = swz<kRowCT>(row, byte >> 4) + (byte & 15);
+        }
+        cp_async<CP>(smem_addr(kd + at), ks, ok ? CP : 0);
+        cp_async<CP>(smem_addr(vd + at), vs, ok ? CP : 0);
+      }
+    };
+    if constexpr (ADDR != 0 && kThreads % kPerRow == 0) {
+      // A thread copies the same column of every kThreads / kPerRow-th row: its column, byte
+      // offset and swizzle are loop invariants.
+      constexpr int kRowStep = kThreads / kPerRow;
+#pragma unroll(kIters <= 8 ? kIters : 4)
+      for (int i = 0; i < kIters; ++i) copy(tid / kPerRow + i * kRowStep, tid % kPerRow);
+    } else if constexpr (ADDR != 0) {
+#pragma unroll 4
+      for (int i = 0; i < kIters; ++i) {
+        const int it = tid + i * kThreads;
+        copy(it / kPerRow, it % kPerRow);
+      }
+    } else {
 #pragma unroll 2
-    for (int i = 0; i < HP * TS * kPerRow / kThreads; ++i) {
-      const int it = tid + i * kThreads;
-      const int rh = it / kPerRow;
-      const int hh = rh % HP;
-      const int t = rh / HP;
-      const int row = hh * TS + t;
-      const int byte = (it % kPerRow) * CP;
-      const int2 ps = o[t];
-      const unsigned char* ks = k_head;
-      const unsigned char* vs = v_head;
-      int n = 0;
-      if (ps.x >= 0) {
-        ks += (ps.x * p.k_sp + ps.y * p.k_ss + hh * p.k_sh) * Smem::kKvBytes + byte;
-        vs += (ps.x * p.v_sp + ps.y * p.v_ss + hh * p.v_sh) * Smem::kKvBytes + byte;
-        n = CP;
+      for (int i = 0; i < kIters; ++i) {
+        const int it = tid + i * kThreads;
+        const int rh = it / kPerRow;
+        const int hh = rh % HP;
+        const int t = rh / HP;
+        const int row = hh * TS + t;
+        const int byte = (it % kPerRow) * CP;
+        const Row ps = o[t];
+        const unsigned char* ks = k_head;
+        const unsigned char* vs = v_head;
+        int n = 0;
+        if (ps.page >= 0) {
+          ks += (ps.page * p.k_sp + ps.slot * p.k_ss + hh * p.k_sh) * Smem::kKvBytes + byte;
+          vs += (ps.page * p.v_sp + ps.slot * p.v_ss + hh * p.v_sh) * Smem::kKvBytes + byte;
+          n = CP;
+        }
+        int at;
+        if constexpr (KV_FP8) {
+          at = row * Smem::kStageRow + byte;  // converted before use: no swizzle needed here
+        } else {
+          at = swz<kRowCT>(row, byte >> 4) + (byte & 15);
+        }
+        cp_async<CP>(smem_addr(kd + at), ks, n);
+        cp_async<CP>(smem_addr(vd + at), vs, n);
       }
-      int at;
-      if constexpr (KV_FP8) {
-        at = row * Smem::kStageRow + byte;  // converted before use: no swizzle needed here
-      } else {
-        at = swz<kRowCT>(row, byte >> 4) + (byte & 15);
-      }
-      cp_async<CP>(smem_addr(kd + at), ks, n);
-      cp_async<CP>(smem_addr(vd + at), vs, n);
     }
   };
 
@@ -351,21 +448,33 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
       vt = vc;
     }
 
-    const int2* o = offs + (i % Smem::kOffBufs) * TS;
+    const Row* o = offs + (i % Smem::kOffBufs) * TS;
 #pragma unroll
-    for (int tt = 0; tt < kTilesPerWarp; ++tt) {
-      const int t0 = (wi * kTilesPerWarp + tt) * 16;  // the tile's first token of the stage
-      const int r0 = wh * TS + t0;                    // and its row in the K / V tiles
-      const bool ok_lo = o[t0 + g].x >= 0;
-      const bool ok_hi = o[t0 + g + 8].x >= 0;
-      if (!__any_sync(0xffffffffu, ok_lo || ok_hi)) continue;  // a fully masked tile
+    for (int tt = 0; tt < kTilesPerWarp; tt += JT) {
+      // JT tiles at once: their S^T chains are independent and share the q fragments, and one
+      // online-softmax update (one max, one rescale of O) covers all of them.
+      int r0[JT];  // each tile's first row in the K / V tiles
+      bool ok_lo[JT], ok_hi[JT];
+      bool any = false;
+#pragma unroll
+      for (int u = 0; u < JT; ++u) {
+        const int t0 = (wi * kTilesPerWarp + tt + u) * 16;  // the tile's first token of the stage
+        r0[u] = wh * TS + t0;
+        ok_lo[u] = row_ok(o, t0 + g);
+        ok_hi[u] = row_ok(o, t0 + g + 8);
+        any = any || ok_lo[u] || ok_hi[u];
+      }
+      if (!__any_sync(0xffffffffu, any)) continue;  // fully masked tiles
 
       // S^T = K Q^T: two accumulators (even / odd k-steps) halve the dependent mma chain.
-      float s[NT][4], s2[NT][4];
+      float s[JT][NT][4], s2[JT][NT][4];
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
+      for (int u = 0; u < JT; ++u) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s[nt][e] = s2[nt][e] = 0.0f;
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[u][nt][e] = s2[u][nt][e] = 0.0f;
+        }
       }
 #pragma unroll
       for (int ks = 0; ks < kKSteps; ks += 2) {
@@ -375,41 +484,54 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
           ldmatrix_x4(qf[nt], smem_addr(q_s + swz<kRowCT>(wh * Smem::kQRows + nt * 8 + (lane & 7),
                                                           2 * ks + (lane >> 3))));
         }
-        const int krow = r0 + (lane & 7) + ((lane >> 3) & 1) * 8;
-        u32 ka[4], kb[4];
-        ldmatrix_x4(ka, smem_addr(kt + swz<kRowCT>(krow, 2 * ks + (lane >> 4))));
-        ldmatrix_x4(kb, smem_addr(kt + swz<kRowCT>(krow, 2 * ks + 2 + (lane >> 4))));
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          mma_16816<CT>(s[nt], ka, qf[nt][0], qf[nt][1]);
-          mma_16816<CT>(s2[nt], kb, qf[nt][2], qf[nt][3]);
+        for (int u = 0; u < JT; ++u) {
+          const int krow = r0[u] + (lane & 7) + ((lane >> 3) & 1) * 8;
+          u32 ka[4], kb[4];
+          ldmatrix_x4(ka, smem_addr(kt + swz<kRowCT>(krow, 2 * ks + (lane >> 4))));
+          ldmatrix_x4(kb, smem_addr(kt + swz<kRowCT>(krow, 2 * ks + 2 + (lane >> 4))));
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            mma_16816<CT>(s[u][nt], ka, qf[nt][0], qf[nt][1]);
+            mma_16816<CT>(s2[u][nt], kb, qf[nt][2], qf[nt][3]);
+          }
         }
       }
 
-      // Online softmax over this tile's tokens (g: rows 0..7, g + 8: rows 8..15).
-      u32 pb[NT][2];
+      // Online softmax over these tiles' tokens (g: rows 0..7, g + 8: rows 8..15 of each).
+      u32 pb[JT][NT][2];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
-        float x[4];
+        float x[JT][4];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float v = (s[nt][e] + s2[nt][e]) * p.score_scale;
-          if (p.cap_out != 0.0f) v = p.cap_out * tanhf(v);
-          x[e] = (e < 2 ? ok_lo : ok_hi) ? v : kNegInf;
+        for (int u = 0; u < JT; ++u) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            float v = (s[u][nt][e] + s2[u][nt][e]) * p.score_scale;
+            if (p.cap_out != 0.0f) v = p.cap_out * tanhf(v);
+            x[u][e] = (e < 2 ? ok_lo[u] : ok_hi[u]) ? v : kNegInf;
+          }
         }
-        float pr[4];
+        float pr[JT][4];
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
-          float mx = fmaxf(x[j], x[j + 2]);
+          float mx = fmaxf(x[0][j], x[0][j + 2]);
+#pragma unroll
+          for (int u = 1; u < JT; ++u) mx = fmaxf(mx, fmaxf(x[u][j], x[u][j + 2]));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
           const float m_new = fmaxf(m_run[nt][j], mx);
           const float m_use = m_new == kNegInf ? 0.0f : m_new;
           const float alpha = exp2f(m_run[nt][j] - m_use);
-          pr[j] = exp2f(x[j] - m_use);
-          pr[j + 2] = exp2f(x[j + 2] - m_use);
-          l_run[nt][j] = l_run[nt][j] * alpha + pr[j] + pr[j + 2];
+          float l = l_run[nt][j] * alpha;
+#pragma unroll
+          for (int u = 0; u < JT; ++u) {
+            pr[u][j] = exp2f(x[u][j] - m_use);
+            pr[u][j + 2] = exp2f(x[u][j + 2] - m_use);
+            l += pr[u][j] + pr[u][j + 2];
+          }
+          l_run[nt][j] = l;
           m_run[nt][j] = m_new;
 #pragma unroll
           for (int mt = 0; mt < kKSteps; ++mt) {
@@ -417,19 +539,27 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
             o_acc[mt][nt][j + 2] *= alpha;
           }
         }
-        // P^T as the B operand: transpose the two 8x8 (token, head) blocks.
-        pb[nt][0] = transpose_8x8_b16(pack2<CT>(pr[0], pr[1]), lane);
-        pb[nt][1] = transpose_8x8_b16(pack2<CT>(pr[2], pr[3]), lane);
+        // P^T as the B operand: transpose the two 8x8 (token, head) blocks of each tile.
+#pragma unroll
+        for (int u = 0; u < JT; ++u) {
+          pb[u][nt][0] = transpose_8x8_b16(pack2<CT>(pr[u][0], pr[u][1]), lane);
+          pb[u][nt][1] = transpose_8x8_b16(pack2<CT>(pr[u][2], pr[u][3]), lane);
+        }
       }
 
       // O^T += V^T P^T.
-      const int vrow = r0 + (lane & 7) + (lane >> 4) * 8;
 #pragma unroll
       for (int mt = 0; mt < kKSteps; ++mt) {
-        u32 va[4];
-        ldmatrix_x4_trans(va, smem_addr(vt + swz<kRowCT>(vrow, 2 * mt + ((lane >> 3) & 1))));
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) mma_16816<CT>(o_acc[mt][nt], va, pb[nt][0], pb[nt][1]);
+        for (int u = 0; u < JT; ++u) {
+          const int vrow = r0[u] + (lane & 7) + (lane >> 4) * 8;
+          u32 va[4];
+          ldmatrix_x4_trans(va, smem_addr(vt + swz<kRowCT>(vrow, 2 * mt + ((lane >> 3) & 1))));
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            mma_16816<CT>(o_acc[mt][nt], va, pb[u][nt][0], pb[u][nt][1]);
+          }
+        }
       }
     }
   }
@@ -596,7 +726,14 @@ __global__ void __launch_bounds__(128) decode_merge_kernel(const __grid_constant
   const int warp = int(threadIdx.x) >> 5;
   const int b = int(blockIdx.x / unsigned(p.num_qo_heads));
   const int qh = int(blockIdx.x - unsigned(b) * unsigned(p.num_qo_heads));
+  // The page table is an input the split kernel does not write: reading it before the wait
+  // overlaps that read with the split kernel's tail.
   const SeqSplit sq = seq_split(p, b);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // Launched as a programmatic dependent (the host's pdl option), this block may run before the
+  // split kernel finishes: wait for it and its memory. Otherwise this returns at once.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
   if (sq.splits <= 1) return;  // whole block
   const float kNegInf = -__int_as_float(0x7f800000);
   const long long hs = p.num_qo_heads;

@@ -255,6 +255,29 @@ void prefer_max_shared(CUfunction fn) {
       fn, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100));
 }
 
+// Launches the merge kernel as a programmatic dependent of the split kernel before it on the
+// stream (sm_90+): its blocks start once every split CTA has started, not after the split grid
+// drains and a fresh launch, and wait in griddepcontrol.wait for the split grid's results. The
+// merge kernel has no dynamic shared memory (nothing to opt in to).
+void launch_dependent(CUfunction fn, const cuda::LaunchConfig& cfg, const void* params) {
+  CUlaunchAttribute attr{};
+  attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  attr.value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchConfig lc{};
+  lc.gridDimX = cfg.grid_x;
+  lc.gridDimY = cfg.grid_y;
+  lc.gridDimZ = cfg.grid_z;
+  lc.blockDimX = cfg.block_x;
+  lc.blockDimY = cfg.block_y;
+  lc.blockDimZ = cfg.block_z;
+  lc.sharedMemBytes = cfg.smem_bytes;
+  lc.hStream = cfg.stream;
+  lc.attrs = &attr;
+  lc.numAttrs = 1;
+  void* args[] = {const_cast<void*>(params)};
+  KJIT_CU_CHECK(cuda::driver().cuLaunchKernelEx(&lc, fn, args, nullptr));
+}
+
 void check_scale(float x, const char* name) {
   if (!std::isfinite(x) || x <= 0.0f) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be finite and > 0, got {}", name, x);
@@ -273,7 +296,7 @@ int decode_smem_bytes(const DecodeConfig& c) {
   const int stage = st * 2 * hp * ts * d * kv_bytes;
   const int conv = c.kv_fp8 ? 2 * hp * ts * d * 2 : 0;
   const int q = hp * 8 * c.n_tiles * d * 2;
-  const int lookups = (st + 1) * ts * 8;
+  const int lookups = (st + 1) * ts * (c.addr == 1 ? 16 : 8);  // sizeof(DecodeRow<addr>)
   return stage + conv + q + lookups;
 }
 
@@ -298,6 +321,8 @@ DecodeConfig select_decode(DType q_dtype, bool kv_fp8, int64_t head_dim, int64_t
   c.head_dim = static_cast<int>(head_dim);
   c.n_tiles = group <= 8 ? 1 : 2;
   geometry(c.head_dim, c.warps, c.stage_tokens);
+  // Sized for 64-bit offsets, the larger lookups a run may fall back to (caches past 4 GB).
+  c.addr = 1;
   // The deepest pipeline (2..4 stages) that fits two CTAs per SM, so one CTA's start and end
   // overlap the other's streaming; a device too small for that gets one deeper CTA per SM.
   auto deepest = [&](int room) {
@@ -322,6 +347,7 @@ DecodeConfig select_decode(DType q_dtype, bool kv_fp8, int64_t head_dim, int64_t
          head_dim, decode_smem_bytes(c), budget.per_block);
   }
   c.stages = stages;
+  c.addr = 2;
   if (ctas_per_sm != nullptr) *ctas_per_sm = per_sm;
   return c;
 }
@@ -339,6 +365,9 @@ jit::Spec decode_spec(const DecodeConfig& c) {
               {"st", std::to_string(c.stages)},   {"cp", std::to_string(c.cp_bytes)}};
   // One head per CTA keeps the URIs (and caches, packages) of the variants before the option.
   if (c.heads_per_cta != 1) s.params.push_back({"hp", std::to_string(c.heads_per_cta)});
+  // 32-bit offsets, the default, keep the plain URI (the sources are in the cache key anyway).
+  if (c.addr != 2) s.params.push_back({"ad", std::to_string(c.addr)});
+  if (c.joint_tiles != 1) s.params.push_back({"jt", std::to_string(c.joint_tiles)});
   s.uri = jit::make_uri(s.op, s.params);
   s.kernel_dirs = {"common", "attention"};
   s.includes = {"attention/decode.cuh"};
@@ -354,16 +383,20 @@ jit::Spec decode_spec(const DecodeConfig& c) {
       "constexpr int kStages = {st};\n"
       "constexpr int kCpBytes = {cp};\n"
       "constexpr int kHeadsPerCta = {hp};\n"
+      "constexpr int kAddr = {ad};\n"
+      "constexpr int kJointTiles = {jt};\n"
       "}}  // namespace kjit_spec\n",
       fmt::arg("qt", device_type_name(c.q_dtype)),
       fmt::arg("ct", c.kv_fp8 ? "__half" : device_type_name(c.q_dtype)),
       fmt::arg("fp8", c.kv_fp8 ? "true" : "false"), fmt::arg("hd", c.head_dim),
       fmt::arg("nt", c.n_tiles), fmt::arg("w", c.warps), fmt::arg("ts", c.stage_tokens),
-      fmt::arg("st", c.stages), fmt::arg("cp", c.cp_bytes), fmt::arg("hp", c.heads_per_cta));
+      fmt::arg("st", c.stages), fmt::arg("cp", c.cp_bytes), fmt::arg("hp", c.heads_per_cta),
+      fmt::arg("ad", c.addr), fmt::arg("jt", c.joint_tiles));
   s.entry_names = {
       "kjit::attention::decode_kernel<kjit_spec::QT, kjit_spec::CT, kjit_spec::kKvFp8, "
       "kjit_spec::kHeadDim, kjit_spec::kNTiles, kjit_spec::kWarps, kjit_spec::kStageTokens, "
-      "kjit_spec::kStages, kjit_spec::kCpBytes, kjit_spec::kHeadsPerCta>",
+      "kjit_spec::kStages, kjit_spec::kCpBytes, kjit_spec::kHeadsPerCta, kjit_spec::kAddr, "
+      "kjit_spec::kJointTiles>",
       "kjit::attention::decode_merge_kernel<kjit_spec::QT, kjit_spec::kHeadDim>"};
   s.arch_families = {"sm_80+"};
   return s;
@@ -452,6 +485,18 @@ void apply_tuning(DecodePlanData& pl, const DecodeTuning& t, const SmemBudget& b
     }
     c.heads_per_cta = t.heads_per_cta;
   }
+  if (t.addr >= 0) {
+    if (t.addr > 2) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "tuning addr must be 0, 1 or 2, got {}", t.addr);
+    }
+    c.addr = t.addr;
+  }
+  if (t.joint_tiles != 0) {
+    if (t.joint_tiles != 1 && t.joint_tiles != 2) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "tuning joint_tiles must be 1 or 2, got {}", t.joint_tiles);
+    }
+    c.joint_tiles = t.joint_tiles;
+  }
   if (pl.num_kv_heads % c.heads_per_cta != 0 || c.warps % c.heads_per_cta != 0) {
     fail(KJIT_ERROR_INVALID_ARGUMENT,
          "tuning heads_per_cta {} must divide num_kv_heads ({}) and warps ({})", c.heads_per_cta,
@@ -473,6 +518,11 @@ void apply_tuning(DecodePlanData& pl, const DecodeTuning& t, const SmemBudget& b
          "most 32 x warps ({})",
          c.stage_tokens, 16 * warps_per_head, 32 * c.warps);
   }
+  if ((c.stage_tokens / (16 * warps_per_head)) % c.joint_tiles != 0) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT,
+         "tuning joint_tiles {}: each warp's {} tiles of a stage must group evenly", c.joint_tiles,
+         c.stage_tokens / (16 * warps_per_head));
+  }
   const int kv_bytes = c.kv_fp8 ? 1 : 2;
   // 16-byte copies are the fewest per stage: if they split evenly, so do 8- and 4-byte ones.
   const int cp_per_stage = c.heads_per_cta * c.stage_tokens * (c.head_dim * kv_bytes / 16);
@@ -488,6 +538,9 @@ void apply_tuning(DecodePlanData& pl, const DecodeTuning& t, const SmemBudget& b
     return warp_merge <= stage_bytes;
   };
   const int want_per_sm = t.ctas_per_sm > 0 ? t.ctas_per_sm : 2;
+  // Sized for the 64-bit lookups a run falls back to from 32-bit ones (caches past 4 GB).
+  const int addr = c.addr;
+  if (c.addr == 2) c.addr = 1;
   if (t.stages != 0) {
     if (t.stages < 2 || t.stages > 8) {
       fail(KJIT_ERROR_INVALID_ARGUMENT, "tuning stages must be 2..8, got {}", t.stages);
@@ -512,6 +565,7 @@ void apply_tuning(DecodePlanData& pl, const DecodeTuning& t, const SmemBudget& b
          c.stage_tokens);
   }
   const int smem = decode_smem_bytes(c);
+  c.addr = addr;
   if (smem > budget.per_block) {
     fail(KJIT_ERROR_INVALID_ARGUMENT,
          "tuning: the variant needs {} bytes of shared memory per CTA; the device allows {}", smem,
@@ -522,6 +576,7 @@ void apply_tuning(DecodePlanData& pl, const DecodeTuning& t, const SmemBudget& b
     per_sm = std::max(1, std::min(budget.per_sm / (smem + budget.reserved), 2048 / (32 * c.warps)));
   }
   if (t.fused_merge >= 0) pl.fused_merge = t.fused_merge != 0 ? 1 : 0;
+  if (t.pdl >= 0) pl.pdl = t.pdl != 0 ? 1 : 0;
   pl.cfg = c;
   pl.ctas_per_sm = per_sm;
 }
@@ -821,6 +876,20 @@ void batch_decode_run(const DecodePlanData& pl, const DLTensor* q, const DLTenso
   }
   DecodeConfig cfg = pl.cfg;
   cfg.cp_bytes = std::min(align, 16);
+  if (cfg.addr == 2) {
+    // 32-bit lookups hold (page, slot, head) byte offsets from the cache's start, and all ones
+    // marks a masked row: every row must end below 2^32 - 1 (views have no negative strides).
+    const uint64_t kv_bytes = pl.cfg.kv_fp8 ? 1 : 2;
+    auto row_end = [&](const StridedView& v, int scale) {
+      uint64_t elems = static_cast<uint64_t>(hd);
+      for (int d = 0; d < 3; ++d) {
+        elems += static_cast<uint64_t>(std::max<int64_t>(v.shape[d] - 1, 0)) *
+                 static_cast<uint64_t>(v.strides[d]) * static_cast<uint64_t>(scale);
+      }
+      return elems * kv_bytes;
+    };
+    if (row_end(kc, ks) >= 0xffffffffull || row_end(vc, vs) >= 0xffffffffull) cfg.addr = 1;
+  }
   if (trace::enabled()) {
     trace::batch_decode({pl.cfg.q_dtype, pl.cfg.kv_fp8 != 0, qo, kvh, hd, pl.page_size, nhd}, batch,
                         indices.shape[0], kc.shape[0], pl.kv_pages * pl.page_size / batch);
@@ -884,7 +953,11 @@ void batch_decode_run(const DecodePlanData& pl, const DLTensor* q, const DLTenso
     mc.grid_x = static_cast<unsigned>(batch * qo);
     mc.block_x = 128;
     mc.stream = lc.stream;
-    cuda::launch(kernel.functions.at(1), mc, &p);
+    if (pl.pdl != 0 && cuda::device_info(dev).major >= 9) {
+      launch_dependent(kernel.functions.at(1), mc, &p);
+    } else {
+      cuda::launch(kernel.functions.at(1), mc, &p);
+    }
   }
 }
 
@@ -910,7 +983,12 @@ OpDef decode_attention_op_def() {
             {"heads_per_cta",
              {"1", "2", "4"},
              false,
-             "kv heads per CTA (default 1; 2 / 4 read longer NHD rows, a tuning variant)"}};
+             "kv heads per CTA (default 1; 2 / 4 read longer NHD rows, a tuning variant)"},
+            {"addr",
+             {"32", "64", "legacy"},
+             false,
+             "row addresses the lookups hand the loads: 32- (default) or 64-bit byte offsets "
+             "(caches over 4 GB), or the round-8 (page, slot) form"}};
   d.arch_families = {"sm_80+"};
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
@@ -934,6 +1012,10 @@ OpDef decode_attention_op_def() {
       apply_tuning(pl, t, budget);
     }
     pl.cfg.cp_bytes = int_arg_or(args, "align", 16);
+    if (args.count("addr")) {
+      const std::string& a = args.at("addr");
+      pl.cfg.addr = a == "legacy" ? 0 : (a == "64" ? 1 : 2);
+    }
     return decode_spec(pl.cfg);
   };
   d.catalog = [] {
@@ -959,6 +1041,9 @@ OpDef decode_attention_op_def() {
     // `bench --set` option, never planned by default.
     out.push_back(
         {{"q_dtype", "bf16"}, {"head_dim", "128"}, {"group", "4"}, {"heads_per_cta", "2"}});
+    // Caches past 4 GB take 64-bit offsets; the round-8 lookups stay a `bench --set` option.
+    out.push_back({{"q_dtype", "bf16"}, {"head_dim", "128"}, {"group", "4"}, {"addr", "64"}});
+    out.push_back({{"q_dtype", "bf16"}, {"head_dim", "128"}, {"group", "4"}, {"addr", "legacy"}});
     return out;
   };
   return d;

@@ -27,6 +27,11 @@ struct DecodeConfig {
   int stages = 3;         // cp.async pipeline depth
   int cp_bytes = 16;      // bytes per cp.async: 16, or 8 / 4 for caches aligned only that much
   int heads_per_cta = 1;  // kv heads per CTA (their NHD rows are adjacent: longer reads)
+  // What the page lookups hand the loads (decode.cuh's DecodeRow): 0 (page, slot), every copy
+  // recomputing its address (the round-8 kernel); 1 64-bit row byte offsets; 2 32-bit ones. A
+  // plan holds 2 or 0 (or 1, forced); a run downgrades 2 to 1 when a cache spans over 4 GB.
+  int addr = 2;
+  int joint_tiles = 1;  // 16-token tiles a warp computes together (1 or 2)
 };
 
 // Internal (not C ABI) overrides of the planned variant, for tuning sweeps (`kjit-cli bench
@@ -40,6 +45,9 @@ struct DecodeTuning {
   int fused_merge = -1;   // 1: the last CTA of each (request, heads) merges the splits; the
                           // plan's workspace then holds counters that must be zero before
                           // the first run (every run leaves them zero)
+  int addr = -1;          // DecodeConfig::addr: 0 (page, slot), 1 64-bit, 2 32-bit if it fits
+  int joint_tiles = 0;    // 1 or 2; stage_tokens / (16 x warps per head) must be a multiple
+  int pdl = -1;           // 1: the merge kernel is a programmatic dependent launch (sm_90+)
 };
 
 inline constexpr int kDecodeMaxGroup = 16;
@@ -98,6 +106,7 @@ struct DecodePlanData {
   int ctas_per_sm = 0;
   DecodeSplit split;
   int fused_merge = 0;
+  int pdl = 0;                 // merge kernel as a programmatic dependent launch (sm_90+ only)
   size_t counters_offset = 0;  // bytes; fused merge only
   int64_t kv_pages = 0;        // the requests' pages as planned (KJIT_TRACE_DUMP's kv_len)
   size_t ws_lse_offset = 0;    // bytes; the partial outputs start at 0

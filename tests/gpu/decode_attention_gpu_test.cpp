@@ -293,6 +293,9 @@ std::unique_ptr<Problem> build(const DecodeCase& c, std::mt19937_64& rng) {
       FAIL("tuned plan: " << e.what());
     }
     if (c.tune.heads_per_cta > 0) CHECK(plan->data.cfg.heads_per_cta == c.tune.heads_per_cta);
+    if (c.tune.addr >= 0) CHECK(plan->data.cfg.addr == c.tune.addr);
+    if (c.tune.joint_tiles > 0) CHECK(plan->data.cfg.joint_tiles == c.tune.joint_tiles);
+    if (c.tune.pdl >= 0) CHECK(plan->data.pdl == c.tune.pdl);
   }
   const size_t ws_bytes = kjit_decode_plan_workspace_bytes(plan);
   CHECK((ws_bytes == 0) == (kjit_decode_plan_num_splits(plan) == 1));
@@ -887,6 +890,174 @@ TEST_CASE("decode gpu: fused merge under graph replay with changed page tables",
   }
 }
 
+namespace {
+
+// The round-9 variants: lookup form (0 (page, slot), 1 64-bit, 2 32-bit offsets), a pipeline
+// shape (0: planned), tiles computed together, the merge kernel as a programmatic dependent.
+struct Variant9 {
+  int addr, warps, stage_tokens, stages, joint, pdl;
+};
+constexpr Variant9 kVariants9[] = {
+    {0, 0, 0, 0, 0, -1},  {1, 0, 0, 0, 0, -1},  {2, 0, 0, 0, 0, -1},   {2, 0, 0, 2, 0, -1},
+    {2, 2, 64, 3, 2, -1}, {1, 2, 64, 3, 2, -1}, {2, 4, 128, 2, 2, -1}, {2, 0, 0, 0, 0, 1},
+    {0, 0, 0, 0, 0, 1},   {2, 2, 64, 3, 2, 1},  {2, 2, 64, 2, 2, -1}};
+
+DecodeCase tuned_case9(const Variant9& v) {
+  DecodeCase c;
+  c.tuned = true;
+  c.tune.addr = v.addr;
+  c.tune.warps = v.warps;
+  c.tune.stage_tokens = v.stage_tokens;
+  c.tune.stages = v.stages;
+  c.tune.joint_tiles = v.joint;
+  c.tune.pdl = v.pdl;
+  c.tune.fused_merge = 0;  // the merge kernel, which pdl launches
+  return c;
+}
+
+std::string describe(const Variant9& v) {
+  return "variant addr " + std::to_string(v.addr) + " w" + std::to_string(v.warps) + " ts" +
+         std::to_string(v.stage_tokens) + " st" + std::to_string(v.stages) + " jt" +
+         std::to_string(v.joint) + " pdl " + std::to_string(v.pdl);
+}
+
+}  // namespace
+
+TEST_CASE("decode gpu: lookup forms, joint tiles and the dependent merge launch",
+          "[gpu][attention]") {
+  std::mt19937_64 rng(1601);
+  for (const Variant9& v : kVariants9) {
+    INFO(describe(v));
+    {
+      DecodeCase c = tuned_case9(v);
+      c.lens = {1, 15, 17, 100, 1000, 8192};
+      run_case(c, rng);
+    }
+    {
+      // Forced splits over odd lengths: partial stages, partial tiles (one of a joint pair
+      // masked), empty CTAs.
+      DecodeCase c = tuned_case9(v);
+      c.num_splits = 5;
+      c.lens = {1, 17, 1000, 4097, 64, 0, 33};
+      run_case(c, rng);
+    }
+    {
+      // One long request split many ways (the B1 shape the dependent merge is for).
+      DecodeCase c = tuned_case9(v);
+      c.lens = {8192};
+      run_case(c, rng);
+    }
+    {
+      DecodeCase c = tuned_case9(v);
+      c.q_dtype = "fp16";
+      c.fp8 = true;
+      c.k_scale = 0.7f;
+      c.v_scale = 1.3f;
+      c.qo_heads = 128;
+      c.num_splits = 3;
+      c.lens = {33, 700, 5};
+      run_case(c, rng);
+    }
+    {
+      DecodeCase c = tuned_case9(v);
+      c.layout = KJIT_KV_LAYOUT_HND;
+      c.page_size = 5;
+      c.soft_cap = 30.0f;
+      c.window_left = 300;
+      c.invalid_pages = true;
+      c.lse = false;
+      c.num_splits = 4;
+      c.lens = {2, 401, 1200, 77};
+      run_case(c, rng);
+    }
+    {
+      // Padded rows (8-byte copies) and shifted views: offsets that are not multiples of 16.
+      DecodeCase c = tuned_case9(v);
+      c.row_pad = 4;
+      c.offset = 4;
+      c.num_splits = 2;
+      c.lens = {130, 999};
+      run_case(c, rng);
+    }
+    {
+      // Four-byte copies (fp8 rows of 68 bytes), group 1 and group 16.
+      for (int64_t qo : {8, 128}) {
+        DecodeCase c = tuned_case9(v);
+        c.fp8 = true;
+        c.row_pad = 4;
+        c.qo_heads = qo;
+        c.num_splits = 3;
+        c.lens = {50, 513};
+        run_case(c, rng);
+      }
+    }
+  }
+  for (int64_t hd : {64, 256}) {
+    for (const Variant9& v : {Variant9{0, 0, 0, 0, 0, -1}, Variant9{1, 0, 0, 0, 0, 1},
+                              Variant9{2, 0, 0, 0, 0, -1}, Variant9{2, 2, 64, 0, 2, -1}}) {
+      INFO("head_dim " << hd << " " << describe(v));
+      DecodeCase c = tuned_case9(v);
+      c.head_dim = hd;
+      c.num_splits = 3;
+      c.lens = {1, 257, 1500};
+      run_case(c, rng);
+    }
+  }
+}
+
+TEST_CASE("decode gpu: dependent merge launch under graph replay", "[gpu][attention]") {
+  const auto& d = kjit::cuda::driver();
+  std::mt19937_64 rng(1701);
+  for (const Variant9& v : {Variant9{2, 0, 0, 0, 0, 1}, Variant9{0, 0, 0, 0, 0, 1}}) {
+    INFO(describe(v));
+    DecodeCase c = tuned_case9(v);
+    c.lens = {300, 17, 1200, 64, 8192};
+    c.num_splits = 16;
+    auto p = build(c, rng);
+    REQUIRE(p->plan->data.pdl == 1);
+    REQUIRE(kjit_decode_plan_num_splits(p->plan.get()) > 1);
+    CUstream stream = nullptr;
+    REQUIRE(d.cuStreamCreate(&stream, CU_STREAM_DEFAULT) == CUDA_SUCCESS);
+    REQUIRE(p->run(stream) == KJIT_SUCCESS);
+    REQUIRE(d.cuStreamSynchronize(stream) == CUDA_SUCCESS);
+    CHECK(check(*p, reference(*p), download(*p)) == 0);
+
+    CUgraph graph = nullptr;
+    CUgraphExec exec = nullptr;
+    REQUIRE(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
+    const kjit_status captured = p->run(stream);
+    const CUresult end = d.cuStreamEndCapture(stream, &graph);
+    INFO("kjit_last_error: " << kjit_last_error());
+    REQUIRE(captured == KJIT_SUCCESS);
+    REQUIRE(end == CUDA_SUCCESS);
+    REQUIRE(d.cuGraphInstantiateWithFlags(&exec, graph, 0) == CUDA_SUCCESS);
+    for (int round = 0; round < 3; ++round) {
+      INFO("round " << round);
+      std::vector<int32_t> idx = p->indices;
+      std::shuffle(idx.begin(), idx.end(), rng);
+      p->set_indices(idx);
+      // Partials poisoned too: a merge that ran ahead of the split kernel would read NaN.
+      p->poison();
+      REQUIRE(d.cuGraphLaunch(exec, stream) == CUDA_SUCCESS);
+      REQUIRE(d.cuStreamSynchronize(stream) == CUDA_SUCCESS);
+      const Got replayed = download(*p);
+      CHECK(check(*p, reference(*p), replayed) == 0);
+      // Back to back: the next replay's split kernel must not overwrite partials this one's
+      // merge still reads.
+      for (int i = 0; i < 4; ++i) REQUIRE(d.cuGraphLaunch(exec, stream) == CUDA_SUCCESS);
+      REQUIRE(d.cuStreamSynchronize(stream) == CUDA_SUCCESS);
+      CHECK(download(*p).raw == replayed.raw);
+      p->poison();
+      REQUIRE(p->run(stream) == KJIT_SUCCESS);
+      REQUIRE(d.cuStreamSynchronize(stream) == CUDA_SUCCESS);
+      CHECK(download(*p).raw == replayed.raw);
+    }
+    d.cuGraphExecDestroy(exec);
+    d.cuGraphDestroy(graph);
+    d.cuStreamDestroy(stream);
+  }
+}
+
 TEST_CASE("decode gpu: invalid tuning overrides are refused", "[gpu][attention]") {
   const std::vector<int32_t> indptr = {0, 1};  // 16 positions: too short to split
   const DLDataType bf16{kDLBfloat, 16, 1};
@@ -909,6 +1080,21 @@ TEST_CASE("decode gpu: invalid tuning overrides are refused", "[gpu][attention]"
   t.stages = 8;
   t.stage_tokens = 128;  // 8 x 64 KB: more shared memory than a CTA may have
   CHECK_THROWS(plan(t));
+  t = {};
+  t.addr = 3;
+  CHECK_THROWS(plan(t));
+  t = {};
+  t.joint_tiles = 3;
+  CHECK_THROWS(plan(t));
+  t = {};
+  t.joint_tiles = 2;  // the planned w4 ts64 gives each warp one tile
+  CHECK_THROWS(plan(t));
+  t.warps = 2;
+  t.stage_tokens = 64;
+  CHECK(plan(t).cfg.joint_tiles == 2);
+  t = {};
+  CHECK(plan(t).cfg.addr == 2);  // the default: 32-bit offsets where the cache allows
+  CHECK(plan(t).pdl == 0);
   t = {};
   t.heads_per_cta = 2;
   t.fused_merge = 1;

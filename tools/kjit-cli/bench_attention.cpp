@@ -135,7 +135,7 @@ int bench_decode_attention(const ops::SetArgs& args, const BenchOptions& opts) {
   for (const auto& [key, field] :
        {std::pair{"warps", &tune.warps}, std::pair{"stage_tokens", &tune.stage_tokens},
         std::pair{"stages", &tune.stages}, std::pair{"heads_per_cta", &tune.heads_per_cta},
-        std::pair{"ctas_per_sm", &tune.ctas_per_sm}}) {
+        std::pair{"ctas_per_sm", &tune.ctas_per_sm}, std::pair{"joint_tiles", &tune.joint_tiles}}) {
     if (args.count(key)) {
       *field = static_cast<int>(ops::positive_int_arg(args, key, 64));
       tuned = true;
@@ -147,6 +147,18 @@ int bench_decode_attention(const ops::SetArgs& args, const BenchOptions& opts) {
     tune.fused_merge = m == "fused" ? 1 : 0;
     tuned = true;
   }
+  if (args.count("addr")) {
+    const std::string a = args.at("addr");
+    if (a != "legacy" && a != "64" && a != "32") throw UsageError("addr must be legacy, 64 or 32");
+    tune.addr = a == "legacy" ? 0 : (a == "64" ? 1 : 2);
+    tuned = true;
+  }
+  if (args.count("pdl")) {
+    const std::string v = args.at("pdl");
+    if (v != "0" && v != "1") throw UsageError("pdl must be 0 or 1");
+    tune.pdl = v == "1" ? 1 : 0;
+    tuned = true;
+  }
   if (tuned) {
     raw_plan->data = ops::plan_batch_decode(
         indptr.data(), static_cast<int>(B), static_cast<int>(hq), static_cast<int>(hk),
@@ -155,9 +167,11 @@ int bench_decode_attention(const ops::SetArgs& args, const BenchOptions& opts) {
   }
   const ops::DecodePlanData& pd = raw_plan->data;
   const std::string variant =
-      fmt::format("w{} ts{} st{} hp{} cps{} merge={}", pd.cfg.warps, pd.cfg.stage_tokens,
-                  pd.cfg.stages, pd.cfg.heads_per_cta, pd.ctas_per_sm,
-                  pd.split.max_splits <= 1 ? "none" : (pd.fused_merge ? "fused" : "kernel"));
+      fmt::format("w{} ts{} st{} hp{} cps{} merge={} addr={} jt{}{}", pd.cfg.warps,
+                  pd.cfg.stage_tokens, pd.cfg.stages, pd.cfg.heads_per_cta, pd.ctas_per_sm,
+                  pd.split.max_splits <= 1 ? "none" : (pd.fused_merge ? "fused" : "kernel"),
+                  pd.cfg.addr == 0 ? "legacy" : (pd.cfg.addr == 1 ? "64" : "32"),
+                  pd.cfg.joint_tiles, pd.pdl ? " pdl" : "");
   const size_t ws_bytes = kjit_decode_plan_workspace_bytes(raw_plan);
   const int plan_splits = kjit_decode_plan_num_splits(raw_plan);
   test::DeviceBuffer ws(std::max<size_t>(ws_bytes, 16));
@@ -269,7 +283,8 @@ void add_attention_benches(std::vector<BenchEntry>& out) {
                  bench_decode_attention,
                  "dtype (q), batch, kv_len, qo_heads, kv_heads, head_dim, page_size, optional "
                  "kv_dtype (e4m3), layout (nhd|hnd), num_splits; tuning overrides warps, "
-                 "stage_tokens, stages, heads_per_cta, ctas_per_sm, merge (fused|kernel); "
+                 "stage_tokens, stages, heads_per_cta, ctas_per_sm, merge (fused|kernel), addr "
+                 "(legacy|64|32), joint_tiles (1|2), pdl (0|1); "
                  "checked on up to 4 requests, then a read-only probe of the same bytes"});
 }
 

@@ -1,0 +1,143 @@
+// Decode attention's round-9 variants without a GPU: the lookup forms (addr), joint tiles and the
+// dependent merge launch as the planner, the specs and the catalog see them.
+#include <catch2/catch.hpp>
+
+#include <dlpack/dlpack.h>
+
+#include <string>
+#include <vector>
+
+#include "kjit/kjit.h"
+#include "ops/decode_attention.hpp"
+#include "ops/registry.hpp"
+#include "util/error.hpp"
+
+namespace ops = kjit::ops;
+
+namespace {
+
+// B1 x L8192 and B64 x L4096 style tables, planned for 132 SMs (no device needed).
+ops::DecodePlanData plan(const ops::DecodeTuning* t, int batch = 1, int pages = 512) {
+  std::vector<int32_t> indptr(static_cast<size_t>(batch) + 1);
+  for (int b = 0; b <= batch; ++b) indptr[static_cast<size_t>(b)] = b * pages;
+  const DLDataType bf16{kDLBfloat, 16, 1};
+  return ops::plan_batch_decode(indptr.data(), batch, 32, 8, 128, 16, KJIT_KV_LAYOUT_NHD, bf16,
+                                bf16, 0.0f, 0.0f, -1, 0, 132, 0, t);
+}
+
+bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("decode variants: the default plan takes 32-bit offsets, one tile, no PDL",
+          "[attention]") {
+  const ops::DecodePlanData d = plan(nullptr);
+  CHECK(d.cfg.addr == 2);
+  CHECK(d.cfg.joint_tiles == 1);
+  CHECK(d.pdl == 0);
+  CHECK(d.split.max_splits > 1);  // B1 x L8192 splits: the merge kernel runs
+  // The default keeps the plain URI; the others name their form.
+  const std::string uri = ops::decode_uri(d.cfg);
+  CHECK_FALSE(has(uri, "_ad_"));
+  CHECK_FALSE(has(uri, "_jt_"));
+  ops::DecodeConfig c = d.cfg;
+  c.addr = 0;
+  CHECK(has(ops::decode_uri(c), "_ad_0"));
+  c.addr = 1;
+  CHECK(has(ops::decode_uri(c), "_ad_1"));
+  c.addr = 2;
+  c.joint_tiles = 2;
+  CHECK(has(ops::decode_uri(c), "_jt_2"));
+  const kjit::jit::Spec s = ops::decode_spec(c);
+  CHECK(has(s.config, "constexpr int kAddr = 2;"));
+  CHECK(has(s.config, "constexpr int kJointTiles = 2;"));
+  CHECK(has(s.entry_names.at(0), "kjit_spec::kAddr, kjit_spec::kJointTiles>"));
+}
+
+TEST_CASE("decode variants: 64-bit lookups take 8 more bytes per token and still fit two CTAs",
+          "[attention]") {
+  const ops::SmemBudget h200;
+  for (bool fp8 : {false, true}) {
+    for (int hd : {64, 128, 256}) {
+      for (int group : {4, 16}) {
+        INFO("fp8 " << fp8 << " head_dim " << hd << " group " << group);
+        int per_sm = 0;
+        ops::DecodeConfig c = ops::select_decode(ops::DType::kBF16, fp8, hd, group, h200, &per_sm);
+        REQUIRE(c.addr == 2);
+        const int b32 = ops::decode_smem_bytes(c);
+        c.addr = 0;
+        CHECK(ops::decode_smem_bytes(c) == b32);
+        c.addr = 1;
+        const int b64 = ops::decode_smem_bytes(c);
+        CHECK(b64 == b32 + (c.stages + 1) * c.stage_tokens * 8);
+        // A run may fall back to 64-bit offsets (caches past 4 GB): the plan's residency holds.
+        CHECK(per_sm == 2);
+        CHECK(2 * (b64 + h200.reserved) <= h200.per_sm);
+      }
+    }
+  }
+}
+
+TEST_CASE("decode variants: tuning picks the lookup form, joint tiles and PDL", "[attention]") {
+  for (int a : {0, 1, 2}) {
+    ops::DecodeTuning t;
+    t.addr = a;
+    CHECK(plan(&t).cfg.addr == a);
+  }
+  ops::DecodeTuning t;
+  t.pdl = 1;
+  CHECK(plan(&t).pdl == 1);
+  t = {};
+  t.warps = 2;
+  t.stage_tokens = 64;
+  t.joint_tiles = 2;
+  const ops::DecodePlanData j = plan(&t, 64, 256);
+  CHECK(j.cfg.joint_tiles == 2);
+  CHECK(j.cfg.warps == 2);
+  t = {};
+  t.warps = 4;
+  t.stage_tokens = 128;
+  t.stages = 2;
+  t.joint_tiles = 2;
+  CHECK(plan(&t).cfg.joint_tiles == 2);
+  // Three CTAs per SM: two stages of the planned size.
+  t = {};
+  t.stages = 2;
+  CHECK(plan(&t).ctas_per_sm == 3);
+}
+
+TEST_CASE("decode variants: invalid lookup forms and tile groups are refused", "[attention]") {
+  ops::DecodeTuning t;
+  t.addr = 3;
+  CHECK_THROWS_AS(plan(&t), kjit::Error);
+  t = {};
+  t.joint_tiles = 3;
+  CHECK_THROWS_AS(plan(&t), kjit::Error);
+  t = {};
+  t.joint_tiles = 2;  // w4 ts64: one tile per warp, nothing to pair
+  CHECK_THROWS_AS(plan(&t), kjit::Error);
+  t.warps = 2;
+  t.stage_tokens = 32;  // one tile per warp again
+  CHECK_THROWS_AS(plan(&t), kjit::Error);
+}
+
+TEST_CASE("decode variants: the catalog keeps the 64-bit and round-8 forms compiling",
+          "[attention]") {
+  const ops::OpDef* d = ops::find_op("decode_attention");
+  REQUIRE(d != nullptr);
+  int legacy = 0, wide = 0, plain = 0;
+  for (const ops::SetArgs& a : d->catalog()) {
+    const std::string uri = d->make_spec(a).uri;
+    legacy += has(uri, "_ad_0") ? 1 : 0;
+    wide += has(uri, "_ad_1") ? 1 : 0;
+    plain += has(uri, "_ad_") ? 0 : 1;
+  }
+  CHECK(legacy == 1);
+  CHECK(wide == 1);
+  CHECK(plain >= 10);
+  CHECK_THROWS_AS(
+      d->make_spec({{"q_dtype", "bf16"}, {"head_dim", "128"}, {"group", "4"}, {"addr", "16"}}),
+      kjit::Error);
+}
