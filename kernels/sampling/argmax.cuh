@@ -5,15 +5,20 @@
 // HBM, set the pace (the former loop built a 64-bit (key, index) word per element: ~18
 // instructions each, which capped fp32 batch 64 at ~2.1 TB/s). Each thread visits its elements
 // in increasing index order, a group of U vectors at a time; per element it does one NaN-keeping
-// max. Only when a group's maximum beats the thread's best (by key, strictly) does it search the
-// group for the first element equal to that maximum (the first NaN if it is NaN): rare after the
-// first groups, and still correct when every group wins (a sorted row). The block then takes the
-// maximum of the threads' (key, complement of index) words, which settles ties across threads
-// towards the smallest index.
+// max (per pair of elements for 16-bit types). Only when a group's maximum beats the thread's best
+// (by key, strictly) does it search the group for the first element equal to that maximum (the
+// first NaN if it is NaN): rare after the first groups, and still correct when every group wins (a
+// sorted row). The block then takes the maximum of the threads' (key, complement of index) words,
+// which settles ties across threads towards the smallest index.
 //
 // Two launches: argmax_kernel, one block per row (every arch), and on sm_90 argmax_cluster_kernel,
 // a cluster of C blocks per row, each scanning a contiguous part of it and storing its word into
-// block 0's shared memory, so that small batches still cover every SM.
+// block 0's shared memory, so that batches below 4 * SMs rows still cover every SM.
+//
+// Both are held to 32 registers for U <= 4 (__launch_bounds__(1024, 2)): at U = 4 16-byte loads
+// per lane and 2048 threads per SM that is 128 KB in flight per SM, what the read-only probe
+// keeps, and the host sizes grids in 512-thread blocks, four per SM, so that a split batch runs
+// in one wave. U = 8 (a bench variant) gets 64 registers: 1024 threads per SM, the same bytes.
 #pragma once
 
 #include "common/prelude.cuh"
@@ -36,12 +41,77 @@ struct ArgmaxParams {
 
 namespace detail {
 
+// A streaming (evict-first) 16-byte-or-narrower load, as the read-only probe does: every byte
+// is read once, so it should not push out of L2 what other kernels will read again.
+template <typename T, int VEC>
+KJIT_DEVICE KJIT_FORCEINLINE void load_stream(Vec<T, VEC>& v, const T* p) {
+  using Raw = typename Vec<T, VEC>::Raw;
+  *reinterpret_cast<Raw*>(v.v) = __ldcs(reinterpret_cast<const Raw*>(p));
+}
+
 // max that returns NaN when either input is NaN (fmaxf would drop it).
 KJIT_DEVICE KJIT_FORCEINLINE float max_keep_nan(float a, float b) {
   float d;
   asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
   return d;
 }
+
+// The NaN-keeping maximum of a group of vectors, as a float. fp32 (and single 16-bit elements):
+// one max.NaN.f32 per element. 16-bit pairs stay packed: one max.NaN.{bf16,f16}x2 per two
+// elements and no conversion until the end, which also keeps the group's values as the only
+// live data (converted copies of 16-bit vectors spilled at 4 loads per lane under 32 registers).
+template <typename T, int VEC, bool PAIRS = (sizeof(T) == 2 && VEC >= 2)>
+struct GroupMax {
+  float m;
+  KJIT_DEVICE KJIT_FORCEINLINE void start(const Vec<T, VEC>& v) { m = to_float(v[0]); }
+  KJIT_DEVICE KJIT_FORCEINLINE void add(const Vec<T, VEC>& v) {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) m = max_keep_nan(m, to_float(v[e]));
+  }
+  KJIT_DEVICE KJIT_FORCEINLINE float get() const {
+    return m;
+  }
+};
+
+KJIT_DEVICE KJIT_FORCEINLINE u32 max2_keep_nan(__nv_bfloat16*, u32 a, u32 b) {
+  u32 d;
+  asm("max.NaN.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+KJIT_DEVICE KJIT_FORCEINLINE u32 max2_keep_nan(__half*, u32 a, u32 b) {
+  u32 d;
+  asm("max.NaN.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+KJIT_DEVICE KJIT_FORCEINLINE float low_float(__nv_bfloat16*, u32 w) {
+  return __uint_as_float(w << 16);
+}
+KJIT_DEVICE KJIT_FORCEINLINE float high_float(__nv_bfloat16*, u32 w) {
+  return __uint_as_float(w & 0xffff0000u);
+}
+KJIT_DEVICE KJIT_FORCEINLINE float low_float(__half*, u32 w) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(w & 0xffffu)));
+}
+KJIT_DEVICE KJIT_FORCEINLINE float high_float(__half*, u32 w) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(w >> 16)));
+}
+
+template <typename T, int VEC>
+struct GroupMax<T, VEC, true> {
+  u32 m;
+  KJIT_DEVICE KJIT_FORCEINLINE static const u32* words(const Vec<T, VEC>& v) {
+    return reinterpret_cast<const u32*>(v.v);
+  }
+  KJIT_DEVICE KJIT_FORCEINLINE void start(const Vec<T, VEC>& v) { m = words(v)[0]; }
+  KJIT_DEVICE KJIT_FORCEINLINE void add(const Vec<T, VEC>& v) {
+#pragma unroll
+    for (int e = 0; e < VEC / 2; ++e) m = max2_keep_nan(static_cast<T*>(nullptr), m, words(v)[e]);
+  }
+  KJIT_DEVICE KJIT_FORCEINLINE float get() const {
+    return max_keep_nan(low_float(static_cast<T*>(nullptr), m),
+                        high_float(static_cast<T*>(nullptr), m));
+  }
+};
 
 // The block's best word over row elements [lo, hi): (key << 32) | (2^32 - 1 - index), or 0 when
 // the range is empty. Every thread gets it. lo % VEC == 0 and hi % VEC == 0 (or hi == vocab).
@@ -54,20 +124,19 @@ KJIT_DEVICE KJIT_FORCEINLINE u64 block_argmax_word(const T* row, int lo, int hi,
   int best_i = 0;
   for (int base = lo + (int(threadIdx.x) >> 5) * kSeg + lane * VEC; base < hi; base += stride) {
     // base: this lane's first element of the segment; vector u is at base + u * 32 * VEC.
-    // Every load is issued before any is used. An out-of-range vector reloads vector 0 (an L1
+    // Every load is issued before any is used. An out-of-range vector reloads vector 0 (a cache
     // hit, no extra DRAM traffic): the maximum stays, and the search below skips it.
     Vec<T, VEC> v[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int i = base + u * 32 * VEC;
-      v[u].load(row + (i < hi ? i : base));
+      load_stream(v[u], row + (i < hi ? i : base));
     }
-    float m = to_float(v[0][0]);
+    GroupMax<T, VEC> gm;
+    gm.start(v[0]);
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) m = max_keep_nan(m, to_float(v[u][e]));
-    }
+    for (int u = 0; u < U; ++u) gm.add(v[u]);
+    const float m = gm.get();
     const u32 key = m != m ? 0xffffffffu : signed_key(m);
     if (key > best_key) {
       int idx = base;
@@ -88,6 +157,13 @@ KJIT_DEVICE KJIT_FORCEINLINE u64 block_argmax_word(const T* row, int lo, int hi,
   return block_max_u64(w, s_red);
 }
 
+// Blocks of 1024 threads per SM the register budget is sized for: two (32 registers) up to 64
+// bytes of loads per lane, one (64) above, where the vectors alone take 32 registers. At 16-byte
+// vectors both keep 128 KB in flight per SM (U = 4 or 8).
+constexpr int min_blocks(int bytes_per_lane) {
+  return bytes_per_lane > 64 ? 1 : 2;
+}
+
 KJIT_DEVICE KJIT_FORCEINLINE void store_index(const ArgmaxParams& p, i64 r, u64 best) {
   const i64 index = i64(0xffffffffu - u32(best & 0xffffffffu));
   if (p.out_i64) {
@@ -100,10 +176,11 @@ KJIT_DEVICE KJIT_FORCEINLINE void store_index(const ArgmaxParams& p, i64 r, u64 
 }  // namespace detail
 
 // Launch: grid = rows, block = a multiple of 32 up to 1024, no dynamic shared memory. vocab %
-// VEC == 0 and rows aligned to VEC * sizeof(T) bytes; vocab < 2^31.
+// VEC == 0 and rows aligned to VEC * sizeof(T) bytes; vocab < 2^31. The input is read with
+// streaming loads, so nothing may write it during the launch (the host rejects overlap).
 // clang-format off
 template <typename T, int VEC, int U>
-__global__ void __launch_bounds__(1024)
+__global__ void __launch_bounds__(1024, detail::min_blocks(int(sizeof(T)) * VEC * U))
 argmax_kernel(const __grid_constant__ ArgmaxParams p) {
   // clang-format on
   __shared__ u64 s_red[32];
@@ -119,25 +196,36 @@ argmax_kernel(const __grid_constant__ ArgmaxParams p) {
 // multiple of VEC long), so its loads stay 16-byte vectors.
 // clang-format off
 template <typename T, int VEC, int U, int C>
-__global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(1024)
+__global__ void __cluster_dims__(C, 1, 1)
+__launch_bounds__(1024, detail::min_blocks(int(sizeof(T)) * VEC * U))
 argmax_cluster_kernel(const __grid_constant__ ArgmaxParams p) {
   // clang-format on
   static_assert(C >= 2 && C <= 8, "portable cluster sizes only");
   __shared__ u64 s_red[32];
   __shared__ u64 s_part[C];
-  u32 rank, cluster;
-  asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
-  asm("mov.u32 %0, %%clusterid.x;" : "=r"(cluster));
+  // Read again after the scan rather than kept across it: at 32 registers (four 512-thread
+  // blocks per SM) the two live values spilled.
+  const auto cta_rank = [] {
+    u32 v;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(v));
+    return v;
+  };
+  const auto cluster_id = [] {
+    u32 v;
+    asm volatile("mov.u32 %0, %%clusterid.x;" : "=r"(v));
+    return v;
+  };
   // Distributed shared memory may be accessed only once every block of the cluster runs: arrive
   // now, wait after the scan (by then the wait is free).
   asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-  const i64 r = cluster;
-  const T* row = static_cast<const T*>(p.input) + r * p.in_stride;
+  const T* row = static_cast<const T*>(p.input) + i64(cluster_id()) * p.in_stride;
   const int part = ((p.vocab + C - 1) / C + VEC - 1) / VEC * VEC;
-  const int lo = min(p.vocab, int(rank) * part);
+  const int lo = min(p.vocab, int(cta_rank()) * part);
   const int hi = min(p.vocab, lo + part);
   const u64 best = detail::block_argmax_word<T, VEC, U>(row, lo, hi, s_red);
   asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+  const u32 rank = cta_rank();
+  const i64 r = cluster_id();
   if (threadIdx.x == 0) {
     // Into s_part[rank] of block 0 (distributed shared memory).
     u32 dst;

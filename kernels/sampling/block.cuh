@@ -116,6 +116,32 @@ KJIT_DEVICE KJIT_FORCEINLINE V block_sum(V v, V* scratch) {
   return v;
 }
 
+// Two block sums at once: the same additions in the same order as two block_sum calls (so the
+// same bits), with one pair of barriers and the two shuffle chains interleaved. scratch: 64.
+template <typename V>
+KJIT_DEVICE KJIT_FORCEINLINE void block_sum2(V& a, V& b, V* scratch) {
+  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+  const int warps = int(blockDim.x) >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    a += __shfl_xor_sync(kFullMask, a, o);
+    b += __shfl_xor_sync(kFullMask, b, o);
+  }
+  if (lane == 0) {
+    scratch[warp] = a;
+    scratch[32 + warp] = b;
+  }
+  __syncthreads();
+  a = lane < warps ? scratch[lane] : V(0);
+  b = lane < warps ? scratch[32 + lane] : V(0);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    a += __shfl_xor_sync(kFullMask, a, o);
+    b += __shfl_xor_sync(kFullMask, b, o);
+  }
+  __syncthreads();
+}
+
 KJIT_DEVICE KJIT_FORCEINLINE float block_max(float v, float* scratch) {
   const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
   const int warps = int(blockDim.x) >> 5;
@@ -178,6 +204,51 @@ KJIT_DEVICE KJIT_FORCEINLINE V block_exclusive_scan(V v, V* scratch, V* total) {
   *total = __shfl_sync(kFullMask, w, 31);
   __syncthreads();
   return warp == 0 ? excl : before + excl;
+}
+
+// Two exclusive prefixes at once (a and b, each as block_exclusive_scan would compute it, bit
+// for bit), with one pair of barriers and the shuffle chains interleaved. scratch: 64 elements.
+template <typename V>
+KJIT_DEVICE KJIT_FORCEINLINE void block_exclusive_scan2(V& a, V& b, V* scratch) {
+  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+  const int warps = int(blockDim.x) >> 5;
+  V ia = a, ib = b;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const V na = __shfl_up_sync(kFullMask, ia, o);
+    const V nb = __shfl_up_sync(kFullMask, ib, o);
+    if (lane >= o) {
+      ia += na;
+      ib += nb;
+    }
+  }
+  V ea = __shfl_up_sync(kFullMask, ia, 1);
+  V eb = __shfl_up_sync(kFullMask, ib, 1);
+  if (lane == 0) {
+    ea = V(0);
+    eb = V(0);
+  }
+  if (lane == 31) {
+    scratch[warp] = ia;
+    scratch[32 + warp] = ib;
+  }
+  __syncthreads();
+  V wa = lane < warps ? scratch[lane] : V(0);
+  V wb = lane < warps ? scratch[32 + lane] : V(0);
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const V na = __shfl_up_sync(kFullMask, wa, o);
+    const V nb = __shfl_up_sync(kFullMask, wb, o);
+    if (lane >= o) {
+      wa += na;
+      wb += nb;
+    }
+  }
+  const V ba = __shfl_sync(kFullMask, wa, warp == 0 ? 0 : warp - 1);
+  const V bb = __shfl_sync(kFullMask, wb, warp == 0 ? 0 : warp - 1);
+  __syncthreads();
+  a = warp == 0 ? ea : ba + ea;
+  b = warp == 0 ? eb : bb + eb;
 }
 
 // ---- Thread-block clusters (sm_90+) -----------------------------------------------------------

@@ -166,7 +166,7 @@ KJIT_DEVICE KJIT_FORCEINLINE void bin_bounds(const u32* cnt, const u32* mhi, con
 // at or above it reaches target (the threshold is below the end of b1), b0 the largest b whose
 // lower bound does (the threshold is at or above the start of b0; -1: no bin is sure). Prefixes
 // of neighbouring threads round separately, so a crossing may be claimed twice or missed; each
-// side then takes the looser answer, which only widens the next window.
+// side then takes the looser answer, which only widens the next window. scratch: 64 elements.
 KJIT_DEVICE void find_mass_bins(const u32* cnt, const u32* mhi, const u32* mlo, const Window& w,
                                 int nb, double target, double* scratch, int* found, int& b0,
                                 int& b1) {
@@ -184,9 +184,10 @@ KJIT_DEVICE void find_mass_bins(const u32* cnt, const u32* mhi, const u32* mlo, 
     sum_lo += lo;
     sum_hi += hi;
   }
-  double total;
-  double run_lo = w.above + block_exclusive_scan<double>(sum_lo, scratch, &total);
-  double run_hi = w.above + block_exclusive_scan<double>(sum_hi, scratch, &total);
+  double run_lo = sum_lo, run_hi = sum_hi;
+  block_exclusive_scan2<double>(run_lo, run_hi, scratch);
+  run_lo = w.above + run_lo;
+  run_hi = w.above + run_hi;
   for (int r = r0; r < r1; ++r) {
     const int b = nb - 1 - r;
     double lo, hi;
@@ -253,11 +254,17 @@ struct ClusterRed {
 // slot k % 2 only after the barrier of exchange k - 1, which every block passes only after
 // reading slot (k - 2) % 2, so one barrier per exchange suffices. Thread q fetches block q's slot
 // into `staged` ([kMaxCluster]), so each block makes n remote reads, not n per thread.
+//
+// An exchange is a publish, one cluster barrier, then a gather; any cluster barrier between the
+// two serves (a histogram merge's, which saves a barrier per level), provided the gather comes
+// before the next publish's barrier.
 constexpr int kMaxCluster = 16;
-KJIT_DEVICE void cluster_exchange(ClusterRed& v, ClusterRed* slots, ClusterRed* staged,
-                                  int& parity) {
+KJIT_DEVICE KJIT_FORCEINLINE void cluster_publish(const ClusterRed& v, ClusterRed* slots,
+                                                  int parity) {
   if (threadIdx.x == 0) slots[parity] = v;
-  cluster_sync();
+}
+
+KJIT_DEVICE void cluster_gather(ClusterRed& v, ClusterRed* slots, ClusterRed* staged, int& parity) {
   const u32 n = cluster_size();
   if (threadIdx.x < n) staged[threadIdx.x] = cluster_map(slots, threadIdx.x)[parity];
   __syncthreads();
@@ -280,33 +287,53 @@ KJIT_DEVICE void cluster_exchange(ClusterRed& v, ClusterRed* slots, ClusterRed* 
   v = acc;
 }
 
+KJIT_DEVICE void cluster_exchange(ClusterRed& v, ClusterRed* slots, ClusterRed* staged,
+                                  int& parity) {
+  cluster_publish(v, slots, parity);
+  cluster_sync();
+  cluster_gather(v, slots, staged, parity);
+}
+
 constexpr int kOwnBins = kBins / 2;  // clusters of >= 2 blocks
 
 // Replaces bins [0, nb) of the NARR arrays (a0, a1, a2) by their sums over the cluster, in two
 // steps through `own` ([3][kOwnBins]): block q sums its share of the bins from every block, then
 // every block gathers the shares. Each block moves about 2 * nb words per array instead of
-// (cluster size) * nb. Integer sums, so the order of additions does not matter.
+// (cluster size) * nb. Integer sums, so the order of additions does not matter. Every access is a
+// 16-byte quad of bins: distributed shared memory costs per request far more than per byte (one
+// 4-byte request per bin made this merge the largest fixed cost of a level at batch 1), so the
+// arrays and `own` must be 16-byte aligned. Bins [nb, 4 * ceil(nb / 4)) ride along; they are zero
+// in every block (or past the caller's window), so their sums change nothing the caller reads.
 template <int NARR>
 KJIT_DEVICE void cluster_merge(u32* a0, u32* a1, u32* a2, int nb, u32* own) {
   cluster_sync();  // every block's histogram is complete
   const u32 n = cluster_size(), me = cluster_rank();
-  const int chunk = (nb + int(n) - 1) / int(n);
+  const int nq = (nb + 3) >> 2;                  // quads holding bins [0, nb), at most kBins / 4
+  const int chunk = (nq + int(n) - 1) / int(n);  // quads per owner, at most kOwnBins / 4
   for (int it = int(threadIdx.x); it < NARR * chunk; it += int(blockDim.x)) {
-    const int a = it / chunk, j = it - a * chunk, bin = int(me) * chunk + j;
-    if (bin < nb) {
+    const int a = it / chunk, j = it - a * chunk, quad = int(me) * chunk + j;
+    if (quad < nq) {
       u32* arr = a == 0 ? a0 : (a == 1 ? a1 : a2);
-      u32 sum = 0;
+      uint4 sum;
+      sum.x = sum.y = sum.z = sum.w = 0u;
 #pragma unroll 4
-      for (u32 q = 0; q < n; ++q) sum += cluster_map(arr, q)[bin];
-      own[a * kOwnBins + j] = sum;
+      for (u32 q = 0; q < n; ++q) {
+        const uint4 v = reinterpret_cast<const uint4*>(cluster_map(arr, q))[quad];
+        sum.x += v.x;
+        sum.y += v.y;
+        sum.z += v.z;
+        sum.w += v.w;
+      }
+      reinterpret_cast<uint4*>(own + a * kOwnBins)[j] = sum;
     }
   }
   cluster_sync();  // every share is summed, and no block reads the histograms any more
-  for (int it = int(threadIdx.x); it < NARR * nb; it += int(blockDim.x)) {
-    const int a = it / nb, bin = it - a * nb;
-    const int q = bin / chunk;
+  for (int it = int(threadIdx.x); it < NARR * nq; it += int(blockDim.x)) {
+    const int a = it / nq, quad = it - a * nq;
+    const int q = quad / chunk;
     u32* arr = a == 0 ? a0 : (a == 1 ? a1 : a2);
-    arr[bin] = cluster_map(own, u32(q))[a * kOwnBins + bin - q * chunk];
+    reinterpret_cast<uint4*>(arr)[quad] =
+        reinterpret_cast<const uint4*>(cluster_map(own, u32(q)) + a * kOwnBins)[quad - q * chunk];
   }
   __syncthreads();
 }
@@ -337,17 +364,18 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
   const float kInf = __int_as_float(0x7f800000);
   constexpr float kMaxFinite = 3.40282347e38f;
 
-  __shared__ u32 s_cnt[kBins];
-  __shared__ u32 s_mhi[kBins];
-  __shared__ u32 s_mlo[kBins];
+  // 16-byte aligned for the cluster merge's quad accesses.
+  __shared__ __align__(16) u32 s_cnt[kBins];
+  __shared__ __align__(16) u32 s_mhi[kBins];
+  __shared__ __align__(16) u32 s_mlo[kBins];
   __shared__ float s_seg[kMaxSegments];
-  __shared__ double s_red_d[32];
+  __shared__ double s_red_d[64];  // two block-wide fp64 reductions or scans at once
   __shared__ float s_red_f[32];
   __shared__ u32 s_red_u[32];
   __shared__ u64 s_red_u64[32];
   __shared__ int s_found[4];
   __shared__ double s_rem;
-  __shared__ u32 s_own[CLUSTER ? 3 * detail::kOwnBins : 1];
+  __shared__ __align__(16) u32 s_own[CLUSTER ? 3 * detail::kOwnBins : 4];
   __shared__ detail::ClusterRed s_xch[2];
   __shared__ detail::ClusterRed s_xin[CLUSTER ? detail::kMaxCluster : 1];
 
@@ -412,6 +440,12 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
     if (CLUSTER) cluster_sync();
   };
   const bool leader = crank == 0u;  // the block that writes a sampled row's result
+  if (OP == kOpSample && leader && threadIdx.x == 0) {
+    // The draw reads the seed and offset last; with a cold L2 that read would be a full HBM
+    // round trip on the critical path, so it is started now, into L2, at no register cost.
+    asm volatile("prefetch.L2 [%0];" ::"l"(p.seed + r * p.seed_stride));
+    asm volatile("prefetch.L2 [%0];" ::"l"(p.offset + r * p.offset_stride));
+  }
 
   // ---- Per-row parameters (uniform across the block) ----
   bool bad_param = false;
@@ -552,8 +586,15 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
     double unused = 0.0;
     cl_sum(wsum, unused);
   }
-  // Pass 0 (or 0b) built the first histogram level of whichever search comes next.
-  if (need_hist) cl_merge1(kBins);
+  // Pass 0 (or 0b) built the first histogram level of whichever search comes next. No key
+  // exceeds the row maximum's, so the bins above its bin are zero in every block and stay out of
+  // the merge (for probabilities that is half of them). Pass 0b's exp keys keep every bin.
+  if (need_hist) {
+    int nb0 = kBins;
+    if (KEYS == kKeysProbs) nb0 = int(nonneg_key(vmax) >> 20) + 1;
+    if (KEYS == kKeysLogits && use_k) nb0 = int(signed_key(vmax) >> 21) + 1;
+    cl_merge1(nb0);
+  }
   // The largest weight's key (for logits, exp(0) = 1).
   const u32 kmax = KEYS == kKeysSigned ? signed_key(vmax) : nonneg_key(weight(vmax));
 
@@ -639,10 +680,24 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
           if (q & 4095u) atomicAdd(&s_mlo[bin], q & 4095u);
         }
       });
-      w.above = block_sum<double>(a, s_red_d);
-      in_window = block_sum<double>(b, s_red_d);
-      cl_sum(w.above, in_window);
-      cl_merge3(detail::bins_of(w.lo, w.hi, w.s));
+      block_sum2<double>(a, b, s_red_d);
+      w.above = a;
+      in_window = b;
+      // The two sums cross the cluster on the merge's first barrier. Without a fixed-point
+      // scale, or with single-key bins, the bounds use counts alone (bin_bounds), so the two
+      // mass arrays need not cross it.
+      detail::ClusterRed v{w.above, in_window, 0.0f, 0u, 0ull};
+      if (CLUSTER) detail::cluster_publish(v, s_xch, xpar);
+      if (w.have_mass && w.s > 0) {
+        cl_merge3(detail::bins_of(w.lo, w.hi, w.s));
+      } else {
+        cl_merge1(detail::bins_of(w.lo, w.hi, w.s));
+      }
+      if (CLUSTER) {
+        detail::cluster_gather(v, s_xch, s_xin, xpar);
+        w.above = v.s0;
+        in_window = v.s1;
+      }
     };
     auto set_scale = [&] {
       const float wtop = nonneg_value(w.hi < kmax ? w.hi : kmax);
@@ -720,6 +775,11 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
 
   // ---- Sample: kept weight per segment, one uniform, inverse CDF in index order ----
   {
+    // On the cluster path every block stores its segments' masses straight into the leader's
+    // s_seg (no one else uses it), so one barrier publishes them; the leader then draws alone,
+    // exactly as one block would, and the other blocks, whose shared memory nobody reads any
+    // more, leave.
+    float* seg_out = CLUSTER ? cluster_map(s_seg, 0u) : s_seg;
     float acc = 0.0f;
     walk.run(
         [&](int, float x) {
@@ -728,19 +788,11 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
         },
         [&](int sg) {
           const float total = warp_sum(acc);
-          if (lane == 0) s_seg[sg] = total;
+          if (lane == 0) seg_out[sg] = total;
           acc = 0.0f;
         });
   }
   if (CLUSTER) {
-    // The leader gathers every segment's mass and draws alone, exactly as one block would.
-    cluster_sync();
-    if (leader) {
-      const int share = (nseg + int(csize) - 1) / int(csize);
-      for (int j = share + int(threadIdx.x); j < nseg; j += int(blockDim.x)) {
-        s_seg[j] = cluster_map(s_seg, u32(j / share))[j];
-      }
-    }
     cluster_sync();
     if (!leader) return;
   }
@@ -793,14 +845,21 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
   const int base = sel * kSeg;
   double run = 0.0;
   int pick = -1, last = -1;
-#pragma unroll 1
+  // Every load of the segment is issued before the first is used: they are L2 round trips on
+  // the critical path of the whole launch.
+  Vec<T, VEC> seg_v[U];
+#pragma unroll
+  for (int uu = 0; uu < U; ++uu) {
+    const int i = base + (uu * 32 + lane) * VEC;
+    if (i < vocab) seg_v[uu].load(row + i);
+  }
+#pragma unroll
   for (int uu = 0; uu < U; ++uu) {
     const int i = base + (uu * 32 + lane) * VEC;
     float wv[VEC];
     double lane_sum = 0.0;
     if (i < vocab) {
-      Vec<T, VEC> v;
-      v.load(row + i);
+      const Vec<T, VEC>& v = seg_v[uu];
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         const float x = to_float(v[e]);

@@ -196,9 +196,10 @@ RowConfig select_argmax(DType dtype, int64_t vocab, bool vec_ok) {
   check_row_kernel("argmax", dtype, vocab);
   RowConfig c;
   c.dtype = dtype;
-  // A pure read: four 16-byte loads in flight per lane for fp32 (two for 16-bit types, which
-  // hold twice the elements per load) keep enough bytes in flight for one block per row.
-  choose_vec(dtype, vec_ok, dtype == DType::kF32 ? 4 : 2, c.vec, c.unroll);
+  // A pure read: four 16-byte loads in flight per lane at 2048 threads per SM (the kernels stay
+  // within 32 registers) is the read probe's 128 KB per SM. 16-bit types too: their maxima are
+  // taken on packed pairs, so their loads cost no more registers than fp32's.
+  choose_vec(dtype, vec_ok, 4, c.vec, c.unroll);
   return c;
 }
 
@@ -363,11 +364,47 @@ OpDef softmax_op_def() {
 namespace {
 std::atomic<int> g_argmax_path{0};
 std::atomic<int> g_argmax_cluster{0};
+std::atomic<int> g_argmax_threads{0};
+std::atomic<int> g_argmax_unroll{0};
+
+// Block slots per SM the argmax kernels are sized for: __launch_bounds__(1024, 2) holds them to
+// 32 registers, so 2048 threads (four 512-thread blocks) fit on an SM.
+constexpr int kArgmaxThreadsPerSm = 2048;
+constexpr int kArgmaxSplitThreads = 512;
 }  // namespace
 
 void force_argmax_path(ArgmaxPath path, int cluster) {
   g_argmax_path.store(static_cast<int>(path));
   g_argmax_cluster.store(cluster);
+}
+
+void force_argmax_shape(int threads, int unroll) {
+  if (threads < 0 || threads > 1024 || threads % 32 != 0) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT,
+         "argmax: threads must be 0 or a multiple of 32 to 1024, not {}", threads);
+  }
+  if (unroll != 0 && unroll != 1 && unroll != 2 && unroll != 4 && unroll != 8) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "argmax: unroll must be 0, 1, 2, 4 or 8, not {}", unroll);
+  }
+  g_argmax_threads.store(threads);
+  g_argmax_unroll.store(unroll);
+}
+
+ArgmaxPlan plan_argmax(DType dtype, int64_t batch, int64_t vocab, bool vec_ok, int sm_count,
+                       int cc_major) {
+  ArgmaxPlan p;
+  p.cfg = select_argmax(dtype, vocab, vec_ok);
+  if (const int u = g_argmax_unroll.load(); u > 0) p.cfg.unroll = u;
+  p.cfg.cluster = argmax_cluster_size(ArgmaxPath::kAuto, 0, batch, vocab, sm_count, cc_major);
+  const int64_t part =
+      ((vocab + p.cfg.cluster - 1) / p.cfg.cluster + p.cfg.vec - 1) / p.cfg.vec * p.cfg.vec;
+  // Fewer blocks than SMs: each block as wide as its part allows (the bytes in flight are the
+  // block's). More: 512-thread blocks, four per SM, so a grid within 4 * SMs runs in one wave
+  // and the last blocks of a wave idle at most a quarter of an SM.
+  int cap = batch * p.cfg.cluster > sm_count ? kArgmaxSplitThreads : 1024;
+  if (const int t = g_argmax_threads.load(); t > 0) cap = t;
+  p.threads = std::min(cap, sampling_block_threads(part, p.cfg.vec, p.cfg.unroll));
+  return p;
 }
 
 int argmax_cluster_size(ArgmaxPath path, int forced_cluster, int64_t batch, int64_t vocab,
@@ -389,13 +426,16 @@ int argmax_cluster_size(ArgmaxPath path, int forced_cluster, int64_t batch, int6
     return forced_cluster;
   }
   if (cc_major < 9) return 1;
-  // Split rows only while the grid stays within half the SMs: measured on the H200 (round 7,
-  // V 128256) a cluster of 8 took B1 from 12.1 to 3.8 us, but at B64 one block per row (13.6 us)
-  // beat clusters of 4 (16.4) and 8 (19.1), and at B256 a cluster of 2 lost too (25.8 vs 23.5):
-  // once the SMs are busy the cluster barrier and the smaller parts cost more than they give.
-  // Each part keeps >= 4096 elements.
+  // Split rows while the grid still fits one wave of 512-thread blocks (4 per SM). Round 7's
+  // clusters lost at B64 (16.4 / 19.1 us against 13.6 for one block per row) because their
+  // 1024-thread blocks took 37 registers: one block per SM, so 256 or 512 blocks ran in 2-4
+  // waves, each only one or two loads deep. At <= 32 registers and 512 threads, B64 in clusters
+  // of 8 is 512 blocks on 528 slots, every SM streaming. Each part keeps >= 4096 elements.
   int c = 1;
-  while (c < 8 && 2 * batch * c * 2 <= sm_count && vocab / (2 * c) >= 4096) c *= 2;
+  while (c < 8 && batch * c * 2 * kArgmaxSplitThreads <= int64_t{sm_count} * kArgmaxThreadsPerSm &&
+         vocab / (2 * c) >= 4096) {
+    c *= 2;
+  }
   if (path == ArgmaxPath::kCluster && c == 1) c = 2;
   return c;
 }
@@ -408,6 +448,10 @@ OpDef argmax_op_def() {
                     false,
                     "blocks per row (default 1); > 1 is a sm_90+ thread-block cluster, which "
                     "small batches get"});
+  d.axes.push_back({"unroll",
+                    {"1", "2", "4", "8"},
+                    false,
+                    "vector loads in flight per lane (default: the plan's)"});
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
     const DType dtype = float_dtype_arg(args.at("dtype"));
@@ -415,6 +459,7 @@ OpDef argmax_op_def() {
         args.count("vocab") ? positive_int_arg(args, "vocab", kRowKernelMaxVocab) : 128256;
     RowConfig c = select_argmax(dtype, vocab, vec_ok_arg(args, dtype, vocab));
     if (args.count("cluster")) c.cluster = static_cast<int>(positive_int_arg(args, "cluster", 8));
+    if (args.count("unroll")) c.unroll = static_cast<int>(positive_int_arg(args, "unroll", 8));
     return argmax_spec(c);
   };
   d.catalog = [] {
@@ -424,10 +469,13 @@ OpDef argmax_op_def() {
         out.push_back({{"dtype", dt}, {"align", align}});
       }
     }
-    // Decode batches (<= 65 rows on 132 SMs) on sm_90, for the usual logits dtypes; other
-    // cluster sizes compile on first use (the three sampling catalogs share a budget of 40).
+    // Batches below 4 * SMs rows on sm_90 (on 132 SMs: clusters of 8 up to 66 rows, of 4 up to
+    // 132, of 2 up to 264), for the usual logits dtypes; fp16 compiles on first use (the three
+    // sampling catalogs share a budget of 40).
     for (const char* dt : {"fp32", "bf16"}) {
-      out.push_back({{"dtype", dt}, {"align", "16"}, {"cluster", "8"}});
+      for (const char* c : {"8", "4", "2"}) {
+        out.push_back({{"dtype", dt}, {"align", "16"}, {"cluster", c}});
+      }
     }
     return out;
   };

@@ -57,6 +57,19 @@ int argmax_cluster_size(ArgmaxPath path, int forced_cluster, int64_t batch, int6
 // Test and bench hook: every later kjit_argmax in the process takes `path` (and, for kCluster,
 // `cluster` blocks per row, 0 = the heuristic's). Not thread-safe against concurrent calls.
 void force_argmax_path(ArgmaxPath path, int cluster = 0);
+// Test and bench hook like force_argmax_path: threads per block (32..1024, a multiple of 32) and
+// vector loads in flight per lane (1, 2, 4 or 8) of every later kjit_argmax; 0 keeps the plan's.
+void force_argmax_shape(int threads, int unroll);
+
+// One kjit_argmax launch: the compiled variant and the threads per block.
+struct ArgmaxPlan {
+  RowConfig cfg;
+  int threads = 0;
+};
+// select_argmax, then blocks per row (argmax_cluster_size) and the block size, with the forced
+// path and shape applied. Throws as select_argmax and argmax_cluster_size do.
+ArgmaxPlan plan_argmax(DType dtype, int64_t batch, int64_t vocab, bool vec_ok, int sm_count,
+                       int cc_major);
 
 jit::Spec filter_spec(const FilterConfig& cfg);
 std::string filter_uri(const FilterConfig& cfg);

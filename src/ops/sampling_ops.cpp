@@ -574,11 +574,12 @@ void argmax(const DLTensor* input, DLTensor* out, void* stream) {
   check_no_overlap({span_of(o)}, {span_of(b.m, "input")});
   if (b.batch == 0) return;  // after validation: a zero-size call is still checked
   if (b.vocab == 0) fail(KJIT_ERROR_INVALID_ARGUMENT, "input has an empty vocabulary");
-  RowConfig cfg = select_argmax(b.m.dtype, b.vocab, vec_ok(b));
+  select_argmax(b.m.dtype, b.vocab, vec_ok(b));  // support, before the trace and the device
   if (trace::enabled()) trace::sampling(SamplingKind::kArgmax, b.m.dtype, b.vocab, b.batch);
   const cuda::DeviceInfo& info = cuda::device_info(b.m.device);
-  cfg.cluster =
-      argmax_cluster_size(ArgmaxPath::kAuto, 0, b.batch, b.vocab, info.sm_count, info.major);
+  const ArgmaxPlan plan =
+      plan_argmax(b.m.dtype, b.batch, b.vocab, vec_ok(b), info.sm_count, info.major);
+  const RowConfig& cfg = plan.cfg;
   if (b.batch * cfg.cluster > INT_MAX) {
     fail(KJIT_ERROR_UNSUPPORTED, "argmax: {} rows exceed the grid", b.batch);
   }
@@ -586,12 +587,9 @@ void argmax(const DLTensor* input, DLTensor* out, void* stream) {
                  o.elem == 8 ? 1 : 0};
   const jit::LoadedKernel& k = jit::JitCore::global().kernel_for("argmax", cfg, b.m.device,
                                                                  [&] { return argmax_spec(cfg); });
-  // Each block of a cluster scans 1 / cluster of the row (rounded up to whole vectors).
-  const int64_t part =
-      ((b.vocab + cfg.cluster - 1) / cfg.cluster + cfg.vec - 1) / cfg.vec * cfg.vec;
   cuda::LaunchConfig lc;
   lc.grid_x = static_cast<unsigned>(b.batch * cfg.cluster);
-  lc.block_x = static_cast<unsigned>(sampling_block_threads(part, cfg.vec, cfg.unroll));
+  lc.block_x = static_cast<unsigned>(plan.threads);
   lc.stream = static_cast<CUstream>(stream);
   cuda::ScopedDevice scope(b.m.device);
   cuda::launch(k.functions.at(0), lc, &p);

@@ -68,21 +68,33 @@ Matrix make_matrix(const std::string& dtype, int64_t batch, int64_t vocab, Gen g
   return m;
 }
 
-// One forced path for the scope; back to the heuristic afterwards, even when a check throws.
+// One forced path and shape for the scope; back to the plan's afterwards, even when a check
+// throws.
 struct ForcedPath {
-  ForcedPath(ops::ArgmaxPath p, int cluster) { ops::force_argmax_path(p, cluster); }
-  ~ForcedPath() { ops::force_argmax_path(ops::ArgmaxPath::kAuto); }
+  ForcedPath(ops::ArgmaxPath p, int cluster, int threads = 0, int unroll = 0) {
+    ops::force_argmax_path(p, cluster);
+    ops::force_argmax_shape(threads, unroll);
+  }
+  ~ForcedPath() {
+    ops::force_argmax_path(ops::ArgmaxPath::kAuto);
+    ops::force_argmax_shape(0, 0);
+  }
   ForcedPath(const ForcedPath&) = delete;
   ForcedPath& operator=(const ForcedPath&) = delete;
 };
 
 struct Path {
   ops::ArgmaxPath path;
-  int cluster;  // blocks per row when forced; 0 for the heuristic
+  int cluster;      // blocks per row when forced; 0 for the heuristic
+  int threads = 0;  // forced block size (kjit-cli bench --set threads=N); 0: the plan's
+  int unroll = 0;   // forced loads per lane (--set unroll=N); 0: the plan's
   std::string name() const {
-    return path == ops::ArgmaxPath::kBlock     ? "block"
-           : path == ops::ArgmaxPath::kCluster ? "cluster " + std::to_string(cluster)
-                                               : "auto";
+    std::string n = path == ops::ArgmaxPath::kBlock     ? "block"
+                    : path == ops::ArgmaxPath::kCluster ? "cluster " + std::to_string(cluster)
+                                                        : "auto";
+    if (threads) n += " threads " + std::to_string(threads);
+    if (unroll) n += " unroll " + std::to_string(unroll);
+    return n;
   }
 };
 
@@ -90,10 +102,21 @@ bool has_clusters() {
   return kjit::cuda::device_info(0).major >= 9;
 }
 
+// Every launch the bench can select: both paths, each cluster size, and block sizes and loads
+// per lane other than the plan's (96 threads: three warps, so rows take many strides and the
+// last group of a part is partly out of range; unroll 8 and 2 are the spilling and the narrow
+// variants).
 std::vector<Path> paths() {
-  std::vector<Path> out{{ops::ArgmaxPath::kBlock, 0}, {ops::ArgmaxPath::kAuto, 0}};
+  std::vector<Path> out{{ops::ArgmaxPath::kBlock, 0},
+                        {ops::ArgmaxPath::kAuto, 0},
+                        {ops::ArgmaxPath::kBlock, 0, 96, 0},
+                        {ops::ArgmaxPath::kBlock, 0, 0, 8},
+                        {ops::ArgmaxPath::kAuto, 0, 256, 2}};
   if (has_clusters()) {
     for (int c : {2, 4, 8}) out.push_back({ops::ArgmaxPath::kCluster, c});
+    out.push_back({ops::ArgmaxPath::kCluster, 8, 256, 0});
+    out.push_back({ops::ArgmaxPath::kCluster, 4, 1024, 8});
+    out.push_back({ops::ArgmaxPath::kCluster, 2, 96, 1});
   }
   return out;
 }
@@ -110,7 +133,7 @@ void check_all_rows(Matrix& x, const Path& p, const std::string& what) {
     out.fill(0xFF);
     auto out_t = make_tensor(out.get(), {x.batch}, dl_dtype(ot));
     {
-      ForcedPath forced(p.path, p.cluster);
+      ForcedPath forced(p.path, p.cluster, p.threads, p.unroll);
       REQUIRE(kjit_argmax(x.t.get(), out_t.get(), nullptr) == KJIT_SUCCESS);
     }
     device_synchronize();
@@ -189,9 +212,13 @@ TEST_CASE("argmax gpu: ties and NaN across the cluster's part boundaries", "[gpu
                 }
               },
               misaligned);
-          check_all_rows(x, {ops::ArgmaxPath::kCluster, c},
-                         std::string(dt) + " vocab " + std::to_string(vocab) +
-                             (misaligned ? " misaligned" : ""));
+          for (const Path& p :
+               {Path{ops::ArgmaxPath::kCluster, c}, Path{ops::ArgmaxPath::kCluster, c, 96, 0},
+                Path{ops::ArgmaxPath::kCluster, c, 512, 8}}) {
+            check_all_rows(x, p,
+                           std::string(dt) + " vocab " + std::to_string(vocab) +
+                               (misaligned ? " misaligned" : ""));
+          }
         }
       }
     }
@@ -202,10 +229,15 @@ TEST_CASE("argmax gpu: decode and large batches under the heuristic, forced path
           "[gpu][argmax]") {
   std::mt19937_64 rng(std::random_device{}());
   std::normal_distribution<double> n(0.0, 3.0);
-  for (int64_t batch : {1, 3, 64, 300}) {
-    Matrix x = make_matrix(
-        "bf16", batch, 128256, [&](int64_t, int64_t) { return n(rng); }, false);
-    for (const Path& p : paths()) check_all_rows(x, p, "bf16 batch " + std::to_string(batch));
+  for (const char* dt : {"bf16", "fp32"}) {
+    // 64 and 256 rows: the bench's shapes (clusters of 8 and 2 under the plan on 132 SMs).
+    for (int64_t batch : {1, 3, 64, 256, 300}) {
+      Matrix x = make_matrix(
+          dt, batch, 128256, [&](int64_t, int64_t) { return n(rng); }, false);
+      for (const Path& p : paths()) {
+        check_all_rows(x, p, std::string(dt) + " batch " + std::to_string(batch));
+      }
+    }
   }
 }
 

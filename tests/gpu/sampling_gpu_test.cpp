@@ -809,6 +809,42 @@ TEST_CASE("sampling gpu: the cluster path draws the one-block path's tokens, all
   }
 }
 
+TEST_CASE("sampling gpu: cluster path with weights too small for the fixed-point mass",
+          "[gpu][sampling][cluster]") {
+  if (!clusters_supported()) return;
+  std::mt19937_64 rng(std::random_device{}());
+  // Rows near 1e-34 (all normal floats) have no fixed-point scale at any level (2^24 / max
+  // overflows), so the top-p search bounds bins by counts alone and the cluster merges carry the
+  // counts without the mass arrays; the draws must still be the one-block path's and in the set.
+  for (int64_t vocab : {32000, 128256}) {
+    const Matrix base = random_probs(rng, 3, vocab, 0.5);
+    Matrix x =
+        make_matrix("fp32", 3, vocab, [&](int64_t r, int64_t i) { return base.at(r, i) * 1e-30; });
+    for (int64_t r = 0; r < x.batch; ++r) {
+      const auto row = x.row(r);
+      REQUIRE(*std::max_element(row.begin(), row.end()) < 1e-32);
+      REQUIRE(*std::min_element(row.begin(), row.end()) > 1.2e-38);
+    }
+    std::vector<Params> ps(2);
+    const std::vector<Api> apis = {Api::kTopP, Api::kTopKTopP};
+    ps[0].top_p = 0.9f;
+    ps[1].top_k = 500;
+    ps[1].top_p = 0.8f;
+    for (size_t c = 0; c < apis.size(); ++c) {
+      INFO("vocab " << vocab << " api " << static_cast<int>(apis[c]));
+      const auto offsets = range_offsets(300, 4);
+      const Draws one = draw_on(SamplePath::kSingle, 0, apis[c], x, ps[c], 12, offsets);
+      check_in_set(apis[c], x, ps[c], one);
+      for (int n : {2, 3, 8, 16}) {
+        INFO("cluster " << n);
+        const Draws cl = draw_on(SamplePath::kCluster, n, apis[c], x, ps[c], 12, offsets);
+        check_in_set(apis[c], x, ps[c], cl);
+        check_same(one, cl);
+      }
+    }
+  }
+}
+
 TEST_CASE("sampling gpu: cluster path from logits (fp32, bf16, fp16), per-row parameters",
           "[gpu][sampling][cluster]") {
   if (!clusters_supported()) return;

@@ -295,20 +295,31 @@ int bench_argmax(const ops::SetArgs& args, const BenchOptions& opts) {
   const ops::ArgmaxPath ap = path == "block"     ? ops::ArgmaxPath::kBlock
                              : path == "cluster" ? ops::ArgmaxPath::kCluster
                                                  : ops::ArgmaxPath::kAuto;
+  // threads=N (32..1024) and unroll=1|2|4|8 override the plan's block size and loads per lane.
+  const int threads =
+      args.count("threads") ? static_cast<int>(ops::positive_int_arg(args, "threads", 1024)) : 0;
+  const int unroll =
+      args.count("unroll") ? static_cast<int>(ops::positive_int_arg(args, "unroll", 8)) : 0;
   struct PathGuard {
-    PathGuard(ops::ArgmaxPath p, int c) { ops::force_argmax_path(p, c); }
-    ~PathGuard() { ops::force_argmax_path(ops::ArgmaxPath::kAuto); }
-  } guard(ap, cluster);
-  ops::RowConfig rc = ops::select_argmax(dt, vocab, vocab % static_cast<int64_t>(16 / es) == 0);
+    PathGuard(ops::ArgmaxPath p, int c, int t, int u) {
+      ops::force_argmax_shape(t, u);  // first: it throws on a bad value, with nothing forced yet
+      ops::force_argmax_path(p, c);
+    }
+    ~PathGuard() {
+      ops::force_argmax_path(ops::ArgmaxPath::kAuto);
+      ops::force_argmax_shape(0, 0);
+    }
+  } guard(ap, cluster, threads, unroll);
   const cuda::DeviceInfo& info = cuda::device_info(0);
-  rc.cluster = ops::argmax_cluster_size(ap, cluster, batch, vocab, info.sm_count, info.major);
+  const ops::ArgmaxPlan plan = ops::plan_argmax(
+      dt, batch, vocab, vocab % static_cast<int64_t>(16 / es) == 0, info.sm_count, info.major);
   BenchCase c;
   c.op = "argmax";
-  c.uri = ops::argmax_uri(rc);
+  c.uri = ops::argmax_uri(plan.cfg);
   c.dtype = dtype;
-  c.shape = {{"batch", batch}, {"vocab", vocab}};
-  c.label =
-      fmt::format("argmax {} batch={} vocab={} blocks/row={}", dtype, batch, vocab, rc.cluster);
+  c.shape = {{"batch", batch}, {"vocab", vocab}, {"threads", plan.threads}};
+  c.label = fmt::format("argmax {} batch={} vocab={} blocks/row={} threads={} unroll={}", dtype,
+                        batch, vocab, plan.cfg.cluster, plan.threads, plan.cfg.unroll);
   c.launch = [&] {
     kjit_status st = kjit_argmax(xt.get(), ot.get(), nullptr);
     if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
@@ -399,8 +410,9 @@ void add_sampling_benches(std::vector<BenchEntry>& out) {
   out.push_back({"argmax",
                  {"dtype", "batch", "vocab"},
                  bench_argmax,
-                 "dtype, batch, vocab, optional path (auto|block|cluster) and cluster (2|4|8); "
-                 "then a read-only probe of the same bytes"});
+                 "dtype, batch, vocab, optional path (auto|block|cluster) and cluster (2|4|8), "
+                 "threads (32..1024), unroll (1|2|4|8); then a read-only probe of the same "
+                 "bytes"});
   out.push_back({"softmax",
                  {"dtype", "batch", "vocab"},
                  bench_softmax,
