@@ -12,7 +12,7 @@
 // (as in FlashInfer): positions say where tokens go.
 //
 // The op is a gather-scatter copy, bandwidth-bound; every byte of k and v is read once with
-// 16-byte vectors (when aligned) and written once. The data loads are issued before the chain of
+// 16-byte vectors (when aligned) and written once. The data loads are issued beside the chain of
 // dependent index loads (batch index -> indptr -> page id), so their latencies overlap.
 #pragma once
 
@@ -67,11 +67,24 @@ append_paged_kv_kernel(const __grid_constant__ AppendPagedKvParams p) {
   const int rows_per_block = int(blockDim.x) / kThreadsPerRow;
   const int local = int(threadIdx.x) / kThreadsPerRow;
   const int lane = int(threadIdx.x) - local * kThreadsPerRow;
-  if (local >= rows_per_block) return;  // threads past the last whole row
   const int row = int(blockIdx.x) * rows_per_block + local;
-  if (row >= p.rows) return;
-  const int token = row / p.num_heads;
-  const int head = row - token * p.num_heads;
+  // Threads past the last whole row or past the rows stay until the shuffles below.
+  const bool live = local < rows_per_block && row < p.rows;
+  const int token = live ? row / p.num_heads : 0;
+  const int head = live ? row - token * p.num_heads : 0;
+
+  // At decode sizes the kernel's time is the chain of dependent loads: batch index -> indptr ->
+  // page id -> store. Its head is issued first; with few requests (batch < 32, whole warps) the
+  // warp reads all of kv_indptr at the same time, one entry per lane, and picks its two entries
+  // with shuffles: one round trip fewer on the chain.
+  int b = 0, pos = -1;
+  if (live) {
+    b = __ldg(p.batch_indices + token);
+    pos = __ldg(p.positions + token);
+  }
+  const bool warp_indptr = p.batch < 32 && (blockDim.x & 31) == 0;
+  const int lane32 = int(threadIdx.x) & 31;
+  const int ip = warp_indptr && lane32 <= p.batch ? __ldg(p.kv_indptr + lane32) : 0;
 
   const T* ak = static_cast<const T*>(p.append_k) + token * p.ak_st + head * p.ak_sh;
   const T* av = static_cast<const T*>(p.append_v) + token * p.av_st + head * p.av_sh;
@@ -80,17 +93,25 @@ append_paged_kv_kernel(const __grid_constant__ AppendPagedKvParams p) {
 #pragma unroll
   for (int i = 0; i < kIters; ++i) {
     const int v = lane + i * kThreadsPerRow;
-    if (kEven || v < kVecs) {
+    if (live && (kEven || v < kVecs)) {
       kv[i].load_ro(ak + v * VEC);
       vv[i].load_ro(av + v * VEC);
     }
   }
 
-  const int b = __ldg(p.batch_indices + token);
-  const int pos = __ldg(p.positions + token);
-  if (b < 0 || b >= p.batch || pos < 0) return;
-  const int first = __ldg(p.kv_indptr + b);
-  const int end = __ldg(p.kv_indptr + b + 1);
+  const bool b_ok = b >= 0 && b < p.batch;
+  int first, end;
+  if (warp_indptr) {
+    // Every lane of the warp takes part (b_ok is per thread, so the source lanes are clamped).
+    const int bl = b_ok ? b : 0;
+    first = __shfl_sync(0xffffffffu, ip, bl);
+    end = __shfl_sync(0xffffffffu, ip, bl + 1);
+    if (!live || !b_ok || pos < 0) return;
+  } else {
+    if (!live || !b_ok || pos < 0) return;
+    first = __ldg(p.kv_indptr + b);
+    end = __ldg(p.kv_indptr + b + 1);
+  }
   const long long slot_index = (long long)first + pos / p.page_size;
   if (first < 0 || slot_index >= end || slot_index >= p.nnz_pages) return;
   const int page = __ldg(p.kv_indices + slot_index);

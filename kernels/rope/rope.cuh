@@ -16,7 +16,8 @@
 // from the fp64 value of pos * inv_freq for every |pos| < 2^24: position 131072 is as accurate
 // as position 1. Rounding pos * inv_freq once to fp32, as a plain `sincosf(pos * freq)` does,
 // would put up to 0.008 rad of error into the highest frequency at that position: a bf16 ulp,
-// or 16 fp16 ulps, of output error. sincospif adds at most 1 ulp. Positions beyond 2^24 are
+// or 16 fp16 ulps, of output error. sincospif adds at most 1 ulp (fp32 outputs; 16-bit outputs
+// take the hardware sin / cos, 9e-7 rad in all: fast_sincos_of_position). Positions beyond 2^24 are
 // first rounded to fp32.
 //
 // Work split: sin and cos depend on (token, f) only, so a thread computes them once for its
@@ -91,6 +92,19 @@ KJIT_DEVICE KJIT_FORCEINLINE void sincos_of_position(float pos, float g_hi, floa
   sincospif(t, s, c);
 }
 
+// Same reduction, then the hardware sin / cos (MUFU): |pi * t| <= ~pi, where __sincosf is within
+// 4.2e-7 absolute, so the angle's error grows from 3e-7 to under 9e-7 rad, far below a 16-bit
+// output's rounding (bf16 2^-9, fp16 2^-12 relative). Two MUFU instead of ~35 FMA-pipe
+// instructions per angle: the angle math is most of a decode-size block's issue time.
+KJIT_DEVICE KJIT_FORCEINLINE void fast_sincos_of_position(float pos, float g_hi, float g_lo,
+                                                          float* s, float* c) {
+  const float hi = pos * g_hi;
+  float lo = fmaf(pos, g_hi, -hi);
+  lo = fmaf(pos, g_lo, lo);
+  const float t = (hi - 2.0f * rintf(0.5f * hi)) + lo;
+  __sincosf(3.14159265358979f * t, s, c);
+}
+
 KJIT_DEVICE KJIT_FORCEINLINE float load_cache(const void* row, long long i, int dtype) {
   if (dtype == kCacheF32) return __ldg(static_cast<const float*>(row) + i);
   if (dtype == kCacheF16) return to_float(__ldg(static_cast<const __half*>(row) + i));
@@ -112,7 +126,8 @@ KJIT_DEVICE KJIT_FORCEINLINE float load_cache(const void* row, long long i, int 
 // 93.2-93.7% (new order, capped) -- bench/results/2026-12-02-h200-round3b.
 // clang-format would read the launch bound as a pointer declaration.
 // clang-format off
-template <typename T, int HEAD_DIM, int ROT_DIM, bool INTERLEAVE, int VEC, int MODE>
+template <typename T, int HEAD_DIM, int ROT_DIM, bool INTERLEAVE, int VEC, int MODE,
+          bool UNIT_MAJOR>
 __global__ void __launch_bounds__(256, 3)
 rope_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DIM / 2 : 1> p) {
   // clang-format on
@@ -135,14 +150,22 @@ rope_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DIM / 2 :
   constexpr int kInFlight = 4;
   using V = Vec<T, VEC>;
 
-  const int unit = int(threadIdx.x) % kUnits;
-  const int slot = int(threadIdx.x) / kUnits;
-  const int slots = int(blockDim.x) / kUnits;
+  // A (tokens, chunks) grid would spare this division before the position load (~40 ns), but it
+  // made ptxas spill more in kModeCache (54 -> 90 bytes at bf16 x 128).
   const int token = int(blockIdx.x) / p.a.chunks;
   const int chunk = int(blockIdx.x) - token * p.a.chunks;
-
   const long long pos = p.a.pos_bytes == 8 ? __ldg(static_cast<const long long*>(p.a.pos) + token)
                                            : __ldg(static_cast<const int*>(p.a.pos) + token);
+  const int slots = int(blockDim.x) / kUnits;
+  // Slot-major (thread t is unit t % kUnits of slot t / kUnits): a warp reads whole heads, the
+  // layout for bandwidth. Unit-major (unit t / slots of slot t % slots; the host picks it at decode
+  // sizes): a warp's threads share one or two units, so their reads of the frequency table, which
+  // are indexed by unit, hit the constant cache at one or two addresses instead of up to eight
+  // serialized ones; lanes then read 16 bytes of many heads per request, which costs bandwidth
+  // (76.9% of copy against 92.2% at 65536 tokens, bench/results/2026-12-02-h200-round8) but not
+  // latency.
+  const int unit = UNIT_MAJOR ? int(threadIdx.x) / slots : int(threadIdx.x) % kUnits;
+  const int slot = UNIT_MAJOR ? int(threadIdx.x) - unit * slots : int(threadIdx.x) / kUnits;
   const int f0 = unit * kFreqs;
   // The whole block belongs to this token, so leaving early strands nothing.
   if (MODE == kModeCache && (pos < 0 || pos >= p.a.max_pos)) return;
@@ -155,8 +178,14 @@ rope_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DIM / 2 :
       const float pf = float(pos);
 #pragma unroll
       for (int e = 0; e < kFreqs; ++e) {
-        detail::sincos_of_position(pf, p.freq[2 * (f0 + e)], p.freq[2 * (f0 + e) + 1], &sn[e],
-                                   &cs[e]);
+        // fp32 outputs keep the 1-ulp sincospif; 16-bit outputs cannot see the difference.
+        if constexpr (sizeof(T) == 2) {
+          detail::fast_sincos_of_position(pf, p.freq[2 * (f0 + e)], p.freq[2 * (f0 + e) + 1],
+                                          &sn[e], &cs[e]);
+        } else {
+          detail::sincos_of_position(pf, p.freq[2 * (f0 + e)], p.freq[2 * (f0 + e) + 1], &sn[e],
+                                     &cs[e]);
+        }
       }
     } else {
       const char* row = static_cast<const char*>(p.a.cos_sin) +

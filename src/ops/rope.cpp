@@ -1,6 +1,7 @@
 #include "ops/rope.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cmath>
 #include <cstddef>
@@ -372,7 +373,12 @@ void launch_rope(const QkViews& v, const RopeLaunch& l, void* stream) {
   for (const StridedView* t : {&v.q, &v.k, &v.q_out, &v.k_out}) {
     if (t->numel() > 0) align = std::min(align, view_alignment(*t));
   }
-  const RopeConfig cfg = select_rope(l.mode, v.q.dtype, v.head_dim, l.rot_dim, l.interleave, align);
+  RopeConfig cfg = select_rope(l.mode, v.q.dtype, v.head_dim, l.rot_dim, l.interleave, align);
+  const int layout = rope_layout();
+  // Only the frequency table (constant memory) gains from the unit-major layout; cos_sin_cache
+  // rows are coalesced global reads in either.
+  cfg.unit_major =
+      layout == 0 ? l.mode == RopeMode::kFreq && v.tokens <= kRopeUnitMajorMaxTokens : layout == 2;
 
   const jit::LoadedKernel& kernel =
       jit::JitCore::global().kernel_for("rope", cfg, v.q.device, [&] { return rope_spec(cfg); });
@@ -462,6 +468,21 @@ std::pair<QkViews, int> check_pos_ids_call(const DLTensor* q, const DLTensor* k,
 
 }  // namespace
 
+namespace {
+std::atomic<int> g_rope_layout{0};
+}  // namespace
+
+void set_rope_layout(int layout) {
+  if (layout < 0 || layout > 2) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "rope layout must be 0 (auto), 1 or 2, not {}", layout);
+  }
+  g_rope_layout.store(layout);
+}
+
+int rope_layout() {
+  return g_rope_layout.load();
+}
+
 RopeConfig select_rope(RopeMode mode, DType dtype, int64_t head_dim, int64_t rot_dim,
                        bool interleave, int align_bytes) {
   check_supported(dtype, head_dim);
@@ -496,6 +517,8 @@ jit::Spec rope_spec(const RopeConfig& c) {
   s.params = {{"mode", mode_name(c.mode)},        {"dtype", dtype_name(c.dtype)},
               {"hd", std::to_string(c.head_dim)}, {"rd", std::to_string(c.rot_dim)},
               {"il", c.interleave ? "1" : "0"},   {"vec", std::to_string(c.vec)}};
+  // Only when set, so the slot-major specializations keep their URIs.
+  if (c.unit_major) s.params.push_back({"layout", "unit"});
   s.uri = jit::make_uri(s.op, s.params);
   s.kernel_dirs = {"common", "rope"};
   s.includes = {"rope/rope.cuh"};
@@ -507,15 +530,16 @@ jit::Spec rope_spec(const RopeConfig& c) {
       "constexpr bool kInterleave = {il};\n"
       "constexpr int kVec = {vec};\n"
       "constexpr int kMode = {mode};\n"
+      "constexpr bool kUnitMajor = {um};\n"
       "}}  // namespace kjit_spec\n",
       fmt::arg("type", device_type_name(c.dtype)), fmt::arg("hd", c.head_dim),
       fmt::arg("rd", c.rot_dim), fmt::arg("il", c.interleave ? "true" : "false"),
-      fmt::arg("vec", c.vec),
+      fmt::arg("vec", c.vec), fmt::arg("um", c.unit_major ? "true" : "false"),
       fmt::arg("mode",
                c.mode == RopeMode::kFreq ? "kjit::rope::kModeFreq" : "kjit::rope::kModeCache"));
   s.entry_names = {
       "kjit::rope::rope_kernel<kjit_spec::T, kjit_spec::kHeadDim, kjit_spec::kRotDim, "
-      "kjit_spec::kInterleave, kjit_spec::kVec, kjit_spec::kMode>"};
+      "kjit_spec::kInterleave, kjit_spec::kVec, kjit_spec::kMode, kjit_spec::kUnitMajor>"};
   s.arch_families = {"sm_80+"};
   return s;
 }
@@ -725,7 +749,11 @@ OpDef rope_op_def() {
       {"align",
        {"16", "8", "4", "2"},
        false,
-       "byte alignment of pointers and strides (default 16)"}};
+       "byte alignment of pointers and strides (default 16)"},
+      {"layout",
+       {"slot", "unit"},
+       false,
+       "thread layout: slot-major (default; many tokens) or unit-major (decode sizes)"}};
   d.arch_families = {"sm_80+"};
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
@@ -735,7 +763,9 @@ OpDef rope_op_def() {
     const int64_t rd = args.count("rotary_dim") ? positive_int_arg(args, "rotary_dim", hd) : hd;
     const bool il = args.count("interleave") && args.at("interleave") == "1";
     const int align = args.count("align") ? std::stoi(args.at("align")) : 16;
-    return rope_spec(select_rope(mode, dtype, hd, rd, il, align));
+    RopeConfig c = select_rope(mode, dtype, hd, rd, il, align);
+    c.unit_major = args.count("layout") && args.at("layout") == "unit";
+    return rope_spec(c);
   };
   d.catalog = [] {
     std::vector<SetArgs> out;
@@ -775,6 +805,13 @@ OpDef rope_op_def() {
     // Views that are only 4- or 2-byte aligned: narrower vectors, scalar GPT-J pairs.
     add("freq", "bf16", 128, 128, 0, "4");
     add("freq", "bf16", 128, 128, 1, "2");
+    // Decode sizes take the unit-major layout.
+    for (const char* dt : {"bf16", "fp16"}) {
+      add("freq", dt, 128, 128, 0);
+      out.back()["layout"] = "unit";
+      add("freq", dt, 64, 64, 0);
+      out.back()["layout"] = "unit";
+    }
     return out;
   };
   return d;

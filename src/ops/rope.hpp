@@ -63,11 +63,20 @@ struct RopeConfig {
   int rot_dim = 0;
   int interleave = 0;  // 0 / 1; int, not bool, so the config has no padding (see kernel_for)
   int vec = 1;         // elements per vector access
+  int unit_major = 0;  // 0 / 1: thread layout (rope.cuh); launch_rope picks 1 at decode sizes
 };
 
 inline constexpr int kRopeMaxHeadDim = 1024;
 inline constexpr int kRopeMaxRotDim = 512;
 inline constexpr int kRopeBlockThreads = 128;  // the kernel's launch bound is 256
+// Up to this many tokens a frequency-table call (pos_ids, llama31) takes the unit-major thread
+// layout (latency: one or two table addresses per warp), beyond it slot-major (bandwidth).
+inline constexpr int64_t kRopeUnitMajorMaxTokens = 128;
+
+// Bench hook (not in the C ABI): 0 picks the layout by token count, 1 forces slot-major, 2
+// unit-major, so both can be timed and tested side by side. Process-wide.
+void set_rope_layout(int layout);
+int rope_layout();
 
 // Support and dispatch in one place. Throws KJIT_ERROR_UNSUPPORTED for a dtype or size no
 // variant serves.

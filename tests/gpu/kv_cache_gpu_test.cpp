@@ -279,6 +279,14 @@ TEST_CASE("kv gpu: page sizes, head counts and batch sizes", "[gpu][kv_cache]") 
       run_case(c, rng);
     }
   }
+  // Below 32 requests a warp reads kv_indptr one entry per lane (batch 31 uses all 32 lanes);
+  // from 32 on each row reads its own entries.
+  for (int64_t batch : {1, 31, 32, 33}) {
+    KvCase c;
+    c.batch = batch;
+    c.max_seq = 300;
+    run_case(c, rng);
+  }
   KvCase decode;  // a large decode batch
   decode.batch = 256;
   decode.max_seq = 4000;
