@@ -2,7 +2,7 @@
 # a private kernel cache, and the time-boxed test and bench runners that log under $OUT.
 B=${B:-build-h200}
 CLI=$B/tools/kjit-cli/kjit-cli
-CS=/usr/local/cuda/bin/compute-sanitizer
+CS=${CS:-/usr/local/cuda/bin/compute-sanitizer}
 export KJIT_CACHE_DIR=/tmp/kjit-cache
 J="$OUT/bench.jsonl"
 P="$OUT/peers.jsonl"

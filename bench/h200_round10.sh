@@ -20,10 +20,11 @@ if [ "$part" = a ]; then {
   { "$T" --list-test-names-only "[sampling]"; "$T" --list-test-names-only "$small"; } |
     grep -v '^$' | grep -v 'matching test case' | sort -u > /tmp/rc/cases
   echo "$(wc -l < /tmp/rc/cases) cases"
-  # Each case: its own cache and log; a case name is a Catch2 spec once commas and brackets are
-  # escaped.
+  # Each case (by its line number in the list): its own cache and log; a case name is a Catch2
+  # spec once backslashes, commas and brackets are escaped.
   one() {
-    local name=$1 i=$2 spec
+    local i=$1 name spec
+    name=$(sed -n "${i}p" /tmp/rc/cases)
     spec=$(printf '%s' "$name" | sed -e 's/\\/\\\\/g' -e 's/,/\\,/g' -e 's/\[/\\[/g')
     KJIT_CACHE_DIR=/tmp/rc/cache$i timeout "${CASE_SECS:-420}" $CS --tool racecheck \
       --error-exitcode 9 --print-limit 20 "$T" "$spec" > /tmp/rc/log$i 2>&1
@@ -31,8 +32,7 @@ if [ "$part" = a ]; then {
   }
   export -f one
   export T CS CASE_SECS
-  (i=0; while IFS= read -r c; do i=$((i + 1)); printf '%s\t%s\n' "$c" $i; done < /tmp/rc/cases |
-    xargs -P "${RC_JOBS:-10}" -d '\n' -I{} bash -c 'IFS=$'"'\t'"' read -r n i <<< "{}"; one "$n" "$i"') &
+  seq 1 "$(wc -l < /tmp/rc/cases)" | xargs -P "${RC_JOBS:-10}" -I{} bash -c 'one {}' &
   rcpid=$!
   stamp "GPU tests: the whole suite"
   tests gpu_tests.log 300 "$T" "[gpu]"
