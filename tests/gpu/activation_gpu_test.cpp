@@ -1,5 +1,6 @@
 // kjit_silu_and_mul / kjit_gelu_and_mul / kjit_gelu_tanh_and_mul on the GPU against the fp64 CPU
 // reference, on fresh random inputs.
+#include <algorithm>
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -239,8 +240,9 @@ TEST_CASE("act_and_mul gpu: 3-D views, input untouched, user stream, repeatable"
     y1.download(a1.data(), n_out * 2);
     y2.download(a2.data(), n_out * 2);
     x.download(xa.data(), n_in * 2);
-    CHECK(a1 == a2);  // deterministic
-    CHECK(xa == xh);  // the input is only read
+    // Counts, not the vectors: a failure must not print millions of elements.
+    CHECK(std::mismatch(a1.begin(), a1.end(), a2.begin()).first == a1.end());  // deterministic
+    CHECK(std::mismatch(xa.begin(), xa.end(), xh.begin()).first == xa.end());  // only read
     long bad = 0;
     for (size_t r = 0; r < static_cast<size_t>(batch * seq); ++r) {
       for (size_t i = 0; i < static_cast<size_t>(d); ++i) {

@@ -43,6 +43,10 @@ void DeviceBuffer::download(void* dst, size_t bytes, size_t offset) const {
 void DeviceBuffer::fill(unsigned char value) {
   cuda::ScopedDevice scope(0);
   KJIT_CU_CHECK(cuda::driver().cuMemsetD8(static_cast<CUdeviceptr>(ptr_), value, bytes_));
+  // cuMemsetD8 may return before the device is done, on the legacy stream, which does not order
+  // against non-blocking streams: a kernel on one could run before the poison lands (seen on the
+  // H200 in round 10 under load). Wait, so the poison is always in place first.
+  KJIT_CU_CHECK(cuda::driver().cuCtxSynchronize());
 }
 
 void device_synchronize() {
