@@ -36,6 +36,23 @@ CUlaunchAttribute cluster_attribute(unsigned cluster_x) {
   return a;
 }
 
+// cuLaunchKernelEx with one launch attribute (a cluster shape, programmatic serialization).
+void launch_ex(CUfunction fn, const LaunchConfig& cfg, CUlaunchAttribute attr, const void* params) {
+  CUlaunchConfig lc{};
+  lc.gridDimX = cfg.grid_x;
+  lc.gridDimY = cfg.grid_y;
+  lc.gridDimZ = cfg.grid_z;
+  lc.blockDimX = cfg.block_x;
+  lc.blockDimY = cfg.block_y;
+  lc.blockDimZ = cfg.block_z;
+  lc.sharedMemBytes = cfg.smem_bytes;
+  lc.hStream = cfg.stream;
+  lc.attrs = &attr;
+  lc.numAttrs = 1;
+  void* args[] = {const_cast<void*>(params)};
+  KJIT_CU_CHECK(driver().cuLaunchKernelEx(&lc, fn, args, nullptr));
+}
+
 }  // namespace
 
 void launch(CUfunction fn, const LaunchConfig& cfg, const void* params) {
@@ -54,19 +71,15 @@ void launch_cluster(CUfunction fn, const LaunchConfig& cfg, unsigned cluster_x,
     KJIT_CU_CHECK(d.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1));
   }
   CUlaunchAttribute attr = cluster_attribute(cluster_x);
-  CUlaunchConfig lc{};
-  lc.gridDimX = cfg.grid_x;
-  lc.gridDimY = cfg.grid_y;
-  lc.gridDimZ = cfg.grid_z;
-  lc.blockDimX = cfg.block_x;
-  lc.blockDimY = cfg.block_y;
-  lc.blockDimZ = cfg.block_z;
-  lc.sharedMemBytes = cfg.smem_bytes;
-  lc.hStream = cfg.stream;
-  lc.attrs = &attr;
-  lc.numAttrs = 1;
-  void* args[] = {const_cast<void*>(params)};
-  KJIT_CU_CHECK(d.cuLaunchKernelEx(&lc, fn, args, nullptr));
+  launch_ex(fn, cfg, attr, params);
+}
+
+void launch_dependent(CUfunction fn, const LaunchConfig& cfg, const void* params) {
+  KJIT_CU_CHECK(opt_in_dynamic_smem(fn, cfg.smem_bytes));
+  CUlaunchAttribute attr{};
+  attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  attr.value.programmaticStreamSerializationAllowed = 1;
+  launch_ex(fn, cfg, attr, params);
 }
 
 int max_active_clusters(CUfunction fn, unsigned cluster_x, unsigned block_x, unsigned smem_bytes) {

@@ -21,6 +21,12 @@ void launch(CUfunction fn, const LaunchConfig& cfg, const void* params);
 // it). Sizes above 8 are non-portable; the launch opts the kernel in to them.
 void launch_cluster(CUfunction fn, const LaunchConfig& cfg, unsigned cluster_x, const void* params);
 
+// Launches as a programmatic dependent of the kernel before it on the stream (sm_90+): its blocks
+// may start once every block of that kernel has started (or executed
+// griddepcontrol.launch_dependents), so the kernel must griddepcontrol.wait before reading its
+// predecessor's results.
+void launch_dependent(CUfunction fn, const LaunchConfig& cfg, const void* params);
+
 // How many clusters of `cluster_x` blocks of `block_x` threads (and `smem_bytes` of dynamic
 // shared memory) the device can run at once; 0 when it cannot run one (or the size is refused).
 int max_active_clusters(CUfunction fn, unsigned cluster_x, unsigned block_x, unsigned smem_bytes);

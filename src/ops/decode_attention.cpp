@@ -255,29 +255,6 @@ void prefer_max_shared(CUfunction fn) {
       fn, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100));
 }
 
-// Launches the merge kernel as a programmatic dependent of the split kernel before it on the
-// stream (sm_90+): its blocks start once every split CTA has started, not after the split grid
-// drains and a fresh launch, and wait in griddepcontrol.wait for the split grid's results. The
-// merge kernel has no dynamic shared memory (nothing to opt in to).
-void launch_dependent(CUfunction fn, const cuda::LaunchConfig& cfg, const void* params) {
-  CUlaunchAttribute attr{};
-  attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-  attr.value.programmaticStreamSerializationAllowed = 1;
-  CUlaunchConfig lc{};
-  lc.gridDimX = cfg.grid_x;
-  lc.gridDimY = cfg.grid_y;
-  lc.gridDimZ = cfg.grid_z;
-  lc.blockDimX = cfg.block_x;
-  lc.blockDimY = cfg.block_y;
-  lc.blockDimZ = cfg.block_z;
-  lc.sharedMemBytes = cfg.smem_bytes;
-  lc.hStream = cfg.stream;
-  lc.attrs = &attr;
-  lc.numAttrs = 1;
-  void* args[] = {const_cast<void*>(params)};
-  KJIT_CU_CHECK(cuda::driver().cuLaunchKernelEx(&lc, fn, args, nullptr));
-}
-
 void check_scale(float x, const char* name) {
   if (!std::isfinite(x) || x <= 0.0f) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be finite and > 0, got {}", name, x);
@@ -954,7 +931,8 @@ void batch_decode_run(const DecodePlanData& pl, const DLTensor* q, const DLTenso
     mc.block_x = 128;
     mc.stream = lc.stream;
     if (pl.pdl != 0 && cuda::device_info(dev).major >= 9) {
-      launch_dependent(kernel.functions.at(1), mc, &p);
+      // Its blocks start as the split CTAs start and wait in griddepcontrol.wait for their results.
+      cuda::launch_dependent(kernel.functions.at(1), mc, &p);
     } else {
       cuda::launch(kernel.functions.at(1), mc, &p);
     }
