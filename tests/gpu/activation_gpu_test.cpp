@@ -1,8 +1,8 @@
 // kjit_silu_and_mul / kjit_gelu_and_mul / kjit_gelu_tanh_and_mul on the GPU against the fp64 CPU
 // reference, on fresh random inputs.
-#include <algorithm>
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>

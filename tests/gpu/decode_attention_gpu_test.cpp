@@ -921,11 +921,9 @@ std::string describe(const Variant9& v) {
          std::to_string(v.joint) + " pdl " + std::to_string(v.pdl);
 }
 
-}  // namespace
-
 // Whether the variant fits group 16 (two 8-row head tiles): its warp-merge scratch must fit in
-// the pipeline's stages. A variant that does not is rejected by the planner with a clear
-// message, never launched; the cases below then check that rejection instead of running it.
+// the pipeline's stages. The planner rejects one that does not, with a clear message (checked
+// here); the test then skips that variant's group-16 cases.
 bool group16_fits(const Variant9& v) {
   const int32_t indptr[] = {0, 3, 47, 48};
   const DecodeCase c = tuned_case9(v);
@@ -939,6 +937,8 @@ bool group16_fits(const Variant9& v) {
     return false;
   }
 }
+
+}  // namespace
 
 TEST_CASE("decode gpu: lookup forms, joint tiles and the dependent merge launch",
           "[gpu][attention]") {
