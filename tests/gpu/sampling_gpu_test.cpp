@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -193,7 +194,16 @@ Draws draw(Api api, Matrix& x, const Params& prm, uint64_t seed, std::vector<uin
   return d;
 }
 
+// KJIT_TEST_UNDER_SANITIZER=1 (set by the H200 sanitizer scripts): compute-sanitizer racecheck
+// runs these kernels ~1000x slower, so each draw loop keeps two offsets and the distribution
+// checks keep only their exact parts (no impossible token). The statistics need the full run.
+bool under_sanitizer() {
+  const char* v = std::getenv("KJIT_TEST_UNDER_SANITIZER");
+  return v != nullptr && std::string(v) == "1";
+}
+
 std::vector<uint64_t> range_offsets(uint64_t first, int n) {
+  if (under_sanitizer()) n = std::min(n, 2);
   std::vector<uint64_t> v(static_cast<size_t>(n));
   std::iota(v.begin(), v.end(), first);
   return v;
@@ -280,8 +290,13 @@ void check_distribution(const Draws& d, const std::vector<double>& target, int64
   for (int64_t i = 0; i < vocab; ++i) tv += std::fabs(double(counts[i]) / n - target[i]);
   tv /= 2;
   INFO("draws " << n << ", chi2 " << chi << " with " << dof << " dof, TV " << tv);
-  CHECK(n >= 100000);
   CHECK(impossible == 0);
+  if (under_sanitizer()) {
+    WARN("KJIT_TEST_UNDER_SANITIZER=1: " << n << " draws, statistics not checked");
+    CHECK(n > 0);
+    return;
+  }
+  CHECK(n >= 100000);
   CHECK(chi < dof + 6.0 * std::sqrt(2.0 * std::max(dof, 1)) + 10.0);
   CHECK(tv < 0.02);
 }
