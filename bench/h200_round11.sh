@@ -68,6 +68,104 @@ if [ "$part" = a ]; then {
   grep '^rc ' "$OUT/racecheck.log" | grep -v '^rc 0 ' | head -30
   stamp "done"
 } 2>&1 | tee "$OUT/run.log"; else {
+  # Part b, one call under a hard clock: the sweeps alone on the GPU first, then the whole suite
+  # as three processes beside racecheck of round 10's ten unfinished sampling cases and of one
+  # bench launch of each cluster sampling kernel; everything left at DEADLINE seconds is killed
+  # and reported as unfinished.
+  t0=$(date +%s)
   header
-  stamp "part b: see the round's notes"
+  A="decode_attention --set dtype=bf16 --set qo_heads=32 --set kv_heads=8 --set head_dim=128 --set page_size=16"
+  B1="--set batch=1 --set kv_len=8192"
+  stamp "decode B1 x L8192 (cupti, cold L2): the default (now pdl) and pipeline shapes"
+  bench $A $B1
+  bench $A $B1 --set pdl=0
+  for v in "num_splits=16" "num_splits=64" "stage_tokens=32 stages=4" \
+    "stage_tokens=32 stages=4 num_splits=64" "stage_tokens=32 stages=3 ctas_per_sm=4 num_splits=64" \
+    "stages=4 num_splits=16" "warps=2 stage_tokens=32 stages=4 num_splits=64" \
+    "warps=8 stage_tokens=128 stages=2 num_splits=16" "stage_tokens=16 stages=8 num_splits=64"; do
+    bench $A $B1 $(printf -- '--set %s ' $v)
+  done
+  stamp "decode large shapes with the pdl default"
+  for s in "64 4096" "256 2048" "16 32768"; do
+    set -- $s
+    bench $A --set batch=$1 --set kv_len=$2
+  done
+  stamp "argmax shapes (V 128256, each with its read probe)"
+  M="argmax --set vocab=128256"
+  for v in "dtype=fp32 batch=64" "dtype=fp32 batch=64 threads=256" \
+    "dtype=fp32 batch=64 path=cluster cluster=4 threads=1024 unroll=2" \
+    "dtype=fp32 batch=64 threads=256 unroll=8" "dtype=bf16 batch=64" \
+    "dtype=bf16 batch=64 threads=256" "dtype=bf16 batch=64 path=cluster cluster=4" \
+    "dtype=bf16 batch=256" "dtype=bf16 batch=256 path=cluster cluster=4" \
+    "dtype=bf16 batch=256 threads=256" "dtype=bf16 batch=256 unroll=8 threads=512" \
+    "dtype=fp32 batch=256"; do
+    bench $M $(printf -- '--set %s ' $v)
+  done
+  stamp "sweeps done after $(( $(date +%s) - t0 )) s"
+
+  mkdir -p /tmp/rc
+  cat > /tmp/rc/cases <<'CASES'
+sampling gpu: cluster path draws follow the renormalized distribution
+sampling gpu: cluster path from logits (fp32, bf16, fp16), per-row parameters
+sampling gpu: cluster path is deterministic, per-row seeds ignore the position
+sampling gpu: cluster path replays in a captured graph, auto batch 1 matches
+sampling gpu: cluster path reports the same invalid rows
+sampling gpu: cluster path with weights too small for the fixed-point mass
+sampling gpu: draws follow the renormalized distribution (>= 1e5 draws)
+sampling gpu: every draw is in the reference set, odd vocabularies included
+sampling gpu: logits (fp32, bf16, fp16) with temperature, top-k and top-p
+sampling gpu: the cluster path draws the one-block path's tokens, all in the set
+CASES
+  one() {
+    local i=$1 name spec t1
+    name=$(sed -n "${i}p" /tmp/rc/cases)
+    spec=$(printf '%s' "$name" | sed -e 's/\\/\\\\/g' -e 's/,/\\,/g' -e 's/\[/\\[/g')
+    t1=$(date +%s)
+    KJIT_TEST_UNDER_SANITIZER=1 KJIT_CACHE_DIR=/tmp/rc/cache$i $CS --tool racecheck \
+      --error-exitcode 9 --print-limit 20 "$T" "$spec" > /tmp/rc/log$i 2>&1
+    echo "rc $? | $(( $(date +%s) - t1 )) s | $name | $(grep -E 'RACECHECK SUMMARY' /tmp/rc/log$i | tr -d '=')" >> /tmp/rc/summary
+  }
+  # One launch of each cluster sampling kernel through the bench (its first call), under racecheck.
+  rcbench() {
+    local i=$1
+    shift
+    local t1=$(date +%s)
+    KJIT_CACHE_DIR=/tmp/rc/cache$i $CS --tool racecheck --error-exitcode 9 --print-limit 20 \
+      "$CLI" bench "$@" --no-check --warmup 0 --iters 2 --timer events > /tmp/rc/log$i 2>&1
+    echo "rc $? | $(( $(date +%s) - t1 )) s | bench $* | $(grep -E 'RACECHECK SUMMARY' /tmp/rc/log$i | tr -d '=')" >> /tmp/rc/summary
+  }
+  export -f one rcbench
+  export T CS CLI
+  stamp "racecheck: 10 test cases and 3 bench launches, 8 at a time (setsid: killed at the deadline)"
+  setsid bash -c '
+    { seq 1 10 | sed "s/^/one /"
+      echo "rcbench 11 top_p_sampling --set vocab=128256 --set batch=1 --set path=cluster --set cluster=8"
+      echo "rcbench 12 top_k_top_p_sampling --set dtype=bf16 --set vocab=128256 --set batch=1 --set path=cluster --set cluster=16"
+      echo "rcbench 13 top_p_sampling --set vocab=128256 --set batch=4 --set path=cluster --set cluster=4"
+    } | xargs -P 8 -I{} bash -c "{}"' &
+  rcpid=$!
+  stamp "GPU suite: three processes ([attention], [sampling], the rest)"
+  sl=$(( ${DEADLINE:-540} - ($(date +%s) - t0) - 20 ))
+  for g in attention sampling rest; do
+    case $g in attention) spec="[gpu][attention]" ;; sampling) spec="[gpu][sampling]" ;;
+      rest) spec="[gpu]~[attention]~[sampling]" ;; esac
+    KJIT_CACHE_DIR=/tmp/kjit-test-$g timeout "$sl" "$T" "$spec" --durations yes \
+      > /tmp/suite_$g.log 2>&1 &
+    eval "pid_$g=\$!"
+  done
+  for g in attention sampling rest; do
+    eval "wait \$pid_$g"; echo "suite $g rc $?"; tail -3 /tmp/suite_$g.log
+  done
+  for g in attention sampling rest; do echo "==== $g"; cat /tmp/suite_$g.log; done > "$OUT/gpu_tests.log"
+  stamp "suite done after $(( $(date +%s) - t0 )) s; racecheck until the deadline"
+  while kill -0 $rcpid 2>/dev/null && [ $(( $(date +%s) - t0 )) -lt "${DEADLINE:-540}" ]; do sleep 5; done
+  kill -- -$rcpid 2>/dev/null; sleep 2; pkill -f compute-sanitizer
+  sort -t'|' -k3 /tmp/rc/summary > "$OUT/racecheck.log" 2>/dev/null
+  for f in /tmp/rc/log*; do
+    if ! grep -q '0 hazards displayed (0 errors, 0 warnings)' "$f"; then
+      echo "==== $f (unfinished or hazards)" >> "$OUT/racecheck.log"; tail -25 "$f" >> "$OUT/racecheck.log"
+    fi
+  done
+  cat "$OUT/racecheck.log" | grep '^rc '
+  stamp "done after $(( $(date +%s) - t0 )) s"
 } 2>&1 | tee "$OUT/run_b.log"; fi

@@ -106,7 +106,7 @@ struct DecodePlanData {
   int ctas_per_sm = 0;
   DecodeSplit split;
   int fused_merge = 0;
-  int pdl = 0;                 // merge kernel as a programmatic dependent launch (sm_90+ only)
+  int pdl = 1;                 // merge kernel as a programmatic dependent launch (sm_90+ only)
   size_t counters_offset = 0;  // bytes; fused merge only
   int64_t kv_pages = 0;        // the requests' pages as planned (KJIT_TRACE_DUMP's kv_len)
   size_t ws_lse_offset = 0;    // bytes; the partial outputs start at 0
