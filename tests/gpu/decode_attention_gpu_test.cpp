@@ -1113,7 +1113,7 @@ TEST_CASE("decode gpu: invalid tuning overrides are refused", "[gpu][attention]"
   CHECK(plan(t).cfg.joint_tiles == 2);
   t = {};
   CHECK(plan(t).cfg.addr == 2);  // the default: 32-bit offsets where the cache allows
-  CHECK(plan(t).pdl == 1);  // the default
+  CHECK(plan(t).pdl == 1);       // the default
   t.pdl = 0;
   CHECK(plan(t).pdl == 0);
   t = {};
