@@ -371,6 +371,13 @@ std::atomic<int> g_argmax_unroll{0};
 // 32 registers, so 2048 threads (four 512-thread blocks) fit on an SM.
 constexpr int kArgmaxThreadsPerSm = 2048;
 constexpr int kArgmaxSplitThreads = 512;
+// Load groups a thread should run at least, once the grid passes the SM count: a thread's first
+// group always runs the index search and its block and cluster reductions are fixed, so at one
+// or two groups those dominate (round 11, H200, V 128256, clusters of 8: fp32 B64 12.99 us with
+// 512-thread blocks, 11.26 with 256; bf16 B64 10.34 / 9.82; bf16 B256 in clusters of 2, where
+// 512 threads already run 3.9 groups, lost with 256: 23.57 / 24.80).
+constexpr int kArgmaxMinGroups = 3;
+constexpr int kArgmaxMinSplitThreads = 256;
 }  // namespace
 
 void force_argmax_path(ArgmaxPath path, int cluster) {
@@ -401,7 +408,14 @@ ArgmaxPlan plan_argmax(DType dtype, int64_t batch, int64_t vocab, bool vec_ok, i
   // Fewer blocks than SMs: each block as wide as its part allows (the bytes in flight are the
   // block's). More: 512-thread blocks, four per SM, so a grid within 4 * SMs runs in one wave
   // and the last blocks of a wave idle at most a quarter of an SM.
-  int cap = batch * p.cfg.cluster > sm_count ? kArgmaxSplitThreads : 1024;
+  int cap = 1024;
+  if (batch * p.cfg.cluster > sm_count) {
+    cap = kArgmaxSplitThreads;
+    const int64_t per_group = int64_t{p.cfg.vec} * p.cfg.unroll;
+    while (cap > kArgmaxMinSplitThreads && part < int64_t{cap} * per_group * kArgmaxMinGroups) {
+      cap /= 2;
+    }
+  }
   if (const int t = g_argmax_threads.load(); t > 0) cap = t;
   p.threads = std::min(cap, sampling_block_threads(part, p.cfg.vec, p.cfg.unroll));
   return p;

@@ -53,10 +53,16 @@ TEST_CASE("argmax: the plan's block size, loads per lane and forced shapes", "[a
   CHECK(p.cfg.vec == 4);
   CHECK(p.cfg.unroll == 4);
   CHECK(p.cfg.cluster == 8);
-  CHECK(p.threads == 512);  // 512 blocks > 132 SMs: four per SM
+  CHECK(p.threads == 256);  // 512 blocks > 132 SMs; 512 threads would run two groups each
+  p = ops::plan_argmax(DType::kBF16, 64, 128256, true, 132, 9);
+  CHECK(p.cfg.cluster == 8);
+  CHECK(p.threads == 256);  // the floor: 512 threads would run one group each
   p = ops::plan_argmax(DType::kBF16, 256, 128256, true, 132, 9);
   CHECK(p.cfg.vec == 8);
   CHECK(p.cfg.unroll == 4);
+  CHECK(p.cfg.cluster == 2);
+  CHECK(p.threads == 512);  // 3.9 groups per thread
+  p = ops::plan_argmax(DType::kF32, 256, 128256, true, 132, 9);
   CHECK(p.cfg.cluster == 2);
   CHECK(p.threads == 512);
   p = ops::plan_argmax(DType::kF32, 1, 128256, true, 132, 9);
@@ -73,14 +79,14 @@ TEST_CASE("argmax: the plan's block size, loads per lane and forced shapes", "[a
   CHECK(p.cfg.cluster == 1);
   CHECK(p.threads == 1024);  // 64 blocks on 108 SMs: full-width blocks
   // The hooks: a forced block size and unroll; 0 restores the plan's.
-  ops::force_argmax_shape(256, 2);
+  ops::force_argmax_shape(128, 2);
   p = ops::plan_argmax(DType::kF32, 64, 128256, true, 132, 9);
-  CHECK(p.threads == 256);
+  CHECK(p.threads == 128);
   CHECK(p.cfg.unroll == 2);
   CHECK(ops::argmax_uri(p.cfg) == "argmax_dtype_fp32_vec_4_unroll_2_cluster_8");
   ops::force_argmax_shape(0, 0);
   p = ops::plan_argmax(DType::kF32, 64, 128256, true, 132, 9);
-  CHECK(p.threads == 512);
+  CHECK(p.threads == 256);
   CHECK(p.cfg.unroll == 4);
   const auto status = [](int threads, int unroll) {
     try {
