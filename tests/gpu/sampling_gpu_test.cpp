@@ -202,6 +202,13 @@ bool under_sanitizer() {
   return v != nullptr && std::string(v) == "1";
 }
 
+// Under KJIT_TEST_UNDER_SANITIZER=1 a vocabulary above 16384 runs at 16384: one cluster-path
+// launch at 128256 tokens takes minutes under racecheck (round 11), and the kernels' code paths
+// are the same (a test that needs the cluster path forces it).
+int64_t sanitizer_vocab(int64_t vocab) {
+  return under_sanitizer() ? std::min<int64_t>(vocab, 16384) : vocab;
+}
+
 std::vector<uint64_t> range_offsets(uint64_t first, int n) {
   if (under_sanitizer()) n = std::min(n, 2);
   std::vector<uint64_t> v(static_cast<size_t>(n));
@@ -308,7 +315,8 @@ void check_distribution(const Draws& d, const std::vector<double>& target, int64
 TEST_CASE("sampling gpu: every draw is in the reference set, odd vocabularies included",
           "[gpu][sampling]") {
   std::mt19937_64 rng(std::random_device{}());
-  for (int64_t vocab : {1, 7, 1000, 4097, 128256}) {
+  for (int64_t v : {1, 7, 1000, 4097, 128256}) {
+    const int64_t vocab = sanitizer_vocab(v);
     const int64_t batch = vocab >= 100000 ? 16 : 64;
     Matrix x = random_probs(rng, batch, vocab, 3.0);
     INFO("vocab " << vocab);
@@ -400,7 +408,8 @@ TEST_CASE("sampling gpu: logits (fp32, bf16, fp16) with temperature, top-k and t
   std::mt19937_64 rng(std::random_device{}());
   std::normal_distribution<double> n(0.0, 3.0);
   for (const char* dt : {"fp32", "bf16", "fp16"}) {
-    for (int64_t vocab : {7, 1000, 128256, 262144}) {
+    for (int64_t v : {7, 1000, 128256, 262144}) {
+      const int64_t vocab = sanitizer_vocab(v);
       const int64_t batch = vocab >= 100000 ? 8 : 64;
       Matrix x = make_matrix(dt, batch, vocab, [&](int64_t, int64_t) { return n(rng); });
       INFO(dt << " vocab " << vocab);
@@ -798,7 +807,8 @@ TEST_CASE("sampling gpu: the cluster path draws the one-block path's tokens, all
   std::mt19937_64 rng(std::random_device{}());
   // Odd and tiny vocabularies leave some blocks of a cluster without a segment; 3 and 5 split
   // the segments unevenly; 16 is the non-portable size.
-  for (int64_t vocab : {1, 7, 4097, 32000, 128256, 151936}) {
+  for (int64_t v : {1, 7, 4097, 32000, 128256, 151936}) {
+    const int64_t vocab = sanitizer_vocab(v);
     for (int64_t batch : {1, 3}) {
       Matrix x = random_probs(rng, batch, vocab, 3.0);
       std::vector<Params> ps(5);
@@ -831,7 +841,8 @@ TEST_CASE("sampling gpu: cluster path with weights too small for the fixed-point
   // Rows near 1e-34 (all normal floats) have no fixed-point scale at any level (2^24 / max
   // overflows), so the top-p search bounds bins by counts alone and the cluster merges carry the
   // counts without the mass arrays; the draws must still be the one-block path's and in the set.
-  for (int64_t vocab : {32000, 128256}) {
+  for (int64_t v : {32000, 128256}) {
+    const int64_t vocab = sanitizer_vocab(v);
     const Matrix base = random_probs(rng, 3, vocab, 0.5);
     Matrix x =
         make_matrix("fp32", 3, vocab, [&](int64_t r, int64_t i) { return base.at(r, i) * 1e-30; });
@@ -867,7 +878,8 @@ TEST_CASE("sampling gpu: cluster path from logits (fp32, bf16, fp16), per-row pa
   std::normal_distribution<double> nd(0.0, 2.0);
   const int64_t batch = 6;
   for (const char* dt : {"fp32", "bf16", "fp16"}) {
-    for (int64_t vocab : {4099, 128256}) {
+    for (int64_t v : {4099, 128256}) {
+      const int64_t vocab = sanitizer_vocab(v);
       Matrix x = make_matrix(dt, batch, vocab, [&](int64_t, int64_t) { return nd(rng); });
       Params prm;
       prm.top_k_rows = {50, 0, 1, 1000, int(vocab), 20};
@@ -900,13 +912,13 @@ TEST_CASE("sampling gpu: cluster path from logits (fp32, bf16, fp16), per-row pa
 
 TEST_CASE("sampling gpu: cluster path reports the same invalid rows", "[gpu][sampling][cluster]") {
   if (!clusters_supported()) return;
-  const int64_t batch = 5, vocab = 128256;
+  const int64_t batch = 5, vocab = sanitizer_vocab(128256);
   std::mt19937_64 rng(std::random_device{}());
   Matrix ok = random_probs(rng, batch, vocab, 1.0);
   // Row 0 valid, 1 a NaN in the last block's share, 2 negative, 3 all zero, 4 +Inf.
   Matrix x = make_matrix("fp32", batch, vocab, [&](int64_t r, int64_t i) {
     if (r == 1 && i == vocab - 3) return kNaN;
-    if (r == 2 && i == 70000) return -0.5;
+    if (r == 2 && i == std::min<int64_t>(70000, vocab / 2)) return -0.5;
     if (r == 3) return 0.0;
     if (r == 4 && i == 9) return kInf;
     return ok.at(r, i);
@@ -930,12 +942,12 @@ TEST_CASE("sampling gpu: cluster path draws follow the renormalized distribution
   if (!clusters_supported()) return;
   // 24 tokens with weight spread over the whole row (so every block of the cluster holds some),
   // the rest exactly zero; 512 identical rows x 200 offsets.
-  const int64_t vocab = 128256, batch = 512, kTokens = 24;
+  const int64_t vocab = sanitizer_vocab(128256), batch = 512, kTokens = 24;
   std::vector<double> base(vocab, 0.0);
   double s = 0;
   for (int64_t j = 0; j < kTokens; ++j) {
     const double w = 1.0 / (1.0 + j) + (j % 3 == 0 ? 0.05 : 0.0);
-    base[static_cast<size_t>(j * (vocab / kTokens) + 37 * j)] = w;
+    base[static_cast<size_t>(j * (vocab / kTokens) + (37 * j) % (vocab / kTokens))] = w;
     s += w;
   }
   for (double& v : base) v /= s;
@@ -966,7 +978,7 @@ TEST_CASE("sampling gpu: cluster path is deterministic, per-row seeds ignore the
           "[gpu][sampling][cluster]") {
   if (!clusters_supported()) return;
   std::mt19937_64 rng(std::random_device{}());
-  const int64_t batch = 12, vocab = 128256;
+  const int64_t batch = 12, vocab = sanitizer_vocab(128256);
   Matrix x = random_probs(rng, batch, vocab, 0.3);  // flat-ish: repeats by chance are rare
   Params prm;
   prm.top_p = 0.95f;
@@ -995,7 +1007,7 @@ TEST_CASE("sampling gpu: cluster path replays in a captured graph, auto batch 1 
   if (!clusters_supported()) return;
   const auto& drv = kjit::cuda::driver();
   std::mt19937_64 rng(std::random_device{}());
-  const int64_t batch = 2, vocab = 128256;
+  const int64_t batch = 2, vocab = sanitizer_vocab(128256);
   Matrix x = random_probs(rng, batch, vocab, 0.7);
   auto seed_dev = upload_vec(std::vector<uint64_t>{2024});
   auto offset_dev = upload_vec(std::vector<uint64_t>{0});
@@ -1023,7 +1035,8 @@ TEST_CASE("sampling gpu: cluster path replays in a captured graph, auto batch 1 
   };
   const auto single = run_direct(SamplePath::kSingle, 0);
   CHECK(run_direct(SamplePath::kAuto, 0) == single);
-  CHECK(kjit::ops::last_sample_cluster_size() > 1);  // auto splits a batch of 2 on sm_90+
+  // auto splits a batch of 2 on sm_90+ (at the full vocabulary)
+  if (!under_sanitizer()) CHECK(kjit::ops::last_sample_cluster_size() > 1);
   CHECK(run_direct(SamplePath::kCluster, 16) == single);
   long same = 0;
   for (size_t k = 1; k < single.size(); ++k) same += single[k] == single[0];
