@@ -113,9 +113,37 @@ struct GroupMax<T, VEC, true> {
   }
 };
 
+// An element's bits, and the bits a value m (one of the row's elements, as a float) has as a T.
+KJIT_DEVICE KJIT_FORCEINLINE u32 elem_bits(float x) {
+  return __float_as_uint(x);
+}
+KJIT_DEVICE KJIT_FORCEINLINE u32 elem_bits(__nv_bfloat16 x) {
+  return __bfloat16_as_ushort(x);
+}
+KJIT_DEVICE KJIT_FORCEINLINE u32 elem_bits(__half x) {
+  return __half_as_ushort(x);
+}
+KJIT_DEVICE KJIT_FORCEINLINE u32 bits_as(float*, float m) {
+  return __float_as_uint(m);
+}
+KJIT_DEVICE KJIT_FORCEINLINE u32 bits_as(__nv_bfloat16*, float m) {
+  return __float_as_uint(m) >> 16;  // exact: m came from a bf16
+}
+KJIT_DEVICE KJIT_FORCEINLINE u32 bits_as(__half*, float m) {
+  return __half_as_ushort(__float2half_rn(m));  // exact: m came from a half
+}
+
 // The block's best word over row elements [lo, hi): (key << 32) | (2^32 - 1 - index), or 0 when
 // the range is empty. Every thread gets it. lo % VEC == 0 and hi % VEC == 0 (or hi == vocab).
-template <typename T, int VEC, int U>
+//
+// BITS: how a group that beats the thread's best finds its first maximum. false: a float compare
+// per element, with a NaN test and a range test (~9 instructions per element in SASS). true: when
+// the maximum m is neither NaN nor zero, compare bits (~2 per element): a T that is not NaN and
+// not +-0 equals m exactly when its bits do; no element is NaN (max.NaN would have returned NaN);
+// and no range test is needed, since an out-of-range vector holds a copy of vector 0, so any
+// match in it also matches at a lower index in vector 0, which the downward scan picks last.
+// NaN and zero maxima (the -0 / +0 tie) take the float compare.
+template <typename T, int VEC, int U, bool BITS = false>
 KJIT_DEVICE KJIT_FORCEINLINE u64 block_argmax_word(const T* row, int lo, int hi, u64* s_red) {
   constexpr int kSeg = 32 * VEC * U;
   const int lane = int(threadIdx.x) & 31;
@@ -140,13 +168,24 @@ KJIT_DEVICE KJIT_FORCEINLINE u64 block_argmax_word(const T* row, int lo, int hi,
     const u32 key = m != m ? 0xffffffffu : signed_key(m);
     if (key > best_key) {
       int idx = base;
+      if (BITS && m == m && m != 0.0f) {
+        const u32 mb = bits_as(static_cast<T*>(nullptr), m);
 #pragma unroll
-      for (int u = U - 1; u >= 0; --u) {
+        for (int u = U - 1; u >= 0; --u) {
 #pragma unroll
-        for (int e = VEC - 1; e >= 0; --e) {
-          const int i = base + u * 32 * VEC + e;
-          const float x = to_float(v[u][e]);
-          if (i < hi && (x == m || x != x)) idx = i;
+          for (int e = VEC - 1; e >= 0; --e) {
+            if (elem_bits(v[u][e]) == mb) idx = base + u * 32 * VEC + e;
+          }
+        }
+      } else {
+#pragma unroll
+        for (int u = U - 1; u >= 0; --u) {
+#pragma unroll
+          for (int e = VEC - 1; e >= 0; --e) {
+            const int i = base + u * 32 * VEC + e;
+            const float x = to_float(v[u][e]);
+            if (i < hi && (x == m || x != x)) idx = i;
+          }
         }
       }
       best_key = key;
@@ -179,14 +218,14 @@ KJIT_DEVICE KJIT_FORCEINLINE void store_index(const ArgmaxParams& p, i64 r, u64 
 // VEC == 0 and rows aligned to VEC * sizeof(T) bytes; vocab < 2^31. The input is read with
 // streaming loads, so nothing may write it during the launch (the host rejects overlap).
 // clang-format off
-template <typename T, int VEC, int U>
+template <typename T, int VEC, int U, bool BITS = false>
 __global__ void __launch_bounds__(1024, detail::min_blocks(int(sizeof(T)) * VEC * U))
 argmax_kernel(const __grid_constant__ ArgmaxParams p) {
   // clang-format on
   __shared__ u64 s_red[32];
   const i64 r = blockIdx.x;
   const T* row = static_cast<const T*>(p.input) + r * p.in_stride;
-  const u64 best = detail::block_argmax_word<T, VEC, U>(row, 0, p.vocab, s_red);
+  const u64 best = detail::block_argmax_word<T, VEC, U, BITS>(row, 0, p.vocab, s_red);
   if (threadIdx.x == 0) detail::store_index(p, r, best);
 }
 
@@ -195,7 +234,7 @@ argmax_kernel(const __grid_constant__ ArgmaxParams p) {
 // alignment as argmax_kernel. Block k of a row scans the k-th of C contiguous parts of it (each a
 // multiple of VEC long), so its loads stay 16-byte vectors.
 // clang-format off
-template <typename T, int VEC, int U, int C>
+template <typename T, int VEC, int U, int C, bool BITS = false>
 __global__ void __cluster_dims__(C, 1, 1)
 __launch_bounds__(1024, detail::min_blocks(int(sizeof(T)) * VEC * U))
 argmax_cluster_kernel(const __grid_constant__ ArgmaxParams p) {
@@ -222,7 +261,7 @@ argmax_cluster_kernel(const __grid_constant__ ArgmaxParams p) {
   const int part = ((p.vocab + C - 1) / C + VEC - 1) / VEC * VEC;
   const int lo = min(p.vocab, int(cta_rank()) * part);
   const int hi = min(p.vocab, lo + part);
-  const u64 best = detail::block_argmax_word<T, VEC, U>(row, lo, hi, s_red);
+  const u64 best = detail::block_argmax_word<T, VEC, U, BITS>(row, lo, hi, s_red);
   asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
   const u32 rank = cta_rank();
   const i64 r = cluster_id();

@@ -51,6 +51,7 @@ jit::Params row_params(const RowConfig& c) {
                   {"vec", std::to_string(c.vec)},
                   {"unroll", std::to_string(c.unroll)}};
   if (c.cluster > 1) out.push_back({"cluster", std::to_string(c.cluster)});
+  if (c.search != 0) out.push_back({"search", "bits"});
   return out;
 }
 
@@ -67,19 +68,22 @@ jit::Spec row_spec(const char* op, const char* include, const char* kernel, cons
       "constexpr int kVec = {};\n"
       "constexpr int kUnroll = {};\n"
       "constexpr int kCluster = {};\n"
+      "constexpr bool kBits = {};\n"
       "}}  // namespace kjit_spec\n",
-      device_type_name(c.dtype), c.vec, c.unroll, c.cluster);
+      device_type_name(c.dtype), c.vec, c.unroll, c.cluster, c.search != 0 ? "true" : "false");
+  // Only argmax has the search variant; its default keeps the kernels' names (and cache entries).
+  const std::string bits = c.search != 0 ? ", kjit_spec::kBits" : "";
   if (c.cluster > 1) {
     // Only argmax has a cluster launch (thread-block clusters are sm_90+).
     s.entry_names = {fmt::format(
         "kjit::sampling::{}_cluster_kernel<kjit_spec::T, kjit_spec::kVec, kjit_spec::kUnroll, "
-        "kjit_spec::kCluster>",
-        std::string(kernel).substr(0, std::string(kernel).rfind("_kernel")))};
+        "kjit_spec::kCluster{}>",
+        std::string(kernel).substr(0, std::string(kernel).rfind("_kernel")), bits)};
     s.arch_families = {"sm_90+"};
     return s;
   }
-  s.entry_names = {
-      fmt::format("kjit::sampling::{}<kjit_spec::T, kjit_spec::kVec, kjit_spec::kUnroll>", kernel)};
+  s.entry_names = {fmt::format(
+      "kjit::sampling::{}<kjit_spec::T, kjit_spec::kVec, kjit_spec::kUnroll{}>", kernel, bits)};
   s.arch_families = {"sm_80+"};
   return s;
 }
@@ -366,6 +370,7 @@ std::atomic<int> g_argmax_path{0};
 std::atomic<int> g_argmax_cluster{0};
 std::atomic<int> g_argmax_threads{0};
 std::atomic<int> g_argmax_unroll{0};
+std::atomic<int> g_argmax_search{0};
 
 // Block slots per SM the argmax kernels are sized for: __launch_bounds__(1024, 2) holds them to
 // 32 registers, so 2048 threads (four 512-thread blocks) fit on an SM.
@@ -385,6 +390,14 @@ void force_argmax_path(ArgmaxPath path, int cluster) {
   g_argmax_cluster.store(cluster);
 }
 
+void force_argmax_search(int search) {
+  if (search != 0 && search != 1) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "argmax: search must be 0 (float) or 1 (bits), not {}",
+         search);
+  }
+  g_argmax_search.store(search);
+}
+
 void force_argmax_shape(int threads, int unroll) {
   if (threads < 0 || threads > 1024 || threads % 32 != 0) {
     fail(KJIT_ERROR_INVALID_ARGUMENT,
@@ -402,6 +415,7 @@ ArgmaxPlan plan_argmax(DType dtype, int64_t batch, int64_t vocab, bool vec_ok, i
   ArgmaxPlan p;
   p.cfg = select_argmax(dtype, vocab, vec_ok);
   if (const int u = g_argmax_unroll.load(); u > 0) p.cfg.unroll = u;
+  p.cfg.search = g_argmax_search.load();
   p.cfg.cluster = argmax_cluster_size(ArgmaxPath::kAuto, 0, batch, vocab, sm_count, cc_major);
   const int64_t part =
       ((vocab + p.cfg.cluster - 1) / p.cfg.cluster + p.cfg.vec - 1) / p.cfg.vec * p.cfg.vec;
@@ -466,6 +480,11 @@ OpDef argmax_op_def() {
                     {"1", "2", "4", "8"},
                     false,
                     "vector loads in flight per lane (default: the plan's)"});
+  d.axes.push_back({"search",
+                    {"float", "bits"},
+                    false,
+                    "how a load group's first maximum is found (default float; bits compares "
+                    "element bits where the maximum is neither NaN nor zero)"});
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
     const DType dtype = float_dtype_arg(args.at("dtype"));
@@ -474,6 +493,7 @@ OpDef argmax_op_def() {
     RowConfig c = select_argmax(dtype, vocab, vec_ok_arg(args, dtype, vocab));
     if (args.count("cluster")) c.cluster = static_cast<int>(positive_int_arg(args, "cluster", 8));
     if (args.count("unroll")) c.unroll = static_cast<int>(positive_int_arg(args, "unroll", 8));
+    if (args.count("search")) c.search = args.at("search") == "bits" ? 1 : 0;
     return argmax_spec(c);
   };
   d.catalog = [] {
@@ -490,6 +510,8 @@ OpDef argmax_op_def() {
       for (const char* c : {"8", "4", "2"}) {
         out.push_back({{"dtype", dt}, {"align", "16"}, {"cluster", c}});
       }
+      // The bit-compare search at the B64 shape (round 12 measures it against the default).
+      out.push_back({{"dtype", dt}, {"align", "16"}, {"cluster", "8"}, {"search", "bits"}});
     }
     return out;
   };

@@ -71,13 +71,15 @@ Matrix make_matrix(const std::string& dtype, int64_t batch, int64_t vocab, Gen g
 // One forced path and shape for the scope; back to the plan's afterwards, even when a check
 // throws.
 struct ForcedPath {
-  ForcedPath(ops::ArgmaxPath p, int cluster, int threads = 0, int unroll = 0) {
+  ForcedPath(ops::ArgmaxPath p, int cluster, int threads = 0, int unroll = 0, int search = 0) {
     ops::force_argmax_path(p, cluster);
     ops::force_argmax_shape(threads, unroll);
+    ops::force_argmax_search(search);
   }
   ~ForcedPath() {
     ops::force_argmax_path(ops::ArgmaxPath::kAuto);
     ops::force_argmax_shape(0, 0);
+    ops::force_argmax_search(0);
   }
   ForcedPath(const ForcedPath&) = delete;
   ForcedPath& operator=(const ForcedPath&) = delete;
@@ -88,12 +90,14 @@ struct Path {
   int cluster;      // blocks per row when forced; 0 for the heuristic
   int threads = 0;  // forced block size (kjit-cli bench --set threads=N); 0: the plan's
   int unroll = 0;   // forced loads per lane (--set unroll=N); 0: the plan's
+  int search = 0;   // 1: the bit-compare search (--set search=bits)
   std::string name() const {
     std::string n = path == ops::ArgmaxPath::kBlock     ? "block"
                     : path == ops::ArgmaxPath::kCluster ? "cluster " + std::to_string(cluster)
                                                         : "auto";
     if (threads) n += " threads " + std::to_string(threads);
     if (unroll) n += " unroll " + std::to_string(unroll);
+    if (search) n += " search bits";
     return n;
   }
 };
@@ -118,6 +122,15 @@ std::vector<Path> paths() {
     out.push_back({ops::ArgmaxPath::kCluster, 4, 1024, 8});
     out.push_back({ops::ArgmaxPath::kCluster, 2, 96, 1});
   }
+  // The bit-compare search on the same launch shapes: one block, three warps (out-of-range
+  // vectors in the last group), the plan's, and clusters with narrow and wide groups.
+  out.push_back({ops::ArgmaxPath::kBlock, 0, 0, 0, 1});
+  out.push_back({ops::ArgmaxPath::kBlock, 0, 96, 0, 1});
+  out.push_back({ops::ArgmaxPath::kAuto, 0, 0, 0, 1});
+  if (has_clusters()) {
+    out.push_back({ops::ArgmaxPath::kCluster, 8, 256, 0, 1});
+    out.push_back({ops::ArgmaxPath::kCluster, 2, 96, 1, 1});
+  }
   return out;
 }
 
@@ -133,7 +146,7 @@ void check_all_rows(Matrix& x, const Path& p, const std::string& what) {
     out.fill(0xFF);
     auto out_t = make_tensor(out.get(), {x.batch}, dl_dtype(ot));
     {
-      ForcedPath forced(p.path, p.cluster, p.threads, p.unroll);
+      ForcedPath forced(p.path, p.cluster, p.threads, p.unroll, p.search);
       REQUIRE(kjit_argmax(x.t.get(), out_t.get(), nullptr) == KJIT_SUCCESS);
     }
     device_synchronize();
@@ -173,7 +186,8 @@ TEST_CASE("argmax gpu: every path is torch.argmax on odd sizes, ties, NaN and -i
                 case 4: return kNaN;                           // all NaN: 0
                 case 5: return static_cast<double>(i % 2048);  // ascending runs
                 case 6: return i == vocab - 1 ? kInf : q(rng) / 8.0;
-                default: return q(rng) / 8.0;  // many ties among maxima
+                case 7: return i == 3 ? -0.0 : i % 5 == 4 ? 0.0 : -1.0;  // -0 ties +0: 3
+                default: return q(rng) / 8.0;                            // many ties among maxima
               }
             },
             misaligned);

@@ -5,6 +5,8 @@
 #include <string>
 
 #include "kjit/kjit.h"
+#include "jit/spec.hpp"
+#include "ops/registry.hpp"
 #include "ops/sampling.hpp"
 #include "util/error.hpp"
 
@@ -135,4 +137,37 @@ TEST_CASE("argmax: the cluster spec is its own sm_90+ kernel, one block per row 
         "kjit_spec::kUnroll, kjit_spec::kCluster>");
   CHECK(cl.arch_families == std::vector<std::string>{"sm_90+"});
   CHECK(cl.config.find("constexpr int kCluster = 8;") != std::string::npos);
+}
+
+TEST_CASE("argmax: the bit-compare search variant is named, forced and refused when unknown",
+          "[argmax]") {
+  using ops::DType;
+  auto p = ops::plan_argmax(DType::kBF16, 64, 128256, true, 132, 9);
+  CHECK(p.cfg.search == 0);  // the default: the float compare, the round-8 URI
+  CHECK(ops::argmax_uri(p.cfg) == "argmax_dtype_bf16_vec_8_unroll_4_cluster_8");
+  ops::force_argmax_search(1);
+  p = ops::plan_argmax(DType::kBF16, 64, 128256, true, 132, 9);
+  ops::force_argmax_search(0);
+  CHECK(p.cfg.search == 1);
+  CHECK(ops::argmax_uri(p.cfg) == "argmax_dtype_bf16_vec_8_unroll_4_cluster_8_search_bits");
+  const kjit::jit::Spec s = ops::argmax_spec(p.cfg);
+  REQUIRE(s.entry_names.size() == 1);
+  CHECK(s.entry_names[0].find("kjit_spec::kCluster, kjit_spec::kBits>") != std::string::npos);
+  CHECK(s.config.find("constexpr bool kBits = true;") != std::string::npos);
+  p.cfg.cluster = 1;
+  CHECK(ops::argmax_spec(p.cfg).entry_names[0].find("kjit_spec::kUnroll, kjit_spec::kBits>") !=
+        std::string::npos);
+  CHECK(ops::plan_argmax(DType::kBF16, 64, 128256, true, 132, 9).cfg.search == 0);
+  try {
+    ops::force_argmax_search(2);
+    FAIL("search 2 was accepted");
+  } catch (const kjit::Error& e) {
+    CHECK(e.status() == KJIT_ERROR_INVALID_ARGUMENT);
+  }
+  // The op definition takes search=bits and refuses other values.
+  const ops::OpDef* d = ops::find_op("argmax");
+  REQUIRE(d != nullptr);
+  CHECK(d->make_spec({{"dtype", "fp32"}, {"search", "bits"}}).uri ==
+        "argmax_dtype_fp32_vec_4_unroll_4_search_bits");
+  CHECK_THROWS(d->make_spec({{"dtype", "fp32"}, {"search", "fast"}}));
 }

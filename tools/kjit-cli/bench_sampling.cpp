@@ -300,16 +300,21 @@ int bench_argmax(const ops::SetArgs& args, const BenchOptions& opts) {
       args.count("threads") ? static_cast<int>(ops::positive_int_arg(args, "threads", 1024)) : 0;
   const int unroll =
       args.count("unroll") ? static_cast<int>(ops::positive_int_arg(args, "unroll", 8)) : 0;
+  // search=float|bits: how a load group's first maximum is found (argmax.cuh BITS).
+  const std::string search = args.count("search") ? args.at("search") : "float";
+  if (search != "float" && search != "bits") throw UsageError("search must be float or bits");
   struct PathGuard {
-    PathGuard(ops::ArgmaxPath p, int c, int t, int u) {
+    PathGuard(ops::ArgmaxPath p, int c, int t, int u, int s) {
       ops::force_argmax_shape(t, u);  // first: it throws on a bad value, with nothing forced yet
       ops::force_argmax_path(p, c);
+      ops::force_argmax_search(s);
     }
     ~PathGuard() {
       ops::force_argmax_path(ops::ArgmaxPath::kAuto);
       ops::force_argmax_shape(0, 0);
+      ops::force_argmax_search(0);
     }
-  } guard(ap, cluster, threads, unroll);
+  } guard(ap, cluster, threads, unroll, search == "bits" ? 1 : 0);
   const cuda::DeviceInfo& info = cuda::device_info(0);
   const ops::ArgmaxPlan plan = ops::plan_argmax(
       dt, batch, vocab, vocab % static_cast<int64_t>(16 / es) == 0, info.sm_count, info.major);
@@ -318,8 +323,9 @@ int bench_argmax(const ops::SetArgs& args, const BenchOptions& opts) {
   c.uri = ops::argmax_uri(plan.cfg);
   c.dtype = dtype;
   c.shape = {{"batch", batch}, {"vocab", vocab}, {"threads", plan.threads}};
-  c.label = fmt::format("argmax {} batch={} vocab={} blocks/row={} threads={} unroll={}", dtype,
-                        batch, vocab, plan.cfg.cluster, plan.threads, plan.cfg.unroll);
+  c.label = fmt::format("argmax {} batch={} vocab={} blocks/row={} threads={} unroll={}{}", dtype,
+                        batch, vocab, plan.cfg.cluster, plan.threads, plan.cfg.unroll,
+                        plan.cfg.search != 0 ? " search=bits" : "");
   c.launch = [&] {
     kjit_status st = kjit_argmax(xt.get(), ot.get(), nullptr);
     if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
@@ -411,8 +417,8 @@ void add_sampling_benches(std::vector<BenchEntry>& out) {
                  {"dtype", "batch", "vocab"},
                  bench_argmax,
                  "dtype, batch, vocab, optional path (auto|block|cluster) and cluster (2|4|8), "
-                 "threads (32..1024), unroll (1|2|4|8); then a read-only probe of the same "
-                 "bytes"});
+                 "threads (32..1024), unroll (1|2|4|8), search (float|bits); then a read-only "
+                 "probe of the same bytes"});
   out.push_back({"softmax",
                  {"dtype", "batch", "vocab"},
                  bench_softmax,
