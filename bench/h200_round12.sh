@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Round 12 on the H200, one call under a hard clock (DEADLINE seconds, default 540). First, alone
+# on the GPU: the argmax rows with and without search=bits (each with its read probe), decode
+# B1 x L8192 at 32 and 16 splits, then ncu with source lines (KJIT_JIT_LINEINFO=1) on the decode
+# split kernel and RoPE at 64 tokens. Then the [argmax] GPU tests (they run the bits variant on
+# every dtype, size and alignment) beside compute-sanitizer racecheck of the cases no earlier
+# round finished, one process per case, with KJIT_TEST_UNDER_SANITIZER=1 (two offsets per draw
+# loop, vocabularies capped at 16384). Builds nothing: run from the repo root with build-h200
+# carried; KJIT_COMMIT names the commit the binaries were built from.
+set -uo pipefail
+source "$(dirname "$0")/h200_lib.sh"
+T=$B/tests/kjit_gpu_tests
+NCU=${NCU:-/usr/local/cuda/bin/ncu}
+t0=$(date +%s)
+left() { echo $(( ${DEADLINE:-540} - ($(date +%s) - t0) )); }
+{
+  header
+  stamp "argmax (V 128256): the plan's search, then search=bits"
+  for v in "fp32 64" "bf16 64" "bf16 256" "fp32 256" "bf16 8" "fp32 1"; do
+    set -- $v
+    bench argmax --set vocab=128256 --set dtype=$1 --set batch=$2
+    bench argmax --set vocab=128256 --set dtype=$1 --set batch=$2 --set search=bits
+  done
+  stamp "decode B1 x L8192 at 32 and 16 splits"
+  A="decode_attention --set dtype=bf16 --set qo_heads=32 --set kv_heads=8 --set head_dim=128 --set page_size=16 --set batch=1 --set kv_len=8192"
+  bench $A
+  bench $A --set num_splits=16
+  stamp "ncu with source lines"
+  for c in "decode|$A" "rope|rope --set dtype=bf16 --set qo_heads=32 --set kv_heads=8 --set head_dim=128 --set tokens=64 --hot-l2"; do
+    re=${c%%|*}
+    echo "==== $re" >> "$OUT/ncu.log"
+    KJIT_JIT_LINEINFO=1 KJIT_CACHE_DIR=/tmp/kjit-ncu timeout 60 "$NCU" --clock-control none \
+      -k "regex:$re" --launch-skip 2 --launch-count 1 --section WarpStateStats \
+      --section SourceCounters --section SpeedOfLight --section LaunchStats \
+      "$CLI" bench ${c#*|} --timer events --warmup 2 --iters 3 >> "$OUT/ncu.log" 2>&1
+    echo "ncu $re rc $?"
+  done
+  stamp "racecheck (background, until the deadline) beside the [argmax] GPU tests"
+  mkdir -p /tmp/rc
+  cat > /tmp/rc/cases <<'CASES'
+sampling gpu: cluster path draws follow the renormalized distribution
+sampling gpu: cluster path from logits (fp32, bf16, fp16), per-row parameters
+sampling gpu: cluster path is deterministic, per-row seeds ignore the position
+sampling gpu: cluster path replays in a captured graph, auto batch 1 matches
+sampling gpu: cluster path reports the same invalid rows
+sampling gpu: cluster path with weights too small for the fixed-point mass
+sampling gpu: every draw is in the reference set, odd vocabularies included
+sampling gpu: logits (fp32, bf16, fp16) with temperature, top-k and top-p
+sampling gpu: the cluster path draws the one-block path's tokens, all in the set
+decode gpu: lookup forms, joint tiles and the dependent merge launch
+decode gpu: dependent merge launch under graph replay
+CASES
+  one() {
+    local i=$1 name spec t1
+    name=$(sed -n "${i}p" /tmp/rc/cases)
+    spec=$(printf '%s' "$name" | sed -e 's/\\/\\\\/g' -e 's/,/\\,/g' -e 's/\[/\\[/g')
+    t1=$(date +%s)
+    KJIT_TEST_UNDER_SANITIZER=1 KJIT_CACHE_DIR=/tmp/rc/cache$i $CS --tool racecheck \
+      --error-exitcode 9 --print-limit 20 "$T" "$spec" > /tmp/rc/log$i 2>&1
+    echo "rc $? | $(( $(date +%s) - t1 )) s | $name | $(grep -E 'RACECHECK SUMMARY' /tmp/rc/log$i | tr -d '=')" >> /tmp/rc/summary
+  }
+  export -f one
+  export T CS
+  n=$(wc -l < /tmp/rc/cases)
+  setsid bash -c "seq 1 $n | xargs -P $n -I{} bash -c 'one {}'" &
+  rcpid=$!
+  KJIT_CACHE_DIR=/tmp/kjit-test-argmax timeout "$(( $(left) - 30 ))" "$T" "[gpu][argmax]" \
+    --durations yes > "$OUT/gpu_tests_argmax.log" 2>&1
+  echo "argmax tests rc $?"; tail -3 "$OUT/gpu_tests_argmax.log"
+  while kill -0 $rcpid 2>/dev/null && [ "$(left)" -gt 10 ]; do sleep 5; done
+  kill -- -$rcpid 2>/dev/null; sleep 2; pkill -f compute-sanitizer
+  sort -t'|' -k3 /tmp/rc/summary > "$OUT/racecheck.log" 2>/dev/null
+  for i in $(seq 1 "$n"); do
+    if ! grep -q '0 hazards displayed (0 errors, 0 warnings)' "/tmp/rc/log$i" 2>/dev/null; then
+      echo "==== case $i: $(sed -n "${i}p" /tmp/rc/cases) (unfinished or hazards)" >> "$OUT/racecheck.log"
+      grep -E 'Race|hazard|Error|passed|failed' "/tmp/rc/log$i" | tail -8 >> "$OUT/racecheck.log"
+    fi
+  done
+  grep '^rc ' "$OUT/racecheck.log"
+  stamp "done after $(( $(date +%s) - t0 )) s"
+} 2>&1 | tee "$OUT/run.log"
