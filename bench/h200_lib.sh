@@ -21,3 +21,29 @@ header() {
   echo "commit ${KJIT_COMMIT:-unknown}"
   nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 }
+# rc_case I [SECONDS]: compute-sanitizer racecheck of test case I (a line number of /tmp/rc/cases)
+# in its own process and kernel cache, with KJIT_TEST_UNDER_SANITIZER=1 (sampling tests: two
+# offsets per draw loop, vocabularies capped at 16384), under an optional time box (0: none).
+# Appends "rc RC | SECS s | NAME | SUMMARY" to /tmp/rc/summary. Needs T and CS exported, and
+# `export -f rc_case` to run under xargs.
+rc_case() {
+  local i=$1 secs=${2:-0} name spec t1
+  name=$(sed -n "${i}p" /tmp/rc/cases)
+  # A case name is a Catch2 spec once backslashes, commas and brackets are escaped.
+  spec=$(printf '%s' "$name" | sed -e 's/\\/\\\\/g' -e 's/,/\\,/g' -e 's/\[/\\[/g')
+  t1=$(date +%s)
+  KJIT_TEST_UNDER_SANITIZER=1 KJIT_CACHE_DIR=/tmp/rc/cache$i timeout "$secs" "$CS" \
+    --tool racecheck --error-exitcode 9 --print-limit 20 "$T" "$spec" > /tmp/rc/log$i 2>&1
+  echo "rc $? | $(($(date +%s) - t1)) s | $name | $(grep -E 'RACECHECK SUMMARY' /tmp/rc/log$i | tr -d '=')" >> /tmp/rc/summary
+}
+# rc_report: /tmp/rc/summary sorted by case name into $OUT/racecheck.log, then the tail of every
+# log that did not end clean (unfinished, or hazards); prints the summary lines.
+rc_report() {
+  sort -t'|' -k3 /tmp/rc/summary > "$OUT/racecheck.log" 2>/dev/null
+  for f in /tmp/rc/log*; do
+    if ! grep -q '0 hazards displayed (0 errors, 0 warnings)' "$f"; then
+      { echo "==== $f (unfinished or hazards)"; tail -25 "$f"; } >> "$OUT/racecheck.log"
+    fi
+  done
+  grep '^rc ' "$OUT/racecheck.log"
+}

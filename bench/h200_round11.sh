@@ -40,32 +40,17 @@ if [ "$part" = a ]; then {
   "$T" --list-test-names-only "[gpu]" | grep -v '^$' | grep -v 'matching test case' |
     sort -u > /tmp/rc/cases
   echo "$(wc -l < /tmp/rc/cases) cases"
-  one() {
-    local i=$1 name spec t0
-    name=$(sed -n "${i}p" /tmp/rc/cases)
-    spec=$(printf '%s' "$name" | sed -e 's/\\/\\\\/g' -e 's/,/\\,/g' -e 's/\[/\\[/g')
-    t0=$(date +%s)
-    KJIT_TEST_UNDER_SANITIZER=1 KJIT_CACHE_DIR=/tmp/rc/cache$i timeout "${CASE_SECS:-420}" $CS \
-      --tool racecheck --error-exitcode 9 --print-limit 20 "$T" "$spec" > /tmp/rc/log$i 2>&1
-    echo "rc $? | $(( $(date +%s) - t0 )) s | $name | $(grep -E 'RACECHECK SUMMARY' /tmp/rc/log$i | tr -d '=')" >> /tmp/rc/summary
-  }
-  export -f one
-  export T CS CASE_SECS
-  seq 1 "$(wc -l < /tmp/rc/cases)" | xargs -P "${RC_JOBS:-8}" -I{} bash -c 'one {}' &
+  export -f rc_case
+  export T CS
+  seq 1 "$(wc -l < /tmp/rc/cases)" | xargs -P "${RC_JOBS:-8}" -I{} bash -c "rc_case {} ${CASE_SECS:-420}" &
   rcpid=$!
   stamp "GPU tests: the whole suite"
   tests gpu_tests.log "${SUITE_SECS:-400}" "$T" "[gpu]"
   stamp "waiting for racecheck"
   ( sleep "${RC_WAIT:-40}"; pkill -f compute-sanitizer ) &
   wait $rcpid
-  sort -t'|' -k3 /tmp/rc/summary > "$OUT/racecheck.log"
-  for f in /tmp/rc/log*; do
-    if ! grep -q '0 hazards displayed (0 errors, 0 warnings)' "$f"; then
-      echo "==== $f" >> "$OUT/racecheck.log"; tail -40 "$f" >> "$OUT/racecheck.log"
-    fi
-  done
+  rc_report | grep -v '^rc 0 ' | head -30
   echo "racecheck: $(grep -c '^rc 0 ' "$OUT/racecheck.log") of $(wc -l < /tmp/rc/cases) cases rc 0"
-  grep '^rc ' "$OUT/racecheck.log" | grep -v '^rc 0 ' | head -30
   stamp "done"
 } 2>&1 | tee "$OUT/run.log"; else {
   # Part b, one call under a hard clock: the sweeps alone on the GPU first, then the whole suite
@@ -116,15 +101,6 @@ sampling gpu: every draw is in the reference set, odd vocabularies included
 sampling gpu: logits (fp32, bf16, fp16) with temperature, top-k and top-p
 sampling gpu: the cluster path draws the one-block path's tokens, all in the set
 CASES
-  one() {
-    local i=$1 name spec t1
-    name=$(sed -n "${i}p" /tmp/rc/cases)
-    spec=$(printf '%s' "$name" | sed -e 's/\\/\\\\/g' -e 's/,/\\,/g' -e 's/\[/\\[/g')
-    t1=$(date +%s)
-    KJIT_TEST_UNDER_SANITIZER=1 KJIT_CACHE_DIR=/tmp/rc/cache$i $CS --tool racecheck \
-      --error-exitcode 9 --print-limit 20 "$T" "$spec" > /tmp/rc/log$i 2>&1
-    echo "rc $? | $(( $(date +%s) - t1 )) s | $name | $(grep -E 'RACECHECK SUMMARY' /tmp/rc/log$i | tr -d '=')" >> /tmp/rc/summary
-  }
   # One launch of each cluster sampling kernel through the bench (its first call), under racecheck.
   rcbench() {
     local i=$1
@@ -134,11 +110,11 @@ CASES
       "$CLI" bench "$@" --no-check --warmup 0 --iters 2 --timer events > /tmp/rc/log$i 2>&1
     echo "rc $? | $(( $(date +%s) - t1 )) s | bench $* | $(grep -E 'RACECHECK SUMMARY' /tmp/rc/log$i | tr -d '=')" >> /tmp/rc/summary
   }
-  export -f one rcbench
+  export -f rc_case rcbench
   export T CS CLI
   stamp "racecheck: 10 test cases and 3 bench launches, 8 at a time (setsid: killed at the deadline)"
   setsid bash -c '
-    { seq 1 10 | sed "s/^/one /"
+    { seq 1 10 | sed "s/^/rc_case /"
       echo "rcbench 11 top_p_sampling --set vocab=128256 --set batch=1 --set path=cluster --set cluster=8"
       echo "rcbench 12 top_k_top_p_sampling --set dtype=bf16 --set vocab=128256 --set batch=1 --set path=cluster --set cluster=16"
       echo "rcbench 13 top_p_sampling --set vocab=128256 --set batch=4 --set path=cluster --set cluster=4"
@@ -160,12 +136,6 @@ CASES
   stamp "suite done after $(( $(date +%s) - t0 )) s; racecheck until the deadline"
   while kill -0 $rcpid 2>/dev/null && [ $(( $(date +%s) - t0 )) -lt "${DEADLINE:-540}" ]; do sleep 5; done
   kill -- -$rcpid 2>/dev/null; sleep 2; pkill -f compute-sanitizer
-  sort -t'|' -k3 /tmp/rc/summary > "$OUT/racecheck.log" 2>/dev/null
-  for f in /tmp/rc/log*; do
-    if ! grep -q '0 hazards displayed (0 errors, 0 warnings)' "$f"; then
-      echo "==== $f (unfinished or hazards)" >> "$OUT/racecheck.log"; tail -25 "$f" >> "$OUT/racecheck.log"
-    fi
-  done
-  cat "$OUT/racecheck.log" | grep '^rc '
+  rc_report
   stamp "done after $(( $(date +%s) - t0 )) s"
 } 2>&1 | tee "$OUT/run_b.log"; fi

@@ -50,32 +50,16 @@ sampling gpu: the cluster path draws the one-block path's tokens, all in the set
 decode gpu: lookup forms, joint tiles and the dependent merge launch
 decode gpu: dependent merge launch under graph replay
 CASES
-  one() {
-    local i=$1 name spec t1
-    name=$(sed -n "${i}p" /tmp/rc/cases)
-    spec=$(printf '%s' "$name" | sed -e 's/\\/\\\\/g' -e 's/,/\\,/g' -e 's/\[/\\[/g')
-    t1=$(date +%s)
-    KJIT_TEST_UNDER_SANITIZER=1 KJIT_CACHE_DIR=/tmp/rc/cache$i $CS --tool racecheck \
-      --error-exitcode 9 --print-limit 20 "$T" "$spec" > /tmp/rc/log$i 2>&1
-    echo "rc $? | $(( $(date +%s) - t1 )) s | $name | $(grep -E 'RACECHECK SUMMARY' /tmp/rc/log$i | tr -d '=')" >> /tmp/rc/summary
-  }
-  export -f one
+  export -f rc_case
   export T CS
   n=$(wc -l < /tmp/rc/cases)
-  setsid bash -c "seq 1 $n | xargs -P $n -I{} bash -c 'one {}'" &
+  setsid bash -c "seq 1 $n | xargs -P $n -I{} bash -c 'rc_case {}'" &
   rcpid=$!
   KJIT_CACHE_DIR=/tmp/kjit-test-argmax timeout "$(( $(left) - 30 ))" "$T" "[gpu][argmax]" \
     --durations yes > "$OUT/gpu_tests_argmax.log" 2>&1
   echo "argmax tests rc $?"; tail -3 "$OUT/gpu_tests_argmax.log"
   while kill -0 $rcpid 2>/dev/null && [ "$(left)" -gt 10 ]; do sleep 5; done
   kill -- -$rcpid 2>/dev/null; sleep 2; pkill -f compute-sanitizer
-  sort -t'|' -k3 /tmp/rc/summary > "$OUT/racecheck.log" 2>/dev/null
-  for i in $(seq 1 "$n"); do
-    if ! grep -q '0 hazards displayed (0 errors, 0 warnings)' "/tmp/rc/log$i" 2>/dev/null; then
-      echo "==== case $i: $(sed -n "${i}p" /tmp/rc/cases) (unfinished or hazards)" >> "$OUT/racecheck.log"
-      grep -E 'Race|hazard|Error|passed|failed' "/tmp/rc/log$i" | tail -8 >> "$OUT/racecheck.log"
-    fi
-  done
-  grep '^rc ' "$OUT/racecheck.log"
+  rc_report
   stamp "done after $(( $(date +%s) - t0 )) s"
 } 2>&1 | tee "$OUT/run.log"
