@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Round 12 on the H200, one call under a hard clock (DEADLINE seconds, default 540). First, alone
 # on the GPU: the argmax rows with and without search=bits (each with its read probe), decode
-# B1 x L8192 at 32 and 16 splits, then ncu with source lines (KJIT_JIT_LINEINFO=1) on the decode
-# split kernel and RoPE at 64 tokens. Then the [argmax] GPU tests (they run the bits variant on
-# every dtype, size and alignment) beside compute-sanitizer racecheck of the cases no earlier
-# round finished, one process per case, with KJIT_TEST_UNDER_SANITIZER=1 (two offsets per draw
-# loop, vocabularies capped at 16384). Builds nothing: run from the repo root with build-h200
+# B1 x L8192 at 32 and 16 splits, the decode-size elementwise ops back to back with and without
+# KJIT_PDL=1, then ncu with source lines (KJIT_JIT_LINEINFO=1) on the decode split kernel and
+# RoPE at 64 tokens. Then the GPU tests of the changed kernels (argmax; every elementwise kernel
+# and the [pdl] chain) beside compute-sanitizer racecheck of the cases no earlier round
+# finished, one process per case, with KJIT_TEST_UNDER_SANITIZER=1 (two offsets per draw loop,
+# vocabularies capped at 16384). Builds nothing: run from the repo root with build-h200
 # carried; KJIT_COMMIT names the commit the binaries were built from.
 set -uo pipefail
 source "$(dirname "$0")/h200_lib.sh"
@@ -25,6 +26,23 @@ left() { echo $(( ${DEADLINE:-540} - ($(date +%s) - t0) )); }
   A="decode_attention --set dtype=bf16 --set qo_heads=32 --set kv_heads=8 --set head_dim=128 --set page_size=16 --set batch=1 --set kv_len=8192"
   bench $A
   bench $A --set num_splits=16
+  stamp "decode-size elementwise back to back (events-batched, hot L2): plain, then KJIT_PDL=1"
+  R="rope --set dtype=bf16 --set qo_heads=32 --set kv_heads=8 --set head_dim=128"
+  for pdl in 0 1; do
+    export KJIT_PDL=$pdl
+    bench empty --timer events-batched --hot-l2
+    for n in 1 64; do
+      E="--timer events-batched --hot-l2"
+      bench rmsnorm --set dtype=bf16 --set rows=$n --set hidden=4096 $E
+      bench fused_add_rmsnorm --set dtype=bf16 --set rows=$n --set hidden=4096 $E
+      bench layernorm --set dtype=bf16 --set rows=$n --set hidden=4096 $E
+      bench act_and_mul --set act=silu --set dtype=bf16 --set rows=$n --set d=14336 $E
+      bench append_paged_kv --set dtype=bf16 --set tokens=$n --set kv_heads=8 --set head_dim=128 \
+        --set page_size=16 $E
+      bench $R --set tokens=$n $E
+    done
+  done
+  export KJIT_PDL=0
   stamp "ncu with source lines"
   for c in "decode|$A" "rope|rope --set dtype=bf16 --set qo_heads=32 --set kv_heads=8 --set head_dim=128 --set tokens=64 --hot-l2"; do
     re=${c%%|*}
@@ -44,9 +62,17 @@ left() { echo $(( ${DEADLINE:-540} - ($(date +%s) - t0) )); }
   n=$(wc -l < /tmp/rc/cases)
   setsid bash -c "seq 1 $n | xargs -P $n -I{} bash -c 'rc_case {}'" &
   rcpid=$!
-  KJIT_CACHE_DIR=/tmp/kjit-test-argmax timeout "$(( $(left) - 30 ))" "$T" "[gpu][argmax]" \
-    --durations yes > "$OUT/gpu_tests_argmax.log" 2>&1
-  echo "argmax tests rc $?"; tail -3 "$OUT/gpu_tests_argmax.log"
+  # The kernels this round changed: argmax (search=bits) and every elementwise kernel (pdl_enter),
+  # in two processes.
+  box=$(( $(left) - 30 ))
+  KJIT_CACHE_DIR=/tmp/kjit-test-a timeout "$box" "$T" \
+    "[gpu][argmax],[gpu][pdl],[gpu][norm],[gpu][rmsnorm]" --durations yes > /tmp/tests_a.log 2>&1 &
+  ta=$!
+  KJIT_CACHE_DIR=/tmp/kjit-test-b timeout "$box" "$T" \
+    "[gpu][activation],[gpu][rope],[gpu][kv_cache]" --durations yes > /tmp/tests_b.log 2>&1
+  echo "tests b rc $?"; tail -2 /tmp/tests_b.log
+  wait $ta; echo "tests a rc $?"; tail -2 /tmp/tests_a.log
+  cat /tmp/tests_a.log /tmp/tests_b.log > "$OUT/gpu_tests.log"
   while kill -0 $rcpid 2>/dev/null && [ "$(left)" -gt 10 ]; do sleep 5; done
   kill -- -$rcpid 2>/dev/null; sleep 2; pkill -f compute-sanitizer
   rc_report

@@ -81,6 +81,7 @@ template <typename T, int ACT, int VEC>
 __global__ void __launch_bounds__(kActAndMulThreads)
 act_and_mul_kernel(const __grid_constant__ ActAndMulParams p) {
   // clang-format on
+  pdl_enter();  // before any global access: see prelude.cuh
   static_assert(VEC >= 1 && VEC * sizeof(T) <= 16, "a vector must fit one 16-byte access");
   using V = Vec<T, VEC>;
   constexpr int kUnroll = act_and_mul_unroll(int(VEC * sizeof(T)));

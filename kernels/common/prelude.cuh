@@ -68,4 +68,16 @@ KJIT_DEVICE KJIT_FORCEINLINE __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);
 }
 
+// Programmatic dependent launch (sm_90+; the host's KJIT_PDL, src/ops/pdl.hpp). Waits until the
+// kernel before this one on the stream has finished and its writes are visible, then lets the
+// kernel after this one start launching (its own wait still holds it until this grid is done).
+// Without a programmatic launch both return at once. Call it before the first global memory
+// access of a kernel the host may launch that way.
+KJIT_DEVICE KJIT_FORCEINLINE void pdl_enter() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 }  // namespace kjit

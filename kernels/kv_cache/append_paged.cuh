@@ -55,6 +55,7 @@ template <typename T, int HEAD_DIM, int VEC>
 __global__ void __launch_bounds__(256)
 append_paged_kv_kernel(const __grid_constant__ AppendPagedKvParams p) {
   // clang-format on
+  pdl_enter();  // before any global access: see prelude.cuh
   static_assert(VEC >= 1 && (VEC & (VEC - 1)) == 0 && VEC * sizeof(T) <= 16, "bad VEC");
   static_assert(HEAD_DIM >= 1 && HEAD_DIM % VEC == 0, "HEAD_DIM must be a multiple of VEC");
   constexpr int kVecs = HEAD_DIM / VEC;

@@ -42,6 +42,7 @@ template <typename T, int HIDDEN, int VEC, int THREADS_PER_ROW, int ROWS_PER_BLO
 __global__ void __launch_bounds__(THREADS_PER_ROW * ROWS_PER_BLOCK)
 fused_add_rmsnorm_kernel(const __grid_constant__ FusedAddRmsNormParams p) {
   // clang-format on
+  pdl_enter();  // before any global access: see prelude.cuh
   static_assert(HIDDEN >= 1, "HIDDEN must be positive");
   static_assert(VEC >= 1 && HIDDEN % VEC == 0, "HIDDEN must be a multiple of VEC");
   static_assert(VEC * sizeof(T) <= 16, "a vector must fit one 16-byte access");

@@ -131,6 +131,7 @@ template <typename T, int HEAD_DIM, int ROT_DIM, bool INTERLEAVE, int VEC, int M
 __global__ void __launch_bounds__(256, 3)
 rope_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DIM / 2 : 1> p) {
   // clang-format on
+  pdl_enter();  // before any global access: see prelude.cuh
   static_assert(ROT_DIM >= 2 && ROT_DIM % 2 == 0 && ROT_DIM <= HEAD_DIM, "bad ROT_DIM");
   static_assert(VEC >= 1 && (VEC & (VEC - 1)) == 0 && VEC * sizeof(T) <= 16, "bad VEC");
   static_assert(HEAD_DIM % VEC == 0 && ROT_DIM % VEC == 0, "dims must be multiples of VEC");

@@ -5,6 +5,7 @@
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
 #include "jit/jit_core.hpp"
+#include "ops/pdl.hpp"
 #include "ops/trace_dump.hpp"
 #include "util/error.hpp"
 
@@ -172,7 +173,7 @@ void act_and_mul(Act act, const DLTensor* input, DLTensor* out, void* stream) {
   lc.block_y = shape.block_y;
   lc.stream = static_cast<CUstream>(stream);
   cuda::ScopedDevice scope(x.device);
-  cuda::launch(k.functions.at(0), lc, &p);
+  launch_elementwise(k.functions.at(0), lc, &p, x.device);
 }
 
 OpDef act_and_mul_op_def() {

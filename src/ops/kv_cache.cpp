@@ -7,6 +7,7 @@
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
 #include "jit/jit_core.hpp"
+#include "ops/pdl.hpp"
 #include "ops/trace_dump.hpp"
 #include "ops/rope.hpp"  // StridedView
 #include "util/error.hpp"
@@ -258,7 +259,7 @@ void append_paged_kv_cache(const DLTensor* append_k, const DLTensor* append_v,
   lc.block_x = static_cast<unsigned>(threads_per_row * rows_per_block);
   lc.stream = static_cast<CUstream>(stream);
   cuda::ScopedDevice scope(dev);
-  cuda::launch(kernel.functions.at(0), lc, &p);
+  launch_elementwise(kernel.functions.at(0), lc, &p, dev);
 }
 
 OpDef append_paged_kv_op_def() {

@@ -5,6 +5,7 @@
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
 #include "jit/jit_core.hpp"
+#include "ops/pdl.hpp"
 #include "ops/trace_dump.hpp"
 #include "ops/norm.hpp"
 #include "util/error.hpp"
@@ -136,7 +137,7 @@ void layernorm(const DLTensor* input, const DLTensor* gamma, const DLTensor* bet
   lc.block_x = static_cast<unsigned>(cfg.threads_per_row * cfg.rows_per_block);
   lc.stream = static_cast<CUstream>(stream);
   cuda::ScopedDevice scope(x.device);
-  cuda::launch(k.functions.at(0), lc, &p);
+  launch_elementwise(k.functions.at(0), lc, &p, x.device);
 }
 
 OpDef layernorm_op_def() {

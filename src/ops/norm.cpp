@@ -6,6 +6,7 @@
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
 #include "jit/jit_core.hpp"
+#include "ops/pdl.hpp"
 #include "ops/trace_dump.hpp"
 #include "util/error.hpp"
 
@@ -249,7 +250,7 @@ void rmsnorm(const DLTensor* input, const DLTensor* weight, DLTensor* out, float
   RmsNormParams p{x.data, w.data, y.data, x.rows, x.row_stride, y.row_stride, eps, weight_offset};
   cuda::LaunchConfig lc = row_launch(cfg, x.rows, stream);
   cuda::ScopedDevice scope(x.device);
-  cuda::launch(k.functions.at(0), lc, &p);
+  launch_elementwise(k.functions.at(0), lc, &p, x.device);
 }
 
 void fused_add_rmsnorm(DLTensor* input, DLTensor* residual, const DLTensor* weight, float eps,
@@ -283,7 +284,7 @@ void fused_add_rmsnorm(DLTensor* input, DLTensor* residual, const DLTensor* weig
                           x.row_stride, r.row_stride, eps,    weight_offset};
   cuda::LaunchConfig lc = row_launch(cfg, x.rows, stream);
   cuda::ScopedDevice scope(x.device);
-  cuda::launch(k.functions.at(0), lc, &p);
+  launch_elementwise(k.functions.at(0), lc, &p, x.device);
 }
 
 OpDef rmsnorm_op_def() {

@@ -13,6 +13,7 @@
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
 #include "jit/jit_core.hpp"
+#include "ops/pdl.hpp"
 #include "ops/trace_dump.hpp"
 #include "util/error.hpp"
 
@@ -434,7 +435,7 @@ void launch_rope(const QkViews& v, const RopeLaunch& l, void* stream) {
   lc.block_x = static_cast<unsigned>(units * slots);
   lc.stream = static_cast<CUstream>(stream);
   cuda::ScopedDevice scope(v.q.device);
-  cuda::launch(kernel.functions.at(0), lc, &p);
+  launch_elementwise(kernel.functions.at(0), lc, &p, v.q.device);
 }
 
 int resolve_rotary_dim(int rotary_dim, int64_t head_dim, const char* name) {

@@ -1,0 +1,35 @@
+// See pdl.hpp.
+#include "ops/pdl.hpp"
+
+#include <atomic>
+
+#include "cuda/device.hpp"
+#include "util/env.hpp"
+
+namespace kjit::ops {
+
+namespace {
+std::atomic<int> g_forced{-1};
+}  // namespace
+
+bool elementwise_pdl(int device) {
+  static const bool from_env = util::env_flag("KJIT_PDL");
+  const int forced = g_forced.load();
+  const bool on = forced >= 0 ? forced != 0 : from_env;
+  return on && cuda::device_info(device).major >= 9;
+}
+
+void force_elementwise_pdl(int mode) {
+  g_forced.store(mode < 0 ? -1 : (mode != 0 ? 1 : 0));
+}
+
+void launch_elementwise(CUfunction fn, const cuda::LaunchConfig& cfg, const void* params,
+                        int device) {
+  if (elementwise_pdl(device)) {
+    cuda::launch_dependent(fn, cfg, params);
+  } else {
+    cuda::launch(fn, cfg, params);
+  }
+}
+
+}  // namespace kjit::ops

@@ -1,0 +1,28 @@
+// Programmatic dependent launch of the elementwise ops (norms, activations, RoPE, KV append).
+//
+// With KJIT_PDL=1 on sm_90+, these kernels launch with programmatic stream serialization: a
+// kernel's blocks may be scheduled while the kernel before it on the stream still runs, and wait
+// in pdl_enter (kernels/common/prelude.cuh) for it to finish and its writes to be visible before
+// touching memory; each kernel lets its successor start launching as soon as its own blocks have
+// started. Back-to-back decode-size kernels then overlap one launch with the previous kernel
+// instead of paying it after. The result is the same as a plain launch: every kernel still reads
+// only what its predecessor finished writing. Off by default until measured on the H200.
+#pragma once
+
+#include "cuda/launch.hpp"
+
+namespace kjit::ops {
+
+// Whether elementwise launches on `device` are programmatic dependents: KJIT_PDL (read once),
+// or the forced mode, and a sm_90+ device.
+bool elementwise_pdl(int device);
+
+// Test and bench hook: 1 on, 0 off, -1 back to KJIT_PDL. Not thread-safe against concurrent calls.
+void force_elementwise_pdl(int mode);
+
+// Launches an elementwise kernel (one that calls pdl_enter first) on `device`, as a programmatic
+// dependent when elementwise_pdl(device).
+void launch_elementwise(CUfunction fn, const cuda::LaunchConfig& cfg, const void* params,
+                        int device);
+
+}  // namespace kjit::ops
