@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Round 12 on the H200, one call under a hard clock (DEADLINE seconds, default 540). First, alone
 # on the GPU: the argmax rows with and without search=bits (each with its read probe), decode
-# B1 x L8192 at 32 and 16 splits, the decode-size elementwise ops back to back with and without
-# KJIT_PDL=1, then ncu with source lines (KJIT_JIT_LINEINFO=1) on the decode split kernel and
-# RoPE at 64 tokens. Then the GPU tests of the changed kernels (argmax; every elementwise kernel
-# and the [pdl] chain) beside compute-sanitizer racecheck of the cases no earlier round
-# finished, one process per case, with KJIT_TEST_UNDER_SANITIZER=1 (two offsets per draw loop,
-# vocabularies capped at 16384). Builds nothing: run from the repo root with build-h200
-# carried; KJIT_COMMIT names the commit the binaries were built from.
+# B1 x L8192 at several split counts and CTA shapes, the decode-size elementwise ops back to back
+# with and without KJIT_PDL=1, then ncu with source lines (KJIT_JIT_LINEINFO=1) on the decode
+# split kernel and RoPE at 64 tokens. Then the GPU tests of the changed kernels (argmax; every
+# elementwise kernel and the [pdl] chain) beside compute-sanitizer racecheck of the cases no
+# earlier round finished, one process per case, with KJIT_TEST_UNDER_SANITIZER=1 (two offsets
+# per draw loop, vocabularies capped at 16384). Builds nothing: run from the repo root with
+# build-h200 carried; KJIT_COMMIT names the commit the binaries were built from.
 set -uo pipefail
 source "$(dirname "$0")/h200_lib.sh"
 T=$B/tests/kjit_gpu_tests
@@ -22,10 +22,15 @@ left() { echo $(( ${DEADLINE:-540} - ($(date +%s) - t0) )); }
     bench argmax --set vocab=128256 --set dtype=$1 --set batch=$2
     bench argmax --set vocab=128256 --set dtype=$1 --set batch=$2 --set search=bits
   done
-  stamp "decode B1 x L8192 at 32 and 16 splits"
+  stamp "decode B1 x L8192: split counts and CTA shapes"
   A="decode_attention --set dtype=bf16 --set qo_heads=32 --set kv_heads=8 --set head_dim=128 --set page_size=16 --set batch=1 --set kv_len=8192"
   bench $A
-  bench $A --set num_splits=16
+  # Round 11: 16 splits (one CTA per SM, 8 stages each) beat 32 and 64; fewer and longer CTAs
+  # amortize each CTA's lookups, pipeline fill and partial write. Where does that stop?
+  for v in "num_splits=16" "num_splits=12" "num_splits=8" "num_splits=20" \
+    "heads_per_cta=2 num_splits=32" "stages=2 num_splits=32"; do
+    bench $A $(printf -- '--set %s ' $v)
+  done
   stamp "decode-size elementwise back to back (events-batched, hot L2): plain, then KJIT_PDL=1"
   R="rope --set dtype=bf16 --set qo_heads=32 --set kv_heads=8 --set head_dim=128"
   for pdl in 0 1; do
