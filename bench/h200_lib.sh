@@ -36,6 +36,16 @@ rc_case() {
     --tool racecheck --error-exitcode 9 --print-limit 20 "$T" "$spec" > /tmp/rc/log$i 2>&1
   echo "rc $? | $(($(date +%s) - t1)) s | $name | $(grep -E 'RACECHECK SUMMARY' /tmp/rc/log$i | tr -d '=')" >> /tmp/rc/summary
 }
+# rc_bench I ARGS...: racecheck of one `kjit-cli bench ARGS` run (its first call and two samples,
+# no check), log /tmp/rc/logI, the same summary line. Needs CLI and CS exported.
+rc_bench() {
+  local i=$1 t1
+  shift
+  t1=$(date +%s)
+  KJIT_CACHE_DIR=/tmp/rc/cache$i "$CS" --tool racecheck --error-exitcode 9 --print-limit 20 \
+    "$CLI" bench "$@" --no-check --warmup 0 --iters 2 --timer events > /tmp/rc/log$i 2>&1
+  echo "rc $? | $(($(date +%s) - t1)) s | bench $* | $(grep -E 'RACECHECK SUMMARY' /tmp/rc/log$i | tr -d '=')" >> /tmp/rc/summary
+}
 # rc_report: /tmp/rc/summary sorted by case name into $OUT/racecheck.log, then the tail of every
 # log that did not end clean (unfinished, or hazards); prints the summary lines.
 rc_report() {

@@ -101,23 +101,14 @@ sampling gpu: every draw is in the reference set, odd vocabularies included
 sampling gpu: logits (fp32, bf16, fp16) with temperature, top-k and top-p
 sampling gpu: the cluster path draws the one-block path's tokens, all in the set
 CASES
-  # One launch of each cluster sampling kernel through the bench (its first call), under racecheck.
-  rcbench() {
-    local i=$1
-    shift
-    local t1=$(date +%s)
-    KJIT_CACHE_DIR=/tmp/rc/cache$i $CS --tool racecheck --error-exitcode 9 --print-limit 20 \
-      "$CLI" bench "$@" --no-check --warmup 0 --iters 2 --timer events > /tmp/rc/log$i 2>&1
-    echo "rc $? | $(( $(date +%s) - t1 )) s | bench $* | $(grep -E 'RACECHECK SUMMARY' /tmp/rc/log$i | tr -d '=')" >> /tmp/rc/summary
-  }
-  export -f rc_case rcbench
+  export -f rc_case rc_bench
   export T CS CLI
   stamp "racecheck: 10 test cases and 3 bench launches, 8 at a time (setsid: killed at the deadline)"
   setsid bash -c '
     { seq 1 10 | sed "s/^/rc_case /"
-      echo "rcbench 11 top_p_sampling --set vocab=128256 --set batch=1 --set path=cluster --set cluster=8"
-      echo "rcbench 12 top_k_top_p_sampling --set dtype=bf16 --set vocab=128256 --set batch=1 --set path=cluster --set cluster=16"
-      echo "rcbench 13 top_p_sampling --set vocab=128256 --set batch=4 --set path=cluster --set cluster=4"
+      echo "rc_bench 11 top_p_sampling --set vocab=128256 --set batch=1 --set path=cluster --set cluster=8"
+      echo "rc_bench 12 top_k_top_p_sampling --set dtype=bf16 --set vocab=128256 --set batch=1 --set path=cluster --set cluster=16"
+      echo "rc_bench 13 top_p_sampling --set vocab=128256 --set batch=4 --set path=cluster --set cluster=4"
     } | xargs -P 8 -I{} bash -c "{}"' &
   rcpid=$!
   stamp "GPU suite: three processes ([attention], [sampling], the rest)"

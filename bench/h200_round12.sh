@@ -62,10 +62,16 @@ left() { echo $(( ${DEADLINE:-540} - ($(date +%s) - t0) )); }
   mkdir -p /tmp/rc
   # The cases no round has finished under racecheck (reliability.md, GPU sanitizers).
   grep -v '^#' "$(dirname "$0")/racecheck_open_cases.txt" > /tmp/rc/cases
-  export -f rc_case
-  export T CS
+  export -f rc_case rc_bench
+  export T CS CLI
   n=$(wc -l < /tmp/rc/cases)
-  setsid bash -c "seq 1 $n | xargs -P $n -I{} bash -c 'rc_case {}'" &
+  # Beside the cases: one launch of each cluster sampling kernel at V 16384 through the bench,
+  # evidence even if a case's loops outlast the deadline.
+  setsid bash -c "
+    { seq 1 $n | sed 's/^/rc_case /'
+      echo 'rc_bench 91 top_p_sampling --set vocab=16384 --set batch=1 --set path=cluster --set cluster=8'
+      echo 'rc_bench 92 top_k_top_p_sampling --set dtype=bf16 --set vocab=16384 --set batch=2 --set path=cluster --set cluster=16'
+    } | xargs -P $((n + 2)) -I{} bash -c '{}'" &
   rcpid=$!
   # The kernels this round changed: argmax (search=bits) and every elementwise kernel (pdl_enter),
   # in two processes.
