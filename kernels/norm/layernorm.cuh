@@ -3,10 +3,16 @@
 //   mean = mean_i(x[r, i]),  var = mean_i((x[r, i] - mean)^2)
 //   out[r, i] = T((x[r, i] - mean) * rsqrt(var + eps) * gamma[i] + beta[i])
 //
-// The variance is a true two-pass over the row held in registers (mean first, then the squared
-// deviations), not E[x^2] - mean^2: activations with a large common offset (|mean| >> std) lose
-// every significant digit of the variance to cancellation in the one-pass form. The second pass
-// costs an extra row reduction but no memory traffic, and the op stays bandwidth-bound.
+// The variance is never E[x^2] - mean^2: activations with a large common offset (|mean| >> std)
+// lose every significant digit of the variance to cancellation in that form. A row held in
+// registers is a true two-pass: two row reductions, the mean and then the squared deviations
+// from it (extra reductions, no extra memory traffic). ONE_PASS (decode-size row counts, chosen
+// by the host) gives each thread the exact two-pass of its own share instead and merges the
+// threads' (count, mean, m2) in one reduction with Chan et al.'s pairwise update, in which every
+// term is non-negative: one block-wide barrier and shuffle tree fewer on the critical path, which
+// is most of what a decode-size row costs beyond the launch (H200 round 10: 1 row 1.73 -> 1.60
+// us, 64 rows 1.89 -> 1.73 CUPTI), but it lost 17% at 16384 x 8192 rows, where the op is
+// bandwidth-bound, so large row counts keep the two reductions.
 //
 // Rows too long to hold in registers take per-thread chunk statistics merged with Chan et al.'s
 // pairwise update, then a cross-thread merge in the same form (two sums), and a second read of x
@@ -23,6 +29,97 @@
 
 namespace kjit {
 namespace norm {
+
+namespace detail {
+
+// (count, mean, m2) of two disjoint groups merged into their union's. Symmetric in its operands
+// to the bit (commutative products and sums only), so both lanes of a butterfly pair keep the
+// same value and every thread of a row ends with identical statistics. EVEN: both counts equal
+// (then n is one group's), which needs no division.
+template <bool EVEN>
+KJIT_DEVICE KJIT_FORCEINLINE void chan_merge(float& n, float& mean, float& m2, float on, float om,
+                                             float om2) {
+  const float d = om - mean;
+  if constexpr (EVEN) {
+    mean = 0.5f * (mean + om);
+    m2 = (m2 + om2) + d * (0.5f * n) * d;
+    n += on;
+  } else {
+    const float nn = n + on;
+    // Groups of lanes past the row's end are empty: 0 / 0 must not reach the merged mean. A true
+    // division, not a product with 1 / nn: a constant row must keep its mean exactly (its output
+    // is then exactly beta).
+    const float safe = nn > 0.0f ? nn : 1.0f;
+    // Rounded products: a contracted fma would round the two lanes' sums differently.
+    mean = (__fmul_rn(n, mean) + __fmul_rn(on, om)) / safe;
+    // d * weight first: an empty group's mean of 0 against a huge one must give 0, not inf * 0.
+    m2 = (m2 + om2) + d * (n * on / safe) * d;
+    n = nn;
+  }
+}
+
+template <bool EVEN, int WIDTH>
+KJIT_DEVICE KJIT_FORCEINLINE void warp_merge_stats(float& n, float& mean, float& m2) {
+#pragma unroll
+  for (int offset = WIDTH / 2; offset > 0; offset >>= 1) {
+    const float on = EVEN ? n : __shfl_xor_sync(0xffffffffu, n, offset);
+    const float om = __shfl_xor_sync(0xffffffffu, mean, offset);
+    const float om2 = __shfl_xor_sync(0xffffffffu, m2, offset);
+    chan_merge<EVEN>(n, mean, m2, on, om, om2);
+  }
+}
+
+// The row's (mean, m2) from every thread's (n, mean, m2) over a row of THREADS_PER_ROW threads
+// (a power-of-two slice of a warp, or a whole block). stats holds 3 floats per warp; one barrier
+// (none within a warp). Must be reached by every thread of the row.
+template <bool EVEN, int THREADS_PER_ROW>
+KJIT_DEVICE KJIT_FORCEINLINE void row_stats(float n, float& mean, float& m2, float* stats) {
+  if constexpr (THREADS_PER_ROW <= 32) {
+    (void)stats;
+    warp_merge_stats<EVEN, THREADS_PER_ROW>(n, mean, m2);
+  } else {
+    constexpr int kWarps = THREADS_PER_ROW / 32;
+    warp_merge_stats<EVEN, 32>(n, mean, m2);
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    if (lane == 0) {
+      stats[warp] = n;
+      stats[kWarps + warp] = mean;
+      stats[2 * kWarps + warp] = m2;
+    }
+    __syncthreads();
+    if constexpr (kWarps <= 8) {
+      // Few partials: every thread reads them all (broadcasts, issued together) and merges them
+      // as a two-pass over the partials, in the same order everywhere.
+      float wn[kWarps], wm[kWarps];
+      float total = 0.0f, sum = 0.0f, m2s = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        wn[w] = stats[w];
+        wm[w] = stats[kWarps + w];
+        m2s += stats[2 * kWarps + w];
+        total += wn[w];
+        sum = fmaf(wn[w], wm[w], sum);
+      }
+      mean = sum / total;
+      float dev = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float d = wm[w] - mean;
+        dev = fmaf(wn[w] * d, d, dev);
+      }
+      m2 = m2s + dev;
+    } else {
+      const bool has = lane < kWarps;
+      float wn = has ? stats[lane] : 0.0f;
+      mean = has ? stats[kWarps + lane] : 0.0f;
+      m2 = has ? stats[2 * kWarps + lane] : 0.0f;
+      warp_merge_stats<false, 32>(wn, mean, m2);
+    }
+  }
+}
+
+}  // namespace detail
 
 // Passed by value as a __grid_constant__ kernel parameter. Strides in elements. The host mirrors
 // this layout field for field.
@@ -44,7 +141,8 @@ struct LayerNormParams {
 // (read through the non-coherent path).
 // clang-format would read the launch bound as a pointer declaration.
 // clang-format off
-template <typename T, typename TW, int HIDDEN, int VEC, int THREADS_PER_ROW, int ROWS_PER_BLOCK>
+template <typename T, typename TW, int HIDDEN, int VEC, int THREADS_PER_ROW, int ROWS_PER_BLOCK,
+          bool ONE_PASS = false>
 __global__ void __launch_bounds__(THREADS_PER_ROW * ROWS_PER_BLOCK)
 layernorm_kernel(const __grid_constant__ LayerNormParams p) {
   // clang-format on
@@ -96,8 +194,6 @@ layernorm_kernel(const __grid_constant__ LayerNormParams p) {
 
   auto in_row = [active](int k, int v) { return active && (kEven || k < kIters - 1 || v < kVecs); };
 
-  __shared__ float partials[THREADS_PER_ROW >= 32 ? THREADS_PER_ROW / 32 : 1];
-
   if constexpr (kCacheRow) {
     V xv[kIters];
     P gv[kPrefetchParams ? kIters : 1];
@@ -114,33 +210,71 @@ layernorm_kernel(const __grid_constant__ LayerNormParams p) {
       }
     }
 
-    float s = 0.0f;
+    float mean, var;
+    if constexpr (ONE_PASS) {
+      // The thread's own share, two-pass over its registers.
+      float s = 0.0f, cnt = 0.0f;
 #pragma unroll
-    for (int k = 0; k < kIters; ++k) {
-      const int v = tid + k * THREADS_PER_ROW;
-      if (in_row(k, v)) {
+      for (int k = 0; k < kIters; ++k) {
+        const int v = tid + k * THREADS_PER_ROW;
+        if (in_row(k, v)) {
+          cnt += float(VEC);
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) s += to_float(xv[k][e]);
-      }
-    }
-    const float mean = detail::row_sum<THREADS_PER_ROW>(s, partials) / kHidden;
-
-    // Each pass re-derives the fp32 values from the packed row (see rmsnorm_kernel).
-#pragma unroll
-    for (int k = 0; k < kIters; ++k) xv[k].opaque();
-    float ss = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kIters; ++k) {
-      const int v = tid + k * THREADS_PER_ROW;
-      if (in_row(k, v)) {
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          const float d = to_float(xv[k][e]) - mean;
-          ss = fmaf(d, d, ss);
+          for (int e = 0; e < VEC; ++e) s += to_float(xv[k][e]);
         }
       }
+      // kEven: every thread of an active row holds kIters vectors (an inactive row's statistics
+      // are never used).
+      if constexpr (kEven) cnt = float(kIters * VEC);
+      mean = cnt > 0.0f ? s / cnt : 0.0f;
+
+      // Each pass re-derives the fp32 values from the packed row (see rmsnorm_kernel).
+#pragma unroll
+      for (int k = 0; k < kIters; ++k) xv[k].opaque();
+      float m2 = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kIters; ++k) {
+        const int v = tid + k * THREADS_PER_ROW;
+        if (in_row(k, v)) {
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            const float d = to_float(xv[k][e]) - mean;
+            m2 = fmaf(d, d, m2);
+          }
+        }
+      }
+      __shared__ float stats[THREADS_PER_ROW >= 32 ? 3 * (THREADS_PER_ROW / 32) : 1];
+      detail::row_stats<kEven, THREADS_PER_ROW>(cnt, mean, m2, stats);
+      var = m2 / kHidden;
+    } else {
+      // Two row reductions: the mean, then the squared deviations from it.
+      __shared__ float partials[THREADS_PER_ROW >= 32 ? THREADS_PER_ROW / 32 : 1];
+      float s = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kIters; ++k) {
+        const int v = tid + k * THREADS_PER_ROW;
+        if (in_row(k, v)) {
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) s += to_float(xv[k][e]);
+        }
+      }
+      mean = detail::row_sum<THREADS_PER_ROW>(s, partials) / kHidden;
+#pragma unroll
+      for (int k = 0; k < kIters; ++k) xv[k].opaque();
+      float ss = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kIters; ++k) {
+        const int v = tid + k * THREADS_PER_ROW;
+        if (in_row(k, v)) {
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            const float d = to_float(xv[k][e]) - mean;
+            ss = fmaf(d, d, ss);
+          }
+        }
+      }
+      var = detail::row_sum<THREADS_PER_ROW>(ss, partials) / kHidden;
     }
-    const float var = detail::row_sum<THREADS_PER_ROW>(ss, partials) / kHidden;
     const float inv_std = rsqrtf(var + p.eps);
 
 #pragma unroll
@@ -179,6 +313,7 @@ layernorm_kernel(const __grid_constant__ LayerNormParams p) {
     constexpr int kChunk2 = detail::clamp_int(kRegBudget / (kRegsPerVec + 2 * kRegsPerParam), 1,
                                               detail::kMaxCachedVecs);
     auto in_range = [active](int v) { return active && v < kVecs; };
+    __shared__ float partials[THREADS_PER_ROW >= 32 ? THREADS_PER_ROW / 32 : 1];
 
     float n = 0.0f, mean_t = 0.0f, m2 = 0.0f;
 #pragma unroll 1

@@ -35,10 +35,17 @@ jit::Params layernorm_params(const LayerNormConfig& c) {
           {"rpb", std::to_string(c.rows_per_block)}};
 }
 
+// The one-pass variant adds "onepass_1" to the URI; the default keeps its round-8 URI.
+jit::Params layernorm_uri_params(const LayerNormConfig& c) {
+  jit::Params p = layernorm_params(c);
+  if (c.one_pass != 0) p.push_back({"onepass", "1"});
+  return p;
+}
+
 }  // namespace
 
 LayerNormConfig select_layernorm(DType dtype, DType param_dtype, int64_t hidden, int align_bytes,
-                                 int param_align_bytes) {
+                                 int param_align_bytes, int64_t rows) {
   if (!is_float(dtype)) {
     fail(KJIT_ERROR_UNSUPPORTED, "layernorm supports fp32, fp16 and bf16, not {}",
          dtype_name(dtype));
@@ -68,17 +75,18 @@ LayerNormConfig select_layernorm(DType dtype, DType param_dtype, int64_t hidden,
     c.vec /= 2;
   }
   norm_detail::row_shape(c.hidden / c.vec, c.vec, c.threads_per_row, c.rows_per_block);
+  c.one_pass = rows <= kLayerNormOnePassMaxRows && hidden <= kLayerNormOnePassMaxHidden ? 1 : 0;
   return c;
 }
 
 std::string layernorm_uri(const LayerNormConfig& c) {
-  return jit::make_uri("layernorm", layernorm_params(c));
+  return jit::make_uri("layernorm", layernorm_uri_params(c));
 }
 
 jit::Spec layernorm_spec(const LayerNormConfig& c) {
   jit::Spec s;
   s.op = "layernorm";
-  s.params = layernorm_params(c);
+  s.params = layernorm_uri_params(c);
   s.uri = jit::make_uri(s.op, s.params);
   s.kernel_dirs = {"common", "norm"};
   s.includes = {"norm/layernorm.cuh"};
@@ -90,14 +98,15 @@ jit::Spec layernorm_spec(const LayerNormConfig& c) {
       "constexpr int kVec = {vec};\n"
       "constexpr int kThreadsPerRow = {tpr};\n"
       "constexpr int kRowsPerBlock = {rpb};\n"
+      "constexpr bool kOnePass = {onepass};\n"
       "}}  // namespace kjit_spec\n",
       fmt::arg("type", device_type_name(c.dtype)),
       fmt::arg("wtype", device_type_name(c.param_dtype)), fmt::arg("hidden", c.hidden),
-      fmt::arg("vec", c.vec), fmt::arg("tpr", c.threads_per_row),
-      fmt::arg("rpb", c.rows_per_block));
+      fmt::arg("vec", c.vec), fmt::arg("tpr", c.threads_per_row), fmt::arg("rpb", c.rows_per_block),
+      fmt::arg("onepass", c.one_pass != 0 ? "true" : "false"));
   s.entry_names = {
       "kjit::norm::layernorm_kernel<kjit_spec::T, kjit_spec::TW, kjit_spec::kHidden, "
-      "kjit_spec::kVec, kjit_spec::kThreadsPerRow, kjit_spec::kRowsPerBlock>"};
+      "kjit_spec::kVec, kjit_spec::kThreadsPerRow, kjit_spec::kRowsPerBlock, kjit_spec::kOnePass>"};
   s.arch_families = {"sm_80+"};
   return s;
 }
@@ -126,7 +135,7 @@ void layernorm(const DLTensor* input, const DLTensor* gamma, const DLTensor* bet
   if (x.numel() == 0) return;  // after validation: a zero-size call is still checked
   const int align = std::min(row_alignment(x), row_alignment(y));
   const int param_align = std::min(row_alignment(g), row_alignment(b));
-  LayerNormConfig cfg = select_layernorm(x.dtype, g.dtype, x.cols, align, param_align);
+  LayerNormConfig cfg = select_layernorm(x.dtype, g.dtype, x.cols, align, param_align, x.rows);
   if (trace::enabled()) trace::layernorm(x.dtype, g.dtype, x.cols, x.rows);
 
   const jit::LoadedKernel& k = jit::JitCore::global().kernel_for(
@@ -151,7 +160,12 @@ OpDef layernorm_op_def() {
       {"align",
        {"16", "8", "4", "2"},
        false,
-       "byte alignment of pointers and row strides (default 16)"}};
+       "byte alignment of pointers and row strides (default 16)"},
+      {"rows",
+       {},
+       false,
+       "row count the call has (default: many); <= 64 with hidden <= 8192 selects the "
+       "one-reduction statistics"}};
   d.arch_families = {"sm_80+"};
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
@@ -159,7 +173,9 @@ OpDef layernorm_op_def() {
     DType wdtype = args.count("wdtype") ? norm_detail::dtype_arg(args.at("wdtype")) : dtype;
     int64_t hidden = positive_int_arg(args, "hidden", kLayerNormMaxHidden);
     int align = args.count("align") ? std::stoi(args.at("align")) : 16;
-    return layernorm_spec(select_layernorm(dtype, wdtype, hidden, align, align));
+    const int64_t rows = args.count("rows") ? positive_int_arg(args, "rows", int64_t{1} << 40)
+                                            : kLayerNormOnePassMaxRows + 1;
+    return layernorm_spec(select_layernorm(dtype, wdtype, hidden, align, align, rows));
   };
   d.catalog = [] {
     std::vector<SetArgs> out;
@@ -169,6 +185,12 @@ OpDef layernorm_op_def() {
     for (const char* dt : {"bf16", "fp16", "fp32"}) {
       for (int h : {1, 127, 768, 1024, 2048, 2560, 4096, 4097, 8192, 65537}) {
         out.push_back({{"dtype", dt}, {"hidden", std::to_string(h)}});
+      }
+    }
+    // Decode-size row counts: the one-reduction statistics.
+    for (const char* dt : {"bf16", "fp16"}) {
+      for (int h : {2048, 4096, 8192}) {
+        out.push_back({{"dtype", dt}, {"hidden", std::to_string(h)}, {"rows", "1"}});
       }
     }
     // fp32 gamma/beta beside 16-bit activations (mixed-precision checkpoints).

@@ -314,39 +314,46 @@ TEST_CASE("layernorm gpu: fp32 gamma/beta beside bf16 and fp16 input", "[gpu][no
 }
 
 TEST_CASE("layernorm gpu: rows with a large common offset keep their precision", "[gpu][norm]") {
-  // |mean| >> std: the one-pass E[x^2] - mean^2 would lose most of the variance to cancellation
-  // (fp32, mean 1000, std 1.15: about 10% error), which the tolerance does not allow.
+  // |mean| >> std: E[x^2] - mean^2 would lose most of the variance to cancellation (fp32, mean
+  // 1000, std 1.15: about 10% error), which the tolerance does not allow. 16 rows take the
+  // one-reduction statistics (Chan's merge), 100 the two reductions.
   auto rng = fresh_rng();
-  for (int64_t hidden : {127, 4096, 65537}) {
-    LnCase c{"fp32", "", 16, hidden};
-    c.shift = 1000.0;
-    run_layernorm(c, rng);
-    LnCase h{"fp16", "", 16, hidden};
-    h.shift = 1000.0;
-    run_layernorm(h, rng);
-    LnCase b{"bf16", "fp32", 16, hidden};
-    b.shift = 8.0;
-    run_layernorm(b, rng);
+  for (int64_t rows : {16, 100}) {
+    for (int64_t hidden : {127, 4096, 65537}) {
+      LnCase c{"fp32", "", rows, hidden};
+      c.shift = 1000.0;
+      run_layernorm(c, rng);
+      LnCase h{"fp16", "", rows, hidden};
+      h.shift = 1000.0;
+      run_layernorm(h, rng);
+      LnCase b{"bf16", "fp32", rows, hidden};
+      b.shift = 8.0;
+      run_layernorm(b, rng);
+    }
   }
 }
 
 TEST_CASE("layernorm gpu: a constant row gives beta, never NaN", "[gpu][norm]") {
   for (const char* dt : kDtypes) {
     for (int64_t hidden : {64, 4096, 65537}) {
-      INFO(dt << " hidden=" << hidden);
-      std::mt19937_64 rng(5);
-      RowsImage x(dt, 4, hidden);
-      for (size_t e = 0; e < x.elems(); ++e) ref::store_elem(x.bytes.data(), e, 3.0, dt);
-      DeviceVector g(dt, hidden, rng, -2, 2), b(dt, hidden, rng, -2, 2);
-      DeviceRows xd(x);
-      REQUIRE(kjit_layernorm(xd.view.get(), g.t.get(), b.t.get(), xd.view.get(), 1e-5f, nullptr) ==
-              KJIT_SUCCESS);
-      device_synchronize();
-      RowsImage y = x;
-      xd.download(y);
-      std::vector<double> want;
-      for (int64_t r = 0; r < 4; ++r) want.insert(want.end(), b.values.begin(), b.values.end());
-      CHECK(count_inexact(y, want, "out") == 0);
+      // 4 rows: the one-reduction statistics; 70: the two reductions.
+      for (int64_t rows : {4, 70}) {
+        INFO(dt << " hidden=" << hidden << " rows=" << rows);
+        std::mt19937_64 rng(5);
+        RowsImage x(dt, rows, hidden);
+        for (size_t e = 0; e < x.elems(); ++e) ref::store_elem(x.bytes.data(), e, 3.0, dt);
+        DeviceVector g(dt, hidden, rng, -2, 2), b(dt, hidden, rng, -2, 2);
+        DeviceRows xd(x);
+        REQUIRE(kjit_layernorm(xd.view.get(), g.t.get(), b.t.get(), xd.view.get(), 1e-5f,
+                               nullptr) == KJIT_SUCCESS);
+        device_synchronize();
+        RowsImage y = x;
+        xd.download(y);
+        std::vector<double> want;
+        for (int64_t r = 0; r < rows; ++r)
+          want.insert(want.end(), b.values.begin(), b.values.end());
+        CHECK(count_inexact(y, want, "out") == 0);
+      }
     }
   }
 }

@@ -8,7 +8,10 @@
 #include <limits>
 #include <string>
 
+#include "jit/spec.hpp"
 #include "kjit/kjit.h"
+#include "ops/layernorm.hpp"
+#include "ops/registry.hpp"
 #include "reference/norm_ref.hpp"
 #include "support/gpu.hpp"
 
@@ -633,4 +636,30 @@ TEST_CASE("reference: layernorm of a known row", "[reference]") {
   auto z = kjit::ref::layernorm({1e8 + 1, 1e8 + 3}, {1, 1}, {0, 0}, 1, 2, 0.0);
   CHECK(z[0] == Approx(-1.0));
   CHECK(z[1] == Approx(1.0));
+}
+
+TEST_CASE("layernorm plan: decode-size row counts take the one-reduction statistics",
+          "[norm_abi]") {
+  using kjit::ops::DType;
+  using kjit::ops::select_layernorm;
+  const auto one = select_layernorm(DType::kBF16, DType::kBF16, 4096, 16, 16, 1);
+  CHECK(one.one_pass == 1);
+  CHECK(kjit::ops::layernorm_uri(one).find("_onepass_1") != std::string::npos);
+  const kjit::jit::Spec s = kjit::ops::layernorm_spec(one);
+  CHECK(s.config.find("constexpr bool kOnePass = true;") != std::string::npos);
+  CHECK(s.entry_names.at(0).find("kjit_spec::kOnePass>") != std::string::npos);
+  CHECK(select_layernorm(DType::kBF16, DType::kBF16, 4096, 16, 16, 64).one_pass == 1);
+  // Above 64 rows, or rows too long for registers, the two reductions; their URIs are round 8's.
+  const auto many = select_layernorm(DType::kBF16, DType::kBF16, 4096, 16, 16, 65);
+  CHECK(many.one_pass == 0);
+  CHECK(kjit::ops::layernorm_uri(many).find("onepass") == std::string::npos);
+  CHECK(select_layernorm(DType::kBF16, DType::kBF16, 16384, 16, 16, 1).one_pass == 0);
+  CHECK(select_layernorm(DType::kF32, DType::kF32, 4096, 16, 16).one_pass == 0);  // default rows
+  // The op definition: --set rows picks the same.
+  const kjit::ops::OpDef* d = kjit::ops::find_op("layernorm");
+  REQUIRE(d != nullptr);
+  CHECK(d->make_spec({{"dtype", "bf16"}, {"hidden", "4096"}, {"rows", "8"}}).uri ==
+        kjit::ops::layernorm_uri(one));
+  CHECK(d->make_spec({{"dtype", "bf16"}, {"hidden", "4096"}}).uri ==
+        kjit::ops::layernorm_uri(many));
 }
