@@ -48,6 +48,11 @@ left() { echo $(( ${DEADLINE:-540} - ($(date +%s) - t0) )); }
     done
   done
   export KJIT_PDL=0
+  stamp "layernorm: one-reduction rows (1, 64; cupti, hot L2) and the two-reduction large shape"
+  for n in 1 64 65; do
+    bench layernorm --set dtype=bf16 --set rows=$n --set hidden=4096 --hot-l2
+  done
+  bench layernorm --set dtype=bf16 --set rows=16384 --set hidden=8192 --backends kjit,copy
   stamp "ncu with source lines"
   for c in "decode|$A" "rope|rope --set dtype=bf16 --set qo_heads=32 --set kv_heads=8 --set head_dim=128 --set tokens=64 --hot-l2"; do
     re=${c%%|*}
