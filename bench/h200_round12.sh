@@ -1,21 +1,25 @@
 #!/usr/bin/env bash
-# Round 12 on the H200, one call under a hard clock (DEADLINE seconds, default 540). First, alone
-# on the GPU: the argmax rows with and without search=bits (each with its read probe), decode
-# B1 x L8192 at several split counts and CTA shapes, the decode-size elementwise ops back to back
-# with and without KJIT_PDL=1, then ncu with source lines (KJIT_JIT_LINEINFO=1) on the decode
-# split kernel and RoPE at 64 tokens. Then the GPU tests of the changed kernels (argmax; every
-# elementwise kernel and the [pdl] chain) beside compute-sanitizer racecheck of the cases no
-# earlier round finished, one process per case, with KJIT_TEST_UNDER_SANITIZER=1 (two offsets
-# per draw loop, vocabularies capped at 16384). Builds nothing: run from the repo root with
-# build-h200 carried; KJIT_COMMIT names the commit the binaries were built from.
+# Round 12 on the H200, two calls, each under a hard clock (DEADLINE seconds, default 540). Part
+# a, alone on the GPU: the argmax rows with and without search=bits (each with its read probe),
+# decode B1 x L8192 at several split counts and CTA shapes, the decode-size elementwise ops back
+# to back with and without KJIT_PDL=1, layernorm's one-reduction rows, then ncu with source lines
+# (KJIT_JIT_LINEINFO=1) on the decode split kernel and RoPE at 64 tokens. Part b: the GPU tests of
+# the changed kernels (argmax; every elementwise kernel and the [pdl] chain) beside
+# compute-sanitizer racecheck of the cases no earlier round finished, one process per case, with
+# KJIT_TEST_UNDER_SANITIZER=1 (two offsets per draw loop, vocabularies capped at 16384). Builds
+# nothing: run from the repo root with build-h200 carried; KJIT_COMMIT names the commit the
+# binaries were built from.
 set -uo pipefail
 source "$(dirname "$0")/h200_lib.sh"
 T=$B/tests/kjit_gpu_tests
 NCU=${NCU:-/usr/local/cuda/bin/ncu}
 t0=$(date +%s)
 left() { echo $(( ${DEADLINE:-540} - ($(date +%s) - t0) )); }
+# Two calls: `a` (the timings and ncu, ~4 minutes) and `b` (tests and racecheck, to the deadline).
+part=${1:-a}
 {
   header
+  if [ "$part" = a ]; then
   stamp "argmax (V 128256): the plan's search, then search=bits"
   for v in "fp32 64" "bf16 64" "bf16 256" "fp32 256" "bf16 8" "fp32 1"; do
     set -- $v
@@ -63,7 +67,9 @@ left() { echo $(( ${DEADLINE:-540} - ($(date +%s) - t0) )); }
       "$CLI" bench ${c#*|} --timer events --warmup 2 --iters 3 >> "$OUT/ncu.log" 2>&1
     echo "ncu $re rc $?"
   done
-  stamp "racecheck (background, until the deadline) beside the [argmax] GPU tests"
+  fi
+  if [ "$part" = b ]; then
+  stamp "racecheck (background, until the deadline) beside the GPU tests of the changed kernels"
   mkdir -p /tmp/rc
   # The cases no round has finished under racecheck (reliability.md, GPU sanitizers).
   grep -v '^#' "$(dirname "$0")/racecheck_open_cases.txt" > /tmp/rc/cases
@@ -92,5 +98,6 @@ left() { echo $(( ${DEADLINE:-540} - ($(date +%s) - t0) )); }
   while kill -0 $rcpid 2>/dev/null && [ "$(left)" -gt 10 ]; do sleep 5; done
   kill -- -$rcpid 2>/dev/null; sleep 2; pkill -f compute-sanitizer
   rc_report
+  fi
   stamp "done after $(( $(date +%s) - t0 )) s"
-} 2>&1 | tee "$OUT/run.log"
+} 2>&1 | tee "$OUT/run_$part.log"
