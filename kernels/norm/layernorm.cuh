@@ -210,70 +210,52 @@ layernorm_kernel(const __grid_constant__ LayerNormParams p) {
       }
     }
 
-    float mean, var;
-    if constexpr (ONE_PASS) {
-      // The thread's own share, two-pass over its registers.
-      float s = 0.0f, cnt = 0.0f;
+    // The row's statistics: the sum, then the squared deviations from the mean, over registers.
+    // ONE_PASS takes each thread's own mean and merges (count, mean, m2) once at the end; the
+    // default reduces the sum over the row first, then the squared deviations from its mean.
+    __shared__ float partials[THREADS_PER_ROW >= 32 ? THREADS_PER_ROW / 32 : 1];
+    float s = 0.0f, cnt = 0.0f;
 #pragma unroll
-      for (int k = 0; k < kIters; ++k) {
-        const int v = tid + k * THREADS_PER_ROW;
-        if (in_row(k, v)) {
-          cnt += float(VEC);
+    for (int k = 0; k < kIters; ++k) {
+      const int v = tid + k * THREADS_PER_ROW;
+      if (in_row(k, v)) {
+        cnt += float(VEC);
 #pragma unroll
-          for (int e = 0; e < VEC; ++e) s += to_float(xv[k][e]);
-        }
+        for (int e = 0; e < VEC; ++e) s += to_float(xv[k][e]);
       }
+    }
+    float mean;
+    if constexpr (ONE_PASS) {
       // kEven: every thread of an active row holds kIters vectors (an inactive row's statistics
       // are never used).
       if constexpr (kEven) cnt = float(kIters * VEC);
       mean = cnt > 0.0f ? s / cnt : 0.0f;
+    } else {
+      mean = detail::row_sum<THREADS_PER_ROW>(s, partials) / kHidden;
+    }
 
-      // Each pass re-derives the fp32 values from the packed row (see rmsnorm_kernel).
+    // Each pass re-derives the fp32 values from the packed row (see rmsnorm_kernel).
 #pragma unroll
-      for (int k = 0; k < kIters; ++k) xv[k].opaque();
-      float m2 = 0.0f;
+    for (int k = 0; k < kIters; ++k) xv[k].opaque();
+    float m2 = 0.0f;
 #pragma unroll
-      for (int k = 0; k < kIters; ++k) {
-        const int v = tid + k * THREADS_PER_ROW;
-        if (in_row(k, v)) {
+    for (int k = 0; k < kIters; ++k) {
+      const int v = tid + k * THREADS_PER_ROW;
+      if (in_row(k, v)) {
 #pragma unroll
-          for (int e = 0; e < VEC; ++e) {
-            const float d = to_float(xv[k][e]) - mean;
-            m2 = fmaf(d, d, m2);
-          }
+        for (int e = 0; e < VEC; ++e) {
+          const float d = to_float(xv[k][e]) - mean;
+          m2 = fmaf(d, d, m2);
         }
       }
+    }
+    float var;
+    if constexpr (ONE_PASS) {
       __shared__ float stats[THREADS_PER_ROW >= 32 ? 3 * (THREADS_PER_ROW / 32) : 1];
       detail::row_stats<kEven, THREADS_PER_ROW>(cnt, mean, m2, stats);
       var = m2 / kHidden;
     } else {
-      // Two row reductions: the mean, then the squared deviations from it.
-      __shared__ float partials[THREADS_PER_ROW >= 32 ? THREADS_PER_ROW / 32 : 1];
-      float s = 0.0f;
-#pragma unroll
-      for (int k = 0; k < kIters; ++k) {
-        const int v = tid + k * THREADS_PER_ROW;
-        if (in_row(k, v)) {
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) s += to_float(xv[k][e]);
-        }
-      }
-      mean = detail::row_sum<THREADS_PER_ROW>(s, partials) / kHidden;
-#pragma unroll
-      for (int k = 0; k < kIters; ++k) xv[k].opaque();
-      float ss = 0.0f;
-#pragma unroll
-      for (int k = 0; k < kIters; ++k) {
-        const int v = tid + k * THREADS_PER_ROW;
-        if (in_row(k, v)) {
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) {
-            const float d = to_float(xv[k][e]) - mean;
-            ss = fmaf(d, d, ss);
-          }
-        }
-      }
-      var = detail::row_sum<THREADS_PER_ROW>(ss, partials) / kHidden;
+      var = detail::row_sum<THREADS_PER_ROW>(m2, partials) / kHidden;
     }
     const float inv_std = rsqrtf(var + p.eps);
 

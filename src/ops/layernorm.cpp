@@ -27,17 +27,13 @@ struct LayerNormParams {
 };
 
 jit::Params layernorm_params(const LayerNormConfig& c) {
-  return {{"dtype", dtype_name(c.dtype)},
-          {"wdtype", dtype_name(c.param_dtype)},
-          {"hidden", std::to_string(c.hidden)},
-          {"vec", std::to_string(c.vec)},
-          {"tpr", std::to_string(c.threads_per_row)},
-          {"rpb", std::to_string(c.rows_per_block)}};
-}
-
-// The one-pass variant adds "onepass_1" to the URI; the default keeps its round-8 URI.
-jit::Params layernorm_uri_params(const LayerNormConfig& c) {
-  jit::Params p = layernorm_params(c);
+  jit::Params p{{"dtype", dtype_name(c.dtype)},
+                {"wdtype", dtype_name(c.param_dtype)},
+                {"hidden", std::to_string(c.hidden)},
+                {"vec", std::to_string(c.vec)},
+                {"tpr", std::to_string(c.threads_per_row)},
+                {"rpb", std::to_string(c.rows_per_block)}};
+  // The one-pass variant adds "onepass_1" to the URI; the default keeps its round-8 URI.
   if (c.one_pass != 0) p.push_back({"onepass", "1"});
   return p;
 }
@@ -80,13 +76,13 @@ LayerNormConfig select_layernorm(DType dtype, DType param_dtype, int64_t hidden,
 }
 
 std::string layernorm_uri(const LayerNormConfig& c) {
-  return jit::make_uri("layernorm", layernorm_uri_params(c));
+  return jit::make_uri("layernorm", layernorm_params(c));
 }
 
 jit::Spec layernorm_spec(const LayerNormConfig& c) {
   jit::Spec s;
   s.op = "layernorm";
-  s.params = layernorm_uri_params(c);
+  s.params = layernorm_params(c);
   s.uri = jit::make_uri(s.op, s.params);
   s.kernel_dirs = {"common", "norm"};
   s.includes = {"norm/layernorm.cuh"};
