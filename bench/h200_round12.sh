@@ -8,15 +8,23 @@
 # compute-sanitizer racecheck of the cases no earlier round finished, one process per case, with
 # KJIT_TEST_UNDER_SANITIZER=1 (two offsets per draw loop, vocabularies capped at 16384). Builds
 # nothing: run from the repo root with build-h200 carried; KJIT_COMMIT names the commit the
-# binaries were built from.
+# binaries were built from. `all` is one call: part a without the decode and RoPE profiles (ncu
+# of top-p B1 only), then part b under what is left of the deadline.
 set -uo pipefail
 source "$(dirname "$0")/h200_lib.sh"
 T=$B/tests/kjit_gpu_tests
 NCU=${NCU:-/usr/local/cuda/bin/ncu}
 t0=$(date +%s)
 left() { echo $(( ${DEADLINE:-540} - ($(date +%s) - t0) )); }
-# Two calls: `a` (the timings and ncu, ~4 minutes) and `b` (tests and racecheck, to the deadline).
+# Two calls: `a` (the timings and ncu, ~4 minutes) and `b` (tests and racecheck, to the deadline),
+# or one: `all` runs a without ncu, then b with what is left of DEADLINE (default 560).
 part=${1:-a}
+if [ "$part" = all ]; then
+  NCU_SKIP=1 bash "$0" a
+  d=$(( ${DEADLINE:-560} - ($(date +%s) - t0) ))
+  DEADLINE=$d bash "$0" b
+  exit
+fi
 {
   header
   if [ "$part" = a ]; then
@@ -26,6 +34,9 @@ part=${1:-a}
     bench argmax --set vocab=128256 --set dtype=$1 --set batch=$2
     bench argmax --set vocab=128256 --set dtype=$1 --set batch=$2 --set search=bits
   done
+  stamp "sampling B1 (V 128256): top-p from probabilities, top-k + top-p from bf16 logits"
+  bench top_p_sampling --set vocab=128256 --set batch=1
+  bench top_k_top_p_sampling --set dtype=bf16 --set vocab=128256 --set batch=1
   stamp "decode B1 x L8192: split counts and CTA shapes"
   A="decode_attention --set dtype=bf16 --set qo_heads=32 --set kv_heads=8 --set head_dim=128 --set page_size=16 --set batch=1 --set kv_len=8192"
   bench $A
@@ -57,8 +68,13 @@ part=${1:-a}
     bench layernorm --set dtype=bf16 --set rows=$n --set hidden=4096 --hot-l2
   done
   bench layernorm --set dtype=bf16 --set rows=16384 --set hidden=8192 --backends kjit,copy
+  # NCU_SKIP=1 (the single call, `all`) profiles only top-p B1's cluster kernel: its ~42 us of
+  # fixed per-level cost is the open sampling row.
+  TOPP="filter_kernel|top_p_sampling --set vocab=128256 --set batch=1 --hot-l2"
+  if [ "${NCU_SKIP:-0}" = 1 ]; then set -- "$TOPP"; else
+    set -- "decode|$A" "rope|$R --set tokens=64 --hot-l2" "$TOPP"; fi
   stamp "ncu with source lines"
-  for c in "decode|$A" "rope|rope --set dtype=bf16 --set qo_heads=32 --set kv_heads=8 --set head_dim=128 --set tokens=64 --hot-l2"; do
+  for c in "$@"; do
     re=${c%%|*}
     echo "==== $re" >> "$OUT/ncu.log"
     KJIT_JIT_LINEINFO=1 KJIT_CACHE_DIR=/tmp/kjit-ncu timeout 60 "$NCU" --clock-control none \
