@@ -9,7 +9,8 @@
 # KJIT_TEST_UNDER_SANITIZER=1 (two offsets per draw loop, vocabularies capped at 16384). Builds
 # nothing: run from the repo root with build-h200 carried; KJIT_COMMIT names the commit the
 # binaries were built from. `all` is one call: part a without the decode and RoPE profiles (ncu
-# of top-p B1 only), then part b under what is left of the deadline.
+# of top-p B1 only), then part b under what is left of the deadline. `c` (after the defaults
+# changed): argmax and decode-size rows under the new defaults, then their GPU tests.
 set -uo pipefail
 source "$(dirname "$0")/h200_lib.sh"
 T=$B/tests/kjit_gpu_tests
@@ -113,6 +114,45 @@ fi
   cat /tmp/tests_a.log /tmp/tests_b.log > "$OUT/gpu_tests.log"
   while kill -0 $rcpid 2>/dev/null && [ "$(left)" -gt 10 ]; do sleep 5; done
   kill -- -$rcpid 2>/dev/null; sleep 2; pkill -f compute-sanitizer
+  rc_report
+  fi
+  if [ "$part" = c ]; then
+  # Part c (second session call): the defaults round 12 changed, argmax's bit-compare search and
+  # programmatic dependent launches of the elementwise ops on sm_90, timed and then tested.
+  stamp "argmax defaults (V 128256; now search=bits)"
+  for v in "fp32 64" "bf16 64" "bf16 256" "fp32 256"; do
+    set -- $v
+    bench argmax --set vocab=128256 --set dtype=$1 --set batch=$2
+  done
+  stamp "decode-size elementwise back to back, the default launch (pdl), and the plain empty kernel"
+  E="--timer events-batched --hot-l2"
+  KJIT_PDL=0 bench empty $E
+  bench empty $E
+  for n in 1 64; do
+    bench rmsnorm --set dtype=bf16 --set rows=$n --set hidden=4096 $E
+    bench rope --set dtype=bf16 --set qo_heads=32 --set kv_heads=8 --set head_dim=128 --set tokens=$n $E
+  done
+  stamp "cupti rows of an elementwise op time plain launches whatever the default"
+  bench rmsnorm --set dtype=bf16 --set rows=1 --set hidden=4096 --hot-l2
+  bench rmsnorm --set dtype=bf16 --set rows=16384 --set hidden=8192 --backends kjit,copy
+  stamp "GPU tests under the new defaults, beside racecheck of one cluster top-p launch at V 4096"
+  mkdir -p /tmp/rc
+  export -f rc_bench
+  export CS CLI
+  setsid bash -c 'rc_bench 93 top_p_sampling --set vocab=4096 --set batch=1 --set path=cluster --set cluster=2' &
+  rcpid=$!
+  box=$(( $(left) - 25 ))
+  KJIT_CACHE_DIR=/tmp/kjit-test-a timeout "$box" "$T" \
+    "[gpu][argmax],[gpu][pdl],[gpu][norm],[gpu][rmsnorm],sampling gpu: argmax*" --durations yes \
+    > /tmp/tests_a.log 2>&1 &
+  ta=$!
+  KJIT_CACHE_DIR=/tmp/kjit-test-b timeout "$box" "$T" \
+    "[gpu][activation],[gpu][rope],[gpu][kv_cache]" --durations yes > /tmp/tests_b.log 2>&1
+  echo "tests b rc $?"; tail -2 /tmp/tests_b.log
+  wait $ta; echo "tests a rc $?"; tail -2 /tmp/tests_a.log
+  cat /tmp/tests_a.log /tmp/tests_b.log > "$OUT/gpu_tests_c.log"
+  while kill -0 $rcpid 2>/dev/null && [ "$(left)" -gt 8 ]; do sleep 3; done
+  kill -- -$rcpid 2>/dev/null; sleep 1; pkill -f compute-sanitizer
   rc_report
   fi
   stamp "done after $(( $(date +%s) - t0 )) s"

@@ -1,12 +1,13 @@
 // Programmatic dependent launch of the elementwise ops (norms, activations, RoPE, KV append).
 //
-// With KJIT_PDL=1 on sm_90+, these kernels launch with programmatic stream serialization: a
+// On sm_90+ (unless KJIT_PDL=0), these kernels launch with programmatic stream serialization: a
 // kernel's blocks may be scheduled while the kernel before it on the stream still runs, and wait
 // in pdl_enter (kernels/common/prelude.cuh) for it to finish and its writes to be visible before
 // touching memory; each kernel lets its successor start launching as soon as its own blocks have
 // started. Back-to-back decode-size kernels then overlap one launch with the previous kernel
 // instead of paying it after. The result is the same as a plain launch: every kernel still reads
-// only what its predecessor finished writing. Off by default until measured on the H200.
+// only what its predecessor finished writing. On by default since H200 round 12: back to back,
+// decode-size ops took 0.77-0.87 us less each (rmsnorm 1 x 4096 bf16: 2.24 -> 1.38 us).
 #pragma once
 
 #include "cuda/launch.hpp"

@@ -36,7 +36,8 @@ struct RowConfig {
   int vec = 1;
   int unroll = 8;
   int cluster = 1;  // argmax only: blocks per row, a sm_90 thread-block cluster when > 1
-  int search = 0;   // argmax only: 1 finds a group's first maximum by bits (argmax.cuh BITS)
+  int search = 0;   // argmax: 1 (its default) finds a group's first maximum by bits (argmax.cuh
+                    // BITS), 0 by the float compare; softmax has no search
 };
 
 inline constexpr int64_t kFilterMaxVocab = 262144;      // 1024 segments of >= 256 elements
@@ -62,7 +63,7 @@ void force_argmax_path(ArgmaxPath path, int cluster = 0);
 // vector loads in flight per lane (1, 2, 4 or 8) of every later kjit_argmax; 0 keeps the plan's.
 void force_argmax_shape(int threads, int unroll);
 // Test and bench hook: 1 makes every later kjit_argmax find a group's first maximum by comparing
-// bits (the `search=bits` variant), 0 by the float compare (the default).
+// bits (the default, URI suffix `_search_bits`), 0 by the float compare, -1 the plan's again.
 void force_argmax_search(int search);
 
 // One kjit_argmax launch: the compiled variant and the threads per block.

@@ -71,7 +71,7 @@ Matrix make_matrix(const std::string& dtype, int64_t batch, int64_t vocab, Gen g
 // One forced path and shape for the scope; back to the plan's afterwards, even when a check
 // throws.
 struct ForcedPath {
-  ForcedPath(ops::ArgmaxPath p, int cluster, int threads = 0, int unroll = 0, int search = 0) {
+  ForcedPath(ops::ArgmaxPath p, int cluster, int threads = 0, int unroll = 0, int search = -1) {
     ops::force_argmax_path(p, cluster);
     ops::force_argmax_shape(threads, unroll);
     ops::force_argmax_search(search);
@@ -79,7 +79,7 @@ struct ForcedPath {
   ~ForcedPath() {
     ops::force_argmax_path(ops::ArgmaxPath::kAuto);
     ops::force_argmax_shape(0, 0);
-    ops::force_argmax_search(0);
+    ops::force_argmax_search(-1);
   }
   ForcedPath(const ForcedPath&) = delete;
   ForcedPath& operator=(const ForcedPath&) = delete;
@@ -90,14 +90,14 @@ struct Path {
   int cluster;      // blocks per row when forced; 0 for the heuristic
   int threads = 0;  // forced block size (kjit-cli bench --set threads=N); 0: the plan's
   int unroll = 0;   // forced loads per lane (--set unroll=N); 0: the plan's
-  int search = 0;   // 1: the bit-compare search (--set search=bits)
+  int search = -1;  // -1: the plan's (bits); 0: the float compare (--set search=float)
   std::string name() const {
     std::string n = path == ops::ArgmaxPath::kBlock     ? "block"
                     : path == ops::ArgmaxPath::kCluster ? "cluster " + std::to_string(cluster)
                                                         : "auto";
     if (threads) n += " threads " + std::to_string(threads);
     if (unroll) n += " unroll " + std::to_string(unroll);
-    if (search) n += " search bits";
+    if (search == 0) n += " search float";
     return n;
   }
 };
@@ -122,14 +122,15 @@ std::vector<Path> paths() {
     out.push_back({ops::ArgmaxPath::kCluster, 4, 1024, 8});
     out.push_back({ops::ArgmaxPath::kCluster, 2, 96, 1});
   }
-  // The bit-compare search on the same launch shapes: one block, three warps (out-of-range
-  // vectors in the last group), the plan's, and clusters with narrow and wide groups.
-  out.push_back({ops::ArgmaxPath::kBlock, 0, 0, 0, 1});
-  out.push_back({ops::ArgmaxPath::kBlock, 0, 96, 0, 1});
-  out.push_back({ops::ArgmaxPath::kAuto, 0, 0, 0, 1});
+  // The float-compare search (the default before round 12) on the same launch shapes: one
+  // block, three warps (out-of-range vectors in the last group), the plan's, and clusters with
+  // narrow and wide groups.
+  out.push_back({ops::ArgmaxPath::kBlock, 0, 0, 0, 0});
+  out.push_back({ops::ArgmaxPath::kBlock, 0, 96, 0, 0});
+  out.push_back({ops::ArgmaxPath::kAuto, 0, 0, 0, 0});
   if (has_clusters()) {
-    out.push_back({ops::ArgmaxPath::kCluster, 8, 256, 0, 1});
-    out.push_back({ops::ArgmaxPath::kCluster, 2, 96, 1, 1});
+    out.push_back({ops::ArgmaxPath::kCluster, 8, 256, 0, 0});
+    out.push_back({ops::ArgmaxPath::kCluster, 2, 96, 1, 0});
   }
   return out;
 }

@@ -139,17 +139,18 @@ TEST_CASE("argmax: the cluster spec is its own sm_90+ kernel, one block per row 
   CHECK(cl.config.find("constexpr int kCluster = 8;") != std::string::npos);
 }
 
-TEST_CASE("argmax: the bit-compare search variant is named, forced and refused when unknown",
+TEST_CASE("argmax: the bit-compare search is the default; the float compare is forced by name",
           "[argmax]") {
   using ops::DType;
   auto p = ops::plan_argmax(DType::kBF16, 64, 128256, true, 132, 9);
-  CHECK(p.cfg.search == 0);  // the default: the float compare, the round-8 URI
-  CHECK(ops::argmax_uri(p.cfg) == "argmax_dtype_bf16_vec_8_unroll_4_cluster_8");
-  ops::force_argmax_search(1);
-  p = ops::plan_argmax(DType::kBF16, 64, 128256, true, 132, 9);
-  ops::force_argmax_search(0);
-  CHECK(p.cfg.search == 1);
+  CHECK(p.cfg.search == 1);  // the default since H200 round 12
   CHECK(ops::argmax_uri(p.cfg) == "argmax_dtype_bf16_vec_8_unroll_4_cluster_8_search_bits");
+  ops::force_argmax_search(0);
+  auto f = ops::plan_argmax(DType::kBF16, 64, 128256, true, 132, 9);
+  ops::force_argmax_search(-1);
+  CHECK(f.cfg.search == 0);  // the float compare keeps the round-8 URI and kernel name
+  CHECK(ops::argmax_uri(f.cfg) == "argmax_dtype_bf16_vec_8_unroll_4_cluster_8");
+  CHECK(ops::argmax_spec(f.cfg).entry_names[0].find("kBits") == std::string::npos);
   const kjit::jit::Spec s = ops::argmax_spec(p.cfg);
   REQUIRE(s.entry_names.size() == 1);
   CHECK(s.entry_names[0].find("kjit_spec::kCluster, kjit_spec::kBits>") != std::string::npos);
@@ -157,17 +158,22 @@ TEST_CASE("argmax: the bit-compare search variant is named, forced and refused w
   p.cfg.cluster = 1;
   CHECK(ops::argmax_spec(p.cfg).entry_names[0].find("kjit_spec::kUnroll, kjit_spec::kBits>") !=
         std::string::npos);
-  CHECK(ops::plan_argmax(DType::kBF16, 64, 128256, true, 132, 9).cfg.search == 0);
-  try {
-    ops::force_argmax_search(2);
-    FAIL("search 2 was accepted");
-  } catch (const kjit::Error& e) {
-    CHECK(e.status() == KJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(ops::plan_argmax(DType::kBF16, 64, 128256, true, 132, 9).cfg.search == 1);
+  for (int bad : {2, -2}) {
+    try {
+      ops::force_argmax_search(bad);
+      FAIL("search " << bad << " was accepted");
+    } catch (const kjit::Error& e) {
+      CHECK(e.status() == KJIT_ERROR_INVALID_ARGUMENT);
+    }
   }
-  // The op definition takes search=bits and refuses other values.
+  // The op definition defaults to bits, takes search=float|bits and refuses other values.
   const ops::OpDef* d = ops::find_op("argmax");
   REQUIRE(d != nullptr);
+  CHECK(d->make_spec({{"dtype", "fp32"}}).uri == "argmax_dtype_fp32_vec_4_unroll_4_search_bits");
   CHECK(d->make_spec({{"dtype", "fp32"}, {"search", "bits"}}).uri ==
         "argmax_dtype_fp32_vec_4_unroll_4_search_bits");
+  CHECK(d->make_spec({{"dtype", "fp32"}, {"search", "float"}}).uri ==
+        "argmax_dtype_fp32_vec_4_unroll_4");
   CHECK_THROWS(d->make_spec({{"dtype", "fp32"}, {"search", "fast"}}));
 }

@@ -52,17 +52,39 @@ namespace {
 using ojson = nlohmann::ordered_json;
 
 // The elementwise ops (and the empty kernel, their launch baseline) launch as programmatic
-// dependents under KJIT_PDL=1 on sm_90 (src/ops/pdl.hpp): their rows say so in the label and as
+// dependents on sm_90 unless KJIT_PDL=0 (src/ops/pdl.hpp): their rows say so in the label and as
 // shape.launch = "pdl". Under PDL a kernel may start while the one before it (an L2 flush, the
-// previous sample) still runs, so only back-to-back timers (events-batched) mean anything there.
-BenchCase with_launch_mode(const BenchCase& c) {
+// previous sample) still runs and wait inside for it, so only back-to-back timers
+// (events-batched) mean anything there: the other timers time these ops as plain launches
+// (PlainLaunchUnlessBatched).
+bool elementwise_op(const std::string& op) {
   static const char* const kElementwise[] = {"empty",          "rmsnorm",     "fused_add_rmsnorm",
                                              "layernorm",      "act_and_mul", "rope",
                                              "append_paged_kv"};
+  return std::find(std::begin(kElementwise), std::end(kElementwise), op) != std::end(kElementwise);
+}
+
+// For the scope of one report: plain launches of an elementwise op unless the timer is
+// events-batched, then the process's launch mode again.
+class PlainLaunchUnlessBatched {
+ public:
+  PlainLaunchUnlessBatched(const std::string& op, const BenchOptions& opts)
+      : active_(elementwise_op(op) && opts.timer != "events-batched" && ops::elementwise_pdl(0)) {
+    if (active_) ops::force_elementwise_pdl(0);
+  }
+  ~PlainLaunchUnlessBatched() {
+    if (active_) ops::force_elementwise_pdl(-1);
+  }
+  PlainLaunchUnlessBatched(const PlainLaunchUnlessBatched&) = delete;
+  PlainLaunchUnlessBatched& operator=(const PlainLaunchUnlessBatched&) = delete;
+
+ private:
+  bool active_;
+};
+
+BenchCase with_launch_mode(const BenchCase& c) {
   BenchCase out = c;
-  const bool listed =
-      std::find(std::begin(kElementwise), std::end(kElementwise), c.op) != std::end(kElementwise);
-  if (listed && ops::elementwise_pdl(0)) {
+  if (elementwise_op(c.op) && ops::elementwise_pdl(0)) {
     out.label += " pdl";
     out.shape["launch"] = "pdl";
   }
@@ -179,6 +201,7 @@ std::string describe(const Measurement& m) {
 }  // namespace
 
 int report(const BenchCase& in, const Check& chk, double first_ms, const BenchOptions& opts) {
+  const PlainLaunchUnlessBatched plain(in.op, opts);
   const BenchCase c = with_launch_mode(in);
   if (opts.check && !chk.pass()) {
     ojson row = row_head(c, "kjit", opts);

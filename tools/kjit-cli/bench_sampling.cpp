@@ -300,9 +300,12 @@ int bench_argmax(const ops::SetArgs& args, const BenchOptions& opts) {
       args.count("threads") ? static_cast<int>(ops::positive_int_arg(args, "threads", 1024)) : 0;
   const int unroll =
       args.count("unroll") ? static_cast<int>(ops::positive_int_arg(args, "unroll", 8)) : 0;
-  // search=float|bits: how a load group's first maximum is found (argmax.cuh BITS).
-  const std::string search = args.count("search") ? args.at("search") : "float";
-  if (search != "float" && search != "bits") throw UsageError("search must be float or bits");
+  // search=float|bits: how a load group's first maximum is found (argmax.cuh BITS; the plan's is
+  // bits).
+  const std::string search = args.count("search") ? args.at("search") : "";
+  if (!search.empty() && search != "float" && search != "bits") {
+    throw UsageError("search must be float or bits");
+  }
   struct PathGuard {
     PathGuard(ops::ArgmaxPath p, int c, int t, int u, int s) {
       ops::force_argmax_shape(t, u);  // first: it throws on a bad value, with nothing forced yet
@@ -312,9 +315,9 @@ int bench_argmax(const ops::SetArgs& args, const BenchOptions& opts) {
     ~PathGuard() {
       ops::force_argmax_path(ops::ArgmaxPath::kAuto);
       ops::force_argmax_shape(0, 0);
-      ops::force_argmax_search(0);
+      ops::force_argmax_search(-1);
     }
-  } guard(ap, cluster, threads, unroll, search == "bits" ? 1 : 0);
+  } guard(ap, cluster, threads, unroll, search.empty() ? -1 : (search == "bits" ? 1 : 0));
   const cuda::DeviceInfo& info = cuda::device_info(0);
   const ops::ArgmaxPlan plan = ops::plan_argmax(
       dt, batch, vocab, vocab % static_cast<int64_t>(16 / es) == 0, info.sm_count, info.major);
@@ -325,7 +328,7 @@ int bench_argmax(const ops::SetArgs& args, const BenchOptions& opts) {
   c.shape = {{"batch", batch}, {"vocab", vocab}, {"threads", plan.threads}};
   c.label = fmt::format("argmax {} batch={} vocab={} blocks/row={} threads={} unroll={}{}", dtype,
                         batch, vocab, plan.cfg.cluster, plan.threads, plan.cfg.unroll,
-                        plan.cfg.search != 0 ? " search=bits" : "");
+                        plan.cfg.search == 0 ? " search=float" : "");
   c.launch = [&] {
     kjit_status st = kjit_argmax(xt.get(), ot.get(), nullptr);
     if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
