@@ -14,7 +14,7 @@ std::atomic<int> g_forced{-1};
 
 bool elementwise_pdl(int device) {
   // On unless KJIT_PDL says otherwise: H200 round 12 measured every decode-size elementwise op
-  // 0.77-0.87 us faster back to back, results bitwise equal (docs/perf-notes.md).
+  // 0.73-1.08 us faster back to back, results bitwise equal (docs/perf-notes.md).
   static const bool from_env = util::env_flag("KJIT_PDL", true);
   const int forced = g_forced.load();
   const bool on = forced >= 0 ? forced != 0 : from_env;

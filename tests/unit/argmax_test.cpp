@@ -85,7 +85,7 @@ TEST_CASE("argmax: the plan's block size, loads per lane and forced shapes", "[a
   p = ops::plan_argmax(DType::kF32, 64, 128256, true, 132, 9);
   CHECK(p.threads == 128);
   CHECK(p.cfg.unroll == 2);
-  CHECK(ops::argmax_uri(p.cfg) == "argmax_dtype_fp32_vec_4_unroll_2_cluster_8");
+  CHECK(ops::argmax_uri(p.cfg) == "argmax_dtype_fp32_vec_4_unroll_2_cluster_8_search_bits");
   ops::force_argmax_shape(0, 0);
   p = ops::plan_argmax(DType::kF32, 64, 128256, true, 132, 9);
   CHECK(p.threads == 256);
@@ -125,21 +125,21 @@ TEST_CASE("argmax: forced paths", "[argmax]") {
 TEST_CASE("argmax: the cluster spec is its own sm_90+ kernel, one block per row is unchanged",
           "[argmax]") {
   ops::RowConfig c = ops::select_argmax(ops::DType::kBF16, 128256, true);
-  CHECK(ops::argmax_uri(c) == "argmax_dtype_bf16_vec_8_unroll_4");
+  CHECK(ops::argmax_uri(c) == "argmax_dtype_bf16_vec_8_unroll_4_search_bits");
   const auto one = ops::argmax_spec(c);
   CHECK(one.entry_names.at(0).find("argmax_kernel<") != std::string::npos);
   CHECK(one.arch_families == std::vector<std::string>{"sm_80+"});
   c.cluster = 8;
   const auto cl = ops::argmax_spec(c);
-  CHECK(cl.uri == "argmax_dtype_bf16_vec_8_unroll_4_cluster_8");
+  CHECK(cl.uri == "argmax_dtype_bf16_vec_8_unroll_4_cluster_8_search_bits");
   CHECK(cl.entry_names.at(0) ==
         "kjit::sampling::argmax_cluster_kernel<kjit_spec::T, kjit_spec::kVec, "
-        "kjit_spec::kUnroll, kjit_spec::kCluster>");
+        "kjit_spec::kUnroll, kjit_spec::kCluster, kjit_spec::kBits>");
   CHECK(cl.arch_families == std::vector<std::string>{"sm_90+"});
   CHECK(cl.config.find("constexpr int kCluster = 8;") != std::string::npos);
 }
 
-TEST_CASE("argmax: the bit-compare search is the default; the float compare is forced by name",
+TEST_CASE("argmax: the bit-compare search is the default, the float compare is forced by name",
           "[argmax]") {
   using ops::DType;
   auto p = ops::plan_argmax(DType::kBF16, 64, 128256, true, 132, 9);

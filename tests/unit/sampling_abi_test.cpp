@@ -537,7 +537,7 @@ TEST_CASE("sampling ops: specs name the kernel and the URI holds every config fi
   CHECK(s.entry_names.at(0).find("filter_kernel") != std::string::npos);
   CHECK(s.config.find("constexpr int kKeys = 1;") != std::string::npos);
   CHECK(ops::argmax_uri(ops::select_argmax(ops::DType::kF32, 100, true)) ==
-        "argmax_dtype_fp32_vec_4_unroll_4");
+        "argmax_dtype_fp32_vec_4_unroll_4_search_bits");
   CHECK(ops::softmax_spec(ops::select_softmax(ops::DType::kF16, 7, false)).uri ==
         "softmax_dtype_fp16_vec_1_unroll_8");
 }
