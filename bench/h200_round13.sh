@@ -1,19 +1,53 @@
 #!/usr/bin/env bash
-# Round 13 on the H200: compute-sanitizer racecheck of the sampling cases no round has finished
+# Round 13 on the H200, two calls. Part a: compute-sanitizer racecheck of the sampling cases no
+# round has finished
 # (bench/racecheck_open_cases.txt), one process per case, four at a time (round 12 ran thirteen
 # at once and finished none of them), under KJIT_TEST_UNDER_SANITIZER=1, which since round 12
 # also caps forced clusters at 3 blocks, the cluster distribution test at 4 rows and runs the
 # logits test on the one-block path. First, two racechecked bench launches of the cluster top-p
-# kernel at V 4096 (clusters of 2 and 16) say what one launch costs under the tool. Builds
-# nothing: run from the repo root with build-h200 carried, under DEADLINE seconds (default 560);
-# KJIT_COMMIT names the commit the binaries were built from.
+# kernel at V 4096 (clusters of 2 and 16) say what one launch costs under the tool. Part b
+# (~2 minutes): issue 3's remaining peers, gelu / gelu-tanh and mul and RoPE at large shapes
+# beside PyTorch eager and torch.compile, timed the same way (events around back-to-back
+# batches, hot L2), top-p B1 at smaller cluster blocks (`threads=N`), and an ncu source page (per SASS instruction) of the top-p B1 cluster
+# kernel. Builds nothing: run from the repo root with build-h200 carried, under
+# DEADLINE seconds (default 560); KJIT_COMMIT names the commit the binaries were built from.
 set -uo pipefail
 source "$(dirname "$0")/h200_lib.sh"
 T=$B/tests/kjit_gpu_tests
 t0=$(date +%s)
 left() { echo $(( ${DEADLINE:-560} - ($(date +%s) - t0) )); }
+peers() { PYTHONUNBUFFERED=1 timeout 120 python3 bench/peers/torch_peers.py --json "$P" "$@"; }
+part=${1:-a}
 {
   header
+  if [ "$part" = b ]; then
+  stamp "issue 3 peers at large shapes: kjit (events-batched, hot L2) beside PyTorch"
+  E="--timer events-batched --hot-l2 --backends kjit,copy"
+  bench act_and_mul --set act=gelu --set dtype=bf16 --set rows=16384 --set d=14336 $E
+  bench act_and_mul --set act=gelutanh --set dtype=bf16 --set rows=16384 --set d=14336 $E
+  bench act_and_mul --set act=silu --set dtype=bf16 --set rows=16384 --set d=14336 $E
+  bench rope --set dtype=bf16 --set qo_heads=32 --set kv_heads=8 --set head_dim=128 \
+    --set tokens=65536 $E
+  for op in gelu_and_mul gelu_tanh_and_mul silu_and_mul; do peers --op $op --shapes 16384x14336; done
+  peers --op rope --shapes 65536x128
+  stamp "top-p B1 (V 128256): the cluster's block size (the plan's is 1024 threads)"
+  TP="top_p_sampling --set vocab=128256 --set batch=1"
+  bench $TP
+  for v in "16 512" "16 256" "8 256" "16 128"; do
+    set -- $v
+    bench $TP --set path=cluster --set cluster=$1 --set threads=$2
+  done
+  # Where top-p B1's ~42 us go, per SASS instruction (round 12's summary showed only that the
+  # row's bytes are not the cost): warp stall samples and executed instructions by line.
+  stamp "ncu source page of the top-p B1 cluster kernel"
+  KJIT_JIT_LINEINFO=1 KJIT_CACHE_DIR=/tmp/kjit-ncu timeout 120 "${NCU:-/usr/local/cuda/bin/ncu}" \
+    --clock-control none -k regex:filter_kernel --launch-skip 2 --launch-count 1 \
+    --section SourceCounters --section WarpStateStats --page source --csv --print-source sass \
+    "$CLI" bench top_p_sampling --set vocab=128256 --set batch=1 --hot-l2 --timer events \
+    --warmup 2 --iters 3 > "$OUT/ncu_topp_source.csv" 2>&1
+  echo "ncu rc $? ($(wc -l < "$OUT/ncu_topp_source.csv") lines)"
+  fi
+  if [ "$part" = a ]; then
   mkdir -p /tmp/rc
   grep -v '^#' "$(dirname "$0")/racecheck_open_cases.txt" > /tmp/rc/cases
   export -f rc_case rc_bench
@@ -32,5 +66,6 @@ left() { echo $(( ${DEADLINE:-560} - ($(date +%s) - t0) )); }
   for i in $(seq 1 "$n"); do
     [ -e "/tmp/rc/log$i" ] || echo "not started: $(sed -n "${i}p" /tmp/rc/cases)"
   done
+  fi
   stamp "done after $(( $(date +%s) - t0 )) s"
-} 2>&1 | tee "$OUT/run.log"
+} 2>&1 | tee "$OUT/run_$part.log"

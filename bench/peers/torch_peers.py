@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""PyTorch peers (rmsnorm, fused add + rmsnorm, layernorm, silu_and_mul), timed the way `kjit-cli bench` times kjit: CUDA events around a
+"""PyTorch peers (rmsnorm, fused add + rmsnorm, layernorm, silu / gelu / gelu-tanh and mul, and
+RoPE written in torch ops), timed the way `kjit-cli bench` times kjit: CUDA events around a
 batch of back-to-back calls sized to ~1 ms, median over samples, hot L2. PyTorch is the
 reference implementation here, so it is not checked; kjit's results are (kjit-cli bench).
 One JSON line per result."""
@@ -32,12 +33,35 @@ def make_case(op, rows, hidden, dt, eps):
     if op == "silu_and_mul":
         x = rnd(rows, 2 * hidden)
         return (lambda: f.silu(x[:, :hidden]) * x[:, hidden:]), x.nbytes * 3 // 2, x
+    if op in ("gelu_and_mul", "gelu_tanh_and_mul"):
+        x = rnd(rows, 2 * hidden)
+        approx = "tanh" if op == "gelu_tanh_and_mul" else "none"
+        return ((lambda: f.gelu(x[:, :hidden], approximate=approx) * x[:, hidden:]),
+                x.nbytes * 3 // 2, x)
+    if op == "rope":
+        # NeoX RoPE in place on q [rows, 32, hidden] and k [rows, 8, hidden] (GQA 32/8, the kjit
+        # bench's shape) at positions 0..rows-1, theta 1e4, angles in fp32: PyTorch has no RoPE
+        # op, so this is what an engine without a kernel writes.
+        half = hidden // 2
+        q, k = rnd(rows, 32, hidden), rnd(rows, 8, hidden)
+        pos = torch.arange(rows, device="cuda", dtype=torch.int32)
+        inv = 1.0 / (1e4 ** (torch.arange(0, hidden, 2, device="cuda", dtype=torch.float32) / hidden))
+
+        def rope():
+            ang = pos[:, None].float() * inv[None, :]
+            c, s = ang.cos()[:, None, :], ang.sin()[:, None, :]
+            for t in (q, k):
+                x1, x2 = t[..., :half].float(), t[..., half:].float()
+                t.copy_(torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1).to(dt))
+        return rope, 2 * (q.nbytes + k.nbytes) + pos.nbytes, torch.cat([q.flatten(), k.flatten()])
     raise ValueError(op)
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--op", default="rmsnorm")
+    ap.add_argument("--op", default="rmsnorm",
+                    help="rmsnorm, fused_add_rmsnorm, layernorm, silu_and_mul, gelu_and_mul, "
+                         "gelu_tanh_and_mul, rope (shapes: tokens x head_dim)")
     ap.add_argument("--shapes", default="1x4096,64x4096,4096x4096,16384x4096,16384x8192")
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--json", default="")

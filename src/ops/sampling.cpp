@@ -124,7 +124,20 @@ AxisDef vocab_axis() {
 namespace {
 std::atomic<int> g_sample_path{0};
 std::atomic<int> g_sample_cluster{0};
+std::atomic<int> g_sample_threads{0};
 }  // namespace
+
+void set_sample_threads(int threads) {
+  if (threads < 0 || threads > 1024 || threads % 32 != 0) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT,
+         "sampler threads must be 0 (the plan's) or a multiple of 32 to 1024, not {}", threads);
+  }
+  g_sample_threads.store(threads);
+}
+
+int forced_sample_threads() {
+  return g_sample_threads.load();
+}
 
 void set_sample_path(SamplePath path, int cluster_size) {
   if (cluster_size < 0 || cluster_size == 1 || cluster_size > kSampleMaxCluster) {

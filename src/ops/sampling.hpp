@@ -94,6 +94,13 @@ enum class SamplePath : int { kAuto = 0, kSingle = 1, kCluster = 2 };
 void set_sample_path(SamplePath path, int cluster_size = 0);
 SamplePath sample_path();
 int forced_sample_cluster_size();
+// Bench hook: threads per block of every later sampler launch (sample, renorm, mask), a multiple
+// of 32 in 32..1024, or 0 for the plan's (sampling_block_threads). An experiment knob: the
+// kernels take any such block size, but a cluster launch whose block size differs from the
+// one-block path's sums the draw's segment masses in another order, so at an fp32 rounding tie
+// it may draw another token of the same kept set. Throws KJIT_ERROR_INVALID_ARGUMENT otherwise.
+void set_sample_threads(int threads);
+int forced_sample_threads();
 // The blocks per row of the process's latest sampler launch (1: one block per row), for the
 // bench to report which path the automatic choice took.
 int last_sample_cluster_size();

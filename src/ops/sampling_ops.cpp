@@ -355,6 +355,7 @@ int auto_cluster_size(CUfunction fn, const FilterConfig& cfg, const Batch& b, un
 void launch_filter(const FilterConfig& cfg, const Batch& b, SamplingParams& p, void* stream) {
   cuda::LaunchConfig lc;
   lc.block_x = static_cast<unsigned>(sampling_block_threads(b.vocab, cfg.vec, cfg.unroll));
+  if (const int t = forced_sample_threads(); t > 0) lc.block_x = static_cast<unsigned>(t);
   lc.stream = static_cast<CUstream>(stream);
   const SamplePath path = cfg.op == FilterOp::kSample ? sample_path() : SamplePath::kSingle;
   if (path != SamplePath::kSingle) {

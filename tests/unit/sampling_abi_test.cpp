@@ -542,6 +542,28 @@ TEST_CASE("sampling ops: specs name the kernel and the URI holds every config fi
         "softmax_dtype_fp16_vec_1_unroll_8");
 }
 
+TEST_CASE("sampling ops: the path and block-size hooks refuse what no launch can take",
+          "[sampling]") {
+  for (int bad : {-32, 1, 33, 1056}) {
+    INFO("threads " << bad);
+    try {
+      ops::set_sample_threads(bad);
+      FAIL("accepted");
+    } catch (const kjit::Error& e) {
+      CHECK(e.status() == KJIT_ERROR_INVALID_ARGUMENT);
+    }
+    CHECK(ops::forced_sample_threads() == 0);  // a refused value leaves the plan's in force
+  }
+  for (int bad : {-1, 1, 17}) {
+    INFO("cluster " << bad);
+    CHECK_THROWS_AS(ops::set_sample_path(ops::SamplePath::kCluster, bad), kjit::Error);
+  }
+  ops::set_sample_threads(256);
+  CHECK(ops::forced_sample_threads() == 256);
+  ops::set_sample_threads(0);
+  CHECK(ops::forced_sample_threads() == 0);
+}
+
 TEST_CASE("sampling ops: the catalogs are distinct and stay within 40 specs", "[sampling]") {
   size_t total = 0;
   for (const char* name : {"sampling_filter", "softmax", "argmax"}) {

@@ -58,7 +58,8 @@ std::vector<double> random_logits(std::vector<unsigned char>& host, size_t n,
 
 // --set path=auto|single|cluster (default auto) and, with path=cluster, cluster=N (2..16; default:
 // chosen by the batch) force the samplers' kernel path for the case, so that the one-block and
-// the cluster path can be timed side by side in one run. Restores the automatic choice after.
+// the cluster path can be timed side by side in one run; threads=N (a multiple of 32 to 1024)
+// forces the block size (ops::set_sample_threads). Restores the automatic choice after.
 class PathChoice {
  public:
   explicit PathChoice(const ops::SetArgs& args) {
@@ -79,12 +80,19 @@ class PathChoice {
     } else {
       throw UsageError("path must be auto, single or cluster");
     }
+    const int threads =
+        args.count("threads") ? static_cast<int>(ops::positive_int_arg(args, "threads", 1024)) : 0;
+    ops::set_sample_threads(threads);  // first: it throws on a bad value, with nothing forced yet
     ops::set_sample_path(sp, cluster);
     cluster_variant_ = sp == ops::SamplePath::kCluster;
     label_ = path == "auto" ? "" : fmt::format(" path={}", path);
     if (cluster > 0) label_ += fmt::format(" cluster={}", cluster);
+    if (threads > 0) label_ += fmt::format(" threads={}", threads);
   }
-  ~PathChoice() { ops::set_sample_path(ops::SamplePath::kAuto, 0); }
+  ~PathChoice() {
+    ops::set_sample_path(ops::SamplePath::kAuto, 0);
+    ops::set_sample_threads(0);
+  }
   PathChoice(const PathChoice&) = delete;
   PathChoice& operator=(const PathChoice&) = delete;
 
