@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Round 13 on the H200, two calls. Part a: compute-sanitizer racecheck of the sampling cases no
-# round has finished
-# (bench/racecheck_open_cases.txt), one process per case, four at a time (round 12 ran thirteen
-# at once and finished none of them), under KJIT_TEST_UNDER_SANITIZER=1, which since round 12
+# round has finished (bench/racecheck_open_cases.txt), one process per case, four at a time
+# (round 12 ran thirteen at once and finished none of them), under KJIT_TEST_UNDER_SANITIZER=1, which since round 12
 # also caps forced clusters at 3 blocks, the cluster distribution test at 4 rows and runs the
 # logits test on the one-block path. First, two racechecked bench launches of the cluster top-p
 # kernel at V 4096 (clusters of 2 and 16) say what one launch costs under the tool. Part b
-# (~2 minutes): issue 3's remaining peers, gelu / gelu-tanh and mul and RoPE at large shapes
+# (~3 minutes): issue 3's remaining peers, gelu / gelu-tanh and mul and RoPE at large shapes
 # beside PyTorch eager and torch.compile, timed the same way (events around back-to-back
-# batches, hot L2), top-p B1 at smaller cluster blocks (`threads=N`), and an ncu source page (per SASS instruction) of the top-p B1 cluster
-# kernel. Builds nothing: run from the repo root with build-h200 carried, under
-# DEADLINE seconds (default 560); KJIT_COMMIT names the commit the binaries were built from.
+# batches, hot L2); top-p B1 at smaller cluster blocks (`threads=N`); decode B1 with eight warps
+# per CTA; and an ncu source page (per SASS instruction) of the top-p B1 cluster kernel. Builds
+# nothing: run from the repo root with build-h200 carried, under DEADLINE seconds (default 560);
+# KJIT_COMMIT names the commit the binaries were built from.
 set -uo pipefail
 source "$(dirname "$0")/h200_lib.sh"
 T=$B/tests/kjit_gpu_tests
@@ -36,6 +36,13 @@ part=${1:-a}
   for v in "16 512" "16 256" "8 256" "16 128"; do
     set -- $v
     bench $TP --set path=cluster --set cluster=$1 --set threads=$2
+  done
+  stamp "decode B1 x L8192: eight warps per CTA (two-stage chains, or two heads per CTA)"
+  A="decode_attention --set dtype=bf16 --set qo_heads=32 --set kv_heads=8 --set head_dim=128 --set page_size=16 --set batch=1 --set kv_len=8192"
+  bench $A
+  for v in "warps=8 stage_tokens=128 stages=2" "warps=8 stage_tokens=128 stages=2 num_splits=16" \
+    "warps=8 heads_per_cta=2 stage_tokens=64" "warps=8 heads_per_cta=2 stage_tokens=64 num_splits=16"; do
+    bench $A $(printf -- '--set %s ' $v)
   done
   # Where top-p B1's ~42 us go, per SASS instruction (round 12's summary showed only that the
   # row's bytes are not the cost): warp stall samples and executed instructions by line.
