@@ -5,8 +5,8 @@
 # which since round 12 also caps forced clusters at 3 blocks, the cluster distribution test at
 # 4 rows and runs the logits test on the one-block path. First, two racechecked bench launches
 # of the cluster top-p kernel at V 4096 (clusters of 2 and 16) say what one launch costs under
-# the tool. Part b (~3 minutes): issue 3's remaining peers, gelu / gelu-tanh and mul and RoPE at large shapes
-# beside PyTorch eager and torch.compile, timed the same way (events around back-to-back
+# the tool. Part b (~3 minutes): issue 3's remaining peers, gelu / gelu-tanh and mul and RoPE
+# at large shapes beside PyTorch eager and torch.compile, timed the same way (events around back-to-back
 # batches, hot L2); top-p B1 at smaller cluster blocks (`threads=N`); decode B1 with eight warps
 # per CTA; and an ncu source page (per SASS instruction) of the top-p B1 cluster kernel. Builds
 # nothing: run from the repo root with build-h200 carried, under DEADLINE seconds (default 560);
