@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Round 13 on the H200, two calls. Part a: compute-sanitizer racecheck of the sampling cases no
+# Round 13 on the H200, three calls (c: the whole GPU suite, at the end of this header). Part a: compute-sanitizer racecheck of the sampling cases no
 # round has finished (bench/racecheck_open_cases.txt), one process per case, four at a time
 # (round 12 ran thirteen at once and finished none of them), under KJIT_TEST_UNDER_SANITIZER=1,
 # which since round 12 also caps forced clusters at 3 blocks, the cluster distribution test at
@@ -10,7 +10,8 @@
 # batches, hot L2); top-p B1 at smaller cluster blocks (`threads=N`); decode B1 with eight warps
 # per CTA; and an ncu source page (per SASS instruction) of the top-p B1 cluster kernel. Builds
 # nothing: run from the repo root with build-h200 carried, under DEADLINE seconds (default 560);
-# KJIT_COMMIT names the commit the binaries were built from.
+# KJIT_COMMIT names the commit the binaries were built from. Part c (~4 minutes): the whole
+# [gpu] suite in eight processes under the round-12 defaults.
 set -uo pipefail
 source "$(dirname "$0")/h200_lib.sh"
 T=$B/tests/kjit_gpu_tests
@@ -53,6 +54,30 @@ part=${1:-a}
     "$CLI" bench top_p_sampling --set vocab=128256 --set batch=1 --hot-l2 --timer events \
     --warmup 2 --iters 3 > "$OUT/ncu_topp_source.csv" 2>&1
   echo "ncu rc $? ($(wc -l < "$OUT/ncu_topp_source.csv") lines)"
+  fi
+  if [ "$part" = c ]; then
+  # Part c: the whole [gpu] suite once under the defaults round 12 changed (elementwise ops as
+  # programmatic dependents, argmax's bit-compare search), in eight processes split so that none
+  # holds more than ~3 minutes of round 11's per-case durations.
+  stamp "GPU suite: eight processes"
+  box=$(( $(left) - 20 ))
+  specs=('"decode gpu: lookup forms*"' '"decode gpu: tuning variants*"'
+    '[gpu][attention] ~"decode gpu: lookup forms*" ~"decode gpu: tuning variants*"'
+    '"sampling gpu: the cluster path draws the one-block*"'
+    '[gpu][sampling][cluster] ~"sampling gpu: the cluster path draws the one-block*"'
+    '[gpu][sampling]~[cluster]' '[gpu][argmax],[gpu][activation]'
+    '[gpu]~[attention]~[sampling]~[argmax]~[activation]')
+  pids=()
+  for i in "${!specs[@]}"; do
+    KJIT_CACHE_DIR=/tmp/kjit-suite-$i timeout "$box" "$T" "${specs[$i]}" --durations yes \
+      > /tmp/suite_$i.log 2>&1 &
+    pids+=($!)
+  done
+  for i in "${!specs[@]}"; do
+    wait "${pids[$i]}"; echo "suite $i rc $? (${specs[$i]}): $(tail -2 /tmp/suite_$i.log | tr '\n' ' ')"
+  done
+  for i in "${!specs[@]}"; do echo "==== ${specs[$i]}"; cat /tmp/suite_$i.log; done \
+    > "$OUT/gpu_suite.log"
   fi
   if [ "$part" = a ]; then
   mkdir -p /tmp/rc
