@@ -35,61 +35,48 @@ using json = nlohmann::ordered_json;
 
 // ---- CallLog ------------------------------------------------------------------------------------
 
-CallLog& CallLog::tensor(const char* name, ArgKind kind, const DLTensor* t) {
-  CallArg a;
+CallArg& CallLog::add(const char* name, ArgKind kind) {
+  CallArg& a = args_.emplace_back();
   a.name = name;
   a.kind = kind;
-  a.tensor = t;
-  args_.push_back(a);
+  return a;
+}
+
+CallLog& CallLog::tensor(const char* name, ArgKind kind, const DLTensor* t) {
+  add(name, kind).tensor = t;
   return *this;
 }
 
 CallLog& CallLog::scalar(const char* name, float v) {
-  CallArg a;
-  a.name = name;
-  a.kind = ArgKind::kScalar;
+  CallArg& a = add(name, ArgKind::kScalar);
   a.scalar_type = ScalarType::kF32;
   a.f = v;
-  args_.push_back(a);
   return *this;
 }
 
 CallLog& CallLog::scalar(const char* name, double v) {
-  CallArg a;
-  a.name = name;
-  a.kind = ArgKind::kScalar;
+  CallArg& a = add(name, ArgKind::kScalar);
   a.scalar_type = ScalarType::kF64;
   a.f = v;
-  args_.push_back(a);
   return *this;
 }
 
 CallLog& CallLog::scalar(const char* name, int v) {
-  CallArg a;
-  a.name = name;
-  a.kind = ArgKind::kScalar;
+  CallArg& a = add(name, ArgKind::kScalar);
   a.scalar_type = ScalarType::kI32;
   a.i = v;
-  args_.push_back(a);
   return *this;
 }
 
 CallLog& CallLog::scalar(const char* name, int64_t v) {
-  CallArg a;
-  a.name = name;
-  a.kind = ArgKind::kScalar;
+  CallArg& a = add(name, ArgKind::kScalar);
   a.scalar_type = ScalarType::kI64;
   a.i = v;
-  args_.push_back(a);
   return *this;
 }
 
 CallLog& CallLog::stream(void* s) {
-  CallArg a;
-  a.name = "stream";
-  a.kind = ArgKind::kStream;
-  a.stream = s;
-  args_.push_back(a);
+  add("stream", ArgKind::kStream).stream = s;
   return *this;
 }
 

@@ -58,6 +58,7 @@ class CallLog {
 
  private:
   CallLog& tensor(const char* name, ArgKind kind, const DLTensor* t);
+  CallArg& add(const char* name, ArgKind kind);  // a new argument, the rest of it defaulted
   std::vector<CallArg> args_;
 };
 
