@@ -12,13 +12,16 @@ namespace {
 std::atomic<int> g_forced{-1};
 }  // namespace
 
-bool elementwise_pdl(int device) {
+bool elementwise_pdl_requested() {
   // On unless KJIT_PDL says otherwise: H200 round 12 measured every decode-size elementwise op
   // 0.73-1.08 us faster back to back, results bitwise equal (docs/perf-notes.md).
   static const bool from_env = util::env_flag("KJIT_PDL", true);
   const int forced = g_forced.load();
-  const bool on = forced >= 0 ? forced != 0 : from_env;
-  return on && cuda::device_info(device).major >= 9;
+  return forced >= 0 ? forced != 0 : from_env;
+}
+
+bool elementwise_pdl(int device) {
+  return elementwise_pdl_requested() && cuda::device_info(device).major >= 9;
 }
 
 void force_elementwise_pdl(int mode) {

@@ -14,8 +14,12 @@
 
 namespace kjit::ops {
 
-// Whether elementwise launches on `device` are programmatic dependents: KJIT_PDL (read once),
-// or the forced mode, and a sm_90+ device.
+// Whether the process asks for programmatic dependent launches: KJIT_PDL (read once; on when
+// unset), or the forced mode. No device is involved: `kjit-cli info` reports it without a GPU.
+bool elementwise_pdl_requested();
+
+// Whether elementwise launches on `device` are programmatic dependents: requested, and a sm_90+
+// device.
 bool elementwise_pdl(int device);
 
 // Test and bench hook: 1 on, 0 off, -1 back to KJIT_PDL. Not thread-safe against concurrent calls.

@@ -18,6 +18,7 @@
 #include "jit/jit_core.hpp"
 #include "jit/settings.hpp"
 #include "kjit/kjit.h"
+#include "ops/pdl.hpp"
 #include "ops/registry.hpp"
 #include "util/error.hpp"
 
@@ -113,6 +114,7 @@ json collect_info() {
     }
   }
   j["env"] = env;
+  j["elementwise_pdl"] = ops::elementwise_pdl_requested();
   return j;
 }
 
@@ -157,6 +159,10 @@ void print_info(const json& j) {
   row("CUDA home", j["cuda_home"].is_null()
                        ? "not found: " + j["cuda_home_error"].get<std::string>()
                        : j["cuda_home"].get<std::string>());
+  row("PDL launches", j["elementwise_pdl"].get<bool>()
+                          ? "on: elementwise ops are programmatic dependents on sm_90+ "
+                            "(KJIT_PDL=0 turns it off)"
+                          : "off (KJIT_PDL): elementwise ops launch plainly");
   if (j["env"].empty()) row("environment", "no KJIT_* variable set");
   bool first = true;
   for (const auto& [name, value] : j["env"].items()) {
