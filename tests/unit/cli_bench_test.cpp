@@ -76,6 +76,9 @@ TEST_CASE("cli bench: bad options are usage errors (exit 2), before any GPU work
       "bench nosuchop --set a=b",
       "bench rmsnorm --set dtype=bf16 --set hidden=4096",  // rows missing
       "bench rmsnorm --set dtype=int8 --set hidden=8 --set rows=1",
+      kRms + "--set gema=1",  // a knob rmsnorm does not read (gemma is one)
+      "bench top_p_sampling --set batch=1 --set vocab=4096 --set threds=256",
+      "bench act_and_mul --set act=silu --set dtype=bf16 --set d=64 --set rows=1 --set vec=4",
       "bench --from " + bad_line.string(),  // a line without rows
       "bench --from " + not_json.string(),
       "bench --from " + (dir.path() / "missing.jsonl").string(),

@@ -102,6 +102,7 @@ int bench_act_and_mul(const ops::SetArgs& args, const BenchOptions& opts) {
 void add_activation_benches(std::vector<BenchEntry>& out) {
   out.push_back({"act_and_mul",
                  {"act", "dtype", "d", "rows"},
+                 {},
                  bench_act_and_mul,
                  "act (silu|gelu|gelutanh), dtype, d, rows"});
 }

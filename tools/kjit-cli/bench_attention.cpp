@@ -280,6 +280,8 @@ int bench_decode_attention(const ops::SetArgs& args, const BenchOptions& opts) {
 void add_attention_benches(std::vector<BenchEntry>& out) {
   out.push_back({"decode_attention",
                  {"dtype", "batch", "kv_len", "qo_heads", "kv_heads", "head_dim", "page_size"},
+                 {"kv_dtype", "layout", "num_splits", "warps", "stage_tokens", "stages",
+                  "heads_per_cta", "ctas_per_sm", "merge", "addr", "joint_tiles", "pdl"},
                  bench_decode_attention,
                  "dtype (q), batch, kv_len, qo_heads, kv_heads, head_dim, page_size, optional "
                  "kv_dtype (e4m3), layout (nhd|hnd), num_splits; tuning overrides warps, "

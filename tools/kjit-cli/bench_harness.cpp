@@ -360,7 +360,7 @@ int bench_empty(const ops::SetArgs&, const BenchOptions& opts) {
 }  // namespace
 
 void add_empty_bench(std::vector<BenchEntry>& out) {
-  out.push_back({"empty", {}, bench_empty, "none"});
+  out.push_back({"empty", {}, {}, bench_empty, "none"});
 }
 
 }  // namespace kjit::cli

@@ -99,11 +99,13 @@ size_t add_int32s(Packed& p, const std::vector<int32_t>& v);
 // A "0" / "1" flag, "0" when absent; UsageError otherwise.
 bool flag_arg(const ops::SetArgs& args, const std::string& name);
 
-// One `kjit-cli bench <op>`: the --set names it needs and what runs it.
+// One `kjit-cli bench <op>`: the --set names it needs, those it also reads, and what runs it.
+// Any other --set name is a usage error: a mistyped or absent knob must not time the default.
 using BenchFn = int (*)(const ops::SetArgs&, const BenchOptions&);
 struct BenchEntry {
   const char* op;
   std::vector<std::string> required;
+  std::vector<std::string> optional;
   BenchFn run;
   const char* set_help;        // "dtype, hidden, rows" and optional ones
   bool has_reference = false;  // its cases set BenchCase::reference_launch

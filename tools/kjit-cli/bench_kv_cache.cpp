@@ -154,6 +154,7 @@ int bench_append_paged_kv(const ops::SetArgs& args, const BenchOptions& opts) {
 void add_kv_cache_benches(std::vector<BenchEntry>& out) {
   out.push_back({"append_paged_kv",
                  {"dtype", "tokens", "kv_heads", "head_dim", "page_size"},
+                 {"batch", "layout"},
                  bench_append_paged_kv,
                  "dtype, tokens, kv_heads, head_dim, page_size, optional batch (default max(1, "
                  "tokens / 512)), layout (nhd|hnd)"});

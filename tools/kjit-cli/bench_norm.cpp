@@ -225,14 +225,17 @@ int bench_layernorm(const ops::SetArgs& args, const BenchOptions& opts) {
 void add_norm_benches(std::vector<BenchEntry>& out) {
   out.push_back({"rmsnorm",
                  {"dtype", "hidden", "rows"},
+                 {"gemma"},
                  bench_rmsnorm,
                  "dtype, hidden, rows, optional gemma (0|1: weight + 1)"});
   out.push_back({"fused_add_rmsnorm",
                  {"dtype", "hidden", "rows"},
+                 {"gemma"},
                  bench_fused_add_rmsnorm,
                  "dtype, hidden, rows, optional gemma (0|1: weight + 1)"});
   out.push_back({"layernorm",
                  {"dtype", "hidden", "rows"},
+                 {"wdtype"},
                  bench_layernorm,
                  "dtype, hidden, rows, optional wdtype"});
 }

@@ -152,6 +152,7 @@ int bench_rope(const ops::SetArgs& args, const BenchOptions& opts) {
 void add_rope_benches(std::vector<BenchEntry>& out) {
   out.push_back({"rope",
                  {"dtype", "tokens", "qo_heads", "kv_heads", "head_dim"},
+                 {"rotary_dim", "interleave", "layout"},
                  bench_rope,
                  "dtype, tokens, qo_heads, kv_heads, head_dim, optional rotary_dim, interleave, "
                  "layout=auto|slot|unit"});

@@ -414,24 +414,30 @@ int bench_softmax(const ops::SetArgs& args, const BenchOptions& opts) {
 }  // namespace
 
 void add_sampling_benches(std::vector<BenchEntry>& out) {
-  out.push_back({"top_p_sampling",
-                 {"batch", "vocab"},
-                 bench_top_p_sampling,
-                 "batch, vocab, optional p (0.9), sigma (2: logits' spread), path "
-                 "(auto|single|cluster), cluster (2..16, with path=cluster)"});
+  out.push_back(
+      {"top_p_sampling",
+       {"batch", "vocab"},
+       {"p", "sigma", "path", "cluster", "threads"},
+       bench_top_p_sampling,
+       "batch, vocab, optional p (0.9), sigma (2: logits' spread), path "
+       "(auto|single|cluster), cluster (2..16, with path=cluster), threads (block size)"});
   out.push_back({"top_k_top_p_sampling",
                  {"dtype", "batch", "vocab"},
+                 {"k", "p", "temperature", "sigma", "path", "cluster", "threads"},
                  bench_top_k_top_p_sampling,
                  "dtype, batch, vocab, optional k (50), p (0.9), temperature (1), sigma (2), "
-                 "path (auto|single|cluster), cluster (2..16, with path=cluster)"});
+                 "path (auto|single|cluster), cluster (2..16, with path=cluster), threads (block "
+                 "size)"});
   out.push_back({"argmax",
                  {"dtype", "batch", "vocab"},
+                 {"path", "cluster", "threads", "unroll", "search"},
                  bench_argmax,
                  "dtype, batch, vocab, optional path (auto|block|cluster) and cluster (2|4|8), "
                  "threads (32..1024), unroll (1|2|4|8), search (float|bits); then a read-only "
                  "probe of the same bytes"});
   out.push_back({"softmax",
                  {"dtype", "batch", "vocab"},
+                 {"temperature"},
                  bench_softmax,
                  "dtype, batch, vocab, optional temperature (1)"});
 }

@@ -61,6 +61,15 @@ Run make_run(const std::string& op, ops::SetArgs sets, const std::vector<std::st
   for (const auto& k : r.entry->required) {
     if (!sets.count(k)) throw UsageError(where + "bench " + op + " needs --set " + k + "=...");
   }
+  for (const auto& [k, v] : sets) {
+    const auto& req = r.entry->required;
+    const auto& opt = r.entry->optional;
+    if (std::find(req.begin(), req.end(), k) == req.end() &&
+        std::find(opt.begin(), opt.end(), k) == opt.end()) {
+      throw UsageError(where + "bench " + op + " has no --set " + k +
+                       " (it reads: " + r.entry->set_help + ")");
+    }
+  }
   if (sets.count("dtype") && sets["dtype"] != "bf16" && sets["dtype"] != "fp16" &&
       sets["dtype"] != "fp32") {
     throw UsageError(where + "dtype must be bf16, fp16 or fp32");
