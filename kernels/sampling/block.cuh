@@ -21,6 +21,17 @@ KJIT_DEVICE KJIT_FORCEINLINE float nonneg_value(u32 key) {
   return __uint_as_float(key);
 }
 
+// A finite weight's value is significand(key) * binade_unit(key) exactly: keys that share their
+// top 9 bits (one binade) share the unit, so integer sums of significands are exact masses.
+KJIT_DEVICE KJIT_FORCEINLINE u32 key_significand(u32 key) {
+  return (key & 0x7fffffu) | (key >= 0x800000u ? 0x800000u : 0u);
+}
+// 2^(max(e, 1) - 150) for the key's biased exponent e (subnormals share exponent 1's unit).
+KJIT_DEVICE KJIT_FORCEINLINE double binade_unit(u32 key) {
+  const int e = int(key >> 23) > 0 ? int(key >> 23) : 1;
+  return __longlong_as_double(static_cast<long long>(e - 150 + 1023) << 52);
+}
+
 // Any float as an unsigned key with the float order (-0 and +0 tie; NaN is the caller's).
 KJIT_DEVICE KJIT_FORCEINLINE u32 signed_key(float x) {
   const u32 b = __float_as_uint(x + 0.0f);

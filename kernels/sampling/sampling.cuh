@@ -24,6 +24,8 @@
 // hold) and, from the second level on, the sum of w in 24-bit fixed point relative to the
 // window's top (integer atomics, so deterministic); once a window is a single key its mass is
 // exact (count x value). A window shrinks to the bins whose bounds straddle p * mass, usually one.
+// The EXACT variant sums significands per bin instead, which are exact masses within a binade
+// (see filter_kernel).
 //
 // Sampling then draws one uniform u (Philox, seed / offset from device memory) and inverts the
 // CDF of the kept weights in index order: one pass sums kept weight per 32 * VEC * U-element
@@ -162,14 +164,32 @@ KJIT_DEVICE KJIT_FORCEINLINE void bin_bounds(const u32* cnt, const u32* mhi, con
   }
 }
 
+// Bin b's exact mass from its sum of significands, for windows whose bins each lie in one binade
+// (the first level's 2^20-key bins, and every window inside one of them): a u64 below 2^42 and a
+// power of two, so the product is exact in fp64.
+KJIT_DEVICE KJIT_FORCEINLINE double exact_bin_mass(const u64* sig, const Window& w, int b) {
+  const u64 m = sig[b];
+  return m == 0ull ? 0.0 : double(m) * binade_unit(w.lo + (u32(b) << w.s));
+}
+
 // The bins that may hold the top-p threshold: b1 is the largest b whose upper bound of the mass
 // at or above it reaches target (the threshold is below the end of b1), b0 the largest b whose
 // lower bound does (the threshold is at or above the start of b0; -1: no bin is sure). Prefixes
 // of neighbouring threads round separately, so a crossing may be claimed twice or missed; each
 // side then takes the looser answer, which only widens the next window. scratch: 64 elements.
-KJIT_DEVICE void find_mass_bins(const u32* cnt, const u32* mhi, const u32* mlo, const Window& w,
-                                int nb, double target, double* scratch, int* found, int& b0,
-                                int& b1) {
+// EXACT: the bins' masses are exact (exact_bin_mass over `sig`), so both bounds are the mass
+// and b0 == b1 unless nothing reaches the target.
+template <bool EXACT>
+KJIT_DEVICE void find_mass_bins(const u32* cnt, const u32* mhi, const u32* mlo, const u64* sig,
+                                const Window& w, int nb, double target, double* scratch, int* found,
+                                int& b0, int& b1) {
+  auto bounds = [&](int b, double& lo, double& hi) {
+    if constexpr (EXACT) {
+      lo = hi = exact_bin_mass(sig, w, b);
+    } else {
+      bin_bounds(cnt, mhi, mlo, w, b, lo, hi);
+    }
+  };
   if (threadIdx.x == 0) {
     found[0] = -1;          // b1: atomicMax
     found[1] = 0x7fffffff;  // b0: atomicMin
@@ -180,7 +200,7 @@ KJIT_DEVICE void find_mass_bins(const u32* cnt, const u32* mhi, const u32* mlo, 
   double sum_lo = 0.0, sum_hi = 0.0;
   for (int r = r0; r < r1; ++r) {
     double lo, hi;
-    bin_bounds(cnt, mhi, mlo, w, nb - 1 - r, lo, hi);
+    bounds(nb - 1 - r, lo, hi);
     sum_lo += lo;
     sum_hi += hi;
   }
@@ -191,7 +211,7 @@ KJIT_DEVICE void find_mass_bins(const u32* cnt, const u32* mhi, const u32* mlo, 
   for (int r = r0; r < r1; ++r) {
     const int b = nb - 1 - r;
     double lo, hi;
-    bin_bounds(cnt, mhi, mlo, w, b, lo, hi);
+    bounds(b, lo, hi);
     const double next_lo = run_lo + lo, next_hi = run_hi + hi;
     if (run_hi < target && next_hi >= target) atomicMax(&found[0], b);
     if (run_lo < target && next_lo >= target) atomicMin(&found[1], b);
@@ -296,33 +316,45 @@ KJIT_DEVICE void cluster_exchange(ClusterRed& v, ClusterRed* slots, ClusterRed* 
 
 constexpr int kOwnBins = kBins / 2;  // clusters of >= 2 blocks
 
-// Replaces bins [0, nb) of the NARR arrays (a0, a1, a2) by their sums over the cluster, in two
-// steps through `own` ([3][kOwnBins]): block q sums its share of the bins from every block, then
+// a + b over a 16-byte quad of bins: four u32 bins, or two u64 bins.
+template <typename W>
+KJIT_DEVICE KJIT_FORCEINLINE uint4 quad_add(uint4 a, uint4 b) {
+  if constexpr (sizeof(W) == 4) {
+    return make_uint4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+  } else {
+    const u64 lo = ((u64(a.y) << 32) | a.x) + ((u64(b.y) << 32) | b.x);
+    const u64 hi = ((u64(a.w) << 32) | a.z) + ((u64(b.w) << 32) | b.z);
+    return make_uint4(u32(lo), u32(lo >> 32), u32(hi), u32(hi >> 32));
+  }
+}
+
+// Replaces bins [0, nb) of the NARR arrays (a0, a1, a2) of W (u32, or u64 with NARR = 1) by their
+// sums over the cluster, in two steps through `own` ([3][kOwnBins] words; one u64 array of kBins
+// bins takes at most kBins of them): block q sums its share of the bins from every block, then
 // every block gathers the shares. Each block moves about 2 * nb words per array instead of
 // (cluster size) * nb. Integer sums, so the order of additions does not matter. Every access is a
 // 16-byte quad of bins: distributed shared memory costs per request far more than per byte (one
 // 4-byte request per bin made this merge the largest fixed cost of a level at batch 1), so the
-// arrays and `own` must be 16-byte aligned. Bins [nb, 4 * ceil(nb / 4)) ride along; they are zero
-// in every block (or past the caller's window), so their sums change nothing the caller reads.
-template <int NARR>
-KJIT_DEVICE void cluster_merge(u32* a0, u32* a1, u32* a2, int nb, u32* own) {
+// arrays and `own` must be 16-byte aligned. Bins [nb, ceil(nb / per quad) * per quad) ride along;
+// they are zero in every block (or past the caller's window), so their sums change nothing the
+// caller reads.
+template <int NARR, typename W = u32>
+KJIT_DEVICE void cluster_merge(W* a0, W* a1, W* a2, int nb, u32* own) {
+  static_assert(sizeof(W) == 4 || (sizeof(W) == 8 && NARR == 1), "u32 bins, or one u64 array");
+  constexpr int kPerQuad = 16 / int(sizeof(W));
   cluster_sync();  // every block's histogram is complete
   const u32 n = cluster_size(), me = cluster_rank();
-  const int nq = (nb + 3) >> 2;                  // quads holding bins [0, nb), at most kBins / 4
-  const int chunk = (nq + int(n) - 1) / int(n);  // quads per owner, at most kOwnBins / 4
+  const int nq = (nb + kPerQuad - 1) >> (kPerQuad == 4 ? 2 : 1);  // quads holding bins [0, nb)
+  const int chunk = (nq + int(n) - 1) / int(n);  // quads per owner, at most 3 * kOwnBins / 4
   for (int it = int(threadIdx.x); it < NARR * chunk; it += int(blockDim.x)) {
     const int a = it / chunk, j = it - a * chunk, quad = int(me) * chunk + j;
     if (quad < nq) {
-      u32* arr = a == 0 ? a0 : (a == 1 ? a1 : a2);
+      W* arr = a == 0 ? a0 : (a == 1 ? a1 : a2);
       uint4 sum;
       sum.x = sum.y = sum.z = sum.w = 0u;
 #pragma unroll 4
       for (u32 q = 0; q < n; ++q) {
-        const uint4 v = reinterpret_cast<const uint4*>(cluster_map(arr, q))[quad];
-        sum.x += v.x;
-        sum.y += v.y;
-        sum.z += v.z;
-        sum.w += v.w;
+        sum = quad_add<W>(sum, reinterpret_cast<const uint4*>(cluster_map(arr, q))[quad]);
       }
       reinterpret_cast<uint4*>(own + a * kOwnBins)[j] = sum;
     }
@@ -331,7 +363,7 @@ KJIT_DEVICE void cluster_merge(u32* a0, u32* a1, u32* a2, int nb, u32* own) {
   for (int it = int(threadIdx.x); it < NARR * nq; it += int(blockDim.x)) {
     const int a = it / nq, quad = it - a * nq;
     const int q = quad / chunk;
-    u32* arr = a == 0 ? a0 : (a == 1 ? a1 : a2);
+    W* arr = a == 0 ? a0 : (a == 1 ? a1 : a2);
     reinterpret_cast<uint4*>(arr)[quad] =
         reinterpret_cast<const uint4*>(cluster_map(own, u32(q)) + a * kOwnBins)[quad - q * chunk];
   }
@@ -351,8 +383,15 @@ KJIT_DEVICE void cluster_merge(u32* a0, u32* a1, u32* a2, int nb, u32* own) {
 // are combined through distributed shared memory, and every block takes the same decisions on them,
 // so the thresholds are those of the one-block path. Block 0 then draws the token from the gathered
 // segment masses exactly as one block would.
+//
+// EXACT = 1 (probabilities or logits; a row with top-p and no top-k): the top-p search sums each
+// bin's significands as a u64 (key_significand) instead of counting keys and bounding masses.
+// The first level's 2^20-key bins each lie in one binade, so their masses are exact and the
+// first window is one bin; every later window lies inside it, so its bins' masses are exact too:
+// two levels follow pass 0 (shifts 9 and 0) instead of three. Rows with a top-k run the counting
+// search as EXACT = 0 does.
 // clang-format off
-template <typename T, int VEC, int U, int KEYS, int OP, int CLUSTER = 0>
+template <typename T, int VEC, int U, int KEYS, int OP, int CLUSTER = 0, int EXACT = 0>
 __global__ void __launch_bounds__(1024)
 filter_kernel(const __grid_constant__ SamplingParams p) {
   // clang-format on
@@ -364,10 +403,14 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
   const float kInf = __int_as_float(0x7f800000);
   constexpr float kMaxFinite = 3.40282347e38f;
 
-  // 16-byte aligned for the cluster merge's quad accesses.
+  // 16-byte aligned for the cluster merge's quad accesses. The exact search's u64 significand
+  // sums take the room of the two fixed-point mass arrays, which it does not use: with EXACT the
+  // two are one array (EXACT = 0 keeps the layout it was measured with).
   __shared__ __align__(16) u32 s_cnt[kBins];
-  __shared__ __align__(16) u32 s_mhi[kBins];
-  __shared__ __align__(16) u32 s_mlo[kBins];
+  __shared__ __align__(16) u32 s_mhi[EXACT ? 2 * kBins : kBins];
+  __shared__ __align__(16) u32 s_mlo_own[EXACT ? 4 : kBins];
+  u32* const s_mlo = EXACT ? s_mhi + kBins : s_mlo_own;
+  u64* const s_sig = reinterpret_cast<u64*>(s_mhi);
   __shared__ float s_seg[kMaxSegments];
   __shared__ double s_red_d[64];  // two block-wide fp64 reductions or scans at once
   __shared__ float s_red_f[32];
@@ -426,6 +469,9 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
   };
   auto cl_merge3 = [&](int nb) {
     if (CLUSTER) detail::cluster_merge<3>(s_cnt, s_mhi, s_mlo, nb, s_own);
+  };
+  auto cl_merge_sig = [&](int nb) {
+    if (CLUSTER) detail::cluster_merge<1, u64>(s_sig, s_sig, s_sig, nb, s_own);
   };
   auto cl_sum = [&](double& a, double& b) {
     if (CLUSTER) {
@@ -486,8 +532,25 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
   // else (probabilities or logits with top-p) the weight's key, which then needs the maximum
   // first for logits (pass 0b).
   const bool need_hist = KEYS == kKeysSigned ? use_k : (use_k || use_p);
+  // The exact top-p search (see EXACT above); uniform across the block and the cluster.
+  const bool exact = EXACT && KEYS != kKeysSigned && use_p && !use_k;
+  // Pass 0's histogram: a count per key bin, or (exact) the bin's significand sum.
+  auto add_first_level = [&](u32 key) {
+    if (exact) {
+      atomicAdd(&s_sig[key >> 20], u64(key_significand(key)));
+    } else {
+      atomicAdd(&s_cnt[key >> 20], 1u);
+    }
+  };
 
-  if (need_hist) detail::clear_bins(s_cnt);
+  if (need_hist) {
+    if (exact) {
+      detail::clear_bins(s_mhi);
+      detail::clear_bins(s_mlo);
+    } else {
+      detail::clear_bins(s_cnt);
+    }
+  }
   __syncthreads();
 
   // ---- Pass 0: validity, maximum, mass; the first level of the key histogram ----
@@ -500,7 +563,7 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
       bad |= !(v >= 0.0f && v <= kMaxFinite);
       wsum += double(v);
       vmax = fmaxf(vmax, v);
-      if (need_hist) atomicAdd(&s_cnt[nonneg_key(v) >> 20], 1u);
+      if (need_hist) add_first_level(nonneg_key(v));
     });
   } else {
     walk.run([&](int i, float x) {
@@ -580,7 +643,7 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
     walk.run([&](int, float x) {
       const float w = weight(x);
       wsum += double(w);
-      atomicAdd(&s_cnt[nonneg_key(w) >> 20], 1u);
+      add_first_level(nonneg_key(w));
     });
     wsum = block_sum<double>(wsum, s_red_d);
     double unused = 0.0;
@@ -593,7 +656,11 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
     int nb0 = kBins;
     if (KEYS == kKeysProbs) nb0 = int(nonneg_key(vmax) >> 20) + 1;
     if (KEYS == kKeysLogits && use_k) nb0 = int(signed_key(vmax) >> 21) + 1;
-    cl_merge1(nb0);
+    if (exact) {
+      cl_merge_sig(nb0);
+    } else {
+      cl_merge1(nb0);
+    }
   }
   // The largest weight's key (for logits, exp(0) = 1).
   const u32 kmax = KEYS == kKeysSigned ? signed_key(vmax) : nonneg_key(weight(vmax));
@@ -657,7 +724,7 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
     // block or a cluster), and fp64 keeps that from moving the threshold except at ties within
     // about 1e-16 of p * mass.
     auto level_pass = [&](double& in_window) {
-      detail::clear_bins(s_cnt);
+      if (!exact) detail::clear_bins(s_cnt);
       detail::clear_bins(s_mhi);
       detail::clear_bins(s_mlo);
       __syncthreads();
@@ -673,11 +740,16 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
           if (nonneg_key(wt) > wlo) a += double(wt);  // above the window
         } else {
           const int bin = static_cast<int>(d >> sh);
-          atomicAdd(&s_cnt[bin], 1u);
-          b += double(wt);
-          const u32 q = static_cast<u32>(__fmul_rz(wt, sc));  // 0 when there is no scale
-          if (q >> 12) atomicAdd(&s_mhi[bin], q >> 12);
-          if (q & 4095u) atomicAdd(&s_mlo[bin], q & 4095u);
+          if (exact) {
+            atomicAdd(&s_sig[bin], u64(key_significand(nonneg_key(wt))));
+            b += double(wt);
+          } else {
+            atomicAdd(&s_cnt[bin], 1u);
+            b += double(wt);
+            const u32 q = static_cast<u32>(__fmul_rz(wt, sc));  // 0 when there is no scale
+            if (q >> 12) atomicAdd(&s_mhi[bin], q >> 12);
+            if (q & 4095u) atomicAdd(&s_mlo[bin], q & 4095u);
+          }
         }
       });
       block_sum2<double>(a, b, s_red_d);
@@ -688,7 +760,9 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
       // mass arrays need not cross it.
       detail::ClusterRed v{w.above, in_window, 0.0f, 0u, 0ull};
       if (CLUSTER) detail::cluster_publish(v, s_xch, xpar);
-      if (w.have_mass && w.s > 0) {
+      if (exact) {
+        cl_merge_sig(detail::bins_of(w.lo, w.hi, w.s));
+      } else if (w.have_mass && w.s > 0) {
         cl_merge3(detail::bins_of(w.lo, w.hi, w.s));
       } else {
         cl_merge1(detail::bins_of(w.lo, w.hi, w.s));
@@ -716,7 +790,8 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
       level_pass(mass_k);
       target = double(top_p) * (w.above + mass_k);
     } else {
-      // The first level is pass 0's histogram (counts only, bounds from the bin edges).
+      // The first level is pass 0's histogram (counts only, bounds from the bin edges; exact:
+      // the bins' masses).
       w.lo = 0;
       w.hi = 0x7fffffffu;
       w.s = 20;
@@ -728,8 +803,14 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
     u32 kp = w.lo;
     for (int level = 0;; ++level) {
       int b0, b1;
-      detail::find_mass_bins(s_cnt, s_mhi, s_mlo, w, detail::bins_of(w.lo, w.hi, w.s), target,
-                             s_red_d, s_found, b0, b1);
+      const int nb = detail::bins_of(w.lo, w.hi, w.s);
+      if (exact) {
+        detail::find_mass_bins<true>(s_cnt, s_mhi, s_mlo, s_sig, w, nb, target, s_red_d, s_found,
+                                     b0, b1);
+      } else {
+        detail::find_mass_bins<false>(s_cnt, s_mhi, s_mlo, s_sig, w, nb, target, s_red_d, s_found,
+                                      b0, b1);
+      }
       if (w.s == 0) {
         // Single-key bins: the bounds are exact, so b0 == b1 unless nothing reaches the target.
         kp = b0 >= 0 ? w.lo + u32(b0) : w.lo;

@@ -125,7 +125,21 @@ namespace {
 std::atomic<int> g_sample_path{0};
 std::atomic<int> g_sample_cluster{0};
 std::atomic<int> g_sample_threads{0};
+std::atomic<int> g_sample_mass{-1};
 }  // namespace
+
+void force_sample_mass(int mass) {
+  if (mass < -1 || mass > 1) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT,
+         "sampler mass mode must be -1 (the plan's), 0 (bounds) or 1 (exact), not {}", mass);
+  }
+  g_sample_mass.store(mass);
+}
+
+int sample_mass() {
+  const int m = g_sample_mass.load();
+  return m < 0 ? 0 : m;
+}
 
 void set_sample_threads(int threads) {
   if (threads < 0 || threads > 1024 || threads % 32 != 0) {
@@ -236,8 +250,9 @@ jit::Spec filter_spec(const FilterConfig& c) {
               {"dtype", dtype_name(c.dtype)},
               {"vec", std::to_string(c.vec)},
               {"unroll", std::to_string(c.unroll)}};
-  // Only the cluster variant names the path, so the one-block URIs stay as they were.
+  // Only the cluster and exact-mass variants name their axis, so the other URIs stay as they were.
   if (c.cluster) s.params.push_back({"path", "cluster"});
+  if (c.mass) s.params.push_back({"mass", "exact"});
   s.uri = jit::make_uri(s.op, s.params);
   s.kernel_dirs = {"common", "sampling"};
   s.includes = {"sampling/sampling.cuh"};
@@ -249,12 +264,13 @@ jit::Spec filter_spec(const FilterConfig& c) {
       "constexpr int kKeys = {};\n"
       "constexpr int kOp = {};\n"
       "constexpr int kCluster = {};\n"
+      "constexpr int kExact = {};\n"
       "}}  // namespace kjit_spec\n",
       device_type_name(c.dtype), c.vec, c.unroll, static_cast<int>(c.input), static_cast<int>(c.op),
-      c.cluster ? 1 : 0);
+      c.cluster ? 1 : 0, c.mass ? 1 : 0);
   s.entry_names = {
       "kjit::sampling::filter_kernel<kjit_spec::T, kjit_spec::kVec, kjit_spec::kUnroll, "
-      "kjit_spec::kKeys, kjit_spec::kOp, kjit_spec::kCluster>"};
+      "kjit_spec::kKeys, kjit_spec::kOp, kjit_spec::kCluster, kjit_spec::kExact>"};
   // Clusters and distributed shared memory are sm_90's.
   s.arch_families = {c.cluster ? "sm_90+" : "sm_80+"};
   return s;
@@ -288,7 +304,11 @@ OpDef sampling_filter_op_def() {
             {"path",
              {"single", "cluster"},
              false,
-             "sample: one block per row (default) or a cluster of blocks per row (sm_90+)"}};
+             "sample: one block per row (default) or a cluster of blocks per row (sm_90+)"},
+            {"mass",
+             {"bounds", "exact"},
+             false,
+             "sample: top-p on counts and mass bounds (default) or on exact significand sums"}};
   d.arch_families = {"sm_80+"};
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
@@ -311,6 +331,12 @@ OpDef sampling_filter_op_def() {
         fail(KJIT_ERROR_UNSUPPORTED, "the cluster path is for op=sample only");
       }
       c.cluster = 1;
+    }
+    if (args.count("mass") && args.at("mass") == "exact") {
+      if (op != FilterOp::kSample) {
+        fail(KJIT_ERROR_UNSUPPORTED, "the exact-mass search is for op=sample only");
+      }
+      c.mass = 1;
     }
     return filter_spec(c);
   };
@@ -341,6 +367,22 @@ OpDef sampling_filter_op_def() {
                        {"align", align},
                        {"path", "cluster"}});
       }
+    }
+    // The exact-mass top-p search (an opt-in variant until the H200 has timed it), both paths,
+    // 16-byte loads: fp32 probabilities and bf16 logits.
+    for (const char* path : {"single", "cluster"}) {
+      out.push_back({{"op", "sample"},
+                     {"input", "probs"},
+                     {"dtype", "fp32"},
+                     {"align", "16"},
+                     {"path", path},
+                     {"mass", "exact"}});
+      out.push_back({{"op", "sample"},
+                     {"input", "logits"},
+                     {"dtype", "bf16"},
+                     {"align", "16"},
+                     {"path", path},
+                     {"mass", "exact"}});
     }
     return out;
   };

@@ -28,6 +28,7 @@ struct FilterConfig {
   int vec = 1;      // elements per vector load (16 bytes, or 1)
   int unroll = 8;   // vector loads in flight per lane
   int cluster = 0;  // 1: the thread-block-cluster variant (sample, sm_90+), cluster size at launch
+  int mass = 0;     // 1: top-p sums exact significands per bin (sampling.cuh EXACT); sample only
 };
 
 // One compiled softmax or argmax variant.
@@ -101,6 +102,12 @@ int forced_sample_cluster_size();
 // it may draw another token of the same kept set. Throws KJIT_ERROR_INVALID_ARGUMENT otherwise.
 void set_sample_threads(int threads);
 int forced_sample_threads();
+// Test and bench hook: 1 makes every later sampler (sample ops) take the exact-mass top-p search
+// (FilterConfig::mass, URI suffix `_mass_exact`), 0 the counting search with mass bounds, -1 the
+// plan's again (today the counting search: the exact one is measured against it first). Throws
+// KJIT_ERROR_INVALID_ARGUMENT for any other value.
+void force_sample_mass(int mass);
+int sample_mass();  // the mass mode sample launches take now (0 or 1)
 // The blocks per row of the process's latest sampler launch (1: one block per row), for the
 // bench to report which path the automatic choice took.
 int last_sample_cluster_size();

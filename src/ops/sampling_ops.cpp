@@ -465,7 +465,8 @@ void sample(const char* input_name, FilterInput input, const DLTensor* x, const 
   if (b.vocab == 0) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "{} has an empty vocabulary: no token to sample", input_name);
   }
-  const FilterConfig cfg = select_filter(FilterOp::kSample, input, b.m.dtype, b.vocab, vec_ok(b));
+  FilterConfig cfg = select_filter(FilterOp::kSample, input, b.m.dtype, b.vocab, vec_ok(b));
+  cfg.mass = sample_mass();
   if (trace::enabled()) {
     trace::sampling(sample_kind(input == FilterInput::kLogits, a.filters), b.m.dtype, b.vocab,
                     b.batch);

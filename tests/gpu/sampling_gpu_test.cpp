@@ -871,6 +871,85 @@ TEST_CASE("sampling gpu: the cluster path draws the one-block path's tokens, all
   }
 }
 
+// Forces the samplers' top-p search for a scope (1: exact significand sums, 0: counts and mass
+// bounds).
+struct ForceMass {
+  explicit ForceMass(int mass) { kjit::ops::force_sample_mass(mass); }
+  ~ForceMass() { kjit::ops::force_sample_mass(-1); }
+  ForceMass(const ForceMass&) = delete;
+  ForceMass& operator=(const ForceMass&) = delete;
+};
+
+// Rows that put the top-p threshold in awkward binades: all-equal weights (one key), weights
+// that are all fp32 subnormals (the binade unit of exponent 1), two binades with ties in each,
+// and a softmax row.
+Matrix binade_rows(std::mt19937_64& rng, int64_t vocab) {
+  std::uniform_real_distribution<double> tiny(1e-44, 1e-39), unit(0.0, 1.0);
+  return make_matrix("fp32", 4, vocab, [&](int64_t r, int64_t i) {
+    if (r == 0) return 1.0 / double(vocab);
+    if (r == 1) return tiny(rng);
+    if (r == 2) return i % 3 == 0 ? 0.25 : (i % 3 == 1 ? 0.125 : 0.0);
+    return std::exp(4.0 * unit(rng));
+  });
+}
+
+TEST_CASE("sampling gpu: the exact-mass top-p search draws the counting search's tokens",
+          "[gpu][sampling][cluster]") {
+  const bool clusters = clusters_supported();
+  std::mt19937_64 rng(std::random_device{}());
+  std::normal_distribution<double> n(0.0, 3.0);
+  const auto offsets = range_offsets(40, 4);
+  // Each case on the counting search (one block), then the exact one on one block and on
+  // clusters: the same tokens, all in the reference set. With a top-k the exact variant runs the
+  // counting search, which the last case checks too.
+  auto compare = [&](Api api, Matrix& x, const Params& prm) {
+    const Draws counted = draw_on(SamplePath::kSingle, 0, api, x, prm, 5, offsets);
+    check_in_set(api, x, prm, counted);
+    ForceMass exact(1);
+    const Draws one = draw_on(SamplePath::kSingle, 0, api, x, prm, 5, offsets);
+    check_in_set(api, x, prm, one);
+    check_same(counted, one);
+    if (!clusters) return;
+    for (int c : cluster_sizes({2, 5, 16})) {
+      INFO("cluster " << c);
+      const Draws cl = draw_on(SamplePath::kCluster, c, api, x, prm, 5, offsets);
+      check_in_set(api, x, prm, cl);
+      check_same(counted, cl);
+    }
+  };
+  for (const int64_t vocab : vocabularies({7, 4097, 32000, 128256, 151936})) {
+    for (const double sigma : {0.5, 2.0, 4.0}) {
+      Matrix x = random_probs(rng, 3, vocab, sigma);
+      for (const float p : {0.9f, 0.3f, 0.999f}) {
+        INFO("probs vocab " << vocab << " sigma " << sigma << " p " << p);
+        Params prm;
+        prm.top_p = p;
+        compare(Api::kTopP, x, prm);
+      }
+      INFO("probs vocab " << vocab << " sigma " << sigma << " top-k 50 and top-p 0.8");
+      Params kp;
+      kp.top_k = static_cast<int>(std::min<int64_t>(vocab, 50));
+      kp.top_p = 0.8f;
+      compare(Api::kTopKTopP, x, kp);
+    }
+    Matrix b = binade_rows(rng, vocab);
+    for (const float p : {0.5f, 0.9f}) {
+      INFO("binade rows vocab " << vocab << " p " << p);
+      Params prm;
+      prm.top_p = p;
+      compare(Api::kTopP, b, prm);
+    }
+    for (const char* dt : {"bf16", "fp32"}) {
+      Matrix l = make_matrix(dt, 2, vocab, [&](int64_t, int64_t) { return n(rng); });
+      INFO(dt << " logits vocab " << vocab);
+      Params prm;
+      prm.top_p = 0.9f;
+      prm.temperature = 0.8f;
+      compare(Api::kLogits, l, prm);
+    }
+  }
+}
+
 TEST_CASE("sampling gpu: cluster path with weights too small for the fixed-point mass",
           "[gpu][sampling][cluster]") {
   if (!clusters_supported()) return;

@@ -59,7 +59,8 @@ std::vector<double> random_logits(std::vector<unsigned char>& host, size_t n,
 // --set path=auto|single|cluster (default auto) and, with path=cluster, cluster=N (2..16; default:
 // chosen by the batch) force the samplers' kernel path for the case, so that the one-block and
 // the cluster path can be timed side by side in one run; threads=N (a multiple of 32 to 1024)
-// forces the block size (ops::set_sample_threads). Restores the automatic choice after.
+// forces the block size (ops::set_sample_threads), mass=bounds|exact the top-p search
+// (ops::force_sample_mass). Restores the automatic choices after.
 class PathChoice {
  public:
   explicit PathChoice(const ops::SetArgs& args) {
@@ -82,16 +83,23 @@ class PathChoice {
     }
     const int threads =
         args.count("threads") ? static_cast<int>(ops::positive_int_arg(args, "threads", 1024)) : 0;
+    const std::string mass = args.count("mass") ? args.at("mass") : "";
+    if (!mass.empty() && mass != "bounds" && mass != "exact") {
+      throw UsageError("mass must be bounds or exact");
+    }
     ops::set_sample_threads(threads);  // first: it throws on a bad value, with nothing forced yet
     ops::set_sample_path(sp, cluster);
+    ops::force_sample_mass(mass.empty() ? -1 : (mass == "exact" ? 1 : 0));
     cluster_variant_ = sp == ops::SamplePath::kCluster;
     label_ = path == "auto" ? "" : fmt::format(" path={}", path);
     if (cluster > 0) label_ += fmt::format(" cluster={}", cluster);
     if (threads > 0) label_ += fmt::format(" threads={}", threads);
+    if (!mass.empty()) label_ += fmt::format(" mass={}", mass);
   }
   ~PathChoice() {
     ops::set_sample_path(ops::SamplePath::kAuto, 0);
     ops::set_sample_threads(0);
+    ops::force_sample_mass(-1);
   }
   PathChoice(const PathChoice&) = delete;
   PathChoice& operator=(const PathChoice&) = delete;
@@ -102,11 +110,13 @@ class PathChoice {
     const int n = ops::last_sample_cluster_size();
     c.label += n > 1 ? fmt::format(" (ran: cluster of {})", n) : std::string(" (ran: one block)");
     cfg.cluster = n > 1 ? 1 : 0;
+    cfg.mass = ops::sample_mass();
     c.uri = ops::filter_uri(cfg);
   }
   // The URI the case reports: the cluster variant's when forced.
   std::string uri(ops::FilterConfig cfg) const {
     cfg.cluster = cluster_variant_ ? 1 : 0;
+    cfg.mass = ops::sample_mass();
     return ops::filter_uri(cfg);
   }
 
@@ -417,17 +427,18 @@ void add_sampling_benches(std::vector<BenchEntry>& out) {
   out.push_back(
       {"top_p_sampling",
        {"batch", "vocab"},
-       {"p", "sigma", "path", "cluster", "threads"},
+       {"p", "sigma", "path", "cluster", "threads", "mass"},
        bench_top_p_sampling,
        "batch, vocab, optional p (0.9), sigma (2: logits' spread), path "
-       "(auto|single|cluster), cluster (2..16, with path=cluster), threads (block size)"});
+       "(auto|single|cluster), cluster (2..16, with path=cluster), threads (block size), mass "
+       "(bounds|exact)"});
   out.push_back({"top_k_top_p_sampling",
                  {"dtype", "batch", "vocab"},
-                 {"k", "p", "temperature", "sigma", "path", "cluster", "threads"},
+                 {"k", "p", "temperature", "sigma", "path", "cluster", "threads", "mass"},
                  bench_top_k_top_p_sampling,
                  "dtype, batch, vocab, optional k (50), p (0.9), temperature (1), sigma (2), "
                  "path (auto|single|cluster), cluster (2..16, with path=cluster), threads (block "
-                 "size)"});
+                 "size), mass (bounds|exact: top-p without top-k)"});
   out.push_back({"argmax",
                  {"dtype", "batch", "vocab"},
                  {"path", "cluster", "threads", "unroll", "search"},

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Round 15 on the H200, one call under DEADLINE seconds (default 540). First the timings, alone on
+# the GPU: top-p B1 / B64 and top-k + top-p from logits with the counting search (the default)
+# beside the exact-mass search (`mass=exact`), the exact search at smaller cluster blocks
+# (`threads=N`, a knob round 13's binaries lacked), and silu_and_mul's torch.compile peer once
+# more. Then, together: the sampling GPU tests (the exact-mass case first) in three processes,
+# and compute-sanitizer racecheck of the case rounds 9-14 left unfinished and of the exact-mass
+# case, under KJIT_TEST_UNDER_SANITIZER=1. Builds nothing: run from the repo root with
+# build-h200 carried; KJIT_COMMIT names the commit the binaries were built from.
+set -uo pipefail
+source "$(dirname "$0")/h200_lib.sh"
+T=$B/tests/kjit_gpu_tests
+t0=$(date +%s)
+left() { echo $(( ${DEADLINE:-540} - ($(date +%s) - t0) )); }
+{
+  header
+  stamp "top-p B1 and B64 (V 128256, fp32 probs): counting search, then exact masses"
+  for b in 1 64; do
+    TP="top_p_sampling --set vocab=128256 --set batch=$b"
+    bench $TP
+    bench $TP --set mass=exact
+    bench $TP --set mass=exact --set path=single
+  done
+  for v in "16 512" "16 256" "8 512"; do
+    set -- $v
+    bench top_p_sampling --set vocab=128256 --set batch=1 --set mass=exact --set path=cluster \
+      --set cluster=$1 --set threads=$2
+  done
+  stamp "top-k + top-p from bf16 logits (k 50 keeps the counting search; k = vocab, no top-k, takes the exact one)"
+  for b in 1 128; do
+    bench top_k_top_p_sampling --set dtype=bf16 --set vocab=128256 --set batch=$b
+    bench top_k_top_p_sampling --set dtype=bf16 --set vocab=128256 --set batch=$b --set k=128256 \
+      --set mass=exact
+    bench top_k_top_p_sampling --set dtype=bf16 --set vocab=128256 --set batch=$b --set k=128256
+  done
+  stamp "GPU tests (sampling) beside racecheck"
+  tests gpu_tests.log 300 "$T" "sampling gpu: the exact-mass top-p search*" --durations yes &
+  t1=$!
+  tests gpu_tests_b.log 300 "$T" "[gpu][sampling][cluster]" --durations yes &
+  t2=$!
+  tests gpu_tests_c.log 300 "$T" "[gpu][sampling]~[cluster]" --durations yes &
+  t3=$!
+  mkdir -p /tmp/rc
+  { grep -v '^#' "$(dirname "$0")/racecheck_open_cases.txt"
+    echo "sampling gpu: the exact-mass top-p search draws the counting search's tokens"
+  } > /tmp/rc/cases
+  export -f rc_case
+  export T CS
+  n=$(wc -l < /tmp/rc/cases)
+  setsid bash -c "seq 1 $n | xargs -P $n -I{} bash -c 'rc_case {}'" &
+  rcpid=$!
+  while kill -0 $rcpid 2>/dev/null && [ "$(left)" -gt 12 ]; do sleep 4; done
+  kill -- -$rcpid 2>/dev/null; sleep 2; pkill -f compute-sanitizer
+  wait $t1 $t2 $t3
+  rc_report
+  stamp "done after $(( $(date +%s) - t0 )) s"
+} 2>&1 | tee "$OUT/run.log"
