@@ -57,3 +57,17 @@ rc_report() {
   done
   grep '^rc ' "$OUT/racecheck.log"
 }
+# rc_run_all: rc_case over every line of /tmp/rc/cases, all at once, stopped when the caller's
+# `left` falls to 12 s. Needs T and CS.
+rc_run_all() {
+  export -f rc_case
+  export T CS
+  local n pid
+  n=$(wc -l < /tmp/rc/cases)
+  setsid bash -c "seq 1 $n | xargs -P $n -I{} bash -c 'rc_case {}'" &
+  pid=$!
+  while kill -0 $pid 2>/dev/null && [ "$(left)" -gt 12 ]; do sleep 4; done
+  kill -- -$pid 2>/dev/null
+  sleep 2
+  pkill -f compute-sanitizer
+}

@@ -33,13 +33,7 @@ peers() { PYTHONUNBUFFERED=1 timeout 120 python3 bench/peers/torch_peers.py --js
   tpid=$!
   mkdir -p /tmp/rc
   grep -v '^#' "$(dirname "$0")/racecheck_open_cases.txt" > /tmp/rc/cases
-  export -f rc_case
-  export T CS
-  n=$(wc -l < /tmp/rc/cases)
-  setsid bash -c "seq 1 $n | xargs -P $n -I{} bash -c 'rc_case {}'" &
-  rcpid=$!
-  while kill -0 $rcpid 2>/dev/null && [ "$(left)" -gt 12 ]; do sleep 4; done
-  kill -- -$rcpid 2>/dev/null; sleep 2; pkill -f compute-sanitizer
+  rc_run_all
   wait $tpid
   rc_report
   stamp "done after $(( $(date +%s) - t0 )) s"

@@ -44,13 +44,7 @@ left() { echo $(( ${DEADLINE:-540} - ($(date +%s) - t0) )); }
   { grep -v '^#' "$(dirname "$0")/racecheck_open_cases.txt"
     echo "sampling gpu: the exact-mass top-p search draws the counting search's tokens"
   } > /tmp/rc/cases
-  export -f rc_case
-  export T CS
-  n=$(wc -l < /tmp/rc/cases)
-  setsid bash -c "seq 1 $n | xargs -P $n -I{} bash -c 'rc_case {}'" &
-  rcpid=$!
-  while kill -0 $rcpid 2>/dev/null && [ "$(left)" -gt 12 ]; do sleep 4; done
-  kill -- -$rcpid 2>/dev/null; sleep 2; pkill -f compute-sanitizer
+  rc_run_all
   wait $t1 $t2 $t3
   rc_report
   stamp "done after $(( $(date +%s) - t0 )) s"

@@ -371,18 +371,14 @@ OpDef sampling_filter_op_def() {
     // The exact-mass top-p search (an opt-in variant until the H200 has timed it), both paths,
     // 16-byte loads: fp32 probabilities and bf16 logits.
     for (const char* path : {"single", "cluster"}) {
-      out.push_back({{"op", "sample"},
-                     {"input", "probs"},
-                     {"dtype", "fp32"},
-                     {"align", "16"},
-                     {"path", path},
-                     {"mass", "exact"}});
-      out.push_back({{"op", "sample"},
-                     {"input", "logits"},
-                     {"dtype", "bf16"},
-                     {"align", "16"},
-                     {"path", path},
-                     {"mass", "exact"}});
+      for (const auto& [input, dt] : {std::pair{"probs", "fp32"}, std::pair{"logits", "bf16"}}) {
+        out.push_back({{"op", "sample"},
+                       {"input", input},
+                       {"dtype", dt},
+                       {"align", "16"},
+                       {"path", path},
+                       {"mass", "exact"}});
+      }
     }
     return out;
   };

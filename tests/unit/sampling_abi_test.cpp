@@ -528,6 +528,17 @@ TEST_CASE("sampling ops: unsupported combinations are named", "[sampling]") {
                     Catch::Contains("1..16777216"));
 }
 
+// The status kjit::Error carries out of f, or KJIT_SUCCESS when f returns.
+template <typename F>
+kjit_status status_thrown(F&& f) {
+  try {
+    f();
+  } catch (const kjit::Error& e) {
+    return e.status();
+  }
+  return KJIT_SUCCESS;
+}
+
 TEST_CASE("sampling ops: specs name the kernel and the URI holds every config field",
           "[sampling]") {
   const auto cfg = ops::select_filter(ops::FilterOp::kSample, ops::FilterInput::kLogits,
@@ -546,12 +557,9 @@ TEST_CASE("sampling ops: specs name the kernel and the URI holds every config fi
   // Only samplers take the exact-mass search.
   const ops::OpDef* d = ops::find_op("sampling_filter");
   REQUIRE(d != nullptr);
-  try {
-    d->make_spec({{"op", "renorm"}, {"dtype", "fp32"}, {"mass", "exact"}});
-    FAIL("accepted");
-  } catch (const kjit::Error& e) {
-    CHECK(e.status() == KJIT_ERROR_UNSUPPORTED);
-  }
+  CHECK(status_thrown([&] {
+          d->make_spec({{"op", "renorm"}, {"dtype", "fp32"}, {"mass", "exact"}});
+        }) == KJIT_ERROR_UNSUPPORTED);
   CHECK(ops::argmax_uri(ops::select_argmax(ops::DType::kF32, 100, true)) ==
         "argmax_dtype_fp32_vec_4_unroll_4_search_bits");
   CHECK(ops::softmax_spec(ops::select_softmax(ops::DType::kF16, 7, false)).uri ==
@@ -562,12 +570,7 @@ TEST_CASE("sampling ops: the path and block-size hooks refuse what no launch can
           "[sampling]") {
   for (int bad : {-32, 1, 33, 1056}) {
     INFO("threads " << bad);
-    try {
-      ops::set_sample_threads(bad);
-      FAIL("accepted");
-    } catch (const kjit::Error& e) {
-      CHECK(e.status() == KJIT_ERROR_INVALID_ARGUMENT);
-    }
+    CHECK(status_thrown([&] { ops::set_sample_threads(bad); }) == KJIT_ERROR_INVALID_ARGUMENT);
     CHECK(ops::forced_sample_threads() == 0);  // a refused value leaves the plan's in force
   }
   for (int bad : {-1, 1, 17}) {
@@ -580,12 +583,7 @@ TEST_CASE("sampling ops: the path and block-size hooks refuse what no launch can
   CHECK(ops::forced_sample_threads() == 0);
   for (int bad : {-2, 2, 7}) {
     INFO("mass " << bad);
-    try {
-      ops::force_sample_mass(bad);
-      FAIL("accepted");
-    } catch (const kjit::Error& e) {
-      CHECK(e.status() == KJIT_ERROR_INVALID_ARGUMENT);
-    }
+    CHECK(status_thrown([&] { ops::force_sample_mass(bad); }) == KJIT_ERROR_INVALID_ARGUMENT);
     CHECK(ops::sample_mass() == 0);  // the plan's (the counting search) stays in force
   }
   ops::force_sample_mass(1);
