@@ -36,7 +36,8 @@ left() { echo $(( ${DEADLINE:-540} - ($(date +%s) - t0) )); }
   stamp "GPU tests (sampling) beside racecheck"
   tests gpu_tests.log 300 "$T" "sampling gpu: the exact-mass top-p search*" --durations yes &
   t1=$!
-  tests gpu_tests_b.log 300 "$T" "[gpu][sampling][cluster]" --durations yes &
+  tests gpu_tests_b.log 300 "$T" '[gpu][sampling][cluster] ~"sampling gpu: the exact-mass*"' \
+    --durations yes &
   t2=$!
   tests gpu_tests_c.log 300 "$T" "[gpu][sampling]~[cluster]" --durations yes &
   t3=$!
