@@ -205,7 +205,14 @@ KJIT_DEVICE void find_mass_bins(const u32* cnt, const u32* mhi, const u32* mlo, 
     sum_hi += hi;
   }
   double run_lo = sum_lo, run_hi = sum_hi;
-  block_exclusive_scan2<double>(run_lo, run_hi, scratch);
+  if constexpr (EXACT) {
+    // The two bounds are one value: one scan (half the shuffles of the pair).
+    double total;
+    run_lo = block_exclusive_scan<double>(sum_lo, scratch, &total);
+    run_hi = run_lo;
+  } else {
+    block_exclusive_scan2<double>(run_lo, run_hi, scratch);
+  }
   run_lo = w.above + run_lo;
   run_hi = w.above + run_hi;
   for (int r = r0; r < r1; ++r) {
