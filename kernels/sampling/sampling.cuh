@@ -395,8 +395,11 @@ KJIT_DEVICE void cluster_merge(W* a0, W* a1, W* a2, int nb, u32* own) {
 // bin's significands as a u64 (key_significand) instead of counting keys and bounding masses.
 // The first level's 2^20-key bins each lie in one binade, so their masses are exact and the
 // first window is one bin; every later window lies inside it, so its bins' masses are exact too:
-// two levels follow pass 0 (shifts 9 and 0) instead of three. Rows with a top-k run the counting
-// search as EXACT = 0 does.
+// two levels follow pass 0 (shifts 9 and 0) instead of three. On a cluster the blocks then send
+// the first window's keys (at most 3072) to the leader, which runs those two levels on the list
+// alone and sends the threshold back: three cluster barriers instead of two merges' four, and no
+// block repeats the leader's searches. Rows with a top-k run the counting search as EXACT = 0
+// does.
 // clang-format off
 template <typename T, int VEC, int U, int KEYS, int OP, int CLUSTER = 0, int EXACT = 0>
 __global__ void __launch_bounds__(1024)
@@ -808,6 +811,11 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
       target = double(top_p) * wsum;
     }
     u32 kp = w.lo;
+    // EXACT clusters: whether the leader searches a list of the window's keys (below), how many,
+    // and the mass above the first window.
+    bool list_mode = false;
+    u32 list_n = 0;
+    double above_outside = 0.0;
     for (int level = 0;; ++level) {
       int b0, b1;
       const int nb = detail::bins_of(w.lo, w.hi, w.s);
@@ -836,8 +844,85 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
       w.hi = nhi;
       w.s = detail::fit_shift(nlo, nhi);
       set_scale();
+      if constexpr (CLUSTER && EXACT) {
+        if (exact && level == 0) {
+          // The window is one first-level bin: a few thousand keys on a language model's row.
+          // Every block collects its share of them (in s_cnt, which the exact search does not
+          // use) and the mass above the window; the keys go to the leader's s_own in rank order
+          // and the leader runs the remaining levels on that list alone, with no cluster
+          // barrier or merge per level. Its sums are integers (significands, one binade), so the
+          // list's order does not matter. Too many keys for the room: the levels below, as the
+          // one-block path runs them.
+          constexpr u32 kLocalCap = kBins;
+          constexpr u32 kListCap = 3 * detail::kOwnBins;
+          if (threadIdx.x == 0) s_found[3] = 0;
+          __syncthreads();
+          double a = 0.0;
+          const u32 wlo = w.lo, wspan = w.hi - w.lo;
+          walk.run([&](int, float x) {
+            const float wt = weight(x);
+            const u32 key = nonneg_key(wt);
+            if (key - wlo > wspan) {  // wraps for keys below the window
+              if (key > wlo) a += double(wt);
+            } else {
+              const u32 slot = atomicAdd(reinterpret_cast<u32*>(&s_found[3]), 1u);
+              if (slot < kLocalCap) s_cnt[slot] = key;
+            }
+          });
+          a = block_sum<double>(a, s_red_d);  // ends on a barrier: every slot is taken
+          const u32 n_local = static_cast<u32>(s_found[3]);
+          detail::ClusterRed v{a, 0.0, 0.0f, n_local > kLocalCap ? 1u : 0u, u64(n_local)};
+          detail::cluster_exchange(v, s_xch, s_xin, xpar);
+          // s_xin still holds every rank's values (until the next exchange).
+          u32 offset = 0;
+          u64 total = 0;
+          for (u32 q = 0; q < csize; ++q) {
+            if (q < crank) offset += static_cast<u32>(s_xin[q].best);
+            total += s_xin[q].best;
+          }
+          if (v.flag == 0u && total <= kListCap) {  // the same answer in every block
+            u32* list = cluster_map(s_own, 0u);
+            for (u32 i = threadIdx.x; i < n_local; i += blockDim.x) list[offset + i] = s_cnt[i];
+            cluster_sync();  // the leader's list is whole
+            list_mode = true;
+            list_n = static_cast<u32>(total);
+            above_outside = v.s0;
+            if (!leader) break;  // the leader sends the threshold (below)
+          }
+        }
+        if (list_mode) {
+          // A level over the leader's list: significand sums of the window's keys per bin, and
+          // of the list's keys above the window (all in the first bin's binade).
+          detail::clear_bins(s_mhi);
+          detail::clear_bins(s_mlo);
+          __syncthreads();
+          const u32 wlo = w.lo, wspan = w.hi - w.lo;
+          const int sh = w.s;
+          u64 above_sig = 0;
+          for (u32 i = threadIdx.x; i < list_n; i += blockDim.x) {
+            const u32 key = s_own[i];
+            if (key - wlo > wspan) {
+              if (key > wlo) above_sig += key_significand(key);
+            } else {
+              atomicAdd(&s_sig[(key - wlo) >> sh], u64(key_significand(key)));
+            }
+          }
+          above_sig = block_sum<u64>(above_sig, s_red_u64);  // ends on a barrier
+          w.above = above_outside + double(above_sig) * binade_unit(w.lo);
+          continue;
+        }
+      }
       double unused;
       level_pass(unused);
+    }
+    if constexpr (CLUSTER && EXACT) {
+      if (list_mode) {
+        if (leader && threadIdx.x == 0) {
+          for (u32 q = 1; q < csize; ++q) *cluster_map(&s_found[2], q) = static_cast<int>(kp);
+        }
+        cluster_sync();  // every block has the leader's threshold
+        kp = static_cast<u32>(s_found[2]);
+      }
     }
     threshold = kp > threshold ? kp : threshold;
   }
