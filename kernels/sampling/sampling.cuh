@@ -921,7 +921,7 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
           for (u32 q = 1; q < csize; ++q) *cluster_map(&s_found[2], q) = static_cast<int>(kp);
         }
         cluster_sync();  // every block has the leader's threshold
-        kp = static_cast<u32>(s_found[2]);
+        if (!leader) kp = static_cast<u32>(s_found[2]);
       }
     }
     threshold = kp > threshold ? kp : threshold;
