@@ -6,6 +6,16 @@ CS=${CS:-/usr/local/cuda/bin/compute-sanitizer}
 export KJIT_CACHE_DIR=/tmp/kjit-cache
 J="$OUT/bench.jsonl"
 P="$OUT/peers.jsonl"
+T=$B/tests/kjit_gpu_tests
+# start_clock SECONDS: the script's deadline is DEADLINE (or SECONDS) from now; `left` prints the
+# seconds that remain of it.
+start_clock() {
+  t0=$(date +%s)
+  DEADLINE=${DEADLINE:-$1}
+}
+left() { echo $((DEADLINE - ($(date +%s) - t0))); }
+# peers ARGS...: bench/peers/torch_peers.py (PyTorch eager and torch.compile), rows into $P.
+peers() { PYTHONUNBUFFERED=1 timeout 120 python3 bench/peers/torch_peers.py --json "$P" "$@"; }
 stamp() { echo "[$(date -u +%T)] $*"; }
 # tests LOG SECONDS BINARY SPEC...: a test binary under a time box, its log appended to $OUT/LOG.
 tests() {

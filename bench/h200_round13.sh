@@ -14,10 +14,7 @@
 # [gpu] suite in eight processes under the round-12 defaults.
 set -uo pipefail
 source "$(dirname "$0")/h200_lib.sh"
-T=$B/tests/kjit_gpu_tests
-t0=$(date +%s)
-left() { echo $(( ${DEADLINE:-560} - ($(date +%s) - t0) )); }
-peers() { PYTHONUNBUFFERED=1 timeout 120 python3 bench/peers/torch_peers.py --json "$P" "$@"; }
+start_clock 560
 part=${1:-a}
 {
   header

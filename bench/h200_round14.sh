@@ -9,10 +9,7 @@
 # the commit the binaries were built from.
 set -uo pipefail
 source "$(dirname "$0")/h200_lib.sh"
-T=$B/tests/kjit_gpu_tests
-t0=$(date +%s)
-left() { echo $(( ${DEADLINE:-520} - ($(date +%s) - t0) )); }
-peers() { PYTHONUNBUFFERED=1 timeout 120 python3 bench/peers/torch_peers.py --json "$P" "$@"; }
+start_clock 520
 {
   header
   stamp "act_and_mul 16384 x 14336 (events-batched, hot L2) beside a copy and torch.compile"

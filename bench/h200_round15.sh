@@ -10,9 +10,7 @@
 # build-h200 carried; KJIT_COMMIT names the commit the binaries were built from.
 set -uo pipefail
 source "$(dirname "$0")/h200_lib.sh"
-T=$B/tests/kjit_gpu_tests
-t0=$(date +%s)
-left() { echo $(( ${DEADLINE:-540} - ($(date +%s) - t0) )); }
+start_clock 540
 {
   header
   stamp "top-p B1 and B64 (V 128256, fp32 probs): counting search, then exact masses"

@@ -47,14 +47,19 @@ def find_exact(sig, lo, s, nb, above, target):
         run = nxt
     return b0
 
-def exact_threshold(w, p):
+def first_level(w, p):
+    """Pass 0: the row's keys, the target p * mass and the first level's significand sums."""
     keys = keys_of(w)
-    wsum = float(np.sum(w.astype(np.float64)))
-    target = p * wsum
-    # pass 0
+    target = p * float(np.sum(w.astype(np.float64)))
     sig = [0] * 2048
     for k in keys:
         sig[int(k) >> 20] += significand(k)
+    return keys, target, sig
+
+def search(sig, target, level_pass):
+    """The kernel's top-p loop from the first level's sums: a find per level and the window step;
+    level_pass(lo, hi, s, level) gives the next window's sums and the exact mass above it.
+    Returns (threshold key, level passes run)."""
     lo, hi, s, above = 0, 0x7fffffff, 20, 0.0
     levels = 0
     for level in range(9):
@@ -70,8 +75,15 @@ def exact_threshold(w, p):
             return nlo, levels
         lo, hi = nlo, nhi
         s = fit_shift(lo, hi)
-        # level pass
         levels += 1
+        sig, above = level_pass(lo, hi, s, level)
+    return lo, levels
+
+def exact_threshold(w, p):
+    """The one-block path: every level walks the whole row."""
+    keys, target, sig = first_level(w, p)
+
+    def row_pass(lo, hi, s, level):
         sig = [0] * 2048
         a = 0.0
         for k, x in zip(keys, w):
@@ -81,8 +93,9 @@ def exact_threshold(w, p):
                     a += float(x)
             else:
                 sig[d >> s] += significand(k)
-        above = a
-    return lo, levels
+        return sig, a
+
+    return search(sig, target, row_pass)
 
 def reference_threshold(w, p):
     keys = keys_of(w).astype(np.int64)
@@ -139,46 +152,25 @@ def list_threshold(w, p):
     """The cluster path's list mode: after the first find, the window's keys as a list, and the
     mass above the window summed once; the later levels over the list alone, with the list's
     keys above each window summed as significands (one binade)."""
-    keys = keys_of(w)
-    wsum = float(np.sum(w.astype(np.float64)))
-    target = p * wsum
-    sig = [0] * 2048
-    for k in keys:
-        sig[int(k) >> 20] += significand(k)
-    lo, hi, s = 0, 0x7fffffff, 20
-    b0 = find_exact(sig, lo, s, bins_of(lo, hi, s), 0.0, target)
-    if b0 < 0:
-        return 0
-    lo = b0 << 20
-    hi = min(lo + (1 << 20) - 1, 0x7fffffff)
-    s = fit_shift(lo, hi)
-    above_outside = float(sum(float(x) for k, x in zip(keys, w) if int(k) > hi))
-    lst = [int(k) for k in keys if lo <= int(k) <= hi]
-    for level in range(1, 9):
+    keys, target, sig = first_level(w, p)
+    first = {}
+
+    def list_pass(lo, hi, s, level):
+        if level == 0:
+            first["above"] = float(sum(float(x) for k, x in zip(keys, w) if int(k) > hi))
+            first["list"] = [int(k) for k in keys if lo <= int(k) <= hi]
         sig = [0] * 2048
         above_sig = 0
-        for k in lst:
+        for k in first["list"]:
             d = (k - lo) & 0xffffffff
             if d > hi - lo:
                 if k > lo:
                     above_sig += significand(k)
             else:
                 sig[d >> s] += significand(k)
-        above = above_outside + float(above_sig) * binade_unit(lo)
-        nb = bins_of(lo, hi, s)
-        b0 = find_exact(sig, lo, s, nb, above, target)
-        b1 = b0 if b0 >= 0 else nb - 1
-        if s == 0:
-            return lo + b0 if b0 >= 0 else lo
-        nlo = lo + (b0 << s) if b0 >= 0 else lo
-        b1_last = lo + (b1 << s) + ((1 << s) - 1)
-        nhi = hi if (hi - (b1 << s) - lo) < (1 << s) else b1_last
-        if nhi == nlo or (nlo == lo and nhi == hi):
-            return nlo
-        lo, hi = nlo, nhi
-        s = fit_shift(lo, hi)
-    return lo
+        return sig, first["above"] + float(above_sig) * binade_unit(lo)
 
+    return search(sig, target, list_pass)[0]
 
 bad = 0
 for trial in range(200):
