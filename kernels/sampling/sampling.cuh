@@ -164,11 +164,22 @@ KJIT_DEVICE KJIT_FORCEINLINE void bin_bounds(const u32* cnt, const u32* mhi, con
   }
 }
 
+// Adds key's significand to bin b's two half sums (see exact_bin_mass): native u32 atomics.
+KJIT_DEVICE KJIT_FORCEINLINE void add_significand(u32* shi, u32* slo, int b, u32 key) {
+  const u32 m = key_significand(key);
+  if (m >> 12) atomicAdd(&shi[b], m >> 12);
+  if (m & 4095u) atomicAdd(&slo[b], m & 4095u);
+}
+
 // Bin b's exact mass from its sum of significands, for windows whose bins each lie in one binade
-// (the first level's 2^20-key bins, and every window inside one of them): a u64 below 2^42 and a
-// power of two, so the product is exact in fp64.
-KJIT_DEVICE KJIT_FORCEINLINE double exact_bin_mass(const u64* sig, const Window& w, int b) {
-  const u64 m = sig[b];
+// (the first level's 2^20-key bins, and every window inside one of them). The sum is kept as two
+// u32 sums of the significands' 12-bit halves (add_significand): shared memory has no 64-bit
+// atomic add (a u64 atomicAdd compiles to a compare-and-swap loop, which spins on the hot bins),
+// and each half sums exactly for up to 2^20 keys. Their combination is a u64 below 2^42, and the
+// unit a power of two, so the product is exact in fp64.
+KJIT_DEVICE KJIT_FORCEINLINE double exact_bin_mass(const u32* shi, const u32* slo, const Window& w,
+                                                   int b) {
+  const u64 m = (u64(shi[b]) << 12) + u64(slo[b]);
   return m == 0ull ? 0.0 : double(m) * binade_unit(w.lo + (u32(b) << w.s));
 }
 
@@ -177,15 +188,15 @@ KJIT_DEVICE KJIT_FORCEINLINE double exact_bin_mass(const u64* sig, const Window&
 // lower bound does (the threshold is at or above the start of b0; -1: no bin is sure). Prefixes
 // of neighbouring threads round separately, so a crossing may be claimed twice or missed; each
 // side then takes the looser answer, which only widens the next window. scratch: 64 elements.
-// EXACT: the bins' masses are exact (exact_bin_mass over `sig`), so both bounds are the mass
+// EXACT: the bins' masses are exact (exact_bin_mass over mhi and mlo), so both bounds are the mass
 // and b0 == b1 unless nothing reaches the target.
 template <bool EXACT>
-KJIT_DEVICE void find_mass_bins(const u32* cnt, const u32* mhi, const u32* mlo, const u64* sig,
-                                const Window& w, int nb, double target, double* scratch, int* found,
-                                int& b0, int& b1) {
+KJIT_DEVICE void find_mass_bins(const u32* cnt, const u32* mhi, const u32* mlo, const Window& w,
+                                int nb, double target, double* scratch, int* found, int& b0,
+                                int& b1) {
   auto bounds = [&](int b, double& lo, double& hi) {
     if constexpr (EXACT) {
-      lo = hi = exact_bin_mass(sig, w, b);
+      lo = hi = exact_bin_mass(mhi, mlo, w, b);
     } else {
       bin_bounds(cnt, mhi, mlo, w, b, lo, hi);
     }
@@ -323,21 +334,8 @@ KJIT_DEVICE void cluster_exchange(ClusterRed& v, ClusterRed* slots, ClusterRed* 
 
 constexpr int kOwnBins = kBins / 2;  // clusters of >= 2 blocks
 
-// a + b over a 16-byte quad of bins: four u32 bins, or two u64 bins.
-template <typename W>
-KJIT_DEVICE KJIT_FORCEINLINE uint4 quad_add(uint4 a, uint4 b) {
-  if constexpr (sizeof(W) == 4) {
-    return make_uint4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
-  } else {
-    const u64 lo = ((u64(a.y) << 32) | a.x) + ((u64(b.y) << 32) | b.x);
-    const u64 hi = ((u64(a.w) << 32) | a.z) + ((u64(b.w) << 32) | b.z);
-    return make_uint4(u32(lo), u32(lo >> 32), u32(hi), u32(hi >> 32));
-  }
-}
-
-// Replaces bins [0, nb) of the NARR arrays (a0, a1, a2) of W (u32, or u64 with NARR = 1) by their
-// sums over the cluster, in two steps through `own` ([3][kOwnBins] words; one u64 array of kBins
-// bins takes at most kBins of them): block q sums its share of the bins from every block, then
+// Replaces bins [0, nb) of the NARR u32 arrays (a0, a1, a2) by their sums over the cluster, in
+// two steps through `own` ([3][kOwnBins] words): block q sums its share of the bins from every block, then
 // every block gathers the shares. Each block moves about 2 * nb words per array instead of
 // (cluster size) * nb. Integer sums, so the order of additions does not matter. Every access is a
 // 16-byte quad of bins: distributed shared memory costs per request far more than per byte (one
@@ -345,23 +343,22 @@ KJIT_DEVICE KJIT_FORCEINLINE uint4 quad_add(uint4 a, uint4 b) {
 // arrays and `own` must be 16-byte aligned. Bins [nb, ceil(nb / per quad) * per quad) ride along;
 // they are zero in every block (or past the caller's window), so their sums change nothing the
 // caller reads.
-template <int NARR, typename W = u32>
-KJIT_DEVICE void cluster_merge(W* a0, W* a1, W* a2, int nb, u32* own) {
-  static_assert(sizeof(W) == 4 || (sizeof(W) == 8 && NARR == 1), "u32 bins, or one u64 array");
-  constexpr int kPerQuad = 16 / int(sizeof(W));
+template <int NARR>
+KJIT_DEVICE void cluster_merge(u32* a0, u32* a1, u32* a2, int nb, u32* own) {
   cluster_sync();  // every block's histogram is complete
   const u32 n = cluster_size(), me = cluster_rank();
-  const int nq = (nb + kPerQuad - 1) >> (kPerQuad == 4 ? 2 : 1);  // quads holding bins [0, nb)
-  const int chunk = (nq + int(n) - 1) / int(n);  // quads per owner, at most 3 * kOwnBins / 4
+  const int nq = (nb + 3) >> 2;                  // quads holding bins [0, nb)
+  const int chunk = (nq + int(n) - 1) / int(n);  // quads per owner, at most kOwnBins / 4
   for (int it = int(threadIdx.x); it < NARR * chunk; it += int(blockDim.x)) {
     const int a = it / chunk, j = it - a * chunk, quad = int(me) * chunk + j;
     if (quad < nq) {
-      W* arr = a == 0 ? a0 : (a == 1 ? a1 : a2);
+      u32* arr = a == 0 ? a0 : (a == 1 ? a1 : a2);
       uint4 sum;
       sum.x = sum.y = sum.z = sum.w = 0u;
 #pragma unroll 4
       for (u32 q = 0; q < n; ++q) {
-        sum = quad_add<W>(sum, reinterpret_cast<const uint4*>(cluster_map(arr, q))[quad]);
+        const uint4 o = reinterpret_cast<const uint4*>(cluster_map(arr, q))[quad];
+        sum = make_uint4(sum.x + o.x, sum.y + o.y, sum.z + o.z, sum.w + o.w);
       }
       reinterpret_cast<uint4*>(own + a * kOwnBins)[j] = sum;
     }
@@ -370,7 +367,7 @@ KJIT_DEVICE void cluster_merge(W* a0, W* a1, W* a2, int nb, u32* own) {
   for (int it = int(threadIdx.x); it < NARR * nq; it += int(blockDim.x)) {
     const int a = it / nq, quad = it - a * nq;
     const int q = quad / chunk;
-    W* arr = a == 0 ? a0 : (a == 1 ? a1 : a2);
+    u32* arr = a == 0 ? a0 : (a == 1 ? a1 : a2);
     reinterpret_cast<uint4*>(arr)[quad] =
         reinterpret_cast<const uint4*>(cluster_map(own, u32(q)) + a * kOwnBins)[quad - q * chunk];
   }
@@ -392,7 +389,7 @@ KJIT_DEVICE void cluster_merge(W* a0, W* a1, W* a2, int nb, u32* own) {
 // segment masses exactly as one block would.
 //
 // EXACT = 1 (probabilities or logits; a row with top-p and no top-k): the top-p search sums each
-// bin's significands as a u64 (key_significand) instead of counting keys and bounding masses.
+// bin's significands (exact_bin_mass) instead of counting keys and bounding masses.
 // The first level's 2^20-key bins each lie in one binade, so their masses are exact and the
 // first window is one bin; every later window lies inside it, so its bins' masses are exact too:
 // two levels follow pass 0 (shifts 9 and 0) instead of three. On a cluster the blocks then send
@@ -413,14 +410,11 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
   const float kInf = __int_as_float(0x7f800000);
   constexpr float kMaxFinite = 3.40282347e38f;
 
-  // 16-byte aligned for the cluster merge's quad accesses. The exact search's u64 significand
-  // sums take the room of the two fixed-point mass arrays, which it does not use: with EXACT the
-  // two are one array (EXACT = 0 keeps the layout it was measured with).
+  // 16-byte aligned for the cluster merge's quad accesses. The exact search keeps its
+  // significands' half sums in the two fixed-point mass arrays, which it does not otherwise use.
   __shared__ __align__(16) u32 s_cnt[kBins];
-  __shared__ __align__(16) u32 s_mhi[EXACT ? 2 * kBins : kBins];
-  __shared__ __align__(16) u32 s_mlo_own[EXACT ? 4 : kBins];
-  u32* const s_mlo = EXACT ? s_mhi + kBins : s_mlo_own;
-  u64* const s_sig = reinterpret_cast<u64*>(s_mhi);
+  __shared__ __align__(16) u32 s_mhi[kBins];
+  __shared__ __align__(16) u32 s_mlo[kBins];
   __shared__ float s_seg[kMaxSegments];
   __shared__ double s_red_d[64];  // two block-wide fp64 reductions or scans at once
   __shared__ float s_red_f[32];
@@ -481,7 +475,7 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
     if (CLUSTER) detail::cluster_merge<3>(s_cnt, s_mhi, s_mlo, nb, s_own);
   };
   auto cl_merge_sig = [&](int nb) {
-    if (CLUSTER) detail::cluster_merge<1, u64>(s_sig, s_sig, s_sig, nb, s_own);
+    if (CLUSTER) detail::cluster_merge<2>(s_mhi, s_mlo, s_mlo, nb, s_own);
   };
   auto cl_sum = [&](double& a, double& b) {
     if (CLUSTER) {
@@ -547,7 +541,7 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
   // Pass 0's histogram: a count per key bin, or (exact) the bin's significand sum.
   auto add_first_level = [&](u32 key) {
     if (exact) {
-      atomicAdd(&s_sig[key >> 20], u64(key_significand(key)));
+      detail::add_significand(s_mhi, s_mlo, int(key >> 20), key);
     } else {
       atomicAdd(&s_cnt[key >> 20], 1u);
     }
@@ -751,7 +745,7 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
         } else {
           const int bin = static_cast<int>(d >> sh);
           if (exact) {
-            atomicAdd(&s_sig[bin], u64(key_significand(nonneg_key(wt))));
+            detail::add_significand(s_mhi, s_mlo, bin, nonneg_key(wt));
             b += double(wt);
           } else {
             atomicAdd(&s_cnt[bin], 1u);
@@ -820,10 +814,10 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
       int b0, b1;
       const int nb = detail::bins_of(w.lo, w.hi, w.s);
       if (exact) {
-        detail::find_mass_bins<true>(s_cnt, s_mhi, s_mlo, s_sig, w, nb, target, s_red_d, s_found,
+        detail::find_mass_bins<true>(s_cnt, s_mhi, s_mlo, w, nb, target, s_red_d, s_found,
                                      b0, b1);
       } else {
-        detail::find_mass_bins<false>(s_cnt, s_mhi, s_mlo, s_sig, w, nb, target, s_red_d, s_found,
+        detail::find_mass_bins<false>(s_cnt, s_mhi, s_mlo, w, nb, target, s_red_d, s_found,
                                       b0, b1);
       }
       if (w.s == 0) {
@@ -904,7 +898,7 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
             if (key - wlo > wspan) {
               if (key > wlo) above_sig += key_significand(key);
             } else {
-              atomicAdd(&s_sig[(key - wlo) >> sh], u64(key_significand(key)));
+              detail::add_significand(s_mhi, s_mlo, int((key - wlo) >> sh), key);
             }
           }
           above_sig = block_sum<u64>(above_sig, s_red_u64);  // ends on a barrier

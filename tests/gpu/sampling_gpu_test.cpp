@@ -948,6 +948,7 @@ TEST_CASE("sampling gpu: the exact-mass top-p search draws the counting search's
       Matrix l = make_matrix(dt, 2, vocab, [&](int64_t, int64_t) { return n(rng); });
       INFO(dt << " logits vocab " << vocab);
       Params prm;
+      prm.top_k = static_cast<int>(vocab);  // no top-k: the exact search runs
       prm.top_p = 0.9f;
       prm.temperature = 0.8f;
       compare(Api::kLogits, l, prm);
