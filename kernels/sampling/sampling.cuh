@@ -335,12 +335,12 @@ KJIT_DEVICE void cluster_exchange(ClusterRed& v, ClusterRed* slots, ClusterRed* 
 constexpr int kOwnBins = kBins / 2;  // clusters of >= 2 blocks
 
 // Replaces bins [0, nb) of the NARR u32 arrays (a0, a1, a2) by their sums over the cluster, in
-// two steps through `own` ([3][kOwnBins] words): block q sums its share of the bins from every block, then
-// every block gathers the shares. Each block moves about 2 * nb words per array instead of
-// (cluster size) * nb. Integer sums, so the order of additions does not matter. Every access is a
-// 16-byte quad of bins: distributed shared memory costs per request far more than per byte (one
+// two steps through `own` ([3][kOwnBins] words): block q sums its share of the bins from every
+// block, then every block gathers the shares. Each block moves about 2 * nb words per array instead
+// of (cluster size) * nb. Integer sums, so the order of additions does not matter. Every access is
+// a 16-byte quad of bins: distributed shared memory costs per request far more than per byte (one
 // 4-byte request per bin made this merge the largest fixed cost of a level at batch 1), so the
-// arrays and `own` must be 16-byte aligned. Bins [nb, ceil(nb / per quad) * per quad) ride along;
+// arrays and `own` must be 16-byte aligned. Bins [nb, 4 * ceil(nb / 4)) ride along;
 // they are zero in every block (or past the caller's window), so their sums change nothing the
 // caller reads.
 template <int NARR>
@@ -814,11 +814,9 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
       int b0, b1;
       const int nb = detail::bins_of(w.lo, w.hi, w.s);
       if (exact) {
-        detail::find_mass_bins<true>(s_cnt, s_mhi, s_mlo, w, nb, target, s_red_d, s_found,
-                                     b0, b1);
+        detail::find_mass_bins<true>(s_cnt, s_mhi, s_mlo, w, nb, target, s_red_d, s_found, b0, b1);
       } else {
-        detail::find_mass_bins<false>(s_cnt, s_mhi, s_mlo, w, nb, target, s_red_d, s_found,
-                                      b0, b1);
+        detail::find_mass_bins<false>(s_cnt, s_mhi, s_mlo, w, nb, target, s_red_d, s_found, b0, b1);
       }
       if (w.s == 0) {
         // Single-key bins: the bounds are exact, so b0 == b1 unless nothing reaches the target.
