@@ -138,7 +138,7 @@ void force_sample_mass(int mass) {
 
 int sample_mass() {
   const int m = g_sample_mass.load();
-  return m < 0 ? 0 : m;
+  return m < 0 ? 1 : m;
 }
 
 void set_sample_threads(int threads) {
@@ -187,6 +187,12 @@ int sampling_block_threads(int64_t vocab, int vec, int unroll) {
   int64_t t = (vocab + per_step - 1) / per_step;
   t = (t + 31) / 32 * 32;
   return static_cast<int>(std::clamp<int64_t>(t, 32, 1024));
+}
+
+int sampling_cluster_block_threads(int64_t share) {
+  int64_t t = (share + 15) / 16;
+  t = (t + 31) / 32 * 32;
+  return static_cast<int>(std::clamp<int64_t>(t, 128, 1024));
 }
 
 FilterConfig select_filter(FilterOp op, FilterInput input, DType dtype, int64_t vocab,

@@ -86,6 +86,14 @@ std::string argmax_uri(const RowConfig& cfg);
 
 // Threads per block for a row of `vocab` elements read `vec * unroll` per thread per step.
 int sampling_block_threads(int64_t vocab, int vec, int unroll);
+// Threads per block of a sampling cluster whose blocks each walk `share` elements: about 16 a
+// thread, a multiple of 32 in 128..1024. Every block of a cluster repeats the fixed work of a
+// level (barriers, block scans, the bin searches), which grows with the block, while its walks
+// shrink: V 128256 on 16 blocks (8016 elements each) took 27.4 us at 512 threads, 29.8 at 384,
+// 31.1 at 1024 (H200 round 16, exact-mass top-p). The leader's draw is unchanged: a share of 16
+// elements a thread is at least one 32 * 8-element segment a thread for clusters of <= 16
+// blocks, so its scan over the segments takes one segment a thread as the one-block path's does.
+int sampling_cluster_block_threads(int64_t share);
 
 // Which kernel path the samplers take. kAuto: a cluster of blocks per row (sm_90+) while the
 // batch leaves most SMs idle, else one block per row. The others force a path so that tests and
@@ -97,15 +105,16 @@ SamplePath sample_path();
 int forced_sample_cluster_size();
 // Bench hook: threads per block of every later sampler launch (sample, renorm, mask), a multiple
 // of 32 in 32..1024, or 0 for the plan's (sampling_block_threads). An experiment knob: the
-// kernels take any such block size, but a cluster launch whose block size differs from the
-// one-block path's sums the draw's segment masses in another order, so at an fp32 rounding tie
-// it may draw another token of the same kept set. Throws KJIT_ERROR_INVALID_ARGUMENT otherwise.
+// kernels take any such block size, but a cluster launch whose blocks have fewer threads than
+// the row has segments sums the draw's segment masses in another order than the one-block path,
+// so at an fp32 rounding tie it may draw another token of the same kept set. Throws
+// KJIT_ERROR_INVALID_ARGUMENT otherwise.
 void set_sample_threads(int threads);
 int forced_sample_threads();
 // Test and bench hook: 1 makes every later sampler (sample ops) take the exact-mass top-p search
 // (FilterConfig::mass, URI suffix `_mass_exact`), 0 the counting search with mass bounds, -1 the
-// plan's again (today the counting search: the exact one is measured against it first). Throws
-// KJIT_ERROR_INVALID_ARGUMENT for any other value.
+// plan's again (the exact search: 31.1 against 42.4 us at B1, 52.1 against 67.1 at B64, H200
+// round 16). Throws KJIT_ERROR_INVALID_ARGUMENT for any other value.
 void force_sample_mass(int mass);
 int sample_mass();  // the mass mode sample launches take now (0 or 1)
 // The blocks per row of the process's latest sampler launch (1: one block per row), for the

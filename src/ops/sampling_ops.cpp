@@ -381,6 +381,10 @@ void launch_filter(const FilterConfig& cfg, const Batch& b, SamplingParams& p, v
       if (n == 0) n = auto_cluster_size(k.functions.at(0), cfg, b, lc.block_x, info.max_smem_optin);
       if (n == 0 && forced) n = 2;
       if (n >= 2) {
+        // The size was chosen at the one-block path's threads: fewer only raise occupancy.
+        if (forced_sample_threads() == 0) {
+          lc.block_x = static_cast<unsigned>(sampling_cluster_block_threads((b.vocab + n - 1) / n));
+        }
         lc.smem_bytes = cluster_cache_bytes(cfg, b, n, info.max_smem_optin);
         if (b.batch > int64_t{0x7fffffff} / n) {
           fail(KJIT_ERROR_UNSUPPORTED, "a batch of {} rows is too large for clusters of {}",
