@@ -167,6 +167,32 @@ KJIT_DEVICE KJIT_FORCEINLINE float block_max(float v, float* scratch) {
   return v;
 }
 
+// Pass 0's three block-wide values in one pair of barriers: the sum of s (when SUM; the same
+// additions in the same order as block_sum, so the same bits), the maximum of m and the or of
+// `any`. Each as its own reduction took five barriers. Scratch: sd, sf and su of 32 elements.
+template <bool SUM>
+KJIT_DEVICE KJIT_FORCEINLINE void block_sum_max_any(double& s, float& m, bool& any, double* sd,
+                                                    float* sf, u32* su) {
+  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+  const int warps = int(blockDim.x) >> 5;
+  if (SUM) s = warp_sum(s);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(kFullMask, m, o));
+  const bool warp_any = __any_sync(kFullMask, any);
+  if (lane == 0) {
+    if (SUM) sd[warp] = s;
+    sf[warp] = m;
+    su[warp] = warp_any ? 1u : 0u;
+  }
+  __syncthreads();
+  if (SUM) s = warp_sum(lane < warps ? sd[lane] : 0.0);
+  m = lane < warps ? sf[lane] : -__int_as_float(0x7f800000);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(kFullMask, m, o));
+  any = __any_sync(kFullMask, lane < warps && su[lane] != 0u);
+  __syncthreads();
+}
+
 KJIT_DEVICE KJIT_FORCEINLINE u64 warp_max_u64(u64 v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {

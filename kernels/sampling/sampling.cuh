@@ -343,9 +343,12 @@ constexpr int kOwnBins = kBins / 2;  // clusters of >= 2 blocks
 // arrays and `own` must be 16-byte aligned. Bins [nb, 4 * ceil(nb / 4)) ride along;
 // they are zero in every block (or past the caller's window), so their sums change nothing the
 // caller reads.
+//
+// `synced`: a cluster barrier has passed since every block's histogram was complete (an exchange
+// right before), which then serves as the merge's first.
 template <int NARR>
-KJIT_DEVICE void cluster_merge(u32* a0, u32* a1, u32* a2, int nb, u32* own) {
-  cluster_sync();  // every block's histogram is complete
+KJIT_DEVICE void cluster_merge(u32* a0, u32* a1, u32* a2, int nb, u32* own, bool synced = false) {
+  if (!synced) cluster_sync();  // every block's histogram is complete
   const u32 n = cluster_size(), me = cluster_rank();
   const int nq = (nb + 3) >> 2;                  // quads holding bins [0, nb)
   const int chunk = (nq + int(n) - 1) / int(n);  // quads per owner, at most kOwnBins / 4
@@ -435,6 +438,23 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
   const T* row = static_cast<const T*>(p.input) + r * p.in_stride;
   T* out_row = OP == kOpSample ? nullptr : static_cast<T*>(p.out) + r * p.out_stride;
   RowWalk<T, VEC, U> walk{row, vocab};
+  const bool leader = crank == 0u;  // the block that writes a sampled row's result
+  // The draw reads the seed and offset last, where even an L2 hit is a round trip on the critical
+  // path. A cluster's leader loads them now, beside its share's copy, and keeps them in s_rng;
+  // one block a row (no copy to hide the load behind) prefetches them into L2 instead, at no
+  // register cost.
+  __shared__ u64 s_rng[2];
+  const bool rng_early = CLUSTER && OP == kOpSample && leader && threadIdx.x == 0;
+  u64 rng_seed = 0, rng_offset = 0;
+  if (OP == kOpSample && leader && threadIdx.x == 0) {
+    if (CLUSTER) {
+      rng_seed = p.seed[r * p.seed_stride];
+      rng_offset = p.offset[r * p.offset_stride];
+    } else {
+      asm volatile("prefetch.L2 [%0];" ::"l"(p.seed + r * p.seed_stride));
+      asm volatile("prefetch.L2 [%0];" ::"l"(p.offset + r * p.offset_stride));
+    }
+  }
   if (CLUSTER) {
     const int share = (nseg + int(csize) - 1) / int(csize);
     walk.seg_lo = int(crank) * share;
@@ -466,16 +486,21 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
       walk.row = cache - lo;
     }
   }
+  if (rng_early) {
+    s_rng[0] = rng_seed;
+    s_rng[1] = rng_offset;
+  }
   int xpar = 0;  // cluster_exchange's slot
   // Cluster combinations; no-ops on the one-block path.
-  auto cl_merge1 = [&](int nb) {
-    if (CLUSTER) detail::cluster_merge<1>(s_cnt, s_cnt, s_cnt, nb, s_own);
+  // `synced`: see cluster_merge.
+  auto cl_merge1 = [&](int nb, bool synced = false) {
+    if (CLUSTER) detail::cluster_merge<1>(s_cnt, s_cnt, s_cnt, nb, s_own, synced);
   };
   auto cl_merge3 = [&](int nb) {
     if (CLUSTER) detail::cluster_merge<3>(s_cnt, s_mhi, s_mlo, nb, s_own);
   };
-  auto cl_merge_sig = [&](int nb) {
-    if (CLUSTER) detail::cluster_merge<2>(s_mhi, s_mlo, s_mlo, nb, s_own);
+  auto cl_merge_sig = [&](int nb, bool synced = false) {
+    if (CLUSTER) detail::cluster_merge<2>(s_mhi, s_mlo, s_mlo, nb, s_own, synced);
   };
   auto cl_sum = [&](double& a, double& b) {
     if (CLUSTER) {
@@ -489,13 +514,6 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
   auto cl_leave = [&] {
     if (CLUSTER) cluster_sync();
   };
-  const bool leader = crank == 0u;  // the block that writes a sampled row's result
-  if (OP == kOpSample && leader && threadIdx.x == 0) {
-    // The draw reads the seed and offset last; with a cold L2 that read would be a full HBM
-    // round trip on the critical path, so it is started now, into L2, at no register cost.
-    asm volatile("prefetch.L2 [%0];" ::"l"(p.seed + r * p.seed_stride));
-    asm volatile("prefetch.L2 [%0];" ::"l"(p.offset + r * p.offset_stride));
-  }
 
   // ---- Per-row parameters (uniform across the block) ----
   bool bad_param = false;
@@ -580,9 +598,7 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
       if (KEYS != kKeysProbs && use_k) atomicAdd(&s_cnt[signed_key(x) >> 21], 1u);
     });
   }
-  bad = __syncthreads_or(bad) != 0;
-  vmax = block_max(vmax, s_red_f);
-  if (KEYS == kKeysProbs) wsum = block_sum<double>(wsum, s_red_d);
+  block_sum_max_any<KEYS == kKeysProbs>(wsum, vmax, bad, s_red_d, s_red_f, s_red_u);
   if (CLUSTER) {
     detail::ClusterRed v{wsum, 0.0, vmax, bad ? 1u : 0u, 0ull};
     detail::cluster_exchange(v, s_xch, s_xin, xpar);
@@ -655,15 +671,19 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
   }
   // Pass 0 (or 0b) built the first histogram level of whichever search comes next. No key
   // exceeds the row maximum's, so the bins above its bin are zero in every block and stay out of
-  // the merge (for probabilities that is half of them). Pass 0b's exp keys keep every bin.
+  // the merge (for probabilities that is half of them). Pass 0b's weights are below 2 (ex2 of a
+  // value <= 0, approximate), so its bins stop at 2.0's. The exchange that closed pass 0 (or 0b)
+  // came after every block's histogram was complete, and nothing has touched the histograms
+  // since: its barrier is the merge's first.
   if (need_hist) {
     int nb0 = kBins;
     if (KEYS == kKeysProbs) nb0 = int(nonneg_key(vmax) >> 20) + 1;
     if (KEYS == kKeysLogits && use_k) nb0 = int(signed_key(vmax) >> 21) + 1;
+    if (KEYS == kKeysLogits && !use_k) nb0 = int(nonneg_key(2.0f) >> 20);
     if (exact) {
-      cl_merge_sig(nb0);
+      cl_merge_sig(nb0, true);
     } else {
-      cl_merge1(nb0);
+      cl_merge1(nb0, true);
     }
   }
   // The largest weight's key (for logits, exp(0) = 1).
@@ -973,8 +993,8 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
   for (int j = j0; j < j1; ++j) local += double(s_seg[j]);
   double total;
   const double start = block_exclusive_scan<double>(local, s_red_d, &total);
-  const u64 seed = p.seed[r * p.seed_stride];
-  const u64 offset = p.offset[r * p.offset_stride];
+  const u64 seed = CLUSTER ? s_rng[0] : p.seed[r * p.seed_stride];
+  const u64 offset = CLUSTER ? s_rng[1] : p.offset[r * p.offset_stride];
   const double u = philox_uniform(seed, offset, p.per_row_seed ? 0u : static_cast<u32>(r));
   const double target = u * total;
   {
