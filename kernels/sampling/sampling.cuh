@@ -52,6 +52,9 @@ enum : int { kFilterTopK = 1, kFilterTopP = 2, kFilterMinP = 4 };
 constexpr int kBins = 2048;
 constexpr int kMaxSegments = 1024;  // vocab <= 262144 with segments of >= 256 elements
 constexpr int kMaxTopPLevels = 9;
+// Threads per block of the cluster path: at 512 its kernels need no local memory (under a
+// 1024-thread bound, i.e. 64 registers, the sm_90a cluster kernels spilled 5-64 values).
+constexpr int kClusterMaxThreads = 512;
 
 // Passed by value as a __grid_constant__ kernel parameter. Keep this exact layout: the host
 // mirrors it. A per-row array, when not null, replaces the scalar beside it.
@@ -402,7 +405,7 @@ KJIT_DEVICE void cluster_merge(u32* a0, u32* a1, u32* a2, int nb, u32* own, bool
 // does.
 // clang-format off
 template <typename T, int VEC, int U, int KEYS, int OP, int CLUSTER = 0, int EXACT = 0>
-__global__ void __launch_bounds__(1024)
+__global__ void __launch_bounds__(CLUSTER ? kClusterMaxThreads : 1024)
 filter_kernel(const __grid_constant__ SamplingParams p) {
   // clang-format on
   static_assert(!CLUSTER || OP == kOpSample, "the cluster path samples");
@@ -985,38 +988,107 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
     s_found[0] = 0x7fffffff;  // chosen segment: atomicMin
     s_found[1] = -1;          // last segment with weight: atomicMax
   }
-  __syncthreads();
-  const int per = (nseg + int(blockDim.x) - 1) / int(blockDim.x);
-  const int j0 = int(threadIdx.x) * per;
-  const int j1 = j0 + per < nseg ? j0 + per : nseg;
-  double local = 0.0;
-  for (int j = j0; j < j1; ++j) local += double(s_seg[j]);
-  double total;
-  const double start = block_exclusive_scan<double>(local, s_red_d, &total);
   const u64 seed = CLUSTER ? s_rng[0] : p.seed[r * p.seed_stride];
   const u64 offset = CLUSTER ? s_rng[1] : p.offset[r * p.offset_stride];
   const double u = philox_uniform(seed, offset, p.per_row_seed ? 0u : static_cast<u32>(r));
-  const double target = u * total;
-  {
-    double run = start;
-    for (int j = j0; j < j1; ++j) {
-      const double next = run + double(s_seg[j]);
-      if (s_seg[j] > 0.0f) {
-        atomicMax(&s_found[1], j);
-        if (run <= target && target < next) atomicMin(&s_found[0], j);
+  double target;
+  int sel;
+  bool found;
+  if constexpr (CLUSTER) {
+    // The segments' exclusive prefix runs over a fixed layout of kMaxSegments virtual threads,
+    // one segment each (nseg <= kMaxSegments): virtual thread v is real thread v % blockDim.x in
+    // round v / blockDim.x, so a virtual warp is one real warp's, and every fp64 addition is the
+    // one the one-block path's scan makes (it has a thread per segment; its threads past the
+    // last segment, like the virtual ones, add zeros). The leader therefore picks the segment
+    // one block picks at any cluster block size.
+    constexpr int kV = kMaxSegments;
+    static_assert(kV == 32 * 32, "one scan stage per virtual warp, one over the 32 warp totals");
+    const int rounds = (kV + int(blockDim.x) - 1) / int(blockDim.x);
+    auto vwarp_incl = [&](int v) {  // inclusive prefix in virtual warp v / 32 (warp-uniform)
+      double incl = v < nseg ? double(s_seg[v]) : 0.0;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const double n = __shfl_up_sync(kFullMask, incl, o);
+        if (lane >= o) incl += n;
       }
-      run = next;
+      return incl;
+    };
+    for (int i = 0; i < rounds; ++i) {
+      const int v = int(threadIdx.x) + i * int(blockDim.x);
+      if (v < kV) {
+        const double incl = vwarp_incl(v);
+        if (lane == 31) s_red_d[v >> 5] = incl;
+      }
     }
-  }
-  __syncthreads();
-  int sel = s_found[0];
-  const bool found = sel != 0x7fffffff;
-  if (!found) sel = s_found[1];
-  if (found && sel >= j0 && sel < j1) {
-    // The remainder within the chosen segment, by the thread whose prefix chose it.
-    double run = start;
-    for (int j = j0; j < sel; ++j) run += double(s_seg[j]);
-    s_rem = target - run;
+    __syncthreads();
+    double wscan = s_red_d[lane];
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const double n = __shfl_up_sync(kFullMask, wscan, o);
+      if (lane >= o) wscan += n;
+    }
+    auto vstart = [&](int v) {  // exclusive prefix of segment v (warp-uniform)
+      const double incl = vwarp_incl(v);
+      double excl = __shfl_up_sync(kFullMask, incl, 1);
+      if (lane == 0) excl = 0.0;
+      const int vw = v >> 5;
+      const double before = __shfl_sync(kFullMask, wscan, vw == 0 ? 0 : vw - 1);
+      return vw == 0 ? excl : before + excl;
+    };
+    target = u * __shfl_sync(kFullMask, wscan, 31);
+    for (int i = 0; i < rounds; ++i) {
+      const int v = int(threadIdx.x) + i * int(blockDim.x);
+      if (v < kV) {
+        const double start = vstart(v);
+        if (v < nseg && s_seg[v] > 0.0f) {
+          atomicMax(&s_found[1], v);
+          if (start <= target && target < start + double(s_seg[v])) atomicMin(&s_found[0], v);
+        }
+      }
+    }
+    __syncthreads();
+    sel = s_found[0];
+    found = sel != 0x7fffffff;
+    if (!found) sel = s_found[1];
+    for (int i = 0; found && i < rounds; ++i) {
+      // The remainder within the chosen segment, by its virtual thread.
+      const int v = int(threadIdx.x) + i * int(blockDim.x);
+      if (v < kV && (v >> 5) == (sel >> 5)) {
+        const double start = vstart(v);
+        if (v == sel) s_rem = target - start;
+      }
+    }
+  } else {
+    __syncthreads();
+    const int per = (nseg + int(blockDim.x) - 1) / int(blockDim.x);
+    const int j0 = int(threadIdx.x) * per;
+    const int j1 = j0 + per < nseg ? j0 + per : nseg;
+    double local = 0.0;
+    for (int j = j0; j < j1; ++j) local += double(s_seg[j]);
+    double total;
+    const double start = block_exclusive_scan<double>(local, s_red_d, &total);
+    target = u * total;
+    {
+      double run = start;
+      for (int j = j0; j < j1; ++j) {
+        const double next = run + double(s_seg[j]);
+        if (s_seg[j] > 0.0f) {
+          atomicMax(&s_found[1], j);
+          if (run <= target && target < next) atomicMin(&s_found[0], j);
+        }
+        run = next;
+      }
+    }
+    __syncthreads();
+    sel = s_found[0];
+    found = sel != 0x7fffffff;
+    if (!found) sel = s_found[1];
+    if (found && sel >= j0 && sel < j1) {
+      // The remainder within the chosen segment, by the thread whose prefix chose it.
+      double run = start;
+      for (int j = j0; j < sel; ++j) run += double(s_seg[j]);
+      s_rem = target - run;
+    }
   }
   __syncthreads();
   if (warp != 0) return;

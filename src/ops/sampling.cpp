@@ -136,9 +136,10 @@ void force_sample_mass(int mass) {
   g_sample_mass.store(mass);
 }
 
-int sample_mass() {
+int sample_mass(bool top_k_rows) {
   const int m = g_sample_mass.load();
-  return m < 0 ? 1 : m;
+  if (m >= 0) return m;
+  return top_k_rows ? 0 : 1;
 }
 
 void set_sample_threads(int threads) {
@@ -174,6 +175,18 @@ namespace {
 std::atomic<int> g_last_sample_cluster{1};
 }  // namespace
 
+namespace {
+std::atomic<int> g_last_sample_mass{1};
+}  // namespace
+
+int last_sample_mass() {
+  return g_last_sample_mass.load();
+}
+
+void note_sample_mass(int mass) {
+  g_last_sample_mass.store(mass);
+}
+
 int last_sample_cluster_size() {
   return g_last_sample_cluster.load();
 }
@@ -192,7 +205,7 @@ int sampling_block_threads(int64_t vocab, int vec, int unroll) {
 int sampling_cluster_block_threads(int64_t share) {
   int64_t t = (share + 15) / 16;
   t = (t + 31) / 32 * 32;
-  return static_cast<int>(std::clamp<int64_t>(t, 128, 1024));
+  return static_cast<int>(std::clamp<int64_t>(t, 128, kSampleClusterMaxThreads));
 }
 
 FilterConfig select_filter(FilterOp op, FilterInput input, DType dtype, int64_t vocab,

@@ -86,13 +86,15 @@ std::string argmax_uri(const RowConfig& cfg);
 
 // Threads per block for a row of `vocab` elements read `vec * unroll` per thread per step.
 int sampling_block_threads(int64_t vocab, int vec, int unroll);
+// The most threads a cluster block takes (the kernel's kClusterMaxThreads: its launch bound).
+inline constexpr int kSampleClusterMaxThreads = 512;
 // Threads per block of a sampling cluster whose blocks each walk `share` elements: about 16 a
-// thread, a multiple of 32 in 128..1024. Every block of a cluster repeats the fixed work of a
-// level (barriers, block scans, the bin searches), which grows with the block, while its walks
-// shrink: V 128256 on 16 blocks (8016 elements each) took 27.4 us at 512 threads, 29.8 at 384,
-// 31.1 at 1024 (H200 round 16, exact-mass top-p). The leader's draw is unchanged: a share of 16
-// elements a thread is at least one 32 * 8-element segment a thread for clusters of <= 16
-// blocks, so its scan over the segments takes one segment a thread as the one-block path's does.
+// thread, a multiple of 32 in 128..kSampleClusterMaxThreads. Every block of a cluster repeats
+// the fixed work of a level (barriers, block scans, the bin searches), which grows with the
+// block, while its walks shrink: V 128256 on 16 blocks (8016 elements each) took 27.4 us at 512
+// threads, 29.8 at 384, 31.1 at 1024 (H200 round 16, exact-mass top-p). The draw's scan runs over
+// a fixed layout of 1024 virtual threads, so the leader draws the one-block path's token at any
+// block size.
 int sampling_cluster_block_threads(int64_t share);
 
 // Which kernel path the samplers take. kAuto: a cluster of blocks per row (sm_90+) while the
@@ -104,10 +106,11 @@ void set_sample_path(SamplePath path, int cluster_size = 0);
 SamplePath sample_path();
 int forced_sample_cluster_size();
 // Bench hook: threads per block of every later sampler launch (sample, renorm, mask), a multiple
-// of 32 in 32..1024, or 0 for the plan's (sampling_block_threads). An experiment knob: the
-// kernels take any such block size, but a cluster launch whose blocks have fewer threads than
-// the row has segments sums the draw's segment masses in another order than the one-block path,
-// so at an fp32 rounding tie it may draw another token of the same kept set. Throws
+// of 32 in 32..1024, or 0 for the plan's (sampling_block_threads, sampling_cluster_block_threads).
+// An experiment knob: a cluster takes at most kSampleClusterMaxThreads (a larger forced size runs
+// one block a row, or fails a forced cluster path), and a one-block launch with fewer threads
+// than the row has segments sums the draw's segment masses in another order than the cluster
+// path, so at an fp64 rounding tie it may draw another token of the same kept set. Throws
 // KJIT_ERROR_INVALID_ARGUMENT otherwise.
 void set_sample_threads(int threads);
 int forced_sample_threads();
@@ -116,11 +119,17 @@ int forced_sample_threads();
 // plan's again (the exact search: 31.1 against 42.4 us at B1, 52.1 against 67.1 at B64, H200
 // round 16). Throws KJIT_ERROR_INVALID_ARGUMENT for any other value.
 void force_sample_mass(int mass);
-int sample_mass();  // the mass mode sample launches take now (0 or 1)
+// The mass mode of a sample launch (0 or 1): the forced one, else the exact search unless the
+// rows may have a top-k (their search counts keys; the exact variant would run that search too,
+// in a kernel with more registers live).
+int sample_mass(bool top_k_rows = false);
 // The blocks per row of the process's latest sampler launch (1: one block per row), for the
 // bench to report which path the automatic choice took.
 int last_sample_cluster_size();
 void note_sample_cluster_size(int n);
+// The mass mode of the process's latest sampler launch (0 or 1), for the bench's URI.
+int last_sample_mass();
+void note_sample_mass(int mass);
 
 // The smallest vocabulary the automatic choice splits over a cluster: below it one block is
 // already short, and a cluster's barriers would cost more than its split saves.

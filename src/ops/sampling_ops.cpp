@@ -321,27 +321,35 @@ unsigned cluster_cache_bytes(const FilterConfig& cfg, const Batch& b, int n, int
   return bytes <= smem_optin - 48 * 1024 ? static_cast<unsigned>(bytes) : 0u;
 }
 
+// Threads per block of a cluster of n blocks: the forced block size, else about 16 elements a
+// thread of the block's share.
+unsigned cluster_threads(const Batch& b, int n) {
+  const int forced = forced_sample_threads();
+  return static_cast<unsigned>(forced > 0 ? forced
+                                          : sampling_cluster_block_threads((b.vocab + n - 1) / n));
+}
+
 // The automatic cluster size of a sampler: the largest of 16, 8, 4, 2 for which the whole batch
 // runs in one wave of clusters and every block keeps at least one segment of the row; 0 when
 // none does (one block per row then). The occupancy answers are cached per kernel, size and
 // shared memory, so a call being captured into a graph asks nothing of the driver after the
 // first.
-int auto_cluster_size(CUfunction fn, const FilterConfig& cfg, const Batch& b, unsigned threads,
-                      int smem_optin) {
+int auto_cluster_size(CUfunction fn, const FilterConfig& cfg, const Batch& b, int smem_optin) {
   static std::mutex mu;
-  static std::map<std::tuple<CUfunction, unsigned, unsigned>, int> active;
+  static std::map<std::tuple<CUfunction, unsigned, unsigned, unsigned>, int> active;
   const int64_t seg = int64_t{32} * cfg.vec * cfg.unroll;
   const int64_t nseg = (b.vocab + seg - 1) / seg;
   for (unsigned n : {16u, 8u, 4u, 2u}) {
     if (static_cast<int64_t>(n) > nseg) continue;
     const unsigned smem = cluster_cache_bytes(cfg, b, static_cast<int>(n), smem_optin);
+    const unsigned threads = cluster_threads(b, static_cast<int>(n));
     int clusters;
     {
       std::lock_guard<std::mutex> lock(mu);
-      auto it = active.find({fn, n, smem});
+      auto it = active.find({fn, n, threads, smem});
       if (it == active.end()) {
         it = active
-                 .emplace(std::make_tuple(fn, n, smem),
+                 .emplace(std::make_tuple(fn, n, threads, smem),
                           cuda::max_active_clusters(fn, n, threads, smem))
                  .first;
       }
@@ -371,20 +379,24 @@ void launch_filter(const FilterConfig& cfg, const Batch& b, SamplingParams& p, v
     // Auto considers clusters only where two blocks a row still fit the SMs in one wave, so a
     // large batch never compiles the cluster variant.
     const bool small = b.vocab >= kSampleClusterMinVocab && b.batch * 2 <= info.sm_count;
-    if (info.major >= 9 && (forced || small)) {
+    // A forced block size above the cluster kernel's launch bound takes one block a row unless
+    // the cluster path is forced too, which it cannot serve.
+    const bool threads_ok = forced_sample_threads() <= kSampleClusterMaxThreads;
+    if (forced && !threads_ok) {
+      fail(KJIT_ERROR_UNSUPPORTED, "a sampling cluster block takes at most {} threads, not {}",
+           kSampleClusterMaxThreads, forced_sample_threads());
+    }
+    if (info.major >= 9 && threads_ok && (forced || small)) {
       FilterConfig cc = cfg;
       cc.cluster = 1;
       const jit::LoadedKernel& k = jit::JitCore::global().kernel_for(
           "sampling_filter", cc, b.m.device, [&] { return filter_spec(cc); });
       cuda::ScopedDevice scope(b.m.device);
       int n = forced ? forced_sample_cluster_size() : 0;
-      if (n == 0) n = auto_cluster_size(k.functions.at(0), cfg, b, lc.block_x, info.max_smem_optin);
+      if (n == 0) n = auto_cluster_size(k.functions.at(0), cfg, b, info.max_smem_optin);
       if (n == 0 && forced) n = 2;
       if (n >= 2) {
-        // The size was chosen at the one-block path's threads: fewer only raise occupancy.
-        if (forced_sample_threads() == 0) {
-          lc.block_x = static_cast<unsigned>(sampling_cluster_block_threads((b.vocab + n - 1) / n));
-        }
+        lc.block_x = cluster_threads(b, n);
         lc.smem_bytes = cluster_cache_bytes(cfg, b, n, info.max_smem_optin);
         if (b.batch > int64_t{0x7fffffff} / n) {
           fail(KJIT_ERROR_UNSUPPORTED, "a batch of {} rows is too large for clusters of {}",
@@ -470,7 +482,12 @@ void sample(const char* input_name, FilterInput input, const DLTensor* x, const 
     fail(KJIT_ERROR_INVALID_ARGUMENT, "{} has an empty vocabulary: no token to sample", input_name);
   }
   FilterConfig cfg = select_filter(FilterOp::kSample, input, b.m.dtype, b.vocab, vec_ok(b));
-  cfg.mass = sample_mass();
+  // Rows may have a top-k when the filter is on and either the rows choose it or the scalar is
+  // below the vocabulary (k >= vocab is no top-k).
+  const bool top_k_rows =
+      (a.filters & kFilterTopK) != 0 && (a.top_k.per_row != nullptr || a.top_k.scalar < b.vocab);
+  cfg.mass = sample_mass(top_k_rows);
+  note_sample_mass(cfg.mass);
   if (trace::enabled()) {
     trace::sampling(sample_kind(input == FilterInput::kLogits, a.filters), b.m.dtype, b.vocab,
                     b.batch);

@@ -594,25 +594,31 @@ TEST_CASE("sampling ops: the path and block-size hooks refuse what no launch can
   CHECK(ops::sample_mass() == 1);
 }
 
-TEST_CASE("sampling ops: cluster blocks take about 16 elements a thread and one segment each",
+TEST_CASE("sampling ops: cluster blocks take about 16 elements a thread, at most 512",
           "[sampling]") {
   CHECK(ops::sampling_cluster_block_threads((128256 + 15) / 16) == 512);  // B1, 16 blocks
-  CHECK(ops::sampling_cluster_block_threads(128256 / 2) == 1024);         // B64, 2 blocks
+  CHECK(ops::sampling_cluster_block_threads((128256 + 15) / 16 * 3 / 4) == 384);
+  CHECK(ops::sampling_cluster_block_threads(128256 / 2) == ops::kSampleClusterMaxThreads);
   CHECK(ops::sampling_cluster_block_threads(2000) == 128);
   CHECK(ops::sampling_cluster_block_threads(1) == 128);
-  // The leader's draw scans one segment a thread, as the one-block path does, so both take the
-  // same token: a cluster block has at least as many threads as the row has segments.
-  for (int64_t vocab : {16384, 32000, 50257, 128256, 151936, 262144}) {
-    for (int n : {2, 4, 8, 16}) {
-      for (int64_t seg : {256, 512}) {  // fp32 and bf16 / fp16 segments
-        INFO("vocab " << vocab << " cluster " << n << " segment " << seg);
-        const int t = ops::sampling_cluster_block_threads((vocab + n - 1) / n);
-        CHECK(t % 32 == 0);
-        CHECK(t <= 1024);
-        CHECK(t >= (vocab + seg - 1) / seg);
-      }
-    }
+  for (int64_t share = 1; share <= 262144; share = share * 3 + 1) {
+    const int t = ops::sampling_cluster_block_threads(share);
+    CHECK(t % 32 == 0);
+    CHECK(t >= 128);
+    CHECK(t <= ops::kSampleClusterMaxThreads);
   }
+}
+
+TEST_CASE("sampling ops: the plan's mass mode is exact unless the rows may have a top-k",
+          "[sampling]") {
+  CHECK(ops::sample_mass() == 1);
+  CHECK(ops::sample_mass(false) == 1);
+  CHECK(ops::sample_mass(true) == 0);
+  ops::force_sample_mass(1);
+  CHECK(ops::sample_mass(true) == 1);
+  ops::force_sample_mass(0);
+  CHECK(ops::sample_mass(false) == 0);
+  ops::force_sample_mass(-1);
 }
 
 // The cap bounds what `compile --all` costs CI (each sampling spec takes 1-2.5 s of NVRTC per

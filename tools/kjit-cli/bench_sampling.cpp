@@ -110,13 +110,14 @@ class PathChoice {
     const int n = ops::last_sample_cluster_size();
     c.label += n > 1 ? fmt::format(" (ran: cluster of {})", n) : std::string(" (ran: one block)");
     cfg.cluster = n > 1 ? 1 : 0;
-    cfg.mass = ops::sample_mass();
+    cfg.mass = ops::last_sample_mass();
     c.uri = ops::filter_uri(cfg);
   }
-  // The URI the case reports: the cluster variant's when forced.
-  std::string uri(ops::FilterConfig cfg) const {
+  // The URI the case reports before its first call (describe_ran then names the launch's): the
+  // cluster variant's when forced.
+  std::string uri(ops::FilterConfig cfg, bool top_k_rows) const {
     cfg.cluster = cluster_variant_ ? 1 : 0;
-    cfg.mass = ops::sample_mass();
+    cfg.mass = ops::sample_mass(top_k_rows);
     return ops::filter_uri(cfg);
   }
 
@@ -203,7 +204,7 @@ int bench_top_p_sampling(const ops::SetArgs& args, const BenchOptions& opts) {
   const PathChoice path(args);
   BenchCase c;
   c.op = "top_p_sampling";
-  c.uri = path.uri(cfg);
+  c.uri = path.uri(cfg, false);
   c.dtype = "fp32";
   c.shape = {{"batch", batch}, {"vocab", vocab}, {"p", p}, {"sigma", sigma}};
   c.label =
@@ -256,7 +257,7 @@ int bench_top_k_top_p_sampling(const ops::SetArgs& args, const BenchOptions& opt
   const PathChoice path(args);
   BenchCase c;
   c.op = "top_k_top_p_sampling";
-  c.uri = path.uri(cfg);
+  c.uri = path.uri(cfg, k < vocab);
   c.dtype = dtype;
   c.shape = {{"batch", batch}, {"vocab", vocab}, {"k", k}, {"p", p}, {"temperature", temperature},
              {"sigma", sigma}};
