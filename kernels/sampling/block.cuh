@@ -32,6 +32,11 @@ KJIT_DEVICE KJIT_FORCEINLINE double binade_unit(u32 key) {
   return __longlong_as_double(static_cast<long long>(e - 150 + 1023) << 52);
 }
 
+// The float a signed key stands for (signed_key's inverse; -0 comes back as +0).
+KJIT_DEVICE KJIT_FORCEINLINE float signed_value(u32 key) {
+  return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
+}
+
 // Any float as an unsigned key with the float order (-0 and +0 tie; NaN is the caller's).
 KJIT_DEVICE KJIT_FORCEINLINE u32 signed_key(float x) {
   const u32 b = __float_as_uint(x + 0.0f);

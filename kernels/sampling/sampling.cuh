@@ -336,6 +336,10 @@ KJIT_DEVICE void cluster_exchange(ClusterRed& v, ClusterRed* slots, ClusterRed* 
 }
 
 constexpr int kOwnBins = kBins / 2;  // clusters of >= 2 blocks
+// List mode (see filter_kernel): a block collects at most kListLocal keys (in its s_cnt), the
+// leader's list holds at most kListCap (in its s_own).
+constexpr u32 kListLocal = kBins;
+constexpr u32 kListCap = 3 * kOwnBins;
 
 // Replaces bins [0, nb) of the NARR u32 arrays (a0, a1, a2) by their sums over the cluster, in
 // two steps through `own` ([3][kOwnBins] words): block q sums its share of the bins from every
@@ -659,6 +663,45 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
       return signed_key(x);
     }
   };
+  // List mode, cluster only: every block sends the keys key_of(x) in [wlo, wlo + wspan] of its
+  // share to the leader's s_own (rank order: an exchange of the counts gives the offsets) and
+  // sums the weights of the keys above the window; on return (true) the leader holds all
+  // list_n keys and `above` the cluster's sum. False, the same in every block, when the keys do
+  // not fit (more than kListLocal in a block or kListCap in all): nothing was sent. The list's
+  // order within a block is the order of its atomics, so only integer sums may be taken over it.
+  u32 list_n = 0;
+  auto send_list = [&](auto key_of, u32 wlo, u32 wspan, double& above) -> bool {
+    if (threadIdx.x == 0) s_found[3] = 0;
+    __syncthreads();
+    double a = 0.0;
+    walk.run([&](int, float x) {
+      const u32 key = key_of(x);
+      if (key - wlo > wspan) {  // wraps for keys below the window
+        if (key > wlo) a += double(weight(x));
+      } else {
+        const u32 slot = atomicAdd(reinterpret_cast<u32*>(&s_found[3]), 1u);
+        if (slot < detail::kListLocal) s_cnt[slot] = key;
+      }
+    });
+    a = block_sum<double>(a, s_red_d);  // ends on a barrier: every slot is taken
+    const u32 n_local = static_cast<u32>(s_found[3]);
+    detail::ClusterRed v{a, 0.0, 0.0f, n_local > detail::kListLocal ? 1u : 0u, u64(n_local)};
+    detail::cluster_exchange(v, s_xch, s_xin, xpar);
+    // s_xin still holds every rank's values (until the next exchange).
+    u32 offset = 0;
+    u64 total = 0;
+    for (u32 q = 0; q < csize; ++q) {
+      if (q < crank) offset += static_cast<u32>(s_xin[q].best);
+      total += s_xin[q].best;
+    }
+    if (v.flag != 0u || total > detail::kListCap) return false;
+    u32* list = cluster_map(s_own, 0u);
+    for (u32 i = threadIdx.x; i < n_local; i += blockDim.x) list[offset + i] = s_cnt[i];
+    cluster_sync();  // the leader's list is whole
+    list_n = static_cast<u32>(total);
+    above = v.s0;
+    return true;
+  };
 
   if (KEYS == kKeysLogits && use_p && !use_k) {
     // Pass 0b: the mass and the first histogram level of the weights, now that the maximum is
@@ -694,16 +737,32 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
 
   // ---- Top-k: radix select on counts ----
   u32 threshold = 0;  // on topk_key
+  // Top-k list mode (clusters): after the first level the keys at or above the k-th largest's
+  // bin are few on a language model's row (above + in_above + c, the same in every block: a few
+  // hundred for k = 50). When they fit, every block sends them to the leader, which finishes
+  // the top-k search on that list and runs top-p on the top-k set there too (by exact
+  // significand sums, see EXACT), then sends both thresholds back: the later levels' walks,
+  // merges and the other blocks' redundant searches go. The other blocks (followers) skip to
+  // the thresholds' arrival.
+  bool klist = false;
   if (use_k) {
     u32 lo = 0, hi = KEYS == kKeysProbs ? 0x7fffffffu : 0xffffffffu;
     int s = KEYS == kKeysProbs ? 20 : 21;
     u32 above = 0;  // keys > hi
     const u32 k = static_cast<u32>(top_k);
-    for (;;) {
+    for (int level = 0;; ++level) {
       int b;
       u32 in_above, c;
       detail::find_count_bin(s_cnt, detail::bins_of(lo, hi, s), k - above, s_red_u, s_found, b,
                              in_above, c);
+      if constexpr (CLUSTER) {
+        if (level == 0 && above + in_above + c <= detail::kListCap) {
+          const u32 klo = lo + (u32(b) << s);
+          double unused;
+          klist = send_list(topk_key, klo, ~klo, unused);
+          if (klist && !leader) break;
+        }
+      }
       if (s == 0 || above + in_above + c == k) {
         // Either a single key, or every key of the bin is among the top k: the k-th largest is
         // the bin's smallest key, and no key lies between the bin's start and it.
@@ -718,6 +777,15 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
       __syncthreads();
       const u32 wlo = lo, wspan = hi - lo;
       const int sh = s;
+      if (klist) {
+        // The leader counts the list alone: no walk, no merge.
+        for (u32 i = threadIdx.x; i < list_n; i += blockDim.x) {
+          const u32 d = s_own[i] - wlo;
+          if (d <= wspan) atomicAdd(&s_cnt[d >> sh], 1u);
+        }
+        __syncthreads();
+        continue;
+      }
       walk.run([&](int, float x) {
         const u32 d = topk_key(x) - wlo;  // wraps for keys below the window
         if (d <= wspan) atomicAdd(&s_cnt[d >> sh], 1u);
@@ -726,6 +794,7 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
       cl_merge1(detail::bins_of(lo, hi, s));
     }
   }
+  const bool follower = CLUSTER && klist && !leader;
 
   if (KEYS == kKeysSigned) {
     const u32 t = threshold;
@@ -736,13 +805,17 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
 
   // A token is kept when its weight's key is >= kw and, for logits under a top-k, its logit's
   // key is >= kx (for probabilities the two keys are one, and kx folds into kw).
-  const u32 kx = KEYS == kKeysLogits && use_k ? threshold : 0u;
+  u32 kx = KEYS == kKeysLogits && use_k ? threshold : 0u;  // a follower's arrives below
   const bool x_filter = KEYS == kKeysLogits && use_k;
   if (KEYS == kKeysLogits) threshold = 0;
   auto in_topk = [&](float x) { return !x_filter || signed_key(x) >= kx; };
 
   // ---- Top-p: radix search on mass bounds ----
-  if (use_p) {
+  // EXACT clusters: whether the leader searches a list of the first window's keys (below).
+  bool list_mode = false;
+  if (use_p && !follower) {
+    // The exact search: EXACT's, or the top-k list's.
+    const bool exact_search = exact || klist;
     detail::Window w;
     w.kmax = kmax;
     double target;
@@ -806,7 +879,39 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
       w.have_mass = sc > 0.0f && sc <= kMaxFinite;
       w.scale = w.have_mass ? sc : 0.0f;
     };
-    if (use_k) {
+    if (CLUSTER && klist) {
+      // The top-k list's leader: the list's keys that top-k keeps become weight keys (0 for the
+      // others: no mass, below every window); the first level is their significand sums per
+      // 2^20-key bin, exact as EXACT's, and the top-k set's mass is those bins' masses summed
+      // in bin order (the list's order varies from run to run; integer bins do not).
+      detail::clear_bins(s_mhi);
+      detail::clear_bins(s_mlo);
+      __syncthreads();
+      const u32 kk = KEYS == kKeysLogits ? kx : threshold;
+      for (u32 i = threadIdx.x; i < list_n; i += blockDim.x) {
+        const u32 key = s_own[i];
+        u32 wk = 0u;
+        if (key >= kk) {
+          wk = nonneg_key(weight(KEYS == kKeysProbs ? nonneg_value(key) : signed_value(key)));
+        }
+        s_own[i] = wk;
+        if (wk != 0u) detail::add_significand(s_mhi, s_mlo, int(wk >> 20), wk);
+      }
+      __syncthreads();
+      w.lo = 0;
+      w.hi = 0x7fffffffu;
+      w.s = 20;
+      w.have_mass = false;
+      w.scale = 0.0f;
+      w.above = 0.0;
+      double mass_k = 0.0;
+      for (int b = int(threadIdx.x); b < kBins; b += int(blockDim.x)) {
+        mass_k += detail::exact_bin_mass(s_mhi, s_mlo, w, b);
+      }
+      mass_k = block_sum<double>(mass_k, s_red_d);
+      target = double(top_p) * mass_k;
+      list_mode = true;
+    } else if (use_k) {
       // Top-k first: p is relative to the top-k set's mass, the first window is that set (for
       // logits: every weight, counting only the tokens the logit threshold keeps).
       w.lo = threshold;
@@ -828,18 +933,22 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
       target = double(top_p) * wsum;
     }
     u32 kp = w.lo;
-    // EXACT clusters: whether the leader searches a list of the window's keys (below), how many,
-    // and the mass above the first window.
-    bool list_mode = false;
-    u32 list_n = 0;
-    double above_outside = 0.0;
+    double above_outside = 0.0;  // list modes: the mass above the first window
     for (int level = 0;; ++level) {
       int b0, b1;
       const int nb = detail::bins_of(w.lo, w.hi, w.s);
-      if (exact) {
+      if (exact_search) {
         detail::find_mass_bins<true>(s_cnt, s_mhi, s_mlo, w, nb, target, s_red_d, s_found, b0, b1);
       } else {
         detail::find_mass_bins<false>(s_cnt, s_mhi, s_mlo, w, nb, target, s_red_d, s_found, b0, b1);
+      }
+      if (CLUSTER && klist && level == 0) {
+        // The top-k set's mass above the bin the window becomes, in bin order.
+        double a = 0.0;
+        for (int b = b1 + 1 + int(threadIdx.x); b < nb; b += int(blockDim.x)) {
+          a += detail::exact_bin_mass(s_mhi, s_mlo, w, b);
+        }
+        above_outside = block_sum<double>(a, s_red_d);
       }
       if (w.s == 0) {
         // Single-key bins: the bounds are exact, so b0 == b1 unless nothing reaches the target.
@@ -859,49 +968,26 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
       w.hi = nhi;
       w.s = detail::fit_shift(nlo, nhi);
       set_scale();
-      if constexpr (CLUSTER && EXACT) {
+      if constexpr (CLUSTER) {
+        if (klist && level == 0) {
+          // The list keeps the window's keys only: the list levels below take every key in it
+          // to share the window's binade (the mass above is above_outside).
+          const u32 wlo = w.lo, wspan = w.hi - w.lo;
+          for (u32 i = threadIdx.x; i < list_n; i += blockDim.x) {
+            if (s_own[i] - wlo > wspan) s_own[i] = 0u;
+          }
+          __syncthreads();
+        }
         if (exact && level == 0) {
           // The window is one first-level bin: a few thousand keys on a language model's row.
-          // Every block collects its share of them (in s_cnt, which the exact search does not
-          // use) and the mass above the window; the keys go to the leader's s_own in rank order
-          // and the leader runs the remaining levels on that list alone, with no cluster
+          // Every block sends its share of them and the mass above the window to the leader
+          // (send_list), which runs the remaining levels on that list alone, with no cluster
           // barrier or merge per level. Its sums are integers (significands, one binade), so the
           // list's order does not matter. Too many keys for the room: the levels below, as the
           // one-block path runs them.
-          constexpr u32 kLocalCap = kBins;
-          constexpr u32 kListCap = 3 * detail::kOwnBins;
-          if (threadIdx.x == 0) s_found[3] = 0;
-          __syncthreads();
-          double a = 0.0;
-          const u32 wlo = w.lo, wspan = w.hi - w.lo;
-          walk.run([&](int, float x) {
-            const float wt = weight(x);
-            const u32 key = nonneg_key(wt);
-            if (key - wlo > wspan) {  // wraps for keys below the window
-              if (key > wlo) a += double(wt);
-            } else {
-              const u32 slot = atomicAdd(reinterpret_cast<u32*>(&s_found[3]), 1u);
-              if (slot < kLocalCap) s_cnt[slot] = key;
-            }
-          });
-          a = block_sum<double>(a, s_red_d);  // ends on a barrier: every slot is taken
-          const u32 n_local = static_cast<u32>(s_found[3]);
-          detail::ClusterRed v{a, 0.0, 0.0f, n_local > kLocalCap ? 1u : 0u, u64(n_local)};
-          detail::cluster_exchange(v, s_xch, s_xin, xpar);
-          // s_xin still holds every rank's values (until the next exchange).
-          u32 offset = 0;
-          u64 total = 0;
-          for (u32 q = 0; q < csize; ++q) {
-            if (q < crank) offset += static_cast<u32>(s_xin[q].best);
-            total += s_xin[q].best;
-          }
-          if (v.flag == 0u && total <= kListCap) {  // the same answer in every block
-            u32* list = cluster_map(s_own, 0u);
-            for (u32 i = threadIdx.x; i < n_local; i += blockDim.x) list[offset + i] = s_cnt[i];
-            cluster_sync();  // the leader's list is whole
+          const auto wkey = [&](float x) { return nonneg_key(weight(x)); };
+          if (send_list(wkey, w.lo, w.hi - w.lo, above_outside)) {
             list_mode = true;
-            list_n = static_cast<u32>(total);
-            above_outside = v.s0;
             if (!leader) break;  // the leader sends the threshold (below)
           }
         }
@@ -930,16 +1016,24 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
       double unused;
       level_pass(unused);
     }
-    if constexpr (CLUSTER && EXACT) {
-      if (list_mode) {
-        if (leader && threadIdx.x == 0) {
-          for (u32 q = 1; q < csize; ++q) *cluster_map(&s_found[2], q) = static_cast<int>(kp);
+    threshold = kp > threshold ? kp : threshold;
+  }
+  if constexpr (CLUSTER) {
+    if (klist || list_mode) {  // the same in every block
+      // The leader's thresholds to the others: the weight key's and, for logits under a top-k,
+      // the logit key's. No other block reads its s_found any more.
+      if (leader && threadIdx.x == 0) {
+        for (u32 q = 1; q < csize; ++q) {
+          *cluster_map(&s_found[2], q) = static_cast<int>(threshold);
+          *cluster_map(&s_found[3], q) = static_cast<int>(kx);
         }
-        cluster_sync();  // every block has the leader's threshold
-        if (!leader) kp = static_cast<u32>(s_found[2]);
+      }
+      cluster_sync();
+      if (!leader) {
+        threshold = static_cast<u32>(s_found[2]);
+        kx = static_cast<u32>(s_found[3]);
       }
     }
-    threshold = kp > threshold ? kp : threshold;
   }
 
   if (use_minp) {
