@@ -755,15 +755,17 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
       u32 in_above, c;
       detail::find_count_bin(s_cnt, detail::bins_of(lo, hi, s), k - above, s_red_u, s_found, b,
                              in_above, c);
+      const bool done = s == 0 || above + in_above + c == k;
       if constexpr (CLUSTER) {
-        if (level == 0 && above + in_above + c <= detail::kListCap) {
+        // A list when a search is left: top-k's next levels, or top-p on the top-k set.
+        if (level == 0 && (!done || use_p) && above + in_above + c <= detail::kListCap) {
           const u32 klo = lo + (u32(b) << s);
           double unused;
           klist = send_list(topk_key, klo, ~klo, unused);
           if (klist && !leader) break;
         }
       }
-      if (s == 0 || above + in_above + c == k) {
+      if (done) {
         // Either a single key, or every key of the bin is among the top k: the k-th largest is
         // the bin's smallest key, and no key lies between the bin's start and it.
         threshold = lo + (u32(b) << s);
