@@ -79,5 +79,5 @@ rc_run_all() {
   while kill -0 $pid 2>/dev/null && [ "$(left)" -gt 12 ]; do sleep 4; done
   kill -- -$pid 2>/dev/null
   sleep 2
-  pkill -f compute-sanitizer
+  pkill -f "compute-sanitizer --tool racecheck"
 }
