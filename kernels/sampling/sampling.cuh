@@ -340,6 +340,8 @@ constexpr int kOwnBins = kBins / 2;  // clusters of >= 2 blocks
 // leader's list holds at most kListCap (in its s_own).
 constexpr u32 kListLocal = kBins;
 constexpr u32 kListCap = 3 * kOwnBins;
+// A top-k list of at most kRankCap keys is finished by ranking (see rank_finish).
+constexpr u32 kRankCap = 512;
 
 // Replaces bins [0, nb) of the NARR u32 arrays (a0, a1, a2) by their sums over the cluster, in
 // two steps through `own` ([3][kOwnBins] words): block q sums its share of the bins from every
@@ -745,6 +747,81 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
   // merges and the other blocks' redundant searches go. The other blocks (followers) skip to
   // the thresholds' arrival.
   bool klist = false;
+  // rank_finish (the leader, a list of at most kRankCap keys): every key of the list is ranked
+  // against the others in one pass (descending key, then list index: unique ranks), which gives
+  // the k-th largest key; the top-k set's weight keys are then ranked the same way, placed in
+  // that order, and their weights prefix-summed in fp64 in that order, the same sums whatever
+  // order the list arrived in (equal keys are equal weights). The top-p threshold is the smallest
+  // weight key whose mass strictly above (the prefix at its first tie) is below p * mass. On a
+  // few hundred keys that is a handful of barriers where two top-k levels and three top-p levels
+  // (each a 2048-bin clear, a scan and their barriers) were about forty.
+  bool ranked = false;
+  u32 kp_ranked = 0;
+  auto rank_finish = [&](u32 k) {
+    const u32 n = list_n;
+    if (threadIdx.x == 0) {
+      s_found[0] = 0;
+      s_found[1] = -1;
+      s_found[2] = 0;
+    }
+    __syncthreads();
+    for (u32 i = threadIdx.x; i < n; i += blockDim.x) {
+      const u32 key = s_own[i];
+      u32 r = 0;
+      for (u32 j = 0; j < n; ++j) {
+        const u32 o = s_own[j];
+        r += (o > key || (o == key && j < i)) ? 1u : 0u;
+      }
+      if (r == k - 1) s_found[0] = static_cast<int>(key);  // the one key ranked k - 1
+    }
+    __syncthreads();
+    const u32 kk = static_cast<u32>(s_found[0]);
+    threshold = kk;
+    ranked = true;
+    if (!use_p) return;
+    for (u32 i = threadIdx.x; i < n; i += blockDim.x) {
+      const u32 key = s_own[i];
+      if (key >= kk) {
+        const u32 slot = atomicAdd(reinterpret_cast<u32*>(&s_found[2]), 1u);
+        s_cnt[slot] =
+            nonneg_key(weight(KEYS == kKeysProbs ? nonneg_value(key) : signed_value(key)));
+      }
+    }
+    __syncthreads();
+    const u32 m = static_cast<u32>(s_found[2]);
+    for (u32 i = threadIdx.x; i < m; i += blockDim.x) {
+      const u32 wk = s_cnt[i];
+      u32 r = 0;
+      for (u32 j = 0; j < m; ++j) {
+        const u32 o = s_cnt[j];
+        r += (o > wk || (o == wk && j < i)) ? 1u : 0u;
+      }
+      s_mlo[r] = wk;  // descending weight keys
+    }
+    __syncthreads();
+    double* prefix = reinterpret_cast<double*>(s_mhi);  // m <= kRankCap doubles
+    const int per = (int(m) + int(blockDim.x) - 1) / int(blockDim.x);
+    const int r0 = int(threadIdx.x) * per;
+    const int r1 = r0 + per < int(m) ? r0 + per : int(m);
+    double local = 0.0;
+    for (int r = r0; r < r1; ++r) local += double(nonneg_value(s_mlo[r]));
+    double total;
+    double run = block_exclusive_scan<double>(local, s_red_d, &total);
+    for (int r = r0; r < r1; ++r) {
+      prefix[r] = run;
+      run += double(nonneg_value(s_mlo[r]));
+    }
+    __syncthreads();
+    const double target = double(top_p) * total;
+    for (int r = r0; r < r1; ++r) {
+      int first = r;
+      while (first > 0 && s_mlo[first - 1] == s_mlo[r]) --first;
+      if (prefix[first] < target) atomicMax(&s_found[1], r);
+    }
+    __syncthreads();
+    const int last = s_found[1];
+    kp_ranked = last >= 0 ? s_mlo[last] : 0u;
+  };
   if (use_k) {
     u32 lo = 0, hi = KEYS == kKeysProbs ? 0x7fffffffu : 0xffffffffu;
     int s = KEYS == kKeysProbs ? 20 : 21;
@@ -763,6 +840,10 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
           double unused;
           klist = send_list(topk_key, klo, ~klo, unused);
           if (klist && !leader) break;
+          if (klist && list_n <= detail::kRankCap) {
+            rank_finish(k);
+            break;
+          }
         }
       }
       if (done) {
@@ -815,7 +896,7 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
   // ---- Top-p: radix search on mass bounds ----
   // EXACT clusters: whether the leader searches a list of the first window's keys (below).
   bool list_mode = false;
-  if (use_p && !follower) {
+  if (use_p && !follower && !ranked) {
     // The exact search: EXACT's, or the top-k list's.
     const bool exact_search = exact || klist;
     detail::Window w;
@@ -1020,6 +1101,7 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
     }
     threshold = kp > threshold ? kp : threshold;
   }
+  if (CLUSTER && ranked && use_p) threshold = kp_ranked > threshold ? kp_ranked : threshold;
   if constexpr (CLUSTER) {
     if (klist || list_mode) {  // the same in every block
       // The leader's thresholds to the others: the weight key's and, for logits under a top-k,
