@@ -25,7 +25,10 @@
 // window's top (integer atomics, so deterministic); once a window is a single key its mass is
 // exact (count x value). A window shrinks to the bins whose bounds straddle p * mass, usually one.
 // The EXACT variant sums significands per bin instead, which are exact masses within a binade
-// (see filter_kernel).
+// (see filter_kernel). On a cluster, once the first level has narrowed the search to a few
+// thousand keys, the blocks send those keys to the leader (list modes: EXACT's top-p window, and
+// a top-k row's candidates, which the leader finishes by ranking when they are few), so the
+// later levels need no cluster barriers, merges or redundant searches.
 //
 // Sampling then draws one uniform u (Philox, seed / offset from device memory) and inverts the
 // CDF of the kept weights in index order: one pass sums kept weight per 32 * VEC * U-element
