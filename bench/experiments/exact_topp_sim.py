@@ -7,8 +7,11 @@
 # arithmetic (binade units, windows) apart from the device code: `python3 bench/experiments/
 # exact_topp_sim.py` printed "cases 1200 mismatches 0" and 2 level passes after pass 0 on 40 rows
 # of V 128256, sigma 2, p 0.9; the cluster path's list mode (the later levels on a list of the
-# first window's keys) printed "list mode: 600 cases, mismatches 0". Not a test of the kernel: the
-# GPU test "the exact-mass top-p search draws the counting search's tokens" is.
+# first window's keys) printed "list mode: 600 cases, mismatches 0". The top-k list's rank finish
+# (a top-k row's candidates ranked, the top-k set's weights prefix-summed in weight-key order,
+# the list shuffled first; ties as bf16 logits have them) printed "rank finish: 1350 cases,
+# mismatches 0". Not a test of the kernel: the GPU tests "the exact-mass top-p search draws the
+# counting search's tokens" and "the cluster path draws the one-block path's tokens" are.
 import math
 from collections import Counter
 
@@ -182,3 +185,80 @@ for trial in range(200):
         if list_threshold(w, p) != reference_threshold(w, p):
             bad += 1
 print("list mode: 600 cases, mismatches", bad)
+
+
+# ---- The top-k list's rank finish (rank_finish in filter_kernel, cluster path, a top-k row) ----
+
+def signed_keys(x):  # float32 array -> u32 keys with the float order (signed_key)
+    b = (x.astype(np.float32) + np.float32(0.0)).view(np.uint32).astype(np.int64)
+    return np.where(b & 0x80000000, (~b) & 0xffffffff, b | 0x80000000)
+
+def rank_finish(lst, k, p, weight_of_key):
+    """lst: the leader's list (logit keys >= the first level's bin start, in any order)."""
+    n = len(lst)
+    kk = None
+    for i, key in enumerate(lst):  # unique ranks: descending key, then list index
+        r = sum(1 for j, o in enumerate(lst) if o > key or (o == key and j < i))
+        if r == k - 1:
+            kk = key
+    wk = [weight_of_key(key) for key in lst if key >= kk]
+    m = len(wk)
+    srt = [None] * m
+    for i, w in enumerate(wk):
+        srt[sum(1 for j, o in enumerate(wk) if o > w or (o == w and j < i))] = w
+    prefix, run = [], 0.0
+    for w in srt:
+        prefix.append(run)
+        run += float(np.uint32(w).view(np.float32))
+    target = p * run
+    last = -1
+    for r in range(m):
+        first = r
+        while first > 0 and srt[first - 1] == srt[r]:
+            first -= 1
+        if prefix[first] < target:
+            last = max(last, r)
+    return kk, (srt[last] if last >= 0 else 0)
+
+def topk_topp_reference(x, k, p, weights):
+    """The rule on the whole row: keep logit keys >= the k-th largest (counting repeats), then
+    weight keys whose mass strictly above (within the top-k set) is < p * the set's mass."""
+    lk = signed_keys(x)
+    kx = int(np.sort(lk)[::-1][k - 1])
+    wk = keys_of(weights)
+    inset = lk >= kx
+    ws = weights.astype(np.float64)[inset]
+    wks = wk[inset].astype(np.int64)
+    mass = math.fsum(ws)
+    kept = [int(K) for K in np.unique(wks) if math.fsum(ws[wks > K]) < p * mass]
+    return kx, min(kept)
+
+bad = cases = 0
+for trial in range(150):
+    V = int(rng.choice([64, 1000, 32000]))
+    sigma = float(rng.choice([0.5, 2.0, 4.0]))
+    x = rng.normal(0, sigma, V).astype(np.float32)
+    if trial % 3 == 1:
+        x = np.round(x * 4) / 4  # heavy ties, as bf16 logits have
+    x = x.astype(np.float32)
+    weights = np.exp((x.astype(np.float64) - float(x.max()))).astype(np.float32)
+    wmap = dict(zip(signed_keys(x).tolist(), keys_of(weights).tolist()))
+    for k in (1, 5, 50):
+        if k > V:
+            continue
+        lk = signed_keys(x)
+        kth = int(np.sort(lk)[::-1][k - 1])
+        binstart = (kth >> 21) << 21  # the first top-k level's bin (signed keys >> 21)
+        lst = [int(v) for v in lk if v >= binstart]
+        rng.shuffle(lst)  # the list arrives in any order
+        if len(lst) > 512:
+            continue
+        for p in (0.3, 0.9, 0.999):
+            cases += 1
+            got = rank_finish(lst, k, p, lambda key: wmap[key])
+            ref = topk_topp_reference(x, k, p, weights)
+            if got != ref:
+                bad += 1
+                if bad < 10:
+                    print("MISMATCH V", V, "k", k, "p", p, [hex(v) for v in got], [hex(v) for v in ref])
+print(f"rank finish: {cases} cases, mismatches {bad}")
