@@ -327,7 +327,8 @@ OpDef sampling_filter_op_def() {
             {"mass",
              {"bounds", "exact"},
              false,
-             "sample: top-p on counts and mass bounds (default) or on exact significand sums"}};
+             "sample: top-p on counts and mass bounds (the plan's for rows that may have a "
+             "top-k) or on exact significand sums (the plan's for the others)"}};
   d.arch_families = {"sm_80+"};
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
@@ -361,43 +362,29 @@ OpDef sampling_filter_op_def() {
   };
   d.catalog = [] {
     // The vocabulary is a launch-time value, so a handful of variants serve every model: each
-    // input kind and dtype with 16-byte loads, and the scalar path for odd vocabularies.
+    // input kind and dtype with 16-byte loads, and the scalar path for odd vocabularies. Every
+    // sampler comes twice, as the plan launches both: the exact-mass search (rows without a
+    // top-k) and the counting one (rows that may have one).
     std::vector<SetArgs> out;
+    auto sample = [&out](SetArgs args) {
+      args["op"] = "sample";
+      out.push_back(args);
+      args["mass"] = "exact";
+      out.push_back(args);
+    };
     for (const char* align : {"16", "4"}) {
-      out.push_back({{"op", "sample"}, {"input", "probs"}, {"dtype", "fp32"}, {"align", align}});
+      sample({{"input", "probs"}, {"dtype", "fp32"}, {"align", align}});
       for (const char* dt : {"fp32", "bf16", "fp16"}) {
-        out.push_back({{"op", "sample"}, {"input", "logits"}, {"dtype", dt}, {"align", align}});
+        sample({{"input", "logits"}, {"dtype", dt}, {"align", align}});
         out.push_back({{"op", "mask"}, {"dtype", dt}, {"align", align}});
       }
       out.push_back({{"op", "renorm"}, {"dtype", "fp32"}, {"align", align}});
     }
     // The small-batch samplers of sm_90+ (compiled for sm_90 and later targets only). Only
     // the 16-byte path: the scalar one (odd vocabularies) is rare enough to compile on demand.
-    for (const char* align : {"16"}) {
-      out.push_back({{"op", "sample"},
-                     {"input", "probs"},
-                     {"dtype", "fp32"},
-                     {"align", align},
-                     {"path", "cluster"}});
-      for (const char* dt : {"fp32", "bf16", "fp16"}) {
-        out.push_back({{"op", "sample"},
-                       {"input", "logits"},
-                       {"dtype", dt},
-                       {"align", align},
-                       {"path", "cluster"}});
-      }
-    }
-    // The exact-mass top-p search (an opt-in variant until the H200 has timed it), both paths,
-    // 16-byte loads: fp32 probabilities and bf16 logits.
-    for (const char* path : {"single", "cluster"}) {
-      for (const auto& [input, dt] : {std::pair{"probs", "fp32"}, std::pair{"logits", "bf16"}}) {
-        out.push_back({{"op", "sample"},
-                       {"input", input},
-                       {"dtype", dt},
-                       {"align", "16"},
-                       {"path", path},
-                       {"mass", "exact"}});
-      }
+    sample({{"input", "probs"}, {"dtype", "fp32"}, {"align", "16"}, {"path", "cluster"}});
+    for (const char* dt : {"fp32", "bf16", "fp16"}) {
+      sample({{"input", "logits"}, {"dtype", dt}, {"align", "16"}, {"path", "cluster"}});
     }
     return out;
   };

@@ -622,8 +622,8 @@ TEST_CASE("sampling ops: the plan's mass mode is exact unless the rows may have 
 }
 
 // The cap bounds what `compile --all` costs CI (each sampling spec takes 1-2.5 s of NVRTC per
-// arch); 44 since the four exact-mass top-p variants joined.
-TEST_CASE("sampling ops: the catalogs are distinct and stay within 44 specs", "[sampling]") {
+// arch); 52 since every sampler comes with its exact-mass twin (the plan launches both).
+TEST_CASE("sampling ops: the catalogs are distinct and stay within 52 specs", "[sampling]") {
   size_t total = 0;
   for (const char* name : {"sampling_filter", "softmax", "argmax"}) {
     const ops::OpDef* d = ops::find_op(name);
@@ -633,7 +633,25 @@ TEST_CASE("sampling ops: the catalogs are distinct and stay within 44 specs", "[
     CHECK(uris.size() == d->catalog().size());
     total += uris.size();
   }
-  CHECK(total <= 44);
+  CHECK(total <= 52);
+  // Every sampler the catalog compiles has its other mass mode there too.
+  const ops::OpDef* d = ops::find_op("sampling_filter");
+  const std::vector<ops::SetArgs> catalog = d->catalog();
+  const std::set<ops::SetArgs> all(catalog.begin(), catalog.end());
+  size_t samplers = 0;
+  for (ops::SetArgs args : all) {
+    if (args.at("op") != "sample") continue;
+    ++samplers;
+    const bool exact = args.count("mass") != 0;
+    if (exact) {
+      args.erase("mass");
+    } else {
+      args["mass"] = "exact";
+    }
+    INFO(d->make_spec(args).uri);
+    CHECK(all.count(args) == 1);
+  }
+  CHECK(samplers == 24);  // (probs, 3 logits dtypes) x (16-byte, scalar, cluster), both modes
 }
 
 // ================================ the reference =================================================
