@@ -135,6 +135,17 @@ KJIT_DEVICE void find_count_bin(const u32* cnt, int nb, u32 need, u32* scratch, 
   __syncthreads();
 }
 
+// The rank of keys[i] among keys[0, n) in descending order, ties by index: unique, 0..n - 1.
+KJIT_DEVICE KJIT_FORCEINLINE u32 rank_desc(const u32* keys, u32 n, u32 i) {
+  const u32 key = keys[i];
+  u32 r = 0;
+  for (u32 j = 0; j < n; ++j) {
+    const u32 o = keys[j];
+    r += (o > key || (o == key && j < i)) ? 1u : 0u;
+  }
+  return r;
+}
+
 // The window of the top-p search: keys [lo, hi] in bins of 2^s keys, with the exact mass of
 // the keys > hi (`above`) and, when have_mass, each bin's fixed-point mass.
 struct Window {
@@ -769,13 +780,7 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
     }
     __syncthreads();
     for (u32 i = threadIdx.x; i < n; i += blockDim.x) {
-      const u32 key = s_own[i];
-      u32 r = 0;
-      for (u32 j = 0; j < n; ++j) {
-        const u32 o = s_own[j];
-        r += (o > key || (o == key && j < i)) ? 1u : 0u;
-      }
-      if (r == k - 1) s_found[0] = static_cast<int>(key);  // the one key ranked k - 1
+      if (detail::rank_desc(s_own, n, i) == k - 1) s_found[0] = static_cast<int>(s_own[i]);
     }
     __syncthreads();
     const u32 kk = static_cast<u32>(s_found[0]);
@@ -793,13 +798,7 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
     __syncthreads();
     const u32 m = static_cast<u32>(s_found[2]);
     for (u32 i = threadIdx.x; i < m; i += blockDim.x) {
-      const u32 wk = s_cnt[i];
-      u32 r = 0;
-      for (u32 j = 0; j < m; ++j) {
-        const u32 o = s_cnt[j];
-        r += (o > wk || (o == wk && j < i)) ? 1u : 0u;
-      }
-      s_mlo[r] = wk;  // descending weight keys
+      s_mlo[detail::rank_desc(s_cnt, m, i)] = s_cnt[i];  // descending weight keys
     }
     __syncthreads();
     double* prefix = reinterpret_cast<double*>(s_mhi);  // m <= kRankCap doubles
