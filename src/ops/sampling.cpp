@@ -173,9 +173,6 @@ int forced_sample_cluster_size() {
 
 namespace {
 std::atomic<int> g_last_sample_cluster{1};
-}  // namespace
-
-namespace {
 std::atomic<int> g_last_sample_mass{1};
 }  // namespace
 
