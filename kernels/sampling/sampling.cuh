@@ -423,11 +423,12 @@ KJIT_DEVICE void cluster_merge(u32* a0, u32* a1, u32* a2, int nb, u32* own, bool
 // (sample only), kKeysSigned (OP = kOpMask, top-k only). out may be input itself (same strides).
 //
 // CLUSTER = 1 (sample only, sm_90+): grid = rows * n with clusters of n = 2..16 blocks along x,
-// block as for one block per row (the same block size keeps the draw's scan identical). Block q of
-// a row's cluster walks the q-th share of the row's segments; the histograms and block-wide values
-// are combined through distributed shared memory, and every block takes the same decisions on them,
-// so the thresholds are those of the one-block path. Block 0 then draws the token from the gathered
-// segment masses exactly as one block would.
+// block a multiple of 32 up to kClusterMaxThreads. Block q of a row's cluster walks the q-th share
+// of the row's segments; the histograms and block-wide values are combined through distributed
+// shared memory, and every block takes the same decisions on them, so the thresholds follow the
+// one-block path's rule (the list modes finish on one block). Block 0 then draws the token from
+// the gathered segment masses with the one-block path's arithmetic (its scan runs over a fixed
+// 1024-thread layout, whatever the block size).
 //
 // EXACT = 1 (probabilities or logits; a row with top-p and no top-k): the top-p search sums each
 // bin's significands (exact_bin_mass) instead of counting keys and bounding masses.
