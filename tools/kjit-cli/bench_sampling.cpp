@@ -113,11 +113,11 @@ class PathChoice {
     cfg.mass = ops::last_sample_mass();
     c.uri = ops::filter_uri(cfg);
   }
-  // The URI the case reports before its first call (describe_ran then names the launch's): the
-  // cluster variant's when forced.
-  std::string uri(ops::FilterConfig cfg, bool top_k_rows) const {
+  // The URI the case holds before its first call (describe_ran then names the launch's, which
+  // the rows report): the cluster variant's when forced.
+  std::string uri(ops::FilterConfig cfg) const {
     cfg.cluster = cluster_variant_ ? 1 : 0;
-    cfg.mass = ops::sample_mass(top_k_rows);
+    cfg.mass = ops::sample_mass();
     return ops::filter_uri(cfg);
   }
 
@@ -204,7 +204,7 @@ int bench_top_p_sampling(const ops::SetArgs& args, const BenchOptions& opts) {
   const PathChoice path(args);
   BenchCase c;
   c.op = "top_p_sampling";
-  c.uri = path.uri(cfg, false);
+  c.uri = path.uri(cfg);
   c.dtype = "fp32";
   c.shape = {{"batch", batch}, {"vocab", vocab}, {"p", p}, {"sigma", sigma}};
   c.label =
@@ -257,7 +257,7 @@ int bench_top_k_top_p_sampling(const ops::SetArgs& args, const BenchOptions& opt
   const PathChoice path(args);
   BenchCase c;
   c.op = "top_k_top_p_sampling";
-  c.uri = path.uri(cfg, k < vocab);
+  c.uri = path.uri(cfg);
   c.dtype = dtype;
   c.shape = {{"batch", batch}, {"vocab", vocab}, {"k", k}, {"p", p}, {"temperature", temperature},
              {"sigma", sigma}};
