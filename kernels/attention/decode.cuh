@@ -26,8 +26,27 @@
 #include "attention/mma_sm80.cuh"
 #include "common/prelude.cuh"
 
+// Phase timestamps, for profiling only: bench/experiments/decode_stamps.sh defines
+// KJIT_DECODE_STAMPS in a copy of the kernels that kjit-cli reads through KJIT_KERNEL_DIR.
+// Thread 0 of a CTA records %globaltimer (ns, one clock for every SM) at phase ends; the first
+// and last split CTAs of each head set and the merge kernel's block 0 print theirs. Without the
+// macro they compile to nothing.
+#ifdef KJIT_DECODE_STAMPS
+#define KJIT_DSTAMP(i)                                                                   \
+  do {                                                                                   \
+    if (threadIdx.x == 0) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(d_stamp[i])); \
+  } while (0)
+#else
+#define KJIT_DSTAMP(i) \
+  do {                 \
+  } while (0)
+#endif
+
 namespace kjit {
 namespace attention {
+
+// Requests whose first page slot the plan passes in the parameters (DecodeParams::spec_first).
+constexpr int kDecodeSpecRequests = 8;
 
 // Passed by value as a __grid_constant__ kernel parameter; the host mirrors it field for field.
 // Strides in elements of their tensor.
@@ -61,8 +80,13 @@ struct DecodeParams {
   float score_scale;  // sm_scale * k_scale, then / cap (soft cap) or * log2e (none)
   float cap_out;      // cap * log2e, 0 without a soft cap
   float v_scale;
+  // The plan's host copy of kv_indptr[b] for the first kDecodeSpecRequests requests (-1: none):
+  // a CTA starts its first page-id reads at that guess, beside the page table's own reads, and
+  // keeps them only if the table agrees (see the prologue).
+  int spec_first[kDecodeSpecRequests];
 };
-static_assert(sizeof(DecodeParams) == 240, "the host mirror asserts the same size");
+static_assert(sizeof(DecodeParams) == 240 + 4 * kDecodeSpecRequests,
+              "the host mirror asserts the same size");
 
 // A request's token range and split count, read from the device page table. The plan's host
 // copy only sizes things: whatever the table holds at run time, every token is covered (the
@@ -75,19 +99,27 @@ struct SeqSplit {
   int splits;
 };
 
-KJIT_DEVICE KJIT_FORCEINLINE SeqSplit seq_split(const DecodeParams& p, int b) {
+// The page table's entries of request b, read in seq_load and interpreted in seq_split: the
+// three loads are independent (b < batch always), so they cost one round trip, and a kernel can
+// issue other loads between the two calls.
+struct SeqRaw {
+  int first, last, last_page_len;
+};
+
+KJIT_DEVICE KJIT_FORCEINLINE SeqRaw seq_load(const DecodeParams& p, int b) {
+  return SeqRaw{__ldg(p.kv_indptr + b), __ldg(p.kv_indptr + b + 1), __ldg(p.kv_last_page_len + b)};
+}
+
+KJIT_DEVICE KJIT_FORCEINLINE SeqSplit seq_split(const DecodeParams& p, const SeqRaw& t) {
   SeqSplit r;
-  const int first = __ldg(p.kv_indptr + b);
-  const int last = __ldg(p.kv_indptr + b + 1);
   long long len = 0;
-  if (first >= 0 && last > first) {
-    int lp = __ldg(p.kv_last_page_len + b);
-    lp = lp < 0 ? 0 : (lp > p.page_size ? p.page_size : lp);
-    len = (long long)(last - first - 1) * p.page_size + lp;
+  if (t.first >= 0 && t.last > t.first) {
+    const int lp = t.last_page_len < 0 ? 0 : min(t.last_page_len, p.page_size);
+    len = (long long)(t.last - t.first - 1) * p.page_size + lp;
     len = len > 0x7fffffffLL ? 0x7fffffffLL : len;
   }
-  r.first = first;
-  r.end_slot = last < p.nnz_pages ? last : p.nnz_pages;
+  r.first = t.first;
+  r.end_slot = t.last < p.nnz_pages ? t.last : p.nnz_pages;
   r.len = int(len);
   r.start = (p.window_left >= 0 && len - 1 - p.window_left > 0) ? int(len - 1 - p.window_left) : 0;
   const int eff = r.len - r.start;
@@ -190,6 +222,10 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
   unsigned char* q_s = smem + Smem::kQAt;
 
   const int tid = int(threadIdx.x);
+#ifdef KJIT_DECODE_STAMPS
+  unsigned long long d_stamp[5] = {0, 0, 0, 0, 0};
+#endif
+  KJIT_DSTAMP(0);  // entry
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // A merge kernel launched as a programmatic dependent may start once every CTA here has: its
   // griddepcontrol.wait still waits for this grid to finish and flush. Without that launch
@@ -208,8 +244,44 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
   const int head_sets = p.num_kv_heads / HP;
   const int h = (bh % head_sets) * HP;  // the CTA's first kv head
   const int b = bh / head_sets;
-  const SeqSplit sq = seq_split(p, b);
-  if (split >= sq.splits) return;  // whole CTA: no barrier reached yet
+
+  // ---- Prologue, part 1: every read that waits on no other one, issued together ---------------
+  // The page table's entries of the request; with the plan's guess of kv_indptr[b]
+  // (spec_first), the page ids of stages 0..S-1 too, which otherwise wait for kv_indptr[b]:
+  // without a window the split's first position is split * chunk whatever the lengths are. A
+  // guess the table does not confirm is dropped below (the ids are read again); a wrong one
+  // reads only in-bounds entries of kv_indices.
+  const SeqRaw raw = seq_load(p, b);
+  const int guess = (p.window_left < 0 && b < kDecodeSpecRequests) ? p.spec_first[b] : -1;
+  int guessed[S];
+#pragma unroll
+  for (int st = 0; st < S; ++st) {
+    guessed[st] = -1;
+    if (guess >= 0 && tid < TS) {
+      const long long pos = (long long)split * p.chunk + st * TS + tid;
+      const long long gi = guess + pos / p.page_size;
+      if (gi < p.nnz_pages) guessed[st] = __ldg(p.kv_indices + gi);
+    }
+  }
+  // q rows of the group into shared memory (zero rows past the group), as CT, swizzled.
+#pragma unroll
+  for (int i = tid; i < HP * Smem::kQRows * D / 2; i += kThreads) {
+    const int jr = i / (D / 2);  // q_s row: head jr / kQRows of the CTA, group member j
+    const int j = jr % Smem::kQRows;
+    const int d = (i % (D / 2)) * 2;
+    float x0 = 0.0f, x1 = 0.0f;
+    if (j < p.group) {
+      const QT* qr = static_cast<const QT*>(p.q) + b * p.q_sb +
+                     ((h + jr / Smem::kQRows) * p.group + j) * p.q_sh;
+      x0 = to_float(qr[d]);
+      x1 = to_float(qr[d + 1]);
+    }
+    *reinterpret_cast<u32*>(q_s + swz<kRowCT>(jr, d >> 3) + (d & 7) * 2) = pack2<CT>(x0, x1);
+  }
+
+  const SeqSplit sq = seq_split(p, raw);
+  if (split >= sq.splits) return;                    // whole CTA: no barrier reached yet
+  const bool hit = guess >= 0 && guess == sq.first;  // the same in every thread
   const int begin = sq.start + split * p.chunk;
   const int end = split == sq.splits - 1 ? sq.len : begin + p.chunk;
   const int n_stages = end > begin ? (end - begin - 1) / TS + 1 : 0;
@@ -220,14 +292,15 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
       static_cast<const unsigned char*>(p.v_cache) + h * p.v_sh * Smem::kKvBytes;
 
   // ---- Page lookups: this thread's token of a stage -> (page, slot); page -1 masks it --------
-  // fetch starts the global read of the page id; publish (later: the read's latency is hidden)
-  // validates it and stores it for the loads and the masks.
+  // fetch starts the global read of the page id (or takes the id read at a confirmed guess:
+  // `known`); publish (later: the read's latency is hidden) validates it and stores it for the
+  // loads and the masks.
   struct Lookup {
     int page;  // raw kv_indices value (unvalidated)
     int slot;
     bool ok;
   };
-  auto fetch = [&](int stage) {
+  auto fetch = [&](int stage, bool have, int known) {
     Lookup l{-1, 0, false};
     if (tid < TS && stage < n_stages) {
       const int pos = begin + stage * TS + tid;
@@ -236,7 +309,7 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
         l.slot = pos - pidx * p.page_size;
         const long long gi = (long long)sq.first + pidx;
         if (gi < sq.end_slot) {
-          l.page = __ldg(p.kv_indices + gi);
+          l.page = have ? known : __ldg(p.kv_indices + gi);
           l.ok = true;
         }
       }
@@ -356,36 +429,20 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
     }
   };
 
-  // ---- Prologue: the page ids of stages 0..S-1 and q in flight together, then the loads of
-  // stages 0..S-2 ------------------------------------------------------------------------------
+  // ---- Prologue, part 2: the page ids of stages 0..S-1 (read now unless the guess held), then
+  // the loads of stages 0..S-2 --------------------------------------------------------------------
   Lookup first[S];
 #pragma unroll
-  for (int st = 0; st < S; ++st) first[st] = fetch(st);
-
-    // q rows of the group into shared memory (zero rows past the group), as CT, swizzled.
-#pragma unroll
-  for (int i = tid; i < HP * Smem::kQRows * D / 2; i += kThreads) {
-    const int jr = i / (D / 2);  // q_s row: head jr / kQRows of the CTA, group member j
-    const int j = jr % Smem::kQRows;
-    const int d = (i % (D / 2)) * 2;
-    float x0 = 0.0f, x1 = 0.0f;
-    if (j < p.group) {
-      const QT* qr = static_cast<const QT*>(p.q) + b * p.q_sb +
-                     ((h + jr / Smem::kQRows) * p.group + j) * p.q_sh;
-      x0 = to_float(qr[d]);
-      x1 = to_float(qr[d + 1]);
-    }
-    *reinterpret_cast<u32*>(q_s + swz<kRowCT>(jr, d >> 3) + (d & 7) * 2) = pack2<CT>(x0, x1);
-  }
-
+  for (int st = 0; st < S; ++st) first[st] = fetch(st, hit, guessed[st]);
 #pragma unroll
   for (int st = 0; st < S; ++st) publish(st, first[st]);
   __syncthreads();
+  KJIT_DSTAMP(1);  // page ids and q in
   for (int st = 0; st < S - 1; ++st) {
     issue(st);
     cp_async_commit();
   }
-  Lookup next = fetch(S);
+  Lookup next = fetch(S, false, 0);
 
   // ---- Per-warp online softmax state: heads 2c, 2c+1 of each n-tile ---------------------------
   float m_run[NT][2], l_run[NT][2];
@@ -414,10 +471,13 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
   for (int i = 0; i < n_stages; ++i) {
     cp_async_wait<S - 2>();
     __syncthreads();
+#ifdef KJIT_DECODE_STAMPS
+    if (i == 0) KJIT_DSTAMP(2);  // the first stage's bytes in
+#endif
     issue(i + S - 1);
     cp_async_commit();  // possibly empty: keeps the group count in step with the stages
     publish(i + S, next);
-    next = fetch(i + S + 1);
+    next = fetch(i + S + 1, false, 0);
 
     const int buf = i % S;
     const unsigned char* kt = smem + buf * 2 * Smem::kStageTile;
@@ -565,6 +625,7 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
   }
   cp_async_wait<0>();
   __syncthreads();  // the stage buffers become the merge scratch
+  KJIT_DSTAMP(3);   // the last stage computed
 
   // ---- Merge the warps' states -----------------------------------------------------------------
   float* so = reinterpret_cast<float*>(smem);       // [W][kQRows][kORow]
@@ -642,6 +703,13 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
       p.ws_o[(part + k) * D + d] = acc;
     }
   }
+#ifdef KJIT_DECODE_STAMPS
+  KJIT_DSTAMP(4);  // outputs or partials stored
+  if (tid == 0 && (split == 0 || split == sq.splits - 1)) {
+    printf("kjit-dstamps cta %d split %d entry %llu ids %llu first %llu loop %llu end %llu\n",
+           int(blockIdx.x), split, d_stamp[0], d_stamp[1], d_stamp[2], d_stamp[3], d_stamp[4]);
+  }
+#endif
   if (final_out || p.counters == nullptr) return;
 
   // ---- Fused split merge: the last CTA of this (request, head set) to finish combines all ------
@@ -710,73 +778,118 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
 }
 
 // Combines the split partials of decode_kernel: a block per (request, qo head), its four warps
-// taking every fourth split, D / 32 dims per lane. All the partials' lse are read first (a lane
-// per split) for their maximum, so each warp's loads of partial outputs are independent of one
-// another: a request split 32 ways costs about one L2 round trip, not 32. The merge is
-// merge_states.cuh's: out = sum_s 2^(lse_s - max) o_s / sum_s 2^(lse_s - max). Launch with
-// grid = batch * num_qo_heads, block = 128, after decode_kernel on the same stream, with the
-// same params. Requests that ran unsplit are skipped (decode_kernel wrote them).
+// taking every fourth split, D / 32 dims per lane. A warp reads kBatch splits' lse and partial
+// outputs at once and folds them into a running (max, sum, acc) state, so the merge costs one
+// L2 round trip per kBatch * 4 splits (one for the default 32-way split), not one for the lse and
+// another for the partials. The math is merge_states.cuh's: out = sum_s 2^(lse_s - max) o_s /
+// sum_s 2^(lse_s - max). Launch with grid = batch * num_qo_heads, block = 128, after
+// decode_kernel on the same stream, with the same params. Requests that ran unsplit are skipped
+// (decode_kernel wrote them).
 template <typename QT, int D>
 __global__ void __launch_bounds__(128) decode_merge_kernel(const __grid_constant__ DecodeParams p) {
   constexpr int kPer = D / 32;
   constexpr int kWarps = 4;
+  constexpr int kBatch = 8;
   __shared__ float s_acc[kWarps][D];
-  __shared__ float s_sum[kWarps];
+  __shared__ float s_max[kWarps], s_sum[kWarps];
   const int lane = int(threadIdx.x) & 31;
   const int warp = int(threadIdx.x) >> 5;
   const int b = int(blockIdx.x / unsigned(p.num_qo_heads));
   const int qh = int(blockIdx.x - unsigned(b) * unsigned(p.num_qo_heads));
+#ifdef KJIT_DECODE_STAMPS
+  unsigned long long d_stamp[3] = {0, 0, 0};
+#endif
+  KJIT_DSTAMP(0);  // entry
   // The page table is an input the split kernel does not write: reading it before the wait
   // overlaps that read with the split kernel's tail.
-  const SeqSplit sq = seq_split(p, b);
+  const SeqSplit sq = seq_split(p, seq_load(p, b));
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // Launched as a programmatic dependent (the host's pdl option), this block may run before the
   // split kernel finishes: wait for it and its memory. Otherwise this returns at once.
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+  KJIT_DSTAMP(1);              // the split kernel's results visible
   if (sq.splits <= 1) return;  // whole block
   const float kNegInf = -__int_as_float(0x7f800000);
   const long long hs = p.num_qo_heads;
   const long long base = (long long)b * p.max_splits * hs + qh;  // partial s: base + s * hs
 
-  float mx = kNegInf;
-  for (int s = lane; s < sq.splits; s += 32) mx = fmaxf(mx, p.ws_lse[base + s * hs]);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-
-  float sum = 0.0f;
+  float m = kNegInf, sum = 0.0f;
   float acc[kPer];
 #pragma unroll
   for (int i = 0; i < kPer; ++i) acc[i] = 0.0f;
-  if (mx != kNegInf) {
-#pragma unroll 4
-    for (int s = warp; s < sq.splits; s += kWarps) {
-      const float w = exp2f(p.ws_lse[base + s * hs] - mx);  // an empty partial (-inf): 0
-      const float* src = p.ws_o + (base + s * hs) * D + lane * kPer;
-      sum += w;
+  for (int s0 = warp; s0 < sq.splits; s0 += kWarps * kBatch) {
+    float ls[kBatch];
+    float x[kBatch][kPer];
 #pragma unroll
-      for (int i = 0; i < kPer; i += 2) {
-        const float2 x = *reinterpret_cast<const float2*>(src + i);
-        acc[i] += w * x.x;
-        acc[i + 1] += w * x.y;
+    for (int u = 0; u < kBatch; ++u) {
+      const int s = s0 + u * kWarps;
+      ls[u] = kNegInf;
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) x[u][i] = 0.0f;
+      if (s < sq.splits) {
+        ls[u] = p.ws_lse[base + s * hs];
+        const float* src = p.ws_o + (base + s * hs) * D + lane * kPer;
+#pragma unroll
+        for (int i = 0; i < kPer; i += 2) {
+          const float2 v = *reinterpret_cast<const float2*>(src + i);
+          x[u][i] = v.x;
+          x[u][i + 1] = v.y;
+        }
       }
     }
+    float m_new = m;
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) m_new = fmaxf(m_new, ls[u]);
+    if (m_new == kNegInf) continue;        // every partial so far empty
+    const float alpha = exp2f(m - m_new);  // m = -inf: 0
+    sum *= alpha;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) acc[i] *= alpha;
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const float w = exp2f(ls[u] - m_new);  // an empty or absent partial (-inf): 0
+      sum += w;
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) acc[i] += w * x[u][i];
+    }
+    m = m_new;
   }
 #pragma unroll
   for (int i = 0; i < kPer; ++i) s_acc[warp][lane * kPer + i] = acc[i];
-  if (lane == 0) s_sum[warp] = sum;
+  if (lane == 0) {
+    s_max[warp] = m;
+    s_sum[warp] = sum;
+  }
   __syncthreads();
 
-  const float total = s_sum[0] + s_sum[1] + s_sum[2] + s_sum[3];
+  float mx = kNegInf;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, s_max[w]);
+  float wt[kWarps];
+  float total = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    wt[w] = mx == kNegInf ? 0.0f : exp2f(s_max[w] - mx);
+    total += wt[w] * s_sum[w];
+  }
   const float inv = total > 0.0f ? 1.0f / total : 0.0f;
   QT* dst = static_cast<QT*>(p.out) + b * p.o_sb + qh * p.o_sh;
   for (int e = int(threadIdx.x); e < D; e += 32 * kWarps) {
-    const float v = s_acc[0][e] + s_acc[1][e] + s_acc[2][e] + s_acc[3][e];
+    float v = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) v += wt[w] * s_acc[w][e];
     dst[e] = from_float<QT>(v * inv);
   }
   if (threadIdx.x == 0 && p.lse != nullptr) {
     p.lse[b * p.lse_sb + qh * p.lse_sh] = total > 0.0f ? (mx + __log2f(total)) * kLn2 : kNegInf;
   }
+#ifdef KJIT_DECODE_STAMPS
+  KJIT_DSTAMP(2);  // stored
+  if (threadIdx.x == 0 && blockIdx.x == 0) {
+    printf("kjit-mstamps entry %llu waited %llu end %llu\n", d_stamp[0], d_stamp[1], d_stamp[2]);
+  }
+#endif
 }
 
 }  // namespace attention

@@ -50,8 +50,10 @@ struct DecodeParams {
   float score_scale;
   float cap_out;
   float v_scale;
+  int spec_first[kDecodeSpecRequests];
 };
-static_assert(sizeof(DecodeParams) == 240, "the device code asserts the same size");
+static_assert(sizeof(DecodeParams) == 240 + 4 * kDecodeSpecRequests,
+              "the device code asserts the same size");
 
 constexpr float kLog2e = 1.4426950408889634f;
 // fp8 values enter the mma scaled by 2^-8 (mma_sm80.cuh); the scales take the 2^8 back.
@@ -554,6 +556,7 @@ void apply_tuning(DecodePlanData& pl, const DecodeTuning& t, const SmemBudget& b
   }
   if (t.fused_merge >= 0) pl.fused_merge = t.fused_merge != 0 ? 1 : 0;
   if (t.pdl >= 0) pl.pdl = t.pdl != 0 ? 1 : 0;
+  if (t.spec >= 0) pl.spec = t.spec != 0 ? 1 : 0;
   pl.cfg = c;
   pl.ctas_per_sm = per_sm;
 }
@@ -684,6 +687,11 @@ DecodePlanData plan_batch_decode(const int32_t* kv_indptr_host, int batch, int n
   pl.split =
       choose_decode_split(eff, num_kv_heads / hp, sms * pl.ctas_per_sm, row_bytes, num_splits);
   if (batch > 0) pl.kv_pages = static_cast<int64_t>(kv_indptr_host[batch]) - kv_indptr_host[0];
+  if (pl.spec != 0) {
+    for (int b = 0; b < std::min(batch, kDecodeSpecRequests); ++b) {
+      pl.spec_first[b] = kv_indptr_host[b];
+    }
+  }
   if (static_cast<int64_t>(batch) * num_kv_heads * pl.split.max_splits > INT_MAX ||
       static_cast<int64_t>(batch) * num_qo_heads > INT_MAX) {
     fail(KJIT_ERROR_UNSUPPORTED,
@@ -916,6 +924,7 @@ void batch_decode_run(const DecodePlanData& pl, const DLTensor* q, const DLTenso
   p.score_scale = score_scale;
   p.cap_out = cap_out;
   p.v_scale = v_eff;
+  for (int i = 0; i < kDecodeSpecRequests; ++i) p.spec_first[i] = pl.spec_first[i];
 
   cuda::LaunchConfig lc;
   lc.grid_x = static_cast<unsigned>(batch * (kvh / cfg.heads_per_cta) * pl.split.max_splits);

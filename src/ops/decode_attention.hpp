@@ -48,10 +48,14 @@ struct DecodeTuning {
   int addr = -1;          // DecodeConfig::addr: 0 (page, slot), 1 64-bit, 2 32-bit if it fits
   int joint_tiles = 0;    // 1 or 2; stage_tokens / (16 x warps per head) must be a multiple
   int pdl = -1;           // 1: the merge kernel is a programmatic dependent launch (sm_90+)
+  int spec = -1;          // 0: no page-id reads at the plan's guess of kv_indptr (A/B timing)
 };
 
 inline constexpr int kDecodeMaxGroup = 16;
 inline constexpr int kDecodeMaxSplits = 256;
+// Requests whose kv_indptr entry a plan passes to the kernel as a guess (decode.cuh's
+// kDecodeSpecRequests).
+inline constexpr int kDecodeSpecRequests = 8;
 
 // Shared memory the device sizes a CTA with (a mirror of DecodeSmem in decode.cuh).
 int decode_smem_bytes(const DecodeConfig& c);
@@ -107,9 +111,14 @@ struct DecodePlanData {
   DecodeSplit split;
   int fused_merge = 0;
   int pdl = 1;                 // merge kernel as a programmatic dependent launch (sm_90+ only)
+  int spec = 1;                // spec_first below filled (0: tuning turned the guess off)
   size_t counters_offset = 0;  // bytes; fused merge only
   int64_t kv_pages = 0;        // the requests' pages as planned (KJIT_TRACE_DUMP's kv_len)
-  size_t ws_lse_offset = 0;    // bytes; the partial outputs start at 0
+  // kv_indptr_host[b] for the first kDecodeSpecRequests requests, -1 past the batch (or with
+  // the guess turned off): the kernel starts its first page-id reads there before the device
+  // table confirms it (decode.cuh's prologue).
+  int32_t spec_first[kDecodeSpecRequests] = {-1, -1, -1, -1, -1, -1, -1, -1};
+  size_t ws_lse_offset = 0;  // bytes; the partial outputs start at 0
   size_t workspace_bytes = 0;
 };
 

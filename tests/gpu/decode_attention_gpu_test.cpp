@@ -138,6 +138,12 @@ struct Problem {
     indices = v;
     if (!v.empty()) idx_dev->upload(v.data(), v.size() * 4);
   }
+  // A device kv_indptr other than the plan's host copy (the plan's guesses then miss).
+  void set_indptr(const std::vector<int32_t>& v) {
+    REQUIRE(v.size() == indptr.size());
+    indptr = v;
+    ptr_dev->upload(v.data(), v.size() * 4);
+  }
   void set_last(const std::vector<int32_t>& v) {
     REQUIRE(v.size() == last.size());
     last = v;
@@ -650,6 +656,46 @@ TEST_CASE("decode gpu: one plan, runs with new page tables and lengths", "[gpu][
       REQUIRE(p->run() == KJIT_SUCCESS);
       device_synchronize();
       CHECK(check(*p, reference(*p), download(*p)) == 0);
+    }
+  }
+}
+
+// The plan passes its host kv_indptr[b] to the kernel, which starts its first page-id reads
+// there before the device table confirms it: a table that moved every request's pages (and one
+// that starts past slot 0) must give the reference result through the reads made again, with and
+// without splits; turning the guess off (tuning) gives the same.
+TEST_CASE("decode gpu: a device kv_indptr other than the plan's", "[gpu][attention]") {
+  std::mt19937_64 rng(1051);
+  for (int splits : {1, 0, 5}) {
+    for (int spec : {1, 0}) {
+      DecodeCase c;
+      c.lens = {100, 37, 600, 1, 250};
+      c.num_splits = splits;
+      c.tuned = spec == 0;
+      c.tune.spec = spec;
+      auto p = build(c, rng);
+      const std::vector<int32_t> planned = p->indptr;
+      const int32_t nnz = planned.back();
+      for (int round = 0; round < 3; ++round) {
+        INFO("splits " << splits << " spec " << spec << " round " << round);
+        std::vector<int32_t> ptr = planned;
+        if (round == 1) {
+          // The same total, the per-request page counts reversed.
+          std::vector<int32_t> counts;
+          for (size_t b = 0; b + 1 < planned.size(); ++b)
+            counts.push_back(planned[b + 1] - planned[b]);
+          std::reverse(counts.begin(), counts.end());
+          for (size_t b = 0; b < counts.size(); ++b) ptr[b + 1] = ptr[b] + counts[b];
+        } else if (round == 2) {
+          // Every request shifted two slots on (the first two slots unused), the last clipped.
+          for (auto& x : ptr) x = std::min(x + 2, nnz);
+        }
+        p->set_indptr(ptr);
+        p->poison();
+        REQUIRE(p->run() == KJIT_SUCCESS);
+        device_synchronize();
+        CHECK(check(*p, reference(*p), download(*p)) == 0);
+      }
     }
   }
 }

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Phase timestamps of decode-attention launches (H200; see KJIT_DSTAMP in
+# kernels/attention/decode.cuh). Copies kernels/ with KJIT_DECODE_STAMPS defined, points kjit-cli
+# at the copy through KJIT_KERNEL_DIR (a fresh cache), runs one `kjit-cli bench decode_attention`
+# with the given arguments, and prints, as medians over the launches (the first, cold, dropped),
+# when each phase ended in ns from the earliest printed CTA's entry: the first and last split
+# CTAs of every head set print (entry, page ids and q in, first stage in, last stage computed,
+# stored), and the merge kernel's block 0 (entry, after griddepcontrol.wait, stored). The
+# printf at a CTA's end delays the merge's wait a little; the phases before it are as timed.
+#   bash bench/experiments/decode_stamps.sh --set dtype=bf16 --set batch=1 --set kv_len=8192 \
+#     --set qo_heads=32 --set kv_heads=8 --set head_dim=128 --set page_size=16
+# Needs a GPU; CLI defaults to build-h200's kjit-cli.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+CLI=${CLI:-build-h200/tools/kjit-cli/kjit-cli}
+dir=$(mktemp -d)
+cp -r kernels "$dir/kernels"
+sed -i '1i #define KJIT_DECODE_STAMPS 1' "$dir/kernels/attention/decode.cuh"
+KJIT_KERNEL_DIR="$dir/kernels" KJIT_CACHE_DIR="$dir/cache" "$CLI" bench decode_attention "$@" \
+  --no-check > "$dir/out.log" 2>&1 || { tail -5 "$dir/out.log"; exit 1; }
+grep -E '^kjit-(d|m)stamps' "$dir/out.log" | python3 -c '
+import sys, statistics as st
+ev = []  # (entry, kind, stamps)
+for l in sys.stdin:
+    f = l.split()
+    if f[0] == "kjit-dstamps":
+        ev.append((int(f[6]), "cta", [int(f[i]) for i in (6, 8, 10, 12, 14)]))
+    else:
+        ev.append((int(f[2]), "merge", [int(f[i]) for i in (2, 4, 6)]))
+if not ev:
+    sys.exit("no stamp lines: did the launch take the decode kernel?")
+ev.sort()
+launches, cur = [], [ev[0]]
+for e in ev[1:]:
+    if e[0] - cur[-1][0] > 10000:  # launches are tens of us apart (an L2 flush between)
+        launches.append(cur)
+        cur = []
+    cur.append(e)
+launches.append(cur)
+rows = {}
+def add(k, v):
+    rows.setdefault(k, []).append(v)
+for L in launches[1:]:
+    ctas = [s for _, k, s in L if k == "cta"]
+    if not ctas:
+        continue
+    t0 = min(s[0] for s in ctas)
+    add("last CTA entry", max(s[0] for s in ctas) - t0)
+    add("ids+q in (median CTA, from its entry)", st.median(s[1] - s[0] for s in ctas))
+    add("first stage in (median CTA, from ids)", st.median(s[2] - s[1] for s in ctas if s[2]))
+    add("first stage in (latest CTA)", max(s[2] for s in ctas) - t0)
+    add("loop done (median CTA)", st.median(s[3] for s in ctas) - t0)
+    add("loop done (latest CTA)", max(s[3] for s in ctas) - t0)
+    add("stored (latest CTA)", max(s[4] for s in ctas) - t0)
+    for _, k, s in L:
+        if k == "merge":
+            add("merge entry", s[0] - t0)
+            add("merge waited", s[1] - t0)
+            add("merge stored", s[2] - t0)
+for k, v in rows.items():
+    print(f"{k:40s} {st.median(v):8.0f} ns (median of {len(v)} launches)")
+'
+grep -v -E '^kjit-(d|m)stamps' "$dir/out.log" | tail -2
+rm -rf "$dir"
