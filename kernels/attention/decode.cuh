@@ -24,6 +24,7 @@
 
 #include "attention/merge_states.cuh"
 #include "attention/mma_sm80.cuh"
+#include "common/cluster.cuh"
 #include "common/prelude.cuh"
 
 // Phase timestamps, for profiling only: bench/experiments/decode_stamps.sh defines
@@ -44,9 +45,6 @@
 
 namespace kjit {
 namespace attention {
-
-// Requests whose first page slot the plan passes in the parameters (DecodeParams::spec_first).
-constexpr int kDecodeSpecRequests = 8;
 
 // Passed by value as a __grid_constant__ kernel parameter; the host mirrors it field for field.
 // Strides in elements of their tensor.
@@ -80,13 +78,8 @@ struct DecodeParams {
   float score_scale;  // sm_scale * k_scale, then / cap (soft cap) or * log2e (none)
   float cap_out;      // cap * log2e, 0 without a soft cap
   float v_scale;
-  // The plan's host copy of kv_indptr[b] for the first kDecodeSpecRequests requests (-1: none):
-  // a CTA starts its first page-id reads at that guess, beside the page table's own reads, and
-  // keeps them only if the table agrees (see the prologue).
-  int spec_first[kDecodeSpecRequests];
 };
-static_assert(sizeof(DecodeParams) == 240 + 4 * kDecodeSpecRequests,
-              "the host mirror asserts the same size");
+static_assert(sizeof(DecodeParams) == 240, "the host mirror asserts the same size");
 
 // A request's token range and split count, read from the device page table. The plan's host
 // copy only sizes things: whatever the table holds at run time, every token is covered (the
@@ -170,6 +163,10 @@ struct DecodeSmem {
   static constexpr int kORow = D + 4;  // floats; the pad spreads the fragment stores over banks
   static constexpr int kScratch = W * kQRows * kORow * 4 + 3 * W * kQRows * 4;
   static_assert(kScratch <= kStageBytes, "merge scratch must fit in the stage buffers");
+  // The cluster merge's partial ([HP * kQRows][D] floats, then their lse) follows the scratch.
+  static constexpr int kCmAt = (kScratch + 15) / 16 * 16;
+  static constexpr int kCmEnd = kCmAt + HP * kQRows * (D + 1) * 4;
+  static_assert(kCmEnd <= kStageBytes, "the cluster merge's partial must fit in the stage buffers");
   // The fused split merge keeps [max_splits][HP * group] weights in the stage buffers: the host
   // enables it only where they fit.
 };
@@ -182,6 +179,59 @@ KJIT_DEVICE KJIT_FORCEINLINE int swz(int row, int chunk) {
   return row * ROW_BYTES + ((chunk ^ (row & 7)) << 4);
 }
 
+// Most splits a cluster merge combines (the largest, non-portable, cluster on sm_90).
+constexpr int kDecodeClusterMax = 16;
+
+// The cluster merge of decode_kernel<..., CM = true>: every CTA of the cluster (one per split,
+// idle ones holding empty partials) has left its partial output o[nh][D] (normalized) and its
+// lse (log2) in its own shared memory. After a cluster barrier each CTA finishes a 1 / C slice of
+// the nh * D outputs, reading the C partials of its slice from the other CTAs' shared memory
+// (all loads at once: one distributed-shared-memory round trip), and a second barrier keeps every
+// CTA resident until no other one reads it. The math is the merge kernel's.
+template <typename QT, int D, int kThreads>
+KJIT_DEVICE void decode_cluster_merge(const DecodeParams& p, float* cm_o, float* cm_lse, int nh,
+                                      int b, int h, int rank) {
+  const float kNegInf = -__int_as_float(0x7f800000);
+  cluster_sync();
+  const int C = int(cluster_size());
+  const int total = nh * D;
+  const int per = (total + C - 1) / C;
+  const int hi = min(rank * per + per, total);
+  for (int i = rank * per + int(threadIdx.x); i < hi; i += kThreads) {
+    const int k = i / D;
+    float ls[kDecodeClusterMax], xs[kDecodeClusterMax];
+#pragma unroll
+    for (int r = 0; r < kDecodeClusterMax; ++r) {
+      ls[r] = kNegInf;
+      xs[r] = 0.0f;
+      if (r < C) {
+        ls[r] = *cluster_map(cm_lse + k, u32(r));
+        xs[r] = *cluster_map(cm_o + i, u32(r));
+      }
+    }
+    float mx = kNegInf;
+#pragma unroll
+    for (int r = 0; r < kDecodeClusterMax; ++r) mx = fmaxf(mx, ls[r]);
+    float tot = 0.0f, acc = 0.0f;
+    if (mx != kNegInf) {
+#pragma unroll
+      for (int r = 0; r < kDecodeClusterMax; ++r) {
+        const float w = exp2f(ls[r] - mx);  // an empty or absent partial (-inf): 0
+        tot += w;
+        acc += w * xs[r];
+      }
+    }
+    const int d = i - k * D;
+    static_cast<QT*>(p.out)[b * p.o_sb + (h * p.group + k) * p.o_sh + d] =
+        from_float<QT>(tot > 0.0f ? acc / tot : 0.0f);
+    if (d == 0 && p.lse != nullptr) {
+      p.lse[b * p.lse_sb + (h * p.group + k) * p.lse_sh] =
+          tot > 0.0f ? (mx + __log2f(tot)) * kLn2 : kNegInf;
+    }
+  }
+  cluster_sync();
+}
+
 // Launch: grid = batch * (num_kv_heads / HP) * max_splits (blockIdx.x = (b * kv_heads / HP +
 // h / HP) * max_splits + split), block = 32 * W, dynamic shared memory DecodeSmem<...>::kTotal
 // bytes (opt-in above 48 KB). num_kv_heads must be a multiple of HP; W / HP warps serve each head.
@@ -192,10 +242,12 @@ KJIT_DEVICE KJIT_FORCEINLINE int swz(int row, int chunk) {
 // second launch and no gap between the kernels. ADDR: see DecodeRow. JT: 16-token tiles a warp
 // computes together (one softmax update for all, JT independent mma chains in flight). QT: q / out
 // type. CT: the mma operand type (QT for a 16-bit cache, __half for fp8 e4m3, whose values enter
-// scaled by 2^-8: the host folds 2^8 into score_scale and v_scale).
+// scaled by 2^-8: the host folds 2^8 into score_scale and v_scale). CM (sm_90): the splits of a
+// (request, head set) are one thread-block cluster (cluster size = max_splits <= 16) that merges
+// its partials through distributed shared memory: no workspace, no second kernel.
 // clang-format off
 template <typename QT, typename CT, bool KV_FP8, int D, int NT, int W, int TS, int S, int CP,
-          int HP = 1, int ADDR = 0, int JT = 1>
+          int HP = 1, int ADDR = 0, int JT = 1, bool CM = false>
 __global__ void __launch_bounds__(32 * W)
 decode_kernel(const __grid_constant__ DecodeParams p) {
   // clang-format on
@@ -245,24 +297,11 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
   const int h = (bh % head_sets) * HP;  // the CTA's first kv head
   const int b = bh / head_sets;
 
-  // ---- Prologue, part 1: every read that waits on no other one, issued together ---------------
-  // The page table's entries of the request; with the plan's guess of kv_indptr[b]
-  // (spec_first), the page ids of stages 0..S-1 too, which otherwise wait for kv_indptr[b]:
-  // without a window the split's first position is split * chunk whatever the lengths are. A
-  // guess the table does not confirm is dropped below (the ids are read again); a wrong one
-  // reads only in-bounds entries of kv_indices.
+  // ---- Prologue, part 1: the page table's entries of the request and q, read together ------
+  // (H200 round 21: with the lookups the page ids wait for, the first page ids arrived 2.1-2.3 us
+  // after entry, the first K / V bytes 2.4 us later; starting the page-id reads at the plan's
+  // host kv_indptr[b], before the table confirmed it, gained nothing measurable.)
   const SeqRaw raw = seq_load(p, b);
-  const int guess = (p.window_left < 0 && b < kDecodeSpecRequests) ? p.spec_first[b] : -1;
-  int guessed[S];
-#pragma unroll
-  for (int st = 0; st < S; ++st) {
-    guessed[st] = -1;
-    if (guess >= 0 && tid < TS) {
-      const long long pos = (long long)split * p.chunk + st * TS + tid;
-      const long long gi = guess + pos / p.page_size;
-      if (gi < p.nnz_pages) guessed[st] = __ldg(p.kv_indices + gi);
-    }
-  }
   // q rows of the group into shared memory (zero rows past the group), as CT, swizzled.
 #pragma unroll
   for (int i = tid; i < HP * Smem::kQRows * D / 2; i += kThreads) {
@@ -280,11 +319,13 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
   }
 
   const SeqSplit sq = seq_split(p, raw);
-  if (split >= sq.splits) return;                    // whole CTA: no barrier reached yet
-  const bool hit = guess >= 0 && guess == sq.first;  // the same in every thread
+  // Whole CTA, no barrier reached yet. Under CM a CTA past its request's splits stays, idle,
+  // for its cluster's barriers, unless the request has one split (then no CTA of the cluster
+  // reaches them: sq is the same in all).
+  if (split >= sq.splits && (!CM || sq.splits == 1)) return;
   const int begin = sq.start + split * p.chunk;
   const int end = split == sq.splits - 1 ? sq.len : begin + p.chunk;
-  const int n_stages = end > begin ? (end - begin - 1) / TS + 1 : 0;
+  const int n_stages = split < sq.splits && end > begin ? (end - begin - 1) / TS + 1 : 0;
 
   const unsigned char* k_head =
       static_cast<const unsigned char*>(p.k_cache) + h * p.k_sh * Smem::kKvBytes;
@@ -292,15 +333,14 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
       static_cast<const unsigned char*>(p.v_cache) + h * p.v_sh * Smem::kKvBytes;
 
   // ---- Page lookups: this thread's token of a stage -> (page, slot); page -1 masks it --------
-  // fetch starts the global read of the page id (or takes the id read at a confirmed guess:
-  // `known`); publish (later: the read's latency is hidden) validates it and stores it for the
-  // loads and the masks.
+  // fetch starts the global read of the page id; publish (later: the read's latency is hidden)
+  // validates it and stores it for the loads and the masks.
   struct Lookup {
     int page;  // raw kv_indices value (unvalidated)
     int slot;
     bool ok;
   };
-  auto fetch = [&](int stage, bool have, int known) {
+  auto fetch = [&](int stage) {
     Lookup l{-1, 0, false};
     if (tid < TS && stage < n_stages) {
       const int pos = begin + stage * TS + tid;
@@ -309,7 +349,7 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
         l.slot = pos - pidx * p.page_size;
         const long long gi = (long long)sq.first + pidx;
         if (gi < sq.end_slot) {
-          l.page = have ? known : __ldg(p.kv_indices + gi);
+          l.page = __ldg(p.kv_indices + gi);
           l.ok = true;
         }
       }
@@ -429,11 +469,10 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
     }
   };
 
-  // ---- Prologue, part 2: the page ids of stages 0..S-1 (read now unless the guess held), then
-  // the loads of stages 0..S-2 --------------------------------------------------------------------
+  // ---- Prologue, part 2: the page ids of stages 0..S-1, then the loads of stages 0..S-2 ------
   Lookup first[S];
 #pragma unroll
-  for (int st = 0; st < S; ++st) first[st] = fetch(st, hit, guessed[st]);
+  for (int st = 0; st < S; ++st) first[st] = fetch(st);
 #pragma unroll
   for (int st = 0; st < S; ++st) publish(st, first[st]);
   __syncthreads();
@@ -442,7 +481,7 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
     issue(st);
     cp_async_commit();
   }
-  Lookup next = fetch(S, false, 0);
+  Lookup next = fetch(S);
 
   // ---- Per-warp online softmax state: heads 2c, 2c+1 of each n-tile ---------------------------
   float m_run[NT][2], l_run[NT][2];
@@ -477,7 +516,7 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
     issue(i + S - 1);
     cp_async_commit();  // possibly empty: keeps the group count in step with the stages
     publish(i + S, next);
-    next = fetch(i + S + 1, false, 0);
+    next = fetch(i + S + 1);
 
     const int buf = i % S;
     const unsigned char* kt = smem + buf * 2 * Smem::kStageTile;
@@ -658,6 +697,8 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
   // Heads k = hh * group + j of the CTA (qo head h * group + k): the CTA's qo heads are adjacent.
   const bool final_out = sq.splits == 1;
   const int nh = HP * p.group;
+  float* cm_o = reinterpret_cast<float*>(smem + Smem::kCmAt);  // [nh][D] this CTA's partial (CM)
+  float* cm_lse = cm_o + HP * Smem::kQRows * D;                // [nh] its lse, log2
   const long long part = ((long long)b * p.max_splits + split) * p.num_qo_heads + h * p.group;
   if (tid < nh) {
     const int hh = tid / p.group;
@@ -681,6 +722,8 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
       if (p.lse != nullptr) {
         p.lse[b * p.lse_sb + (h * p.group + tid) * p.lse_sh] = lse2 * kLn2;
       }
+    } else if constexpr (CM) {
+      cm_lse[tid] = lse2;
     } else {
       p.ws_lse[part + tid] = lse2;
     }
@@ -699,9 +742,22 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
     }
     if (final_out) {
       static_cast<QT*>(p.out)[b * p.o_sb + (h * p.group + k) * p.o_sh + d] = from_float<QT>(acc);
+    } else if constexpr (CM) {
+      cm_o[i] = acc;
     } else {
       p.ws_o[(part + k) * D + d] = acc;
     }
+  }
+  if constexpr (CM) {
+    if (!final_out) decode_cluster_merge<QT, D, kThreads>(p, cm_o, cm_lse, nh, b, h, split);
+#ifdef KJIT_DECODE_STAMPS
+    KJIT_DSTAMP(4);  // merged and stored
+    if (tid == 0 && (split == 0 || split == sq.splits - 1)) {
+      printf("kjit-dstamps cta %d split %d entry %llu ids %llu first %llu loop %llu end %llu\n",
+             int(blockIdx.x), split, d_stamp[0], d_stamp[1], d_stamp[2], d_stamp[3], d_stamp[4]);
+    }
+#endif
+    return;
   }
 #ifdef KJIT_DECODE_STAMPS
   KJIT_DSTAMP(4);  // outputs or partials stored

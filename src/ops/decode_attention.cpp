@@ -50,10 +50,8 @@ struct DecodeParams {
   float score_scale;
   float cap_out;
   float v_scale;
-  int spec_first[kDecodeSpecRequests];
 };
-static_assert(sizeof(DecodeParams) == 240 + 4 * kDecodeSpecRequests,
-              "the device code asserts the same size");
+static_assert(sizeof(DecodeParams) == 240, "the device code asserts the same size");
 
 constexpr float kLog2e = 1.4426950408889634f;
 // fp8 values enter the mma scaled by 2^-8 (mma_sm80.cuh); the scales take the 2^8 back.
@@ -347,6 +345,7 @@ jit::Spec decode_spec(const DecodeConfig& c) {
   // 32-bit offsets, the default, keep the plain URI (the sources are in the cache key anyway).
   if (c.addr != 2) s.params.push_back({"ad", std::to_string(c.addr)});
   if (c.joint_tiles != 1) s.params.push_back({"jt", std::to_string(c.joint_tiles)});
+  if (c.cluster_merge != 0) s.params.push_back({"cm", "1"});
   s.uri = jit::make_uri(s.op, s.params);
   s.kernel_dirs = {"common", "attention"};
   s.includes = {"attention/decode.cuh"};
@@ -364,20 +363,23 @@ jit::Spec decode_spec(const DecodeConfig& c) {
       "constexpr int kHeadsPerCta = {hp};\n"
       "constexpr int kAddr = {ad};\n"
       "constexpr int kJointTiles = {jt};\n"
+      "constexpr bool kClusterMerge = {cm};\n"
       "}}  // namespace kjit_spec\n",
       fmt::arg("qt", device_type_name(c.q_dtype)),
       fmt::arg("ct", c.kv_fp8 ? "__half" : device_type_name(c.q_dtype)),
       fmt::arg("fp8", c.kv_fp8 ? "true" : "false"), fmt::arg("hd", c.head_dim),
       fmt::arg("nt", c.n_tiles), fmt::arg("w", c.warps), fmt::arg("ts", c.stage_tokens),
       fmt::arg("st", c.stages), fmt::arg("cp", c.cp_bytes), fmt::arg("hp", c.heads_per_cta),
-      fmt::arg("ad", c.addr), fmt::arg("jt", c.joint_tiles));
+      fmt::arg("ad", c.addr), fmt::arg("jt", c.joint_tiles),
+      fmt::arg("cm", c.cluster_merge != 0 ? "true" : "false"));
   s.entry_names = {
       "kjit::attention::decode_kernel<kjit_spec::QT, kjit_spec::CT, kjit_spec::kKvFp8, "
       "kjit_spec::kHeadDim, kjit_spec::kNTiles, kjit_spec::kWarps, kjit_spec::kStageTokens, "
       "kjit_spec::kStages, kjit_spec::kCpBytes, kjit_spec::kHeadsPerCta, kjit_spec::kAddr, "
-      "kjit_spec::kJointTiles>",
+      "kjit_spec::kJointTiles, kjit_spec::kClusterMerge>",
       "kjit::attention::decode_merge_kernel<kjit_spec::QT, kjit_spec::kHeadDim>"};
-  s.arch_families = {"sm_80+"};
+  // Clusters and distributed shared memory are sm_90's.
+  s.arch_families = {c.cluster_merge != 0 ? "sm_90+" : "sm_80+"};
   return s;
 }
 
@@ -555,8 +557,8 @@ void apply_tuning(DecodePlanData& pl, const DecodeTuning& t, const SmemBudget& b
     per_sm = std::max(1, std::min(budget.per_sm / (smem + budget.reserved), 2048 / (32 * c.warps)));
   }
   if (t.fused_merge >= 0) pl.fused_merge = t.fused_merge != 0 ? 1 : 0;
+  if (t.cluster_merge >= 0) c.cluster_merge = t.cluster_merge != 0 ? 1 : 0;
   if (t.pdl >= 0) pl.pdl = t.pdl != 0 ? 1 : 0;
-  if (t.spec >= 0) pl.spec = t.spec != 0 ? 1 : 0;
   pl.cfg = c;
   pl.ctas_per_sm = per_sm;
 }
@@ -644,7 +646,8 @@ DecodePlanData plan_batch_decode(const int32_t* kv_indptr_host, int batch, int n
   SmemBudget budget;
   int sms = num_sms;
   std::string why;
-  if (cuda::driver_available(&why)) {
+  const bool have_driver = cuda::driver_available(&why);
+  if (have_driver) {
     const cuda::DeviceInfo& info = cuda::device_info(device_id);
     if (sms == 0) sms = info.sm_count;
     const cuda::Driver& d = cuda::driver();
@@ -687,17 +690,25 @@ DecodePlanData plan_batch_decode(const int32_t* kv_indptr_host, int batch, int n
   pl.split =
       choose_decode_split(eff, num_kv_heads / hp, sms * pl.ctas_per_sm, row_bytes, num_splits);
   if (batch > 0) pl.kv_pages = static_cast<int64_t>(kv_indptr_host[batch]) - kv_indptr_host[0];
-  if (pl.spec != 0) {
-    for (int b = 0; b < std::min(batch, kDecodeSpecRequests); ++b) {
-      pl.spec_first[b] = kv_indptr_host[b];
-    }
-  }
   if (static_cast<int64_t>(batch) * num_kv_heads * pl.split.max_splits > INT_MAX ||
       static_cast<int64_t>(batch) * num_qo_heads > INT_MAX) {
     fail(KJIT_ERROR_UNSUPPORTED,
          "decode attention supports up to {} (request, kv head, split) CTAs and (request, qo "
          "head) rows, got {} x {} x {} and {} x {}",
          INT_MAX, batch, num_kv_heads, pl.split.max_splits, batch, num_qo_heads);
+  }
+  if (pl.cfg.cluster_merge != 0) {
+    if (pl.split.max_splits > kDecodeClusterMax) {
+      fail(KJIT_ERROR_UNSUPPORTED,
+           "the cluster merge combines up to {} splits; this plan has {} (set num_splits)",
+           kDecodeClusterMax, pl.split.max_splits);
+    }
+    if (have_driver && cuda::device_info(device_id).major < 9) {
+      fail(KJIT_ERROR_UNSUPPORTED,
+           "the cluster merge needs sm_90 or newer (thread-block clusters)");
+    }
+    if (pl.split.max_splits <= 1) pl.cfg.cluster_merge = 0;  // nothing to merge
+    pl.fused_merge = 0;
   }
   if (pl.split.max_splits > 1) {
     const uint64_t parts = static_cast<uint64_t>(batch) * pl.split.max_splits * num_qo_heads;
@@ -924,7 +935,6 @@ void batch_decode_run(const DecodePlanData& pl, const DLTensor* q, const DLTenso
   p.score_scale = score_scale;
   p.cap_out = cap_out;
   p.v_scale = v_eff;
-  for (int i = 0; i < kDecodeSpecRequests; ++i) p.spec_first[i] = pl.spec_first[i];
 
   cuda::LaunchConfig lc;
   lc.grid_x = static_cast<unsigned>(batch * (kvh / cfg.heads_per_cta) * pl.split.max_splits);
@@ -933,6 +943,12 @@ void batch_decode_run(const DecodePlanData& pl, const DLTensor* q, const DLTenso
   lc.stream = static_cast<CUstream>(stream);
   cuda::ScopedDevice scope(dev);
   prefer_max_shared(kernel.functions.at(0));
+  if (cfg.cluster_merge != 0) {
+    // One cluster per (request, head set): its max_splits CTAs merge their partials themselves.
+    cuda::launch_cluster(kernel.functions.at(0), lc, static_cast<unsigned>(pl.split.max_splits),
+                         &p);
+    return;
+  }
   cuda::launch(kernel.functions.at(0), lc, &p);
   if (pl.split.max_splits > 1 && pl.fused_merge == 0) {
     cuda::LaunchConfig mc;
@@ -975,7 +991,12 @@ OpDef decode_attention_op_def() {
              {"32", "64", "legacy"},
              false,
              "row addresses the lookups hand the loads: 32- (default) or 64-bit byte offsets "
-             "(caches over 4 GB), or the round-8 (page, slot) form"}};
+             "(caches over 4 GB), or the round-8 (page, slot) form"},
+            {"merge",
+             {"kernel", "cluster"},
+             false,
+             "how split partials combine: a merge kernel (default) or, on sm_90, in a "
+             "thread-block cluster through distributed shared memory"}};
   d.arch_families = {"sm_80+"};
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
@@ -1003,6 +1024,7 @@ OpDef decode_attention_op_def() {
       const std::string& a = args.at("addr");
       pl.cfg.addr = a == "legacy" ? 0 : (a == "64" ? 1 : 2);
     }
+    if (args.count("merge")) pl.cfg.cluster_merge = args.at("merge") == "cluster" ? 1 : 0;
     return decode_spec(pl.cfg);
   };
   d.catalog = [] {
@@ -1031,6 +1053,10 @@ OpDef decode_attention_op_def() {
     // Caches past 4 GB take 64-bit offsets; the round-8 lookups stay a `bench --set` option.
     out.push_back({{"q_dtype", "bf16"}, {"head_dim", "128"}, {"group", "4"}, {"addr", "64"}});
     out.push_back({{"q_dtype", "bf16"}, {"head_dim", "128"}, {"group", "4"}, {"addr", "legacy"}});
+    // The cluster merge (sm_90 only; see DecodeConfig::cluster_merge).
+    for (const char* g : {"4", "16"}) {
+      out.push_back({{"q_dtype", "bf16"}, {"head_dim", "128"}, {"group", g}, {"merge", "cluster"}});
+    }
     return out;
   };
   return d;

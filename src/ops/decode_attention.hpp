@@ -32,30 +32,31 @@ struct DecodeConfig {
   // plan holds 2 or 0 (or 1, forced); a run downgrades 2 to 1 when a cache spans over 4 GB.
   int addr = 2;
   int joint_tiles = 1;  // 16-token tiles a warp computes together (1 or 2)
+  // 1 (sm_90): the splits of a (request, head set) form a thread-block cluster that merges the
+  // partials in distributed shared memory (max_splits <= kDecodeClusterMax; no merge kernel).
+  int cluster_merge = 0;
 };
 
 // Internal (not C ABI) overrides of the planned variant, for tuning sweeps (`kjit-cli bench
 // decode_attention --set ...`) and tests; 0 (or -1 for fused_merge) keeps the planned value.
 struct DecodeTuning {
   int warps = 0;
-  int stage_tokens = 0;   // default with heads_per_cta: the planned stage bytes kept
-  int stages = 0;         // default: the deepest that fits ctas_per_sm (2, else 1) per SM
-  int heads_per_cta = 0;  // 1, 2, 4 or 8; must divide num_kv_heads and warps
-  int ctas_per_sm = 0;    // residency the wave model assumes (default: from shared memory)
-  int fused_merge = -1;   // 1: the last CTA of each (request, heads) merges the splits; the
-                          // plan's workspace then holds counters that must be zero before
-                          // the first run (every run leaves them zero)
-  int addr = -1;          // DecodeConfig::addr: 0 (page, slot), 1 64-bit, 2 32-bit if it fits
-  int joint_tiles = 0;    // 1 or 2; stage_tokens / (16 x warps per head) must be a multiple
-  int pdl = -1;           // 1: the merge kernel is a programmatic dependent launch (sm_90+)
-  int spec = -1;          // 0: no page-id reads at the plan's guess of kv_indptr (A/B timing)
+  int stage_tokens = 0;    // default with heads_per_cta: the planned stage bytes kept
+  int stages = 0;          // default: the deepest that fits ctas_per_sm (2, else 1) per SM
+  int heads_per_cta = 0;   // 1, 2, 4 or 8; must divide num_kv_heads and warps
+  int ctas_per_sm = 0;     // residency the wave model assumes (default: from shared memory)
+  int fused_merge = -1;    // 1: the last CTA of each (request, heads) merges the splits; the
+                           // plan's workspace then holds counters that must be zero before
+                           // the first run (every run leaves them zero)
+  int cluster_merge = -1;  // 1: DecodeConfig::cluster_merge (needs 2..16 splits and sm_90)
+  int addr = -1;           // DecodeConfig::addr: 0 (page, slot), 1 64-bit, 2 32-bit if it fits
+  int joint_tiles = 0;     // 1 or 2; stage_tokens / (16 x warps per head) must be a multiple
+  int pdl = -1;            // 1: the merge kernel is a programmatic dependent launch (sm_90+)
 };
 
 inline constexpr int kDecodeMaxGroup = 16;
 inline constexpr int kDecodeMaxSplits = 256;
-// Requests whose kv_indptr entry a plan passes to the kernel as a guess (decode.cuh's
-// kDecodeSpecRequests).
-inline constexpr int kDecodeSpecRequests = 8;
+inline constexpr int kDecodeClusterMax = 16;  // decode.cuh's: the most splits a cluster merges
 
 // Shared memory the device sizes a CTA with (a mirror of DecodeSmem in decode.cuh).
 int decode_smem_bytes(const DecodeConfig& c);
@@ -111,14 +112,9 @@ struct DecodePlanData {
   DecodeSplit split;
   int fused_merge = 0;
   int pdl = 1;                 // merge kernel as a programmatic dependent launch (sm_90+ only)
-  int spec = 1;                // spec_first below filled (0: tuning turned the guess off)
   size_t counters_offset = 0;  // bytes; fused merge only
   int64_t kv_pages = 0;        // the requests' pages as planned (KJIT_TRACE_DUMP's kv_len)
-  // kv_indptr_host[b] for the first kDecodeSpecRequests requests, -1 past the batch (or with
-  // the guess turned off): the kernel starts its first page-id reads there before the device
-  // table confirms it (decode.cuh's prologue).
-  int32_t spec_first[kDecodeSpecRequests] = {-1, -1, -1, -1, -1, -1, -1, -1};
-  size_t ws_lse_offset = 0;  // bytes; the partial outputs start at 0
+  size_t ws_lse_offset = 0;    // bytes; the partial outputs start at 0
   size_t workspace_bytes = 0;
 };
 

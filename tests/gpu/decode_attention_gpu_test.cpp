@@ -660,24 +660,23 @@ TEST_CASE("decode gpu: one plan, runs with new page tables and lengths", "[gpu][
   }
 }
 
-// The plan passes its host kv_indptr[b] to the kernel, which starts its first page-id reads
-// there before the device table confirms it: a table that moved every request's pages (and one
-// that starts past slot 0) must give the reference result through the reads made again, with and
-// without splits; turning the guess off (tuning) gives the same.
+// The plan reads only the host kv_indptr: a device table that moved every request's pages (and
+// one that starts past slot 0) must give the reference result, with and without splits, with the
+// merge kernel and with the cluster merge.
 TEST_CASE("decode gpu: a device kv_indptr other than the plan's", "[gpu][attention]") {
   std::mt19937_64 rng(1051);
-  for (int splits : {1, 0, 5}) {
-    for (int spec : {1, 0}) {
+  for (int splits : {1, 5, 12}) {
+    for (int cluster : {0, 1}) {
       DecodeCase c;
       c.lens = {100, 37, 600, 1, 250};
       c.num_splits = splits;
-      c.tuned = spec == 0;
-      c.tune.spec = spec;
+      c.tuned = cluster == 1;
+      c.tune.cluster_merge = cluster;
       auto p = build(c, rng);
       const std::vector<int32_t> planned = p->indptr;
       const int32_t nnz = planned.back();
       for (int round = 0; round < 3; ++round) {
-        INFO("splits " << splits << " spec " << spec << " round " << round);
+        INFO("splits " << splits << " cluster " << cluster << " round " << round);
         std::vector<int32_t> ptr = planned;
         if (round == 1) {
           // The same total, the per-request page counts reversed.
@@ -868,6 +867,72 @@ TEST_CASE("decode gpu: tuning variants (heads per CTA, pipelines, fused merge)",
       INFO("head_dim " << hd << " fused " << fused);
       run_case(c, rng);
     }
+  }
+}
+
+// The cluster merge (sm_90): the splits of a (request, head set) merge in distributed shared
+// memory. Ragged lengths leave idle CTAs in a cluster and requests with one split (no cluster
+// barrier at all); every dtype path, two n-tiles, several heads per CTA, HND, soft cap, window,
+// broken tables and no lse.
+TEST_CASE("decode gpu: the cluster merge", "[gpu][attention]") {
+  if (kjit::cuda::device_info(0).major < 9) {
+    WARN("thread-block clusters need sm_90: not run");
+    return;
+  }
+  std::mt19937_64 rng(1451);
+  auto cm = [](int splits) {
+    DecodeCase c;
+    c.tuned = true;
+    c.tune.cluster_merge = 1;
+    c.num_splits = splits;
+    return c;
+  };
+  {
+    DecodeCase c = cm(16);  // B1 x L8192, the bench row's shape
+    c.lens = {8192};
+    c.spare_pages = 0;
+    run_case(c, rng);
+  }
+  for (int splits : {2, 5, 16}) {
+    DecodeCase c = cm(splits);
+    c.lens = {1, 17, 1000, 4097, 64, 0, 33};
+    INFO("splits " << splits);
+    run_case(c, rng);
+  }
+  {
+    DecodeCase c = cm(3);
+    c.q_dtype = "fp16";
+    c.fp8 = true;
+    c.k_scale = 0.7f;
+    c.v_scale = 1.3f;
+    c.qo_heads = 128;  // group 16: two n-tiles
+    c.lens = {33, 700, 5};
+    run_case(c, rng);
+  }
+  {
+    DecodeCase c = cm(4);
+    c.layout = KJIT_KV_LAYOUT_HND;
+    c.page_size = 5;
+    c.soft_cap = 30.0f;
+    c.window_left = 300;
+    c.invalid_pages = true;
+    c.lse = false;
+    c.lens = {2, 401, 1200, 77};
+    run_case(c, rng);
+  }
+  for (int hp : {2, 4}) {
+    DecodeCase c = cm(7);
+    c.tune.heads_per_cta = hp;
+    c.lens = {130, 999, 3000};
+    INFO("heads_per_cta " << hp);
+    run_case(c, rng);
+  }
+  for (int64_t hd : {64, 256}) {
+    DecodeCase c = cm(9);
+    c.head_dim = hd;
+    c.lens = {1, 257, 1500};
+    INFO("head_dim " << hd);
+    run_case(c, rng);
   }
 }
 

@@ -17,12 +17,13 @@ namespace ops = kjit::ops;
 namespace {
 
 // B1 x L8192 and B64 x L4096 style tables, planned for 132 SMs (no device needed).
-ops::DecodePlanData plan(const ops::DecodeTuning* t, int batch = 1, int pages = 512) {
+ops::DecodePlanData plan(const ops::DecodeTuning* t, int batch = 1, int pages = 512,
+                         int num_splits = 0) {
   std::vector<int32_t> indptr(static_cast<size_t>(batch) + 1);
   for (int b = 0; b <= batch; ++b) indptr[static_cast<size_t>(b)] = b * pages;
   const DLDataType bf16{kDLBfloat, 16, 1};
   return ops::plan_batch_decode(indptr.data(), batch, 32, 8, 128, 16, KJIT_KV_LAYOUT_NHD, bf16,
-                                bf16, 0.0f, 0.0f, -1, 0, 132, 0, t);
+                                bf16, 0.0f, 0.0f, -1, num_splits, 132, 0, t);
 }
 
 bool has(const std::string& s, const std::string& part) {
@@ -53,7 +54,9 @@ TEST_CASE("decode variants: the default plan takes 32-bit offsets, one tile, PDL
   const kjit::jit::Spec s = ops::decode_spec(c);
   CHECK(has(s.config, "constexpr int kAddr = 2;"));
   CHECK(has(s.config, "constexpr int kJointTiles = 2;"));
-  CHECK(has(s.entry_names.at(0), "kjit_spec::kAddr, kjit_spec::kJointTiles>"));
+  CHECK(has(s.entry_names.at(0),
+            "kjit_spec::kAddr, kjit_spec::kJointTiles, kjit_spec::kClusterMerge>"));
+  CHECK(has(s.config, "constexpr bool kClusterMerge = false;"));
 }
 
 TEST_CASE("decode variants: 64-bit lookups take 8 more bytes per token and still fit two CTAs",
@@ -140,4 +143,33 @@ TEST_CASE("decode variants: the catalog keeps the 64-bit and round-8 forms compi
   CHECK_THROWS_AS(
       d->make_spec({{"q_dtype", "bf16"}, {"head_dim", "128"}, {"group", "4"}, {"addr", "16"}}),
       kjit::Error);
+}
+
+TEST_CASE("decode variants: the cluster merge takes 2..16 splits and names its spec",
+          "[attention]") {
+  ops::DecodeTuning t;
+  t.cluster_merge = 1;
+  t.fused_merge = 1;  // the cluster merge replaces it
+  const ops::DecodePlanData d = plan(&t, 1, 512, 16);
+  CHECK(d.cfg.cluster_merge == 1);
+  CHECK(d.fused_merge == 0);
+  CHECK(d.split.max_splits == 16);
+  const kjit::jit::Spec s = ops::decode_spec(d.cfg);
+  CHECK(has(s.uri, "_cm_1"));
+  CHECK(has(s.config, "constexpr bool kClusterMerge = true;"));
+  REQUIRE(s.arch_families.size() == 1);
+  CHECK(s.arch_families[0] == "sm_90+");  // clusters: never compiled for sm_80
+  CHECK(ops::decode_spec(plan(nullptr).cfg).arch_families[0] == "sm_80+");
+  // One split: nothing to merge, the plain kernel.
+  CHECK(plan(&t, 1, 512, 1).cfg.cluster_merge == 0);
+  // More splits than a cluster holds: a clear error, not a silent fallback.
+  try {
+    plan(&t, 1, 512, 17);
+    FAIL("17 splits with the cluster merge were planned");
+  } catch (const kjit::Error& e) {
+    CHECK(e.status() == KJIT_ERROR_UNSUPPORTED);
+    CHECK(has(e.what(), "up to 16 splits"));
+  }
+  // The auto split of B1 x L8192 (32) is refused the same way: num_splits must say <= 16.
+  CHECK_THROWS_AS(plan(&t), kjit::Error);
 }

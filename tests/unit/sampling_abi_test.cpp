@@ -498,7 +498,8 @@ TEST_CASE("sampling ops: vector width follows alignment and vocabulary", "[sampl
   CHECK(c.vec == 4);
   c = ops::select_filter(ops::FilterOp::kSample, ops::FilterInput::kLogits, ops::DType::kBF16,
                          128256, true);
-  CHECK(c.vec == 8);
+  CHECK(c.vec == 4);  // four elements a vector at every dtype: 256-token segments
+  CHECK(32 * c.vec * c.unroll == 256);
   c = ops::select_filter(ops::FilterOp::kSample, ops::FilterInput::kLogits, ops::DType::kBF16, 7,
                          false);
   CHECK(c.vec == 1);
@@ -544,14 +545,14 @@ TEST_CASE("sampling ops: specs name the kernel and the URI holds every config fi
   const auto cfg = ops::select_filter(ops::FilterOp::kSample, ops::FilterInput::kLogits,
                                       ops::DType::kBF16, 128256, true);
   const auto s = ops::filter_spec(cfg);
-  CHECK(s.uri == "sampling_filter_op_sample_input_logits_dtype_bf16_vec_8_unroll_2");
+  CHECK(s.uri == "sampling_filter_op_sample_input_logits_dtype_bf16_vec_4_unroll_2");
   CHECK(s.entry_names.at(0).find("filter_kernel") != std::string::npos);
   CHECK(s.config.find("constexpr int kKeys = 1;") != std::string::npos);
   CHECK(s.config.find("constexpr int kExact = 0;") != std::string::npos);
   auto exact = cfg;
   exact.mass = 1;
   const auto se = ops::filter_spec(exact);
-  CHECK(se.uri == "sampling_filter_op_sample_input_logits_dtype_bf16_vec_8_unroll_2_mass_exact");
+  CHECK(se.uri == "sampling_filter_op_sample_input_logits_dtype_bf16_vec_4_unroll_2_mass_exact");
   CHECK(se.config.find("constexpr int kExact = 1;") != std::string::npos);
   CHECK(se.entry_names.at(0).find("kjit_spec::kExact") != std::string::npos);
   // Only samplers take the exact-mass search.

@@ -143,8 +143,11 @@ int bench_decode_attention(const ops::SetArgs& args, const BenchOptions& opts) {
   }
   if (args.count("merge")) {
     const std::string m = args.at("merge");
-    if (m != "fused" && m != "kernel") throw UsageError("merge must be fused or kernel");
+    if (m != "fused" && m != "kernel" && m != "cluster") {
+      throw UsageError("merge must be fused, kernel or cluster");
+    }
     tune.fused_merge = m == "fused" ? 1 : 0;
+    tune.cluster_merge = m == "cluster" ? 1 : 0;
     tuned = true;
   }
   if (args.count("addr")) {
@@ -153,7 +156,7 @@ int bench_decode_attention(const ops::SetArgs& args, const BenchOptions& opts) {
     tune.addr = a == "legacy" ? 0 : (a == "64" ? 1 : 2);
     tuned = true;
   }
-  for (const auto& [key, field] : {std::pair{"pdl", &tune.pdl}, std::pair{"spec", &tune.spec}}) {
+  for (const auto& [key, field] : {std::pair{"pdl", &tune.pdl}}) {
     if (args.count(key)) {
       const std::string v = args.at(key);
       if (v != "0" && v != "1") throw UsageError(fmt::format("{} must be 0 or 1", key));
@@ -169,11 +172,13 @@ int bench_decode_attention(const ops::SetArgs& args, const BenchOptions& opts) {
   }
   const ops::DecodePlanData& pd = raw_plan->data;
   const std::string variant =
-      fmt::format("w{} ts{} st{} hp{} cps{} merge={} addr={} jt{}{}{}", pd.cfg.warps,
+      fmt::format("w{} ts{} st{} hp{} cps{} merge={} addr={} jt{}{}", pd.cfg.warps,
                   pd.cfg.stage_tokens, pd.cfg.stages, pd.cfg.heads_per_cta, pd.ctas_per_sm,
-                  pd.split.max_splits <= 1 ? "none" : (pd.fused_merge ? "fused" : "kernel"),
+                  pd.split.max_splits <= 1
+                      ? "none"
+                      : (pd.cfg.cluster_merge ? "cluster" : (pd.fused_merge ? "fused" : "kernel")),
                   pd.cfg.addr == 0 ? "legacy" : (pd.cfg.addr == 1 ? "64" : "32"),
-                  pd.cfg.joint_tiles, pd.pdl ? " pdl" : "", pd.spec ? "" : " nospec");
+                  pd.cfg.joint_tiles, pd.pdl ? " pdl" : "");
   const size_t ws_bytes = kjit_decode_plan_workspace_bytes(raw_plan);
   const int plan_splits = kjit_decode_plan_num_splits(raw_plan);
   test::DeviceBuffer ws(std::max<size_t>(ws_bytes, 16));
@@ -280,16 +285,17 @@ int bench_decode_attention(const ops::SetArgs& args, const BenchOptions& opts) {
 }  // namespace
 
 void add_attention_benches(std::vector<BenchEntry>& out) {
-  out.push_back({"decode_attention",
-                 {"dtype", "batch", "kv_len", "qo_heads", "kv_heads", "head_dim", "page_size"},
-                 {"kv_dtype", "layout", "num_splits", "warps", "stage_tokens", "stages",
-                  "heads_per_cta", "ctas_per_sm", "merge", "addr", "joint_tiles", "pdl", "spec"},
-                 bench_decode_attention,
-                 "dtype (q), batch, kv_len, qo_heads, kv_heads, head_dim, page_size, optional "
-                 "kv_dtype (e4m3), layout (nhd|hnd), num_splits; tuning overrides warps, "
-                 "stage_tokens, stages, heads_per_cta, ctas_per_sm, merge (fused|kernel), addr "
-                 "(legacy|64|32), joint_tiles (1|2), pdl (0|1), spec (0|1); "
-                 "checked on up to 4 requests, then a read-only probe of the same bytes"});
+  out.push_back(
+      {"decode_attention",
+       {"dtype", "batch", "kv_len", "qo_heads", "kv_heads", "head_dim", "page_size"},
+       {"kv_dtype", "layout", "num_splits", "warps", "stage_tokens", "stages", "heads_per_cta",
+        "ctas_per_sm", "merge", "addr", "joint_tiles", "pdl"},
+       bench_decode_attention,
+       "dtype (q), batch, kv_len, qo_heads, kv_heads, head_dim, page_size, optional "
+       "kv_dtype (e4m3), layout (nhd|hnd), num_splits; tuning overrides warps, "
+       "stage_tokens, stages, heads_per_cta, ctas_per_sm, merge (fused|kernel|cluster), addr "
+       "(legacy|64|32), joint_tiles (1|2), pdl (0|1); "
+       "checked on up to 4 requests, then a read-only probe of the same bytes"});
 }
 
 }  // namespace kjit::cli
