@@ -163,12 +163,10 @@ struct DecodeSmem {
   static constexpr int kORow = D + 4;  // floats; the pad spreads the fragment stores over banks
   static constexpr int kScratch = W * kQRows * kORow * 4 + 3 * W * kQRows * 4;
   static_assert(kScratch <= kStageBytes, "merge scratch must fit in the stage buffers");
-  // The cluster merge's partial ([HP * kQRows][D] floats, then their lse) follows the scratch.
+  // The cluster merge's partial ([HP * kQRows][D] floats, then their lse) follows the scratch
+  // (the kernel asserts that it fits when it merges in a cluster; the host plans only those).
   static constexpr int kCmAt = (kScratch + 15) / 16 * 16;
   static constexpr int kCmEnd = kCmAt + HP * kQRows * (D + 1) * 4;
-  static_assert(kCmEnd <= kStageBytes, "the cluster merge's partial must fit in the stage buffers");
-  // The fused split merge keeps [max_splits][HP * group] weights in the stage buffers: the host
-  // enables it only where they fit.
 };
 
 // 16-byte chunk `chunk` of row `row` in a tile of ROW_BYTES-byte rows, XOR-swizzled so the eight
@@ -261,6 +259,8 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
   static_assert(CP == 16 || CP == 8 || CP == 4, "cp.async size");
   static_assert(ADDR >= 0 && ADDR <= 2, "lookup form: (page, slot), 64- or 32-bit offsets");
   using Smem = DecodeSmem<KV_FP8, D, NT, W, TS, S, HP, ADDR>;
+  static_assert(!CM || Smem::kCmEnd <= Smem::kStageBytes,
+                "the cluster merge's partial must fit in the stage buffers");
   using Row = DecodeRow<ADDR>;
   constexpr int kThreads = 32 * W;
   constexpr int kTilesPerWarp = TS / (16 * kWarpsPerHead);
@@ -786,50 +786,60 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
   if (*flag == 0) return;  // whole CTA
   __threadfence();
 
-  float* wts = reinterpret_cast<float*>(smem);  // [splits][nh]: lse, then weights
+  // Four dims of one head per thread. Each thread reads kBatch splits' lse and partials at once
+  // and folds them into a running (max, sum, acc): one L2 round trip per kBatch splits, with no
+  // separate pass for the lse and no barrier.
+  constexpr int kBatch = 16;
   const long long base = (long long)b * p.max_splits * p.num_qo_heads + h * p.group;
-  for (int i = tid; i < sq.splits * nh; i += kThreads) {
-    const int sp = i / nh;
-    wts[i] = __ldcg(p.ws_lse + base + (long long)sp * p.num_qo_heads + (i - sp * nh));
-  }
-  __syncthreads();
-  if (tid < nh) {
-    float mx = kNegInf;
-    for (int sp = 0; sp < sq.splits; ++sp) mx = fmaxf(mx, wts[sp * nh + tid]);
-    float tot = 0.0f;
-    for (int sp = 0; sp < sq.splits; ++sp) {
-      const float w = mx == kNegInf ? 0.0f : exp2f(wts[sp * nh + tid] - mx);  // empty: 0
-      wts[sp * nh + tid] = w;
-      tot += w;
-    }
-    const float inv = tot > 0.0f ? 1.0f / tot : 0.0f;
-    for (int sp = 0; sp < sq.splits; ++sp) wts[sp * nh + tid] *= inv;
-    if (p.lse != nullptr) {
-      p.lse[b * p.lse_sb + (h * p.group + tid) * p.lse_sh] =
-          tot > 0.0f ? (mx + __log2f(tot)) * kLn2 : kNegInf;
-    }
-  }
-  __syncthreads();
-  // Four dims per thread; the partials' loads are independent, so unrolling keeps many in flight.
   for (int i = tid; i < nh * (D / 4); i += kThreads) {
     const int k = i / (D / 4);
     const int d = (i - k * (D / 4)) * 4;
+    float m = kNegInf, tot = 0.0f;
     float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 16
-    for (int sp = 0; sp < sq.splits; ++sp) {
-      const float w = wts[sp * nh + k];
-      const float4 x = __ldcg(reinterpret_cast<const float4*>(
-          p.ws_o + (base + (long long)sp * p.num_qo_heads + k) * D + d));
-      acc.x += w * x.x;
-      acc.y += w * x.y;
-      acc.z += w * x.z;
-      acc.w += w * x.w;
+    for (int s0 = 0; s0 < sq.splits; s0 += kBatch) {
+      float ls[kBatch];
+      float4 x[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const long long part_k = base + (long long)(s0 + u) * p.num_qo_heads + k;
+        ls[u] = kNegInf;
+        x[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (s0 + u < sq.splits) {
+          ls[u] = __ldcg(p.ws_lse + part_k);
+          x[u] = __ldcg(reinterpret_cast<const float4*>(p.ws_o + part_k * D + d));
+        }
+      }
+      float m_new = m;
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) m_new = fmaxf(m_new, ls[u]);
+      if (m_new == kNegInf) continue;        // every partial so far empty
+      const float alpha = exp2f(m - m_new);  // m = -inf: 0
+      tot *= alpha;
+      acc.x *= alpha;
+      acc.y *= alpha;
+      acc.z *= alpha;
+      acc.w *= alpha;
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const float w = exp2f(ls[u] - m_new);  // an empty or absent partial (-inf): 0
+        tot += w;
+        acc.x += w * x[u].x;
+        acc.y += w * x[u].y;
+        acc.z += w * x[u].z;
+        acc.w += w * x[u].w;
+      }
+      m = m_new;
     }
+    const float inv = tot > 0.0f ? 1.0f / tot : 0.0f;
     QT* dst = static_cast<QT*>(p.out) + b * p.o_sb + (h * p.group + k) * p.o_sh + d;
-    dst[0] = from_float<QT>(acc.x);
-    dst[1] = from_float<QT>(acc.y);
-    dst[2] = from_float<QT>(acc.z);
-    dst[3] = from_float<QT>(acc.w);
+    dst[0] = from_float<QT>(acc.x * inv);
+    dst[1] = from_float<QT>(acc.y * inv);
+    dst[2] = from_float<QT>(acc.z * inv);
+    dst[3] = from_float<QT>(acc.w * inv);
+    if (d == 0 && p.lse != nullptr) {
+      p.lse[b * p.lse_sb + (h * p.group + k) * p.lse_sh] =
+          tot > 0.0f ? (m + __log2f(tot)) * kLn2 : kNegInf;
+    }
   }
 }
 

@@ -511,12 +511,15 @@ void apply_tuning(DecodePlanData& pl, const DecodeTuning& t, const SmemBudget& b
     fail(KJIT_ERROR_INVALID_ARGUMENT, "tuning: a stage's copies do not split over {} threads",
          32 * c.warps);
   }
-  // The warps' merge scratch lives in the stage buffers (the fused merge's weights: see the plan).
+  if (t.cluster_merge >= 0) c.cluster_merge = t.cluster_merge != 0 ? 1 : 0;
+  // The warps' merge scratch lives in the stage buffers, and after it the cluster merge's partial
+  // (decode.cuh's DecodeSmem::kCmEnd).
   auto scratch_fits = [&] {
     const int stage_bytes = c.stages * 2 * c.heads_per_cta * c.stage_tokens * c.head_dim * kv_bytes;
     const int rows = 8 * c.n_tiles;
     const int warp_merge = c.warps * rows * (c.head_dim + 4) * 4 + 3 * c.warps * rows * 4;
-    return warp_merge <= stage_bytes;
+    const int cm_end = (warp_merge + 15) / 16 * 16 + c.heads_per_cta * rows * (c.head_dim + 1) * 4;
+    return (c.cluster_merge != 0 ? cm_end : warp_merge) <= stage_bytes;
   };
   const int want_per_sm = t.ctas_per_sm > 0 ? t.ctas_per_sm : 2;
   // Sized for the 64-bit lookups a run falls back to from 32-bit ones (caches past 4 GB).
@@ -542,8 +545,8 @@ void apply_tuning(DecodePlanData& pl, const DecodeTuning& t, const SmemBudget& b
   }
   if (!scratch_fits()) {
     fail(KJIT_ERROR_INVALID_ARGUMENT,
-         "tuning: {} stages of {} tokens are too small for the merge scratch", c.stages,
-         c.stage_tokens);
+         "tuning: {} stages of {} tokens are too small for the merge scratch{}", c.stages,
+         c.stage_tokens, c.cluster_merge != 0 ? " and the cluster merge's partial" : "");
   }
   const int smem = decode_smem_bytes(c);
   c.addr = addr;
@@ -557,7 +560,6 @@ void apply_tuning(DecodePlanData& pl, const DecodeTuning& t, const SmemBudget& b
     per_sm = std::max(1, std::min(budget.per_sm / (smem + budget.reserved), 2048 / (32 * c.warps)));
   }
   if (t.fused_merge >= 0) pl.fused_merge = t.fused_merge != 0 ? 1 : 0;
-  if (t.cluster_merge >= 0) c.cluster_merge = t.cluster_merge != 0 ? 1 : 0;
   if (t.pdl >= 0) pl.pdl = t.pdl != 0 ? 1 : 0;
   pl.cfg = c;
   pl.ctas_per_sm = per_sm;
@@ -715,12 +717,6 @@ DecodePlanData plan_batch_decode(const int32_t* kv_indptr_host, int batch, int n
     const uint64_t o_bytes = parts * head_dim * 4;
     pl.ws_lse_offset = (o_bytes + 255) / 256 * 256;
     pl.workspace_bytes = (pl.ws_lse_offset + parts * 4 + 255) / 256 * 256;
-    // The fused merge's weights ([splits][heads of a CTA] floats) live in the stage buffers.
-    const int64_t stage_bytes = static_cast<int64_t>(pl.cfg.stages) * 2 * hp * pl.cfg.stage_tokens *
-                                head_dim * (fp8 ? 1 : 2);
-    if (static_cast<int64_t>(pl.split.max_splits) * hp * group * 4 > stage_bytes) {
-      pl.fused_merge = 0;
-    }
     if (pl.fused_merge != 0) {
       pl.counters_offset = pl.workspace_bytes;
       const uint64_t counters = static_cast<uint64_t>(batch) * (num_kv_heads / hp);

@@ -173,3 +173,29 @@ TEST_CASE("decode variants: the cluster merge takes 2..16 splits and names its s
   // The auto split of B1 x L8192 (32) is refused the same way: num_splits must say <= 16.
   CHECK_THROWS_AS(plan(&t), kjit::Error);
 }
+
+TEST_CASE("decode variants: a cluster merge whose partial does not fit is refused at plan time",
+          "[attention]") {
+  // fp16 q, fp8 cache, group 16 (two n-tiles), four heads per CTA: 16-token stages leave no room
+  // after the warps' merge scratch for the cluster's [64][128] partial. The plain merge fits.
+  const std::vector<int32_t> indptr = {0, 40};
+  const DLDataType fp16{kDLFloat, 16, 1}, e4m3{10, 8, 1};
+  ops::DecodeTuning t;
+  t.heads_per_cta = 4;
+  auto make = [&] {
+    return ops::plan_batch_decode(indptr.data(), 1, 128, 8, 128, 16, KJIT_KV_LAYOUT_NHD, fp16, e4m3,
+                                  0.0f, 0.0f, -1, 3, 132, 0, &t);
+  };
+  CHECK(make().cfg.heads_per_cta == 4);
+  t.cluster_merge = 1;
+  try {
+    make();
+    FAIL("a cluster merge without room for its partial was planned");
+  } catch (const kjit::Error& e) {
+    CHECK(e.status() == KJIT_ERROR_INVALID_ARGUMENT);
+    CHECK(has(e.what(), "cluster merge's partial"));
+  }
+  // The default geometry has the room.
+  t.heads_per_cta = 0;
+  CHECK(make().cfg.cluster_merge == 1);
+}
