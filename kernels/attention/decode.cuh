@@ -177,6 +177,17 @@ KJIT_DEVICE KJIT_FORCEINLINE int swz(int row, int chunk) {
   return row * ROW_BYTES + ((chunk ^ (row & 7)) << 4);
 }
 
+#ifdef KJIT_DECODE_STAMPS
+// Thread 0 of a split kernel's first and last split CTAs prints the CTA's stamps (one line that
+// bench/experiments/decode_stamps.sh parses).
+KJIT_DEVICE void print_decode_stamps(const unsigned long long (&s)[5], int split, int splits) {
+  if (threadIdx.x == 0 && (split == 0 || split == splits - 1)) {
+    printf("kjit-dstamps cta %d split %d entry %llu ids %llu first %llu loop %llu end %llu\n",
+           int(blockIdx.x), split, s[0], s[1], s[2], s[3], s[4]);
+  }
+}
+#endif
+
 // Most splits a cluster merge combines (the largest, non-portable, cluster on sm_90).
 constexpr int kDecodeClusterMax = 16;
 
@@ -752,19 +763,13 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
     if (!final_out) decode_cluster_merge<QT, D, kThreads>(p, cm_o, cm_lse, nh, b, h, split);
 #ifdef KJIT_DECODE_STAMPS
     KJIT_DSTAMP(4);  // merged and stored
-    if (tid == 0 && (split == 0 || split == sq.splits - 1)) {
-      printf("kjit-dstamps cta %d split %d entry %llu ids %llu first %llu loop %llu end %llu\n",
-             int(blockIdx.x), split, d_stamp[0], d_stamp[1], d_stamp[2], d_stamp[3], d_stamp[4]);
-    }
+    print_decode_stamps(d_stamp, split, sq.splits);
 #endif
     return;
   }
 #ifdef KJIT_DECODE_STAMPS
   KJIT_DSTAMP(4);  // outputs or partials stored
-  if (tid == 0 && (split == 0 || split == sq.splits - 1)) {
-    printf("kjit-dstamps cta %d split %d entry %llu ids %llu first %llu loop %llu end %llu\n",
-           int(blockIdx.x), split, d_stamp[0], d_stamp[1], d_stamp[2], d_stamp[3], d_stamp[4]);
-  }
+  print_decode_stamps(d_stamp, split, sq.splits);
 #endif
   if (final_out || p.counters == nullptr) return;
 

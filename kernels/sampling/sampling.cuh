@@ -170,6 +170,16 @@ struct Window {
   bool have_mass;
   float scale;  // fixed-point units per unit of weight
   double above;
+  // The whole key range in 2^20-key bins, no bin masses, nothing above: pass 0's histogram as
+  // the first level (kmax is the row's and stays).
+  KJIT_DEVICE KJIT_FORCEINLINE void whole() {
+    lo = 0;
+    hi = 0x7fffffffu;
+    s = 20;
+    have_mass = false;
+    scale = 0.0f;
+    above = 0.0;
+  }
 };
 
 // Lower and upper bounds of bin b's mass.
@@ -1009,12 +1019,7 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
         if (wk != 0u) detail::add_significand(s_mhi, s_mlo, int(wk >> 20), wk);
       }
       __syncthreads();
-      w.lo = 0;
-      w.hi = 0x7fffffffu;
-      w.s = 20;
-      w.have_mass = false;
-      w.scale = 0.0f;
-      w.above = 0.0;
+      w.whole();
       double mass_k = 0.0;
       for (int b = int(threadIdx.x); b < kBins; b += int(blockDim.x)) {
         mass_k += detail::exact_bin_mass(s_mhi, s_mlo, w, b);
@@ -1035,12 +1040,7 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
     } else {
       // The first level is pass 0's histogram (counts only, bounds from the bin edges; exact:
       // the bins' masses).
-      w.lo = 0;
-      w.hi = 0x7fffffffu;
-      w.s = 20;
-      w.have_mass = false;
-      w.scale = 0.0f;
-      w.above = 0.0;
+      w.whole();
       target = double(top_p) * wsum;
     }
     u32 kp = w.lo;

@@ -363,7 +363,8 @@ OpDef sampling_filter_op_def() {
   };
   d.catalog = [] {
     // The vocabulary is a launch-time value, so a handful of variants serve every model: each
-    // input kind and dtype with 16-byte loads, and the scalar path for odd vocabularies. Every
+    // input kind and dtype with vector loads (four elements), and the scalar path for odd
+    // vocabularies. Every
     // sampler comes twice, as the plan launches both: the exact-mass search (rows without a
     // top-k) and the counting one (rows that may have one).
     std::vector<SetArgs> out;

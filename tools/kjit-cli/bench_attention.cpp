@@ -156,13 +156,11 @@ int bench_decode_attention(const ops::SetArgs& args, const BenchOptions& opts) {
     tune.addr = a == "legacy" ? 0 : (a == "64" ? 1 : 2);
     tuned = true;
   }
-  for (const auto& [key, field] : {std::pair{"pdl", &tune.pdl}}) {
-    if (args.count(key)) {
-      const std::string v = args.at(key);
-      if (v != "0" && v != "1") throw UsageError(fmt::format("{} must be 0 or 1", key));
-      *field = v == "1" ? 1 : 0;
-      tuned = true;
-    }
+  if (args.count("pdl")) {
+    const std::string v = args.at("pdl");
+    if (v != "0" && v != "1") throw UsageError("pdl must be 0 or 1");
+    tune.pdl = v == "1" ? 1 : 0;
+    tuned = true;
   }
   if (tuned) {
     raw_plan->data = ops::plan_batch_decode(
