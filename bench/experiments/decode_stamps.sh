@@ -5,7 +5,8 @@
 # with the given arguments, and prints, as medians over the launches (the first, cold, dropped),
 # when each phase ended in ns from the earliest printed CTA's entry: the first and last split
 # CTAs of every head set print (entry, page ids and q in, first stage in, last stage computed,
-# stored), and the merge kernel's block 0 (entry, after griddepcontrol.wait, stored). The
+# the warps' states in shared memory, their weights, stored: the last three also as each CTA's
+# step, median and the CTA whose loop ended last), and the merge kernel's block 0 (entry, after griddepcontrol.wait, stored). The
 # printf at a CTA's end delays the merge's wait a little; the phases before it are as timed.
 #   bash bench/experiments/decode_stamps.sh --set dtype=bf16 --set batch=1 --set kv_len=8192 \
 #     --set qo_heads=32 --set kv_heads=8 --set head_dim=128 --set page_size=16
@@ -24,7 +25,7 @@ ev = []  # (entry, kind, stamps)
 for l in sys.stdin:
     f = l.split()
     if f[0] == "kjit-dstamps":
-        ev.append((int(f[6]), "cta", [int(f[i]) for i in (6, 8, 10, 12, 14)]))
+        ev.append((int(f[6]), "cta", [int(f[i]) for i in (6, 8, 10, 12, 14, 16, 18)]))
     else:
         ev.append((int(f[2]), "merge", [int(f[i]) for i in (2, 4, 6)]))
 if not ev:
@@ -52,6 +53,12 @@ for L in launches[1:]:
     add("loop done (median CTA)", st.median(s[3] for s in ctas) - t0)
     add("loop done (latest CTA)", max(s[3] for s in ctas) - t0)
     add("stored (latest CTA)", max(s[4] for s in ctas) - t0)
+    # The epilogue's steps, per CTA (median and the CTA whose loop ended last).
+    late = max(ctas, key=lambda s: s[3])
+    for name, i, j in (("loop -> states in smem", 3, 5), ("states -> weights", 5, 6),
+                       ("weights -> stored", 6, 4)):
+        add(f"{name} (median CTA)", st.median(s[j] - s[i] for s in ctas))
+        add(f"{name} (latest loop CTA)", late[j] - late[i])
     for _, k, s in L:
         if k == "merge":
             add("merge entry", s[0] - t0)

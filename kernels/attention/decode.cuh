@@ -180,10 +180,12 @@ KJIT_DEVICE KJIT_FORCEINLINE int swz(int row, int chunk) {
 #ifdef KJIT_DECODE_STAMPS
 // Thread 0 of a split kernel's first and last split CTAs prints the CTA's stamps (one line that
 // bench/experiments/decode_stamps.sh parses).
-KJIT_DEVICE void print_decode_stamps(const unsigned long long (&s)[5], int split, int splits) {
+KJIT_DEVICE void print_decode_stamps(const unsigned long long (&s)[7], int split, int splits) {
   if (threadIdx.x == 0 && (split == 0 || split == splits - 1)) {
-    printf("kjit-dstamps cta %d split %d entry %llu ids %llu first %llu loop %llu end %llu\n",
-           int(blockIdx.x), split, s[0], s[1], s[2], s[3], s[4]);
+    printf(
+        "kjit-dstamps cta %d split %d entry %llu ids %llu first %llu loop %llu end %llu states %llu "
+        "weights %llu\n",
+        int(blockIdx.x), split, s[0], s[1], s[2], s[3], s[4], s[5], s[6]);
   }
 }
 #endif
@@ -286,7 +288,7 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
 
   const int tid = int(threadIdx.x);
 #ifdef KJIT_DECODE_STAMPS
-  unsigned long long d_stamp[5] = {0, 0, 0, 0, 0};
+  unsigned long long d_stamp[7] = {0, 0, 0, 0, 0, 0, 0};
 #endif
   KJIT_DSTAMP(0);  // entry
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -704,6 +706,7 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
     }
   }
   __syncthreads();
+  KJIT_DSTAMP(5);  // the warps' states in shared memory
 
   // Heads k = hh * group + j of the CTA (qo head h * group + k): the CTA's qo heads are adjacent.
   const bool final_out = sq.splits == 1;
@@ -740,6 +743,7 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
     }
   }
   __syncthreads();
+  KJIT_DSTAMP(6);  // the warps' weights
   for (int i = tid; i < nh * D; i += kThreads) {
     const int k = i / D;
     const int d = i - k * D;
