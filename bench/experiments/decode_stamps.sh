@@ -53,7 +53,7 @@ for L in launches[1:]:
     add("loop done (median CTA)", st.median(s[3] for s in ctas) - t0)
     add("loop done (latest CTA)", max(s[3] for s in ctas) - t0)
     add("stored (latest CTA)", max(s[4] for s in ctas) - t0)
-    # The epilogue's steps, per CTA (median and the CTA whose loop ended last).
+    # The epilogue steps, per CTA (median and the CTA whose loop ended last).
     late = max(ctas, key=lambda s: s[3])
     for name, i, j in (("loop -> states in smem", 3, 5), ("states -> weights", 5, 6),
                        ("weights -> stored", 6, 4)):
