@@ -5,9 +5,10 @@
 # with the given arguments, and prints, as medians over the launches (the first, cold, dropped),
 # when each phase ended in ns from the earliest printed CTA's entry: the first and last split
 # CTAs of every head set print (entry, page ids and q in, first stage in, last stage computed,
-# the warps' states in shared memory, their weights, stored: the last three also as each CTA's
-# step, median and the CTA whose loop ended last), and the merge kernel's block 0 (entry, after griddepcontrol.wait, stored). The
-# printf at a CTA's end delays the merge's wait a little; the phases before it are as timed.
+# the warps' states in shared memory, outputs computed, stored: the last three also as each CTA's
+# step, median and the CTA whose loop ended last), and the merge kernel's block 0 (entry, after
+# griddepcontrol.wait, stored). The printf at a CTA's end delays the merge's wait a little; the
+# phases before it are as timed. MERGE_ONLY=1: only the merge block prints (its wait and its work).
 #   bash bench/experiments/decode_stamps.sh --set dtype=bf16 --set batch=1 --set kv_len=8192 \
 #     --set qo_heads=32 --set kv_heads=8 --set head_dim=128 --set page_size=16
 # Needs a GPU; CLI defaults to build-h200's kjit-cli.
@@ -16,7 +17,10 @@ cd "$(dirname "$0")/../.."
 CLI=${CLI:-build-h200/tools/kjit-cli/kjit-cli}
 dir=$(mktemp -d)
 cp -r kernels "$dir/kernels"
-sed -i '1i #define KJIT_DECODE_STAMPS 1' "$dir/kernels/attention/decode.cuh"
+mode=1
+[ -n "${MERGE_ONLY:-}" ] && mode=2
+sed -i "1i #define KJIT_DECODE_STAMPS $mode" \
+  "$dir/kernels/attention/decode.cuh"
 KJIT_KERNEL_DIR="$dir/kernels" KJIT_CACHE_DIR="$dir/cache" "$CLI" bench decode_attention "$@" \
   --no-check > "$dir/out.log" 2>&1 || { tail -5 "$dir/out.log"; exit 1; }
 grep -E '^kjit-(d|m)stamps' "$dir/out.log" | python3 -c '
@@ -43,7 +47,10 @@ def add(k, v):
     rows.setdefault(k, []).append(v)
 for L in launches[1:]:
     ctas = [s for _, k, s in L if k == "cta"]
-    if not ctas:
+    if not ctas:  # MERGE_ONLY: the merge block phases alone
+        for _, k, s in L:
+            add("merge waited (from its entry)", s[1] - s[0])
+            add("merge stored (from waited)", s[2] - s[1])
         continue
     t0 = min(s[0] for s in ctas)
     add("last CTA entry", max(s[0] for s in ctas) - t0)
@@ -55,8 +62,8 @@ for L in launches[1:]:
     add("stored (latest CTA)", max(s[4] for s in ctas) - t0)
     # The epilogue steps, per CTA (median and the CTA whose loop ended last).
     late = max(ctas, key=lambda s: s[3])
-    for name, i, j in (("loop -> states in smem", 3, 5), ("states -> weights", 5, 6),
-                       ("weights -> stored", 6, 4)):
+    for name, i, j in (("loop -> states in smem", 3, 5), ("states -> computed", 5, 6),
+                       ("computed -> stored", 6, 4)):
         add(f"{name} (median CTA)", st.median(s[j] - s[i] for s in ctas))
         add(f"{name} (latest loop CTA)", late[j] - late[i])
     for _, k, s in L:

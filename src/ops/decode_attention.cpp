@@ -517,7 +517,7 @@ void apply_tuning(DecodePlanData& pl, const DecodeTuning& t, const SmemBudget& b
   auto scratch_fits = [&] {
     const int stage_bytes = c.stages * 2 * c.heads_per_cta * c.stage_tokens * c.head_dim * kv_bytes;
     const int rows = 8 * c.n_tiles;
-    const int warp_merge = c.warps * rows * (c.head_dim + 4) * 4 + 3 * c.warps * rows * 4;
+    const int warp_merge = c.warps * rows * (c.head_dim + 4) * 4 + 2 * c.warps * rows * 4;
     const int cm_end = (warp_merge + 15) / 16 * 16 + c.heads_per_cta * rows * (c.head_dim + 1) * 4;
     return (c.cluster_merge != 0 ? cm_end : warp_merge) <= stage_bytes;
   };
