@@ -31,7 +31,7 @@ for l in sys.stdin:
     if f[0] == "kjit-dstamps":
         ev.append((int(f[6]), "cta", [int(f[i]) for i in (6, 8, 10, 12, 14, 16, 18)]))
     else:
-        ev.append((int(f[2]), "merge", [int(f[i]) for i in (2, 4, 6)]))
+        ev.append((int(f[2]), "merge", [int(f[i]) for i in (2, 4, 6, 8, 10)]))
 if not ev:
     sys.exit("no stamp lines: did the launch take the decode kernel?")
 ev.sort()
@@ -50,7 +50,9 @@ for L in launches[1:]:
     if not ctas:  # MERGE_ONLY: the merge block phases alone
         for _, k, s in L:
             add("merge waited (from its entry)", s[1] - s[0])
-            add("merge stored (from waited)", s[2] - s[1])
+            add("merge warp 0 folded (from waited)", s[3] - s[1])
+            add("merge states combined (from folded)", s[4] - s[3])
+            add("merge stored (from combined)", s[2] - s[4])
         continue
     t0 = min(s[0] for s in ctas)
     add("last CTA entry", max(s[0] for s in ctas) - t0)

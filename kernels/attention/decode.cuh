@@ -876,7 +876,7 @@ __global__ void __launch_bounds__(128) decode_merge_kernel(const __grid_constant
   const int b = int(blockIdx.x / unsigned(p.num_qo_heads));
   const int qh = int(blockIdx.x - unsigned(b) * unsigned(p.num_qo_heads));
 #ifdef KJIT_DECODE_STAMPS
-  unsigned long long d_stamp[3] = {0, 0, 0};
+  unsigned long long d_stamp[5] = {0, 0, 0, 0, 0};
 #endif
   KJIT_DSTAMP(0);  // entry
   // The page table is an input the split kernel does not write: reading it before the wait
@@ -934,6 +934,7 @@ __global__ void __launch_bounds__(128) decode_merge_kernel(const __grid_constant
     }
     m = m_new;
   }
+  KJIT_DSTAMP(3);  // warp 0's partials read and folded
 #pragma unroll
   for (int i = 0; i < kPer; ++i) s_acc[warp][lane * kPer + i] = acc[i];
   if (lane == 0) {
@@ -941,6 +942,7 @@ __global__ void __launch_bounds__(128) decode_merge_kernel(const __grid_constant
     s_sum[warp] = sum;
   }
   __syncthreads();
+  KJIT_DSTAMP(4);  // every warp's state in shared memory
 
   float mx = kNegInf;
 #pragma unroll
@@ -966,7 +968,8 @@ __global__ void __launch_bounds__(128) decode_merge_kernel(const __grid_constant
 #ifdef KJIT_DECODE_STAMPS
   KJIT_DSTAMP(2);  // stored
   if (threadIdx.x == 0 && blockIdx.x == 0) {
-    printf("kjit-mstamps entry %llu waited %llu end %llu\n", d_stamp[0], d_stamp[1], d_stamp[2]);
+    printf("kjit-mstamps entry %llu waited %llu end %llu folded %llu combined %llu\n", d_stamp[0],
+           d_stamp[1], d_stamp[2], d_stamp[3], d_stamp[4]);
   }
 #endif
 }
