@@ -9,7 +9,7 @@
 # step, median and the CTA whose loop ended last), and the merge kernel's block 0 (entry, after
 # griddepcontrol.wait, stored). The printf at a CTA's end delays the merge's wait a little; the
 # phases before it are as timed. MERGE_ONLY=1: only the merge block prints (its wait and its work).
-# DEFINES="NAME ...": experiment macros defined in the copy as well (e.g. KJIT_DECODE_MERGE_WARM).
+# DEFINES="NAME ...": experiment macros defined in the copy as well (round 24d tried one).
 #   bash bench/experiments/decode_stamps.sh --set dtype=bf16 --set batch=1 --set kv_len=8192 \
 #     --set qo_heads=32 --set kv_heads=8 --set head_dim=128 --set page_size=16
 # Needs a GPU; CLI defaults to build-h200's kjit-cli.

@@ -884,17 +884,6 @@ __global__ void __launch_bounds__(128) decode_merge_kernel(const __grid_constant
   const SeqSplit sq = seq_split(p, seq_load(p, b));
   const long long hs = p.num_qo_heads;
   const long long base = (long long)b * p.max_splits * hs + qh;  // partial s: base + s * hs
-#ifdef KJIT_DECODE_MERGE_WARM
-  // Experiment (bench/h200_round25.sh): L2 prefetches of the first partial, its lse and the out
-  // row before the wait, so that their address translations are not on the path after it. (A
-  // prefetch to L2 leaves no stale line in L1; the split CTAs write these lines later.)
-  if (threadIdx.x == 0 && sq.splits > 1) {
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(p.ws_o + base * D));
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(p.ws_lse + base));
-    asm volatile(
-        "prefetch.global.L2 [%0];" ::"l"(static_cast<QT*>(p.out) + b * p.o_sb + qh * p.o_sh));
-  }
-#endif
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // Launched as a programmatic dependent (the host's pdl option), this block may run before the
   // split kernel finishes: wait for it and its memory. Otherwise this returns at once.
