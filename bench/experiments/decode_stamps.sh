@@ -9,7 +9,7 @@
 # step, median and the CTA whose loop ended last), and the merge kernel's block 0 (entry, after
 # griddepcontrol.wait, stored). The printf at a CTA's end delays the merge's wait a little; the
 # phases before it are as timed. MERGE_ONLY=1: only the merge block prints (its wait and its work).
-# DEFINES="NAME ...": experiment macros defined in the copy as well (round 24d tried one).
+# DEFINES="NAME[=VALUE] ...": experiment macros defined in the copy as well (value 1 by default).
 #   bash bench/experiments/decode_stamps.sh --set dtype=bf16 --set batch=1 --set kv_len=8192 \
 #     --set qo_heads=32 --set kv_heads=8 --set head_dim=128 --set page_size=16
 # Needs a GPU; CLI defaults to build-h200's kjit-cli.
@@ -21,7 +21,11 @@ cp -r kernels "$dir/kernels"
 mode=1
 [ -n "${MERGE_ONLY:-}" ] && mode=2
 sed -i "1i #define KJIT_DECODE_STAMPS $mode" "$dir/kernels/attention/decode.cuh"
-for m in ${DEFINES:-}; do sed -i "1i #define $m 1" "$dir/kernels/attention/decode.cuh"; done
+for m in ${DEFINES:-}; do
+  v=1
+  [[ $m == *=* ]] && v=${m#*=}
+  sed -i "1i #define ${m%%=*} $v" "$dir/kernels/attention/decode.cuh"
+done
 KJIT_KERNEL_DIR="$dir/kernels" KJIT_CACHE_DIR="$dir/cache" "$CLI" bench decode_attention "$@" \
   --no-check > "$dir/out.log" 2>&1 || { tail -5 "$dir/out.log"; exit 1; }
 grep -E '^kjit-(d|m)stamps' "$dir/out.log" | python3 -c '
