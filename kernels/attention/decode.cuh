@@ -299,20 +299,6 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
   // attribute this does nothing.
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
-#ifdef KJIT_DECODE_KV_WARM
-  // Experiment (bench/h200_round25a.sh): an L2 prefetch into the K and V caches at entry, beside
-  // the page-table reads, so that the first K / V loads find more of their address translation
-  // (the page-walk levels above the page, or with KJIT_DECODE_KV_WARM 2 the CTA's share of the
-  // pool spread over the grid) already cached.
-  if (tid == 0 && p.num_pages > 0) {
-    const long long pg =
-        KJIT_DECODE_KV_WARM == 2 ? (long long)blockIdx.x * p.num_pages / gridDim.x : 0;
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const unsigned char*>(p.k_cache) +
-                                                  pg * p.k_sp * Smem::kKvBytes));
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const unsigned char*>(p.v_cache) +
-                                                  pg * p.v_sp * Smem::kKvBytes));
-  }
-#endif
   const int lane = tid & 31;
   const int warp = tid >> 5;
   const int g = lane >> 2;
