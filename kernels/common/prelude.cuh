@@ -73,11 +73,28 @@ KJIT_DEVICE KJIT_FORCEINLINE __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
 // kernel after this one start launching (its own wait still holds it until this grid is done).
 // Without a programmatic launch both return at once. Call it before the first global memory
 // access of a kernel the host may launch that way.
-KJIT_DEVICE KJIT_FORCEINLINE void pdl_enter() {
+//
+// The one exception: memory that no kernel on the stream writes while a forward pass runs (model
+// parameters: norm weights, gamma, beta) may be read before the wait. The decode-size norm
+// variants (kernels/norm/, EARLY_PARAMS) do so through pdl_wait / pdl_launch_dependents below,
+// with plain loads (ptxas keeps plain and .cg loads where they are written; .nc loads it sinks
+// past the wait), so their L2 round trip overlaps the predecessor's tail instead of following
+// the row's reduction. docs/c-api.md states the contract this relies on.
+KJIT_DEVICE KJIT_FORCEINLINE void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+KJIT_DEVICE KJIT_FORCEINLINE void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+
+KJIT_DEVICE KJIT_FORCEINLINE void pdl_enter() {
+  pdl_wait();
+  pdl_launch_dependents();
 }
 
 }  // namespace kjit

@@ -16,6 +16,7 @@
 // dependent index loads (batch index -> indptr -> page id), so their latencies overlap.
 #pragma once
 
+#include "common/fastdiv.cuh"
 #include "common/prelude.cuh"
 #include "common/vec.cuh"
 
@@ -43,6 +44,8 @@ struct AppendPagedKvParams {
   int page_size;
   int batch;
   int nnz_pages;
+  FastDiv heads_div;      // row / num_heads
+  FastDiv page_size_div;  // pos / page_size
 };
 
 // Launch with grid = ceil(rows / (blockDim.x / kThreadsPerRow)) and blockDim.x a multiple of
@@ -71,7 +74,9 @@ append_paged_kv_kernel(const __grid_constant__ AppendPagedKvParams p) {
   const int row = int(blockIdx.x) * rows_per_block + local;
   // Threads past the last whole row or past the rows stay until the shuffles below.
   const bool live = local < rows_per_block && row < p.rows;
-  const int token = live ? row / p.num_heads : 0;
+  // Divisions by host-computed multipliers (common/fastdiv.cuh): both sit on the dependent chain
+  // below, where a run-time division was ~20 serial instructions each.
+  const int token = live ? fast_div(row, p.heads_div) : 0;
   const int head = live ? row - token * p.num_heads : 0;
 
   // At decode sizes the kernel's time is the chain of dependent loads: batch index -> indptr ->
@@ -113,11 +118,12 @@ append_paged_kv_kernel(const __grid_constant__ AppendPagedKvParams p) {
     first = __ldg(p.kv_indptr + b);
     end = __ldg(p.kv_indptr + b + 1);
   }
-  const long long slot_index = (long long)first + pos / p.page_size;
+  const int page_in_seq = fast_div(pos, p.page_size_div);  // pos >= 0 here
+  const long long slot_index = (long long)first + page_in_seq;
   if (first < 0 || slot_index >= end || slot_index >= p.nnz_pages) return;
   const int page = __ldg(p.kv_indices + slot_index);
   if (page < 0 || page >= p.num_pages) return;
-  const int slot = pos % p.page_size;
+  const int slot = pos - page_in_seq * p.page_size;
 
   T* kd = static_cast<T*>(p.k_cache) + page * p.kc_sp + slot * p.kc_ss + head * p.kc_sh;
   T* vd = static_cast<T*>(p.v_cache) + page * p.vc_sp + slot * p.vc_ss + head * p.vc_sh;

@@ -35,14 +35,15 @@ struct FusedAddRmsNormParams {
 // Launch with grid = ceil(rows / ROWS_PER_BLOCK), block = THREADS_PER_ROW * ROWS_PER_BLOCK and no
 // dynamic shared memory. input, residual, weight and both row strides must be aligned to
 // VEC * sizeof(T) bytes. input and residual must not overlap each other, and neither may overlap
-// weight (read through the non-coherent path).
+// weight (read through the non-coherent path). EARLY_PARAMS: the weight is read before the
+// programmatic-launch wait, as in rmsnorm_kernel (same contract).
 // clang-format would read the launch bound as a pointer declaration.
 // clang-format off
-template <typename T, int HIDDEN, int VEC, int THREADS_PER_ROW, int ROWS_PER_BLOCK>
+template <typename T, int HIDDEN, int VEC, int THREADS_PER_ROW, int ROWS_PER_BLOCK,
+          bool EARLY_PARAMS = false>
 __global__ void __launch_bounds__(THREADS_PER_ROW * ROWS_PER_BLOCK)
 fused_add_rmsnorm_kernel(const __grid_constant__ FusedAddRmsNormParams p) {
   // clang-format on
-  pdl_enter();  // before any global access: see prelude.cuh
   static_assert(HIDDEN >= 1, "HIDDEN must be positive");
   static_assert(VEC >= 1 && HIDDEN % VEC == 0, "HIDDEN must be a multiple of VEC");
   static_assert(VEC * sizeof(T) <= 16, "a vector must fit one 16-byte access");
@@ -70,6 +71,24 @@ fused_add_rmsnorm_kernel(const __grid_constant__ FusedAddRmsNormParams p) {
       kIters <= detail::kMaxCachedVecs && 2 * kIters * kRegsPerVec <= kRegBudget;
   constexpr bool kPrefetchWeight =
       kCacheRow && kThreads < 1024 && 3 * kIters * kRegsPerVec <= kRegBudget;
+  // Decode sizes: the prefetched weight loads go before the programmatic-launch wait (see
+  // rmsnorm_kernel).
+  constexpr bool kEarly = EARLY_PARAMS && kPrefetchWeight;
+  V wearly[kEarly ? kIters : 1];
+  if constexpr (kEarly) {
+    const int t =
+        THREADS_PER_ROW == kThreads ? int(threadIdx.x) : int(threadIdx.x) % THREADS_PER_ROW;
+    const T* wp = static_cast<const T*>(p.weight);
+#pragma unroll
+    for (int k = 0; k < kIters; ++k) {
+      const int v = t + k * THREADS_PER_ROW;
+      if (kEven || k < kIters - 1 || v < kVecs) wearly[k].load(wp + v * VEC);
+    }
+    pdl_wait();
+    pdl_launch_dependents();
+  } else {
+    pdl_enter();  // before any global access: see prelude.cuh
+  }
 
   const int tid =
       THREADS_PER_ROW == kThreads ? int(threadIdx.x) : int(threadIdx.x) % THREADS_PER_ROW;
@@ -91,14 +110,14 @@ fused_add_rmsnorm_kernel(const __grid_constant__ FusedAddRmsNormParams p) {
   if constexpr (kCacheRow) {
     V xv[kIters];
     V rv[kIters];
-    V wv[kPrefetchWeight ? kIters : 1];
+    V wv[kPrefetchWeight && !kEarly ? kIters : 1];
 #pragma unroll
     for (int k = 0; k < kIters; ++k) {
       const int v = tid + k * THREADS_PER_ROW;
       if (in_row(k, v)) {
         xv[k].load(x + v * VEC);
         rv[k].load(res + v * VEC);
-        if constexpr (kPrefetchWeight) wv[k].load_ro(w + v * VEC);
+        if constexpr (kPrefetchWeight && !kEarly) wv[k].load_ro(w + v * VEC);
       }
     }
 
@@ -130,7 +149,9 @@ fused_add_rmsnorm_kernel(const __grid_constant__ FusedAddRmsNormParams p) {
       const int v = tid + k * THREADS_PER_ROW;
       if (in_row(k, v)) {
         V wk;
-        if constexpr (kPrefetchWeight) {
+        if constexpr (kEarly) {
+          wk = wearly[k];
+        } else if constexpr (kPrefetchWeight) {
           wk = wv[k];
         } else {
           // Coherent on purpose, as in rmsnorm_kernel: keeps ptxas from hoisting every weight

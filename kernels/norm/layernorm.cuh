@@ -138,15 +138,15 @@ struct LayerNormParams {
 // dynamic shared memory. input, out and both row strides must be aligned to VEC * sizeof(T)
 // bytes, gamma and beta to min(VEC * sizeof(TW), 16) bytes. out may be input itself (in place,
 // equal strides); otherwise it must not overlap input, and it must never overlap gamma or beta
-// (read through the non-coherent path).
+// (read through the non-coherent path). EARLY_PARAMS: gamma and beta are read before the
+// programmatic-launch wait, as the weight in rmsnorm_kernel (same contract).
 // clang-format would read the launch bound as a pointer declaration.
 // clang-format off
 template <typename T, typename TW, int HIDDEN, int VEC, int THREADS_PER_ROW, int ROWS_PER_BLOCK,
-          bool ONE_PASS = false>
+          bool ONE_PASS = false, bool EARLY_PARAMS = false>
 __global__ void __launch_bounds__(THREADS_PER_ROW * ROWS_PER_BLOCK)
 layernorm_kernel(const __grid_constant__ LayerNormParams p) {
   // clang-format on
-  pdl_enter();  // before any global access: see prelude.cuh
   static_assert(HIDDEN >= 1, "HIDDEN must be positive");
   static_assert(VEC >= 1 && HIDDEN % VEC == 0, "HIDDEN must be a multiple of VEC");
   static_assert(VEC * sizeof(T) <= 16, "a vector must fit one 16-byte access");
@@ -178,6 +178,29 @@ layernorm_kernel(const __grid_constant__ LayerNormParams p) {
   // registers allow.
   constexpr bool kPrefetchParams =
       kCacheRow && kIters * (kRegsPerVec + 2 * kRegsPerParam) <= kRegBudget;
+  // Decode sizes: the prefetched gamma / beta loads go before the programmatic-launch wait (see
+  // rmsnorm_kernel).
+  constexpr bool kEarly = EARLY_PARAMS && kPrefetchParams;
+  P gearly[kEarly ? kIters : 1];
+  P bearly[kEarly ? kIters : 1];
+  if constexpr (kEarly) {
+    const int t =
+        THREADS_PER_ROW == kThreads ? int(threadIdx.x) : int(threadIdx.x) % THREADS_PER_ROW;
+    const TW* gp = static_cast<const TW*>(p.gamma);
+    const TW* bp = static_cast<const TW*>(p.beta);
+#pragma unroll
+    for (int k = 0; k < kIters; ++k) {
+      const int v = t + k * THREADS_PER_ROW;
+      if (kEven || k < kIters - 1 || v < kVecs) {
+        gearly[k].load(gp + v * VEC);
+        bearly[k].load(bp + v * VEC);
+      }
+    }
+    pdl_wait();
+    pdl_launch_dependents();
+  } else {
+    pdl_enter();  // before any global access: see prelude.cuh
+  }
 
   const int tid =
       THREADS_PER_ROW == kThreads ? int(threadIdx.x) : int(threadIdx.x) % THREADS_PER_ROW;
@@ -196,14 +219,14 @@ layernorm_kernel(const __grid_constant__ LayerNormParams p) {
 
   if constexpr (kCacheRow) {
     V xv[kIters];
-    P gv[kPrefetchParams ? kIters : 1];
-    P bv[kPrefetchParams ? kIters : 1];
+    P gv[kPrefetchParams && !kEarly ? kIters : 1];
+    P bv[kPrefetchParams && !kEarly ? kIters : 1];
 #pragma unroll
     for (int k = 0; k < kIters; ++k) {
       const int v = tid + k * THREADS_PER_ROW;
       if (in_row(k, v)) {
         xv[k].load(x + v * VEC);
-        if constexpr (kPrefetchParams) {
+        if constexpr (kPrefetchParams && !kEarly) {
           gv[k].load_ro(g + v * VEC);
           bv[k].load_ro(b + v * VEC);
         }
@@ -266,7 +289,10 @@ layernorm_kernel(const __grid_constant__ LayerNormParams p) {
       const int v = tid + k * THREADS_PER_ROW;
       if (in_row(k, v)) {
         P gk, bk;
-        if constexpr (kPrefetchParams) {
+        if constexpr (kEarly) {
+          gk = gearly[k];
+          bk = bearly[k];
+        } else if constexpr (kPrefetchParams) {
           gk = gv[k];
           bk = bv[k];
         } else {

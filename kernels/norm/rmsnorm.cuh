@@ -34,13 +34,17 @@ struct RmsNormParams {
 // dynamic shared memory. input, weight, out and both row strides must be aligned to
 // VEC * sizeof(T) bytes. out may be input itself (in place, equal strides); otherwise out must
 // not overlap input, and it must never overlap weight (read through the non-coherent path).
+// EARLY_PARAMS (decode-size row counts, chosen by the host): the weight is read before the
+// programmatic-launch wait, so it must not be written by the kernel before this one on the
+// stream (model parameters never are; see pdl_wait in prelude.cuh). Large row counts keep the
+// default, whose code is unchanged by this option.
 // clang-format would read the launch bound as a pointer declaration.
 // clang-format off
-template <typename T, int HIDDEN, int VEC, int THREADS_PER_ROW, int ROWS_PER_BLOCK>
+template <typename T, int HIDDEN, int VEC, int THREADS_PER_ROW, int ROWS_PER_BLOCK,
+          bool EARLY_PARAMS = false>
 __global__ void __launch_bounds__(THREADS_PER_ROW * ROWS_PER_BLOCK)
 rmsnorm_kernel(const __grid_constant__ RmsNormParams p) {
   // clang-format on
-  pdl_enter();  // before any global access: see prelude.cuh
   static_assert(HIDDEN >= 1, "HIDDEN must be positive");
   static_assert(VEC >= 1 && HIDDEN % VEC == 0, "HIDDEN must be a multiple of VEC");
   static_assert(VEC * sizeof(T) <= 16, "a vector must fit one 16-byte access");
@@ -69,6 +73,26 @@ rmsnorm_kernel(const __grid_constant__ RmsNormParams p) {
   // the register footprint, so only where that still fits.
   constexpr bool kPrefetchWeight =
       kCacheRow && 2 * kIters * kRegsPerVec <= kRegCap - detail::kRegReserve;
+  // The decode-size variant issues the prefetched weight loads before the programmatic-launch
+  // wait: at a few rows the kernel's time after the wait is a chain of round trips (x, the
+  // reduction, the weight, the store), and ptxas sinks read-only (.nc) weight loads past the
+  // reduction. Plain loads written before the wait stay there.
+  constexpr bool kEarly = EARLY_PARAMS && kPrefetchWeight;
+  V wearly[kEarly ? kIters : 1];
+  if constexpr (kEarly) {
+    const int t =
+        THREADS_PER_ROW == kThreads ? int(threadIdx.x) : int(threadIdx.x) % THREADS_PER_ROW;
+    const T* wp = static_cast<const T*>(p.weight);
+#pragma unroll
+    for (int k = 0; k < kIters; ++k) {
+      const int v = t + k * THREADS_PER_ROW;
+      if (kEven || k < kIters - 1 || v < kVecs) wearly[k].load(wp + v * VEC);
+    }
+    pdl_wait();
+    pdl_launch_dependents();
+  } else {
+    pdl_enter();  // before any global access: see prelude.cuh
+  }
 
   const int tid =
       THREADS_PER_ROW == kThreads ? int(threadIdx.x) : int(threadIdx.x) % THREADS_PER_ROW;
@@ -96,14 +120,14 @@ rmsnorm_kernel(const __grid_constant__ RmsNormParams p) {
 
   if constexpr (kCacheRow) {
     V xv[kIters];
-    V wv[kPrefetchWeight ? kIters : 1];
+    V wv[kPrefetchWeight && !kEarly ? kIters : 1];
     // All loads first, so each thread has its whole share of the row in flight at once.
 #pragma unroll
     for (int k = 0; k < kIters; ++k) {
       const int v = tid + k * THREADS_PER_ROW;
       if (in_row(k, v)) {
         xv[k].load(x + v * VEC);
-        if constexpr (kPrefetchWeight) wv[k].load_ro(w + v * VEC);
+        if constexpr (kPrefetchWeight && !kEarly) wv[k].load_ro(w + v * VEC);
       }
     }
 
@@ -131,7 +155,9 @@ rmsnorm_kernel(const __grid_constant__ RmsNormParams p) {
       const int v = tid + k * THREADS_PER_ROW;
       if (in_row(k, v)) {
         V wk;
-        if constexpr (kPrefetchWeight) {
+        if constexpr (kEarly) {
+          wk = wearly[k];
+        } else if constexpr (kPrefetchWeight) {
           wk = wv[k];
         } else {
           // A coherent load on purpose: it stays ordered after the previous store, so ptxas

@@ -29,6 +29,7 @@
 // sin / cos work over the heads.
 #pragma once
 
+#include "common/fastdiv.cuh"
 #include "common/prelude.cuh"
 #include "common/vec.cuh"
 
@@ -61,11 +62,13 @@ struct RopeArgs {
   int chunks;           // blocks per token: grid = tokens * chunks
   int copy_q_pass;      // 1 when q_out is not q_in: dims >= ROT_DIM must be copied
   int copy_k_pass;
-  int pos_bytes;    // 4 or 8
-  int cache_dtype;  // kCache*
+  int pos_bytes;       // 4 or 8
+  int cache_dtype;     // kCache*
+  FastDiv chunks_div;  // blockIdx.x / chunks
+  FastDiv slots_div;   // threadIdx.x / slots (slots = blockDim.x / kUnits)
 };
 // The host puts the frequency table right after the args; it checks the same size.
-static_assert(sizeof(RopeArgs) == 160, "RopeArgs layout");
+static_assert(sizeof(RopeArgs) == 176, "RopeArgs layout");
 
 // The args and, for kModeFreq, (hi, lo) of inv_freq[f] / pi for f < ROT_DIM / 2. The host mirror
 // has a table of the largest size; the launch copies only this kernel's parameter size, so the
@@ -128,7 +131,7 @@ KJIT_DEVICE KJIT_FORCEINLINE float load_cache(const void* row, long long i, int 
 // clang-format off
 template <typename T, int HEAD_DIM, int ROT_DIM, bool INTERLEAVE, int VEC, int MODE,
           bool UNIT_MAJOR>
-__global__ void __launch_bounds__(256, 3)
+__global__ void __launch_bounds__(256, UNIT_MAJOR ? 2 : 3)
 rope_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DIM / 2 : 1> p) {
   // clang-format on
   pdl_enter();  // before any global access: see prelude.cuh
@@ -151,12 +154,11 @@ rope_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DIM / 2 :
   constexpr int kInFlight = 4;
   using V = Vec<T, VEC>;
 
-  // A (tokens, chunks) grid would spare this division before the position load (~40 ns), but it
-  // made ptxas spill more in kModeCache (54 -> 90 bytes at bf16 x 128).
-  const int token = int(blockIdx.x) / p.a.chunks;
+  // Divisions by host-computed multipliers (common/fastdiv.cuh): a run-time division here was
+  // ~20 dependent instructions ahead of every address. (A (tokens, chunks) grid would spare this
+  // one, but it made ptxas spill more in kModeCache: 54 -> 90 bytes at bf16 x 128.)
+  const int token = fast_div(int(blockIdx.x), p.a.chunks_div);
   const int chunk = int(blockIdx.x) - token * p.a.chunks;
-  const long long pos = p.a.pos_bytes == 8 ? __ldg(static_cast<const long long*>(p.a.pos) + token)
-                                           : __ldg(static_cast<const int*>(p.a.pos) + token);
   const int slots = int(blockDim.x) / kUnits;
   // Slot-major (thread t is unit t % kUnits of slot t / kUnits): a warp reads whole heads, the
   // layout for bandwidth. Unit-major (unit t / slots of slot t % slots; the host picks it at decode
@@ -165,11 +167,19 @@ rope_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DIM / 2 :
   // serialized ones; lanes then read 16 bytes of many heads per request, which costs bandwidth
   // (76.9% of copy against 92.2% at 65536 tokens, bench/results/2026-12-02-h200-round8) but not
   // latency.
-  const int unit = UNIT_MAJOR ? int(threadIdx.x) / slots : int(threadIdx.x) % kUnits;
+  const int unit =
+      UNIT_MAJOR ? fast_div(int(threadIdx.x), p.a.slots_div) : int(threadIdx.x) % kUnits;
   const int slot = UNIT_MAJOR ? int(threadIdx.x) - unit * slots : int(threadIdx.x) / kUnits;
   const int f0 = unit * kFreqs;
-  // The whole block belongs to this token, so leaving early strands nothing.
-  if (MODE == kModeCache && (pos < 0 || pos >= p.a.max_pos)) return;
+  // The position is read after the first heads' loads are issued (below): nothing about a head's
+  // address depends on it, and read first it held them back (ptxas moved it to a uniform
+  // register, which waits for the load, ahead of the head addresses): two serial L2 round trips
+  // at decode sizes instead of one.
+  long long pos = 0;
+  auto load_position = [&] {
+    pos = p.a.pos_bytes == 8 ? __ldg(static_cast<const long long*>(p.a.pos) + token)
+                             : __ldg(static_cast<const int*>(p.a.pos) + token);
+  };
   // Computed after the first heads' loads are issued (below), so sincospif / the cache reads
   // overlap their DRAM latency instead of preceding it: at prefill sizes each block is one
   // token's ~10 KB and lives for about one DRAM round trip.
@@ -231,6 +241,10 @@ rope_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DIM / 2 :
       }
     }
     if (!have_angles) {
+      load_position();
+      // The whole block belongs to this token, so leaving early strands nothing; the heads
+      // just loaded are in bounds whatever the position.
+      if (MODE == kModeCache && (pos < 0 || pos >= p.a.max_pos)) return;
       compute_angles();
       have_angles = true;
     }

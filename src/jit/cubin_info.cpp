@@ -80,4 +80,33 @@ CubinKernelInfo cubin_kernel_info(const std::string& cubin, const std::string& l
   return info;
 }
 
+std::string cubin_kernel_code(const std::string& cubin, const std::string& lowered_name) {
+  if (cubin.size() < sizeof(Elf64_Ehdr)) return {};
+  Elf64_Ehdr eh;
+  std::memcpy(&eh, cubin.data(), sizeof eh);
+  if (std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64 ||
+      eh.e_shentsize != sizeof(Elf64_Shdr)) {
+    return {};
+  }
+  auto section = [&](size_t i, Elf64_Shdr* out) {
+    const size_t off = eh.e_shoff + i * sizeof(Elf64_Shdr);
+    if (off + sizeof(Elf64_Shdr) > cubin.size()) return false;
+    std::memcpy(out, cubin.data() + off, sizeof(Elf64_Shdr));
+    return true;
+  };
+  Elf64_Shdr strtab;
+  if (eh.e_shstrndx >= eh.e_shnum || !section(eh.e_shstrndx, &strtab)) return {};
+  if (strtab.sh_offset + strtab.sh_size > cubin.size()) return {};
+  const std::string want = ".text." + lowered_name;
+  for (size_t i = 0; i < eh.e_shnum; ++i) {
+    Elf64_Shdr sh;
+    if (!section(i, &sh) || sh.sh_name >= strtab.sh_size) continue;
+    const char* n = cubin.data() + strtab.sh_offset + sh.sh_name;
+    if (strnlen(n, strtab.sh_size - sh.sh_name) != want.size() || want.compare(n) != 0) continue;
+    if (sh.sh_offset + sh.sh_size > cubin.size()) return {};
+    return cubin.substr(sh.sh_offset, sh.sh_size);
+  }
+  return {};
+}
+
 }  // namespace kjit::jit

@@ -15,4 +15,8 @@ struct CubinKernelInfo {
 
 CubinKernelInfo cubin_kernel_info(const std::string& cubin, const std::string& lowered_name);
 
+// The machine code of one kernel (its .text.<lowered_name> section), empty when not found. For
+// tests that check the order of instructions ptxas emitted (tests/unit/codegen_order_test.cpp).
+std::string cubin_kernel_code(const std::string& cubin, const std::string& lowered_name);
+
 }  // namespace kjit::jit

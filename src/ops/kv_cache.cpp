@@ -7,6 +7,7 @@
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
 #include "jit/jit_core.hpp"
+#include "ops/fastdiv.hpp"
 #include "ops/pdl.hpp"
 #include "ops/trace_dump.hpp"
 #include "ops/rope.hpp"  // StridedView
@@ -36,6 +37,8 @@ struct AppendPagedKvParams {
   int page_size;
   int batch;
   int nnz_pages;
+  FastDiv heads_div;
+  FastDiv page_size_div;
 };
 
 // An 8-bit cache is well-formed (FlashInfer has fp8 e4m3 / e5m2 caches) but not served yet: say
@@ -250,6 +253,8 @@ void append_paged_kv_cache(const DLTensor* append_k, const DLTensor* append_v,
   p.page_size = static_cast<int>(page_size);
   p.batch = static_cast<int>(batch);
   p.nnz_pages = static_cast<int>(indices.shape[0]);
+  p.heads_div = make_fast_div(static_cast<uint32_t>(heads));
+  p.page_size_div = make_fast_div(static_cast<uint32_t>(page_size));
 
   const int vecs = cfg.head_dim / cfg.vec;
   const int threads_per_row = std::min(vecs, 32);

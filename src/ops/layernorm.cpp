@@ -35,6 +35,8 @@ jit::Params layernorm_params(const LayerNormConfig& c) {
                 {"rpb", std::to_string(c.rows_per_block)}};
   // The one-pass variant adds "onepass_1" to the URI; the default keeps its round-8 URI.
   if (c.one_pass != 0) p.push_back({"onepass", "1"});
+  // Likewise "early_1" for gamma / beta read before the PDL wait.
+  if (c.early_params != 0) p.push_back({"early", "1"});
   return p;
 }
 
@@ -72,6 +74,7 @@ LayerNormConfig select_layernorm(DType dtype, DType param_dtype, int64_t hidden,
   }
   norm_detail::row_shape(c.hidden / c.vec, c.vec, c.threads_per_row, c.rows_per_block);
   c.one_pass = rows <= kLayerNormOnePassMaxRows && hidden <= kLayerNormOnePassMaxHidden ? 1 : 0;
+  c.early_params = rows <= kNormEarlyParamsMaxRows ? 1 : 0;
   return c;
 }
 
@@ -95,14 +98,17 @@ jit::Spec layernorm_spec(const LayerNormConfig& c) {
       "constexpr int kThreadsPerRow = {tpr};\n"
       "constexpr int kRowsPerBlock = {rpb};\n"
       "constexpr bool kOnePass = {onepass};\n"
+      "constexpr bool kEarlyParams = {early};\n"
       "}}  // namespace kjit_spec\n",
       fmt::arg("type", device_type_name(c.dtype)),
       fmt::arg("wtype", device_type_name(c.param_dtype)), fmt::arg("hidden", c.hidden),
       fmt::arg("vec", c.vec), fmt::arg("tpr", c.threads_per_row), fmt::arg("rpb", c.rows_per_block),
-      fmt::arg("onepass", c.one_pass != 0 ? "true" : "false"));
+      fmt::arg("onepass", c.one_pass != 0 ? "true" : "false"),
+      fmt::arg("early", c.early_params != 0 ? "true" : "false"));
   s.entry_names = {
       "kjit::norm::layernorm_kernel<kjit_spec::T, kjit_spec::TW, kjit_spec::kHidden, "
-      "kjit_spec::kVec, kjit_spec::kThreadsPerRow, kjit_spec::kRowsPerBlock, kjit_spec::kOnePass>"};
+      "kjit_spec::kVec, kjit_spec::kThreadsPerRow, kjit_spec::kRowsPerBlock, kjit_spec::kOnePass, "
+      "kjit_spec::kEarlyParams>"};
   s.arch_families = {"sm_80+"};
   return s;
 }
@@ -161,7 +167,7 @@ OpDef layernorm_op_def() {
        {},
        false,
        "row count the call has (default: many); <= 64 with hidden <= 8192 selects the "
-       "one-reduction statistics"}};
+       "one-reduction statistics, <= 256 reads gamma / beta before the PDL wait"}};
   d.arch_families = {"sm_80+"};
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
@@ -169,8 +175,8 @@ OpDef layernorm_op_def() {
     DType wdtype = args.count("wdtype") ? norm_detail::dtype_arg(args.at("wdtype")) : dtype;
     int64_t hidden = positive_int_arg(args, "hidden", kLayerNormMaxHidden);
     int align = args.count("align") ? std::stoi(args.at("align")) : 16;
-    const int64_t rows = args.count("rows") ? positive_int_arg(args, "rows", int64_t{1} << 40)
-                                            : kLayerNormOnePassMaxRows + 1;
+    const int64_t rows =
+        args.count("rows") ? positive_int_arg(args, "rows", kNormManyRows) : kNormManyRows;
     return layernorm_spec(select_layernorm(dtype, wdtype, hidden, align, align, rows));
   };
   d.catalog = [] {
@@ -183,7 +189,7 @@ OpDef layernorm_op_def() {
         out.push_back({{"dtype", dt}, {"hidden", std::to_string(h)}});
       }
     }
-    // Decode-size row counts: the one-reduction statistics.
+    // Decode-size row counts: the one-reduction statistics, gamma / beta before the PDL wait.
     for (const char* dt : {"bf16", "fp16"}) {
       for (int h : {2048, 4096, 8192}) {
         out.push_back({{"dtype", dt}, {"hidden", std::to_string(h)}, {"rows", "1"}});

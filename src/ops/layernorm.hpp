@@ -8,6 +8,7 @@
 #include <string>
 
 #include "jit/spec.hpp"
+#include "ops/norm.hpp"  // kNormEarlyParamsMaxRows, kNormManyRows
 #include "ops/registry.hpp"
 #include "ops/tensor.hpp"
 
@@ -21,7 +22,8 @@ struct LayerNormConfig {
   int vec = 1;  // activation elements per vector access (VEC*sizeof(T) <= 16 bytes)
   int threads_per_row = 32;
   int rows_per_block = 1;
-  int one_pass = 0;  // 1: one (count, mean, m2) reduction per row (kernels/norm/layernorm.cuh)
+  int one_pass = 0;      // 1: one (count, mean, m2) reduction per row (kernels/norm/layernorm.cuh)
+  int early_params = 0;  // 1: gamma / beta read before the PDL wait (rows <= 256; see norm.hpp)
 };
 
 inline constexpr int64_t kLayerNormMaxHidden = 1 << 18;
@@ -33,11 +35,10 @@ inline constexpr int64_t kLayerNormOnePassMaxRows = 64;
 inline constexpr int64_t kLayerNormOnePassMaxHidden = 8192;
 
 // Support and dispatch in one place. align_bytes is what input, out and their row strides share;
-// param_align_bytes what gamma and beta share (powers of two <= 16). Throws
-// KJIT_ERROR_UNSUPPORTED for a dtype pair or hidden size no variant serves.
+// param_align_bytes what gamma and beta share (powers of two <= 16); rows the call's row count.
+// Throws KJIT_ERROR_UNSUPPORTED for a dtype pair or hidden size no variant serves.
 LayerNormConfig select_layernorm(DType dtype, DType param_dtype, int64_t hidden, int align_bytes,
-                                 int param_align_bytes,
-                                 int64_t rows = kLayerNormOnePassMaxRows + 1);
+                                 int param_align_bytes, int64_t rows = kNormManyRows);
 
 jit::Spec layernorm_spec(const LayerNormConfig& cfg);
 std::string layernorm_uri(const LayerNormConfig& cfg);

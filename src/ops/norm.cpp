@@ -38,7 +38,8 @@ struct FusedAddRmsNormParams {
   float weight_offset;
 };
 
-RmsNormConfig select_row_norm(const char* op, DType dtype, int64_t hidden, int align_bytes) {
+RmsNormConfig select_row_norm(const char* op, DType dtype, int64_t hidden, int align_bytes,
+                              int64_t rows) {
   if (!is_float(dtype)) {
     fail(KJIT_ERROR_UNSUPPORTED, "{} supports fp32, fp16 and bf16, not {}", op, dtype_name(dtype));
   }
@@ -55,15 +56,19 @@ RmsNormConfig select_row_norm(const char* op, DType dtype, int64_t hidden, int a
   c.vec = 16 / elem;
   while (c.vec > 1 && (c.hidden % c.vec != 0 || c.vec * elem > align_bytes)) c.vec /= 2;
   norm_detail::row_shape(c.hidden / c.vec, c.vec, c.threads_per_row, c.rows_per_block);
+  c.early_params = rows <= kNormEarlyParamsMaxRows ? 1 : 0;
   return c;
 }
 
 jit::Params row_norm_params(const RmsNormConfig& c) {
-  return {{"dtype", dtype_name(c.dtype)},
-          {"hidden", std::to_string(c.hidden)},
-          {"vec", std::to_string(c.vec)},
-          {"tpr", std::to_string(c.threads_per_row)},
-          {"rpb", std::to_string(c.rows_per_block)}};
+  jit::Params p{{"dtype", dtype_name(c.dtype)},
+                {"hidden", std::to_string(c.hidden)},
+                {"vec", std::to_string(c.vec)},
+                {"tpr", std::to_string(c.threads_per_row)},
+                {"rpb", std::to_string(c.rows_per_block)}};
+  // Only when set, so the default variant keeps its URI.
+  if (c.early_params != 0) p.push_back({"early", "1"});
+  return p;
 }
 
 jit::Spec row_norm_spec(const char* op, const char* include, const char* kernel,
@@ -81,13 +86,14 @@ jit::Spec row_norm_spec(const char* op, const char* include, const char* kernel,
       "constexpr int kVec = {vec};\n"
       "constexpr int kThreadsPerRow = {tpr};\n"
       "constexpr int kRowsPerBlock = {rpb};\n"
+      "constexpr bool kEarlyParams = {early};\n"
       "}}  // namespace kjit_spec\n",
       fmt::arg("type", device_type_name(c.dtype)), fmt::arg("hidden", c.hidden),
-      fmt::arg("vec", c.vec), fmt::arg("tpr", c.threads_per_row),
-      fmt::arg("rpb", c.rows_per_block));
+      fmt::arg("vec", c.vec), fmt::arg("tpr", c.threads_per_row), fmt::arg("rpb", c.rows_per_block),
+      fmt::arg("early", c.early_params != 0 ? "true" : "false"));
   s.entry_names = {
       fmt::format("kjit::norm::{}<kjit_spec::T, kjit_spec::kHidden, kjit_spec::kVec, "
-                  "kjit_spec::kThreadsPerRow, kjit_spec::kRowsPerBlock>",
+                  "kjit_spec::kThreadsPerRow, kjit_spec::kRowsPerBlock, kjit_spec::kEarlyParams>",
                   kernel)};
   s.arch_families = {"sm_80+"};
   return s;
@@ -104,7 +110,7 @@ cuda::LaunchConfig row_launch(const RmsNormConfig& cfg, int64_t rows, void* stre
 // The --set axes and catalog shape both RMSNorm ops share.
 OpDef row_norm_op_def(const char* name, const char* summary,
                       jit::Spec (*spec)(const RmsNormConfig&),
-                      RmsNormConfig (*select)(DType, int64_t, int),
+                      RmsNormConfig (*select)(DType, int64_t, int, int64_t),
                       std::vector<int> catalog_hiddens) {
   OpDef d;
   d.name = name;
@@ -114,19 +120,32 @@ OpDef row_norm_op_def(const char* name, const char* summary,
             {"align",
              {"16", "8", "4", "2"},
              false,
-             "byte alignment of pointers and row strides (default 16)"}};
+             "byte alignment of pointers and row strides (default 16)"},
+            {"rows",
+             {},
+             false,
+             "row count the call has (default: many); <= 256 reads the weight before the PDL "
+             "wait (decode sizes)"}};
   d.arch_families = {"sm_80+"};
   d.make_spec = [d, spec, select](const SetArgs& args) {
     check_set_args(d, args);
     DType dtype = norm_detail::dtype_arg(args.at("dtype"));
     int64_t hidden = positive_int_arg(args, "hidden", kRmsNormMaxHidden);
     int align = args.count("align") ? std::stoi(args.at("align")) : 16;
-    return spec(select(dtype, hidden, align));
+    const int64_t rows =
+        args.count("rows") ? positive_int_arg(args, "rows", kNormManyRows) : kNormManyRows;
+    return spec(select(dtype, hidden, align, rows));
   };
   d.catalog = [catalog_hiddens] {
     std::vector<SetArgs> out;
     for (const char* dt : {"bf16", "fp16", "fp32"}) {
       for (int h : catalog_hiddens) out.push_back({{"dtype", dt}, {"hidden", std::to_string(h)}});
+    }
+    // Decode-size row counts: the weight read before the PDL wait.
+    for (const char* dt : {"bf16", "fp16"}) {
+      for (int h : {2048, 4096, 8192}) {
+        out.push_back({{"dtype", dt}, {"hidden", std::to_string(h)}, {"rows", "1"}});
+      }
     }
     return out;
   };
@@ -197,12 +216,12 @@ DType dtype_arg(const std::string& name) {
 
 }  // namespace norm_detail
 
-RmsNormConfig select_rmsnorm(DType dtype, int64_t hidden, int align_bytes) {
-  return select_row_norm("rmsnorm", dtype, hidden, align_bytes);
+RmsNormConfig select_rmsnorm(DType dtype, int64_t hidden, int align_bytes, int64_t rows) {
+  return select_row_norm("rmsnorm", dtype, hidden, align_bytes, rows);
 }
 
-RmsNormConfig select_fused_add_rmsnorm(DType dtype, int64_t hidden, int align_bytes) {
-  return select_row_norm("fused_add_rmsnorm", dtype, hidden, align_bytes);
+RmsNormConfig select_fused_add_rmsnorm(DType dtype, int64_t hidden, int align_bytes, int64_t rows) {
+  return select_row_norm("fused_add_rmsnorm", dtype, hidden, align_bytes, rows);
 }
 
 std::string rmsnorm_uri(const RmsNormConfig& c) {
@@ -242,7 +261,7 @@ void rmsnorm(const DLTensor* input, const DLTensor* weight, DLTensor* out, float
   int align = row_alignment(x);
   align = std::min(align, row_alignment(y));
   align = std::min(align, row_alignment(w));
-  RmsNormConfig cfg = select_rmsnorm(x.dtype, x.cols, align);
+  RmsNormConfig cfg = select_rmsnorm(x.dtype, x.cols, align, x.rows);
   if (trace::enabled()) trace::rmsnorm(x.dtype, x.cols, x.rows, weight_offset != 0.0f);
 
   const jit::LoadedKernel& k = jit::JitCore::global().kernel_for("rmsnorm", cfg, x.device,
@@ -275,7 +294,7 @@ void fused_add_rmsnorm(DLTensor* input, DLTensor* residual, const DLTensor* weig
   int align = row_alignment(x);
   align = std::min(align, row_alignment(r));
   align = std::min(align, row_alignment(w));
-  RmsNormConfig cfg = select_fused_add_rmsnorm(x.dtype, x.cols, align);
+  RmsNormConfig cfg = select_fused_add_rmsnorm(x.dtype, x.cols, align, x.rows);
   if (trace::enabled()) trace::fused_add_rmsnorm(x.dtype, x.cols, x.rows, weight_offset != 0.0f);
 
   const jit::LoadedKernel& k = jit::JitCore::global().kernel_for(

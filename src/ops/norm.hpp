@@ -20,16 +20,27 @@ struct RmsNormConfig {
   int vec = 1;               // elements per vector access (VEC*sizeof(T) <= 16 bytes)
   int threads_per_row = 32;  // 32 = warp per row; more = one row per block
   int rows_per_block = 1;
+  int early_params = 0;  // 1: the weight is read before the PDL wait (EARLY_PARAMS, decode sizes)
 };
 
 inline constexpr int64_t kRmsNormMaxHidden = 1 << 18;
+// Calls with at most this many rows (about twice the SMs of an H200, 132, or an A100, 108) take
+// the norms' EARLY_PARAMS variant: the weight (LayerNorm: gamma and beta) is read before the
+// programmatic-launch wait, so its L2 round trip overlaps the kernel before instead of following
+// the row's reduction (docs/perf-notes.md, "Elementwise decode paths"). Larger calls keep the
+// default kernel and URI, whose code this variant leaves unchanged.
+inline constexpr int64_t kNormEarlyParamsMaxRows = 256;
+// A row count for "many rows" (the default of the selectors' rows argument).
+inline constexpr int64_t kNormManyRows = int64_t{1} << 40;
 
-// Support and dispatch in one place: the config for this dtype, hidden size and the alignment
-// (bytes, power of two <= 16) that every pointer and row stride shares. Throws
-// KJIT_ERROR_UNSUPPORTED for a dtype or hidden size no variant serves.
-RmsNormConfig select_rmsnorm(DType dtype, int64_t hidden, int align_bytes);
+// Support and dispatch in one place: the config for this dtype, hidden size, the alignment
+// (bytes, power of two <= 16) that every pointer and row stride shares and the call's row count.
+// Throws KJIT_ERROR_UNSUPPORTED for a dtype or hidden size no variant serves.
+RmsNormConfig select_rmsnorm(DType dtype, int64_t hidden, int align_bytes,
+                             int64_t rows = kNormManyRows);
 // The same choice for the fused kernel (same shapes and limits; its own kernel and URI).
-RmsNormConfig select_fused_add_rmsnorm(DType dtype, int64_t hidden, int align_bytes);
+RmsNormConfig select_fused_add_rmsnorm(DType dtype, int64_t hidden, int align_bytes,
+                                       int64_t rows = kNormManyRows);
 
 jit::Spec rmsnorm_spec(const RmsNormConfig& cfg);
 std::string rmsnorm_uri(const RmsNormConfig& cfg);

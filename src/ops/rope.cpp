@@ -13,6 +13,7 @@
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
 #include "jit/jit_core.hpp"
+#include "ops/fastdiv.hpp"
 #include "ops/pdl.hpp"
 #include "ops/trace_dump.hpp"
 #include "util/error.hpp"
@@ -185,8 +186,10 @@ struct RopeArgs {
   int copy_k_pass;
   int pos_bytes;
   int cache_dtype;
+  FastDiv chunks_div;
+  FastDiv slots_div;
 };
-static_assert(sizeof(RopeArgs) == 160, "the device code asserts the same size");
+static_assert(sizeof(RopeArgs) == 176, "the device code asserts the same size");
 
 struct RopeParams {
   RopeArgs a;
@@ -416,6 +419,8 @@ void launch_rope(const QkViews& v, const RopeLaunch& l, void* stream) {
   p.a.k_heads = static_cast<int>(v.k_heads);
   p.a.heads_per_chunk = static_cast<int>(heads_per_chunk);
   p.a.chunks = static_cast<int>(chunks);
+  p.a.chunks_div = make_fast_div(static_cast<uint32_t>(chunks));
+  p.a.slots_div = make_fast_div(static_cast<uint32_t>(slots));
   p.a.copy_q_pass = !same_view(v.q, v.q_out);
   p.a.copy_k_pass = !same_view(v.k, v.k_out);
   p.a.pos_bytes = static_cast<int>(l.pos->elem_bytes());

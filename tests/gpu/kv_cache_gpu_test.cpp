@@ -269,8 +269,9 @@ TEST_CASE("kv gpu: decode and prefill appends, NHD and HND, every dtype", "[gpu]
 
 TEST_CASE("kv gpu: page sizes, head counts and batch sizes", "[gpu][kv_cache]") {
   std::mt19937_64 rng(std::random_device{}());
-  for (int64_t ps : {1, 5, 16, 64}) {
-    for (int64_t heads : {1, 8}) {
+  // Odd page sizes and head counts: the kernel divides by both with host-computed multipliers.
+  for (int64_t ps : {1, 5, 7, 16, 64}) {
+    for (int64_t heads : {1, 5, 8}) {
       KvCase c;
       c.page_size = ps;
       c.heads = heads;
@@ -287,6 +288,11 @@ TEST_CASE("kv gpu: page sizes, head counts and batch sizes", "[gpu][kv_cache]") 
     c.max_seq = 300;
     run_case(c, rng);
   }
+  KvCase decode64;  // the bench's decode row: 64 requests, one token each (kv heads 8, page 16)
+  decode64.batch = 64;
+  decode64.max_seq = 2000;
+  decode64.poison = true;
+  run_case(decode64, rng);
   KvCase decode;  // a large decode batch
   decode.batch = 256;
   decode.max_seq = 4000;

@@ -169,9 +169,11 @@ const char* const kDtypes[] = {"bf16", "fp16", "fp32"};
 
 TEST_CASE("gemma_rmsnorm gpu: weight + 1 for every dtype and many hidden sizes", "[gpu][norm]") {
   auto rng = fresh_rng();
+  // Here and below: up to 256 rows the parameters are read before the PDL wait (EARLY_PARAMS);
+  // 257 rows take the default kernel.
   for (const char* dt : kDtypes) {
     for (int64_t hidden : {1, 7, 127, 1000, 2048, 2304, 3584, 4097, 65537}) {
-      for (int64_t rows : {1, 3, 67}) run_gemma({dt, rows, hidden}, rng);
+      for (int64_t rows : {1, 3, 67, 256, 257}) run_gemma({dt, rows, hidden}, rng);
     }
   }
 }
@@ -197,7 +199,7 @@ TEST_CASE("fused_add_rmsnorm gpu: every dtype and many hidden sizes, odd ones in
   for (const char* dt : kDtypes) {
     for (int64_t hidden :
          {1, 7, 127, 128, 896, 2048, 4096, 4097, 5120, 8192, 16384, 32768, 65536, 65537}) {
-      for (int64_t rows : {1, 3, 67}) run_fused({dt, rows, hidden}, rng);
+      for (int64_t rows : {1, 3, 67, 256, 257}) run_fused({dt, rows, hidden}, rng);
     }
   }
 }
@@ -217,7 +219,7 @@ TEST_CASE("gemma_fused_add_rmsnorm gpu: weight + 1 for every dtype", "[gpu][norm
 
 TEST_CASE("fused_add_rmsnorm gpu: batch sizes 1..16384", "[gpu][norm]") {
   auto rng = fresh_rng();
-  for (int64_t rows : {1, 2, 15, 64, 1000, 4096}) run_fused({"bf16", rows, 4096}, rng);
+  for (int64_t rows : {1, 2, 15, 64, 256, 257, 1000, 4096}) run_fused({"bf16", rows, 4096}, rng);
   run_fused({"fp16", 16384, 1024}, rng);
   run_fused({"fp32", 16384, 512}, rng);
 }
@@ -292,7 +294,7 @@ TEST_CASE("layernorm gpu: every dtype and many hidden sizes, odd ones included",
   for (const char* dt : kDtypes) {
     for (int64_t hidden :
          {1, 7, 127, 768, 1000, 2048, 2560, 4096, 4097, 8192, 16384, 32768, 65536, 65537}) {
-      for (int64_t rows : {1, 3, 67}) run_layernorm({dt, "", rows, hidden}, rng);
+      for (int64_t rows : {1, 3, 67, 256, 257}) run_layernorm({dt, "", rows, hidden}, rng);
     }
   }
 }
@@ -302,7 +304,7 @@ TEST_CASE("layernorm gpu: fp32 gamma/beta beside bf16 and fp16 input", "[gpu][no
   // 65536 with fp32 parameters takes the long-row path although the row alone would fit.
   for (const char* dt : {"bf16", "fp16"}) {
     for (int64_t hidden : {7, 127, 768, 1024, 4096, 4097, 8192, 32768, 65536, 65537}) {
-      for (int64_t rows : {1, 67}) run_layernorm({dt, "fp32", rows, hidden}, rng);
+      for (int64_t rows : {1, 67, 257}) run_layernorm({dt, "fp32", rows, hidden}, rng);
     }
     LnCase mis{dt, "fp32", 9, 4096};
     mis.param_offset = 1;  // gamma/beta only 4-byte aligned: narrower vectors
@@ -360,7 +362,8 @@ TEST_CASE("layernorm gpu: a constant row gives beta, never NaN", "[gpu][norm]") 
 
 TEST_CASE("layernorm gpu: batch sizes 1..16384", "[gpu][norm]") {
   auto rng = fresh_rng();
-  for (int64_t rows : {1, 2, 15, 64, 1000, 4096}) run_layernorm({"bf16", "", rows, 4096}, rng);
+  for (int64_t rows : {1, 2, 15, 64, 256, 257, 1000, 4096})
+    run_layernorm({"bf16", "", rows, 4096}, rng);
   run_layernorm({"fp16", "fp32", 16384, 1024}, rng);
   run_layernorm({"fp32", "", 16384, 768}, rng);
 }

@@ -647,12 +647,18 @@ TEST_CASE("layernorm plan: decode-size row counts take the one-reduction statist
   CHECK(kjit::ops::layernorm_uri(one).find("_onepass_1") != std::string::npos);
   const kjit::jit::Spec s = kjit::ops::layernorm_spec(one);
   CHECK(s.config.find("constexpr bool kOnePass = true;") != std::string::npos);
-  CHECK(s.entry_names.at(0).find("kjit_spec::kOnePass>") != std::string::npos);
+  CHECK(s.entry_names.at(0).find("kjit_spec::kOnePass, kjit_spec::kEarlyParams>") !=
+        std::string::npos);
   CHECK(select_layernorm(DType::kBF16, DType::kBF16, 4096, 16, 16, 64).one_pass == 1);
-  // Above 64 rows, or rows too long for registers, the two reductions; their URIs are round 8's.
-  const auto many = select_layernorm(DType::kBF16, DType::kBF16, 4096, 16, 16, 65);
+  // Above 64 rows, or rows too long for registers, the two reductions; their URIs are round 8's
+  // (above 256 rows, where the parameters are read after the PDL wait as well).
+  const auto mid = select_layernorm(DType::kBF16, DType::kBF16, 4096, 16, 16, 65);
+  CHECK(mid.one_pass == 0);
+  CHECK(kjit::ops::layernorm_uri(mid).find("onepass") == std::string::npos);
+  const auto many = select_layernorm(DType::kBF16, DType::kBF16, 4096, 16, 16, 257);
   CHECK(many.one_pass == 0);
-  CHECK(kjit::ops::layernorm_uri(many).find("onepass") == std::string::npos);
+  CHECK(kjit::ops::layernorm_uri(many) ==
+        "layernorm_dtype_bf16_wdtype_bf16_hidden_4096_vec_8_tpr_128_rpb_1");
   CHECK(select_layernorm(DType::kBF16, DType::kBF16, 16384, 16, 16, 1).one_pass == 0);
   CHECK(select_layernorm(DType::kF32, DType::kF32, 4096, 16, 16).one_pass == 0);  // default rows
   // The op definition: --set rows picks the same.
@@ -662,4 +668,41 @@ TEST_CASE("layernorm plan: decode-size row counts take the one-reduction statist
         kjit::ops::layernorm_uri(one));
   CHECK(d->make_spec({{"dtype", "bf16"}, {"hidden", "4096"}}).uri ==
         kjit::ops::layernorm_uri(many));
+}
+
+TEST_CASE("norm plan: up to 256 rows read the parameters before the PDL wait", "[norm_abi]") {
+  using kjit::ops::DType;
+  const kjit::ops::RmsNormConfig big = kjit::ops::select_rmsnorm(DType::kBF16, 4096, 16);
+  CHECK(big.early_params == 0);
+  // The default keeps its URI (and, docs/perf-notes.md, its code).
+  CHECK(kjit::ops::rmsnorm_uri(big) == "rmsnorm_dtype_bf16_hidden_4096_vec_8_tpr_128_rpb_1");
+  CHECK(kjit::ops::rmsnorm_spec(big).config.find("kEarlyParams = false;") != std::string::npos);
+  for (int64_t rows : {int64_t{1}, int64_t{64}, kjit::ops::kNormEarlyParamsMaxRows}) {
+    INFO("rows=" << rows);
+    const auto r = kjit::ops::select_rmsnorm(DType::kBF16, 4096, 16, rows);
+    CHECK(r.early_params == 1);
+    CHECK(kjit::ops::rmsnorm_uri(r) ==
+          "rmsnorm_dtype_bf16_hidden_4096_vec_8_tpr_128_rpb_1_early_1");
+    const kjit::jit::Spec s = kjit::ops::rmsnorm_spec(r);
+    CHECK(s.config.find("constexpr bool kEarlyParams = true;") != std::string::npos);
+    CHECK(s.entry_names.at(0).find("kjit_spec::kEarlyParams>") != std::string::npos);
+    CHECK(kjit::ops::select_fused_add_rmsnorm(DType::kF16, 2048, 16, rows).early_params == 1);
+    CHECK(kjit::ops::select_layernorm(DType::kBF16, DType::kF32, 4096, 16, 16, rows).early_params ==
+          1);
+  }
+  const int64_t over = kjit::ops::kNormEarlyParamsMaxRows + 1;
+  CHECK(kjit::ops::select_rmsnorm(DType::kBF16, 4096, 16, over).early_params == 0);
+  CHECK(kjit::ops::select_fused_add_rmsnorm(DType::kF16, 2048, 16, over).early_params == 0);
+  CHECK(kjit::ops::select_layernorm(DType::kBF16, DType::kF32, 4096, 16, 16, over).early_params ==
+        0);
+  // --set rows picks the same; without it, many rows.
+  for (const char* op : {"rmsnorm", "fused_add_rmsnorm"}) {
+    const kjit::ops::OpDef* d = kjit::ops::find_op(op);
+    REQUIRE(d != nullptr);
+    const std::string small =
+        d->make_spec({{"dtype", "bf16"}, {"hidden", "4096"}, {"rows", "8"}}).uri;
+    const std::string dflt = d->make_spec({{"dtype", "bf16"}, {"hidden", "4096"}}).uri;
+    CHECK(small == dflt + "_early_1");
+    CHECK(d->make_spec({{"dtype", "bf16"}, {"hidden", "4096"}, {"rows", "257"}}).uri == dflt);
+  }
 }

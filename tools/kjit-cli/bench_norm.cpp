@@ -57,7 +57,8 @@ int bench_rmsnorm(const ops::SetArgs& args, const BenchOptions& opts) {
   auto yt = test::make_tensor(y.get(), {rows, hidden}, test::dl_dtype(dtype));
   const float eps = 1e-6f;
 
-  ops::RmsNormConfig cfg = ops::select_rmsnorm(*ops::dtype_of(test::dl_dtype(dtype)), hidden, 16);
+  ops::RmsNormConfig cfg =
+      ops::select_rmsnorm(*ops::dtype_of(test::dl_dtype(dtype)), hidden, 16, rows);
   BenchCase c;
   c.op = "rmsnorm";
   c.uri = ops::rmsnorm_uri(cfg);
@@ -121,7 +122,7 @@ int bench_fused_add_rmsnorm(const ops::SetArgs& args, const BenchOptions& opts) 
   const float eps = 1e-6f;
 
   ops::RmsNormConfig cfg =
-      ops::select_fused_add_rmsnorm(*ops::dtype_of(test::dl_dtype(dtype)), hidden, 16);
+      ops::select_fused_add_rmsnorm(*ops::dtype_of(test::dl_dtype(dtype)), hidden, 16, rows);
   BenchCase c;
   c.op = "fused_add_rmsnorm";
   c.uri = ops::fused_add_rmsnorm_uri(cfg);
@@ -187,7 +188,7 @@ int bench_layernorm(const ops::SetArgs& args, const BenchOptions& opts) {
 
   ops::LayerNormConfig cfg =
       ops::select_layernorm(*ops::dtype_of(test::dl_dtype(dtype)),
-                            *ops::dtype_of(test::dl_dtype(wdtype)), hidden, 16, 16);
+                            *ops::dtype_of(test::dl_dtype(wdtype)), hidden, 16, 16, rows);
   BenchCase c;
   c.op = "layernorm";
   c.uri = ops::layernorm_uri(cfg);
