@@ -2,7 +2,8 @@
 # Round 24d on the H200 (one short call, DEADLINE default 120 s): the merge block's steps after its
 # wait (merge-only stamps: read and fold, combine, store), with and without
 # KJIT_DECODE_MERGE_WARM (L2 prefetches of its first partial, lse and out row before the wait),
-# and B1 x L8192 timed both ways. Kernels: kernels/ through KJIT_KERNEL_DIR. Builds nothing.
+# and B1 x L8192 timed both ways. Kernels: kernels/ through KJIT_KERNEL_DIR. Builds nothing. The
+# experiment was not kept: its kernel code is in 91a4466 only (check that out to rerun this).
 set -uo pipefail
 source "$(dirname "$0")/h200_lib.sh"
 start_clock 120
