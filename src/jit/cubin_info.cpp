@@ -6,37 +6,57 @@
 
 namespace kjit::jit {
 
+namespace {
+
+// Bounds-checked reads of a 64-bit ELF image's section headers and string tables; `ok` is false
+// when the image is not one (or its section-name table is out of range).
+struct ElfView {
+  const std::string& image;
+  Elf64_Ehdr eh{};
+  Elf64_Shdr strtab{};
+  bool ok = false;
+
+  explicit ElfView(const std::string& cubin) : image(cubin) {
+    if (image.size() < sizeof(Elf64_Ehdr)) return;
+    std::memcpy(&eh, image.data(), sizeof eh);
+    if (std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64 ||
+        eh.e_shentsize != sizeof(Elf64_Shdr)) {
+      return;
+    }
+    ok = eh.e_shstrndx < eh.e_shnum && section(eh.e_shstrndx, &strtab);
+  }
+  size_t sections() const { return ok ? eh.e_shnum : 0; }
+  bool section(size_t i, Elf64_Shdr* out) const {
+    const size_t off = eh.e_shoff + i * sizeof(Elf64_Shdr);
+    if (off + sizeof(Elf64_Shdr) > image.size()) return false;
+    std::memcpy(out, image.data() + off, sizeof(Elf64_Shdr));
+    return true;
+  }
+  // Whether the section's bytes lie inside the image.
+  bool in_image(const Elf64_Shdr& sh) const { return sh.sh_offset + sh.sh_size <= image.size(); }
+  // The NUL-terminated name at `off` of string table `table` (empty when out of range).
+  std::string name_at(const Elf64_Shdr& table, uint32_t off) const {
+    if (off >= table.sh_size || !in_image(table)) return {};
+    const char* p = image.data() + table.sh_offset + off;
+    return std::string(p, strnlen(p, table.sh_size - off));
+  }
+  std::string section_name(const Elf64_Shdr& sh) const { return name_at(strtab, sh.sh_name); }
+};
+
+}  // namespace
+
 CubinKernelInfo cubin_kernel_info(const std::string& cubin, const std::string& lowered_name) {
   CubinKernelInfo info;
-  if (cubin.size() < sizeof(Elf64_Ehdr)) return info;
-  Elf64_Ehdr eh;
-  std::memcpy(&eh, cubin.data(), sizeof eh);
-  if (std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64) {
-    return info;
-  }
-  auto section = [&](size_t i, Elf64_Shdr* out) {
-    size_t off = eh.e_shoff + i * sizeof(Elf64_Shdr);
-    if (eh.e_shentsize != sizeof(Elf64_Shdr) || off + sizeof(Elf64_Shdr) > cubin.size()) {
-      return false;
-    }
-    std::memcpy(out, cubin.data() + off, sizeof(Elf64_Shdr));
-    return true;
-  };
-  Elf64_Shdr strtab;
-  if (eh.e_shstrndx >= eh.e_shnum || !section(eh.e_shstrndx, &strtab)) return info;
-  auto name_at = [&](const Elf64_Shdr& table, uint32_t off) -> std::string {
-    if (off >= table.sh_size || table.sh_offset + table.sh_size > cubin.size()) return {};
-    const char* p = cubin.data() + table.sh_offset + off;
-    return std::string(p, strnlen(p, table.sh_size - off));
-  };
+  const ElfView elf(cubin);
+  if (!elf.ok) return info;
   const std::string shared_name = ".nv.shared." + lowered_name;
   long sym_index = -1;
   Elf64_Shdr nv_info{};
   bool have_info = false;
-  for (size_t i = 0; i < eh.e_shnum; ++i) {
+  for (size_t i = 0; i < elf.sections(); ++i) {
     Elf64_Shdr sh;
-    if (!section(i, &sh)) continue;
-    std::string n = name_at(strtab, sh.sh_name);
+    if (!elf.section(i, &sh)) continue;
+    std::string n = elf.section_name(sh);
     if (n == shared_name) {
       info.shared_bytes = static_cast<int>(sh.sh_size);
     } else if (n == ".nv.info") {
@@ -44,11 +64,11 @@ CubinKernelInfo cubin_kernel_info(const std::string& cubin, const std::string& l
       have_info = true;
     } else if (sh.sh_type == SHT_SYMTAB && sh.sh_entsize == sizeof(Elf64_Sym)) {
       Elf64_Shdr names;
-      if (!section(sh.sh_link, &names) || sh.sh_offset + sh.sh_size > cubin.size()) continue;
+      if (!elf.section(sh.sh_link, &names) || !elf.in_image(sh)) continue;
       for (size_t k = 0; k < sh.sh_size / sizeof(Elf64_Sym); ++k) {
         Elf64_Sym sym;
         std::memcpy(&sym, cubin.data() + sh.sh_offset + k * sizeof(Elf64_Sym), sizeof sym);
-        if (name_at(names, sym.st_name) == lowered_name) sym_index = static_cast<long>(k);
+        if (elf.name_at(names, sym.st_name) == lowered_name) sym_index = static_cast<long>(k);
       }
     }
   }
@@ -56,7 +76,7 @@ CubinKernelInfo cubin_kernel_info(const std::string& cubin, const std::string& l
   if (info.shared_bytes < 0) info.shared_bytes = 0;
   // .nv.info is a list of {u8 format, u8 attribute, u16 size, payload}; the register count is
   // attribute 0x2f (EIATTR_REGCOUNT) with payload {u32 symbol index, u32 registers}.
-  if (have_info && nv_info.sh_offset + nv_info.sh_size <= cubin.size()) {
+  if (have_info && elf.in_image(nv_info)) {
     const unsigned char* p =
         reinterpret_cast<const unsigned char*>(cubin.data()) + nv_info.sh_offset;
     size_t off = 0;
@@ -81,29 +101,12 @@ CubinKernelInfo cubin_kernel_info(const std::string& cubin, const std::string& l
 }
 
 std::string cubin_kernel_code(const std::string& cubin, const std::string& lowered_name) {
-  if (cubin.size() < sizeof(Elf64_Ehdr)) return {};
-  Elf64_Ehdr eh;
-  std::memcpy(&eh, cubin.data(), sizeof eh);
-  if (std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64 ||
-      eh.e_shentsize != sizeof(Elf64_Shdr)) {
-    return {};
-  }
-  auto section = [&](size_t i, Elf64_Shdr* out) {
-    const size_t off = eh.e_shoff + i * sizeof(Elf64_Shdr);
-    if (off + sizeof(Elf64_Shdr) > cubin.size()) return false;
-    std::memcpy(out, cubin.data() + off, sizeof(Elf64_Shdr));
-    return true;
-  };
-  Elf64_Shdr strtab;
-  if (eh.e_shstrndx >= eh.e_shnum || !section(eh.e_shstrndx, &strtab)) return {};
-  if (strtab.sh_offset + strtab.sh_size > cubin.size()) return {};
+  const ElfView elf(cubin);
   const std::string want = ".text." + lowered_name;
-  for (size_t i = 0; i < eh.e_shnum; ++i) {
+  for (size_t i = 0; i < elf.sections(); ++i) {
     Elf64_Shdr sh;
-    if (!section(i, &sh) || sh.sh_name >= strtab.sh_size) continue;
-    const char* n = cubin.data() + strtab.sh_offset + sh.sh_name;
-    if (strnlen(n, strtab.sh_size - sh.sh_name) != want.size() || want.compare(n) != 0) continue;
-    if (sh.sh_offset + sh.sh_size > cubin.size()) return {};
+    if (!elf.section(i, &sh) || elf.section_name(sh) != want) continue;
+    if (!elf.in_image(sh)) return {};
     return cubin.substr(sh.sh_offset, sh.sh_size);
   }
   return {};
