@@ -75,8 +75,9 @@ struct RopeConfig {
 inline constexpr int kRopeMaxHeadDim = 1024;
 inline constexpr int kRopeMaxRotDim = 512;
 inline constexpr int kRopeBlockThreads = 128;  // the kernel's launch bound is 256
-// Up to this many tokens a frequency-table call (pos_ids, llama31) takes the unit-major thread
-// layout (latency: one or two table addresses per warp), beyond it slot-major (bandwidth).
+// Up to this many tokens a call takes the decode kernel where rope_decode_supported (both
+// modes), else, for a frequency-table call (pos_ids, llama31), the unit-major thread layout
+// (latency: one or two table addresses per warp); beyond it slot-major (bandwidth).
 inline constexpr int64_t kRopeUnitMajorMaxTokens = 128;
 
 // Bench hook (not in the C ABI): 0 picks the layout by token count, 1 forces slot-major, 2
