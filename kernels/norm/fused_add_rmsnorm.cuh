@@ -76,16 +76,9 @@ fused_add_rmsnorm_kernel(const __grid_constant__ FusedAddRmsNormParams p) {
   constexpr bool kEarly = EARLY_PARAMS && kPrefetchWeight;
   V wearly[kEarly ? kIters : 1];
   if constexpr (kEarly) {
-    const int t =
-        THREADS_PER_ROW == kThreads ? int(threadIdx.x) : int(threadIdx.x) % THREADS_PER_ROW;
     const T* wp = static_cast<const T*>(p.weight);
-#pragma unroll
-    for (int k = 0; k < kIters; ++k) {
-      const int v = t + k * THREADS_PER_ROW;
-      if (kEven || k < kIters - 1 || v < kVecs) wearly[k].load(wp + v * VEC);
-    }
-    pdl_wait();
-    pdl_launch_dependents();
+    detail::load_params_then_wait<THREADS_PER_ROW, kThreads, kVecs>(
+        [&](int k, int v) { wearly[k].load(wp + v * VEC); });
   } else {
     pdl_enter();  // before any global access: see prelude.cuh
   }

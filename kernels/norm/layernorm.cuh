@@ -189,20 +189,12 @@ layernorm_kernel(const __grid_constant__ LayerNormParams p) {
   P gearly[kEarly ? kIters : 1];
   P bearly[kEarly ? kIters : 1];
   if constexpr (kEarly) {
-    const int t =
-        THREADS_PER_ROW == kThreads ? int(threadIdx.x) : int(threadIdx.x) % THREADS_PER_ROW;
     const TW* gp = static_cast<const TW*>(p.gamma);
     const TW* bp = static_cast<const TW*>(p.beta);
-#pragma unroll
-    for (int k = 0; k < kIters; ++k) {
-      const int v = t + k * THREADS_PER_ROW;
-      if (kEven || k < kIters - 1 || v < kVecs) {
-        gearly[k].load(gp + v * VEC);
-        bearly[k].load(bp + v * VEC);
-      }
-    }
-    pdl_wait();
-    pdl_launch_dependents();
+    detail::load_params_then_wait<THREADS_PER_ROW, kThreads, kVecs>([&](int k, int v) {
+      gearly[k].load(gp + v * VEC);
+      bearly[k].load(bp + v * VEC);
+    });
   } else {
     pdl_enter();  // before any global access: see prelude.cuh
   }

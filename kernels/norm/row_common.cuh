@@ -114,6 +114,25 @@ struct ParamVec {
   }
 };
 
+// The decode-size variants (EARLY_PARAMS): load(k, v) for each vector v = t + k * THREADS_PER_ROW
+// of the row that thread t of its row takes (the indices the kernels' row loops use), then the
+// programmatic-launch wait. load reads row-length parameters (weight, gamma, beta) with plain
+// loads, which ptxas keeps before the wait; no kernel on the stream writes them while a forward
+// pass runs (see pdl_wait in prelude.cuh), so their L2 round trip overlaps the predecessor's tail.
+template <int THREADS_PER_ROW, int THREADS, int VECS, typename F>
+KJIT_DEVICE KJIT_FORCEINLINE void load_params_then_wait(F&& load) {
+  constexpr int kIters = (VECS + THREADS_PER_ROW - 1) / THREADS_PER_ROW;
+  constexpr bool kEven = VECS % THREADS_PER_ROW == 0;
+  const int t = THREADS_PER_ROW == THREADS ? int(threadIdx.x) : int(threadIdx.x) % THREADS_PER_ROW;
+#pragma unroll
+  for (int k = 0; k < kIters; ++k) {
+    const int v = t + k * THREADS_PER_ROW;
+    if (kEven || k < kIters - 1 || v < VECS) load(k, v);
+  }
+  pdl_wait();
+  pdl_launch_dependents();
+}
+
 }  // namespace detail
 }  // namespace norm
 }  // namespace kjit
