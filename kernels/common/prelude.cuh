@@ -92,6 +92,42 @@ KJIT_DEVICE KJIT_FORCEINLINE void pdl_launch_dependents() {
 #endif
 }
 
+// Keeps the computation of `v` ahead of pdl_wait(). ptxas orders global loads against
+// griddepcontrol.wait but moves arithmetic, shuffles, constant and read-only-path loads across it
+// as it schedules (it put RoPE's angle math and KV append's row addresses, written before the wait,
+// after it); a volatile load predicated on `v` stays before the wait, and so must everything `v`
+// comes from. The load is taken only when v == 1, which the callers' values never are (an OR of
+// aligned addresses, or the bits of a sum of finite floats; see pdl_pin_float). When taken it
+// reads `harmless` (which the caller may read before the wait) and drops the value.
+KJIT_DEVICE KJIT_FORCEINLINE void pdl_pin_before_wait(unsigned long long v, const void* harmless) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{\n\t.reg .pred p;\n\t.reg .b32 t;\n\tsetp.eq.u64 p, %0, 1;\n\t"
+      "@p ld.volatile.global.b32 t, [%1];\n\t}" ::"l"(v),
+      "l"(harmless)
+      : "memory");
+#else
+  (void)v;
+  (void)harmless;
+#endif
+}
+
+// The same for a float: the load is taken only when f is NaN (then its bits are not 1 either way;
+// the callers pass sums of finite values, or of user data that may be NaN, with `harmless` then a
+// location they may read before the wait).
+KJIT_DEVICE KJIT_FORCEINLINE void pdl_pin_float(float f, const void* harmless) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{\n\t.reg .pred p;\n\t.reg .b32 t;\n\tsetp.nan.f32 p, %0, %0;\n\t"
+      "@p ld.volatile.global.b32 t, [%1];\n\t}" ::"f"(f),
+      "l"(harmless)
+      : "memory");
+#else
+  (void)f;
+  (void)harmless;
+#endif
+}
+
 KJIT_DEVICE KJIT_FORCEINLINE void pdl_enter() {
   pdl_wait();
   pdl_launch_dependents();

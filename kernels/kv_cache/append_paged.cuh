@@ -52,13 +52,18 @@ struct AppendPagedKvParams {
 // kThreadsPerRow = min(HEAD_DIM / VEC, 32), no shared memory. Every pointer and stride of the
 // append tensors and caches must be aligned to VEC * sizeof(T) bytes. The caches must not
 // overlap the inputs; two tokens that name the same slot race (one of them wins).
+// EARLY_INDICES (the host's KJIT_PDL_EARLY_INDICES, at decode sizes): the whole index chain
+// (batch index, position, kv_indptr, kv_indices) is read before the programmatic-launch wait,
+// with plain loads (ptxas keeps those ahead of the wait; read-only-path loads it may sink past
+// it), so after the wait a thread only loads its k / v row and stores it. The caller promises
+// that the kernel just before does not write those four tensors.
 // clang-format would read the launch bound as a pointer declaration.
 // clang-format off
-template <typename T, int HEAD_DIM, int VEC>
+template <typename T, int HEAD_DIM, int VEC, bool EARLY_INDICES = false>
 __global__ void __launch_bounds__(256)
 append_paged_kv_kernel(const __grid_constant__ AppendPagedKvParams p) {
   // clang-format on
-  pdl_enter();  // before any global access: see prelude.cuh
+  if constexpr (!EARLY_INDICES) pdl_enter();  // before any global access: see prelude.cuh
   static_assert(VEC >= 1 && (VEC & (VEC - 1)) == 0 && VEC * sizeof(T) <= 16, "bad VEC");
   static_assert(HEAD_DIM >= 1 && HEAD_DIM % VEC == 0, "HEAD_DIM must be a multiple of VEC");
   constexpr int kVecs = HEAD_DIM / VEC;
@@ -79,31 +84,38 @@ append_paged_kv_kernel(const __grid_constant__ AppendPagedKvParams p) {
   const int token = live ? fast_div(row, p.heads_div) : 0;
   const int head = live ? row - token * p.num_heads : 0;
 
+  // Index reads: before the wait (EARLY_INDICES) they must be plain loads, see above.
+  auto load_index = [](const int* q) { return EARLY_INDICES ? *q : __ldg(q); };
+
   // At decode sizes the kernel's time is the chain of dependent loads: batch index -> indptr ->
   // page id -> store. Its head is issued first; with few requests (batch < 32, whole warps) the
   // warp reads all of kv_indptr at the same time, one entry per lane, and picks its two entries
   // with shuffles: one round trip fewer on the chain.
   int b = 0, pos = -1;
   if (live) {
-    b = __ldg(p.batch_indices + token);
-    pos = __ldg(p.positions + token);
+    b = load_index(p.batch_indices + token);
+    pos = load_index(p.positions + token);
   }
   const bool warp_indptr = p.batch < 32 && (blockDim.x & 31) == 0;
   const int lane32 = int(threadIdx.x) & 31;
-  const int ip = warp_indptr && lane32 <= p.batch ? __ldg(p.kv_indptr + lane32) : 0;
+  const int ip = warp_indptr && lane32 <= p.batch ? load_index(p.kv_indptr + lane32) : 0;
 
   const T* ak = static_cast<const T*>(p.append_k) + token * p.ak_st + head * p.ak_sh;
   const T* av = static_cast<const T*>(p.append_v) + token * p.av_st + head * p.av_sh;
-  // Loaded once and never written here: the read-only path.
+  // Loaded once and never written here: the read-only path. After the wait with EARLY_INDICES
+  // (below, once the destination is known).
   V kv[kIters], vv[kIters];
+  auto load_rows = [&] {
 #pragma unroll
-  for (int i = 0; i < kIters; ++i) {
-    const int v = lane + i * kThreadsPerRow;
-    if (live && (kEven || v < kVecs)) {
-      kv[i].load_ro(ak + v * VEC);
-      vv[i].load_ro(av + v * VEC);
+    for (int i = 0; i < kIters; ++i) {
+      const int v = lane + i * kThreadsPerRow;
+      if (live && (kEven || v < kVecs)) {
+        kv[i].load_ro(ak + v * VEC);
+        vv[i].load_ro(av + v * VEC);
+      }
     }
-  }
+  };
+  if constexpr (!EARLY_INDICES) load_rows();
 
   const bool b_ok = b >= 0 && b < p.batch;
   int first, end;
@@ -115,18 +127,29 @@ append_paged_kv_kernel(const __grid_constant__ AppendPagedKvParams p) {
     if (!live || !b_ok || pos < 0) return;
   } else {
     if (!live || !b_ok || pos < 0) return;
-    first = __ldg(p.kv_indptr + b);
-    end = __ldg(p.kv_indptr + b + 1);
+    first = load_index(p.kv_indptr + b);
+    end = load_index(p.kv_indptr + b + 1);
   }
   const int page_in_seq = fast_div(pos, p.page_size_div);  // pos >= 0 here
   const long long slot_index = (long long)first + page_in_seq;
   if (first < 0 || slot_index >= end || slot_index >= p.nnz_pages) return;
-  const int page = __ldg(p.kv_indices + slot_index);
+  const int page = load_index(p.kv_indices + slot_index);
   if (page < 0 || page >= p.num_pages) return;
   const int slot = pos - page_in_seq * p.page_size;
 
   T* kd = static_cast<T*>(p.k_cache) + page * p.kc_sp + slot * p.kc_ss + head * p.kc_sh;
   T* vd = static_cast<T*>(p.v_cache) + page * p.vc_sp + slot * p.vc_ss + head * p.vc_sh;
+  if constexpr (EARLY_INDICES) {
+    // The four row addresses are formed before the wait too (an OR of aligned addresses is never
+    // 1); rows that left above never waited: they touch nothing the kernel before writes.
+    pdl_pin_before_wait(
+        reinterpret_cast<unsigned long long>(ak) | reinterpret_cast<unsigned long long>(av) |
+            reinterpret_cast<unsigned long long>(kd) | reinterpret_cast<unsigned long long>(vd),
+        p.positions + token);
+    pdl_wait();
+    pdl_launch_dependents();
+    load_rows();
+  }
 #pragma unroll
   for (int i = 0; i < kIters; ++i) {
     const int v = lane + i * kThreadsPerRow;

@@ -131,7 +131,7 @@ fused_add_rmsnorm_kernel(const __grid_constant__ FusedAddRmsNormParams p) {
         sv[k].store(res + v * VEC);
       }
     }
-    const float total = detail::row_sum<THREADS_PER_ROW>(ss, partials);
+    const float total = detail::row_sum<THREADS_PER_ROW, true>(ss, partials);
     const float inv_rms = rsqrtf(total * kInvHidden + p.eps);
 
     // As in rmsnorm_kernel: recompute the fp32 values from the packed row rather than keep them.
@@ -196,7 +196,7 @@ fused_add_rmsnorm_kernel(const __grid_constant__ FusedAddRmsNormParams p) {
         }
       }
     }
-    const float total = detail::row_sum<THREADS_PER_ROW>(ss, partials);
+    const float total = detail::row_sum<THREADS_PER_ROW, true>(ss, partials);
     const float inv_rms = rsqrtf(total * kInvHidden + p.eps);
 
 #pragma unroll 1

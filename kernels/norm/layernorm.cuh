@@ -71,9 +71,14 @@ KJIT_DEVICE KJIT_FORCEINLINE void warp_merge_stats(float& n, float& mean, float&
 
 // The row's (mean, m2) from every thread's (n, mean, m2) over a row of THREADS_PER_ROW threads
 // (a power-of-two slice of a warp, or a whole block). stats holds 3 floats per warp; one barrier
-// (none within a warp). Must be reached by every thread of the row.
+// (none within a warp). Must be reached by every thread of the row. EVEN: every thread holds
+// `hidden` / THREADS_PER_ROW elements, so the count is `hidden` (exactly, as the float sum of the
+// warps' counts is) and the mean divides by a constant (a product for powers of two) instead of a
+// run-time division with its slow-path check.
 template <bool EVEN, int THREADS_PER_ROW>
-KJIT_DEVICE KJIT_FORCEINLINE void row_stats(float n, float& mean, float& m2, float* stats) {
+KJIT_DEVICE KJIT_FORCEINLINE void row_stats(float n, float& mean, float& m2, float* stats,
+                                            float hidden) {
+  (void)hidden;
   if constexpr (THREADS_PER_ROW <= 32) {
     (void)stats;
     warp_merge_stats<EVEN, THREADS_PER_ROW>(n, mean, m2);
@@ -101,7 +106,7 @@ KJIT_DEVICE KJIT_FORCEINLINE void row_stats(float n, float& mean, float& m2, flo
         total += wn[w];
         sum = fmaf(wn[w], wm[w], sum);
       }
-      mean = sum / total;
+      mean = EVEN ? sum / hidden : sum / total;
       float dev = 0.0f;
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) {
@@ -267,10 +272,10 @@ layernorm_kernel(const __grid_constant__ LayerNormParams p) {
     float var;
     if constexpr (ONE_PASS) {
       __shared__ float stats[THREADS_PER_ROW >= 32 ? 3 * (THREADS_PER_ROW / 32) : 1];
-      detail::row_stats<kEven, THREADS_PER_ROW>(cnt, mean, m2, stats);
+      detail::row_stats<kEven, THREADS_PER_ROW>(cnt, mean, m2, stats, kHidden);
       var = m2 / kHidden;
     } else {
-      var = detail::row_sum<THREADS_PER_ROW>(m2, partials) / kHidden;
+      var = detail::row_sum<THREADS_PER_ROW, true>(m2, partials) / kHidden;
     }
     const float inv_std = rsqrtf(var + p.eps);
 
@@ -360,7 +365,8 @@ layernorm_kernel(const __grid_constant__ LayerNormParams p) {
     }
     const float mean = detail::row_sum<THREADS_PER_ROW>(n * mean_t, partials) / kHidden;
     const float dm = mean_t - mean;
-    const float var = detail::row_sum<THREADS_PER_ROW>(fmaf(n * dm, dm, m2), partials) / kHidden;
+    const float var =
+        detail::row_sum<THREADS_PER_ROW, true>(fmaf(n * dm, dm, m2), partials) / kHidden;
     const float inv_std = rsqrtf(var + p.eps);
 
 #pragma unroll 1

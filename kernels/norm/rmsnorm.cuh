@@ -136,7 +136,7 @@ rmsnorm_kernel(const __grid_constant__ RmsNormParams p) {
         }
       }
     }
-    const float total = detail::row_sum<THREADS_PER_ROW>(ss, partials);
+    const float total = detail::row_sum<THREADS_PER_ROW, true>(ss, partials);
     const float inv_rms = rsqrtf(total * kInvHidden + p.eps);
 
     // Re-derive the fp32 values from the packed row below instead of letting the compiler keep
@@ -203,7 +203,7 @@ rmsnorm_kernel(const __grid_constant__ RmsNormParams p) {
         }
       }
     }
-    const float total = detail::row_sum<THREADS_PER_ROW>(ss, partials);
+    const float total = detail::row_sum<THREADS_PER_ROW, true>(ss, partials);
     const float inv_rms = rsqrtf(total * kInvHidden + p.eps);
 
 #pragma unroll 1

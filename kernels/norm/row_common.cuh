@@ -45,14 +45,15 @@ KJIT_HOST_DEVICE constexpr bool valid_row_shape(int threads_per_row, int rows_pe
 }
 
 // Rows within one warp reduce with shuffles alone; a block per row goes through shared memory.
-// Safe to call twice in a row with the same `partials` (block_reduce_sum ends on a barrier).
-template <int THREADS_PER_ROW>
+// Safe to call twice in a row with the same `partials` (block_reduce_sum ends on a barrier) unless
+// ONCE: the last use of `partials` in the kernel, no trailing barrier.
+template <int THREADS_PER_ROW, bool ONCE = false>
 KJIT_DEVICE KJIT_FORCEINLINE float row_sum(float s, float* partials) {
   if constexpr (THREADS_PER_ROW <= 32) {
     (void)partials;
     return warp_reduce_sum<THREADS_PER_ROW>(s);
   } else {
-    return block_reduce_sum<THREADS_PER_ROW>(s, partials);
+    return block_reduce_sum<THREADS_PER_ROW, ONCE>(s, partials);
   }
 }
 

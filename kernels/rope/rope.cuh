@@ -296,5 +296,212 @@ rope_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DIM / 2 :
   }
 }
 
+// Decode sizes (the host picks it for at most kRopeUnitMajorMaxTokens tokens when the shape
+// allows, see rope_decode_supported in src/ops/rope.cpp): a block covers one token's heads
+// [chunk * heads_per_chunk, ...), slot-major (a warp reads whole heads), and a thread owns at
+// most a head or two, so what decides its time is the path after the programmatic-launch wait.
+// Three things make that path short:
+//   - Everything that does not read global memory is done before the wait (pinned there with
+//     pdl_pin_before_wait / pdl_pin_float): the token, unit and slot, the first head's addresses
+//     and this lane's frequency pairs (kernel parameters, not memory any kernel writes).
+//   - Each angle is computed once per warp instead of once per head: a warp covers every unit
+//     (32 % kUnits == 0), so lane l computes the angles of frequencies l * kA .. l * kA + kA - 1
+//     (kA = ceil(ROT_DIM / 2 / 32)) and each lane takes the kFreqs of its unit with shuffles. The
+//     generic kernel's thread computed kFreqs angles (8 for bf16 x 128: 16 MUFU and 8 FRND, on
+//     quarter-rate pipes) for one head; here it computes kA (2 for bf16 x 128). The angle math
+//     is the generic kernel's, so results are bitwise equal to it.
+//   - The head's and the position's loads are the first instructions after the wait.
+// EARLY_POS (the host's KJIT_PDL_EARLY_INDICES): the position, and in kModeCache its cache row,
+// are read before the wait and the angles are ready when it returns; after it a thread only
+// loads its head, rotates and stores. The caller promises that the kernel just before does not
+// write pos_ids (or the cache).
+// Launch with grid = tokens * p.a.chunks and block = kUnits * slots threads, a multiple of 32,
+// at most 256; the rest as rope_kernel.
+// clang-format off
+template <typename T, int HEAD_DIM, int ROT_DIM, bool INTERLEAVE, int VEC, int MODE,
+          bool EARLY_POS>
+__global__ void __launch_bounds__(256)
+rope_decode_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DIM / 2 : 1> p) {
+  // clang-format on
+  static_assert(ROT_DIM >= 2 && ROT_DIM % 2 == 0 && ROT_DIM <= HEAD_DIM, "bad ROT_DIM");
+  static_assert(VEC >= 1 && (VEC & (VEC - 1)) == 0 && VEC * sizeof(T) <= 16, "bad VEC");
+  static_assert(HEAD_DIM % VEC == 0 && ROT_DIM % VEC == 0, "dims must be multiples of VEC");
+  static_assert(INTERLEAVE || (ROT_DIM / 2) % VEC == 0, "NeoX halves must be multiples of VEC");
+  static_assert(MODE == kModeFreq || MODE == kModeCache, "bad MODE");
+  static_assert(sizeof(T) == 2, "16-bit q / k only (as the host serves)");
+
+  constexpr int kHalf = ROT_DIM / 2;
+  constexpr int kUnit = INTERLEAVE ? (VEC < 2 ? 2 : VEC) : VEC;
+  constexpr int kLoads = INTERLEAVE ? kUnit / VEC : 2;
+  constexpr int kUnits = INTERLEAVE ? ROT_DIM / kUnit : kHalf / VEC;
+  constexpr int kFreqs = INTERLEAVE ? kUnit / 2 : VEC;
+  constexpr int kPassVecs = (HEAD_DIM - ROT_DIM) / VEC;
+  static_assert(kUnits * kFreqs == kHalf, "a head's units cover its frequencies");
+  static_assert(kUnits <= 32 && 32 % kUnits == 0, "a warp must cover every unit");
+  // Angles per lane: lane l owns frequencies l * kA + r, r < kA.
+  constexpr int kA = kHalf <= 32 ? 1 : kHalf / 32;
+  static_assert(kA * 32 >= kHalf && kFreqs % kA == 0, "angles per lane");
+  using V = Vec<T, VEC>;
+
+  const int token = fast_div(int(blockIdx.x), p.a.chunks_div);
+  const int chunk = int(blockIdx.x) - token * p.a.chunks;
+  const int slots = int(blockDim.x) / kUnits;
+  const int unit = int(threadIdx.x) % kUnits;
+  const int slot = int(threadIdx.x) / kUnits;
+  const int lane = int(threadIdx.x) & 31;
+  auto elem_offset = [unit](int j) {
+    return INTERLEAVE ? unit * kUnit + j * VEC : j * kHalf + unit * VEC;
+  };
+  const int h_total = p.a.q_heads + p.a.k_heads;
+  const int h_begin = chunk * p.a.heads_per_chunk;
+  const int h_end = min(h_begin + p.a.heads_per_chunk, h_total);
+  const long long tk = token;
+  auto head_in = [&](int h) {
+    return h < p.a.q_heads ? static_cast<const T*>(p.a.q_in) + tk * p.a.q_in_st + h * p.a.q_in_sh
+                           : static_cast<const T*>(p.a.k_in) + tk * p.a.k_in_st +
+                                 (h - p.a.q_heads) * p.a.k_in_sh;
+  };
+  auto head_out = [&](int h) {
+    return h < p.a.q_heads
+               ? static_cast<T*>(p.a.q_out) + tk * p.a.q_out_st + h * p.a.q_out_sh
+               : static_cast<T*>(p.a.k_out) + tk * p.a.k_out_st + (h - p.a.q_heads) * p.a.k_out_sh;
+  };
+  const int h = h_begin + slot;
+  const bool has_head = h < h_end;
+  const T* src = head_in(has_head ? h : h_begin) + elem_offset(0);
+  T* dst = head_out(has_head ? h : h_begin) + elem_offset(0);
+
+  // This lane's frequencies (clamped: lanes past the last one compute an angle nobody takes).
+  int fl[kA];
+#pragma unroll
+  for (int r = 0; r < kA; ++r) fl[r] = min(lane * kA + r, kHalf - 1);
+  float g_hi[MODE == kModeFreq ? kA : 1], g_lo[MODE == kModeFreq ? kA : 1];
+  if constexpr (MODE == kModeFreq) {
+#pragma unroll
+    for (int r = 0; r < kA; ++r) {
+      g_hi[r] = p.freq[2 * fl[r]];
+      g_lo[r] = p.freq[2 * fl[r] + 1];
+    }
+  }
+
+  // sin / cos of the lane's own frequencies, then of its unit's, from the lanes that own them.
+  float cs[kFreqs], sn[kFreqs];
+  long long pos = 0;
+  auto load_position = [&] {
+    // Plain loads: ptxas keeps them where they are written (a read-only-path load it may sink
+    // past the wait).
+    pos = p.a.pos_bytes == 8 ? static_cast<const long long*>(p.a.pos)[token]
+                             : static_cast<const int*>(p.a.pos)[token];
+  };
+  auto compute_angles = [&] {
+    float ms[kA], mc[kA];
+    if constexpr (MODE == kModeFreq) {
+      // The int32 positions convert from 32 bits (the value is the same).
+      const float pf = p.a.pos_bytes == 8 ? float(pos) : float(int(pos));
+#pragma unroll
+      for (int r = 0; r < kA; ++r) {
+        detail::fast_sincos_of_position(pf, g_hi[r], g_lo[r], &ms[r], &mc[r]);
+      }
+    } else {
+      const char* row = static_cast<const char*>(p.a.cos_sin) +
+                        pos * p.a.cache_stride * (p.a.cache_dtype == kCacheF32 ? 4 : 2);
+#pragma unroll
+      for (int r = 0; r < kA; ++r) {
+        mc[r] = detail::load_cache(row, fl[r], p.a.cache_dtype);
+        ms[r] = detail::load_cache(row, kHalf + fl[r], p.a.cache_dtype);
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < kFreqs; ++e) {
+      const int from = unit * (kFreqs / kA) + e / kA;
+      cs[e] = __shfl_sync(0xffffffffu, mc[e % kA], from);
+      sn[e] = __shfl_sync(0xffffffffu, ms[e % kA], from);
+    }
+  };
+
+  const int* pos_word = static_cast<const int*>(p.a.pos) + token * (p.a.pos_bytes / 4);
+  // The first head's addresses (aligned: their OR is never 1).
+  pdl_pin_before_wait(
+      reinterpret_cast<unsigned long long>(src) | reinterpret_cast<unsigned long long>(dst),
+      pos_word);
+  if constexpr (EARLY_POS) {
+    load_position();
+    // The block is one token's: all of it leaves, before touching q or k.
+    if (MODE == kModeCache && (pos < 0 || pos >= p.a.max_pos)) return;
+    compute_angles();
+    float sum = 0.0f;
+#pragma unroll
+    for (int e = 0; e < kFreqs; ++e) sum += cs[e] + sn[e];
+    pdl_pin_float(sum, pos_word);
+  } else if constexpr (MODE == kModeFreq) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int r = 0; r < kA; ++r) sum += g_hi[r] + g_lo[r];
+    pdl_pin_float(sum, pos_word);
+  }
+  pdl_wait();
+  pdl_launch_dependents();
+
+  V x[kLoads];
+  if (has_head) {
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j) x[j].load(src + (elem_offset(j) - elem_offset(0)));
+  }
+  if constexpr (!EARLY_POS) {
+    load_position();
+    if (MODE == kModeCache && (pos < 0 || pos >= p.a.max_pos)) return;
+    compute_angles();
+  }
+
+  // out: the head's first vector (elem_offset(0)).
+  auto rotate_store = [&](const V* xh, T* out) {
+    float v[kLoads * VEC];
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j) {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) v[j * VEC + e] = to_float(xh[j][e]);
+    }
+#pragma unroll
+    for (int f = 0; f < kFreqs; ++f) {
+      const int i1 = INTERLEAVE ? 2 * f : f;
+      const int i2 = INTERLEAVE ? 2 * f + 1 : VEC + f;
+      const float a = v[i1], b = v[i2];
+      v[i1] = fmaf(a, cs[f], -b * sn[f]);
+      v[i2] = fmaf(b, cs[f], a * sn[f]);
+    }
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j) {
+      V o;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) o[e] = from_float<T>(v[j * VEC + e]);
+      o.store(out + (elem_offset(j) - elem_offset(0)));
+    }
+  };
+  if (has_head) rotate_store(x, dst);
+  // More heads than slots in this block (the host avoids it at decode sizes): one at a time.
+  for (int hh = h + slots; hh < h_end; hh += slots) {
+    V y[kLoads];
+    const T* s2 = head_in(hh);
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j) y[j].load(s2 + elem_offset(j));
+    rotate_store(y, head_out(hh) + elem_offset(0));
+  }
+
+  // Dims past ROT_DIM, out of place: copied, as in rope_kernel.
+  if constexpr (kPassVecs > 0) {
+    for (int hh = h; hh < h_end; hh += slots) {
+      if (!(hh < p.a.q_heads ? p.a.copy_q_pass : p.a.copy_k_pass)) continue;
+      const T* __restrict__ s2 = head_in(hh) + ROT_DIM;
+      T* __restrict__ d2 = head_out(hh) + ROT_DIM;
+#pragma unroll 4
+      for (int v = unit; v < kPassVecs; v += kUnits) {
+        V t;
+        t.load(s2 + v * VEC);
+        t.store(d2 + v * VEC);
+      }
+    }
+  }
+}
+
 }  // namespace rope
 }  // namespace kjit

@@ -110,6 +110,8 @@ jit::Spec append_paged_kv_spec(const AppendPagedKvConfig& c) {
   s.params = {{"dtype", dtype_name(c.dtype)},
               {"hd", std::to_string(c.head_dim)},
               {"vec", std::to_string(c.vec)}};
+  // Only when set, so the default variant keeps its URI and source.
+  if (c.early_indices != 0) s.params.push_back({"early", "1"});
   s.uri = jit::make_uri(s.op, s.params);
   s.kernel_dirs = {"common", "kv_cache"};
   s.includes = {"kv_cache/append_paged.cuh"};
@@ -122,7 +124,11 @@ jit::Spec append_paged_kv_spec(const AppendPagedKvConfig& c) {
       fmt::arg("type", device_type_name(c.dtype)), fmt::arg("hd", c.head_dim),
       fmt::arg("vec", c.vec));
   s.entry_names = {
-      "kjit::kv_cache::append_paged_kv_kernel<kjit_spec::T, kjit_spec::kHeadDim, kjit_spec::kVec>"};
+      c.early_indices != 0
+          ? "kjit::kv_cache::append_paged_kv_kernel<kjit_spec::T, kjit_spec::kHeadDim, "
+            "kjit_spec::kVec, true>"
+          : "kjit::kv_cache::append_paged_kv_kernel<kjit_spec::T, kjit_spec::kHeadDim, "
+            "kjit_spec::kVec>"};
   s.arch_families = {"sm_80+"};
   return s;
 }
@@ -219,7 +225,8 @@ void append_paged_kv_cache(const DLTensor* append_k, const DLTensor* append_v,
   }
   int align = 16;
   for (const StridedView* t : {&ak, &av, &kc, &vc}) align = std::min(align, view_alignment(*t));
-  const AppendPagedKvConfig cfg = select_append_paged_kv(ak.dtype, head_dim, align);
+  AppendPagedKvConfig cfg = select_append_paged_kv(ak.dtype, head_dim, align);
+  cfg.early_indices = nnz <= kAppendPagedKvEarlyMaxTokens && pdl_early_indices(dev) ? 1 : 0;
   if (trace::enabled()) {
     trace::append_paged_kv(ak.dtype, heads, head_dim, page_size, nhd, nnz, batch, indices.shape[0],
                            num_pages);
@@ -277,7 +284,11 @@ OpDef append_paged_kv_op_def() {
             {"align",
              {"16", "8", "4", "2"},
              false,
-             "byte alignment of pointers and strides (default 16)"}};
+             "byte alignment of pointers and strides (default 16)"},
+            {"early",
+             {"0", "1"},
+             false,
+             "1: the index chain read before the PDL wait (KJIT_PDL_EARLY_INDICES, decode sizes)"}};
   d.arch_families = {"sm_80+"};
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
@@ -285,7 +296,9 @@ OpDef append_paged_kv_op_def() {
     const DType dtype = dt == "bf16" ? DType::kBF16 : dt == "fp16" ? DType::kF16 : DType::kF32;
     const int64_t hd = positive_int_arg(args, "head_dim", kAppendPagedKvMaxHeadDim);
     const int align = args.count("align") ? std::stoi(args.at("align")) : 16;
-    return append_paged_kv_spec(select_append_paged_kv(dtype, hd, align));
+    AppendPagedKvConfig c = select_append_paged_kv(dtype, hd, align);
+    c.early_indices = args.count("early") && args.at("early") == "1";
+    return append_paged_kv_spec(c);
   };
   d.catalog = [] {
     std::vector<SetArgs> out;
@@ -301,6 +314,11 @@ OpDef append_paged_kv_op_def() {
     out.push_back({{"dtype", "bf16"}, {"head_dim", "128"}, {"align", "4"}});
     out.push_back({{"dtype", "bf16"}, {"head_dim", "128"}, {"align", "2"}});
     out.push_back({{"dtype", "fp16"}, {"head_dim", "80"}, {"align", "2"}});
+    // The decode-size variant of KJIT_PDL_EARLY_INDICES.
+    for (int hd : {64, 128, 256}) {
+      out.push_back({{"dtype", "bf16"}, {"head_dim", std::to_string(hd)}, {"early", "1"}});
+    }
+    out.push_back({{"dtype", "fp16"}, {"head_dim", "128"}, {"early", "1"}});
     return out;
   };
   return d;

@@ -19,10 +19,17 @@ struct AppendPagedKvConfig {
   DType dtype = DType::kBF16;
   int head_dim = 0;
   int vec = 1;  // elements per vector access
+  // 0 / 1: the index chain read before the PDL wait (KJIT_PDL_EARLY_INDICES, at most
+  // kAppendPagedKvEarlyMaxTokens tokens).
+  int early_indices = 0;
 };
 
 inline constexpr int kAppendPagedKvMaxHeadDim = 1024;
 inline constexpr int kAppendPagedKvBlockThreads = 128;  // the kernel's launch bound is 256
+// Up to this many tokens KJIT_PDL_EARLY_INDICES reads the index chain before the PDL wait; beyond,
+// most blocks start after the kernel before has finished (nothing to overlap), and the data loads
+// issued beside the index chain (the default) are the shorter path.
+inline constexpr int64_t kAppendPagedKvEarlyMaxTokens = 256;
 
 // Support and dispatch in one place. Throws KJIT_ERROR_UNSUPPORTED for a dtype or head size no
 // variant serves.

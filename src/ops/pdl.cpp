@@ -10,6 +10,7 @@ namespace kjit::ops {
 
 namespace {
 std::atomic<int> g_forced{-1};
+std::atomic<int> g_early_forced{-1};
 }  // namespace
 
 bool elementwise_pdl_requested() {
@@ -26,6 +27,21 @@ bool elementwise_pdl(int device) {
 
 void force_elementwise_pdl(int mode) {
   g_forced.store(mode < 0 ? -1 : (mode != 0 ? 1 : 0));
+}
+
+bool pdl_early_indices_requested() {
+  // Off unless asked for: it is a promise about the caller's kernel order (pdl.hpp).
+  static const bool from_env = util::env_flag("KJIT_PDL_EARLY_INDICES", false);
+  const int forced = g_early_forced.load();
+  return forced >= 0 ? forced != 0 : from_env;
+}
+
+bool pdl_early_indices(int device) {
+  return pdl_early_indices_requested() && elementwise_pdl(device);
+}
+
+void force_pdl_early_indices(int mode) {
+  g_early_forced.store(mode < 0 ? -1 : (mode != 0 ? 1 : 0));
 }
 
 void launch_elementwise(CUfunction fn, const cuda::LaunchConfig& cfg, const void* params,

@@ -25,6 +25,21 @@ bool elementwise_pdl(int device);
 // Test and bench hook: 1 on, 0 off, -1 back to KJIT_PDL. Not thread-safe against concurrent calls.
 void force_elementwise_pdl(int mode);
 
+// Opt-in early index reads (KJIT_PDL_EARLY_INDICES, off when unset; read once): RoPE's positions
+// (and, cos_sin_cache mode, its cache rows) and KV append's batch indices, positions, kv_indptr and
+// kv_indices are read before the programmatic-launch wait at decode sizes, so their L2 round
+// trips overlap the kernel before. The caller promises that the kernel launched just before on
+// the stream does not write them (docs/c-api.md, "Launch mode"). No device is involved.
+bool pdl_early_indices_requested();
+
+// Whether launches on `device` read indices early: requested, and elementwise_pdl(device) (a
+// plain launch has nothing to overlap).
+bool pdl_early_indices(int device);
+
+// Test and bench hook: 1 on, 0 off, -1 back to KJIT_PDL_EARLY_INDICES. Not thread-safe against
+// concurrent calls.
+void force_pdl_early_indices(int mode);
+
 // Launches an elementwise kernel (one that calls pdl_enter first) on `device`, as a programmatic
 // dependent when elementwise_pdl(device).
 void launch_elementwise(CUfunction fn, const cuda::LaunchConfig& cfg, const void* params,

@@ -379,17 +379,24 @@ void launch_rope(const QkViews& v, const RopeLaunch& l, void* stream) {
   }
   RopeConfig cfg = select_rope(l.mode, v.q.dtype, v.head_dim, l.rot_dim, l.interleave, align);
   const int layout = rope_layout();
-  // Only the frequency table (constant memory) gains from the unit-major layout; cos_sin_cache
-  // rows are coalesced global reads in either.
-  cfg.unit_major =
-      layout == 0 ? l.mode == RopeMode::kFreq && v.tokens <= kRopeUnitMajorMaxTokens : layout == 2;
+  const bool decode_size = v.tokens <= kRopeUnitMajorMaxTokens;
+  if ((layout == 0 && decode_size) || layout == 3) cfg.decode = rope_decode_supported(cfg) ? 1 : 0;
+  if (cfg.decode != 0) {
+    cfg.early_pos = pdl_early_indices(v.q.device) ? 1 : 0;
+  } else {
+    // Only the frequency table (constant memory) gains from the unit-major layout; cos_sin_cache
+    // rows are coalesced global reads in either.
+    cfg.unit_major =
+        layout == 0 || layout == 3 ? l.mode == RopeMode::kFreq && decode_size : layout == 2;
+  }
 
   const jit::LoadedKernel& kernel =
       jit::JitCore::global().kernel_for("rope", cfg, v.q.device, [&] { return rope_spec(cfg); });
 
   const int units = cfg.interleave ? cfg.rot_dim / std::max(cfg.vec, 2) : cfg.rot_dim / 2 / cfg.vec;
-  const int slots =
-      static_cast<int>(std::min<int64_t>(std::max(1, kRopeBlockThreads / units), h_total));
+  int slots = static_cast<int>(std::min<int64_t>(std::max(1, kRopeBlockThreads / units), h_total));
+  // The decode kernel shares angles across a warp: whole warps only (spare slots stay idle).
+  if (cfg.decode != 0) slots = (slots * units + 31) / 32 * 32 / units;
   // Few tokens (decode): split each token's heads over several blocks so that every SM gets
   // work; many tokens (prefill): one block per token, which computes sin / cos the fewest times.
   const int64_t slot_rows = (h_total + slots - 1) / slots;
@@ -479,14 +486,23 @@ std::atomic<int> g_rope_layout{0};
 }  // namespace
 
 void set_rope_layout(int layout) {
-  if (layout < 0 || layout > 2) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "rope layout must be 0 (auto), 1 or 2, not {}", layout);
+  if (layout < 0 || layout > 3) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "rope layout must be 0 (auto), 1, 2 or 3, not {}", layout);
   }
   g_rope_layout.store(layout);
 }
 
 int rope_layout() {
   return g_rope_layout.load();
+}
+
+bool rope_decode_supported(const RopeConfig& c) {
+  const int units = c.interleave ? c.rot_dim / std::max(c.vec, 2) : c.rot_dim / 2 / c.vec;
+  const int freqs = c.interleave ? std::max(c.vec, 2) / 2 : c.vec;  // angles a unit takes
+  const int half = c.rot_dim / 2;
+  const int per_lane = half <= 32 ? 1 : half / 32;
+  return units <= 32 && 32 % units == 0 && per_lane * 32 >= half && freqs % per_lane == 0 &&
+         dtype_size(c.dtype) == 2;
 }
 
 RopeConfig select_rope(RopeMode mode, DType dtype, int64_t head_dim, int64_t rot_dim,
@@ -525,6 +541,8 @@ jit::Spec rope_spec(const RopeConfig& c) {
               {"il", c.interleave ? "1" : "0"},   {"vec", std::to_string(c.vec)}};
   // Only when set, so the slot-major specializations keep their URIs.
   if (c.unit_major) s.params.push_back({"layout", "unit"});
+  if (c.decode) s.params.push_back({"layout", "decode"});
+  if (c.decode && c.early_pos) s.params.push_back({"early", "1"});
   s.uri = jit::make_uri(s.op, s.params);
   s.kernel_dirs = {"common", "rope"};
   s.includes = {"rope/rope.cuh"};
@@ -537,15 +555,24 @@ jit::Spec rope_spec(const RopeConfig& c) {
       "constexpr int kVec = {vec};\n"
       "constexpr int kMode = {mode};\n"
       "constexpr bool kUnitMajor = {um};\n"
+      "{early}"
       "}}  // namespace kjit_spec\n",
       fmt::arg("type", device_type_name(c.dtype)), fmt::arg("hd", c.head_dim),
       fmt::arg("rd", c.rot_dim), fmt::arg("il", c.interleave ? "true" : "false"),
       fmt::arg("vec", c.vec), fmt::arg("um", c.unit_major ? "true" : "false"),
+      // Only in the decode kernel's source, so the others keep theirs.
+      fmt::arg("early", c.decode ? fmt::format("constexpr bool kEarlyPos = {};\n",
+                                               c.early_pos ? "true" : "false")
+                                 : std::string()),
       fmt::arg("mode",
                c.mode == RopeMode::kFreq ? "kjit::rope::kModeFreq" : "kjit::rope::kModeCache"));
   s.entry_names = {
-      "kjit::rope::rope_kernel<kjit_spec::T, kjit_spec::kHeadDim, kjit_spec::kRotDim, "
-      "kjit_spec::kInterleave, kjit_spec::kVec, kjit_spec::kMode, kjit_spec::kUnitMajor>"};
+      c.decode ? "kjit::rope::rope_decode_kernel<kjit_spec::T, kjit_spec::kHeadDim, "
+                 "kjit_spec::kRotDim, kjit_spec::kInterleave, kjit_spec::kVec, kjit_spec::kMode, "
+                 "kjit_spec::kEarlyPos>"
+               : "kjit::rope::rope_kernel<kjit_spec::T, kjit_spec::kHeadDim, kjit_spec::kRotDim, "
+                 "kjit_spec::kInterleave, kjit_spec::kVec, kjit_spec::kMode, "
+                 "kjit_spec::kUnitMajor>"};
   s.arch_families = {"sm_80+"};
   return s;
 }
@@ -757,9 +784,14 @@ OpDef rope_op_def() {
        false,
        "byte alignment of pointers and strides (default 16)"},
       {"layout",
-       {"slot", "unit"},
+       {"slot", "unit", "decode"},
        false,
-       "thread layout: slot-major (default; many tokens) or unit-major (decode sizes)"}};
+       "thread layout: slot-major (default; many tokens), unit-major, or the decode kernel "
+       "(warp-shared angles; decode sizes where the shape allows)"},
+      {"early",
+       {"0", "1"},
+       false,
+       "with layout=decode: 1 reads the position before the PDL wait (KJIT_PDL_EARLY_INDICES)"}};
   d.arch_families = {"sm_80+"};
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
@@ -771,6 +803,14 @@ OpDef rope_op_def() {
     const int align = args.count("align") ? std::stoi(args.at("align")) : 16;
     RopeConfig c = select_rope(mode, dtype, hd, rd, il, align);
     c.unit_major = args.count("layout") && args.at("layout") == "unit";
+    c.decode = args.count("layout") && args.at("layout") == "decode";
+    if (c.decode && !rope_decode_supported(c)) {
+      fail(KJIT_ERROR_UNSUPPORTED, "rope layout=decode does not serve this shape");
+    }
+    c.early_pos = args.count("early") && args.at("early") == "1";
+    if (c.early_pos && !c.decode) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "rope early=1 needs layout=decode");
+    }
     return rope_spec(c);
   };
   d.catalog = [] {
@@ -811,12 +851,21 @@ OpDef rope_op_def() {
     // Views that are only 4- or 2-byte aligned: narrower vectors, scalar GPT-J pairs.
     add("freq", "bf16", 128, 128, 0, "4");
     add("freq", "bf16", 128, 128, 1, "2");
-    // Decode sizes take the unit-major layout.
+    // Decode sizes take the decode kernel where it serves the shape (unit-major elsewhere: not in
+    // the catalog), with the position before the PDL wait under KJIT_PDL_EARLY_INDICES.
     for (const char* dt : {"bf16", "fp16"}) {
-      add("freq", dt, 128, 128, 0);
-      out.back()["layout"] = "unit";
-      add("freq", dt, 64, 64, 0);
-      out.back()["layout"] = "unit";
+      for (const char* early : {"0", "1"}) {
+        for (int hd : {64, 128}) {
+          add("freq", dt, hd, hd, 0);
+          out.back()["layout"] = "decode";
+          out.back()["early"] = early;
+        }
+      }
+    }
+    for (const char* early : {"0", "1"}) {
+      add("cache", "bf16", 128, 128, 0);
+      out.back()["layout"] = "decode";
+      out.back()["early"] = early;
     }
     return out;
   };

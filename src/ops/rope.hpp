@@ -64,19 +64,31 @@ struct RopeConfig {
   int interleave = 0;  // 0 / 1; int, not bool, so the config has no padding (see kernel_for)
   int vec = 1;         // elements per vector access
   int unit_major = 0;  // 0 / 1: thread layout (rope.cuh); launch_rope picks 1 at decode sizes
+  // 0 / 1: rope_decode_kernel (warp-shared angles, set-up before the PDL wait); launch_rope picks
+  // it at decode sizes where rope_decode_supported. unit_major is then 0.
+  int decode = 0;
+  // 0 / 1: with decode, the position (and the cache row) read before the PDL wait
+  // (KJIT_PDL_EARLY_INDICES).
+  int early_pos = 0;
 };
 
 inline constexpr int kRopeMaxHeadDim = 1024;
 inline constexpr int kRopeMaxRotDim = 512;
 inline constexpr int kRopeBlockThreads = 128;  // the kernel's launch bound is 256
-// Up to this many tokens a frequency-table call (pos_ids, llama31) takes the unit-major thread
-// layout (latency: one or two table addresses per warp), beyond it slot-major (bandwidth).
+// Up to this many tokens a call takes the decode kernel where rope_decode_supported (both
+// modes), else, for a frequency-table call (pos_ids, llama31), the unit-major thread layout
+// (latency: one or two table addresses per warp); beyond it slot-major (bandwidth).
 inline constexpr int64_t kRopeUnitMajorMaxTokens = 128;
 
 // Bench hook (not in the C ABI): 0 picks the layout by token count, 1 forces slot-major, 2
-// unit-major, so both can be timed and tested side by side. Process-wide.
+// unit-major, 3 the decode kernel (where rope_decode_supported; else as 0), so each can be timed
+// and tested side by side. Process-wide.
 void set_rope_layout(int layout);
 int rope_layout();
+
+// Whether rope_decode_kernel serves this config's shape: a warp covers every unit of a head
+// (units a power of two <= 32) and the angles split evenly over its lanes.
+bool rope_decode_supported(const RopeConfig& cfg);
 
 // Support and dispatch in one place. Throws KJIT_ERROR_UNSUPPORTED for a dtype or size no
 // variant serves.

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kjit/kjit.h"
+#include "ops/pdl.hpp"
 #include "reference/half.hpp"
 #include "reference/kv_cache_ref.hpp"
 #include "support/gpu.hpp"
@@ -40,6 +41,14 @@ struct KvCase {
   size_t offset = 0;     // elements: misaligns every cache and append view
   bool poison = false;   // caches start as 0xFF (NaN) instead of random previous contents
   bool invalid = false;  // add tokens the kernel must skip (bad request, position, page)
+  bool early = false;    // KJIT_PDL_EARLY_INDICES forced on (takes effect on sm_90, <= 256 tokens)
+};
+
+struct ForceEarly {
+  explicit ForceEarly(bool on) { kjit::ops::force_pdl_early_indices(on ? 1 : 0); }
+  ~ForceEarly() { kjit::ops::force_pdl_early_indices(-1); }
+  ForceEarly(const ForceEarly&) = delete;
+  ForceEarly& operator=(const ForceEarly&) = delete;
 };
 
 std::string describe(const KvCase& c) {
@@ -220,6 +229,7 @@ void run_case(const KvCase& c, std::mt19937_64& rng) {
   Tensor ipt =
       make_tensor(ptr_dev->get(), {static_cast<int64_t>(indptr.size())}, dl_dtype("int32"));
   Tensor lt = make_tensor(last_dev->get(), {static_cast<int64_t>(last.size())}, dl_dtype("int32"));
+  ForceEarly early(c.early);
   kjit_status st =
       kjit_append_paged_kv_cache(ak.get(), av.get(), bt.get(), pt.get(), kc.get(), vc.get(),
                                  it.get(), ipt.get(), lt.get(), c.layout, nullptr);
@@ -356,6 +366,63 @@ TEST_CASE("kv gpu: broken page tables skip tokens and write nothing out of bound
       run_case(c, rng);
     }
   }
+}
+
+TEST_CASE("kv gpu: the index chain read before the PDL wait (KJIT_PDL_EARLY_INDICES)",
+          "[gpu][kv_cache]") {
+  // The decode-size variant (<= 256 tokens) on the shapes of the cases above: dtypes, layouts,
+  // odd head sizes and page sizes, both kv_indptr paths (batch < 32 and >= 32), broken tables,
+  // combined and misaligned views; and a prefill past 256 tokens, which keeps the default kernel.
+  std::mt19937_64 rng(std::random_device{}());
+  for (const char* dt : {"bf16", "fp16", "fp32"}) {
+    for (int layout : {KJIT_KV_LAYOUT_NHD, KJIT_KV_LAYOUT_HND}) {
+      for (int64_t hd : {64, 80, 128, 256}) {
+        KvCase c;
+        c.early = true;
+        c.dtype = dt;
+        c.layout = layout;
+        c.head_dim = hd;
+        c.batch = 7;
+        c.heads = 3;
+        c.page_size = hd == 80 ? 5 : 16;
+        run_case(c, rng);
+        c.max_append = 9;
+        run_case(c, rng);
+      }
+    }
+  }
+  for (int64_t batch : {1, 31, 32, 64, 200}) {
+    KvCase c;
+    c.early = true;
+    c.batch = batch;
+    c.max_seq = 2000;
+    c.poison = true;
+    run_case(c, rng);
+  }
+  for (bool combined : {false, true}) {
+    KvCase c;
+    c.early = true;
+    c.invalid = true;
+    c.poison = true;
+    c.combined = combined;
+    c.max_append = 6;
+    c.spare_pages = 0;
+    run_case(c, rng);
+  }
+  KvCase odd;
+  odd.early = true;
+  odd.offset = 1;
+  odd.row_pad = 3;
+  odd.fused_append = true;
+  odd.append_head_pad = 1;
+  odd.max_append = 4;
+  run_case(odd, rng);
+  KvCase prefill;
+  prefill.early = true;
+  prefill.batch = 2;
+  prefill.max_seq = 600;
+  prefill.max_append = 600;
+  run_case(prefill, rng);
 }
 
 TEST_CASE("kv gpu: a device id that does not exist is an argument error", "[gpu][kv_cache]") {

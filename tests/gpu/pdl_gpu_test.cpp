@@ -1,9 +1,11 @@
 // The elementwise ops launched as programmatic dependents (KJIT_PDL, src/ops/pdl.hpp): a chain of
-// six ops on one stream, each reading what the one before it wrote, gives bit for bit what plain
-// launches give, eagerly and replayed from a captured graph. Every intermediate is poisoned (NaN)
-// before each run, so a kernel that read before its predecessor finished would carry NaN or
-// another value into the outputs compared. Each op's own numbers are checked against fp64 by its
-// own tests; this file checks the launch mode only.
+// seven ops on one stream, each reading what the one before it wrote, gives bit for bit what plain
+// launches give, eagerly and replayed from a captured graph, with and without the early index
+// reads (KJIT_PDL_EARLY_INDICES: the chain's positions and page table are written once, before
+// it, as that contract asks). Every intermediate is poisoned (NaN) before each run, so a kernel
+// that read before its predecessor finished would carry NaN or another value into the outputs
+// compared. Each op's own numbers are checked against fp64 by its own tests; this file checks the
+// launch mode only.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -24,8 +26,14 @@ namespace ref = kjit::ref;
 namespace {
 
 struct ForcePdl {
-  explicit ForcePdl(int mode) { kjit::ops::force_elementwise_pdl(mode); }
-  ~ForcePdl() { kjit::ops::force_elementwise_pdl(-1); }
+  explicit ForcePdl(int mode, int early = 0) {
+    kjit::ops::force_elementwise_pdl(mode);
+    kjit::ops::force_pdl_early_indices(early);
+  }
+  ~ForcePdl() {
+    kjit::ops::force_elementwise_pdl(-1);
+    kjit::ops::force_pdl_early_indices(-1);
+  }
   ForcePdl(const ForcePdl&) = delete;
   ForcePdl& operator=(const ForcePdl&) = delete;
 };
@@ -38,14 +46,16 @@ std::vector<unsigned char> random_bf16(std::mt19937_64& rng, size_t n, double lo
 }
 
 // rmsnorm(x) -> y; fused_add_rmsnorm(y, res); layernorm(y) -> z; RoPE in place on z (as q,
-// 32 heads of 128) and k (8 heads); silu_and_mul(z) -> u; rmsnorm(u) -> v. bf16 throughout.
+// 32 heads of 128) and k (8 heads); KV append of k (as keys and values) into a paged cache of
+// one-slot pages, token t to page rows - 1 - t (one request a token); silu_and_mul(z) -> u;
+// rmsnorm(u) -> v. bf16 throughout.
 struct Chain {
   static constexpr int64_t kHidden = 4096, kHeadDim = 128, kQo = 32, kKv = 8;
   int64_t rows;
   std::vector<unsigned char> x_h, res_h, k_h, w_h, g_h, b_h, w2_h;
-  std::vector<int32_t> pos_h;
-  DeviceBuffer x, res, k, w, g, b, w2, pos, y, z, u, v;
-  Tensor xt, rest, kt, wt, gt, bt, w2t, post, yt, zt, zq, ut, vt;
+  std::vector<int32_t> pos_h, bi_h, zero_h, idx_h, ptr_h;
+  DeviceBuffer x, res, k, w, g, b, w2, pos, y, z, u, v, bi, zero, idx, ptr, kc, vc;
+  Tensor xt, rest, kt, wt, gt, bt, w2t, post, yt, zt, zq, ut, vt, bit, zerot, idxt, ptrt, kct, vct;
 
   Chain(int64_t rows_, std::mt19937_64& rng)
       : rows(rows_),
@@ -57,6 +67,10 @@ struct Chain {
         b_h(random_bf16(rng, kHidden, -0.5, 0.5)),
         w2_h(random_bf16(rng, kHidden / 2, 0.5, 1.5)),
         pos_h(static_cast<size_t>(rows_)),
+        bi_h(static_cast<size_t>(rows_)),
+        zero_h(static_cast<size_t>(rows_), 0),
+        idx_h(static_cast<size_t>(rows_)),
+        ptr_h(static_cast<size_t>(rows_ + 1)),
         x(x_h.size()),
         res(res_h.size()),
         k(k_h.size()),
@@ -68,9 +82,24 @@ struct Chain {
         y(x_h.size()),
         z(x_h.size()),
         u(x_h.size() / 2),
-        v(x_h.size() / 2) {
+        v(x_h.size() / 2),
+        bi(bi_h.size() * 4),
+        zero(zero_h.size() * 4),
+        idx(idx_h.size() * 4),
+        ptr(ptr_h.size() * 4),
+        kc(k_h.size()),
+        vc(k_h.size()) {
     std::uniform_int_distribution<int32_t> p(0, 100000);
     for (auto& e : pos_h) e = p(rng);
+    for (int64_t t = 0; t < rows; ++t) {
+      bi_h[static_cast<size_t>(t)] = static_cast<int32_t>(t);
+      idx_h[static_cast<size_t>(t)] = static_cast<int32_t>(rows - 1 - t);
+      ptr_h[static_cast<size_t>(t + 1)] = static_cast<int32_t>(t + 1);
+    }
+    bi.upload(bi_h.data(), bi_h.size() * 4);
+    zero.upload(zero_h.data(), zero_h.size() * 4);
+    idx.upload(idx_h.data(), idx_h.size() * 4);
+    ptr.upload(ptr_h.data(), ptr_h.size() * 4);
     x.upload(x_h.data(), x_h.size());
     w.upload(w_h.data(), w_h.size());
     g.upload(g_h.data(), g_h.size());
@@ -91,16 +120,23 @@ struct Chain {
     zq = make_tensor(z.get(), {rows, kQo, kHeadDim}, bf);
     ut = make_tensor(u.get(), {rows, kHidden / 2}, bf);
     vt = make_tensor(v.get(), {rows, kHidden / 2}, bf);
+    const DLDataType i32 = dl_dtype("int32");
+    bit = make_tensor(bi.get(), {rows}, i32);
+    zerot = make_tensor(zero.get(), {rows}, i32);  // positions (slot 0) and last-page lengths
+    idxt = make_tensor(idx.get(), {rows}, i32);
+    ptrt = make_tensor(ptr.get(), {rows + 1}, i32);
+    kct = make_tensor(kc.get(), {rows, 1, kKv, kHeadDim}, bf);
+    vct = make_tensor(vc.get(), {rows, 1, kKv, kHeadDim}, bf);
   }
 
   // The inputs the chain updates in place come back; every intermediate is poisoned.
   void reset() {
     res.upload(res_h.data(), res_h.size());
     k.upload(k_h.data(), k_h.size());
-    for (DeviceBuffer* d : {&y, &z, &u, &v}) d->fill(0xFF);
+    for (DeviceBuffer* d : {&y, &z, &u, &v, &kc, &vc}) d->fill(0xFF);
   }
 
-  // Enqueues the six ops on `s`; the first failing status, with its message.
+  // Enqueues the seven ops on `s`; the first failing status, with its message.
   kjit_status run(CUstream s) {
     kjit_status st = kjit_rmsnorm(xt.get(), wt.get(), yt.get(), 1e-6f, s);
     if (st == KJIT_SUCCESS) st = kjit_fused_add_rmsnorm(yt.get(), rest.get(), wt.get(), 1e-6f, s);
@@ -108,6 +144,11 @@ struct Chain {
     if (st == KJIT_SUCCESS) {
       st = kjit_apply_rope_pos_ids(zq.get(), kt.get(), zq.get(), kt.get(), post.get(),
                                    static_cast<int>(kHeadDim), 0, 1.0f, 1e4f, s);
+    }
+    if (st == KJIT_SUCCESS) {
+      st = kjit_append_paged_kv_cache(kt.get(), kt.get(), bit.get(), zerot.get(), kct.get(),
+                                      vct.get(), idxt.get(), ptrt.get(), zerot.get(),
+                                      KJIT_KV_LAYOUT_NHD, s);
     }
     if (st == KJIT_SUCCESS) st = kjit_silu_and_mul(zt.get(), ut.get(), s);
     if (st == KJIT_SUCCESS) st = kjit_rmsnorm(ut.get(), w2t.get(), vt.get(), 1e-6f, s);
@@ -117,7 +158,7 @@ struct Chain {
   // Every buffer the chain wrote, in one image.
   std::vector<unsigned char> outputs() const {
     std::vector<unsigned char> out;
-    for (const DeviceBuffer* d : {&res, &k, &y, &z, &u, &v}) {
+    for (const DeviceBuffer* d : {&res, &k, &y, &z, &u, &v, &kc, &vc}) {
       std::vector<unsigned char> h(d->size());
       d->download(h.data(), h.size());
       out.insert(out.end(), h.begin(), h.end());
@@ -147,8 +188,9 @@ TEST_CASE("pdl gpu: a chain of elementwise ops as programmatic dependents matche
   for (int64_t rows : {1, 7, 64, 3000}) {
     INFO("rows " << rows);
     Chain c(rows, rng);
-    auto run_eager = [&](int pdl, int repeats) {
-      ForcePdl force(pdl);
+    auto run_eager = [&](int pdl, int repeats, int early = 0) {
+      ForcePdl force(pdl, early);
+      CHECK(kjit::ops::pdl_early_indices(0) == (early == 1 && kjit::ops::elementwise_pdl(0)));
       CHECK(kjit::ops::elementwise_pdl(0) == (pdl == 1 && kjit::cuda::device_info(0).major >= 9));
       c.reset();
       // Repeats re-run the chain on its own outputs (res and k accumulate): back-to-back
@@ -165,27 +207,33 @@ TEST_CASE("pdl gpu: a chain of elementwise ops as programmatic dependents matche
     CHECK(nan_count(plain) == 0);
     const auto pdl = run_eager(1, 3);
     CHECK(pdl == plain);
+    const auto early = run_eager(1, 3, 1);
+    CHECK(early == plain);
 
-    // Captured with PDL on, replayed twice on fresh inputs: the same image.
-    ForcePdl force(1);
-    c.reset();
-    CUgraph graph = nullptr;
-    CUgraphExec exec = nullptr;
-    REQUIRE(drv.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED) == CUDA_SUCCESS);
-    kjit_status st = KJIT_SUCCESS;
-    for (int i = 0; i < 3 && st == KJIT_SUCCESS; ++i) st = c.run(s);
-    REQUIRE(drv.cuStreamEndCapture(s, &graph) == CUDA_SUCCESS);
-    INFO("kjit_last_error: " << kjit_last_error());
-    REQUIRE(st == KJIT_SUCCESS);
-    REQUIRE(drv.cuGraphInstantiateWithFlags(&exec, graph, 0) == CUDA_SUCCESS);
-    for (int replay = 0; replay < 2; ++replay) {
+    // Captured with PDL on (early index reads off and on), replayed twice on fresh inputs: the
+    // same image.
+    for (int early_indices : {0, 1}) {
+      INFO("early indices " << early_indices);
+      ForcePdl force(1, early_indices);
       c.reset();
-      REQUIRE(drv.cuGraphLaunch(exec, s) == CUDA_SUCCESS);
-      REQUIRE(drv.cuStreamSynchronize(s) == CUDA_SUCCESS);
-      CHECK(c.outputs() == plain);
+      CUgraph graph = nullptr;
+      CUgraphExec exec = nullptr;
+      REQUIRE(drv.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED) == CUDA_SUCCESS);
+      kjit_status st = KJIT_SUCCESS;
+      for (int i = 0; i < 3 && st == KJIT_SUCCESS; ++i) st = c.run(s);
+      REQUIRE(drv.cuStreamEndCapture(s, &graph) == CUDA_SUCCESS);
+      INFO("kjit_last_error: " << kjit_last_error());
+      REQUIRE(st == KJIT_SUCCESS);
+      REQUIRE(drv.cuGraphInstantiateWithFlags(&exec, graph, 0) == CUDA_SUCCESS);
+      for (int replay = 0; replay < 2; ++replay) {
+        c.reset();
+        REQUIRE(drv.cuGraphLaunch(exec, s) == CUDA_SUCCESS);
+        REQUIRE(drv.cuStreamSynchronize(s) == CUDA_SUCCESS);
+        CHECK(c.outputs() == plain);
+      }
+      drv.cuGraphExecDestroy(exec);
+      drv.cuGraphDestroy(graph);
     }
-    drv.cuGraphExecDestroy(exec);
-    drv.cuGraphDestroy(graph);
   }
   drv.cuStreamDestroy(s);
 }

@@ -7,9 +7,11 @@
 // Hopper SASS is 16 bytes an instruction; the opcode is in the low bits of the first 8 bytes
 // (nvdisasm -hex, CUDA 13.0, over the norm, RoPE and KV append kernels: every one of 102
 // mnemonics had its own low 12 bits). The few this test needs:
-//   LDG 0x981 (.CONSTANT, the read-only path: bit 15 of the second 8 bytes), ACQBULK 0x82e
+//   LDG 0x981 (.CONSTANT, the read-only path: bit 15 of the second 8 bytes; .STRONG.SYS, the
+//   ld.volatile of pdl_pin_before_wait / pdl_pin_float: bit 16), ACQBULK 0x82e
 //   (griddepcontrol.wait), STL 0x387 / LDL 0x983 (local memory), MUFU 0x108 in the low 9 bits
-//   (an integer division by a run-time value takes MUFU.RCP).
+//   (an integer division by a run-time value takes MUFU.RCP), SHFL 0x589 (lane in a register) /
+//   0xf89 (immediate), BAR 0xb1d, FRND 0x307.
 // A wrong table would fail the "exactly one wait" checks rather than pass silently.
 #include <catch2/catch.hpp>
 
@@ -31,7 +33,7 @@ using kjit::test::TempDir;
 
 namespace {
 
-enum class Op { kLdg, kLdgConstant, kWait, kLocal, kMufu, kOther };
+enum class Op { kLdg, kLdgConstant, kLdgStrong, kWait, kLocal, kMufu, kShfl, kBar, kFrnd, kOther };
 
 struct Sass {
   std::vector<Op> ops;
@@ -48,7 +50,14 @@ struct Sass {
     return SIZE_MAX;
   }
   size_t first_load(size_t from = 0) const {
-    return std::min(first(Op::kLdg, from), first(Op::kLdgConstant, from));
+    return std::min(
+        {first(Op::kLdg, from), first(Op::kLdgConstant, from), first(Op::kLdgStrong, from)});
+  }
+  size_t last(Op op) const {
+    for (size_t i = ops.size(); i-- > 0;) {
+      if (ops[i] == op) return i;
+    }
+    return SIZE_MAX;
   }
 };
 
@@ -61,7 +70,13 @@ Sass decode(const std::string& code) {
     const unsigned op12 = lo & 0xfff;
     Op op = Op::kOther;
     if (op12 == 0x981) {
-      op = (hi & 0x8000) != 0 ? Op::kLdgConstant : Op::kLdg;
+      op = (hi & 0x8000) != 0 ? Op::kLdgConstant : (hi & 0x10000) != 0 ? Op::kLdgStrong : Op::kLdg;
+    } else if (op12 == 0x589 || op12 == 0xf89) {
+      op = Op::kShfl;
+    } else if (op12 == 0xb1d) {
+      op = Op::kBar;
+    } else if (op12 == 0x307) {
+      op = Op::kFrnd;
     } else if (op12 == 0x82e) {
       op = Op::kWait;
     } else if (op12 == 0x387 || op12 == 0x983) {
@@ -207,5 +222,101 @@ TEST_CASE("codegen: KV append divides by multipliers, not MUFU.RCP (sm_90a)", "[
     REQUIRE(s.count(Op::kWait) == 1);
     CHECK(s.count(Op::kMufu) == 0);
     CHECK(s.count(Op::kLocal) == 0);
+  }
+}
+
+TEST_CASE("codegen: RoPE decode kernel: warp-shared angles, set-up before the wait (sm_90a)",
+          "[codegen]") {
+  for (ops::DType dt : {ops::DType::kBF16, ops::DType::kF16}) {
+    for (int hd : {64, 128}) {
+      for (int early : {0, 1}) {
+        ops::RopeConfig c = ops::select_rope(ops::RopeMode::kFreq, dt, hd, hd, false, 16);
+        REQUIRE(ops::rope_decode_supported(c));
+        c.decode = 1;  // what the host picks for <= 128 tokens
+        c.early_pos = early;
+        const jit::Spec spec = ops::rope_spec(c);
+        INFO(spec.uri);
+        const Sass s = sass_of(spec);
+        REQUIRE(s.count(Op::kWait) == 1);
+        const size_t wait = s.first(Op::kWait);
+        CHECK(s.count(Op::kLocal) == 0);
+        // One angle per lane and frequency it owns (hd / 2 / 32, at least 1), not one per
+        // frequency of the thread's unit (8): sin and cos, one FRND each.
+        const size_t per_lane = static_cast<size_t>(std::max(1, hd / 2 / 32));
+        CHECK(s.count(Op::kMufu) == 2 * per_lane);
+        CHECK(s.count(Op::kFrnd) == per_lane);
+        CHECK(s.count(Op::kShfl) == 2 * static_cast<size_t>(c.vec));  // sin and cos of the unit's
+        CHECK(s.count(Op::kLdgConstant) == 0);
+        // The pins' loads (never taken) are all before the wait.
+        CHECK(s.count(Op::kLdgStrong, wait) == 0);
+        CHECK(s.count(Op::kLdgStrong, 0, wait) >= 1);
+        // The first load after the wait (a head, or the position) follows it within a few
+        // instructions: addresses and the frequency pairs are formed before it.
+        const size_t after = s.first_load(wait);
+        REQUIRE(after != SIZE_MAX);
+        CHECK(after - wait <= 24);
+        if (early == 0) {
+          // Nothing but the pins reads memory before the wait; the angle math follows it.
+          CHECK(s.count(Op::kLdg, 0, wait) == 0);
+          CHECK(s.first(Op::kMufu) > wait);
+        } else {
+          // The position (int32 or int64 load) before the wait, and every MUFU and shuffle too.
+          CHECK(s.count(Op::kLdg, 0, wait) == 2);
+          CHECK(s.last(Op::kMufu) < wait);
+          CHECK(s.last(Op::kShfl) < wait);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("codegen: KV append with early indices: the index chain before the wait (sm_90a)",
+          "[codegen]") {
+  for (int hd : {64, 128, 256}) {
+    ops::AppendPagedKvConfig c = ops::select_append_paged_kv(ops::DType::kBF16, hd, 16);
+    c.early_indices = 1;
+    const jit::Spec spec = ops::append_paged_kv_spec(c);
+    INFO(spec.uri);
+    const Sass s = sass_of(spec);
+    REQUIRE(s.count(Op::kWait) == 1);
+    const size_t wait = s.first(Op::kWait);
+    CHECK(s.count(Op::kMufu) == 0);
+    CHECK(s.count(Op::kLocal) == 0);
+    // batch index, position, kv_indptr (warp-wide and per thread), kv_indices: plain loads, all
+    // before the wait; after it only the k / v rows (read-only path), right after it.
+    CHECK(s.count(Op::kLdg, 0, wait) >= 5);
+    CHECK(s.count(Op::kLdg, wait) == 0);
+    CHECK(s.count(Op::kLdgConstant, 0, wait) == 0);
+    const int vecs = hd / 8, tpr = std::min(vecs, 32);
+    CHECK(s.count(Op::kLdgConstant, wait) == 2 * static_cast<size_t>((vecs + tpr - 1) / tpr));
+    REQUIRE(s.first_load(wait) != SIZE_MAX);
+    CHECK(s.first_load(wait) - wait <= 12);
+  }
+}
+
+TEST_CASE("codegen: decode-size norms: one barrier, no division (sm_90a)", "[codegen]") {
+  using ops::DType;
+  const ops::LayerNormConfig ln =
+      ops::select_layernorm(DType::kBF16, DType::kBF16, 4096, 16, 16, 64);
+  REQUIRE(ln.one_pass == 1);
+  struct Case {
+    const char* name;
+    jit::Spec spec;
+    size_t shuffles;
+  };
+  // 128 threads a row: 5 shuffles within the warp, then 2 over the 4 warps' partials (RMSNorm);
+  // LayerNorm's merge shuffles mean and m2 (10), then reads the partials from shared memory.
+  const Case cases[] = {
+      {"rmsnorm", ops::rmsnorm_spec(ops::select_rmsnorm(DType::kBF16, 4096, 16, 64)), 7},
+      {"fused_add_rmsnorm",
+       ops::fused_add_rmsnorm_spec(ops::select_fused_add_rmsnorm(DType::kBF16, 4096, 16, 64)), 7},
+      {"layernorm", ops::layernorm_spec(ln), 10},
+  };
+  for (const Case& c : cases) {
+    INFO(c.name << " (" << c.spec.uri << ")");
+    const Sass s = sass_of(c.spec);
+    CHECK(s.count(Op::kBar) == 1);
+    CHECK(s.count(Op::kMufu) == 1);  // the rsqrt; no reciprocal of a division
+    CHECK(s.count(Op::kShfl) == c.shuffles);
   }
 }

@@ -678,6 +678,24 @@ TEST_CASE("rope: vector width follows head, rotated runs and alignment", "[rope]
                   kjit::Error);
 }
 
+TEST_CASE("rope: the decode kernel serves shapes whose units a warp covers", "[rope]") {
+  using kjit::ops::DType;
+  using ops::RopeMode;
+  auto ok = [](RopeMode m, DType dt, int hd, int rd, bool il, int align) {
+    return ops::rope_decode_supported(ops::select_rope(m, dt, hd, rd, il, align));
+  };
+  CHECK(ok(RopeMode::kFreq, DType::kBF16, 128, 128, false, 16));      // 8 units, 2 angles a lane
+  CHECK(ok(RopeMode::kFreq, DType::kF16, 64, 64, false, 16));         // 4 units, 1
+  CHECK(ok(RopeMode::kFreq, DType::kBF16, 256, 256, false, 16));      // 16 units, 4
+  CHECK(ok(RopeMode::kFreq, DType::kBF16, 1024, 512, false, 16));     // 32 units, 8
+  CHECK(ok(RopeMode::kCache, DType::kBF16, 128, 64, true, 16));       // GPT-J, 8 units
+  CHECK(ok(RopeMode::kFreq, DType::kBF16, 128, 128, false, 4));       // 2-element vectors, 32 units
+  CHECK(ok(RopeMode::kFreq, DType::kBF16, 80, 32, false, 16));        // 2 units, 16 lanes idle
+  CHECK_FALSE(ok(RopeMode::kFreq, DType::kBF16, 96, 96, false, 16));  // 6 units
+  CHECK_FALSE(ok(RopeMode::kFreq, DType::kF16, 80, 20, false, 16));   // 5 units
+  CHECK_FALSE(ok(RopeMode::kFreq, DType::kBF16, 128, 128, true, 2));  // scalar pairs: 64 units
+}
+
 TEST_CASE("rope: the op's frequency tables match the independent reference", "[rope]") {
   for (int rot : {2, 64, 128, 512}) {
     auto a = ops::rope_inv_freq(rot, 2.0, 10000.0);
@@ -707,6 +725,25 @@ TEST_CASE("rope: specs and catalog", "[rope]") {
   CHECK(uris.size() == cat.size());  // no two catalog entries compile the same thing
   auto s = d->make_spec({{"mode", "freq"}, {"dtype", "bf16"}, {"head_dim", "128"}});
   CHECK(s.uri == "rope_mode_freq_dtype_bf16_hd_128_rd_128_il_0_vec_8");
+  // The decode kernel: its own entry, and the early-position variant only with it.
+  s = d->make_spec(
+      {{"mode", "freq"}, {"dtype", "bf16"}, {"head_dim", "128"}, {"layout", "decode"}});
+  CHECK(s.uri == "rope_mode_freq_dtype_bf16_hd_128_rd_128_il_0_vec_8_layout_decode");
+  CHECK(s.entry_names.at(0).rfind("kjit::rope::rope_decode_kernel<", 0) == 0);
+  s = d->make_spec({{"mode", "cache"},
+                    {"dtype", "fp16"},
+                    {"head_dim", "64"},
+                    {"layout", "decode"},
+                    {"early", "1"}});
+  CHECK(s.uri == "rope_mode_cache_dtype_fp16_hd_64_rd_64_il_0_vec_8_layout_decode_early_1");
+  CHECK(s.config.find("constexpr bool kEarlyPos = true;") != std::string::npos);
+  CHECK_THROWS_AS(
+      d->make_spec({{"mode", "freq"}, {"dtype", "bf16"}, {"head_dim", "128"}, {"early", "1"}}),
+      kjit::Error);
+  // Six units a head (NeoX 96 at 8-element vectors): a warp cannot cover them.
+  CHECK_THROWS_AS(
+      d->make_spec({{"mode", "freq"}, {"dtype", "bf16"}, {"head_dim", "96"}, {"layout", "decode"}}),
+      kjit::Error);
   CHECK_THROWS_AS(d->make_spec({{"mode", "freq"}, {"dtype", "fp32"}, {"head_dim", "128"}}),
                   kjit::Error);
   CHECK_THROWS_AS(d->make_spec({{"mode", "freq"}, {"dtype", "bf16"}, {"head_dim", "2000"}}),

@@ -25,6 +25,7 @@
 #include "jit/jit_core.hpp"
 #include "kjit/kjit.h"
 #include "ops/kv_cache.hpp"
+#include "ops/pdl.hpp"
 #include "reference/kv_cache_ref.hpp"
 #include "reference/half.hpp"
 #include "support/gpu.hpp"
@@ -98,14 +99,17 @@ int bench_append_paged_kv(const ops::SetArgs& args, const BenchOptions& opts) {
   auto lt = test::make_tensor(in.at(last_at), {batch}, i32);
 
   ops::AppendPagedKvConfig cfg = ops::select_append_paged_kv(*ops::dtype_of(dl), D, 16);
+  // As the op picks it (KJIT_PDL_EARLY_INDICES at decode sizes).
+  cfg.early_indices = tokens <= ops::kAppendPagedKvEarlyMaxTokens && ops::pdl_early_indices(0);
   BenchCase c;
   c.op = "append_paged_kv";
   c.uri = ops::append_paged_kv_uri(cfg);
   c.dtype = dtype;
   c.shape = {{"tokens", tokens}, {"kv_heads", H},  {"head_dim", D},
              {"page_size", ps},  {"batch", batch}, {"layout", layout}};
-  c.label = fmt::format("append_paged_kv {} {} tokens={} batch={} kv_heads={} head_dim={} page={}",
-                        dtype, layout, tokens, batch, H, D, ps);
+  c.label = fmt::format(
+      "append_paged_kv {} {} tokens={} batch={} kv_heads={} head_dim={} page={}{}", dtype, layout,
+      tokens, batch, H, D, ps, cfg.early_indices ? " early-indices" : "");
   c.launch = [&] {
     kjit_status st = kjit_append_paged_kv_cache(
         akt.get(), avt.get(), bt.get(), pt.get(), kct.get(), vct.get(), it.get(), ipt.get(),

@@ -24,6 +24,7 @@
 #include "jit/arch.hpp"
 #include "jit/jit_core.hpp"
 #include "kjit/kjit.h"
+#include "ops/pdl.hpp"
 #include "ops/rope.hpp"
 #include "reference/rope_ref.hpp"
 #include "reference/half.hpp"
@@ -74,19 +75,28 @@ int bench_rope(const ops::SetArgs& args, const BenchOptions& opts) {
   auto pt = test::make_tensor(in.at(pos_at), {tokens}, test::dl_dtype("int32"));
   const float scale = 1.0f, theta = 10000.0f;
 
-  // --set layout=auto|slot|unit: the thread layout launch_rope would pick by token count, or
-  // either one forced (restored after the case), to time both side by side.
+  // --set layout=auto|slot|unit|decode: the kernel launch_rope would pick by token count, or one
+  // forced (restored after the case), to time them side by side. decode falls back as
+  // launch_rope does where the decode kernel does not serve the shape.
   const std::string layout = args.count("layout") ? args.at("layout") : "auto";
-  if (layout != "auto" && layout != "slot" && layout != "unit") {
-    throw UsageError("layout must be auto, slot or unit");
+  if (layout != "auto" && layout != "slot" && layout != "unit" && layout != "decode") {
+    throw UsageError("layout must be auto, slot, unit or decode");
   }
   struct LayoutChoice {
     explicit LayoutChoice(int l) { ops::set_rope_layout(l); }
     ~LayoutChoice() { ops::set_rope_layout(0); }
-  } layout_choice(layout == "auto" ? 0 : layout == "slot" ? 1 : 2);
+  } layout_choice(layout == "auto" ? 0 : layout == "slot" ? 1 : layout == "unit" ? 2 : 3);
   ops::RopeConfig cfg =
       ops::select_rope(ops::RopeMode::kFreq, *ops::dtype_of(dl), D, rot, interleave, 16);
-  cfg.unit_major = layout == "auto" ? tokens <= ops::kRopeUnitMajorMaxTokens : layout == "unit";
+  const bool decode_size = tokens <= ops::kRopeUnitMajorMaxTokens;
+  if ((layout == "auto" && decode_size) || layout == "decode") {
+    cfg.decode = ops::rope_decode_supported(cfg) ? 1 : 0;
+  }
+  if (cfg.decode != 0) {
+    cfg.early_pos = ops::pdl_early_indices(0) ? 1 : 0;
+  } else {
+    cfg.unit_major = layout == "auto" || layout == "decode" ? decode_size : layout == "unit";
+  }
   BenchCase c;
   c.op = "rope";
   c.uri = ops::rope_uri(cfg);
@@ -95,7 +105,9 @@ int bench_rope(const ops::SetArgs& args, const BenchOptions& opts) {
              {"head_dim", D},    {"rotary_dim", rot}, {"interleave", interleave}};
   c.label = fmt::format("rope {} tokens={} qo_heads={} kv_heads={} head_dim={} rot={} {} {}", dtype,
                         tokens, hq, hk, D, rot, interleave ? "gptj" : "neox",
-                        cfg.unit_major ? "unit-major" : "slot-major");
+                        cfg.decode       ? (cfg.early_pos ? "decode early-pos" : "decode")
+                        : cfg.unit_major ? "unit-major"
+                                         : "slot-major");
   c.launch = [&] {
     kjit_status st =
         kjit_apply_rope_pos_ids(qt.get(), kt.get(), qot.get(), kot.get(), pt.get(),
@@ -155,6 +167,6 @@ void add_rope_benches(std::vector<BenchEntry>& out) {
                  {"rotary_dim", "interleave", "layout"},
                  bench_rope,
                  "dtype, tokens, qo_heads, kv_heads, head_dim, optional rotary_dim, interleave, "
-                 "layout=auto|slot|unit"});
+                 "layout=auto|slot|unit|decode"});
 }
 }  // namespace kjit::cli

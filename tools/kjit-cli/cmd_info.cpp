@@ -115,6 +115,7 @@ json collect_info() {
   }
   j["env"] = env;
   j["elementwise_pdl"] = ops::elementwise_pdl_requested();
+  j["pdl_early_indices"] = ops::pdl_early_indices_requested();
   return j;
 }
 
@@ -163,6 +164,11 @@ void print_info(const json& j) {
                           ? "on: elementwise ops are programmatic dependents on sm_90+ "
                             "(KJIT_PDL=0 turns it off)"
                           : "off (KJIT_PDL): elementwise ops launch plainly");
+  row("early indices",
+      j["pdl_early_indices"].get<bool>()
+          ? "on (KJIT_PDL_EARLY_INDICES): RoPE positions and KV append page tables are read "
+            "before the PDL wait at decode sizes"
+          : "off (KJIT_PDL_EARLY_INDICES=1 turns it on; see docs/c-api.md, Launch mode)");
   if (j["env"].empty()) row("environment", "no KJIT_* variable set");
   bool first = true;
   for (const auto& [name, value] : j["env"].items()) {
