@@ -195,6 +195,33 @@ KJIT_DEVICE void print_decode_stamps(const unsigned long long (&s)[7], int split
 // Most splits a cluster merge combines (the largest, non-portable, cluster on sm_90).
 constexpr int kDecodeClusterMax = 16;
 
+// Folds kBatch split partials (lse in log2 units ls[u], normalized outputs x[u][0..N)) into a
+// running state: m the largest lse so far, sum = sum_s 2^(lse_s - m), acc = sum_s 2^(lse_s - m)
+// o_s; the output is acc / sum. Empty or absent partials carry lse = -inf and weigh 0; while
+// every partial so far is empty the state stays (m = -inf, sum = 0). merge_states.cuh's math, a
+// batch at a time: the merge kernel, the fused merge and the cluster merge all fold with it.
+template <int kBatch, int N>
+KJIT_DEVICE KJIT_FORCEINLINE void fold_partials(const float (&ls)[kBatch],
+                                                const float (&x)[kBatch][N], float& m, float& sum,
+                                                float (&acc)[N]) {
+  float m_new = m;
+#pragma unroll
+  for (int u = 0; u < kBatch; ++u) m_new = fmaxf(m_new, ls[u]);
+  if (m_new == -__int_as_float(0x7f800000)) return;
+  const float alpha = exp2f(m - m_new);  // m = -inf: 0
+  sum *= alpha;
+#pragma unroll
+  for (int i = 0; i < N; ++i) acc[i] *= alpha;
+#pragma unroll
+  for (int u = 0; u < kBatch; ++u) {
+    const float w = exp2f(ls[u] - m_new);  // an empty or absent partial (-inf): 0
+    sum += w;
+#pragma unroll
+    for (int i = 0; i < N; ++i) acc[i] += w * x[u][i];
+  }
+  m = m_new;
+}
+
 // The cluster merge of decode_kernel<..., CM = true>: every CTA of the cluster (one per split,
 // idle ones holding empty partials) has left its partial output o[nh][D] (normalized) and its
 // lse (log2) in its own shared memory. After a cluster barrier each CTA finishes a 1 / C slice of
@@ -212,31 +239,21 @@ KJIT_DEVICE void decode_cluster_merge(const DecodeParams& p, float* cm_o, float*
   const int hi = min(rank * per + per, total);
   for (int i = rank * per + int(threadIdx.x); i < hi; i += kThreads) {
     const int k = i / D;
-    float ls[kDecodeClusterMax], xs[kDecodeClusterMax];
+    float ls[kDecodeClusterMax], xs[kDecodeClusterMax][1];
 #pragma unroll
     for (int r = 0; r < kDecodeClusterMax; ++r) {
       ls[r] = kNegInf;
-      xs[r] = 0.0f;
+      xs[r][0] = 0.0f;
       if (r < C) {
         ls[r] = *cluster_map(cm_lse + k, u32(r));
-        xs[r] = *cluster_map(cm_o + i, u32(r));
+        xs[r][0] = *cluster_map(cm_o + i, u32(r));
       }
     }
-    float mx = kNegInf;
-#pragma unroll
-    for (int r = 0; r < kDecodeClusterMax; ++r) mx = fmaxf(mx, ls[r]);
-    float tot = 0.0f, acc = 0.0f;
-    if (mx != kNegInf) {
-#pragma unroll
-      for (int r = 0; r < kDecodeClusterMax; ++r) {
-        const float w = exp2f(ls[r] - mx);  // an empty or absent partial (-inf): 0
-        tot += w;
-        acc += w * xs[r];
-      }
-    }
+    float mx = kNegInf, tot = 0.0f, acc[1] = {0.0f};
+    fold_partials(ls, xs, mx, tot, acc);
     const int d = i - k * D;
     static_cast<QT*>(p.out)[b * p.o_sb + (h * p.group + k) * p.o_sh + d] =
-        from_float<QT>(tot > 0.0f ? acc / tot : 0.0f);
+        from_float<QT>(tot > 0.0f ? acc[0] / tot : 0.0f);
     if (d == 0 && p.lse != nullptr) {
       p.lse[b * p.lse_sb + (h * p.group + k) * p.lse_sh] =
           tot > 0.0f ? (mx + __log2f(tot)) * kLn2 : kNegInf;
@@ -807,48 +824,30 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
   for (int i = tid; i < nh * (D / 4); i += kThreads) {
     const int k = i / (D / 4);
     const int d = (i - k * (D / 4)) * 4;
-    float m = kNegInf, tot = 0.0f;
-    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float m = kNegInf, tot = 0.0f, acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int s0 = 0; s0 < sq.splits; s0 += kBatch) {
       float ls[kBatch];
-      float4 x[kBatch];
+      float x[kBatch][4];
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
         const long long part_k = base + (long long)(s0 + u) * p.num_qo_heads + k;
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         ls[u] = kNegInf;
-        x[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (s0 + u < sq.splits) {
           ls[u] = __ldcg(p.ws_lse + part_k);
-          x[u] = __ldcg(reinterpret_cast<const float4*>(p.ws_o + part_k * D + d));
+          v = __ldcg(reinterpret_cast<const float4*>(p.ws_o + part_k * D + d));
         }
+        x[u][0] = v.x;
+        x[u][1] = v.y;
+        x[u][2] = v.z;
+        x[u][3] = v.w;
       }
-      float m_new = m;
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) m_new = fmaxf(m_new, ls[u]);
-      if (m_new == kNegInf) continue;        // every partial so far empty
-      const float alpha = exp2f(m - m_new);  // m = -inf: 0
-      tot *= alpha;
-      acc.x *= alpha;
-      acc.y *= alpha;
-      acc.z *= alpha;
-      acc.w *= alpha;
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const float w = exp2f(ls[u] - m_new);  // an empty or absent partial (-inf): 0
-        tot += w;
-        acc.x += w * x[u].x;
-        acc.y += w * x[u].y;
-        acc.z += w * x[u].z;
-        acc.w += w * x[u].w;
-      }
-      m = m_new;
+      fold_partials(ls, x, m, tot, acc);
     }
     const float inv = tot > 0.0f ? 1.0f / tot : 0.0f;
     QT* dst = static_cast<QT*>(p.out) + b * p.o_sb + (h * p.group + k) * p.o_sh + d;
-    dst[0] = from_float<QT>(acc.x * inv);
-    dst[1] = from_float<QT>(acc.y * inv);
-    dst[2] = from_float<QT>(acc.z * inv);
-    dst[3] = from_float<QT>(acc.w * inv);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) dst[i] = from_float<QT>(acc[i] * inv);
     if (d == 0 && p.lse != nullptr) {
       p.lse[b * p.lse_sb + (h * p.group + k) * p.lse_sh] =
           tot > 0.0f ? (m + __log2f(tot)) * kLn2 : kNegInf;
@@ -917,22 +916,7 @@ __global__ void __launch_bounds__(128) decode_merge_kernel(const __grid_constant
         }
       }
     }
-    float m_new = m;
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) m_new = fmaxf(m_new, ls[u]);
-    if (m_new == kNegInf) continue;        // every partial so far empty
-    const float alpha = exp2f(m - m_new);  // m = -inf: 0
-    sum *= alpha;
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) acc[i] *= alpha;
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const float w = exp2f(ls[u] - m_new);  // an empty or absent partial (-inf): 0
-      sum += w;
-#pragma unroll
-      for (int i = 0; i < kPer; ++i) acc[i] += w * x[u][i];
-    }
-    m = m_new;
+    fold_partials(ls, x, m, sum, acc);
   }
   KJIT_DSTAMP(3);  // warp 0's partials read and folded
 #pragma unroll

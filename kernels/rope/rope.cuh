@@ -311,10 +311,12 @@ rope_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DIM / 2 :
 //     quarter-rate pipes) for one head; here it computes kA (2 for bf16 x 128). The angle math
 //     is the generic kernel's, so results are bitwise equal to it.
 //   - The head's and the position's loads are the first instructions after the wait.
-// EARLY_POS (the host's KJIT_PDL_EARLY_INDICES): the position, and in kModeCache its cache row,
-// are read before the wait and the angles are ready when it returns; after it a thread only
-// loads its head, rotates and stores. The caller promises that the kernel just before does not
-// write pos_ids (or the cache).
+// EARLY_POS (the host's KJIT_PDL_EARLY_INDICES): the position load is issued before the wait and
+// consumed after it, so the angles (or, in kModeCache, the cache row's loads) follow the wait
+// at once, beside the head's loads. Only the load goes early: round 26 computed the angles
+// before the wait too, and back to back that was 0.25 us slower than the default (a dependent
+// block's time before its wait is on the chain when it exceeds the predecessor's time after
+// its own). The caller promises that the kernel just before does not write pos_ids.
 // Launch with grid = tokens * p.a.chunks and block = kUnits * slots threads, a multiple of 32,
 // at most 256; the rest as rope_kernel.
 // clang-format off
@@ -424,16 +426,9 @@ rope_decode_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DI
   pdl_pin_before_wait(
       reinterpret_cast<unsigned long long>(src) | reinterpret_cast<unsigned long long>(dst),
       pos_word);
-  if constexpr (EARLY_POS) {
-    load_position();
-    // The block is one token's: all of it leaves, before touching q or k.
-    if (MODE == kModeCache && (pos < 0 || pos >= p.a.max_pos)) return;
-    compute_angles();
-    float sum = 0.0f;
-#pragma unroll
-    for (int e = 0; e < kFreqs; ++e) sum += cs[e] + sn[e];
-    pdl_pin_float(sum, pos_word);
-  } else if constexpr (MODE == kModeFreq) {
+  // Issued here, consumed after the wait (ptxas keeps a plain load where it is written).
+  if constexpr (EARLY_POS) load_position();
+  if constexpr (MODE == kModeFreq) {
     float sum = 0.0f;
 #pragma unroll
     for (int r = 0; r < kA; ++r) sum += g_hi[r] + g_lo[r];
@@ -447,11 +442,9 @@ rope_decode_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DI
 #pragma unroll
     for (int j = 0; j < kLoads; ++j) x[j].load(src + (elem_offset(j) - elem_offset(0)));
   }
-  if constexpr (!EARLY_POS) {
-    load_position();
-    if (MODE == kModeCache && (pos < 0 || pos >= p.a.max_pos)) return;
-    compute_angles();
-  }
+  if constexpr (!EARLY_POS) load_position();
+  if (MODE == kModeCache && (pos < 0 || pos >= p.a.max_pos)) return;
+  compute_angles();
 
   // out: the head's first vector (elem_offset(0)).
   auto rotate_store = [&](const V* xh, T* out) {
