@@ -79,7 +79,12 @@ TEST_CASE("cli bench: bad options are usage errors (exit 2), before any GPU work
       kRms + "--set gema=1",  // a knob rmsnorm does not read (gemma is one)
       "bench top_p_sampling --set batch=1 --set vocab=4096 --set threds=256",
       "bench act_and_mul --set act=silu --set dtype=bf16 --set d=64 --set rows=1 --set vec=4",
-      "bench --from " + bad_line.string(),  // a line without rows
+      "bench empty --set read=4096",                   // the move floor: write missing
+      "bench empty --set read=1024 --set write=2048",  // writes more than it reads
+      "bench empty --set read=1000 --set write=1000",  // not 16-byte vectors
+      "bench empty --set read=8192 --set write=2048",  // more than two reads an output
+      "bench empty --set bytes=4096",                  // not a knob of empty
+      "bench --from " + bad_line.string(),             // a line without rows
       "bench --from " + not_json.string(),
       "bench --from " + (dir.path() / "missing.jsonl").string(),
   };

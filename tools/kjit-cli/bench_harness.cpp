@@ -324,43 +324,138 @@ bool flag_arg(const ops::SetArgs& args, const std::string& name) {
 namespace {
 
 // The launch floor: an empty kernel, compiled through the JIT like any op and launched directly.
-int bench_empty(const ops::SetArgs&, const BenchOptions& opts) {
+// With --set read=R --set write=W (bytes, multiples of 16, W <= R <= 2W) the floor of launching
+// and moving an op's bytes instead: a kernel that waits like the ops, then reads R bytes and
+// writes W (16-byte vectors, one output vector a thread: the XOR of input vectors i and i + W,
+// both loads issued at once), so a decode-size row can be set beside the cheapest kernel that
+// moves what it moves.
+// pdl_enter: launched as the elementwise ops are (src/ops/pdl.hpp), so it stays their baseline.
+constexpr const char* kEmptySource =
+    "extern \"C\" __global__ void kjit_empty_kernel() { kjit::pdl_enter(); }\n";
+constexpr const char* kMoveSource = R"(struct MoveParams {
+  const uint4* src;
+  uint4* dst;
+  long long read_vecs, write_vecs;
+};
+extern "C" __global__ void __launch_bounds__(256) kjit_move_kernel(const MoveParams p) {
+  kjit::pdl_enter();
+  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= p.write_vecs) return;
+  const long long j = i + p.write_vecs;
+  uint4 acc = p.src[i];
+  const uint4 v = j < p.read_vecs ? p.src[j] : make_uint4(0, 0, 0, 0);
+  acc.x ^= v.x;
+  acc.y ^= v.y;
+  acc.z ^= v.z;
+  acc.w ^= v.w;
+  p.dst[i] = acc;
+}
+)";
+
+struct MoveParams {
+  const void* src;
+  void* dst;
+  long long read_vecs, write_vecs;
+};
+
+}  // namespace
+
+std::pair<long long, long long> empty_move_bytes(const ops::SetArgs& args) {
+  if (args.count("read") == 0 && args.count("write") == 0) return {0, 0};
+  if (args.count("read") == 0 || args.count("write") == 0)
+    throw UsageError("bench empty: --set read and --set write go together");
+  long long read = 0, write = 0;
+  try {
+    read = ops::positive_int_arg(args, "read", 1LL << 34);
+    write = ops::positive_int_arg(args, "write", 1LL << 34);
+  } catch (const std::exception& e) {
+    throw UsageError(std::string("bench empty: ") + e.what());
+  }
+  if (read % 16 != 0 || write % 16 != 0 || read < write || read > 2 * write) {
+    throw UsageError(
+        "bench empty: read and write must be multiples of 16 with write <= read <= 2 * write");
+  }
+  return {read, write};
+}
+
+namespace {
+
+int bench_empty(const ops::SetArgs& args, const BenchOptions& opts) {
+  const auto [read, write] = empty_move_bytes(args);
+  const bool move = write > 0;
   check_gpu();
   jit::Spec spec;
   spec.op = "empty";
+  if (move) spec.params.push_back({"move", "1"});
   spec.uri = jit::make_uri(spec.op, spec.params);
   spec.kernel_dirs = {"common"};
   spec.includes = {"common/prelude.cuh"};
-  // pdl_enter: launched as the elementwise ops are (src/ops/pdl.hpp), so it stays their baseline.
-  spec.config = "extern \"C\" __global__ void kjit_empty_kernel() { kjit::pdl_enter(); }\n";
-  spec.entry_names = {"kjit_empty_kernel"};
+  spec.config = move ? kMoveSource : kEmptySource;
+  spec.entry_names = {move ? "kjit_move_kernel" : "kjit_empty_kernel"};
   spec.arch_families = {"sm_80+"};
   CUfunction fn = nullptr;
   cuda::LaunchConfig lc;
   lc.block_x = 32;
-  const int unused = 0;  // the kernel takes no parameters; launch wants an address anyway
+
+  // The move's buffers: random input, a poisoned output checked against the host's XOR.
+  std::vector<uint32_t> in_h(static_cast<size_t>(read / 4));
+  std::unique_ptr<test::DeviceBuffer> in, out;
+  MoveParams mp{nullptr, nullptr, read / 16, write / 16};
+  if (move) {
+    std::mt19937_64 rng(20261203);
+    for (auto& w : in_h) w = static_cast<uint32_t>(rng());
+    in = std::make_unique<test::DeviceBuffer>(static_cast<size_t>(read));
+    out = std::make_unique<test::DeviceBuffer>(static_cast<size_t>(write));
+    in->upload(in_h.data(), static_cast<size_t>(read));
+    out->fill(0xFF);
+    mp.src = in->get();
+    mp.dst = out->get();
+    lc.block_x = 256;
+    lc.grid_x = static_cast<unsigned>((mp.write_vecs + 255) / 256);
+  }
+  const int unused = 0;  // the empty kernel takes no parameters; launch wants an address anyway
 
   BenchCase c;
   c.op = "empty";
   c.uri = spec.uri;
   c.dtype = "none";
-  c.shape = {{"grid", 1}, {"block", 32}};
-  c.label = "empty kernel grid=1 block=32";
+  c.shape = {{"grid", lc.grid_x}, {"block", lc.block_x}};
+  c.label = fmt::format("empty kernel grid={} block={}", lc.grid_x, lc.block_x);
+  if (move) {
+    c.shape["read"] = read;
+    c.shape["write"] = write;
+    c.label += fmt::format(" moving read={} write={} bytes", read, write);
+    c.bytes = static_cast<double>(read + write);
+  }
   c.launch = [&] {
     if (fn == nullptr)
       fn = jit::JitCore::global().kernel(spec.uri, 0, [&] { return spec; }).functions.at(0);
-    ops::launch_elementwise(fn, lc, &unused, 0);
+    ops::launch_elementwise(fn, lc, move ? static_cast<const void*>(&mp) : &unused, 0);
   };
   const double first_ms = first_call_ms(c);
   Check chk;
-  chk.note = "no output";
+  if (!move) {
+    chk.note = "no output";
+  } else if (opts.check) {
+    std::vector<uint32_t> got(static_cast<size_t>(write / 4));
+    out->download(got.data(), static_cast<size_t>(write));
+    const size_t rw = in_h.size(), ww = got.size();
+    for (size_t i = 0; i < ww; ++i) {
+      const uint32_t want = in_h[i] ^ (i + ww < rw ? in_h[i + ww] : 0u);
+      chk.add(got[i], want, 0.0);
+    }
+  }
   return report(c, chk, first_ms, opts);
 }
 
 }  // namespace
 
 void add_empty_bench(std::vector<BenchEntry>& out) {
-  out.push_back({"empty", {}, {}, bench_empty, "none"});
+  out.push_back({"empty",
+                 {},
+                 {"read", "write"},
+                 bench_empty,
+                 "read, write (optional, bytes: the launch-and-move floor)"});
 }
 
 }  // namespace kjit::cli

@@ -14,6 +14,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_stats.hpp"
@@ -110,6 +111,10 @@ struct BenchEntry {
   const char* set_help;        // "dtype, hidden, rows" and optional ones
   bool has_reference = false;  // its cases set BenchCase::reference_launch
 };
+
+// `bench empty`'s optional move floor: (read, write) bytes from --set read / write, (0, 0) when
+// neither is set. UsageError unless both are multiples of 16 with write <= read <= 2 * write.
+std::pair<long long, long long> empty_move_bytes(const ops::SetArgs& args);
 
 // Each family appends its benches; cmd_bench.cpp lists the families.
 void add_norm_benches(std::vector<BenchEntry>& out);        // bench_norm.cpp

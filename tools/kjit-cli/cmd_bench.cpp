@@ -78,6 +78,7 @@ Run make_run(const std::string& op, ops::SetArgs sets, const std::vector<std::st
       sets["act"] != "gelutanh") {
     throw UsageError(where + "act must be silu, gelu or gelutanh");
   }
+  if (op == "empty") empty_move_bytes(sets);
   if (!r.entry->has_reference &&
       std::find(backends.begin(), backends.end(), "reference") != backends.end()) {
     throw UsageError(where + "backend 'reference': " + op +
