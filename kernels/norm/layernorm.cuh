@@ -93,34 +93,28 @@ KJIT_DEVICE KJIT_FORCEINLINE void row_stats(float n, float& mean, float& m2, flo
       stats[2 * kWarps + warp] = m2;
     }
     __syncthreads();
-    if constexpr (kWarps <= 8) {
-      // Few partials: every thread reads them all (broadcasts, issued together) and merges them
-      // as a two-pass over the partials, in the same order everywhere.
-      float wn[kWarps], wm[kWarps];
-      float total = 0.0f, sum = 0.0f, m2s = 0.0f;
+    static_assert(kWarps <= 32, "at most 1024 threads a row");
+    // Every thread reads the partials (broadcasts, issued together) and merges them as a
+    // two-pass over them, in the same order everywhere: no division when EVEN (a row of
+    // 16 warps, decode geometry, would otherwise divide at each of 4 shuffle merges).
+    float wn[kWarps], wm[kWarps];
+    float total = 0.0f, sum = 0.0f, m2s = 0.0f;
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        wn[w] = stats[w];
-        wm[w] = stats[kWarps + w];
-        m2s += stats[2 * kWarps + w];
-        total += wn[w];
-        sum = fmaf(wn[w], wm[w], sum);
-      }
-      mean = EVEN ? sum / hidden : sum / total;
-      float dev = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        const float d = wm[w] - mean;
-        dev = fmaf(wn[w] * d, d, dev);
-      }
-      m2 = m2s + dev;
-    } else {
-      const bool has = lane < kWarps;
-      float wn = has ? stats[lane] : 0.0f;
-      mean = has ? stats[kWarps + lane] : 0.0f;
-      m2 = has ? stats[2 * kWarps + lane] : 0.0f;
-      warp_merge_stats<false, 32>(wn, mean, m2);
+    for (int w = 0; w < kWarps; ++w) {
+      wn[w] = stats[w];
+      wm[w] = stats[kWarps + w];
+      m2s += stats[2 * kWarps + w];
+      total += wn[w];
+      sum = fmaf(wn[w], wm[w], sum);
     }
+    mean = EVEN ? sum / hidden : sum / total;
+    float dev = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float d = wm[w] - mean;
+      dev = fmaf(wn[w] * d, d, dev);
+    }
+    m2 = m2s + dev;
   }
 }
 

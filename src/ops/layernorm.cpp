@@ -72,7 +72,7 @@ LayerNormConfig select_layernorm(DType dtype, DType param_dtype, int64_t hidden,
                        std::min(c.vec * pelem, 16) > param_align_bytes)) {
     c.vec /= 2;
   }
-  norm_detail::row_shape(c.hidden / c.vec, c.vec, c.threads_per_row, c.rows_per_block);
+  norm_detail::row_shape(c.hidden / c.vec, c.vec, rows, c.threads_per_row, c.rows_per_block);
   c.one_pass = rows <= kLayerNormOnePassMaxRows && hidden <= kLayerNormOnePassMaxHidden ? 1 : 0;
   c.early_params = rows <= kNormEarlyParamsMaxRows ? 1 : 0;
   return c;

@@ -30,6 +30,13 @@ inline constexpr int64_t kRmsNormMaxHidden = 1 << 18;
 // the row's reduction (docs/perf-notes.md, "Elementwise decode paths"). Larger calls keep the
 // default kernel and URI, whose code this variant leaves unchanged.
 inline constexpr int64_t kNormEarlyParamsMaxRows = 256;
+
+// Calls of at most this many rows give long rows one vector a thread (norm_detail::row_shape).
+inline constexpr int64_t kNormDecodeGeometryMaxRows = 128;
+
+// Bench hook: vectors a thread for rows longer than 128 vectors, whatever the row count (1, 2,
+// 4, ...); 0 restores the library's choice. Not thread-safe against concurrent selections.
+void set_norm_vectors_per_thread(int n);
 // A row count for "many rows" (the default of the selectors' rows argument).
 inline constexpr int64_t kNormManyRows = int64_t{1} << 40;
 
@@ -61,8 +68,11 @@ OpDef fused_add_rmsnorm_op_def();
 // Pieces the normalization family's ops share (norm.cpp, layernorm.cpp).
 namespace norm_detail {
 
-// Threads per row and rows per block for a row of n_vec vectors of `vec` elements each.
-void row_shape(int n_vec, int vec, int& threads_per_row, int& rows_per_block);
+// Threads per row and rows per block for a row of n_vec vectors of `vec` elements each, with
+// `rows` rows in the call: decode-size calls (at most kNormDecodeGeometryMaxRows rows) of long
+// rows give each thread one vector instead of about four, so the few blocks of a decode step
+// have four times the warps (a thread's load -> reduce -> scale chain is what their time is).
+void row_shape(int n_vec, int vec, int64_t rows, int& threads_per_row, int& rows_per_block);
 
 // Throw KJIT_ERROR_INVALID_ARGUMENT naming the argument.
 void check_eps(float eps);

@@ -681,8 +681,12 @@ TEST_CASE("norm plan: up to 256 rows read the parameters before the PDL wait", "
     INFO("rows=" << rows);
     const auto r = kjit::ops::select_rmsnorm(DType::kBF16, 4096, 16, rows);
     CHECK(r.early_params == 1);
+    // Up to kNormDecodeGeometryMaxRows rows a thread holds one vector (512 threads), above it
+    // about four, as the default.
     CHECK(kjit::ops::rmsnorm_uri(r) ==
-          "rmsnorm_dtype_bf16_hidden_4096_vec_8_tpr_128_rpb_1_early_1");
+          (rows <= kjit::ops::kNormDecodeGeometryMaxRows
+               ? "rmsnorm_dtype_bf16_hidden_4096_vec_8_tpr_512_rpb_1_early_1"
+               : "rmsnorm_dtype_bf16_hidden_4096_vec_8_tpr_128_rpb_1_early_1"));
     const kjit::jit::Spec s = kjit::ops::rmsnorm_spec(r);
     CHECK(s.config.find("constexpr bool kEarlyParams = true;") != std::string::npos);
     CHECK(s.entry_names.at(0).find("kjit_spec::kEarlyParams>") != std::string::npos);
@@ -700,9 +704,12 @@ TEST_CASE("norm plan: up to 256 rows read the parameters before the PDL wait", "
     const kjit::ops::OpDef* d = kjit::ops::find_op(op);
     REQUIRE(d != nullptr);
     const std::string small =
-        d->make_spec({{"dtype", "bf16"}, {"hidden", "4096"}, {"rows", "8"}}).uri;
+        d->make_spec({{"dtype", "bf16"}, {"hidden", "4096"}, {"rows", "200"}}).uri;
     const std::string dflt = d->make_spec({{"dtype", "bf16"}, {"hidden", "4096"}}).uri;
     CHECK(small == dflt + "_early_1");
+    const std::string decode =
+        d->make_spec({{"dtype", "bf16"}, {"hidden", "4096"}, {"rows", "8"}}).uri;
+    CHECK(decode.find("_tpr_512_rpb_1_early_1") != std::string::npos);
     CHECK(d->make_spec({{"dtype", "bf16"}, {"hidden", "4096"}, {"rows", "257"}}).uri == dflt);
   }
 }

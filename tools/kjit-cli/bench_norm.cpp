@@ -34,7 +34,24 @@
 namespace kjit::cli {
 namespace {
 
+// --set per_thread=N: rows longer than 128 vectors give each thread N vectors instead of the
+// library's choice (one at decode sizes, about four otherwise), through an internal hook, for as
+// long as the bench runs; the label then names the threads per row.
+struct PerThreadChoice {
+  int n = 0;
+  explicit PerThreadChoice(const ops::SetArgs& args) {
+    if (args.count("per_thread") == 0) return;
+    n = static_cast<int>(ops::positive_int_arg(args, "per_thread", 64));
+    ops::set_norm_vectors_per_thread(n);
+  }
+  ~PerThreadChoice() { ops::set_norm_vectors_per_thread(0); }
+  std::string suffix(int threads_per_row) const {
+    return n == 0 ? "" : fmt::format(" per_thread={} tpr={}", n, threads_per_row);
+  }
+};
+
 int bench_rmsnorm(const ops::SetArgs& args, const BenchOptions& opts) {
+  const PerThreadChoice per_thread(args);
   const std::string dtype = args.at("dtype");
   const int64_t hidden = ops::positive_int_arg(args, "hidden", ops::kRmsNormMaxHidden);
   const int64_t rows = ops::positive_int_arg(args, "rows", 1 << 24);
@@ -65,7 +82,8 @@ int bench_rmsnorm(const ops::SetArgs& args, const BenchOptions& opts) {
   c.dtype = dtype;
   c.shape = {{"rows", rows}, {"hidden", hidden}, {"gemma", gemma}};
   c.label =
-      fmt::format("{}rmsnorm {} rows={} hidden={}", gemma ? "gemma_" : "", dtype, rows, hidden);
+      fmt::format("{}rmsnorm {} rows={} hidden={}", gemma ? "gemma_" : "", dtype, rows, hidden) +
+      per_thread.suffix(cfg.threads_per_row);
   c.launch = [&] {
     kjit_status st = gemma ? kjit_gemma_rmsnorm(xt.get(), wt.get(), yt.get(), eps, nullptr)
                            : kjit_rmsnorm(xt.get(), wt.get(), yt.get(), eps, nullptr);
@@ -97,6 +115,7 @@ int bench_rmsnorm(const ops::SetArgs& args, const BenchOptions& opts) {
 }
 
 int bench_fused_add_rmsnorm(const ops::SetArgs& args, const BenchOptions& opts) {
+  const PerThreadChoice per_thread(args);
   const std::string dtype = args.at("dtype");
   const int64_t hidden = ops::positive_int_arg(args, "hidden", ops::kRmsNormMaxHidden);
   const int64_t rows = ops::positive_int_arg(args, "rows", 1 << 24);
@@ -129,7 +148,8 @@ int bench_fused_add_rmsnorm(const ops::SetArgs& args, const BenchOptions& opts) 
   c.dtype = dtype;
   c.shape = {{"rows", rows}, {"hidden", hidden}, {"gemma", gemma}};
   c.label = fmt::format("{}fused_add_rmsnorm {} rows={} hidden={}", gemma ? "gemma_" : "", dtype,
-                        rows, hidden);
+                        rows, hidden) +
+            per_thread.suffix(cfg.threads_per_row);
   // In place: later launches run on the previous one's results. The work per byte is the same,
   // and only the first launch is checked.
   c.launch = [&] {
@@ -161,6 +181,7 @@ int bench_fused_add_rmsnorm(const ops::SetArgs& args, const BenchOptions& opts) 
 }
 
 int bench_layernorm(const ops::SetArgs& args, const BenchOptions& opts) {
+  const PerThreadChoice per_thread(args);
   const std::string dtype = args.at("dtype");
   const std::string wdtype = args.count("wdtype") ? args.at("wdtype") : dtype;
   if (wdtype != dtype && wdtype != "fp32") throw UsageError("wdtype must be dtype or fp32");
@@ -194,7 +215,8 @@ int bench_layernorm(const ops::SetArgs& args, const BenchOptions& opts) {
   c.uri = ops::layernorm_uri(cfg);
   c.dtype = dtype;
   c.shape = {{"rows", rows}, {"hidden", hidden}, {"wdtype", wdtype}};
-  c.label = fmt::format("layernorm {}/{} rows={} hidden={}", dtype, wdtype, rows, hidden);
+  c.label = fmt::format("layernorm {}/{} rows={} hidden={}", dtype, wdtype, rows, hidden) +
+            per_thread.suffix(cfg.threads_per_row);
   c.launch = [&] {
     kjit_status st = kjit_layernorm(xt.get(), gt.get(), bt.get(), yt.get(), eps, nullptr);
     if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
@@ -226,18 +248,18 @@ int bench_layernorm(const ops::SetArgs& args, const BenchOptions& opts) {
 void add_norm_benches(std::vector<BenchEntry>& out) {
   out.push_back({"rmsnorm",
                  {"dtype", "hidden", "rows"},
-                 {"gemma"},
+                 {"gemma", "per_thread"},
                  bench_rmsnorm,
-                 "dtype, hidden, rows, optional gemma (0|1: weight + 1)"});
+                 "dtype, hidden, rows, optional gemma (0|1: weight + 1), per_thread"});
   out.push_back({"fused_add_rmsnorm",
                  {"dtype", "hidden", "rows"},
-                 {"gemma"},
+                 {"gemma", "per_thread"},
                  bench_fused_add_rmsnorm,
-                 "dtype, hidden, rows, optional gemma (0|1: weight + 1)"});
+                 "dtype, hidden, rows, optional gemma (0|1: weight + 1), per_thread"});
   out.push_back({"layernorm",
                  {"dtype", "hidden", "rows"},
-                 {"wdtype"},
+                 {"wdtype", "per_thread"},
                  bench_layernorm,
-                 "dtype, hidden, rows, optional wdtype"});
+                 "dtype, hidden, rows, optional wdtype, per_thread"});
 }
 }  // namespace kjit::cli
