@@ -72,8 +72,9 @@ LayerNormConfig select_layernorm(DType dtype, DType param_dtype, int64_t hidden,
                        std::min(c.vec * pelem, 16) > param_align_bytes)) {
     c.vec /= 2;
   }
-  norm_detail::row_shape(c.hidden / c.vec, c.vec, rows, c.threads_per_row, c.rows_per_block);
   c.one_pass = rows <= kLayerNormOnePassMaxRows && hidden <= kLayerNormOnePassMaxHidden ? 1 : 0;
+  norm_detail::row_shape(c.hidden / c.vec, c.vec, rows, c.one_pass ? 2 : 1, c.threads_per_row,
+                         c.rows_per_block);
   c.early_params = rows <= kNormEarlyParamsMaxRows ? 1 : 0;
   return c;
 }

@@ -70,9 +70,12 @@ namespace norm_detail {
 
 // Threads per row and rows per block for a row of n_vec vectors of `vec` elements each, with
 // `rows` rows in the call: decode-size calls (at most kNormDecodeGeometryMaxRows rows) of long
-// rows give each thread one vector instead of about four, so the few blocks of a decode step
-// have four times the warps (a thread's load -> reduce -> scale chain is what their time is).
-void row_shape(int n_vec, int vec, int64_t rows, int& threads_per_row, int& rows_per_block);
+// rows give each thread `decode_per_thread` vectors instead of about four, so the few blocks of
+// a decode step have more warps (a thread's load -> reduce -> scale chain is what their time
+// is; rounds 29-30: RMSNorm and the fused add 1, LayerNorm's one-pass statistics 2, whose merge
+// of 16 warps' partials cost more than it saved).
+void row_shape(int n_vec, int vec, int64_t rows, int decode_per_thread, int& threads_per_row,
+               int& rows_per_block);
 
 // Throw KJIT_ERROR_INVALID_ARGUMENT naming the argument.
 void check_eps(float eps);

@@ -304,10 +304,10 @@ TEST_CASE("codegen: decode-size norms: one barrier, no division (sm_90a)", "[cod
     jit::Spec spec;
     size_t shuffles;
   };
-  REQUIRE(ln.threads_per_row == 512);  // one vector a thread at decode sizes
-  // 512 threads a row: 5 shuffles within the warp, then 4 over the 16 warps' partials
-  // (RMSNorm); LayerNorm's merge shuffles mean and m2 (10), then reads the partials from shared
-  // memory (up to 32 warps: no division).
+  REQUIRE(ln.threads_per_row == 256);  // LayerNorm's one-pass: two vectors a thread
+  // 512 threads a row (one vector a thread): 5 shuffles within the warp, then 4 over the 16
+  // warps' partials (RMSNorm); LayerNorm's merge shuffles mean and m2 (10), then reads the 8
+  // warps' partials from shared memory (no division).
   const Case cases[] = {
       {"rmsnorm", ops::rmsnorm_spec(ops::select_rmsnorm(DType::kBF16, 4096, 16, 64)), 9},
       {"fused_add_rmsnorm",

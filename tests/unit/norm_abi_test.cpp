@@ -650,6 +650,11 @@ TEST_CASE("layernorm plan: decode-size row counts take the one-reduction statist
   CHECK(s.entry_names.at(0).find("kjit_spec::kOnePass, kjit_spec::kEarlyParams>") !=
         std::string::npos);
   CHECK(select_layernorm(DType::kBF16, DType::kBF16, 4096, 16, 16, 64).one_pass == 1);
+  // Decode geometry (rounds 29-30): the one-pass rows two vectors a thread, rows 65..128 one,
+  // above that about four.
+  CHECK(one.threads_per_row == 256);
+  CHECK(select_layernorm(DType::kBF16, DType::kBF16, 4096, 16, 16, 128).threads_per_row == 512);
+  CHECK(select_layernorm(DType::kBF16, DType::kBF16, 4096, 16, 16, 129).threads_per_row == 128);
   // Above 64 rows, or rows too long for registers, the two reductions; their URIs are round 8's
   // (above 256 rows, where the parameters are read after the PDL wait as well).
   const auto mid = select_layernorm(DType::kBF16, DType::kBF16, 4096, 16, 16, 65);
