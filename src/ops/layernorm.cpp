@@ -1,6 +1,7 @@
 #include "ops/layernorm.hpp"
 
 #include <algorithm>
+#include <atomic>
 
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
@@ -13,6 +14,8 @@
 namespace kjit::ops {
 
 namespace {
+
+std::atomic<int> g_one_pass{-1};
 
 // Mirrors kjit::norm::LayerNormParams in kernels/norm/layernorm.cuh field for field.
 struct LayerNormParams {
@@ -41,6 +44,10 @@ jit::Params layernorm_params(const LayerNormConfig& c) {
 }
 
 }  // namespace
+
+void set_layernorm_one_pass(int mode) {
+  g_one_pass = mode;
+}
 
 LayerNormConfig select_layernorm(DType dtype, DType param_dtype, int64_t hidden, int align_bytes,
                                  int param_align_bytes, int64_t rows) {
@@ -72,7 +79,9 @@ LayerNormConfig select_layernorm(DType dtype, DType param_dtype, int64_t hidden,
                        std::min(c.vec * pelem, 16) > param_align_bytes)) {
     c.vec /= 2;
   }
-  c.one_pass = rows <= kLayerNormOnePassMaxRows && hidden <= kLayerNormOnePassMaxHidden ? 1 : 0;
+  const int forced = g_one_pass.load();
+  const bool fits = hidden <= kLayerNormOnePassMaxHidden;
+  c.one_pass = fits && (forced < 0 ? rows <= kLayerNormOnePassMaxRows : forced == 1) ? 1 : 0;
   norm_detail::row_shape(c.hidden / c.vec, c.vec, rows, c.one_pass ? 2 : 1, c.threads_per_row,
                          c.rows_per_block);
   c.early_params = rows <= kNormEarlyParamsMaxRows ? 1 : 0;

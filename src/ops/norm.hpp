@@ -37,6 +37,10 @@ inline constexpr int64_t kNormDecodeGeometryMaxRows = 128;
 // Bench hook: vectors a thread for rows longer than 128 vectors, whatever the row count (1, 2,
 // 4, ...); 0 restores the library's choice. Not thread-safe against concurrent selections.
 void set_norm_vectors_per_thread(int n);
+
+// Bench hook: LayerNorm's one-pass statistics 1 on (where the row allows), 0 off, -1 the
+// library's choice (at most kLayerNormOnePassMaxRows rows). Not thread-safe either.
+void set_layernorm_one_pass(int mode);
 // A row count for "many rows" (the default of the selectors' rows argument).
 inline constexpr int64_t kNormManyRows = int64_t{1} << 40;
 
