@@ -6,6 +6,7 @@
 # append at 1 and 64 tokens from one request and 64 tokens from 64 requests (kv_indptr read by
 # the warp up to 127 requests). Then every KV append GPU test in two processes. Logs: run.log,
 # bench.jsonl, tests.log.
+# (The `onepass` bench hook was removed after this round: LayerNorm has only the two reductions.)
 set -uo pipefail
 source "$(dirname "$0")/h200_lib.sh"
 start_clock 300

@@ -48,20 +48,6 @@ struct AppendPagedKvParams {
   FastDiv page_size_div;  // pos / page_size
 };
 
-// Entry e (< 32 * REGS) of an array spread over a warp, entry 32 * j + lane in register j of
-// that lane. Every lane of the warp must call it (e may differ per lane): one shuffle per
-// register, all independent, then a select.
-template <int REGS>
-__device__ __forceinline__ int warp_indptr_entry(const int (&regs)[REGS], int e) {
-  int r = 0;
-#pragma unroll
-  for (int j = 0; j < REGS; ++j) {
-    const int v = __shfl_sync(0xffffffffu, regs[j], e & 31);
-    if ((e >> 5) == j) r = v;
-  }
-  return r;
-}
-
 // Launch with grid = ceil(rows / (blockDim.x / kThreadsPerRow)) and blockDim.x a multiple of
 // kThreadsPerRow = min(HEAD_DIM / VEC, 32), no shared memory. Every pointer and stride of the
 // append tensors and caches must be aligned to VEC * sizeof(T) bytes. The caches must not
@@ -102,25 +88,17 @@ append_paged_kv_kernel(const __grid_constant__ AppendPagedKvParams p) {
   auto load_index = [](const int* q) { return EARLY_INDICES ? *q : __ldg(q); };
 
   // At decode sizes the kernel's time is the chain of dependent loads: batch index -> indptr ->
-  // page id -> store. Its head is issued first; with few requests (batch < kWarpIndptrEntries,
-  // whole warps) the warp reads all of kv_indptr at the same time, up to kWarpIndptrRegs entries
-  // a lane, and picks its two entries with shuffles: one round trip fewer on the chain (round 31:
-  // 64 tokens of 64 requests took 0.13 us more than of one request, with one register a lane).
+  // page id -> store. Its head is issued first; with few requests (batch < 32, whole warps) the
+  // warp reads all of kv_indptr at the same time, one entry per lane, and picks its two entries
+  // with shuffles: one round trip fewer on the chain.
   int b = 0, pos = -1;
   if (live) {
     b = load_index(p.batch_indices + token);
     pos = load_index(p.positions + token);
   }
-  constexpr int kWarpIndptrRegs = 4;
-  constexpr int kWarpIndptrEntries = 32 * kWarpIndptrRegs;
-  const bool warp_indptr = p.batch < kWarpIndptrEntries && (blockDim.x & 31) == 0;
+  const bool warp_indptr = p.batch < 32 && (blockDim.x & 31) == 0;
   const int lane32 = int(threadIdx.x) & 31;
-  int ip[kWarpIndptrRegs];
-#pragma unroll
-  for (int j = 0; j < kWarpIndptrRegs; ++j) {
-    const int e = lane32 + 32 * j;
-    ip[j] = warp_indptr && e <= p.batch ? load_index(p.kv_indptr + e) : 0;
-  }
+  const int ip = warp_indptr && lane32 <= p.batch ? load_index(p.kv_indptr + lane32) : 0;
 
   const T* ak = static_cast<const T*>(p.append_k) + token * p.ak_st + head * p.ak_sh;
   const T* av = static_cast<const T*>(p.append_v) + token * p.av_st + head * p.av_sh;
@@ -144,8 +122,8 @@ append_paged_kv_kernel(const __grid_constant__ AppendPagedKvParams p) {
   if (warp_indptr) {
     // Every lane of the warp takes part (b_ok is per thread, so the source lanes are clamped).
     const int bl = b_ok ? b : 0;
-    first = warp_indptr_entry(ip, bl);
-    end = warp_indptr_entry(ip, bl + 1);
+    first = __shfl_sync(0xffffffffu, ip, bl);
+    end = __shfl_sync(0xffffffffu, ip, bl + 1);
     if (!live || !b_ok || pos < 0) return;
   } else {
     if (!live || !b_ok || pos < 0) return;

@@ -6,13 +6,10 @@
 // The variance is never E[x^2] - mean^2: activations with a large common offset (|mean| >> std)
 // lose every significant digit of the variance to cancellation in that form. A row held in
 // registers is a true two-pass: two row reductions, the mean and then the squared deviations
-// from it (extra reductions, no extra memory traffic). ONE_PASS (decode-size row counts, chosen
-// by the host) gives each thread the exact two-pass of its own share instead and merges the
-// threads' (count, mean, m2) in one reduction with Chan et al.'s pairwise update, in which every
-// term is non-negative: one block-wide barrier and shuffle tree fewer on the critical path, which
-// is most of what a decode-size row costs beyond the launch (H200 round 10: 1 row 1.73 -> 1.60
-// us, 64 rows 1.89 -> 1.73 CUPTI), but it lost 17% at 16384 x 8192 rows, where the op is
-// bandwidth-bound, so large row counts keep the two reductions.
+// from it (extra reductions, no extra memory traffic). (Rounds 10-32 also carried a one-reduction
+// form for decode sizes, each thread's exact (count, mean, m2) merged with Chan et al.'s update;
+// once decode-size rows took one vector a thread, the two reductions measured faster at 1 and 64
+// rows, H200 round 32, and it was removed.)
 //
 // Rows too long to hold in registers take per-thread chunk statistics merged with Chan et al.'s
 // pairwise update, then a cross-thread merge in the same form (two sums), and a second read of x
@@ -29,96 +26,6 @@
 
 namespace kjit {
 namespace norm {
-
-namespace detail {
-
-// (count, mean, m2) of two disjoint groups merged into their union's. Symmetric in its operands
-// to the bit (commutative products and sums only), so both lanes of a butterfly pair keep the
-// same value and every thread of a row ends with identical statistics. EVEN: both counts equal
-// (then n is one group's), which needs no division.
-template <bool EVEN>
-KJIT_DEVICE KJIT_FORCEINLINE void chan_merge(float& n, float& mean, float& m2, float on, float om,
-                                             float om2) {
-  const float d = om - mean;
-  if constexpr (EVEN) {
-    mean = 0.5f * (mean + om);
-    m2 = (m2 + om2) + d * (0.5f * n) * d;
-    n += on;
-  } else {
-    const float nn = n + on;
-    // Groups of lanes past the row's end are empty: 0 / 0 must not reach the merged mean. A true
-    // division, not a product with 1 / nn: a constant row must keep its mean exactly (its output
-    // is then exactly beta).
-    const float safe = nn > 0.0f ? nn : 1.0f;
-    // Rounded products: a contracted fma would round the two lanes' sums differently.
-    mean = (__fmul_rn(n, mean) + __fmul_rn(on, om)) / safe;
-    // d * weight first: an empty group's mean of 0 against a huge one must give 0, not inf * 0.
-    m2 = (m2 + om2) + d * (n * on / safe) * d;
-    n = nn;
-  }
-}
-
-template <bool EVEN, int WIDTH>
-KJIT_DEVICE KJIT_FORCEINLINE void warp_merge_stats(float& n, float& mean, float& m2) {
-#pragma unroll
-  for (int offset = WIDTH / 2; offset > 0; offset >>= 1) {
-    const float on = EVEN ? n : __shfl_xor_sync(0xffffffffu, n, offset);
-    const float om = __shfl_xor_sync(0xffffffffu, mean, offset);
-    const float om2 = __shfl_xor_sync(0xffffffffu, m2, offset);
-    chan_merge<EVEN>(n, mean, m2, on, om, om2);
-  }
-}
-
-// The row's (mean, m2) from every thread's (n, mean, m2) over a row of THREADS_PER_ROW threads
-// (a power-of-two slice of a warp, or a whole block). stats holds 3 floats per warp; one barrier
-// (none within a warp). Must be reached by every thread of the row. EVEN: every thread holds
-// `hidden` / THREADS_PER_ROW elements, so the count is `hidden` (exactly, as the float sum of the
-// warps' counts is) and the mean divides by a constant (a product for powers of two) instead of a
-// run-time division with its slow-path check.
-template <bool EVEN, int THREADS_PER_ROW>
-KJIT_DEVICE KJIT_FORCEINLINE void row_stats(float n, float& mean, float& m2, float* stats,
-                                            float hidden) {
-  (void)hidden;
-  if constexpr (THREADS_PER_ROW <= 32) {
-    (void)stats;
-    warp_merge_stats<EVEN, THREADS_PER_ROW>(n, mean, m2);
-  } else {
-    constexpr int kWarps = THREADS_PER_ROW / 32;
-    warp_merge_stats<EVEN, 32>(n, mean, m2);
-    const int lane = threadIdx.x & 31;
-    const int warp = threadIdx.x >> 5;
-    if (lane == 0) {
-      stats[warp] = n;
-      stats[kWarps + warp] = mean;
-      stats[2 * kWarps + warp] = m2;
-    }
-    __syncthreads();
-    static_assert(kWarps <= 32, "at most 1024 threads a row");
-    // Every thread reads the partials (broadcasts, issued together) and merges them as a
-    // two-pass over them, in the same order everywhere: no division when EVEN (a row of
-    // 16 warps, decode geometry, would otherwise divide at each of 4 shuffle merges).
-    float wn[kWarps], wm[kWarps];
-    float total = 0.0f, sum = 0.0f, m2s = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      wn[w] = stats[w];
-      wm[w] = stats[kWarps + w];
-      m2s += stats[2 * kWarps + w];
-      total += wn[w];
-      sum = fmaf(wn[w], wm[w], sum);
-    }
-    mean = EVEN ? sum / hidden : sum / total;
-    float dev = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const float d = wm[w] - mean;
-      dev = fmaf(wn[w] * d, d, dev);
-    }
-    m2 = m2s + dev;
-  }
-}
-
-}  // namespace detail
 
 // Passed by value as a __grid_constant__ kernel parameter. Strides in elements. The host mirrors
 // this layout field for field.
@@ -142,7 +49,7 @@ struct LayerNormParams {
 // clang-format would read the launch bound as a pointer declaration.
 // clang-format off
 template <typename T, typename TW, int HIDDEN, int VEC, int THREADS_PER_ROW, int ROWS_PER_BLOCK,
-          bool ONE_PASS = false, bool EARLY_PARAMS = false>
+          bool EARLY_PARAMS = false>
 __global__ void __launch_bounds__(THREADS_PER_ROW * ROWS_PER_BLOCK)
 layernorm_kernel(const __grid_constant__ LayerNormParams p) {
   // clang-format on
@@ -224,29 +131,19 @@ layernorm_kernel(const __grid_constant__ LayerNormParams p) {
       }
     }
 
-    // The row's statistics: the sum, then the squared deviations from the mean, over registers.
-    // ONE_PASS takes each thread's own mean and merges (count, mean, m2) once at the end; the
-    // default reduces the sum over the row first, then the squared deviations from its mean.
+    // The row's statistics: the sum over the row, then the squared deviations from its mean,
+    // over registers.
     __shared__ float partials[THREADS_PER_ROW >= 32 ? THREADS_PER_ROW / 32 : 1];
-    float s = 0.0f, cnt = 0.0f;
+    float s = 0.0f;
 #pragma unroll
     for (int k = 0; k < kIters; ++k) {
       const int v = tid + k * THREADS_PER_ROW;
       if (in_row(k, v)) {
-        cnt += float(VEC);
 #pragma unroll
         for (int e = 0; e < VEC; ++e) s += to_float(xv[k][e]);
       }
     }
-    float mean;
-    if constexpr (ONE_PASS) {
-      // kEven: every thread of an active row holds kIters vectors (an inactive row's statistics
-      // are never used).
-      if constexpr (kEven) cnt = float(kIters * VEC);
-      mean = cnt > 0.0f ? s / cnt : 0.0f;
-    } else {
-      mean = detail::row_sum<THREADS_PER_ROW>(s, partials) / kHidden;
-    }
+    const float mean = detail::row_sum<THREADS_PER_ROW>(s, partials) / kHidden;
 
     // Each pass re-derives the fp32 values from the packed row (see rmsnorm_kernel).
 #pragma unroll
@@ -263,14 +160,7 @@ layernorm_kernel(const __grid_constant__ LayerNormParams p) {
         }
       }
     }
-    float var;
-    if constexpr (ONE_PASS) {
-      __shared__ float stats[THREADS_PER_ROW >= 32 ? 3 * (THREADS_PER_ROW / 32) : 1];
-      detail::row_stats<kEven, THREADS_PER_ROW>(cnt, mean, m2, stats, kHidden);
-      var = m2 / kHidden;
-    } else {
-      var = detail::row_sum<THREADS_PER_ROW, true>(m2, partials) / kHidden;
-    }
+    const float var = detail::row_sum<THREADS_PER_ROW, true>(m2, partials) / kHidden;
     const float inv_std = rsqrtf(var + p.eps);
 
 #pragma unroll

@@ -1,7 +1,6 @@
 #include "ops/layernorm.hpp"
 
 #include <algorithm>
-#include <atomic>
 
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
@@ -14,8 +13,6 @@
 namespace kjit::ops {
 
 namespace {
-
-std::atomic<int> g_one_pass{-1};
 
 // Mirrors kjit::norm::LayerNormParams in kernels/norm/layernorm.cuh field for field.
 struct LayerNormParams {
@@ -36,18 +33,12 @@ jit::Params layernorm_params(const LayerNormConfig& c) {
                 {"vec", std::to_string(c.vec)},
                 {"tpr", std::to_string(c.threads_per_row)},
                 {"rpb", std::to_string(c.rows_per_block)}};
-  // The one-pass variant adds "onepass_1" to the URI; the default keeps its round-8 URI.
-  if (c.one_pass != 0) p.push_back({"onepass", "1"});
-  // Likewise "early_1" for gamma / beta read before the PDL wait.
+  // "early_1" for gamma / beta read before the PDL wait; the default keeps its round-8 URI.
   if (c.early_params != 0) p.push_back({"early", "1"});
   return p;
 }
 
 }  // namespace
-
-void set_layernorm_one_pass(int mode) {
-  g_one_pass = mode;
-}
 
 LayerNormConfig select_layernorm(DType dtype, DType param_dtype, int64_t hidden, int align_bytes,
                                  int param_align_bytes, int64_t rows) {
@@ -79,11 +70,7 @@ LayerNormConfig select_layernorm(DType dtype, DType param_dtype, int64_t hidden,
                        std::min(c.vec * pelem, 16) > param_align_bytes)) {
     c.vec /= 2;
   }
-  const int forced = g_one_pass.load();
-  const bool fits = hidden <= kLayerNormOnePassMaxHidden;
-  c.one_pass = fits && (forced < 0 ? rows <= kLayerNormOnePassMaxRows : forced == 1) ? 1 : 0;
-  norm_detail::row_shape(c.hidden / c.vec, c.vec, rows, c.one_pass ? 2 : 1, c.threads_per_row,
-                         c.rows_per_block);
+  norm_detail::row_shape(c.hidden / c.vec, c.vec, rows, c.threads_per_row, c.rows_per_block);
   c.early_params = rows <= kNormEarlyParamsMaxRows ? 1 : 0;
   return c;
 }
@@ -107,17 +94,15 @@ jit::Spec layernorm_spec(const LayerNormConfig& c) {
       "constexpr int kVec = {vec};\n"
       "constexpr int kThreadsPerRow = {tpr};\n"
       "constexpr int kRowsPerBlock = {rpb};\n"
-      "constexpr bool kOnePass = {onepass};\n"
       "constexpr bool kEarlyParams = {early};\n"
       "}}  // namespace kjit_spec\n",
       fmt::arg("type", device_type_name(c.dtype)),
       fmt::arg("wtype", device_type_name(c.param_dtype)), fmt::arg("hidden", c.hidden),
       fmt::arg("vec", c.vec), fmt::arg("tpr", c.threads_per_row), fmt::arg("rpb", c.rows_per_block),
-      fmt::arg("onepass", c.one_pass != 0 ? "true" : "false"),
       fmt::arg("early", c.early_params != 0 ? "true" : "false"));
   s.entry_names = {
       "kjit::norm::layernorm_kernel<kjit_spec::T, kjit_spec::TW, kjit_spec::kHidden, "
-      "kjit_spec::kVec, kjit_spec::kThreadsPerRow, kjit_spec::kRowsPerBlock, kjit_spec::kOnePass, "
+      "kjit_spec::kVec, kjit_spec::kThreadsPerRow, kjit_spec::kRowsPerBlock, "
       "kjit_spec::kEarlyParams>"};
   s.arch_families = {"sm_80+"};
   return s;
@@ -176,8 +161,8 @@ OpDef layernorm_op_def() {
       {"rows",
        {},
        false,
-       "row count the call has (default: many); <= 64 with hidden <= 8192 selects the "
-       "one-reduction statistics, <= 256 reads gamma / beta before the PDL wait"}};
+       "row count the call has (default: many); <= 128 gives long rows one vector a thread, "
+       "<= 256 reads gamma / beta before the PDL wait"}};
   d.arch_families = {"sm_80+"};
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
@@ -199,7 +184,7 @@ OpDef layernorm_op_def() {
         out.push_back({{"dtype", dt}, {"hidden", std::to_string(h)}});
       }
     }
-    // Decode-size row counts: the one-reduction statistics, gamma / beta before the PDL wait.
+    // Decode-size row counts: one vector a thread, gamma / beta before the PDL wait.
     for (const char* dt : {"bf16", "fp16"}) {
       for (int h : {2048, 4096, 8192}) {
         out.push_back({{"dtype", dt}, {"hidden", std::to_string(h)}, {"rows", "1"}});

@@ -22,17 +22,10 @@ struct LayerNormConfig {
   int vec = 1;  // activation elements per vector access (VEC*sizeof(T) <= 16 bytes)
   int threads_per_row = 32;
   int rows_per_block = 1;
-  int one_pass = 0;      // 1: one (count, mean, m2) reduction per row (kernels/norm/layernorm.cuh)
   int early_params = 0;  // 1: gamma / beta read before the PDL wait (rows <= 256; see norm.hpp)
 };
 
 inline constexpr int64_t kLayerNormMaxHidden = 1 << 18;
-// Row counts up to this take the one-reduction statistics, where a row's latency is the cost
-// (H200 round 10, bf16 x 4096: 1 row 1.73 -> 1.60 us, 64 rows 1.89 -> 1.73, CUPTI); above it
-// the op is bandwidth-bound and the two-reduction kernel is faster (16384 rows: 97.4% against
-// 83.4% of copy). Rows this short (hidden <= kLayerNormOnePassMaxHidden) stay in registers.
-inline constexpr int64_t kLayerNormOnePassMaxRows = 64;
-inline constexpr int64_t kLayerNormOnePassMaxHidden = 8192;
 
 // Support and dispatch in one place. align_bytes is what input, out and their row strides share;
 // param_align_bytes what gamma and beta share (powers of two <= 16); rows the call's row count.

@@ -56,7 +56,7 @@ RmsNormConfig select_row_norm(const char* op, DType dtype, int64_t hidden, int a
   // down to scalar, so odd sizes and misaligned views still run (just slower).
   c.vec = 16 / elem;
   while (c.vec > 1 && (c.hidden % c.vec != 0 || c.vec * elem > align_bytes)) c.vec /= 2;
-  norm_detail::row_shape(c.hidden / c.vec, c.vec, rows, 1, c.threads_per_row, c.rows_per_block);
+  norm_detail::row_shape(c.hidden / c.vec, c.vec, rows, c.threads_per_row, c.rows_per_block);
   c.early_params = rows <= kNormEarlyParamsMaxRows ? 1 : 0;
   return c;
 }
@@ -165,8 +165,7 @@ void set_norm_vectors_per_thread(int n) {
 
 namespace norm_detail {
 
-void row_shape(int n_vec, int vec, int64_t rows, int decode_per_thread, int& threads_per_row,
-               int& rows_per_block) {
+void row_shape(int n_vec, int vec, int64_t rows, int& threads_per_row, int& rows_per_block) {
   if (n_vec <= 32) {
     // Tiny rows: a power-of-two slice of a warp per row, 128-thread blocks. bf16 hidden 128 went
     // from 2.93 TB/s (a warp per row) to 4.27 TB/s on the H200 with 16 threads x 8 rows.
@@ -182,12 +181,12 @@ void row_shape(int n_vec, int vec, int64_t rows, int decode_per_thread, int& thr
     // One row per block with ~4 vectors per thread (16-byte vectors) or ~8 elements (scalar):
     // enough loads in flight per thread to cover HBM latency while several blocks fit per SM.
     // bf16 2048 measured 3.85 TB/s as a warp per row and 4.23 TB/s as 64 threads per row.
-    // Decode sizes: decode_per_thread vectors a thread (see the declaration).
+    // Decode sizes: one vector a thread (see the declaration).
     int per_thread = vec == 1 ? 8 : 4;
     if (g_vectors_per_thread > 0) {
       per_thread = g_vectors_per_thread;
     } else if (rows <= kNormDecodeGeometryMaxRows) {
-      per_thread = decode_per_thread;
+      per_thread = 1;
     }
     int t = (n_vec + per_thread - 1) / per_thread;
     t = (t + 31) / 32 * 32;

@@ -37,10 +37,6 @@ inline constexpr int64_t kNormDecodeGeometryMaxRows = 128;
 // Bench hook: vectors a thread for rows longer than 128 vectors, whatever the row count (1, 2,
 // 4, ...); 0 restores the library's choice. Not thread-safe against concurrent selections.
 void set_norm_vectors_per_thread(int n);
-
-// Bench hook: LayerNorm's one-pass statistics 1 on (where the row allows), 0 off, -1 the
-// library's choice (at most kLayerNormOnePassMaxRows rows). Not thread-safe either.
-void set_layernorm_one_pass(int mode);
 // A row count for "many rows" (the default of the selectors' rows argument).
 inline constexpr int64_t kNormManyRows = int64_t{1} << 40;
 
@@ -74,12 +70,10 @@ namespace norm_detail {
 
 // Threads per row and rows per block for a row of n_vec vectors of `vec` elements each, with
 // `rows` rows in the call: decode-size calls (at most kNormDecodeGeometryMaxRows rows) of long
-// rows give each thread `decode_per_thread` vectors instead of about four, so the few blocks of
-// a decode step have more warps (a thread's load -> reduce -> scale chain is what their time
-// is; rounds 29-30: RMSNorm and the fused add 1, LayerNorm's one-pass statistics 2, whose merge
-// of 16 warps' partials cost more than it saved).
-void row_shape(int n_vec, int vec, int64_t rows, int decode_per_thread, int& threads_per_row,
-               int& rows_per_block);
+// rows give each thread one vector instead of about four, so the few blocks of a decode step
+// have more warps (a thread's load -> reduce -> scale chain is what their time is; H200 rounds
+// 29-32, RMSNorm, the fused add and LayerNorm alike).
+void row_shape(int n_vec, int vec, int64_t rows, int& threads_per_row, int& rows_per_block);
 
 // Throw KJIT_ERROR_INVALID_ARGUMENT naming the argument.
 void check_eps(float eps);

@@ -290,9 +290,8 @@ TEST_CASE("kv gpu: page sizes, head counts and batch sizes", "[gpu][kv_cache]") 
       run_case(c, rng);
     }
   }
-  // Below 128 requests a warp reads kv_indptr, up to four entries a lane (batch 31 fills one
-  // register of every lane, 32 starts the second, 127 fills all four); from 128 on each row
-  // reads its own entries.
+  // Below 32 requests a warp reads kv_indptr one entry per lane (batch 31 uses all 32 lanes);
+  // from 32 on each row reads its own entries.
   for (int64_t batch : {1, 31, 32, 33, 64, 127, 128}) {
     KvCase c;
     c.batch = batch;
@@ -372,7 +371,7 @@ TEST_CASE("kv gpu: broken page tables skip tokens and write nothing out of bound
 TEST_CASE("kv gpu: the index chain read before the PDL wait (KJIT_PDL_EARLY_INDICES)",
           "[gpu][kv_cache]") {
   // The decode-size variant (<= 256 tokens) on the shapes of the cases above: dtypes, layouts,
-  // odd head sizes and page sizes, both kv_indptr paths (batch < 128 and >= 128), broken tables,
+  // odd head sizes and page sizes, both kv_indptr paths (batch < 32 and >= 32), broken tables,
   // combined and misaligned views; and a prefill past 256 tokens, which keeps the default kernel.
   std::mt19937_64 rng(std::random_device{}());
   for (const char* dt : {"bf16", "fp16", "fp32"}) {

@@ -318,9 +318,9 @@ TEST_CASE("layernorm gpu: fp32 gamma/beta beside bf16 and fp16 input", "[gpu][no
 TEST_CASE("layernorm gpu: rows with a large common offset keep their precision", "[gpu][norm]") {
   // |mean| >> std: E[x^2] - mean^2 would lose most of the variance to cancellation (fp32, mean
   // 1000, std 1.15: about 10% error), which the tolerance does not allow. 16 rows take the
-  // one-reduction statistics (Chan's merge), 100 the two reductions.
+  // decode geometry (one vector a thread) and early parameters, 300 about four vectors a thread.
   auto rng = fresh_rng();
-  for (int64_t rows : {16, 100}) {
+  for (int64_t rows : {16, 300}) {
     for (int64_t hidden : {127, 4096, 65537}) {
       LnCase c{"fp32", "", rows, hidden};
       c.shift = 1000.0;
@@ -338,8 +338,8 @@ TEST_CASE("layernorm gpu: rows with a large common offset keep their precision",
 TEST_CASE("layernorm gpu: a constant row gives beta, never NaN", "[gpu][norm]") {
   for (const char* dt : kDtypes) {
     for (int64_t hidden : {64, 4096, 65537}) {
-      // 4 rows: the one-reduction statistics; 70: the two reductions.
-      for (int64_t rows : {4, 70}) {
+      // 4 rows: the decode geometry (one vector a thread); 300: about four vectors a thread.
+      for (int64_t rows : {4, 300}) {
         INFO(dt << " hidden=" << hidden << " rows=" << rows);
         std::mt19937_64 rng(5);
         RowsImage x(dt, rows, hidden);

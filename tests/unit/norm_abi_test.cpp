@@ -638,34 +638,27 @@ TEST_CASE("reference: layernorm of a known row", "[reference]") {
   CHECK(z[1] == Approx(1.0));
 }
 
-TEST_CASE("layernorm plan: decode-size row counts take the one-reduction statistics",
-          "[norm_abi]") {
+TEST_CASE("layernorm plan: decode-size row counts take one vector a thread", "[norm_abi]") {
   using kjit::ops::DType;
   using kjit::ops::select_layernorm;
   const auto one = select_layernorm(DType::kBF16, DType::kBF16, 4096, 16, 16, 1);
-  CHECK(one.one_pass == 1);
-  CHECK(kjit::ops::layernorm_uri(one).find("_onepass_1") != std::string::npos);
+  CHECK(kjit::ops::layernorm_uri(one) ==
+        "layernorm_dtype_bf16_wdtype_bf16_hidden_4096_vec_8_tpr_512_rpb_1_early_1");
   const kjit::jit::Spec s = kjit::ops::layernorm_spec(one);
-  CHECK(s.config.find("constexpr bool kOnePass = true;") != std::string::npos);
-  CHECK(s.entry_names.at(0).find("kjit_spec::kOnePass, kjit_spec::kEarlyParams>") !=
+  CHECK(s.config.find("constexpr bool kEarlyParams = true;") != std::string::npos);
+  CHECK(s.entry_names.at(0).find("kjit_spec::kRowsPerBlock, kjit_spec::kEarlyParams>") !=
         std::string::npos);
-  CHECK(select_layernorm(DType::kBF16, DType::kBF16, 4096, 16, 16, 64).one_pass == 1);
-  // Decode geometry (rounds 29-30): the one-pass rows two vectors a thread, rows 65..128 one,
-  // above that about four.
-  CHECK(one.threads_per_row == 256);
+  // Decode geometry (rounds 29-32): one vector a thread up to 128 rows, above that about four.
+  CHECK(select_layernorm(DType::kBF16, DType::kBF16, 4096, 16, 16, 64).threads_per_row == 512);
   CHECK(select_layernorm(DType::kBF16, DType::kBF16, 4096, 16, 16, 128).threads_per_row == 512);
   CHECK(select_layernorm(DType::kBF16, DType::kBF16, 4096, 16, 16, 129).threads_per_row == 128);
-  // Above 64 rows, or rows too long for registers, the two reductions; their URIs are round 8's
-  // (above 256 rows, where the parameters are read after the PDL wait as well).
-  const auto mid = select_layernorm(DType::kBF16, DType::kBF16, 4096, 16, 16, 65);
-  CHECK(mid.one_pass == 0);
-  CHECK(kjit::ops::layernorm_uri(mid).find("onepass") == std::string::npos);
+  // Above 256 rows the parameters are read after the PDL wait as well: round 8's URI.
   const auto many = select_layernorm(DType::kBF16, DType::kBF16, 4096, 16, 16, 257);
-  CHECK(many.one_pass == 0);
   CHECK(kjit::ops::layernorm_uri(many) ==
         "layernorm_dtype_bf16_wdtype_bf16_hidden_4096_vec_8_tpr_128_rpb_1");
-  CHECK(select_layernorm(DType::kBF16, DType::kBF16, 16384, 16, 16, 1).one_pass == 0);
-  CHECK(select_layernorm(DType::kF32, DType::kF32, 4096, 16, 16).one_pass == 0);  // default rows
+  // Rows too long for the 1024 threads at one vector each keep the same cap.
+  CHECK(select_layernorm(DType::kBF16, DType::kBF16, 16384, 16, 16, 1).threads_per_row == 1024);
+  CHECK(select_layernorm(DType::kF32, DType::kF32, 4096, 16, 16).threads_per_row == 256);
   // The op definition: --set rows picks the same.
   const kjit::ops::OpDef* d = kjit::ops::find_op("layernorm");
   REQUIRE(d != nullptr);

@@ -182,11 +182,6 @@ int bench_fused_add_rmsnorm(const ops::SetArgs& args, const BenchOptions& opts) 
 
 int bench_layernorm(const ops::SetArgs& args, const BenchOptions& opts) {
   const PerThreadChoice per_thread(args);
-  // --set onepass=0|1: the one-pass statistics forced off / on (where the row allows).
-  struct OnePassChoice {
-    explicit OnePassChoice(int m) { ops::set_layernorm_one_pass(m); }
-    ~OnePassChoice() { ops::set_layernorm_one_pass(-1); }
-  } one_pass_choice(args.count("onepass") ? (flag_arg(args, "onepass") ? 1 : 0) : -1);
   const std::string dtype = args.at("dtype");
   const std::string wdtype = args.count("wdtype") ? args.at("wdtype") : dtype;
   if (wdtype != dtype && wdtype != "fp32") throw UsageError("wdtype must be dtype or fp32");
@@ -221,8 +216,7 @@ int bench_layernorm(const ops::SetArgs& args, const BenchOptions& opts) {
   c.dtype = dtype;
   c.shape = {{"rows", rows}, {"hidden", hidden}, {"wdtype", wdtype}};
   c.label = fmt::format("layernorm {}/{} rows={} hidden={}", dtype, wdtype, rows, hidden) +
-            per_thread.suffix(cfg.threads_per_row) +
-            (args.count("onepass") ? fmt::format(" onepass={}", cfg.one_pass) : "");
+            per_thread.suffix(cfg.threads_per_row);
   c.launch = [&] {
     kjit_status st = kjit_layernorm(xt.get(), gt.get(), bt.get(), yt.get(), eps, nullptr);
     if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
@@ -264,8 +258,8 @@ void add_norm_benches(std::vector<BenchEntry>& out) {
                  "dtype, hidden, rows, optional gemma (0|1: weight + 1), per_thread"});
   out.push_back({"layernorm",
                  {"dtype", "hidden", "rows"},
-                 {"wdtype", "per_thread", "onepass"},
+                 {"wdtype", "per_thread"},
                  bench_layernorm,
-                 "dtype, hidden, rows, optional wdtype, per_thread, onepass (0|1)"});
+                 "dtype, hidden, rows, optional wdtype, per_thread"});
 }
 }  // namespace kjit::cli
