@@ -37,6 +37,7 @@ inline constexpr int64_t kNormDecodeGeometryMaxRows = 128;
 // Bench hook: vectors a thread for rows longer than 128 vectors, whatever the row count (1, 2,
 // 4, ...); 0 restores the library's choice. Not thread-safe against concurrent selections.
 void set_norm_vectors_per_thread(int n);
+
 // A row count for "many rows" (the default of the selectors' rows argument).
 inline constexpr int64_t kNormManyRows = int64_t{1} << 40;
 
