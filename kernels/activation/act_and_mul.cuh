@@ -41,7 +41,7 @@ constexpr int kActAndMulMaxD = 1 << 24;
 
 // Vectors a thread handles per step, all loaded before any is used: 64 bytes of input in flight
 // per thread at 16-byte vectors, and more accesses (to at most 8) when the vectors are narrower.
-// The host sizes the grid with the same formula (src/ops/activation.cpp).
+// The host sizes the grid with the same formula (src/ops/activation/activation.cpp).
 KJIT_HOST_DEVICE constexpr int act_and_mul_unroll(int vec_bytes) {
   return 32 / vec_bytes < 2 ? 2 : (32 / vec_bytes > 8 ? 8 : 32 / vec_bytes);
 }

@@ -297,7 +297,7 @@ rope_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DIM / 2 :
 }
 
 // Decode sizes (the host picks it for at most kRopeUnitMajorMaxTokens tokens when the shape
-// allows, see rope_decode_supported in src/ops/rope.cpp): a block covers one token's heads
+// allows, see rope_decode_supported in src/ops/rope/rope.cpp): a block covers one token's heads
 // [chunk * heads_per_chunk, ...), slot-major (a warp reads whole heads), and a thread owns at
 // most a head or two, so what decides its time is the path after the programmatic-launch wait.
 // Three things make that path short:

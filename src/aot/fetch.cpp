@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "aot/curl_loader.hpp"
-#include "jit/metadata.hpp"
+#include "cache/metadata.hpp"
 #include "kjit/version.h"
 #include "util/error.hpp"
 #include "util/fs.hpp"

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "jit/arch.hpp"
-#include "jit/metadata.hpp"
+#include "cache/metadata.hpp"
 #include "jit/settings.hpp"
 #include "jit/sources.hpp"
 #include "jit/spec.hpp"

@@ -23,7 +23,7 @@
 
 #include "aot/artifact_log.hpp"
 #include "aot/package.hpp"
-#include "jit/metadata.hpp"
+#include "cache/metadata.hpp"
 #include "jit/settings.hpp"
 
 namespace kjit::aot {

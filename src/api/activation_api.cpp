@@ -1,6 +1,6 @@
 // C entry points of the activation family.
 #include "api/guard.hpp"
-#include "ops/activation.hpp"
+#include "ops/activation/activation.hpp"
 
 extern "C" {
 

@@ -3,8 +3,8 @@
 #include <new>
 
 #include "api/guard.hpp"
-#include "ops/decode_attention.hpp"
-#include "ops/merge_states.hpp"
+#include "ops/attention/decode_attention.hpp"
+#include "ops/attention/merge_states.hpp"
 #include "util/error.hpp"
 
 namespace {

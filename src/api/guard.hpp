@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "api/call_log.hpp"
+#include "diag/call_log.hpp"
 #include "kjit/kjit.h"
 
 namespace kjit::api {

@@ -1,6 +1,6 @@
 // C entry points of the paged KV cache family.
 #include "api/guard.hpp"
-#include "ops/kv_cache.hpp"
+#include "ops/kv_cache/kv_cache.hpp"
 
 extern "C" {
 

@@ -1,7 +1,7 @@
 // C entry points of the normalization family.
 #include "api/guard.hpp"
-#include "ops/layernorm.hpp"
-#include "ops/norm.hpp"
+#include "ops/norm/layernorm.hpp"
+#include "ops/norm/norm.hpp"
 
 extern "C" {
 

@@ -1,6 +1,6 @@
 // C entry points of the rotary position embedding family.
 #include "api/guard.hpp"
-#include "ops/rope.hpp"
+#include "ops/rope/rope.hpp"
 
 extern "C" {
 

@@ -1,6 +1,6 @@
 // C entry points of the sampling family.
 #include "api/guard.hpp"
-#include "ops/sampling.hpp"
+#include "ops/sampling/sampling.hpp"
 
 namespace {
 

@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "jit/arch.hpp"
-#include "jit/disk_cache.hpp"
-#include "jit/metadata.hpp"
+#include "cache/disk_cache.hpp"
+#include "cache/metadata.hpp"
 #include "jit/settings.hpp"
 #include "jit/spec.hpp"
 #include "util/hash.hpp"

@@ -1,14 +1,31 @@
 #include "jit/spec.hpp"
 
+#include <fmt/format.h>
+
 #include "util/error.hpp"
 
 namespace kjit::jit {
 
 namespace {
+bool token_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.';
+}
 void check_token(const std::string& s, const char* what) {
   bool ok = !s.empty();
-  for (char c : s) ok = ok && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.');
+  for (char c : s) ok = ok && token_char(c);
   if (!ok) fail(KJIT_ERROR_INVALID_ARGUMENT, "spec {} '{}' must be non-empty [a-z0-9.]", what, s);
+}
+// [a-z0-9.] words joined by single underscores: also a C++ identifier when it starts with a
+// letter and holds no '.' (SpecBuilder checks that).
+void check_name(const std::string& s) {
+  bool ok = !s.empty() && s.front() != '_' && s.back() != '_';
+  for (size_t i = 0; i < s.size(); ++i) {
+    ok = ok && (token_char(s[i]) || (s[i] == '_' && i > 0 && s[i - 1] != '_'));
+  }
+  if (!ok) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT,
+         "spec parameter name '{}' must be [a-z0-9.] words joined by single '_'", s);
+  }
 }
 }  // namespace
 
@@ -20,11 +37,91 @@ std::string make_uri(const std::string& op, const Params& params) {
   }
   std::string uri = op;
   for (const auto& [k, v] : params) {
-    check_token(k, "parameter name");
+    check_name(k);
     check_token(v, "parameter value");
     uri += "_" + k + "_" + v;
   }
   return uri;
+}
+
+SpecBuilder::SpecBuilder(std::string op, std::vector<std::string> kernel_dirs, std::string include,
+                         std::vector<std::string> arch_families) {
+  spec_.op = std::move(op);
+  spec_.kernel_dirs = std::move(kernel_dirs);
+  spec_.includes = {std::move(include)};
+  spec_.arch_families = std::move(arch_families);
+}
+
+SpecBuilder& SpecBuilder::add(Param p) {
+  const std::string& n = p.name;
+  if (n.empty() || !(n[0] >= 'a' && n[0] <= 'z') || n.find('.') != std::string::npos) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "spec parameter name '{}' must be an identifier", n);
+  }
+  for (const auto& q : params_) {
+    if (q.name == n) fail(KJIT_ERROR_INVALID_ARGUMENT, "spec parameter '{}' given twice", n);
+  }
+  params_.push_back(std::move(p));
+  return *this;
+}
+
+SpecBuilder& SpecBuilder::type(const std::string& name, const std::string& uri_value,
+                               const std::string& cpp_type) {
+  return add({name, uri_value, fmt::format("using {} = {};", name, cpp_type)});
+}
+
+SpecBuilder& SpecBuilder::value(const std::string& name, long long v) {
+  return add({name, std::to_string(v), fmt::format("constexpr int {} = {};", name, v)});
+}
+
+SpecBuilder& SpecBuilder::value(const std::string& name, long long v, long long uri_default) {
+  value(name, v);
+  params_.back().in_uri = v != uri_default;
+  return *this;
+}
+
+SpecBuilder& SpecBuilder::flag(const std::string& name, bool v, bool omit_false) {
+  add({name, v ? "1" : "0", fmt::format("constexpr bool {} = {};", name, v ? "true" : "false")});
+  params_.back().in_uri = v || !omit_false;
+  return *this;
+}
+
+SpecBuilder& SpecBuilder::entry(const std::string& kernel, const std::vector<std::string>& args) {
+  entries_.emplace_back(kernel, args);
+  return *this;
+}
+
+SpecBuilder& SpecBuilder::extra_option(std::string option) {
+  spec_.extra_options.push_back(std::move(option));
+  return *this;
+}
+
+Spec SpecBuilder::build() const {
+  Spec s = spec_;
+  s.config = "namespace kjit_spec {\n";
+  for (const auto& p : params_) {
+    if (p.in_uri) s.params.emplace_back(p.name, p.uri_value);
+    s.config += p.decl + "\n";
+  }
+  s.config += "}  // namespace kjit_spec\n";
+  s.uri = make_uri(s.op, s.params);
+  for (const auto& [kernel, args] : entries_) {
+    std::string list;
+    auto append = [&](const std::string& name) {
+      list += (list.empty() ? "kjit_spec::" : ", kjit_spec::") + name;
+    };
+    if (args.empty()) {
+      for (const auto& p : params_) append(p.name);
+    } else {
+      for (const auto& a : args) {
+        bool known = false;
+        for (const auto& p : params_) known = known || p.name == a;
+        if (!known) fail(KJIT_ERROR_INVALID_ARGUMENT, "{}: no spec parameter '{}'", kernel, a);
+        append(a);
+      }
+    }
+    s.entry_names.push_back(kernel + "<" + list + ">");
+  }
+  return s;
 }
 
 std::string main_source(const Spec& spec) {

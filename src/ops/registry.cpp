@@ -2,15 +2,15 @@
 
 #include <algorithm>
 
-#include "ops/activation.hpp"
-#include "ops/decode_attention.hpp"
-#include "ops/definitions.hpp"
-#include "ops/kv_cache.hpp"
-#include "ops/layernorm.hpp"
-#include "ops/merge_states.hpp"
-#include "ops/norm.hpp"
-#include "ops/rope.hpp"
-#include "ops/sampling.hpp"
+#include "ops/activation/activation.hpp"
+#include "ops/attention/decode_attention.hpp"
+#include "diag/definitions.hpp"
+#include "ops/kv_cache/kv_cache.hpp"
+#include "ops/norm/layernorm.hpp"
+#include "ops/attention/merge_states.hpp"
+#include "ops/norm/norm.hpp"
+#include "ops/rope/rope.hpp"
+#include "ops/sampling/sampling.hpp"
 #include "util/error.hpp"
 
 namespace kjit::ops {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "jit/spec.hpp"
-#include "ops/definition.hpp"
+#include "diag/definition.hpp"
 
 namespace kjit::ops {
 

@@ -8,16 +8,9 @@
 #include <cstdint>
 #include <optional>
 
+#include "ops/dtype.hpp"
+
 namespace kjit::ops {
-
-enum class DType { kF32, kF16, kBF16, kI32, kI64 };
-
-std::optional<DType> dtype_of(DLDataType t);
-const char* dtype_name(DType t);  // "fp32", "fp16", "bf16", "int32", "int64"
-size_t dtype_size(DType t);
-// The CUDA spelling of a float dtype for generated code ("__nv_bfloat16"); nullptr otherwise.
-const char* device_type_name(DType t);
-bool is_float(DType t);  // fp32, fp16 or bf16
 
 inline constexpr int kMaxDims = 8;
 
@@ -55,5 +48,41 @@ void check_same_device(const RowMatrix& a, const char* an, const RowMatrix& b, c
 
 // True when the two matrices share any byte without being the same view (aliasing we reject).
 bool partially_overlaps(const RowMatrix& a, const RowMatrix& b);
+
+// ---- Strided views: n-d views whose strides are free (RoPE's and paged KV's [tokens, heads, dim]
+// tensors, attention states) ---------------------------------------------------------------------
+
+// A tensor with its shape and element strides as given (compact when DLPack's strides is NULL).
+struct StridedView {
+  char* data = nullptr;  // data + byte_offset
+  DType dtype = DType::kF32;
+  int device = 0;
+  int ndim = 0;
+  int64_t shape[kMaxDims] = {};
+  int64_t strides[kMaxDims] = {};  // elements
+  int64_t numel() const;
+  size_t elem_bytes() const { return dtype_size(dtype); }
+};
+
+// Checks what as_row_matrix checks, except that any non-negative strides are accepted: NULL,
+// ndim, shape, lanes, dtype, device, data, a last dim with a stride other than 1, negative
+// strides, a data pointer not aligned to its element size, and an extent that overflows.
+// Throws KJIT_ERROR_INVALID_ARGUMENT naming `name`.
+StridedView as_strided_view(const DLTensor* t, const char* name);
+
+// True when two distinct indices of `v` address one element (it must not be written then).
+bool self_overlaps(const StridedView& v);
+// The same elements in the same order (the in-place case).
+bool same_view(const StridedView& a, const StridedView& b);
+// True when the views may share a byte. Exact for disjoint address ranges and for views whose
+// outermost dims have one stride and whose rows fall in disjoint slices of it (q and k of a
+// fused qkv, k and v of a [pages, 2, ...] cache); conservatively true otherwise.
+bool views_overlap(const StridedView& a, const StridedView& b);
+// The widest power of two (<= 16) dividing the address and the byte stride of every dim but the
+// last one that has more than one element.
+int view_alignment(const StridedView& v);
+// Throws KJIT_ERROR_INVALID_ARGUMENT unless b has a's dtype and device (messages name both).
+void check_same_dtype_device(const StridedView& a, const char* an, const StridedView& b,
+                             const char* bn);
 
 }  // namespace kjit::ops

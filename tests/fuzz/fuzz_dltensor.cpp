@@ -10,7 +10,7 @@
 #include <dlpack/dlpack.h>
 
 #include "fuzz_common.hpp"
-#include "ops/rope.hpp"
+#include "ops/rope/rope.hpp"
 #include "ops/tensor.hpp"
 #include "util/error.hpp"
 

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "fuzz_common.hpp"
-#include "jit/metadata.hpp"
+#include "cache/metadata.hpp"
 #include "util/error.hpp"
 #include "util/hash.hpp"
 

@@ -6,7 +6,7 @@
 
 #include "fuzz_common.hpp"
 #include "util/error.hpp"
-#include "util/safetensors.hpp"
+#include "diag/safetensors.hpp"
 
 namespace st = kjit::util::safetensors;
 

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "fuzz_common.hpp"
-#include "jit/metadata.hpp"
+#include "cache/metadata.hpp"
 #include "jit/spec.hpp"
 #include "ops/registry.hpp"
 #include "util/error.hpp"

@@ -15,7 +15,7 @@
 
 #include "cuda/device.hpp"
 #include "kjit/kjit.h"
-#include "ops/sampling.hpp"
+#include "ops/sampling/sampling.hpp"
 #include "reference/half.hpp"
 #include "reference/sampling_ref.hpp"
 #include "support/gpu.hpp"

@@ -20,7 +20,7 @@
 #include "cuda/device.hpp"
 #include "cuda/driver.hpp"
 #include "kjit/kjit.h"
-#include "ops/decode_attention.hpp"
+#include "ops/attention/decode_attention.hpp"
 #include "reference/attention_ref.hpp"
 #include "reference/half.hpp"
 #include "support/gpu.hpp"

@@ -20,14 +20,14 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "api/call_log.hpp"
+#include "diag/call_log.hpp"
 #include "cuda/device.hpp"
 #include "cuda/driver.hpp"
 #include "kjit/kjit.h"
 #include "reference/half.hpp"
 #include "support/gpu.hpp"
 #include "support/temp_dir.hpp"
-#include "util/safetensors.hpp"
+#include "diag/safetensors.hpp"
 
 using namespace kjit::test;
 namespace fs = std::filesystem;

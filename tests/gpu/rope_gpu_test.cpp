@@ -17,7 +17,7 @@
 
 #include "kjit/kjit.h"
 #include "ops/pdl.hpp"
-#include "ops/rope.hpp"
+#include "ops/rope/rope.hpp"
 #include "reference/half.hpp"
 #include "reference/rope_ref.hpp"
 #include "support/gpu.hpp"

@@ -1,4 +1,4 @@
-// The sampling family on the GPU against the CPU reference (tests/reference/sampling_ref.hpp):
+// The sampling family on the GPU against the CPU reference (tools/devkit/reference/sampling_ref.hpp):
 // every drawn token is in the reference set (ties included), draws follow the renormalized
 // distribution (chi-square over >= 10^5 draws), edge cases (k = 1, p = 1, k = vocab, all-equal
 // rows, NaN / zero rows, greedy), determinism and fresh draws per offset, CUDA-graph replay with
@@ -21,7 +21,7 @@
 #include "cuda/device.hpp"
 #include "cuda/driver.hpp"
 #include "kjit/kjit.h"
-#include "ops/sampling.hpp"
+#include "ops/sampling/sampling.hpp"
 #include "reference/half.hpp"
 #include "reference/sampling_ref.hpp"
 #include "support/gpu.hpp"

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "kjit/kjit.h"
-#include "ops/definitions.hpp"
-#include "ops/trace_dump.hpp"
+#include "diag/definitions.hpp"
+#include "diag/trace_dump.hpp"
 #include "reference/attention_ref.hpp"
 #include "reference/half.hpp"
 #include "reference/norm_ref.hpp"

@@ -16,7 +16,7 @@
 #include <sstream>
 #include <string>
 
-#include "jit/disk_cache.hpp"
+#include "cache/disk_cache.hpp"
 #include "kjit/kjit.h"
 #include "jit/jit_core.hpp"
 #include "reliability/support.hpp"

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "jit/compiler.hpp"
-#include "jit/disk_cache.hpp"
+#include "cache/disk_cache.hpp"
 #include "jit/jit_core.hpp"
 #include "reliability/support.hpp"
 #include "support/temp_dir.hpp"

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "kjit/kjit.h"
-#include "ops/activation.hpp"
+#include "ops/activation/activation.hpp"
 #include "ops/registry.hpp"
 #include "support/gpu.hpp"
 #include "util/error.hpp"

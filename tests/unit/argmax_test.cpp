@@ -7,7 +7,7 @@
 #include "kjit/kjit.h"
 #include "jit/spec.hpp"
 #include "ops/registry.hpp"
-#include "ops/sampling.hpp"
+#include "ops/sampling/sampling.hpp"
 #include "util/error.hpp"
 
 namespace ops = kjit::ops;

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "kjit/kjit.h"
-#include "ops/decode_attention.hpp"
-#include "ops/merge_states.hpp"
+#include "ops/attention/decode_attention.hpp"
+#include "ops/attention/merge_states.hpp"
 #include "ops/registry.hpp"
 #include "reference/attention_ref.hpp"
 #include "support/gpu.hpp"

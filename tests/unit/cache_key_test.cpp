@@ -1,9 +1,9 @@
 #include <catch2/catch.hpp>
 
 #include "jit/compiler.hpp"
-#include "jit/metadata.hpp"
+#include "cache/metadata.hpp"
 #include "jit/sources.hpp"
-#include "ops/norm.hpp"
+#include "ops/norm/norm.hpp"
 
 using namespace kjit;
 using namespace kjit::jit;

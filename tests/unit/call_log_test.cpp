@@ -25,8 +25,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "api/call_log.hpp"
-#include "api/dump.hpp"
+#include "diag/call_log.hpp"
+#include "diag/dump.hpp"
 #include "api/guard.hpp"
 #include "jit/jit_core.hpp"
 #include "kjit/kjit.h"
@@ -34,7 +34,7 @@
 #include "support/temp_dir.hpp"
 #include "util/error.hpp"
 #include "util/glob.hpp"
-#include "util/safetensors.hpp"
+#include "diag/safetensors.hpp"
 
 // ---- Counting allocations on the calling thread -------------------------------------------------
 // Replaces the global operator new for this test binary; it only counts while a test asks. Every

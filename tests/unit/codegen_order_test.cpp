@@ -22,10 +22,10 @@
 
 #include "jit/cubin_info.hpp"
 #include "jit/jit_core.hpp"
-#include "ops/kv_cache.hpp"
-#include "ops/layernorm.hpp"
-#include "ops/norm.hpp"
-#include "ops/rope.hpp"
+#include "ops/kv_cache/kv_cache.hpp"
+#include "ops/norm/layernorm.hpp"
+#include "ops/norm/norm.hpp"
+#include "ops/rope/rope.hpp"
 #include "support/temp_dir.hpp"
 
 using namespace kjit;

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "kjit/kjit.h"
-#include "ops/decode_attention.hpp"
+#include "ops/attention/decode_attention.hpp"
 #include "ops/registry.hpp"
 #include "util/error.hpp"
 

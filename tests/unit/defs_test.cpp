@@ -1,6 +1,6 @@
-// The definitions every op exports (src/ops/definitions.cpp) are consistent: unique names built
+// The definitions every op exports (src/diag/definitions.cpp) are consistent: unique names built
 // from the op and its const axes, shapes in declared axes only, a registered op, a real C entry
-// point, and a reference that exists in tests/reference/.
+// point, and a reference that exists in tools/devkit/reference/.
 #include <catch2/catch.hpp>
 
 #include <nlohmann/json.hpp>
@@ -10,7 +10,7 @@
 #include <set>
 #include <string>
 
-#include "ops/definitions.hpp"
+#include "diag/definitions.hpp"
 #include "ops/registry.hpp"
 #include "util/fs.hpp"
 
@@ -82,11 +82,11 @@ TEST_CASE("defs: every exported definition is consistent", "[defs]") {
       if (!a.is_const) CHECK(used.count(a.name));
     }
 
-    // "tests/reference/x.hpp: ref::a, ref::b (note)": the file exists and defines each function.
+    // "tools/devkit/reference/x.hpp: ref::a, ref::b (note)": the file exists and defines each function.
     const size_t colon = d.reference.find(": ");
     REQUIRE(colon != std::string::npos);
     const std::string file = d.reference.substr(0, colon);
-    CHECK(file.rfind("tests/reference/", 0) == 0);
+    CHECK(file.rfind("tools/devkit/reference/", 0) == 0);
     const auto text = kjit::util::read_file(fs::path(KJIT_SOURCE_DIR) / file);
     REQUIRE(text.has_value());
     const std::string fns = d.reference.substr(colon + 2);

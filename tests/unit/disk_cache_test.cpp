@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "jit/disk_cache.hpp"
+#include "cache/disk_cache.hpp"
 #include "support/temp_dir.hpp"
 #include "util/fs.hpp"
 

@@ -18,7 +18,7 @@
 #include "aot/fetch.hpp"
 #include "aot/package.hpp"
 #include "jit/jit_core.hpp"
-#include "ops/kv_cache.hpp"
+#include "ops/kv_cache/kv_cache.hpp"
 #include "ops/registry.hpp"
 #include "support/temp_dir.hpp"
 #include "util/error.hpp"

@@ -4,7 +4,7 @@
 #include <fstream>
 
 #include "jit/jit_core.hpp"
-#include "ops/norm.hpp"
+#include "ops/norm/norm.hpp"
 #include "support/temp_dir.hpp"
 #include "util/error.hpp"
 #include "util/fs.hpp"

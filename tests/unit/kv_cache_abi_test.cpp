@@ -9,7 +9,7 @@
 #include <string>
 
 #include "kjit/kjit.h"
-#include "ops/kv_cache.hpp"
+#include "ops/kv_cache/kv_cache.hpp"
 #include "ops/registry.hpp"
 #include "reference/kv_cache_ref.hpp"
 #include "support/gpu.hpp"

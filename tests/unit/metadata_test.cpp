@@ -2,7 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "jit/metadata.hpp"
+#include "cache/metadata.hpp"
 #include "util/error.hpp"
 
 using namespace kjit;

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "jit/disk_cache.hpp"
+#include "cache/disk_cache.hpp"
 #include "jit/compiler.hpp"
 #include "jit/jit_core.hpp"
 #include "support/temp_dir.hpp"

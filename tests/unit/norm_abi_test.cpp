@@ -10,7 +10,7 @@
 
 #include "jit/spec.hpp"
 #include "kjit/kjit.h"
-#include "ops/layernorm.hpp"
+#include "ops/norm/layernorm.hpp"
 #include "ops/registry.hpp"
 #include "reference/norm_ref.hpp"
 #include "support/gpu.hpp"

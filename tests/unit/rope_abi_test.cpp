@@ -12,7 +12,7 @@
 
 #include "kjit/kjit.h"
 #include "ops/registry.hpp"
-#include "ops/rope.hpp"
+#include "ops/rope/rope.hpp"
 #include "reference/rope_ref.hpp"
 #include "support/gpu.hpp"
 #include "util/error.hpp"

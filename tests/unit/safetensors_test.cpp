@@ -11,7 +11,7 @@
 
 #include "support/temp_dir.hpp"
 #include "util/error.hpp"
-#include "util/safetensors.hpp"
+#include "diag/safetensors.hpp"
 
 namespace st = kjit::util::safetensors;
 

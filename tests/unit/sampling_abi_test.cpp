@@ -12,7 +12,7 @@
 
 #include "kjit/kjit.h"
 #include "ops/registry.hpp"
-#include "ops/sampling.hpp"
+#include "ops/sampling/sampling.hpp"
 #include "reference/sampling_ref.hpp"
 #include "support/gpu.hpp"
 #include "util/error.hpp"

@@ -3,7 +3,7 @@
 #include <set>
 
 #include "jit/spec.hpp"
-#include "ops/norm.hpp"
+#include "ops/norm/norm.hpp"
 #include "ops/registry.hpp"
 #include "util/error.hpp"
 
@@ -46,7 +46,12 @@ TEST_CASE("spec: different parameters give different URIs", "[spec]") {
 }
 
 TEST_CASE("spec: names and values outside [a-z0-9.] are rejected", "[spec]") {
-  CHECK_THROWS_AS(jit::make_uri("op", {{"a_b", "1"}}), Error);
+  // Names are words joined by single underscores; values have none (the URI stays unambiguous).
+  CHECK(jit::make_uri("op", {{"a_b", "1"}}) == "op_a_b_1");
+  CHECK_THROWS_AS(jit::make_uri("op", {{"a", "1_2"}}), Error);
+  CHECK_THROWS_AS(jit::make_uri("op", {{"_a", "1"}}), Error);
+  CHECK_THROWS_AS(jit::make_uri("op", {{"a__b", "1"}}), Error);
+  CHECK_THROWS_AS(jit::make_uri("op", {{"a_", "1"}}), Error);
   CHECK_THROWS_AS(jit::make_uri("op", {{"a", "1/2"}}), Error);
   CHECK_THROWS_AS(jit::make_uri("op", {{"a", ""}}), Error);
   CHECK_THROWS_AS(jit::make_uri("Op", {}), Error);
@@ -82,4 +87,33 @@ TEST_CASE("spec: --set arguments are checked against the op's axes", "[spec]") {
   CHECK_THROWS_AS(d->make_spec({{"dtype", "bf16"}, {"hidden", "12x"}}), Error);
   CHECK_THROWS_AS(d->make_spec({{"dtype", "bf16"}, {"hidden", "4096"}, {"bogus", "1"}}), Error);
   CHECK(ops::find_op("nope") == nullptr);
+}
+
+TEST_CASE("spec: SpecBuilder gives a setting one name in URI, config and entry", "[spec]") {
+  jit::SpecBuilder b("demo_op", {"common", "demo"}, "demo/demo.cuh");
+  b.type("dtype", "bf16", "__nv_bfloat16").value("stage_tokens", 16).flag("early_params", false);
+  b.value("split", 1, /*uri_default=*/1).flag("cluster_merge", true, /*omit_false=*/true);
+  b.entry("kjit::demo::kernel").entry("kjit::demo::merge", {"dtype", "split"});
+  const jit::Spec s = b.build();
+  CHECK(s.uri == "demo_op_dtype_bf16_stage_tokens_16_early_params_0_cluster_merge_1");
+  CHECK(s.config ==
+        "namespace kjit_spec {\nusing dtype = __nv_bfloat16;\nconstexpr int stage_tokens = 16;\n"
+        "constexpr bool early_params = false;\nconstexpr int split = 1;\n"
+        "constexpr bool cluster_merge = true;\n}  // namespace kjit_spec\n");
+  REQUIRE(s.entry_names.size() == 2);
+  CHECK(s.entry_names[0] ==
+        "kjit::demo::kernel<kjit_spec::dtype, kjit_spec::stage_tokens, kjit_spec::early_params, "
+        "kjit_spec::split, kjit_spec::cluster_merge>");
+  CHECK(s.entry_names[1] == "kjit::demo::merge<kjit_spec::dtype, kjit_spec::split>");
+  CHECK(s.includes == std::vector<std::string>{"demo/demo.cuh"});
+  CHECK(s.arch_families == std::vector<std::string>{"sm_80+"});
+  // A name given twice, a name that is not an identifier, an entry argument that is no parameter.
+  jit::SpecBuilder bad("demo_op", {"common"}, "x.cuh");
+  bad.value("a", 1);
+  CHECK_THROWS_AS(bad.value("a", 2), Error);
+  CHECK_THROWS_AS(bad.value("2a", 2), Error);
+  CHECK_THROWS_AS(bad.value("a__b", 2).build(), Error);
+  jit::SpecBuilder bad_entry("demo_op", {"common"}, "x.cuh");
+  bad_entry.value("a", 1).entry("k", {"b"});
+  CHECK_THROWS_AS(bad_entry.build(), Error);
 }

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "kjit/kjit.h"
-#include "ops/definitions.hpp"
-#include "ops/trace_dump.hpp"
+#include "diag/definitions.hpp"
+#include "diag/trace_dump.hpp"
 #include "support/gpu.hpp"
 #include "support/temp_dir.hpp"
 #include "util/fs.hpp"

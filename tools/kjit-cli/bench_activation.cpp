@@ -24,7 +24,7 @@
 #include "jit/arch.hpp"
 #include "jit/jit_core.hpp"
 #include "kjit/kjit.h"
-#include "ops/activation.hpp"
+#include "ops/activation/activation.hpp"
 #include "reference/activation_ref.hpp"
 #include "reference/half.hpp"
 #include "support/gpu.hpp"

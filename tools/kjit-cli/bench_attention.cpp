@@ -21,7 +21,7 @@
 #include "cuda/launch.hpp"
 #include "jit/jit_core.hpp"
 #include "kjit/kjit.h"
-#include "ops/decode_attention.hpp"
+#include "ops/attention/decode_attention.hpp"
 #include "reference/attention_ref.hpp"
 #include "reference/half.hpp"
 #include "support/gpu.hpp"

@@ -24,7 +24,7 @@
 #include "jit/arch.hpp"
 #include "jit/jit_core.hpp"
 #include "kjit/kjit.h"
-#include "ops/kv_cache.hpp"
+#include "ops/kv_cache/kv_cache.hpp"
 #include "ops/pdl.hpp"
 #include "reference/kv_cache_ref.hpp"
 #include "reference/half.hpp"

@@ -25,7 +25,7 @@
 #include "jit/jit_core.hpp"
 #include "kjit/kjit.h"
 #include "ops/pdl.hpp"
-#include "ops/rope.hpp"
+#include "ops/rope/rope.hpp"
 #include "reference/rope_ref.hpp"
 #include "reference/half.hpp"
 #include "support/gpu.hpp"

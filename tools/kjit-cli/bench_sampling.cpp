@@ -18,7 +18,7 @@
 #include "commands.hpp"
 #include "cuda/device.hpp"
 #include "kjit/kjit.h"
-#include "ops/sampling.hpp"
+#include "ops/sampling/sampling.hpp"
 #include "reference/half.hpp"
 #include "reference/sampling_ref.hpp"
 #include "support/gpu.hpp"

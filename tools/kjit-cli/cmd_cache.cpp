@@ -17,7 +17,7 @@
 
 #include "commands.hpp"
 #include "jit/compiler.hpp"
-#include "jit/disk_cache.hpp"
+#include "cache/disk_cache.hpp"
 #include "jit/jit_core.hpp"
 #include "util/error.hpp"
 

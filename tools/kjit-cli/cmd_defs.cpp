@@ -1,4 +1,4 @@
-// kjit-cli defs list / export: the definitions each registry op exports (src/ops/definitions.cpp),
+// kjit-cli defs list / export: the definitions each registry op exports (src/diag/definitions.cpp),
 // one JSON file each: the committed set under bench/definitions/ is `defs export` of this build,
 // and a CTest fails when the two differ.
 #include <fmt/format.h>

@@ -19,7 +19,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include "api/dump.hpp"
+#include "diag/dump.hpp"
 #include "commands.hpp"
 #include "cuda/device.hpp"
 #include "cuda/driver.hpp"
@@ -27,7 +27,7 @@
 #include "kjit/kjit.h"
 #include "support/gpu.hpp"
 #include "util/error.hpp"
-#include "util/safetensors.hpp"
+#include "diag/safetensors.hpp"
 
 namespace kjit::cli {
 namespace {

@@ -1,4 +1,4 @@
-#include "ops/decode_attention.hpp"
+#include "ops/attention/decode_attention.hpp"
 
 #include <algorithm>
 #include <climits>
@@ -11,8 +11,8 @@
 #include "cuda/driver.hpp"
 #include "cuda/launch.hpp"
 #include "jit/jit_core.hpp"
-#include "ops/rope.hpp"  // StridedView
-#include "ops/trace_dump.hpp"
+#include "ops/tensor.hpp"
+#include "diag/trace_dump.hpp"
 #include "util/error.hpp"
 
 namespace kjit::ops {

@@ -1,4 +1,4 @@
-#include "ops/kv_cache.hpp"
+#include "ops/kv_cache/kv_cache.hpp"
 
 #include <algorithm>
 #include <climits>
@@ -9,8 +9,8 @@
 #include "jit/jit_core.hpp"
 #include "ops/fastdiv.hpp"
 #include "ops/pdl.hpp"
-#include "ops/trace_dump.hpp"
-#include "ops/rope.hpp"  // StridedView
+#include "diag/trace_dump.hpp"
+#include "ops/tensor.hpp"
 #include "util/error.hpp"
 
 namespace kjit::ops {
@@ -293,7 +293,7 @@ OpDef append_paged_kv_op_def() {
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
     const std::string& dt = args.at("dtype");
-    const DType dtype = dt == "bf16" ? DType::kBF16 : dt == "fp16" ? DType::kF16 : DType::kF32;
+    const DType dtype = dtype_from_name(dt);
     const int64_t hd = positive_int_arg(args, "head_dim", kAppendPagedKvMaxHeadDim);
     const int align = args.count("align") ? std::stoi(args.at("align")) : 16;
     AppendPagedKvConfig c = select_append_paged_kv(dtype, hd, align);

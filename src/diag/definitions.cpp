@@ -1,5 +1,5 @@
 // See definitions.hpp and definition.hpp.
-#include "ops/definitions.hpp"
+#include "diag/definitions.hpp"
 
 #include <fmt/format.h>
 
@@ -101,8 +101,8 @@ Definition rmsnorm_definition(DType dtype, int64_t hidden, bool gemma) {
                      gemma ? "applied as weight + 1" : "per-column scale"),
               scalar("eps", "added to the mean square")};
   d.outputs = {tensor("out", {"batch_size", "hidden_size"}, dtype, "may be input (in place)")};
-  d.reference = gemma ? "tests/reference/norm_ref.hpp: ref::rmsnorm (weight_offset = 1)"
-                      : "tests/reference/norm_ref.hpp: ref::rmsnorm";
+  d.reference = gemma ? "tools/devkit/reference/norm_ref.hpp: ref::rmsnorm (weight_offset = 1)"
+                      : "tools/devkit/reference/norm_ref.hpp: ref::rmsnorm";
   return d;
 }
 
@@ -122,8 +122,8 @@ Definition fused_add_rmsnorm_definition(DType dtype, int64_t hidden, bool gemma)
       tensor("input", {"batch_size", "hidden_size"}, dtype, "the normalized rows, in place"),
       tensor("residual", {"batch_size", "hidden_size"}, dtype, "residual + input, in place")};
   d.reference =
-      gemma ? "tests/reference/norm_ref.hpp: ref::residual_add, ref::rmsnorm (weight_offset = 1)"
-            : "tests/reference/norm_ref.hpp: ref::residual_add, ref::rmsnorm";
+      gemma ? "tools/devkit/reference/norm_ref.hpp: ref::residual_add, ref::rmsnorm (weight_offset = 1)"
+            : "tools/devkit/reference/norm_ref.hpp: ref::residual_add, ref::rmsnorm";
   return d;
 }
 
@@ -138,7 +138,7 @@ Definition layernorm_definition(DType dtype, DType param_dtype, int64_t hidden) 
               tensor("beta", {"hidden_size"}, param_dtype, "shift"),
               scalar("eps", "added to the variance")};
   d.outputs = {tensor("out", {"batch_size", "hidden_size"}, dtype, "may be input (in place)")};
-  d.reference = "tests/reference/norm_ref.hpp: ref::layernorm";
+  d.reference = "tools/devkit/reference/norm_ref.hpp: ref::layernorm";
   return d;
 }
 
@@ -161,7 +161,7 @@ Definition act_and_mul_definition(Act act, DType dtype, int64_t d_size) {
             constant("two_d", 2 * d_size, "input width: gate and up side by side")};
   d.inputs = {tensor("input", {"num_tokens", "two_d"}, dtype, "[gate | up]")};
   d.outputs = {tensor("out", {"num_tokens", "d"}, dtype, "act(gate) * up")};
-  d.reference = fmt::format("tests/reference/activation_ref.hpp: ref::act_and_mul (ActKind::{})",
+  d.reference = fmt::format("tools/devkit/reference/activation_ref.hpp: ref::act_and_mul (ActKind::{})",
                             act == Act::kSilu   ? "kSilu"
                             : act == Act::kGelu ? "kGelu"
                                                 : "kGeluTanh");
@@ -209,7 +209,7 @@ Definition rope_definition(const RopeDefAxes& a) {
                        "cos in the first rotary_dim/2 columns, sin in the rest")};
     d.outputs = {tensor("q", {q_shape[0], q_shape[1], q_shape[2]}, a.dtype, "in place"),
                  tensor("k", {k_shape[0], k_shape[1], k_shape[2]}, a.dtype, "in place")};
-    d.reference = "tests/reference/rope_ref.hpp: ref::rope_head";
+    d.reference = "tools/devkit/reference/rope_ref.hpp: ref::rope_head";
     return d;
   }
   d.inputs = {tensor("q", {q_shape[0], q_shape[1], q_shape[2]}, a.dtype, "queries"),
@@ -225,8 +225,8 @@ Definition rope_definition(const RopeDefAxes& a) {
   d.outputs = {tensor("q_out", {q_shape[0], q_shape[1], q_shape[2]}, a.dtype, "may be q"),
                tensor("k_out", {k_shape[0], k_shape[1], k_shape[2]}, a.dtype, "may be k")};
   d.reference = a.kind == RopeKind::kPosIds
-                    ? "tests/reference/rope_ref.hpp: ref::rope_inv_freq, ref::rope_head"
-                    : "tests/reference/rope_ref.hpp: ref::llama31_inv_freq, ref::rope_head";
+                    ? "tools/devkit/reference/rope_ref.hpp: ref::rope_inv_freq, ref::rope_head"
+                    : "tools/devkit/reference/rope_ref.hpp: ref::llama31_inv_freq, ref::rope_head";
   return d;
 }
 
@@ -263,7 +263,7 @@ Definition append_paged_kv_definition(DType dtype, int64_t kv_heads, int64_t hea
       tensor("kv_last_page_len", {"batch_size"}, DType::kI32, "tokens in each last page")};
   d.outputs = {tensor("paged_k_cache", cache_shape, dtype, "written at the appended slots only"),
                tensor("paged_v_cache", cache_shape, dtype, "written at the appended slots only")};
-  d.reference = "tests/reference/kv_cache_ref.hpp: ref::append_target";
+  d.reference = "tools/devkit/reference/kv_cache_ref.hpp: ref::append_target";
   return d;
 }
 
@@ -311,7 +311,7 @@ Definition batch_decode_definition(const DecodeDefAxes& a) {
                       "attention output (0 for a request with no positions)"),
                tensor("lse", {"batch_size", "num_qo_heads"}, DType::kF32,
                       "optional: log-sum-exp of the logits, natural log (-inf when empty)")};
-  d.reference = "tests/reference/attention_ref.hpp: ref::decode_attention";
+  d.reference = "tools/devkit/reference/attention_ref.hpp: ref::decode_attention";
   return d;
 }
 
@@ -349,7 +349,7 @@ Definition merge_states_definition(DType dtype, int64_t heads, int64_t head_dim,
                       n_way ? "optional: merged log-sum-exp"
                             : "optional: merged log-sum-exp; may be "
                               "s_a or s_b")};
-  d.reference = "tests/reference/attention_ref.hpp: ref::merge_states";
+  d.reference = "tools/devkit/reference/attention_ref.hpp: ref::merge_states";
   return d;
 }
 
@@ -475,17 +475,17 @@ Definition sampling_definition(SamplingKind kind, DType dtype, int64_t vocab) {
   } else {
     d.description = fmt::format("renormalizes each row over {}", set);
   }
-  d.reference = kind == K::kSoftmax  ? "tests/reference/sampling_ref.hpp: ref::softmax"
-                : kind == K::kArgmax ? "tests/reference/sampling_ref.hpp: ref::argmax"
+  d.reference = kind == K::kSoftmax  ? "tools/devkit/reference/sampling_ref.hpp: ref::softmax"
+                : kind == K::kArgmax ? "tools/devkit/reference/sampling_ref.hpp: ref::argmax"
                 : kind == K::kTopKTopPFromLogits
-                    ? "tests/reference/sampling_ref.hpp: ref::softmax, ref::keep_sets, "
+                    ? "tools/devkit/reference/sampling_ref.hpp: ref::softmax, ref::keep_sets, "
                       "ref::sampling_uniform, ref::inverse_cdf"
                 : draws
-                    ? "tests/reference/sampling_ref.hpp: ref::keep_sets, ref::sampling_uniform, "
+                    ? "tools/devkit/reference/sampling_ref.hpp: ref::keep_sets, ref::sampling_uniform, "
                       "ref::inverse_cdf"
                 : kind == K::kTopKMaskLogits
-                    ? "tests/reference/sampling_ref.hpp: ref::keep_sets (on the logits)"
-                    : "tests/reference/sampling_ref.hpp: ref::keep_sets, ref::target_distribution";
+                    ? "tools/devkit/reference/sampling_ref.hpp: ref::keep_sets (on the logits)"
+                    : "tools/devkit/reference/sampling_ref.hpp: ref::keep_sets, ref::target_distribution";
   return d;
 }
 

@@ -1,4 +1,4 @@
-#include "ops/merge_states.hpp"
+#include "ops/attention/merge_states.hpp"
 
 #include <algorithm>
 #include <climits>
@@ -8,8 +8,8 @@
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
 #include "jit/jit_core.hpp"
-#include "ops/rope.hpp"  // StridedView
-#include "ops/trace_dump.hpp"
+#include "ops/tensor.hpp"
+#include "diag/trace_dump.hpp"
 #include "util/error.hpp"
 
 namespace kjit::ops {
@@ -298,7 +298,7 @@ OpDef merge_states_op_def() {
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
     const std::string& dt = args.at("dtype");
-    const DType dtype = dt == "bf16" ? DType::kBF16 : dt == "fp16" ? DType::kF16 : DType::kF32;
+    const DType dtype = dtype_from_name(dt);
     const int64_t dim = positive_int_arg(args, "dim", kMergeMaxDim);
     const int align = args.count("align") ? std::stoi(args.at("align")) : 16;
     return merge_states_spec(select_merge_states(dtype, dim, align));

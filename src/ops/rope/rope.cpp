@@ -1,4 +1,4 @@
-#include "ops/rope.hpp"
+#include "ops/rope/rope.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -15,154 +15,10 @@
 #include "jit/jit_core.hpp"
 #include "ops/fastdiv.hpp"
 #include "ops/pdl.hpp"
-#include "ops/trace_dump.hpp"
+#include "diag/trace_dump.hpp"
 #include "util/error.hpp"
 
 namespace kjit::ops {
-
-// ---- Strided views ------------------------------------------------------------------------------
-
-int64_t StridedView::numel() const {
-  int64_t n = 1;
-  for (int i = 0; i < ndim; ++i) n *= shape[i];
-  return n;
-}
-
-StridedView as_strided_view(const DLTensor* t, const char* name) {
-  if (t == nullptr) fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is NULL", name);
-  // Everything but the strides is checked as for a compact tensor, with the same messages.
-  DLTensor compact = *t;
-  compact.strides = nullptr;
-  RowMatrix m = as_row_matrix(&compact, name);
-  StridedView v;
-  v.data = static_cast<char*>(m.data);
-  v.dtype = m.dtype;
-  v.device = m.device;
-  v.ndim = t->ndim;
-  int64_t stride = 1;
-  for (int i = t->ndim - 1; i >= 0; --i) {
-    v.shape[i] = t->shape[i];
-    v.strides[i] = stride;
-    // Only an empty tensor's product can pass INT64_MAX here (as_row_matrix bounds the others);
-    // its compact strides are never used, but computing them must not overflow.
-    const int64_t d = std::max<int64_t>(t->shape[i], 1);
-    stride = stride > INT64_MAX / d ? INT64_MAX : stride * d;
-  }
-  if (v.numel() == 0) return v;
-  const int64_t es = static_cast<int64_t>(v.elem_bytes());
-  if (t->strides != nullptr) {
-    int64_t extent = 0;  // largest element offset
-    for (int i = 0; i < t->ndim; ++i) {
-      v.strides[i] = t->strides[i];
-      if (t->shape[i] == 1) continue;
-      const int64_t s = t->strides[i];
-      if (i == t->ndim - 1 && s != 1) {
-        fail(KJIT_ERROR_INVALID_ARGUMENT, "{} last dim has stride {} (must be contiguous)", name,
-             s);
-      }
-      if (s < 0) fail(KJIT_ERROR_INVALID_ARGUMENT, "{} dim {} has negative stride {}", name, i, s);
-      if (s > 0 && t->shape[i] - 1 > (INT64_MAX / es - extent) / s) {
-        fail(KJIT_ERROR_INVALID_ARGUMENT, "{} strides overflow int64", name);
-      }
-      extent += (t->shape[i] - 1) * s;
-    }
-  }
-  if (reinterpret_cast<uintptr_t>(v.data) % static_cast<uintptr_t>(es) != 0) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} data is not aligned to its {}-byte elements", name, es);
-  }
-  return v;
-}
-
-bool self_overlaps(const StridedView& v) {
-  if (v.numel() <= 1) return false;
-  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of dims with size > 1
-  for (int i = 0; i < v.ndim; ++i) {
-    if (v.shape[i] > 1) dims.emplace_back(v.strides[i], v.shape[i]);
-  }
-  std::sort(dims.begin(), dims.end());
-  // Innermost first: each dim must step past everything the dims inside it reach.
-  int64_t reach = 1;
-  for (const auto& [stride, size] : dims) {
-    if (stride < reach) return true;
-    reach = stride * (size - 1) + reach;
-  }
-  return false;
-}
-
-bool same_view(const StridedView& a, const StridedView& b) {
-  if (a.data != b.data || a.dtype != b.dtype || a.ndim != b.ndim) return false;
-  for (int i = 0; i < a.ndim; ++i) {
-    if (a.shape[i] != b.shape[i]) return false;
-    if (a.shape[i] > 1 && a.strides[i] != b.strides[i]) return false;
-  }
-  return true;
-}
-
-void check_same_dtype_device(const StridedView& a, const char* an, const StridedView& b,
-                             const char* bn) {
-  if (a.dtype != b.dtype) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is {} but {} is {}", bn, dtype_name(b.dtype), an,
-         dtype_name(a.dtype));
-  }
-  if (a.device != b.device) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is on cuda:{} but {} is on cuda:{}", bn, b.device, an,
-         a.device);
-  }
-}
-
-namespace {
-
-// Bytes from the first element to one past the last, over dims [from, ndim).
-int64_t extent_bytes(const StridedView& v, int from) {
-  int64_t e = 0;
-  for (int i = from; i < v.ndim; ++i) e += (v.shape[i] - 1) * v.strides[i];
-  return (e + 1) * static_cast<int64_t>(v.elem_bytes());
-}
-
-}  // namespace
-
-bool views_overlap(const StridedView& a, const StridedView& b) {
-  if (a.numel() == 0 || b.numel() == 0) return false;
-  const auto alo = reinterpret_cast<uintptr_t>(a.data);
-  const auto blo = reinterpret_cast<uintptr_t>(b.data);
-  if (alo + extent_bytes(a, 0) <= blo || blo + extent_bytes(b, 0) <= alo) return false;
-  // The ranges interleave. Disjoint anyway when both are rows of one period S (dim 0) and each
-  // row stays inside its own slice of the period: a's rows cover [0, Ea) and b's [d, d + Eb)
-  // modulo S.
-  const bool a_rows = a.shape[0] > 1, b_rows = b.shape[0] > 1;
-  if (!a_rows && !b_rows) return true;
-  const int64_t sa = a.strides[0] * static_cast<int64_t>(a.elem_bytes());
-  const int64_t sb = b.strides[0] * static_cast<int64_t>(b.elem_bytes());
-  if (a_rows && b_rows && sa != sb) return true;
-  const int64_t period = a_rows ? sa : sb;
-  const int64_t ea = a_rows ? extent_bytes(a, 1) : extent_bytes(a, 0);
-  const int64_t eb = b_rows ? extent_bytes(b, 1) : extent_bytes(b, 0);
-  if (period <= 0 || ea > period || eb > period) return true;
-  const auto diff = static_cast<int64_t>(blo - alo);  // wraps to the signed difference
-  const int64_t d = ((diff % period) + period) % period;
-  return !(d >= ea && d + eb <= period);
-}
-
-int view_alignment(const StridedView& v) {
-  const auto addr = reinterpret_cast<uintptr_t>(v.data);
-  const auto es = static_cast<int64_t>(v.elem_bytes());
-  int a = 16;
-  auto ok = [&](int al) {
-    if (addr % static_cast<uintptr_t>(al) != 0) return false;
-    for (int i = 0; i + 1 < v.ndim; ++i) {
-      // Unsigned: wraps mod 2^64, which keeps divisibility by a power of two, where the signed
-      // product of an empty view's (unchecked) strides could overflow.
-      const uint64_t bytes = static_cast<uint64_t>(v.strides[i]) * static_cast<uint64_t>(es);
-      if (v.shape[i] > 1 && bytes % static_cast<uint64_t>(al) != 0) return false;
-    }
-    return true;
-  };
-  while (a > 1 && !ok(a)) a /= 2;
-  return a;
-}
-
-// ---- RoPE
-// -----------------------------------------------------------------------------------------
 
 namespace {
 
@@ -796,7 +652,7 @@ OpDef rope_op_def() {
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
     const RopeMode mode = args.at("mode") == "freq" ? RopeMode::kFreq : RopeMode::kCache;
-    const DType dtype = args.at("dtype") == "bf16" ? DType::kBF16 : DType::kF16;
+    const DType dtype = dtype_from_name(args.at("dtype"));
     const int64_t hd = positive_int_arg(args, "head_dim", kRopeMaxHeadDim);
     const int64_t rd = args.count("rotary_dim") ? positive_int_arg(args, "rotary_dim", hd) : hd;
     const bool il = args.count("interleave") && args.at("interleave") == "1";

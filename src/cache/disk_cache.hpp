@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "jit/metadata.hpp"
+#include "cache/metadata.hpp"
 
 namespace kjit::jit {
 

@@ -84,8 +84,6 @@ void check_param_vector(const DLTensor* t, const RowMatrix& m, const char* name,
 // True when the two matrices share any byte, the exact same view included.
 bool any_overlap(const RowMatrix& a, const RowMatrix& b);
 
-DType dtype_arg(const std::string& name);  // "bf16" | "fp16" | "fp32" from a --set value
-
 }  // namespace norm_detail
 
 }  // namespace kjit::ops

@@ -10,7 +10,7 @@
 // The describing lambda runs only when logging is on for that API; with KJIT_LOGLEVEL=0 the whole
 // cost is one relaxed atomic load. When on, the call's lines are written with one write(2) each
 // before the kernel is launched (nothing is buffered in the process, so they survive a crash),
-// statistics and dumps (src/api/dump.hpp) follow the level.
+// statistics and dumps (src/diag/dump.hpp) follow the level.
 #pragma once
 
 #include <dlpack/dlpack.h>

@@ -1,4 +1,4 @@
-#include "ops/activation.hpp"
+#include "ops/activation/activation.hpp"
 
 #include <algorithm>
 
@@ -6,7 +6,7 @@
 #include "cuda/launch.hpp"
 #include "jit/jit_core.hpp"
 #include "ops/pdl.hpp"
-#include "ops/trace_dump.hpp"
+#include "diag/trace_dump.hpp"
 #include "util/error.hpp"
 
 namespace kjit::ops {
@@ -192,7 +192,7 @@ OpDef act_and_mul_op_def() {
     const std::string& a = args.at("act");
     const std::string& dt = args.at("dtype");
     Act act = a == "silu" ? Act::kSilu : a == "gelu" ? Act::kGelu : Act::kGeluTanh;
-    DType dtype = dt == "bf16" ? DType::kBF16 : dt == "fp16" ? DType::kF16 : DType::kF32;
+    DType dtype = dtype_from_name(dt);
     const int vec = std::stoi(args.at("vec"));
     const int elem = static_cast<int>(dtype_size(dtype));
     if (vec * elem > 16) {

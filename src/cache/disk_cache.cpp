@@ -1,4 +1,4 @@
-#include "jit/disk_cache.hpp"
+#include "cache/disk_cache.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,4 +1,4 @@
-#include "ops/layernorm.hpp"
+#include "ops/norm/layernorm.hpp"
 
 #include <algorithm>
 
@@ -6,8 +6,8 @@
 #include "cuda/launch.hpp"
 #include "jit/jit_core.hpp"
 #include "ops/pdl.hpp"
-#include "ops/trace_dump.hpp"
-#include "ops/norm.hpp"
+#include "diag/trace_dump.hpp"
+#include "ops/norm/norm.hpp"
 #include "util/error.hpp"
 
 namespace kjit::ops {
@@ -166,8 +166,8 @@ OpDef layernorm_op_def() {
   d.arch_families = {"sm_80+"};
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
-    DType dtype = norm_detail::dtype_arg(args.at("dtype"));
-    DType wdtype = args.count("wdtype") ? norm_detail::dtype_arg(args.at("wdtype")) : dtype;
+    DType dtype = dtype_from_name(args.at("dtype"));
+    DType wdtype = args.count("wdtype") ? dtype_from_name(args.at("wdtype")) : dtype;
     int64_t hidden = positive_int_arg(args, "hidden", kLayerNormMaxHidden);
     int align = args.count("align") ? std::stoi(args.at("align")) : 16;
     const int64_t rows =

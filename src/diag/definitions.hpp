@@ -10,8 +10,8 @@
 #include <string_view>
 #include <vector>
 
-#include "ops/activation.hpp"
-#include "ops/definition.hpp"
+#include "ops/activation/activation.hpp"
+#include "diag/definition.hpp"
 #include "ops/tensor.hpp"
 
 namespace kjit::ops {

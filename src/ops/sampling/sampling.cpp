@@ -1,6 +1,6 @@
 // Specialization choice, spec rendering and registry entries of the sampling family. The
 // argument checks and launches are in sampling_ops.cpp.
-#include "ops/sampling.hpp"
+#include "ops/sampling/sampling.hpp"
 
 #include <fmt/format.h>
 
@@ -29,10 +29,6 @@ const char* input_name(FilterInput in) {
     case FilterInput::kLogitKeys: return "logitkeys";
   }
   return "?";
-}
-
-DType float_dtype_arg(const std::string& s) {
-  return s == "bf16" ? DType::kBF16 : s == "fp16" ? DType::kF16 : DType::kF32;
 }
 
 // The 16-byte path when the caller allows it, else scalar loads with more of them in flight.
@@ -343,7 +339,7 @@ OpDef sampling_filter_op_def() {
       if (in_s == "probs") fail(KJIT_ERROR_UNSUPPORTED, "mask works on logits");
       input = FilterInput::kLogitKeys;
     }
-    const DType dtype = float_dtype_arg(args.at("dtype"));
+    const DType dtype = dtype_from_name(args.at("dtype"));
     const int64_t vocab =
         args.count("vocab") ? positive_int_arg(args, "vocab", kFilterMaxVocab) : 128256;
     FilterConfig c = select_filter(op, input, dtype, vocab, vec_ok_arg(args, dtype, vocab));
@@ -404,7 +400,7 @@ OpDef row_op_def(const char* name, const char* summary, jit::Spec (*spec)(const 
   d.arch_families = {"sm_80+"};
   d.make_spec = [d, spec, select](const SetArgs& args) {
     check_set_args(d, args);
-    const DType dtype = float_dtype_arg(args.at("dtype"));
+    const DType dtype = dtype_from_name(args.at("dtype"));
     const int64_t vocab =
         args.count("vocab") ? positive_int_arg(args, "vocab", kRowKernelMaxVocab) : 128256;
     return spec(select(dtype, vocab, vec_ok_arg(args, dtype, vocab)));
@@ -550,7 +546,7 @@ OpDef argmax_op_def() {
                     "bits where the maximum is neither NaN nor zero; float: the float compare)"});
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
-    const DType dtype = float_dtype_arg(args.at("dtype"));
+    const DType dtype = dtype_from_name(args.at("dtype"));
     const int64_t vocab =
         args.count("vocab") ? positive_int_arg(args, "vocab", kRowKernelMaxVocab) : 128256;
     RowConfig c = select_argmax(dtype, vocab, vec_ok_arg(args, dtype, vocab));

@@ -15,8 +15,8 @@
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
 #include "jit/jit_core.hpp"
-#include "ops/sampling.hpp"
-#include "ops/trace_dump.hpp"
+#include "ops/sampling/sampling.hpp"
+#include "diag/trace_dump.hpp"
 #include "util/error.hpp"
 
 namespace kjit::ops {

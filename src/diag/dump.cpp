@@ -1,4 +1,4 @@
-#include "api/dump.hpp"
+#include "diag/dump.hpp"
 
 #include <fmt/format.h>
 

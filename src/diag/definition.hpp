@@ -35,7 +35,7 @@ struct Definition {
   std::string description;
   std::vector<DefAxis> axes;
   std::vector<DefTensor> inputs, outputs;
-  std::string reference;  // "tests/reference/norm_ref.hpp: ref::rmsnorm"
+  std::string reference;  // "tools/devkit/reference/norm_ref.hpp: ref::rmsnorm"
 
   const DefAxis* axis(const std::string& axis_name) const;
 };

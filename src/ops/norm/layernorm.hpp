@@ -8,7 +8,7 @@
 #include <string>
 
 #include "jit/spec.hpp"
-#include "ops/norm.hpp"  // kNormEarlyParamsMaxRows, kNormManyRows
+#include "ops/norm/norm.hpp"  // kNormEarlyParamsMaxRows, kNormManyRows
 #include "ops/registry.hpp"
 #include "ops/tensor.hpp"
 

@@ -16,8 +16,8 @@
 #include <cstdint>
 #include <string>
 
-#include "ops/activation.hpp"
-#include "ops/definitions.hpp"
+#include "ops/activation/activation.hpp"
+#include "diag/definitions.hpp"
 #include "ops/tensor.hpp"
 
 namespace kjit::ops::trace {

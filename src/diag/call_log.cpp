@@ -1,4 +1,4 @@
-#include "api/call_log.hpp"
+#include "diag/call_log.hpp"
 
 #include <fcntl.h>
 #include <sys/syscall.h>
@@ -17,7 +17,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "api/dump.hpp"
+#include "diag/dump.hpp"
 #include "api/guard.hpp"
 #include "cuda/device.hpp"
 #include "cuda/driver.hpp"

@@ -1,5 +1,5 @@
 // See trace_dump.hpp.
-#include "ops/trace_dump.hpp"
+#include "diag/trace_dump.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>

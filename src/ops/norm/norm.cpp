@@ -1,4 +1,4 @@
-#include "ops/norm.hpp"
+#include "ops/norm/norm.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -8,7 +8,7 @@
 #include "cuda/launch.hpp"
 #include "jit/jit_core.hpp"
 #include "ops/pdl.hpp"
-#include "ops/trace_dump.hpp"
+#include "diag/trace_dump.hpp"
 #include "util/error.hpp"
 
 namespace kjit::ops {
@@ -130,7 +130,7 @@ OpDef row_norm_op_def(const char* name, const char* summary,
   d.arch_families = {"sm_80+"};
   d.make_spec = [d, spec, select](const SetArgs& args) {
     check_set_args(d, args);
-    DType dtype = norm_detail::dtype_arg(args.at("dtype"));
+    DType dtype = dtype_from_name(args.at("dtype"));
     int64_t hidden = positive_int_arg(args, "hidden", kRmsNormMaxHidden);
     int align = args.count("align") ? std::stoi(args.at("align")) : 16;
     const int64_t rows =
@@ -223,10 +223,6 @@ void check_param_vector(const DLTensor* t, const RowMatrix& m, const char* name,
 bool any_overlap(const RowMatrix& a, const RowMatrix& b) {
   // partially_overlaps() lets the exact same view through (that is in-place); here it counts.
   return partially_overlaps(a, b) || (a.numel() > 0 && b.numel() > 0 && a.data == b.data);
-}
-
-DType dtype_arg(const std::string& name) {
-  return name == "bf16" ? DType::kBF16 : name == "fp16" ? DType::kF16 : DType::kF32;
 }
 
 }  // namespace norm_detail

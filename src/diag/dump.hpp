@@ -18,7 +18,7 @@
 #include <string_view>
 #include <vector>
 
-#include "util/safetensors.hpp"
+#include "diag/safetensors.hpp"
 
 namespace kjit::api {
 

@@ -1,4 +1,4 @@
-#include "jit/metadata.hpp"
+#include "cache/metadata.hpp"
 
 #include <nlohmann/json.hpp>
 

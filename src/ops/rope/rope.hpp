@@ -1,6 +1,5 @@
 // Rotary position embedding: specialization choice, spec rendering and launch (device code:
-// kernels/rope/). Also home of StridedView, the n-d view check that the rope and paged-KV ops
-// share (their tensors are [tokens, heads, dim] views whose token and head strides are free).
+// kernels/rope/).
 #pragma once
 
 #include <dlpack/dlpack.h>
@@ -14,44 +13,6 @@
 #include "ops/tensor.hpp"
 
 namespace kjit::ops {
-
-// ---- Strided views ------------------------------------------------------------------------------
-
-// A tensor with its shape and element strides as given (compact when DLPack's strides is NULL).
-struct StridedView {
-  char* data = nullptr;  // data + byte_offset
-  DType dtype = DType::kF32;
-  int device = 0;
-  int ndim = 0;
-  int64_t shape[kMaxDims] = {};
-  int64_t strides[kMaxDims] = {};  // elements
-  int64_t numel() const;
-  size_t elem_bytes() const { return dtype_size(dtype); }
-};
-
-// Checks what as_row_matrix checks, except that any non-negative strides are accepted: NULL,
-// ndim, shape, lanes, dtype, device, data, a last dim with a stride other than 1, negative
-// strides, a data pointer not aligned to its element size, and an extent that overflows.
-// Throws KJIT_ERROR_INVALID_ARGUMENT naming `name`.
-StridedView as_strided_view(const DLTensor* t, const char* name);
-
-// True when two distinct indices of `v` address one element (it must not be written then).
-bool self_overlaps(const StridedView& v);
-// The same elements in the same order (the in-place case).
-bool same_view(const StridedView& a, const StridedView& b);
-// True when the views may share a byte. Exact for disjoint address ranges and for views whose
-// outermost dims have one stride and whose rows fall in disjoint slices of it (q and k of a
-// fused qkv, k and v of a [pages, 2, ...] cache); conservatively true otherwise.
-bool views_overlap(const StridedView& a, const StridedView& b);
-// The widest power of two (<= 16) dividing the address and the byte stride of every dim but the
-// last one that has more than one element.
-int view_alignment(const StridedView& v);
-// Throws KJIT_ERROR_INVALID_ARGUMENT unless b has a's dtype and device (messages name both).
-void check_same_dtype_device(const StridedView& a, const char* an, const StridedView& b,
-                             const char* bn);
-
-// ---- RoPE
-// -----------------------------------------------------------------------------------------
 
 enum class RopeMode { kFreq, kCache };  // angles from a frequency table / from a cos-sin cache
 

@@ -1,4 +1,4 @@
-#include "util/safetensors.hpp"
+#include "diag/safetensors.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,0 +1,24 @@
+// The element types kjit's ops accept, and their one spelling in text (URIs, --set values, logs).
+#pragma once
+
+#include <dlpack/dlpack.h>
+
+#include <cstddef>
+#include <optional>
+#include <string_view>
+
+namespace kjit::ops {
+
+enum class DType { kF32, kF16, kBF16, kI32, kI64 };
+
+std::optional<DType> dtype_of(DLDataType t);
+const char* dtype_name(DType t);  // "fp32", "fp16", "bf16", "int32", "int64"
+// The inverse of dtype_name, for --set values and URIs; throws KJIT_ERROR_INVALID_ARGUMENT on
+// any other text.
+DType dtype_from_name(std::string_view name);
+size_t dtype_size(DType t);
+// The CUDA spelling of a float dtype for generated code ("__nv_bfloat16"); nullptr otherwise.
+const char* device_type_name(DType t);
+bool is_float(DType t);  // fp32, fp16 or bf16
+
+}  // namespace kjit::ops
