@@ -1,7 +1,7 @@
 // Versions, status strings and the thread-local last error.
 #include <string>
 
-#include "api/guard.hpp"
+#include "api/entry.hpp"
 #include "kjit/kjit.h"
 
 namespace kjit::api {

@@ -121,9 +121,9 @@ Definition fused_add_rmsnorm_definition(DType dtype, int64_t hidden, bool gemma)
   d.outputs = {
       tensor("input", {"batch_size", "hidden_size"}, dtype, "the normalized rows, in place"),
       tensor("residual", {"batch_size", "hidden_size"}, dtype, "residual + input, in place")};
-  d.reference =
-      gemma ? "tools/devkit/reference/norm_ref.hpp: ref::residual_add, ref::rmsnorm (weight_offset = 1)"
-            : "tools/devkit/reference/norm_ref.hpp: ref::residual_add, ref::rmsnorm";
+  d.reference = gemma ? "tools/devkit/reference/norm_ref.hpp: ref::residual_add, ref::rmsnorm "
+                        "(weight_offset = 1)"
+                      : "tools/devkit/reference/norm_ref.hpp: ref::residual_add, ref::rmsnorm";
   return d;
 }
 
@@ -161,10 +161,11 @@ Definition act_and_mul_definition(Act act, DType dtype, int64_t d_size) {
             constant("two_d", 2 * d_size, "input width: gate and up side by side")};
   d.inputs = {tensor("input", {"num_tokens", "two_d"}, dtype, "[gate | up]")};
   d.outputs = {tensor("out", {"num_tokens", "d"}, dtype, "act(gate) * up")};
-  d.reference = fmt::format("tools/devkit/reference/activation_ref.hpp: ref::act_and_mul (ActKind::{})",
-                            act == Act::kSilu   ? "kSilu"
-                            : act == Act::kGelu ? "kGelu"
-                                                : "kGeluTanh");
+  d.reference =
+      fmt::format("tools/devkit/reference/activation_ref.hpp: ref::act_and_mul (ActKind::{})",
+                  act == Act::kSilu   ? "kSilu"
+                  : act == Act::kGelu ? "kGelu"
+                                      : "kGeluTanh");
   return d;
 }
 
@@ -475,17 +476,17 @@ Definition sampling_definition(SamplingKind kind, DType dtype, int64_t vocab) {
   } else {
     d.description = fmt::format("renormalizes each row over {}", set);
   }
-  d.reference = kind == K::kSoftmax  ? "tools/devkit/reference/sampling_ref.hpp: ref::softmax"
-                : kind == K::kArgmax ? "tools/devkit/reference/sampling_ref.hpp: ref::argmax"
-                : kind == K::kTopKTopPFromLogits
-                    ? "tools/devkit/reference/sampling_ref.hpp: ref::softmax, ref::keep_sets, "
-                      "ref::sampling_uniform, ref::inverse_cdf"
-                : draws
-                    ? "tools/devkit/reference/sampling_ref.hpp: ref::keep_sets, ref::sampling_uniform, "
-                      "ref::inverse_cdf"
-                : kind == K::kTopKMaskLogits
-                    ? "tools/devkit/reference/sampling_ref.hpp: ref::keep_sets (on the logits)"
-                    : "tools/devkit/reference/sampling_ref.hpp: ref::keep_sets, ref::target_distribution";
+  d.reference =
+      kind == K::kSoftmax  ? "tools/devkit/reference/sampling_ref.hpp: ref::softmax"
+      : kind == K::kArgmax ? "tools/devkit/reference/sampling_ref.hpp: ref::argmax"
+      : kind == K::kTopKTopPFromLogits
+          ? "tools/devkit/reference/sampling_ref.hpp: ref::softmax, ref::keep_sets, "
+            "ref::sampling_uniform, ref::inverse_cdf"
+      : draws ? "tools/devkit/reference/sampling_ref.hpp: ref::keep_sets, ref::sampling_uniform, "
+                "ref::inverse_cdf"
+      : kind == K::kTopKMaskLogits
+          ? "tools/devkit/reference/sampling_ref.hpp: ref::keep_sets (on the logits)"
+          : "tools/devkit/reference/sampling_ref.hpp: ref::keep_sets, ref::target_distribution";
   return d;
 }
 

@@ -1,10 +1,10 @@
-// The sampling family on the GPU against the CPU reference (tools/devkit/reference/sampling_ref.hpp):
-// every drawn token is in the reference set (ties included), draws follow the renormalized
-// distribution (chi-square over >= 10^5 draws), edge cases (k = 1, p = 1, k = vocab, all-equal
-// rows, NaN / zero rows, greedy), determinism and fresh draws per offset, CUDA-graph replay with
-// the offset bumped in device memory, renormalization, masking, softmax and argmax. The samplers'
-// two kernel paths (one block per row; a thread-block cluster per row on sm_90+) are each forced
-// and must draw the same tokens.
+// The sampling family on the GPU against the CPU reference
+// (tools/devkit/reference/sampling_ref.hpp): every drawn token is in the reference set (ties
+// included), draws follow the renormalized distribution (chi-square over >= 10^5 draws), edge cases
+// (k = 1, p = 1, k = vocab, all-equal rows, NaN / zero rows, greedy), determinism and fresh draws
+// per offset, CUDA-graph replay with the offset bumped in device memory, renormalization, masking,
+// softmax and argmax. The samplers' two kernel paths (one block per row; a thread-block cluster per
+// row on sm_90+) are each forced and must draw the same tokens.
 #include <catch2/catch.hpp>
 
 #include <algorithm>

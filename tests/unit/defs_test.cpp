@@ -82,7 +82,8 @@ TEST_CASE("defs: every exported definition is consistent", "[defs]") {
       if (!a.is_const) CHECK(used.count(a.name));
     }
 
-    // "tools/devkit/reference/x.hpp: ref::a, ref::b (note)": the file exists and defines each function.
+    // "tools/devkit/reference/x.hpp: ref::a, ref::b (note)": the file exists and defines each
+    // function.
     const size_t colon = d.reference.find(": ");
     REQUIRE(colon != std::string::npos);
     const std::string file = d.reference.substr(0, colon);
