@@ -2,7 +2,7 @@
 #include <cstddef>
 #include <new>
 
-#include "api/guard.hpp"
+#include "api/entry.hpp"
 #include "ops/attention/decode_attention.hpp"
 #include "ops/attention/merge_states.hpp"
 #include "util/error.hpp"
@@ -114,42 +114,28 @@ KJIT_API kjit_status kjit_batch_decode_run(const kjit_decode_plan* plan, const D
                                            const DLTensor* kv_last_page_len, DLTensor* workspace,
                                            DLTensor* out, DLTensor* lse, float k_scale,
                                            float v_scale, void* stream) {
-  return kjit::api::guarded(
-      "kjit_batch_decode_run",
-      [&](kjit::api::CallLog& log) {
-        log.in("q", q).in("k_cache", k_cache).in("v_cache", v_cache);
-        log.in("kv_indices", kv_indices).in("kv_indptr", kv_indptr);
-        log.in("kv_last_page_len", kv_last_page_len).out("workspace", workspace);
-        log.out("out", out).out("lse", lse).scalar("k_scale", k_scale);
-        log.scalar("v_scale", v_scale).stream(stream);
-      },
+  return kjit::api::entry<&kjit_batch_decode_run>(
       [&] {
         kjit::ops::batch_decode_run(plan_data(plan), q, k_cache, v_cache, kv_indices, kv_indptr,
                                     kv_last_page_len, workspace, out, lse, k_scale, v_scale,
                                     stream);
-      });
+      },
+      plan, q, k_cache, v_cache, kv_indices, kv_indptr, kv_last_page_len, workspace, out, lse,
+      k_scale, v_scale, stream);
 }
 
 KJIT_API kjit_status kjit_merge_states(const DLTensor* v_a, const DLTensor* s_a,
                                        const DLTensor* v_b, const DLTensor* s_b, DLTensor* v_out,
                                        DLTensor* s_out, void* stream) {
-  return kjit::api::guarded(
-      "kjit_merge_states",
-      [&](kjit::api::CallLog& log) {
-        log.in("v_a", v_a).in("s_a", s_a).in("v_b", v_b).in("s_b", s_b);
-        log.out("v_out", v_out).out("s_out", s_out).stream(stream);
-      },
-      [&] { kjit::ops::merge_states(v_a, s_a, v_b, s_b, v_out, s_out, stream); });
+  return kjit::api::entry<&kjit_merge_states>(
+      [&] { kjit::ops::merge_states(v_a, s_a, v_b, s_b, v_out, s_out, stream); }, v_a, s_a, v_b,
+      s_b, v_out, s_out, stream);
 }
 
 KJIT_API kjit_status kjit_merge_states_n(const DLTensor* v, const DLTensor* s, DLTensor* v_out,
                                          DLTensor* s_out, void* stream) {
-  return kjit::api::guarded(
-      "kjit_merge_states_n",
-      [&](kjit::api::CallLog& log) {
-        log.in("v", v).in("s", s).out("v_out", v_out).out("s_out", s_out).stream(stream);
-      },
-      [&] { kjit::ops::merge_states_n(v, s, v_out, s_out, stream); });
+  return kjit::api::entry<&kjit_merge_states_n>(
+      [&] { kjit::ops::merge_states_n(v, s, v_out, s_out, stream); }, v, s, v_out, s_out, stream);
 }
 
 }  // extern "C"

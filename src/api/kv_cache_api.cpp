@@ -1,5 +1,5 @@
 // C entry points of the paged KV cache family.
-#include "api/guard.hpp"
+#include "api/entry.hpp"
 #include "ops/kv_cache/kv_cache.hpp"
 
 extern "C" {
@@ -11,20 +11,14 @@ KJIT_API kjit_status kjit_append_paged_kv_cache(const DLTensor* append_k, const 
                                                 const DLTensor* kv_indptr,
                                                 const DLTensor* kv_last_page_len, int layout,
                                                 void* stream) {
-  return kjit::api::guarded(
-      "kjit_append_paged_kv_cache",
-      [&](kjit::api::CallLog& log) {
-        log.in("append_k", append_k).in("append_v", append_v);
-        log.in("batch_indices", batch_indices).in("positions", positions);
-        log.inout("paged_k_cache", paged_k_cache).inout("paged_v_cache", paged_v_cache);
-        log.in("kv_indices", kv_indices).in("kv_indptr", kv_indptr);
-        log.in("kv_last_page_len", kv_last_page_len).scalar("layout", layout).stream(stream);
-      },
+  return kjit::api::entry<&kjit_append_paged_kv_cache>(
       [&] {
         kjit::ops::append_paged_kv_cache(append_k, append_v, batch_indices, positions,
                                          paged_k_cache, paged_v_cache, kv_indices, kv_indptr,
                                          kv_last_page_len, layout, stream);
-      });
+      },
+      append_k, append_v, batch_indices, positions, paged_k_cache, paged_v_cache, kv_indices,
+      kv_indptr, kv_last_page_len, layout, stream);
 }
 
 }  // extern "C"

@@ -14,11 +14,15 @@
 #include <map>
 #include <memory>
 #include <sstream>
+#include <tuple>
+#include <type_traits>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "api/entry.hpp"
 #include "diag/dump.hpp"
 #include "commands.hpp"
 #include "cuda/device.hpp"
@@ -128,138 +132,56 @@ class Call {
   std::vector<std::string> order_;
 };
 
+// The recorded argument `a` as the entry point's parameter type P.
+template <typename P>
+P recorded(Call& c, const api::RowArg& a) {
+  const char* n = a.name.c_str();
+  if constexpr (std::is_same_v<P, const DLTensor*> || std::is_same_v<P, DLTensor*>) {
+    return c.t(n);
+  } else if constexpr (std::is_same_v<P, float>) {
+    return c.f32(n);
+  } else if constexpr (std::is_same_v<P, double>) {
+    return c.f64(n);
+  } else if constexpr (std::is_same_v<P, int>) {
+    return c.i32(n);
+  } else if constexpr (std::is_same_v<P, int64_t>) {
+    return c.i64(n);
+  } else if constexpr (std::is_same_v<P, void*>) {
+    return c.stream();
+  } else {
+    static_assert(std::is_pointer_v<P>, "a parameter type replay does not know");
+    // A kjit object (a decode plan): built from host data that no dump holds.
+    throw ReplayError(
+        fmt::format("'{}' is a handle to a kjit object, which a dump does not hold", a.name));
+  }
+}
+
+template <typename... P, size_t... I>
+kjit_status call_back(kjit_status (*fn)(P...), Call& c, const std::vector<api::RowArg>& row,
+                      std::index_sequence<I...>) {
+  // Braced: the arguments are converted left to right, so the first bad one is reported.
+  std::tuple<P...> args{recorded<P>(c, row[I])...};
+  return std::apply(fn, args);
+}
+
+// Calls entry point Fn with the dump's arguments, by the names of its row (api/entry_points.hpp).
+template <auto Fn>
+kjit_status replay_entry(Call& c) {
+  static const std::vector<api::RowArg> row = api::parse_row(api::EntryPoint<Fn>::arguments);
+  return call_back(Fn, c, row,
+                   std::make_index_sequence<api::count_words(api::EntryPoint<Fn>::arguments)>{});
+}
+
 using ReplayFn = kjit_status (*)(Call&);
 struct Entry {
   const char* api;
   ReplayFn fn;
 };
 
-// One line per C entry point: the recorded arguments by name, in the C signature's order.
-const Entry kTable[] = {
-    {"kjit_rmsnorm",
-     [](Call& c) {
-       return kjit_rmsnorm(c.t("input"), c.t("weight"), c.t("out"), c.f32("eps"), c.stream());
-     }},
-    {"kjit_gemma_rmsnorm",
-     [](Call& c) {
-       return kjit_gemma_rmsnorm(c.t("input"), c.t("weight"), c.t("out"), c.f32("eps"), c.stream());
-     }},
-    {"kjit_fused_add_rmsnorm",
-     [](Call& c) {
-       return kjit_fused_add_rmsnorm(c.t("input"), c.t("residual"), c.t("weight"), c.f32("eps"),
-                                     c.stream());
-     }},
-    {"kjit_gemma_fused_add_rmsnorm",
-     [](Call& c) {
-       return kjit_gemma_fused_add_rmsnorm(c.t("input"), c.t("residual"), c.t("weight"),
-                                           c.f32("eps"), c.stream());
-     }},
-    {"kjit_layernorm",
-     [](Call& c) {
-       return kjit_layernorm(c.t("input"), c.t("gamma"), c.t("beta"), c.t("out"), c.f32("eps"),
-                             c.stream());
-     }},
-    {"kjit_silu_and_mul",
-     [](Call& c) { return kjit_silu_and_mul(c.t("input"), c.t("out"), c.stream()); }},
-    {"kjit_gelu_and_mul",
-     [](Call& c) { return kjit_gelu_and_mul(c.t("input"), c.t("out"), c.stream()); }},
-    {"kjit_gelu_tanh_and_mul",
-     [](Call& c) { return kjit_gelu_tanh_and_mul(c.t("input"), c.t("out"), c.stream()); }},
-    {"kjit_apply_rope_pos_ids",
-     [](Call& c) {
-       return kjit_apply_rope_pos_ids(c.t("q"), c.t("k"), c.t("q_out"), c.t("k_out"),
-                                      c.t("pos_ids"), c.i32("rotary_dim"), c.i32("interleave"),
-                                      c.f32("rope_scale"), c.f32("rope_theta"), c.stream());
-     }},
-    {"kjit_apply_llama31_rope_pos_ids",
-     [](Call& c) {
-       return kjit_apply_llama31_rope_pos_ids(
-           c.t("q"), c.t("k"), c.t("q_out"), c.t("k_out"), c.t("pos_ids"), c.i32("rotary_dim"),
-           c.i32("interleave"), c.f32("rope_scale"), c.f32("rope_theta"), c.f32("low_freq_factor"),
-           c.f32("high_freq_factor"), c.f32("old_context_len"), c.stream());
-     }},
-    {"kjit_apply_rope_with_cos_sin_cache",
-     [](Call& c) {
-       return kjit_apply_rope_with_cos_sin_cache(c.t("positions"), c.t("q"), c.t("k"),
-                                                 c.i32("head_size"), c.t("cos_sin_cache"),
-                                                 c.i32("is_neox"), c.stream());
-     }},
-    {"kjit_append_paged_kv_cache",
-     [](Call& c) {
-       return kjit_append_paged_kv_cache(c.t("append_k"), c.t("append_v"), c.t("batch_indices"),
-                                         c.t("positions"), c.t("paged_k_cache"),
-                                         c.t("paged_v_cache"), c.t("kv_indices"), c.t("kv_indptr"),
-                                         c.t("kv_last_page_len"), c.i32("layout"), c.stream());
-     }},
-    {"kjit_merge_states",
-     [](Call& c) {
-       return kjit_merge_states(c.t("v_a"), c.t("s_a"), c.t("v_b"), c.t("s_b"), c.t("v_out"),
-                                c.t("s_out"), c.stream());
-     }},
-    {"kjit_merge_states_n",
-     [](Call& c) {
-       return kjit_merge_states_n(c.t("v"), c.t("s"), c.t("v_out"), c.t("s_out"), c.stream());
-     }},
-    {"kjit_sampling_from_probs",
-     [](Call& c) {
-       return kjit_sampling_from_probs(c.t("probs"), c.t("seed"), c.t("offset"), c.t("samples"),
-                                       c.t("valid"), c.stream());
-     }},
-    {"kjit_top_k_sampling_from_probs",
-     [](Call& c) {
-       return kjit_top_k_sampling_from_probs(c.t("probs"), c.t("top_k_arr"), c.t("seed"),
-                                             c.t("offset"), c.t("samples"), c.t("valid"),
-                                             c.i32("top_k"), c.stream());
-     }},
-    {"kjit_top_p_sampling_from_probs",
-     [](Call& c) {
-       return kjit_top_p_sampling_from_probs(c.t("probs"), c.t("top_p_arr"), c.t("seed"),
-                                             c.t("offset"), c.t("samples"), c.t("valid"),
-                                             c.f32("top_p"), c.stream());
-     }},
-    {"kjit_min_p_sampling_from_probs",
-     [](Call& c) {
-       return kjit_min_p_sampling_from_probs(c.t("probs"), c.t("min_p_arr"), c.t("seed"),
-                                             c.t("offset"), c.t("samples"), c.t("valid"),
-                                             c.f32("min_p"), c.stream());
-     }},
-    {"kjit_top_k_top_p_sampling_from_probs",
-     [](Call& c) {
-       return kjit_top_k_top_p_sampling_from_probs(
-           c.t("probs"), c.t("top_k_arr"), c.t("top_p_arr"), c.t("seed"), c.t("offset"),
-           c.t("samples"), c.t("valid"), c.i32("top_k"), c.f32("top_p"), c.stream());
-     }},
-    {"kjit_top_k_top_p_sampling_from_logits",
-     [](Call& c) {
-       return kjit_top_k_top_p_sampling_from_logits(
-           c.t("logits"), c.t("top_k_arr"), c.t("top_p_arr"), c.t("temperature_arr"), c.t("seed"),
-           c.t("offset"), c.t("samples"), c.t("valid"), c.i32("top_k"), c.f32("top_p"),
-           c.f32("temperature"), c.stream());
-     }},
-    {"kjit_top_k_renorm_probs",
-     [](Call& c) {
-       return kjit_top_k_renorm_probs(c.t("probs"), c.t("top_k_arr"), c.t("out"), c.i32("top_k"),
-                                      c.stream());
-     }},
-    {"kjit_top_p_renorm_probs",
-     [](Call& c) {
-       return kjit_top_p_renorm_probs(c.t("probs"), c.t("top_p_arr"), c.t("out"), c.f32("top_p"),
-                                      c.stream());
-     }},
-    {"kjit_top_k_mask_logits",
-     [](Call& c) {
-       return kjit_top_k_mask_logits(c.t("logits"), c.t("top_k_arr"), c.t("out"), c.i32("top_k"),
-                                     c.stream());
-     }},
-    {"kjit_softmax",
-     [](Call& c) {
-       return kjit_softmax(c.t("logits"), c.t("temperature_arr"), c.t("out"), c.f32("temperature"),
-                           c.stream());
-     }},
-    {"kjit_argmax", [](Call& c) { return kjit_argmax(c.t("input"), c.t("out"), c.stream()); }},
-    // Not replayable: kjit_batch_decode_plan / kjit_batch_decode_run (the plan is a host object
-    // built from host data that no dump holds).
-};
+// Every entry point that takes tensors; kjit_batch_decode_run fails on its plan argument.
+#define KJIT_REPLAY_ENTRY(fn, args) {#fn, &replay_entry<&fn>},
+const Entry kTable[] = {KJIT_TENSOR_ENTRY_POINTS(KJIT_REPLAY_ENTRY)};
+#undef KJIT_REPLAY_ENTRY
 
 const Entry* find_entry(const std::string& api) {
   for (const auto& e : kTable) {
