@@ -74,8 +74,8 @@ KJIT_API const char* kjit_last_error(void);
  *   must be contiguous (stride 1); the leading dims must collapse into rows with one row stride
  *   (row-strided views such as x[:, :hidden] are accepted). out may alias input exactly.
  * weight: [hidden], same dtype, contiguous; out must not overlap it.
- * Any hidden size works. 16-byte aligned pointers and row strides take the 16-byte vector path;
- * otherwise the widest vector width the alignment allows is used (down to scalar): never an
+ * Any hidden size 1..262144 works. 16-byte aligned pointers and row strides take the 16-byte vector
+ * path; otherwise the widest vector width the alignment allows is used (down to scalar): never an
  * error. eps must be finite and >= 0. Zero rows is a successful no-op.
  * Thread-safety: safe from any thread; launches on `stream` and returns without waiting.
  */
@@ -174,9 +174,10 @@ KJIT_API kjit_status kjit_gelu_tanh_and_mul(const DLTensor* input, DLTensor* out
  * rotary_dim: even, 2..head_dim; 0 means head_dim. head_dim up to 1024, rotary_dim up to 512.
  * interleave: 0 or 1. rope_scale, rope_theta: finite, > 0.
  * Accuracy: the angle is formed from the double-precision inverse frequency carried as two
- *   floats, so for |pos| < 2^24 it is within 3e-7 rad of the exact value at any position (a
- *   plain fp32 pos * freq would be off by up to 0.008 rad at position 131072); sin / cos are
- *   fp32 (sincospif); one rounding to the output type.
+ *   floats and reduced exactly, then sin / cos come from the hardware's fp32 approximations, so
+ *   for |pos| < 2^24 the angle is within 9e-7 rad of the exact value at any position (a plain
+ *   fp32 pos * freq would be off by up to 0.008 rad at position 131072); one rounding to the
+ *   output type (docs/c-api.md).
  * Zero tokens (or no heads) is a successful no-op after validation.
  * Thread-safety: safe from any thread; launches on `stream` and returns without waiting.
  */

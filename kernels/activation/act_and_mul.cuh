@@ -106,7 +106,7 @@ act_and_mul_kernel(const __grid_constant__ ActAndMulParams p) {
         const int v = v0 + u * step;
         if (u == 0 || v < n_vec) {
           // Plain loads: last-use loads (ld.global.lu) cost 5.5% of the bandwidth at 16384 x
-          // 14336 on the H200 (round 13 probe: 341 -> 323 us, a copy of the same bytes 333).
+          // 14336 on the H200 (a standalone probe: 341 -> 323 us, a copy of the same bytes 333).
           a[u].load(gate + i64(v) * VEC);
           b[u].load(up + i64(v) * VEC);
         }

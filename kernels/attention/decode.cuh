@@ -7,8 +7,8 @@
 // over the request's positions t in [start, len): len = (pages - 1) * page_size + last_page_len,
 // start = max(0, len - 1 - window_left) with a window, else 0.
 //
-// Design (docs/perf-notes.md): decode reads every K/V byte once and does ~16 flops per byte, so
-// the kernel is a bandwidth kernel that happens to use tensor cores. One CTA owns one (request,
+// Design: decode reads every K/V byte once and does ~16 flops per byte, so the kernel is a
+// bandwidth kernel that happens to use tensor cores. One CTA owns one (request,
 // kv head, split) and streams its tokens through shared memory in stages of TS tokens with
 // cp.async, S stages deep, so each SM keeps ~100 KB of loads in flight. The page table is looked
 // up per token row (any page size), one stage ahead of the loads, and the lookup's own global
@@ -122,10 +122,10 @@ KJIT_DEVICE KJIT_FORCEINLINE SeqSplit seq_split(const DecodeParams& p, const Seq
 }
 
 // What a stage's lookup buffers hold per token. ADDR 0: (page, slot), and every 16-byte copy
-// recomputes its address from them (three 64-bit stride products: the round-8 kernel spent over
-// half its instructions there). ADDR 1 / 2: the byte offsets of the row (page, slot, the CTA's
-// first head) from the start of the K and V caches, 64- or 32-bit (the host picks 32 when every
-// row lies within 4 GB), computed once per token; a copy is then a load, an add to the cache
+// recomputes its address from them (three 64-bit stride products: a kernel with only this form
+// spent over half its instructions there). ADDR 1 / 2: the byte offsets of the row (page, slot, the
+// CTA's first head) from the start of the K and V caches, 64- or 32-bit (the host picks 32 when
+// every row lies within 4 GB), computed once per token; a copy is then a load, an add to the cache
 // pointer (a kernel parameter) and the cp.async. All ones marks a masked row: a
 // CP-aligned row never has an odd offset.
 template <int ADDR>
@@ -330,9 +330,9 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
   const int b = bh / head_sets;
 
   // ---- Prologue, part 1: the page table's entries of the request and q, read together ------
-  // (H200 round 21: with the lookups the page ids wait for, the first page ids arrived 2.1-2.3 us
-  // after entry, the first K / V bytes 2.4 us later; starting the page-id reads at the plan's
-  // host kv_indptr[b], before the table confirmed it, gained nothing measurable.)
+  // (H200, phase timestamps: with the lookups the page ids wait for, the first page ids
+  // arrived 2.1-2.3 us after entry, the first K / V bytes 2.4 us later; starting the page-id reads
+  // at the plan's host kv_indptr[b], before the table confirmed it, gained nothing measurable.)
   const SeqRaw raw = seq_load(p, b);
   // q rows of the group into shared memory (zero rows past the group), as CT, swizzled.
 #pragma unroll
@@ -729,8 +729,8 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
   // Heads k = hh * group + j of the CTA (qo head h * group + k): the CTA's qo heads are adjacent.
   // A thread finishes four adjacent dims of one head and weighs the warps' states of that head
   // itself (four exp2f, redundant across the head's threads), so one barrier serves the whole
-  // epilogue (H200 round 24b: the per-head weights pass with its own barrier and a store loop of
-  // single floats took 1.1 us of the latest CTA's 1.25 us epilogue).
+  // epilogue (H200, phase timestamps: the per-head weights pass with its own barrier and a store
+  // loop of single floats took 1.1 us of the latest CTA's 1.25 us epilogue).
   const bool final_out = sq.splits == 1;
   const int nh = HP * p.group;
   float* cm_o = reinterpret_cast<float*>(smem + Smem::kCmAt);  // [nh][D] this CTA's partial (CM)

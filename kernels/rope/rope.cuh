@@ -126,7 +126,7 @@ KJIT_DEVICE KJIT_FORCEINLINE float load_cache(const void* row, long long i, int 
 // Min 3 blocks of 256 (6 of the host's 128-thread blocks) caps registers at 80: loads issued
 // before the angle math raised them to 104 and cost residency; measured on the H200 at 65536
 // tokens x 40 heads x 128 bf16: 89.7% of copy (old order, 80 regs), 84.0% (new order, 104),
-// 93.2-93.7% (new order, capped) -- bench/results/2026-12-02-h200-round3b.
+// 93.2-93.7% (new order, capped).
 // clang-format would read the launch bound as a pointer declaration.
 // clang-format off
 template <typename T, int HEAD_DIM, int ROT_DIM, bool INTERLEAVE, int VEC, int MODE,
@@ -165,8 +165,7 @@ rope_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DIM / 2 :
   // sizes): a warp's threads share one or two units, so their reads of the frequency table, which
   // are indexed by unit, hit the constant cache at one or two addresses instead of up to eight
   // serialized ones; lanes then read 16 bytes of many heads per request, which costs bandwidth
-  // (76.9% of copy against 92.2% at 65536 tokens, bench/results/2026-12-02-h200-round8) but not
-  // latency.
+  // (76.9% of copy against 92.2% at 65536 tokens on the H200) but not latency.
   const int unit =
       UNIT_MAJOR ? fast_div(int(threadIdx.x), p.a.slots_div) : int(threadIdx.x) % kUnits;
   const int slot = UNIT_MAJOR ? int(threadIdx.x) - unit * slots : int(threadIdx.x) / kUnits;
@@ -313,8 +312,8 @@ rope_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DIM / 2 :
 //   - The head's and the position's loads are the first instructions after the wait.
 // EARLY_POS (the host's KJIT_PDL_EARLY_INDICES): the position load is issued before the wait and
 // consumed after it, so the angles (or, in kModeCache, the cache row's loads) follow the wait
-// at once, beside the head's loads. Only the load goes early: round 26 computed the angles
-// before the wait too, and back to back that was 0.25 us slower than the default (a dependent
+// at once, beside the head's loads. Only the load goes early: computing the angles before the
+// wait too measured 0.25 us slower back to back on the H200 than the default (a dependent
 // block's time before its wait is on the chain when it exceeds the predecessor's time after
 // its own). The caller promises that the kernel just before does not write pos_ids.
 // Launch with grid = tokens * p.a.chunks and block = kUnits * slots threads, a multiple of 32,

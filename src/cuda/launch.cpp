@@ -11,7 +11,7 @@ constexpr unsigned kDefaultSmemBytes = 48 * 1024;
 // A kernel whose static plus dynamic shared memory passes 48 KB must opt in to its dynamic size
 // (the default limit on the dynamic part is 48 KB minus the static part: a kernel with 42 KB of
 // static shared memory and 8 KB of dynamic fails to launch with CUDA_ERROR_INVALID_VALUE without
-// it, as the sampling cluster path did on the H200 in round 8). Returns the driver's result.
+// it, as the sampling cluster path once did on the H200). Returns the driver's result.
 CUresult opt_in_dynamic_smem(CUfunction fn, unsigned dynamic_bytes) {
   if (dynamic_bytes == 0) return CUDA_SUCCESS;
   const Driver& d = driver();

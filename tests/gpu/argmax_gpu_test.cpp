@@ -122,7 +122,7 @@ std::vector<Path> paths() {
     out.push_back({ops::ArgmaxPath::kCluster, 4, 1024, 8});
     out.push_back({ops::ArgmaxPath::kCluster, 2, 96, 1});
   }
-  // The float-compare search (the default before round 12) on the same launch shapes: one
+  // The float-compare search (the default before the bit compare) on the same launch shapes: one
   // block, three warps (out-of-range vectors in the last group), the plan's, and clusters with
   // narrow and wide groups.
   out.push_back({ops::ArgmaxPath::kBlock, 0, 0, 0, 0});

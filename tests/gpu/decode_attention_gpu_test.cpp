@@ -776,7 +776,7 @@ TEST_CASE("decode gpu: batch 0 runs as a no-op", "[gpu][attention]") {
 
 namespace {
 
-// The round-7 tuning variants: warps, stage tokens, stages, heads per CTA (0: planned).
+// The pipeline-shape tuning variants: warps, stage tokens, stages, heads per CTA (0: planned).
 struct Variant {
   int warps, stage_tokens, stages, heads_per_cta;
 };
@@ -1003,8 +1003,9 @@ TEST_CASE("decode gpu: fused merge under graph replay with changed page tables",
 
 namespace {
 
-// The round-9 variants: lookup form (0 (page, slot), 1 64-bit, 2 32-bit offsets), a pipeline
-// shape (0: planned), tiles computed together, the merge kernel as a programmatic dependent.
+// The lookup-form and launch variants: lookup form (0 (page, slot), 1 64-bit, 2 32-bit offsets), a
+// pipeline shape (0: planned), tiles computed together, the merge kernel as a programmatic
+// dependent.
 struct Variant9 {
   int addr, warps, stage_tokens, stages, joint, pdl;
 };

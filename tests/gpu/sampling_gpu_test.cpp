@@ -203,7 +203,7 @@ bool under_sanitizer() {
 }
 
 // Under KJIT_TEST_UNDER_SANITIZER=1 a vocabulary above 16384 runs at 16384: one cluster-path
-// launch at 128256 tokens takes minutes under racecheck (round 11), and the kernels' code paths
+// launch at 128256 tokens takes minutes under racecheck, and the kernels' code paths
 // are the same (a test that needs the cluster path forces it).
 int64_t sanitizer_vocab(int64_t vocab) {
   return under_sanitizer() ? std::min<int64_t>(vocab, 16384) : vocab;
@@ -235,8 +235,8 @@ struct ForcePath {
 
 // Under KJIT_TEST_UNDER_SANITIZER=1 a forced cluster has 2 blocks and a distribution test at
 // most 4 rows: racecheck takes 276 s over one launch of the 16-block cluster kernel at 4096
-// tokens and 7 s (process and compile included) at 2 blocks (round 13), and the kernel's code is
-// the same at every cluster size (bench/h200_round14.sh racechecks a 16-block launch apart).
+// tokens and 7 s (process and compile included) at 2 blocks, and the kernel's code is the same
+// at every cluster size.
 // Tests that do not force a path run the one-block path there (the batch alone would pick a
 // cluster at small batches), and a forced cluster of automatic size (0, which picks 16 at small
 // batches) runs at 2; the cluster tests cover it.
@@ -1163,7 +1163,7 @@ TEST_CASE("sampling gpu: cluster path replays in a captured graph, auto batch 1 
   };
   const auto single = run_direct(SamplePath::kSingle, 0);
   // Under the sanitizer knob the automatic path is the one-block path: at batch 2 auto picks a
-  // 16-block cluster, minutes a launch under racecheck (round 14); the forced cluster below runs.
+  // 16-block cluster, minutes a launch under racecheck; the forced cluster below runs.
   CHECK(run_direct(sanitizer_auto_path(), 0) == single);
   // auto splits a batch of 2 on sm_90+ (at the full vocabulary)
   if (!under_sanitizer()) CHECK(kjit::ops::last_sample_cluster_size() > 1);

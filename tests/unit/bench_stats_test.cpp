@@ -276,8 +276,8 @@ TEST_CASE("bench stats: events-batched batch sizes", "[bench]") {
 }
 
 TEST_CASE("bench stats: launches queued behind the blocking kernel stay bounded", "[bench]") {
-  // The round-5 failure: 16 samples x 256 calls (4096 launches) behind one release filled the
-  // driver's launch queue; the host then waited for the blocking kernel's time-out.
+  // A failure seen on the H200: 16 samples x 256 calls (4096 launches) behind one release filled
+  // the driver's launch queue; the host then waited for the blocking kernel's time-out.
   CHECK(samples_per_release(256, false, 16) * (256 + 2) <= kMaxQueuedBehindBlocker);
   CHECK(samples_per_release(256, false, 16) == 1);
   CHECK(samples_per_release(142, false, 16) == 3);

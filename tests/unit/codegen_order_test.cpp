@@ -1,6 +1,6 @@
 // The order of instructions ptxas emits, read from the sm_90a cubins NVRTC builds (no GPU, no
-// nvdisasm: CI has neither). What is checked is where the decode-size paths were lost before
-// (docs/perf-notes.md, "Elementwise decode paths"): ptxas sank read-only parameter loads past the
+// nvdisasm: CI has neither). What is checked is where the decode-size paths were lost before:
+// ptxas sank read-only parameter loads past the
 // PDL wait and the row reduction, formed RoPE's head addresses after the position load and a
 // run-time division, and spilled in RoPE's decode launch.
 //
@@ -259,7 +259,7 @@ TEST_CASE("codegen: RoPE decode kernel: warp-shared angles, set-up before the wa
           CHECK(s.first(Op::kMufu) > wait);
         } else {
           // The position load (int32 or int64) issued before the wait, the angle math after
-          // it (round 26: computing the angles before the wait was slower back to back).
+          // it (computing the angles before the wait measured slower back to back).
           CHECK(s.count(Op::kLdg, 0, wait) == 2);
           CHECK(s.first(Op::kMufu) > wait);
         }

@@ -1,4 +1,4 @@
-// Decode attention's round-9 variants without a GPU: the lookup forms (addr), joint tiles and the
+// Decode attention's tuning variants without a GPU: the lookup forms (addr), joint tiles and the
 // dependent merge launch as the planner, the specs and the catalog see them.
 #include <catch2/catch.hpp>
 
@@ -37,7 +37,7 @@ TEST_CASE("decode variants: the default plan takes 32-bit offsets, one tile, PDL
   const ops::DecodePlanData d = plan(nullptr);
   CHECK(d.cfg.addr == 2);
   CHECK(d.cfg.joint_tiles == 1);
-  CHECK(d.pdl == 1);              // applied on sm_90+ only (round 10: B1 x L8192 18.05 -> 16.42 us)
+  CHECK(d.pdl == 1);              // applied on sm_90+ only (H200 B1 x L8192: 18.05 -> 16.42 us)
   CHECK(d.split.max_splits > 1);  // B1 x L8192 splits: the merge kernel runs
   // The default keeps the plain URI; the others name their form.
   const std::string uri = ops::decode_uri(d.cfg);

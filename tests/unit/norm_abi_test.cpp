@@ -648,11 +648,11 @@ TEST_CASE("layernorm plan: decode-size row counts take one vector a thread", "[n
   CHECK(s.config.find("constexpr bool kEarlyParams = true;") != std::string::npos);
   CHECK(s.entry_names.at(0).find("kjit_spec::kRowsPerBlock, kjit_spec::kEarlyParams>") !=
         std::string::npos);
-  // Decode geometry (rounds 29-32): one vector a thread up to 128 rows, above that about four.
+  // Decode geometry: one vector a thread up to 128 rows, above that about four.
   CHECK(select_layernorm(DType::kBF16, DType::kBF16, 4096, 16, 16, 64).threads_per_row == 512);
   CHECK(select_layernorm(DType::kBF16, DType::kBF16, 4096, 16, 16, 128).threads_per_row == 512);
   CHECK(select_layernorm(DType::kBF16, DType::kBF16, 4096, 16, 16, 129).threads_per_row == 128);
-  // Above 256 rows the parameters are read after the PDL wait as well: round 8's URI.
+  // Above 256 rows the parameters are read after the PDL wait as well: the original URI.
   const auto many = select_layernorm(DType::kBF16, DType::kBF16, 4096, 16, 16, 257);
   CHECK(kjit::ops::layernorm_uri(many) ==
         "layernorm_dtype_bf16_wdtype_bf16_hidden_4096_vec_8_tpr_128_rpb_1");
@@ -672,7 +672,7 @@ TEST_CASE("norm plan: up to 256 rows read the parameters before the PDL wait", "
   using kjit::ops::DType;
   const kjit::ops::RmsNormConfig big = kjit::ops::select_rmsnorm(DType::kBF16, 4096, 16);
   CHECK(big.early_params == 0);
-  // The default keeps its URI (and, docs/perf-notes.md, its code).
+  // The default keeps its URI (and its code).
   CHECK(kjit::ops::rmsnorm_uri(big) == "rmsnorm_dtype_bf16_hidden_4096_vec_8_tpr_128_rpb_1");
   CHECK(kjit::ops::rmsnorm_spec(big).config.find("kEarlyParams = false;") != std::string::npos);
   for (int64_t rows : {int64_t{1}, int64_t{64}, kjit::ops::kNormEarlyParamsMaxRows}) {

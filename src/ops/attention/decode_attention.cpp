@@ -1041,12 +1041,12 @@ OpDef decode_attention_op_def() {
     // The A100 budget picks a shallower pipeline (sm_86 / sm_89 resolve to the same one).
     out.push_back({{"q_dtype", "bf16"}, {"head_dim", "128"}, {"group", "4"}, {"smem_kb", "164"}});
     out.push_back({{"q_dtype", "bf16"}, {"head_dim", "128"}, {"group", "4"}, {"align", "8"}});
-    // One multi-head tuning variant, so that code path keeps compiling everywhere; round 7 found
-    // every heads_per_cta > 1 slower than one head per CTA (docs/perf-notes.md), so it is only a
-    // `bench --set` option, never planned by default.
+    // One multi-head tuning variant, so that code path keeps compiling everywhere; on the H200
+    // every heads_per_cta > 1 measured slower than one head per CTA (B64 x L4096, CUPTI), so it
+    // is only a `bench --set` option, never planned by default.
     out.push_back(
         {{"q_dtype", "bf16"}, {"head_dim", "128"}, {"group", "4"}, {"heads_per_cta", "2"}});
-    // Caches past 4 GB take 64-bit offsets; the round-8 lookups stay a `bench --set` option.
+    // Caches past 4 GB take 64-bit offsets; the (page, slot) lookups stay a `bench --set` option.
     out.push_back({{"q_dtype", "bf16"}, {"head_dim", "128"}, {"group", "4"}, {"addr", "64"}});
     out.push_back({{"q_dtype", "bf16"}, {"head_dim", "128"}, {"group", "4"}, {"addr", "legacy"}});
     // The cluster merge (sm_90 only; see DecodeConfig::cluster_merge).

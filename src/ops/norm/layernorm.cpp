@@ -33,7 +33,7 @@ jit::Params layernorm_params(const LayerNormConfig& c) {
                 {"vec", std::to_string(c.vec)},
                 {"tpr", std::to_string(c.threads_per_row)},
                 {"rpb", std::to_string(c.rows_per_block)}};
-  // "early_1" for gamma / beta read before the PDL wait; the default keeps its round-8 URI.
+  // "early_1" for gamma / beta read before the PDL wait; the default keeps its original URI.
   if (c.early_params != 0) p.push_back({"early", "1"});
   return p;
 }

@@ -27,8 +27,9 @@ inline constexpr int64_t kRmsNormMaxHidden = 1 << 18;
 // Calls with at most this many rows (about twice the SMs of an H200, 132, or an A100, 108) take
 // the norms' EARLY_PARAMS variant: the weight (LayerNorm: gamma and beta) is read before the
 // programmatic-launch wait, so its L2 round trip overlaps the kernel before instead of following
-// the row's reduction (docs/perf-notes.md, "Elementwise decode paths"). Larger calls keep the
-// default kernel and URI, whose code this variant leaves unchanged.
+// the row's reduction (ptxas sinks read-only loads past it; tests/unit/codegen_order_test.cpp pins
+// the order). Larger calls keep the default kernel and URI, whose code this variant leaves
+// unchanged.
 inline constexpr int64_t kNormEarlyParamsMaxRows = 256;
 
 // Calls of at most this many rows give long rows one vector a thread (norm_detail::row_shape).

@@ -226,7 +226,7 @@ FilterConfig select_filter(FilterOp op, FilterInput input, DType dtype, int64_t 
   choose_vec(dtype, vec_ok, 2, c.vec, c.unroll);
   // Four elements a vector for every dtype (8-byte loads for 16-bit logits), so a segment is 256
   // tokens whatever the input: the B1 draw's scan and its warp's rescan walk one segment, and
-  // H200 round 21's phase stamps put bf16's 512-token segments 2.8 us behind fp32 there.
+  // phase timestamps on the H200 put bf16's 512-token segments 2.8 us behind fp32 there.
   c.vec = std::min(c.vec, 4);
   return c;
 }
@@ -247,7 +247,7 @@ RowConfig select_argmax(DType dtype, int64_t vocab, bool vec_ok) {
   // within 32 registers) is the read probe's 128 KB per SM. 16-bit types too: their maxima are
   // taken on packed pairs, so their loads cost no more registers than fp32's.
   choose_vec(dtype, vec_ok, 4, c.vec, c.unroll);
-  // A load group's first maximum is found by comparing element bits (H200 round 12, V 128256:
+  // A load group's first maximum is found by comparing element bits (H200, V 128256, CUPTI:
   // fp32 B64 10.08 us against the float compare's 10.98, bf16 B64 6.66 / 9.73, bf16 B256
   // 18.21 / 23.52, fp32 B256 32.06 / 34.08; 88-94% of the read probe).
   c.search = 1;
@@ -437,7 +437,7 @@ constexpr int kArgmaxThreadsPerSm = 2048;
 constexpr int kArgmaxSplitThreads = 512;
 // Load groups a thread should run at least, once the grid passes the SM count: a thread's first
 // group always runs the index search and its block and cluster reductions are fixed, so at one
-// or two groups those dominate (round 11, H200, V 128256, clusters of 8: fp32 B64 12.99 us with
+// or two groups those dominate (H200, V 128256, clusters of 8: fp32 B64 12.99 us with
 // 512-thread blocks, 11.26 with 256; bf16 B64 10.34 / 9.82; bf16 B256 in clusters of 2, where
 // 512 threads already run 3.9 groups, lost with 256: 23.57 / 24.80).
 constexpr int kArgmaxMinGroups = 3;
@@ -513,7 +513,7 @@ int argmax_cluster_size(ArgmaxPath path, int forced_cluster, int64_t batch, int6
     return forced_cluster;
   }
   if (cc_major < 9) return 1;
-  // Split rows while the grid still fits one wave of 512-thread blocks (4 per SM). Round 7's
+  // Split rows while the grid still fits one wave of 512-thread blocks (4 per SM). The first
   // clusters lost at B64 (16.4 / 19.1 us against 13.6 for one block per row) because their
   // 1024-thread blocks took 37 registers: one block per SM, so 256 or 512 blocks ran in 2-4
   // waves, each only one or two loads deep. At <= 32 registers and 512 threads, B64 in clusters

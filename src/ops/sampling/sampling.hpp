@@ -92,7 +92,7 @@ inline constexpr int kSampleClusterMaxThreads = 512;
 // thread, a multiple of 32 in 128..kSampleClusterMaxThreads. Every block of a cluster repeats
 // the fixed work of a level (barriers, block scans, the bin searches), which grows with the
 // block, while its walks shrink: V 128256 on 16 blocks (8016 elements each) took 27.4 us at 512
-// threads, 29.8 at 384, 31.1 at 1024 (H200 round 16, exact-mass top-p). The draw's scan runs over
+// threads, 29.8 at 384, 31.1 at 1024 (H200, exact-mass top-p, CUPTI). The draw's scan runs over
 // a fixed layout of 1024 virtual threads, so the leader draws the one-block path's token at any
 // block size.
 int sampling_cluster_block_threads(int64_t share);
@@ -116,8 +116,8 @@ void set_sample_threads(int threads);
 int forced_sample_threads();
 // Test and bench hook: 1 makes every later sampler (sample ops) take the exact-mass top-p search
 // (FilterConfig::mass, URI suffix `_mass_exact`), 0 the counting search with mass bounds, -1 the
-// plan's again (the exact search: 31.1 against 42.4 us at B1, 52.1 against 67.1 at B64, H200
-// round 16). Throws KJIT_ERROR_INVALID_ARGUMENT for any other value.
+// plan's again (the exact search: 31.1 against 42.4 us at B1, 52.1 against 67.1 at B64, H200,
+// CUPTI). Throws KJIT_ERROR_INVALID_ARGUMENT for any other value.
 void force_sample_mass(int mass);
 // The mass mode of a sample launch (0 or 1): the forced one, else the exact search unless the
 // rows may have a top-k (their search counts keys; the exact variant would run that search too,

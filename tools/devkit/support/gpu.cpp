@@ -45,7 +45,7 @@ void DeviceBuffer::fill(unsigned char value) {
   KJIT_CU_CHECK(cuda::driver().cuMemsetD8(static_cast<CUdeviceptr>(ptr_), value, bytes_));
   // cuMemsetD8 may return before the device is done, on the legacy stream, which does not order
   // against non-blocking streams: a kernel on one could run before the poison lands (seen on the
-  // H200 in round 10 under load). Wait, so the poison is always in place first.
+  // H200 under load). Wait, so the poison is always in place first.
   KJIT_CU_CHECK(cuda::driver().cuCtxSynchronize());
 }
 
