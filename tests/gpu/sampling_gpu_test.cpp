@@ -1275,6 +1275,9 @@ TEST_CASE("sampling gpu: top-k logit masking keeps ties and copies NaN rows", "[
       auto k_dev = upload_vec(ks);
       auto k_t = make_tensor(k_dev->get(), {9}, dl_dtype("int32"));
       DeviceBuffer out(static_cast<size_t>(9 * vocab) * ref::elem_size(dt));
+      // Poison: 0x7B in every byte is a finite 1.3e36 in fp32 and bf16 and 61280 in fp16, none of
+      // them a logit here, -inf or the NaN a NaN row keeps: an element left unwritten fails.
+      out.fill(0x7B);
       auto out_t = make_tensor(out.get(), {9, vocab}, dl_dtype(dt));
       REQUIRE(kjit_top_k_mask_logits(x.t.get(), k_t.get(), out_t.get(), 1, nullptr) ==
               KJIT_SUCCESS);
@@ -1315,7 +1318,9 @@ TEST_CASE("sampling gpu: softmax with temperature matches fp64", "[gpu][sampling
       auto t_dev = upload_vec(temps);
       auto t_t = make_tensor(t_dev->get(), {6}, dl_dtype("fp32"));
       DeviceBuffer out(static_cast<size_t>(6 * vocab) * 4);
-      out.fill(0x00);
+      // Poison: 0x7B7B7B7B is fp32 1.3e36, neither a probability nor the NaN of an invalid row
+      // (row 3), nor the zeros row 5 expects, so an element left unwritten fails on every row.
+      out.fill(0x7B);
       auto out_t = make_tensor(out.get(), {6, vocab}, dl_dtype("fp32"));
       REQUIRE(kjit_softmax(x.t.get(), t_t.get(), out_t.get(), 1.0f, nullptr) == KJIT_SUCCESS);
       device_synchronize();
