@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "reference/attention_ref.hpp"
 #include "reference/half.hpp"
 #include "reference/norm_ref.hpp"
+#include "reference/sampling_ref.hpp"
 
 using namespace kjit::ref;
 
@@ -274,4 +276,59 @@ TEST_CASE("reference: the decode tolerance passes the kernel's rounding and reje
     CHECK(run(16, sixteenth, all).out > 0);
     CHECK(run(16, sixteenth, sixteenth).lse > 0);
   }
+}
+
+// The statistics of the GPU test "logits draw softmax(x / T) ..." (same 16 logits, temperature
+// and number of draws), against samplers simulated on the CPU: the correct one passes, one whose
+// temperature is 2% off fails the mean-logit z-test, one that mixes in 1% of uniform draws fails
+// the chi-square. (A chi-square alone, at 1e5 draws of the earlier distribution test, passed both.)
+TEST_CASE("reference: the sampling statistics see a 2% temperature error and a 1% admixture",
+          "[reference]") {
+  const int vocab = 16;
+  const long n = 1024L * 400;
+  const double t = 0.7;
+  std::vector<double> x(vocab);
+  for (int i = 0; i < vocab; ++i) x[static_cast<size_t>(i)] = -0.45 * i;
+  auto tempered = [&](double temp) {
+    std::vector<double> w(vocab);
+    for (int i = 0; i < vocab; ++i)
+      w[static_cast<size_t>(i)] = std::exp(x[static_cast<size_t>(i)] / temp);
+    return target_distribution(w, std::vector<Keep>(vocab, Keep::kMust));
+  };
+  const std::vector<double> p = tempered(t);
+  std::mt19937_64 rng(409600);
+  std::uniform_real_distribution<double> uni(0.0, 1.0);
+  // n draws from q: chi-square and z against p.
+  auto stats = [&](const std::vector<double>& q, double& chi, double& z) {
+    std::vector<double> cdf(q.size());
+    std::partial_sum(q.begin(), q.end(), cdf.begin());
+    std::vector<long> counts(q.size(), 0);
+    for (long k = 0; k < n; ++k) {
+      const auto it = std::upper_bound(cdf.begin(), cdf.end(), uni(rng) * cdf.back());
+      ++counts[std::min<size_t>(static_cast<size_t>(it - cdf.begin()), q.size() - 1)];
+    }
+    int dof = 0;
+    long impossible = 0;
+    chi = chi_square(counts, p, n, dof, impossible);
+    z = mean_score_z(counts, p, x, n);
+    return chi < chi_square_limit(dof) && std::fabs(z) < 6.0;
+  };
+  double chi = 0, z = 0;
+  {
+    const bool pass = stats(p, chi, z);
+    INFO("correct: chi2 " << chi << ", z " << z);
+    CHECK(pass);
+  }
+  for (double f : {1.02, 0.98}) {
+    const bool pass = stats(tempered(t * f), chi, z);
+    INFO("temperature x" << f << ": chi2 " << chi << ", z " << z);
+    CHECK_FALSE(pass);
+    CHECK(std::fabs(z) >= 6.0);
+  }
+  std::vector<double> mixed(p);
+  for (double& v : mixed) v = 0.99 * v + 0.01 / vocab;
+  const bool pass = stats(mixed, chi, z);
+  INFO("1% uniform: chi2 " << chi << ", z " << z);
+  CHECK_FALSE(pass);
+  CHECK(chi >= chi_square_limit(vocab - 1));
 }
