@@ -265,6 +265,8 @@ TEST_CASE("merge gpu: two halves of a decode merge into the whole", "[gpu][atten
     part.last_d = std::make_unique<DeviceBuffer>(4);
     part.out_d = std::make_unique<DeviceBuffer>(static_cast<size_t>(qo * D) * 2);
     part.lse_d = std::make_unique<DeviceBuffer>(static_cast<size_t>(qo) * 4);
+    part.out_d->fill(0xFF);  // poison (NaN): the merge below would carry an unwritten element
+    part.lse_d->fill(0xFF);
     part.idx_d->upload(part.idx.data(), part.idx.size() * 4);
     part.ptr_d->upload(part.ptr.data(), 8);
     part.last_d->upload(part.last.data(), 4);

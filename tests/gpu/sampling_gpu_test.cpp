@@ -351,7 +351,7 @@ void check_distribution(const Draws& d, const std::vector<double>& target, int64
     return;
   }
   CHECK(n >= 100000);
-  CHECK(chi < dof + 6.0 * std::sqrt(2.0 * std::max(dof, 1)) + 10.0);
+  CHECK(chi < ref::chi_square_limit(dof));
   CHECK(tv < 0.02);
 }
 
@@ -541,6 +541,39 @@ TEST_CASE("sampling gpu: draws follow the renormalized distribution (>= 1e5 draw
                      vocab);
 }
 
+TEST_CASE("sampling gpu: logits draw softmax(x / T) in fp32, bf16 and fp16 (409600 draws)",
+          "[gpu][sampling]") {
+  // No filter: the draws against the tempered distribution itself, on 16 tokens whose
+  // probabilities run from ~0.5 down to ~3e-5 (12 expected draws), so a sampler off by a small
+  // continuous bias fails: the mean-logit z-test sees a temperature 2% off (z ~ 12 at this
+  // count), the chi-square a 1% uniform admixture in the rare tokens (reference_test.cpp
+  // simulates both against these statistics).
+  const int64_t vocab = 16, batch = 1024;
+  const auto offsets = range_offsets(5000, 400);
+  for (const char* dt : {"fp32", "bf16", "fp16"}) {
+    for (float t : {0.7f, 1.3f}) {
+      const double step = 0.45 * t / 0.7;  // the same probabilities at both temperatures
+      Matrix x = make_matrix(dt, batch, vocab, [&](int64_t, int64_t i) { return -step * i; });
+      Params prm;
+      prm.top_k = 1000000;  // off
+      prm.temperature = t;
+      const auto xs = x.row(0);  // the values as stored in dt
+      const auto w = weights_of(Api::kLogits, xs, t);
+      const auto target =
+          ref::target_distribution(w, std::vector<ref::Keep>(w.size(), ref::Keep::kMust));
+      INFO(dt << " T " << t);
+      const Draws d = draw(Api::kLogits, x, prm, 79, offsets);
+      check_distribution(d, target, vocab);
+      if (under_sanitizer()) continue;
+      long n = 0;
+      const auto counts = histogram(d, vocab, n);
+      const double z = ref::mean_score_z(counts, target, xs, n);
+      INFO("mean-logit z " << z);
+      CHECK(std::fabs(z) < 6.0);
+    }
+  }
+}
+
 TEST_CASE("sampling gpu: all-equal probabilities draw uniformly", "[gpu][sampling]") {
   const int64_t vocab = 37;
   Matrix x = make_matrix("fp32", 1024, vocab, [](int64_t, int64_t) { return 1.0 / 37.0; });
@@ -620,10 +653,11 @@ TEST_CASE("sampling gpu: the draw is the inverse CDF of the documented Philox un
   std::mt19937_64 rng(std::random_device{}());
   Matrix x = random_probs(rng, 256, 20000, 2.0);
   const uint64_t seed = 0x1234567890abcdefull;
-  for (Api api : {Api::kPlain, Api::kTopP, Api::kTopK}) {
+  for (Api api : {Api::kPlain, Api::kTopP, Api::kTopK, Api::kMinP, Api::kTopKTopP}) {
     Params prm;
     prm.top_k = 100;
     prm.top_p = 0.7f;
+    prm.min_p = 0.1f;
     const Draws d = draw(api, x, prm, seed, {42, 43});
     long agree = 0, total = 0;
     for (size_t k = 0; k < d.samples.size(); ++k) {
@@ -637,6 +671,30 @@ TEST_CASE("sampling gpu: the draw is the inverse CDF of the documented Philox un
     }
     INFO("api " << static_cast<int>(api) << ": " << agree << " of " << total << " agree");
     CHECK(agree >= total * 99 / 100);
+  }
+  // Logits with temperature and top-k: the weights are exp((x - max) / T) (fp32 in the kernel,
+  // within a few ulps of the reference's), top-p off so no mass boundary is in play.
+  std::normal_distribution<double> nd(0.0, 3.0);
+  for (const char* dt : {"fp32", "bf16", "fp16"}) {
+    Matrix lx = make_matrix(dt, 256, 20000, [&](int64_t, int64_t) { return nd(rng); });
+    for (int k : {100, 1000000}) {
+      Params prm;
+      prm.top_k = k;
+      prm.temperature = 0.7f;
+      const Draws d = draw(Api::kLogits, lx, prm, seed, {42, 43});
+      long agree = 0, total = 0;
+      for (size_t j = 0; j < d.samples.size(); ++j) {
+        for (int64_t r = 0; r < lx.batch; ++r) {
+          const auto w = weights_of(Api::kLogits, lx.row(r), 0.7);
+          const auto keep = ref::keep_sets(w, ref::exact(spec_of(Api::kLogits, prm, r)));
+          const double u = ref::sampling_uniform(seed, 42 + j, static_cast<uint32_t>(r));
+          agree += d.samples[j][r] == ref::inverse_cdf(w, keep, u);
+          ++total;
+        }
+      }
+      INFO("logits " << dt << " k " << k << ": " << agree << " of " << total << " agree");
+      CHECK(agree >= total * 99 / 100);
+    }
   }
 }
 
@@ -669,6 +727,36 @@ TEST_CASE("sampling gpu: NaN, negative, infinite and all-zero rows are reported 
   Matrix ok = make_matrix("fp32", 8, vocab, [](int64_t, int64_t i) { return 1.0 + i % 5; });
   const Draws d = draw(Api::kTopP, ok, rows, 1, {0});
   for (int64_t r = 0; r < 8; ++r) CHECK(d.valid[0][r] == (r >= 1 && r <= 3 ? 0 : 1));
+  // min-p per row (kjit.h): <= 0 is off, NaN or > 1 makes the row invalid (sample -1), 1 keeps
+  // the maximum and its ties only (here the 200 tokens i % 5 == 4).
+  Params mp;
+  mp.min_p_rows = {0.3f, 1.0f, 1.5f, static_cast<float>(kNaN), -0.5f, 0.0f, 1.0f, 2.0f};
+  const Draws md = draw(Api::kMinP, ok, mp, 1, range_offsets(0, 16));
+  for (size_t j = 0; j < md.samples.size(); ++j) {
+    for (int64_t r = 0; r < 8; ++r) {
+      const float m = mp.min_p_rows[static_cast<size_t>(r)];
+      const bool bad = !(m <= 1.0f);
+      INFO("min_p " << m << " row " << r << " draw " << j);
+      CHECK(md.valid[j][r] == (bad ? 0 : 1));
+      if (bad) CHECK(md.samples[j][r] == -1);
+      if (m == 1.0f) CHECK(md.samples[j][r] % 5 == 4);
+    }
+  }
+  {
+    Matrix okr = make_matrix("fp32", 6, vocab, [](int64_t, int64_t i) { return 1.0 + i % 5; });
+    Params valid_rows;
+    valid_rows.min_p_rows = {0.3f, 1.0f, -0.5f, 0.0f, 1.0f, 0.9f};
+    check_in_set(Api::kMinP, okr, valid_rows,
+                 draw(Api::kMinP, okr, valid_rows, 2, range_offsets(0, 16)));
+  }
+  // The scalar min_p = 1 (the top of its range): the maximum and its ties, on random rows.
+  {
+    std::mt19937_64 rng(91);
+    Matrix rx = random_probs(rng, 64, 1000, 2.0);
+    Params one;
+    one.min_p = 1.0f;
+    check_in_set(Api::kMinP, rx, one, draw(Api::kMinP, rx, one, 3, range_offsets(0, 4)));
+  }
   // Logits: NaN, +Inf, all -Inf, and a negative per-row temperature.
   Matrix lx = make_matrix("fp32", 6, vocab, [](int64_t r, int64_t i) {
     if (r == 1 && i == 2) return kNaN;
@@ -1275,6 +1363,9 @@ TEST_CASE("sampling gpu: top-k logit masking keeps ties and copies NaN rows", "[
       auto k_dev = upload_vec(ks);
       auto k_t = make_tensor(k_dev->get(), {9}, dl_dtype("int32"));
       DeviceBuffer out(static_cast<size_t>(9 * vocab) * ref::elem_size(dt));
+      // Poison: 0x7B in every byte is a finite 1.3e36 in fp32 and bf16 and 61280 in fp16, none of
+      // them a logit here, -inf or the NaN a NaN row keeps: an element left unwritten fails.
+      out.fill(0x7B);
       auto out_t = make_tensor(out.get(), {9, vocab}, dl_dtype(dt));
       REQUIRE(kjit_top_k_mask_logits(x.t.get(), k_t.get(), out_t.get(), 1, nullptr) ==
               KJIT_SUCCESS);
@@ -1315,7 +1406,9 @@ TEST_CASE("sampling gpu: softmax with temperature matches fp64", "[gpu][sampling
       auto t_dev = upload_vec(temps);
       auto t_t = make_tensor(t_dev->get(), {6}, dl_dtype("fp32"));
       DeviceBuffer out(static_cast<size_t>(6 * vocab) * 4);
-      out.fill(0x00);
+      // Poison: 0x7B7B7B7B is fp32 1.3e36, neither a probability nor the NaN of an invalid row
+      // (row 3), nor the zeros row 5 expects, so an element left unwritten fails on every row.
+      out.fill(0x7B);
       auto out_t = make_tensor(out.get(), {6, vocab}, dl_dtype("fp32"));
       REQUIRE(kjit_softmax(x.t.get(), t_t.get(), out_t.get(), 1.0f, nullptr) == KJIT_SUCCESS);
       device_synchronize();

@@ -301,7 +301,7 @@ TEST_CASE("trace dump gpu: decode attention, merge_states and sampling record on
     auto so = on_device(seed_offset, sizeof seed_offset);
     DeviceBuffer samples(4 * 4), valid(16);
     samples.fill(0xFF);
-    valid.fill(0);
+    valid.fill(0x5A);  // poison: neither 0 nor 1
     auto in = make_tensor(ld->get(), {4, V}, dl_dtype("fp32"));
     auto seed = make_tensor(so->get(), {1}, dl_dtype("int64"));
     auto offset = make_tensor(static_cast<char*>(so->get()) + 8, {1}, dl_dtype("int64"));

@@ -3,10 +3,13 @@
 // valid entry. The seed is printed so a failure can be replayed (KJIT_RELIABILITY_SEED).
 #include <catch2/catch.hpp>
 
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <random>
 #include <string>
@@ -152,6 +155,14 @@ TEST_CASE("kill -9: writers killed inside publish leave a pair that is whole or 
       REQUIRE(w.wait(60));
       CHECK(w.term_signal() == SIGKILL);
     }
+    {
+      // The cubin file itself, read directly rather than through the cache's validation: one
+      // of the two whole versions, never a partial one, whatever the sidecar beside it says.
+      const auto raw = util::read_file(ref.paths.cubin);
+      REQUIRE(raw);
+      const std::string h = util::xxh3_64_hex(*raw);
+      CHECK((h == ref.hash || h == padded_hash));
+    }
     auto next = rel::run_worker({"build", "--spec", "tiny:501"}, env, 60);
     INFO(next.out << next.err);
     REQUIRE(next.ok);
@@ -174,4 +185,117 @@ TEST_CASE("kill -9: writers killed inside publish leave a pair that is whole or 
   // Half of each publish lies between the cubin's rename and the sidecar's: some kills must
   // land there, or the torn-pair path went untested.
   CHECK(torn >= 1);
+}
+
+namespace {
+
+// Two versions of one file, of different sizes and bytes: any mixture of them (a truncated new
+// file, new bytes over old ones, an empty file) equals neither.
+std::string file_version(size_t bytes, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::string s(bytes, '\0');
+  for (auto& c : s) c = static_cast<char>(g());
+  return s;
+}
+
+enum class Seen { kOld, kNew, kMissing, kTorn };
+
+Seen classify(const fs::path& path, const std::string& old_v, const std::string& new_v) {
+  const auto got = util::read_file(path);
+  if (!got) return Seen::kMissing;
+  if (*got == old_v) return Seen::kOld;
+  if (*got == new_v) return Seen::kNew;
+  return Seen::kTorn;
+}
+
+// Forks a child that runs `body` and _exits with its return value (3 on an exception).
+template <class F>
+pid_t fork_writer(F body) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    int rc = 3;
+    try {
+      rc = body();
+    } catch (...) {
+    }
+    ::_exit(rc);
+  }
+  return pid;
+}
+
+}  // namespace
+
+// util::write_file_atomic is what keeps a cache reader from seeing half a cubin. This checks the
+// file itself, byte for byte, not through the cache's size and hash validation (which would
+// quietly turn a torn cubin into a recompile and hide the bug): a write that stops short, a writer
+// killed at random moments, and readers racing the writer all see the old bytes or the new ones.
+TEST_CASE("kill -9: a rewrite cut short or killed mid-write leaves the old bytes or the new",
+          "[reliability][kill]") {
+  TempDir dir;
+  const fs::path path = dir.path() / "entry.cubin";
+  const std::string old_v = file_version(3 << 20, 1), new_v = file_version(2 << 20, 2);
+  util::write_file_atomic(path, old_v);
+  REQUIRE(classify(path, old_v, new_v) == Seen::kOld);
+
+  {
+    // A short write (RLIMIT_FSIZE, SIGXFSZ ignored): the writer gets EFBIG halfway through the
+    // new bytes, reports the failure, and the file keeps every old byte.
+    const pid_t pid = fork_writer([&] {
+      std::signal(SIGXFSZ, SIG_IGN);
+      const rlim_t half = new_v.size() / 2;
+      const rlimit lim{half, half};
+      if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) return 4;
+      util::write_file_atomic(path, new_v);
+      return 0;
+    });
+    REQUIRE(pid > 0);
+    int ws = 0;
+    REQUIRE(::waitpid(pid, &ws, 0) == pid);
+    REQUIRE(WIFEXITED(ws));
+    CHECK(WEXITSTATUS(ws) == 3);  // the write failed, with an exception
+    CHECK(classify(path, old_v, new_v) == Seen::kOld);
+    CHECK(rel::files_containing(dir.path(), ".tmp.").empty());  // its temp file is gone too
+  }
+
+  // A writer that rewrites the file in a loop, alternating the two versions, killed after a
+  // random delay; meanwhile this process reads the file as fast as it can.
+  const unsigned s = seed();
+  std::mt19937 rng(s);
+  std::uniform_int_distribution<long> delay_us(0, 60000);
+  const int iterations = 12;
+  long reads = 0, torn = 0, missing = 0, saw_old = 0, saw_new = 0;
+  for (int i = 0; i < iterations; ++i) {
+    INFO("seed " << s << ", iteration " << i);
+    const pid_t pid = fork_writer([&] {
+      for (;;) {
+        util::write_file_atomic(path, new_v);
+        util::write_file_atomic(path, old_v);
+      }
+      return 0;
+    });
+    REQUIRE(pid > 0);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(delay_us(rng));
+    do {
+      const Seen r = classify(path, old_v, new_v);
+      ++reads;
+      torn += r == Seen::kTorn;
+      missing += r == Seen::kMissing;
+      saw_old += r == Seen::kOld;
+      saw_new += r == Seen::kNew;
+    } while (std::chrono::steady_clock::now() < until);
+    ::kill(pid, SIGKILL);
+    int ws = 0;
+    REQUIRE(::waitpid(pid, &ws, 0) == pid);
+    CHECK((WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL));
+    const Seen after = classify(path, old_v, new_v);
+    CHECK((after == Seen::kOld || after == Seen::kNew));
+  }
+  WARN("rewrites killed at random: seed "
+       << s << ", " << reads << " reads during the writes: " << saw_old << " old, " << saw_new
+       << " new, " << torn << " torn, " << missing << " missing");
+  CHECK(torn == 0);
+  CHECK(missing == 0);
+  // Both versions showed up, or the reads never overlapped a rewrite and proved nothing.
+  CHECK(saw_old > 0);
+  CHECK(saw_new > 0);
 }

@@ -20,6 +20,7 @@
 #include "ops/registry.hpp"
 #include "reference/attention_ref.hpp"
 #include "support/gpu.hpp"
+#include "support/no_gpu.hpp"
 #include "util/error.hpp"
 
 using kjit::test::dl_dtype;
@@ -136,7 +137,8 @@ void expect_run_invalid(RunCall& c, const char* fragment) {
 
 // A call that passes validation: without a GPU it stops at the missing driver.
 void expect_run_valid(RunCall& c) {
-  if (kjit::test::gpu_available()) return;  // the GPU suite runs these shapes for real
+  // Only reached without a GPU: the test case starts with KJIT_RUN_WITHOUT_GPU().
+  REQUIRE_FALSE(kjit::test::gpu_available());
   const kjit_status s = c.run();
   INFO("last error: " << last_error());
   CHECK(s == KJIT_ERROR_NO_DEVICE);
@@ -443,6 +445,7 @@ TEST_CASE("attention abi: run rejects a NULL workspace when the plan splits",
 }
 
 TEST_CASE("attention abi: run accepts no lse and no workspace when unsplit", "[c_abi][attention]") {
+  KJIT_RUN_WITHOUT_GPU();
   RunCall c;
   c.args.o.num_splits = 1;
   c.plan = make_plan(c.args);
@@ -514,6 +517,7 @@ TEST_CASE("attention abi: run rejects a bf16 cache under an fp8 plan", "[c_abi][
 }
 
 TEST_CASE("attention abi: run accepts fp8 caches, e4m3fn or raw bytes", "[c_abi][attention]") {
+  KJIT_RUN_WITHOUT_GPU();
   RunCall c = fp8_call();
   expect_run_valid(c);
   c.vc.t.dtype = DLDataType{kDLUInt, 8, 1};
@@ -718,6 +722,7 @@ TEST_CASE("attention abi: run rejects cache rows under 4-byte alignment as unsup
 
 TEST_CASE("attention abi: run accepts HND, combined caches, strided q and 8-byte rows",
           "[c_abi][attention]") {
+  KJIT_RUN_WITHOUT_GPU();
   {
     RunCall c;
     c.args.layout = KJIT_KV_LAYOUT_HND;
@@ -794,7 +799,8 @@ void expect_merge_invalid(MergeCall& c, const char* fragment) {
 }
 
 void expect_merge_valid(MergeCall& c) {
-  if (kjit::test::gpu_available()) return;
+  // Only reached without a GPU: the test case starts with KJIT_RUN_WITHOUT_GPU().
+  REQUIRE_FALSE(kjit::test::gpu_available());
   const kjit_status s = c.run();
   INFO("last error: " << last_error());
   CHECK(s == KJIT_ERROR_NO_DEVICE);
@@ -833,6 +839,7 @@ TEST_CASE("attention abi: merge_states rejects each NULL tensor", "[c_abi][atten
 
 TEST_CASE("attention abi: merge_states accepts no s_out and in-place outputs",
           "[c_abi][attention]") {
+  KJIT_RUN_WITHOUT_GPU();
   MergeCall c;
   c.with_s_out = false;
   expect_merge_valid(c);
@@ -941,8 +948,9 @@ TEST_CASE("attention abi: merge_states_n rejects s_out overlapping s", "[c_abi][
 }
 
 TEST_CASE("attention abi: merge_states_n validates, then needs the device", "[c_abi][attention]") {
+  KJIT_RUN_WITHOUT_GPU();
   MergeNCall c;
-  if (!kjit::test::gpu_available()) CHECK(c.run() == KJIT_ERROR_NO_DEVICE);
+  CHECK(c.run() == KJIT_ERROR_NO_DEVICE);
 }
 
 // ---- Pure parts

@@ -14,6 +14,7 @@
 #include "ops/registry.hpp"
 #include "reference/norm_ref.hpp"
 #include "support/gpu.hpp"
+#include "support/no_gpu.hpp"
 
 using kjit::test::dl_dtype;
 using kjit::test::make_tensor;
@@ -320,15 +321,15 @@ TEST_CASE("norm abi: fused_add_rmsnorm with zero rows is a successful no-op, sti
 
 TEST_CASE("norm abi: a valid fused_add_rmsnorm call reports no device without a GPU",
           "[norm_abi]") {
-  if (kjit::test::gpu_available()) return;  // the GPU suite covers this path with a device
+  KJIT_RUN_WITHOUT_GPU();
   Fused c;
-  expect_fused(c, KJIT_ERROR_NO_DEVICE, "libcuda.so.1");
+  expect_fused(c, KJIT_ERROR_NO_DEVICE, kjit::test::no_device_reason().c_str());
   // Misaligned, odd-sized, row-strided views with different strides: still valid.
   Fused m;
   m.in = make_tensor(kIn + 2, {4, 63}, dl_dtype("bf16"), {65, 1});
   m.res = make_tensor(kRes, {4, 63}, dl_dtype("bf16"), {100, 1});
   m.w = make_tensor(kW + 6, {63}, dl_dtype("bf16"));
-  expect_fused(m, KJIT_ERROR_NO_DEVICE, "libcuda.so.1");
+  expect_fused(m, KJIT_ERROR_NO_DEVICE, kjit::test::no_device_reason().c_str());
 }
 
 // ========================================= layernorm ============================================
@@ -556,16 +557,16 @@ TEST_CASE("norm abi: layernorm with zero rows is a successful no-op, still valid
 }
 
 TEST_CASE("norm abi: a valid layernorm call reports no device without a GPU", "[norm_abi]") {
-  if (kjit::test::gpu_available()) return;  // the GPU suite covers this path with a device
+  KJIT_RUN_WITHOUT_GPU();
   Ln c;
-  expect_ln(c, KJIT_ERROR_NO_DEVICE, "libcuda.so.1");
+  expect_ln(c, KJIT_ERROR_NO_DEVICE, kjit::test::no_device_reason().c_str());
   // fp32 parameters beside bf16 input, in place, with misaligned odd-sized views: still valid.
   Ln m;
   m.in = make_tensor(kIn + 2, {4, 63}, dl_dtype("bf16"), {65, 1});
   m.out = make_tensor(kIn + 2, {4, 63}, dl_dtype("bf16"), {65, 1});
   m.g = make_tensor(kW + 4, {63}, dl_dtype("fp32"));
   m.b = make_tensor(kB + 12, {63}, dl_dtype("fp32"));
-  expect_ln(m, KJIT_ERROR_NO_DEVICE, "libcuda.so.1");
+  expect_ln(m, KJIT_ERROR_NO_DEVICE, kjit::test::no_device_reason().c_str());
 }
 
 // ================================ rmsnorm / gemma_rmsnorm =======================================
@@ -596,7 +597,7 @@ TEST_CASE("norm abi: rmsnorm and gemma_rmsnorm reject out overlapping weight", "
 }
 
 TEST_CASE("norm abi: a valid gemma_rmsnorm call reports no device without a GPU", "[norm_abi]") {
-  if (kjit::test::gpu_available()) return;
+  KJIT_RUN_WITHOUT_GPU();
   Rms c;
   CHECK(c.run(true) == KJIT_ERROR_NO_DEVICE);
   CHECK(starts_with("kjit_gemma_rmsnorm"));

@@ -53,17 +53,55 @@ inline int64_t decode_ref_page(const DecodeRefArgs& a, int64_t b, int64_t t) {
   return page >= 0 && page < a.num_pages ? page : -1;
 }
 
+// How far a correct decode kernel's outputs may be from the exact ones, element by element, given
+// the precision of its arithmetic; decode_attention fills `out` and `lse` when given one.
+//
+// The arithmetic is a flash-decoding kernel's: logits in fp32 from exact products (16-bit or fp8
+// inputs), p = exp2(logit - running max) in fp32, the numerator sum_j p_j v_j on tensor cores with
+// p rounded to the P.V operand type and fp32 accumulation, the denominator summing the unrounded p
+// in fp32, split partials merged in fp32, one rounding of the output. Per output element:
+//
+//   P: the rounding of each p_j, |delta_j| <= b_j = u_p p_j + eta_p / Z (normalized; eta_p is the
+//      absolute error of an fp16 p below the normal range, Z = sum_j exp(logit_j - max) >= 1), is
+//      an error sum_j delta_j v_j. Its worst case sum_j b_j |v_j| is the bound for a few
+//      positions; for many, the roundings of distinct random values are independent and zero-mean,
+//      so by Hoeffding |sum| <= 6 sqrt(sum_j b_j^2 v_j^2) fails with probability below 2 exp(-18)
+//      (and their actual spread, b_j / sqrt(3), puts that at ten standard deviations). This is
+//      what scales with the output instead of with max|v|: at 8192 positions it is ~100 times
+//      smaller than u_p max|v|, so losing a few percent of the positions shows.
+//   fp32: accumulating n = len / 16 tensor-core steps into one register, as many running-max
+//      rescales, the denominator's sum and the merges, each off by at most ~2^-23 of the
+//      magnitudes involved (A = sum_j p_j |v_j|), plus logits off by a few fp32 ulps of
+//      sum_d |q_d k_d| scaled (S), which move each p_j relatively by as much:
+//      (n + 16) 2^-22 A + 32 u32 S A.
+//   output: one rounding, u_out |out| (half an ulp), on top of the above.
+// lse (natural log, fp32): its error is the relative error of the sum of exponentials (fp32 sums
+// of random terms: ~u32 sqrt(n), under 1e-6 for n = 8192; exp2f and log2f within a few ulps) plus
+// the logits' own error and the fp32 rounding of the result: 1e-5 + 32 u32 max(|lse|, S). Losing
+// one position of 8192 moves lse by its probability, ~1e-4.
+struct DecodeTolerance {
+  double u_p = 0x1p-8;    // unit roundoff of the probabilities fed to P.V
+  double eta_p = 0.0;     // absolute rounding error of a subnormal probability (fp16: 2^-25)
+  double u_out = 0x1p-8;  // unit roundoff of the output type
+  std::vector<double> out, lse;
+};
+
 // out[b][i][d] and lse[b][i] (natural log) for every request b and qo head i. q(b, i, d),
 // k(page, slot, kv_head, d) and v(...) return the stored values as doubles (fp8: decoded, not
 // scaled). An empty request gives out = 0, lse = -inf.
 template <class Q, class K, class V>
 void decode_attention(const DecodeRefArgs& a, Q&& q, K&& k, V&& v, std::vector<double>& out,
-                      std::vector<double>& lse) {
+                      std::vector<double>& lse, DecodeTolerance* tol = nullptr) {
   const int64_t D = a.head_dim, group = a.qo_heads / a.kv_heads;
   out.assign(static_cast<size_t>(a.batch * a.qo_heads * D), 0.0);
   lse.assign(static_cast<size_t>(a.batch * a.qo_heads), -std::numeric_limits<double>::infinity());
+  if (tol) {
+    tol->out.assign(out.size(), 1e-6);
+    tol->lse.assign(lse.size(), 0.0);
+  }
   std::vector<int64_t> pages, slots;
-  std::vector<double> x;
+  std::vector<double> x, vv;
+  std::vector<double> worst, spread, mag;
   for (int64_t b = 0; b < a.batch; ++b) {
     int64_t start = 0, len = 0;
     decode_ref_range(a, b, start, len);
@@ -80,25 +118,59 @@ void decode_attention(const DecodeRefArgs& a, Q&& q, K&& k, V&& v, std::vector<d
       const int64_t h = i / group;
       x.assign(pages.size(), 0.0);
       double mx = -std::numeric_limits<double>::infinity();
+      double s_abs = 0, x_abs = 0;  // largest scaled sum_d |q_d k_d| and |logit|
       for (size_t j = 0; j < pages.size(); ++j) {
-        double dot = 0;
-        for (int64_t d = 0; d < D; ++d) dot += q(b, i, d) * k(pages[j], slots[j], h, d);
+        double dot = 0, dot_abs = 0;
+        for (int64_t d = 0; d < D; ++d) {
+          const double t = q(b, i, d) * k(pages[j], slots[j], h, d);
+          dot += t;
+          dot_abs += std::fabs(t);
+        }
         double logit = a.sm_scale * a.k_scale * dot;
         if (a.soft_cap > 0) logit = a.soft_cap * std::tanh(logit / a.soft_cap);
         x[j] = logit;
         mx = std::max(mx, logit);
+        s_abs = std::max(s_abs, a.sm_scale * std::fabs(a.k_scale) * dot_abs);
+        x_abs = std::max(x_abs, std::fabs(logit));
       }
       double sum = 0;
       for (double& e : x) {
         e = std::exp(e - mx);
         sum += e;
       }
-      double* o = &out[static_cast<size_t>((b * a.qo_heads + i) * D)];
+      const size_t row = static_cast<size_t>(b * a.qo_heads + i);
+      double* o = &out[row * static_cast<size_t>(D)];
+      if (tol) {
+        worst.assign(static_cast<size_t>(D), 0.0);
+        spread.assign(static_cast<size_t>(D), 0.0);
+        mag.assign(static_cast<size_t>(D), 0.0);
+      }
+      vv.resize(static_cast<size_t>(D));
       for (size_t j = 0; j < pages.size(); ++j) {
         const double p = x[j] / sum;
-        for (int64_t d = 0; d < D; ++d) o[d] += p * a.v_scale * v(pages[j], slots[j], h, d);
+        for (int64_t d = 0; d < D; ++d) vv[d] = a.v_scale * v(pages[j], slots[j], h, d);
+        for (int64_t d = 0; d < D; ++d) o[d] += p * vv[d];
+        if (!tol) continue;
+        const double bj = tol->u_p * p + tol->eta_p / sum;
+        for (int64_t d = 0; d < D; ++d) {
+          const double av = std::fabs(vv[d]);
+          worst[d] += bj * av;
+          spread[d] += bj * bj * av * av;
+          mag[d] += p * av;
+        }
       }
-      lse[static_cast<size_t>(b * a.qo_heads + i)] = mx + std::log(sum);
+      lse[row] = mx + std::log(sum);
+      if (tol) {
+        constexpr double u32 = 0x1p-24;
+        const double n = static_cast<double>(pages.size()) / 16.0;
+        const double fp32 = (n + 16) * 0x1p-22 + 32 * u32 * s_abs;
+        for (int64_t d = 0; d < D; ++d) {
+          const double pv = std::min(worst[d], 6.0 * std::sqrt(spread[d]));
+          tol->out[row * static_cast<size_t>(D) + static_cast<size_t>(d)] =
+              (1 + tol->u_out) * (pv + fp32 * mag[d]) + tol->u_out * std::fabs(o[d]) + 1e-6;
+        }
+        tol->lse[row] = 1e-5 + 32 * u32 * std::max({std::fabs(lse[row]), s_abs, x_abs});
+      }
     }
   }
 }

@@ -203,4 +203,28 @@ inline double chi_square(const std::vector<long>& counts, const std::vector<doub
   return chi;
 }
 
+// The bound the distribution tests put on chi_square: ~6 standard deviations of the chi-square
+// law above its mean, so a correct sampler passes and one drawing from another distribution
+// fails by far.
+inline double chi_square_limit(int dof) {
+  return dof + 6.0 * std::sqrt(2.0 * std::max(dof, 1)) + 10.0;
+}
+
+// z-score of the draws' mean of score[i] against its mean under p: (mean - E_p) / (sd_p /
+// sqrt(n)); |z| < 6 for a correct sampler. With the logits as the score this is the most powerful
+// test of the temperature (a factor 1 + e on T moves E[x] by about -e Var(x) / T), which a
+// chi-square spreads over all its degrees of freedom.
+inline double mean_score_z(const std::vector<long>& counts, const std::vector<double>& p,
+                           const std::vector<double>& score, long n) {
+  double mean = 0, ep = 0, ep2 = 0;
+  for (size_t i = 0; i < p.size(); ++i) {
+    mean += static_cast<double>(counts[i]) * score[i];
+    ep += p[i] * score[i];
+    ep2 += p[i] * score[i] * score[i];
+  }
+  mean /= static_cast<double>(n);
+  const double sd = std::sqrt(std::max(ep2 - ep * ep, 1e-300));
+  return (mean - ep) / (sd / std::sqrt(static_cast<double>(n)));
+}
+
 }  // namespace kjit::ref
