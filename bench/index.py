@@ -173,8 +173,8 @@ def render(results):
         for e in with_headlines:
             lines += [f"### {e['folder']}", "",
                       f"{e['gpu']} ({e['arch'] or '?'}), driver {e['driver']}, commit "
-                      f"{e['commit']}; every kjit row checked against the CPU reference before it "
-                      "was timed.", ""] + headline_table(e) + [""]
+                      f"{e['commit']}; a kjit row is timed only after its CPU reference check "
+                      "passes.", ""] + headline_table(e) + [""]
     return "\n".join(lines).rstrip() + "\n"
 
 
