@@ -4,10 +4,10 @@ shapes with a dense KV cache (q [B, Hq, 1, D], k / v [B, Hkv, L, D], enable_gqa=
 SDPA backend (cuDNN, flash, memory-efficient; a backend that refuses the shape gets a row with
 its error). PyTorch is not checked here; kjit's result is (kjit-cli bench checks it).
 
-Timing matches the kjit harness's default (cold L2): each sample flushes L2 by writing a 512 MB
-buffer, then one call is timed with CUDA events; the median of the samples is reported. --hot
-times back-to-back batches of ~1 ms instead (as bench/peers/torch_peers.py). Bytes counted as
-kjit counts them: K and V read once, q read, out written. One JSON line per result."""
+Timed under the same TIMER/FLUSH runs as `kjit-cli bench` times kjit (peer_timing.py; --runs,
+e.g. events/read,events/dirty: one call per sample after the flush). Bytes counted as kjit
+counts them: K and V read once, q read, out written. One JSON line per result, naming its timer
+and flush."""
 import argparse
 import json
 import sys
@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from peer_timing import time_batches as time_hot, time_cold
+from peer_timing import add_runs_argument, describe, time_fn
 
 BACKENDS = {
     "cudnn": SDPBackend.CUDNN_ATTENTION,
@@ -34,13 +34,12 @@ def main():
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--backends", default="cudnn,flash,efficient")
-    ap.add_argument("--hot", action="store_true", help="back-to-back batches, hot L2")
     ap.add_argument("--json", default="")
+    add_runs_argument(ap)
     args = ap.parse_args()
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     hq, hk, d = args.qo_heads, args.kv_heads, args.head_dim
     out = open(args.json, "a") if args.json else None
-    flush = None if args.hot else torch.empty(512 << 20, dtype=torch.uint8, device="cuda")
     for shape in args.shapes.split(","):
         b, l = map(int, shape.split("x"))
         q = torch.randn(b, hq, 1, d, device="cuda", dtype=dt)
@@ -48,35 +47,34 @@ def main():
         v = torch.randn(b, hk, l, d, device="cuda", dtype=dt)
         nbytes = k.nbytes + v.nbytes + 2 * q.nbytes
         for name in args.backends.split(","):
-            row = {"op": "decode_attention", "backend": f"torch-sdpa-{name}",
-                   "shape": {"batch": b, "kv_len": l, "qo_heads": hq, "kv_heads": hk,
-                             "head_dim": d, "layout": "dense"},
-                   "dtype": args.dtype, "gpu": torch.cuda.get_device_name(),
-                   "torch": torch.__version__,
-                   "timer": ("cuda-events, back-to-back batch per sample, hot L2" if args.hot
-                             else "cuda-events, one call per sample after an L2 flush")}
+            for timer, flush in args.runs:
+                row = {"op": "decode_attention", "backend": f"torch-sdpa-{name}",
+                       "shape": {"batch": b, "kv_len": l, "qo_heads": hq, "kv_heads": hk,
+                                 "head_dim": d, "layout": "dense"},
+                       "dtype": args.dtype, "gpu": torch.cuda.get_device_name(),
+                       "torch": torch.__version__, "timer": timer, "flush": flush}
 
-            def fn():
-                return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+                def fn():
+                    return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
 
-            with sdpa_kernel(BACKENDS[name]):
-                try:
-                    fn()
-                    torch.cuda.synchronize()
-                except Exception as e:  # the backend refuses this shape / GQA / dtype
-                    row["error"] = str(e).splitlines()[0][:300]
-                    print(f"decode_attention torch-sdpa-{name:9s} {shape:>10s}: {row['error']}",
-                          flush=True)
-                    if out:
-                        out.write(json.dumps(row) + "\n")
-                    continue
-                t = time_hot(fn) if args.hot else time_cold(fn, flush)
-            row.update(t)
-            row["gbps"] = nbytes / (t["median_us"] * 1e3)
-            print(f"decode_attention torch-sdpa-{name:9s} {shape:>10s} {t['median_us']:9.2f} us "
-                  f"{row['gbps']:7.0f} GB/s", flush=True)
-            if out:
-                out.write(json.dumps(row) + "\n")
+                with sdpa_kernel(BACKENDS[name]):
+                    try:
+                        fn()
+                        torch.cuda.synchronize()
+                        t = time_fn(fn, timer, flush)
+                    except Exception as e:  # the backend refuses this shape / GQA / dtype / graph
+                        row["error"] = str(e).splitlines()[0][:300]
+                        print(f"decode_attention torch-sdpa-{name:9s} {shape:>10s} "
+                              f"{timer}/{flush}: {row['error']}", flush=True)
+                        if out:
+                            out.write(json.dumps(row) + "\n")
+                        continue
+                row.update(t)
+                row["gbps"] = nbytes / (t["median_us"] * 1e3)
+                print(f"decode_attention torch-sdpa-{name:9s} {shape:>10s} [{describe(t)}] "
+                      f"{t['median_us']:9.2f} us {row['gbps']:7.0f} GB/s", flush=True)
+                if out:
+                    out.write(json.dumps(row) + "\n")
         del q, k, v
         torch.cuda.empty_cache()
     return 0

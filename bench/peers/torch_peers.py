@@ -1,16 +1,15 @@
 #!/usr/bin/env python3
 """PyTorch peers (rmsnorm, fused add + rmsnorm, layernorm, silu / gelu / gelu-tanh and mul, and
-RoPE written in torch ops), timed the way `kjit-cli bench` times kjit: CUDA events around a
-batch of back-to-back calls sized to ~1 ms, median over samples, hot L2. PyTorch is the
-reference implementation here, so it is not checked; kjit's results are (kjit-cli bench).
-One JSON line per result."""
+RoPE written in torch ops), timed under the same TIMER/FLUSH runs as `kjit-cli bench` times kjit
+(peer_timing.py; --runs). PyTorch is the reference implementation here, so it is not checked;
+kjit's results are (kjit-cli bench). One JSON line per result, naming its timer and flush."""
 import argparse
 import json
 import sys
 
 import torch
 
-from peer_timing import time_batches
+from peer_timing import add_runs_argument, describe, time_fn
 
 
 def make_case(op, rows, hidden, dt, eps):
@@ -65,6 +64,7 @@ def main():
     ap.add_argument("--shapes", default="1x4096,64x4096,4096x4096,16384x4096,16384x8192")
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--json", default="")
+    add_runs_argument(ap)
     # Small shapes are launch-bound and torch.compile adds Python guard time per call there;
     # compile only where bandwidth is what is compared.
     ap.add_argument("--compile-min-bytes", type=int, default=16 << 20)
@@ -77,30 +77,40 @@ def main():
         eager, nbytes, copy_src = make_case(args.op, rows, hidden, dt, eps)
         half = copy_src.reshape(-1)[: nbytes // 2 // copy_src.element_size()]
         dst = torch.empty_like(half)
-        copy = time_batches(lambda: dst.copy_(half))
-        copy_gbps = 2 * half.nbytes / (copy["median_us"] * 1e3)
         peers = {"torch-eager": eager}
         if nbytes >= 2 * args.compile_min_bytes:
             # A fresh, static-shape compile per shape: one function reused across shapes turns
             # dynamic after the second shape and loses its specialized kernel.
             torch._dynamo.reset()
             peers["torch-compile"] = torch.compile(eager, dynamic=False)
-        for name, fn in peers.items():
-            fn()
-            row = {"op": args.op, "backend": name, "shape": {"rows": rows, "hidden": hidden},
-                   "dtype": args.dtype, "gpu": torch.cuda.get_device_name(),
-                   "torch": torch.__version__,
-                   "timer": "cuda-events, back-to-back batch per sample, hot L2"}
-            t = time_batches(fn)
-            row.update(t)
-            row["gbps"] = nbytes / (t["median_us"] * 1e3)
-            row["copy_gbps"] = copy_gbps
-            row["pct_of_copy"] = 100 * row["gbps"] / copy_gbps
-            print(f"{args.op:18s} {name:14s} rows={rows:6d} hidden={hidden:6d} "
-                  f"{t['median_us']:9.2f} us {row['gbps']:7.0f} GB/s "
-                  f"({row['pct_of_copy']:.1f}% of copy {copy_gbps:.0f})", flush=True)
-            if out:
-                out.write(json.dumps(row) + "\n")
+        for timer, flush in args.runs:
+            # The copy of the same bytes, timed the same way in the same process.
+            copy = time_fn(lambda: dst.copy_(half), timer, flush)
+            copy_gbps = 2 * half.nbytes / (copy["median_us"] * 1e3)
+            for name, fn in peers.items():
+                fn()
+                row = {"op": args.op, "backend": name, "shape": {"rows": rows, "hidden": hidden},
+                       "dtype": args.dtype, "gpu": torch.cuda.get_device_name(),
+                       "torch": torch.__version__}
+                try:
+                    t = time_fn(fn, timer, flush)
+                except Exception as e:  # e.g. a compiled function a graph cannot capture
+                    row.update({"timer": timer, "flush": flush,
+                                "error": str(e).splitlines()[0][:300]})
+                    print(f"{args.op:18s} {name:14s} rows={rows:6d} hidden={hidden:6d} "
+                          f"{timer}/{flush}: {row['error']}", flush=True)
+                    if out:
+                        out.write(json.dumps(row) + "\n")
+                    continue
+                row.update(t)
+                row["gbps"] = nbytes / (t["median_us"] * 1e3)
+                row["copy_gbps"] = copy_gbps
+                row["pct_of_copy"] = 100 * row["gbps"] / copy_gbps
+                print(f"{args.op:18s} {name:14s} rows={rows:6d} hidden={hidden:6d} "
+                      f"[{describe(t)}] {t['median_us']:9.2f} us {row['gbps']:7.0f} GB/s "
+                      f"({row['pct_of_copy']:.1f}% of copy {copy_gbps:.0f})", flush=True)
+                if out:
+                    out.write(json.dumps(row) + "\n")
     return 0
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch peers of kjit's sampling ops (`kjit-cli bench top_p_sampling | top_k_top_p_sampling |
-argmax | softmax`), timed the way `kjit-cli bench` times kjit: CUDA events around a batch of
-back-to-back calls sized to ~1 ms, median over samples, hot L2. One JSON line per result.
+argmax | softmax`), timed under the same TIMER/FLUSH runs as `kjit-cli bench` times kjit
+(peer_timing.py; --runs). One JSON line per result, naming its timer and flush.
 
 The samplers are the usual sort-based implementations engines fall back to (vLLM's
 apply_top_k_top_p, SGLang's torch path): sort the row, cumulative sum, mask, renormalize,
@@ -15,7 +15,7 @@ import sys
 
 import torch
 
-from peer_timing import time_batches
+from peer_timing import add_runs_argument, describe, time_fn
 
 
 def sort_top_p(probs, p):
@@ -84,6 +84,7 @@ def main():
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--sigma", type=float, default=2.0)
     ap.add_argument("--json", default="")
+    add_runs_argument(ap)
     args = ap.parse_args()
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
     out = open(args.json, "a") if args.json else None
@@ -92,31 +93,40 @@ def main():
         peers, nbytes = make_case(args.op, batch, vocab, dt, args)
         src = torch.empty(max(nbytes // 2 // 4, 1), dtype=torch.float32, device="cuda")
         dst = torch.empty_like(src)
-        copy = time_batches(lambda: dst.copy_(src))
-        copy_gbps = 2 * src.nbytes / (copy["median_us"] * 1e3)
-        for name, fn in peers.items():
-            fn()
-            shape_row = {"batch": batch, "vocab": vocab}
-            if args.op in ("top_p_sampling", "top_k_top_p_sampling"):
-                shape_row["p"] = args.p
-            if args.op == "top_k_top_p_sampling":
-                shape_row["k"] = args.k
-            if args.op in ("top_k_top_p_sampling", "softmax"):
-                shape_row["temperature"] = args.temperature
-            row = {"op": args.op, "backend": name, "shape": shape_row,
-                   "dtype": "fp32" if args.op == "top_p_sampling" else args.dtype,
-                   "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-                   "timer": "cuda-events, back-to-back batch per sample, hot L2"}
-            t = time_batches(fn)
-            row.update(t)
-            row["gbps"] = nbytes / (t["median_us"] * 1e3)
-            row["copy_gbps"] = copy_gbps
-            row["pct_of_copy"] = 100 * row["gbps"] / copy_gbps
-            print(f"{args.op:22s} {name:12s} batch={batch:5d} vocab={vocab:7d} "
-                  f"{t['median_us']:9.2f} us {row['gbps']:7.0f} GB/s "
-                  f"({row['pct_of_copy']:.1f}% of copy {copy_gbps:.0f})", flush=True)
-            if out:
-                out.write(json.dumps(row) + "\n")
+        shape_row = {"batch": batch, "vocab": vocab}
+        if args.op in ("top_p_sampling", "top_k_top_p_sampling"):
+            shape_row["p"] = args.p
+        if args.op == "top_k_top_p_sampling":
+            shape_row["k"] = args.k
+        if args.op in ("top_k_top_p_sampling", "softmax"):
+            shape_row["temperature"] = args.temperature
+        for timer, flush in args.runs:
+            copy = time_fn(lambda: dst.copy_(src), timer, flush)
+            copy_gbps = 2 * src.nbytes / (copy["median_us"] * 1e3)
+            for name, fn in peers.items():
+                fn()
+                row = {"op": args.op, "backend": name, "shape": shape_row,
+                       "dtype": "fp32" if args.op == "top_p_sampling" else args.dtype,
+                       "gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
+                try:
+                    t = time_fn(fn, timer, flush)
+                except Exception as e:  # e.g. a sampler a CUDA graph cannot capture
+                    row.update({"timer": timer, "flush": flush,
+                                "error": str(e).splitlines()[0][:300]})
+                    print(f"{args.op:22s} {name:12s} batch={batch:5d} vocab={vocab:7d} "
+                          f"{timer}/{flush}: {row['error']}", flush=True)
+                    if out:
+                        out.write(json.dumps(row) + "\n")
+                    continue
+                row.update(t)
+                row["gbps"] = nbytes / (t["median_us"] * 1e3)
+                row["copy_gbps"] = copy_gbps
+                row["pct_of_copy"] = 100 * row["gbps"] / copy_gbps
+                print(f"{args.op:22s} {name:12s} batch={batch:5d} vocab={vocab:7d} "
+                      f"[{describe(t)}] {t['median_us']:9.2f} us {row['gbps']:7.0f} GB/s "
+                      f"({row['pct_of_copy']:.1f}% of copy {copy_gbps:.0f})", flush=True)
+                if out:
+                    out.write(json.dumps(row) + "\n")
     return 0
 
 

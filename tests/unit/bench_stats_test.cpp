@@ -1,18 +1,22 @@
 // The GPU-free rules of `kjit-cli bench` (tools/kjit-cli/bench_stats.*) on synthetic input:
 // statistics, the noise stopping decision, throttle classification, CUPTI record splitting, CSV
-// rows, --backends parsing, repro command lines and the bound on launches queued behind the
-// blocking kernel; and the harness's own kernels compile.
+// rows, --backends / --flush / --timer parsing, repro command lines, the bound on launches
+// queued behind the blocking kernel, and suite files (bench_suite.*); and the harness's own
+// kernels compile.
 #include <catch2/catch.hpp>
 
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "bench_kernels.hpp"
 #include "bench_stats.hpp"
+#include "bench_suite.hpp"
 #include "jit/jit_core.hpp"
 #include "support/temp_dir.hpp"
 
@@ -164,7 +168,7 @@ TEST_CASE("bench stats: CUPTI records split into samples at the separators", "[b
 
 TEST_CASE("bench stats: CSV rows follow the header and escape what needs it", "[bench]") {
   const std::string header = csv_header();
-  CHECK(header.rfind("op,uri,backend,shape,dtype,arch,gpu,driver,timer,", 0) == 0);
+  CHECK(header.rfind("op,uri,backend,shape,dtype,arch,gpu,driver,timer,l2,flush,", 0) == 0);
   CHECK(header.find("check.pass,check.max_abs,check.max_rel,throttled") != std::string::npos);
   CHECK(header.substr(header.size() - 6) == ",repro");
 
@@ -175,6 +179,7 @@ TEST_CASE("bench stats: CSV rows follow the header and escape what needs it", "[
   row["median_us"] = 2.5;
   row["check"] = {{"pass", true}, {"max_abs", 0.25}, {"max_rel", 0.001}};
   row["throttled"] = "unknown";
+  row["flush"] = "dirty";
   row["repro"] = "kjit-cli bench rmsnorm --set dtype=bf16";
   const std::string line = csv_line(row);
 
@@ -219,6 +224,7 @@ TEST_CASE("bench stats: CSV rows follow the header and escape what needs it", "[
   CHECK(at("check.pass") == "true");
   CHECK(std::stod(at("check.max_abs")) == 0.25);
   CHECK(at("throttled") == "unknown");
+  CHECK(at("flush") == "dirty");
   CHECK(at("uri").empty());  // absent fields are empty cells
   CHECK(at("repro") == "kjit-cli bench rmsnorm --set dtype=bf16");
   CHECK(csv_escape("a\nb") == "\"a\nb\"");
@@ -242,8 +248,10 @@ TEST_CASE("bench stats: repro command lines name every option that changes a fig
   o.sets = {{"dtype", "bf16"}, {"hidden", "4096"}, {"rows", "1"}};
   CHECK(repro_command(o) ==
         "kjit-cli bench rmsnorm --set dtype=bf16 --set hidden=4096 --set rows=1 --backends kjit "
-        "--timer cupti --cold-l2 --warmup 10 --iters 100 --check");
-  o.cold_l2 = false;
+        "--timer cupti --flush read --warmup 10 --iters 100 --check");
+  o.flush = Flush::kDirty;
+  CHECK(repro_command(o).find(" --timer cupti --flush dirty ") != std::string::npos);
+  o.flush = Flush::kNone;
   o.timer = "events-batched";
   o.backends = {"kjit", "copy"};
   o.max_noise_pct = 0.5;
@@ -253,7 +261,7 @@ TEST_CASE("bench stats: repro command lines name every option that changes a fig
   o.json_path = "out.jsonl";  // where rows go is not part of a row's identity
   CHECK(repro_command(o) ==
         "kjit-cli bench rmsnorm --set dtype=bf16 --set hidden=4096 --set rows=1 --backends "
-        "kjit,copy --timer events-batched --hot-l2 --warmup 10 --max-noise 0.5 --max-time 2.5 "
+        "kjit,copy --timer events-batched --flush none --warmup 10 --max-noise 0.5 --max-time 2.5 "
         "--min-iters 20 --no-check");
   CHECK(shell_quote("dtype=bf16") == "dtype=bf16");
   CHECK(shell_quote("a b") == "'a b'");
@@ -304,15 +312,163 @@ TEST_CASE("bench kernels: the harness's blocking, flush and separator kernels co
   s.gen_dir = s.cache_dir / "generated";
   kjit::jit::JitCore core(s);
   const kjit::jit::Spec spec = harness_kernels_spec();
-  REQUIRE(spec.entry_names.size() == 3);
+  REQUIRE(spec.entry_names.size() == 4);
   for (const kjit::jit::ArchTarget t :
        {kjit::jit::ArchTarget{8, 0, false}, kjit::jit::ArchTarget{9, 0, false}}) {
     const kjit::jit::Artifact a = core.build(spec, t);
     REQUIRE_FALSE(a.cubin.empty());
     // extern "C" entries keep their names in the cubin: CUPTI records are matched by them.
-    for (const char* name : {kBlockKernel, kFlushKernel, kMarkKernel}) {
+    for (const char* name : {kBlockKernel, kFlushKernel, kMarkKernel, kDirtyFlushKernel}) {
       INFO(name);
       CHECK(a.cubin.find(name) != std::string::npos);
     }
   }
+}
+
+TEST_CASE("bench stats: --flush names and the timers each flush allows", "[bench]") {
+  for (Flush f : {Flush::kRead, Flush::kDirty, Flush::kNone})
+    CHECK(parse_flush(flush_name(f)) == f);
+  CHECK(std::string(flush_name(Flush::kDirty)) == "dirty");
+  for (const char* bad : {"", "cold", "hot", "Read", "memset", "dirty "}) {
+    INFO(bad);
+    CHECK_THROWS_AS(parse_flush(bad), std::invalid_argument);
+  }
+  BenchOptions o;
+  CHECK(o.flush == Flush::kRead);  // the default stays the clean read flush
+  CHECK(o.cold());
+  o.flush = Flush::kNone;
+  CHECK_FALSE(o.cold());
+  // Per-call timers take any flush; back-to-back ones none, since a flush would sit in the batch.
+  for (const char* t : {"cupti", "events"}) {
+    for (Flush f : {Flush::kRead, Flush::kDirty, Flush::kNone})
+      CHECK_NOTHROW(check_timer_flush(t, f));
+  }
+  for (const char* t : {"events-batched", "graph"}) {
+    INFO(t);
+    CHECK_NOTHROW(check_timer_flush(t, Flush::kNone));
+    CHECK_THROWS_WITH(check_timer_flush(t, Flush::kRead), Catch::Contains("--flush none"));
+    CHECK_THROWS_AS(check_timer_flush(t, Flush::kDirty), std::invalid_argument);
+  }
+  CHECK_THROWS_WITH(check_timer_flush("nvtx", Flush::kNone), Catch::Contains("unknown timer"));
+  CHECK(known_timers().size() == 4);
+}
+
+namespace {
+
+Suite suite_of(const std::string& text) {
+  return parse_suite(text, "t.jsonl", "t");
+}
+
+}  // namespace
+
+TEST_CASE("bench suite: rows, defaults, peers and the suite line", "[bench]") {
+  const Suite s = suite_of(
+      "{\"suite\": \"norm\", \"about\": \"norms\"}\n"
+      "# a comment, then a blank line\n"
+      "\n"
+      "{\"defaults\": {\"runs\": [\"cupti/read\", \"cupti/dirty\"], \"backends\": \"kjit,copy\"}}\n"
+      "{\"name\": \"a\", \"op\": \"rmsnorm\", \"set\": {\"dtype\": \"bf16\", \"rows\": 1, "
+      "\"gemma\": true, \"p\": 0.5}}\n"
+      "{\"name\": \"b\", \"op\": \"empty\", \"runs\": [\"graph/none\"], \"repeat\": 2, "
+      "\"iters\": 7, \"warmup\": 0, \"headline\": true, \"backends\": \"kjit\"}\n"
+      "{\"defaults\": {\"runs\": [\"events-batched/none\"]}}\n"
+      "{\"name\": \"c\", \"op\": \"empty\"}\n"
+      "{\"peer\": \"torch_peers.py\", \"args\": [\"--op\", \"rmsnorm\"], \"runs\": "
+      "[\"events/dirty\", \"graph/none\"]}\n"
+      "{\"peer\": \"torch_sampling.py\"}\n");
+  CHECK(s.name == "norm");
+  CHECK(s.about == "norms");
+  REQUIRE(s.rows.size() == 3);
+  const SuiteRow& a = s.rows[0];
+  CHECK(a.name == "a");
+  CHECK(a.op == "rmsnorm");
+  CHECK(a.line == 5);
+  CHECK(a.sets == std::map<std::string, std::string>{
+                      {"dtype", "bf16"}, {"rows", "1"}, {"gemma", "1"}, {"p", "0.5"}});
+  REQUIRE(a.runs.size() == 2);
+  CHECK(a.runs[0].text() == "cupti/read");
+  CHECK(a.runs[1].flush == Flush::kDirty);
+  CHECK(a.backends == std::vector<std::string>{"kjit", "copy"});
+  CHECK(a.repeat == 1);
+  CHECK(a.iters == 0);
+  CHECK(a.warmup == -1);
+  CHECK_FALSE(a.headline);
+  const SuiteRow& b = s.rows[1];
+  REQUIRE(b.runs.size() == 1);
+  CHECK(b.runs[0].timer == "graph");
+  CHECK(b.runs[0].flush == Flush::kNone);
+  CHECK(b.repeat == 2);
+  CHECK(b.iters == 7);
+  CHECK(b.warmup == 0);
+  CHECK(b.headline);
+  CHECK(b.backends == std::vector<std::string>{"kjit"});
+  // A later defaults line changes what later rows start from, and only that key.
+  REQUIRE(s.rows[2].runs.size() == 1);
+  CHECK(s.rows[2].runs[0].text() == "events-batched/none");
+  CHECK(s.rows[2].backends == std::vector<std::string>{"kjit", "copy"});
+  REQUIRE(s.peers.size() == 2);
+  CHECK(s.peers[0].script == "torch_peers.py");
+  CHECK(s.peers[0].args == std::vector<std::string>{"--op", "rmsnorm"});
+  REQUIRE(s.peers[0].runs.size() == 2);
+  CHECK(s.peers[0].runs[0].text() == "events/dirty");
+  CHECK(s.peers[0].runs[1].text() == "graph/none");
+  REQUIRE(s.peers[1].runs.size() == 1);  // back to back, hot, unless the line says
+  CHECK(s.peers[1].runs[0].text() == "events-batched/none");
+  CHECK(s.peers[1].args.empty());
+  // Without a suite line the name is the file's stem; without runs, one cupti/read run.
+  const Suite bare = suite_of("{\"name\": \"x\", \"op\": \"empty\"}\n");
+  CHECK(bare.name == "t");
+  REQUIRE(bare.rows.size() == 1);
+  REQUIRE(bare.rows[0].runs.size() == 1);
+  CHECK(bare.rows[0].runs[0].text() == "cupti/read");
+}
+
+TEST_CASE("bench suite: a bad line is an error naming its line", "[bench]") {
+  const std::string ok = "{\"name\": \"ok\", \"op\": \"empty\"}\n";
+  const std::pair<std::string, std::string> cases[] = {
+      {"{op: empty}\n", "t.jsonl:1: not JSON"},
+      {"[1, 2]\n", "t.jsonl:1: each line must be a JSON object"},
+      {ok + "{\"op\": \"empty\"}\n", "t.jsonl:2: a row needs \"name\""},
+      {ok + "{\"name\": \"ok\", \"op\": \"empty\"}\n", "t.jsonl:2: row name \"ok\" given twice"},
+      {"{\"name\": \"x\"}\n", "a row needs \"op\""},
+      {"{\"name\": \"x\", \"op\": \"empty\", \"timer\": \"graph\"}\n", "no key \"timer\""},
+      {"{\"name\": \"x\", \"op\": \"empty\", \"runs\": [\"cupti\"]}\n", "not TIMER/FLUSH"},
+      {"{\"name\": \"x\", \"op\": \"empty\", \"runs\": [\"graph/read\"]}\n", "--flush none"},
+      {"{\"name\": \"x\", \"op\": \"empty\", \"runs\": [\"nvtx/none\"]}\n", "unknown timer"},
+      {"{\"name\": \"x\", \"op\": \"empty\", \"runs\": [\"cupti/cold\"]}\n", "unknown flush"},
+      {"{\"name\": \"x\", \"op\": \"empty\", \"runs\": []}\n", "non-empty array"},
+      {"{\"name\": \"x\", \"op\": \"empty\", \"backends\": \"kjit,torch\"}\n", "unknown backend"},
+      {"{\"name\": \"x\", \"op\": \"empty\", \"repeat\": 0}\n", "\"repeat\" must be"},
+      {"{\"name\": \"x\", \"op\": \"empty\", \"set\": {\"a\": [1]}}\n", "set.a must be"},
+      {"{\"name\": \"x\", \"op\": \"empty\", \"headline\": 1}\n", "\"headline\" must be"},
+      {ok + "{\"suite\": \"late\"}\n", "t.jsonl:2: the \"suite\" line must come first"},
+      {"{\"defaults\": {\"name\": \"x\"}}\n" + ok, "defaults has no key \"name\""},
+      {ok + "{\"peer\": \"../x.py\"}\n", "bench/peers/"},
+      {ok + "{\"peer\": \"torch_peers.py\", \"args\": [\"--runs\", \"graph/none\"]}\n",
+       "must not set --runs or --json"},
+      {ok + "{\"peer\": \"torch_peers.py\", \"runs\": [\"events/warm\"]}\n", "unknown flush"},
+      {ok + "{\"peer\": \"torch_peers.py\", \"runs\": [\"cupti/read\"]}\n", "not cupti"},
+      {ok + "{\"peer\": \"torch_peers.py\", \"flush\": [\"read\"]}\n", "no key \"flush\""},
+      {"# only a comment\n", "t.jsonl: no rows"},
+  };
+  for (const auto& [text, want] : cases) {
+    INFO(text);
+    CHECK_THROWS_WITH(suite_of(text), Catch::Contains(want));
+  }
+}
+
+TEST_CASE("bench suite: --suite finds NAME.jsonl in its folders, or a file", "[bench]") {
+  kjit::test::TempDir dir;
+  namespace fs = std::filesystem;
+  const fs::path a = dir.path() / "a", b = dir.path() / "b";
+  fs::create_directories(a);
+  fs::create_directories(b);
+  std::ofstream(b / "norm.jsonl") << "\n";
+  std::ofstream(a / "smoke.jsonl") << "\n";
+  const std::vector<std::string> dirs = {(dir.path() / "missing").string(), a.string(), b.string()};
+  CHECK(find_suite("norm", dirs) == (b / "norm.jsonl").string());
+  CHECK(find_suite("smoke", dirs) == (a / "smoke.jsonl").string());
+  CHECK(find_suite((b / "norm.jsonl").string(), {}) == (b / "norm.jsonl").string());
+  CHECK_THROWS_WITH(find_suite("rope", dirs), Catch::Contains("suites: norm, smoke"));
+  CHECK_THROWS_WITH(find_suite("x/rope.jsonl", dirs), Catch::Contains("no such file"));
 }

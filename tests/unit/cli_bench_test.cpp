@@ -1,6 +1,6 @@
 // kjit-cli bench / defs as processes: usage errors exit 2 before any GPU work, repro lines parse
-// back to the same options, the committed workloads and definitions are what this build reads
-// and writes, and bench without a GPU exits 3 (with one, it runs and writes a full row).
+// back to the same options, the committed workloads, suites and definitions are what this build
+// reads and writes, and bench without a GPU exits 3 (with one, it runs and writes full rows).
 #include <catch2/catch.hpp>
 
 #include <nlohmann/json.hpp>
@@ -8,7 +8,10 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -66,6 +69,25 @@ TEST_CASE("cli bench: bad options are usage errors (exit 2), before any GPU work
       kRms + "--timer nvtx",
       kRms + "--timer events-batched",  // needs --hot-l2
       kRms + "--cold-l2 --hot-l2",
+      kRms + "--flush warm",
+      kRms + "--flush dirty --hot-l2",
+      kRms + "--flush none --cold-l2",
+      kRms + "--timer graph",  // back to back: needs --flush none
+      kRms + "--timer graph --flush dirty",
+      kRms + "--timer events-batched --flush read",
+      kRms + "--match rms",                  // --match selects rows of a suite
+      kRms + "--timers cupti",               // so does --timers
+      "bench --suite nosuchsuite",           // lists the suites it knows
+      "bench --suite " + bad_line.string(),  // a workload file is not a suite: no "name"
+      "bench --suite smoke --timer events",  // the suite says how rows are timed
+      "bench --suite smoke --flush dirty",
+      "bench --suite smoke --hot-l2",
+      "bench --suite smoke --backends kjit,copy",
+      "bench --suite smoke --no-check",  // suites make claims: the check stays on
+      "bench --suite smoke rmsnorm",
+      "bench --suite smoke --from " + bad_line.string(),
+      "bench --suite smoke --match no-such-row",
+      "bench --suite smoke --timers nvtx",
       kRms + "--check --no-check",
       kRms + "--iters 0",
       kRms + "--max-noise -1",
@@ -101,6 +123,10 @@ TEST_CASE("cli bench: a row's repro parses back to the same options", "[cli]") {
   const std::string variants[] = {
       "",
       "--timer events --hot-l2 --iters 7 --warmup 0",
+      "--flush dirty",
+      "--timer events --flush dirty --iters 9",
+      "--timer graph --flush none --backends kjit,copy",
+      "--timer cupti --hot-l2",
       "--timer events-batched --hot-l2 --backends kjit,copy --no-check",
       "--max-noise 0.25 --max-time 3.5 --min-iters 12",
       "--max-noise 2 --iters 40 --timer events --json x.jsonl --csv x.csv",
@@ -125,8 +151,105 @@ TEST_CASE("cli bench: a row's repro parses back to the same options", "[cli]") {
           .at(0)
           .at("options");
   CHECK(o.at("timer") == "events");
-  CHECK(o.at("cold_l2") == false);
+  CHECK(o.at("flush") == "none");
   CHECK(o.at("set").at("hidden") == "4096");
+  // The old flags stay as aliases of --flush; the default is the clean read flush.
+  auto flush_of = [&](const std::string& v) {
+    return nlohmann::json::parse(cli(dir.path(), kRms + v + " --dry-run").out)
+        .at("runs")
+        .at(0)
+        .at("options")
+        .at("flush");
+  };
+  CHECK(flush_of("") == "read");
+  CHECK(flush_of("--cold-l2") == "read");
+  CHECK(flush_of("--hot-l2") == "none");
+  CHECK(flush_of("--flush dirty") == "dirty");
+}
+
+TEST_CASE("cli bench: the committed suites are valid --suite input, family suites both flushes",
+          "[cli]") {
+  kjit::test::TempDir dir;
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(fs::path(KJIT_SOURCE_DIR) / "bench/suites")) {
+    if (e.path().extension() == ".jsonl") names.push_back(e.path().stem().string());
+  }
+  for (const char* family :
+       {"smoke", "norm", "activation", "rope", "kv_cache", "decode_attention", "sampling"}) {
+    CHECK(std::find(names.begin(), names.end(), family) != names.end());
+  }
+  for (const auto& name : names) {
+    INFO(name);
+    // By name, from the source tree's bench/suites (the test does not run in a checkout).
+    const Run r = cli(dir.path(), "bench --suite " + name + " --dry-run", true);
+    REQUIRE(r.code == 0);
+    const auto j = nlohmann::json::parse(r.out);
+    CHECK(j.at("suite") == name);
+    CHECK_FALSE(j.at("about").get<std::string>().empty());
+    const auto& runs = j.at("runs");
+    REQUIRE_FALSE(runs.empty());
+    // Every row (by workload name) of a family suite is timed under both flushes, and every
+    // run checks its output first.
+    std::map<std::string, std::set<std::string>> flushes;
+    bool headline = false;
+    for (const auto& run : runs) {
+      const auto& o = run.at("options");
+      CHECK(o.at("check") == true);
+      CHECK_FALSE(run.at("workload").get<std::string>().empty());
+      CHECK(run.at("repro").get<std::string>().find(
+                "--flush " + o.at("flush").get<std::string>()) != std::string::npos);
+      flushes[run.at("workload")].insert(o.at("flush").get<std::string>());
+      headline = headline || run.at("headline").get<bool>();
+    }
+    if (name != "smoke") {
+      CHECK(headline);
+      for (const auto& [row, seen] : flushes) {
+        INFO(row);
+        CHECK(seen.count("read") == 1);
+        CHECK(seen.count("dirty") == 1);
+      }
+    }
+    for (const auto& peer : j.at("peers")) {
+      INFO(peer.dump());
+      CHECK(fs::exists(fs::path(KJIT_SOURCE_DIR) / "bench/peers" /
+                       peer.at("script").get<std::string>()));
+      CHECK_FALSE(peer.at("runs").empty());
+    }
+  }
+  // --match and --timers select: only the smoke suite's graph runs of its rmsnorm row.
+  const Run sel = cli(dir.path(), "bench --suite smoke --match rmsnorm --timers graph --dry-run");
+  REQUIRE(sel.code == 0);
+  const auto runs = nlohmann::json::parse(sel.out).at("runs");
+  REQUIRE(runs.size() == 1);
+  CHECK(runs.at(0).at("options").at("op") == "rmsnorm");
+  CHECK(runs.at(0).at("options").at("timer") == "graph");
+  CHECK(runs.at(0).at("options").at("flush") == "none");
+  // A suite given as a file, and its rows' options.
+  const fs::path own = dir.path() / "own.jsonl";
+  kjit::util::write_file_atomic(
+      own,
+      "{\"name\": \"r\", \"op\": \"rmsnorm\", \"set\": {\"dtype\": \"bf16\", \"rows\": 2, "
+      "\"hidden\": 64}, \"runs\": [\"events/dirty\", \"graph/none\"], \"repeat\": 2, "
+      "\"iters\": 5, \"backends\": \"kjit,copy\"}\n");
+  const Run mine = cli(dir.path(), "bench --suite " + own.string() + " --warmup 3 --dry-run");
+  REQUIRE(mine.code == 0);
+  const auto mr = nlohmann::json::parse(mine.out).at("runs");
+  REQUIRE(mr.size() == 4);  // two timings, twice
+  CHECK(mr.at(0).at("options").at("timer") == "events");
+  CHECK(mr.at(0).at("options").at("flush") == "dirty");
+  CHECK(mr.at(1).at("options").at("timer") == "graph");
+  CHECK(mr.at(2).at("options").at("timer") == "events");
+  CHECK(mr.at(0).at("options").at("iters") == 5);
+  CHECK(mr.at(0).at("options").at("warmup") == 3);  // the command line's, the row sets none
+  CHECK(mr.at(0).at("options").at("backends") == nlohmann::json({"kjit", "copy"}));
+  CHECK(mr.at(0).at("workload") == "r");
+  // A row whose op or --set names are wrong is a usage error naming the file and line.
+  const fs::path wrong = dir.path() / "wrong.jsonl";
+  kjit::util::write_file_atomic(
+      wrong, "# first line\n{\"name\": \"r\", \"op\": \"rmsnorm\", \"set\": {\"rows\": 2}}\n");
+  const Run w = cli(dir.path(), "bench --suite " + wrong.string() + " --dry-run", true);
+  CHECK(w.code == 2);
+  CHECK(w.out.find(wrong.string() + ":2:") != std::string::npos);
 }
 
 TEST_CASE("cli bench: the committed workloads are valid --from input", "[cli]") {
@@ -226,6 +349,35 @@ TEST_CASE("cli bench: without a GPU bench exits 3 with a message, with one it wr
   CHECK(got[0].at("check").at("pass") == true);
   CHECK(got[0].at("pct_of_copy").get<double>() > 0);
   CHECK(got[0].at("uri").get<std::string>().rfind("rmsnorm_", 0) == 0);
+  CHECK(got[0].at("flush") == "read");
+
+  // The dirty flush and the graph timer, through a suite file: one set-up, a row per timing.
+  const fs::path suite = dir.path() / "s.jsonl", srows = dir.path() / "s_rows.jsonl";
+  kjit::util::write_file_atomic(
+      suite,
+      "{\"name\": \"r\", \"op\": \"rmsnorm\", \"set\": {\"dtype\": \"bf16\", \"rows\": 64, "
+      "\"hidden\": 4096}, \"runs\": [\"events/dirty\", \"graph/none\"], \"iters\": 10, "
+      "\"warmup\": 2, \"headline\": true}\n");
+  REQUIRE(cli(dir.path(), "bench --suite " + suite.string() + " --json " + srows.string()).code ==
+          0);
+  std::ifstream sf(srows);
+  std::vector<nlohmann::json> srow;
+  for (std::string l; std::getline(sf, l);) srow.push_back(nlohmann::json::parse(l));
+  REQUIRE(srow.size() == 2);
+  CHECK(srow[0].at("timer") == "events");
+  CHECK(srow[0].at("flush") == "dirty");
+  CHECK(srow[0].at("l2") == "cold");
+  CHECK(srow[1].at("timer") == "graph");
+  CHECK(srow[1].at("flush") == "none");
+  CHECK(srow[1].at("batch").get<int>() >= 1);
+  for (const auto& row : srow) {
+    INFO(row.dump());
+    CHECK(row.at("suite") == "s");
+    CHECK(row.at("headline") == true);
+    CHECK(row.at("workload") == "r");
+    CHECK(row.at("check").at("pass") == true);
+    CHECK(row.at("median_us").get<double>() > 0);
+  }
 }
 
 TEST_CASE("cli defs: export writes one file per definition, equal to the committed set", "[cli]") {

@@ -71,8 +71,8 @@ int bench_act_and_mul(const ops::SetArgs& args, const BenchOptions& opts) {
   c.dtype = dtype;
   c.shape = {{"rows", rows}, {"d", d}};
   c.label = fmt::format("act_and_mul {} {} rows={} d={}", act, dtype, rows, d);
-  c.launch = [&] {
-    kjit_status st = fn(xt.get(), yt.get(), nullptr);
+  c.launch = [&](CUstream stream) {
+    kjit_status st = fn(xt.get(), yt.get(), stream);
     if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
   };
   c.bytes = 3.0 * n * es;  // reads [rows, 2d], writes [rows, d]

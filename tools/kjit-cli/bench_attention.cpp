@@ -207,10 +207,10 @@ int bench_decode_attention(const ops::SetArgs& args, const BenchOptions& opts) {
       "decode_attention {} kv={} {} batch={} kv_len={} heads={}/{} head_dim={} "
       "page={} splits={} [{}{}]",
       dtype, kv_dtype, layout, B, L, hq, hk, D, P, plan_splits, variant, tuned ? ", tuned" : "");
-  c.launch = [&] {
+  c.launch = [&](CUstream stream) {
     const kjit_status s =
         kjit_batch_decode_run(raw_plan, qt.get(), kct.get(), vct.get(), it.get(), pt.get(),
-                              lt.get(), wt.get(), ot.get(), nullptr, 1.0f, 1.0f, nullptr);
+                              lt.get(), wt.get(), ot.get(), nullptr, 1.0f, 1.0f, stream);
     if (s != KJIT_SUCCESS) throw Error(s, kjit_last_error());
   };
   // Reads every K and V byte of the requests once, q and the page table; writes out.

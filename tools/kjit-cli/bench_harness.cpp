@@ -42,7 +42,7 @@ void check_gpu() {
 
 double first_call_ms(const BenchCase& c) {
   auto t0 = std::chrono::steady_clock::now();
-  c.launch();
+  c.launch(nullptr);
   test::device_synchronize();
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -55,7 +55,7 @@ using ojson = nlohmann::ordered_json;
 // dependents on sm_90 unless KJIT_PDL=0 (src/ops/pdl.hpp): their rows say so in the label and as
 // shape.launch = "pdl". Under PDL a kernel may start while the one before it (an L2 flush, the
 // previous sample) still runs and wait inside for it, so only back-to-back timers
-// (events-batched) mean anything there: the other timers time these ops as plain launches
+// (events-batched, graph) mean anything there: the other timers time these ops as plain launches
 // (PlainLaunchUnlessBatched).
 bool elementwise_op(const std::string& op) {
   static const char* const kElementwise[] = {"empty",          "rmsnorm",     "fused_add_rmsnorm",
@@ -64,12 +64,16 @@ bool elementwise_op(const std::string& op) {
   return std::find(std::begin(kElementwise), std::end(kElementwise), op) != std::end(kElementwise);
 }
 
-// For the scope of one report: plain launches of an elementwise op unless the timer is
-// events-batched, then the process's launch mode again.
+bool back_to_back(const BenchOptions& opts) {
+  return opts.timer == "events-batched" || opts.timer == "graph";
+}
+
+// For the scope of one report: plain launches of an elementwise op unless the timer is a
+// back-to-back one, then the process's launch mode again.
 class PlainLaunchUnlessBatched {
  public:
   PlainLaunchUnlessBatched(const std::string& op, const BenchOptions& opts)
-      : active_(elementwise_op(op) && opts.timer != "events-batched" && ops::elementwise_pdl(0)) {
+      : active_(elementwise_op(op) && !back_to_back(opts) && ops::elementwise_pdl(0)) {
     if (active_) ops::force_elementwise_pdl(0);
   }
   ~PlainLaunchUnlessBatched() {
@@ -109,7 +113,8 @@ ojson row_head(const BenchCase& c, const std::string& backend, const BenchOption
   const std::string api = fmt::format("CUDA {}.{}", v / 1000, v % 1000 / 10);
   const std::string kernel_driver = driver_version();
   row["driver"] = kernel_driver.empty() ? api : kernel_driver + " (" + api + ")";
-  row["l2"] = opts.cold_l2 ? "cold" : "hot";
+  row["l2"] = opts.cold() ? "cold" : "hot";
+  row["flush"] = flush_name(opts.flush);
   row["warmup"] = opts.warmup;
   return row;
 }
@@ -167,6 +172,10 @@ void put_tail(ojson& row, const Measurement* m, double first_ms, const BenchOpti
   }
   row["first_call_ms"] = first_ms;
   row["workload"] = opts.workload.empty() ? ojson(nullptr) : ojson(opts.workload);
+  if (!opts.suite.empty()) {
+    row["suite"] = opts.suite;
+    row["headline"] = opts.headline;
+  }
   BenchOptions r = opts;
   if (r.op.empty()) r.op = row["op"].get<std::string>();
   row["repro"] = repro_command(r);
@@ -198,9 +207,8 @@ std::string describe(const Measurement& m) {
   return s;
 }
 
-}  // namespace
-
-int report(const BenchCase& in, const Check& chk, double first_ms, const BenchOptions& opts) {
+// report() under one timing: opts.timer and opts.flush.
+int report_one(const BenchCase& in, const Check& chk, double first_ms, const BenchOptions& opts) {
   const PlainLaunchUnlessBatched plain(in.op, opts);
   const BenchCase c = with_launch_mode(in);
   if (opts.check && !chk.pass()) {
@@ -233,10 +241,10 @@ int report(const BenchCase& in, const Check& chk, double first_ms, const BenchOp
   if (c.copy_bytes > 0) {
     dst = std::make_unique<test::DeviceBuffer>(c.copy_bytes);
     copy = measure(
-        [&] {
+        [&](CUstream s) {
           KJIT_CU_CHECK(cuda::driver().cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(dst->get()),
                                                          reinterpret_cast<CUdeviceptr>(c.copy_src),
-                                                         c.copy_bytes, nullptr));
+                                                         c.copy_bytes, s));
         },
         opts);
   }
@@ -285,6 +293,21 @@ int report(const BenchCase& in, const Check& chk, double first_ms, const BenchOp
       fmt::print("{} [copy]: this op has no copy baseline\n", c.label);
     }
     write_row(row, opts);
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int report(const BenchCase& c, const Check& chk, double first_ms, const BenchOptions& opts) {
+  if (opts.timings.empty()) return report_one(c, chk, first_ms, opts);
+  for (const Timing& t : opts.timings) {
+    BenchOptions one = opts;
+    one.timer = t.timer;
+    one.flush = t.flush;
+    one.timings.clear();
+    // A failed check is one failed row, not one per timing.
+    if (report_one(c, chk, first_ms, one) != kExitOk) return kExitFailure;
   }
   return kExitOk;
 }
@@ -427,10 +450,12 @@ int bench_empty(const ops::SetArgs& args, const BenchOptions& opts) {
     c.label += fmt::format(" moving read={} write={} bytes", read, write);
     c.bytes = static_cast<double>(read + write);
   }
-  c.launch = [&] {
+  c.launch = [&](CUstream s) {
     if (fn == nullptr)
       fn = jit::JitCore::global().kernel(spec.uri, 0, [&] { return spec; }).functions.at(0);
-    ops::launch_elementwise(fn, lc, move ? static_cast<const void*>(&mp) : &unused, 0);
+    cuda::LaunchConfig on = lc;
+    on.stream = s;
+    ops::launch_elementwise(fn, on, move ? static_cast<const void*>(&mp) : &unused, 0);
   };
   const double first_ms = first_call_ms(c);
   Check chk;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "bench_stats.hpp"
+#include "bench_timer.hpp"
 #include "ops/registry.hpp"
 #include "support/gpu.hpp"
 
@@ -45,16 +46,16 @@ struct BenchCase {
   std::string op;
   std::string uri;
   std::string dtype;
-  nlohmann::json shape;  // {"rows": ..., ...}
-  std::string label;     // "rmsnorm bf16 rows=64 hidden=5120" for the console
-  std::function<void()> launch;
+  nlohmann::json shape;            // {"rows": ..., ...}
+  std::string label;               // "rmsnorm bf16 rows=64 hidden=5120" for the console
+  Launch launch;                   // one call on the stream it is given
   double bytes = 0;                // HBM bytes one launch reads and writes
   const void* copy_src = nullptr;  // device bytes the copy baseline reads ...
   size_t copy_bytes = 0;           // ... and as many it writes: ~bytes / 2; 0: no baseline
   double flops = 0;                // floating-point operations of one launch (0: memory-bound)
   // The `reference` backend: a naive device implementation of the same op on the same buffers,
   // when the family has one (BenchEntry::has_reference); empty otherwise.
-  std::function<void()> reference_launch;
+  Launch reference_launch;
 };
 
 // Throws NO_DEVICE when there is no GPU; makes device 0 current for the driver calls of a bench.
@@ -65,8 +66,9 @@ double first_call_ms(const BenchCase& c);
 
 // Times a case that passed its check (or any case under --no-check) with every backend of
 // opts.backends, beside a device-to-device copy of the same traffic timed the same way in the
-// same run; prints one line and appends one JSON / CSV row per backend. A failed check is
-// reported, never timed. Returns the command's exit code.
+// same run; prints one line and appends one JSON / CSV row per backend, for each of
+// opts.timings (a suite row's timings) or else under opts.timer / opts.flush. A failed check is
+// reported once, never timed. Returns the command's exit code.
 int report(const BenchCase& c, const Check& chk, double first_ms, const BenchOptions& opts);
 
 // Fills `n` elements of `dtype` at `dst` uniformly in [lo, hi).

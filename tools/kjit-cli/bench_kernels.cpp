@@ -6,7 +6,7 @@ namespace kjit::cli {
 jit::Spec harness_kernels_spec() {
   jit::Spec spec;
   spec.op = "bench";
-  spec.params = {{"kernels", "v1"}};
+  spec.params = {{"kernels", "v2"}};
   spec.uri = jit::make_uri(spec.op, spec.params);
   spec.kernel_dirs = {"common"};
   spec.includes = {"common/prelude.cuh"};
@@ -20,6 +20,10 @@ struct FlushParams {
   const uint4* buf;
   unsigned long long n;
   unsigned* sink;
+};
+struct DirtyParams {
+  uint4* buf;
+  unsigned long long n;
 };
 __device__ __forceinline__ unsigned long long now_ns() {
   unsigned long long t;
@@ -54,8 +58,18 @@ extern "C" __global__ void kjit_bench_l2_flush(kjit_bench::FlushParams p) {
 
 // A sample separator for CUPTI when L2 stays hot.
 extern "C" __global__ void kjit_bench_mark(int) {}
+
+// Writes zeros over a large buffer, as the peers' harnesses do between calls: L2 is left full of
+// dirty lines, and the op after it pays for writing them back.
+extern "C" __global__ void kjit_bench_l2_dirty(kjit_bench::DirtyParams p) {
+  const unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;
+  for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < p.n;
+       i += step) {
+    p.buf[i] = make_uint4(0, 0, 0, 0);
+  }
+}
 )";
-  spec.entry_names = {kBlockKernel, kFlushKernel, kMarkKernel};
+  spec.entry_names = {kBlockKernel, kFlushKernel, kMarkKernel, kDirtyFlushKernel};
   spec.arch_families = {"sm_80+"};
   return spec;
 }

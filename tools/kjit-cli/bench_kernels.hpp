@@ -1,7 +1,7 @@
 // The device code of the bench harness itself (bench_timer.cpp): the blocking kernel that holds
-// the stream while a chunk is queued, the L2 flush, and the empty separator kernel that tells
-// CUPTI samples apart. Compiled through the JIT like any op (so, under CUPTI, after CUPTI is
-// enabled); separate from the timer so the unit tests compile it without a GPU.
+// the stream while a chunk is queued, the two L2 flushes (read, dirty), and the empty separator
+// kernel that tells CUPTI samples apart. Compiled through the JIT like any op (so, under CUPTI,
+// after CUPTI is enabled); separate from the timer so the unit tests compile it without a GPU.
 #pragma once
 
 #include "jit/spec.hpp"
@@ -11,8 +11,9 @@ namespace kjit::cli {
 inline constexpr const char* kBlockKernel = "kjit_bench_block";
 inline constexpr const char* kFlushKernel = "kjit_bench_l2_flush";
 inline constexpr const char* kMarkKernel = "kjit_bench_mark";
+inline constexpr const char* kDirtyFlushKernel = "kjit_bench_l2_dirty";
 
-// Entries in this order: block, flush, mark.
+// Entries in this order: block, flush (read), mark, dirty flush.
 jit::Spec harness_kernels_spec();
 
 // The read-only bandwidth probe: reads n 16-byte words (streaming loads) and keeps nothing, what

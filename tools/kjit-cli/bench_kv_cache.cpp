@@ -110,10 +110,10 @@ int bench_append_paged_kv(const ops::SetArgs& args, const BenchOptions& opts) {
   c.label = fmt::format(
       "append_paged_kv {} {} tokens={} batch={} kv_heads={} head_dim={} page={}{}", dtype, layout,
       tokens, batch, H, D, ps, cfg.early_indices ? " early-indices" : "");
-  c.launch = [&] {
+  c.launch = [&](CUstream stream) {
     kjit_status st = kjit_append_paged_kv_cache(
         akt.get(), avt.get(), bt.get(), pt.get(), kct.get(), vct.get(), it.get(), ipt.get(),
-        lt.get(), nhd ? KJIT_KV_LAYOUT_NHD : KJIT_KV_LAYOUT_HND, nullptr);
+        lt.get(), nhd ? KJIT_KV_LAYOUT_NHD : KJIT_KV_LAYOUT_HND, stream);
     if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
   };
   // Reads append_k / append_v, batch_indices, positions and the page table; writes as many

@@ -84,9 +84,9 @@ int bench_rmsnorm(const ops::SetArgs& args, const BenchOptions& opts) {
   c.label =
       fmt::format("{}rmsnorm {} rows={} hidden={}", gemma ? "gemma_" : "", dtype, rows, hidden) +
       per_thread.suffix(cfg.threads_per_row);
-  c.launch = [&] {
-    kjit_status st = gemma ? kjit_gemma_rmsnorm(xt.get(), wt.get(), yt.get(), eps, nullptr)
-                           : kjit_rmsnorm(xt.get(), wt.get(), yt.get(), eps, nullptr);
+  c.launch = [&](CUstream stream) {
+    kjit_status st = gemma ? kjit_gemma_rmsnorm(xt.get(), wt.get(), yt.get(), eps, stream)
+                           : kjit_rmsnorm(xt.get(), wt.get(), yt.get(), eps, stream);
     if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
   };
   c.bytes = 2.0 * n * es + hidden * es;
@@ -152,10 +152,9 @@ int bench_fused_add_rmsnorm(const ops::SetArgs& args, const BenchOptions& opts) 
             per_thread.suffix(cfg.threads_per_row);
   // In place: later launches run on the previous one's results. The work per byte is the same,
   // and only the first launch is checked.
-  c.launch = [&] {
-    kjit_status st = gemma
-                         ? kjit_gemma_fused_add_rmsnorm(xt.get(), rt.get(), wt.get(), eps, nullptr)
-                         : kjit_fused_add_rmsnorm(xt.get(), rt.get(), wt.get(), eps, nullptr);
+  c.launch = [&](CUstream stream) {
+    kjit_status st = gemma ? kjit_gemma_fused_add_rmsnorm(xt.get(), rt.get(), wt.get(), eps, stream)
+                           : kjit_fused_add_rmsnorm(xt.get(), rt.get(), wt.get(), eps, stream);
     if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
   };
   c.bytes = 4.0 * n * es + hidden * es;  // reads input and residual, writes both
@@ -217,8 +216,8 @@ int bench_layernorm(const ops::SetArgs& args, const BenchOptions& opts) {
   c.shape = {{"rows", rows}, {"hidden", hidden}, {"wdtype", wdtype}};
   c.label = fmt::format("layernorm {}/{} rows={} hidden={}", dtype, wdtype, rows, hidden) +
             per_thread.suffix(cfg.threads_per_row);
-  c.launch = [&] {
-    kjit_status st = kjit_layernorm(xt.get(), gt.get(), bt.get(), yt.get(), eps, nullptr);
+  c.launch = [&](CUstream stream) {
+    kjit_status st = kjit_layernorm(xt.get(), gt.get(), bt.get(), yt.get(), eps, stream);
     if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
   };
   c.bytes = 2.0 * n * es + 2.0 * hidden * ref::elem_size(wdtype);

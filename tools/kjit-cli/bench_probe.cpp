@@ -28,11 +28,13 @@ int report_read_probe(const void* data, int64_t bytes, const std::string& for_la
   probe.shape = {{"bytes", bytes}, {"for", for_label}};
   probe.label =
       fmt::format("read-only probe, {:.1f} MB (the bytes of the case above)", bytes / 1e6);
-  probe.launch = [&] {
+  probe.launch = [&](CUstream stream) {
     if (fn == nullptr) {
       fn = jit::JitCore::global().kernel(spec.uri, 0, [&] { return spec; }).functions.at(0);
     }
-    cuda::launch(fn, lc, &rp);
+    cuda::LaunchConfig on = lc;
+    on.stream = stream;
+    cuda::launch(fn, on, &rp);
   };
   probe.bytes = static_cast<double>(bytes);
   probe.copy_src = data;

@@ -108,10 +108,10 @@ int bench_rope(const ops::SetArgs& args, const BenchOptions& opts) {
                         cfg.decode       ? (cfg.early_pos ? "decode early-pos" : "decode")
                         : cfg.unit_major ? "unit-major"
                                          : "slot-major");
-  c.launch = [&] {
+  c.launch = [&](CUstream stream) {
     kjit_status st =
         kjit_apply_rope_pos_ids(qt.get(), kt.get(), qot.get(), kot.get(), pt.get(),
-                                static_cast<int>(rot), interleave ? 1 : 0, scale, theta, nullptr);
+                                static_cast<int>(rot), interleave ? 1 : 0, scale, theta, stream);
     if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
   };
   c.bytes = 2.0 * (nq + nk) * es + 4.0 * tokens;  // reads q, k, pos_ids; writes q_out, k_out

@@ -209,10 +209,10 @@ int bench_top_p_sampling(const ops::SetArgs& args, const BenchOptions& opts) {
   c.shape = {{"batch", batch}, {"vocab", vocab}, {"p", p}, {"sigma", sigma}};
   c.label =
       fmt::format("top_p_sampling fp32 batch={} vocab={} p={}{}", batch, vocab, p, path.label());
-  c.launch = [&] {
+  c.launch = [&](CUstream stream) {
     kjit_status st = kjit_top_p_sampling_from_probs(
         xt.get(), nullptr, bufs.seed_t.get(), bufs.offset_t.get(), bufs.samples_t.get(),
-        bufs.valid_t.get(), static_cast<float>(p), nullptr);
+        bufs.valid_t.get(), static_cast<float>(p), stream);
     if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
   };
   c.bytes = static_cast<double>(n) * 4;
@@ -263,11 +263,11 @@ int bench_top_k_top_p_sampling(const ops::SetArgs& args, const BenchOptions& opt
              {"sigma", sigma}};
   c.label = fmt::format("top_k_top_p_sampling {} batch={} vocab={} k={} p={} T={}{}", dtype, batch,
                         vocab, k, p, temperature, path.label());
-  c.launch = [&] {
+  c.launch = [&](CUstream stream) {
     kjit_status st = kjit_top_k_top_p_sampling_from_logits(
         xt.get(), nullptr, nullptr, nullptr, bufs.seed_t.get(), bufs.offset_t.get(),
         bufs.samples_t.get(), bufs.valid_t.get(), static_cast<int>(k), static_cast<float>(p),
-        static_cast<float>(temperature), nullptr);
+        static_cast<float>(temperature), stream);
     if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
   };
   c.bytes = static_cast<double>(n * es);
@@ -348,8 +348,8 @@ int bench_argmax(const ops::SetArgs& args, const BenchOptions& opts) {
   c.label = fmt::format("argmax {} batch={} vocab={} blocks/row={} threads={} unroll={}{}", dtype,
                         batch, vocab, plan.cfg.cluster, plan.threads, plan.cfg.unroll,
                         plan.cfg.search == 0 ? " search=float" : "");
-  c.launch = [&] {
-    kjit_status st = kjit_argmax(xt.get(), ot.get(), nullptr);
+  c.launch = [&](CUstream stream) {
+    kjit_status st = kjit_argmax(xt.get(), ot.get(), stream);
     if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
   };
   c.bytes = static_cast<double>(n * es);
@@ -397,9 +397,9 @@ int bench_softmax(const ops::SetArgs& args, const BenchOptions& opts) {
   c.dtype = dtype;
   c.shape = {{"batch", batch}, {"vocab", vocab}, {"temperature", temperature}};
   c.label = fmt::format("softmax {} batch={} vocab={} T={}", dtype, batch, vocab, temperature);
-  c.launch = [&] {
+  c.launch = [&](CUstream stream) {
     kjit_status st =
-        kjit_softmax(xt.get(), nullptr, ot.get(), static_cast<float>(temperature), nullptr);
+        kjit_softmax(xt.get(), nullptr, ot.get(), static_cast<float>(temperature), stream);
     if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
   };
   // Two reads of the logits (the second mostly from L2) count once: HBM traffic is one read and

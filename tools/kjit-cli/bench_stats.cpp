@@ -15,6 +15,44 @@ int iters_or_default(const BenchOptions& o) {
   return o.max_noise_pct > 0 ? 100000 : kDefaultIters;
 }
 
+const char* flush_name(Flush f) {
+  switch (f) {
+    case Flush::kRead: return "read";
+    case Flush::kDirty: return "dirty";
+    case Flush::kNone: break;
+  }
+  return "none";
+}
+
+Flush parse_flush(const std::string& name) {
+  for (Flush f : {Flush::kRead, Flush::kDirty, Flush::kNone}) {
+    if (name == flush_name(f)) return f;
+  }
+  throw std::invalid_argument("--flush: unknown flush '" + name + "' (known: read, dirty, none)");
+}
+
+std::string Timing::text() const {
+  return timer + "/" + flush_name(flush);
+}
+
+const std::vector<std::string>& known_timers() {
+  static const std::vector<std::string> names = {"cupti", "events", "events-batched", "graph"};
+  return names;
+}
+
+void check_timer_flush(const std::string& timer, Flush flush) {
+  const auto& known = known_timers();
+  if (std::find(known.begin(), known.end(), timer) == known.end()) {
+    throw std::invalid_argument("--timer: unknown timer '" + timer +
+                                "' (known: cupti, events, events-batched, graph)");
+  }
+  // A flush between back-to-back calls would be part of the batch's time.
+  if ((timer == "events-batched" || timer == "graph") && flush != Flush::kNone) {
+    throw std::invalid_argument("--timer " + timer +
+                                " times back-to-back calls, so it needs --flush none (--hot-l2)");
+  }
+}
+
 const std::vector<std::string>& known_backends() {
   static const std::vector<std::string> names = {"kjit", "copy", "reference"};
   return names;
@@ -62,8 +100,8 @@ std::string repro_command(const BenchOptions& o) {
   std::string backends;
   for (const auto& b : o.backends) backends += (backends.empty() ? "" : ",") + b;
   // {} prints a double in its shortest exact form, so the value parses back to the same bits.
-  cmd += fmt::format(" --backends {} --timer {} {} --warmup {}", shell_quote(backends),
-                     shell_quote(o.timer), o.cold_l2 ? "--cold-l2" : "--hot-l2", o.warmup);
+  cmd += fmt::format(" --backends {} --timer {} --flush {} --warmup {}", shell_quote(backends),
+                     shell_quote(o.timer), flush_name(o.flush), o.warmup);
   // A noise-stopped run without --iters has no count to repeat.
   if (o.iters > 0 || o.max_noise_pct <= 0) cmd += fmt::format(" --iters {}", iters_or_default(o));
   if (o.max_noise_pct > 0) {
@@ -243,6 +281,7 @@ const std::vector<std::string>& row_fields() {
                                              "driver",
                                              "timer",
                                              "l2",
+                                             "flush",
                                              "warmup",
                                              "iters",
                                              "stop",

@@ -12,13 +12,38 @@
 
 namespace kjit::cli {
 
+// What the harness does to L2 before each sample (docs/bench.md, "L2 flush"):
+//   read   a kernel reads a buffer twice the L2 size: the op starts with clean lines, none of
+//          them its own.
+//   dirty  a kernel writes zeros over a large buffer, as the peers' harnesses do (they zero a
+//          buffer between calls): the op starts with L2 full of dirty lines and pays to write
+//          them back, which costs a bandwidth-bound op several percent.
+//   none   nothing: inputs that fit in L2 stay there from the previous call.
+enum class Flush { kRead, kDirty, kNone };
+const char* flush_name(Flush f);  // "read" | "dirty" | "none"
+// "read" / "dirty" / "none"; std::invalid_argument otherwise.
+Flush parse_flush(const std::string& name);
+
+// The timers `bench` knows (bench_timer.hpp describes them).
+const std::vector<std::string>& known_timers();
+// Throws std::invalid_argument (the message a usage error shows) for an unknown timer, or for a
+// back-to-back timer (events-batched, graph: no flush fits between calls) under a flush.
+void check_timer_flush(const std::string& timer, Flush flush);
+
+// One way to time a case: a timer under a flush, written "TIMER/FLUSH" ("cupti/dirty").
+struct Timing {
+  std::string timer;
+  Flush flush = Flush::kRead;
+  std::string text() const;
+};
+
 // Options every bench shares (the command line of `kjit-cli bench` minus the op and --set).
 struct BenchOptions {
   int warmup = 10;
   std::string json_path;        // append one JSON line per result row; empty: none
   std::string csv_path;         // append one CSV line per result row (header once); empty: none
-  std::string timer = "cupti";  // requested: cupti | events | events-batched
-  bool cold_l2 = true;          // flush L2 before every sample
+  std::string timer = "cupti";  // requested: cupti | events | events-batched | graph
+  Flush flush = Flush::kRead;   // what is done to L2 before every sample
   int iters = 0;             // fixed sample count; with max_noise_pct > 0 the maximum; 0: default
   double max_noise_pct = 0;  // > 0: stop once the relative stddev is at most this (percent)
   double max_time_s = 10;    // noise stopping gives up after this many seconds of samples
@@ -28,7 +53,13 @@ struct BenchOptions {
   // What the rows name and the repro reproduces; set by cmd_bench.
   std::string op;
   std::map<std::string, std::string> sets;
-  std::string workload;  // the `name` of a --from line; empty otherwise
+  std::string workload;   // the `name` of a --from or --suite line; empty otherwise
+  std::string suite;      // the suite a row belongs to; empty outside --suite
+  bool headline = false;  // a suite row marked as one of its headline figures
+  // Suite rows: every timing to report the case under, after one set-up and one check (empty:
+  // just timer / flush).
+  std::vector<Timing> timings;
+  bool cold() const { return flush != Flush::kNone; }
 };
 
 inline constexpr int kDefaultIters = 100;

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -80,6 +81,7 @@ void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t* buffer, 
         rec->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
       const auto* k = reinterpret_cast<const CUpti_ActivityKernel4*>(rec);
       const bool sep = k->name != nullptr && (std::strcmp(k->name, kFlushKernel) == 0 ||
+                                              std::strcmp(k->name, kDirtyFlushKernel) == 0 ||
                                               std::strcmp(k->name, kMarkKernel) == 0);
       got.push_back({k->start, k->end, sep});
     } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
@@ -216,7 +218,7 @@ const Nvml& nvml() {
 // ---- Kernels of the harness itself ---------------------------------------------------------
 
 struct HarnessKernels {
-  CUfunction block = nullptr, flush = nullptr, mark = nullptr;
+  CUfunction block = nullptr, flush = nullptr, mark = nullptr, dirty = nullptr;
   volatile int* host_flag = nullptr;  // [0]: release, [1]: the blocking kernel timed out
   CUdeviceptr dev_flag = 0;
 };
@@ -230,6 +232,7 @@ const HarnessKernels& harness_kernels() {
     out.block = lk.functions.at(0);
     out.flush = lk.functions.at(1);
     out.mark = lk.functions.at(2);
+    out.dirty = lk.functions.at(3);
     const auto& d = cuda::driver();
     void* host = nullptr;
     KJIT_CU_CHECK(
@@ -247,34 +250,53 @@ struct FlushBuffer {
   unsigned long long n = 0;  // 16-byte elements
 };
 
-const FlushBuffer& flush_buffer() {
-  static const FlushBuffer f = [] {
-    const auto& d = cuda::driver();
-    const cuda::DeviceInfo& dev = cuda::device_info(0);
-    FlushBuffer out;
-    const size_t l2 = dev.l2_bytes > 0 ? static_cast<size_t>(dev.l2_bytes) : (64u << 20);
-    const size_t bytes = (2 * l2 + 15) / 16 * 16;
-    KJIT_CU_CHECK(d.cuMemAlloc(&out.buf, bytes));
-    KJIT_CU_CHECK(d.cuMemsetD8(out.buf, 0, bytes));
-    KJIT_CU_CHECK(d.cuMemAlloc(&out.sink, 16));
-    out.n = bytes / 16;
-    return out;  // freed with the context at exit
-  }();
-  return f;
+// The peers' harnesses zero 256 MB between calls; never less than twice the L2.
+constexpr size_t kDirtyFlushBytes = 256u << 20;
+
+FlushBuffer make_flush_buffer(size_t least) {
+  const auto& d = cuda::driver();
+  const cuda::DeviceInfo& dev = cuda::device_info(0);
+  FlushBuffer out;
+  const size_t l2 = dev.l2_bytes > 0 ? static_cast<size_t>(dev.l2_bytes) : (64u << 20);
+  const size_t bytes = (std::max(2 * l2, least) + 15) / 16 * 16;
+  KJIT_CU_CHECK(d.cuMemAlloc(&out.buf, bytes));
+  KJIT_CU_CHECK(d.cuMemsetD8(out.buf, 0, bytes));
+  KJIT_CU_CHECK(d.cuMemAlloc(&out.sink, 16));
+  KJIT_CU_CHECK(d.cuCtxSynchronize());  // cuMemsetD8 may return before the device is done
+  out.n = bytes / 16;
+  return out;  // freed with the context at exit
 }
 
-void launch_flush() {
+// The read flush's buffer (2x L2) and the dirty flush's (256 MB or 2x L2), made on first use.
+const FlushBuffer& flush_buffer(Flush f) {
+  static const FlushBuffer read = make_flush_buffer(0);
+  if (f == Flush::kRead) return read;
+  static const FlushBuffer dirty = make_flush_buffer(kDirtyFlushBytes);
+  return dirty;
+}
+
+// Leaves L2 as `f` asks (nothing for Flush::kNone), on the legacy stream.
+void launch_flush(Flush f) {
+  if (f == Flush::kNone) return;
   const HarnessKernels& k = harness_kernels();
-  const FlushBuffer& f = flush_buffer();
-  struct {
-    CUdeviceptr buf;
-    unsigned long long n;
-    CUdeviceptr sink;
-  } p{f.buf, f.n, f.sink};
+  const FlushBuffer& b = flush_buffer(f);
   cuda::LaunchConfig lc;
   lc.grid_x = static_cast<unsigned>(8 * cuda::device_info(0).sm_count);
   lc.block_x = 256;
-  cuda::launch(k.flush, lc, &p);
+  if (f == Flush::kRead) {
+    struct {
+      CUdeviceptr buf;
+      unsigned long long n;
+      CUdeviceptr sink;
+    } p{b.buf, b.n, b.sink};
+    cuda::launch(k.flush, lc, &p);
+  } else {
+    struct {
+      CUdeviceptr buf;
+      unsigned long long n;
+    } p{b.buf, b.n};
+    cuda::launch(k.dirty, lc, &p);
+  }
 }
 
 void launch_mark() {
@@ -325,8 +347,21 @@ struct Events {
 // One chunk of n samples with events: each sample is [flush] a, `batch` calls, b. Throws when the
 // blocking kernel gave up before the chunk was queued: its samples would then include launch
 // latency, so no figure is better than a wrong one.
-void events_chunk(const std::function<void()>& launch, int n, int batch, bool cold,
-                  std::vector<double>& us) {
+// Throws when the blocking kernel gave up before a chunk (`what`) was queued: its samples would
+// then include launch latency, so no figure is better than a wrong one.
+void check_blocker(bool timed_out, std::chrono::steady_clock::time_point t0,
+                   const std::string& what) {
+  if (!timed_out) return;
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  fail(KJIT_ERROR_INTERNAL,
+       "the blocking kernel timed out ({:.1f} s) before a chunk of {} was queued ({:.1f} s to "
+       "queue and run it): the host stalled while queueing (a full launch queue, or an op call "
+       "that synchronizes), so the samples would include launch latency",
+       kBlockTimeoutNs * 1e-9, what, s);
+}
+
+// One chunk of n samples with events: each sample is [flush] a, `batch` calls, b.
+void events_chunk(const Launch& launch, int n, int batch, Flush flush, std::vector<double>& us) {
   const auto& d = cuda::driver();
   const auto t0 = std::chrono::steady_clock::now();
   Events e(2 * static_cast<size_t>(n));
@@ -334,28 +369,102 @@ void events_chunk(const std::function<void()>& launch, int n, int batch, bool co
   {
     Blocker block;
     for (int s = 0; s < n; ++s) {
-      if (cold) launch_flush();
+      launch_flush(flush);
       KJIT_CU_CHECK(d.cuEventRecord(e.ev[2 * s], nullptr));
-      for (int i = 0; i < batch; ++i) launch();
+      for (int i = 0; i < batch; ++i) launch(nullptr);
       KJIT_CU_CHECK(d.cuEventRecord(e.ev[2 * s + 1], nullptr));
     }
     block.release();
     KJIT_CU_CHECK(d.cuEventSynchronize(e.ev.back()));
     timed_out = block.timed_out();
   }
-  if (timed_out) {
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    fail(KJIT_ERROR_INTERNAL,
-         "the blocking kernel timed out ({:.1f} s) before a chunk of {} samples x {} calls{} was "
-         "queued ({:.1f} s to queue and run it): the host stalled while queueing (a full launch "
-         "queue, or an op call that synchronizes), so the samples would include launch latency",
-         kBlockTimeoutNs * 1e-9, n, batch, cold ? " + L2 flush" : "", s);
-  }
+  check_blocker(
+      timed_out, t0,
+      fmt::format("{} samples x {} calls{}", n, batch,
+                  flush == Flush::kNone ? "" : std::string(" + ") + flush_name(flush) + " flush"));
   for (int s = 0; s < n; ++s) us.push_back(e.us_between(2 * s, 2 * s + 1) / batch);
 }
 
+// `calls` back-to-back op calls captured once in a CUDA graph on a stream of its own. The stream
+// is a blocking one, so its replays queue behind the blocking kernel on the legacy stream.
+class CapturedGraph {
+ public:
+  CapturedGraph(const Launch& launch, int calls) : calls_(calls) {
+    const auto& d = cuda::driver();
+    KJIT_CU_CHECK(d.cuStreamCreate(&stream_, CU_STREAM_DEFAULT));
+    try {
+      KJIT_CU_CHECK(d.cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_RELAXED));
+      try {
+        for (int i = 0; i < calls; ++i) launch(stream_);
+      } catch (...) {
+        CUgraph partial = nullptr;
+        d.cuStreamEndCapture(stream_, &partial);
+        if (partial != nullptr) d.cuGraphDestroy(partial);
+        throw;
+      }
+      const CUresult r = d.cuStreamEndCapture(stream_, &graph_);
+      if (r != CUDA_SUCCESS) {
+        const char* name = nullptr;
+        d.cuGetErrorName(r, &name);
+        fail(KJIT_ERROR_CUDA,
+             "capturing {} calls in a CUDA graph failed ({}): the op does something a graph "
+             "cannot hold (a host synchronization, an allocation, a legacy-stream launch)",
+             calls, name ? name : "?");
+      }
+      KJIT_CU_CHECK(d.cuGraphInstantiateWithFlags(&exec_, graph_, 0));
+    } catch (...) {
+      release();
+      throw;
+    }
+  }
+  ~CapturedGraph() { release(); }
+  CapturedGraph(const CapturedGraph&) = delete;
+  CapturedGraph& operator=(const CapturedGraph&) = delete;
+
+  void replay() const { KJIT_CU_CHECK(cuda::driver().cuGraphLaunch(exec_, stream_)); }
+  CUstream stream() const { return stream_; }
+  int calls() const { return calls_; }
+
+ private:
+  void release() {
+    const auto& d = cuda::driver();
+    if (stream_ != nullptr) d.cuStreamSynchronize(stream_);
+    if (exec_ != nullptr) d.cuGraphExecDestroy(exec_);
+    if (graph_ != nullptr) d.cuGraphDestroy(graph_);
+    if (stream_ != nullptr) d.cuStreamDestroy(stream_);
+    exec_ = nullptr;
+    graph_ = nullptr;
+    stream_ = nullptr;
+  }
+  int calls_;
+  CUstream stream_ = nullptr;
+  CUgraph graph_ = nullptr;
+  CUgraphExec exec_ = nullptr;
+};
+
+// One chunk of n samples of graph replays: each sample is a, one replay, b.
+void graph_chunk(const CapturedGraph& g, int n, std::vector<double>& us) {
+  const auto& d = cuda::driver();
+  const auto t0 = std::chrono::steady_clock::now();
+  Events e(2 * static_cast<size_t>(n));
+  bool timed_out = false;
+  {
+    Blocker block;
+    for (int s = 0; s < n; ++s) {
+      KJIT_CU_CHECK(d.cuEventRecord(e.ev[2 * s], g.stream()));
+      g.replay();
+      KJIT_CU_CHECK(d.cuEventRecord(e.ev[2 * s + 1], g.stream()));
+    }
+    block.release();
+    KJIT_CU_CHECK(d.cuEventSynchronize(e.ev.back()));
+    timed_out = block.timed_out();
+  }
+  check_blocker(timed_out, t0, fmt::format("{} graph replays of {} calls", n, g.calls()));
+  for (int s = 0; s < n; ++s) us.push_back(e.us_between(2 * s, 2 * s + 1) / g.calls());
+}
+
 // One chunk with CUPTI; false (and why) when the records do not add up.
-bool cupti_chunk(const std::function<void()>& launch, int n, bool cold, std::vector<double>& us,
+bool cupti_chunk(const Launch& launch, int n, Flush flush, std::vector<double>& us,
                  std::string* why) {
   Cupti& c = cupti();
   cupti_flush();
@@ -364,10 +473,11 @@ bool cupti_chunk(const std::function<void()>& launch, int n, bool cold, std::vec
     c.recs.clear();
     c.dropped = 0;
   }
-  auto sep = [&] { cold ? launch_flush() : launch_mark(); };
+  // The flush kernels are separators themselves; without a flush an empty kernel is.
+  auto sep = [&] { flush == Flush::kNone ? launch_mark() : launch_flush(flush); };
   for (int s = 0; s < n; ++s) {
     sep();
-    launch();
+    launch(nullptr);
   }
   sep();
   cupti_flush();
@@ -471,7 +581,7 @@ unsigned max_sm_clock_mhz() {
   return 0;
 }
 
-Measurement measure(const std::function<void()>& launch, const BenchOptions& o) {
+Measurement measure(const Launch& launch, const BenchOptions& o) {
   const auto& d = cuda::driver();
   Measurement m;
   m.timer = o.timer;
@@ -483,17 +593,24 @@ Measurement measure(const std::function<void()>& launch, const BenchOptions& o) 
     m.note = "CUPTI unavailable (" + cupti_why + "): timed with events";
   }
   harness_kernels();  // compiled / loaded before any sample
-  if (o.cold_l2) flush_buffer();
-  for (int i = 0; i < o.warmup; ++i) launch();
+  if (o.cold()) flush_buffer(o.flush);
+  for (int i = 0; i < o.warmup; ++i) launch(nullptr);
   KJIT_CU_CHECK(d.cuCtxSynchronize());
 
-  if (m.timer == "events-batched") {
+  std::unique_ptr<CapturedGraph> graph;
+  if (m.timer == "events-batched" || m.timer == "graph") {
     // Batches of about 200 us, at most 256 calls: enough to bury the per-launch gaps; how many
     // such samples share one release is bounded below (samples_per_release), so the queue behind
-    // the blocking kernel never fills.
+    // the blocking kernel never fills. A graph holds the same batch, so the two compare.
     std::vector<double> one;
-    events_chunk(launch, 3, 1, false, one);
+    events_chunk(launch, 3, 1, Flush::kNone, one);
     m.batch = batch_for(*std::min_element(one.begin(), one.end()), 200.0);
+  }
+  if (m.timer == "graph") {
+    graph = std::make_unique<CapturedGraph>(launch, m.batch);
+    // The first replays upload the graph to the device.
+    for (int i = 0; i < 2; ++i) graph->replay();
+    KJIT_CU_CHECK(d.cuStreamSynchronize(graph->stream()));
   }
 
   const unsigned max_mhz = max_sm_clock_mhz();
@@ -502,12 +619,12 @@ Measurement measure(const std::function<void()>& launch, const BenchOptions& o) 
   for (;;) {
     const int cap = iters_or_default(o);
     int n = std::max(1, std::min(kChunk, cap - static_cast<int>(m.us.size())));
-    if (m.timer != "cupti") n = samples_per_release(m.batch, o.cold_l2, n);
+    if (m.timer != "cupti") n = samples_per_release(m.batch, o.cold(), n);
     const ClockReading before = read_clocks();
     std::vector<double> got;
     if (m.timer == "cupti") {
       std::string why;
-      if (!cupti_chunk(launch, n, o.cold_l2, got, &why)) {
+      if (!cupti_chunk(launch, n, o.flush, got, &why)) {
         // Start over with events rather than mix mechanisms in one figure.
         m.timer = "events";
         m.note = "CUPTI records unusable (" + why + "): timed with events";
@@ -517,8 +634,10 @@ Measurement measure(const std::function<void()>& launch, const BenchOptions& o) 
         any_known = false;
         continue;
       }
+    } else if (graph) {
+      graph_chunk(*graph, n, got);
     } else {
-      events_chunk(launch, n, m.batch, o.cold_l2, got);
+      events_chunk(launch, n, m.batch, o.flush, got);
     }
     const ClockReading after = read_clocks();
     std::string why;

@@ -1,20 +1,26 @@
-// `kjit-cli bench <op>` / `bench --from FILE`: run an op on the GPU on fresh random inputs, check
-// it against the CPU reference (a failed check is reported as a failure, never as a speed), then
-// time it beside a device-to-device copy of the same bytes timed the same way in the same run.
-// `empty` times a kernel that does nothing: the launch floor every other figure sits on. The
-// harness is bench_harness.* (rows) and bench_timer.* (timers); each family's cases are in
-// bench_<family>.cpp; docs/bench.md describes the options and the row fields.
+// `kjit-cli bench <op>` / `bench --from FILE` / `bench --suite NAME`: run an op on the GPU on fresh
+// random inputs, check it against the CPU reference (a failed check is reported as a failure,
+// never as a speed), then time it beside a device-to-device copy of the same bytes timed the same
+// way in the same run. `empty` times a kernel that does nothing: the launch floor every other
+// figure sits on. The harness is bench_harness.* (rows) and bench_timer.* (timers); each family's
+// cases are in bench_<family>.cpp; suites (bench/suites/*.jsonl) are read by bench_suite.*;
+// docs/bench.md describes the options and the row fields.
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <fstream>
+#include <cstdlib>
+#include <iterator>
 #include <memory>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "bench_harness.hpp"
+#include "bench_suite.hpp"
 #include "bench_timer.hpp"
 #include "commands.hpp"
 #include "support/gpu.hpp"
@@ -38,11 +44,12 @@ const std::vector<BenchEntry>& benches() {
   return all;
 }
 
-// One bench to run: an op with its --set values, from the command line or a --from line.
+// One bench to run: an op with its --set values and the options it runs under, from the command
+// line, a --from line or a --suite row.
 struct Run {
   const BenchEntry* entry = nullptr;
   ops::SetArgs sets;
-  std::string workload;  // the line's "name"
+  BenchOptions opts;  // op, sets and workload filled in
 };
 
 std::string op_names() {
@@ -53,8 +60,9 @@ std::string op_names() {
 
 // Everything about a run that needs no GPU: the op, its --set names and values it can check
 // here, and whether it serves every backend asked for. UsageError otherwise.
-Run make_run(const std::string& op, ops::SetArgs sets, const std::vector<std::string>& backends,
+Run make_run(const std::string& op, ops::SetArgs sets, const BenchOptions& opts,
              const std::string& where) {
+  const std::vector<std::string>& backends = opts.backends;
   Run r;
   for (const auto& b : benches()) r.entry = op == b.op ? &b : r.entry;
   if (r.entry == nullptr) throw UsageError(where + "bench supports: " + op_names());
@@ -86,12 +94,15 @@ Run make_run(const std::string& op, ops::SetArgs sets, const std::vector<std::st
                      "--backends kjit,copy");
   }
   r.sets = std::move(sets);
+  r.opts = opts;
+  r.opts.op = r.entry->op;
+  r.opts.sets = r.sets;
   return r;
 }
 
 // The lines of a workload file: one JSON object each with "op" and "set" (values as strings or
 // numbers) and optionally "name"; blank lines and lines starting with '#' are skipped.
-std::vector<Run> read_workload(const std::string& path, const std::vector<std::string>& backends) {
+std::vector<Run> read_workload(const std::string& path, const BenchOptions& opts) {
   std::ifstream f(path);
   if (!f) throw UsageError("--from " + path + ": cannot open");
   std::vector<Run> runs;
@@ -116,25 +127,93 @@ std::vector<Run> read_workload(const std::string& path, const std::vector<std::s
     }
     ops::SetArgs sets;
     if (j.contains("set")) {
-      if (!j["set"].is_object()) throw UsageError(where + "\"set\" must be an object");
-      for (const auto& [k, v] : j["set"].items()) {
-        if (v.is_string()) {
-          sets[k] = v.get<std::string>();
-        } else if (v.is_number_integer() || v.is_number_unsigned()) {
-          sets[k] = v.dump();
-        } else if (v.is_boolean()) {
-          sets[k] = v.get<bool>() ? "1" : "0";
-        } else {
-          throw UsageError(where + "set." + k + " must be a string, an integer or a boolean");
-        }
+      try {
+        sets = set_values(j["set"], where);
+      } catch (const std::invalid_argument& e) {
+        throw UsageError(e.what());
       }
     }
-    Run r = make_run(j["op"].get<std::string>(), std::move(sets), backends, where);
-    if (j.contains("name") && j["name"].is_string()) r.workload = j["name"].get<std::string>();
+    Run r = make_run(j["op"].get<std::string>(), std::move(sets), opts, where);
+    if (j.contains("name") && j["name"].is_string()) r.opts.workload = j["name"].get<std::string>();
     runs.push_back(std::move(r));
   }
   if (runs.empty()) throw UsageError("--from " + path + ": no line with an \"op\" to run");
   return runs;
+}
+
+// Where `--suite NAME` looks for NAME.jsonl: $KJIT_BENCH_SUITES, bench/suites under the current
+// folder (a checkout), then the source tree kjit-cli was built from.
+std::vector<std::string> suite_dirs() {
+  std::vector<std::string> dirs;
+  if (const char* env = std::getenv("KJIT_BENCH_SUITES"); env != nullptr && *env != '\0') {
+    dirs.push_back(env);
+  }
+  dirs.push_back("bench/suites");
+#ifdef KJIT_BENCH_SUITES_DIR
+  dirs.push_back(KJIT_BENCH_SUITES_DIR);
+#endif
+  return dirs;
+}
+
+// What `--suite` selects: the suite file, the rows whose name contains `match` (all when empty),
+// and of those the timings whose timer is in `timers` (all when empty). A row is one Run (one
+// set-up and check, then every timing), `repeat` times.
+struct SuiteSelection {
+  Suite suite;
+  std::string path;
+  std::vector<Run> runs;
+};
+
+SuiteSelection read_suite(const std::string& name, const std::string& match,
+                          const std::vector<std::string>& timers, const BenchOptions& base) {
+  SuiteSelection sel;
+  std::string text;
+  try {
+    sel.path = find_suite(name, suite_dirs());
+    std::ifstream f(sel.path);
+    text.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    if (!f && !f.eof()) throw std::invalid_argument("--suite " + sel.path + ": cannot read");
+    std::string stem = sel.path.substr(sel.path.find_last_of('/') + 1);
+    stem = stem.substr(0, stem.rfind(".jsonl"));
+    sel.suite = parse_suite(text, sel.path, stem);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  for (const SuiteRow& row : sel.suite.rows) {
+    if (!match.empty() && row.name.find(match) == std::string::npos) continue;
+    BenchOptions o = base;
+    o.backends = row.backends;
+    if (row.iters > 0) o.iters = row.iters;
+    if (row.warmup >= 0) o.warmup = row.warmup;
+    o.suite = sel.suite.name;
+    o.headline = row.headline;
+    o.workload = row.name;
+    Run r = make_run(row.op, row.sets, o, fmt::format("{}:{}: ", sel.path, row.line));
+    for (const Timing& t : row.runs) {
+      if (timers.empty() || std::find(timers.begin(), timers.end(), t.timer) != timers.end()) {
+        r.opts.timings.push_back(t);
+      }
+    }
+    if (r.opts.timings.empty()) continue;
+    r.opts.timer = r.opts.timings.front().timer;
+    r.opts.flush = r.opts.timings.front().flush;
+    for (int i = 0; i < row.repeat; ++i) sel.runs.push_back(r);
+  }
+  if (sel.runs.empty()) {
+    throw UsageError("--suite " + sel.path + ": no run matches --match '" + match +
+                     "' and --timers");
+  }
+  return sel;
+}
+
+nlohmann::ordered_json peers_json(const Suite& s) {
+  auto out = nlohmann::ordered_json::array();
+  for (const SuitePeer& p : s.peers) {
+    std::vector<std::string> runs;
+    for (const Timing& t : p.runs) runs.push_back(t.text());
+    out.push_back({{"script", p.script}, {"args", p.args}, {"runs", runs}});
+  }
+  return out;
 }
 
 nlohmann::ordered_json options_json(const BenchOptions& o) {
@@ -142,7 +221,7 @@ nlohmann::ordered_json options_json(const BenchOptions& o) {
           {"set", o.sets},
           {"backends", o.backends},
           {"timer", o.timer},
-          {"cold_l2", o.cold_l2},
+          {"flush", flush_name(o.flush)},
           {"warmup", o.warmup},
           {"iters", iters_or_default(o)},
           {"max_noise_pct", o.max_noise_pct},
@@ -159,7 +238,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
     std::string op;
     std::vector<std::string> sets;
     std::string backends = "kjit";
-    std::string from;
+    std::string from, suite, match, timers, flush;
     bool cold = false, hot = false, check = false, no_check = false, dry_run = false;
     BenchOptions bench;
   };
@@ -173,18 +252,30 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--from", opts->from,
                   "run every line of a workload file (JSON lines with \"op\" and \"set\"; see "
                   "bench/workloads) instead of one op");
+  cmd->add_option("--suite", opts->suite,
+                  "run a suite: NAME (bench/suites/NAME.jsonl) or a file; its rows give the ops, "
+                  "--set values, timers, flushes and backends (docs/bench.md)");
+  cmd->add_option("--match", opts->match, "with --suite: only the rows whose name contains TEXT");
+  cmd->add_option("--timers", opts->timers,
+                  "with --suite: only the runs of these timers (comma-separated), e.g. to keep "
+                  "CUPTI out of the process that times back-to-back calls");
   cmd->add_option("--backends", opts->backends,
                   "comma-separated: kjit (the op), copy (the copy baseline as its own row), "
                   "reference (a naive device kernel, where the op has one)")
       ->default_str("kjit");
   cmd->add_option("--timer", opts->bench.timer,
                   "cupti: kernel timestamps (falls back to events when CUPTI is missing); events: "
-                  "per call behind a blocking kernel; events-batched: batches of calls (--hot-l2)")
-      ->check(CLI::IsMember({"cupti", "events", "events-batched"}))
+                  "per call behind a blocking kernel; events-batched: batches of back-to-back "
+                  "calls; graph: the same batch captured in a CUDA graph, per-call time of a "
+                  "replay (the last two: --flush none)")
       ->default_str("cupti");
-  cmd->add_flag("--cold-l2", opts->cold,
-                "flush L2 (read 2x its size) before every sample (default)");
-  cmd->add_flag("--hot-l2", opts->hot, "no flush: inputs that fit stay in L2");
+  cmd->add_option("--flush", opts->flush,
+                  "L2 before every sample: read (read a buffer twice the L2 size: clean lines; "
+                  "the default), dirty (write zeros over 256 MB, as the peers' harnesses do: the "
+                  "op pays to write back dirty lines), none (inputs that fit stay in L2)")
+      ->default_str("read");
+  cmd->add_flag("--cold-l2", opts->cold, "the same as --flush read");
+  cmd->add_flag("--hot-l2", opts->hot, "the same as --flush none");
   cmd->add_option("--warmup", opts->bench.warmup, "untimed calls first")
       ->check(CLI::Range(0, 1000000))
       ->default_str("10");
@@ -208,32 +299,63 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--csv", opts->bench.csv_path,
                   "append one CSV line per result row (header when the file is new)");
   cmd->add_flag("--dry-run", opts->dry_run,
-                "check the arguments and print each run's options and repro as JSON; no GPU");
+                "check the arguments and print each run's options and repro as JSON (and a "
+                "suite's peers); no GPU");
 
-  cmd->callback([opts, &exit_code] {
+  cmd->callback([cmd, opts, &exit_code] {
     Opts& o = *opts;
     BenchOptions& b = o.bench;
-    if (o.cold && o.hot) throw UsageError("--cold-l2 and --hot-l2 exclude each other");
-    if (o.check && o.no_check) throw UsageError("--check and --no-check exclude each other");
-    b.cold_l2 = !o.hot;
-    b.check = !o.no_check;
-    if (b.timer == "events-batched" && b.cold_l2) {
-      throw UsageError("--timer events-batched times back-to-back calls, so it needs --hot-l2");
+    if (int(o.cold) + int(o.hot) + int(!o.flush.empty()) > 1) {
+      throw UsageError("--flush, --cold-l2 and --hot-l2 exclude each other");
     }
+    if (o.check && o.no_check) throw UsageError("--check and --no-check exclude each other");
     try {
+      b.flush = o.hot ? Flush::kNone : o.flush.empty() ? Flush::kRead : parse_flush(o.flush);
+      check_timer_flush(b.timer, b.flush);
       b.backends = parse_backends({o.backends});
     } catch (const std::invalid_argument& e) {
       throw UsageError(e.what());
     }
+    b.check = !o.no_check;
     std::vector<Run> runs;
-    if (!o.from.empty()) {
+    std::optional<SuiteSelection> suite;
+    if (!o.suite.empty()) {
+      // The suite file says how each row is timed; a command-line choice would silently differ
+      // from what the committed suite claims to measure.
+      for (const char* own : {"op", "--set", "--from", "--timer", "--flush", "--cold-l2",
+                              "--hot-l2", "--backends", "--no-check"}) {
+        if (cmd->count(own) > 0) {
+          throw UsageError(std::string("--suite takes the timing options from the suite file: "
+                                       "give no ") +
+                           (std::string(own) == "op" ? "op" : own));
+        }
+      }
+      std::vector<std::string> timers;
+      if (!o.timers.empty()) {
+        std::stringstream ss(o.timers);
+        for (std::string t; std::getline(ss, t, ',');) {
+          try {
+            check_timer_flush(t, Flush::kNone);
+          } catch (const std::invalid_argument& e) {
+            throw UsageError(std::string("--timers: ") + e.what());
+          }
+          timers.push_back(t);
+        }
+      }
+      suite = read_suite(o.suite, o.match, timers, b);
+      runs = suite->runs;
+    } else if (!o.match.empty() || !o.timers.empty()) {
+      throw UsageError("--match and --timers select rows of a --suite");
+    } else if (!o.from.empty()) {
       if (!o.op.empty() || !o.sets.empty()) {
         throw UsageError("--from runs the ops its file names: give no op and no --set");
       }
-      runs = read_workload(o.from, b.backends);
+      runs = read_workload(o.from, b);
     } else {
-      if (o.op.empty()) throw UsageError("bench needs an op (" + op_names() + ") or --from FILE");
-      runs.push_back(make_run(o.op, parse_sets(o.sets), b.backends, ""));
+      if (o.op.empty()) {
+        throw UsageError("bench needs an op (" + op_names() + "), --from FILE or --suite NAME");
+      }
+      runs.push_back(make_run(o.op, parse_sets(o.sets), b, ""));
     }
     if (!b.csv_path.empty()) {
       std::ifstream f(b.csv_path);
@@ -245,14 +367,28 @@ void add_bench_command(CLI::App& app, int& exit_code) {
     }
 
     if (o.dry_run) {
-      nlohmann::ordered_json out = {{"runs", nlohmann::ordered_json::array()}};
+      nlohmann::ordered_json out;
+      if (suite) {
+        out["suite"] = suite->suite.name;
+        out["file"] = suite->path;
+        out["about"] = suite->suite.about;
+        out["peers"] = peers_json(suite->suite);
+      }
+      // One entry per row a run would write (per timing of a suite row).
+      out["runs"] = nlohmann::ordered_json::array();
       for (const Run& r : runs) {
-        BenchOptions ro = b;
-        ro.op = r.entry->op;
-        ro.sets = r.sets;
-        out["runs"].push_back({{"options", options_json(ro)},
-                               {"workload", r.workload},
-                               {"repro", repro_command(ro)}});
+        std::vector<Timing> timings = r.opts.timings;
+        if (timings.empty()) timings.push_back({r.opts.timer, r.opts.flush});
+        for (const Timing& t : timings) {
+          BenchOptions one = r.opts;
+          one.timer = t.timer;
+          one.flush = t.flush;
+          nlohmann::ordered_json run = {{"options", options_json(one)},
+                                        {"workload", one.workload},
+                                        {"repro", repro_command(one)}};
+          if (suite) run["headline"] = one.headline;
+          out["runs"].push_back(std::move(run));
+        }
       }
       fmt::print("{}\n", out.dump(2));
       exit_code = kExitOk;
@@ -261,26 +397,28 @@ void add_bench_command(CLI::App& app, int& exit_code) {
 
     std::string why;
     if (!test::gpu_available(&why)) throw Error(KJIT_ERROR_NO_DEVICE, "bench needs a GPU: " + why);
-    // Before the first launch: CUPTI instruments the modules the JIT loads from here on.
-    if (b.timer == "cupti" && !start_cupti(&why)) {
+    // Before the first launch: CUPTI instruments the modules the JIT loads from here on. Only
+    // when a run asks for it: its activity records would cost the other timers' figures.
+    const bool any_cupti = std::any_of(runs.begin(), runs.end(), [](const Run& r) {
+      return r.opts.timer == "cupti" ||
+             std::any_of(r.opts.timings.begin(), r.opts.timings.end(),
+                         [](const Timing& t) { return t.timer == "cupti"; });
+    });
+    if (any_cupti && !start_cupti(&why)) {
       fmt::print(stderr, "kjit-cli: CUPTI unavailable ({}): timing with events\n", why);
     }
     int code = kExitOk;
     for (const Run& r : runs) {
-      BenchOptions ro = b;
-      ro.op = r.entry->op;
-      ro.sets = r.sets;
-      ro.workload = r.workload;
       if (runs.size() == 1) {
-        code = r.entry->run(r.sets, ro);
+        code = r.entry->run(r.sets, r.opts);
         continue;
       }
-      // One failing line of a workload does not stop the others.
+      // One failing line of a workload or suite does not stop the others.
       try {
-        code = std::max(code, r.entry->run(r.sets, ro));
+        code = std::max(code, r.entry->run(r.sets, r.opts));
       } catch (const Error& e) {
         if (e.status() == KJIT_ERROR_NO_DEVICE) throw;
-        fmt::print(stderr, "kjit-cli: {}: {}\n", repro_command(ro), e.what());
+        fmt::print(stderr, "kjit-cli: {}: {}\n", repro_command(r.opts), e.what());
         code = kExitFailure;
       }
     }
