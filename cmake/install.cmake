@@ -22,5 +22,16 @@ install(FILES "${CMAKE_CURRENT_BINARY_DIR}/kjitConfig.cmake"
               "${CMAKE_CURRENT_BINARY_DIR}/kjitConfigVersion.cmake"
   DESTINATION ${_cfg_dir})
 
+# kjit.pc's prefix from its own folder (${pcfiledir}: <prefix>/<libdir>/pkgconfig), so the file is
+# right wherever the tree is installed; an absolute libdir keeps the absolute prefix.
+if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}")
+  set(KJIT_PC_PREFIX "${CMAKE_INSTALL_PREFIX}")
+else()
+  set(KJIT_PC_PREFIX "\${pcfiledir}/..")
+  string(REGEX MATCHALL "[^/]+" _libdir_parts "${CMAKE_INSTALL_LIBDIR}")
+  foreach(_part IN LISTS _libdir_parts)
+    string(APPEND KJIT_PC_PREFIX "/..")
+  endforeach()
+endif()
 configure_file(cmake/kjit.pc.in "${CMAKE_CURRENT_BINARY_DIR}/kjit.pc" @ONLY)
 install(FILES "${CMAKE_CURRENT_BINARY_DIR}/kjit.pc" DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

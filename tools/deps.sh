@@ -4,7 +4,7 @@
 set -euo pipefail
 # clang, libclang-rt-dev (its sanitizer runtimes and libFuzzer) and llvm (llvm-symbolizer, for the
 # sanitizers' stack traces): the instrumented builds of tools/sanitize.sh and tools/fuzz.sh.
-pkgs=(cmake ninja-build g++ clang-format libfmt-dev nlohmann-json3-dev catch2 libxxhash-dev
+pkgs=(cmake ninja-build g++ clang-format pkg-config libfmt-dev nlohmann-json3-dev catch2 libxxhash-dev
       libcli11-dev libdlpack-dev libssl-dev libcurl4-openssl-dev clang libclang-rt-dev llvm)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -18,7 +18,7 @@ fi
 echo "== kjit-cli cache inspect"
 "$cli" cache inspect
 if "$cli" info --json | grep -q '"devices": \[\]'; then
-  echo "== no GPU here: skipping the rmsnorm run (the H200 recipe is in README.md)"
+  echo "== no GPU here: skipping the rmsnorm run (running on a GPU machine: docs/gpu-runs.md)"
   exit 0
 fi
 echo "== kjit-cli bench rmsnorm (reference-checked)"

@@ -48,7 +48,11 @@ typedef enum kjit_status {
   /* Reading or writing the disk cache failed in a way that could not be worked around. */
   KJIT_ERROR_CACHE = 7,
   KJIT_ERROR_OUT_OF_MEMORY = 8,
-  KJIT_ERROR_INTERNAL = 9
+  KJIT_ERROR_INTERNAL = 9,
+  /* The call needs a specialization that is not loaded yet while its stream captures a CUDA
+   * graph: compiling or loading a module there would break the capture. Load it before capture
+   * (kjit_precompile, or one call outside capture); the capture is left intact. */
+  KJIT_ERROR_CAPTURING = 10
 } kjit_status;
 
 /* ---- Versions and errors (thread-safe, never fail) ------------------------------------------ */
@@ -64,6 +68,58 @@ KJIT_API const char* kjit_status_string(kjit_status status);
 /* Detail of the last failure on the calling thread; "" if the last call succeeded. The pointer
  * stays valid until the next kjit call on the same thread. */
 KJIT_API const char* kjit_last_error(void);
+
+/* ---- Engine life cycle: configuration, warm-up, support queries --------------------------- */
+
+/*
+ * Settings an engine owns instead of environment variables. Versioned by struct_size:
+ * kjit_config_init fills this header's layout with "take it from the environment" for every
+ * field, and the library reads only the fields struct_size covers.
+ */
+typedef struct kjit_config {
+  size_t struct_size;    /* sizeof(kjit_config) */
+  const char* cache_dir; /* the disk cache (else KJIT_CACHE_DIR, else ~/.cache/kjit); NULL: env */
+  const char* aot_dir;   /* ':'-separated AOT package folders (KJIT_AOT_DIR); NULL: env */
+  int disable_jit;       /* 1: never compile, only cached / AOT cubins (KJIT_DISABLE_JIT); 0: may
+                          * compile; -1: env */
+  int log_level;         /* API call log level 0, 1, 3, 5 or 10 (KJIT_LOGLEVEL); -1: env */
+} kjit_config;
+
+/* Fills `config` with struct_size and -1 / NULL everywhere (each setting from the environment). */
+KJIT_API void kjit_config_init(kjit_config* config);
+
+/*
+ * Applies `config` to the process-wide runtime. It must come before the first call that reads
+ * the cache or compiles (any op, kjit_precompile, kjit_op_supported): afterwards the runtime
+ * exists and this returns KJIT_ERROR_INVALID_ARGUMENT, changing nothing. Strings are copied.
+ * Thread-safety: safe, but racing it against the first op call decides which one comes first.
+ */
+KJIT_API kjit_status kjit_configure(const kjit_config* config);
+
+/*
+ * Warm-up before graph capture: compiles (or reads from the cache / an AOT package) the
+ * specialization that `op` uses for `params`, and loads it on device `device_id`, without
+ * launching anything, so that the first captured call finds it loaded. device_id -1 compiles for
+ * every target of the arch context (KJIT_CUDA_ARCH_LIST and the visible devices) and loads
+ * nothing: a build step on a machine without a GPU.
+ * op: a registry name, as `kjit-cli ops` lists them ("rmsnorm", "decode_attention", ...).
+ * params: "name=value" pairs separated by commas or spaces, the `kjit-cli compile --set` grammar
+ *   and axes ("dtype=bf16,hidden=4096,rows=1").
+ * Returns KJIT_ERROR_INVALID_ARGUMENT for an unknown op or parameter, KJIT_ERROR_UNSUPPORTED when
+ * the values name no specialization the op has or the arch cannot run it, and the statuses of a
+ * compile (COMPILE, JIT_DISABLED, CACHE, NO_DEVICE, CUDA).
+ * Thread-safety: safe from any thread; concurrent warm-ups of one specialization compile it once.
+ */
+KJIT_API kjit_status kjit_precompile(const char* op, const char* params, int device_id);
+
+/*
+ * Would a call of `op` with `params` run on `arch` ("sm_90a", "9.0", ...; NULL: every visible
+ * device)? KJIT_SUCCESS when it would; otherwise the status the call would fail with
+ * (KJIT_ERROR_UNSUPPORTED, KJIT_ERROR_INVALID_ARGUMENT) and the reason in kjit_last_error(). The
+ * answer comes from the checks the op itself makes; nothing is compiled or loaded.
+ * Thread-safety: safe from any thread.
+ */
+KJIT_API kjit_status kjit_op_supported(const char* op, const char* params, const char* arch);
 
 /* ---- Normalization ------------------------------------------------------------------------ */
 

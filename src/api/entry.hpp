@@ -21,6 +21,7 @@
 
 #include "api/entry_points.hpp"
 #include "api/guard.hpp"
+#include "jit/call_stream.hpp"
 
 namespace kjit::api {
 
@@ -46,6 +47,11 @@ void log_arg(CallLog& log, const RowArg& a, T v) {
   }  // handles (pointers to kjit objects) are not logged
 }
 
+template <typename T>
+void take_stream(void*& stream, T v) {
+  if constexpr (std::is_same_v<T, void*>) stream = v;
+}
+
 }  // namespace entry_detail
 
 template <auto Fn, typename Body, typename... A>
@@ -56,6 +62,9 @@ kjit_status entry(Body&& body, A... args) noexcept {
   static_assert(count_words(Row::arguments) == sizeof...(A),
                 "api::entry: the entry point's row (entry_points.hpp) names another number of "
                 "arguments");
+  void* stream = nullptr;
+  (entry_detail::take_stream(stream, args), ...);
+  const jit::ScopedCallStream call_stream(stream);
   return guarded(
       Row::name,
       [&](CallLog& log) {

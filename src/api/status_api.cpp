@@ -47,6 +47,7 @@ KJIT_API const char* kjit_status_string(kjit_status status) {
     case KJIT_ERROR_CACHE: return "KJIT_ERROR_CACHE";
     case KJIT_ERROR_OUT_OF_MEMORY: return "KJIT_ERROR_OUT_OF_MEMORY";
     case KJIT_ERROR_INTERNAL: return "KJIT_ERROR_INTERNAL";
+    case KJIT_ERROR_CAPTURING: return "KJIT_ERROR_CAPTURING";
   }
   return "KJIT_ERROR_UNKNOWN_STATUS";
 }

@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <map>
+#include <memory>
 
 #include "util/error.hpp"
 #include "util/fs.hpp"
@@ -117,6 +119,122 @@ bool DiskCache::remove(const fs::path& json_path) {
     ok = ok && !ec;
   }
   return ok;
+}
+
+namespace {
+
+struct SizedEntry {
+  fs::path json;
+  std::string uri;  // from the file name: <uri>-<key16>.json
+  uint64_t bytes = 0;
+  int64_t last_used = 0;
+};
+
+uint64_t file_size_or_0(const fs::path& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+}
+
+uint64_t tree_bytes(const fs::path& dir) {
+  uint64_t n = 0;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    struct stat st {};
+    if (::lstat(it->path().c_str(), &st) == 0 && S_ISREG(st.st_mode)) n += st.st_size;
+  }
+  return n;
+}
+
+// Sizes and use times only (no hashing): pruning must stay cheap.
+std::vector<SizedEntry> sized_entries(const fs::path& entries_dir) {
+  std::vector<SizedEntry> out;
+  std::error_code ec;
+  for (const auto& arch_dir : fs::directory_iterator(entries_dir, ec)) {
+    if (!arch_dir.is_directory()) continue;
+    for (const auto& f : fs::directory_iterator(arch_dir.path(), ec)) {
+      if (f.path().extension() != ".json") continue;
+      SizedEntry e;
+      e.json = f.path();
+      const std::string stem = f.path().stem().string();
+      e.uri = stem.size() > 17 ? stem.substr(0, stem.size() - 17) : stem;
+      fs::path cubin = f.path();
+      cubin.replace_extension(".cubin");
+      struct stat st {};
+      if (::stat(cubin.c_str(), &st) == 0) {
+        e.bytes += static_cast<uint64_t>(st.st_size);
+        e.last_used = st.st_mtime;
+      }
+      e.bytes += file_size_or_0(f.path());
+      out.push_back(std::move(e));
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const SizedEntry& a, const SizedEntry& b) {
+    return a.last_used != b.last_used ? a.last_used < b.last_used : a.json < b.json;
+  });
+  return out;
+}
+
+}  // namespace
+
+uint64_t DiskCache::generated_bytes(const fs::path& gen_dir) {
+  return tree_bytes(gen_dir);
+}
+
+PruneResult DiskCache::prune(uint64_t max_bytes, const fs::path& gen_dir) const {
+  PruneResult r;
+  std::vector<SizedEntry> entries = sized_entries(entries_dir());
+  r.entries = entries.size();
+  std::map<std::string, int> live;  // entries per URI
+  uint64_t total = 0;
+  for (const auto& e : entries) {
+    live[e.uri]++;
+    total += e.bytes;
+  }
+  std::error_code ec;
+  std::map<std::string, uint64_t> gen;  // generated folder bytes per URI
+  for (const auto& d : fs::directory_iterator(gen_dir, ec)) {
+    if (d.is_directory()) total += gen[d.path().filename().string()] = tree_bytes(d.path());
+  }
+  auto drop_generated = [&](const std::string& uri) {
+    auto it = gen.find(uri);
+    if (it == gen.end()) return;
+    std::error_code rec;
+    fs::remove_all(gen_dir / uri, rec);
+    if (!rec) {
+      r.freed += it->second;
+      r.generated_removed++;
+      gen.erase(it);
+    }
+  };
+  std::vector<std::string> orphans;
+  for (const auto& [uri, bytes] : gen) {
+    if (live.find(uri) == live.end()) orphans.push_back(uri);
+  }
+  for (const auto& uri : orphans) {
+    if (total - r.freed <= max_bytes) break;
+    drop_generated(uri);
+  }
+  for (const auto& e : entries) {
+    if (total - r.freed <= max_bytes) break;
+    fs::path lock_path = e.json;
+    lock_path.replace_extension(".lock");
+    std::unique_ptr<util::FileLock> lock;
+    try {
+      lock = util::FileLock::try_acquire(lock_path);
+    } catch (const Error&) {
+      // A read-only cache: nothing can be removed anyway; remove() below reports it.
+    }
+    if (lock == nullptr && fs::exists(lock_path, ec)) {
+      r.busy++;
+      continue;
+    }
+    if (!remove(e.json)) continue;
+    r.removed++;
+    r.freed += e.bytes;
+    if (--live[e.uri] == 0) drop_generated(e.uri);
+  }
+  r.remaining = total - r.freed;
+  return r;
 }
 
 void DiskCache::touch(const fs::path& cubin_path) {

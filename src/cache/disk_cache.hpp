@@ -37,6 +37,16 @@ struct ListedEntry {
   std::string problem;  // empty when valid
 };
 
+// What DiskCache::prune did.
+struct PruneResult {
+  size_t entries = 0;            // entries before
+  size_t removed = 0;            // entries removed
+  size_t busy = 0;               // entries skipped: another process held their lock (building)
+  uint64_t freed = 0;            // bytes removed, entries and generated sources
+  uint64_t remaining = 0;        // bytes left, entries and generated sources
+  size_t generated_removed = 0;  // generated/<uri> folders removed (no entry of theirs left)
+};
+
 class DiskCache {
  public:
   explicit DiskCache(fs::path root) : root_(std::move(root)) {}
@@ -60,6 +70,17 @@ class DiskCache {
   // Removes an entry: the JSON first, so a concurrent reader sees a miss rather than a sidecar
   // without its cubin; then the cubin and the lock. Returns false if anything could not go.
   static bool remove(const fs::path& json_path);
+
+  // Bytes of the generated sources (<root>/generated, or `gen_dir`), which count against a size
+  // limit like the entries do.
+  static uint64_t generated_bytes(const fs::path& gen_dir);
+
+  // Brings entries + generated sources down to `max_bytes`: generated folders of URIs without an
+  // entry first, then entries least recently used first, each removed under its entry lock taken
+  // without waiting (an entry another process is building is skipped, never removed under it),
+  // then the generated folders their removal orphaned. Readers take no lock: one that loses an
+  // entry this way sees a miss and builds it again.
+  PruneResult prune(uint64_t max_bytes, const fs::path& gen_dir) const;
 
   // Marks an entry as used now (the cubin's mtime), for least-recently-used pruning. Best effort.
   static void touch(const fs::path& cubin_path);

@@ -84,24 +84,8 @@ CallLog& CallLog::stream(void* s) {
 
 namespace {
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return s;
-}
-
-bool parse_u64(std::string_view s, uint64_t* out) {
-  if (s.empty()) return false;
-  uint64_t v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return false;
-    if (__builtin_mul_overflow(v, 10u, &v) || __builtin_add_overflow(v, uint64_t(c - '0'), &v)) {
-      return false;
-    }
-  }
-  *out = v;
-  return true;
-}
+using util::parse_u64;
+using util::trim;
 
 }  // namespace
 
@@ -118,39 +102,6 @@ int parse_log_level(std::string_view text, bool* ok) {
   if (v >= 5) return 5;
   if (v >= 3) return 3;
   return v >= 1 ? 1 : 0;
-}
-
-bool parse_byte_count(std::string_view text, uint64_t* out) {
-  text = trim(text);
-  size_t digits = 0;
-  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
-  uint64_t v = 0;
-  if (!parse_u64(text.substr(0, digits), &v)) return false;
-  std::string suffix(trim(text.substr(digits)));
-  for (char& c : suffix) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  int shift = 0;
-  if (suffix.empty() || suffix == "B") {
-    shift = 0;
-  } else {
-    const std::string_view unit(suffix);
-    const char u = unit[0];
-    if (u == 'K') {
-      shift = 10;
-    } else if (u == 'M') {
-      shift = 20;
-    } else if (u == 'G') {
-      shift = 30;
-    } else if (u == 'T') {
-      shift = 40;
-    } else {
-      return false;
-    }
-    const std::string_view rest = unit.substr(1);
-    if (!rest.empty() && rest != "B" && rest != "IB") return false;
-  }
-  if (shift > 0 && v > (~uint64_t{0} >> shift)) return false;
-  *out = v << shift;
-  return true;
 }
 
 std::string expand_log_dest(std::string_view dest, long pid) {
@@ -176,9 +127,15 @@ bool api_selected(const LogSettings& s, const std::string& api) {
   return !matches(s.exclude);
 }
 
+namespace {
+std::atomic<int> g_level_override{-1};
+}  // namespace
+
 LogSettings LogSettings::from_env() {
   LogSettings s;
-  if (auto v = util::env_get("KJIT_LOGLEVEL")) {
+  if (const int o = g_level_override.load(); o >= 0) {
+    s.level = parse_log_level(std::to_string(o));
+  } else if (auto v = util::env_get("KJIT_LOGLEVEL")) {
     bool ok = true;
     s.level = parse_log_level(*v, &ok);
     if (!ok)
@@ -816,6 +773,11 @@ void reload_log_settings() {
   g_runtime = std::move(rt);
   log_detail::g_level.store(g_runtime->s.level, std::memory_order_relaxed);
   g_generation.fetch_add(1, std::memory_order_acq_rel);
+}
+
+void set_log_level_override(int level) {
+  g_level_override.store(level < 0 ? -1 : level);
+  reload_log_settings();
 }
 
 LogSettings current_log_settings() {

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "kjit/kjit.h"
+#include "util/env.hpp"
 
 namespace kjit::api {
 
@@ -80,13 +81,17 @@ struct LogSettings {
 // KJIT_LOGLEVEL's value as a level: integers 0..10 round down to a documented level (2 -> 1,
 // 4 -> 3, 6..9 -> 5), larger ones to 10. Anything else is 0 with `*ok` false.
 int parse_log_level(std::string_view text, bool* ok = nullptr);
-// A byte count: digits with an optional K, M, G or T suffix (binary: 1K = 1024, KiB/KB alike).
-bool parse_byte_count(std::string_view text, uint64_t* out);
+using util::parse_byte_count;  // (util/env.hpp) KJIT_DUMP_MAX_BYTES's syntax
 // KJIT_LOGDEST's path with every %i replaced by `pid` (stderr / stdout are left as they are).
 std::string expand_log_dest(std::string_view dest, long pid);
 // Whether `api` is selected by the include / exclude patterns. A pattern matches the full name
 // ("kjit_rmsnorm") or the name without its "kjit_" prefix ("rmsnorm", "*rope*"). Exclude wins.
 bool api_selected(const LogSettings& s, const std::string& api);
+
+// kjit_configure's log level (0..10, rounded down like KJIT_LOGLEVEL), used instead of
+// KJIT_LOGLEVEL from the next settings read on; -1 goes back to the environment. Rereads the
+// settings.
+void set_log_level_override(int level);
 
 // Rereads the environment (tests change it between calls): reopens the destination, resets the
 // dump budget and the per-API decisions. Not meant to race with logged calls.

@@ -1,21 +1,14 @@
 #include "jit/compiler.hpp"
 
-#include <nvrtc.h>
-
 #include <algorithm>
 #include <chrono>
 #include <mutex>
 
+#include "jit/nvrtc.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
 
 namespace kjit::jit {
-
-std::string nvrtc_version() {
-  int major = 0, minor = 0;
-  nvrtcVersion(&major, &minor);
-  return fmt::format("{}.{}", major, minor);
-}
 
 std::vector<std::string> semantic_options(const Spec& spec, const ArchTarget& target,
                                           const Settings& settings) {
@@ -35,21 +28,32 @@ namespace {
 
 void check_nvrtc(nvrtcResult r, const char* what, const std::string& uri) {
   if (r != NVRTC_SUCCESS) {
-    fail(KJIT_ERROR_COMPILE, "{}: {} failed: {}", uri, what, nvrtcGetErrorString(r));
+    fail(KJIT_ERROR_COMPILE, "{}: {} failed: {}", uri, what, nvrtc().nvrtcGetErrorString(r));
   }
 }
 
 struct Program {
   nvrtcProgram prog = nullptr;
   ~Program() {
-    if (prog) nvrtcDestroyProgram(&prog);
+    if (prog) nvrtc().nvrtcDestroyProgram(&prog);
   }
 };
 
 }  // namespace
 
+void check_nvrtc_target(const ArchTarget& target) {
+  const std::vector<int> archs = nvrtc_supported_archs();
+  if (archs.empty() || std::find(archs.begin(), archs.end(), target.cc()) != archs.end()) return;
+  std::string list;
+  for (int a : archs) list += fmt::format(" sm_{}", a);
+  fail(KJIT_ERROR_UNSUPPORTED, "NVRTC {} cannot compile for {} (it targets:{})", nvrtc_version(),
+       target.sm(), list);
+}
+
 CompileOutput compile_cubin(const Spec& spec, const std::vector<SourceFile>& sources,
                             const ArchTarget& target, const Settings& settings) {
+  const Nvrtc& nv = nvrtc();  // first: without NVRTC nothing below matters
+  check_nvrtc_target(target);
   auto cuda_home = find_cuda_home();
   std::vector<std::string> opts = semantic_options(spec, target, settings);
   opts.push_back("-I" + (cuda_home / "include").string());
@@ -81,21 +85,21 @@ CompileOutput compile_cubin(const Spec& spec, const std::vector<SourceFile>& sou
   nvrtcResult cr = NVRTC_SUCCESS;
   CompileOutput out;
   for (;;) {
-    if (p.prog) nvrtcDestroyProgram(&p.prog);
-    check_nvrtc(nvrtcCreateProgram(&p.prog, main.c_str(), main_name.c_str(),
-                                   static_cast<int>(header_data.size()), header_data.data(),
-                                   header_names.data()),
+    if (p.prog) nv.nvrtcDestroyProgram(&p.prog);
+    check_nvrtc(nv.nvrtcCreateProgram(&p.prog, main.c_str(), main_name.c_str(),
+                                      static_cast<int>(header_data.size()), header_data.data(),
+                                      header_names.data()),
                 "nvrtcCreateProgram", spec.uri);
     for (const auto& e : spec.entry_names) {
-      check_nvrtc(nvrtcAddNameExpression(p.prog, e.c_str()), "nvrtcAddNameExpression", spec.uri);
+      check_nvrtc(nv.nvrtcAddNameExpression(p.prog, e.c_str()), "nvrtcAddNameExpression", spec.uri);
     }
-    cr = nvrtcCompileProgram(p.prog, static_cast<int>(opt_ptrs.size()), opt_ptrs.data());
+    cr = nv.nvrtcCompileProgram(p.prog, static_cast<int>(opt_ptrs.size()), opt_ptrs.data());
     out.log.clear();
     size_t log_size = 0;
-    nvrtcGetProgramLogSize(p.prog, &log_size);
+    nv.nvrtcGetProgramLogSize(p.prog, &log_size);
     if (log_size > 1) {
       out.log.resize(log_size);
-      nvrtcGetProgramLog(p.prog, out.log.data());
+      nv.nvrtcGetProgramLog(p.prog, out.log.data());
       out.log.resize(log_size - 1);
     }
     // NVRTC keeps its precompiled-header heap in a memory-mapped temp file: with the temp dir
@@ -118,15 +122,16 @@ CompileOutput compile_cubin(const Spec& spec, const std::vector<SourceFile>& sou
     std::string opt_text;
     for (const auto& o : opts) opt_text += " " + o;
     fail(KJIT_ERROR_COMPILE, "NVRTC failed to compile {} for {}: {}\noptions:{}\n{}", spec.uri,
-         target.sm(), nvrtcGetErrorString(cr), opt_text, out.log);
+         target.sm(), nv.nvrtcGetErrorString(cr), opt_text, out.log);
   }
   size_t cubin_size = 0;
-  check_nvrtc(nvrtcGetCUBINSize(p.prog, &cubin_size), "nvrtcGetCUBINSize", spec.uri);
+  check_nvrtc(nv.nvrtcGetCUBINSize(p.prog, &cubin_size), "nvrtcGetCUBINSize", spec.uri);
   out.cubin.resize(cubin_size);
-  check_nvrtc(nvrtcGetCUBIN(p.prog, out.cubin.data()), "nvrtcGetCUBIN", spec.uri);
+  check_nvrtc(nv.nvrtcGetCUBIN(p.prog, out.cubin.data()), "nvrtcGetCUBIN", spec.uri);
   for (const auto& e : spec.entry_names) {
     const char* lowered = nullptr;
-    check_nvrtc(nvrtcGetLoweredName(p.prog, e.c_str(), &lowered), "nvrtcGetLoweredName", spec.uri);
+    check_nvrtc(nv.nvrtcGetLoweredName(p.prog, e.c_str(), &lowered), "nvrtcGetLoweredName",
+                spec.uri);
     out.lowered_names.emplace_back(e, lowered);
   }
   out.compile_ms =

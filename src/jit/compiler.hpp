@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "jit/arch.hpp"
+#include "jit/nvrtc.hpp"
 #include "jit/settings.hpp"
 #include "jit/sources.hpp"
 #include "jit/spec.hpp"
@@ -20,13 +21,16 @@ struct CompileOutput {
   double compile_ms = 0;
 };
 
-// "13.0"
-std::string nvrtc_version();
+// nvrtc_version(): jit/nvrtc.hpp.
 
 // The options that determine the code: everything except include paths, which differ between
 // machines without changing the output. These enter the cache key.
 std::vector<std::string> semantic_options(const Spec& spec, const ArchTarget& target,
                                           const Settings& settings);
+
+// Throws KJIT_ERROR_UNSUPPORTED, listing what NVRTC targets, when the loaded NVRTC cannot compile
+// for `target` (sm_999); KJIT_ERROR_COMPILE when no NVRTC loads.
+void check_nvrtc_target(const ArchTarget& target);
 
 // Compiles main_source(spec) with the spec's kernel sources as NVRTC headers.
 // Throws KJIT_ERROR_COMPILE with the URI, the target and the NVRTC log on failure.

@@ -24,9 +24,41 @@ JitCore::JitCore(Settings settings)
 
 JitCore::~JitCore() = default;
 
+namespace {
+std::mutex g_config_mu;
+bool g_created = false;
+SettingsOverride g_override;
+}  // namespace
+
 JitCore& JitCore::global() {
-  static JitCore core(Settings::from_env());
+  static JitCore core([] {
+    std::lock_guard<std::mutex> lock(g_config_mu);
+    g_created = true;
+    Settings s = Settings::from_env();
+    g_override.apply(s);
+    return s;
+  }());
   return core;
+}
+
+bool JitCore::configure_global(const SettingsOverride& o) {
+  std::lock_guard<std::mutex> lock(g_config_mu);
+  if (g_created) return false;
+  g_override = o;
+  return true;
+}
+
+void ScopedCallStream::check_not_capturing(const std::string& uri) {
+  if (!set_ || !cuda::driver_available()) return;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (cuda::driver().cuStreamIsCapturing(static_cast<CUstream>(current_), &status) ==
+          CUDA_SUCCESS &&
+      status != CU_STREAM_CAPTURE_STATUS_NONE) {
+    fail(KJIT_ERROR_CAPTURING,
+         "{} is not loaded yet and the call's stream is capturing a CUDA graph; load it before "
+         "the capture (kjit_precompile, or one call outside it)",
+         uri);
+  }
 }
 
 Artifact JitCore::build(const Spec& spec, const ArchTarget& target) {
@@ -121,6 +153,14 @@ Artifact JitCore::build_locked(const Spec& spec, const ArchTarget& target,
   } catch (const Error& e) {
     util::log("warning: {}; {} stays in memory only", e.what(), spec.uri);
   }
+  lock.reset();  // the new entry is published: it may be pruned like any other (least used last)
+  if (settings_.cache_max_bytes > 0) {
+    const PruneResult r = cache.prune(settings_.cache_max_bytes, settings_.gen_dir);
+    if (settings_.verbose && r.removed > 0) {
+      util::log("KJIT_CACHE_MAX_SIZE: pruned {} of {} entries ({} bytes)", r.removed, r.entries,
+                r.freed);
+    }
+  }
   return a;
 }
 
@@ -131,7 +171,11 @@ Artifact JitCore::compile(const Spec& spec, const ArchTarget& target,
     fail(KJIT_ERROR_JIT_DISABLED, "{} ({}) needs a compile and KJIT_DISABLE_JIT=1", spec.uri,
          target.sm());
   }
-  if (settings_.disk_cache || settings_.gen_dir_explicit) {
+  // The rendered sources are for reading and debugging a specialization (they were 70% of a
+  // full catalog's bytes): written when asked for, by KJIT_GEN_DIR, KJIT_JIT_VERBOSE or
+  // KJIT_JIT_DEBUG.
+  if (settings_.gen_dir_explicit ||
+      (settings_.disk_cache && (settings_.verbose || settings_.debug))) {
     try {
       write_generated(spec, sources, inputs);
     } catch (const Error& e) {
@@ -197,7 +241,15 @@ const LoadedKernel& JitCore::kernel(const std::string& uri, int device,
     auto it = loaded_.find(map_key);
     if (it != loaded_.end()) return *it->second;
   }
-  std::lock_guard<std::mutex> build_lock(load_mu_);
+  ScopedCallStream::check_not_capturing(uri);
+  std::shared_ptr<std::mutex> key_lock;
+  {
+    std::lock_guard<std::mutex> lock(key_locks_mu_);
+    auto& slot = key_locks_[map_key];
+    if (!slot) slot = std::make_shared<std::mutex>();
+    key_lock = slot;
+  }
+  std::lock_guard<std::mutex> build_lock(*key_lock);
   {
     std::shared_lock<std::shared_mutex> lock(loaded_mu_);
     auto it = loaded_.find(map_key);

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "jit/arch.hpp"
+#include "jit/call_stream.hpp"
 #include "cache/disk_cache.hpp"
 #include "cache/metadata.hpp"
 #include "jit/settings.hpp"
@@ -106,8 +107,12 @@ class JitCore {
  public:
   explicit JitCore(Settings settings);
   ~JitCore();
-  // The process-wide instance used by the C ABI, configured from the environment on first use.
+  // The process-wide instance used by the C ABI, configured from the environment (and what
+  // configure_global installed before) on first use.
   static JitCore& global();
+  // Installs `o` for global() to apply over the environment. False, changing nothing, when
+  // global() already exists.
+  static bool configure_global(const SettingsOverride& o);
 
   const Settings& settings() const { return settings_; }
   const JitStats& stats() const { return stats_; }
@@ -169,7 +174,10 @@ class JitCore {
   std::shared_mutex loaded_mu_;
   std::unordered_map<std::string, std::unique_ptr<LoadedKernel>> loaded_;
   std::unordered_map<util::Hash128, const LoadedKernel*, Hash128Hasher> fast_;
-  std::mutex load_mu_;  // one cold load at a time; NVRTC is serial per process anyway
+  // One lock per map key for cold loads, so specs and devices load side by side (NVRTC itself
+  // compiles one program at a time: jit/compiler.cpp).
+  std::mutex key_locks_mu_;
+  std::unordered_map<std::string, std::shared_ptr<std::mutex>> key_locks_;
 };
 
 std::string kjit_version();

@@ -53,6 +53,12 @@ Settings Settings::from_env() {
   } else {
     s.gen_dir = s.cache_dir / "generated";
   }
+  if (auto v = env_get("KJIT_CACHE_MAX_SIZE"); v && !v->empty()) {
+    if (!util::parse_byte_count(*v, &s.cache_max_bytes)) {
+      util::log("warning: KJIT_CACHE_MAX_SIZE={} is not a size like 500M or 2G; no bound", *v);
+      s.cache_max_bytes = 0;
+    }
+  }
   s.disable_jit = env_flag("KJIT_DISABLE_JIT");
   s.disk_cache = env_flag("KJIT_JIT_CACHE", true);
   s.verbose = env_flag("KJIT_JIT_VERBOSE");
@@ -60,16 +66,10 @@ Settings Settings::from_env() {
   s.lineinfo = env_flag("KJIT_JIT_LINEINFO");
   s.use_pch = env_flag("KJIT_JIT_PCH", true);
   if (auto v = env_get("KJIT_CUDA_ARCH_LIST")) s.arch_list = parse_arch_list(*v);
-  if (auto v = env_get("KJIT_AOT_DIR")) {
-    size_t start = 0;
-    while (start <= v->size()) {
-      size_t end = std::min(v->find(':', start), v->size());
-      if (end > start) s.aot_dirs.emplace_back(v->substr(start, end - start));
-      start = end + 1;
-    }
-  }
+  if (auto v = env_get("KJIT_AOT_DIR")) s.aot_dirs = split_path_list(*v);
   if (auto v = env_get("KJIT_ARTIFACT_DIR"); v && !v->empty()) {
     s.artifact_dir = *v;
+    s.artifact_dir_explicit = true;
   } else {
     s.artifact_dir = s.cache_dir / "artifacts";
   }
@@ -91,6 +91,27 @@ Settings Settings::from_env() {
   s.offline = env_flag("KJIT_OFFLINE");
   s.aot_allow_version_mismatch = env_flag("KJIT_AOT_ALLOW_VERSION_MISMATCH");
   return s;
+}
+
+std::vector<fs::path> split_path_list(const std::string& text) {
+  std::vector<fs::path> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = std::min(text.find(':', start), text.size());
+    if (end > start) out.emplace_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+void SettingsOverride::apply(Settings& s) const {
+  if (cache_dir) {
+    s.cache_dir = *cache_dir;
+    if (!s.gen_dir_explicit) s.gen_dir = s.cache_dir / "generated";
+    if (!s.artifact_dir_explicit) s.artifact_dir = s.cache_dir / "artifacts";
+  }
+  if (aot_dirs) s.aot_dirs = *aot_dirs;
+  if (disable_jit) s.disable_jit = *disable_jit;
 }
 
 fs::path find_cuda_home() {

@@ -1,6 +1,7 @@
 // JIT settings, read from KJIT_* environment variables once per JitCore (docs/env-vars.md).
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -14,6 +15,7 @@ struct Settings {
   std::filesystem::path cache_dir;  // KJIT_CACHE_DIR, else $XDG_CACHE_HOME/kjit, else ~/.cache/kjit
   std::filesystem::path gen_dir;    // KJIT_GEN_DIR, else <cache_dir>/generated
   bool gen_dir_explicit = false;    // KJIT_GEN_DIR was set (then written even without disk cache)
+  uint64_t cache_max_bytes = 0;     // KJIT_CACHE_MAX_SIZE (0: unbounded); pruned after publishing
   bool disable_jit = false;         // KJIT_DISABLE_JIT
   bool disk_cache = true;           // KJIT_JIT_CACHE (0 = no disk reads or writes)
   bool verbose = false;             // KJIT_JIT_VERBOSE
@@ -24,6 +26,7 @@ struct Settings {
   // AOT packages and artifact fetching (docs/aot.md).
   std::vector<std::filesystem::path> aot_dirs;  // KJIT_AOT_DIR (':'-separated), read-only
   std::filesystem::path artifact_dir;           // KJIT_ARTIFACT_DIR, else <cache_dir>/artifacts
+  bool artifact_dir_explicit = false;           // KJIT_ARTIFACT_DIR was set
   std::string artifact_url;                 // KJIT_ARTIFACT_URL: http(s):// or file:// repository
   bool artifact_auto_fetch = false;         // KJIT_ARTIFACT_AUTO_FETCH
   int artifact_jobs = 4;                    // KJIT_ARTIFACT_JOBS: concurrent downloads
@@ -35,6 +38,17 @@ struct Settings {
 
   static Settings from_env();
 };
+
+// What kjit_configure sets over the environment (unset members leave the environment's value).
+struct SettingsOverride {
+  std::optional<std::filesystem::path> cache_dir;  // also moves gen_dir / artifact_dir unless set
+  std::optional<std::vector<std::filesystem::path>> aot_dirs;
+  std::optional<bool> disable_jit;
+  void apply(Settings& s) const;
+};
+
+// ':'-separated folders, empty items dropped (KJIT_AOT_DIR's syntax).
+std::vector<std::filesystem::path> split_path_list(const std::string& text);
 
 // The CUDA toolkit root whose include/ has cuda_bf16.h: KJIT_CUDA_HOME, CUDA_HOME, CUDA_PATH,
 // then the build-time path. Throws KJIT_ERROR_COMPILE listing what was tried when none has it.

@@ -30,6 +30,32 @@ const OpDef* find_op(std::string_view name) {
   return nullptr;
 }
 
+const OpDef& op_or_throw(std::string_view name) {
+  if (const OpDef* d = find_op(name)) return *d;
+  std::string known;
+  for (const auto& d : op_registry()) known += " " + d.name;
+  fail(KJIT_ERROR_INVALID_ARGUMENT, "no op '{}' (ops:{})", name, known);
+}
+
+SetArgs parse_set_list(std::string_view text) {
+  SetArgs out;
+  size_t i = 0;
+  while (i < text.size()) {
+    const size_t end = text.find_first_of(", \t\n", i);
+    const std::string_view pair = text.substr(i, end == std::string_view::npos ? end : end - i);
+    i = end == std::string_view::npos ? text.size() : end + 1;
+    if (pair.empty()) continue;
+    const size_t eq = pair.find('=');
+    if (eq == std::string_view::npos || eq == 0) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "parameter '{}': expected name=value", pair);
+    }
+    if (!out.emplace(std::string(pair.substr(0, eq)), std::string(pair.substr(eq + 1))).second) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "parameter '{}' given twice", pair.substr(0, eq));
+    }
+  }
+  return out;
+}
+
 void check_set_args(const OpDef& def, const SetArgs& args) {
   for (const auto& [k, v] : args) {
     // Named capture: clang before 16 cannot capture a structured binding.

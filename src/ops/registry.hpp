@@ -39,6 +39,12 @@ struct OpDef {
 
 const std::vector<OpDef>& op_registry();
 const OpDef* find_op(std::string_view name);
+// find_op, or KJIT_ERROR_INVALID_ARGUMENT naming the known ops.
+const OpDef& op_or_throw(std::string_view name);
+
+// "dtype=bf16,hidden=4096" (pairs separated by commas or white space) as SetArgs. Throws
+// KJIT_ERROR_INVALID_ARGUMENT on a pair without '=' or a name given twice.
+SetArgs parse_set_list(std::string_view text);
 
 // Helpers for make_spec implementations: reject names not in `def.axes`, check values.
 void check_set_args(const OpDef& def, const SetArgs& args);

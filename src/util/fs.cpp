@@ -105,6 +105,20 @@ FileLock::FileLock(const fs::path& path) {
   }
 }
 
+std::unique_ptr<FileLock> FileLock::try_acquire(const fs::path& path) {
+  std::unique_ptr<FileLock> l(new FileLock());
+  l->fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (l->fd_ < 0) {
+    fail(KJIT_ERROR_CACHE, "cannot open lock file {}: {}", path.string(), std::strerror(errno));
+  }
+  while (::flock(l->fd_, LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EINTR) continue;
+    if (errno == EWOULDBLOCK) return nullptr;
+    fail(KJIT_ERROR_CACHE, "cannot lock {}: {}", path.string(), std::strerror(errno));
+  }
+  return l;
+}
+
 FileLock::~FileLock() {
   if (fd_ >= 0) ::close(fd_);  // closing releases the flock
 }

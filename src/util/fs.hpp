@@ -2,6 +2,7 @@
 #pragma once
 
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -31,11 +32,14 @@ bool write_file_if_different(const fs::path& path, std::string_view data);
 class FileLock {
  public:
   explicit FileLock(const fs::path& path);  // blocks until acquired; throws on error
+  // The lock if no other holder has it now, else nullptr (never blocks). Throws on error.
+  static std::unique_ptr<FileLock> try_acquire(const fs::path& path);
   ~FileLock();
   FileLock(const FileLock&) = delete;
   FileLock& operator=(const FileLock&) = delete;
 
  private:
+  FileLock() = default;
   int fd_ = -1;
 };
 

@@ -31,3 +31,38 @@ message(STATUS "${out}")
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "consumer failed: ${rc}")
 endif()
+
+# pkg-config: the installed kjit.pc (prefix relative to its folder) must compile and link the same
+# consumer from this prefix, which is not the one the build was configured with.
+find_program(PKG_CONFIG pkg-config)
+if(NOT PKG_CONFIG)
+  message(FATAL_ERROR "pkg-config not found (tools/deps.sh installs it)")
+endif()
+file(GLOB_RECURSE pc_files "${prefix}/*/kjit.pc")
+list(GET pc_files 0 pc)
+get_filename_component(pc_dir "${pc}" DIRECTORY)
+execute_process(COMMAND ${CMAKE_COMMAND} -E env PKG_CONFIG_PATH=${pc_dir}
+                ${PKG_CONFIG} --cflags --libs kjit
+                OUTPUT_VARIABLE flags RESULT_VARIABLE rc OUTPUT_STRIP_TRAILING_WHITESPACE)
+if(NOT rc EQUAL 0 OR NOT flags MATCHES "-I${prefix}/include")
+  message(FATAL_ERROR "pkg-config --cflags --libs kjit: '${flags}' (rc ${rc}) does not name ${prefix}")
+endif()
+separate_arguments(flag_list UNIX_COMMAND "${flags}")
+if(DEFINED ENV{CC})
+  separate_arguments(cc UNIX_COMMAND "$ENV{CC} $ENV{CFLAGS}")
+else()
+  set(cc cc)
+endif()
+separate_arguments(ldflags UNIX_COMMAND "$ENV{LDFLAGS}")
+execute_process(COMMAND ${cc} "${SRC}/main.c" ${flag_list} ${ldflags} -o "${WORK}/pc_consumer"
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "compiling the consumer with pkg-config's flags failed:\n${out}\n${err}")
+endif()
+get_filename_component(libdir "${pc_dir}" DIRECTORY)
+execute_process(COMMAND ${CMAKE_COMMAND} -E env LD_LIBRARY_PATH=${libdir} "${WORK}/pc_consumer"
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "the pkg-config consumer failed: ${rc}\n${out}")
+endif()
+message(STATUS "pkg-config consumer: ${out}")

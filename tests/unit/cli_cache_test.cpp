@@ -23,10 +23,11 @@ struct Run {
   std::string out;
 };
 
-// Runs kjit-cli with KJIT_CACHE_DIR=cache; returns its exit code and stdout.
-Run cli(const fs::path& cache, const std::string& args) {
-  std::string cmd =
-      "KJIT_CACHE_DIR='" + cache.string() + "' '" KJIT_CLI_PATH "' " + args + " 2>/dev/null";
+// Runs kjit-cli with KJIT_CACHE_DIR=cache (and `env`, "NAME=value ..."); returns its exit code
+// and stdout.
+Run cli(const fs::path& cache, const std::string& args, const std::string& env = "") {
+  std::string cmd = "KJIT_CACHE_DIR='" + cache.string() + "' " + env + " '" KJIT_CLI_PATH "' " +
+                    args + " 2>/dev/null";
   Run r;
   FILE* p = popen(cmd.c_str(), "r");
   REQUIRE(p != nullptr);
@@ -209,6 +210,30 @@ TEST_CASE("cli cache: prune removes the least recently used first", "[cli]") {
   CHECK(uris.find("hidden_300_") != std::string::npos);
 }
 
+TEST_CASE("cli cache: KJIT_CACHE_MAX_SIZE bounds the cache as entries are published", "[cli]") {
+  kjit::test::TempDir dir;
+  compile(dir.path(), 100);
+  auto first = nlohmann::json::parse(cli(dir.path(), "cache inspect --json").out);
+  const uint64_t one = first.at("bytes").get<uint64_t>();
+  REQUIRE(one > 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // mtimes have 1 s resolution
+  // Room for two entries: publishing the third evicts the least recently used (hidden 100).
+  const std::string bound = "KJIT_CACHE_MAX_SIZE=" + std::to_string(one * 2 + one / 2);
+  for (int h : {200, 300}) {
+    const std::string args =
+        "compile rmsnorm --set dtype=bf16 --set hidden=" + std::to_string(h) + " --arch sm_90";
+    REQUIRE(cli(dir.path(), args, bound).code == 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  }
+  auto after = nlohmann::json::parse(cli(dir.path(), "cache inspect --json").out);
+  std::string uris;
+  for (auto& e : after.at("entries")) uris += e.at("uri").get<std::string>() + " ";
+  INFO(uris);
+  CHECK(after.at("total") == 2);
+  CHECK(after.at("bytes").get<uint64_t>() <= one * 2 + one / 2);
+  CHECK(uris.find("hidden_100_") == std::string::npos);
+}
+
 TEST_CASE("cli cache: clear --filter removes only matching entries", "[cli]") {
   kjit::test::TempDir dir;
   for (int h : {100, 200}) compile(dir.path(), h);
@@ -226,8 +251,24 @@ TEST_CASE("cli: bad arguments are usage errors with exit code 2", "[cli]") {
   for (const char* args : {"cache prune --max-size 12x", "cache prune", "cache bogus",
                            "compile rmsnorm --set dtype", "compile nosuchop --set a=b",
                            "compile rmsnorm --set dtype=bf16 --set hidden=12 --arch sm_9x",
-                           "bench rmsnorm --set dtype=bf16", "--no-such-flag"}) {
+                           "compile rmsnorm --set dtype=bf16 --set hidden=12 --arch sm_999",
+                           "compile rmsnorm --set dtype=bf16 --set hidden=99999999 --arch sm_90",
+                           "bench rmsnorm --set dtype=bf16", "--no-such-flag", "nosuchcmd"}) {
     INFO(args);
     CHECK(cli(dir.path(), args).code == 2);
   }
+}
+
+TEST_CASE("cli: an unknown command is named", "[cli]") {
+  kjit::test::TempDir dir;
+  const std::string cmd = "'" KJIT_CLI_PATH "' nosuchcmd 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  char buf[512];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  pclose(p);
+  CHECK(out.find("unknown command 'nosuchcmd'") != std::string::npos);
+  CHECK(out.find("compile") != std::string::npos);  // lists the commands
 }

@@ -19,6 +19,7 @@
 #include "jit/compiler.hpp"
 #include "cache/disk_cache.hpp"
 #include "jit/jit_core.hpp"
+#include "util/env.hpp"
 #include "util/error.hpp"
 
 namespace kjit::cli {
@@ -79,15 +80,19 @@ int run_inspect(bool as_json, const std::string& glob) {
   for (const auto& e : entries) {
     rows.push_back(entry_json(e));
     valid += e.problem.empty();
-    bytes += e.cubin_size;
+    bytes += e.cubin_size + e.json_size;
   }
+  // Rendered sources count against the size a prune keeps, so they are reported beside it.
+  const uint64_t gen_bytes =
+      jit::DiskCache::generated_bytes(jit::JitCore::global().settings().gen_dir);
   if (as_json) {
     json out = {{"cache_dir", cache.root().string()},
                 {"entries", rows},
                 {"total", entries.size()},
                 {"valid", valid},
                 {"invalid", entries.size() - valid},
-                {"bytes", bytes}};
+                {"bytes", bytes},
+                {"generated_bytes", gen_bytes}};
     fmt::print("{}\n", out.dump(2, ' ', false, json::error_handler_t::replace));
     return kExitOk;
   }
@@ -103,8 +108,11 @@ int run_inspect(bool as_json, const std::string& glob) {
                m && m->registers >= 0 ? std::to_string(m->registers) : "-",
                e.problem.empty() ? "valid" : e.problem);
   }
-  fmt::print("{} entries in {}: {} valid, {} invalid, {} bytes\n", entries.size(),
-             cache.entries_dir().string(), valid, entries.size() - valid, bytes);
+  fmt::print(
+      "{} entries in {}: {} valid, {} invalid, {} bytes (cubins + sidecars); {} bytes of "
+      "generated sources\n",
+      entries.size(), cache.entries_dir().string(), valid, entries.size() - valid, bytes,
+      gen_bytes);
   return kExitOk;
 }
 
@@ -245,6 +253,12 @@ int run_verify(bool fix, bool as_json) {
     }
   }
   size_t remaining = bad.size() - removed;
+  if (fix && remaining > 0) {
+    // Say why the exit code is 1: --fix was asked for and could not do it.
+    fmt::print(stderr,
+               "kjit-cli: {} invalid entries could not be removed from {} (not writable?)\n",
+               remaining, cache.entries_dir().string());
+  }
   if (as_json) {
     json out = {{"cache_dir", cache.root().string()},
                 {"checked", entries.size()},
@@ -265,39 +279,21 @@ int run_verify(bool fix, bool as_json) {
   return remaining == 0 ? kExitOk : kExitFailure;
 }
 
-// "500M", "2GiB", "1.5G", "4096" -> bytes (K/M/G/T are powers of 1024).
+// "500M", "2GiB", "4096" -> bytes (K/M/G/T are powers of 1024; KJIT_CACHE_MAX_SIZE's syntax).
 uint64_t parse_size(const std::string& text) {
-  size_t pos = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &pos);
-  } catch (const std::exception&) {
+  uint64_t v = 0;
+  if (!util::parse_byte_count(text, &v)) {
     throw UsageError("--max-size " + text + ": expected a size like 500M or 2G");
   }
-  std::string unit = text.substr(pos);
-  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  double mul = 1;
-  if (unit == "" || unit == "B")
-    mul = 1;
-  else if (unit == "K" || unit == "KB" || unit == "KIB")
-    mul = 1024.0;
-  else if (unit == "M" || unit == "MB" || unit == "MIB")
-    mul = 1024.0 * 1024;
-  else if (unit == "G" || unit == "GB" || unit == "GIB")
-    mul = 1024.0 * 1024 * 1024;
-  else if (unit == "T" || unit == "TB" || unit == "TIB")
-    mul = 1024.0 * 1024 * 1024 * 1024;
-  else
-    throw UsageError("--max-size " + text + ": unknown unit '" + unit + "'");
-  if (!(v >= 0)) throw UsageError("--max-size " + text + ": must be >= 0");
-  return static_cast<uint64_t>(v * mul);
+  return v;
 }
 
-// Stale temp files first (they hold space and are never read), then entries least recently
-// used first until the entries (cubin + sidecar) fit in max_bytes.
+// Stale temp files first (they hold space and are never read), then what DiskCache::prune does
+// (the same bound KJIT_CACHE_MAX_SIZE keeps): exit 1 when the cache is still over the limit.
 int run_prune(const std::string& max_size) {
   const uint64_t limit = parse_size(max_size);
-  jit::DiskCache cache = jit::JitCore::global().disk_cache();
+  const auto& settings = jit::JitCore::global().settings();
+  jit::DiskCache cache(settings.cache_dir);
   size_t temps_removed = 0;
   uint64_t temp_bytes = 0;
   for (const TempFile& t : stale_temp_files(cache, true)) {
@@ -309,23 +305,19 @@ int run_prune(const std::string& max_size) {
     fmt::print("removed {} stale temp files of killed writers ({} bytes)\n", temps_removed,
                temp_bytes);
   }
-  auto entries = list_entries(cache, "");
-  uint64_t total = 0;
-  for (const auto& e : entries) total += e.cubin_size + e.json_size;
-  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
-    return a.last_used != b.last_used ? a.last_used < b.last_used : a.json_path < b.json_path;
-  });
-  size_t removed = 0;
-  uint64_t freed = 0;
-  for (const auto& e : entries) {
-    if (total - freed <= limit) break;
-    if (jit::DiskCache::remove(e.json_path)) {
-      ++removed;
-      freed += e.cubin_size + e.json_size;
-    }
+  const jit::PruneResult r = cache.prune(limit, settings.gen_dir);
+  fmt::print(
+      "pruned {} of {} entries and {} generated source folders ({} bytes); {} bytes remain "
+      "(limit {}){}\n",
+      r.removed, r.entries, r.generated_removed, r.freed, r.remaining, limit,
+      r.busy > 0 ? fmt::format("; {} entries skipped while another process built them", r.busy)
+                 : "");
+  if (r.remaining > limit) {
+    fmt::print(stderr, "kjit-cli: the cache is still over the limit ({} > {} bytes){}\n",
+               r.remaining, limit,
+               r.busy > 0 ? "" : ": entries could not be removed (read-only cache?)");
+    return kExitFailure;
   }
-  fmt::print("pruned {} of {} entries ({} bytes); {} bytes remain (limit {})\n", removed,
-             entries.size(), freed, total - freed, limit);
   return kExitOk;
 }
 

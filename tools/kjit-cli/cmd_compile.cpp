@@ -14,6 +14,8 @@
 #include "commands.hpp"
 #include "cuda/device.hpp"
 #include "jit/arch.hpp"
+#include "jit/arch_context.hpp"
+#include "jit/compiler.hpp"
 #include "jit/jit_core.hpp"
 #include "ops/registry.hpp"
 #include "util/error.hpp"
@@ -32,20 +34,6 @@ struct CompileOptions {
   std::vector<std::string> archs;
   int jobs = 1;
   bool json = false;
-};
-
-// What to compile for: an explicit list (--arch, else KJIT_CUDA_ARCH_LIST) or, when it is empty,
-// the compute capabilities of the visible devices.
-struct Request {
-  std::vector<jit::ArchTarget> listed;
-  std::vector<std::pair<int, int>> devices;
-
-  std::string describe() const {
-    if (!listed.empty()) return jit::format_arch_list(listed);
-    std::string s;
-    for (auto [ma, mi] : devices) s += fmt::format("{}sm_{}{}", s.empty() ? "" : " ", ma, mi);
-    return s;
-  }
 };
 
 struct Failure {
@@ -76,8 +64,8 @@ ops::SetArgs parse_sets(const std::vector<std::string>& sets) {
 
 namespace {
 
-Request make_request(const std::vector<std::string>& archs) {
-  Request r;
+jit::ArchContext make_request(const std::vector<std::string>& archs) {
+  std::vector<jit::ArchTarget> listed;
   for (const auto& text : archs) {
     std::vector<jit::ArchTarget> parsed;
     try {
@@ -86,48 +74,24 @@ Request make_request(const std::vector<std::string>& archs) {
       throw UsageError(fmt::format("--arch: {}", e.what()));
     }
     if (parsed.empty()) throw UsageError("--arch: empty list");
-    for (const auto& t : parsed) {
-      if (std::find(r.listed.begin(), r.listed.end(), t) == r.listed.end()) r.listed.push_back(t);
+    // Without NVRTC a target can still be served from the cache; a compile will say it.
+    for (const auto& t : jit::nvrtc_available() ? parsed : std::vector<jit::ArchTarget>{}) {
+      try {
+        jit::check_nvrtc_target(t);  // sm_999: a usage error, not NVRTC's own words later
+      } catch (const Error& e) {
+        if (e.status() != KJIT_ERROR_UNSUPPORTED) throw;
+        throw UsageError(fmt::format("--arch: {}", e.what()));
+      }
     }
+    listed.insert(listed.end(), parsed.begin(), parsed.end());
   }
-  if (r.listed.empty()) r.listed = jit::JitCore::global().settings().arch_list;
-  if (!r.listed.empty()) return r;
-  for (int i = 0; i < cuda::device_count(); ++i) {
-    const cuda::DeviceInfo& d = cuda::device_info(i);
-    r.devices.emplace_back(d.major, d.minor);
+  try {
+    return jit::ArchContext::current(listed, jit::JitCore::global().settings().arch_list);
+  } catch (const Error& e) {
+    // A plain runtime_error: exit 1, not the NO_DEVICE code, since --arch would have done.
+    if (e.status() == KJIT_ERROR_NO_DEVICE) throw std::runtime_error(e.what());
+    throw;
   }
-  // A plain runtime_error: exit 1, not the NO_DEVICE code, since --arch would have done.
-  if (r.devices.empty()) {
-    throw std::runtime_error("no target arch: no GPU and no --arch / KJIT_CUDA_ARCH_LIST");
-  }
-  return r;
-}
-
-// The targets of `req` that `spec` supports; the others go to `skipped`. Throws
-// KJIT_ERROR_UNSUPPORTED when none is.
-std::vector<jit::ArchTarget> targets_for(const jit::Spec& spec, const Request& req,
-                                         std::vector<std::string>* skipped) {
-  if (!req.listed.empty()) {
-    auto out = jit::select_targets(spec.arch_families, req.listed, spec.uri);
-    for (const auto& t : req.listed) {
-      if (std::find(out.begin(), out.end(), t) == out.end()) skipped->push_back(t.sm());
-    }
-    return out;
-  }
-  std::vector<jit::ArchTarget> out;
-  std::string last_error;
-  for (auto [major, minor] : req.devices) {
-    try {
-      auto t = jit::select_device_target(spec.arch_families, major, minor, spec.uri);
-      if (std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
-    } catch (const Error& e) {
-      if (e.status() != KJIT_ERROR_UNSUPPORTED) throw;
-      skipped->push_back(fmt::format("sm_{}{}", major, minor));
-      last_error = e.what();
-    }
-  }
-  if (out.empty()) throw Error(KJIT_ERROR_UNSUPPORTED, last_error);
-  return out;
 }
 
 std::string describe_args(const std::string& op, const ops::SetArgs& args) {
@@ -162,14 +126,14 @@ void check_set_args_usage(const ops::OpDef& def, const ops::SetArgs& args) {
   }
 }
 
-Plan make_plan(const CompileOptions& o, const Request& req) {
+Plan make_plan(const CompileOptions& o, const jit::ArchContext& req) {
   Plan plan;
   std::set<std::string> seen;  // two catalog rows can map to one specialization
   auto add_spec = [&](jit::Spec spec) {
     if (!seen.insert(spec.uri).second) return;
     std::vector<std::string> skipped;
     try {
-      for (const auto& t : targets_for(spec, req, &skipped)) {
+      for (const auto& t : req.targets_for(spec, &skipped)) {
         plan.items.emplace_back(plan.specs.size(), t);
       }
     } catch (const Error& e) {
@@ -193,7 +157,10 @@ Plan make_plan(const CompileOptions& o, const Request& req) {
         add_spec(def->make_spec(args));
       } catch (const Error& e) {
         // The user's own --set values are a usage error; a bad catalog row is the library's.
-        if (!o.all && e.status() == KJIT_ERROR_INVALID_ARGUMENT) throw UsageError(e.what());
+        if (!o.all && (e.status() == KJIT_ERROR_INVALID_ARGUMENT ||
+                       e.status() == KJIT_ERROR_UNSUPPORTED)) {
+          throw UsageError(e.what());
+        }
         plan.failures.push_back({describe_args(def->name, args), "", e.what()});
       }
     }
@@ -202,12 +169,18 @@ Plan make_plan(const CompileOptions& o, const Request& req) {
 }
 
 json build_one(const jit::Spec& spec, const jit::ArchTarget& target) {
+  const auto t0 = std::chrono::steady_clock::now();
   jit::Artifact a = jit::JitCore::global().build(spec, target);
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return {{"op", spec.op},
           {"uri", spec.uri},
           {"arch", target.sm()},
           // A cubin served by an AOT package or the artifact dir was not compiled either.
           {"source", a.source == jit::ArtifactSource::kCompiled ? "compiled" : "disk"},
+          // This request's time (a cache hit's is a read and a hash), and the NVRTC time the
+          // entry took when it was compiled.
+          {"ms", ms},
           {"compile_ms", a.meta.compile_ms},
           {"cubin_size", a.cubin.size()},
           {"cubin_path", a.cubin_path.string()},
@@ -225,7 +198,7 @@ void print_human(const std::vector<json>& results, const std::vector<Failure>& f
     std::string path = r["cubin_path"];
     fmt::print("{:<8}  {:<7}  {:<{}}  {:8.1f} ms  {:>8} B  {}\n",
                r["source"] == "disk" ? "cached" : "compiled", r["arch"].get<std::string>(),
-               r["uri"].get<std::string>(), width, r["compile_ms"].get<double>(),
+               r["uri"].get<std::string>(), width, r["ms"].get<double>(),
                r["cubin_size"].get<size_t>(), path.empty() ? "(not on disk)" : path);
   }
   for (const auto& f : failures) fmt::print("{:<8}  {:<7}  {}\n", "failed", f.arch, f.uri);
@@ -250,7 +223,7 @@ int run_compile(const CompileOptions& o) {
   for (const ops::OpDef* def : selected_ops(o)) {
     if (!o.all) check_set_args_usage(*def, parse_sets(o.sets));
   }
-  Request req = make_request(o.archs);
+  jit::ArchContext req = make_request(o.archs);
   Plan plan = make_plan(o, req);
 
   std::string why;
@@ -302,6 +275,18 @@ int run_compile(const CompileOptions& o) {
     fmt::print("{}\n", out.dump(2, ' ', false, json::error_handler_t::replace));
   } else {
     print_human(results, plan.failures, compiled, cached, wall.count(), jobs);
+  }
+  // Compiled but not published: the cache could not be written (read-only, full). The cubins
+  // existed only in this process, so the command did not do its job.
+  size_t not_saved = 0;
+  for (const auto& r : results) {
+    not_saved += r["source"] == "compiled" && r["cubin_path"].get<std::string>().empty();
+  }
+  if (not_saved > 0 && jit::JitCore::global().settings().disk_cache) {
+    fmt::print(stderr, "kjit-cli: {} compiled specializations were not saved: the cache at {} is "
+                       "not writable (see the warnings above)\n",
+               not_saved, jit::JitCore::global().settings().cache_dir.string());
+    return kExitFailure;
   }
   return plan.failures.empty() ? kExitOk : kExitFailure;
 }

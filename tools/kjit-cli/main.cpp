@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -26,6 +27,20 @@ int main(int argc, char** argv) {
   add_defs_commands(app, exit_code);
   add_replay_command(app, exit_code);
 
+  // A first word that is no command (and no option): name it, which CLI11's "A subcommand is
+  // required" does not.
+  if (argc > 1 && argv[1][0] != '-') {
+    bool known = false;
+    std::string names;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      known = known || sub->get_name() == argv[1];
+      names += " " + sub->get_name();
+    }
+    if (!known) {
+      fmt::print(stderr, "kjit-cli: unknown command '{}' (commands:{})\n", argv[1], names);
+      return kExitUsage;
+    }
+  }
   try {
     app.parse(argc, argv);
     return exit_code;
