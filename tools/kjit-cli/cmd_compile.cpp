@@ -157,8 +157,8 @@ Plan make_plan(const CompileOptions& o, const jit::ArchContext& req) {
         add_spec(def->make_spec(args));
       } catch (const Error& e) {
         // The user's own --set values are a usage error; a bad catalog row is the library's.
-        if (!o.all && (e.status() == KJIT_ERROR_INVALID_ARGUMENT ||
-                       e.status() == KJIT_ERROR_UNSUPPORTED)) {
+        if (!o.all &&
+            (e.status() == KJIT_ERROR_INVALID_ARGUMENT || e.status() == KJIT_ERROR_UNSUPPORTED)) {
           throw UsageError(e.what());
         }
         plan.failures.push_back({describe_args(def->name, args), "", e.what()});
@@ -283,8 +283,9 @@ int run_compile(const CompileOptions& o) {
     not_saved += r["source"] == "compiled" && r["cubin_path"].get<std::string>().empty();
   }
   if (not_saved > 0 && jit::JitCore::global().settings().disk_cache) {
-    fmt::print(stderr, "kjit-cli: {} compiled specializations were not saved: the cache at {} is "
-                       "not writable (see the warnings above)\n",
+    fmt::print(stderr,
+               "kjit-cli: {} compiled specializations were not saved: the cache at {} is "
+               "not writable (see the warnings above)\n",
                not_saved, jit::JitCore::global().settings().cache_dir.string());
     return kExitFailure;
   }
