@@ -24,20 +24,10 @@
 #include "common/prelude.cuh"
 #include "common/vec.cuh"
 #include "sampling/block.cuh"
+#include "sampling/sampling_params.h"
 
 namespace kjit {
 namespace sampling {
-
-// Passed by value as a __grid_constant__ kernel parameter. Keep this exact layout: the host
-// mirrors it.
-struct ArgmaxParams {
-  const void* input;  // [rows, vocab], row stride in_stride
-  void* out;          // [rows] int32 or int64
-  long long rows;
-  long long in_stride;
-  int vocab;
-  int out_i64;
-};
 
 namespace detail {
 

@@ -44,6 +44,7 @@
 #include "common/vec.cuh"
 #include "sampling/block.cuh"
 #include "sampling/philox.cuh"
+#include "sampling/sampling_params.h"
 
 // Phase timestamps, for profiling only: bench/experiments/sampling_stamps.sh defines
 // KJIT_SAMPLING_STAMPS in a copy of the kernels that kjit-cli reads through KJIT_KERNEL_DIR.
@@ -65,7 +66,6 @@ namespace sampling {
 
 enum : int { kKeysProbs = 0, kKeysLogits = 1, kKeysSigned = 2 };
 enum : int { kOpSample = 0, kOpRenorm = 1, kOpMask = 2 };
-enum : int { kFilterTopK = 1, kFilterTopP = 2, kFilterMinP = 4 };
 
 constexpr int kBins = 2048;
 constexpr int kMaxSegments = 1024;  // vocab <= 262144 with segments of >= 256 elements
@@ -73,35 +73,6 @@ constexpr int kMaxTopPLevels = 9;
 // Threads per block of the cluster path: at 512 its kernels need no local memory (under a
 // 1024-thread bound, i.e. 64 registers, the sm_90a cluster kernels spilled 5-64 values).
 constexpr int kClusterMaxThreads = 512;
-
-// Passed by value as a __grid_constant__ kernel parameter. Keep this exact layout: the host
-// mirrors it. A per-row array, when not null, replaces the scalar beside it.
-struct SamplingParams {
-  const void* input;                 // [rows, vocab] probabilities or logits, row stride in_stride
-  void* out;                         // renorm / mask: [rows, vocab], row stride out_stride
-  void* samples;                     // sample: [rows] int32 or int64
-  unsigned char* valid;              // sample: [rows] 0 / 1, or null
-  const void* top_k_arr;             // [rows] int32 or int64: <= 0 or >= vocab means no top-k
-  const float* top_p_arr;            // [rows]: >= 1 no top-p; NaN or <= 0 invalid row
-  const float* min_p_arr;            // [rows]: <= 0 no min-p; NaN or > 1 invalid row
-  const float* temp_arr;             // [rows]: 0 greedy; < 0, NaN or Inf invalid row
-  const unsigned long long* seed;    // [1] or [rows]
-  const unsigned long long* offset;  // [1] or [rows]
-  long long rows;
-  long long in_stride;
-  long long out_stride;
-  long long seed_stride;    // 0: one seed for all rows, 1: one per row
-  long long offset_stride;  // 0 or 1
-  int vocab;
-  int filters;  // kFilterTopK | kFilterTopP | kFilterMinP
-  int top_k;
-  int top_k_i64;
-  int samples_i64;
-  float top_p;
-  float min_p;
-  float temperature;
-  int per_row_seed;  // seed_stride == 1: a row's stream then does not depend on its position
-};
 
 namespace detail {
 

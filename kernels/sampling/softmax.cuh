@@ -9,22 +9,10 @@
 #include "common/prelude.cuh"
 #include "common/vec.cuh"
 #include "sampling/block.cuh"
+#include "sampling/sampling_params.h"
 
 namespace kjit {
 namespace sampling {
-
-// Passed by value as a __grid_constant__ kernel parameter. Keep this exact layout: the host
-// mirrors it.
-struct SoftmaxParams {
-  const void* input;      // [rows, vocab] logits, row stride in_stride
-  float* out;             // [rows, vocab], row stride out_stride
-  const float* temp_arr;  // [rows] or null (then `temperature`)
-  long long rows;
-  long long in_stride;
-  long long out_stride;
-  int vocab;
-  float temperature;
-};
 
 // Launch: grid = rows, block = a multiple of 32 up to 1024, no dynamic shared memory. vocab %
 // VEC == 0; input rows aligned to VEC * sizeof(T) bytes and out rows to min(VEC, 4) * 4 bytes.

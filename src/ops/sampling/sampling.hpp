@@ -12,6 +12,7 @@
 #include "jit/spec.hpp"
 #include "ops/registry.hpp"
 #include "ops/tensor.hpp"
+#include "sampling/sampling_params.h"
 
 namespace kjit::ops {
 
@@ -163,7 +164,9 @@ void top_k_renorm_probs(const DLTensor* probs, RowParam<int> top_k, DLTensor* ou
 void top_p_renorm_probs(const DLTensor* probs, RowParam<float> top_p, DLTensor* out, void* stream);
 void top_k_mask_logits(const DLTensor* logits, RowParam<int> top_k, DLTensor* out, void* stream);
 
-inline constexpr int kFilterTopK = 1, kFilterTopP = 2, kFilterMinP = 4;
+// The filter bits of SampleArgs::filters (the kernels' SamplingParams::filters).
+inline constexpr int kFilterTopK = sampling::kFilterTopK, kFilterTopP = sampling::kFilterTopP,
+                     kFilterMinP = sampling::kFilterMinP;
 
 OpDef sampling_filter_op_def();
 OpDef softmax_op_def();

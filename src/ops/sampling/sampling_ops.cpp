@@ -15,63 +15,18 @@
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
 #include "jit/jit_core.hpp"
-#include "ops/sampling/sampling.hpp"
 #include "diag/trace_dump.hpp"
+#include "ops/sampling/sampling.hpp"
+#include "sampling/sampling_params.h"
 #include "util/error.hpp"
 
 namespace kjit::ops {
 
 namespace {
 
-// Mirrors kjit::sampling::SamplingParams in kernels/sampling/sampling.cuh field for field.
-struct SamplingParams {
-  const void* input;
-  void* out;
-  void* samples;
-  unsigned char* valid;
-  const void* top_k_arr;
-  const float* top_p_arr;
-  const float* min_p_arr;
-  const float* temp_arr;
-  const unsigned long long* seed;
-  const unsigned long long* offset;
-  long long rows;
-  long long in_stride;
-  long long out_stride;
-  long long seed_stride;
-  long long offset_stride;
-  int vocab;
-  int filters;
-  int top_k;
-  int top_k_i64;
-  int samples_i64;
-  float top_p;
-  float min_p;
-  float temperature;
-  int per_row_seed;
-};
-
-// Mirrors kjit::sampling::SoftmaxParams in kernels/sampling/softmax.cuh.
-struct SoftmaxParams {
-  const void* input;
-  float* out;
-  const float* temp_arr;
-  long long rows;
-  long long in_stride;
-  long long out_stride;
-  int vocab;
-  float temperature;
-};
-
-// Mirrors kjit::sampling::ArgmaxParams in kernels/sampling/argmax.cuh.
-struct ArgmaxParams {
-  const void* input;
-  void* out;
-  long long rows;
-  long long in_stride;
-  int vocab;
-  int out_i64;
-};
+using sampling::ArgmaxParams;
+using sampling::SamplingParams;
+using sampling::SoftmaxParams;
 
 // A [batch, vocab] matrix. batch and vocab come from the shape (as_row_matrix reports no rows
 // for an empty vocabulary).
