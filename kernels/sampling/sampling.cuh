@@ -46,21 +46,6 @@
 #include "sampling/philox.cuh"
 #include "sampling/sampling_params.h"
 
-// Phase timestamps, for profiling only: bench/experiments/sampling_stamps.sh defines
-// KJIT_SAMPLING_STAMPS in a copy of the kernels that kjit-cli reads through KJIT_KERNEL_DIR.
-// Thread 0 of each block records clock64() at the end of each phase, and thread 0 of row 0's
-// drawing block prints the leader's phases. Without the macro they compile to nothing.
-#ifdef KJIT_SAMPLING_STAMPS
-#define KJIT_STAMP(i)                             \
-  do {                                            \
-    if (threadIdx.x == 0) s_stamp[i] = clock64(); \
-  } while (0)
-#else
-#define KJIT_STAMP(i) \
-  do {                \
-  } while (0)
-#endif
-
 namespace kjit {
 namespace sampling {
 
@@ -458,10 +443,6 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
   const T* row = static_cast<const T*>(p.input) + r * p.in_stride;
   T* out_row = OP == kOpSample ? nullptr : static_cast<T*>(p.out) + r * p.out_stride;
   RowWalk<T, VEC, U> walk{row, vocab};
-#ifdef KJIT_SAMPLING_STAMPS
-  __shared__ long long s_stamp[10];
-#endif
-  KJIT_STAMP(0);
   const bool leader = crank == 0u;  // the block that writes a sampled row's result
   // The draw reads the seed and offset last, where even an L2 hit is a round trip on the critical
   // path. A cluster's leader loads them now, beside its share's copy, and keeps them in s_rng;
@@ -514,8 +495,7 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
     s_rng[0] = rng_seed;
     s_rng[1] = rng_offset;
   }
-  KJIT_STAMP(1);  // the share's copy
-  int xpar = 0;   // cluster_exchange's slot
+  int xpar = 0;  // cluster_exchange's slot
   // Cluster combinations; no-ops on the one-block path.
   // `synced`: see cluster_merge.
   auto cl_merge1 = [&](int nb, bool synced = false) {
@@ -631,7 +611,6 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
     vmax = v.m;
     bad = v.flag != 0u;
   }
-  KJIT_STAMP(2);  // pass 0 and its exchange
   // Logits: a +Inf maximum makes exp(x - max) NaN, a -Inf one means no token has any weight.
   if (KEYS == kKeysLogits) bad |= !(vmax >= -kMaxFinite && vmax <= kMaxFinite);
   if (KEYS == kKeysProbs) bad |= !(wsum > 0.0);
@@ -751,7 +730,6 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
       cl_merge1(nb0, true);
     }
   }
-  KJIT_STAMP(3);  // pass 0b (logits, top-p alone) and the first level's merge
   // The largest weight's key (for logits, exp(0) = 1).
   const u32 kmax = KEYS == kKeysSigned ? signed_key(vmax) : nonneg_key(weight(vmax));
 
@@ -886,7 +864,6 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
     }
   }
   const bool follower = CLUSTER && klist && !leader;
-  KJIT_STAMP(4);  // top-k (the leader of a top-k list: the list and the rank finish)
 
   if (KEYS == kKeysSigned) {
     const u32 t = threshold;
@@ -1119,7 +1096,6 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
     }
   }
 
-  KJIT_STAMP(5);  // top-p, and a list's thresholds back
   if (use_minp) {
     const u32 km = nonneg_key(__fmul_rn(min_p, nonneg_value(kmax)));
     threshold = km > threshold ? km : threshold;
@@ -1158,12 +1134,10 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
           acc = 0.0f;
         });
   }
-  KJIT_STAMP(6);  // the sample walk
   if (CLUSTER) {
     cluster_sync();
     if (!leader) return;
   }
-  KJIT_STAMP(7);  // its barrier
   if (threadIdx.x == 0) {
     s_found[0] = 0x7fffffff;  // chosen segment: atomicMin
     s_found[1] = -1;          // last segment with weight: atomicMax
@@ -1271,7 +1245,6 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
     }
   }
   __syncthreads();
-  KJIT_STAMP(8);  // the segment scan and choice
   if (warp != 0) return;
   if (sel < 0) {
     // No kept weight at all (cannot happen for a valid row: its maximum is always kept).
@@ -1346,18 +1319,6 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
   }
   if (pick < 0) pick = last;
   if (lane == 0) detail::write_sample(p, r, pick);
-#ifdef KJIT_SAMPLING_STAMPS
-  KJIT_STAMP(9);  // the warp's rescan
-  if (threadIdx.x == 0 && r == 0) {
-    printf(
-        "kjit-stamps copy %lld pass0 %lld first-merge %lld top-k %lld top-p %lld walk %lld "
-        "walk-barrier %lld scan %lld rescan %lld total %lld\n",
-        s_stamp[1] - s_stamp[0], s_stamp[2] - s_stamp[1], s_stamp[3] - s_stamp[2],
-        s_stamp[4] - s_stamp[3], s_stamp[5] - s_stamp[4], s_stamp[6] - s_stamp[5],
-        s_stamp[7] - s_stamp[6], s_stamp[8] - s_stamp[7], s_stamp[9] - s_stamp[8],
-        s_stamp[9] - s_stamp[0]);
-  }
-#endif
 }
 
 }  // namespace sampling
