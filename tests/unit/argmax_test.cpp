@@ -135,10 +135,10 @@ TEST_CASE("argmax: the cluster spec is its own sm_90+ kernel, one block per row 
   const auto cl = ops::argmax_spec(c);
   CHECK(cl.uri == "argmax_dtype_bf16_vec_8_unroll_4_cluster_8");
   CHECK(cl.entry_names.at(0) ==
-        "kjit::sampling::argmax_cluster_kernel<kjit_spec::T, kjit_spec::kVec, "
-        "kjit_spec::kUnroll, kjit_spec::kCluster>");
+        "kjit::sampling::argmax_cluster_kernel<kjit_spec::dtype, kjit_spec::vec, "
+        "kjit_spec::unroll, kjit_spec::cluster>");
   CHECK(cl.arch_families == std::vector<std::string>{"sm_90+"});
-  CHECK(cl.config.find("constexpr int kCluster = 8;") != std::string::npos);
+  CHECK(cl.config.find("constexpr int cluster = 8;") != std::string::npos);
 }
 
 TEST_CASE("argmax: the op definition takes no search axis", "[argmax]") {

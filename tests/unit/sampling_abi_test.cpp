@@ -545,16 +545,20 @@ TEST_CASE("sampling ops: specs name the kernel and the URI holds every config fi
   const auto cfg = ops::select_filter(ops::FilterOp::kSample, ops::FilterInput::kLogits,
                                       ops::DType::kBF16, 128256, true);
   const auto s = ops::filter_spec(cfg);
-  CHECK(s.uri == "sampling_filter_op_sample_input_logits_dtype_bf16_vec_4_unroll_2");
-  CHECK(s.entry_names.at(0).find("filter_kernel") != std::string::npos);
-  CHECK(s.config.find("constexpr int kKeys = 1;") != std::string::npos);
-  CHECK(s.config.find("constexpr int kExact = 0;") != std::string::npos);
+  CHECK(s.uri == "sampling_filter_op_0_input_1_dtype_bf16_vec_4_unroll_2");
+  CHECK(s.entry_names.at(0) ==
+        "kjit::sampling::filter_kernel<kjit_spec::dtype, kjit_spec::vec, kjit_spec::unroll, "
+        "kjit_spec::input, kjit_spec::op, kjit_spec::cluster, kjit_spec::mass>");
+  CHECK(s.config.find("constexpr int input = 1;") != std::string::npos);
+  CHECK(s.config.find("constexpr int mass = 0;") != std::string::npos);
   auto exact = cfg;
   exact.mass = 1;
   const auto se = ops::filter_spec(exact);
-  CHECK(se.uri == "sampling_filter_op_sample_input_logits_dtype_bf16_vec_4_unroll_2_mass_exact");
-  CHECK(se.config.find("constexpr int kExact = 1;") != std::string::npos);
-  CHECK(se.entry_names.at(0).find("kjit_spec::kExact") != std::string::npos);
+  CHECK(se.uri == "sampling_filter_op_0_input_1_dtype_bf16_vec_4_unroll_2_mass_1");
+  CHECK(se.config.find("constexpr int mass = 1;") != std::string::npos);
+  exact.cluster = 1;
+  CHECK(ops::filter_spec(exact).uri ==
+        "sampling_filter_op_0_input_1_dtype_bf16_vec_4_unroll_2_cluster_1_mass_1");
   // Only samplers take the exact-mass search.
   const ops::OpDef* d = ops::find_op("sampling_filter");
   REQUIRE(d != nullptr);

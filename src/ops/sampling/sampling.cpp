@@ -41,42 +41,16 @@ void choose_vec(DType dtype, bool vec_ok, int vec_unroll, int& vec, int& unroll)
   }
 }
 
-jit::Params row_params(const RowConfig& c) {
-  jit::Params out{{"dtype", dtype_name(c.dtype)},
-                  {"vec", std::to_string(c.vec)},
-                  {"unroll", std::to_string(c.unroll)}};
-  if (c.cluster > 1) out.push_back({"cluster", std::to_string(c.cluster)});
-  return out;
-}
-
+// softmax_kernel / argmax_kernel<dtype, vec, unroll>, or argmax_cluster_kernel<dtype, vec,
+// unroll, cluster> when cluster > 1 (only argmax has a cluster launch; clusters are sm_90+).
 jit::Spec row_spec(const char* op, const char* include, const char* kernel, const RowConfig& c) {
-  jit::Spec s;
-  s.op = op;
-  s.params = row_params(c);
-  s.uri = jit::make_uri(s.op, s.params);
-  s.kernel_dirs = {"common", "sampling"};
-  s.includes = {include};
-  s.config = fmt::format(
-      "namespace kjit_spec {{\n"
-      "using T = {};\n"
-      "constexpr int kVec = {};\n"
-      "constexpr int kUnroll = {};\n"
-      "constexpr int kCluster = {};\n"
-      "}}  // namespace kjit_spec\n",
-      device_type_name(c.dtype), c.vec, c.unroll, c.cluster);
-  if (c.cluster > 1) {
-    // Only argmax has a cluster launch (thread-block clusters are sm_90+).
-    s.entry_names = {fmt::format(
-        "kjit::sampling::{}_cluster_kernel<kjit_spec::T, kjit_spec::kVec, kjit_spec::kUnroll, "
-        "kjit_spec::kCluster>",
-        std::string(kernel).substr(0, std::string(kernel).rfind("_kernel")))};
-    s.arch_families = {"sm_90+"};
-    return s;
-  }
-  s.entry_names = {
-      fmt::format("kjit::sampling::{}<kjit_spec::T, kjit_spec::kVec, kjit_spec::kUnroll>", kernel)};
-  s.arch_families = {"sm_80+"};
-  return s;
+  const bool cluster = c.cluster > 1;
+  jit::SpecBuilder b(op, {"common", "sampling"}, include, {cluster ? "sm_90+" : "sm_80+"});
+  b.type("dtype", dtype_name(c.dtype), device_type_name(c.dtype));
+  b.value("vec", c.vec).value("unroll", c.unroll);
+  if (cluster) b.value("cluster", c.cluster);
+  b.entry(fmt::format("kjit::sampling::{}{}_kernel", kernel, cluster ? "_cluster" : ""));
+  return b.build();
 }
 
 void check_row_kernel(const char* op, DType dtype, int64_t vocab) {
@@ -198,53 +172,33 @@ std::string filter_uri(const FilterConfig& c) {
   return filter_spec(c).uri;
 }
 
+// filter_kernel<dtype, vec, unroll, input, op, cluster, mass>: FilterConfig's fields by name;
+// op and input by their enum values (kernels/sampling/sampling.cuh kOp*, kInput*). The cluster
+// and exact-mass variants alone name their axis in the URI.
 jit::Spec filter_spec(const FilterConfig& c) {
-  jit::Spec s;
-  s.op = "sampling_filter";
-  s.params = {{"op", op_name(c.op)},
-              {"input", input_name(c.input)},
-              {"dtype", dtype_name(c.dtype)},
-              {"vec", std::to_string(c.vec)},
-              {"unroll", std::to_string(c.unroll)}};
-  // Only the cluster and exact-mass variants name their axis, so the other URIs stay as they were.
-  if (c.cluster) s.params.push_back({"path", "cluster"});
-  if (c.mass) s.params.push_back({"mass", "exact"});
-  s.uri = jit::make_uri(s.op, s.params);
-  s.kernel_dirs = {"common", "sampling"};
-  s.includes = {"sampling/sampling.cuh"};
-  s.config = fmt::format(
-      "namespace kjit_spec {{\n"
-      "using T = {};\n"
-      "constexpr int kVec = {};\n"
-      "constexpr int kUnroll = {};\n"
-      "constexpr int kKeys = {};\n"
-      "constexpr int kOp = {};\n"
-      "constexpr int kCluster = {};\n"
-      "constexpr int kExact = {};\n"
-      "}}  // namespace kjit_spec\n",
-      device_type_name(c.dtype), c.vec, c.unroll, static_cast<int>(c.input), static_cast<int>(c.op),
-      c.cluster ? 1 : 0, c.mass ? 1 : 0);
-  s.entry_names = {
-      "kjit::sampling::filter_kernel<kjit_spec::T, kjit_spec::kVec, kjit_spec::kUnroll, "
-      "kjit_spec::kKeys, kjit_spec::kOp, kjit_spec::kCluster, kjit_spec::kExact>"};
-  // Clusters and distributed shared memory are sm_90's.
-  s.arch_families = {c.cluster ? "sm_90+" : "sm_80+"};
-  return s;
+  jit::SpecBuilder b("sampling_filter", {"common", "sampling"}, "sampling/sampling.cuh",
+                     {c.cluster ? "sm_90+" : "sm_80+"});  // clusters and DSMEM are sm_90's
+  b.value("op", static_cast<int>(c.op)).value("input", static_cast<int>(c.input));
+  b.type("dtype", dtype_name(c.dtype), device_type_name(c.dtype));
+  b.value("vec", c.vec).value("unroll", c.unroll);
+  b.value("cluster", c.cluster, /*uri_default=*/0).value("mass", c.mass, /*uri_default=*/0);
+  b.entry("kjit::sampling::filter_kernel",
+          {"dtype", "vec", "unroll", "input", "op", "cluster", "mass"});
+  return b.build();
 }
 
 jit::Spec softmax_spec(const RowConfig& c) {
-  return row_spec("softmax", "sampling/softmax.cuh", "softmax_kernel", c);
+  return row_spec("softmax", "sampling/softmax.cuh", "softmax", c);
 }
 std::string softmax_uri(const RowConfig& c) {
-  return jit::make_uri("softmax", row_params(c));
+  return softmax_spec(c).uri;
 }
 jit::Spec argmax_spec(const RowConfig& c) {
-  return row_spec("argmax", "sampling/argmax.cuh", "argmax_kernel", c);
+  return row_spec("argmax", "sampling/argmax.cuh", "argmax", c);
 }
 std::string argmax_uri(const RowConfig& c) {
-  return jit::make_uri("argmax", row_params(c));
+  return argmax_spec(c).uri;
 }
-
 OpDef sampling_filter_op_def() {
   OpDef d;
   d.name = "sampling_filter";
