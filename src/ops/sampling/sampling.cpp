@@ -144,7 +144,7 @@ FilterConfig select_filter(FilterOp op, FilterInput input, DType dtype, int64_t 
   choose_vec(dtype, vec_ok, 2, c.vec, c.unroll);
   // Four elements a vector for every dtype (8-byte loads for 16-bit logits), so a segment is 256
   // tokens whatever the input: the B1 draw's scan and its warp's rescan walk one segment, and
-  // H200 round 21's phase stamps put bf16's 512-token segments 2.8 us behind fp32 there.
+  // per-phase timing on an H200 put bf16's 512-token segments 2.8 us behind fp32 there.
   c.vec = std::min(c.vec, 4);
   return c;
 }
@@ -325,7 +325,7 @@ constexpr int kArgmaxThreadsPerSm = 2048;
 constexpr int kArgmaxSplitThreads = 512;
 // Load groups a thread should run at least, once the grid passes the SM count: a thread's first
 // group always runs the index search and its block and cluster reductions are fixed, so at one
-// or two groups those dominate (round 11, H200, V 128256, clusters of 8: fp32 B64 12.99 us with
+// or two groups those dominate (H200, V 128256, clusters of 8: fp32 B64 12.99 us with
 // 512-thread blocks, 11.26 with 256; bf16 B64 10.34 / 9.82; bf16 B256 in clusters of 2, where
 // 512 threads already run 3.9 groups, lost with 256: 23.57 / 24.80).
 constexpr int kArgmaxMinGroups = 3;
@@ -383,11 +383,11 @@ int argmax_cluster_size(ArgmaxPath path, int forced_cluster, int64_t batch, int6
     return forced_cluster;
   }
   if (cc_major < 9) return 1;
-  // Split rows while the grid still fits one wave of 512-thread blocks (4 per SM). Round 7's
-  // clusters lost at B64 (16.4 / 19.1 us against 13.6 for one block per row) because their
-  // 1024-thread blocks took 37 registers: one block per SM, so 256 or 512 blocks ran in 2-4
-  // waves, each only one or two loads deep. At <= 32 registers and 512 threads, B64 in clusters
-  // of 8 is 512 blocks on 528 slots, every SM streaming. Each part keeps >= 4096 elements.
+  // Split rows while the grid still fits one wave of 512-thread blocks (4 per SM). Clusters of
+  // 1024-thread blocks lost at B64 (16.4 / 19.1 us against 13.6 for one block per row) because
+  // those blocks took 37 registers: one block per SM, so 256 or 512 blocks ran in 2-4 waves, each
+  // only one or two loads deep. At <= 32 registers and 512 threads, B64 in clusters of 8 is 512
+  // blocks on 528 slots, every SM streaming. Each part keeps >= 4096 elements.
   int c = 1;
   while (c < 8 && batch * c * 2 * kArgmaxSplitThreads <= int64_t{sm_count} * kArgmaxThreadsPerSm &&
          vocab / (2 * c) >= 4096) {
