@@ -4,40 +4,30 @@
 // A pure read, so the inner loop must cost about one instruction per element or the SMs, not
 // HBM, set the pace (the former loop built a 64-bit (key, index) word per element: ~18
 // instructions each, which capped fp32 batch 64 at ~2.1 TB/s). Each thread visits its elements
-// in increasing index order, a group of U vectors at a time; per element it does one NaN-keeping
-// max (per pair of elements for 16-bit types). Only when a group's maximum beats the thread's best
-// (by key, strictly) does it search the group for the first element equal to that maximum (the
-// first NaN if it is NaN): rare after the first groups, and still correct when every group wins (a
-// sorted row). The block then takes the maximum of the threads' (key, complement of index) words,
-// which settles ties across threads towards the smallest index.
+// in increasing index order, a group of `unroll` vectors at a time; per element it does one
+// NaN-keeping max (per pair of elements for 16-bit types). Only when a group's maximum beats the
+// thread's best (by key, strictly) does it search the group for the first element equal to that
+// maximum (the first NaN if it is NaN): rare after the first groups, and still correct when every
+// group wins (a sorted row). The block then takes the maximum of the threads' (key, complement of
+// index) words, which settles ties across threads towards the smallest index.
 //
 // Two launches: argmax_kernel, one block per row (every arch), and on sm_90 argmax_cluster_kernel,
-// a cluster of C blocks per row, each scanning a contiguous part of it and storing its word into
-// block 0's shared memory, so that batches below 4 * SMs rows still cover every SM.
+// a cluster of `cluster` blocks per row, each scanning a contiguous part of it and storing its word
+// into block 0's shared memory, so that batches below 4 * SMs rows still cover every SM.
 //
-// Both are held to 32 registers for U <= 4 (__launch_bounds__(1024, 2)): at U = 4 16-byte loads
+// Both are held to 32 registers for unroll <= 4 (__launch_bounds__(1024, 2)): at 4 16-byte loads
 // per lane and 2048 threads per SM that is 128 KB in flight per SM, what the read-only probe
 // keeps, and the host sizes grids in 512-thread blocks, four per SM, so that a split batch runs
-// in one wave. U = 8 (a bench variant) gets 64 registers: 1024 threads per SM, the same bytes.
+// in one wave. unroll = 8 (the scalar path's) gets 64 registers: 1024 threads per SM.
 #pragma once
 
 #include "common/prelude.cuh"
 #include "common/vec.cuh"
 #include "sampling/block.cuh"
+#include "sampling/sampling_params.h"
 
 namespace kjit {
 namespace sampling {
-
-// Passed by value as a __grid_constant__ kernel parameter. Keep this exact layout: the host
-// mirrors it.
-struct ArgmaxParams {
-  const void* input;  // [rows, vocab], row stride in_stride
-  void* out;          // [rows] int32 or int64
-  long long rows;
-  long long in_stride;
-  int vocab;
-  int out_i64;
-};
 
 namespace detail {
 
@@ -136,14 +126,15 @@ KJIT_DEVICE KJIT_FORCEINLINE u32 bits_as(__half*, float m) {
 // The block's best word over row elements [lo, hi): (key << 32) | (2^32 - 1 - index), or 0 when
 // the range is empty. Every thread gets it. lo % VEC == 0 and hi % VEC == 0 (or hi == vocab).
 //
-// BITS: how a group that beats the thread's best finds its first maximum. false: a float compare
-// per element, with a NaN test and a range test (~9 instructions per element in SASS). true: when
-// the maximum m is neither NaN nor zero, compare bits (~2 per element): a T that is not NaN and
-// not +-0 equals m exactly when its bits do; no element is NaN (max.NaN would have returned NaN);
-// and no range test is needed, since an out-of-range vector holds a copy of vector 0, so any
-// match in it also matches at a lower index in vector 0, which the downward scan picks last.
-// NaN and zero maxima (the -0 / +0 tie) take the float compare.
-template <typename T, int VEC, int U, bool BITS = false>
+// A group that beats the thread's best finds its first maximum m by comparing bits when m is
+// neither NaN nor zero (~2 instructions per element in SASS): a T that is not NaN and not +-0
+// equals m exactly when its bits do; no element is NaN (max.NaN would have returned NaN); and no
+// range test is needed, since an out-of-range vector holds a copy of vector 0, so any match in it
+// also matches at a lower index in vector 0, which the downward scan picks last. NaN and zero
+// maxima (the -0 / +0 tie) take a float compare per element, with a NaN test and a range test
+// (~9 instructions per element). The bit compare took fp32 B64 from 10.98 to 10.08 us, bf16 B64
+// from 9.73 to 6.66, bf16 B256 from 23.52 to 18.21 (H200, V 128256; 88-94% of the read probe).
+template <typename T, int VEC, int U>
 KJIT_DEVICE KJIT_FORCEINLINE u64 block_argmax_word(const T* row, int lo, int hi, u64* s_red) {
   constexpr int kSeg = 32 * VEC * U;
   const int lane = int(threadIdx.x) & 31;
@@ -168,7 +159,7 @@ KJIT_DEVICE KJIT_FORCEINLINE u64 block_argmax_word(const T* row, int lo, int hi,
     const u32 key = m != m ? 0xffffffffu : signed_key(m);
     if (key > best_key) {
       int idx = base;
-      if (BITS && m == m && m != 0.0f) {
+      if (m == m && m != 0.0f) {
         const u32 mb = bits_as(static_cast<T*>(nullptr), m);
 #pragma unroll
         for (int u = U - 1; u >= 0; --u) {
@@ -215,33 +206,33 @@ KJIT_DEVICE KJIT_FORCEINLINE void store_index(const ArgmaxParams& p, i64 r, u64 
 }  // namespace detail
 
 // Launch: grid = rows, block = a multiple of 32 up to 1024, no dynamic shared memory. vocab %
-// VEC == 0 and rows aligned to VEC * sizeof(T) bytes; vocab < 2^31. The input is read with
+// vec == 0 and rows aligned to vec * sizeof(dtype) bytes; vocab < 2^31. The input is read with
 // streaming loads, so nothing may write it during the launch (the host rejects overlap).
 // clang-format off
-template <typename T, int VEC, int U, bool BITS = false>
-__global__ void __launch_bounds__(1024, detail::min_blocks(int(sizeof(T)) * VEC * U))
+template <typename dtype, int vec, int unroll>
+__global__ void __launch_bounds__(1024, detail::min_blocks(int(sizeof(dtype)) * vec * unroll))
 argmax_kernel(const __grid_constant__ ArgmaxParams p) {
   // clang-format on
   __shared__ u64 s_red[32];
   const i64 r = blockIdx.x;
-  const T* row = static_cast<const T*>(p.input) + r * p.in_stride;
-  const u64 best = detail::block_argmax_word<T, VEC, U, BITS>(row, 0, p.vocab, s_red);
+  const dtype* row = static_cast<const dtype*>(p.input) + r * p.in_stride;
+  const u64 best = detail::block_argmax_word<dtype, vec, unroll>(row, 0, p.vocab, s_red);
   if (threadIdx.x == 0) detail::store_index(p, r, best);
 }
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
-// Launch: grid = rows * C (C in 2..8, a compile-time cluster of C blocks along x), block and
-// alignment as argmax_kernel. Block k of a row scans the k-th of C contiguous parts of it (each a
-// multiple of VEC long), so its loads stay 16-byte vectors.
+// Launch: grid = rows * cluster (2..8, a compile-time cluster of that many blocks along x), block
+// and alignment as argmax_kernel. Block k of a row scans the k-th of `cluster` contiguous parts of
+// it (each a multiple of vec long), so its loads stay 16-byte vectors.
 // clang-format off
-template <typename T, int VEC, int U, int C, bool BITS = false>
-__global__ void __cluster_dims__(C, 1, 1)
-__launch_bounds__(1024, detail::min_blocks(int(sizeof(T)) * VEC * U))
+template <typename dtype, int vec, int unroll, int cluster>
+__global__ void __cluster_dims__(cluster, 1, 1)
+__launch_bounds__(1024, detail::min_blocks(int(sizeof(dtype)) * vec * unroll))
 argmax_cluster_kernel(const __grid_constant__ ArgmaxParams p) {
   // clang-format on
-  static_assert(C >= 2 && C <= 8, "portable cluster sizes only");
+  static_assert(cluster >= 2 && cluster <= 8, "portable cluster sizes only");
   __shared__ u64 s_red[32];
-  __shared__ u64 s_part[C];
+  __shared__ u64 s_part[cluster];
   // Read again after the scan rather than kept across it: at 32 registers (four 512-thread
   // blocks per SM) the two live values spilled.
   const auto cta_rank = [] {
@@ -257,11 +248,11 @@ argmax_cluster_kernel(const __grid_constant__ ArgmaxParams p) {
   // Distributed shared memory may be accessed only once every block of the cluster runs: arrive
   // now, wait after the scan (by then the wait is free).
   asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-  const T* row = static_cast<const T*>(p.input) + i64(cluster_id()) * p.in_stride;
-  const int part = ((p.vocab + C - 1) / C + VEC - 1) / VEC * VEC;
+  const dtype* row = static_cast<const dtype*>(p.input) + i64(cluster_id()) * p.in_stride;
+  const int part = ((p.vocab + cluster - 1) / cluster + vec - 1) / vec * vec;
   const int lo = min(p.vocab, int(cta_rank()) * part);
   const int hi = min(p.vocab, lo + part);
-  const u64 best = detail::block_argmax_word<T, VEC, U, BITS>(row, lo, hi, s_red);
+  const u64 best = detail::block_argmax_word<dtype, vec, unroll>(row, lo, hi, s_red);
   asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
   const u32 rank = cta_rank();
   const i64 r = cluster_id();
@@ -278,7 +269,7 @@ argmax_cluster_kernel(const __grid_constant__ ArgmaxParams p) {
   asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
   asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
   if (rank == 0 && threadIdx.x < 32) {
-    const u64 w = warp_max_u64(threadIdx.x < C ? s_part[threadIdx.x] : 0ull);
+    const u64 w = warp_max_u64(threadIdx.x < cluster ? s_part[threadIdx.x] : 0ull);
     if (threadIdx.x == 0) detail::store_index(p, r, w);
   }
 }

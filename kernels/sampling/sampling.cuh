@@ -24,11 +24,11 @@
 // hold) and, from the second level on, the sum of w in 24-bit fixed point relative to the
 // window's top (integer atomics, so deterministic); once a window is a single key its mass is
 // exact (count x value). A window shrinks to the bins whose bounds straddle p * mass, usually one.
-// The EXACT variant sums significands per bin instead, which are exact masses within a binade
-// (see filter_kernel). On a cluster, once the first level has narrowed the search to a few
-// thousand keys, the blocks send those keys to the leader (list modes: EXACT's top-p window, and
-// a top-k row's candidates, which the leader finishes by ranking when they are few), so the
-// later levels need no cluster barriers, merges or redundant searches.
+// The exact-mass variant (mass = 1) sums significands per bin instead, which are exact masses
+// within a binade (see filter_kernel). On a cluster, once the first level has narrowed the search
+// to a few thousand keys, the blocks send those keys to the leader (list modes: the exact-mass
+// top-p window, and a top-k row's candidates, which the leader finishes by ranking when they are
+// few), so the later levels need no cluster barriers, merges or redundant searches.
 //
 // Sampling then draws one uniform u (Philox, seed / offset from device memory) and inverts the
 // CDF of the kept weights in index order: one pass sums kept weight per 32 * VEC * U-element
@@ -44,28 +44,14 @@
 #include "common/vec.cuh"
 #include "sampling/block.cuh"
 #include "sampling/philox.cuh"
-
-// Phase timestamps, for profiling only: bench/experiments/sampling_stamps.sh defines
-// KJIT_SAMPLING_STAMPS in a copy of the kernels that kjit-cli reads through KJIT_KERNEL_DIR.
-// Thread 0 of each block records clock64() at the end of each phase, and thread 0 of row 0's
-// drawing block prints the leader's phases. Without the macro they compile to nothing.
-#ifdef KJIT_SAMPLING_STAMPS
-#define KJIT_STAMP(i)                             \
-  do {                                            \
-    if (threadIdx.x == 0) s_stamp[i] = clock64(); \
-  } while (0)
-#else
-#define KJIT_STAMP(i) \
-  do {                \
-  } while (0)
-#endif
+#include "sampling/sampling_params.h"
 
 namespace kjit {
 namespace sampling {
 
-enum : int { kKeysProbs = 0, kKeysLogits = 1, kKeysSigned = 2 };
+// The `input` and `op` settings of filter_kernel (the host's FilterInput and FilterOp).
+enum : int { kInputProbs = 0, kInputLogits = 1, kInputLogitKeys = 2 };
 enum : int { kOpSample = 0, kOpRenorm = 1, kOpMask = 2 };
-enum : int { kFilterTopK = 1, kFilterTopP = 2, kFilterMinP = 4 };
 
 constexpr int kBins = 2048;
 constexpr int kMaxSegments = 1024;  // vocab <= 262144 with segments of >= 256 elements
@@ -73,35 +59,6 @@ constexpr int kMaxTopPLevels = 9;
 // Threads per block of the cluster path: at 512 its kernels need no local memory (under a
 // 1024-thread bound, i.e. 64 registers, the sm_90a cluster kernels spilled 5-64 values).
 constexpr int kClusterMaxThreads = 512;
-
-// Passed by value as a __grid_constant__ kernel parameter. Keep this exact layout: the host
-// mirrors it. A per-row array, when not null, replaces the scalar beside it.
-struct SamplingParams {
-  const void* input;                 // [rows, vocab] probabilities or logits, row stride in_stride
-  void* out;                         // renorm / mask: [rows, vocab], row stride out_stride
-  void* samples;                     // sample: [rows] int32 or int64
-  unsigned char* valid;              // sample: [rows] 0 / 1, or null
-  const void* top_k_arr;             // [rows] int32 or int64: <= 0 or >= vocab means no top-k
-  const float* top_p_arr;            // [rows]: >= 1 no top-p; NaN or <= 0 invalid row
-  const float* min_p_arr;            // [rows]: <= 0 no min-p; NaN or > 1 invalid row
-  const float* temp_arr;             // [rows]: 0 greedy; < 0, NaN or Inf invalid row
-  const unsigned long long* seed;    // [1] or [rows]
-  const unsigned long long* offset;  // [1] or [rows]
-  long long rows;
-  long long in_stride;
-  long long out_stride;
-  long long seed_stride;    // 0: one seed for all rows, 1: one per row
-  long long offset_stride;  // 0 or 1
-  int vocab;
-  int filters;  // kFilterTopK | kFilterTopP | kFilterMinP
-  int top_k;
-  int top_k_i64;
-  int samples_i64;
-  float top_p;
-  float min_p;
-  float temperature;
-  int per_row_seed;  // seed_stride == 1: a row's stream then does not depend on its position
-};
 
 namespace detail {
 
@@ -428,11 +385,12 @@ KJIT_DEVICE void cluster_merge(u32* a0, u32* a1, u32* a2, int nb, u32* own, bool
 }  // namespace detail
 
 // Launch: grid = rows, block = a multiple of 32 up to 1024 (more threads for longer rows), no
-// dynamic shared memory. Requires 1 <= vocab <= kMaxSegments * 32 * VEC * U, vocab % VEC == 0,
-// rows (and out rows) aligned to VEC * sizeof(T) bytes. KEYS: kKeysProbs (T = float), kKeysLogits
-// (sample only), kKeysSigned (OP = kOpMask, top-k only). out may be input itself (same strides).
+// dynamic shared memory. Requires 1 <= vocab <= kMaxSegments * 32 * vec * unroll, vocab % vec ==
+// 0, rows (and out rows) aligned to vec * sizeof(dtype) bytes. input: kInputProbs (dtype float),
+// kInputLogits (sample only), kInputLogitKeys (op kOpMask, top-k only). out may be input itself
+// (same strides). The template parameters are the host's FilterConfig fields, by name.
 //
-// CLUSTER = 1 (sample only, sm_90+): grid = rows * n with clusters of n = 2..16 blocks along x,
+// cluster = 1 (sample only, sm_90+): grid = rows * n with clusters of n = 2..16 blocks along x,
 // block a multiple of 32 up to kClusterMaxThreads. Block q of a row's cluster walks the q-th share
 // of the row's segments; the histograms and block-wide values are combined through distributed
 // shared memory, and every block takes the same decisions on them, so the thresholds follow the
@@ -440,25 +398,25 @@ KJIT_DEVICE void cluster_merge(u32* a0, u32* a1, u32* a2, int nb, u32* own, bool
 // the gathered segment masses with the one-block path's arithmetic (its scan runs over a fixed
 // 1024-thread layout, whatever the block size).
 //
-// EXACT = 1 (probabilities or logits; a row with top-p and no top-k): the top-p search sums each
+// mass = 1 (probabilities or logits; a row with top-p and no top-k): the top-p search sums each
 // bin's significands (exact_bin_mass) instead of counting keys and bounding masses.
 // The first level's 2^20-key bins each lie in one binade, so their masses are exact and the
 // first window is one bin; every later window lies inside it, so its bins' masses are exact too:
 // two levels follow pass 0 (shifts 9 and 0) instead of three. On a cluster the blocks then send
 // the first window's keys (at most 3072) to the leader, which runs those two levels on the list
 // alone and sends the threshold back: three cluster barriers instead of two merges' four, and no
-// block repeats the leader's searches. Rows with a top-k run the counting search as EXACT = 0
+// block repeats the leader's searches. Rows with a top-k run the counting search as mass = 0
 // does.
 // clang-format off
-template <typename T, int VEC, int U, int KEYS, int OP, int CLUSTER = 0, int EXACT = 0>
-__global__ void __launch_bounds__(CLUSTER ? kClusterMaxThreads : 1024)
+template <typename dtype, int vec, int unroll, int input, int op, int cluster, int mass>
+__global__ void __launch_bounds__(cluster ? kClusterMaxThreads : 1024)
 filter_kernel(const __grid_constant__ SamplingParams p) {
   // clang-format on
-  static_assert(!CLUSTER || OP == kOpSample, "the cluster path samples");
-  static_assert(OP != kOpMask || KEYS == kKeysSigned, "masking works on logit keys");
-  static_assert(OP == kOpMask || KEYS != kKeysSigned, "signed keys are for masking");
-  static_assert(OP != kOpRenorm || KEYS == kKeysProbs, "renormalization is of probabilities");
-  constexpr int kSeg = 32 * VEC * U;
+  static_assert(!cluster || op == kOpSample, "the cluster path samples");
+  static_assert(op != kOpMask || input == kInputLogitKeys, "masking works on logit keys");
+  static_assert(op == kOpMask || input != kInputLogitKeys, "signed keys are for masking");
+  static_assert(op != kOpRenorm || input == kInputProbs, "renormalization is of probabilities");
+  constexpr int kSeg = 32 * vec * unroll;
   const float kInf = __int_as_float(0x7f800000);
   constexpr float kMaxFinite = 3.40282347e38f;
 
@@ -474,33 +432,29 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
   __shared__ u64 s_red_u64[32];
   __shared__ int s_found[4];
   __shared__ double s_rem;
-  __shared__ __align__(16) u32 s_own[CLUSTER ? 3 * detail::kOwnBins : 4];
+  __shared__ __align__(16) u32 s_own[cluster ? 3 * detail::kOwnBins : 4];
   __shared__ detail::ClusterRed s_xch[2];
-  __shared__ detail::ClusterRed s_xin[CLUSTER ? detail::kMaxCluster : 1];
+  __shared__ detail::ClusterRed s_xin[cluster ? detail::kMaxCluster : 1];
 
   const int vocab = p.vocab;
   const int nseg = (vocab + kSeg - 1) / kSeg;
-  const u32 csize = CLUSTER ? cluster_size() : 1u;
-  const u32 crank = CLUSTER ? cluster_rank() : 0u;
-  const i64 r = CLUSTER ? i64(blockIdx.x / csize) : i64(blockIdx.x);
+  const u32 csize = cluster ? cluster_size() : 1u;
+  const u32 crank = cluster ? cluster_rank() : 0u;
+  const i64 r = cluster ? i64(blockIdx.x / csize) : i64(blockIdx.x);
   const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
-  const T* row = static_cast<const T*>(p.input) + r * p.in_stride;
-  T* out_row = OP == kOpSample ? nullptr : static_cast<T*>(p.out) + r * p.out_stride;
-  RowWalk<T, VEC, U> walk{row, vocab};
-#ifdef KJIT_SAMPLING_STAMPS
-  __shared__ long long s_stamp[10];
-#endif
-  KJIT_STAMP(0);
+  const dtype* row = static_cast<const dtype*>(p.input) + r * p.in_stride;
+  dtype* out_row = op == kOpSample ? nullptr : static_cast<dtype*>(p.out) + r * p.out_stride;
+  RowWalk<dtype, vec, unroll> walk{row, vocab};
   const bool leader = crank == 0u;  // the block that writes a sampled row's result
   // The draw reads the seed and offset last, where even an L2 hit is a round trip on the critical
   // path. A cluster's leader loads them now, beside its share's copy, and keeps them in s_rng;
   // one block a row (no copy to hide the load behind) prefetches them into L2 instead, at no
   // register cost.
   __shared__ u64 s_rng[2];
-  const bool rng_early = CLUSTER && OP == kOpSample && leader && threadIdx.x == 0;
+  const bool rng_early = cluster && op == kOpSample && leader && threadIdx.x == 0;
   u64 rng_seed = 0, rng_offset = 0;
-  if (OP == kOpSample && leader && threadIdx.x == 0) {
-    if (CLUSTER) {
+  if (op == kOpSample && leader && threadIdx.x == 0) {
+    if (cluster) {
       rng_seed = p.seed[r * p.seed_stride];
       rng_offset = p.offset[r * p.offset_stride];
     } else {
@@ -508,7 +462,7 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
       asm volatile("prefetch.L2 [%0];" ::"l"(p.offset + r * p.offset_stride));
     }
   }
-  if (CLUSTER) {
+  if (cluster) {
     const int share = (nseg + int(csize) - 1) / int(csize);
     walk.seg_lo = int(crank) * share;
     walk.seg_hi = walk.seg_lo + share < nseg ? walk.seg_lo + share : nseg;
@@ -520,12 +474,12 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
     const int lo = walk.seg_lo * kSeg;
     const int len =
         walk.seg_lo < nseg ? (walk.seg_hi * kSeg < vocab ? walk.seg_hi * kSeg : vocab) - lo : 0;
-    if (len > 0 && u64(len) * sizeof(T) <= u64(dynamic_smem_bytes())) {
-      T* cache = reinterpret_cast<T*>(s_dyn);
+    if (len > 0 && u64(len) * sizeof(dtype) <= u64(dynamic_smem_bytes())) {
+      dtype* cache = reinterpret_cast<dtype*>(s_dyn);
       constexpr int kCopyUnroll = 4;
-      const int step = int(blockDim.x) * VEC;
-      for (int base = int(threadIdx.x) * VEC; base < len; base += step * kCopyUnroll) {
-        Vec<T, VEC> v[kCopyUnroll];
+      const int step = int(blockDim.x) * vec;
+      for (int base = int(threadIdx.x) * vec; base < len; base += step * kCopyUnroll) {
+        Vec<dtype, vec> v[kCopyUnroll];
 #pragma unroll
         for (int u = 0; u < kCopyUnroll; ++u) {
           if (base + u * step < len) v[u].load(row + lo + base + u * step);
@@ -543,21 +497,20 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
     s_rng[0] = rng_seed;
     s_rng[1] = rng_offset;
   }
-  KJIT_STAMP(1);  // the share's copy
-  int xpar = 0;   // cluster_exchange's slot
+  int xpar = 0;  // cluster_exchange's slot
   // Cluster combinations; no-ops on the one-block path.
   // `synced`: see cluster_merge.
   auto cl_merge1 = [&](int nb, bool synced = false) {
-    if (CLUSTER) detail::cluster_merge<1>(s_cnt, s_cnt, s_cnt, nb, s_own, synced);
+    if (cluster) detail::cluster_merge<1>(s_cnt, s_cnt, s_cnt, nb, s_own, synced);
   };
   auto cl_merge3 = [&](int nb) {
-    if (CLUSTER) detail::cluster_merge<3>(s_cnt, s_mhi, s_mlo, nb, s_own);
+    if (cluster) detail::cluster_merge<3>(s_cnt, s_mhi, s_mlo, nb, s_own);
   };
   auto cl_merge_sig = [&](int nb, bool synced = false) {
-    if (CLUSTER) detail::cluster_merge<2>(s_mhi, s_mlo, s_mlo, nb, s_own, synced);
+    if (cluster) detail::cluster_merge<2>(s_mhi, s_mlo, s_mlo, nb, s_own, synced);
   };
   auto cl_sum = [&](double& a, double& b) {
-    if (CLUSTER) {
+    if (cluster) {
       detail::ClusterRed v{a, b, 0.0f, 0u, 0ull};
       detail::cluster_exchange(v, s_xch, s_xin, xpar);
       a = v.s0;
@@ -566,7 +519,7 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
   };
   // A block may leave only when no other block of its cluster still reads its shared memory.
   auto cl_leave = [&] {
-    if (CLUSTER) cluster_sync();
+    if (cluster) cluster_sync();
   };
 
   // ---- Per-row parameters (uniform across the block) ----
@@ -597,7 +550,7 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
   }
   bool greedy = false;
   float c_log2 = 0.0f;  // log2(e) / T
-  if (KEYS == kKeysLogits) {
+  if (input == kInputLogits) {
     const float t = p.temp_arr == nullptr ? p.temperature : p.temp_arr[r];
     bad_param |= !(t >= 0.0f && t <= kMaxFinite);
     c_log2 = 1.44269504088896341f / t;
@@ -607,9 +560,9 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
   // other threshold is on the weight. Pass 0 histograms the top-k key when there is a top-k,
   // else (probabilities or logits with top-p) the weight's key, which then needs the maximum
   // first for logits (pass 0b).
-  const bool need_hist = KEYS == kKeysSigned ? use_k : (use_k || use_p);
-  // The exact top-p search (see EXACT above); uniform across the block and the cluster.
-  const bool exact = EXACT && KEYS != kKeysSigned && use_p && !use_k;
+  const bool need_hist = input == kInputLogitKeys ? use_k : (use_k || use_p);
+  // The exact top-p search (see mass = 1 above); uniform across the block and the cluster.
+  const bool exact = mass && input != kInputLogitKeys && use_p && !use_k;
   // Pass 0's histogram: a count per key bin, or (exact) the bin's significand sum.
   auto add_first_level = [&](u32 key) {
     if (exact) {
@@ -634,7 +587,7 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
   float vmax = -kInf;
   double wsum = 0.0;
   u64 best = 0;
-  if (KEYS == kKeysProbs) {
+  if (input == kInputProbs) {
     walk.run([&](int, float v) {
       bad |= !(v >= 0.0f && v <= kMaxFinite);
       wsum += double(v);
@@ -645,45 +598,44 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
     walk.run([&](int i, float x) {
       bad |= x != x;
       vmax = fmaxf(vmax, x);
-      if (KEYS == kKeysLogits && greedy) {
+      if (input == kInputLogits && greedy) {
         const u64 packed = (u64(signed_key(x)) << 32) | u64(0xffffffffu - u32(i));
         best = packed > best ? packed : best;
       }
-      if (KEYS != kKeysProbs && use_k) atomicAdd(&s_cnt[signed_key(x) >> 21], 1u);
+      if (input != kInputProbs && use_k) atomicAdd(&s_cnt[signed_key(x) >> 21], 1u);
     });
   }
-  block_sum_max_any<KEYS == kKeysProbs>(wsum, vmax, bad, s_red_d, s_red_f, s_red_u);
-  if (CLUSTER) {
+  block_sum_max_any<input == kInputProbs>(wsum, vmax, bad, s_red_d, s_red_f, s_red_u);
+  if (cluster) {
     detail::ClusterRed v{wsum, 0.0, vmax, bad ? 1u : 0u, 0ull};
     detail::cluster_exchange(v, s_xch, s_xin, xpar);
     wsum = v.s0;
     vmax = v.m;
     bad = v.flag != 0u;
   }
-  KJIT_STAMP(2);  // pass 0 and its exchange
   // Logits: a +Inf maximum makes exp(x - max) NaN, a -Inf one means no token has any weight.
-  if (KEYS == kKeysLogits) bad |= !(vmax >= -kMaxFinite && vmax <= kMaxFinite);
-  if (KEYS == kKeysProbs) bad |= !(wsum > 0.0);
+  if (input == kInputLogits) bad |= !(vmax >= -kMaxFinite && vmax <= kMaxFinite);
+  if (input == kInputProbs) bad |= !(wsum > 0.0);
   bad |= bad_param;
 
-  if (KEYS == kKeysSigned && (bad || !use_k)) {
+  if (input == kInputLogitKeys && (bad || !use_k)) {
     // Nothing to mask: NaN rows propagate unchanged (a sampler then reports them invalid).
     if (out_row != row)
-      detail::write_row<T, VEC, U>(row, out_row, vocab, [](float x) { return x; });
+      detail::write_row<dtype, vec, unroll>(row, out_row, vocab, [](float x) { return x; });
     return;
   }
   if (bad) {
-    if (OP == kOpSample) {
+    if (op == kOpSample) {
       if (threadIdx.x == 0 && leader) detail::write_sample(p, r, -1);
-    } else if (OP == kOpRenorm) {
-      detail::write_row<T, VEC, U>(row, out_row, vocab, [](float) { return 0.0f; });
+    } else if (op == kOpRenorm) {
+      detail::write_row<dtype, vec, unroll>(row, out_row, vocab, [](float) { return 0.0f; });
     }
     cl_leave();
     return;
   }
-  if (KEYS == kKeysLogits && greedy) {
+  if (input == kInputLogits && greedy) {
     best = block_max_u64(best, s_red_u64);
-    if (CLUSTER) {
+    if (cluster) {
       detail::ClusterRed v{0.0, 0.0, 0.0f, 0u, best};
       detail::cluster_exchange(v, s_xch, s_xin, xpar);
       best = v.best;
@@ -697,7 +649,7 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
 
   const float m_logit = vmax;
   auto weight = [&](float x) -> float {
-    if constexpr (KEYS == kKeysLogits) {
+    if constexpr (input == kInputLogits) {
       return exp_weight(x, m_logit, c_log2);
     } else {
       return x;
@@ -705,7 +657,7 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
   };
   // The key top-k ranks by: the probability's, or the logit's.
   auto topk_key = [&](float x) -> u32 {
-    if constexpr (KEYS == kKeysProbs) {
+    if constexpr (input == kInputProbs) {
       return nonneg_key(x);
     } else {
       return signed_key(x);
@@ -751,7 +703,7 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
     return true;
   };
 
-  if (KEYS == kKeysLogits && use_p && !use_k) {
+  if (input == kInputLogits && use_p && !use_k) {
     // Pass 0b: the mass and the first histogram level of the weights, now that the maximum is
     // known (with a top-k, top-p's mass is the top-k set's, found later).
     walk.run([&](int, float x) {
@@ -771,18 +723,17 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
   // since: its barrier is the merge's first.
   if (need_hist) {
     int nb0 = kBins;
-    if (KEYS == kKeysProbs) nb0 = int(nonneg_key(vmax) >> 20) + 1;
-    if (KEYS == kKeysLogits && use_k) nb0 = int(signed_key(vmax) >> 21) + 1;
-    if (KEYS == kKeysLogits && !use_k) nb0 = int(nonneg_key(2.0f) >> 20);
+    if (input == kInputProbs) nb0 = int(nonneg_key(vmax) >> 20) + 1;
+    if (input == kInputLogits && use_k) nb0 = int(signed_key(vmax) >> 21) + 1;
+    if (input == kInputLogits && !use_k) nb0 = int(nonneg_key(2.0f) >> 20);
     if (exact) {
       cl_merge_sig(nb0, true);
     } else {
       cl_merge1(nb0, true);
     }
   }
-  KJIT_STAMP(3);  // pass 0b (logits, top-p alone) and the first level's merge
   // The largest weight's key (for logits, exp(0) = 1).
-  const u32 kmax = KEYS == kKeysSigned ? signed_key(vmax) : nonneg_key(weight(vmax));
+  const u32 kmax = input == kInputLogitKeys ? signed_key(vmax) : nonneg_key(weight(vmax));
 
   // ---- Top-k: radix select on counts ----
   u32 threshold = 0;  // on topk_key
@@ -790,7 +741,7 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
   // bin are few on a language model's row (above + in_above + c, the same in every block: a few
   // hundred for k = 50). When they fit, every block sends them to the leader, which finishes
   // the top-k search on that list and runs top-p on the top-k set there too (by exact
-  // significand sums, see EXACT), then sends both thresholds back: the later levels' walks,
+  // significand sums, see mass = 1), then sends both thresholds back: the later levels' walks,
   // merges and the other blocks' redundant searches go. The other blocks (followers) skip to
   // the thresholds' arrival.
   bool klist = false;
@@ -825,7 +776,7 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
       if (key >= kk) {
         const u32 slot = atomicAdd(reinterpret_cast<u32*>(&s_found[2]), 1u);
         s_cnt[slot] =
-            nonneg_key(weight(KEYS == kKeysProbs ? nonneg_value(key) : signed_value(key)));
+            nonneg_key(weight(input == kInputProbs ? nonneg_value(key) : signed_value(key)));
       }
     }
     __syncthreads();
@@ -858,8 +809,8 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
     kp_ranked = last >= 0 ? s_mlo[last] : 0u;
   };
   if (use_k) {
-    u32 lo = 0, hi = KEYS == kKeysProbs ? 0x7fffffffu : 0xffffffffu;
-    int s = KEYS == kKeysProbs ? 20 : 21;
+    u32 lo = 0, hi = input == kInputProbs ? 0x7fffffffu : 0xffffffffu;
+    int s = input == kInputProbs ? 20 : 21;
     u32 above = 0;  // keys > hi
     const u32 k = static_cast<u32>(top_k);
     for (int level = 0;; ++level) {
@@ -868,7 +819,7 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
       detail::find_count_bin(s_cnt, detail::bins_of(lo, hi, s), k - above, s_red_u, s_found, b,
                              in_above, c);
       const bool done = s == 0 || above + in_above + c == k;
-      if constexpr (CLUSTER && !EXACT) {
+      if constexpr (cluster && !mass) {
         // A list when a search is left: top-k's next levels, or top-p on the top-k set. Only in
         // the counting kernels, which the plan gives every row that may have a top-k: the code
         // slowed the exact kernels' top-p path by 1 us (H200, B1, V 128256).
@@ -914,28 +865,27 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
       cl_merge1(detail::bins_of(lo, hi, s));
     }
   }
-  const bool follower = CLUSTER && klist && !leader;
-  KJIT_STAMP(4);  // top-k (the leader of a top-k list: the list and the rank finish)
+  const bool follower = cluster && klist && !leader;
 
-  if (KEYS == kKeysSigned) {
+  if (input == kInputLogitKeys) {
     const u32 t = threshold;
-    detail::write_row<T, VEC, U>(row, out_row, vocab,
-                                 [t, kInf](float x) { return signed_key(x) >= t ? x : -kInf; });
+    detail::write_row<dtype, vec, unroll>(
+        row, out_row, vocab, [t, kInf](float x) { return signed_key(x) >= t ? x : -kInf; });
     return;
   }
 
   // A token is kept when its weight's key is >= kw and, for logits under a top-k, its logit's
   // key is >= kx (for probabilities the two keys are one, and kx folds into kw).
-  u32 kx = KEYS == kKeysLogits && use_k ? threshold : 0u;  // a follower's arrives below
-  const bool x_filter = KEYS == kKeysLogits && use_k;
-  if (KEYS == kKeysLogits) threshold = 0;
+  u32 kx = input == kInputLogits && use_k ? threshold : 0u;  // a follower's arrives below
+  const bool x_filter = input == kInputLogits && use_k;
+  if (input == kInputLogits) threshold = 0;
   auto in_topk = [&](float x) { return !x_filter || signed_key(x) >= kx; };
 
   // ---- Top-p: radix search on mass bounds ----
-  // EXACT clusters: whether the leader searches a list of the first window's keys (below).
+  // Exact-mass clusters: whether the leader searches a list of the first window's keys (below).
   bool list_mode = false;
   if (use_p && !follower && !ranked) {
-    // The exact search: EXACT's, or the top-k list's.
+    // The exact search: mass = 1's, or the top-k list's.
     const bool exact_search = exact || klist;
     detail::Window w;
     w.kmax = kmax;
@@ -980,7 +930,7 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
       // scale, or with single-key bins, the bounds use counts alone (bin_bounds), so the two
       // mass arrays need not cross it.
       detail::ClusterRed v{w.above, in_window, 0.0f, 0u, 0ull};
-      if (CLUSTER) detail::cluster_publish(v, s_xch, xpar);
+      if (cluster) detail::cluster_publish(v, s_xch, xpar);
       if (exact) {
         cl_merge_sig(detail::bins_of(w.lo, w.hi, w.s));
       } else if (w.have_mass && w.s > 0) {
@@ -988,7 +938,7 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
       } else {
         cl_merge1(detail::bins_of(w.lo, w.hi, w.s));
       }
-      if (CLUSTER) {
+      if (cluster) {
         detail::cluster_gather(v, s_xch, s_xin, xpar);
         w.above = v.s0;
         in_window = v.s1;
@@ -1000,20 +950,20 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
       w.have_mass = sc > 0.0f && sc <= kMaxFinite;
       w.scale = w.have_mass ? sc : 0.0f;
     };
-    if (CLUSTER && klist) {
+    if (cluster && klist) {
       // The top-k list's leader: the list's keys that top-k keeps become weight keys (0 for the
       // others: no mass, below every window); the first level is their significand sums per
-      // 2^20-key bin, exact as EXACT's, and the top-k set's mass is those bins' masses summed
+      // 2^20-key bin, exact as mass = 1's, and the top-k set's mass is those bins' masses summed
       // in bin order (the list's order varies from run to run; integer bins do not).
       detail::clear_bins(s_mhi);
       detail::clear_bins(s_mlo);
       __syncthreads();
-      const u32 kk = KEYS == kKeysLogits ? kx : threshold;
+      const u32 kk = input == kInputLogits ? kx : threshold;
       for (u32 i = threadIdx.x; i < list_n; i += blockDim.x) {
         const u32 key = s_own[i];
         u32 wk = 0u;
         if (key >= kk) {
-          wk = nonneg_key(weight(KEYS == kKeysProbs ? nonneg_value(key) : signed_value(key)));
+          wk = nonneg_key(weight(input == kInputProbs ? nonneg_value(key) : signed_value(key)));
         }
         s_own[i] = wk;
         if (wk != 0u) detail::add_significand(s_mhi, s_mlo, int(wk >> 20), wk);
@@ -1053,7 +1003,7 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
       } else {
         detail::find_mass_bins<false>(s_cnt, s_mhi, s_mlo, w, nb, target, s_red_d, s_found, b0, b1);
       }
-      if (CLUSTER && klist && level == 0) {
+      if (cluster && klist && level == 0) {
         // The top-k set's mass above the bin the window becomes, in bin order.
         double a = 0.0;
         for (int b = b1 + 1 + int(threadIdx.x); b < nb; b += int(blockDim.x)) {
@@ -1079,7 +1029,7 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
       w.hi = nhi;
       w.s = detail::fit_shift(nlo, nhi);
       set_scale();
-      if constexpr (CLUSTER) {
+      if constexpr (cluster) {
         if (klist && level == 0) {
           // The list keeps the window's keys only: the list levels below take every key in it
           // to share the window's binade (the mass above is above_outside).
@@ -1129,8 +1079,8 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
     }
     threshold = kp > threshold ? kp : threshold;
   }
-  if (CLUSTER && ranked && use_p) threshold = kp_ranked > threshold ? kp_ranked : threshold;
-  if constexpr (CLUSTER) {
+  if (cluster && ranked && use_p) threshold = kp_ranked > threshold ? kp_ranked : threshold;
+  if constexpr (cluster) {
     if (klist || list_mode) {  // the same in every block
       // The leader's thresholds to the others: the weight key's and, for logits under a top-k,
       // the logit key's. No other block reads its s_found any more.
@@ -1148,21 +1098,20 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
     }
   }
 
-  KJIT_STAMP(5);  // top-p, and a list's thresholds back
   if (use_minp) {
     const u32 km = nonneg_key(__fmul_rn(min_p, nonneg_value(kmax)));
     threshold = km > threshold ? km : threshold;
   }
 
   const u32 t = threshold;  // kw
-  if (OP == kOpRenorm) {
+  if (op == kOpRenorm) {
     double kept = 0.0;
     walk.run([&](int, float x) {
       if (nonneg_key(x) >= t) kept += double(x);
     });
     kept = block_sum<double>(kept, s_red_d);
     const float kept_f = static_cast<float>(kept);
-    detail::write_row<T, VEC, U>(row, out_row, vocab, [t, kept_f](float x) {
+    detail::write_row<dtype, vec, unroll>(row, out_row, vocab, [t, kept_f](float x) {
       return nonneg_key(x) >= t ? __fdiv_rn(x, kept_f) : 0.0f;
     });
     return;
@@ -1174,7 +1123,7 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
     // s_seg (no one else uses it), so one barrier publishes them; the leader then draws alone,
     // exactly as one block would, and the other blocks, whose shared memory nobody reads any
     // more, leave.
-    float* seg_out = CLUSTER ? cluster_map(s_seg, 0u) : s_seg;
+    float* seg_out = cluster ? cluster_map(s_seg, 0u) : s_seg;
     float acc = 0.0f;
     walk.run(
         [&](int, float x) {
@@ -1187,23 +1136,21 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
           acc = 0.0f;
         });
   }
-  KJIT_STAMP(6);  // the sample walk
-  if (CLUSTER) {
+  if (cluster) {
     cluster_sync();
     if (!leader) return;
   }
-  KJIT_STAMP(7);  // its barrier
   if (threadIdx.x == 0) {
     s_found[0] = 0x7fffffff;  // chosen segment: atomicMin
     s_found[1] = -1;          // last segment with weight: atomicMax
   }
-  const u64 seed = CLUSTER ? s_rng[0] : p.seed[r * p.seed_stride];
-  const u64 offset = CLUSTER ? s_rng[1] : p.offset[r * p.offset_stride];
+  const u64 seed = cluster ? s_rng[0] : p.seed[r * p.seed_stride];
+  const u64 offset = cluster ? s_rng[1] : p.offset[r * p.offset_stride];
   const double u = philox_uniform(seed, offset, p.per_row_seed ? 0u : static_cast<u32>(r));
   double target;
   int sel;
   bool found;
-  if constexpr (CLUSTER) {
+  if constexpr (cluster) {
     // The segments' exclusive prefix runs over a fixed layout of kMaxSegments virtual threads,
     // one segment each (nseg <= kMaxSegments): virtual thread v is real thread v % blockDim.x in
     // round v / blockDim.x, so a virtual warp is one real warp's, and every fp64 addition is the
@@ -1300,7 +1247,6 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
     }
   }
   __syncthreads();
-  KJIT_STAMP(8);  // the segment scan and choice
   if (warp != 0) return;
   if (sel < 0) {
     // No kept weight at all (cannot happen for a valid row: its maximum is always kept).
@@ -1314,21 +1260,21 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
   int pick = -1, last = -1;
   // Every load of the segment is issued before the first is used: they are L2 round trips on
   // the critical path of the whole launch.
-  Vec<T, VEC> seg_v[U];
+  Vec<dtype, vec> seg_v[unroll];
 #pragma unroll
-  for (int uu = 0; uu < U; ++uu) {
-    const int i = base + (uu * 32 + lane) * VEC;
+  for (int uu = 0; uu < unroll; ++uu) {
+    const int i = base + (uu * 32 + lane) * vec;
     if (i < vocab) seg_v[uu].load(row + i);
   }
 #pragma unroll
-  for (int uu = 0; uu < U; ++uu) {
-    const int i = base + (uu * 32 + lane) * VEC;
-    float wv[VEC];
+  for (int uu = 0; uu < unroll; ++uu) {
+    const int i = base + (uu * 32 + lane) * vec;
+    float wv[vec];
     double lane_sum = 0.0;
     if (i < vocab) {
-      const Vec<T, VEC>& v = seg_v[uu];
+      const Vec<dtype, vec>& v = seg_v[uu];
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) {
+      for (int e = 0; e < vec; ++e) {
         const float x = to_float(v[e]);
         const float wt = weight(x);
         wv[e] = nonneg_key(wt) >= t && in_topk(x) ? wt : 0.0f;
@@ -1337,7 +1283,7 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
       }
     } else {
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) wv[e] = 0.0f;
+      for (int e = 0; e < vec; ++e) wv[e] = 0.0f;
     }
     double incl = lane_sum;
 #pragma unroll
@@ -1356,7 +1302,7 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
       if (lane == src) {
         double a = lo;
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) {
+        for (int e = 0; e < vec; ++e) {
           if (wv[e] > 0.0f) {
             if (cand < 0 && rem < a + double(wv[e])) cand = i + e;
             a += double(wv[e]);
@@ -1375,18 +1321,6 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
   }
   if (pick < 0) pick = last;
   if (lane == 0) detail::write_sample(p, r, pick);
-#ifdef KJIT_SAMPLING_STAMPS
-  KJIT_STAMP(9);  // the warp's rescan
-  if (threadIdx.x == 0 && r == 0) {
-    printf(
-        "kjit-stamps copy %lld pass0 %lld first-merge %lld top-k %lld top-p %lld walk %lld "
-        "walk-barrier %lld scan %lld rescan %lld total %lld\n",
-        s_stamp[1] - s_stamp[0], s_stamp[2] - s_stamp[1], s_stamp[3] - s_stamp[2],
-        s_stamp[4] - s_stamp[3], s_stamp[5] - s_stamp[4], s_stamp[6] - s_stamp[5],
-        s_stamp[7] - s_stamp[6], s_stamp[8] - s_stamp[7], s_stamp[9] - s_stamp[8],
-        s_stamp[9] - s_stamp[0]);
-  }
-#endif
 }
 
 }  // namespace sampling

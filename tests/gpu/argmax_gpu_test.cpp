@@ -1,6 +1,6 @@
 // GPU tests of kjit_argmax on both launches: one block per row (every arch) and, on sm_90+, a
 // thread-block cluster of 2, 4 or 8 blocks per row that split the row into contiguous parts
-// (forced through ops::force_argmax_path, and the heuristic's own choice). Every row is checked
+// (forced through an ops::ArgmaxTuning, and the heuristic's own choice). Every row is checked
 // against torch.argmax's rule in fp64 (ref::argmax): the first maximum, NaN larger than
 // everything, -0 and +0 equal; ties are placed across the parts' boundaries on purpose.
 #include <catch2/catch.hpp>
@@ -19,6 +19,7 @@
 #include "reference/half.hpp"
 #include "reference/sampling_ref.hpp"
 #include "support/gpu.hpp"
+#include "util/error.hpp"
 
 using namespace kjit::test;
 namespace ref = kjit::ref;
@@ -68,36 +69,28 @@ Matrix make_matrix(const std::string& dtype, int64_t batch, int64_t vocab, Gen g
   return m;
 }
 
-// One forced path and shape for the scope; back to the plan's afterwards, even when a check
-// throws.
-struct ForcedPath {
-  ForcedPath(ops::ArgmaxPath p, int cluster, int threads = 0, int unroll = 0, int search = -1) {
-    ops::force_argmax_path(p, cluster);
-    ops::force_argmax_shape(threads, unroll);
-    ops::force_argmax_search(search);
+// kjit_argmax's ops-layer call under a tuning (the C entry point takes the plan's), its error as
+// a status.
+kjit_status argmax_tuned(const DLTensor* x, DLTensor* out, const ops::ArgmaxTuning& tuning) {
+  try {
+    ops::argmax(x, out, nullptr, tuning);
+  } catch (const kjit::Error& e) {
+    return e.status();
   }
-  ~ForcedPath() {
-    ops::force_argmax_path(ops::ArgmaxPath::kAuto);
-    ops::force_argmax_shape(0, 0);
-    ops::force_argmax_search(-1);
-  }
-  ForcedPath(const ForcedPath&) = delete;
-  ForcedPath& operator=(const ForcedPath&) = delete;
-};
+  return KJIT_SUCCESS;
+}
 
 struct Path {
   ops::ArgmaxPath path;
   int cluster;      // blocks per row when forced; 0 for the heuristic
   int threads = 0;  // forced block size (kjit-cli bench --set threads=N); 0: the plan's
   int unroll = 0;   // forced loads per lane (--set unroll=N); 0: the plan's
-  int search = -1;  // -1: the plan's (bits); 0: the float compare (--set search=float)
   std::string name() const {
     std::string n = path == ops::ArgmaxPath::kBlock     ? "block"
                     : path == ops::ArgmaxPath::kCluster ? "cluster " + std::to_string(cluster)
                                                         : "auto";
     if (threads) n += " threads " + std::to_string(threads);
     if (unroll) n += " unroll " + std::to_string(unroll);
-    if (search == 0) n += " search float";
     return n;
   }
 };
@@ -122,16 +115,6 @@ std::vector<Path> paths() {
     out.push_back({ops::ArgmaxPath::kCluster, 4, 1024, 8});
     out.push_back({ops::ArgmaxPath::kCluster, 2, 96, 1});
   }
-  // The float-compare search (the default before the bit compare) on the same launch shapes: one
-  // block, three warps (out-of-range vectors in the last group), the plan's, and clusters with
-  // narrow and wide groups.
-  out.push_back({ops::ArgmaxPath::kBlock, 0, 0, 0, 0});
-  out.push_back({ops::ArgmaxPath::kBlock, 0, 96, 0, 0});
-  out.push_back({ops::ArgmaxPath::kAuto, 0, 0, 0, 0});
-  if (has_clusters()) {
-    out.push_back({ops::ArgmaxPath::kCluster, 8, 256, 0, 0});
-    out.push_back({ops::ArgmaxPath::kCluster, 2, 96, 1, 0});
-  }
   return out;
 }
 
@@ -146,10 +129,8 @@ void check_all_rows(Matrix& x, const Path& p, const std::string& what) {
     DeviceBuffer out(static_cast<size_t>(x.batch) * 8);
     out.fill(0xFF);
     auto out_t = make_tensor(out.get(), {x.batch}, dl_dtype(ot));
-    {
-      ForcedPath forced(p.path, p.cluster, p.threads, p.unroll, p.search);
-      REQUIRE(kjit_argmax(x.t.get(), out_t.get(), nullptr) == KJIT_SUCCESS);
-    }
+    REQUIRE(argmax_tuned(x.t.get(), out_t.get(), {p.path, p.cluster, p.threads, p.unroll}) ==
+            KJIT_SUCCESS);
     device_synchronize();
     std::vector<int64_t> got(static_cast<size_t>(x.batch));
     if (std::string(ot) == "int64") {
@@ -266,6 +247,6 @@ TEST_CASE("argmax gpu: a forced cluster path is served on sm_90+, unsupported be
   }
   DeviceBuffer out(16);
   auto out_t = make_tensor(out.get(), {2}, dl_dtype("int64"));
-  ForcedPath forced(ops::ArgmaxPath::kCluster, 2);
-  CHECK(kjit_argmax(x.t.get(), out_t.get(), nullptr) == KJIT_ERROR_UNSUPPORTED);
+  CHECK(argmax_tuned(x.t.get(), out_t.get(), {ops::ArgmaxPath::kCluster, 2}) ==
+        KJIT_ERROR_UNSUPPORTED);
 }

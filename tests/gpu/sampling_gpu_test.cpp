@@ -25,6 +25,7 @@
 #include "reference/half.hpp"
 #include "reference/sampling_ref.hpp"
 #include "support/gpu.hpp"
+#include "util/error.hpp"
 
 using namespace kjit::test;
 namespace ref = kjit::ref;
@@ -128,6 +129,43 @@ struct Draws {
   std::vector<std::vector<uint8_t>> valid;
 };
 
+// The sampler tuning of the enclosing ForcePath / ForceMass scopes, and what the latest call under
+// one ran. Calls under a scope go through the ops layer, which takes the tuning as an argument
+// (the C entry points take the plan's).
+kjit::ops::SampleTuning g_tuning;
+int g_tuned_scopes = 0;
+kjit::ops::SampleRan g_ran;
+
+// The ops-layer call behind the C entry point of `api`, under g_tuning; its error as a status.
+kjit_status sample_tuned(Api api, const DLTensor* x, const DLTensor* k_arr, const DLTensor* p_arr,
+                         const DLTensor* m_arr, const DLTensor* t_arr, const Params& prm,
+                         const DLTensor* seed, const DLTensor* offset, DLTensor* samples,
+                         DLTensor* valid, void* stream) {
+  namespace ops = kjit::ops;
+  ops::SampleArgs a;
+  switch (api) {
+    case Api::kPlain: break;
+    case Api::kTopK: a.filters = ops::kFilterTopK; break;
+    case Api::kTopP: a.filters = ops::kFilterTopP; break;
+    case Api::kMinP: a.filters = ops::kFilterMinP; break;
+    case Api::kTopKTopP:
+    case Api::kLogits: a.filters = ops::kFilterTopK | ops::kFilterTopP; break;
+  }
+  a.top_k = {k_arr, prm.top_k};
+  a.top_p = {p_arr, prm.top_p};
+  a.min_p = {m_arr, prm.min_p};
+  a.temperature = {t_arr, prm.temperature};
+  const bool logits = api == Api::kLogits;
+  try {
+    ops::sample(logits ? "logits" : "probs",
+                logits ? ops::FilterInput::kLogits : ops::FilterInput::kProbs, x, a, seed, offset,
+                samples, valid, stream, g_tuning, &g_ran);
+  } catch (const kjit::Error& e) {
+    return e.status();
+  }
+  return KJIT_SUCCESS;
+}
+
 Draws draw(Api api, Matrix& x, const Params& prm, uint64_t seed, std::vector<uint64_t> offsets,
            bool int64_out = false, std::vector<uint64_t> row_seeds = {}) {
   const int64_t b = x.batch;
@@ -158,25 +196,30 @@ Draws draw(Api api, Matrix& x, const Params& prm, uint64_t seed, std::vector<uin
     const DLTensor *xs = x.t.get(), *sd = seed_t.get(), *of = offset_t.get();
     DLTensor *out = samples_t.get(), *val = valid_t.get();
     kjit_status st = KJIT_SUCCESS;
-    switch (api) {
-      case Api::kPlain: st = kjit_sampling_from_probs(xs, sd, of, out, val, nullptr); break;
-      case Api::kTopK:
-        st = kjit_top_k_sampling_from_probs(xs, k_arr, sd, of, out, val, prm.top_k, nullptr);
-        break;
-      case Api::kTopP:
-        st = kjit_top_p_sampling_from_probs(xs, p_arr, sd, of, out, val, prm.top_p, nullptr);
-        break;
-      case Api::kMinP:
-        st = kjit_min_p_sampling_from_probs(xs, m_arr, sd, of, out, val, prm.min_p, nullptr);
-        break;
-      case Api::kTopKTopP:
-        st = kjit_top_k_top_p_sampling_from_probs(xs, k_arr, p_arr, sd, of, out, val, prm.top_k,
-                                                  prm.top_p, nullptr);
-        break;
-      case Api::kLogits:
-        st = kjit_top_k_top_p_sampling_from_logits(xs, k_arr, p_arr, t_arr, sd, of, out, val,
-                                                   prm.top_k, prm.top_p, prm.temperature, nullptr);
-        break;
+    if (g_tuned_scopes > 0) {
+      st = sample_tuned(api, xs, k_arr, p_arr, m_arr, t_arr, prm, sd, of, out, val, nullptr);
+    } else {
+      switch (api) {
+        case Api::kPlain: st = kjit_sampling_from_probs(xs, sd, of, out, val, nullptr); break;
+        case Api::kTopK:
+          st = kjit_top_k_sampling_from_probs(xs, k_arr, sd, of, out, val, prm.top_k, nullptr);
+          break;
+        case Api::kTopP:
+          st = kjit_top_p_sampling_from_probs(xs, p_arr, sd, of, out, val, prm.top_p, nullptr);
+          break;
+        case Api::kMinP:
+          st = kjit_min_p_sampling_from_probs(xs, m_arr, sd, of, out, val, prm.min_p, nullptr);
+          break;
+        case Api::kTopKTopP:
+          st = kjit_top_k_top_p_sampling_from_probs(xs, k_arr, p_arr, sd, of, out, val, prm.top_k,
+                                                    prm.top_p, nullptr);
+          break;
+        case Api::kLogits:
+          st =
+              kjit_top_k_top_p_sampling_from_logits(xs, k_arr, p_arr, t_arr, sd, of, out, val,
+                                                    prm.top_k, prm.top_p, prm.temperature, nullptr);
+          break;
+      }
     }
     INFO("kjit_last_error: " << kjit_last_error());
     REQUIRE(st == KJIT_SUCCESS);
@@ -227,8 +270,16 @@ std::vector<int64_t> vocabularies(std::initializer_list<int64_t> vocabs) {
 
 // Forces the samplers' kernel path for a scope (cluster size 0: chosen by the batch).
 struct ForcePath {
-  ForcePath(kjit::ops::SamplePath p, int cluster = 0) { kjit::ops::set_sample_path(p, cluster); }
-  ~ForcePath() { kjit::ops::set_sample_path(kjit::ops::SamplePath::kAuto, 0); }
+  ForcePath(kjit::ops::SamplePath p, int cluster = 0) {
+    g_tuning.path = p;
+    g_tuning.cluster = cluster;
+    ++g_tuned_scopes;
+  }
+  ~ForcePath() {
+    g_tuning.path = kjit::ops::SamplePath::kAuto;
+    g_tuning.cluster = 0;
+    --g_tuned_scopes;
+  }
   ForcePath(const ForcePath&) = delete;
   ForcePath& operator=(const ForcePath&) = delete;
 };
@@ -891,8 +942,9 @@ bool clusters_supported() {
   auto offset_t = make_tensor(offset_dev->get(), {1}, dl_dtype("int64"));
   auto out_t = make_tensor(out.get(), {1}, dl_dtype("int32"));
   ForcePath force(SamplePath::kCluster);
-  CHECK(kjit_sampling_from_probs(x.t.get(), seed_t.get(), offset_t.get(), out_t.get(), nullptr,
-                                 nullptr) == KJIT_ERROR_UNSUPPORTED);
+  CHECK(sample_tuned(Api::kPlain, x.t.get(), nullptr, nullptr, nullptr, nullptr, Params{},
+                     seed_t.get(), offset_t.get(), out_t.get(), nullptr,
+                     nullptr) == KJIT_ERROR_UNSUPPORTED);
   return false;
 }
 
@@ -962,8 +1014,14 @@ TEST_CASE("sampling gpu: the cluster path draws the one-block path's tokens, all
 // Forces the samplers' top-p search for a scope (1: exact significand sums, 0: counts and mass
 // bounds).
 struct ForceMass {
-  explicit ForceMass(int mass) { kjit::ops::force_sample_mass(mass); }
-  ~ForceMass() { kjit::ops::force_sample_mass(-1); }
+  explicit ForceMass(int mass) {
+    g_tuning.mass = mass;
+    ++g_tuned_scopes;
+  }
+  ~ForceMass() {
+    g_tuning.mass = -1;
+    --g_tuned_scopes;
+  }
   ForceMass(const ForceMass&) = delete;
   ForceMass& operator=(const ForceMass&) = delete;
 };
@@ -1233,10 +1291,12 @@ TEST_CASE("sampling gpu: cluster path replays in a captured graph, auto batch 1 
   auto samples_t = make_tensor(samples_dev.get(), {batch}, dl_dtype("int32"));
   CUstream s = nullptr;
   REQUIRE(drv.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS);
-  auto call = [&] {
-    return kjit_top_k_top_p_sampling_from_probs(x.t.get(), nullptr, nullptr, seed_t.get(),
-                                                offset_t.get(), samples_t.get(), nullptr, 1000,
-                                                0.9f, s);
+  Params prm;
+  prm.top_k = 1000;
+  prm.top_p = 0.9f;
+  auto call = [&] {  // always under a ForcePath
+    return sample_tuned(Api::kTopKTopP, x.t.get(), nullptr, nullptr, nullptr, nullptr, prm,
+                        seed_t.get(), offset_t.get(), samples_t.get(), nullptr, s);
   };
   auto run_direct = [&](SamplePath path, int n) {
     ForcePath force(path, n);
@@ -1254,7 +1314,7 @@ TEST_CASE("sampling gpu: cluster path replays in a captured graph, auto batch 1 
   // 16-block cluster, minutes a launch under racecheck; the forced cluster below runs.
   CHECK(run_direct(sanitizer_auto_path(), 0) == single);
   // auto splits a batch of 2 on sm_90+ (at the full vocabulary)
-  if (!under_sanitizer()) CHECK(kjit::ops::last_sample_cluster_size() > 1);
+  if (!under_sanitizer()) CHECK(g_ran.cluster_size > 1);
   CHECK(run_direct(SamplePath::kCluster, sanitizer_cluster(16)) == single);
   long same = 0;
   for (size_t k = 1; k < single.size(); ++k) same += single[k] == single[0];

@@ -80,19 +80,20 @@ TEST_CASE("argmax: the plan's block size, loads per lane and forced shapes", "[a
   p = ops::plan_argmax(DType::kBF16, 64, 128256, true, 108, 8);  // sm_80: one block per row
   CHECK(p.cfg.cluster == 1);
   CHECK(p.threads == 1024);  // 64 blocks on 108 SMs: full-width blocks
-  // The hooks: a forced block size and unroll; 0 restores the plan's.
-  ops::force_argmax_shape(128, 2);
-  p = ops::plan_argmax(DType::kF32, 64, 128256, true, 132, 9);
+  // A tuning's block size and unroll; zero fields keep the plan's.
+  ops::ArgmaxTuning shape;
+  shape.threads = 128;
+  shape.unroll = 2;
+  p = ops::plan_argmax(DType::kF32, 64, 128256, true, 132, 9, shape);
   CHECK(p.threads == 128);
   CHECK(p.cfg.unroll == 2);
-  CHECK(ops::argmax_uri(p.cfg) == "argmax_dtype_fp32_vec_4_unroll_2_cluster_8_search_bits");
-  ops::force_argmax_shape(0, 0);
+  CHECK(ops::argmax_uri(p.cfg) == "argmax_dtype_fp32_vec_4_unroll_2_cluster_8");
   p = ops::plan_argmax(DType::kF32, 64, 128256, true, 132, 9);
   CHECK(p.threads == 256);
   CHECK(p.cfg.unroll == 4);
   const auto status = [](int threads, int unroll) {
     try {
-      ops::force_argmax_shape(threads, unroll);
+      ops::check_argmax_tuning({ArgmaxPath::kAuto, 0, threads, unroll});
     } catch (const kjit::Error& e) {
       return e.status();
     }
@@ -113,67 +114,36 @@ TEST_CASE("argmax: forced paths", "[argmax]") {
   CHECK(status_of(ArgmaxPath::kCluster, 2, 8) == KJIT_ERROR_UNSUPPORTED);
   CHECK(status_of(ArgmaxPath::kCluster, 3, 9) == KJIT_ERROR_INVALID_ARGUMENT);
   CHECK(status_of(ArgmaxPath::kCluster, 16, 9) == KJIT_ERROR_INVALID_ARGUMENT);
-  // The process-wide hook steers kAuto, and kAuto restores the heuristic.
-  ops::force_argmax_path(ArgmaxPath::kBlock);
-  CHECK(ops::argmax_cluster_size(ArgmaxPath::kAuto, 0, 1, 128256, 132, 9) == 1);
-  ops::force_argmax_path(ArgmaxPath::kCluster, 2);
-  CHECK(ops::argmax_cluster_size(ArgmaxPath::kAuto, 0, 1, 128256, 132, 9) == 2);
-  ops::force_argmax_path(ArgmaxPath::kAuto);
-  CHECK(ops::argmax_cluster_size(ArgmaxPath::kAuto, 0, 1, 128256, 132, 9) == 8);
+  // A tuning's path steers the plan; the default tuning keeps the heuristic's.
+  ops::ArgmaxTuning t;
+  t.path = ArgmaxPath::kBlock;
+  CHECK(ops::plan_argmax(ops::DType::kF32, 1, 128256, true, 132, 9, t).cfg.cluster == 1);
+  t.path = ArgmaxPath::kCluster;
+  t.cluster = 2;
+  CHECK(ops::plan_argmax(ops::DType::kF32, 1, 128256, true, 132, 9, t).cfg.cluster == 2);
+  CHECK(ops::plan_argmax(ops::DType::kF32, 1, 128256, true, 132, 9).cfg.cluster == 8);
 }
 
 TEST_CASE("argmax: the cluster spec is its own sm_90+ kernel, one block per row is unchanged",
           "[argmax]") {
   ops::RowConfig c = ops::select_argmax(ops::DType::kBF16, 128256, true);
-  CHECK(ops::argmax_uri(c) == "argmax_dtype_bf16_vec_8_unroll_4_search_bits");
+  CHECK(ops::argmax_uri(c) == "argmax_dtype_bf16_vec_8_unroll_4");
   const auto one = ops::argmax_spec(c);
   CHECK(one.entry_names.at(0).find("argmax_kernel<") != std::string::npos);
   CHECK(one.arch_families == std::vector<std::string>{"sm_80+"});
   c.cluster = 8;
   const auto cl = ops::argmax_spec(c);
-  CHECK(cl.uri == "argmax_dtype_bf16_vec_8_unroll_4_cluster_8_search_bits");
+  CHECK(cl.uri == "argmax_dtype_bf16_vec_8_unroll_4_cluster_8");
   CHECK(cl.entry_names.at(0) ==
-        "kjit::sampling::argmax_cluster_kernel<kjit_spec::T, kjit_spec::kVec, "
-        "kjit_spec::kUnroll, kjit_spec::kCluster, kjit_spec::kBits>");
+        "kjit::sampling::argmax_cluster_kernel<kjit_spec::dtype, kjit_spec::vec, "
+        "kjit_spec::unroll, kjit_spec::cluster>");
   CHECK(cl.arch_families == std::vector<std::string>{"sm_90+"});
-  CHECK(cl.config.find("constexpr int kCluster = 8;") != std::string::npos);
+  CHECK(cl.config.find("constexpr int cluster = 8;") != std::string::npos);
 }
 
-TEST_CASE("argmax: the bit-compare search is the default, the float compare is forced by name",
-          "[argmax]") {
-  using ops::DType;
-  auto p = ops::plan_argmax(DType::kBF16, 64, 128256, true, 132, 9);
-  CHECK(p.cfg.search == 1);  // the default: faster at every measured shape on the H200
-  CHECK(ops::argmax_uri(p.cfg) == "argmax_dtype_bf16_vec_8_unroll_4_cluster_8_search_bits");
-  ops::force_argmax_search(0);
-  auto f = ops::plan_argmax(DType::kBF16, 64, 128256, true, 132, 9);
-  ops::force_argmax_search(-1);
-  CHECK(f.cfg.search == 0);  // the float compare keeps its original URI and kernel name
-  CHECK(ops::argmax_uri(f.cfg) == "argmax_dtype_bf16_vec_8_unroll_4_cluster_8");
-  CHECK(ops::argmax_spec(f.cfg).entry_names[0].find("kBits") == std::string::npos);
-  const kjit::jit::Spec s = ops::argmax_spec(p.cfg);
-  REQUIRE(s.entry_names.size() == 1);
-  CHECK(s.entry_names[0].find("kjit_spec::kCluster, kjit_spec::kBits>") != std::string::npos);
-  CHECK(s.config.find("constexpr bool kBits = true;") != std::string::npos);
-  p.cfg.cluster = 1;
-  CHECK(ops::argmax_spec(p.cfg).entry_names[0].find("kjit_spec::kUnroll, kjit_spec::kBits>") !=
-        std::string::npos);
-  CHECK(ops::plan_argmax(DType::kBF16, 64, 128256, true, 132, 9).cfg.search == 1);
-  for (int bad : {2, -2}) {
-    try {
-      ops::force_argmax_search(bad);
-      FAIL("search " << bad << " was accepted");
-    } catch (const kjit::Error& e) {
-      CHECK(e.status() == KJIT_ERROR_INVALID_ARGUMENT);
-    }
-  }
-  // The op definition defaults to bits, takes search=float|bits and refuses other values.
+TEST_CASE("argmax: the op definition takes no search axis", "[argmax]") {
   const ops::OpDef* d = ops::find_op("argmax");
   REQUIRE(d != nullptr);
-  CHECK(d->make_spec({{"dtype", "fp32"}}).uri == "argmax_dtype_fp32_vec_4_unroll_4_search_bits");
-  CHECK(d->make_spec({{"dtype", "fp32"}, {"search", "bits"}}).uri ==
-        "argmax_dtype_fp32_vec_4_unroll_4_search_bits");
-  CHECK(d->make_spec({{"dtype", "fp32"}, {"search", "float"}}).uri ==
-        "argmax_dtype_fp32_vec_4_unroll_4");
-  CHECK_THROWS(d->make_spec({{"dtype", "fp32"}, {"search", "fast"}}));
+  CHECK(d->make_spec({{"dtype", "fp32"}}).uri == "argmax_dtype_fp32_vec_4_unroll_4");
+  CHECK_THROWS(d->make_spec({{"dtype", "fp32"}, {"search", "float"}}));
 }

@@ -545,16 +545,20 @@ TEST_CASE("sampling ops: specs name the kernel and the URI holds every config fi
   const auto cfg = ops::select_filter(ops::FilterOp::kSample, ops::FilterInput::kLogits,
                                       ops::DType::kBF16, 128256, true);
   const auto s = ops::filter_spec(cfg);
-  CHECK(s.uri == "sampling_filter_op_sample_input_logits_dtype_bf16_vec_4_unroll_2");
-  CHECK(s.entry_names.at(0).find("filter_kernel") != std::string::npos);
-  CHECK(s.config.find("constexpr int kKeys = 1;") != std::string::npos);
-  CHECK(s.config.find("constexpr int kExact = 0;") != std::string::npos);
+  CHECK(s.uri == "sampling_filter_op_0_input_1_dtype_bf16_vec_4_unroll_2");
+  CHECK(s.entry_names.at(0) ==
+        "kjit::sampling::filter_kernel<kjit_spec::dtype, kjit_spec::vec, kjit_spec::unroll, "
+        "kjit_spec::input, kjit_spec::op, kjit_spec::cluster, kjit_spec::mass>");
+  CHECK(s.config.find("constexpr int input = 1;") != std::string::npos);
+  CHECK(s.config.find("constexpr int mass = 0;") != std::string::npos);
   auto exact = cfg;
   exact.mass = 1;
   const auto se = ops::filter_spec(exact);
-  CHECK(se.uri == "sampling_filter_op_sample_input_logits_dtype_bf16_vec_4_unroll_2_mass_exact");
-  CHECK(se.config.find("constexpr int kExact = 1;") != std::string::npos);
-  CHECK(se.entry_names.at(0).find("kjit_spec::kExact") != std::string::npos);
+  CHECK(se.uri == "sampling_filter_op_0_input_1_dtype_bf16_vec_4_unroll_2_mass_1");
+  CHECK(se.config.find("constexpr int mass = 1;") != std::string::npos);
+  exact.cluster = 1;
+  CHECK(ops::filter_spec(exact).uri ==
+        "sampling_filter_op_0_input_1_dtype_bf16_vec_4_unroll_2_cluster_1_mass_1");
   // Only samplers take the exact-mass search.
   const ops::OpDef* d = ops::find_op("sampling_filter");
   REQUIRE(d != nullptr);
@@ -562,37 +566,34 @@ TEST_CASE("sampling ops: specs name the kernel and the URI holds every config fi
           d->make_spec({{"op", "renorm"}, {"dtype", "fp32"}, {"mass", "exact"}});
         }) == KJIT_ERROR_UNSUPPORTED);
   CHECK(ops::argmax_uri(ops::select_argmax(ops::DType::kF32, 100, true)) ==
-        "argmax_dtype_fp32_vec_4_unroll_4_search_bits");
+        "argmax_dtype_fp32_vec_4_unroll_4");
   CHECK(ops::softmax_spec(ops::select_softmax(ops::DType::kF16, 7, false)).uri ==
         "softmax_dtype_fp16_vec_1_unroll_8");
 }
 
-TEST_CASE("sampling ops: the path and block-size hooks refuse what no launch can take",
-          "[sampling]") {
+TEST_CASE("sampling ops: a sampler tuning is refused when no launch can take it", "[sampling]") {
+  const auto tuned = [](int threads, int cluster, int mass) {
+    ops::SampleTuning t;
+    t.path = ops::SamplePath::kCluster;
+    t.threads = threads;
+    t.cluster = cluster;
+    t.mass = mass;
+    return status_thrown([&] { ops::check_sample_tuning(t); });
+  };
   for (int bad : {-32, 1, 33, 1056}) {
     INFO("threads " << bad);
-    CHECK(status_thrown([&] { ops::set_sample_threads(bad); }) == KJIT_ERROR_INVALID_ARGUMENT);
-    CHECK(ops::forced_sample_threads() == 0);  // a refused value leaves the plan's in force
+    CHECK(tuned(bad, 0, -1) == KJIT_ERROR_INVALID_ARGUMENT);
   }
   for (int bad : {-1, 1, 17}) {
     INFO("cluster " << bad);
-    CHECK_THROWS_AS(ops::set_sample_path(ops::SamplePath::kCluster, bad), kjit::Error);
+    CHECK(tuned(0, bad, -1) == KJIT_ERROR_INVALID_ARGUMENT);
   }
-  ops::set_sample_threads(256);
-  CHECK(ops::forced_sample_threads() == 256);
-  ops::set_sample_threads(0);
-  CHECK(ops::forced_sample_threads() == 0);
   for (int bad : {-2, 2, 7}) {
     INFO("mass " << bad);
-    CHECK(status_thrown([&] { ops::force_sample_mass(bad); }) == KJIT_ERROR_INVALID_ARGUMENT);
-    CHECK(ops::sample_mass() == 1);  // the plan's (the exact search) stays in force
+    CHECK(tuned(0, 0, bad) == KJIT_ERROR_INVALID_ARGUMENT);
   }
-  ops::force_sample_mass(1);
-  CHECK(ops::sample_mass() == 1);
-  ops::force_sample_mass(0);
-  CHECK(ops::sample_mass() == 0);
-  ops::force_sample_mass(-1);
-  CHECK(ops::sample_mass() == 1);
+  CHECK(tuned(256, 16, 1) == KJIT_SUCCESS);
+  CHECK(tuned(0, 0, -1) == KJIT_SUCCESS);
 }
 
 TEST_CASE("sampling ops: cluster blocks take about 16 elements a thread, at most 512",
@@ -612,14 +613,13 @@ TEST_CASE("sampling ops: cluster blocks take about 16 elements a thread, at most
 
 TEST_CASE("sampling ops: the plan's mass mode is exact unless the rows may have a top-k",
           "[sampling]") {
-  CHECK(ops::sample_mass() == 1);
-  CHECK(ops::sample_mass(false) == 1);
-  CHECK(ops::sample_mass(true) == 0);
-  ops::force_sample_mass(1);
-  CHECK(ops::sample_mass(true) == 1);
-  ops::force_sample_mass(0);
-  CHECK(ops::sample_mass(false) == 0);
-  ops::force_sample_mass(-1);
+  ops::SampleTuning t;
+  CHECK(ops::sample_mass(t, false) == 1);
+  CHECK(ops::sample_mass(t, true) == 0);
+  t.mass = 1;
+  CHECK(ops::sample_mass(t, true) == 1);
+  t.mass = 0;
+  CHECK(ops::sample_mass(t, false) == 0);
 }
 
 // The cap bounds what `compile --all` costs CI (each sampling spec takes 1-2.5 s of NVRTC per

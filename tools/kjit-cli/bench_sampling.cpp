@@ -59,70 +59,64 @@ std::vector<double> random_logits(std::vector<unsigned char>& host, size_t n,
 // --set path=auto|single|cluster (default auto) and, with path=cluster, cluster=N (2..16; default:
 // chosen by the batch) force the samplers' kernel path for the case, so that the one-block and
 // the cluster path can be timed side by side in one run; threads=N (a multiple of 32 to 1024)
-// forces the block size (ops::set_sample_threads), mass=bounds|exact the top-p search
-// (ops::force_sample_mass). Restores the automatic choices after.
+// forces the block size, mass=bounds|exact the top-p search. The case calls the ops layer with
+// these as its ops::SampleTuning.
 class PathChoice {
  public:
   explicit PathChoice(const ops::SetArgs& args) {
     const std::string path = args.count("path") ? args.at("path") : "auto";
-    int cluster = 0;
     if (args.count("cluster")) {
       if (path != "cluster") throw UsageError("cluster=N needs path=cluster");
-      cluster = static_cast<int>(ops::positive_int_arg(args, "cluster", ops::kSampleMaxCluster));
-      if (cluster < 2) throw UsageError("cluster must be 2..16");
+      tuning_.cluster =
+          static_cast<int>(ops::positive_int_arg(args, "cluster", ops::kSampleMaxCluster));
+      if (tuning_.cluster < 2) throw UsageError("cluster must be 2..16");
     }
-    ops::SamplePath sp;
     if (path == "auto") {
-      sp = ops::SamplePath::kAuto;
+      tuning_.path = ops::SamplePath::kAuto;
     } else if (path == "single") {
-      sp = ops::SamplePath::kSingle;
+      tuning_.path = ops::SamplePath::kSingle;
     } else if (path == "cluster") {
-      sp = ops::SamplePath::kCluster;
+      tuning_.path = ops::SamplePath::kCluster;
     } else {
       throw UsageError("path must be auto, single or cluster");
     }
-    const int threads =
+    tuning_.threads =
         args.count("threads") ? static_cast<int>(ops::positive_int_arg(args, "threads", 1024)) : 0;
     const std::string mass = args.count("mass") ? args.at("mass") : "";
     if (!mass.empty() && mass != "bounds" && mass != "exact") {
       throw UsageError("mass must be bounds or exact");
     }
-    ops::set_sample_threads(threads);  // first: it throws on a bad value, with nothing forced yet
-    ops::set_sample_path(sp, cluster);
-    ops::force_sample_mass(mass.empty() ? -1 : (mass == "exact" ? 1 : 0));
-    cluster_variant_ = sp == ops::SamplePath::kCluster;
+    tuning_.mass = mass.empty() ? -1 : (mass == "exact" ? 1 : 0);
+    ops::check_sample_tuning(tuning_);
     label_ = path == "auto" ? "" : fmt::format(" path={}", path);
-    if (cluster > 0) label_ += fmt::format(" cluster={}", cluster);
-    if (threads > 0) label_ += fmt::format(" threads={}", threads);
+    if (tuning_.cluster > 0) label_ += fmt::format(" cluster={}", tuning_.cluster);
+    if (tuning_.threads > 0) label_ += fmt::format(" threads={}", tuning_.threads);
     if (!mass.empty()) label_ += fmt::format(" mass={}", mass);
   }
-  ~PathChoice() {
-    ops::set_sample_path(ops::SamplePath::kAuto, 0);
-    ops::set_sample_threads(0);
-    ops::force_sample_mass(-1);
-  }
-  PathChoice(const PathChoice&) = delete;
-  PathChoice& operator=(const PathChoice&) = delete;
 
+  const ops::SampleTuning& tuning() const { return tuning_; }
+  // What every call of the case reports having run (the same each time).
+  ops::SampleRan* ran() const { return &ran_; }
   const std::string& label() const { return label_; }
   // After the first call: what the launch took, for the label and the URI.
   void describe_ran(BenchCase& c, ops::FilterConfig cfg) const {
-    const int n = ops::last_sample_cluster_size();
+    const int n = ran_.cluster_size;
     c.label += n > 1 ? fmt::format(" (ran: cluster of {})", n) : std::string(" (ran: one block)");
     cfg.cluster = n > 1 ? 1 : 0;
-    cfg.mass = ops::last_sample_mass();
+    cfg.mass = ran_.mass;
     c.uri = ops::filter_uri(cfg);
   }
   // The URI the case holds before its first call (describe_ran then names the launch's, which
   // the rows report): the cluster variant's when forced.
-  std::string uri(ops::FilterConfig cfg) const {
-    cfg.cluster = cluster_variant_ ? 1 : 0;
-    cfg.mass = ops::sample_mass();
+  std::string uri(ops::FilterConfig cfg, bool top_k_rows) const {
+    cfg.cluster = tuning_.path == ops::SamplePath::kCluster ? 1 : 0;
+    cfg.mass = ops::sample_mass(tuning_, top_k_rows);
     return ops::filter_uri(cfg);
   }
 
  private:
-  bool cluster_variant_ = false;
+  ops::SampleTuning tuning_;
+  mutable ops::SampleRan ran_;
   std::string label_;
 };
 
@@ -204,16 +198,18 @@ int bench_top_p_sampling(const ops::SetArgs& args, const BenchOptions& opts) {
   const PathChoice path(args);
   BenchCase c;
   c.op = "top_p_sampling";
-  c.uri = path.uri(cfg);
+  c.uri = path.uri(cfg, false);
   c.dtype = "fp32";
   c.shape = {{"batch", batch}, {"vocab", vocab}, {"p", p}, {"sigma", sigma}};
   c.label =
       fmt::format("top_p_sampling fp32 batch={} vocab={} p={}{}", batch, vocab, p, path.label());
+  ops::SampleArgs sa;  // kjit_top_p_sampling_from_probs's
+  sa.filters = ops::kFilterTopP;
+  sa.top_p.scalar = static_cast<float>(p);
   c.launch = [&](CUstream stream) {
-    kjit_status st = kjit_top_p_sampling_from_probs(
-        xt.get(), nullptr, bufs.seed_t.get(), bufs.offset_t.get(), bufs.samples_t.get(),
-        bufs.valid_t.get(), static_cast<float>(p), stream);
-    if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
+    ops::sample("probs", ops::FilterInput::kProbs, xt.get(), sa, bufs.seed_t.get(),
+                bufs.offset_t.get(), bufs.samples_t.get(), bufs.valid_t.get(), stream,
+                path.tuning(), path.ran());
   };
   c.bytes = static_cast<double>(n) * 4;
   c.copy_src = x.get();
@@ -257,18 +253,21 @@ int bench_top_k_top_p_sampling(const ops::SetArgs& args, const BenchOptions& opt
   const PathChoice path(args);
   BenchCase c;
   c.op = "top_k_top_p_sampling";
-  c.uri = path.uri(cfg);
+  c.uri = path.uri(cfg, k < vocab);
   c.dtype = dtype;
   c.shape = {{"batch", batch}, {"vocab", vocab}, {"k", k}, {"p", p}, {"temperature", temperature},
              {"sigma", sigma}};
   c.label = fmt::format("top_k_top_p_sampling {} batch={} vocab={} k={} p={} T={}{}", dtype, batch,
                         vocab, k, p, temperature, path.label());
+  ops::SampleArgs sa;  // kjit_top_k_top_p_sampling_from_logits's
+  sa.filters = ops::kFilterTopK | ops::kFilterTopP;
+  sa.top_k.scalar = static_cast<int>(k);
+  sa.top_p.scalar = static_cast<float>(p);
+  sa.temperature.scalar = static_cast<float>(temperature);
   c.launch = [&](CUstream stream) {
-    kjit_status st = kjit_top_k_top_p_sampling_from_logits(
-        xt.get(), nullptr, nullptr, nullptr, bufs.seed_t.get(), bufs.offset_t.get(),
-        bufs.samples_t.get(), bufs.valid_t.get(), static_cast<int>(k), static_cast<float>(p),
-        static_cast<float>(temperature), stream);
-    if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
+    ops::sample("logits", ops::FilterInput::kLogits, xt.get(), sa, bufs.seed_t.get(),
+                bufs.offset_t.get(), bufs.samples_t.get(), bufs.valid_t.get(), stream,
+                path.tuning(), path.ran());
   };
   c.bytes = static_cast<double>(n * es);
   c.copy_src = x.get();
@@ -303,55 +302,34 @@ int bench_argmax(const ops::SetArgs& args, const BenchOptions& opts) {
   auto xt = test::make_tensor(x.get(), {batch, vocab}, test::dl_dtype(dtype));
   auto ot = test::make_tensor(out.get(), {batch}, test::dl_dtype("int64"));
   const ops::DType dt = *ops::dtype_of(test::dl_dtype(dtype));
-  // path=auto|block|cluster (cluster=2|4|8 with it, else the heuristic's size), for every call of
-  // this run; restored to auto when the case ends.
+  // path=auto|block|cluster (cluster=2|4|8 with it, else the heuristic's size), threads=N
+  // (32..1024) and unroll=1|2|4|8: the case's ops::ArgmaxTuning, for every call of this run.
   const std::string path = args.count("path") ? args.at("path") : "auto";
   if (path != "auto" && path != "block" && path != "cluster") {
     throw UsageError("path must be auto, block or cluster");
   }
-  const int cluster =
+  ops::ArgmaxTuning tuning;
+  tuning.cluster =
       args.count("cluster") ? static_cast<int>(ops::positive_int_arg(args, "cluster", 8)) : 0;
-  const ops::ArgmaxPath ap = path == "block"     ? ops::ArgmaxPath::kBlock
-                             : path == "cluster" ? ops::ArgmaxPath::kCluster
-                                                 : ops::ArgmaxPath::kAuto;
-  // threads=N (32..1024) and unroll=1|2|4|8 override the plan's block size and loads per lane.
-  const int threads =
+  tuning.path = path == "block"     ? ops::ArgmaxPath::kBlock
+                : path == "cluster" ? ops::ArgmaxPath::kCluster
+                                    : ops::ArgmaxPath::kAuto;
+  tuning.threads =
       args.count("threads") ? static_cast<int>(ops::positive_int_arg(args, "threads", 1024)) : 0;
-  const int unroll =
+  tuning.unroll =
       args.count("unroll") ? static_cast<int>(ops::positive_int_arg(args, "unroll", 8)) : 0;
-  // search=float|bits: how a load group's first maximum is found (argmax.cuh BITS; the plan's is
-  // bits).
-  const std::string search = args.count("search") ? args.at("search") : "";
-  if (!search.empty() && search != "float" && search != "bits") {
-    throw UsageError("search must be float or bits");
-  }
-  struct PathGuard {
-    PathGuard(ops::ArgmaxPath p, int c, int t, int u, int s) {
-      ops::force_argmax_shape(t, u);  // first: it throws on a bad value, with nothing forced yet
-      ops::force_argmax_path(p, c);
-      ops::force_argmax_search(s);
-    }
-    ~PathGuard() {
-      ops::force_argmax_path(ops::ArgmaxPath::kAuto);
-      ops::force_argmax_shape(0, 0);
-      ops::force_argmax_search(-1);
-    }
-  } guard(ap, cluster, threads, unroll, search.empty() ? -1 : (search == "bits" ? 1 : 0));
   const cuda::DeviceInfo& info = cuda::device_info(0);
-  const ops::ArgmaxPlan plan = ops::plan_argmax(
-      dt, batch, vocab, vocab % static_cast<int64_t>(16 / es) == 0, info.sm_count, info.major);
+  const ops::ArgmaxPlan plan =
+      ops::plan_argmax(dt, batch, vocab, vocab % static_cast<int64_t>(16 / es) == 0, info.sm_count,
+                       info.major, tuning);
   BenchCase c;
   c.op = "argmax";
   c.uri = ops::argmax_uri(plan.cfg);
   c.dtype = dtype;
   c.shape = {{"batch", batch}, {"vocab", vocab}, {"threads", plan.threads}};
-  c.label = fmt::format("argmax {} batch={} vocab={} blocks/row={} threads={} unroll={}{}", dtype,
-                        batch, vocab, plan.cfg.cluster, plan.threads, plan.cfg.unroll,
-                        plan.cfg.search == 0 ? " search=float" : "");
-  c.launch = [&](CUstream stream) {
-    kjit_status st = kjit_argmax(xt.get(), ot.get(), stream);
-    if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
-  };
+  c.label = fmt::format("argmax {} batch={} vocab={} blocks/row={} threads={} unroll={}", dtype,
+                        batch, vocab, plan.cfg.cluster, plan.threads, plan.cfg.unroll);
+  c.launch = [&](CUstream stream) { ops::argmax(xt.get(), ot.get(), stream, tuning); };
   c.bytes = static_cast<double>(n * es);
   c.copy_src = x.get();
   c.copy_bytes = n * es / 2;
@@ -442,11 +420,11 @@ void add_sampling_benches(std::vector<BenchEntry>& out) {
                  "size), mass (bounds|exact: top-p without top-k)"});
   out.push_back({"argmax",
                  {"dtype", "batch", "vocab"},
-                 {"path", "cluster", "threads", "unroll", "search"},
+                 {"path", "cluster", "threads", "unroll"},
                  bench_argmax,
                  "dtype, batch, vocab, optional path (auto|block|cluster) and cluster (2|4|8), "
-                 "threads (32..1024), unroll (1|2|4|8), search (float|bits); then a read-only "
-                 "probe of the same bytes"});
+                 "threads (32..1024) and unroll (1|2|4|8); then a read-only probe of the same "
+                 "bytes"});
   out.push_back({"softmax",
                  {"dtype", "batch", "vocab"},
                  {"temperature"},

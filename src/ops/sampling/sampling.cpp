@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <atomic>
 
 #include "util/error.hpp"
 
@@ -42,46 +41,16 @@ void choose_vec(DType dtype, bool vec_ok, int vec_unroll, int& vec, int& unroll)
   }
 }
 
-jit::Params row_params(const RowConfig& c) {
-  jit::Params out{{"dtype", dtype_name(c.dtype)},
-                  {"vec", std::to_string(c.vec)},
-                  {"unroll", std::to_string(c.unroll)}};
-  if (c.cluster > 1) out.push_back({"cluster", std::to_string(c.cluster)});
-  if (c.search != 0) out.push_back({"search", "bits"});
-  return out;
-}
-
+// softmax_kernel / argmax_kernel<dtype, vec, unroll>, or argmax_cluster_kernel<dtype, vec,
+// unroll, cluster> when cluster > 1 (only argmax has a cluster launch; clusters are sm_90+).
 jit::Spec row_spec(const char* op, const char* include, const char* kernel, const RowConfig& c) {
-  jit::Spec s;
-  s.op = op;
-  s.params = row_params(c);
-  s.uri = jit::make_uri(s.op, s.params);
-  s.kernel_dirs = {"common", "sampling"};
-  s.includes = {include};
-  s.config = fmt::format(
-      "namespace kjit_spec {{\n"
-      "using T = {};\n"
-      "constexpr int kVec = {};\n"
-      "constexpr int kUnroll = {};\n"
-      "constexpr int kCluster = {};\n"
-      "constexpr bool kBits = {};\n"
-      "}}  // namespace kjit_spec\n",
-      device_type_name(c.dtype), c.vec, c.unroll, c.cluster, c.search != 0 ? "true" : "false");
-  // Only argmax has the search variant; its default keeps the kernels' names (and cache entries).
-  const std::string bits = c.search != 0 ? ", kjit_spec::kBits" : "";
-  if (c.cluster > 1) {
-    // Only argmax has a cluster launch (thread-block clusters are sm_90+).
-    s.entry_names = {fmt::format(
-        "kjit::sampling::{}_cluster_kernel<kjit_spec::T, kjit_spec::kVec, kjit_spec::kUnroll, "
-        "kjit_spec::kCluster{}>",
-        std::string(kernel).substr(0, std::string(kernel).rfind("_kernel")), bits)};
-    s.arch_families = {"sm_90+"};
-    return s;
-  }
-  s.entry_names = {fmt::format(
-      "kjit::sampling::{}<kjit_spec::T, kjit_spec::kVec, kjit_spec::kUnroll{}>", kernel, bits)};
-  s.arch_families = {"sm_80+"};
-  return s;
+  const bool cluster = c.cluster > 1;
+  jit::SpecBuilder b(op, {"common", "sampling"}, include, {cluster ? "sm_90+" : "sm_80+"});
+  b.type("dtype", dtype_name(c.dtype), device_type_name(c.dtype));
+  b.value("vec", c.vec).value("unroll", c.unroll);
+  if (cluster) b.value("cluster", c.cluster);
+  b.entry(fmt::format("kjit::sampling::{}{}_kernel", kernel, cluster ? "_cluster" : ""));
+  return b.build();
 }
 
 void check_row_kernel(const char* op, DType dtype, int64_t vocab) {
@@ -117,75 +86,24 @@ AxisDef vocab_axis() {
 
 }  // namespace
 
-namespace {
-std::atomic<int> g_sample_path{0};
-std::atomic<int> g_sample_cluster{0};
-std::atomic<int> g_sample_threads{0};
-std::atomic<int> g_sample_mass{-1};
-}  // namespace
-
-void force_sample_mass(int mass) {
-  if (mass < -1 || mass > 1) {
+void check_sample_tuning(const SampleTuning& t) {
+  if (t.threads < 0 || t.threads > 1024 || t.threads % 32 != 0) {
     fail(KJIT_ERROR_INVALID_ARGUMENT,
-         "sampler mass mode must be -1 (the plan's), 0 (bounds) or 1 (exact), not {}", mass);
+         "sampler threads must be 0 (the plan's) or a multiple of 32 to 1024, not {}", t.threads);
   }
-  g_sample_mass.store(mass);
-}
-
-int sample_mass(bool top_k_rows) {
-  const int m = g_sample_mass.load();
-  if (m >= 0) return m;
-  return top_k_rows ? 0 : 1;
-}
-
-void set_sample_threads(int threads) {
-  if (threads < 0 || threads > 1024 || threads % 32 != 0) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT,
-         "sampler threads must be 0 (the plan's) or a multiple of 32 to 1024, not {}", threads);
-  }
-  g_sample_threads.store(threads);
-}
-
-int forced_sample_threads() {
-  return g_sample_threads.load();
-}
-
-void set_sample_path(SamplePath path, int cluster_size) {
-  if (cluster_size < 0 || cluster_size == 1 || cluster_size > kSampleMaxCluster) {
+  if (t.cluster < 0 || t.cluster == 1 || t.cluster > kSampleMaxCluster) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "cluster size must be 0 (auto) or 2..{}, not {}",
-         kSampleMaxCluster, cluster_size);
+         kSampleMaxCluster, t.cluster);
   }
-  g_sample_path.store(static_cast<int>(path));
-  g_sample_cluster.store(cluster_size);
+  if (t.mass < -1 || t.mass > 1) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT,
+         "sampler mass mode must be -1 (the plan's), 0 (bounds) or 1 (exact), not {}", t.mass);
+  }
 }
 
-SamplePath sample_path() {
-  return static_cast<SamplePath>(g_sample_path.load());
-}
-
-int forced_sample_cluster_size() {
-  return g_sample_cluster.load();
-}
-
-namespace {
-std::atomic<int> g_last_sample_cluster{1};
-std::atomic<int> g_last_sample_mass{1};
-}  // namespace
-
-int last_sample_mass() {
-  return g_last_sample_mass.load();
-}
-
-void note_sample_mass(int mass) {
-  g_last_sample_mass.store(mass);
-}
-
-int last_sample_cluster_size() {
-  return g_last_sample_cluster.load();
-}
-
-void note_sample_cluster_size(int n) {
-  g_last_sample_cluster.store(n);
+int sample_mass(const SampleTuning& tuning, bool top_k_rows) {
+  if (tuning.mass >= 0) return tuning.mass;
+  return top_k_rows ? 0 : 1;
 }
 
 int sampling_block_threads(int64_t vocab, int vec, int unroll) {
@@ -226,7 +144,7 @@ FilterConfig select_filter(FilterOp op, FilterInput input, DType dtype, int64_t 
   choose_vec(dtype, vec_ok, 2, c.vec, c.unroll);
   // Four elements a vector for every dtype (8-byte loads for 16-bit logits), so a segment is 256
   // tokens whatever the input: the B1 draw's scan and its warp's rescan walk one segment, and
-  // phase timestamps on the H200 put bf16's 512-token segments 2.8 us behind fp32 there.
+  // per-phase timing on an H200 put bf16's 512-token segments 2.8 us behind fp32 there.
   c.vec = std::min(c.vec, 4);
   return c;
 }
@@ -247,10 +165,6 @@ RowConfig select_argmax(DType dtype, int64_t vocab, bool vec_ok) {
   // within 32 registers) is the read probe's 128 KB per SM. 16-bit types too: their maxima are
   // taken on packed pairs, so their loads cost no more registers than fp32's.
   choose_vec(dtype, vec_ok, 4, c.vec, c.unroll);
-  // A load group's first maximum is found by comparing element bits (H200, V 128256, CUPTI:
-  // fp32 B64 10.08 us against the float compare's 10.98, bf16 B64 6.66 / 9.73, bf16 B256
-  // 18.21 / 23.52, fp32 B256 32.06 / 34.08; 88-94% of the read probe).
-  c.search = 1;
   return c;
 }
 
@@ -258,53 +172,33 @@ std::string filter_uri(const FilterConfig& c) {
   return filter_spec(c).uri;
 }
 
+// filter_kernel<dtype, vec, unroll, input, op, cluster, mass>: FilterConfig's fields by name;
+// op and input by their enum values (kernels/sampling/sampling.cuh kOp*, kInput*). The cluster
+// and exact-mass variants alone name their axis in the URI.
 jit::Spec filter_spec(const FilterConfig& c) {
-  jit::Spec s;
-  s.op = "sampling_filter";
-  s.params = {{"op", op_name(c.op)},
-              {"input", input_name(c.input)},
-              {"dtype", dtype_name(c.dtype)},
-              {"vec", std::to_string(c.vec)},
-              {"unroll", std::to_string(c.unroll)}};
-  // Only the cluster and exact-mass variants name their axis, so the other URIs stay as they were.
-  if (c.cluster) s.params.push_back({"path", "cluster"});
-  if (c.mass) s.params.push_back({"mass", "exact"});
-  s.uri = jit::make_uri(s.op, s.params);
-  s.kernel_dirs = {"common", "sampling"};
-  s.includes = {"sampling/sampling.cuh"};
-  s.config = fmt::format(
-      "namespace kjit_spec {{\n"
-      "using T = {};\n"
-      "constexpr int kVec = {};\n"
-      "constexpr int kUnroll = {};\n"
-      "constexpr int kKeys = {};\n"
-      "constexpr int kOp = {};\n"
-      "constexpr int kCluster = {};\n"
-      "constexpr int kExact = {};\n"
-      "}}  // namespace kjit_spec\n",
-      device_type_name(c.dtype), c.vec, c.unroll, static_cast<int>(c.input), static_cast<int>(c.op),
-      c.cluster ? 1 : 0, c.mass ? 1 : 0);
-  s.entry_names = {
-      "kjit::sampling::filter_kernel<kjit_spec::T, kjit_spec::kVec, kjit_spec::kUnroll, "
-      "kjit_spec::kKeys, kjit_spec::kOp, kjit_spec::kCluster, kjit_spec::kExact>"};
-  // Clusters and distributed shared memory are sm_90's.
-  s.arch_families = {c.cluster ? "sm_90+" : "sm_80+"};
-  return s;
+  jit::SpecBuilder b("sampling_filter", {"common", "sampling"}, "sampling/sampling.cuh",
+                     {c.cluster ? "sm_90+" : "sm_80+"});  // clusters and DSMEM are sm_90's
+  b.value("op", static_cast<int>(c.op)).value("input", static_cast<int>(c.input));
+  b.type("dtype", dtype_name(c.dtype), device_type_name(c.dtype));
+  b.value("vec", c.vec).value("unroll", c.unroll);
+  b.value("cluster", c.cluster, /*uri_default=*/0).value("mass", c.mass, /*uri_default=*/0);
+  b.entry("kjit::sampling::filter_kernel",
+          {"dtype", "vec", "unroll", "input", "op", "cluster", "mass"});
+  return b.build();
 }
 
 jit::Spec softmax_spec(const RowConfig& c) {
-  return row_spec("softmax", "sampling/softmax.cuh", "softmax_kernel", c);
+  return row_spec("softmax", "sampling/softmax.cuh", "softmax", c);
 }
 std::string softmax_uri(const RowConfig& c) {
-  return jit::make_uri("softmax", row_params(c));
+  return softmax_spec(c).uri;
 }
 jit::Spec argmax_spec(const RowConfig& c) {
-  return row_spec("argmax", "sampling/argmax.cuh", "argmax_kernel", c);
+  return row_spec("argmax", "sampling/argmax.cuh", "argmax", c);
 }
 std::string argmax_uri(const RowConfig& c) {
-  return jit::make_uri("argmax", row_params(c));
+  return argmax_spec(c).uri;
 }
-
 OpDef sampling_filter_op_def() {
   OpDef d;
   d.name = "sampling_filter";
@@ -425,12 +319,6 @@ OpDef softmax_op_def() {
 }
 
 namespace {
-std::atomic<int> g_argmax_path{0};
-std::atomic<int> g_argmax_cluster{0};
-std::atomic<int> g_argmax_threads{0};
-std::atomic<int> g_argmax_unroll{0};
-std::atomic<int> g_argmax_search{-1};  // -1: the plan's
-
 // Block slots per SM the argmax kernels are sized for: __launch_bounds__(1024, 2) holds them to
 // 32 registers, so 2048 threads (four 512-thread blocks) fit on an SM.
 constexpr int kArgmaxThreadsPerSm = 2048;
@@ -444,38 +332,24 @@ constexpr int kArgmaxMinGroups = 3;
 constexpr int kArgmaxMinSplitThreads = 256;
 }  // namespace
 
-void force_argmax_path(ArgmaxPath path, int cluster) {
-  g_argmax_path.store(static_cast<int>(path));
-  g_argmax_cluster.store(cluster);
-}
-
-void force_argmax_search(int search) {
-  if (search < -1 || search > 1) {
+void check_argmax_tuning(const ArgmaxTuning& t) {
+  if (t.threads < 0 || t.threads > 1024 || t.threads % 32 != 0) {
     fail(KJIT_ERROR_INVALID_ARGUMENT,
-         "argmax: search must be -1 (the plan's), 0 (float) or 1 (bits), not {}", search);
+         "argmax: threads must be 0 or a multiple of 32 to 1024, not {}", t.threads);
   }
-  g_argmax_search.store(search);
-}
-
-void force_argmax_shape(int threads, int unroll) {
-  if (threads < 0 || threads > 1024 || threads % 32 != 0) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT,
-         "argmax: threads must be 0 or a multiple of 32 to 1024, not {}", threads);
+  if (t.unroll != 0 && t.unroll != 1 && t.unroll != 2 && t.unroll != 4 && t.unroll != 8) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "argmax: unroll must be 0, 1, 2, 4 or 8, not {}", t.unroll);
   }
-  if (unroll != 0 && unroll != 1 && unroll != 2 && unroll != 4 && unroll != 8) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "argmax: unroll must be 0, 1, 2, 4 or 8, not {}", unroll);
-  }
-  g_argmax_threads.store(threads);
-  g_argmax_unroll.store(unroll);
 }
 
 ArgmaxPlan plan_argmax(DType dtype, int64_t batch, int64_t vocab, bool vec_ok, int sm_count,
-                       int cc_major) {
+                       int cc_major, const ArgmaxTuning& tuning) {
+  check_argmax_tuning(tuning);
   ArgmaxPlan p;
   p.cfg = select_argmax(dtype, vocab, vec_ok);
-  if (const int u = g_argmax_unroll.load(); u > 0) p.cfg.unroll = u;
-  if (const int s = g_argmax_search.load(); s >= 0) p.cfg.search = s;
-  p.cfg.cluster = argmax_cluster_size(ArgmaxPath::kAuto, 0, batch, vocab, sm_count, cc_major);
+  if (tuning.unroll > 0) p.cfg.unroll = tuning.unroll;
+  p.cfg.cluster =
+      argmax_cluster_size(tuning.path, tuning.cluster, batch, vocab, sm_count, cc_major);
   const int64_t part =
       ((vocab + p.cfg.cluster - 1) / p.cfg.cluster + p.cfg.vec - 1) / p.cfg.vec * p.cfg.vec;
   // Fewer blocks than SMs: each block as wide as its part allows (the bytes in flight are the
@@ -489,17 +363,13 @@ ArgmaxPlan plan_argmax(DType dtype, int64_t batch, int64_t vocab, bool vec_ok, i
       cap /= 2;
     }
   }
-  if (const int t = g_argmax_threads.load(); t > 0) cap = t;
+  if (tuning.threads > 0) cap = tuning.threads;
   p.threads = std::min(cap, sampling_block_threads(part, p.cfg.vec, p.cfg.unroll));
   return p;
 }
 
 int argmax_cluster_size(ArgmaxPath path, int forced_cluster, int64_t batch, int64_t vocab,
                         int sm_count, int cc_major) {
-  if (path == ArgmaxPath::kAuto) {
-    path = static_cast<ArgmaxPath>(g_argmax_path.load());
-    forced_cluster = g_argmax_cluster.load();
-  }
   if (path == ArgmaxPath::kBlock) return 1;
   if (path == ArgmaxPath::kCluster && cc_major < 9) {
     fail(KJIT_ERROR_UNSUPPORTED, "argmax: the cluster path needs sm_90 or newer, not sm_{}0",
@@ -513,11 +383,11 @@ int argmax_cluster_size(ArgmaxPath path, int forced_cluster, int64_t batch, int6
     return forced_cluster;
   }
   if (cc_major < 9) return 1;
-  // Split rows while the grid still fits one wave of 512-thread blocks (4 per SM). The first
-  // clusters lost at B64 (16.4 / 19.1 us against 13.6 for one block per row) because their
-  // 1024-thread blocks took 37 registers: one block per SM, so 256 or 512 blocks ran in 2-4
-  // waves, each only one or two loads deep. At <= 32 registers and 512 threads, B64 in clusters
-  // of 8 is 512 blocks on 528 slots, every SM streaming. Each part keeps >= 4096 elements.
+  // Split rows while the grid still fits one wave of 512-thread blocks (4 per SM). Clusters of
+  // 1024-thread blocks lost at B64 (16.4 / 19.1 us against 13.6 for one block per row) because
+  // those blocks took 37 registers: one block per SM, so 256 or 512 blocks ran in 2-4 waves, each
+  // only one or two loads deep. At <= 32 registers and 512 threads, B64 in clusters of 8 is 512
+  // blocks on 528 slots, every SM streaming. Each part keeps >= 4096 elements.
   int c = 1;
   while (c < 8 && batch * c * 2 * kArgmaxSplitThreads <= int64_t{sm_count} * kArgmaxThreadsPerSm &&
          vocab / (2 * c) >= 4096) {
@@ -539,11 +409,6 @@ OpDef argmax_op_def() {
                     {"1", "2", "4", "8"},
                     false,
                     "vector loads in flight per lane (default: the plan's)"});
-  d.axes.push_back({"search",
-                    {"float", "bits"},
-                    false,
-                    "how a load group's first maximum is found (default bits: compares element "
-                    "bits where the maximum is neither NaN nor zero; float: the float compare)"});
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
     const DType dtype = dtype_from_name(args.at("dtype"));
@@ -552,7 +417,6 @@ OpDef argmax_op_def() {
     RowConfig c = select_argmax(dtype, vocab, vec_ok_arg(args, dtype, vocab));
     if (args.count("cluster")) c.cluster = static_cast<int>(positive_int_arg(args, "cluster", 8));
     if (args.count("unroll")) c.unroll = static_cast<int>(positive_int_arg(args, "unroll", 8));
-    if (args.count("search")) c.search = args.at("search") == "float" ? 0 : 1;
     return argmax_spec(c);
   };
   d.catalog = [] {

@@ -12,6 +12,7 @@
 #include "jit/spec.hpp"
 #include "ops/registry.hpp"
 #include "ops/tensor.hpp"
+#include "sampling/sampling_params.h"
 
 namespace kjit::ops {
 
@@ -37,8 +38,6 @@ struct RowConfig {
   int vec = 1;
   int unroll = 8;
   int cluster = 1;  // argmax only: blocks per row, a sm_90 thread-block cluster when > 1
-  int search = 0;   // argmax: 1 (its default) finds a group's first maximum by bits (argmax.cuh
-                    // BITS), 0 by the float compare; softmax has no search
 };
 
 inline constexpr int64_t kFilterMaxVocab = 262144;      // 1024 segments of >= 256 elements
@@ -57,25 +56,27 @@ enum class ArgmaxPath : int { kAuto = 0, kBlock = 1, kCluster = 2 };
 // at least 2). Throws KJIT_ERROR_UNSUPPORTED for kCluster below sm_90.
 int argmax_cluster_size(ArgmaxPath path, int forced_cluster, int64_t batch, int64_t vocab,
                         int sm_count, int cc_major);
-// Test and bench hook: every later kjit_argmax in the process takes `path` (and, for kCluster,
-// `cluster` blocks per row, 0 = the heuristic's). Not thread-safe against concurrent calls.
-void force_argmax_path(ArgmaxPath path, int cluster = 0);
-// Test and bench hook like force_argmax_path: threads per block (32..1024, a multiple of 32) and
-// vector loads in flight per lane (1, 2, 4 or 8) of every later kjit_argmax; 0 keeps the plan's.
-void force_argmax_shape(int threads, int unroll);
-// Test and bench hook: 1 makes every later kjit_argmax find a group's first maximum by comparing
-// bits (the default, URI suffix `_search_bits`), 0 by the float compare, -1 the plan's again.
-void force_argmax_search(int search);
+
+// Overrides of the argmax plan, for the bench and the tests; the C entry point takes the plan's
+// (a default ArgmaxTuning). Zero fields keep the plan's choice.
+struct ArgmaxTuning {
+  ArgmaxPath path = ArgmaxPath::kAuto;
+  int cluster = 0;  // with kCluster: blocks per row (2, 4 or 8), 0 the heuristic's
+  int threads = 0;  // threads per block: a multiple of 32 to 1024
+  int unroll = 0;   // vector loads in flight per lane: 1, 2, 4 or 8
+};
+// Throws KJIT_ERROR_INVALID_ARGUMENT for a block size or unroll no launch takes.
+void check_argmax_tuning(const ArgmaxTuning& tuning);
 
 // One kjit_argmax launch: the compiled variant and the threads per block.
 struct ArgmaxPlan {
   RowConfig cfg;
   int threads = 0;
 };
-// select_argmax, then blocks per row (argmax_cluster_size) and the block size, with the forced
-// path and shape applied. Throws as select_argmax and argmax_cluster_size do.
+// select_argmax, then blocks per row (argmax_cluster_size) and the block size, with `tuning`
+// applied. Throws as select_argmax, argmax_cluster_size and check_argmax_tuning do.
 ArgmaxPlan plan_argmax(DType dtype, int64_t batch, int64_t vocab, bool vec_ok, int sm_count,
-                       int cc_major);
+                       int cc_major, const ArgmaxTuning& tuning = {});
 
 jit::Spec filter_spec(const FilterConfig& cfg);
 std::string filter_uri(const FilterConfig& cfg);
@@ -92,49 +93,50 @@ inline constexpr int kSampleClusterMaxThreads = 512;
 // thread, a multiple of 32 in 128..kSampleClusterMaxThreads. Every block of a cluster repeats
 // the fixed work of a level (barriers, block scans, the bin searches), which grows with the
 // block, while its walks shrink: V 128256 on 16 blocks (8016 elements each) took 27.4 us at 512
-// threads, 29.8 at 384, 31.1 at 1024 (H200, exact-mass top-p, CUPTI). The draw's scan runs over
+// threads, 29.8 at 384, 31.1 at 1024 (H200, exact-mass top-p). The draw's scan runs over
 // a fixed layout of 1024 virtual threads, so the leader draws the one-block path's token at any
 // block size.
 int sampling_cluster_block_threads(int64_t share);
 
 // Which kernel path the samplers take. kAuto: a cluster of blocks per row (sm_90+) while the
-// batch leaves most SMs idle, else one block per row. The others force a path so that tests and
-// the bench can compare them; a forced cluster size of 0 lets the batch choose it. Process-wide;
-// internal (not in the C API).
+// batch leaves most SMs idle, else one block per row; the others force a path, so that tests and
+// the bench can compare them.
 enum class SamplePath : int { kAuto = 0, kSingle = 1, kCluster = 2 };
-void set_sample_path(SamplePath path, int cluster_size = 0);
-SamplePath sample_path();
-int forced_sample_cluster_size();
-// Bench hook: threads per block of every later sampler launch (sample, renorm, mask), a multiple
-// of 32 in 32..1024, or 0 for the plan's (sampling_block_threads, sampling_cluster_block_threads).
-// An experiment knob: a cluster takes at most kSampleClusterMaxThreads (a larger forced size runs
-// one block a row, or fails a forced cluster path), and a one-block launch with fewer threads
-// than the row has segments sums the draw's segment masses in another order than the cluster
-// path, so at an fp64 rounding tie it may draw another token of the same kept set. Throws
-// KJIT_ERROR_INVALID_ARGUMENT otherwise.
-void set_sample_threads(int threads);
-int forced_sample_threads();
-// Test and bench hook: 1 makes every later sampler (sample ops) take the exact-mass top-p search
-// (FilterConfig::mass, URI suffix `_mass_exact`), 0 the counting search with mass bounds, -1 the
-// plan's again (the exact search: 31.1 against 42.4 us at B1, 52.1 against 67.1 at B64, H200,
-// CUPTI). Throws KJIT_ERROR_INVALID_ARGUMENT for any other value.
-void force_sample_mass(int mass);
-// The mass mode of a sample launch (0 or 1): the forced one, else the exact search unless the
-// rows may have a top-k (their search counts keys; the exact variant would run that search too,
-// in a kernel with more registers live).
-int sample_mass(bool top_k_rows = false);
-// The blocks per row of the process's latest sampler launch (1: one block per row), for the
-// bench to report which path the automatic choice took.
-int last_sample_cluster_size();
-void note_sample_cluster_size(int n);
-// The mass mode of the process's latest sampler launch (0 or 1), for the bench's URI.
-int last_sample_mass();
-void note_sample_mass(int mass);
 
+// Overrides of a sampler's plan, for the bench and the tests; the C entry points take the plan's
+// (a default SampleTuning).
+struct SampleTuning {
+  SamplePath path = SamplePath::kAuto;
+  int cluster = 0;  // with kCluster: blocks per row, 2..kSampleMaxCluster; 0 the batch's choice
+  // Threads per block, a multiple of 32 in 32..1024; 0 the plan's (sampling_block_threads,
+  // sampling_cluster_block_threads). A cluster takes at most kSampleClusterMaxThreads (a larger
+  // size runs one block a row under kAuto and is refused under kCluster), and a one-block launch
+  // with fewer threads than the row has segments sums the draw's segment masses in another order
+  // than the cluster path, so at an fp64 rounding tie it may draw another token of the kept set.
+  int threads = 0;
+  // The top-p search: 1 the exact-mass one (FilterConfig::mass), 0 counts with mass bounds, -1
+  // the plan's (sample_mass).
+  int mass = -1;
+};
+// Throws KJIT_ERROR_INVALID_ARGUMENT for a field no launch takes.
+void check_sample_tuning(const SampleTuning& tuning);
+// The mass mode of a sample launch (0 or 1): the tuning's, else the exact search unless the rows
+// may have a top-k (their search counts keys; the exact variant would run that search too, in a
+// kernel with more registers live). The exact search took 31.1 against 42.4 us at B1 and 52.1
+// against 67.1 at B64 (H200, V 128256, top-p 0.9 from probabilities).
+int sample_mass(const SampleTuning& tuning, bool top_k_rows);
+
+// What a sampler launch ran, for the bench's label and URI.
+struct SampleRan {
+  int cluster_size = 1;  // blocks per row (1: one block per row)
+  int mass = 0;          // the top-p search (FilterConfig::mass)
+};
+
+// The most blocks a sampling cluster takes.
+inline constexpr int kSampleMaxCluster = 16;
 // The smallest vocabulary the automatic choice splits over a cluster: below it one block is
 // already short, and a cluster's barriers would cost more than its split saves.
 inline constexpr int64_t kSampleClusterMinVocab = 16384;
-inline constexpr int kSampleMaxCluster = 16;
 
 // A filter parameter: one value per row from a device tensor, or `scalar` for every row when
 // `per_row` is NULL.
@@ -147,7 +149,7 @@ struct RowParam {
 // Validate, then launch on `stream`. Throw kjit::Error. The C entry points (kjit.h) document
 // the arguments; seed and offset are device tensors so the launch never reads device memory.
 void softmax(const DLTensor* logits, DLTensor* out, RowParam<float> temperature, void* stream);
-void argmax(const DLTensor* input, DLTensor* out, void* stream);
+void argmax(const DLTensor* input, DLTensor* out, void* stream, const ArgmaxTuning& tuning = {});
 
 struct SampleArgs {
   RowParam<int> top_k;
@@ -158,12 +160,14 @@ struct SampleArgs {
 };
 void sample(const char* input_name, FilterInput input, const DLTensor* x, const SampleArgs& args,
             const DLTensor* seed, const DLTensor* offset, DLTensor* samples, DLTensor* valid,
-            void* stream);
+            void* stream, const SampleTuning& tuning = {}, SampleRan* ran = nullptr);
 void top_k_renorm_probs(const DLTensor* probs, RowParam<int> top_k, DLTensor* out, void* stream);
 void top_p_renorm_probs(const DLTensor* probs, RowParam<float> top_p, DLTensor* out, void* stream);
 void top_k_mask_logits(const DLTensor* logits, RowParam<int> top_k, DLTensor* out, void* stream);
 
-inline constexpr int kFilterTopK = 1, kFilterTopP = 2, kFilterMinP = 4;
+// The filter bits of SampleArgs::filters (the kernels' SamplingParams::filters).
+inline constexpr int kFilterTopK = sampling::kFilterTopK, kFilterTopP = sampling::kFilterTopP,
+                     kFilterMinP = sampling::kFilterMinP;
 
 OpDef sampling_filter_op_def();
 OpDef softmax_op_def();

@@ -15,63 +15,18 @@
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
 #include "jit/jit_core.hpp"
-#include "ops/sampling/sampling.hpp"
 #include "diag/trace_dump.hpp"
+#include "ops/sampling/sampling.hpp"
+#include "sampling/sampling_params.h"
 #include "util/error.hpp"
 
 namespace kjit::ops {
 
 namespace {
 
-// Mirrors kjit::sampling::SamplingParams in kernels/sampling/sampling.cuh field for field.
-struct SamplingParams {
-  const void* input;
-  void* out;
-  void* samples;
-  unsigned char* valid;
-  const void* top_k_arr;
-  const float* top_p_arr;
-  const float* min_p_arr;
-  const float* temp_arr;
-  const unsigned long long* seed;
-  const unsigned long long* offset;
-  long long rows;
-  long long in_stride;
-  long long out_stride;
-  long long seed_stride;
-  long long offset_stride;
-  int vocab;
-  int filters;
-  int top_k;
-  int top_k_i64;
-  int samples_i64;
-  float top_p;
-  float min_p;
-  float temperature;
-  int per_row_seed;
-};
-
-// Mirrors kjit::sampling::SoftmaxParams in kernels/sampling/softmax.cuh.
-struct SoftmaxParams {
-  const void* input;
-  float* out;
-  const float* temp_arr;
-  long long rows;
-  long long in_stride;
-  long long out_stride;
-  int vocab;
-  float temperature;
-};
-
-// Mirrors kjit::sampling::ArgmaxParams in kernels/sampling/argmax.cuh.
-struct ArgmaxParams {
-  const void* input;
-  void* out;
-  long long rows;
-  long long in_stride;
-  int vocab;
-  int out_i64;
-};
+using sampling::ArgmaxParams;
+using sampling::SamplingParams;
+using sampling::SoftmaxParams;
 
 // A [batch, vocab] matrix. batch and vocab come from the shape (as_row_matrix reports no rows
 // for an empty vocabulary).
@@ -321,12 +276,11 @@ unsigned cluster_cache_bytes(const FilterConfig& cfg, const Batch& b, int n, int
   return bytes <= smem_optin - 48 * 1024 ? static_cast<unsigned>(bytes) : 0u;
 }
 
-// Threads per block of a cluster of n blocks: the forced block size, else about 16 elements a
+// Threads per block of a cluster of n blocks: the tuning's block size, else about 16 elements a
 // thread of the block's share.
-unsigned cluster_threads(const Batch& b, int n) {
-  const int forced = forced_sample_threads();
-  return static_cast<unsigned>(forced > 0 ? forced
-                                          : sampling_cluster_block_threads((b.vocab + n - 1) / n));
+unsigned cluster_threads(const Batch& b, int n, const SampleTuning& tuning) {
+  return static_cast<unsigned>(
+      tuning.threads > 0 ? tuning.threads : sampling_cluster_block_threads((b.vocab + n - 1) / n));
 }
 
 // The automatic cluster size of a sampler: the largest of 16, 8, 4, 2 for which the whole batch
@@ -334,7 +288,8 @@ unsigned cluster_threads(const Batch& b, int n) {
 // none does (one block per row then). The occupancy answers are cached per kernel, size and
 // shared memory, so a call being captured into a graph asks nothing of the driver after the
 // first.
-int auto_cluster_size(CUfunction fn, const FilterConfig& cfg, const Batch& b, int smem_optin) {
+int auto_cluster_size(CUfunction fn, const FilterConfig& cfg, const Batch& b, int smem_optin,
+                      const SampleTuning& tuning) {
   static std::mutex mu;
   static std::map<std::tuple<CUfunction, unsigned, unsigned, unsigned>, int> active;
   const int64_t seg = int64_t{32} * cfg.vec * cfg.unroll;
@@ -342,7 +297,7 @@ int auto_cluster_size(CUfunction fn, const FilterConfig& cfg, const Batch& b, in
   for (unsigned n : {16u, 8u, 4u, 2u}) {
     if (static_cast<int64_t>(n) > nseg) continue;
     const unsigned smem = cluster_cache_bytes(cfg, b, static_cast<int>(n), smem_optin);
-    const unsigned threads = cluster_threads(b, static_cast<int>(n));
+    const unsigned threads = cluster_threads(b, static_cast<int>(n), tuning);
     int clusters;
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -360,61 +315,65 @@ int auto_cluster_size(CUfunction fn, const FilterConfig& cfg, const Batch& b, in
   return 0;
 }
 
-void launch_filter(const FilterConfig& cfg, const Batch& b, SamplingParams& p, void* stream) {
+// Launches `cfg` over the cluster path when the tuning or the batch asks for it (sm_90+) and
+// returns its blocks per row; 0 when one block per row serves instead.
+int launch_filter_cluster(const FilterConfig& cfg, const Batch& b, SamplingParams& p,
+                          cuda::LaunchConfig lc, const SampleTuning& tuning) {
+  // Small batches split each row over a cluster (sm_90+). The split draws the same token as one
+  // block: the thresholds are the same exact rule, and the draw runs on one block over the same
+  // per-segment masses.
+  const cuda::DeviceInfo& info = cuda::device_info(b.m.device);
+  const bool forced = tuning.path == SamplePath::kCluster;
+  if (info.major < 9 && forced) {
+    fail(KJIT_ERROR_UNSUPPORTED, "the cluster sampling path needs sm_90 or later, not sm_{}{}",
+         info.major, info.minor);
+  }
+  // Auto considers clusters only where two blocks a row still fit the SMs in one wave, so a
+  // large batch never compiles the cluster variant.
+  const bool small = b.vocab >= kSampleClusterMinVocab && b.batch * 2 <= info.sm_count;
+  // A block size above the cluster kernel's launch bound takes one block a row unless the
+  // cluster path is forced too, which it cannot serve.
+  const bool threads_ok = tuning.threads <= kSampleClusterMaxThreads;
+  if (forced && !threads_ok) {
+    fail(KJIT_ERROR_UNSUPPORTED, "a sampling cluster block takes at most {} threads, not {}",
+         kSampleClusterMaxThreads, tuning.threads);
+  }
+  if (info.major < 9 || !threads_ok || !(forced || small)) return 0;
+  FilterConfig cc = cfg;
+  cc.cluster = 1;
+  const jit::LoadedKernel& k = jit::JitCore::global().kernel_for("sampling_filter", cc, b.m.device,
+                                                                 [&] { return filter_spec(cc); });
+  cuda::ScopedDevice scope(b.m.device);
+  int n = forced ? tuning.cluster : 0;
+  if (n == 0) n = auto_cluster_size(k.functions.at(0), cfg, b, info.max_smem_optin, tuning);
+  if (n == 0 && forced) n = 2;
+  if (n < 2) return 0;
+  lc.block_x = cluster_threads(b, n, tuning);
+  lc.smem_bytes = cluster_cache_bytes(cfg, b, n, info.max_smem_optin);
+  if (b.batch > int64_t{0x7fffffff} / n) {
+    fail(KJIT_ERROR_UNSUPPORTED, "a batch of {} rows is too large for clusters of {}", b.batch, n);
+  }
+  lc.grid_x = static_cast<unsigned>(b.batch * n);
+  cuda::launch_cluster(k.functions.at(0), lc, static_cast<unsigned>(n), &p);
+  return n;
+}
+
+// Launches `cfg` on one block per row or a cluster per row; returns the blocks per row.
+int launch_filter(const FilterConfig& cfg, const Batch& b, SamplingParams& p, void* stream,
+                  const SampleTuning& tuning = {}) {
   cuda::LaunchConfig lc;
   lc.block_x = static_cast<unsigned>(sampling_block_threads(b.vocab, cfg.vec, cfg.unroll));
-  if (const int t = forced_sample_threads(); t > 0) lc.block_x = static_cast<unsigned>(t);
+  if (tuning.threads > 0) lc.block_x = static_cast<unsigned>(tuning.threads);
   lc.stream = static_cast<CUstream>(stream);
-  const SamplePath path = cfg.op == FilterOp::kSample ? sample_path() : SamplePath::kSingle;
-  if (path != SamplePath::kSingle) {
-    // Small batches split each row over a cluster (sm_90+). The split draws the same token as
-    // one block: the thresholds are the same exact rule, and the draw runs on one block over
-    // the same per-segment masses.
-    const cuda::DeviceInfo& info = cuda::device_info(b.m.device);
-    const bool forced = path == SamplePath::kCluster;
-    if (info.major < 9 && forced) {
-      fail(KJIT_ERROR_UNSUPPORTED, "the cluster sampling path needs sm_90 or later, not sm_{}{}",
-           info.major, info.minor);
-    }
-    // Auto considers clusters only where two blocks a row still fit the SMs in one wave, so a
-    // large batch never compiles the cluster variant.
-    const bool small = b.vocab >= kSampleClusterMinVocab && b.batch * 2 <= info.sm_count;
-    // A forced block size above the cluster kernel's launch bound takes one block a row unless
-    // the cluster path is forced too, which it cannot serve.
-    const bool threads_ok = forced_sample_threads() <= kSampleClusterMaxThreads;
-    if (forced && !threads_ok) {
-      fail(KJIT_ERROR_UNSUPPORTED, "a sampling cluster block takes at most {} threads, not {}",
-           kSampleClusterMaxThreads, forced_sample_threads());
-    }
-    if (info.major >= 9 && threads_ok && (forced || small)) {
-      FilterConfig cc = cfg;
-      cc.cluster = 1;
-      const jit::LoadedKernel& k = jit::JitCore::global().kernel_for(
-          "sampling_filter", cc, b.m.device, [&] { return filter_spec(cc); });
-      cuda::ScopedDevice scope(b.m.device);
-      int n = forced ? forced_sample_cluster_size() : 0;
-      if (n == 0) n = auto_cluster_size(k.functions.at(0), cfg, b, info.max_smem_optin);
-      if (n == 0 && forced) n = 2;
-      if (n >= 2) {
-        lc.block_x = cluster_threads(b, n);
-        lc.smem_bytes = cluster_cache_bytes(cfg, b, n, info.max_smem_optin);
-        if (b.batch > int64_t{0x7fffffff} / n) {
-          fail(KJIT_ERROR_UNSUPPORTED, "a batch of {} rows is too large for clusters of {}",
-               b.batch, n);
-        }
-        lc.grid_x = static_cast<unsigned>(b.batch * n);
-        cuda::launch_cluster(k.functions.at(0), lc, static_cast<unsigned>(n), &p);
-        if (cfg.op == FilterOp::kSample) note_sample_cluster_size(n);
-        return;
-      }
-    }
+  if (cfg.op == FilterOp::kSample && tuning.path != SamplePath::kSingle) {
+    if (const int n = launch_filter_cluster(cfg, b, p, lc, tuning); n >= 2) return n;
   }
   const jit::LoadedKernel& k = jit::JitCore::global().kernel_for("sampling_filter", cfg, b.m.device,
                                                                  [&] { return filter_spec(cfg); });
   lc.grid_x = static_cast<unsigned>(b.batch);
   cuda::ScopedDevice scope(b.m.device);
   cuda::launch(k.functions.at(0), lc, &p);
-  if (cfg.op == FilterOp::kSample) note_sample_cluster_size(1);
+  return 1;
 }
 
 // The renorm / mask output: [batch, vocab] of `dtype`, either input itself (the same view) or
@@ -442,7 +401,8 @@ RowMatrix matrix_out(const DLTensor* out, const Batch& in, DType dtype, const ch
 
 void sample(const char* input_name, FilterInput input, const DLTensor* x, const SampleArgs& a,
             const DLTensor* seed, const DLTensor* offset, DLTensor* samples, DLTensor* valid,
-            void* stream) {
+            void* stream, const SampleTuning& tuning, SampleRan* ran) {
+  check_sample_tuning(tuning);
   const Batch b = as_batch(x, input_name);
   SamplingParams p{};
   std::vector<Span> spans = {span_of(b.m, input_name)};
@@ -486,8 +446,7 @@ void sample(const char* input_name, FilterInput input, const DLTensor* x, const 
   // below the vocabulary (k >= vocab is no top-k).
   const bool top_k_rows =
       (a.filters & kFilterTopK) != 0 && (a.top_k.per_row != nullptr || a.top_k.scalar < b.vocab);
-  cfg.mass = sample_mass(top_k_rows);
-  note_sample_mass(cfg.mass);
+  cfg.mass = sample_mass(tuning, top_k_rows);
   if (trace::enabled()) {
     trace::sampling(sample_kind(input == FilterInput::kLogits, a.filters), b.m.dtype, b.vocab,
                     b.batch);
@@ -504,7 +463,8 @@ void sample(const char* input_name, FilterInput input, const DLTensor* x, const 
   p.rows = b.batch;
   p.in_stride = b.m.row_stride;
   p.vocab = static_cast<int>(b.vocab);
-  launch_filter(cfg, b, p, stream);
+  const int blocks_per_row = launch_filter(cfg, b, p, stream, tuning);
+  if (ran != nullptr) *ran = SampleRan{blocks_per_row, cfg.mass};
 }
 
 namespace {
@@ -591,7 +551,7 @@ void softmax(const DLTensor* logits, DLTensor* out, RowParam<float> temperature,
   cuda::launch(k.functions.at(0), lc, &p);
 }
 
-void argmax(const DLTensor* input, DLTensor* out, void* stream) {
+void argmax(const DLTensor* input, DLTensor* out, void* stream, const ArgmaxTuning& tuning) {
   const Batch b = as_batch(input, "input");
   const Vector o = index_vector(out, "out", b);
   check_no_overlap({span_of(o)}, {span_of(b.m, "input")});
@@ -601,7 +561,7 @@ void argmax(const DLTensor* input, DLTensor* out, void* stream) {
   if (trace::enabled()) trace::sampling(SamplingKind::kArgmax, b.m.dtype, b.vocab, b.batch);
   const cuda::DeviceInfo& info = cuda::device_info(b.m.device);
   const ArgmaxPlan plan =
-      plan_argmax(b.m.dtype, b.batch, b.vocab, vec_ok(b), info.sm_count, info.major);
+      plan_argmax(b.m.dtype, b.batch, b.vocab, vec_ok(b), info.sm_count, info.major, tuning);
   const RowConfig& cfg = plan.cfg;
   if (b.batch * cfg.cluster > INT_MAX) {
     fail(KJIT_ERROR_UNSUPPORTED, "argmax: {} rows exceed the grid", b.batch);
