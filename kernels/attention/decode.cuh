@@ -22,6 +22,7 @@
 // merge_states.cuh.
 #pragma once
 
+#include "attention/attention_params.h"
 #include "attention/merge_states.cuh"
 #include "attention/mma_sm80.cuh"
 #include "common/cluster.cuh"
@@ -45,41 +46,6 @@
 
 namespace kjit {
 namespace attention {
-
-// Passed by value as a __grid_constant__ kernel parameter; the host mirrors it field for field.
-// Strides in elements of their tensor.
-struct DecodeParams {
-  const void* q;        // [batch, qo_heads, D]
-  const void* k_cache;  // pages, strides below
-  const void* v_cache;
-  const int* kv_indices;        // [nnz_pages]
-  const int* kv_indptr;         // [batch + 1]
-  const int* kv_last_page_len;  // [batch]
-  void* out;                    // [batch, qo_heads, D], q's dtype
-  float* lse;                   // [batch, qo_heads] natural log, or null
-  float* ws_o;                  // [batch, max_splits, qo_heads, D] split partials (normalized)
-  float* ws_lse;                // [batch, max_splits, qo_heads] their lse, log2
-  int* counters;  // [batch * kv_heads / HP] finished splits (fused merge), or null: merge kernel
-  long long q_sb, q_sh;
-  long long o_sb, o_sh;
-  long long lse_sb, lse_sh;
-  long long k_sp, k_ss, k_sh;  // k cache page, slot, head strides
-  long long v_sp, v_ss, v_sh;
-  long long num_pages;
-  int batch;
-  int num_qo_heads;
-  int num_kv_heads;
-  int group;  // qo heads per kv head, <= 8 * NT
-  int page_size;
-  int nnz_pages;
-  int chunk;       // tokens per split (the last split of a request takes the rest)
-  int max_splits;  // CTAs per (request, kv head); 1: no split, no workspace
-  int window_left;
-  float score_scale;  // sm_scale * k_scale, then / cap (soft cap) or * log2e (none)
-  float cap_out;      // cap * log2e, 0 without a soft cap
-  float v_scale;
-};
-static_assert(sizeof(DecodeParams) == 240, "the host mirror asserts the same size");
 
 // A request's token range and split count, read from the device page table. The plan's host
 // copy only sizes things: whatever the table holds at run time, every token is covered (the
@@ -191,9 +157,6 @@ KJIT_DEVICE void print_decode_stamps(const unsigned long long (&s)[7], int split
   }
 }
 #endif
-
-// Most splits a cluster merge combines (the largest, non-portable, cluster on sm_90).
-constexpr int kDecodeClusterMax = 16;
 
 // Folds kBatch split partials (lse in log2 units ls[u], normalized outputs x[u][0..N)) into a
 // running state: m the largest lse so far, sum = sum_s 2^(lse_s - m), acc = sum_s 2^(lse_s - m)

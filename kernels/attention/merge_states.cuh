@@ -7,6 +7,7 @@
 // decode attention for its own partials (kept in log2). One piece of math for both: MergeState.
 #pragma once
 
+#include "attention/attention_params.h"
 #include "common/prelude.cuh"
 #include "common/vec.cuh"
 
@@ -54,29 +55,6 @@ struct MergeState {
 
 inline constexpr float kLog2e = 1.4426950408889634f;
 inline constexpr float kLn2 = 0.6931471805599453f;
-
-// Passed by value as a __grid_constant__ kernel parameter; the host mirrors it field for field.
-// Element strides. Rows are (seq, head) pairs, r = seq * heads + head.
-struct MergeStatesParams {
-  const void* v_a;   // [seqs, heads, dim]
-  const float* s_a;  // [seqs, heads]
-  const void* v_b;
-  const float* s_b;
-  void* v_out;
-  float* s_out;            // may be null
-  long long va_ss, va_sh;  // v_a seq, head strides (v_n: also the state stride below)
-  long long vb_ss, vb_sh;
-  long long vo_ss, vo_sh;
-  long long sa_ss, sa_sh;
-  long long sb_ss, sb_sh;
-  long long so_ss, so_sh;
-  long long v_sn, s_sn;  // merge_n: stride of the state index in v (= v_a) and s (= s_a)
-  long long rows;
-  int heads;
-  int dim;
-  int n;  // merge_n: number of states
-};
-static_assert(sizeof(MergeStatesParams) == 184, "the host mirror asserts the same size");
 
 // Launch with grid = ceil(rows / (128 / TPR)) and 128 threads: TPR threads per row (a power of
 // two <= 32), each covering VEC-element vectors of the row in turn. Every v pointer and (seq,

@@ -7,6 +7,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "attention/attention_params.h"
 #include "cuda/device.hpp"
 #include "cuda/driver.hpp"
 #include "cuda/launch.hpp"
@@ -19,39 +20,7 @@ namespace kjit::ops {
 
 namespace {
 
-// Mirrors kjit::attention::DecodeParams in kernels/attention/decode.cuh field for field.
-struct DecodeParams {
-  const void* q;
-  const void* k_cache;
-  const void* v_cache;
-  const int* kv_indices;
-  const int* kv_indptr;
-  const int* kv_last_page_len;
-  void* out;
-  float* lse;
-  float* ws_o;
-  float* ws_lse;
-  int* counters;
-  long long q_sb, q_sh;
-  long long o_sb, o_sh;
-  long long lse_sb, lse_sh;
-  long long k_sp, k_ss, k_sh;
-  long long v_sp, v_ss, v_sh;
-  long long num_pages;
-  int batch;
-  int num_qo_heads;
-  int num_kv_heads;
-  int group;
-  int page_size;
-  int nnz_pages;
-  int chunk;
-  int max_splits;
-  int window_left;
-  float score_scale;
-  float cap_out;
-  float v_scale;
-};
-static_assert(sizeof(DecodeParams) == 240, "the device code asserts the same size");
+using attention::DecodeParams;
 
 constexpr float kLog2e = 1.4426950408889634f;
 // fp8 values enter the mma scaled by 2^-8 (mma_sm80.cuh); the scales take the 2^8 back.

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/attention_params.h"
 #include "jit/spec.hpp"
 #include "ops/registry.hpp"
 #include "ops/tensor.hpp"
@@ -56,7 +57,8 @@ struct DecodeTuning {
 
 inline constexpr int kDecodeMaxGroup = 16;
 inline constexpr int kDecodeMaxSplits = 256;
-inline constexpr int kDecodeClusterMax = 16;  // decode.cuh's: the most splits a cluster merges
+// The most splits a cluster merge combines.
+inline constexpr int kDecodeClusterMax = attention::kDecodeClusterMax;
 
 // Shared memory the device sizes a CTA with (a mirror of DecodeSmem in decode.cuh).
 int decode_smem_bytes(const DecodeConfig& c);

@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "attention/attention_params.h"
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
 #include "jit/jit_core.hpp"
@@ -16,27 +17,7 @@ namespace kjit::ops {
 
 namespace {
 
-// Mirrors kjit::attention::MergeStatesParams in kernels/attention/merge_states.cuh.
-struct MergeStatesParams {
-  const void* v_a;
-  const float* s_a;
-  const void* v_b;
-  const float* s_b;
-  void* v_out;
-  float* s_out;
-  long long va_ss, va_sh;
-  long long vb_ss, vb_sh;
-  long long vo_ss, vo_sh;
-  long long sa_ss, sa_sh;
-  long long sb_ss, sb_sh;
-  long long so_ss, so_sh;
-  long long v_sn, s_sn;
-  long long rows;
-  int heads;
-  int dim;
-  int n;
-};
-static_assert(sizeof(MergeStatesParams) == 184, "the device code asserts the same size");
+using attention::MergeStatesParams;
 
 constexpr int kMergeBlock = 128;
 inline constexpr int64_t kMergeMaxDim = 1 << 16;
