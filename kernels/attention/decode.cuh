@@ -28,22 +28,6 @@
 #include "common/cluster.cuh"
 #include "common/prelude.cuh"
 
-// Phase timestamps, for profiling only: bench/experiments/decode_stamps.sh defines
-// KJIT_DECODE_STAMPS in a copy of the kernels that kjit-cli reads through KJIT_KERNEL_DIR.
-// Thread 0 of a CTA records %globaltimer (ns, one clock for every SM) at phase ends; the first
-// and last split CTAs of each head set and the merge kernel's block 0 print theirs. Without the
-// macro they compile to nothing.
-#ifdef KJIT_DECODE_STAMPS
-#define KJIT_DSTAMP(i)                                                                   \
-  do {                                                                                   \
-    if (threadIdx.x == 0) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(d_stamp[i])); \
-  } while (0)
-#else
-#define KJIT_DSTAMP(i) \
-  do {                 \
-  } while (0)
-#endif
-
 namespace kjit {
 namespace attention {
 
@@ -87,13 +71,13 @@ KJIT_DEVICE KJIT_FORCEINLINE SeqSplit seq_split(const DecodeParams& p, const Seq
   return r;
 }
 
-// What a stage's lookup buffers hold per token. ADDR 0: (page, slot), and every 16-byte copy
-// recomputes its address from them (three 64-bit stride products: the round-8 kernel spent over
-// half its instructions there). ADDR 1 / 2: the byte offsets of the row (page, slot, the CTA's
-// first head) from the start of the K and V caches, 64- or 32-bit (the host picks 32 when every
-// row lies within 4 GB), computed once per token; a copy is then a load, an add to the cache
-// pointer (a kernel parameter) and the cp.async. All ones marks a masked row: a
-// CP-aligned row never has an odd offset.
+// What a stage's lookup buffers hold per token: the byte offsets of the row (page, slot, the
+// CTA's first head) from the start of the K and V caches, 64-bit (ADDR 1) or 32-bit (ADDR 2: the
+// host picks it when every row lies within 4 GB), computed once per token; a copy is then a load,
+// an add to the cache pointer (a kernel parameter) and the cp.async. The form this replaced
+// recomputed the address from (page, slot) in every copy, three 64-bit stride products per copy,
+// and spent over half of its instructions there. All ones marks a masked row: a CP-aligned row
+// never has an odd offset.
 template <int ADDR>
 struct __align__(8) DecodeRow {
   unsigned k, v;
@@ -102,15 +86,11 @@ template <>
 struct __align__(16) DecodeRow<1> {
   long long k, v;
 };
-template <>
-struct __align__(8) DecodeRow<0> {
-  int page, slot;
-};
 
 // Shared memory of one CTA, in bytes (the host computes the same figure in decode_smem_bytes).
 // HP kv heads share a CTA: their rows of one token are adjacent in an NHD cache, so a CTA reads
 // HP * D * kv_bytes contiguous bytes per token instead of one head's row.
-template <bool KV_FP8, int D, int NT, int W, int TS, int S, int HP = 1, int ADDR = 0>
+template <bool KV_FP8, int D, int NT, int W, int TS, int S, int HP, int ADDR>
 struct DecodeSmem {
   static constexpr int kKvBytes = KV_FP8 ? 1 : 2;
   static constexpr int kStageRow = D * kKvBytes;          // bytes of one token row as stored
@@ -142,21 +122,6 @@ KJIT_DEVICE KJIT_FORCEINLINE int swz(int row, int chunk) {
   static_assert(ROW_BYTES % 128 == 0, "swizzled rows must hold at least 8 chunks");
   return row * ROW_BYTES + ((chunk ^ (row & 7)) << 4);
 }
-
-#ifdef KJIT_DECODE_STAMPS
-// Thread 0 of a split kernel's first and last split CTAs prints the CTA's stamps (one line that
-// bench/experiments/decode_stamps.sh parses).
-KJIT_DEVICE void print_decode_stamps(const unsigned long long (&s)[7], int split, int splits) {
-  // KJIT_DECODE_STAMPS 2: only the merge kernel prints (a split CTA's printf delays its exit, so
-  // the merge's wait, by the grid's completion, is timed only without them).
-  if (KJIT_DECODE_STAMPS != 2 && threadIdx.x == 0 && (split == 0 || split == splits - 1)) {
-    printf(
-        "kjit-dstamps cta %d split %d entry %llu ids %llu first %llu loop %llu end %llu "
-        "states %llu computed %llu\n",
-        int(blockIdx.x), split, s[0], s[1], s[2], s[3], s[4], s[5], s[6]);
-  }
-}
-#endif
 
 // Folds kBatch split partials (lse in log2 units ls[u], normalized outputs x[u][0..N)) into a
 // running state: m the largest lse so far, sum = sum_s 2^(lse_s - m), acc = sum_s 2^(lse_s - m)
@@ -240,7 +205,7 @@ KJIT_DEVICE void decode_cluster_merge(const DecodeParams& p, float* cm_o, float*
 // its partials through distributed shared memory: no workspace, no second kernel.
 // clang-format off
 template <typename QT, typename CT, bool KV_FP8, int D, int NT, int W, int TS, int S, int CP,
-          int HP = 1, int ADDR = 0, int JT = 1, bool CM = false>
+          int HP, int ADDR, int JT, bool CM>
 __global__ void __launch_bounds__(32 * W)
 decode_kernel(const __grid_constant__ DecodeParams p) {
   // clang-format on
@@ -252,7 +217,7 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
   static_assert(TS <= 32 * W, "one page lookup per thread per stage");
   static_assert(S >= 2, "at least double buffering");
   static_assert(CP == 16 || CP == 8 || CP == 4, "cp.async size");
-  static_assert(ADDR >= 0 && ADDR <= 2, "lookup form: (page, slot), 64- or 32-bit offsets");
+  static_assert(ADDR == 1 || ADDR == 2, "lookups: 64- or 32-bit row offsets");
   using Smem = DecodeSmem<KV_FP8, D, NT, W, TS, S, HP, ADDR>;
   static_assert(!CM || Smem::kCmEnd <= Smem::kStageBytes,
                 "the cluster merge's partial must fit in the stage buffers");
@@ -269,10 +234,6 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
   unsigned char* q_s = smem + Smem::kQAt;
 
   const int tid = int(threadIdx.x);
-#ifdef KJIT_DECODE_STAMPS
-  unsigned long long d_stamp[7] = {0, 0, 0, 0, 0, 0, 0};
-#endif
-  KJIT_DSTAMP(0);  // entry
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // A merge kernel launched as a programmatic dependent may start once every CTA here has: its
   // griddepcontrol.wait still waits for this grid to finish and flush. Without that launch
@@ -322,12 +283,15 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
   const int end = split == sq.splits - 1 ? sq.len : begin + p.chunk;
   const int n_stages = split < sq.splits && end > begin ? (end - begin - 1) / TS + 1 : 0;
 
-  const unsigned char* k_head =
+  // The CTA's first head in the caches. Unused since the loads take row offsets from the lookups,
+  // but kept: without these two lines the compiler orders the 16-bit-cache kernels' address
+  // arithmetic differently and their machine code changes (checked on the catalog's cubins).
+  [[maybe_unused]] const unsigned char* k_head =
       static_cast<const unsigned char*>(p.k_cache) + h * p.k_sh * Smem::kKvBytes;
-  const unsigned char* v_head =
+  [[maybe_unused]] const unsigned char* v_head =
       static_cast<const unsigned char*>(p.v_cache) + h * p.v_sh * Smem::kKvBytes;
 
-  // ---- Page lookups: this thread's token of a stage -> (page, slot); page -1 masks it --------
+  // ---- Page lookups: this thread's token of a stage -> row offsets; all ones masks it ------
   // fetch starts the global read of the page id; publish (later: the read's latency is hidden)
   // validates it and stores it for the loads and the masks.
   struct Lookup {
@@ -355,31 +319,20 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
     if (tid < TS) {
       const bool ok = l.ok && l.page >= 0 && l.page < p.num_pages;
       Row r;
-      if constexpr (ADDR == 0) {
-        r.page = ok ? l.page : -1;
-        r.slot = l.slot;
-      } else {
-        using Off = decltype(r.k);
-        r.k = r.v = ~Off(0);
-        if (ok) {
-          r.k = Off((l.page * p.k_sp + l.slot * p.k_ss + h * p.k_sh) * Smem::kKvBytes);
-          r.v = Off((l.page * p.v_sp + l.slot * p.v_ss + h * p.v_sh) * Smem::kKvBytes);
-        }
+      using Off = decltype(r.k);
+      r.k = r.v = ~Off(0);
+      if (ok) {
+        r.k = Off((l.page * p.k_sp + l.slot * p.k_ss + h * p.k_sh) * Smem::kKvBytes);
+        r.v = Off((l.page * p.v_sp + l.slot * p.v_ss + h * p.v_sh) * Smem::kKvBytes);
       }
       offs[(stage % Smem::kOffBufs) * TS + tid] = r;
     }
   };
   // Whether token t of the stage whose lookups start at o is attended.
-  auto row_ok = [&](const Row* o, int t) {
-    if constexpr (ADDR == 0) {
-      return o[t].page >= 0;
-    } else {
-      return o[t].k != ~decltype(o[t].k)(0);
-    }
-  };
+  auto row_ok = [&](const Row* o, int t) { return o[t].k != ~decltype(o[t].k)(0); };
 
   // ---- Loads of one stage: TS rows of K and of V, CP bytes per cp.async ------------------------
-  // Byte offsets of head hh of the CTA from its first head (ADDR 1 / 2).
+  // Byte offsets of head hh of the CTA from its first head.
   const long long k_hh = p.k_sh * Smem::kKvBytes, v_hh = p.v_sh * Smem::kKvBytes;
   auto issue = [&](int stage) {
     if (stage >= n_stages) return;
@@ -394,72 +347,43 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
     // head rows in address order (adjacent in NHD); the tile keeps each head's TS rows together
     // for the mma.
     auto copy = [&](int rh, int col) {
-      if constexpr (ADDR != 0) {
-        const int hh = rh % HP;
-        const int t = rh / HP;
-        const int row = hh * TS + t;
-        const int byte = col * CP;
-        const Row r = o[t];
-        const bool ok = r.k != ~decltype(r.k)(0);
-        // The offset and the column added in the offset's own width, then one add to the
-        // cache pointer (a kernel parameter: uniform, never recomputed).
-        using Off = decltype(r.k);
-        const unsigned char* ks =
-            static_cast<const unsigned char*>(p.k_cache) + ((ok ? r.k : Off(0)) + Off(byte));
-        const unsigned char* vs =
-            static_cast<const unsigned char*>(p.v_cache) + ((ok ? r.v : Off(0)) + Off(byte));
-        if constexpr (HP > 1) {
-          ks += hh * k_hh;
-          vs += hh * v_hh;
-        }
-        int at;
-        if constexpr (KV_FP8) {
-          at = row * Smem::kStageRow + byte;
-        } else {
-          at = swz<kRowCT>(row, byte >> 4) + (byte & 15);
-        }
-        cp_async<CP>(smem_addr(kd + at), ks, ok ? CP : 0);
-        cp_async<CP>(smem_addr(vd + at), vs, ok ? CP : 0);
+      const int hh = rh % HP;
+      const int t = rh / HP;
+      const int row = hh * TS + t;
+      const int byte = col * CP;
+      const Row r = o[t];
+      const bool ok = r.k != ~decltype(r.k)(0);
+      // The offset and the column added in the offset's own width, then one add to the
+      // cache pointer (a kernel parameter: uniform, never recomputed).
+      using Off = decltype(r.k);
+      const unsigned char* ks =
+          static_cast<const unsigned char*>(p.k_cache) + ((ok ? r.k : Off(0)) + Off(byte));
+      const unsigned char* vs =
+          static_cast<const unsigned char*>(p.v_cache) + ((ok ? r.v : Off(0)) + Off(byte));
+      if constexpr (HP > 1) {
+        ks += hh * k_hh;
+        vs += hh * v_hh;
       }
+      int at;
+      if constexpr (KV_FP8) {
+        at = row * Smem::kStageRow + byte;  // converted before use: no swizzle needed here
+      } else {
+        at = swz<kRowCT>(row, byte >> 4) + (byte & 15);
+      }
+      cp_async<CP>(smem_addr(kd + at), ks, ok ? CP : 0);
+      cp_async<CP>(smem_addr(vd + at), vs, ok ? CP : 0);
     };
-    if constexpr (ADDR != 0 && kThreads % kPerRow == 0) {
+    if constexpr (kThreads % kPerRow == 0) {
       // A thread copies the same column of every kThreads / kPerRow-th row: its column, byte
       // offset and swizzle are loop invariants.
       constexpr int kRowStep = kThreads / kPerRow;
 #pragma unroll(kIters <= 8 ? kIters : 4)
       for (int i = 0; i < kIters; ++i) copy(tid / kPerRow + i * kRowStep, tid % kPerRow);
-    } else if constexpr (ADDR != 0) {
+    } else {
 #pragma unroll 4
       for (int i = 0; i < kIters; ++i) {
         const int it = tid + i * kThreads;
         copy(it / kPerRow, it % kPerRow);
-      }
-    } else {
-#pragma unroll 2
-      for (int i = 0; i < kIters; ++i) {
-        const int it = tid + i * kThreads;
-        const int rh = it / kPerRow;
-        const int hh = rh % HP;
-        const int t = rh / HP;
-        const int row = hh * TS + t;
-        const int byte = (it % kPerRow) * CP;
-        const Row ps = o[t];
-        const unsigned char* ks = k_head;
-        const unsigned char* vs = v_head;
-        int n = 0;
-        if (ps.page >= 0) {
-          ks += (ps.page * p.k_sp + ps.slot * p.k_ss + hh * p.k_sh) * Smem::kKvBytes + byte;
-          vs += (ps.page * p.v_sp + ps.slot * p.v_ss + hh * p.v_sh) * Smem::kKvBytes + byte;
-          n = CP;
-        }
-        int at;
-        if constexpr (KV_FP8) {
-          at = row * Smem::kStageRow + byte;  // converted before use: no swizzle needed here
-        } else {
-          at = swz<kRowCT>(row, byte >> 4) + (byte & 15);
-        }
-        cp_async<CP>(smem_addr(kd + at), ks, n);
-        cp_async<CP>(smem_addr(vd + at), vs, n);
       }
     }
   };
@@ -471,7 +395,6 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
 #pragma unroll
   for (int st = 0; st < S; ++st) publish(st, first[st]);
   __syncthreads();
-  KJIT_DSTAMP(1);  // page ids and q in
   for (int st = 0; st < S - 1; ++st) {
     issue(st);
     cp_async_commit();
@@ -505,9 +428,6 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
   for (int i = 0; i < n_stages; ++i) {
     cp_async_wait<S - 2>();
     __syncthreads();
-#ifdef KJIT_DECODE_STAMPS
-    if (i == 0) KJIT_DSTAMP(2);  // the first stage's bytes in
-#endif
     issue(i + S - 1);
     cp_async_commit();  // possibly empty: keeps the group count in step with the stages
     publish(i + S, next);
@@ -659,7 +579,6 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
   }
   cp_async_wait<0>();
   __syncthreads();  // the stage buffers become the merge scratch
-  KJIT_DSTAMP(3);   // the last stage computed
 
   // ---- Merge the warps' states -----------------------------------------------------------------
   float* so = reinterpret_cast<float*>(smem);       // [W][kQRows][kORow]
@@ -687,7 +606,6 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
     }
   }
   __syncthreads();
-  KJIT_DSTAMP(5);  // the warps' states in shared memory
 
   // Heads k = hh * group + j of the CTA (qo head h * group + k): the CTA's qo heads are adjacent.
   // A thread finishes four adjacent dims of one head and weighs the warps' states of that head
@@ -746,19 +664,10 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
       if (d == 0) p.ws_lse[part + k] = lse2;
     }
   }
-  KJIT_DSTAMP(6);  // outputs or partials computed and stored
   if constexpr (CM) {
     if (!final_out) decode_cluster_merge<QT, D, kThreads>(p, cm_o, cm_lse, nh, b, h, split);
-#ifdef KJIT_DECODE_STAMPS
-    KJIT_DSTAMP(4);  // merged and stored
-    print_decode_stamps(d_stamp, split, sq.splits);
-#endif
     return;
   }
-#ifdef KJIT_DECODE_STAMPS
-  KJIT_DSTAMP(4);  // outputs or partials stored
-  print_decode_stamps(d_stamp, split, sq.splits);
-#endif
   if (final_out || p.counters == nullptr) return;
 
   // ---- Fused split merge: the last CTA of this (request, head set) to finish combines all ------
@@ -837,10 +746,6 @@ __global__ void __launch_bounds__(128) decode_merge_kernel(const __grid_constant
   const int warp = int(threadIdx.x) >> 5;
   const int b = int(blockIdx.x / unsigned(p.num_qo_heads));
   const int qh = int(blockIdx.x - unsigned(b) * unsigned(p.num_qo_heads));
-#ifdef KJIT_DECODE_STAMPS
-  unsigned long long d_stamp[5] = {0, 0, 0, 0, 0};
-#endif
-  KJIT_DSTAMP(0);  // entry
   // The page table is an input the split kernel does not write: reading it before the wait
   // overlaps that read with the split kernel's tail.
   const SeqSplit sq = seq_split(p, seq_load(p, b));
@@ -851,7 +756,6 @@ __global__ void __launch_bounds__(128) decode_merge_kernel(const __grid_constant
   // split kernel finishes: wait for it and its memory. Otherwise this returns at once.
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
-  KJIT_DSTAMP(1);              // the split kernel's results visible
   if (sq.splits <= 1) return;  // whole block
   const float kNegInf = -__int_as_float(0x7f800000);
 
@@ -881,7 +785,6 @@ __global__ void __launch_bounds__(128) decode_merge_kernel(const __grid_constant
     }
     fold_partials(ls, x, m, sum, acc);
   }
-  KJIT_DSTAMP(3);  // warp 0's partials read and folded
 #pragma unroll
   for (int i = 0; i < kPer; ++i) s_acc[warp][lane * kPer + i] = acc[i];
   if (lane == 0) {
@@ -889,7 +792,6 @@ __global__ void __launch_bounds__(128) decode_merge_kernel(const __grid_constant
     s_sum[warp] = sum;
   }
   __syncthreads();
-  KJIT_DSTAMP(4);  // every warp's state in shared memory
 
   float mx = kNegInf;
 #pragma unroll
@@ -912,13 +814,6 @@ __global__ void __launch_bounds__(128) decode_merge_kernel(const __grid_constant
   if (threadIdx.x == 0 && p.lse != nullptr) {
     p.lse[b * p.lse_sb + qh * p.lse_sh] = total > 0.0f ? (mx + __log2f(total)) * kLn2 : kNegInf;
   }
-#ifdef KJIT_DECODE_STAMPS
-  KJIT_DSTAMP(2);  // stored
-  if (threadIdx.x == 0 && blockIdx.x == 0) {
-    printf("kjit-mstamps entry %llu waited %llu end %llu folded %llu combined %llu\n", d_stamp[0],
-           d_stamp[1], d_stamp[2], d_stamp[3], d_stamp[4]);
-  }
-#endif
 }
 
 }  // namespace attention

@@ -44,8 +44,6 @@ TEST_CASE("decode variants: the default plan takes 32-bit offsets, one tile, PDL
   CHECK_FALSE(has(uri, "_ad_"));
   CHECK_FALSE(has(uri, "_jt_"));
   ops::DecodeConfig c = d.cfg;
-  c.addr = 0;
-  CHECK(has(ops::decode_uri(c), "_ad_0"));
   c.addr = 1;
   CHECK(has(ops::decode_uri(c), "_ad_1"));
   c.addr = 2;
@@ -70,8 +68,6 @@ TEST_CASE("decode variants: 64-bit lookups take 8 more bytes per token and still
         ops::DecodeConfig c = ops::select_decode(ops::DType::kBF16, fp8, hd, group, h200, &per_sm);
         REQUIRE(c.addr == 2);
         const int b32 = ops::decode_smem_bytes(c);
-        c.addr = 0;
-        CHECK(ops::decode_smem_bytes(c) == b32);
         c.addr = 1;
         const int b64 = ops::decode_smem_bytes(c);
         CHECK(b64 == b32 + (c.stages + 1) * c.stage_tokens * 8);
@@ -84,7 +80,7 @@ TEST_CASE("decode variants: 64-bit lookups take 8 more bytes per token and still
 }
 
 TEST_CASE("decode variants: tuning picks the lookup form, joint tiles and PDL", "[attention]") {
-  for (int a : {0, 1, 2}) {
+  for (int a : {1, 2}) {
     ops::DecodeTuning t;
     t.addr = a;
     CHECK(plan(&t).cfg.addr == a);
@@ -115,6 +111,8 @@ TEST_CASE("decode variants: invalid lookup forms and tile groups are refused", "
   ops::DecodeTuning t;
   t.addr = 3;
   CHECK_THROWS_AS(plan(&t), kjit::Error);
+  t.addr = 0;  // the (page, slot) lookups are gone
+  CHECK_THROWS_AS(plan(&t), kjit::Error);
   t = {};
   t.joint_tiles = 3;
   CHECK_THROWS_AS(plan(&t), kjit::Error);
@@ -126,23 +124,22 @@ TEST_CASE("decode variants: invalid lookup forms and tile groups are refused", "
   CHECK_THROWS_AS(plan(&t), kjit::Error);
 }
 
-TEST_CASE("decode variants: the catalog keeps the 64-bit and round-8 forms compiling",
-          "[attention]") {
+TEST_CASE("decode variants: the catalog keeps the 64-bit form compiling", "[attention]") {
   const ops::OpDef* d = ops::find_op("decode_attention");
   REQUIRE(d != nullptr);
-  int legacy = 0, wide = 0, plain = 0;
+  int wide = 0, plain = 0;
   for (const ops::SetArgs& a : d->catalog()) {
     const std::string uri = d->make_spec(a).uri;
-    legacy += has(uri, "_ad_0") ? 1 : 0;
     wide += has(uri, "_ad_1") ? 1 : 0;
     plain += has(uri, "_ad_") ? 0 : 1;
   }
-  CHECK(legacy == 1);
   CHECK(wide == 1);
   CHECK(plain >= 10);
-  CHECK_THROWS_AS(
-      d->make_spec({{"q_dtype", "bf16"}, {"head_dim", "128"}, {"group", "4"}, {"addr", "16"}}),
-      kjit::Error);
+  for (const char* addr : {"16", "legacy"}) {
+    CHECK_THROWS_AS(
+        d->make_spec({{"q_dtype", "bf16"}, {"head_dim", "128"}, {"group", "4"}, {"addr", addr}}),
+        kjit::Error);
+  }
 }
 
 TEST_CASE("decode variants: the cluster merge takes 2..16 splits and names its spec",

@@ -436,8 +436,8 @@ void apply_tuning(DecodePlanData& pl, const DecodeTuning& t, const SmemBudget& b
     c.heads_per_cta = t.heads_per_cta;
   }
   if (t.addr >= 0) {
-    if (t.addr > 2) {
-      fail(KJIT_ERROR_INVALID_ARGUMENT, "tuning addr must be 0, 1 or 2, got {}", t.addr);
+    if (t.addr != 1 && t.addr != 2) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "tuning addr must be 1 or 2, got {}", t.addr);
     }
     c.addr = t.addr;
   }
@@ -953,10 +953,10 @@ OpDef decode_attention_op_def() {
              false,
              "kv heads per CTA (default 1; 2 / 4 read longer NHD rows, a tuning variant)"},
             {"addr",
-             {"32", "64", "legacy"},
+             {"32", "64"},
              false,
              "row addresses the lookups hand the loads: 32- (default) or 64-bit byte offsets "
-             "(caches over 4 GB), or the round-8 (page, slot) form"},
+             "(caches over 4 GB)"},
             {"merge",
              {"kernel", "cluster"},
              false,
@@ -987,7 +987,7 @@ OpDef decode_attention_op_def() {
     pl.cfg.cp_bytes = int_arg_or(args, "align", 16);
     if (args.count("addr")) {
       const std::string& a = args.at("addr");
-      pl.cfg.addr = a == "legacy" ? 0 : (a == "64" ? 1 : 2);
+      pl.cfg.addr = a == "64" ? 1 : 2;
     }
     if (args.count("merge")) pl.cfg.cluster_merge = args.at("merge") == "cluster" ? 1 : 0;
     return decode_spec(pl.cfg);
@@ -1015,9 +1015,8 @@ OpDef decode_attention_op_def() {
     // `bench --set` option, never planned by default.
     out.push_back(
         {{"q_dtype", "bf16"}, {"head_dim", "128"}, {"group", "4"}, {"heads_per_cta", "2"}});
-    // Caches past 4 GB take 64-bit offsets; the round-8 lookups stay a `bench --set` option.
+    // Caches past 4 GB take 64-bit offsets.
     out.push_back({{"q_dtype", "bf16"}, {"head_dim", "128"}, {"group", "4"}, {"addr", "64"}});
-    out.push_back({{"q_dtype", "bf16"}, {"head_dim", "128"}, {"group", "4"}, {"addr", "legacy"}});
     // The cluster merge (sm_90 only; see DecodeConfig::cluster_merge).
     for (const char* g : {"4", "16"}) {
       out.push_back({{"q_dtype", "bf16"}, {"head_dim", "128"}, {"group", g}, {"merge", "cluster"}});

@@ -28,9 +28,9 @@ struct DecodeConfig {
   int stages = 3;         // cp.async pipeline depth
   int cp_bytes = 16;      // bytes per cp.async: 16, or 8 / 4 for caches aligned only that much
   int heads_per_cta = 1;  // kv heads per CTA (their NHD rows are adjacent: longer reads)
-  // What the page lookups hand the loads (decode.cuh's DecodeRow): 0 (page, slot), every copy
-  // recomputing its address (the round-8 kernel); 1 64-bit row byte offsets; 2 32-bit ones. A
-  // plan holds 2 or 0 (or 1, forced); a run downgrades 2 to 1 when a cache spans over 4 GB.
+  // What the page lookups hand the loads (decode.cuh's DecodeRow): 1 64-bit row byte offsets, 2
+  // 32-bit ones. A plan holds 2 (or 1, forced); a run downgrades 2 to 1 when a cache spans over
+  // 4 GB.
   int addr = 2;
   int joint_tiles = 1;  // 16-token tiles a warp computes together (1 or 2)
   // 1 (sm_90): the splits of a (request, head set) form a thread-block cluster that merges the
@@ -50,7 +50,7 @@ struct DecodeTuning {
                            // plan's workspace then holds counters that must be zero before
                            // the first run (every run leaves them zero)
   int cluster_merge = -1;  // 1: DecodeConfig::cluster_merge (needs 2..16 splits and sm_90)
-  int addr = -1;           // DecodeConfig::addr: 0 (page, slot), 1 64-bit, 2 32-bit if it fits
+  int addr = -1;           // DecodeConfig::addr: 1 64-bit, 2 32-bit if the caches allow
   int joint_tiles = 0;     // 1 or 2; stage_tokens / (16 x warps per head) must be a multiple
   int pdl = -1;            // 1: the merge kernel is a programmatic dependent launch (sm_90+)
 };
