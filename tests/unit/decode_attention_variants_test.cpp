@@ -1,4 +1,4 @@
-// Decode attention's round-9 variants without a GPU: the lookup forms (addr), joint tiles and the
+// Decode attention's tuning variants without a GPU: the lookup forms (addr), joint tiles and the
 // dependent merge launch as the planner, the specs and the catalog see them.
 #include <catch2/catch.hpp>
 
@@ -37,24 +37,26 @@ TEST_CASE("decode variants: the default plan takes 32-bit offsets, one tile, PDL
   const ops::DecodePlanData d = plan(nullptr);
   CHECK(d.cfg.addr == 2);
   CHECK(d.cfg.joint_tiles == 1);
-  CHECK(d.pdl == 1);              // applied on sm_90+ only (round 10: B1 x L8192 18.05 -> 16.42 us)
+  CHECK(d.pdl == 1);              // sm_90+ only (H200 B1 x L8192: 18.05 -> 16.42 us)
   CHECK(d.split.max_splits > 1);  // B1 x L8192 splits: the merge kernel runs
   // The default keeps the plain URI; the others name their form.
   const std::string uri = ops::decode_uri(d.cfg);
-  CHECK_FALSE(has(uri, "_ad_"));
+  CHECK_FALSE(has(uri, "_addr_"));
   CHECK_FALSE(has(uri, "_jt_"));
   ops::DecodeConfig c = d.cfg;
   c.addr = 1;
-  CHECK(has(ops::decode_uri(c), "_ad_1"));
+  CHECK(has(ops::decode_uri(c), "_addr_1"));
   c.addr = 2;
   c.joint_tiles = 2;
-  CHECK(has(ops::decode_uri(c), "_jt_2"));
+  CHECK(has(ops::decode_uri(c), "_joint_tiles_2"));
   const kjit::jit::Spec s = ops::decode_spec(c);
-  CHECK(has(s.config, "constexpr int kAddr = 2;"));
-  CHECK(has(s.config, "constexpr int kJointTiles = 2;"));
+  CHECK(has(s.config, "constexpr int addr = 2;"));
+  CHECK(has(s.config, "constexpr int joint_tiles = 2;"));
   CHECK(has(s.entry_names.at(0),
-            "kjit_spec::kAddr, kjit_spec::kJointTiles, kjit_spec::kClusterMerge>"));
-  CHECK(has(s.config, "constexpr bool kClusterMerge = false;"));
+            "kjit_spec::addr, kjit_spec::joint_tiles, kjit_spec::cluster_merge>"));
+  CHECK(has(s.config, "constexpr bool cluster_merge = false;"));
+  CHECK(s.entry_names.at(1) ==
+        "kjit::attention::decode_merge_kernel<kjit_spec::q_dtype, kjit_spec::head_dim>");
 }
 
 TEST_CASE("decode variants: 64-bit lookups take 8 more bytes per token and still fit two CTAs",
@@ -130,8 +132,8 @@ TEST_CASE("decode variants: the catalog keeps the 64-bit form compiling", "[atte
   int wide = 0, plain = 0;
   for (const ops::SetArgs& a : d->catalog()) {
     const std::string uri = d->make_spec(a).uri;
-    wide += has(uri, "_ad_1") ? 1 : 0;
-    plain += has(uri, "_ad_") ? 0 : 1;
+    wide += has(uri, "_addr_1") ? 1 : 0;
+    plain += has(uri, "_addr_") ? 0 : 1;
   }
   CHECK(wide == 1);
   CHECK(plain >= 10);
@@ -152,8 +154,8 @@ TEST_CASE("decode variants: the cluster merge takes 2..16 splits and names its s
   CHECK(d.fused_merge == 0);
   CHECK(d.split.max_splits == 16);
   const kjit::jit::Spec s = ops::decode_spec(d.cfg);
-  CHECK(has(s.uri, "_cm_1"));
-  CHECK(has(s.config, "constexpr bool kClusterMerge = true;"));
+  CHECK(has(s.uri, "_cluster_merge_1"));
+  CHECK(has(s.config, "constexpr bool cluster_merge = true;"));
   REQUIRE(s.arch_families.size() == 1);
   CHECK(s.arch_families[0] == "sm_90+");  // clusters: never compiled for sm_80
   CHECK(ops::decode_spec(plan(nullptr).cfg).arch_families[0] == "sm_80+");

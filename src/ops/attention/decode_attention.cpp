@@ -303,53 +303,22 @@ std::string decode_uri(const DecodeConfig& c) {
 }
 
 jit::Spec decode_spec(const DecodeConfig& c) {
-  jit::Spec s;
-  s.op = "decode_attention";
-  s.params = {{"q", dtype_name(c.q_dtype)},       {"kv", c.kv_fp8 ? "e4m3" : dtype_name(c.q_dtype)},
-              {"hd", std::to_string(c.head_dim)}, {"nt", std::to_string(c.n_tiles)},
-              {"w", std::to_string(c.warps)},     {"ts", std::to_string(c.stage_tokens)},
-              {"st", std::to_string(c.stages)},   {"cp", std::to_string(c.cp_bytes)}};
-  // One head per CTA keeps the URIs (and caches, packages) of the variants before the option.
-  if (c.heads_per_cta != 1) s.params.push_back({"hp", std::to_string(c.heads_per_cta)});
-  // 32-bit offsets, the default, keep the plain URI (the sources are in the cache key anyway).
-  if (c.addr != 2) s.params.push_back({"ad", std::to_string(c.addr)});
-  if (c.joint_tiles != 1) s.params.push_back({"jt", std::to_string(c.joint_tiles)});
-  if (c.cluster_merge != 0) s.params.push_back({"cm", "1"});
-  s.uri = jit::make_uri(s.op, s.params);
-  s.kernel_dirs = {"common", "attention"};
-  s.includes = {"attention/decode.cuh"};
-  s.config = fmt::format(
-      "namespace kjit_spec {{\n"
-      "using QT = {qt};\n"
-      "using CT = {ct};\n"
-      "constexpr bool kKvFp8 = {fp8};\n"
-      "constexpr int kHeadDim = {hd};\n"
-      "constexpr int kNTiles = {nt};\n"
-      "constexpr int kWarps = {w};\n"
-      "constexpr int kStageTokens = {ts};\n"
-      "constexpr int kStages = {st};\n"
-      "constexpr int kCpBytes = {cp};\n"
-      "constexpr int kHeadsPerCta = {hp};\n"
-      "constexpr int kAddr = {ad};\n"
-      "constexpr int kJointTiles = {jt};\n"
-      "constexpr bool kClusterMerge = {cm};\n"
-      "}}  // namespace kjit_spec\n",
-      fmt::arg("qt", device_type_name(c.q_dtype)),
-      fmt::arg("ct", c.kv_fp8 ? "__half" : device_type_name(c.q_dtype)),
-      fmt::arg("fp8", c.kv_fp8 ? "true" : "false"), fmt::arg("hd", c.head_dim),
-      fmt::arg("nt", c.n_tiles), fmt::arg("w", c.warps), fmt::arg("ts", c.stage_tokens),
-      fmt::arg("st", c.stages), fmt::arg("cp", c.cp_bytes), fmt::arg("hp", c.heads_per_cta),
-      fmt::arg("ad", c.addr), fmt::arg("jt", c.joint_tiles),
-      fmt::arg("cm", c.cluster_merge != 0 ? "true" : "false"));
-  s.entry_names = {
-      "kjit::attention::decode_kernel<kjit_spec::QT, kjit_spec::CT, kjit_spec::kKvFp8, "
-      "kjit_spec::kHeadDim, kjit_spec::kNTiles, kjit_spec::kWarps, kjit_spec::kStageTokens, "
-      "kjit_spec::kStages, kjit_spec::kCpBytes, kjit_spec::kHeadsPerCta, kjit_spec::kAddr, "
-      "kjit_spec::kJointTiles, kjit_spec::kClusterMerge>",
-      "kjit::attention::decode_merge_kernel<kjit_spec::QT, kjit_spec::kHeadDim>"};
+  const char* q_type = device_type_name(c.q_dtype);
   // Clusters and distributed shared memory are sm_90's.
-  s.arch_families = {c.cluster_merge != 0 ? "sm_90+" : "sm_80+"};
-  return s;
+  jit::SpecBuilder b("decode_attention", {"common", "attention"}, "attention/decode.cuh",
+                     {c.cluster_merge != 0 ? "sm_90+" : "sm_80+"});
+  b.type("q_dtype", dtype_name(c.q_dtype), q_type);
+  // The mma operand type: fp16 for an fp8 cache (its values enter scaled by 2^-8), else q's.
+  b.type("mma_dtype", c.kv_fp8 ? "fp16" : dtype_name(c.q_dtype), c.kv_fp8 ? "__half" : q_type);
+  b.flag("kv_fp8", c.kv_fp8 != 0);
+  b.value("head_dim", c.head_dim).value("n_tiles", c.n_tiles).value("warps", c.warps);
+  b.value("stage_tokens", c.stage_tokens).value("stages", c.stages).value("cp_bytes", c.cp_bytes);
+  // Left out of the URI at their defaults: one head per CTA, 32-bit offsets, one tile at a time.
+  b.value("heads_per_cta", c.heads_per_cta, 1).value("addr", c.addr, 2);
+  b.value("joint_tiles", c.joint_tiles, 1).flag("cluster_merge", c.cluster_merge != 0, true);
+  b.entry("kjit::attention::decode_kernel");
+  b.entry("kjit::attention::decode_merge_kernel", {"q_dtype", "head_dim"});
+  return b.build();
 }
 
 // ---- Planning

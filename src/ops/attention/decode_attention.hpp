@@ -15,7 +15,8 @@
 
 namespace kjit::ops {
 
-// One compiled decode variant (main kernel + split merge kernel). Every field is in the URI.
+// One compiled decode variant (main kernel + split merge kernel). Each field keeps its name in
+// the URI, the generated kjit_spec constant and decode_kernel's template parameter (decode_spec).
 // Page size, layout, strides, group size (within the n-tiles), scales, soft cap and window are
 // run-time values, so they share variants.
 struct DecodeConfig {

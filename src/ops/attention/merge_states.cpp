@@ -108,34 +108,12 @@ MergeStatesConfig select_merge_states(DType dtype, int64_t dim, int align_bytes)
   return c;
 }
 
-std::string merge_states_uri(const MergeStatesConfig& c) {
-  return merge_states_spec(c).uri;
-}
-
 jit::Spec merge_states_spec(const MergeStatesConfig& c) {
-  jit::Spec s;
-  s.op = "merge_states";
-  s.params = {{"dtype", dtype_name(c.dtype)},
-              {"vec", std::to_string(c.vec)},
-              {"tpr", std::to_string(c.threads_per_row)}};
-  s.uri = jit::make_uri(s.op, s.params);
-  s.kernel_dirs = {"common", "attention"};
-  s.includes = {"attention/merge_states.cuh"};
-  s.config = fmt::format(
-      "namespace kjit_spec {{\n"
-      "using T = {type};\n"
-      "constexpr int kVec = {vec};\n"
-      "constexpr int kThreadsPerRow = {tpr};\n"
-      "}}  // namespace kjit_spec\n",
-      fmt::arg("type", device_type_name(c.dtype)), fmt::arg("vec", c.vec),
-      fmt::arg("tpr", c.threads_per_row));
-  s.entry_names = {
-      "kjit::attention::merge_states2_kernel<kjit_spec::T, kjit_spec::kVec, "
-      "kjit_spec::kThreadsPerRow>",
-      "kjit::attention::merge_states_n_kernel<kjit_spec::T, kjit_spec::kVec, "
-      "kjit_spec::kThreadsPerRow>"};
-  s.arch_families = {"sm_80+"};
-  return s;
+  jit::SpecBuilder b("merge_states", {"common", "attention"}, "attention/merge_states.cuh");
+  b.type("dtype", dtype_name(c.dtype), device_type_name(c.dtype));
+  b.value("vec", c.vec).value("threads_per_row", c.threads_per_row);
+  b.entry("kjit::attention::merge_states2_kernel").entry("kjit::attention::merge_states_n_kernel");
+  return b.build();
 }
 
 void merge_states(const DLTensor* v_a, const DLTensor* s_a, const DLTensor* v_b,
