@@ -1,5 +1,6 @@
-// Paged batch decode attention: planning (specialization + split-KV partition), spec rendering
-// and launch (device code: kernels/attention/decode.cuh).
+// Paged batch decode attention: planning (variant, tuning, split-KV partition: decode_plan.cpp),
+// the spec and registry entry (decode_spec.cpp) and the checked launch (decode_run.cpp). Device
+// code: kernels/attention/decode.cuh.
 #pragma once
 
 #include <dlpack/dlpack.h>
