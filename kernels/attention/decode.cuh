@@ -196,6 +196,32 @@ KJIT_DEVICE void decode_cluster_merge(const DecodeParams& p, float* cm_o, float*
   cluster_sync();
 }
 
+// fp8 rows of one stage -> fp16 (scaled by 2^-8) swizzled tiles, 16 fp8 values per thread and
+// step; `rows` K and V rows.
+template <int head_dim, int rows, int threads>
+KJIT_DEVICE KJIT_FORCEINLINE void convert_fp8_stage(const unsigned char* kt,
+                                                    const unsigned char* vt, unsigned char* kc,
+                                                    unsigned char* vc, int tid) {
+  constexpr int kRowCT = head_dim * 2;
+  constexpr int kChunks = head_dim / 16;
+  for (int it = tid; it < rows * kChunks; it += threads) {
+    const int row = it / kChunks;
+    const int ch = it % kChunks;
+#pragma unroll
+    for (int kv = 0; kv < 2; ++kv) {
+      const uint4 x = *reinterpret_cast<const uint4*>((kv ? vt : kt) + row * head_dim + ch * 16);
+      uint4 y0, y1;
+      e4m3x4_to_half2x2_scaled(x.x, y0.x, y0.y);
+      e4m3x4_to_half2x2_scaled(x.y, y0.z, y0.w);
+      e4m3x4_to_half2x2_scaled(x.z, y1.x, y1.y);
+      e4m3x4_to_half2x2_scaled(x.w, y1.z, y1.w);
+      unsigned char* dst = kv ? vc : kc;
+      *reinterpret_cast<uint4*>(dst + swz<kRowCT>(row, 2 * ch)) = y0;
+      *reinterpret_cast<uint4*>(dst + swz<kRowCT>(row, 2 * ch + 1)) = y1;
+    }
+  }
+}
+
 // Launch: grid = batch * (num_kv_heads / heads_per_cta) * max_splits (blockIdx.x = (b * kv_heads /
 // heads_per_cta + h / heads_per_cta) * max_splits + split), block = 32 * warps, dynamic shared
 // memory DecodeSmem<...>::kTotal bytes (opt-in above 48 KB). num_kv_heads must be a multiple of
@@ -268,9 +294,9 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
   const int b = bh / head_sets;
 
   // ---- Prologue, part 1: the page table's entries of the request and q, read together ------
-  // (H200 round 21: with the lookups the page ids wait for, the first page ids arrived 2.1-2.3 us
-  // after entry, the first K / V bytes 2.4 us later; starting the page-id reads at the plan's
-  // host kv_indptr[b], before the table confirmed it, gained nothing measurable.)
+  // (Measured on the H200: with the lookups the page ids wait for, the first page ids
+  // arrived 2.1-2.3 us after entry, the first K / V bytes 2.4 us later; starting the page-id reads
+  // at the plan's host kv_indptr[b], before the table confirmed it, gained nothing measurable.)
   const SeqRaw raw = seq_load(p, b);
   // q rows of the group into shared memory (zero rows past the group), as mma_dtype, swizzled.
 #pragma unroll
@@ -403,8 +429,7 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
     }
   };
 
-  // ---- Prologue, part 2: the page ids of stages 0..stages-1, then the loads of stages 0..stages-2
-  // ------
+  // ---- Prologue, part 2: the page ids of stages 0..stages-1, then the loads of 0..stages-2 ----
   Lookup first[stages];
 #pragma unroll
   for (int st = 0; st < stages; ++st) first[st] = fetch(st);
@@ -453,27 +478,9 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
     const unsigned char* kt = smem + buf * 2 * Smem::kStageTile;
     const unsigned char* vt = kt + Smem::kStageTile;
     if constexpr (kv_fp8) {
-      // fp8 rows -> fp16 (scaled by 2^-8) swizzled tiles, 16 fp8 values per thread and step.
       unsigned char* kc = smem + Smem::kConvAt;
       unsigned char* vc = kc + Smem::kConvTile;
-      constexpr int kChunks = head_dim / 16;
-      for (int it = tid; it < heads_per_cta * stage_tokens * kChunks; it += kThreads) {
-        const int row = it / kChunks;
-        const int ch = it % kChunks;
-#pragma unroll
-        for (int kv = 0; kv < 2; ++kv) {
-          const uint4 x =
-              *reinterpret_cast<const uint4*>((kv ? vt : kt) + row * head_dim + ch * 16);
-          uint4 y0, y1;
-          e4m3x4_to_half2x2_scaled(x.x, y0.x, y0.y);
-          e4m3x4_to_half2x2_scaled(x.y, y0.z, y0.w);
-          e4m3x4_to_half2x2_scaled(x.z, y1.x, y1.y);
-          e4m3x4_to_half2x2_scaled(x.w, y1.z, y1.w);
-          unsigned char* dst = kv ? vc : kc;
-          *reinterpret_cast<uint4*>(dst + swz<kRowCT>(row, 2 * ch)) = y0;
-          *reinterpret_cast<uint4*>(dst + swz<kRowCT>(row, 2 * ch + 1)) = y1;
-        }
-      }
+      convert_fp8_stage<head_dim, heads_per_cta * stage_tokens, kThreads>(kt, vt, kc, vc, tid);
       __syncthreads();
       kt = kc;
       vt = vc;
@@ -627,12 +634,12 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
   // Heads k = hh * group + j of the CTA (qo head h * group + k): the CTA's qo heads are adjacent.
   // A thread finishes four adjacent dims of one head and weighs the warps' states of that head
   // itself (four exp2f, redundant across the head's threads), so one barrier serves the whole
-  // epilogue (H200 round 24b: the per-head weights pass with its own barrier and a store loop of
-  // single floats took 1.1 us of the latest CTA's 1.25 us epilogue).
+  // epilogue (measured on the H200: the per-head weights pass with its own barrier and a store loop
+  // of single floats took 1.1 us of the latest CTA's 1.25 us epilogue).
   const bool final_out = sq.splits == 1;
   const int nh = heads_per_cta * p.group;
-  float* cm_o = reinterpret_cast<float*>(
-      smem + Smem::kCmAt);  // [nh][head_dim] this CTA's partial (cluster_merge)
+  // [nh][head_dim]: this CTA's partial (cluster_merge)
+  float* cm_o = reinterpret_cast<float*>(smem + Smem::kCmAt);
   float* cm_lse = cm_o + heads_per_cta * Smem::kQRows * head_dim;  // [nh] its lse, log2
   const long long part = ((long long)b * p.max_splits + split) * p.num_qo_heads + h * p.group;
   constexpr int kQuads = head_dim / 4;
