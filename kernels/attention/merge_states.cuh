@@ -7,6 +7,7 @@
 // decode attention for its own partials (kept in log2). One piece of math for both: MergeState.
 #pragma once
 
+#include "attention/attention_params.h"
 #include "common/prelude.cuh"
 #include "common/vec.cuh"
 
@@ -55,42 +56,22 @@ struct MergeState {
 inline constexpr float kLog2e = 1.4426950408889634f;
 inline constexpr float kLn2 = 0.6931471805599453f;
 
-// Passed by value as a __grid_constant__ kernel parameter; the host mirrors it field for field.
-// Element strides. Rows are (seq, head) pairs, r = seq * heads + head.
-struct MergeStatesParams {
-  const void* v_a;   // [seqs, heads, dim]
-  const float* s_a;  // [seqs, heads]
-  const void* v_b;
-  const float* s_b;
-  void* v_out;
-  float* s_out;            // may be null
-  long long va_ss, va_sh;  // v_a seq, head strides (v_n: also the state stride below)
-  long long vb_ss, vb_sh;
-  long long vo_ss, vo_sh;
-  long long sa_ss, sa_sh;
-  long long sb_ss, sb_sh;
-  long long so_ss, so_sh;
-  long long v_sn, s_sn;  // merge_n: stride of the state index in v (= v_a) and s (= s_a)
-  long long rows;
-  int heads;
-  int dim;
-  int n;  // merge_n: number of states
-};
-static_assert(sizeof(MergeStatesParams) == 184, "the host mirror asserts the same size");
-
-// Launch with grid = ceil(rows / (128 / TPR)) and 128 threads: TPR threads per row (a power of
-// two <= 32), each covering VEC-element vectors of the row in turn. Every v pointer and (seq,
-// head, state) stride must be aligned to VEC * sizeof(T) bytes.
+// Launch with grid = ceil(rows / (128 / threads_per_row)) and 128 threads: threads_per_row threads
+// per row (a power of two <= 32), each covering vec-element vectors of the row in turn. Every v
+// pointer and (seq, head, state) stride must be aligned to vec * sizeof(dtype) bytes.
 // merge_states2: v_out may be v_a or v_b itself and s_out s_a or s_b itself (in place): every
 // thread reads its elements before writing them, and a row's s is read by all its threads before
 // the row's first thread writes s_out (__syncwarp: a row never spans warps).
-template <typename T, int VEC, int TPR>
+template <typename dtype, int vec, int threads_per_row>
 __global__ void __launch_bounds__(128)
     merge_states2_kernel(const __grid_constant__ MergeStatesParams p) {
-  static_assert(TPR >= 1 && TPR <= 32 && (TPR & (TPR - 1)) == 0, "TPR: a power of two <= 32");
-  using V = Vec<T, VEC>;
-  const int lane = int(threadIdx.x) % TPR;
-  const long long row = (long long)blockIdx.x * (128 / TPR) + int(threadIdx.x) / TPR;
+  static_assert(threads_per_row >= 1 && threads_per_row <= 32 &&
+                    (threads_per_row & (threads_per_row - 1)) == 0,
+                "threads_per_row: a power of two <= 32");
+  using V = Vec<dtype, vec>;
+  const int lane = int(threadIdx.x) % threads_per_row;
+  const long long row =
+      (long long)blockIdx.x * (128 / threads_per_row) + int(threadIdx.x) / threads_per_row;
   const bool live = row < p.rows;
   const long long seq = live ? row / p.heads : 0;
   const int head = live ? int(row - seq * p.heads) : 0;
@@ -99,27 +80,27 @@ __global__ void __launch_bounds__(128)
     sa = p.s_a[seq * p.sa_ss + head * p.sa_sh] * kLog2e;
     sb = p.s_b[seq * p.sb_ss + head * p.sb_sh] * kLog2e;
   }
-  const T* va = static_cast<const T*>(p.v_a) + seq * p.va_ss + head * p.va_sh;
-  const T* vb = static_cast<const T*>(p.v_b) + seq * p.vb_ss + head * p.vb_sh;
-  T* vo = static_cast<T*>(p.v_out) + seq * p.vo_ss + head * p.vo_sh;
+  const dtype* va = static_cast<const dtype*>(p.v_a) + seq * p.va_ss + head * p.va_sh;
+  const dtype* vb = static_cast<const dtype*>(p.v_b) + seq * p.vb_ss + head * p.vb_sh;
+  dtype* vo = static_cast<dtype*>(p.v_out) + seq * p.vo_ss + head * p.vo_sh;
   float lse = 0.0f;
-  for (int d0 = lane * VEC; live && d0 < p.dim; d0 += TPR * VEC) {
+  for (int d0 = lane * vec; live && d0 < p.dim; d0 += threads_per_row * vec) {
     V xa, xb;
     xa.load(va + d0);
     xb.load(vb + d0);
-    float fa[VEC], fb[VEC];
+    float fa[vec], fb[vec];
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) {
+    for (int i = 0; i < vec; ++i) {
       fa[i] = to_float(xa[i]);
       fb[i] = to_float(xb[i]);
     }
-    MergeState<VEC> st;
+    MergeState<vec> st;
     st.add(sa, fa);
     st.add(sb, fb);
     const float inv = st.inv_d();
     V y;
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) y[i] = from_float<T>(st.acc[i] * inv);
+    for (int i = 0; i < vec; ++i) y[i] = from_float<dtype>(st.acc[i] * inv);
     y.store(vo + d0);
     lse = st.lse_log2();
   }
@@ -138,33 +119,36 @@ __global__ void __launch_bounds__(128)
 // v [n, seqs, heads, dim] (strides v_sn, va_ss, va_sh), s [n, seqs, heads] (s_sn, sa_ss,
 // sa_sh) -> v_out, s_out. Same launch as merge_states2_kernel; v_out and s_out must not overlap
 // the inputs.
-template <typename T, int VEC, int TPR>
+template <typename dtype, int vec, int threads_per_row>
 __global__ void __launch_bounds__(128)
     merge_states_n_kernel(const __grid_constant__ MergeStatesParams p) {
-  static_assert(TPR >= 1 && TPR <= 32 && (TPR & (TPR - 1)) == 0, "TPR: a power of two <= 32");
-  using V = Vec<T, VEC>;
-  const int lane = int(threadIdx.x) % TPR;
-  const long long row = (long long)blockIdx.x * (128 / TPR) + int(threadIdx.x) / TPR;
+  static_assert(threads_per_row >= 1 && threads_per_row <= 32 &&
+                    (threads_per_row & (threads_per_row - 1)) == 0,
+                "threads_per_row: a power of two <= 32");
+  using V = Vec<dtype, vec>;
+  const int lane = int(threadIdx.x) % threads_per_row;
+  const long long row =
+      (long long)blockIdx.x * (128 / threads_per_row) + int(threadIdx.x) / threads_per_row;
   if (row >= p.rows) return;
   const long long seq = row / p.heads;
   const int head = int(row - seq * p.heads);
-  const T* v = static_cast<const T*>(p.v_a) + seq * p.va_ss + head * p.va_sh;
+  const dtype* v = static_cast<const dtype*>(p.v_a) + seq * p.va_ss + head * p.va_sh;
   const float* s = p.s_a + seq * p.sa_ss + head * p.sa_sh;
-  T* vo = static_cast<T*>(p.v_out) + seq * p.vo_ss + head * p.vo_sh;
-  for (int d0 = lane * VEC; d0 < p.dim; d0 += TPR * VEC) {
-    MergeState<VEC> st;
+  dtype* vo = static_cast<dtype*>(p.v_out) + seq * p.vo_ss + head * p.vo_sh;
+  for (int d0 = lane * vec; d0 < p.dim; d0 += threads_per_row * vec) {
+    MergeState<vec> st;
     for (int i = 0; i < p.n; ++i) {
       V x;
       x.load(v + i * p.v_sn + d0);
-      float f[VEC];
+      float f[vec];
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) f[j] = to_float(x[j]);
+      for (int j = 0; j < vec; ++j) f[j] = to_float(x[j]);
       st.add(s[i * p.s_sn] * kLog2e, f);
     }
     const float inv = st.inv_d();
     V y;
 #pragma unroll
-    for (int j = 0; j < VEC; ++j) y[j] = from_float<T>(st.acc[j] * inv);
+    for (int j = 0; j < vec; ++j) y[j] = from_float<dtype>(st.acc[j] * inv);
     y.store(vo + d0);
   }
   if (p.s_out != nullptr && lane == 0) {

@@ -1023,16 +1023,15 @@ TEST_CASE("decode gpu: fused merge under graph replay with changed page tables",
 
 namespace {
 
-// The lookup-form and launch variants: lookup form (0 (page, slot), 1 64-bit, 2 32-bit offsets), a
-// pipeline shape (0: planned), tiles computed together, the merge kernel as a programmatic
-// dependent.
+// The lookup-form and launch variants: lookup form (1 64-bit, 2 32-bit offsets), a pipeline shape
+// (0: planned), tiles computed together, the merge kernel as a programmatic dependent.
 struct Variant9 {
   int addr, warps, stage_tokens, stages, joint, pdl;
 };
 constexpr Variant9 kVariants9[] = {
-    {0, 0, 0, 0, 0, -1},  {1, 0, 0, 0, 0, -1},  {2, 0, 0, 0, 0, -1},   {2, 0, 0, 2, 0, -1},
-    {2, 2, 64, 3, 2, -1}, {1, 2, 64, 3, 2, -1}, {2, 4, 128, 2, 2, -1}, {2, 0, 0, 0, 0, 1},
-    {0, 0, 0, 0, 0, 1},   {2, 2, 64, 3, 2, 1},  {2, 2, 64, 2, 2, -1}};
+    {1, 0, 0, 0, 0, -1},  {2, 0, 0, 0, 0, -1},  {2, 0, 0, 2, 0, -1},
+    {2, 2, 64, 3, 2, -1}, {1, 2, 64, 3, 2, -1}, {2, 4, 128, 2, 2, -1},
+    {2, 0, 0, 0, 0, 1},   {2, 2, 64, 3, 2, 1},  {2, 2, 64, 2, 2, -1}};
 
 DecodeCase tuned_case9(const Variant9& v) {
   DecodeCase c;

@@ -1017,7 +1017,9 @@ TEST_CASE("attention: decode configs fit two CTAs per SM on the H200 and compile
   const auto c = ops::select_decode(DType::kF16, false, 128, 4, a100, &per_sm);
   CHECK(per_sm == 2);
   CHECK(c.stages == 2);
-  CHECK(ops::decode_uri(c) == "decode_attention_q_fp16_kv_fp16_hd_128_nt_1_w_4_ts_64_st_2_cp_16");
+  CHECK(ops::decode_uri(c) ==
+        "decode_attention_q_dtype_fp16_mma_dtype_fp16_kv_fp8_0_head_dim_128_n_tiles_1_warps_4_"
+        "stage_tokens_64_stages_2_cp_bytes_16");
   CHECK_THROWS_AS(ops::select_decode(DType::kF32, false, 128, 4, a100), kjit::Error);
   CHECK_THROWS_AS(ops::select_decode(DType::kBF16, false, 80, 4, a100), kjit::Error);
   CHECK_THROWS_AS(ops::select_decode(DType::kBF16, false, 128, 17, a100), kjit::Error);
@@ -1035,19 +1037,22 @@ TEST_CASE("attention: catalogs are small, unique and build their specs", "[atten
   }
   const ops::OpDef* d = ops::find_op("decode_attention");
   CHECK(d->make_spec({{"q_dtype", "bf16"}, {"head_dim", "128"}, {"group", "4"}}).uri ==
-        "decode_attention_q_bf16_kv_bf16_hd_128_nt_1_w_4_ts_64_st_3_cp_16");
+        "decode_attention_q_dtype_bf16_mma_dtype_bf16_kv_fp8_0_head_dim_128_n_tiles_1_warps_4_"
+        "stage_tokens_64_stages_3_cp_bytes_16");
   CHECK(
       d->make_spec({{"q_dtype", "bf16"}, {"kv_dtype", "e4m3"}, {"head_dim", "128"}, {"group", "8"}})
-          .uri == "decode_attention_q_bf16_kv_e4m3_hd_128_nt_1_w_4_ts_64_st_4_cp_16");
+          .uri ==
+      "decode_attention_q_dtype_bf16_mma_dtype_fp16_kv_fp8_1_head_dim_128_n_tiles_1_warps_4_"
+      "stage_tokens_64_stages_4_cp_bytes_16");
   CHECK_THROWS_AS(
       d->make_spec(
           {{"q_dtype", "bf16"}, {"kv_dtype", "fp16"}, {"head_dim", "128"}, {"group", "4"}}),
       kjit::Error);
   const ops::OpDef* m = ops::find_op("merge_states");
   CHECK(m->make_spec({{"dtype", "bf16"}, {"dim", "128"}}).uri ==
-        "merge_states_dtype_bf16_vec_8_tpr_16");
+        "merge_states_dtype_bf16_vec_8_threads_per_row_16");
   CHECK(m->make_spec({{"dtype", "fp16"}, {"dim", "100"}}).uri ==
-        "merge_states_dtype_fp16_vec_4_tpr_32");
+        "merge_states_dtype_fp16_vec_4_threads_per_row_32");
 }
 
 TEST_CASE("attention: the fp8 unpacking of the kernel is exact for every e4m3 value",

@@ -37,26 +37,26 @@ TEST_CASE("decode variants: the default plan takes 32-bit offsets, one tile, PDL
   const ops::DecodePlanData d = plan(nullptr);
   CHECK(d.cfg.addr == 2);
   CHECK(d.cfg.joint_tiles == 1);
-  CHECK(d.pdl == 1);              // applied on sm_90+ only (H200 B1 x L8192: 18.05 -> 16.42 us)
+  CHECK(d.pdl == 1);              // sm_90+ only (H200 B1 x L8192: 18.05 -> 16.42 us)
   CHECK(d.split.max_splits > 1);  // B1 x L8192 splits: the merge kernel runs
   // The default keeps the plain URI; the others name their form.
   const std::string uri = ops::decode_uri(d.cfg);
-  CHECK_FALSE(has(uri, "_ad_"));
+  CHECK_FALSE(has(uri, "_addr_"));
   CHECK_FALSE(has(uri, "_jt_"));
   ops::DecodeConfig c = d.cfg;
-  c.addr = 0;
-  CHECK(has(ops::decode_uri(c), "_ad_0"));
   c.addr = 1;
-  CHECK(has(ops::decode_uri(c), "_ad_1"));
+  CHECK(has(ops::decode_uri(c), "_addr_1"));
   c.addr = 2;
   c.joint_tiles = 2;
-  CHECK(has(ops::decode_uri(c), "_jt_2"));
+  CHECK(has(ops::decode_uri(c), "_joint_tiles_2"));
   const kjit::jit::Spec s = ops::decode_spec(c);
-  CHECK(has(s.config, "constexpr int kAddr = 2;"));
-  CHECK(has(s.config, "constexpr int kJointTiles = 2;"));
+  CHECK(has(s.config, "constexpr int addr = 2;"));
+  CHECK(has(s.config, "constexpr int joint_tiles = 2;"));
   CHECK(has(s.entry_names.at(0),
-            "kjit_spec::kAddr, kjit_spec::kJointTiles, kjit_spec::kClusterMerge>"));
-  CHECK(has(s.config, "constexpr bool kClusterMerge = false;"));
+            "kjit_spec::addr, kjit_spec::joint_tiles, kjit_spec::cluster_merge>"));
+  CHECK(has(s.config, "constexpr bool cluster_merge = false;"));
+  CHECK(s.entry_names.at(1) ==
+        "kjit::attention::decode_merge_kernel<kjit_spec::q_dtype, kjit_spec::head_dim>");
 }
 
 TEST_CASE("decode variants: 64-bit lookups take 8 more bytes per token and still fit two CTAs",
@@ -70,8 +70,6 @@ TEST_CASE("decode variants: 64-bit lookups take 8 more bytes per token and still
         ops::DecodeConfig c = ops::select_decode(ops::DType::kBF16, fp8, hd, group, h200, &per_sm);
         REQUIRE(c.addr == 2);
         const int b32 = ops::decode_smem_bytes(c);
-        c.addr = 0;
-        CHECK(ops::decode_smem_bytes(c) == b32);
         c.addr = 1;
         const int b64 = ops::decode_smem_bytes(c);
         CHECK(b64 == b32 + (c.stages + 1) * c.stage_tokens * 8);
@@ -84,7 +82,7 @@ TEST_CASE("decode variants: 64-bit lookups take 8 more bytes per token and still
 }
 
 TEST_CASE("decode variants: tuning picks the lookup form, joint tiles and PDL", "[attention]") {
-  for (int a : {0, 1, 2}) {
+  for (int a : {1, 2}) {
     ops::DecodeTuning t;
     t.addr = a;
     CHECK(plan(&t).cfg.addr == a);
@@ -115,6 +113,8 @@ TEST_CASE("decode variants: invalid lookup forms and tile groups are refused", "
   ops::DecodeTuning t;
   t.addr = 3;
   CHECK_THROWS_AS(plan(&t), kjit::Error);
+  t.addr = 0;  // the (page, slot) lookups are gone
+  CHECK_THROWS_AS(plan(&t), kjit::Error);
   t = {};
   t.joint_tiles = 3;
   CHECK_THROWS_AS(plan(&t), kjit::Error);
@@ -126,23 +126,22 @@ TEST_CASE("decode variants: invalid lookup forms and tile groups are refused", "
   CHECK_THROWS_AS(plan(&t), kjit::Error);
 }
 
-TEST_CASE("decode variants: the catalog keeps the 64-bit and round-8 forms compiling",
-          "[attention]") {
+TEST_CASE("decode variants: the catalog keeps the 64-bit form compiling", "[attention]") {
   const ops::OpDef* d = ops::find_op("decode_attention");
   REQUIRE(d != nullptr);
-  int legacy = 0, wide = 0, plain = 0;
+  int wide = 0, plain = 0;
   for (const ops::SetArgs& a : d->catalog()) {
     const std::string uri = d->make_spec(a).uri;
-    legacy += has(uri, "_ad_0") ? 1 : 0;
-    wide += has(uri, "_ad_1") ? 1 : 0;
-    plain += has(uri, "_ad_") ? 0 : 1;
+    wide += has(uri, "_addr_1") ? 1 : 0;
+    plain += has(uri, "_addr_") ? 0 : 1;
   }
-  CHECK(legacy == 1);
   CHECK(wide == 1);
   CHECK(plain >= 10);
-  CHECK_THROWS_AS(
-      d->make_spec({{"q_dtype", "bf16"}, {"head_dim", "128"}, {"group", "4"}, {"addr", "16"}}),
-      kjit::Error);
+  for (const char* addr : {"16", "legacy"}) {
+    CHECK_THROWS_AS(
+        d->make_spec({{"q_dtype", "bf16"}, {"head_dim", "128"}, {"group", "4"}, {"addr", addr}}),
+        kjit::Error);
+  }
 }
 
 TEST_CASE("decode variants: the cluster merge takes 2..16 splits and names its spec",
@@ -155,8 +154,8 @@ TEST_CASE("decode variants: the cluster merge takes 2..16 splits and names its s
   CHECK(d.fused_merge == 0);
   CHECK(d.split.max_splits == 16);
   const kjit::jit::Spec s = ops::decode_spec(d.cfg);
-  CHECK(has(s.uri, "_cm_1"));
-  CHECK(has(s.config, "constexpr bool kClusterMerge = true;"));
+  CHECK(has(s.uri, "_cluster_merge_1"));
+  CHECK(has(s.config, "constexpr bool cluster_merge = true;"));
   REQUIRE(s.arch_families.size() == 1);
   CHECK(s.arch_families[0] == "sm_90+");  // clusters: never compiled for sm_80
   CHECK(ops::decode_spec(plan(nullptr).cfg).arch_families[0] == "sm_80+");

@@ -152,8 +152,8 @@ int bench_decode_attention(const ops::SetArgs& args, const BenchOptions& opts) {
   }
   if (args.count("addr")) {
     const std::string a = args.at("addr");
-    if (a != "legacy" && a != "64" && a != "32") throw UsageError("addr must be legacy, 64 or 32");
-    tune.addr = a == "legacy" ? 0 : (a == "64" ? 1 : 2);
+    if (a != "64" && a != "32") throw UsageError("addr must be 64 or 32");
+    tune.addr = a == "64" ? 1 : 2;
     tuned = true;
   }
   if (args.count("pdl")) {
@@ -175,8 +175,7 @@ int bench_decode_attention(const ops::SetArgs& args, const BenchOptions& opts) {
                   pd.split.max_splits <= 1
                       ? "none"
                       : (pd.cfg.cluster_merge ? "cluster" : (pd.fused_merge ? "fused" : "kernel")),
-                  pd.cfg.addr == 0 ? "legacy" : (pd.cfg.addr == 1 ? "64" : "32"),
-                  pd.cfg.joint_tiles, pd.pdl ? " pdl" : "");
+                  pd.cfg.addr == 1 ? "64" : "32", pd.cfg.joint_tiles, pd.pdl ? " pdl" : "");
   const size_t ws_bytes = kjit_decode_plan_workspace_bytes(raw_plan);
   const int plan_splits = kjit_decode_plan_num_splits(raw_plan);
   test::DeviceBuffer ws(std::max<size_t>(ws_bytes, 16));
@@ -292,7 +291,7 @@ void add_attention_benches(std::vector<BenchEntry>& out) {
        "dtype (q), batch, kv_len, qo_heads, kv_heads, head_dim, page_size, optional "
        "kv_dtype (e4m3), layout (nhd|hnd), num_splits; tuning overrides warps, "
        "stage_tokens, stages, heads_per_cta, ctas_per_sm, merge (fused|kernel|cluster), addr "
-       "(legacy|64|32), joint_tiles (1|2), pdl (0|1); "
+       "(64|32), joint_tiles (1|2), pdl (0|1); "
        "checked on up to 4 requests, then a read-only probe of the same bytes"});
 }
 

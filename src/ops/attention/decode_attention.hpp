@@ -1,5 +1,6 @@
-// Paged batch decode attention: planning (specialization + split-KV partition), spec rendering
-// and launch (device code: kernels/attention/decode.cuh).
+// Paged batch decode attention: planning (variant, tuning, split-KV partition: decode_plan.cpp),
+// the spec and registry entry (decode_spec.cpp) and the checked launch (decode_run.cpp). Device
+// code: kernels/attention/decode.cuh.
 #pragma once
 
 #include <dlpack/dlpack.h>
@@ -8,13 +9,15 @@
 #include <string>
 #include <vector>
 
+#include "attention/attention_params.h"
 #include "jit/spec.hpp"
 #include "ops/registry.hpp"
 #include "ops/tensor.hpp"
 
 namespace kjit::ops {
 
-// One compiled decode variant (main kernel + split merge kernel). Every field is in the URI.
+// One compiled decode variant (main kernel + split merge kernel). Each field keeps its name in
+// the URI, the generated kjit_spec constant and decode_kernel's template parameter (decode_spec).
 // Page size, layout, strides, group size (within the n-tiles), scales, soft cap and window are
 // run-time values, so they share variants.
 struct DecodeConfig {
@@ -27,10 +30,9 @@ struct DecodeConfig {
   int stages = 3;         // cp.async pipeline depth
   int cp_bytes = 16;      // bytes per cp.async: 16, or 8 / 4 for caches aligned only that much
   int heads_per_cta = 1;  // kv heads per CTA (their NHD rows are adjacent: longer reads)
-  // What the page lookups hand the loads (decode.cuh's DecodeRow): 0 (page, slot), every copy
-  // recomputing its address (the original form, a bench option); 1 64-bit row byte offsets; 2
-  // 32-bit ones. A plan holds 2 or 0 (or 1, forced); a run downgrades 2 to 1 when a cache spans
-  // over 4 GB.
+  // What the page lookups hand the loads (decode.cuh's DecodeRow): 1 64-bit row byte offsets, 2
+  // 32-bit ones. A plan holds 2 (or 1, forced); a run downgrades 2 to 1 when a cache spans over
+  // 4 GB.
   int addr = 2;
   int joint_tiles = 1;  // 16-token tiles a warp computes together (1 or 2)
   // 1 (sm_90): the splits of a (request, head set) form a thread-block cluster that merges the
@@ -50,14 +52,15 @@ struct DecodeTuning {
                            // plan's workspace then holds counters that must be zero before
                            // the first run (every run leaves them zero)
   int cluster_merge = -1;  // 1: DecodeConfig::cluster_merge (needs 2..16 splits and sm_90)
-  int addr = -1;           // DecodeConfig::addr: 0 (page, slot), 1 64-bit, 2 32-bit if it fits
+  int addr = -1;           // DecodeConfig::addr: 1 64-bit, 2 32-bit if the caches allow
   int joint_tiles = 0;     // 1 or 2; stage_tokens / (16 x warps per head) must be a multiple
   int pdl = -1;            // 1: the merge kernel is a programmatic dependent launch (sm_90+)
 };
 
 inline constexpr int kDecodeMaxGroup = 16;
 inline constexpr int kDecodeMaxSplits = 256;
-inline constexpr int kDecodeClusterMax = 16;  // decode.cuh's: the most splits a cluster merges
+// The most splits a cluster merge combines.
+inline constexpr int kDecodeClusterMax = attention::kDecodeClusterMax;
 
 // Shared memory the device sizes a CTA with (a mirror of DecodeSmem in decode.cuh).
 int decode_smem_bytes(const DecodeConfig& c);

@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "attention/attention_params.h"
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
 #include "jit/jit_core.hpp"
@@ -16,27 +17,7 @@ namespace kjit::ops {
 
 namespace {
 
-// Mirrors kjit::attention::MergeStatesParams in kernels/attention/merge_states.cuh.
-struct MergeStatesParams {
-  const void* v_a;
-  const float* s_a;
-  const void* v_b;
-  const float* s_b;
-  void* v_out;
-  float* s_out;
-  long long va_ss, va_sh;
-  long long vb_ss, vb_sh;
-  long long vo_ss, vo_sh;
-  long long sa_ss, sa_sh;
-  long long sb_ss, sb_sh;
-  long long so_ss, so_sh;
-  long long v_sn, s_sn;
-  long long rows;
-  int heads;
-  int dim;
-  int n;
-};
-static_assert(sizeof(MergeStatesParams) == 184, "the device code asserts the same size");
+using attention::MergeStatesParams;
 
 constexpr int kMergeBlock = 128;
 inline constexpr int64_t kMergeMaxDim = 1 << 16;
@@ -85,10 +66,42 @@ void check_like(const StridedView& a, const char* an, const StridedView& b, cons
   }
 }
 
+// s_out as a view shaped like dims [from, ...) of `like`; absent, a view of nothing.
+StridedView s_out_view(const DLTensor* s_out, const StridedView& like, const char* like_name,
+                       int from) {
+  StridedView so;
+  so.ndim = 1;
+  if (s_out != nullptr) {
+    so = s_view(s_out, "s_out", 2);
+    check_like(like, like_name, so, "s_out", from, 0, false);
+  }
+  return so;
+}
+
 void check_writable(const StridedView& v, const char* name) {
   if (self_overlaps(v)) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "{} has strides under which elements overlap", name);
   }
+}
+
+// The params' output half (v_out, s_out and their strides) and the rows' shape; the callers add
+// their inputs.
+MergeStatesParams output_params(const StridedView& vo, const StridedView& so, bool has_s_out,
+                                int64_t seqs, int64_t heads, int64_t dim, int64_t n) {
+  MergeStatesParams p{};
+  p.v_out = vo.data;
+  p.s_out = has_s_out ? reinterpret_cast<float*>(so.data) : nullptr;
+  p.vo_ss = vo.strides[0];
+  p.vo_sh = vo.strides[1];
+  if (has_s_out) {
+    p.so_ss = so.strides[0];
+    p.so_sh = so.strides[1];
+  }
+  p.rows = seqs * heads;
+  p.heads = static_cast<int>(heads);
+  p.dim = static_cast<int>(dim);
+  p.n = static_cast<int>(n);
+  return p;
 }
 
 void launch_merge(int entry, DType dtype, int64_t dim, int align, MergeStatesParams& p, int device,
@@ -127,34 +140,12 @@ MergeStatesConfig select_merge_states(DType dtype, int64_t dim, int align_bytes)
   return c;
 }
 
-std::string merge_states_uri(const MergeStatesConfig& c) {
-  return merge_states_spec(c).uri;
-}
-
 jit::Spec merge_states_spec(const MergeStatesConfig& c) {
-  jit::Spec s;
-  s.op = "merge_states";
-  s.params = {{"dtype", dtype_name(c.dtype)},
-              {"vec", std::to_string(c.vec)},
-              {"tpr", std::to_string(c.threads_per_row)}};
-  s.uri = jit::make_uri(s.op, s.params);
-  s.kernel_dirs = {"common", "attention"};
-  s.includes = {"attention/merge_states.cuh"};
-  s.config = fmt::format(
-      "namespace kjit_spec {{\n"
-      "using T = {type};\n"
-      "constexpr int kVec = {vec};\n"
-      "constexpr int kThreadsPerRow = {tpr};\n"
-      "}}  // namespace kjit_spec\n",
-      fmt::arg("type", device_type_name(c.dtype)), fmt::arg("vec", c.vec),
-      fmt::arg("tpr", c.threads_per_row));
-  s.entry_names = {
-      "kjit::attention::merge_states2_kernel<kjit_spec::T, kjit_spec::kVec, "
-      "kjit_spec::kThreadsPerRow>",
-      "kjit::attention::merge_states_n_kernel<kjit_spec::T, kjit_spec::kVec, "
-      "kjit_spec::kThreadsPerRow>"};
-  s.arch_families = {"sm_80+"};
-  return s;
+  jit::SpecBuilder b("merge_states", {"common", "attention"}, "attention/merge_states.cuh");
+  b.type("dtype", dtype_name(c.dtype), device_type_name(c.dtype));
+  b.value("vec", c.vec).value("threads_per_row", c.threads_per_row);
+  b.entry("kjit::attention::merge_states2_kernel").entry("kjit::attention::merge_states_n_kernel");
+  return b.build();
 }
 
 void merge_states(const DLTensor* v_a, const DLTensor* s_a, const DLTensor* v_b,
@@ -168,12 +159,7 @@ void merge_states(const DLTensor* v_a, const DLTensor* s_a, const DLTensor* v_b,
   check_like(va, "v_a", vo, "v_out", 0, 0, true);
   check_like(va, "v_a", sa, "s_a", 0, 0, false);
   check_like(va, "v_a", sb, "s_b", 0, 0, false);
-  StridedView so;
-  so.ndim = 1;  // no s_out: a view of nothing
-  if (s_out != nullptr) {
-    so = s_view(s_out, "s_out", 2);
-    check_like(va, "v_a", so, "s_out", 0, 0, false);
-  }
+  const StridedView so = s_out_view(s_out, va, "v_a", 0);
   check_writable(vo, "v_out");
   check_writable(so, "s_out");
   // In place: only as the exact same view of one input.
@@ -200,31 +186,19 @@ void merge_states(const DLTensor* v_a, const DLTensor* s_a, const DLTensor* v_b,
   for (const StridedView* t : {&va, &vb, &vo}) align = std::min(align, view_alignment(*t));
   if (trace::enabled()) trace::merge_states(va.dtype, heads, dim, seqs);
 
-  MergeStatesParams p{};
+  MergeStatesParams p = output_params(vo, so, s_out != nullptr, seqs, heads, dim, 2);
   p.v_a = va.data;
   p.s_a = reinterpret_cast<const float*>(sa.data);
   p.v_b = vb.data;
   p.s_b = reinterpret_cast<const float*>(sb.data);
-  p.v_out = vo.data;
-  p.s_out = s_out != nullptr ? reinterpret_cast<float*>(so.data) : nullptr;
   p.va_ss = va.strides[0];
   p.va_sh = va.strides[1];
   p.vb_ss = vb.strides[0];
   p.vb_sh = vb.strides[1];
-  p.vo_ss = vo.strides[0];
-  p.vo_sh = vo.strides[1];
   p.sa_ss = sa.strides[0];
   p.sa_sh = sa.strides[1];
   p.sb_ss = sb.strides[0];
   p.sb_sh = sb.strides[1];
-  if (s_out != nullptr) {
-    p.so_ss = so.strides[0];
-    p.so_sh = so.strides[1];
-  }
-  p.rows = seqs * heads;
-  p.heads = static_cast<int>(heads);
-  p.dim = static_cast<int>(dim);
-  p.n = 2;
   launch_merge(0, va.dtype, dim, align, p, va.device, stream);
 }
 
@@ -235,12 +209,7 @@ void merge_states_n(const DLTensor* v, const DLTensor* s, DLTensor* v_out, DLTen
   const StridedView vo = v_view(v_out, "v_out", 3);
   check_like(vv, "v", sv, "s", 0, 0, false);
   check_like(vv, "v", vo, "v_out", 1, 0, true);
-  StridedView so;
-  so.ndim = 1;
-  if (s_out != nullptr) {
-    so = s_view(s_out, "s_out", 2);
-    check_like(vv, "v", so, "s_out", 1, 0, false);
-  }
+  const StridedView so = s_out_view(s_out, vv, "v", 1);
   check_writable(vo, "v_out");
   check_writable(so, "s_out");
   using Named = std::pair<const StridedView*, const char*>;
@@ -260,27 +229,15 @@ void merge_states_n(const DLTensor* v, const DLTensor* s, DLTensor* v_out, DLTen
   int align = std::min(view_alignment(vv), view_alignment(vo));
   if (trace::enabled()) trace::merge_states_n(vv.dtype, heads, dim, seqs, n);
 
-  MergeStatesParams p{};
+  MergeStatesParams p = output_params(vo, so, s_out != nullptr, seqs, heads, dim, n);
   p.v_a = vv.data;
   p.s_a = reinterpret_cast<const float*>(sv.data);
-  p.v_out = vo.data;
-  p.s_out = s_out != nullptr ? reinterpret_cast<float*>(so.data) : nullptr;
   p.va_ss = vv.strides[1];
   p.va_sh = vv.strides[2];
-  p.vo_ss = vo.strides[0];
-  p.vo_sh = vo.strides[1];
   p.sa_ss = sv.strides[1];
   p.sa_sh = sv.strides[2];
-  if (s_out != nullptr) {
-    p.so_ss = so.strides[0];
-    p.so_sh = so.strides[1];
-  }
   p.v_sn = vv.strides[0];
   p.s_sn = sv.strides[0];
-  p.rows = seqs * heads;
-  p.heads = static_cast<int>(heads);
-  p.dim = static_cast<int>(dim);
-  p.n = static_cast<int>(n);
   launch_merge(1, vv.dtype, dim, align, p, vv.device, stream);
 }
 

@@ -25,7 +25,6 @@ struct MergeStatesConfig {
 MergeStatesConfig select_merge_states(DType dtype, int64_t dim, int align_bytes);
 
 jit::Spec merge_states_spec(const MergeStatesConfig& cfg);
-std::string merge_states_uri(const MergeStatesConfig& cfg);
 
 // Validate, then launch on `stream`. Throw kjit::Error.
 void merge_states(const DLTensor* v_a, const DLTensor* s_a, const DLTensor* v_b,

@@ -1,0 +1,72 @@
+// Parameters of the attention kernels (kernels/attention/*.cuh), each passed by value as the
+// kernel's one __grid_constant__ argument. The host ops (src/ops/attention/) fill these same
+// structs: this header is the one definition both NVRTC and the host compiler include, so it holds
+// plain C types only (pointers, long long, int, float) and includes nothing. Strides are in
+// elements of their tensor. The names and namespace are part of the kernels' mangled names (and
+// so of the cached cubins' entry points): keep them.
+#pragma once
+
+namespace kjit {
+namespace attention {
+
+// decode_kernel and decode_merge_kernel (kernels/attention/decode.cuh).
+struct DecodeParams {
+  const void* q;        // [batch, qo_heads, head_dim]
+  const void* k_cache;  // pages, strides below
+  const void* v_cache;
+  const int* kv_indices;        // [nnz_pages]
+  const int* kv_indptr;         // [batch + 1]
+  const int* kv_last_page_len;  // [batch]
+  void* out;                    // [batch, qo_heads, head_dim], q's dtype
+  float* lse;                   // [batch, qo_heads] natural log, or null
+  float* ws_o;                  // [batch, max_splits, qo_heads, head_dim] split partials
+  float* ws_lse;                // [batch, max_splits, qo_heads] their lse, log2
+  // [batch * kv_heads / heads_per_cta] finished splits (fused merge), or null: merge kernel.
+  int* counters;
+  long long q_sb, q_sh;
+  long long o_sb, o_sh;
+  long long lse_sb, lse_sh;
+  long long k_sp, k_ss, k_sh;  // k cache page, slot, head strides
+  long long v_sp, v_ss, v_sh;
+  long long num_pages;
+  int batch;
+  int num_qo_heads;
+  int num_kv_heads;
+  int group;  // qo heads per kv head, <= 8 * n_tiles
+  int page_size;
+  int nnz_pages;
+  int chunk;       // tokens per split (the last split of a request takes the rest)
+  int max_splits;  // CTAs per (request, kv head); 1: no split, no workspace
+  int window_left;
+  float score_scale;  // sm_scale * k_scale, then / cap (soft cap) or * log2e (none)
+  float cap_out;      // cap * log2e, 0 without a soft cap
+  float v_scale;
+};
+
+// Most splits a cluster merge combines (the largest, non-portable, cluster on sm_90).
+constexpr int kDecodeClusterMax = 16;
+
+// merge_states2_kernel and merge_states_n_kernel (kernels/attention/merge_states.cuh). Rows are
+// (seq, head) pairs, r = seq * heads + head.
+struct MergeStatesParams {
+  const void* v_a;   // [seqs, heads, dim]
+  const float* s_a;  // [seqs, heads]
+  const void* v_b;
+  const float* s_b;
+  void* v_out;
+  float* s_out;            // may be null
+  long long va_ss, va_sh;  // v_a seq, head strides (v_n: also the state stride below)
+  long long vb_ss, vb_sh;
+  long long vo_ss, vo_sh;
+  long long sa_ss, sa_sh;
+  long long sb_ss, sb_sh;
+  long long so_ss, so_sh;
+  long long v_sn, s_sn;  // merge_n: stride of the state index in v (= v_a) and s (= s_a)
+  long long rows;
+  int heads;
+  int dim;
+  int n;  // merge_n: number of states
+};
+
+}  // namespace attention
+}  // namespace kjit
