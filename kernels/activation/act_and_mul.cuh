@@ -13,38 +13,12 @@
 // intermediate size while the only thing it would save is a shift and a compare per vector.
 #pragma once
 
+#include "activation/activation_params.h"
 #include "common/prelude.cuh"
 #include "common/vec.cuh"
 
 namespace kjit {
 namespace activation {
-
-// Passed by value as a __grid_constant__ kernel parameter. Strides in elements. Keep this exact
-// layout: the host mirrors it.
-struct ActAndMulParams {
-  const void* input;  // [rows, 2 * d] with row stride in_stride
-  void* out;          // [rows, d] with row stride out_stride
-  long long rows;
-  long long in_stride;
-  long long out_stride;
-  int d;
-};
-
-enum : int { kActSilu = 0, kActGelu = 1, kActGeluTanh = 2 };
-
-// Threads per block at most. Small blocks give decode-sized calls (a few rows) more blocks, so
-// they reach more SMs; 16 of them still fill an SM's 2048 threads for large calls.
-constexpr int kActAndMulThreads = 128;
-
-// Largest d (each half's width) the index arithmetic below is sized for.
-constexpr int kActAndMulMaxD = 1 << 24;
-
-// Vectors a thread handles per step, all loaded before any is used: 64 bytes of input in flight
-// per thread at 16-byte vectors, and more accesses (to at most 8) when the vectors are narrower.
-// The host sizes the grid with the same formula (src/ops/activation/activation.cpp).
-KJIT_HOST_DEVICE constexpr int act_and_mul_unroll(int vec_bytes) {
-  return 32 / vec_bytes < 2 ? 2 : (32 / vec_bytes > 8 ? 8 : 32 / vec_bytes);
-}
 
 template <int ACT>
 KJIT_DEVICE KJIT_FORCEINLINE float activate(float x) {

@@ -14,23 +14,11 @@
 #include "common/prelude.cuh"
 #include "common/reduce.cuh"
 #include "common/vec.cuh"
+#include "norm/norm_params.h"
 #include "norm/row_common.cuh"
 
 namespace kjit {
 namespace norm {
-
-// Passed by value as a __grid_constant__ kernel parameter. Strides in elements. The host mirrors
-// this layout field for field.
-struct FusedAddRmsNormParams {
-  void* input;         // [rows, HIDDEN], row stride in_stride: read, then overwritten by the norm
-  void* residual;      // [rows, HIDDEN], row stride res_stride: read, then overwritten by the sum
-  const void* weight;  // [HIDDEN]
-  long long rows;
-  long long in_stride;
-  long long res_stride;
-  float eps;
-  float weight_offset;  // 0 for RMSNorm; 1 for Gemma-style (weight + 1)
-};
 
 // Launch with grid = ceil(rows / ROWS_PER_BLOCK), block = THREADS_PER_ROW * ROWS_PER_BLOCK and no
 // dynamic shared memory. input, residual, weight and both row strides must be aligned to

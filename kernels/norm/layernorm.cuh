@@ -22,23 +22,11 @@
 #include "common/prelude.cuh"
 #include "common/reduce.cuh"
 #include "common/vec.cuh"
+#include "norm/norm_params.h"
 #include "norm/row_common.cuh"
 
 namespace kjit {
 namespace norm {
-
-// Passed by value as a __grid_constant__ kernel parameter. Strides in elements. The host mirrors
-// this layout field for field.
-struct LayerNormParams {
-  const void* input;  // [rows, HIDDEN] with row stride in_stride, T
-  const void* gamma;  // [HIDDEN], TW
-  const void* beta;   // [HIDDEN], TW
-  void* out;          // [rows, HIDDEN] with row stride out_stride, T
-  long long rows;
-  long long in_stride;
-  long long out_stride;
-  float eps;
-};
 
 // Launch with grid = ceil(rows / ROWS_PER_BLOCK), block = THREADS_PER_ROW * ROWS_PER_BLOCK and no
 // dynamic shared memory. input, out and both row strides must be aligned to VEC * sizeof(T)

@@ -12,23 +12,11 @@
 #include "common/prelude.cuh"
 #include "common/reduce.cuh"
 #include "common/vec.cuh"
+#include "norm/norm_params.h"
 #include "norm/row_common.cuh"
 
 namespace kjit {
 namespace norm {
-
-// Passed by value as a __grid_constant__ kernel parameter. Strides in elements. Keep this exact
-// layout: the host mirrors it.
-struct RmsNormParams {
-  const void* input;   // [rows, HIDDEN] with row stride in_stride
-  const void* weight;  // [HIDDEN]
-  void* out;           // [rows, HIDDEN] with row stride out_stride
-  long long rows;
-  long long in_stride;
-  long long out_stride;
-  float eps;
-  float weight_offset;  // 0 for RMSNorm; 1 for Gemma-style (weight + 1). Applied as (w + offset).
-};
 
 // Launch with grid = ceil(rows / ROWS_PER_BLOCK), block = THREADS_PER_ROW * ROWS_PER_BLOCK and no
 // dynamic shared memory. input, weight, out and both row strides must be aligned to

@@ -32,52 +32,10 @@
 #include "common/fastdiv.cuh"
 #include "common/prelude.cuh"
 #include "common/vec.cuh"
+#include "rope/rope_params.h"
 
 namespace kjit {
 namespace rope {
-
-constexpr int kModeFreq = 0;
-constexpr int kModeCache = 1;
-
-// cos_sin cache element types (RopeParams::cache_dtype).
-constexpr int kCacheF32 = 0;
-constexpr int kCacheF16 = 1;
-constexpr int kCacheBF16 = 2;
-
-// Passed by value as a __grid_constant__ kernel parameter (RopeParams below). Strides are in
-// elements. Keep this exact layout: the host mirrors it.
-struct RopeArgs {
-  const void* q_in;     // [tokens, q_heads, HEAD_DIM]
-  void* q_out;          // may be q_in (same strides): in place
-  const void* k_in;     // [tokens, k_heads, HEAD_DIM]
-  void* k_out;          // may be k_in (same strides): in place
-  const void* pos;      // [tokens], int32 or int64 (pos_bytes)
-  const void* cos_sin;  // kModeCache: [max_pos, ROT_DIM], row stride cache_stride
-  long long q_in_st, q_in_sh, q_out_st, q_out_sh;
-  long long k_in_st, k_in_sh, k_out_st, k_out_sh;
-  long long cache_stride;
-  long long max_pos;
-  int q_heads, k_heads;
-  int heads_per_chunk;  // heads of one token that one block covers
-  int chunks;           // blocks per token: grid = tokens * chunks
-  int copy_q_pass;      // 1 when q_out is not q_in: dims >= ROT_DIM must be copied
-  int copy_k_pass;
-  int pos_bytes;       // 4 or 8
-  int cache_dtype;     // kCache*
-  FastDiv chunks_div;  // blockIdx.x / chunks
-  FastDiv slots_div;   // threadIdx.x / slots (slots = blockDim.x / kUnits)
-};
-// The host puts the frequency table right after the args; it checks the same size.
-static_assert(sizeof(RopeArgs) == 176, "RopeArgs layout");
-
-// The args and, for kModeFreq, (hi, lo) of inv_freq[f] / pi for f < ROT_DIM / 2. The host mirror
-// has a table of the largest size; the launch copies only this kernel's parameter size, so the
-// table is as long as this ROT_DIM needs.
-template <int TABLE>
-struct RopeParams {
-  RopeArgs a;
-  float freq[2 * TABLE];
-};
 
 namespace detail {
 

@@ -4,29 +4,20 @@
 
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
+#include "activation/activation_params.h"
+#include "diag/trace_dump.hpp"
 #include "jit/jit_core.hpp"
 #include "ops/pdl.hpp"
-#include "diag/trace_dump.hpp"
 #include "util/error.hpp"
 
 namespace kjit::ops {
 
 namespace {
 
-// Mirrors kjit::activation::ActAndMulParams in kernels/activation/act_and_mul.cuh field for field.
-struct ActAndMulParams {
-  const void* input;
-  void* out;
-  long long rows;
-  long long in_stride;
-  long long out_stride;
-  int d;
-};
-
-// Mirrors kjit::activation::act_and_mul_unroll: vectors per thread per step.
-int unroll_for(int vec_bytes) {
-  return std::clamp(32 / vec_bytes, 2, 8);
-}
+static_assert(static_cast<int>(Act::kSilu) == activation::kActSilu &&
+                  static_cast<int>(Act::kGelu) == activation::kActGelu &&
+                  static_cast<int>(Act::kGeluTanh) == activation::kActGeluTanh,
+              "Act values are the kernel's ACT argument");
 
 int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
@@ -67,7 +58,8 @@ ActAndMulConfig select_act_and_mul(Act act, DType dtype, int64_t d, int align_by
 ActAndMulShape act_and_mul_shape(const ActAndMulConfig& cfg, int64_t rows, int64_t d, int sm_count,
                                  int max_threads_per_sm) {
   const int64_t n_vec = d / cfg.vec;
-  const int unroll = unroll_for(cfg.vec * static_cast<int>(dtype_size(cfg.dtype)));
+  const int unroll =
+      activation::act_and_mul_unroll(cfg.vec * static_cast<int>(dtype_size(cfg.dtype)));
   ActAndMulShape s;
   // Rows shorter than a block share it (block_y rows side by side), so short rows do not leave
   // most of each block idle.
@@ -165,7 +157,8 @@ void act_and_mul(Act act, const DLTensor* input, DLTensor* out, void* stream) {
       "act_and_mul", cfg, x.device, [&] { return act_and_mul_spec(cfg); });
   const ActAndMulShape shape =
       act_and_mul_shape(cfg, x.rows, d, dev.sm_count, dev.max_threads_per_sm);
-  ActAndMulParams p{x.data, y.data, x.rows, x.row_stride, y.row_stride, static_cast<int>(d)};
+  activation::ActAndMulParams p{x.data,       y.data,       x.rows,
+                                x.row_stride, y.row_stride, static_cast<int>(d)};
   cuda::LaunchConfig lc;
   lc.grid_x = shape.grid_x;
   lc.grid_y = shape.grid_y;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "activation/activation_params.h"
 #include "jit/spec.hpp"
 #include "ops/registry.hpp"
 #include "ops/tensor.hpp"
@@ -25,9 +26,9 @@ struct ActAndMulConfig {
   int vec = 1;  // elements per vector access (vec * sizeof(T) <= 16 bytes)
 };
 
-// Mirrors kjit::activation::kActAndMulMaxD / kActAndMulThreads in kernels/activation.
-inline constexpr int64_t kActAndMulMaxD = 1 << 24;
-inline constexpr int kActAndMulThreads = 128;
+// The kernel's limits (kernels/activation/activation_params.h).
+inline constexpr int64_t kActAndMulMaxD = activation::kActAndMulMaxD;
+inline constexpr int kActAndMulThreads = activation::kActAndMulThreads;
 
 // Support and dispatch in one place: the config for this activation, dtype, half width d and the
 // alignment (bytes, power of two <= 16) that both pointers and both row strides share. Throws

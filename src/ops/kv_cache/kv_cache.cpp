@@ -6,40 +6,17 @@
 
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
+#include "diag/trace_dump.hpp"
 #include "jit/jit_core.hpp"
+#include "kv_cache/kv_cache_params.h"
 #include "ops/fastdiv.hpp"
 #include "ops/pdl.hpp"
-#include "diag/trace_dump.hpp"
 #include "ops/tensor.hpp"
 #include "util/error.hpp"
 
 namespace kjit::ops {
 
 namespace {
-
-// Mirrors kjit::kv_cache::AppendPagedKvParams in kernels/kv_cache/append_paged.cuh field for
-// field.
-struct AppendPagedKvParams {
-  const void* append_k;
-  const void* append_v;
-  const int* batch_indices;
-  const int* positions;
-  void* k_cache;
-  void* v_cache;
-  const int* kv_indices;
-  const int* kv_indptr;
-  long long ak_st, ak_sh, av_st, av_sh;
-  long long kc_sp, kc_ss, kc_sh;
-  long long vc_sp, vc_ss, vc_sh;
-  long long num_pages;
-  int rows;
-  int num_heads;
-  int page_size;
-  int batch;
-  int nnz_pages;
-  FastDiv heads_div;
-  FastDiv page_size_div;
-};
 
 // An 8-bit cache is well-formed (FlashInfer has fp8 e4m3 / e5m2 caches) but not served yet: say
 // so instead of calling its dtype unknown.
@@ -235,7 +212,7 @@ void append_paged_kv_cache(const DLTensor* append_k, const DLTensor* append_v,
   const jit::LoadedKernel& kernel = jit::JitCore::global().kernel_for(
       "append_paged_kv", cfg, dev, [&] { return append_paged_kv_spec(cfg); });
 
-  AppendPagedKvParams p{};
+  kv_cache::AppendPagedKvParams p{};
   p.append_k = ak.data;
   p.append_v = av.data;
   p.batch_indices = reinterpret_cast<const int*>(bi.data);

@@ -4,27 +4,16 @@
 
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
-#include "jit/jit_core.hpp"
-#include "ops/pdl.hpp"
 #include "diag/trace_dump.hpp"
+#include "jit/jit_core.hpp"
+#include "norm/norm_params.h"
 #include "ops/norm/norm.hpp"
+#include "ops/pdl.hpp"
 #include "util/error.hpp"
 
 namespace kjit::ops {
 
 namespace {
-
-// Mirrors kjit::norm::LayerNormParams in kernels/norm/layernorm.cuh field for field.
-struct LayerNormParams {
-  const void* input;
-  const void* gamma;
-  const void* beta;
-  void* out;
-  long long rows;
-  long long in_stride;
-  long long out_stride;
-  float eps;
-};
 
 jit::Params layernorm_params(const LayerNormConfig& c) {
   jit::Params p{{"dtype", dtype_name(c.dtype)},
@@ -137,7 +126,7 @@ void layernorm(const DLTensor* input, const DLTensor* gamma, const DLTensor* bet
 
   const jit::LoadedKernel& k = jit::JitCore::global().kernel_for(
       "layernorm", cfg, x.device, [&] { return layernorm_spec(cfg); });
-  LayerNormParams p{x.data, g.data, b.data, y.data, x.rows, x.row_stride, y.row_stride, eps};
+  norm::LayerNormParams p{x.data, g.data, b.data, y.data, x.rows, x.row_stride, y.row_stride, eps};
   cuda::LaunchConfig lc;
   lc.grid_x = static_cast<unsigned>((x.rows + cfg.rows_per_block - 1) / cfg.rows_per_block);
   lc.block_x = static_cast<unsigned>(cfg.threads_per_row * cfg.rows_per_block);

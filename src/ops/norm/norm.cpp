@@ -6,38 +6,15 @@
 
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
-#include "jit/jit_core.hpp"
-#include "ops/pdl.hpp"
 #include "diag/trace_dump.hpp"
+#include "jit/jit_core.hpp"
+#include "norm/norm_params.h"
+#include "ops/pdl.hpp"
 #include "util/error.hpp"
 
 namespace kjit::ops {
 
 namespace {
-
-// Mirrors kjit::norm::RmsNormParams in kernels/norm/rmsnorm.cuh field for field.
-struct RmsNormParams {
-  const void* input;
-  const void* weight;
-  void* out;
-  long long rows;
-  long long in_stride;
-  long long out_stride;
-  float eps;
-  float weight_offset;
-};
-
-// Mirrors kjit::norm::FusedAddRmsNormParams in kernels/norm/fused_add_rmsnorm.cuh.
-struct FusedAddRmsNormParams {
-  void* input;
-  void* residual;
-  const void* weight;
-  long long rows;
-  long long in_stride;
-  long long res_stride;
-  float eps;
-  float weight_offset;
-};
 
 RmsNormConfig select_row_norm(const char* op, DType dtype, int64_t hidden, int align_bytes,
                               int64_t rows) {
@@ -277,7 +254,8 @@ void rmsnorm(const DLTensor* input, const DLTensor* weight, DLTensor* out, float
 
   const jit::LoadedKernel& k = jit::JitCore::global().kernel_for("rmsnorm", cfg, x.device,
                                                                  [&] { return rmsnorm_spec(cfg); });
-  RmsNormParams p{x.data, w.data, y.data, x.rows, x.row_stride, y.row_stride, eps, weight_offset};
+  norm::RmsNormParams p{x.data,       w.data,       y.data, x.rows,
+                        x.row_stride, y.row_stride, eps,    weight_offset};
   cuda::LaunchConfig lc = row_launch(cfg, x.rows, stream);
   cuda::ScopedDevice scope(x.device);
   launch_elementwise(k.functions.at(0), lc, &p, x.device);
@@ -310,8 +288,8 @@ void fused_add_rmsnorm(DLTensor* input, DLTensor* residual, const DLTensor* weig
 
   const jit::LoadedKernel& k = jit::JitCore::global().kernel_for(
       "fused_add_rmsnorm", cfg, x.device, [&] { return fused_add_rmsnorm_spec(cfg); });
-  FusedAddRmsNormParams p{x.data,       r.data,       w.data, x.rows,
-                          x.row_stride, r.row_stride, eps,    weight_offset};
+  norm::FusedAddRmsNormParams p{x.data,       r.data,       w.data, x.rows,
+                                x.row_stride, r.row_stride, eps,    weight_offset};
   cuda::LaunchConfig lc = row_launch(cfg, x.rows, stream);
   cuda::ScopedDevice scope(x.device);
   launch_elementwise(k.functions.at(0), lc, &p, x.device);

@@ -12,48 +12,21 @@
 
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
+#include "diag/trace_dump.hpp"
 #include "jit/jit_core.hpp"
 #include "ops/fastdiv.hpp"
 #include "ops/pdl.hpp"
-#include "diag/trace_dump.hpp"
+#include "rope/rope_params.h"
 #include "util/error.hpp"
 
 namespace kjit::ops {
 
 namespace {
 
-// Mirrors kjit::rope::RopeArgs / RopeParams in kernels/rope/rope.cuh field for field, with the
-// table at its largest: the launch copies only the first sizeof(device RopeParams) bytes.
-struct RopeArgs {
-  const void* q_in;
-  void* q_out;
-  const void* k_in;
-  void* k_out;
-  const void* pos;
-  const void* cos_sin;
-  long long q_in_st, q_in_sh, q_out_st, q_out_sh;
-  long long k_in_st, k_in_sh, k_out_st, k_out_sh;
-  long long cache_stride;
-  long long max_pos;
-  int q_heads, k_heads;
-  int heads_per_chunk;
-  int chunks;
-  int copy_q_pass;
-  int copy_k_pass;
-  int pos_bytes;
-  int cache_dtype;
-  FastDiv chunks_div;
-  FastDiv slots_div;
-};
-static_assert(sizeof(RopeArgs) == 176, "the device code asserts the same size");
+// The host fills the table at its largest; the launch copies only the kernel's own parameter
+// size (kernels/rope/rope_params.h).
+using RopeParams = rope::RopeParams<kRopeMaxRotDim / 2>;
 
-struct RopeParams {
-  RopeArgs a;
-  float freq[kRopeMaxRotDim];  // (hi, lo) pairs for rot_dim / 2 frequencies
-};
-static_assert(offsetof(RopeParams, freq) == sizeof(RopeArgs), "the table follows the args");
-
-constexpr int kCacheF32 = 0, kCacheF16 = 1, kCacheBF16 = 2;  // kjit::rope::kCache*
 constexpr double kPi = 3.14159265358979323846;
 
 const char* mode_name(RopeMode m) {
@@ -291,9 +264,9 @@ void launch_rope(const QkViews& v, const RopeLaunch& l, void* stream) {
     p.a.cos_sin = l.cache->data;
     p.a.cache_stride = l.cache->strides[0];
     p.a.max_pos = l.cache->shape[0];
-    p.a.cache_dtype = l.cache->dtype == DType::kF32   ? kCacheF32
-                      : l.cache->dtype == DType::kF16 ? kCacheF16
-                                                      : kCacheBF16;
+    p.a.cache_dtype = l.cache->dtype == DType::kF32   ? rope::kCacheF32
+                      : l.cache->dtype == DType::kF16 ? rope::kCacheF16
+                                                      : rope::kCacheBF16;
   } else {
     std::copy(l.freq_pairs->begin(), l.freq_pairs->end(), p.freq);
   }
