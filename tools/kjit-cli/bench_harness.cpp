@@ -64,16 +64,20 @@ bool elementwise_op(const std::string& op) {
   return std::find(std::begin(kElementwise), std::end(kElementwise), op) != std::end(kElementwise);
 }
 
+// What bench_elementwise_launch() returns: the process's launch mode, or plain launches while a
+// report times an elementwise op with a timer other than events-batched.
+ops::ElementwiseLaunch g_elementwise_launch = ops::elementwise_launch_from_env();
+
 // For the scope of one report: plain launches of an elementwise op unless the timer is
 // events-batched, then the process's launch mode again.
 class PlainLaunchUnlessBatched {
  public:
   PlainLaunchUnlessBatched(const std::string& op, const BenchOptions& opts)
       : active_(elementwise_op(op) && opts.timer != "events-batched" && ops::elementwise_pdl(0)) {
-    if (active_) ops::force_elementwise_pdl(0);
+    if (active_) g_elementwise_launch.pdl = false;
   }
   ~PlainLaunchUnlessBatched() {
-    if (active_) ops::force_elementwise_pdl(-1);
+    if (active_) g_elementwise_launch = ops::elementwise_launch_from_env();
   }
   PlainLaunchUnlessBatched(const PlainLaunchUnlessBatched&) = delete;
   PlainLaunchUnlessBatched& operator=(const PlainLaunchUnlessBatched&) = delete;
@@ -199,6 +203,10 @@ std::string describe(const Measurement& m) {
 }
 
 }  // namespace
+
+const ops::ElementwiseLaunch& bench_elementwise_launch() {
+  return g_elementwise_launch;
+}
 
 int report(const BenchCase& in, const Check& chk, double first_ms, const BenchOptions& opts) {
   const PlainLaunchUnlessBatched plain(in.op, opts);
@@ -430,7 +438,8 @@ int bench_empty(const ops::SetArgs& args, const BenchOptions& opts) {
   c.launch = [&] {
     if (fn == nullptr)
       fn = jit::JitCore::global().kernel(spec.uri, 0, [&] { return spec; }).functions.at(0);
-    ops::launch_elementwise(fn, lc, move ? static_cast<const void*>(&mp) : &unused, 0);
+    ops::launch_elementwise(fn, lc, move ? static_cast<const void*>(&mp) : &unused, 0,
+                            bench_elementwise_launch());
   };
   const double first_ms = first_call_ms(c);
   Check chk;

@@ -89,34 +89,20 @@ ActAndMulShape act_and_mul_shape(const ActAndMulConfig& cfg, int64_t rows, int64
 }
 
 std::string act_and_mul_uri(const ActAndMulConfig& c) {
-  return jit::make_uri(
-      "act_and_mul",
-      {{"act", act_name(c.act)}, {"dtype", dtype_name(c.dtype)}, {"vec", std::to_string(c.vec)}});
+  return act_and_mul_spec(c).uri;
 }
 
+// One name a setting, from the config field to the kernel's template parameter (in upper case).
 jit::Spec act_and_mul_spec(const ActAndMulConfig& c) {
-  jit::Spec s;
-  s.op = "act_and_mul";
-  s.params = {
-      {"act", act_name(c.act)}, {"dtype", dtype_name(c.dtype)}, {"vec", std::to_string(c.vec)}};
-  s.uri = jit::make_uri(s.op, s.params);
-  s.kernel_dirs = {"common", "activation"};
-  s.includes = {"activation/act_and_mul.cuh"};
-  s.config = fmt::format(
-      "namespace kjit_spec {{\n"
-      "using T = {type};\n"
-      "constexpr int kAct = {act};\n"
-      "constexpr int kVec = {vec};\n"
-      "}}  // namespace kjit_spec\n",
-      fmt::arg("type", device_type_name(c.dtype)), fmt::arg("act", static_cast<int>(c.act)),
-      fmt::arg("vec", c.vec));
-  s.entry_names = {
-      "kjit::activation::act_and_mul_kernel<kjit_spec::T, kjit_spec::kAct, kjit_spec::kVec>"};
-  s.arch_families = {"sm_80+"};
-  return s;
+  jit::SpecBuilder b("act_and_mul", {"common", "activation"}, "activation/act_and_mul.cuh");
+  b.choice("act", act_name(c.act), static_cast<int>(c.act));
+  b.type("dtype", dtype_name(c.dtype), device_type_name(c.dtype)).value("vec", c.vec);
+  b.entry("kjit::activation::act_and_mul_kernel", {"dtype", "act", "vec"});
+  return b.build();
 }
 
-void act_and_mul(Act act, const DLTensor* input, DLTensor* out, void* stream) {
+void act_and_mul(Act act, const DLTensor* input, DLTensor* out, void* stream,
+                 const ElementwiseLaunch& launch) {
   RowMatrix x = as_row_matrix(input, "input");
   RowMatrix y = as_row_matrix(out, "out");
   check_same_dtype(x, "input", y, "out");
@@ -166,7 +152,7 @@ void act_and_mul(Act act, const DLTensor* input, DLTensor* out, void* stream) {
   lc.block_y = shape.block_y;
   lc.stream = static_cast<CUstream>(stream);
   cuda::ScopedDevice scope(x.device);
-  launch_elementwise(k.functions.at(0), lc, &p, x.device);
+  launch_elementwise(k.functions.at(0), lc, &p, x.device, launch);
 }
 
 OpDef act_and_mul_op_def() {

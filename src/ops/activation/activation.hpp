@@ -9,6 +9,7 @@
 
 #include "activation/activation_params.h"
 #include "jit/spec.hpp"
+#include "ops/pdl.hpp"
 #include "ops/registry.hpp"
 #include "ops/tensor.hpp"
 
@@ -46,9 +47,10 @@ ActAndMulShape act_and_mul_shape(const ActAndMulConfig& cfg, int64_t rows, int64
 jit::Spec act_and_mul_spec(const ActAndMulConfig& cfg);
 std::string act_and_mul_uri(const ActAndMulConfig& cfg);
 
-// out = act(input[..., :d]) * input[..., d:]. Validates, then launches on `stream`. Throws
-// kjit::Error.
-void act_and_mul(Act act, const DLTensor* input, DLTensor* out, void* stream);
+// out = act(input[..., :d]) * input[..., d:]. Validates, then launches on `stream` as `launch`
+// says. Throws kjit::Error.
+void act_and_mul(Act act, const DLTensor* input, DLTensor* out, void* stream,
+                 const ElementwiseLaunch& launch = elementwise_launch_from_env());
 
 OpDef act_and_mul_op_def();
 
