@@ -285,6 +285,22 @@ void launch_rope(const QkViews& v, const RopeLaunch& l, void* stream) {
   launch_elementwise(kernel.functions.at(0), lc, &p, v.q.device, *l.launch);
 }
 
+// The pos_ids entry points' launch: angles from the frequency table `key` names (memoized;
+// inv_freq computes it the first time).
+void launch_freq_rope(const QkViews& v, const StridedView& pos, const FreqKey& key, bool interleave,
+                      const ElementwiseLaunch& launch, const RopeTuning& tuning, void* stream,
+                      const std::function<std::vector<double>()>& inv_freq) {
+  RopeLaunch l;
+  l.mode = RopeMode::kFreq;
+  l.interleave = interleave;
+  l.rot_dim = key.rot_dim;
+  l.pos = &pos;
+  l.launch = &launch;
+  l.tuning = &tuning;
+  l.freq_pairs = &freq_pairs(key, inv_freq);
+  launch_rope(v, l, stream);
+}
+
 int resolve_rotary_dim(int rotary_dim, int64_t head_dim, const char* name) {
   const int64_t r = rotary_dim == 0 ? head_dim : rotary_dim;
   if (r < 2 || r % 2 != 0 || r > head_dim) {
@@ -437,17 +453,9 @@ void apply_rope_pos_ids(const DLTensor* q, const DLTensor* k, DLTensor* q_out, D
   key.rot_dim = rot;
   key.scale = rope_scale;
   key.theta = rope_theta;
-  RopeLaunch l;
-  l.mode = RopeMode::kFreq;
-  l.interleave = interleave != 0;
-  l.rot_dim = rot;
-  l.pos = &pos;
-  l.launch = &launch;
-  l.tuning = &tuning;
   // rot = rot: clang before 16 cannot capture a structured binding.
-  l.freq_pairs =
-      &freq_pairs(key, [&, rot = rot] { return rope_inv_freq(rot, rope_scale, rope_theta); });
-  launch_rope(v, l, stream);
+  launch_freq_rope(v, pos, key, interleave != 0, launch, tuning, stream,
+                   [&, rot = rot] { return rope_inv_freq(rot, rope_scale, rope_theta); });
 }
 
 void apply_llama31_rope_pos_ids(const DLTensor* q, const DLTensor* k, DLTensor* q_out,
@@ -479,18 +487,10 @@ void apply_llama31_rope_pos_ids(const DLTensor* q, const DLTensor* k, DLTensor* 
   key.low = low_freq_factor;
   key.high = high_freq_factor;
   key.old_ctx = old_context_len;
-  RopeLaunch l;
-  l.mode = RopeMode::kFreq;
-  l.interleave = interleave != 0;
-  l.rot_dim = rot;
-  l.pos = &pos;
-  l.launch = &launch;
-  l.tuning = &tuning;
-  l.freq_pairs = &freq_pairs(key, [&, rot = rot] {
+  launch_freq_rope(v, pos, key, interleave != 0, launch, tuning, stream, [&, rot = rot] {
     return llama31_inv_freq(rot, rope_scale, rope_theta, low_freq_factor, high_freq_factor,
                             old_context_len);
   });
-  launch_rope(v, l, stream);
 }
 
 namespace {
