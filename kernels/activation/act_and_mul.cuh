@@ -1,6 +1,6 @@
 // Gated MLP activations (SwiGLU / GeGLU): the input row is [gate | up], each half d wide.
 //
-//   out[r, i] = T(act(float(in[r, i])) * float(in[r, d + i]))      0 <= i < d
+//   out[r, i] = DTYPE(act(float(in[r, i])) * float(in[r, d + i]))      0 <= i < d
 //
 //   ACT 0 (silu):      act(x) = x / (1 + exp(-x))
 //   ACT 1 (gelu):      act(x) = 0.5 x (1 + erf(x / sqrt(2)))
@@ -13,38 +13,12 @@
 // intermediate size while the only thing it would save is a shift and a compare per vector.
 #pragma once
 
+#include "activation/activation_params.h"
 #include "common/prelude.cuh"
 #include "common/vec.cuh"
 
 namespace kjit {
 namespace activation {
-
-// Passed by value as a __grid_constant__ kernel parameter. Strides in elements. Keep this exact
-// layout: the host mirrors it.
-struct ActAndMulParams {
-  const void* input;  // [rows, 2 * d] with row stride in_stride
-  void* out;          // [rows, d] with row stride out_stride
-  long long rows;
-  long long in_stride;
-  long long out_stride;
-  int d;
-};
-
-enum : int { kActSilu = 0, kActGelu = 1, kActGeluTanh = 2 };
-
-// Threads per block at most. Small blocks give decode-sized calls (a few rows) more blocks, so
-// they reach more SMs; 16 of them still fill an SM's 2048 threads for large calls.
-constexpr int kActAndMulThreads = 128;
-
-// Largest d (each half's width) the index arithmetic below is sized for.
-constexpr int kActAndMulMaxD = 1 << 24;
-
-// Vectors a thread handles per step, all loaded before any is used: 64 bytes of input in flight
-// per thread at 16-byte vectors, and more accesses (to at most 8) when the vectors are narrower.
-// The host sizes the grid with the same formula (src/ops/activation/activation.cpp).
-KJIT_HOST_DEVICE constexpr int act_and_mul_unroll(int vec_bytes) {
-  return 32 / vec_bytes < 2 ? 2 : (32 / vec_bytes > 8 ? 8 : 32 / vec_bytes);
-}
 
 template <int ACT>
 KJIT_DEVICE KJIT_FORCEINLINE float activate(float x) {
@@ -73,18 +47,18 @@ KJIT_DEVICE KJIT_FORCEINLINE float activate(float x) {
 // 1 <= grid_y <= 65535. Threads stride over rows by grid_y * by and over a row's vectors by
 // grid_x * bx, so every such shape is correct and the host only chooses how work is spread.
 // d must be in 1..kActAndMulMaxD and a multiple of VEC; input, out and both row strides must be
-// aligned to VEC * sizeof(T) bytes (then so is the up half, d elements into each row). out must
+// aligned to VEC * sizeof(DTYPE) bytes (then so is the up half, d elements into each row). out must
 // not overlap input: input is loaded ahead of other vectors' stores.
 // clang-format would read the launch bound as a pointer declaration.
 // clang-format off
-template <typename T, int ACT, int VEC>
+template <typename DTYPE, int ACT, int VEC>
 __global__ void __launch_bounds__(kActAndMulThreads)
 act_and_mul_kernel(const __grid_constant__ ActAndMulParams p) {
   // clang-format on
   pdl_enter();  // before any global access: see prelude.cuh
-  static_assert(VEC >= 1 && VEC * sizeof(T) <= 16, "a vector must fit one 16-byte access");
-  using V = Vec<T, VEC>;
-  constexpr int kUnroll = act_and_mul_unroll(int(VEC * sizeof(T)));
+  static_assert(VEC >= 1 && VEC * sizeof(DTYPE) <= 16, "a vector must fit one 16-byte access");
+  using V = Vec<DTYPE, VEC>;
+  constexpr int kUnroll = act_and_mul_unroll(int(VEC * sizeof(DTYPE)));
 
   // With d <= 2^24 and grid_x within its bound, v0 + kUnroll * step stays below 2^28: int
   // vector indices cannot overflow.
@@ -95,9 +69,9 @@ act_and_mul_kernel(const __grid_constant__ ActAndMulParams p) {
 
   for (i64 row = i64(blockIdx.y) * blockDim.y + threadIdx.y; row < p.rows; row += row_step) {
     // 64-bit: rows * stride can exceed 2^31 elements.
-    const T* gate = static_cast<const T*>(p.input) + row * p.in_stride;
-    const T* up = gate + p.d;
-    T* y = static_cast<T*>(p.out) + row * p.out_stride;
+    const DTYPE* gate = static_cast<const DTYPE*>(p.input) + row * p.in_stride;
+    const DTYPE* up = gate + p.d;
+    DTYPE* y = static_cast<DTYPE*>(p.out) + row * p.out_stride;
 
     for (int v0 = first; v0 < n_vec; v0 += kUnroll * step) {
       V a[kUnroll], b[kUnroll];
@@ -106,7 +80,7 @@ act_and_mul_kernel(const __grid_constant__ ActAndMulParams p) {
         const int v = v0 + u * step;
         if (u == 0 || v < n_vec) {
           // Plain loads: last-use loads (ld.global.lu) cost 5.5% of the bandwidth at 16384 x
-          // 14336 on the H200 (a standalone probe: 341 -> 323 us, a copy of the same bytes 333).
+          // 14336 on the H200 (341 -> 323 us, a copy of the same bytes 333 us).
           a[u].load(gate + i64(v) * VEC);
           b[u].load(up + i64(v) * VEC);
         }
@@ -118,7 +92,7 @@ act_and_mul_kernel(const __grid_constant__ ActAndMulParams p) {
           V o;
 #pragma unroll
           for (int e = 0; e < VEC; ++e) {
-            o[e] = from_float<T>(activate<ACT>(to_float(a[u][e])) * to_float(b[u][e]));
+            o[e] = from_float<DTYPE>(activate<ACT>(to_float(a[u][e])) * to_float(b[u][e]));
           }
           // A 64-bit offset: with an int one the compiler cannot prove the elements contiguous
           // (the 32-bit multiply might wrap) and splits the store into VEC scalar stores.

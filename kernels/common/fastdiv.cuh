@@ -9,15 +9,10 @@
 // powers of two give mul == 0: a plain shift.
 #pragma once
 
+#include "common/fastdiv_params.h"
 #include "common/prelude.cuh"
 
 namespace kjit {
-
-// Mirrored by kjit::ops::FastDiv on the host: two 32-bit fields, in this order.
-struct FastDiv {
-  unsigned int mul;
-  unsigned int shift;
-};
 
 // n / d for 0 <= n < 2^31, d the divisor fd was made for.
 KJIT_DEVICE KJIT_FORCEINLINE int fast_div(int n, FastDiv fd) {

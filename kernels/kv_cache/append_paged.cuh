@@ -19,38 +19,14 @@
 #include "common/fastdiv.cuh"
 #include "common/prelude.cuh"
 #include "common/vec.cuh"
+#include "kv_cache/kv_cache_params.h"
 
 namespace kjit {
 namespace kv_cache {
 
-// Passed by value as a __grid_constant__ kernel parameter. Strides in elements. Keep this exact
-// layout: the host mirrors it. Cache strides are per logical dim (page, slot, head), so the
-// NHD and HND layouts (and strided views of a combined [pages, 2, ...] cache) are one kernel.
-struct AppendPagedKvParams {
-  const void* append_k;  // [nnz, num_heads, HEAD_DIM]
-  const void* append_v;
-  const int* batch_indices;  // [nnz]
-  const int* positions;      // [nnz]
-  void* k_cache;
-  void* v_cache;
-  const int* kv_indices;                 // [nnz_pages]
-  const int* kv_indptr;                  // [batch + 1]
-  long long ak_st, ak_sh, av_st, av_sh;  // append: token, head strides
-  long long kc_sp, kc_ss, kc_sh;         // k cache: page, slot, head strides
-  long long vc_sp, vc_ss, vc_sh;
-  long long num_pages;
-  int rows;  // nnz * num_heads
-  int num_heads;
-  int page_size;
-  int batch;
-  int nnz_pages;
-  FastDiv heads_div;      // row / num_heads
-  FastDiv page_size_div;  // pos / page_size
-};
-
 // Launch with grid = ceil(rows / (blockDim.x / kThreadsPerRow)) and blockDim.x a multiple of
 // kThreadsPerRow = min(HEAD_DIM / VEC, 32), no shared memory. Every pointer and stride of the
-// append tensors and caches must be aligned to VEC * sizeof(T) bytes. The caches must not
+// append tensors and caches must be aligned to VEC * sizeof(DTYPE) bytes. The caches must not
 // overlap the inputs; two tokens that name the same slot race (one of them wins).
 // EARLY_INDICES (the host's KJIT_PDL_EARLY_INDICES, at decode sizes): the whole index chain
 // (batch index, position, kv_indptr, kv_indices) is read before the programmatic-launch wait,
@@ -59,19 +35,19 @@ struct AppendPagedKvParams {
 // that the kernel just before does not write those four tensors.
 // clang-format would read the launch bound as a pointer declaration.
 // clang-format off
-template <typename T, int HEAD_DIM, int VEC, bool EARLY_INDICES = false>
+template <typename DTYPE, int HEAD_DIM, int VEC, bool EARLY_INDICES>
 __global__ void __launch_bounds__(256)
 append_paged_kv_kernel(const __grid_constant__ AppendPagedKvParams p) {
   // clang-format on
   if constexpr (!EARLY_INDICES) pdl_enter();  // before any global access: see prelude.cuh
-  static_assert(VEC >= 1 && (VEC & (VEC - 1)) == 0 && VEC * sizeof(T) <= 16, "bad VEC");
+  static_assert(VEC >= 1 && (VEC & (VEC - 1)) == 0 && VEC * sizeof(DTYPE) <= 16, "bad VEC");
   static_assert(HEAD_DIM >= 1 && HEAD_DIM % VEC == 0, "HEAD_DIM must be a multiple of VEC");
   constexpr int kVecs = HEAD_DIM / VEC;
   // Up to a warp per row; longer rows give each thread several vectors, all loaded together.
   constexpr int kThreadsPerRow = kVecs < 32 ? kVecs : 32;
   constexpr int kIters = (kVecs + kThreadsPerRow - 1) / kThreadsPerRow;
   constexpr bool kEven = kVecs % kThreadsPerRow == 0;
-  using V = Vec<T, VEC>;
+  using V = Vec<DTYPE, VEC>;
 
   const int rows_per_block = int(blockDim.x) / kThreadsPerRow;
   const int local = int(threadIdx.x) / kThreadsPerRow;
@@ -100,8 +76,8 @@ append_paged_kv_kernel(const __grid_constant__ AppendPagedKvParams p) {
   const int lane32 = int(threadIdx.x) & 31;
   const int ip = warp_indptr && lane32 <= p.batch ? load_index(p.kv_indptr + lane32) : 0;
 
-  const T* ak = static_cast<const T*>(p.append_k) + token * p.ak_st + head * p.ak_sh;
-  const T* av = static_cast<const T*>(p.append_v) + token * p.av_st + head * p.av_sh;
+  const DTYPE* ak = static_cast<const DTYPE*>(p.append_k) + token * p.ak_st + head * p.ak_sh;
+  const DTYPE* av = static_cast<const DTYPE*>(p.append_v) + token * p.av_st + head * p.av_sh;
   // Loaded once and never written here: the read-only path. After the wait with EARLY_INDICES
   // (below, once the destination is known).
   V kv[kIters], vv[kIters];
@@ -137,8 +113,8 @@ append_paged_kv_kernel(const __grid_constant__ AppendPagedKvParams p) {
   if (page < 0 || page >= p.num_pages) return;
   const int slot = pos - page_in_seq * p.page_size;
 
-  T* kd = static_cast<T*>(p.k_cache) + page * p.kc_sp + slot * p.kc_ss + head * p.kc_sh;
-  T* vd = static_cast<T*>(p.v_cache) + page * p.vc_sp + slot * p.vc_ss + head * p.vc_sh;
+  DTYPE* kd = static_cast<DTYPE*>(p.k_cache) + page * p.kc_sp + slot * p.kc_ss + head * p.kc_sh;
+  DTYPE* vd = static_cast<DTYPE*>(p.v_cache) + page * p.vc_sp + slot * p.vc_ss + head * p.vc_sh;
   if constexpr (EARLY_INDICES) {
     // The four row addresses are formed before the wait too (an OR of aligned addresses is never
     // 1); rows that left above never waited: they touch nothing the kernel before writes.

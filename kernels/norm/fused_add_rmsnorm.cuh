@@ -1,67 +1,44 @@
 // Residual add fused with RMSNorm (and its Gemma form, weight + 1), both in place:
 //
-//   residual[r, i] = T(float(x[r, i]) + float(residual[r, i]))
-//   x[r, i]        = T(float(residual[r, i]) * rsqrt(mean_i(float(residual[r, i])^2) + eps)
-//                      * (float(w[i]) + offset))
+//   residual[r, i] = DTYPE(float(x[r, i]) + float(residual[r, i]))
+//   x[r, i]        = DTYPE(float(residual[r, i])
+//                          * rsqrt(mean_i(float(residual[r, i])^2) + eps) * (float(w[i]) + offset))
 //
-// The norm reads the new residual as stored (rounded to T), so the pair gives what the unfused
-// sequence `residual = x + residual; x = rmsnorm(residual)` in T gives, which is what inference
-// engines compare against. Unfused, that is three reads and two writes of a row; here x and
-// residual are read once and each written once: the add, the reduction and the normalisation all
-// run on the registers that hold the row.
+// The norm reads the new residual as stored (rounded to DTYPE), so the pair gives what the
+// unfused sequence `residual = x + residual; x = rmsnorm(residual)` in DTYPE gives, which is what
+// inference engines compare against. Unfused, that is three reads and two writes of a row; here x
+// and residual are read once and each written once: the add, the reduction and the normalisation
+// all run on the registers that hold the row.
 #pragma once
 
 #include "common/prelude.cuh"
 #include "common/reduce.cuh"
 #include "common/vec.cuh"
+#include "norm/norm_params.h"
 #include "norm/row_common.cuh"
 
 namespace kjit {
 namespace norm {
 
-// Passed by value as a __grid_constant__ kernel parameter. Strides in elements. The host mirrors
-// this layout field for field.
-struct FusedAddRmsNormParams {
-  void* input;         // [rows, HIDDEN], row stride in_stride: read, then overwritten by the norm
-  void* residual;      // [rows, HIDDEN], row stride res_stride: read, then overwritten by the sum
-  const void* weight;  // [HIDDEN]
-  long long rows;
-  long long in_stride;
-  long long res_stride;
-  float eps;
-  float weight_offset;  // 0 for RMSNorm; 1 for Gemma-style (weight + 1)
-};
-
 // Launch with grid = ceil(rows / ROWS_PER_BLOCK), block = THREADS_PER_ROW * ROWS_PER_BLOCK and no
 // dynamic shared memory. input, residual, weight and both row strides must be aligned to
-// VEC * sizeof(T) bytes. input and residual must not overlap each other, and neither may overlap
-// weight (read through the non-coherent path). EARLY_PARAMS: the weight is read before the
+// VEC * sizeof(DTYPE) bytes. input and residual must not overlap each other, and neither may
+// overlap weight (read through the non-coherent path). EARLY_PARAMS: the weight is read before the
 // programmatic-launch wait, as in rmsnorm_kernel (same contract).
 // clang-format would read the launch bound as a pointer declaration.
 // clang-format off
-template <typename T, int HIDDEN, int VEC, int THREADS_PER_ROW, int ROWS_PER_BLOCK,
-          bool EARLY_PARAMS = false>
+template <typename DTYPE, int HIDDEN, int VEC, int THREADS_PER_ROW, int ROWS_PER_BLOCK,
+          bool EARLY_PARAMS>
 __global__ void __launch_bounds__(THREADS_PER_ROW * ROWS_PER_BLOCK)
 fused_add_rmsnorm_kernel(const __grid_constant__ FusedAddRmsNormParams p) {
   // clang-format on
-  static_assert(HIDDEN >= 1, "HIDDEN must be positive");
-  static_assert(VEC >= 1 && HIDDEN % VEC == 0, "HIDDEN must be a multiple of VEC");
-  static_assert(VEC * sizeof(T) <= 16, "a vector must fit one 16-byte access");
-  static_assert(detail::valid_row_shape(THREADS_PER_ROW, ROWS_PER_BLOCK),
-                "use THREADS_PER_ROW == 32 (or a power of two below it, with whole warps per "
-                "block), or ROWS_PER_BLOCK == 1 with THREADS_PER_ROW a multiple of 32; at most "
-                "1024 threads per block");
-
-  using V = Vec<T, VEC>;
-  constexpr int kThreads = THREADS_PER_ROW * ROWS_PER_BLOCK;
-  constexpr int kVecs = HIDDEN / VEC;
-  constexpr int kIters = (kVecs + THREADS_PER_ROW - 1) / THREADS_PER_ROW;
-  constexpr bool kEven = kVecs % THREADS_PER_ROW == 0;
+  using Walk = detail::RowWalk<DTYPE, HIDDEN, VEC, THREADS_PER_ROW, ROWS_PER_BLOCK>;
+  using V = typename Walk::V;
+  constexpr int kIters = Walk::kIters;
+  constexpr int kRegsPerVec = Walk::kRegsPerVec;
+  constexpr int kRegBudget = Walk::kRegBudget;
   constexpr float kInvHidden = 1.0f / float(HIDDEN);
 
-  constexpr int kRegCap = detail::reg_cap(kThreads);
-  constexpr int kRegsPerVec = detail::regs_per_vec<T, VEC>();
-  constexpr int kRegBudget = kRegCap - detail::kRegReserve;
   // Both rows are in registers while their loads are in flight, so a cached row costs twice
   // what it does in rmsnorm_kernel; the weight prefetch (see there) a third share. Not with
   // 1024-thread blocks: there ptxas aims at 32 registers (two blocks per SM) and spilled rather
@@ -70,35 +47,25 @@ fused_add_rmsnorm_kernel(const __grid_constant__ FusedAddRmsNormParams p) {
   constexpr bool kCacheRow =
       kIters <= detail::kMaxCachedVecs && 2 * kIters * kRegsPerVec <= kRegBudget;
   constexpr bool kPrefetchWeight =
-      kCacheRow && kThreads < 1024 && 3 * kIters * kRegsPerVec <= kRegBudget;
+      kCacheRow && Walk::kThreads < 1024 && 3 * kIters * kRegsPerVec <= kRegBudget;
   // Decode sizes: the prefetched weight loads go before the programmatic-launch wait (see
   // rmsnorm_kernel).
   constexpr bool kEarly = EARLY_PARAMS && kPrefetchWeight;
   V wearly[kEarly ? kIters : 1];
-  if constexpr (kEarly) {
-    const T* wp = static_cast<const T*>(p.weight);
-    detail::load_params_then_wait<THREADS_PER_ROW, kThreads, kVecs>(
-        [&](int k, int v) { wearly[k].load(wp + v * VEC); });
-  } else {
-    pdl_enter();  // before any global access: see prelude.cuh
-  }
+  const DTYPE* wp = static_cast<const DTYPE*>(p.weight);
+  Walk::template enter<kEarly>([&](int k, int v) { wearly[k].load(wp + v * VEC); });
 
-  const int tid =
-      THREADS_PER_ROW == kThreads ? int(threadIdx.x) : int(threadIdx.x) % THREADS_PER_ROW;
-  i64 row = i64(blockIdx.x) * ROWS_PER_BLOCK + int(threadIdx.x) / THREADS_PER_ROW;
-  // Same early-exit rule as rmsnorm_kernel: only where it strands no shuffle or barrier.
-  if (THREADS_PER_ROW >= 32 && row >= p.rows) return;
-  const bool active = THREADS_PER_ROW >= 32 || row < p.rows;
-  if (!active) row = 0;
+  int tid;
+  i64 row;
+  bool active;
+  if (!Walk::place(p.rows, tid, row, active)) return;
 
-  T* x = static_cast<T*>(p.input) + row * p.in_stride;
-  T* res = static_cast<T*>(p.residual) + row * p.res_stride;
-  const T* w = static_cast<const T*>(p.weight);
+  DTYPE* x = static_cast<DTYPE*>(p.input) + row * p.in_stride;
+  DTYPE* res = static_cast<DTYPE*>(p.residual) + row * p.res_stride;
+  const DTYPE* w = static_cast<const DTYPE*>(p.weight);
   const float w_off = p.weight_offset;
 
-  auto in_row = [active](int k, int v) { return active && (kEven || k < kIters - 1 || v < kVecs); };
-
-  __shared__ float partials[THREADS_PER_ROW >= 32 ? THREADS_PER_ROW / 32 : 1];
+  __shared__ float partials[Walk::kPartials];
 
   if constexpr (kCacheRow) {
     V xv[kIters];
@@ -107,7 +74,7 @@ fused_add_rmsnorm_kernel(const __grid_constant__ FusedAddRmsNormParams p) {
 #pragma unroll
     for (int k = 0; k < kIters; ++k) {
       const int v = tid + k * THREADS_PER_ROW;
-      if (in_row(k, v)) {
+      if (Walk::in_row(active, k, v)) {
         xv[k].load(x + v * VEC);
         rv[k].load(res + v * VEC);
         if constexpr (kPrefetchWeight && !kEarly) wv[k].load_ro(w + v * VEC);
@@ -121,7 +88,7 @@ fused_add_rmsnorm_kernel(const __grid_constant__ FusedAddRmsNormParams p) {
 #pragma unroll
     for (int k = 0; k < kIters; ++k) {
       const int v = tid + k * THREADS_PER_ROW;
-      if (in_row(k, v)) {
+      if (Walk::in_row(active, k, v)) {
         detail::round_into(sv[k], [&](int e) { return to_float(xv[k][e]) + to_float(rv[k][e]); });
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
@@ -131,7 +98,7 @@ fused_add_rmsnorm_kernel(const __grid_constant__ FusedAddRmsNormParams p) {
         sv[k].store(res + v * VEC);
       }
     }
-    const float total = detail::row_sum<THREADS_PER_ROW, true>(ss, partials);
+    const float total = Walk::template sum<true>(ss, partials);
     const float inv_rms = rsqrtf(total * kInvHidden + p.eps);
 
     // As in rmsnorm_kernel: recompute the fp32 values from the packed row rather than keep them.
@@ -140,7 +107,7 @@ fused_add_rmsnorm_kernel(const __grid_constant__ FusedAddRmsNormParams p) {
 #pragma unroll
     for (int k = 0; k < kIters; ++k) {
       const int v = tid + k * THREADS_PER_ROW;
-      if (in_row(k, v)) {
+      if (Walk::in_row(active, k, v)) {
         V wk;
         if constexpr (kEarly) {
           wk = wearly[k];
@@ -166,7 +133,6 @@ fused_add_rmsnorm_kernel(const __grid_constant__ FusedAddRmsNormParams p) {
     // Two vectors per step, each with its address (8-byte vectors at 8 per chunk spilled).
     constexpr int kChunk =
         detail::clamp_int(kRegBudget / (2 * (kRegsPerVec + 1)), 1, detail::kMaxCachedVecs);
-    auto in_range = [active](int v) { return active && v < kVecs; };
 
     float ss = 0.0f;
 #pragma unroll 1
@@ -176,7 +142,7 @@ fused_add_rmsnorm_kernel(const __grid_constant__ FusedAddRmsNormParams p) {
 #pragma unroll
       for (int u = 0; u < kChunk; ++u) {
         const int v = tid + (k0 + u) * THREADS_PER_ROW;
-        if (in_range(v)) {
+        if (Walk::in_range(active, v)) {
           xv[u].load(x + v * VEC);
           rv[u].load(res + v * VEC);
         }
@@ -184,7 +150,7 @@ fused_add_rmsnorm_kernel(const __grid_constant__ FusedAddRmsNormParams p) {
 #pragma unroll
       for (int u = 0; u < kChunk; ++u) {
         const int v = tid + (k0 + u) * THREADS_PER_ROW;
-        if (in_range(v)) {
+        if (Walk::in_range(active, v)) {
           V sv;
           detail::round_into(sv, [&](int e) { return to_float(xv[u][e]) + to_float(rv[u][e]); });
 #pragma unroll
@@ -196,7 +162,7 @@ fused_add_rmsnorm_kernel(const __grid_constant__ FusedAddRmsNormParams p) {
         }
       }
     }
-    const float total = detail::row_sum<THREADS_PER_ROW, true>(ss, partials);
+    const float total = Walk::template sum<true>(ss, partials);
     const float inv_rms = rsqrtf(total * kInvHidden + p.eps);
 
 #pragma unroll 1
@@ -206,7 +172,7 @@ fused_add_rmsnorm_kernel(const __grid_constant__ FusedAddRmsNormParams p) {
 #pragma unroll
       for (int u = 0; u < kChunk; ++u) {
         const int v = tid + (k0 + u) * THREADS_PER_ROW;
-        if (in_range(v)) {
+        if (Walk::in_range(active, v)) {
           rv[u].load_last_use(res + v * VEC);
           wv[u].load_ro(w + v * VEC);
         }
@@ -214,7 +180,7 @@ fused_add_rmsnorm_kernel(const __grid_constant__ FusedAddRmsNormParams p) {
 #pragma unroll
       for (int u = 0; u < kChunk; ++u) {
         const int v = tid + (k0 + u) * THREADS_PER_ROW;
-        if (in_range(v)) {
+        if (Walk::in_range(active, v)) {
           V o;
           detail::round_into(o, [&](int e) {
             return to_float(rv[u][e]) * inv_rms * (to_float(wv[u][e]) + w_off);

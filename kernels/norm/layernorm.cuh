@@ -1,80 +1,57 @@
 // LayerNorm over the last dimension, biased variance, fp32 statistics:
 //
 //   mean = mean_i(x[r, i]),  var = mean_i((x[r, i] - mean)^2)
-//   out[r, i] = T((x[r, i] - mean) * rsqrt(var + eps) * gamma[i] + beta[i])
+//   out[r, i] = DTYPE((x[r, i] - mean) * rsqrt(var + eps) * gamma[i] + beta[i])
 //
 // The variance is never E[x^2] - mean^2: activations with a large common offset (|mean| >> std)
 // lose every significant digit of the variance to cancellation in that form. A row held in
 // registers is a true two-pass: two row reductions, the mean and then the squared deviations
-// from it (extra reductions, no extra memory traffic). (A one-reduction form for decode sizes,
-// each thread's exact (count, mean, m2) merged with Chan et al.'s update, was removed: once
-// decode-size rows took one vector a thread, the two reductions measured faster on the H200,
-// 1.37 / 1.60 us against 1.43 / 1.66 at 1 / 64 rows of 4096, back to back.)
+// from it (extra reductions, no extra memory traffic). A one-reduction form (each thread's exact
+// (count, mean, m2) merged with Chan et al.'s update) was slower at decode sizes once those rows
+// took one vector a thread: on the H200, back to back, 1.43 / 1.66 us at 1 / 64 rows
+// against 1.37 / 1.60 us for the two reductions.
 //
 // Rows too long to hold in registers take per-thread chunk statistics merged with Chan et al.'s
 // pairwise update, then a cross-thread merge in the same form (two sums), and a second read of x
 // from L2 for the output: still one pass over HBM for the statistics, and still no cancellation.
 //
-// gamma and beta are T or fp32 (TW); fp32 parameters beside bf16/fp16 activations are read as
-// wider accesses (ParamVec).
+// gamma and beta are DTYPE or fp32 (PARAM_DTYPE); fp32 parameters beside bf16/fp16 activations
+// are read as wider accesses (ParamVec).
 #pragma once
 
 #include "common/prelude.cuh"
 #include "common/reduce.cuh"
 #include "common/vec.cuh"
+#include "norm/norm_params.h"
 #include "norm/row_common.cuh"
 
 namespace kjit {
 namespace norm {
 
-// Passed by value as a __grid_constant__ kernel parameter. Strides in elements. The host mirrors
-// this layout field for field.
-struct LayerNormParams {
-  const void* input;  // [rows, HIDDEN] with row stride in_stride, T
-  const void* gamma;  // [HIDDEN], TW
-  const void* beta;   // [HIDDEN], TW
-  void* out;          // [rows, HIDDEN] with row stride out_stride, T
-  long long rows;
-  long long in_stride;
-  long long out_stride;
-  float eps;
-};
-
 // Launch with grid = ceil(rows / ROWS_PER_BLOCK), block = THREADS_PER_ROW * ROWS_PER_BLOCK and no
-// dynamic shared memory. input, out and both row strides must be aligned to VEC * sizeof(T)
-// bytes, gamma and beta to min(VEC * sizeof(TW), 16) bytes. out may be input itself (in place,
-// equal strides); otherwise it must not overlap input, and it must never overlap gamma or beta
-// (read through the non-coherent path). EARLY_PARAMS: gamma and beta are read before the
+// dynamic shared memory. input, out and both row strides must be aligned to VEC * sizeof(DTYPE)
+// bytes, gamma and beta to min(VEC * sizeof(PARAM_DTYPE), 16) bytes. out may be input itself (in
+// place, equal strides); otherwise it must not overlap input, and it must never overlap gamma or
+// beta (read through the non-coherent path). EARLY_PARAMS: gamma and beta are read before the
 // programmatic-launch wait, as the weight in rmsnorm_kernel (same contract).
 // clang-format would read the launch bound as a pointer declaration.
 // clang-format off
-template <typename T, typename TW, int HIDDEN, int VEC, int THREADS_PER_ROW, int ROWS_PER_BLOCK,
-          bool EARLY_PARAMS = false>
+template <typename DTYPE, typename PARAM_DTYPE, int HIDDEN, int VEC, int THREADS_PER_ROW,
+          int ROWS_PER_BLOCK, bool EARLY_PARAMS>
 __global__ void __launch_bounds__(THREADS_PER_ROW * ROWS_PER_BLOCK)
 layernorm_kernel(const __grid_constant__ LayerNormParams p) {
   // clang-format on
-  static_assert(HIDDEN >= 1, "HIDDEN must be positive");
-  static_assert(VEC >= 1 && HIDDEN % VEC == 0, "HIDDEN must be a multiple of VEC");
-  static_assert(VEC * sizeof(T) <= 16, "a vector must fit one 16-byte access");
-  static_assert(detail::valid_row_shape(THREADS_PER_ROW, ROWS_PER_BLOCK),
-                "use THREADS_PER_ROW == 32 (or a power of two below it, with whole warps per "
-                "block), or ROWS_PER_BLOCK == 1 with THREADS_PER_ROW a multiple of 32; at most "
-                "1024 threads per block");
-
-  using V = Vec<T, VEC>;
-  using P = detail::ParamVec<TW, VEC>;
-  constexpr int kThreads = THREADS_PER_ROW * ROWS_PER_BLOCK;
-  constexpr int kVecs = HIDDEN / VEC;
-  constexpr int kIters = (kVecs + THREADS_PER_ROW - 1) / THREADS_PER_ROW;
-  constexpr bool kEven = kVecs % THREADS_PER_ROW == 0;
+  using Walk = detail::RowWalk<DTYPE, HIDDEN, VEC, THREADS_PER_ROW, ROWS_PER_BLOCK>;
+  using V = typename Walk::V;
+  using P = detail::ParamVec<PARAM_DTYPE, VEC>;
+  constexpr int kIters = Walk::kIters;
+  constexpr int kRegsPerVec = Walk::kRegsPerVec;
+  constexpr int kRegBudget = Walk::kRegBudget;
+  constexpr int kRegsPerParam = detail::regs_per_vec<PARAM_DTYPE, VEC>();
   // Divisions, not products with a rounded 1/HIDDEN: one each per row, and the mean picks up one
   // rounding instead of two, which matters when |mean| >> std.
   constexpr float kHidden = float(HIDDEN);
 
-  constexpr int kRegCap = detail::reg_cap(kThreads);
-  constexpr int kRegsPerVec = detail::regs_per_vec<T, VEC>();
-  constexpr int kRegsPerParam = detail::regs_per_vec<TW, VEC>();
-  constexpr int kRegBudget = kRegCap - detail::kRegReserve;
   // The output loop holds a gamma and a beta vector beside the row. The reserve covers that much
   // at the activation's width (as for rmsnorm_kernel's weight); wider fp32 parameters take the
   // excess from the row's share (bf16 x 65536 with fp32 gamma/beta spilled without this).
@@ -89,31 +66,22 @@ layernorm_kernel(const __grid_constant__ LayerNormParams p) {
   constexpr bool kEarly = EARLY_PARAMS && kPrefetchParams;
   P gearly[kEarly ? kIters : 1];
   P bearly[kEarly ? kIters : 1];
-  if constexpr (kEarly) {
-    const TW* gp = static_cast<const TW*>(p.gamma);
-    const TW* bp = static_cast<const TW*>(p.beta);
-    detail::load_params_then_wait<THREADS_PER_ROW, kThreads, kVecs>([&](int k, int v) {
-      gearly[k].load(gp + v * VEC);
-      bearly[k].load(bp + v * VEC);
-    });
-  } else {
-    pdl_enter();  // before any global access: see prelude.cuh
-  }
+  const PARAM_DTYPE* gp = static_cast<const PARAM_DTYPE*>(p.gamma);
+  const PARAM_DTYPE* bp = static_cast<const PARAM_DTYPE*>(p.beta);
+  Walk::template enter<kEarly>([&](int k, int v) {
+    gearly[k].load(gp + v * VEC);
+    bearly[k].load(bp + v * VEC);
+  });
 
-  const int tid =
-      THREADS_PER_ROW == kThreads ? int(threadIdx.x) : int(threadIdx.x) % THREADS_PER_ROW;
-  i64 row = i64(blockIdx.x) * ROWS_PER_BLOCK + int(threadIdx.x) / THREADS_PER_ROW;
-  // Same early-exit rule as rmsnorm_kernel: only where it strands no shuffle or barrier.
-  if (THREADS_PER_ROW >= 32 && row >= p.rows) return;
-  const bool active = THREADS_PER_ROW >= 32 || row < p.rows;
-  if (!active) row = 0;
+  int tid;
+  i64 row;
+  bool active;
+  if (!Walk::place(p.rows, tid, row, active)) return;
 
-  const T* x = static_cast<const T*>(p.input) + row * p.in_stride;
-  T* y = static_cast<T*>(p.out) + row * p.out_stride;
-  const TW* g = static_cast<const TW*>(p.gamma);
-  const TW* b = static_cast<const TW*>(p.beta);
-
-  auto in_row = [active](int k, int v) { return active && (kEven || k < kIters - 1 || v < kVecs); };
+  const DTYPE* x = static_cast<const DTYPE*>(p.input) + row * p.in_stride;
+  DTYPE* y = static_cast<DTYPE*>(p.out) + row * p.out_stride;
+  const PARAM_DTYPE* g = static_cast<const PARAM_DTYPE*>(p.gamma);
+  const PARAM_DTYPE* b = static_cast<const PARAM_DTYPE*>(p.beta);
 
   if constexpr (kCacheRow) {
     V xv[kIters];
@@ -122,7 +90,7 @@ layernorm_kernel(const __grid_constant__ LayerNormParams p) {
 #pragma unroll
     for (int k = 0; k < kIters; ++k) {
       const int v = tid + k * THREADS_PER_ROW;
-      if (in_row(k, v)) {
+      if (Walk::in_row(active, k, v)) {
         xv[k].load(x + v * VEC);
         if constexpr (kPrefetchParams && !kEarly) {
           gv[k].load_ro(g + v * VEC);
@@ -133,17 +101,17 @@ layernorm_kernel(const __grid_constant__ LayerNormParams p) {
 
     // The row's statistics: the sum over the row, then the squared deviations from its mean,
     // over registers.
-    __shared__ float partials[THREADS_PER_ROW >= 32 ? THREADS_PER_ROW / 32 : 1];
+    __shared__ float partials[Walk::kPartials];
     float s = 0.0f;
 #pragma unroll
     for (int k = 0; k < kIters; ++k) {
       const int v = tid + k * THREADS_PER_ROW;
-      if (in_row(k, v)) {
+      if (Walk::in_row(active, k, v)) {
 #pragma unroll
         for (int e = 0; e < VEC; ++e) s += to_float(xv[k][e]);
       }
     }
-    const float mean = detail::row_sum<THREADS_PER_ROW>(s, partials) / kHidden;
+    const float mean = Walk::sum(s, partials) / kHidden;
 
     // Each pass re-derives the fp32 values from the packed row (see rmsnorm_kernel).
 #pragma unroll
@@ -152,7 +120,7 @@ layernorm_kernel(const __grid_constant__ LayerNormParams p) {
 #pragma unroll
     for (int k = 0; k < kIters; ++k) {
       const int v = tid + k * THREADS_PER_ROW;
-      if (in_row(k, v)) {
+      if (Walk::in_row(active, k, v)) {
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
           const float d = to_float(xv[k][e]) - mean;
@@ -160,7 +128,7 @@ layernorm_kernel(const __grid_constant__ LayerNormParams p) {
         }
       }
     }
-    const float var = detail::row_sum<THREADS_PER_ROW, true>(m2, partials) / kHidden;
+    const float var = Walk::template sum<true>(m2, partials) / kHidden;
     const float inv_std = rsqrtf(var + p.eps);
 
 #pragma unroll
@@ -168,7 +136,7 @@ layernorm_kernel(const __grid_constant__ LayerNormParams p) {
 #pragma unroll
     for (int k = 0; k < kIters; ++k) {
       const int v = tid + k * THREADS_PER_ROW;
-      if (in_row(k, v)) {
+      if (Walk::in_row(active, k, v)) {
         P gk, bk;
         if constexpr (kEarly) {
           gk = gearly[k];
@@ -201,8 +169,7 @@ layernorm_kernel(const __grid_constant__ LayerNormParams p) {
         (kRegBudget - 2 * (kRegsPerParam - kRegsPerVec)) / kRegsPerVec, 1, detail::kMaxCachedVecs);
     constexpr int kChunk2 = detail::clamp_int(kRegBudget / (kRegsPerVec + 2 * kRegsPerParam), 1,
                                               detail::kMaxCachedVecs);
-    auto in_range = [active](int v) { return active && v < kVecs; };
-    __shared__ float partials[THREADS_PER_ROW >= 32 ? THREADS_PER_ROW / 32 : 1];
+    __shared__ float partials[Walk::kPartials];
 
     float n = 0.0f, mean_t = 0.0f, m2 = 0.0f;
 #pragma unroll 1
@@ -212,7 +179,7 @@ layernorm_kernel(const __grid_constant__ LayerNormParams p) {
 #pragma unroll
       for (int u = 0; u < kChunk1; ++u) {
         const int v = tid + (k0 + u) * THREADS_PER_ROW;
-        if (in_range(v)) {
+        if (Walk::in_range(active, v)) {
           xv[u].load(x + v * VEC);
           count += VEC;
         }
@@ -222,7 +189,7 @@ layernorm_kernel(const __grid_constant__ LayerNormParams p) {
 #pragma unroll
       for (int u = 0; u < kChunk1; ++u) {
         const int v = tid + (k0 + u) * THREADS_PER_ROW;
-        if (in_range(v)) {
+        if (Walk::in_range(active, v)) {
 #pragma unroll
           for (int e = 0; e < VEC; ++e) cs += to_float(xv[u][e]);
         }
@@ -233,7 +200,7 @@ layernorm_kernel(const __grid_constant__ LayerNormParams p) {
 #pragma unroll
       for (int u = 0; u < kChunk1; ++u) {
         const int v = tid + (k0 + u) * THREADS_PER_ROW;
-        if (in_range(v)) {
+        if (Walk::in_range(active, v)) {
 #pragma unroll
           for (int e = 0; e < VEC; ++e) {
             const float d = to_float(xv[u][e]) - cm;
@@ -247,10 +214,9 @@ layernorm_kernel(const __grid_constant__ LayerNormParams p) {
       m2 += cm2 + delta * delta * (n * cn / nn);
       n = nn;
     }
-    const float mean = detail::row_sum<THREADS_PER_ROW>(n * mean_t, partials) / kHidden;
+    const float mean = Walk::sum(n * mean_t, partials) / kHidden;
     const float dm = mean_t - mean;
-    const float var =
-        detail::row_sum<THREADS_PER_ROW, true>(fmaf(n * dm, dm, m2), partials) / kHidden;
+    const float var = Walk::template sum<true>(fmaf(n * dm, dm, m2), partials) / kHidden;
     const float inv_std = rsqrtf(var + p.eps);
 
 #pragma unroll 1
@@ -261,7 +227,7 @@ layernorm_kernel(const __grid_constant__ LayerNormParams p) {
 #pragma unroll
       for (int u = 0; u < kChunk2; ++u) {
         const int v = tid + (k0 + u) * THREADS_PER_ROW;
-        if (in_range(v)) {
+        if (Walk::in_range(active, v)) {
           xv[u].load_last_use(x + v * VEC);
           gv[u].load_ro(g + v * VEC);
           bv[u].load_ro(b + v * VEC);
@@ -270,7 +236,7 @@ layernorm_kernel(const __grid_constant__ LayerNormParams p) {
 #pragma unroll
       for (int u = 0; u < kChunk2; ++u) {
         const int v = tid + (k0 + u) * THREADS_PER_ROW;
-        if (in_range(v)) {
+        if (Walk::in_range(active, v)) {
           V o;
           detail::round_into(o, [&](int e) {
             return fmaf((to_float(xv[u][e]) - mean) * inv_std, gv[u].get(e), bv[u].get(e));

@@ -1,6 +1,7 @@
 // RMSNorm (and Gemma-style RMSNorm with weight + 1) over the last dimension.
 //
-//   out[r, i] = T(float(x[r, i]) * rsqrt(mean_i(float(x[r, i])^2) + eps) * (float(w[i]) + offset))
+//   out[r, i] = DTYPE(float(x[r, i]) * rsqrt(mean_i(float(x[r, i])^2) + eps)
+//                     * (float(w[i]) + offset))
 //
 // The op is purely bandwidth-bound (about 2 flops per byte), so the design goal is to touch HBM
 // exactly once per input and output element: each row of x is read once into registers, reduced,
@@ -12,27 +13,15 @@
 #include "common/prelude.cuh"
 #include "common/reduce.cuh"
 #include "common/vec.cuh"
+#include "norm/norm_params.h"
 #include "norm/row_common.cuh"
 
 namespace kjit {
 namespace norm {
 
-// Passed by value as a __grid_constant__ kernel parameter. Strides in elements. Keep this exact
-// layout: the host mirrors it.
-struct RmsNormParams {
-  const void* input;   // [rows, HIDDEN] with row stride in_stride
-  const void* weight;  // [HIDDEN]
-  void* out;           // [rows, HIDDEN] with row stride out_stride
-  long long rows;
-  long long in_stride;
-  long long out_stride;
-  float eps;
-  float weight_offset;  // 0 for RMSNorm; 1 for Gemma-style (weight + 1). Applied as (w + offset).
-};
-
 // Launch with grid = ceil(rows / ROWS_PER_BLOCK), block = THREADS_PER_ROW * ROWS_PER_BLOCK and no
 // dynamic shared memory. input, weight, out and both row strides must be aligned to
-// VEC * sizeof(T) bytes. out may be input itself (in place, equal strides); otherwise out must
+// VEC * sizeof(DTYPE) bytes. out may be input itself (in place, equal strides); otherwise out must
 // not overlap input, and it must never overlap weight (read through the non-coherent path).
 // EARLY_PARAMS (decode-size row counts, chosen by the host): the weight is read before the
 // programmatic-launch wait, so it must not be written by the kernel before this one on the
@@ -40,76 +29,44 @@ struct RmsNormParams {
 // default, whose code is unchanged by this option.
 // clang-format would read the launch bound as a pointer declaration.
 // clang-format off
-template <typename T, int HIDDEN, int VEC, int THREADS_PER_ROW, int ROWS_PER_BLOCK,
-          bool EARLY_PARAMS = false>
+template <typename DTYPE, int HIDDEN, int VEC, int THREADS_PER_ROW, int ROWS_PER_BLOCK,
+          bool EARLY_PARAMS>
 __global__ void __launch_bounds__(THREADS_PER_ROW * ROWS_PER_BLOCK)
 rmsnorm_kernel(const __grid_constant__ RmsNormParams p) {
   // clang-format on
-  static_assert(HIDDEN >= 1, "HIDDEN must be positive");
-  static_assert(VEC >= 1 && HIDDEN % VEC == 0, "HIDDEN must be a multiple of VEC");
-  static_assert(VEC * sizeof(T) <= 16, "a vector must fit one 16-byte access");
-  // Only shapes whose row reduction cannot strand a shuffle or a barrier (see valid_row_shape).
-  static_assert(detail::valid_row_shape(THREADS_PER_ROW, ROWS_PER_BLOCK),
-                "use THREADS_PER_ROW == 32 (or a power of two below it, with whole warps per "
-                "block), or ROWS_PER_BLOCK == 1 with THREADS_PER_ROW a multiple of 32; at most "
-                "1024 threads per block");
-
-  using V = Vec<T, VEC>;
-  constexpr int kThreads = THREADS_PER_ROW * ROWS_PER_BLOCK;
-  constexpr int kVecs = HIDDEN / VEC;
-  constexpr int kIters = (kVecs + THREADS_PER_ROW - 1) / THREADS_PER_ROW;
-  // When the vectors split evenly across the row's threads, no bounds checks are emitted at all.
-  constexpr bool kEven = kVecs % THREADS_PER_ROW == 0;
+  using Walk = detail::RowWalk<DTYPE, HIDDEN, VEC, THREADS_PER_ROW, ROWS_PER_BLOCK>;
+  using V = typename Walk::V;
+  constexpr int kIters = Walk::kIters;
+  constexpr int kRegsPerVec = Walk::kRegsPerVec;
   constexpr float kInvHidden = 1.0f / float(HIDDEN);
 
-  // What __launch_bounds__(kThreads) lets the compiler use per thread; register arrays are sized
-  // against it so the cached row never spills to local memory.
-  constexpr int kRegCap = detail::reg_cap(kThreads);
-  constexpr int kRegsPerVec = detail::regs_per_vec<T, VEC>();
   constexpr bool kCacheRow =
-      kIters <= detail::kMaxCachedVecs && kIters * kRegsPerVec <= kRegCap - detail::kRegReserve;
+      kIters <= detail::kMaxCachedVecs && kIters * kRegsPerVec <= Walk::kRegBudget;
   // Issuing the weight loads together with x hides their (L2/L1) latency behind x's DRAM
   // latency, which is most of the run time when there are only a few rows (decode). It doubles
   // the register footprint, so only where that still fits.
-  constexpr bool kPrefetchWeight =
-      kCacheRow && 2 * kIters * kRegsPerVec <= kRegCap - detail::kRegReserve;
+  constexpr bool kPrefetchWeight = kCacheRow && 2 * kIters * kRegsPerVec <= Walk::kRegBudget;
   // The decode-size variant issues the prefetched weight loads before the programmatic-launch
   // wait: at a few rows the kernel's time after the wait is a chain of round trips (x, the
   // reduction, the weight, the store), and ptxas sinks read-only (.nc) weight loads past the
   // reduction. Plain loads written before the wait stay there.
   constexpr bool kEarly = EARLY_PARAMS && kPrefetchWeight;
   V wearly[kEarly ? kIters : 1];
-  if constexpr (kEarly) {
-    const T* wp = static_cast<const T*>(p.weight);
-    detail::load_params_then_wait<THREADS_PER_ROW, kThreads, kVecs>(
-        [&](int k, int v) { wearly[k].load(wp + v * VEC); });
-  } else {
-    pdl_enter();  // before any global access: see prelude.cuh
-  }
+  const DTYPE* wp = static_cast<const DTYPE*>(p.weight);
+  Walk::template enter<kEarly>([&](int k, int v) { wearly[k].load(wp + v * VEC); });
 
-  const int tid =
-      THREADS_PER_ROW == kThreads ? int(threadIdx.x) : int(threadIdx.x) % THREADS_PER_ROW;
-  i64 row = i64(blockIdx.x) * ROWS_PER_BLOCK + int(threadIdx.x) / THREADS_PER_ROW;
-  // With a warp or more per row, being out of range is uniform across everything that
-  // synchronises below (the warp, or the whole block when it holds a single row), so leaving
-  // early strands no shuffle or barrier. Rows narrower than a warp share their warp's shuffles
-  // with neighbouring rows, so there an out-of-range row stays and only skips memory.
-  if (THREADS_PER_ROW >= 32 && row >= p.rows) return;
-  const bool active = THREADS_PER_ROW >= 32 || row < p.rows;
-  if (!active) row = 0;
+  int tid;
+  i64 row;
+  bool active;
+  if (!Walk::place(p.rows, tid, row, active)) return;
 
   // 64-bit: rows * stride can exceed 2^31 elements.
-  const T* x = static_cast<const T*>(p.input) + row * p.in_stride;
-  T* y = static_cast<T*>(p.out) + row * p.out_stride;
-  const T* w = static_cast<const T*>(p.weight);
+  const DTYPE* x = static_cast<const DTYPE*>(p.input) + row * p.in_stride;
+  DTYPE* y = static_cast<DTYPE*>(p.out) + row * p.out_stride;
+  const DTYPE* w = static_cast<const DTYPE*>(p.weight);
   const float w_off = p.weight_offset;
 
-  // Vector k of this thread is v = tid + k * THREADS_PER_ROW, so a warp covers consecutive
-  // vectors (coalesced). Only the last k can run past the row end.
-  auto in_row = [active](int k, int v) { return active && (kEven || k < kIters - 1 || v < kVecs); };
-
-  // Only referenced (and so only allocated) when a row spans several warps.
-  __shared__ float partials[THREADS_PER_ROW >= 32 ? THREADS_PER_ROW / 32 : 1];
+  __shared__ float partials[Walk::kPartials];
 
   if constexpr (kCacheRow) {
     V xv[kIters];
@@ -118,7 +75,7 @@ rmsnorm_kernel(const __grid_constant__ RmsNormParams p) {
 #pragma unroll
     for (int k = 0; k < kIters; ++k) {
       const int v = tid + k * THREADS_PER_ROW;
-      if (in_row(k, v)) {
+      if (Walk::in_row(active, k, v)) {
         xv[k].load(x + v * VEC);
         if constexpr (kPrefetchWeight && !kEarly) wv[k].load_ro(w + v * VEC);
       }
@@ -128,7 +85,7 @@ rmsnorm_kernel(const __grid_constant__ RmsNormParams p) {
 #pragma unroll
     for (int k = 0; k < kIters; ++k) {
       const int v = tid + k * THREADS_PER_ROW;
-      if (in_row(k, v)) {
+      if (Walk::in_row(active, k, v)) {
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
           const float f = to_float(xv[k][e]);
@@ -136,7 +93,7 @@ rmsnorm_kernel(const __grid_constant__ RmsNormParams p) {
         }
       }
     }
-    const float total = detail::row_sum<THREADS_PER_ROW, true>(ss, partials);
+    const float total = Walk::template sum<true>(ss, partials);
     const float inv_rms = rsqrtf(total * kInvHidden + p.eps);
 
     // Re-derive the fp32 values from the packed row below instead of letting the compiler keep
@@ -146,7 +103,7 @@ rmsnorm_kernel(const __grid_constant__ RmsNormParams p) {
 #pragma unroll
     for (int k = 0; k < kIters; ++k) {
       const int v = tid + k * THREADS_PER_ROW;
-      if (in_row(k, v)) {
+      if (Walk::in_row(active, k, v)) {
         V wk;
         if constexpr (kEarly) {
           wk = wearly[k];
@@ -161,7 +118,7 @@ rmsnorm_kernel(const __grid_constant__ RmsNormParams p) {
         V o;
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
-          o[e] = from_float<T>(to_float(xv[k][e]) * inv_rms * (to_float(wk[e]) + w_off));
+          o[e] = from_float<DTYPE>(to_float(xv[k][e]) * inv_rms * (to_float(wk[e]) + w_off));
         }
         o.store(y + v * VEC);
       }
@@ -176,11 +133,9 @@ rmsnorm_kernel(const __grid_constant__ RmsNormParams p) {
     // recently read part first), marks its reads as last use and streams its stores. On H200
     // this took fp32 x 65536 from 3.1 to 3.6 TB/s and bf16 x 262144 from 2.8 to 3.0 TB/s.
     constexpr int kChunk1 =
-        detail::clamp_int((kRegCap - detail::kRegReserve) / kRegsPerVec, 1, detail::kMaxCachedVecs);
-    constexpr int kChunk2 = detail::clamp_int((kRegCap - detail::kRegReserve) / (2 * kRegsPerVec),
-                                              1, detail::kMaxCachedVecs);
-    // Beyond the last full chunk some vectors may not exist even when kEven.
-    auto in_range = [active](int v) { return active && v < kVecs; };
+        detail::clamp_int(Walk::kRegBudget / kRegsPerVec, 1, detail::kMaxCachedVecs);
+    constexpr int kChunk2 =
+        detail::clamp_int(Walk::kRegBudget / (2 * kRegsPerVec), 1, detail::kMaxCachedVecs);
 
     float ss = 0.0f;
 #pragma unroll 1
@@ -189,12 +144,12 @@ rmsnorm_kernel(const __grid_constant__ RmsNormParams p) {
 #pragma unroll
       for (int u = 0; u < kChunk1; ++u) {
         const int v = tid + (k0 + u) * THREADS_PER_ROW;
-        if (in_range(v)) xv[u].load(x + v * VEC);
+        if (Walk::in_range(active, v)) xv[u].load(x + v * VEC);
       }
 #pragma unroll
       for (int u = 0; u < kChunk1; ++u) {
         const int v = tid + (k0 + u) * THREADS_PER_ROW;
-        if (in_range(v)) {
+        if (Walk::in_range(active, v)) {
 #pragma unroll
           for (int e = 0; e < VEC; ++e) {
             const float f = to_float(xv[u][e]);
@@ -203,7 +158,7 @@ rmsnorm_kernel(const __grid_constant__ RmsNormParams p) {
         }
       }
     }
-    const float total = detail::row_sum<THREADS_PER_ROW, true>(ss, partials);
+    const float total = Walk::template sum<true>(ss, partials);
     const float inv_rms = rsqrtf(total * kInvHidden + p.eps);
 
 #pragma unroll 1
@@ -213,7 +168,7 @@ rmsnorm_kernel(const __grid_constant__ RmsNormParams p) {
 #pragma unroll
       for (int u = 0; u < kChunk2; ++u) {
         const int v = tid + (k0 + u) * THREADS_PER_ROW;
-        if (in_range(v)) {
+        if (Walk::in_range(active, v)) {
           xv[u].load_last_use(x + v * VEC);
           wv[u].load_ro(w + v * VEC);
         }
@@ -221,11 +176,11 @@ rmsnorm_kernel(const __grid_constant__ RmsNormParams p) {
 #pragma unroll
       for (int u = 0; u < kChunk2; ++u) {
         const int v = tid + (k0 + u) * THREADS_PER_ROW;
-        if (in_range(v)) {
+        if (Walk::in_range(active, v)) {
           V o;
 #pragma unroll
           for (int e = 0; e < VEC; ++e) {
-            o[e] = from_float<T>(to_float(xv[u][e]) * inv_rms * (to_float(wv[u][e]) + w_off));
+            o[e] = from_float<DTYPE>(to_float(xv[u][e]) * inv_rms * (to_float(wv[u][e]) + w_off));
           }
           o.store_streaming(y + v * VEC);
         }

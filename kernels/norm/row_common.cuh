@@ -133,6 +133,85 @@ KJIT_DEVICE KJIT_FORCEINLINE void load_params_then_wait(F&& load) {
   pdl_launch_dependents();
 }
 
+// The row skeleton the three norm kernels share: the launch shape's checks and sizes, the entry
+// (early parameter reads and the programmatic-launch wait), the thread's place in the grid, which
+// of its vectors exist, and the row reduction. Each kernel adds its loops and arithmetic. (The
+// loops stay written out in the kernels: passed to a helper as lambdas, they changed the long-row
+// and uneven-row code ptxas emits, which this skeleton leaves as it was.)
+//
+// A row of HIDDEN elements is kVecs vectors of VEC; thread tid of the row's THREADS_PER_ROW takes
+// vectors v = tid + k * THREADS_PER_ROW, k < kIters, so a warp covers consecutive vectors
+// (coalesced) and only the last k can run past the row end. ROWS_PER_BLOCK rows share a block.
+template <typename DTYPE, int HIDDEN, int VEC, int THREADS_PER_ROW, int ROWS_PER_BLOCK>
+struct RowWalk {
+  static_assert(HIDDEN >= 1, "HIDDEN must be positive");
+  static_assert(VEC >= 1 && HIDDEN % VEC == 0, "HIDDEN must be a multiple of VEC");
+  static_assert(VEC * sizeof(DTYPE) <= 16, "a vector must fit one 16-byte access");
+  // Only shapes whose row reduction cannot strand a shuffle or a barrier (see valid_row_shape).
+  static_assert(valid_row_shape(THREADS_PER_ROW, ROWS_PER_BLOCK),
+                "use THREADS_PER_ROW == 32 (or a power of two below it, with whole warps per "
+                "block), or ROWS_PER_BLOCK == 1 with THREADS_PER_ROW a multiple of 32; at most "
+                "1024 threads per block");
+
+  using V = Vec<DTYPE, VEC>;
+  static constexpr int kThreads = THREADS_PER_ROW * ROWS_PER_BLOCK;
+  static constexpr int kVecs = HIDDEN / VEC;
+  static constexpr int kIters = (kVecs + THREADS_PER_ROW - 1) / THREADS_PER_ROW;
+  // When the vectors split evenly across the row's threads, no bounds checks are emitted at all.
+  static constexpr bool kEven = kVecs % THREADS_PER_ROW == 0;
+  // What __launch_bounds__(kThreads) lets the compiler use per thread, less the reserve: register
+  // arrays are sized against it so a cached row never spills to local memory.
+  static constexpr int kRegBudget = reg_cap(kThreads) - kRegReserve;
+  static constexpr int kRegsPerVec = regs_per_vec<DTYPE, VEC>();
+  // Block-reduction slots: only referenced (and so only allocated) when a row spans several warps.
+  static constexpr int kPartials = THREADS_PER_ROW >= 32 ? THREADS_PER_ROW / 32 : 1;
+
+  // Before any global access. EARLY: load(k, v) reads the row-length parameters of each of the
+  // thread's vectors before the programmatic-launch wait (load_params_then_wait); else only the
+  // wait (pdl_enter, see prelude.cuh).
+  template <bool EARLY, typename F>
+  static KJIT_DEVICE KJIT_FORCEINLINE void enter(F&& load) {
+    if constexpr (EARLY) {
+      load_params_then_wait<THREADS_PER_ROW, kThreads, kVecs>(load);
+    } else {
+      pdl_enter();
+    }
+  }
+
+  // The thread's place in its row (tid), its row and whether that row exists; false when the
+  // thread must leave at once. With a warp or more per row, being out of range is uniform across
+  // everything that synchronises (the warp, or the whole block when it holds a single row), so
+  // leaving early strands no shuffle or barrier. Rows narrower than a warp share their warp's
+  // shuffles with neighbouring rows, so there an out-of-range row stays (inactive, on row 0) and
+  // only skips memory.
+  static KJIT_DEVICE KJIT_FORCEINLINE bool place(long long rows, int& tid, i64& row, bool& active) {
+    tid = THREADS_PER_ROW == kThreads ? int(threadIdx.x) : int(threadIdx.x) % THREADS_PER_ROW;
+    row = i64(blockIdx.x) * ROWS_PER_BLOCK + int(threadIdx.x) / THREADS_PER_ROW;
+    if (THREADS_PER_ROW >= 32 && row >= rows) return false;
+    active = THREADS_PER_ROW >= 32 || row < rows;
+    if (!active) row = 0;
+    return true;
+  }
+
+  // Whether vector v = tid + k * THREADS_PER_ROW of the thread exists (a row held in registers,
+  // k < kIters).
+  static KJIT_DEVICE KJIT_FORCEINLINE bool in_row(bool active, int k, int v) {
+    return active && (kEven || k < kIters - 1 || v < kVecs);
+  }
+
+  // The same for any vector index (long rows' chunks: beyond the last full chunk some vectors may
+  // not exist even when kEven).
+  static KJIT_DEVICE KJIT_FORCEINLINE bool in_range(bool active, int v) {
+    return active && v < kVecs;
+  }
+
+  // The sum of s over the row's threads (row_sum).
+  template <bool ONCE = false>
+  static KJIT_DEVICE KJIT_FORCEINLINE float sum(float s, float* partials) {
+    return row_sum<THREADS_PER_ROW, ONCE>(s, partials);
+  }
+};
+
 }  // namespace detail
 }  // namespace norm
 }  // namespace kjit

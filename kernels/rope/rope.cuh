@@ -32,52 +32,10 @@
 #include "common/fastdiv.cuh"
 #include "common/prelude.cuh"
 #include "common/vec.cuh"
+#include "rope/rope_params.h"
 
 namespace kjit {
 namespace rope {
-
-constexpr int kModeFreq = 0;
-constexpr int kModeCache = 1;
-
-// cos_sin cache element types (RopeParams::cache_dtype).
-constexpr int kCacheF32 = 0;
-constexpr int kCacheF16 = 1;
-constexpr int kCacheBF16 = 2;
-
-// Passed by value as a __grid_constant__ kernel parameter (RopeParams below). Strides are in
-// elements. Keep this exact layout: the host mirrors it.
-struct RopeArgs {
-  const void* q_in;     // [tokens, q_heads, HEAD_DIM]
-  void* q_out;          // may be q_in (same strides): in place
-  const void* k_in;     // [tokens, k_heads, HEAD_DIM]
-  void* k_out;          // may be k_in (same strides): in place
-  const void* pos;      // [tokens], int32 or int64 (pos_bytes)
-  const void* cos_sin;  // kModeCache: [max_pos, ROT_DIM], row stride cache_stride
-  long long q_in_st, q_in_sh, q_out_st, q_out_sh;
-  long long k_in_st, k_in_sh, k_out_st, k_out_sh;
-  long long cache_stride;
-  long long max_pos;
-  int q_heads, k_heads;
-  int heads_per_chunk;  // heads of one token that one block covers
-  int chunks;           // blocks per token: grid = tokens * chunks
-  int copy_q_pass;      // 1 when q_out is not q_in: dims >= ROT_DIM must be copied
-  int copy_k_pass;
-  int pos_bytes;       // 4 or 8
-  int cache_dtype;     // kCache*
-  FastDiv chunks_div;  // blockIdx.x / chunks
-  FastDiv slots_div;   // threadIdx.x / slots (slots = blockDim.x / kUnits)
-};
-// The host puts the frequency table right after the args; it checks the same size.
-static_assert(sizeof(RopeArgs) == 176, "RopeArgs layout");
-
-// The args and, for kModeFreq, (hi, lo) of inv_freq[f] / pi for f < ROT_DIM / 2. The host mirror
-// has a table of the largest size; the launch copies only this kernel's parameter size, so the
-// table is as long as this ROT_DIM needs.
-template <int TABLE>
-struct RopeParams {
-  RopeArgs a;
-  float freq[2 * TABLE];
-};
 
 namespace detail {
 
@@ -114,12 +72,70 @@ KJIT_DEVICE KJIT_FORCEINLINE float load_cache(const void* row, long long i, int 
   return to_float(__ldg(static_cast<const __nv_bfloat16*>(row) + i));
 }
 
+// What both RoPE kernels share: the shape's checks and sizes, and a token's heads (q heads first,
+// then k heads, each with its own strides) with the copy of their dims past ROT_DIM.
+template <typename DTYPE, int HEAD_DIM, int ROT_DIM, bool INTERLEAVE, int VEC, int MODE>
+struct RopeShape {
+  static_assert(ROT_DIM >= 2 && ROT_DIM % 2 == 0 && ROT_DIM <= HEAD_DIM, "bad ROT_DIM");
+  static_assert(VEC >= 1 && (VEC & (VEC - 1)) == 0 && VEC * sizeof(DTYPE) <= 16, "bad VEC");
+  static_assert(HEAD_DIM % VEC == 0 && ROT_DIM % VEC == 0, "dims must be multiples of VEC");
+  static_assert(INTERLEAVE || (ROT_DIM / 2) % VEC == 0, "NeoX halves must be multiples of VEC");
+  static_assert(MODE == kModeFreq || MODE == kModeCache, "bad MODE");
+
+  using V = Vec<DTYPE, VEC>;
+  static constexpr int kHalf = ROT_DIM / 2;
+  // Elements one thread rotates per head: a vector of each half (NeoX), or a run of whole pairs
+  // (GPT-J; two scalars when the alignment allows no wider vector).
+  static constexpr int kUnit = INTERLEAVE ? (VEC < 2 ? 2 : VEC) : VEC;
+  static constexpr int kLoads = INTERLEAVE ? kUnit / VEC : 2;                // vectors per head
+  static constexpr int kUnits = INTERLEAVE ? ROT_DIM / kUnit : kHalf / VEC;  // threads per head
+  static constexpr int kFreqs = INTERLEAVE ? kUnit / 2 : VEC;                // angles per thread
+  static constexpr int kPassVecs = (HEAD_DIM - ROT_DIM) / VEC;
+
+  // Offset in the head of the j-th vector of thread `unit`.
+  static KJIT_DEVICE KJIT_FORCEINLINE int elem_offset(int unit, int j) {
+    return INTERLEAVE ? unit * kUnit + j * VEC : j * kHalf + unit * VEC;
+  }
+
+  // Head h of token tk, read and written.
+  static KJIT_DEVICE KJIT_FORCEINLINE const DTYPE* head_in(const RopeArgs& a, long long tk, int h) {
+    return h < a.q_heads
+               ? static_cast<const DTYPE*>(a.q_in) + tk * a.q_in_st + h * a.q_in_sh
+               : static_cast<const DTYPE*>(a.k_in) + tk * a.k_in_st + (h - a.q_heads) * a.k_in_sh;
+  }
+  static KJIT_DEVICE KJIT_FORCEINLINE DTYPE* head_out(const RopeArgs& a, long long tk, int h) {
+    return h < a.q_heads
+               ? static_cast<DTYPE*>(a.q_out) + tk * a.q_out_st + h * a.q_out_sh
+               : static_cast<DTYPE*>(a.k_out) + tk * a.k_out_st + (h - a.q_heads) * a.k_out_sh;
+  }
+
+  // Dims past ROT_DIM of heads h, h + step, ... < h_end: nothing to do in place; out of place
+  // they are copied. The views do not overlap then (the host checks), which is what lets the loop
+  // keep several loads in flight.
+  static KJIT_DEVICE KJIT_FORCEINLINE void copy_pass(const RopeArgs& a, long long tk, int h,
+                                                     int h_end, int step, int unit) {
+    if constexpr (kPassVecs > 0) {
+      for (; h < h_end; h += step) {
+        if (!(h < a.q_heads ? a.copy_q_pass : a.copy_k_pass)) continue;
+        const DTYPE* __restrict__ src = head_in(a, tk, h) + ROT_DIM;
+        DTYPE* __restrict__ dst = head_out(a, tk, h) + ROT_DIM;
+#pragma unroll 4
+        for (int v = unit; v < kPassVecs; v += kUnits) {
+          V t;
+          t.load(src + v * VEC);
+          t.store(dst + v * VEC);
+        }
+      }
+    }
+  }
+};
+
 }  // namespace detail
 
 // Launch with grid = tokens * p.a.chunks and block = kUnits * slots threads (any slots >= 1, at
 // most 256 threads), no shared memory, where kUnits = ROT_DIM / 2 / VEC (NeoX) or
 // ROT_DIM / max(VEC, 2) (GPT-J). q_in, q_out, k_in, k_out and their token and head strides must
-// be aligned to VEC * sizeof(T) bytes; HEAD_DIM and ROT_DIM (NeoX: ROT_DIM / 2) must be
+// be aligned to VEC * sizeof(DTYPE) bytes; HEAD_DIM and ROT_DIM (NeoX: ROT_DIM / 2) must be
 // multiples of VEC. An out view is its in view (in place) or overlaps nothing the kernel reads.
 // kModeCache tokens whose position is outside [0, max_pos) are left untouched (no read past the
 // cache).
@@ -129,30 +145,21 @@ KJIT_DEVICE KJIT_FORCEINLINE float load_cache(const void* row, long long i, int 
 // 93.2-93.7% (new order, capped).
 // clang-format would read the launch bound as a pointer declaration.
 // clang-format off
-template <typename T, int HEAD_DIM, int ROT_DIM, bool INTERLEAVE, int VEC, int MODE,
+template <typename DTYPE, int HEAD_DIM, int ROT_DIM, bool INTERLEAVE, int VEC, int MODE,
           bool UNIT_MAJOR>
 __global__ void __launch_bounds__(256, UNIT_MAJOR ? 2 : 3)
 rope_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DIM / 2 : 1> p) {
   // clang-format on
   pdl_enter();  // before any global access: see prelude.cuh
-  static_assert(ROT_DIM >= 2 && ROT_DIM % 2 == 0 && ROT_DIM <= HEAD_DIM, "bad ROT_DIM");
-  static_assert(VEC >= 1 && (VEC & (VEC - 1)) == 0 && VEC * sizeof(T) <= 16, "bad VEC");
-  static_assert(HEAD_DIM % VEC == 0 && ROT_DIM % VEC == 0, "dims must be multiples of VEC");
-  static_assert(INTERLEAVE || (ROT_DIM / 2) % VEC == 0, "NeoX halves must be multiples of VEC");
-  static_assert(MODE == kModeFreq || MODE == kModeCache, "bad MODE");
-
-  constexpr int kHalf = ROT_DIM / 2;
-  // Elements one thread rotates per head: a vector of each half (NeoX), or a run of whole pairs
-  // (GPT-J; two scalars when the alignment allows no wider vector).
-  constexpr int kUnit = INTERLEAVE ? (VEC < 2 ? 2 : VEC) : VEC;
-  constexpr int kLoads = INTERLEAVE ? kUnit / VEC : 2;                // vectors per head per thread
-  constexpr int kUnits = INTERLEAVE ? ROT_DIM / kUnit : kHalf / VEC;  // threads per head
-  constexpr int kFreqs = INTERLEAVE ? kUnit / 2 : VEC;                // angles per thread
-  constexpr int kPassVecs = (HEAD_DIM - ROT_DIM) / VEC;
+  using Shape = detail::RopeShape<DTYPE, HEAD_DIM, ROT_DIM, INTERLEAVE, VEC, MODE>;
+  constexpr int kHalf = Shape::kHalf;
+  constexpr int kLoads = Shape::kLoads;
+  constexpr int kUnits = Shape::kUnits;
+  constexpr int kFreqs = Shape::kFreqs;
   // Heads whose loads a thread issues together: 4 heads of NeoX 16-byte vectors are 128 bytes in
   // flight per thread, enough to cover DRAM latency at full occupancy without spilling.
   constexpr int kInFlight = 4;
-  using V = Vec<T, VEC>;
+  using V = Vec<DTYPE, VEC>;
 
   // Divisions by host-computed multipliers (common/fastdiv.cuh): a run-time division here was
   // ~20 dependent instructions ahead of every address. (A (tokens, chunks) grid would spare this
@@ -189,7 +196,7 @@ rope_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DIM / 2 :
 #pragma unroll
       for (int e = 0; e < kFreqs; ++e) {
         // fp32 outputs keep the 1-ulp sincospif; 16-bit outputs cannot see the difference.
-        if constexpr (sizeof(T) == 2) {
+        if constexpr (sizeof(DTYPE) == 2) {
           detail::fast_sincos_of_position(pf, p.freq[2 * (f0 + e)], p.freq[2 * (f0 + e) + 1],
                                           &sn[e], &cs[e]);
         } else {
@@ -210,23 +217,13 @@ rope_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DIM / 2 :
   bool have_angles = false;
 
   // Offset in the head of this thread's j-th vector.
-  auto elem_offset = [unit](int j) {
-    return INTERLEAVE ? unit * kUnit + j * VEC : j * kHalf + unit * VEC;
-  };
+  auto elem_offset = [unit](int j) { return Shape::elem_offset(unit, j); };
   const int h_total = p.a.q_heads + p.a.k_heads;
   const int h_begin = chunk * p.a.heads_per_chunk;
   const int h_end = min(h_begin + p.a.heads_per_chunk, h_total);
   const long long tk = token;
-  auto head_in = [&](int h) {
-    return h < p.a.q_heads ? static_cast<const T*>(p.a.q_in) + tk * p.a.q_in_st + h * p.a.q_in_sh
-                           : static_cast<const T*>(p.a.k_in) + tk * p.a.k_in_st +
-                                 (h - p.a.q_heads) * p.a.k_in_sh;
-  };
-  auto head_out = [&](int h) {
-    return h < p.a.q_heads
-               ? static_cast<T*>(p.a.q_out) + tk * p.a.q_out_st + h * p.a.q_out_sh
-               : static_cast<T*>(p.a.k_out) + tk * p.a.k_out_st + (h - p.a.q_heads) * p.a.k_out_sh;
-  };
+  auto head_in = [&](int h) { return Shape::head_in(p.a, tk, h); };
+  auto head_out = [&](int h) { return Shape::head_out(p.a, tk, h); };
 
   for (int h0 = h_begin + slot; h0 < h_end; h0 += kInFlight * slots) {
     V x[kInFlight][kLoads];
@@ -234,7 +231,7 @@ rope_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DIM / 2 :
     for (int i = 0; i < kInFlight; ++i) {
       const int h = h0 + i * slots;
       if (h < h_end) {
-        const T* src = head_in(h);
+        const DTYPE* src = head_in(h);
 #pragma unroll
         for (int j = 0; j < kLoads; ++j) x[i][j].load(src + elem_offset(j));
       }
@@ -266,33 +263,19 @@ rope_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DIM / 2 :
           v[i1] = fmaf(a, cs[f], -b * sn[f]);
           v[i2] = fmaf(b, cs[f], a * sn[f]);
         }
-        T* dst = head_out(h);
+        DTYPE* dst = head_out(h);
 #pragma unroll
         for (int j = 0; j < kLoads; ++j) {
           V o;
 #pragma unroll
-          for (int e = 0; e < VEC; ++e) o[e] = from_float<T>(v[j * VEC + e]);
+          for (int e = 0; e < VEC; ++e) o[e] = from_float<DTYPE>(v[j * VEC + e]);
           o.store(dst + elem_offset(j));
         }
       }
     }
   }
 
-  // Dims past ROT_DIM: nothing to do in place; out of place they are copied. The views do not
-  // overlap then (the host checks), which is what lets the loop keep several loads in flight.
-  if constexpr (kPassVecs > 0) {
-    for (int h = h_begin + slot; h < h_end; h += slots) {
-      if (!(h < p.a.q_heads ? p.a.copy_q_pass : p.a.copy_k_pass)) continue;
-      const T* __restrict__ src = head_in(h) + ROT_DIM;
-      T* __restrict__ dst = head_out(h) + ROT_DIM;
-#pragma unroll 4
-      for (int v = unit; v < kPassVecs; v += kUnits) {
-        V t;
-        t.load(src + v * VEC);
-        t.store(dst + v * VEC);
-      }
-    }
-  }
+  Shape::copy_pass(p.a, tk, h_begin + slot, h_end, slots, unit);
 }
 
 // Decode sizes (the host picks it for at most kRopeUnitMajorMaxTokens tokens when the shape
@@ -313,36 +296,29 @@ rope_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DIM / 2 :
 // EARLY_POS (the host's KJIT_PDL_EARLY_INDICES): the position load is issued before the wait and
 // consumed after it, so the angles (or, in kModeCache, the cache row's loads) follow the wait
 // at once, beside the head's loads. Only the load goes early: computing the angles before the
-// wait too measured 0.25 us slower back to back on the H200 than the default (a dependent
+// wait too was 0.25 us slower back to back on the H200 than the default (a dependent
 // block's time before its wait is on the chain when it exceeds the predecessor's time after
 // its own). The caller promises that the kernel just before does not write pos_ids.
 // Launch with grid = tokens * p.a.chunks and block = kUnits * slots threads, a multiple of 32,
 // at most 256; the rest as rope_kernel.
 // clang-format off
-template <typename T, int HEAD_DIM, int ROT_DIM, bool INTERLEAVE, int VEC, int MODE,
+template <typename DTYPE, int HEAD_DIM, int ROT_DIM, bool INTERLEAVE, int VEC, int MODE,
           bool EARLY_POS>
 __global__ void __launch_bounds__(256)
 rope_decode_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DIM / 2 : 1> p) {
   // clang-format on
-  static_assert(ROT_DIM >= 2 && ROT_DIM % 2 == 0 && ROT_DIM <= HEAD_DIM, "bad ROT_DIM");
-  static_assert(VEC >= 1 && (VEC & (VEC - 1)) == 0 && VEC * sizeof(T) <= 16, "bad VEC");
-  static_assert(HEAD_DIM % VEC == 0 && ROT_DIM % VEC == 0, "dims must be multiples of VEC");
-  static_assert(INTERLEAVE || (ROT_DIM / 2) % VEC == 0, "NeoX halves must be multiples of VEC");
-  static_assert(MODE == kModeFreq || MODE == kModeCache, "bad MODE");
-  static_assert(sizeof(T) == 2, "16-bit q / k only (as the host serves)");
-
-  constexpr int kHalf = ROT_DIM / 2;
-  constexpr int kUnit = INTERLEAVE ? (VEC < 2 ? 2 : VEC) : VEC;
-  constexpr int kLoads = INTERLEAVE ? kUnit / VEC : 2;
-  constexpr int kUnits = INTERLEAVE ? ROT_DIM / kUnit : kHalf / VEC;
-  constexpr int kFreqs = INTERLEAVE ? kUnit / 2 : VEC;
-  constexpr int kPassVecs = (HEAD_DIM - ROT_DIM) / VEC;
+  using Shape = detail::RopeShape<DTYPE, HEAD_DIM, ROT_DIM, INTERLEAVE, VEC, MODE>;
+  static_assert(sizeof(DTYPE) == 2, "16-bit q / k only (as the host serves)");
+  constexpr int kHalf = Shape::kHalf;
+  constexpr int kLoads = Shape::kLoads;
+  constexpr int kUnits = Shape::kUnits;
+  constexpr int kFreqs = Shape::kFreqs;
   static_assert(kUnits * kFreqs == kHalf, "a head's units cover its frequencies");
   static_assert(kUnits <= 32 && 32 % kUnits == 0, "a warp must cover every unit");
   // Angles per lane: lane l owns frequencies l * kA + r, r < kA.
   constexpr int kA = kHalf <= 32 ? 1 : kHalf / 32;
   static_assert(kA * 32 >= kHalf && kFreqs % kA == 0, "angles per lane");
-  using V = Vec<T, VEC>;
+  using V = Vec<DTYPE, VEC>;
 
   const int token = fast_div(int(blockIdx.x), p.a.chunks_div);
   const int chunk = int(blockIdx.x) - token * p.a.chunks;
@@ -350,27 +326,17 @@ rope_decode_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DI
   const int unit = int(threadIdx.x) % kUnits;
   const int slot = int(threadIdx.x) / kUnits;
   const int lane = int(threadIdx.x) & 31;
-  auto elem_offset = [unit](int j) {
-    return INTERLEAVE ? unit * kUnit + j * VEC : j * kHalf + unit * VEC;
-  };
+  auto elem_offset = [unit](int j) { return Shape::elem_offset(unit, j); };
   const int h_total = p.a.q_heads + p.a.k_heads;
   const int h_begin = chunk * p.a.heads_per_chunk;
   const int h_end = min(h_begin + p.a.heads_per_chunk, h_total);
   const long long tk = token;
-  auto head_in = [&](int h) {
-    return h < p.a.q_heads ? static_cast<const T*>(p.a.q_in) + tk * p.a.q_in_st + h * p.a.q_in_sh
-                           : static_cast<const T*>(p.a.k_in) + tk * p.a.k_in_st +
-                                 (h - p.a.q_heads) * p.a.k_in_sh;
-  };
-  auto head_out = [&](int h) {
-    return h < p.a.q_heads
-               ? static_cast<T*>(p.a.q_out) + tk * p.a.q_out_st + h * p.a.q_out_sh
-               : static_cast<T*>(p.a.k_out) + tk * p.a.k_out_st + (h - p.a.q_heads) * p.a.k_out_sh;
-  };
+  auto head_in = [&](int h) { return Shape::head_in(p.a, tk, h); };
+  auto head_out = [&](int h) { return Shape::head_out(p.a, tk, h); };
   const int h = h_begin + slot;
   const bool has_head = h < h_end;
-  const T* src = head_in(has_head ? h : h_begin) + elem_offset(0);
-  T* dst = head_out(has_head ? h : h_begin) + elem_offset(0);
+  const DTYPE* src = head_in(has_head ? h : h_begin) + elem_offset(0);
+  DTYPE* dst = head_out(has_head ? h : h_begin) + elem_offset(0);
 
   // This lane's frequencies (clamped: lanes past the last one compute an angle nobody takes).
   int fl[kA];
@@ -446,7 +412,7 @@ rope_decode_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DI
   compute_angles();
 
   // out: the head's first vector (elem_offset(0)).
-  auto rotate_store = [&](const V* xh, T* out) {
+  auto rotate_store = [&](const V* xh, DTYPE* out) {
     float v[kLoads * VEC];
 #pragma unroll
     for (int j = 0; j < kLoads; ++j) {
@@ -465,7 +431,7 @@ rope_decode_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DI
     for (int j = 0; j < kLoads; ++j) {
       V o;
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) o[e] = from_float<T>(v[j * VEC + e]);
+      for (int e = 0; e < VEC; ++e) o[e] = from_float<DTYPE>(v[j * VEC + e]);
       o.store(out + (elem_offset(j) - elem_offset(0)));
     }
   };
@@ -473,26 +439,13 @@ rope_decode_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DI
   // More heads than slots in this block (the host avoids it at decode sizes): one at a time.
   for (int hh = h + slots; hh < h_end; hh += slots) {
     V y[kLoads];
-    const T* s2 = head_in(hh);
+    const DTYPE* s2 = head_in(hh);
 #pragma unroll
     for (int j = 0; j < kLoads; ++j) y[j].load(s2 + elem_offset(j));
     rotate_store(y, head_out(hh) + elem_offset(0));
   }
 
-  // Dims past ROT_DIM, out of place: copied, as in rope_kernel.
-  if constexpr (kPassVecs > 0) {
-    for (int hh = h; hh < h_end; hh += slots) {
-      if (!(hh < p.a.q_heads ? p.a.copy_q_pass : p.a.copy_k_pass)) continue;
-      const T* __restrict__ s2 = head_in(hh) + ROT_DIM;
-      T* __restrict__ d2 = head_out(hh) + ROT_DIM;
-#pragma unroll 4
-      for (int v = unit; v < kPassVecs; v += kUnits) {
-        V t;
-        t.load(s2 + v * VEC);
-        t.store(d2 + v * VEC);
-      }
-    }
-  }
+  Shape::copy_pass(p.a, tk, h, h_end, slots, unit);
 }
 
 }  // namespace rope

@@ -79,6 +79,11 @@ SpecBuilder& SpecBuilder::value(const std::string& name, long long v, long long 
   return *this;
 }
 
+SpecBuilder& SpecBuilder::choice(const std::string& name, const std::string& uri_value,
+                                 long long v) {
+  return add({name, uri_value, fmt::format("constexpr int {} = {};", name, v)});
+}
+
 SpecBuilder& SpecBuilder::flag(const std::string& name, bool v, bool omit_false) {
   add({name, v ? "1" : "0", fmt::format("constexpr bool {} = {};", name, v ? "true" : "false")});
   params_.back().in_uri = v || !omit_false;

@@ -54,6 +54,9 @@ class SpecBuilder {
   // out of the URI when v equals it, so a parameter added later keeps the existing URIs.
   SpecBuilder& value(const std::string& name, long long v);
   SpecBuilder& value(const std::string& name, long long v, long long uri_default);
+  // An enumerator: URI value `uri_value`, a word for it ("silu"), config "constexpr int <name> =
+  // v;" (the kernel's int template argument).
+  SpecBuilder& choice(const std::string& name, const std::string& uri_value, long long v);
   // A bool: URI value 0 / 1, config "constexpr bool <name> = ...;"; left out of the URI when false
   // if `omit_false`.
   SpecBuilder& flag(const std::string& name, bool v, bool omit_false = false);

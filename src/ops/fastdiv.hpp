@@ -4,13 +4,12 @@
 
 #include <cstdint>
 
+#include "common/fastdiv_params.h"
+
 namespace kjit::ops {
 
-// Mirrors kjit::FastDiv (kernels/common/fastdiv.cuh) field for field.
-struct FastDiv {
-  uint32_t mul = 0;
-  uint32_t shift = 0;
-};
+// The device's own struct (kernels/common/fastdiv_params.h).
+using FastDiv = kjit::FastDiv;
 
 // For 1 <= d < 2^31: shift = ceil(log2(d)), mul = ceil(2^(32 + shift) / d) - 2^32. Then
 // n / d == (umulhi(n, mul) + n) >> shift for every 0 <= n < 2^31: the round-up multiplier's

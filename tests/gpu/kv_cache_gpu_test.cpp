@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kjit/kjit.h"
+#include "ops/kv_cache/kv_cache.hpp"
 #include "ops/pdl.hpp"
 #include "reference/half.hpp"
 #include "reference/kv_cache_ref.hpp"
@@ -42,13 +43,6 @@ struct KvCase {
   bool poison = false;   // caches start as 0xFF (NaN) instead of random previous contents
   bool invalid = false;  // add tokens the kernel must skip (bad request, position, page)
   bool early = false;    // KJIT_PDL_EARLY_INDICES forced on (takes effect on sm_90, <= 256 tokens)
-};
-
-struct ForceEarly {
-  explicit ForceEarly(bool on) { kjit::ops::force_pdl_early_indices(on ? 1 : 0); }
-  ~ForceEarly() { kjit::ops::force_pdl_early_indices(-1); }
-  ForceEarly(const ForceEarly&) = delete;
-  ForceEarly& operator=(const ForceEarly&) = delete;
 };
 
 std::string describe(const KvCase& c) {
@@ -229,12 +223,13 @@ void run_case(const KvCase& c, std::mt19937_64& rng) {
   Tensor ipt =
       make_tensor(ptr_dev->get(), {static_cast<int64_t>(indptr.size())}, dl_dtype("int32"));
   Tensor lt = make_tensor(last_dev->get(), {static_cast<int64_t>(last.size())}, dl_dtype("int32"));
-  ForceEarly early(c.early);
-  kjit_status st =
-      kjit_append_paged_kv_cache(ak.get(), av.get(), bt.get(), pt.get(), kc.get(), vc.get(),
-                                 it.get(), ipt.get(), lt.get(), c.layout, nullptr);
-  INFO("kjit_last_error: " << kjit_last_error());
-  REQUIRE(st == KJIT_SUCCESS);
+  // The ops-layer call with the early index reads asked for or not (the C entry point takes
+  // KJIT_PDL_EARLY_INDICES).
+  kjit::ops::ElementwiseLaunch launch = kjit::ops::elementwise_launch_from_env();
+  launch.early_indices = c.early;
+  REQUIRE_NOTHROW(kjit::ops::append_paged_kv_cache(ak.get(), av.get(), bt.get(), pt.get(), kc.get(),
+                                                   vc.get(), it.get(), ipt.get(), lt.get(),
+                                                   c.layout, nullptr, launch));
   device_synchronize();
 
   auto count_diffs = [&](const std::vector<unsigned char>& expect, const DeviceBuffer& d,

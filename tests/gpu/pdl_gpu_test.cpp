@@ -16,7 +16,12 @@
 #include "cuda/device.hpp"
 #include "cuda/driver.hpp"
 #include "kjit/kjit.h"
+#include "ops/activation/activation.hpp"
+#include "ops/kv_cache/kv_cache.hpp"
+#include "ops/norm/layernorm.hpp"
+#include "ops/norm/norm.hpp"
 #include "ops/pdl.hpp"
+#include "ops/rope/rope.hpp"
 #include "reference/half.hpp"
 #include "support/gpu.hpp"
 
@@ -25,18 +30,14 @@ namespace ref = kjit::ref;
 
 namespace {
 
-struct ForcePdl {
-  explicit ForcePdl(int mode, int early = 0) {
-    kjit::ops::force_elementwise_pdl(mode);
-    kjit::ops::force_pdl_early_indices(early);
-  }
-  ~ForcePdl() {
-    kjit::ops::force_elementwise_pdl(-1);
-    kjit::ops::force_pdl_early_indices(-1);
-  }
-  ForcePdl(const ForcePdl&) = delete;
-  ForcePdl& operator=(const ForcePdl&) = delete;
-};
+// The launch mode each ops-layer call of the chain is given (what the C entry points take from
+// KJIT_PDL / KJIT_PDL_EARLY_INDICES).
+kjit::ops::ElementwiseLaunch launch_mode(int pdl, int early = 0) {
+  kjit::ops::ElementwiseLaunch l;
+  l.pdl = pdl != 0;
+  l.early_indices = early != 0;
+  return l;
+}
 
 std::vector<unsigned char> random_bf16(std::mt19937_64& rng, size_t n, double lo, double hi) {
   std::uniform_real_distribution<double> d(lo, hi);
@@ -136,23 +137,19 @@ struct Chain {
     for (DeviceBuffer* d : {&y, &z, &u, &v, &kc, &vc}) d->fill(0xFF);
   }
 
-  // Enqueues the seven ops on `s`; the first failing status, with its message.
-  kjit_status run(CUstream s) {
-    kjit_status st = kjit_rmsnorm(xt.get(), wt.get(), yt.get(), 1e-6f, s);
-    if (st == KJIT_SUCCESS) st = kjit_fused_add_rmsnorm(yt.get(), rest.get(), wt.get(), 1e-6f, s);
-    if (st == KJIT_SUCCESS) st = kjit_layernorm(yt.get(), gt.get(), bt.get(), zt.get(), 1e-5f, s);
-    if (st == KJIT_SUCCESS) {
-      st = kjit_apply_rope_pos_ids(zq.get(), kt.get(), zq.get(), kt.get(), post.get(),
-                                   static_cast<int>(kHeadDim), 0, 1.0f, 1e4f, s);
-    }
-    if (st == KJIT_SUCCESS) {
-      st = kjit_append_paged_kv_cache(kt.get(), kt.get(), bit.get(), zerot.get(), kct.get(),
-                                      vct.get(), idxt.get(), ptrt.get(), zerot.get(),
-                                      KJIT_KV_LAYOUT_NHD, s);
-    }
-    if (st == KJIT_SUCCESS) st = kjit_silu_and_mul(zt.get(), ut.get(), s);
-    if (st == KJIT_SUCCESS) st = kjit_rmsnorm(ut.get(), w2t.get(), vt.get(), 1e-6f, s);
-    return st;
+  // Enqueues the seven ops on `s` (the ops-layer calls behind the C entry points), launched as
+  // `l` says; throws kjit::Error.
+  void run(CUstream s, const kjit::ops::ElementwiseLaunch& l) {
+    namespace ops = kjit::ops;
+    ops::rmsnorm(xt.get(), wt.get(), yt.get(), 1e-6f, s, 0.0f, l);
+    ops::fused_add_rmsnorm(yt.get(), rest.get(), wt.get(), 1e-6f, s, 0.0f, l);
+    ops::layernorm(yt.get(), gt.get(), bt.get(), zt.get(), 1e-5f, s, l);
+    ops::apply_rope_pos_ids(zq.get(), kt.get(), zq.get(), kt.get(), post.get(),
+                            static_cast<int>(kHeadDim), 0, 1.0f, 1e4f, s, l);
+    ops::append_paged_kv_cache(kt.get(), kt.get(), bit.get(), zerot.get(), kct.get(), vct.get(),
+                               idxt.get(), ptrt.get(), zerot.get(), KJIT_KV_LAYOUT_NHD, s, l);
+    ops::act_and_mul(ops::Act::kSilu, zt.get(), ut.get(), s, l);
+    ops::rmsnorm(ut.get(), w2t.get(), vt.get(), 1e-6f, s, 0.0f, l);
   }
 
   // Every buffer the chain wrote, in one image.
@@ -189,17 +186,14 @@ TEST_CASE("pdl gpu: a chain of elementwise ops as programmatic dependents matche
     INFO("rows " << rows);
     Chain c(rows, rng);
     auto run_eager = [&](int pdl, int repeats, int early = 0) {
-      ForcePdl force(pdl, early);
-      CHECK(kjit::ops::pdl_early_indices(0) == (early == 1 && kjit::ops::elementwise_pdl(0)));
-      CHECK(kjit::ops::elementwise_pdl(0) == (pdl == 1 && kjit::cuda::device_info(0).major >= 9));
+      const kjit::ops::ElementwiseLaunch l = launch_mode(pdl, early);
+      CHECK(kjit::ops::pdl_early_indices(0, l) == (early == 1 && kjit::ops::elementwise_pdl(0, l)));
+      CHECK(kjit::ops::elementwise_pdl(0, l) ==
+            (pdl == 1 && kjit::cuda::device_info(0).major >= 9));
       c.reset();
       // Repeats re-run the chain on its own outputs (res and k accumulate): back-to-back
       // launches, each depending on the one before.
-      for (int i = 0; i < repeats; ++i) {
-        const kjit_status st = c.run(s);
-        INFO("kjit_last_error: " << kjit_last_error());
-        REQUIRE(st == KJIT_SUCCESS);
-      }
+      for (int i = 0; i < repeats; ++i) REQUIRE_NOTHROW(c.run(s, l));
       REQUIRE(drv.cuStreamSynchronize(s) == CUDA_SUCCESS);
       return c.outputs();
     };
@@ -214,16 +208,20 @@ TEST_CASE("pdl gpu: a chain of elementwise ops as programmatic dependents matche
     // same image.
     for (int early_indices : {0, 1}) {
       INFO("early indices " << early_indices);
-      ForcePdl force(1, early_indices);
+      const kjit::ops::ElementwiseLaunch l = launch_mode(1, early_indices);
       c.reset();
       CUgraph graph = nullptr;
       CUgraphExec exec = nullptr;
       REQUIRE(drv.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED) == CUDA_SUCCESS);
-      kjit_status st = KJIT_SUCCESS;
-      for (int i = 0; i < 3 && st == KJIT_SUCCESS; ++i) st = c.run(s);
+      std::string error;
+      try {
+        for (int i = 0; i < 3; ++i) c.run(s, l);
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
       REQUIRE(drv.cuStreamEndCapture(s, &graph) == CUDA_SUCCESS);
-      INFO("kjit_last_error: " << kjit_last_error());
-      REQUIRE(st == KJIT_SUCCESS);
+      INFO("error: " << error);
+      REQUIRE(error.empty());
       REQUIRE(drv.cuGraphInstantiateWithFlags(&exec, graph, 0) == CUDA_SUCCESS);
       for (int replay = 0; replay < 2; ++replay) {
         c.reset();

@@ -219,21 +219,23 @@ void run_case(const Case& c, std::mt19937_64& rng) {
   // Device side, once per kernel: slot-major, unit-major, the decode kernel (where it serves the
   // shape; else the layout the token count picks) with the position read after and before the
   // PDL wait (KJIT_PDL_EARLY_INDICES; before it only on sm_90 with PDL on), each on fresh
-  // buffers. They compute the same angles the same way: every output is bitwise the first's.
-  struct LayoutReset {
-    ~LayoutReset() {
-      kjit::ops::set_rope_layout(0);
-      kjit::ops::force_pdl_early_indices(-1);
-    }
-  } layout_reset;
+  // buffers, through the ops-layer calls with an explicit layout and launch mode. They compute the
+  // same angles the same way: every output is bitwise the first's.
+  using kjit::ops::RopeLayout;
   std::vector<std::vector<unsigned char>> first_outputs;
-  const std::pair<int, int> runs[] = {{1, 0}, {2, 0}, {3, 0}, {3, 1}};
+  const std::pair<RopeLayout, int> runs[] = {{RopeLayout::kSlotMajor, 0},
+                                             {RopeLayout::kUnitMajor, 0},
+                                             {RopeLayout::kDecode, 0},
+                                             {RopeLayout::kDecode, 1}};
   for (const auto& [layout, early] : runs) {
-    INFO((layout == 1   ? "slot-major"
-          : layout == 2 ? "unit-major"
-                        : (early ? "decode kernel, early position" : "decode kernel")));
-    kjit::ops::set_rope_layout(layout);
-    kjit::ops::force_pdl_early_indices(early);
+    INFO((layout == RopeLayout::kSlotMajor ? "slot-major"
+          : layout == RopeLayout::kUnitMajor
+              ? "unit-major"
+              : (early ? "decode kernel, early position" : "decode kernel")));
+    kjit::ops::RopeTuning tuning;
+    tuning.layout = layout;
+    kjit::ops::ElementwiseLaunch launch = kjit::ops::elementwise_launch_from_env();
+    launch.early_indices = early != 0;
     std::vector<std::unique_ptr<DeviceBuffer>> dev;
     for (auto& b : bufs) {
       dev.push_back(std::make_unique<DeviceBuffer>(b.before.size()));
@@ -263,26 +265,24 @@ void run_case(const Case& c, std::mt19937_64& rng) {
     };
     Tensor qt = tensor(q), kt = tensor(k), qot = tensor(qo), kot = tensor(ko);
     Tensor pt = make_tensor(pos_dev.get(), {c.tokens}, dl_dtype(c.pos_dtype));
-    kjit_status st;
     switch (c.api) {
       case Api::kPosIds:
-        st = kjit_apply_rope_pos_ids(qt.get(), kt.get(), qot.get(), kot.get(), pt.get(), c.rot,
-                                     c.interleave, c.scale, c.theta, nullptr);
+        REQUIRE_NOTHROW(kjit::ops::apply_rope_pos_ids(qt.get(), kt.get(), qot.get(), kot.get(),
+                                                      pt.get(), c.rot, c.interleave, c.scale,
+                                                      c.theta, nullptr, launch, tuning));
         break;
       case Api::kLlama31:
-        st = kjit_apply_llama31_rope_pos_ids(qt.get(), kt.get(), qot.get(), kot.get(), pt.get(),
-                                             c.rot, c.interleave, c.scale, c.theta, c.low, c.high,
-                                             c.old_ctx, nullptr);
+        REQUIRE_NOTHROW(kjit::ops::apply_llama31_rope_pos_ids(
+            qt.get(), kt.get(), qot.get(), kot.get(), pt.get(), c.rot, c.interleave, c.scale,
+            c.theta, c.low, c.high, c.old_ctx, nullptr, launch, tuning));
         break;
       default: {
         Tensor ct = make_tensor(cache_dev.get(), {c.max_pos, rot}, dl_dtype(c.cache_dtype));
-        st = kjit_apply_rope_with_cos_sin_cache(pt.get(), qt.get(), c.no_k ? nullptr : kt.get(),
-                                                static_cast<int>(D), ct.get(), c.interleave ? 0 : 1,
-                                                nullptr);
+        REQUIRE_NOTHROW(kjit::ops::apply_rope_with_cos_sin_cache(
+            pt.get(), qt.get(), c.no_k ? nullptr : kt.get(), static_cast<int>(D), ct.get(),
+            c.interleave ? 0 : 1, nullptr, launch, tuning));
       }
     }
-    INFO("kjit_last_error: " << kjit_last_error());
-    REQUIRE(st == KJIT_SUCCESS);
     device_synchronize();
 
     long bad = 0, touched = 0, unequal = 0;

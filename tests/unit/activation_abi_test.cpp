@@ -353,8 +353,8 @@ TEST_CASE("activation: specs name every parameter and the catalog is the whole f
   CHECK(s.uri == "act_and_mul_act_gelutanh_dtype_bf16_vec_8");
   CHECK(s.uri == ops::act_and_mul_uri(cfg));
   CHECK(s.entry_names.size() == 1);
-  CHECK(s.config.find("using T = __nv_bfloat16;") != std::string::npos);
-  CHECK(s.config.find("constexpr int kAct = 2;") != std::string::npos);
+  CHECK(s.config.find("using dtype = __nv_bfloat16;") != std::string::npos);
+  CHECK(s.config.find("constexpr int act = 2;") != std::string::npos);
 
   const ops::OpDef* def = ops::find_op("act_and_mul");
   REQUIRE(def != nullptr);

@@ -382,7 +382,7 @@ TEST_CASE("kv: vector width, specs and catalog", "[kv_cache]") {
   for (const auto& args : cat) uris.insert(d->make_spec(args).uri);
   CHECK(uris.size() == cat.size());
   CHECK(d->make_spec({{"dtype", "bf16"}, {"head_dim", "128"}}).uri ==
-        "append_paged_kv_dtype_bf16_hd_128_vec_8");
+        "append_paged_kv_dtype_bf16_head_dim_128_vec_8");
 }
 
 TEST_CASE("kv: the reference skips exactly the documented out-of-range tokens", "[kv_cache]") {

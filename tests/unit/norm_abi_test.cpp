@@ -644,19 +644,21 @@ TEST_CASE("layernorm plan: decode-size row counts take one vector a thread", "[n
   using kjit::ops::select_layernorm;
   const auto one = select_layernorm(DType::kBF16, DType::kBF16, 4096, 16, 16, 1);
   CHECK(kjit::ops::layernorm_uri(one) ==
-        "layernorm_dtype_bf16_wdtype_bf16_hidden_4096_vec_8_tpr_512_rpb_1_early_1");
+        "layernorm_dtype_bf16_param_dtype_bf16_hidden_4096_vec_8_threads_per_row_512_"
+        "rows_per_block_1_early_params_1");
   const kjit::jit::Spec s = kjit::ops::layernorm_spec(one);
-  CHECK(s.config.find("constexpr bool kEarlyParams = true;") != std::string::npos);
-  CHECK(s.entry_names.at(0).find("kjit_spec::kRowsPerBlock, kjit_spec::kEarlyParams>") !=
+  CHECK(s.config.find("constexpr bool early_params = true;") != std::string::npos);
+  CHECK(s.entry_names.at(0).find("kjit_spec::rows_per_block, kjit_spec::early_params>") !=
         std::string::npos);
   // Decode geometry: one vector a thread up to 128 rows, above that about four.
   CHECK(select_layernorm(DType::kBF16, DType::kBF16, 4096, 16, 16, 64).threads_per_row == 512);
   CHECK(select_layernorm(DType::kBF16, DType::kBF16, 4096, 16, 16, 128).threads_per_row == 512);
   CHECK(select_layernorm(DType::kBF16, DType::kBF16, 4096, 16, 16, 129).threads_per_row == 128);
-  // Above 256 rows the parameters are read after the PDL wait as well: the original URI.
+  // Above 256 rows the parameters are read after the PDL wait as well: the default variant.
   const auto many = select_layernorm(DType::kBF16, DType::kBF16, 4096, 16, 16, 257);
   CHECK(kjit::ops::layernorm_uri(many) ==
-        "layernorm_dtype_bf16_wdtype_bf16_hidden_4096_vec_8_tpr_128_rpb_1");
+        "layernorm_dtype_bf16_param_dtype_bf16_hidden_4096_vec_8_threads_per_row_128_"
+        "rows_per_block_1");
   // Rows too long for the 1024 threads at one vector each keep the same cap.
   CHECK(select_layernorm(DType::kBF16, DType::kBF16, 16384, 16, 16, 1).threads_per_row == 1024);
   CHECK(select_layernorm(DType::kF32, DType::kF32, 4096, 16, 16).threads_per_row == 256);
@@ -674,8 +676,9 @@ TEST_CASE("norm plan: up to 256 rows read the parameters before the PDL wait", "
   const kjit::ops::RmsNormConfig big = kjit::ops::select_rmsnorm(DType::kBF16, 4096, 16);
   CHECK(big.early_params == 0);
   // The default keeps its URI (and its code).
-  CHECK(kjit::ops::rmsnorm_uri(big) == "rmsnorm_dtype_bf16_hidden_4096_vec_8_tpr_128_rpb_1");
-  CHECK(kjit::ops::rmsnorm_spec(big).config.find("kEarlyParams = false;") != std::string::npos);
+  CHECK(kjit::ops::rmsnorm_uri(big) ==
+        "rmsnorm_dtype_bf16_hidden_4096_vec_8_threads_per_row_128_rows_per_block_1");
+  CHECK(kjit::ops::rmsnorm_spec(big).config.find("early_params = false;") != std::string::npos);
   for (int64_t rows : {int64_t{1}, int64_t{64}, kjit::ops::kNormEarlyParamsMaxRows}) {
     INFO("rows=" << rows);
     const auto r = kjit::ops::select_rmsnorm(DType::kBF16, 4096, 16, rows);
@@ -684,11 +687,13 @@ TEST_CASE("norm plan: up to 256 rows read the parameters before the PDL wait", "
     // about four, as the default.
     CHECK(kjit::ops::rmsnorm_uri(r) ==
           (rows <= kjit::ops::kNormDecodeGeometryMaxRows
-               ? "rmsnorm_dtype_bf16_hidden_4096_vec_8_tpr_512_rpb_1_early_1"
-               : "rmsnorm_dtype_bf16_hidden_4096_vec_8_tpr_128_rpb_1_early_1"));
+               ? "rmsnorm_dtype_bf16_hidden_4096_vec_8_threads_per_row_512_rows_per_block_1_"
+                 "early_params_1"
+               : "rmsnorm_dtype_bf16_hidden_4096_vec_8_threads_per_row_128_rows_per_block_1_"
+                 "early_params_1"));
     const kjit::jit::Spec s = kjit::ops::rmsnorm_spec(r);
-    CHECK(s.config.find("constexpr bool kEarlyParams = true;") != std::string::npos);
-    CHECK(s.entry_names.at(0).find("kjit_spec::kEarlyParams>") != std::string::npos);
+    CHECK(s.config.find("constexpr bool early_params = true;") != std::string::npos);
+    CHECK(s.entry_names.at(0).find("kjit_spec::early_params>") != std::string::npos);
     CHECK(kjit::ops::select_fused_add_rmsnorm(DType::kF16, 2048, 16, rows).early_params == 1);
     CHECK(kjit::ops::select_layernorm(DType::kBF16, DType::kF32, 4096, 16, 16, rows).early_params ==
           1);
@@ -705,10 +710,10 @@ TEST_CASE("norm plan: up to 256 rows read the parameters before the PDL wait", "
     const std::string small =
         d->make_spec({{"dtype", "bf16"}, {"hidden", "4096"}, {"rows", "200"}}).uri;
     const std::string dflt = d->make_spec({{"dtype", "bf16"}, {"hidden", "4096"}}).uri;
-    CHECK(small == dflt + "_early_1");
+    CHECK(small == dflt + "_early_params_1");
     const std::string decode =
         d->make_spec({{"dtype", "bf16"}, {"hidden", "4096"}, {"rows", "8"}}).uri;
-    CHECK(decode.find("_tpr_512_rpb_1_early_1") != std::string::npos);
+    CHECK(decode.find("_threads_per_row_512_rows_per_block_1_early_params_1") != std::string::npos);
     CHECK(d->make_spec({{"dtype", "bf16"}, {"hidden", "4096"}, {"rows", "257"}}).uri == dflt);
   }
 }

@@ -728,19 +728,21 @@ TEST_CASE("rope: specs and catalog", "[rope]") {
   }
   CHECK(uris.size() == cat.size());  // no two catalog entries compile the same thing
   auto s = d->make_spec({{"mode", "freq"}, {"dtype", "bf16"}, {"head_dim", "128"}});
-  CHECK(s.uri == "rope_mode_freq_dtype_bf16_hd_128_rd_128_il_0_vec_8");
+  CHECK(s.uri == "rope_mode_freq_dtype_bf16_head_dim_128_rot_dim_128_interleave_0_vec_8");
   // The decode kernel: its own entry, and the early-position variant only with it.
   s = d->make_spec(
       {{"mode", "freq"}, {"dtype", "bf16"}, {"head_dim", "128"}, {"layout", "decode"}});
-  CHECK(s.uri == "rope_mode_freq_dtype_bf16_hd_128_rd_128_il_0_vec_8_layout_decode");
+  CHECK(s.uri == "rope_mode_freq_dtype_bf16_head_dim_128_rot_dim_128_interleave_0_vec_8_decode_1");
   CHECK(s.entry_names.at(0).rfind("kjit::rope::rope_decode_kernel<", 0) == 0);
   s = d->make_spec({{"mode", "cache"},
                     {"dtype", "fp16"},
                     {"head_dim", "64"},
                     {"layout", "decode"},
                     {"early", "1"}});
-  CHECK(s.uri == "rope_mode_cache_dtype_fp16_hd_64_rd_64_il_0_vec_8_layout_decode_early_1");
-  CHECK(s.config.find("constexpr bool kEarlyPos = true;") != std::string::npos);
+  CHECK(s.uri ==
+        "rope_mode_cache_dtype_fp16_head_dim_64_rot_dim_64_interleave_0_vec_8_decode_1_"
+        "early_pos_1");
+  CHECK(s.config.find("constexpr bool early_pos = true;") != std::string::npos);
   CHECK_THROWS_AS(
       d->make_spec({{"mode", "freq"}, {"dtype", "bf16"}, {"head_dim", "128"}, {"early", "1"}}),
       kjit::Error);

@@ -11,10 +11,11 @@ using namespace kjit;
 
 TEST_CASE("spec: URIs are readable and deterministic", "[spec]") {
   ops::RmsNormConfig c = ops::select_rmsnorm(ops::DType::kBF16, 4096, 16);
-  CHECK(ops::rmsnorm_uri(c) == "rmsnorm_dtype_bf16_hidden_4096_vec_8_tpr_128_rpb_1");
+  CHECK(ops::rmsnorm_uri(c) ==
+        "rmsnorm_dtype_bf16_hidden_4096_vec_8_threads_per_row_128_rows_per_block_1");
   CHECK(ops::rmsnorm_spec(c).uri == ops::rmsnorm_uri(c));
   CHECK(jit::main_source(ops::rmsnorm_spec(c)) == jit::main_source(ops::rmsnorm_spec(c)));
-  CHECK(jit::main_source(ops::rmsnorm_spec(c)).find("constexpr int kHidden = 4096;") !=
+  CHECK(jit::main_source(ops::rmsnorm_spec(c)).find("constexpr int hidden = 4096;") !=
         std::string::npos);
   CHECK(jit::make_uri("op", {{"a", "1"}, {"b", "x.y"}}) == "op_a_1_b_x.y");
 }
@@ -80,7 +81,7 @@ TEST_CASE("spec: --set arguments are checked against the op's axes", "[spec]") {
   const ops::OpDef* d = ops::find_op("rmsnorm");
   REQUIRE(d);
   CHECK(d->make_spec({{"dtype", "bf16"}, {"hidden", "4096"}}).uri ==
-        "rmsnorm_dtype_bf16_hidden_4096_vec_8_tpr_128_rpb_1");
+        "rmsnorm_dtype_bf16_hidden_4096_vec_8_threads_per_row_128_rows_per_block_1");
   CHECK_THROWS_AS(d->make_spec({{"dtype", "bf16"}}), Error);
   CHECK_THROWS_AS(d->make_spec({{"dtype", "int8"}, {"hidden", "4096"}}), Error);
   CHECK_THROWS_AS(d->make_spec({{"dtype", "bf16"}, {"hidden", "-1"}}), Error);
@@ -116,4 +117,9 @@ TEST_CASE("spec: SpecBuilder gives a setting one name in URI, config and entry",
   jit::SpecBuilder bad_entry("demo_op", {"common"}, "x.cuh");
   bad_entry.value("a", 1).entry("k", {"b"});
   CHECK_THROWS_AS(bad_entry.build(), Error);
+  // An enumerator: a word in the URI, its value in the config.
+  jit::SpecBuilder e("demo_op", {"common"}, "x.cuh");
+  const jit::Spec es = e.choice("act", "silu", 0).build();
+  CHECK(es.uri == "demo_op_act_silu");
+  CHECK(es.config == "namespace kjit_spec {\nconstexpr int act = 0;\n}  // namespace kjit_spec\n");
 }

@@ -68,16 +68,20 @@ bool back_to_back(const BenchOptions& opts) {
   return opts.timer == "events-batched" || opts.timer == "graph";
 }
 
+// What bench_elementwise_launch() returns: the process's launch mode, or plain launches while a
+// report times an elementwise op with a timer that is not a back-to-back one.
+ops::ElementwiseLaunch g_elementwise_launch = ops::elementwise_launch_from_env();
+
 // For the scope of one report: plain launches of an elementwise op unless the timer is a
 // back-to-back one, then the process's launch mode again.
 class PlainLaunchUnlessBatched {
  public:
   PlainLaunchUnlessBatched(const std::string& op, const BenchOptions& opts)
       : active_(elementwise_op(op) && !back_to_back(opts) && ops::elementwise_pdl(0)) {
-    if (active_) ops::force_elementwise_pdl(0);
+    if (active_) g_elementwise_launch.pdl = false;
   }
   ~PlainLaunchUnlessBatched() {
-    if (active_) ops::force_elementwise_pdl(-1);
+    if (active_) g_elementwise_launch = ops::elementwise_launch_from_env();
   }
   PlainLaunchUnlessBatched(const PlainLaunchUnlessBatched&) = delete;
   PlainLaunchUnlessBatched& operator=(const PlainLaunchUnlessBatched&) = delete;
@@ -88,7 +92,7 @@ class PlainLaunchUnlessBatched {
 
 BenchCase with_launch_mode(const BenchCase& c) {
   BenchCase out = c;
-  if (elementwise_op(c.op) && ops::elementwise_pdl(0)) {
+  if (elementwise_op(c.op) && ops::elementwise_pdl(0, g_elementwise_launch)) {
     out.label += " pdl";
     out.shape["launch"] = "pdl";
   }
@@ -299,6 +303,10 @@ int report_one(const BenchCase& in, const Check& chk, double first_ms, const Ben
 
 }  // namespace
 
+const ops::ElementwiseLaunch& bench_elementwise_launch() {
+  return g_elementwise_launch;
+}
+
 int report(const BenchCase& c, const Check& chk, double first_ms, const BenchOptions& opts) {
   if (opts.timings.empty()) return report_one(c, chk, first_ms, opts);
   for (const Timing& t : opts.timings) {
@@ -455,7 +463,8 @@ int bench_empty(const ops::SetArgs& args, const BenchOptions& opts) {
       fn = jit::JitCore::global().kernel(spec.uri, 0, [&] { return spec; }).functions.at(0);
     cuda::LaunchConfig on = lc;
     on.stream = s;
-    ops::launch_elementwise(fn, on, move ? static_cast<const void*>(&mp) : &unused, 0);
+    ops::launch_elementwise(fn, on, move ? static_cast<const void*>(&mp) : &unused, 0,
+                            bench_elementwise_launch());
   };
   const double first_ms = first_call_ms(c);
   Check chk;

@@ -19,6 +19,7 @@
 
 #include "bench_stats.hpp"
 #include "bench_timer.hpp"
+#include "ops/pdl.hpp"
 #include "ops/registry.hpp"
 #include "support/gpu.hpp"
 
@@ -57,6 +58,11 @@ struct BenchCase {
   // when the family has one (BenchEntry::has_reference); empty otherwise.
   Launch reference_launch;
 };
+
+// How the elementwise benches launch their op (the ops-layer call's `launch` argument): the
+// process's settings (KJIT_PDL, KJIT_PDL_EARLY_INDICES), with plain launches while report() times
+// with a timer other than events-batched (under PDL only back-to-back timing means anything).
+const ops::ElementwiseLaunch& bench_elementwise_launch();
 
 // Throws NO_DEVICE when there is no GPU; makes device 0 current for the driver calls of a bench.
 void check_gpu();

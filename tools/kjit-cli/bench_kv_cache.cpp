@@ -98,9 +98,9 @@ int bench_append_paged_kv(const ops::SetArgs& args, const BenchOptions& opts) {
   auto ipt = test::make_tensor(in.at(ptr_at), {batch + 1}, i32);
   auto lt = test::make_tensor(in.at(last_at), {batch}, i32);
 
-  ops::AppendPagedKvConfig cfg = ops::select_append_paged_kv(*ops::dtype_of(dl), D, 16);
   // As the op picks it (KJIT_PDL_EARLY_INDICES at decode sizes).
-  cfg.early_indices = tokens <= ops::kAppendPagedKvEarlyMaxTokens && ops::pdl_early_indices(0);
+  const ops::AppendPagedKvConfig cfg = ops::select_append_paged_kv(
+      *ops::dtype_of(dl), D, 16, tokens, ops::pdl_early_indices(0, bench_elementwise_launch()));
   BenchCase c;
   c.op = "append_paged_kv";
   c.uri = ops::append_paged_kv_uri(cfg);
@@ -110,11 +110,12 @@ int bench_append_paged_kv(const ops::SetArgs& args, const BenchOptions& opts) {
   c.label = fmt::format(
       "append_paged_kv {} {} tokens={} batch={} kv_heads={} head_dim={} page={}{}", dtype, layout,
       tokens, batch, H, D, ps, cfg.early_indices ? " early-indices" : "");
+  // The ops-layer call: what kjit_append_paged_kv_cache runs, in the bench's launch mode.
   c.launch = [&](CUstream stream) {
-    kjit_status st = kjit_append_paged_kv_cache(
-        akt.get(), avt.get(), bt.get(), pt.get(), kct.get(), vct.get(), it.get(), ipt.get(),
-        lt.get(), nhd ? KJIT_KV_LAYOUT_NHD : KJIT_KV_LAYOUT_HND, stream);
-    if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
+    ops::append_paged_kv_cache(akt.get(), avt.get(), bt.get(), pt.get(), kct.get(), vct.get(),
+                               it.get(), ipt.get(), lt.get(),
+                               nhd ? KJIT_KV_LAYOUT_NHD : KJIT_KV_LAYOUT_HND, stream,
+                               bench_elementwise_launch());
   };
   // Reads append_k / append_v, batch_indices, positions and the page table; writes as many
   // cache bytes as it reads append bytes.

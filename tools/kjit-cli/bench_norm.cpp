@@ -35,17 +35,16 @@ namespace kjit::cli {
 namespace {
 
 // --set per_thread=N: rows longer than 128 vectors give each thread N vectors instead of the
-// library's choice (one at decode sizes, about four otherwise), through an internal hook, for as
-// long as the bench runs; the label then names the threads per row.
+// library's choice (one at decode sizes, about four otherwise), as an explicit ops::NormTuning;
+// the label then names the threads per row.
 struct PerThreadChoice {
-  int n = 0;
+  ops::NormTuning tuning;
   explicit PerThreadChoice(const ops::SetArgs& args) {
     if (args.count("per_thread") == 0) return;
-    n = static_cast<int>(ops::positive_int_arg(args, "per_thread", 64));
-    ops::set_norm_vectors_per_thread(n);
+    tuning.vectors_per_thread = static_cast<int>(ops::positive_int_arg(args, "per_thread", 64));
   }
-  ~PerThreadChoice() { ops::set_norm_vectors_per_thread(0); }
   std::string suffix(int threads_per_row) const {
+    const int n = tuning.vectors_per_thread;
     return n == 0 ? "" : fmt::format(" per_thread={} tpr={}", n, threads_per_row);
   }
 };
@@ -74,8 +73,8 @@ int bench_rmsnorm(const ops::SetArgs& args, const BenchOptions& opts) {
   auto yt = test::make_tensor(y.get(), {rows, hidden}, test::dl_dtype(dtype));
   const float eps = 1e-6f;
 
-  ops::RmsNormConfig cfg =
-      ops::select_rmsnorm(*ops::dtype_of(test::dl_dtype(dtype)), hidden, 16, rows);
+  ops::RmsNormConfig cfg = ops::select_rmsnorm(*ops::dtype_of(test::dl_dtype(dtype)), hidden, 16,
+                                               rows, per_thread.tuning);
   BenchCase c;
   c.op = "rmsnorm";
   c.uri = ops::rmsnorm_uri(cfg);
@@ -84,10 +83,10 @@ int bench_rmsnorm(const ops::SetArgs& args, const BenchOptions& opts) {
   c.label =
       fmt::format("{}rmsnorm {} rows={} hidden={}", gemma ? "gemma_" : "", dtype, rows, hidden) +
       per_thread.suffix(cfg.threads_per_row);
+  // The ops-layer call: what kjit_rmsnorm / kjit_gemma_rmsnorm run, in the bench's launch mode.
   c.launch = [&](CUstream stream) {
-    kjit_status st = gemma ? kjit_gemma_rmsnorm(xt.get(), wt.get(), yt.get(), eps, stream)
-                           : kjit_rmsnorm(xt.get(), wt.get(), yt.get(), eps, stream);
-    if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
+    ops::rmsnorm(xt.get(), wt.get(), yt.get(), eps, stream, gemma ? 1.0f : 0.0f,
+                 bench_elementwise_launch(), per_thread.tuning);
   };
   c.bytes = 2.0 * n * es + hidden * es;
   // Per element: square, accumulate, scale by rsqrt, multiply by the weight (+ 1 for Gemma).
@@ -140,8 +139,8 @@ int bench_fused_add_rmsnorm(const ops::SetArgs& args, const BenchOptions& opts) 
   auto wt = test::make_tensor(w.get(), {hidden}, test::dl_dtype(dtype));
   const float eps = 1e-6f;
 
-  ops::RmsNormConfig cfg =
-      ops::select_fused_add_rmsnorm(*ops::dtype_of(test::dl_dtype(dtype)), hidden, 16, rows);
+  ops::RmsNormConfig cfg = ops::select_fused_add_rmsnorm(*ops::dtype_of(test::dl_dtype(dtype)),
+                                                         hidden, 16, rows, per_thread.tuning);
   BenchCase c;
   c.op = "fused_add_rmsnorm";
   c.uri = ops::fused_add_rmsnorm_uri(cfg);
@@ -152,10 +151,10 @@ int bench_fused_add_rmsnorm(const ops::SetArgs& args, const BenchOptions& opts) 
             per_thread.suffix(cfg.threads_per_row);
   // In place: later launches run on the previous one's results. The work per byte is the same,
   // and only the first launch is checked.
+  // The ops-layer call: what kjit_fused_add_rmsnorm / kjit_gemma_fused_add_rmsnorm run.
   c.launch = [&](CUstream stream) {
-    kjit_status st = gemma ? kjit_gemma_fused_add_rmsnorm(xt.get(), rt.get(), wt.get(), eps, stream)
-                           : kjit_fused_add_rmsnorm(xt.get(), rt.get(), wt.get(), eps, stream);
-    if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
+    ops::fused_add_rmsnorm(xt.get(), rt.get(), wt.get(), eps, stream, gemma ? 1.0f : 0.0f,
+                           bench_elementwise_launch(), per_thread.tuning);
   };
   c.bytes = 4.0 * n * es + hidden * es;  // reads input and residual, writes both
   c.flops = (gemma ? 6.0 : 5.0) * n;     // the residual add, then as rmsnorm
@@ -206,9 +205,9 @@ int bench_layernorm(const ops::SetArgs& args, const BenchOptions& opts) {
   auto yt = test::make_tensor(y.get(), {rows, hidden}, test::dl_dtype(dtype));
   const float eps = 1e-5f;
 
-  ops::LayerNormConfig cfg =
-      ops::select_layernorm(*ops::dtype_of(test::dl_dtype(dtype)),
-                            *ops::dtype_of(test::dl_dtype(wdtype)), hidden, 16, 16, rows);
+  ops::LayerNormConfig cfg = ops::select_layernorm(*ops::dtype_of(test::dl_dtype(dtype)),
+                                                   *ops::dtype_of(test::dl_dtype(wdtype)), hidden,
+                                                   16, 16, rows, per_thread.tuning);
   BenchCase c;
   c.op = "layernorm";
   c.uri = ops::layernorm_uri(cfg);
@@ -216,9 +215,10 @@ int bench_layernorm(const ops::SetArgs& args, const BenchOptions& opts) {
   c.shape = {{"rows", rows}, {"hidden", hidden}, {"wdtype", wdtype}};
   c.label = fmt::format("layernorm {}/{} rows={} hidden={}", dtype, wdtype, rows, hidden) +
             per_thread.suffix(cfg.threads_per_row);
+  // The ops-layer call: what kjit_layernorm runs, in the bench's launch mode.
   c.launch = [&](CUstream stream) {
-    kjit_status st = kjit_layernorm(xt.get(), gt.get(), bt.get(), yt.get(), eps, stream);
-    if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
+    ops::layernorm(xt.get(), gt.get(), bt.get(), yt.get(), eps, stream, bench_elementwise_launch(),
+                   per_thread.tuning);
   };
   c.bytes = 2.0 * n * es + 2.0 * hidden * ref::elem_size(wdtype);
   // Per element: mean (add), variance (sub, mul, add), normalize (sub, mul), gamma, beta.

@@ -75,28 +75,21 @@ int bench_rope(const ops::SetArgs& args, const BenchOptions& opts) {
   auto pt = test::make_tensor(in.at(pos_at), {tokens}, test::dl_dtype("int32"));
   const float scale = 1.0f, theta = 10000.0f;
 
-  // --set layout=auto|slot|unit|decode: the kernel launch_rope would pick by token count, or one
-  // forced (restored after the case), to time them side by side. decode falls back as
-  // launch_rope does where the decode kernel does not serve the shape.
+  // --set layout=auto|slot|unit|decode: the kernel the op would pick by token count, or one forced
+  // (an explicit ops::RopeTuning), to time them side by side. decode falls back as the op does
+  // where the decode kernel does not serve the shape.
   const std::string layout = args.count("layout") ? args.at("layout") : "auto";
   if (layout != "auto" && layout != "slot" && layout != "unit" && layout != "decode") {
     throw UsageError("layout must be auto, slot, unit or decode");
   }
-  struct LayoutChoice {
-    explicit LayoutChoice(int l) { ops::set_rope_layout(l); }
-    ~LayoutChoice() { ops::set_rope_layout(0); }
-  } layout_choice(layout == "auto" ? 0 : layout == "slot" ? 1 : layout == "unit" ? 2 : 3);
-  ops::RopeConfig cfg =
-      ops::select_rope(ops::RopeMode::kFreq, *ops::dtype_of(dl), D, rot, interleave, 16);
-  const bool decode_size = tokens <= ops::kRopeUnitMajorMaxTokens;
-  if ((layout == "auto" && decode_size) || layout == "decode") {
-    cfg.decode = ops::rope_decode_supported(cfg) ? 1 : 0;
-  }
-  if (cfg.decode != 0) {
-    cfg.early_pos = ops::pdl_early_indices(0) ? 1 : 0;
-  } else {
-    cfg.unit_major = layout == "auto" || layout == "decode" ? decode_size : layout == "unit";
-  }
+  ops::RopeTuning tuning;
+  tuning.layout = layout == "auto"   ? ops::RopeLayout::kAuto
+                  : layout == "slot" ? ops::RopeLayout::kSlotMajor
+                  : layout == "unit" ? ops::RopeLayout::kUnitMajor
+                                     : ops::RopeLayout::kDecode;
+  const ops::RopeConfig cfg = ops::plan_rope(
+      ops::select_rope(ops::RopeMode::kFreq, *ops::dtype_of(dl), D, rot, interleave, 16), tokens,
+      ops::pdl_early_indices(0, bench_elementwise_launch()), tuning);
   BenchCase c;
   c.op = "rope";
   c.uri = ops::rope_uri(cfg);
@@ -108,11 +101,11 @@ int bench_rope(const ops::SetArgs& args, const BenchOptions& opts) {
                         cfg.decode       ? (cfg.early_pos ? "decode early-pos" : "decode")
                         : cfg.unit_major ? "unit-major"
                                          : "slot-major");
+  // The ops-layer call: what kjit_apply_rope_pos_ids runs, in the bench's launch mode and layout.
   c.launch = [&](CUstream stream) {
-    kjit_status st =
-        kjit_apply_rope_pos_ids(qt.get(), kt.get(), qot.get(), kot.get(), pt.get(),
-                                static_cast<int>(rot), interleave ? 1 : 0, scale, theta, stream);
-    if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
+    ops::apply_rope_pos_ids(qt.get(), kt.get(), qot.get(), kot.get(), pt.get(),
+                            static_cast<int>(rot), interleave ? 1 : 0, scale, theta, stream,
+                            bench_elementwise_launch(), tuning);
   };
   c.bytes = 2.0 * (nq + nk) * es + 4.0 * tokens;  // reads q, k, pos_ids; writes q_out, k_out
   // Two multiplies and an add per rotated element (the angles are per token, not counted).

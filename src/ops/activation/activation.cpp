@@ -4,29 +4,20 @@
 
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
+#include "activation/activation_params.h"
+#include "diag/trace_dump.hpp"
 #include "jit/jit_core.hpp"
 #include "ops/pdl.hpp"
-#include "diag/trace_dump.hpp"
 #include "util/error.hpp"
 
 namespace kjit::ops {
 
 namespace {
 
-// Mirrors kjit::activation::ActAndMulParams in kernels/activation/act_and_mul.cuh field for field.
-struct ActAndMulParams {
-  const void* input;
-  void* out;
-  long long rows;
-  long long in_stride;
-  long long out_stride;
-  int d;
-};
-
-// Mirrors kjit::activation::act_and_mul_unroll: vectors per thread per step.
-int unroll_for(int vec_bytes) {
-  return std::clamp(32 / vec_bytes, 2, 8);
-}
+static_assert(static_cast<int>(Act::kSilu) == activation::kActSilu &&
+                  static_cast<int>(Act::kGelu) == activation::kActGelu &&
+                  static_cast<int>(Act::kGeluTanh) == activation::kActGeluTanh,
+              "Act values are the kernel's ACT argument");
 
 int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
@@ -67,7 +58,8 @@ ActAndMulConfig select_act_and_mul(Act act, DType dtype, int64_t d, int align_by
 ActAndMulShape act_and_mul_shape(const ActAndMulConfig& cfg, int64_t rows, int64_t d, int sm_count,
                                  int max_threads_per_sm) {
   const int64_t n_vec = d / cfg.vec;
-  const int unroll = unroll_for(cfg.vec * static_cast<int>(dtype_size(cfg.dtype)));
+  const int unroll =
+      activation::act_and_mul_unroll(cfg.vec * static_cast<int>(dtype_size(cfg.dtype)));
   ActAndMulShape s;
   // Rows shorter than a block share it (block_y rows side by side), so short rows do not leave
   // most of each block idle.
@@ -97,34 +89,20 @@ ActAndMulShape act_and_mul_shape(const ActAndMulConfig& cfg, int64_t rows, int64
 }
 
 std::string act_and_mul_uri(const ActAndMulConfig& c) {
-  return jit::make_uri(
-      "act_and_mul",
-      {{"act", act_name(c.act)}, {"dtype", dtype_name(c.dtype)}, {"vec", std::to_string(c.vec)}});
+  return act_and_mul_spec(c).uri;
 }
 
+// One name a setting, from the config field to the kernel's template parameter (in upper case).
 jit::Spec act_and_mul_spec(const ActAndMulConfig& c) {
-  jit::Spec s;
-  s.op = "act_and_mul";
-  s.params = {
-      {"act", act_name(c.act)}, {"dtype", dtype_name(c.dtype)}, {"vec", std::to_string(c.vec)}};
-  s.uri = jit::make_uri(s.op, s.params);
-  s.kernel_dirs = {"common", "activation"};
-  s.includes = {"activation/act_and_mul.cuh"};
-  s.config = fmt::format(
-      "namespace kjit_spec {{\n"
-      "using T = {type};\n"
-      "constexpr int kAct = {act};\n"
-      "constexpr int kVec = {vec};\n"
-      "}}  // namespace kjit_spec\n",
-      fmt::arg("type", device_type_name(c.dtype)), fmt::arg("act", static_cast<int>(c.act)),
-      fmt::arg("vec", c.vec));
-  s.entry_names = {
-      "kjit::activation::act_and_mul_kernel<kjit_spec::T, kjit_spec::kAct, kjit_spec::kVec>"};
-  s.arch_families = {"sm_80+"};
-  return s;
+  jit::SpecBuilder b("act_and_mul", {"common", "activation"}, "activation/act_and_mul.cuh");
+  b.choice("act", act_name(c.act), static_cast<int>(c.act));
+  b.type("dtype", dtype_name(c.dtype), device_type_name(c.dtype)).value("vec", c.vec);
+  b.entry("kjit::activation::act_and_mul_kernel", {"dtype", "act", "vec"});
+  return b.build();
 }
 
-void act_and_mul(Act act, const DLTensor* input, DLTensor* out, void* stream) {
+void act_and_mul(Act act, const DLTensor* input, DLTensor* out, void* stream,
+                 const ElementwiseLaunch& launch) {
   RowMatrix x = as_row_matrix(input, "input");
   RowMatrix y = as_row_matrix(out, "out");
   check_same_dtype(x, "input", y, "out");
@@ -165,7 +143,8 @@ void act_and_mul(Act act, const DLTensor* input, DLTensor* out, void* stream) {
       "act_and_mul", cfg, x.device, [&] { return act_and_mul_spec(cfg); });
   const ActAndMulShape shape =
       act_and_mul_shape(cfg, x.rows, d, dev.sm_count, dev.max_threads_per_sm);
-  ActAndMulParams p{x.data, y.data, x.rows, x.row_stride, y.row_stride, static_cast<int>(d)};
+  activation::ActAndMulParams p{x.data,       y.data,       x.rows,
+                                x.row_stride, y.row_stride, static_cast<int>(d)};
   cuda::LaunchConfig lc;
   lc.grid_x = shape.grid_x;
   lc.grid_y = shape.grid_y;
@@ -173,7 +152,7 @@ void act_and_mul(Act act, const DLTensor* input, DLTensor* out, void* stream) {
   lc.block_y = shape.block_y;
   lc.stream = static_cast<CUstream>(stream);
   cuda::ScopedDevice scope(x.device);
-  launch_elementwise(k.functions.at(0), lc, &p, x.device);
+  launch_elementwise(k.functions.at(0), lc, &p, x.device, launch);
 }
 
 OpDef act_and_mul_op_def() {

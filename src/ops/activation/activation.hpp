@@ -7,7 +7,9 @@
 #include <cstdint>
 #include <string>
 
+#include "activation/activation_params.h"
 #include "jit/spec.hpp"
+#include "ops/pdl.hpp"
 #include "ops/registry.hpp"
 #include "ops/tensor.hpp"
 
@@ -25,9 +27,9 @@ struct ActAndMulConfig {
   int vec = 1;  // elements per vector access (vec * sizeof(T) <= 16 bytes)
 };
 
-// Mirrors kjit::activation::kActAndMulMaxD / kActAndMulThreads in kernels/activation.
-inline constexpr int64_t kActAndMulMaxD = 1 << 24;
-inline constexpr int kActAndMulThreads = 128;
+// The kernel's limits (kernels/activation/activation_params.h).
+inline constexpr int64_t kActAndMulMaxD = activation::kActAndMulMaxD;
+inline constexpr int kActAndMulThreads = activation::kActAndMulThreads;
 
 // Support and dispatch in one place: the config for this activation, dtype, half width d and the
 // alignment (bytes, power of two <= 16) that both pointers and both row strides share. Throws
@@ -45,9 +47,10 @@ ActAndMulShape act_and_mul_shape(const ActAndMulConfig& cfg, int64_t rows, int64
 jit::Spec act_and_mul_spec(const ActAndMulConfig& cfg);
 std::string act_and_mul_uri(const ActAndMulConfig& cfg);
 
-// out = act(input[..., :d]) * input[..., d:]. Validates, then launches on `stream`. Throws
-// kjit::Error.
-void act_and_mul(Act act, const DLTensor* input, DLTensor* out, void* stream);
+// out = act(input[..., :d]) * input[..., d:]. Validates, then launches on `stream` as `launch`
+// says. Throws kjit::Error.
+void act_and_mul(Act act, const DLTensor* input, DLTensor* out, void* stream,
+                 const ElementwiseLaunch& launch = elementwise_launch_from_env());
 
 OpDef act_and_mul_op_def();
 

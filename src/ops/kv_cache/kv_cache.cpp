@@ -6,40 +6,17 @@
 
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
+#include "diag/trace_dump.hpp"
 #include "jit/jit_core.hpp"
+#include "kv_cache/kv_cache_params.h"
 #include "ops/fastdiv.hpp"
 #include "ops/pdl.hpp"
-#include "diag/trace_dump.hpp"
 #include "ops/tensor.hpp"
 #include "util/error.hpp"
 
 namespace kjit::ops {
 
 namespace {
-
-// Mirrors kjit::kv_cache::AppendPagedKvParams in kernels/kv_cache/append_paged.cuh field for
-// field.
-struct AppendPagedKvParams {
-  const void* append_k;
-  const void* append_v;
-  const int* batch_indices;
-  const int* positions;
-  void* k_cache;
-  void* v_cache;
-  const int* kv_indices;
-  const int* kv_indptr;
-  long long ak_st, ak_sh, av_st, av_sh;
-  long long kc_sp, kc_ss, kc_sh;
-  long long vc_sp, vc_ss, vc_sh;
-  long long num_pages;
-  int rows;
-  int num_heads;
-  int page_size;
-  int batch;
-  int nnz_pages;
-  FastDiv heads_div;
-  FastDiv page_size_div;
-};
 
 // An 8-bit cache is well-formed (FlashInfer has fp8 e4m3 / e5m2 caches) but not served yet: say
 // so instead of calling its dtype unknown.
@@ -82,7 +59,8 @@ void check_like(const StridedView& a, const char* an, const StridedView& b, cons
 
 }  // namespace
 
-AppendPagedKvConfig select_append_paged_kv(DType dtype, int64_t head_dim, int align_bytes) {
+AppendPagedKvConfig select_append_paged_kv(DType dtype, int64_t head_dim, int align_bytes,
+                                           int64_t tokens, bool early_indices) {
   if (!is_float(dtype)) {
     fail(KJIT_ERROR_UNSUPPORTED, "append_paged_kv supports bf16, fp16 and fp32, not {}",
          dtype_name(dtype));
@@ -97,6 +75,7 @@ AppendPagedKvConfig select_append_paged_kv(DType dtype, int64_t head_dim, int al
   const int elem = static_cast<int>(dtype_size(dtype));
   c.vec = 16 / elem;
   while (c.vec > 1 && (c.head_dim % c.vec != 0 || c.vec * elem > align_bytes)) c.vec /= 2;
+  c.early_indices = early_indices && tokens <= kAppendPagedKvEarlyMaxTokens ? 1 : 0;
   return c;
 }
 
@@ -104,40 +83,22 @@ std::string append_paged_kv_uri(const AppendPagedKvConfig& c) {
   return append_paged_kv_spec(c).uri;
 }
 
+// One name a setting, from the config field to the kernel's template parameter (in upper case).
 jit::Spec append_paged_kv_spec(const AppendPagedKvConfig& c) {
-  jit::Spec s;
-  s.op = "append_paged_kv";
-  s.params = {{"dtype", dtype_name(c.dtype)},
-              {"hd", std::to_string(c.head_dim)},
-              {"vec", std::to_string(c.vec)}};
-  // Only when set, so the default variant keeps its URI and source.
-  if (c.early_indices != 0) s.params.push_back({"early", "1"});
-  s.uri = jit::make_uri(s.op, s.params);
-  s.kernel_dirs = {"common", "kv_cache"};
-  s.includes = {"kv_cache/append_paged.cuh"};
-  s.config = fmt::format(
-      "namespace kjit_spec {{\n"
-      "using T = {type};\n"
-      "constexpr int kHeadDim = {hd};\n"
-      "constexpr int kVec = {vec};\n"
-      "}}  // namespace kjit_spec\n",
-      fmt::arg("type", device_type_name(c.dtype)), fmt::arg("hd", c.head_dim),
-      fmt::arg("vec", c.vec));
-  s.entry_names = {
-      c.early_indices != 0
-          ? "kjit::kv_cache::append_paged_kv_kernel<kjit_spec::T, kjit_spec::kHeadDim, "
-            "kjit_spec::kVec, true>"
-          : "kjit::kv_cache::append_paged_kv_kernel<kjit_spec::T, kjit_spec::kHeadDim, "
-            "kjit_spec::kVec>"};
-  s.arch_families = {"sm_80+"};
-  return s;
+  jit::SpecBuilder b("append_paged_kv", {"common", "kv_cache"}, "kv_cache/append_paged.cuh");
+  b.type("dtype", dtype_name(c.dtype), device_type_name(c.dtype));
+  b.value("head_dim", c.head_dim).value("vec", c.vec);
+  b.flag("early_indices", c.early_indices != 0, /*omit_false=*/true);
+  b.entry("kjit::kv_cache::append_paged_kv_kernel");
+  return b.build();
 }
 
 void append_paged_kv_cache(const DLTensor* append_k, const DLTensor* append_v,
                            const DLTensor* batch_indices, const DLTensor* positions,
                            DLTensor* paged_k_cache, DLTensor* paged_v_cache,
                            const DLTensor* kv_indices, const DLTensor* kv_indptr,
-                           const DLTensor* kv_last_page_len, int layout, void* stream) {
+                           const DLTensor* kv_last_page_len, int layout, void* stream,
+                           const ElementwiseLaunch& launch) {
   const StridedView ak = as_strided_view(append_k, "append_k");
   const StridedView av = as_strided_view(append_v, "append_v");
   if (ak.ndim != 3) {
@@ -225,8 +186,8 @@ void append_paged_kv_cache(const DLTensor* append_k, const DLTensor* append_v,
   }
   int align = 16;
   for (const StridedView* t : {&ak, &av, &kc, &vc}) align = std::min(align, view_alignment(*t));
-  AppendPagedKvConfig cfg = select_append_paged_kv(ak.dtype, head_dim, align);
-  cfg.early_indices = nnz <= kAppendPagedKvEarlyMaxTokens && pdl_early_indices(dev) ? 1 : 0;
+  const AppendPagedKvConfig cfg =
+      select_append_paged_kv(ak.dtype, head_dim, align, nnz, pdl_early_indices(dev, launch));
   if (trace::enabled()) {
     trace::append_paged_kv(ak.dtype, heads, head_dim, page_size, nhd, nnz, batch, indices.shape[0],
                            num_pages);
@@ -235,7 +196,7 @@ void append_paged_kv_cache(const DLTensor* append_k, const DLTensor* append_v,
   const jit::LoadedKernel& kernel = jit::JitCore::global().kernel_for(
       "append_paged_kv", cfg, dev, [&] { return append_paged_kv_spec(cfg); });
 
-  AppendPagedKvParams p{};
+  kv_cache::AppendPagedKvParams p{};
   p.append_k = ak.data;
   p.append_v = av.data;
   p.batch_indices = reinterpret_cast<const int*>(bi.data);
@@ -271,7 +232,7 @@ void append_paged_kv_cache(const DLTensor* append_k, const DLTensor* append_v,
   lc.block_x = static_cast<unsigned>(threads_per_row * rows_per_block);
   lc.stream = static_cast<CUstream>(stream);
   cuda::ScopedDevice scope(dev);
-  launch_elementwise(kernel.functions.at(0), lc, &p, dev);
+  launch_elementwise(kernel.functions.at(0), lc, &p, dev, launch);
 }
 
 OpDef append_paged_kv_op_def() {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "jit/spec.hpp"
+#include "ops/pdl.hpp"
 #include "ops/registry.hpp"
 #include "ops/tensor.hpp"
 
@@ -32,18 +33,21 @@ inline constexpr int kAppendPagedKvBlockThreads = 128;  // the kernel's launch b
 inline constexpr int64_t kAppendPagedKvEarlyMaxTokens = 256;
 
 // Support and dispatch in one place. Throws KJIT_ERROR_UNSUPPORTED for a dtype or head size no
-// variant serves.
-AppendPagedKvConfig select_append_paged_kv(DType dtype, int64_t head_dim, int align_bytes);
+// variant serves. early_indices: the call's launch reads indices early (pdl_early_indices), which
+// a call of at most kAppendPagedKvEarlyMaxTokens `tokens` then does.
+AppendPagedKvConfig select_append_paged_kv(DType dtype, int64_t head_dim, int align_bytes,
+                                           int64_t tokens = 0, bool early_indices = false);
 
 jit::Spec append_paged_kv_spec(const AppendPagedKvConfig& cfg);
 std::string append_paged_kv_uri(const AppendPagedKvConfig& cfg);
 
-// Validates, then launches on `stream`. Throws kjit::Error.
+// Validates, then launches on `stream` as `launch` says. Throws kjit::Error.
 void append_paged_kv_cache(const DLTensor* append_k, const DLTensor* append_v,
                            const DLTensor* batch_indices, const DLTensor* positions,
                            DLTensor* paged_k_cache, DLTensor* paged_v_cache,
                            const DLTensor* kv_indices, const DLTensor* kv_indptr,
-                           const DLTensor* kv_last_page_len, int layout, void* stream);
+                           const DLTensor* kv_last_page_len, int layout, void* stream,
+                           const ElementwiseLaunch& launch = elementwise_launch_from_env());
 
 OpDef append_paged_kv_op_def();
 

@@ -4,44 +4,17 @@
 
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
-#include "jit/jit_core.hpp"
-#include "ops/pdl.hpp"
 #include "diag/trace_dump.hpp"
+#include "jit/jit_core.hpp"
+#include "norm/norm_params.h"
 #include "ops/norm/norm.hpp"
+#include "ops/pdl.hpp"
 #include "util/error.hpp"
 
 namespace kjit::ops {
 
-namespace {
-
-// Mirrors kjit::norm::LayerNormParams in kernels/norm/layernorm.cuh field for field.
-struct LayerNormParams {
-  const void* input;
-  const void* gamma;
-  const void* beta;
-  void* out;
-  long long rows;
-  long long in_stride;
-  long long out_stride;
-  float eps;
-};
-
-jit::Params layernorm_params(const LayerNormConfig& c) {
-  jit::Params p{{"dtype", dtype_name(c.dtype)},
-                {"wdtype", dtype_name(c.param_dtype)},
-                {"hidden", std::to_string(c.hidden)},
-                {"vec", std::to_string(c.vec)},
-                {"tpr", std::to_string(c.threads_per_row)},
-                {"rpb", std::to_string(c.rows_per_block)}};
-  // "early_1" for gamma / beta read before the PDL wait; the default keeps its original URI.
-  if (c.early_params != 0) p.push_back({"early", "1"});
-  return p;
-}
-
-}  // namespace
-
 LayerNormConfig select_layernorm(DType dtype, DType param_dtype, int64_t hidden, int align_bytes,
-                                 int param_align_bytes, int64_t rows) {
+                                 int param_align_bytes, int64_t rows, const NormTuning& tuning) {
   if (!is_float(dtype)) {
     fail(KJIT_ERROR_UNSUPPORTED, "layernorm supports fp32, fp16 and bf16, not {}",
          dtype_name(dtype));
@@ -70,46 +43,30 @@ LayerNormConfig select_layernorm(DType dtype, DType param_dtype, int64_t hidden,
                        std::min(c.vec * pelem, 16) > param_align_bytes)) {
     c.vec /= 2;
   }
-  norm_detail::row_shape(c.hidden / c.vec, c.vec, rows, c.threads_per_row, c.rows_per_block);
+  norm_detail::row_shape(c.hidden / c.vec, c.vec, rows, tuning, c.threads_per_row,
+                         c.rows_per_block);
   c.early_params = rows <= kNormEarlyParamsMaxRows ? 1 : 0;
   return c;
 }
 
 std::string layernorm_uri(const LayerNormConfig& c) {
-  return jit::make_uri("layernorm", layernorm_params(c));
+  return layernorm_spec(c).uri;
 }
 
+// One name a setting, from the config field to the kernel's template parameter (in upper case).
 jit::Spec layernorm_spec(const LayerNormConfig& c) {
-  jit::Spec s;
-  s.op = "layernorm";
-  s.params = layernorm_params(c);
-  s.uri = jit::make_uri(s.op, s.params);
-  s.kernel_dirs = {"common", "norm"};
-  s.includes = {"norm/layernorm.cuh"};
-  s.config = fmt::format(
-      "namespace kjit_spec {{\n"
-      "using T = {type};\n"
-      "using TW = {wtype};\n"
-      "constexpr int kHidden = {hidden};\n"
-      "constexpr int kVec = {vec};\n"
-      "constexpr int kThreadsPerRow = {tpr};\n"
-      "constexpr int kRowsPerBlock = {rpb};\n"
-      "constexpr bool kEarlyParams = {early};\n"
-      "}}  // namespace kjit_spec\n",
-      fmt::arg("type", device_type_name(c.dtype)),
-      fmt::arg("wtype", device_type_name(c.param_dtype)), fmt::arg("hidden", c.hidden),
-      fmt::arg("vec", c.vec), fmt::arg("tpr", c.threads_per_row), fmt::arg("rpb", c.rows_per_block),
-      fmt::arg("early", c.early_params != 0 ? "true" : "false"));
-  s.entry_names = {
-      "kjit::norm::layernorm_kernel<kjit_spec::T, kjit_spec::TW, kjit_spec::kHidden, "
-      "kjit_spec::kVec, kjit_spec::kThreadsPerRow, kjit_spec::kRowsPerBlock, "
-      "kjit_spec::kEarlyParams>"};
-  s.arch_families = {"sm_80+"};
-  return s;
+  jit::SpecBuilder b("layernorm", {"common", "norm"}, "norm/layernorm.cuh");
+  b.type("dtype", dtype_name(c.dtype), device_type_name(c.dtype));
+  b.type("param_dtype", dtype_name(c.param_dtype), device_type_name(c.param_dtype));
+  b.value("hidden", c.hidden).value("vec", c.vec);
+  b.value("threads_per_row", c.threads_per_row).value("rows_per_block", c.rows_per_block);
+  b.flag("early_params", c.early_params != 0, /*omit_false=*/true);
+  b.entry("kjit::norm::layernorm_kernel");
+  return b.build();
 }
 
 void layernorm(const DLTensor* input, const DLTensor* gamma, const DLTensor* beta, DLTensor* out,
-               float eps, void* stream) {
+               float eps, void* stream, const ElementwiseLaunch& launch, const NormTuning& tuning) {
   RowMatrix x = as_row_matrix(input, "input");
   RowMatrix g = as_row_matrix(gamma, "gamma");
   RowMatrix b = as_row_matrix(beta, "beta");
@@ -132,18 +89,15 @@ void layernorm(const DLTensor* input, const DLTensor* gamma, const DLTensor* bet
   if (x.numel() == 0) return;  // after validation: a zero-size call is still checked
   const int align = std::min(row_alignment(x), row_alignment(y));
   const int param_align = std::min(row_alignment(g), row_alignment(b));
-  LayerNormConfig cfg = select_layernorm(x.dtype, g.dtype, x.cols, align, param_align, x.rows);
+  LayerNormConfig cfg =
+      select_layernorm(x.dtype, g.dtype, x.cols, align, param_align, x.rows, tuning);
   if (trace::enabled()) trace::layernorm(x.dtype, g.dtype, x.cols, x.rows);
 
   const jit::LoadedKernel& k = jit::JitCore::global().kernel_for(
       "layernorm", cfg, x.device, [&] { return layernorm_spec(cfg); });
-  LayerNormParams p{x.data, g.data, b.data, y.data, x.rows, x.row_stride, y.row_stride, eps};
-  cuda::LaunchConfig lc;
-  lc.grid_x = static_cast<unsigned>((x.rows + cfg.rows_per_block - 1) / cfg.rows_per_block);
-  lc.block_x = static_cast<unsigned>(cfg.threads_per_row * cfg.rows_per_block);
-  lc.stream = static_cast<CUstream>(stream);
-  cuda::ScopedDevice scope(x.device);
-  launch_elementwise(k.functions.at(0), lc, &p, x.device);
+  norm::LayerNormParams p{x.data, g.data, b.data, y.data, x.rows, x.row_stride, y.row_stride, eps};
+  norm_detail::launch_rows(k, cfg.threads_per_row, cfg.rows_per_block, x.rows, x.device, stream, &p,
+                           launch);
 }
 
 OpDef layernorm_op_def() {

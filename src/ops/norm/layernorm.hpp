@@ -8,7 +8,7 @@
 #include <string>
 
 #include "jit/spec.hpp"
-#include "ops/norm/norm.hpp"  // kNormEarlyParamsMaxRows, kNormManyRows
+#include "ops/norm/norm.hpp"  // kNormEarlyParamsMaxRows, kNormManyRows, NormTuning
 #include "ops/registry.hpp"
 #include "ops/tensor.hpp"
 
@@ -31,14 +31,17 @@ inline constexpr int64_t kLayerNormMaxHidden = 1 << 18;
 // param_align_bytes what gamma and beta share (powers of two <= 16); rows the call's row count.
 // Throws KJIT_ERROR_UNSUPPORTED for a dtype pair or hidden size no variant serves.
 LayerNormConfig select_layernorm(DType dtype, DType param_dtype, int64_t hidden, int align_bytes,
-                                 int param_align_bytes, int64_t rows = kNormManyRows);
+                                 int param_align_bytes, int64_t rows = kNormManyRows,
+                                 const NormTuning& tuning = {});
 
 jit::Spec layernorm_spec(const LayerNormConfig& cfg);
 std::string layernorm_uri(const LayerNormConfig& cfg);
 
-// Validates, then launches on `stream`. Throws kjit::Error.
+// Validates, then launches on `stream` as `launch` says. Throws kjit::Error.
 void layernorm(const DLTensor* input, const DLTensor* gamma, const DLTensor* beta, DLTensor* out,
-               float eps, void* stream);
+               float eps, void* stream,
+               const ElementwiseLaunch& launch = elementwise_launch_from_env(),
+               const NormTuning& tuning = {});
 
 OpDef layernorm_op_def();
 

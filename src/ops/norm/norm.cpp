@@ -1,46 +1,22 @@
 #include "ops/norm/norm.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
-#include "jit/jit_core.hpp"
-#include "ops/pdl.hpp"
 #include "diag/trace_dump.hpp"
+#include "jit/jit_core.hpp"
+#include "norm/norm_params.h"
+#include "ops/pdl.hpp"
 #include "util/error.hpp"
 
 namespace kjit::ops {
 
 namespace {
 
-// Mirrors kjit::norm::RmsNormParams in kernels/norm/rmsnorm.cuh field for field.
-struct RmsNormParams {
-  const void* input;
-  const void* weight;
-  void* out;
-  long long rows;
-  long long in_stride;
-  long long out_stride;
-  float eps;
-  float weight_offset;
-};
-
-// Mirrors kjit::norm::FusedAddRmsNormParams in kernels/norm/fused_add_rmsnorm.cuh.
-struct FusedAddRmsNormParams {
-  void* input;
-  void* residual;
-  const void* weight;
-  long long rows;
-  long long in_stride;
-  long long res_stride;
-  float eps;
-  float weight_offset;
-};
-
 RmsNormConfig select_row_norm(const char* op, DType dtype, int64_t hidden, int align_bytes,
-                              int64_t rows) {
+                              int64_t rows, const NormTuning& tuning) {
   if (!is_float(dtype)) {
     fail(KJIT_ERROR_UNSUPPORTED, "{} supports fp32, fp16 and bf16, not {}", op, dtype_name(dtype));
   }
@@ -56,62 +32,28 @@ RmsNormConfig select_row_norm(const char* op, DType dtype, int64_t hidden, int a
   // down to scalar, so odd sizes and misaligned views still run (just slower).
   c.vec = 16 / elem;
   while (c.vec > 1 && (c.hidden % c.vec != 0 || c.vec * elem > align_bytes)) c.vec /= 2;
-  norm_detail::row_shape(c.hidden / c.vec, c.vec, rows, c.threads_per_row, c.rows_per_block);
+  norm_detail::row_shape(c.hidden / c.vec, c.vec, rows, tuning, c.threads_per_row,
+                         c.rows_per_block);
   c.early_params = rows <= kNormEarlyParamsMaxRows ? 1 : 0;
   return c;
 }
 
-jit::Params row_norm_params(const RmsNormConfig& c) {
-  jit::Params p{{"dtype", dtype_name(c.dtype)},
-                {"hidden", std::to_string(c.hidden)},
-                {"vec", std::to_string(c.vec)},
-                {"tpr", std::to_string(c.threads_per_row)},
-                {"rpb", std::to_string(c.rows_per_block)}};
-  // Only when set, so the default variant keeps its URI.
-  if (c.early_params != 0) p.push_back({"early", "1"});
-  return p;
-}
-
+// One name a setting, from the config field to the kernel's template parameter (in upper case).
 jit::Spec row_norm_spec(const char* op, const char* include, const char* kernel,
                         const RmsNormConfig& c) {
-  jit::Spec s;
-  s.op = op;
-  s.params = row_norm_params(c);
-  s.uri = jit::make_uri(s.op, s.params);
-  s.kernel_dirs = {"common", "norm"};
-  s.includes = {include};
-  s.config = fmt::format(
-      "namespace kjit_spec {{\n"
-      "using T = {type};\n"
-      "constexpr int kHidden = {hidden};\n"
-      "constexpr int kVec = {vec};\n"
-      "constexpr int kThreadsPerRow = {tpr};\n"
-      "constexpr int kRowsPerBlock = {rpb};\n"
-      "constexpr bool kEarlyParams = {early};\n"
-      "}}  // namespace kjit_spec\n",
-      fmt::arg("type", device_type_name(c.dtype)), fmt::arg("hidden", c.hidden),
-      fmt::arg("vec", c.vec), fmt::arg("tpr", c.threads_per_row), fmt::arg("rpb", c.rows_per_block),
-      fmt::arg("early", c.early_params != 0 ? "true" : "false"));
-  s.entry_names = {
-      fmt::format("kjit::norm::{}<kjit_spec::T, kjit_spec::kHidden, kjit_spec::kVec, "
-                  "kjit_spec::kThreadsPerRow, kjit_spec::kRowsPerBlock, kjit_spec::kEarlyParams>",
-                  kernel)};
-  s.arch_families = {"sm_80+"};
-  return s;
-}
-
-cuda::LaunchConfig row_launch(const RmsNormConfig& cfg, int64_t rows, void* stream) {
-  cuda::LaunchConfig lc;
-  lc.grid_x = static_cast<unsigned>((rows + cfg.rows_per_block - 1) / cfg.rows_per_block);
-  lc.block_x = static_cast<unsigned>(cfg.threads_per_row * cfg.rows_per_block);
-  lc.stream = static_cast<CUstream>(stream);
-  return lc;
+  jit::SpecBuilder b(op, {"common", "norm"}, include);
+  b.type("dtype", dtype_name(c.dtype), device_type_name(c.dtype));
+  b.value("hidden", c.hidden).value("vec", c.vec);
+  b.value("threads_per_row", c.threads_per_row).value("rows_per_block", c.rows_per_block);
+  b.flag("early_params", c.early_params != 0, /*omit_false=*/true);
+  b.entry(std::string("kjit::norm::") + kernel);
+  return b.build();
 }
 
 // The --set axes and catalog shape both RMSNorm ops share.
 OpDef row_norm_op_def(const char* name, const char* summary,
                       jit::Spec (*spec)(const RmsNormConfig&),
-                      RmsNormConfig (*select)(DType, int64_t, int, int64_t),
+                      RmsNormConfig (*select)(DType, int64_t, int, int64_t, const NormTuning&),
                       std::vector<int> catalog_hiddens) {
   OpDef d;
   d.name = name;
@@ -135,7 +77,7 @@ OpDef row_norm_op_def(const char* name, const char* summary,
     int align = args.count("align") ? std::stoi(args.at("align")) : 16;
     const int64_t rows =
         args.count("rows") ? positive_int_arg(args, "rows", kNormManyRows) : kNormManyRows;
-    return spec(select(dtype, hidden, align, rows));
+    return spec(select(dtype, hidden, align, rows, NormTuning{}));
   };
   d.catalog = [catalog_hiddens] {
     std::vector<SetArgs> out;
@@ -155,17 +97,10 @@ OpDef row_norm_op_def(const char* name, const char* summary,
 
 }  // namespace
 
-namespace {
-std::atomic<int> g_vectors_per_thread{0};
-}  // namespace
-
-void set_norm_vectors_per_thread(int n) {
-  g_vectors_per_thread = n;
-}
-
 namespace norm_detail {
 
-void row_shape(int n_vec, int vec, int64_t rows, int& threads_per_row, int& rows_per_block) {
+void row_shape(int n_vec, int vec, int64_t rows, const NormTuning& tuning, int& threads_per_row,
+               int& rows_per_block) {
   if (n_vec <= 32) {
     // Tiny rows: a power-of-two slice of a warp per row, 128-thread blocks. bf16 hidden 128 went
     // from 2.93 TB/s (a warp per row) to 4.27 TB/s on the H200 with 16 threads x 8 rows.
@@ -183,8 +118,8 @@ void row_shape(int n_vec, int vec, int64_t rows, int& threads_per_row, int& rows
     // bf16 2048 measured 3.85 TB/s as a warp per row and 4.23 TB/s as 64 threads per row.
     // Decode sizes: one vector a thread (see the declaration).
     int per_thread = vec == 1 ? 8 : 4;
-    if (g_vectors_per_thread > 0) {
-      per_thread = g_vectors_per_thread;
+    if (tuning.vectors_per_thread > 0) {
+      per_thread = tuning.vectors_per_thread;
     } else if (rows <= kNormDecodeGeometryMaxRows) {
       per_thread = 1;
     }
@@ -220,6 +155,16 @@ void check_param_vector(const DLTensor* t, const RowMatrix& m, const char* name,
   }
 }
 
+void launch_rows(const jit::LoadedKernel& k, int threads_per_row, int rows_per_block, int64_t rows,
+                 int device, void* stream, const void* params, const ElementwiseLaunch& launch) {
+  cuda::LaunchConfig lc;
+  lc.grid_x = static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
+  lc.block_x = static_cast<unsigned>(threads_per_row * rows_per_block);
+  lc.stream = static_cast<CUstream>(stream);
+  cuda::ScopedDevice scope(device);
+  launch_elementwise(k.functions.at(0), lc, params, device, launch);
+}
+
 bool any_overlap(const RowMatrix& a, const RowMatrix& b) {
   // partially_overlaps() lets the exact same view through (that is in-place); here it counts.
   return partially_overlaps(a, b) || (a.numel() > 0 && b.numel() > 0 && a.data == b.data);
@@ -227,16 +172,18 @@ bool any_overlap(const RowMatrix& a, const RowMatrix& b) {
 
 }  // namespace norm_detail
 
-RmsNormConfig select_rmsnorm(DType dtype, int64_t hidden, int align_bytes, int64_t rows) {
-  return select_row_norm("rmsnorm", dtype, hidden, align_bytes, rows);
+RmsNormConfig select_rmsnorm(DType dtype, int64_t hidden, int align_bytes, int64_t rows,
+                             const NormTuning& tuning) {
+  return select_row_norm("rmsnorm", dtype, hidden, align_bytes, rows, tuning);
 }
 
-RmsNormConfig select_fused_add_rmsnorm(DType dtype, int64_t hidden, int align_bytes, int64_t rows) {
-  return select_row_norm("fused_add_rmsnorm", dtype, hidden, align_bytes, rows);
+RmsNormConfig select_fused_add_rmsnorm(DType dtype, int64_t hidden, int align_bytes, int64_t rows,
+                                       const NormTuning& tuning) {
+  return select_row_norm("fused_add_rmsnorm", dtype, hidden, align_bytes, rows, tuning);
 }
 
 std::string rmsnorm_uri(const RmsNormConfig& c) {
-  return jit::make_uri("rmsnorm", row_norm_params(c));
+  return rmsnorm_spec(c).uri;
 }
 
 jit::Spec rmsnorm_spec(const RmsNormConfig& c) {
@@ -244,7 +191,7 @@ jit::Spec rmsnorm_spec(const RmsNormConfig& c) {
 }
 
 std::string fused_add_rmsnorm_uri(const RmsNormConfig& c) {
-  return jit::make_uri("fused_add_rmsnorm", row_norm_params(c));
+  return fused_add_rmsnorm_spec(c).uri;
 }
 
 jit::Spec fused_add_rmsnorm_spec(const RmsNormConfig& c) {
@@ -253,7 +200,7 @@ jit::Spec fused_add_rmsnorm_spec(const RmsNormConfig& c) {
 }
 
 void rmsnorm(const DLTensor* input, const DLTensor* weight, DLTensor* out, float eps, void* stream,
-             float weight_offset) {
+             float weight_offset, const ElementwiseLaunch& launch, const NormTuning& tuning) {
   RowMatrix x = as_row_matrix(input, "input");
   RowMatrix w = as_row_matrix(weight, "weight");
   RowMatrix y = as_row_matrix(out, "out");
@@ -272,19 +219,20 @@ void rmsnorm(const DLTensor* input, const DLTensor* weight, DLTensor* out, float
   int align = row_alignment(x);
   align = std::min(align, row_alignment(y));
   align = std::min(align, row_alignment(w));
-  RmsNormConfig cfg = select_rmsnorm(x.dtype, x.cols, align, x.rows);
+  RmsNormConfig cfg = select_rmsnorm(x.dtype, x.cols, align, x.rows, tuning);
   if (trace::enabled()) trace::rmsnorm(x.dtype, x.cols, x.rows, weight_offset != 0.0f);
 
   const jit::LoadedKernel& k = jit::JitCore::global().kernel_for("rmsnorm", cfg, x.device,
                                                                  [&] { return rmsnorm_spec(cfg); });
-  RmsNormParams p{x.data, w.data, y.data, x.rows, x.row_stride, y.row_stride, eps, weight_offset};
-  cuda::LaunchConfig lc = row_launch(cfg, x.rows, stream);
-  cuda::ScopedDevice scope(x.device);
-  launch_elementwise(k.functions.at(0), lc, &p, x.device);
+  norm::RmsNormParams p{x.data,       w.data,       y.data, x.rows,
+                        x.row_stride, y.row_stride, eps,    weight_offset};
+  norm_detail::launch_rows(k, cfg.threads_per_row, cfg.rows_per_block, x.rows, x.device, stream, &p,
+                           launch);
 }
 
 void fused_add_rmsnorm(DLTensor* input, DLTensor* residual, const DLTensor* weight, float eps,
-                       void* stream, float weight_offset) {
+                       void* stream, float weight_offset, const ElementwiseLaunch& launch,
+                       const NormTuning& tuning) {
   RowMatrix x = as_row_matrix(input, "input");
   RowMatrix r = as_row_matrix(residual, "residual");
   RowMatrix w = as_row_matrix(weight, "weight");
@@ -305,16 +253,15 @@ void fused_add_rmsnorm(DLTensor* input, DLTensor* residual, const DLTensor* weig
   int align = row_alignment(x);
   align = std::min(align, row_alignment(r));
   align = std::min(align, row_alignment(w));
-  RmsNormConfig cfg = select_fused_add_rmsnorm(x.dtype, x.cols, align, x.rows);
+  RmsNormConfig cfg = select_fused_add_rmsnorm(x.dtype, x.cols, align, x.rows, tuning);
   if (trace::enabled()) trace::fused_add_rmsnorm(x.dtype, x.cols, x.rows, weight_offset != 0.0f);
 
   const jit::LoadedKernel& k = jit::JitCore::global().kernel_for(
       "fused_add_rmsnorm", cfg, x.device, [&] { return fused_add_rmsnorm_spec(cfg); });
-  FusedAddRmsNormParams p{x.data,       r.data,       w.data, x.rows,
-                          x.row_stride, r.row_stride, eps,    weight_offset};
-  cuda::LaunchConfig lc = row_launch(cfg, x.rows, stream);
-  cuda::ScopedDevice scope(x.device);
-  launch_elementwise(k.functions.at(0), lc, &p, x.device);
+  norm::FusedAddRmsNormParams p{x.data,       r.data,       w.data, x.rows,
+                                x.row_stride, r.row_stride, eps,    weight_offset};
+  norm_detail::launch_rows(k, cfg.threads_per_row, cfg.rows_per_block, x.rows, x.device, stream, &p,
+                           launch);
 }
 
 OpDef rmsnorm_op_def() {

@@ -1,7 +1,6 @@
 #include "ops/rope/rope.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <climits>
 #include <cmath>
 #include <cstddef>
@@ -12,48 +11,21 @@
 
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
+#include "diag/trace_dump.hpp"
 #include "jit/jit_core.hpp"
 #include "ops/fastdiv.hpp"
 #include "ops/pdl.hpp"
-#include "diag/trace_dump.hpp"
+#include "rope/rope_params.h"
 #include "util/error.hpp"
 
 namespace kjit::ops {
 
 namespace {
 
-// Mirrors kjit::rope::RopeArgs / RopeParams in kernels/rope/rope.cuh field for field, with the
-// table at its largest: the launch copies only the first sizeof(device RopeParams) bytes.
-struct RopeArgs {
-  const void* q_in;
-  void* q_out;
-  const void* k_in;
-  void* k_out;
-  const void* pos;
-  const void* cos_sin;
-  long long q_in_st, q_in_sh, q_out_st, q_out_sh;
-  long long k_in_st, k_in_sh, k_out_st, k_out_sh;
-  long long cache_stride;
-  long long max_pos;
-  int q_heads, k_heads;
-  int heads_per_chunk;
-  int chunks;
-  int copy_q_pass;
-  int copy_k_pass;
-  int pos_bytes;
-  int cache_dtype;
-  FastDiv chunks_div;
-  FastDiv slots_div;
-};
-static_assert(sizeof(RopeArgs) == 176, "the device code asserts the same size");
+// The host fills the table at its largest; the launch copies only the kernel's own parameter
+// size (kernels/rope/rope_params.h).
+using RopeParams = rope::RopeParams<kRopeMaxRotDim / 2>;
 
-struct RopeParams {
-  RopeArgs a;
-  float freq[kRopeMaxRotDim];  // (hi, lo) pairs for rot_dim / 2 frequencies
-};
-static_assert(offsetof(RopeParams, freq) == sizeof(RopeArgs), "the table follows the args");
-
-constexpr int kCacheF32 = 0, kCacheF16 = 1, kCacheBF16 = 2;  // kjit::rope::kCache*
 constexpr double kPi = 3.14159265358979323846;
 
 const char* mode_name(RopeMode m) {
@@ -179,6 +151,8 @@ struct RopeLaunch {
   const StridedView* pos = nullptr;
   const StridedView* cache = nullptr;              // kCache
   const std::vector<float>* freq_pairs = nullptr;  // kFreq: see freq_pairs()
+  const ElementwiseLaunch* launch = nullptr;
+  const RopeTuning* tuning = nullptr;
 };
 
 // What determines a frequency table: the entry point and its scalars, compared bit for bit.
@@ -217,53 +191,33 @@ const std::vector<float>& freq_pairs(const FreqKey& key,
   return memo.back().pairs;
 }
 
-void launch_rope(const QkViews& v, const RopeLaunch& l, void* stream) {
-  const int64_t h_total = v.q_heads + v.k_heads;
-  if (v.tokens == 0 || h_total == 0) return;  // after validation: zero size is still checked
-  check_supported(v.q.dtype, v.head_dim);
-  if (l.rot_dim > kRopeMaxRotDim) {
-    fail(KJIT_ERROR_UNSUPPORTED, "rope supports rotary_dim up to {}, not {}", kRopeMaxRotDim,
-         l.rot_dim);
-  }
-  if (v.tokens > INT_MAX || h_total > INT_MAX) {
-    fail(KJIT_ERROR_UNSUPPORTED, "rope supports up to {} tokens and heads, got {} and {}", INT_MAX,
-         v.tokens, h_total);
-  }
-  int align = 16;
-  for (const StridedView* t : {&v.q, &v.k, &v.q_out, &v.k_out}) {
-    if (t->numel() > 0) align = std::min(align, view_alignment(*t));
-  }
-  RopeConfig cfg = select_rope(l.mode, v.q.dtype, v.head_dim, l.rot_dim, l.interleave, align);
-  const int layout = rope_layout();
-  const bool decode_size = v.tokens <= kRopeUnitMajorMaxTokens;
-  if ((layout == 0 && decode_size) || layout == 3) cfg.decode = rope_decode_supported(cfg) ? 1 : 0;
-  if (cfg.decode != 0) {
-    cfg.early_pos = pdl_early_indices(v.q.device) ? 1 : 0;
-  } else {
-    // Only the frequency table (constant memory) gains from the unit-major layout; cos_sin_cache
-    // rows are coalesced global reads in either.
-    cfg.unit_major =
-        layout == 0 || layout == 3 ? l.mode == RopeMode::kFreq && decode_size : layout == 2;
-  }
+// How a call spreads over the GPU: head slots per block, blocks per token and the heads a block
+// covers.
+struct RopeGrid {
+  int slots = 1;
+  int64_t chunks = 1, heads_per_chunk = 1;
+};
 
-  const jit::LoadedKernel& kernel =
-      jit::JitCore::global().kernel_for("rope", cfg, v.q.device, [&] { return rope_spec(cfg); });
-
-  const int units = cfg.interleave ? cfg.rot_dim / std::max(cfg.vec, 2) : cfg.rot_dim / 2 / cfg.vec;
-  int slots = static_cast<int>(std::min<int64_t>(std::max(1, kRopeBlockThreads / units), h_total));
+RopeGrid rope_grid(const RopeConfig& cfg, int64_t tokens, int64_t h_total, int sm_count) {
+  RopeGrid g;
+  const int units = rope_units(cfg);
+  g.slots = static_cast<int>(std::min<int64_t>(std::max(1, kRopeBlockThreads / units), h_total));
   // The decode kernel shares angles across a warp: whole warps only (spare slots stay idle).
-  if (cfg.decode != 0) slots = (slots * units + 31) / 32 * 32 / units;
+  if (cfg.decode != 0) g.slots = (g.slots * units + 31) / 32 * 32 / units;
   // Few tokens (decode): split each token's heads over several blocks so that every SM gets
   // work; many tokens (prefill): one block per token, which computes sin / cos the fewest times.
-  const int64_t slot_rows = (h_total + slots - 1) / slots;
-  const int64_t target_blocks = 8LL * cuda::device_info(v.q.device).sm_count;
-  int64_t chunks = std::clamp<int64_t>((target_blocks + v.tokens - 1) / v.tokens, 1, slot_rows);
-  const int64_t heads_per_chunk = (slot_rows + chunks - 1) / chunks * slots;
-  chunks = (h_total + heads_per_chunk - 1) / heads_per_chunk;
-  if (v.tokens * chunks > INT_MAX) {
-    fail(KJIT_ERROR_UNSUPPORTED, "rope: {} tokens x {} chunks exceed the grid", v.tokens, chunks);
+  const int64_t slot_rows = (h_total + g.slots - 1) / g.slots;
+  const int64_t target_blocks = 8LL * sm_count;
+  g.chunks = std::clamp<int64_t>((target_blocks + tokens - 1) / tokens, 1, slot_rows);
+  g.heads_per_chunk = (slot_rows + g.chunks - 1) / g.chunks * g.slots;
+  g.chunks = (h_total + g.heads_per_chunk - 1) / g.heads_per_chunk;
+  if (tokens * g.chunks > INT_MAX) {
+    fail(KJIT_ERROR_UNSUPPORTED, "rope: {} tokens x {} chunks exceed the grid", tokens, g.chunks);
   }
+  return g;
+}
 
+RopeParams rope_params(const QkViews& v, const RopeLaunch& l, const RopeGrid& g) {
   RopeParams p{};
   p.a.q_in = v.q.data;
   p.a.q_out = v.q_out.data;
@@ -280,10 +234,10 @@ void launch_rope(const QkViews& v, const RopeLaunch& l, void* stream) {
   p.a.k_out_sh = v.k_out.strides[1];
   p.a.q_heads = static_cast<int>(v.q_heads);
   p.a.k_heads = static_cast<int>(v.k_heads);
-  p.a.heads_per_chunk = static_cast<int>(heads_per_chunk);
-  p.a.chunks = static_cast<int>(chunks);
-  p.a.chunks_div = make_fast_div(static_cast<uint32_t>(chunks));
-  p.a.slots_div = make_fast_div(static_cast<uint32_t>(slots));
+  p.a.heads_per_chunk = static_cast<int>(g.heads_per_chunk);
+  p.a.chunks = static_cast<int>(g.chunks);
+  p.a.chunks_div = make_fast_div(static_cast<uint32_t>(g.chunks));
+  p.a.slots_div = make_fast_div(static_cast<uint32_t>(g.slots));
   p.a.copy_q_pass = !same_view(v.q, v.q_out);
   p.a.copy_k_pass = !same_view(v.k, v.k_out);
   p.a.pos_bytes = static_cast<int>(l.pos->elem_bytes());
@@ -291,19 +245,60 @@ void launch_rope(const QkViews& v, const RopeLaunch& l, void* stream) {
     p.a.cos_sin = l.cache->data;
     p.a.cache_stride = l.cache->strides[0];
     p.a.max_pos = l.cache->shape[0];
-    p.a.cache_dtype = l.cache->dtype == DType::kF32   ? kCacheF32
-                      : l.cache->dtype == DType::kF16 ? kCacheF16
-                                                      : kCacheBF16;
+    p.a.cache_dtype = l.cache->dtype == DType::kF32   ? rope::kCacheF32
+                      : l.cache->dtype == DType::kF16 ? rope::kCacheF16
+                                                      : rope::kCacheBF16;
   } else {
     std::copy(l.freq_pairs->begin(), l.freq_pairs->end(), p.freq);
   }
+  return p;
+}
 
+void launch_rope(const QkViews& v, const RopeLaunch& l, void* stream) {
+  const int64_t h_total = v.q_heads + v.k_heads;
+  if (v.tokens == 0 || h_total == 0) return;  // after validation: zero size is still checked
+  check_supported(v.q.dtype, v.head_dim);
+  if (l.rot_dim > kRopeMaxRotDim) {
+    fail(KJIT_ERROR_UNSUPPORTED, "rope supports rotary_dim up to {}, not {}", kRopeMaxRotDim,
+         l.rot_dim);
+  }
+  if (v.tokens > INT_MAX || h_total > INT_MAX) {
+    fail(KJIT_ERROR_UNSUPPORTED, "rope supports up to {} tokens and heads, got {} and {}", INT_MAX,
+         v.tokens, h_total);
+  }
+  int align = 16;
+  for (const StridedView* t : {&v.q, &v.k, &v.q_out, &v.k_out}) {
+    if (t->numel() > 0) align = std::min(align, view_alignment(*t));
+  }
+  const RopeConfig cfg =
+      plan_rope(select_rope(l.mode, v.q.dtype, v.head_dim, l.rot_dim, l.interleave, align),
+                v.tokens, pdl_early_indices(v.q.device, *l.launch), *l.tuning);
+  const jit::LoadedKernel& kernel =
+      jit::JitCore::global().kernel_for("rope", cfg, v.q.device, [&] { return rope_spec(cfg); });
+  const RopeGrid g = rope_grid(cfg, v.tokens, h_total, cuda::device_info(v.q.device).sm_count);
+  const RopeParams p = rope_params(v, l, g);
   cuda::LaunchConfig lc;
-  lc.grid_x = static_cast<unsigned>(v.tokens * chunks);
-  lc.block_x = static_cast<unsigned>(units * slots);
+  lc.grid_x = static_cast<unsigned>(v.tokens * g.chunks);
+  lc.block_x = static_cast<unsigned>(rope_units(cfg) * g.slots);
   lc.stream = static_cast<CUstream>(stream);
   cuda::ScopedDevice scope(v.q.device);
-  launch_elementwise(kernel.functions.at(0), lc, &p, v.q.device);
+  launch_elementwise(kernel.functions.at(0), lc, &p, v.q.device, *l.launch);
+}
+
+// The pos_ids entry points' launch: angles from the frequency table `key` names (memoized;
+// inv_freq computes it the first time).
+void launch_freq_rope(const QkViews& v, const StridedView& pos, const FreqKey& key, bool interleave,
+                      const ElementwiseLaunch& launch, const RopeTuning& tuning, void* stream,
+                      const std::function<std::vector<double>()>& inv_freq) {
+  RopeLaunch l;
+  l.mode = RopeMode::kFreq;
+  l.interleave = interleave;
+  l.rot_dim = key.rot_dim;
+  l.pos = &pos;
+  l.launch = &launch;
+  l.tuning = &tuning;
+  l.freq_pairs = &freq_pairs(key, inv_freq);
+  launch_rope(v, l, stream);
 }
 
 int resolve_rotary_dim(int rotary_dim, int64_t head_dim, const char* name) {
@@ -337,23 +332,12 @@ std::pair<QkViews, int> check_pos_ids_call(const DLTensor* q, const DLTensor* k,
 
 }  // namespace
 
-namespace {
-std::atomic<int> g_rope_layout{0};
-}  // namespace
-
-void set_rope_layout(int layout) {
-  if (layout < 0 || layout > 3) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "rope layout must be 0 (auto), 1, 2 or 3, not {}", layout);
-  }
-  g_rope_layout.store(layout);
-}
-
-int rope_layout() {
-  return g_rope_layout.load();
+int rope_units(const RopeConfig& c) {
+  return c.interleave ? c.rot_dim / std::max(c.vec, 2) : c.rot_dim / 2 / c.vec;
 }
 
 bool rope_decode_supported(const RopeConfig& c) {
-  const int units = c.interleave ? c.rot_dim / std::max(c.vec, 2) : c.rot_dim / 2 / c.vec;
+  const int units = rope_units(c);
   const int freqs = c.interleave ? std::max(c.vec, 2) / 2 : c.vec;  // angles a unit takes
   const int half = c.rot_dim / 2;
   const int per_lane = half <= 32 ? 1 : half / 32;
@@ -385,52 +369,48 @@ RopeConfig select_rope(RopeMode mode, DType dtype, int64_t head_dim, int64_t rot
   return c;
 }
 
+RopeConfig plan_rope(RopeConfig cfg, int64_t tokens, bool early_indices, const RopeTuning& tuning) {
+  const RopeLayout layout = tuning.layout;
+  const bool decode_size = tokens <= kRopeUnitMajorMaxTokens;
+  const bool by_size = layout == RopeLayout::kAuto || layout == RopeLayout::kDecode;
+  if ((layout == RopeLayout::kAuto && decode_size) || layout == RopeLayout::kDecode) {
+    cfg.decode = rope_decode_supported(cfg) ? 1 : 0;
+  }
+  if (cfg.decode != 0) {
+    cfg.early_pos = early_indices ? 1 : 0;
+  } else {
+    // Only the frequency table (constant memory) gains from the unit-major layout; cos_sin_cache
+    // rows are coalesced global reads in either.
+    cfg.unit_major =
+        by_size ? cfg.mode == RopeMode::kFreq && decode_size : layout == RopeLayout::kUnitMajor;
+  }
+  return cfg;
+}
+
 std::string rope_uri(const RopeConfig& c) {
   return rope_spec(c).uri;
 }
 
+// One name a setting, from the config field to the kernels' template parameters (in upper case).
+// The decode kernel has EARLY_POS where rope_kernel has UNIT_MAJOR.
 jit::Spec rope_spec(const RopeConfig& c) {
-  jit::Spec s;
-  s.op = "rope";
-  s.params = {{"mode", mode_name(c.mode)},        {"dtype", dtype_name(c.dtype)},
-              {"hd", std::to_string(c.head_dim)}, {"rd", std::to_string(c.rot_dim)},
-              {"il", c.interleave ? "1" : "0"},   {"vec", std::to_string(c.vec)}};
-  // Only when set, so the slot-major specializations keep their URIs.
-  if (c.unit_major) s.params.push_back({"layout", "unit"});
-  if (c.decode) s.params.push_back({"layout", "decode"});
-  if (c.decode && c.early_pos) s.params.push_back({"early", "1"});
-  s.uri = jit::make_uri(s.op, s.params);
-  s.kernel_dirs = {"common", "rope"};
-  s.includes = {"rope/rope.cuh"};
-  s.config = fmt::format(
-      "namespace kjit_spec {{\n"
-      "using T = {type};\n"
-      "constexpr int kHeadDim = {hd};\n"
-      "constexpr int kRotDim = {rd};\n"
-      "constexpr bool kInterleave = {il};\n"
-      "constexpr int kVec = {vec};\n"
-      "constexpr int kMode = {mode};\n"
-      "constexpr bool kUnitMajor = {um};\n"
-      "{early}"
-      "}}  // namespace kjit_spec\n",
-      fmt::arg("type", device_type_name(c.dtype)), fmt::arg("hd", c.head_dim),
-      fmt::arg("rd", c.rot_dim), fmt::arg("il", c.interleave ? "true" : "false"),
-      fmt::arg("vec", c.vec), fmt::arg("um", c.unit_major ? "true" : "false"),
-      // Only in the decode kernel's source, so the others keep theirs.
-      fmt::arg("early", c.decode ? fmt::format("constexpr bool kEarlyPos = {};\n",
-                                               c.early_pos ? "true" : "false")
-                                 : std::string()),
-      fmt::arg("mode",
-               c.mode == RopeMode::kFreq ? "kjit::rope::kModeFreq" : "kjit::rope::kModeCache"));
-  s.entry_names = {
-      c.decode ? "kjit::rope::rope_decode_kernel<kjit_spec::T, kjit_spec::kHeadDim, "
-                 "kjit_spec::kRotDim, kjit_spec::kInterleave, kjit_spec::kVec, kjit_spec::kMode, "
-                 "kjit_spec::kEarlyPos>"
-               : "kjit::rope::rope_kernel<kjit_spec::T, kjit_spec::kHeadDim, kjit_spec::kRotDim, "
-                 "kjit_spec::kInterleave, kjit_spec::kVec, kjit_spec::kMode, "
-                 "kjit_spec::kUnitMajor>"};
-  s.arch_families = {"sm_80+"};
-  return s;
+  jit::SpecBuilder b("rope", {"common", "rope"}, "rope/rope.cuh");
+  b.choice("mode", mode_name(c.mode),
+           c.mode == RopeMode::kFreq ? rope::kModeFreq : rope::kModeCache);
+  b.type("dtype", dtype_name(c.dtype), device_type_name(c.dtype));
+  b.value("head_dim", c.head_dim).value("rot_dim", c.rot_dim);
+  b.flag("interleave", c.interleave != 0).value("vec", c.vec);
+  b.flag("unit_major", c.unit_major != 0, /*omit_false=*/true);
+  b.flag("decode", c.decode != 0, /*omit_false=*/true);
+  b.flag("early_pos", c.early_pos != 0, /*omit_false=*/true);
+  if (c.decode != 0) {
+    b.entry("kjit::rope::rope_decode_kernel",
+            {"dtype", "head_dim", "rot_dim", "interleave", "vec", "mode", "early_pos"});
+  } else {
+    b.entry("kjit::rope::rope_kernel",
+            {"dtype", "head_dim", "rot_dim", "interleave", "vec", "mode", "unit_major"});
+  }
+  return b.build();
 }
 
 std::vector<double> rope_inv_freq(int rot_dim, double scale, double theta) {
@@ -459,7 +439,8 @@ std::vector<double> llama31_inv_freq(int rot_dim, double scale, double theta,
 
 void apply_rope_pos_ids(const DLTensor* q, const DLTensor* k, DLTensor* q_out, DLTensor* k_out,
                         const DLTensor* pos_ids, int rotary_dim, int interleave, float rope_scale,
-                        float rope_theta, void* stream) {
+                        float rope_theta, void* stream, const ElementwiseLaunch& launch,
+                        const RopeTuning& tuning) {
   StridedView pos;
   auto [v, rot] = check_pos_ids_call(q, k, q_out, k_out, pos_ids, rotary_dim, interleave,
                                      rope_scale, rope_theta, &pos);
@@ -472,22 +453,17 @@ void apply_rope_pos_ids(const DLTensor* q, const DLTensor* k, DLTensor* q_out, D
   key.rot_dim = rot;
   key.scale = rope_scale;
   key.theta = rope_theta;
-  RopeLaunch l;
-  l.mode = RopeMode::kFreq;
-  l.interleave = interleave != 0;
-  l.rot_dim = rot;
-  l.pos = &pos;
   // rot = rot: clang before 16 cannot capture a structured binding.
-  l.freq_pairs =
-      &freq_pairs(key, [&, rot = rot] { return rope_inv_freq(rot, rope_scale, rope_theta); });
-  launch_rope(v, l, stream);
+  launch_freq_rope(v, pos, key, interleave != 0, launch, tuning, stream,
+                   [&, rot = rot] { return rope_inv_freq(rot, rope_scale, rope_theta); });
 }
 
 void apply_llama31_rope_pos_ids(const DLTensor* q, const DLTensor* k, DLTensor* q_out,
                                 DLTensor* k_out, const DLTensor* pos_ids, int rotary_dim,
                                 int interleave, float rope_scale, float rope_theta,
                                 float low_freq_factor, float high_freq_factor,
-                                float old_context_len, void* stream) {
+                                float old_context_len, void* stream,
+                                const ElementwiseLaunch& launch, const RopeTuning& tuning) {
   StridedView pos;
   auto [v, rot] = check_pos_ids_call(q, k, q_out, k_out, pos_ids, rotary_dim, interleave,
                                      rope_scale, rope_theta, &pos);
@@ -511,16 +487,10 @@ void apply_llama31_rope_pos_ids(const DLTensor* q, const DLTensor* k, DLTensor* 
   key.low = low_freq_factor;
   key.high = high_freq_factor;
   key.old_ctx = old_context_len;
-  RopeLaunch l;
-  l.mode = RopeMode::kFreq;
-  l.interleave = interleave != 0;
-  l.rot_dim = rot;
-  l.pos = &pos;
-  l.freq_pairs = &freq_pairs(key, [&, rot = rot] {
+  launch_freq_rope(v, pos, key, interleave != 0, launch, tuning, stream, [&, rot = rot] {
     return llama31_inv_freq(rot, rope_scale, rope_theta, low_freq_factor, high_freq_factor,
                             old_context_len);
   });
-  launch_rope(v, l, stream);
 }
 
 namespace {
@@ -556,7 +526,8 @@ StridedView heads_view(const DLTensor* t, const char* name, int head_size) {
 
 void apply_rope_with_cos_sin_cache(const DLTensor* positions, DLTensor* q, DLTensor* k,
                                    int head_size, const DLTensor* cos_sin_cache, int is_neox,
-                                   void* stream) {
+                                   void* stream, const ElementwiseLaunch& launch,
+                                   const RopeTuning& tuning) {
   if (head_size <= 0) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "head_size must be > 0, got {}", head_size);
   }
@@ -618,6 +589,8 @@ void apply_rope_with_cos_sin_cache(const DLTensor* positions, DLTensor* q, DLTen
   l.interleave = is_neox == 0;
   l.rot_dim = static_cast<int>(rot);
   l.pos = &pos;
+  l.launch = &launch;
+  l.tuning = &tuning;
   l.cache = &cache;
   launch_rope(v, l, stream);
 }

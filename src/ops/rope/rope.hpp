@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "jit/spec.hpp"
+#include "ops/pdl.hpp"
 #include "ops/registry.hpp"
 #include "ops/tensor.hpp"
 
@@ -41,11 +42,19 @@ inline constexpr int kRopeBlockThreads = 128;  // the kernel's launch bound is 2
 // (latency: one or two table addresses per warp); beyond it slot-major (bandwidth).
 inline constexpr int64_t kRopeUnitMajorMaxTokens = 128;
 
-// Bench hook (not in the C ABI): 0 picks the layout by token count, 1 forces slot-major, 2
-// unit-major, 3 the decode kernel (where rope_decode_supported; else as 0), so each can be timed
-// and tested side by side. Process-wide.
-void set_rope_layout(int layout);
-int rope_layout();
+// Which kernel and thread layout a call takes. kAuto is the library's choice by token count; the
+// others force one, so the bench and the tests can time and check each side by side (kDecode only
+// where rope_decode_supported, else as kAuto).
+enum class RopeLayout { kAuto, kSlotMajor, kUnitMajor, kDecode };
+
+// Overrides of the library's choices, for the bench and the tests; the C entry points take the
+// defaults.
+struct RopeTuning {
+  RopeLayout layout = RopeLayout::kAuto;
+};
+
+// Threads one head takes (rope.cuh's kUnits).
+int rope_units(const RopeConfig& cfg);
 
 // Whether rope_decode_kernel serves this config's shape: a warp covers every unit of a head
 // (units a power of two <= 32) and the angles split evenly over its lanes.
@@ -55,6 +64,11 @@ bool rope_decode_supported(const RopeConfig& cfg);
 // variant serves.
 RopeConfig select_rope(RopeMode mode, DType dtype, int64_t head_dim, int64_t rot_dim,
                        bool interleave, int align_bytes);
+
+// select_rope's config with the kernel and thread layout a call of `tokens` tokens takes;
+// early_indices: the call's launch reads indices early (pdl_early_indices).
+RopeConfig plan_rope(RopeConfig cfg, int64_t tokens, bool early_indices,
+                     const RopeTuning& tuning = {});
 
 jit::Spec rope_spec(const RopeConfig& cfg);
 std::string rope_uri(const RopeConfig& cfg);
@@ -67,18 +81,24 @@ std::vector<double> llama31_inv_freq(int rot_dim, double scale, double theta,
                                      double low_freq_factor, double high_freq_factor,
                                      double old_context_len);
 
-// Validate, then launch on `stream`. Throw kjit::Error.
+// Validate, then launch on `stream` as `launch` says. Throw kjit::Error.
 void apply_rope_pos_ids(const DLTensor* q, const DLTensor* k, DLTensor* q_out, DLTensor* k_out,
                         const DLTensor* pos_ids, int rotary_dim, int interleave, float rope_scale,
-                        float rope_theta, void* stream);
+                        float rope_theta, void* stream,
+                        const ElementwiseLaunch& launch = elementwise_launch_from_env(),
+                        const RopeTuning& tuning = {});
 void apply_llama31_rope_pos_ids(const DLTensor* q, const DLTensor* k, DLTensor* q_out,
                                 DLTensor* k_out, const DLTensor* pos_ids, int rotary_dim,
                                 int interleave, float rope_scale, float rope_theta,
                                 float low_freq_factor, float high_freq_factor,
-                                float old_context_len, void* stream);
+                                float old_context_len, void* stream,
+                                const ElementwiseLaunch& launch = elementwise_launch_from_env(),
+                                const RopeTuning& tuning = {});
 void apply_rope_with_cos_sin_cache(const DLTensor* positions, DLTensor* q, DLTensor* k,
                                    int head_size, const DLTensor* cos_sin_cache, int is_neox,
-                                   void* stream);
+                                   void* stream,
+                                   const ElementwiseLaunch& launch = elementwise_launch_from_env(),
+                                   const RopeTuning& tuning = {});
 
 OpDef rope_op_def();
 
