@@ -1179,7 +1179,11 @@ const std::set<std::string> kCoveredElsewhere = {"kjit_version_string",
                                                  "kjit_batch_decode_plan",
                                                  "kjit_decode_plan_workspace_bytes",
                                                  "kjit_decode_plan_num_splits",
-                                                 "kjit_decode_plan_destroy"};
+                                                 "kjit_decode_plan_destroy",
+                                                 "kjit_config_init",
+                                                 "kjit_configure",
+                                                 "kjit_precompile",
+                                                 "kjit_op_supported"};
 
 bool is_argument_error(kjit_status s) {
   return s == KJIT_ERROR_INVALID_ARGUMENT || s == KJIT_ERROR_UNSUPPORTED;
@@ -1309,7 +1313,7 @@ TEST_CASE("hostile abi: zero-size calls are validated no-ops that never reach th
 
 TEST_CASE("hostile abi: the functions without tensors take any value",
           "[reliability][hostile_abi]") {
-  for (int s : {INT_MIN, -1, 10, 999, INT_MAX}) {
+  for (int s : {INT_MIN, -1, KJIT_ERROR_CAPTURING + 1, 999, INT_MAX}) {
     const char* text = kjit_status_string(static_cast<kjit_status>(s));
     REQUIRE(text != nullptr);
     CHECK(std::string(text) == "KJIT_ERROR_UNKNOWN_STATUS");
@@ -1431,4 +1435,61 @@ TEST_CASE("hostile abi: kjit_batch_decode_plan rejects every broken argument",
   CHECK(kjit_decode_plan_workspace_bytes(nullptr) == 0);
   CHECK(kjit_decode_plan_num_splits(nullptr) == 0);
   kjit_decode_plan_destroy(nullptr);
+}
+
+TEST_CASE("hostile abi: the engine life-cycle functions refuse broken arguments",
+          "[reliability][hostile_abi]") {
+  auto refused = [](const char* fn, kjit_status s) {
+    const std::string msg = kjit_last_error();
+    INFO(fn << " -> " << kjit_status_string(s) << ": " << msg);
+    CHECK(is_argument_error(s));
+    CHECK(msg.rfind(fn, 0) == 0);
+  };
+  kjit_config_init(nullptr);
+  kjit_config valid;
+  kjit_config_init(&valid);
+  refused("kjit_configure", kjit_configure(nullptr));
+  for (size_t size : {size_t{0}, size_t{3}, sizeof(size_t)}) {
+    kjit_config c = valid;
+    c.struct_size = size;
+    refused("kjit_configure", kjit_configure(&c));
+  }
+  for (int bad : {INT_MIN, -2, 2, INT_MAX}) {
+    kjit_config c = valid;
+    c.disable_jit = bad;
+    refused("kjit_configure", kjit_configure(&c));
+  }
+  for (int bad : {INT_MIN, -2, 11, INT_MAX}) {
+    kjit_config c = valid;
+    c.log_level = bad;
+    refused("kjit_configure", kjit_configure(&c));
+  }
+  kjit_config empty_dir = valid;
+  empty_dir.cache_dir = "";
+  refused("kjit_configure", kjit_configure(&empty_dir));
+  const std::string long_text(100000, 'x');
+  const char* const bad_ops[] = {nullptr, "", "no_such_op", "RMSNORM", "\xff\xfe",
+                                 long_text.c_str()};
+  for (const char* op : bad_ops) {
+    refused("kjit_precompile", kjit_precompile(op, "dtype=bf16,hidden=4096", -1));
+    refused("kjit_op_supported", kjit_op_supported(op, "dtype=bf16,hidden=4096", "sm_90"));
+  }
+  const char* const bad_params[] = {"dtype",
+                                    "=bf16",
+                                    "dtype=bf16,dtype=fp16,hidden=4096",
+                                    "dtype=bf16,hidden=0",
+                                    "dtype=bf16,hidden=-1",
+                                    "dtype=bf16,hidden=99999999999999999999",
+                                    "dtype=\xff,hidden=4096",
+                                    long_text.c_str()};
+  for (const char* params : bad_params) {
+    refused("kjit_precompile", kjit_precompile("rmsnorm", params, -1));
+    refused("kjit_op_supported", kjit_op_supported("rmsnorm", params, "sm_90"));
+  }
+  for (int device : {INT_MIN, -2}) {
+    refused("kjit_precompile", kjit_precompile("rmsnorm", "dtype=bf16,hidden=4096", device));
+  }
+  for (const char* arch : {"", "sm_", "sm_9x", "x", long_text.c_str()}) {
+    refused("kjit_op_supported", kjit_op_supported("rmsnorm", "dtype=bf16,hidden=4096", arch));
+  }
 }

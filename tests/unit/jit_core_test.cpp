@@ -71,9 +71,19 @@ TEST_CASE("jit: compile, publish, then load from disk in a fresh core", "[jit]")
   CHECK(second.meta.key == first.meta.key);
 }
 
+TEST_CASE("jit: generated sources are written only when asked for", "[jit]") {
+  TempDir dir;
+  JitCore quiet(settings_in(dir));
+  const Spec spec = small_spec();
+  quiet.build(spec, kSm90a);
+  CHECK_FALSE(fs::exists(dir.path() / "cache" / "generated"));
+}
+
 TEST_CASE("jit: generated sources and a build manifest are written for inspection", "[jit]") {
   TempDir dir;
-  JitCore core(settings_in(dir));
+  Settings s = settings_in(dir);
+  s.verbose = true;  // as KJIT_JIT_VERBOSE (or KJIT_JIT_DEBUG, or KJIT_GEN_DIR) asks
+  JitCore core(s);
   Spec spec = small_spec();
   core.build(spec, kSm90a);
   fs::path gen = dir.path() / "cache" / "generated" / spec.uri;
@@ -85,7 +95,7 @@ TEST_CASE("jit: generated sources and a build manifest are written for inspectio
   CHECK(manifest->find("norm/rmsnorm.cuh") != std::string::npos);
   // Unchanged content is not rewritten (mtime stays).
   auto before = fs::last_write_time(gen / (spec.uri + ".cu"));
-  JitCore other(settings_in(dir));
+  JitCore other(s);
   other.build(spec, ArchTarget{8, 0, false});
   CHECK(fs::last_write_time(gen / (spec.uri + ".cu")) == before);
   CHECK(fs::exists(gen / "manifest-sm_80.json"));
