@@ -1468,8 +1468,8 @@ TEST_CASE("hostile abi: the engine life-cycle functions refuse broken arguments"
   empty_dir.cache_dir = "";
   refused("kjit_configure", kjit_configure(&empty_dir));
   const std::string long_text(100000, 'x');
-  const char* const bad_ops[] = {nullptr, "", "no_such_op", "RMSNORM", "\xff\xfe",
-                                 long_text.c_str()};
+  const char* const bad_ops[] = {nullptr,   "",         "no_such_op",
+                                 "RMSNORM", "\xff\xfe", long_text.c_str()};
   for (const char* op : bad_ops) {
     refused("kjit_precompile", kjit_precompile(op, "dtype=bf16,hidden=4096", -1));
     refused("kjit_op_supported", kjit_op_supported(op, "dtype=bf16,hidden=4096", "sm_90"));
