@@ -219,13 +219,14 @@ PruneResult DiskCache::prune(uint64_t max_bytes, const fs::path& gen_dir) const 
     fs::path lock_path = e.json;
     lock_path.replace_extension(".lock");
     std::unique_ptr<util::FileLock> lock;
+    bool unlockable = false;
     try {
       lock = util::FileLock::try_acquire(lock_path);
     } catch (const Error&) {
-      // A read-only cache: nothing can be removed anyway; remove() below reports it.
+      unlockable = true;  // a read-only cache: remove() below fails and says so by its result
     }
-    if (lock == nullptr && fs::exists(lock_path, ec)) {
-      r.busy++;
+    if (lock == nullptr && !unlockable) {
+      r.busy++;  // another process holds the entry's lock: it is building it
       continue;
     }
     if (!remove(e.json)) continue;
