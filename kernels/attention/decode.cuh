@@ -222,6 +222,314 @@ KJIT_DEVICE KJIT_FORCEINLINE void convert_fp8_stage(const unsigned char* kt,
   }
 }
 
+// q rows of the CTA's heads into shared memory (zero rows past the group), as mma_dtype, swizzled.
+template <typename q_dtype, typename mma_dtype, int head_dim, int heads_per_cta, int q_rows,
+          int threads>
+KJIT_DEVICE KJIT_FORCEINLINE void load_q(const DecodeParams& p, unsigned char* q_s, int b, int h,
+                                         int tid) {
+  constexpr int kRowCT = head_dim * 2;
+#pragma unroll
+  for (int i = tid; i < heads_per_cta * q_rows * head_dim / 2; i += threads) {
+    const int jr = i / (head_dim / 2);  // q_s row: head jr / kQRows of the CTA, group member j
+    const int j = jr % q_rows;
+    const int d = (i % (head_dim / 2)) * 2;
+    float x0 = 0.0f, x1 = 0.0f;
+    if (j < p.group) {
+      const q_dtype* qr = static_cast<const q_dtype*>(p.q) + b * p.q_sb +
+                          ((h + jr / q_rows) * p.group + j) * p.q_sh;
+      x0 = to_float(qr[d]);
+      x1 = to_float(qr[d + 1]);
+    }
+    *reinterpret_cast<u32*>(q_s + swz<kRowCT>(jr, d >> 3) + (d & 7) * 2) = pack2<mma_dtype>(x0, x1);
+  }
+}
+
+// Whether token t of the stage whose lookups start at o is attended.
+template <typename Row>
+KJIT_DEVICE KJIT_FORCEINLINE bool row_attended(const Row* o, int t) {
+  return o[t].k != ~decltype(o[t].k)(0);
+}
+
+// One stage's tiles of this warp (head wh of the CTA, rank wi among its warps): S^T = K Q^T, the
+// online softmax, O^T += V^T P^T, into the warp's running state (m_run, l_run, o_acc).
+template <typename mma_dtype, int head_dim, int n_tiles, int stage_tokens, int q_rows,
+          int tiles_per_warp, int joint_tiles, typename Row>
+KJIT_DEVICE KJIT_FORCEINLINE void compute_stage(const DecodeParams& p, const unsigned char* q_s,
+                                                const unsigned char* kt, const unsigned char* vt,
+                                                const Row* o, int wh, int wi, int lane,
+                                                float (&m_run)[n_tiles][2],
+                                                float (&l_run)[n_tiles][2],
+                                                float (&o_acc)[head_dim / 16][n_tiles][4]) {
+  constexpr int kRowCT = head_dim * 2;
+  constexpr int kKSteps = head_dim / 16;
+  const float kNegInf = -__int_as_float(0x7f800000);
+  const int g = lane >> 2;
+#pragma unroll
+  for (int tt = 0; tt < tiles_per_warp; tt += joint_tiles) {
+    // joint_tiles tiles at once: their S^T chains are independent and share the q fragments, and
+    // one online-softmax update (one max, one rescale of O) covers all of them.
+    int r0[joint_tiles];  // each tile's first row in the K / V tiles
+    bool ok_lo[joint_tiles], ok_hi[joint_tiles];
+    bool any = false;
+#pragma unroll
+    for (int u = 0; u < joint_tiles; ++u) {
+      const int t0 = (wi * tiles_per_warp + tt + u) * 16;  // the tile's first token of the stage
+      r0[u] = wh * stage_tokens + t0;
+      ok_lo[u] = row_attended(o, t0 + g);
+      ok_hi[u] = row_attended(o, t0 + g + 8);
+      any = any || ok_lo[u] || ok_hi[u];
+    }
+    if (!__any_sync(0xffffffffu, any)) continue;  // fully masked tiles
+
+    // S^T = K Q^T: two accumulators (even / odd k-steps) halve the dependent mma chain.
+    float s[joint_tiles][n_tiles][4], s2[joint_tiles][n_tiles][4];
+#pragma unroll
+    for (int u = 0; u < joint_tiles; ++u) {
+#pragma unroll
+      for (int nt = 0; nt < n_tiles; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[u][nt][e] = s2[u][nt][e] = 0.0f;
+      }
+    }
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ks += 2) {
+      u32 qf[n_tiles][4];  // B fragments of k-steps ks (0, 1) and ks + 1 (2, 3)
+#pragma unroll
+      for (int nt = 0; nt < n_tiles; ++nt) {
+        ldmatrix_x4(qf[nt], smem_addr(q_s + swz<kRowCT>(wh * q_rows + nt * 8 + (lane & 7),
+                                                        2 * ks + (lane >> 3))));
+      }
+#pragma unroll
+      for (int u = 0; u < joint_tiles; ++u) {
+        const int krow = r0[u] + (lane & 7) + ((lane >> 3) & 1) * 8;
+        u32 ka[4], kb[4];
+        ldmatrix_x4(ka, smem_addr(kt + swz<kRowCT>(krow, 2 * ks + (lane >> 4))));
+        ldmatrix_x4(kb, smem_addr(kt + swz<kRowCT>(krow, 2 * ks + 2 + (lane >> 4))));
+#pragma unroll
+        for (int nt = 0; nt < n_tiles; ++nt) {
+          mma_16816<mma_dtype>(s[u][nt], ka, qf[nt][0], qf[nt][1]);
+          mma_16816<mma_dtype>(s2[u][nt], kb, qf[nt][2], qf[nt][3]);
+        }
+      }
+    }
+
+    // Online softmax over these tiles' tokens (g: rows 0..7, g + 8: rows 8..15 of each).
+    u32 pb[joint_tiles][n_tiles][2];
+#pragma unroll
+    for (int nt = 0; nt < n_tiles; ++nt) {
+      float x[joint_tiles][4];
+#pragma unroll
+      for (int u = 0; u < joint_tiles; ++u) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float v = (s[u][nt][e] + s2[u][nt][e]) * p.score_scale;
+          if (p.cap_out != 0.0f) v = p.cap_out * tanhf(v);
+          x[u][e] = (e < 2 ? ok_lo[u] : ok_hi[u]) ? v : kNegInf;
+        }
+      }
+      float pr[joint_tiles][4];
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        float mx = fmaxf(x[0][j], x[0][j + 2]);
+#pragma unroll
+        for (int u = 1; u < joint_tiles; ++u) mx = fmaxf(mx, fmaxf(x[u][j], x[u][j + 2]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+        const float m_new = fmaxf(m_run[nt][j], mx);
+        const float m_use = m_new == kNegInf ? 0.0f : m_new;
+        const float alpha = exp2f(m_run[nt][j] - m_use);
+        float l = l_run[nt][j] * alpha;
+#pragma unroll
+        for (int u = 0; u < joint_tiles; ++u) {
+          pr[u][j] = exp2f(x[u][j] - m_use);
+          pr[u][j + 2] = exp2f(x[u][j + 2] - m_use);
+          l += pr[u][j] + pr[u][j + 2];
+        }
+        l_run[nt][j] = l;
+        m_run[nt][j] = m_new;
+#pragma unroll
+        for (int mt = 0; mt < kKSteps; ++mt) {
+          o_acc[mt][nt][j] *= alpha;
+          o_acc[mt][nt][j + 2] *= alpha;
+        }
+      }
+      // P^T as the B operand: transpose the two 8x8 (token, head) blocks of each tile.
+#pragma unroll
+      for (int u = 0; u < joint_tiles; ++u) {
+        pb[u][nt][0] = transpose_8x8_b16(pack2<mma_dtype>(pr[u][0], pr[u][1]), lane);
+        pb[u][nt][1] = transpose_8x8_b16(pack2<mma_dtype>(pr[u][2], pr[u][3]), lane);
+      }
+    }
+
+    // O^T += V^T P^T.
+#pragma unroll
+    for (int mt = 0; mt < kKSteps; ++mt) {
+#pragma unroll
+      for (int u = 0; u < joint_tiles; ++u) {
+        const int vrow = r0[u] + (lane & 7) + (lane >> 4) * 8;
+        u32 va[4];
+        ldmatrix_x4_trans(va, smem_addr(vt + swz<kRowCT>(vrow, 2 * mt + ((lane >> 3) & 1))));
+#pragma unroll
+        for (int nt = 0; nt < n_tiles; ++nt) {
+          mma_16816<mma_dtype>(o_acc[mt][nt], va, pb[u][nt][0], pb[u][nt][1]);
+        }
+      }
+    }
+  }
+}
+
+// The warp's softmax state (max, sum, unnormalized O) into shared memory: so
+// [warps][q_rows][o_row], sm and sl [warps][q_rows].
+template <int head_dim, int n_tiles, int q_rows, int o_row>
+KJIT_DEVICE KJIT_FORCEINLINE void store_warp_state(
+    float* so, float* sm, float* sl, int warp, int lane, const float (&m_run)[n_tiles][2],
+    const float (&l_run)[n_tiles][2], const float (&o_acc)[head_dim / 16][n_tiles][4]) {
+  constexpr int kKSteps = head_dim / 16;
+  const int g = lane >> 2;
+  const int c = lane & 3;
+#pragma unroll
+  for (int nt = 0; nt < n_tiles; ++nt) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      float l = l_run[nt][j];
+      l += __shfl_xor_sync(0xffffffffu, l, 4);
+      l += __shfl_xor_sync(0xffffffffu, l, 8);
+      l += __shfl_xor_sync(0xffffffffu, l, 16);
+      const int head = nt * 8 + 2 * c + j;
+      if (g == 0) {
+        sm[warp * q_rows + head] = m_run[nt][j];
+        sl[warp * q_rows + head] = l;
+      }
+      float* row = so + (warp * q_rows + head) * o_row;
+#pragma unroll
+      for (int mt = 0; mt < kKSteps; ++mt) {
+        row[mt * 16 + g] = o_acc[mt][nt][j];
+        row[mt * 16 + g + 8] = o_acc[mt][nt][j + 2];
+      }
+    }
+  }
+}
+
+// The CTA's outputs: each thread weighs the warps' states of one head for four adjacent dims and
+// stores the result as out and lse (one split), as this CTA's partial in shared memory (cluster
+// merge) or in the workspace (split-KV).
+template <typename q_dtype, int head_dim, int heads_per_cta, int warps_per_head, int q_rows,
+          int o_row, int threads, bool cluster_merge>
+KJIT_DEVICE KJIT_FORCEINLINE void finish_heads(const DecodeParams& p, const float* so,
+                                               const float* sm, const float* sl, float* cm_o,
+                                               float* cm_lse, bool final_out, int nh,
+                                               long long part, int b, int h, int tid) {
+  const float kNegInf = -__int_as_float(0x7f800000);
+  constexpr int kQuads = head_dim / 4;
+  for (int i = tid; i < nh * kQuads; i += threads) {
+    const int k = i / kQuads;
+    const int d = (i - k * kQuads) * 4;
+    const int hh = heads_per_cta == 1 ? 0 : k / p.group;
+    const int j = k - hh * p.group;
+    const int w0 = hh * warps_per_head;
+    float mx = kNegInf;
+#pragma unroll
+    for (int w = 0; w < warps_per_head; ++w) mx = fmaxf(mx, sm[(w0 + w) * q_rows + j]);
+    float tot = 0.0f;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int w = 0; w < warps_per_head; ++w) {
+      const int r = (w0 + w) * q_rows + j;
+      const float wt = mx == kNegInf ? 0.0f : exp2f(sm[r] - mx);
+      tot += wt * sl[r];
+      const float4 x = *reinterpret_cast<const float4*>(so + r * o_row + d);
+      acc.x += wt * x.x;
+      acc.y += wt * x.y;
+      acc.z += wt * x.z;
+      acc.w += wt * x.w;
+    }
+    const float inv = tot > 0.0f ? p.v_scale / tot : 0.0f;
+    acc.x *= inv;
+    acc.y *= inv;
+    acc.z *= inv;
+    acc.w *= inv;
+    const float lse2 = tot > 0.0f ? mx + __log2f(tot) : kNegInf;
+    if (final_out) {
+      // out rows need only element alignment: four scalar stores.
+      q_dtype* dst = static_cast<q_dtype*>(p.out) + b * p.o_sb + (h * p.group + k) * p.o_sh + d;
+      dst[0] = from_float<q_dtype>(acc.x);
+      dst[1] = from_float<q_dtype>(acc.y);
+      dst[2] = from_float<q_dtype>(acc.z);
+      dst[3] = from_float<q_dtype>(acc.w);
+      if (d == 0 && p.lse != nullptr) {
+        p.lse[b * p.lse_sb + (h * p.group + k) * p.lse_sh] = lse2 * kLn2;
+      }
+    } else if constexpr (cluster_merge) {
+      *reinterpret_cast<float4*>(cm_o + k * head_dim + d) = acc;
+      if (d == 0) cm_lse[k] = lse2;
+    } else {
+      *reinterpret_cast<float4*>(p.ws_o + (part + k) * head_dim + d) = acc;
+      if (d == 0) p.ws_lse[part + k] = lse2;
+    }
+  }
+}
+
+// The fused split merge: the last CTA of a (request, head set) to finish combines all its splits.
+// The classic last-block pattern: every CTA makes its partial visible device-wide before its
+// arrival is counted; the CTA that counts last fences again, then reads the others' partials
+// from L2 (ld.cg: L1 is not coherent across SMs). It leaves the counter at zero for the next
+// launch, which a CUDA graph replay relies on.
+template <typename q_dtype, int head_dim, int threads>
+KJIT_DEVICE KJIT_FORCEINLINE void fused_split_merge(const DecodeParams& p, int* flag, int splits,
+                                                    int bh, int nh, int b, int h, int tid) {
+  const float kNegInf = -__int_as_float(0x7f800000);
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) {
+    const int prev = atomicAdd(p.counters + bh, 1);
+    const bool last = prev == splits - 1;
+    if (last) atomicExch(p.counters + bh, 0);
+    *flag = last ? 1 : 0;
+  }
+  __syncthreads();
+  if (*flag == 0) return;  // whole CTA
+  __threadfence();
+
+  // Four dims of one head per thread. Each thread reads kBatch splits' lse and partials at once
+  // and folds them into a running (max, sum, acc): one L2 round trip per kBatch splits, with no
+  // separate pass for the lse and no barrier.
+  constexpr int kBatch = 16;
+  const long long base = (long long)b * p.max_splits * p.num_qo_heads + h * p.group;
+  for (int i = tid; i < nh * (head_dim / 4); i += threads) {
+    const int k = i / (head_dim / 4);
+    const int d = (i - k * (head_dim / 4)) * 4;
+    float m = kNegInf, tot = 0.0f, acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int s0 = 0; s0 < splits; s0 += kBatch) {
+      float ls[kBatch];
+      float x[kBatch][4];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const long long part_k = base + (long long)(s0 + u) * p.num_qo_heads + k;
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        ls[u] = kNegInf;
+        if (s0 + u < splits) {
+          ls[u] = __ldcg(p.ws_lse + part_k);
+          v = __ldcg(reinterpret_cast<const float4*>(p.ws_o + part_k * head_dim + d));
+        }
+        x[u][0] = v.x;
+        x[u][1] = v.y;
+        x[u][2] = v.z;
+        x[u][3] = v.w;
+      }
+      fold_partials(ls, x, m, tot, acc);
+    }
+    const float inv = tot > 0.0f ? 1.0f / tot : 0.0f;
+    q_dtype* dst = static_cast<q_dtype*>(p.out) + b * p.o_sb + (h * p.group + k) * p.o_sh + d;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) dst[i] = from_float<q_dtype>(acc[i] * inv);
+    if (d == 0 && p.lse != nullptr) {
+      p.lse[b * p.lse_sb + (h * p.group + k) * p.lse_sh] =
+          tot > 0.0f ? (m + __log2f(tot)) * kLn2 : kNegInf;
+    }
+  }
+}
+
 // Launch: grid = batch * (num_kv_heads / heads_per_cta) * max_splits (blockIdx.x = (b * kv_heads /
 // heads_per_cta + h / heads_per_cta) * max_splits + split), block = 32 * warps, dynamic shared
 // memory DecodeSmem<...>::kTotal bytes (opt-in above 48 KB). num_kv_heads must be a multiple of
@@ -282,8 +590,6 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
 #endif
   const int lane = tid & 31;
   const int warp = tid >> 5;
-  const int g = lane >> 2;
-  const int c = lane & 3;
   const int wh = warp / kWarpsPerHead;  // this warp's head within the CTA
   const int wi = warp % kWarpsPerHead;  // and its rank among that head's warps
 
@@ -298,21 +604,7 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
   // arrived 2.1-2.3 us after entry, the first K / V bytes 2.4 us later; starting the page-id reads
   // at the plan's host kv_indptr[b], before the table confirmed it, gained nothing measurable.)
   const SeqRaw raw = seq_load(p, b);
-  // q rows of the group into shared memory (zero rows past the group), as mma_dtype, swizzled.
-#pragma unroll
-  for (int i = tid; i < heads_per_cta * Smem::kQRows * head_dim / 2; i += kThreads) {
-    const int jr = i / (head_dim / 2);  // q_s row: head jr / kQRows of the CTA, group member j
-    const int j = jr % Smem::kQRows;
-    const int d = (i % (head_dim / 2)) * 2;
-    float x0 = 0.0f, x1 = 0.0f;
-    if (j < p.group) {
-      const q_dtype* qr = static_cast<const q_dtype*>(p.q) + b * p.q_sb +
-                          ((h + jr / Smem::kQRows) * p.group + j) * p.q_sh;
-      x0 = to_float(qr[d]);
-      x1 = to_float(qr[d + 1]);
-    }
-    *reinterpret_cast<u32*>(q_s + swz<kRowCT>(jr, d >> 3) + (d & 7) * 2) = pack2<mma_dtype>(x0, x1);
-  }
+  load_q<q_dtype, mma_dtype, head_dim, heads_per_cta, Smem::kQRows, kThreads>(p, q_s, b, h, tid);
 
   const SeqSplit sq = seq_split(p, raw);
   // Whole CTA, no barrier reached yet. Under cluster_merge a CTA past its request's splits stays,
@@ -368,8 +660,6 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
       offs[(stage % Smem::kOffBufs) * stage_tokens + tid] = r;
     }
   };
-  // Whether token t of the stage whose lookups start at o is attended.
-  auto row_ok = [&](const Row* o, int t) { return o[t].k != ~decltype(o[t].k)(0); };
 
   // ---- Loads of one stage: stage_tokens rows of K and of V, cp_bytes bytes per cp.async
   // ------------------------ Byte offsets of head hh of the CTA from its first head.
@@ -487,119 +777,8 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
     }
 
     const Row* o = offs + (i % Smem::kOffBufs) * stage_tokens;
-#pragma unroll
-    for (int tt = 0; tt < kTilesPerWarp; tt += joint_tiles) {
-      // joint_tiles tiles at once: their S^T chains are independent and share the q fragments, and
-      // one online-softmax update (one max, one rescale of O) covers all of them.
-      int r0[joint_tiles];  // each tile's first row in the K / V tiles
-      bool ok_lo[joint_tiles], ok_hi[joint_tiles];
-      bool any = false;
-#pragma unroll
-      for (int u = 0; u < joint_tiles; ++u) {
-        const int t0 = (wi * kTilesPerWarp + tt + u) * 16;  // the tile's first token of the stage
-        r0[u] = wh * stage_tokens + t0;
-        ok_lo[u] = row_ok(o, t0 + g);
-        ok_hi[u] = row_ok(o, t0 + g + 8);
-        any = any || ok_lo[u] || ok_hi[u];
-      }
-      if (!__any_sync(0xffffffffu, any)) continue;  // fully masked tiles
-
-      // S^T = K Q^T: two accumulators (even / odd k-steps) halve the dependent mma chain.
-      float s[joint_tiles][n_tiles][4], s2[joint_tiles][n_tiles][4];
-#pragma unroll
-      for (int u = 0; u < joint_tiles; ++u) {
-#pragma unroll
-        for (int nt = 0; nt < n_tiles; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[u][nt][e] = s2[u][nt][e] = 0.0f;
-        }
-      }
-#pragma unroll
-      for (int ks = 0; ks < kKSteps; ks += 2) {
-        u32 qf[n_tiles][4];  // B fragments of k-steps ks (0, 1) and ks + 1 (2, 3)
-#pragma unroll
-        for (int nt = 0; nt < n_tiles; ++nt) {
-          ldmatrix_x4(qf[nt], smem_addr(q_s + swz<kRowCT>(wh * Smem::kQRows + nt * 8 + (lane & 7),
-                                                          2 * ks + (lane >> 3))));
-        }
-#pragma unroll
-        for (int u = 0; u < joint_tiles; ++u) {
-          const int krow = r0[u] + (lane & 7) + ((lane >> 3) & 1) * 8;
-          u32 ka[4], kb[4];
-          ldmatrix_x4(ka, smem_addr(kt + swz<kRowCT>(krow, 2 * ks + (lane >> 4))));
-          ldmatrix_x4(kb, smem_addr(kt + swz<kRowCT>(krow, 2 * ks + 2 + (lane >> 4))));
-#pragma unroll
-          for (int nt = 0; nt < n_tiles; ++nt) {
-            mma_16816<mma_dtype>(s[u][nt], ka, qf[nt][0], qf[nt][1]);
-            mma_16816<mma_dtype>(s2[u][nt], kb, qf[nt][2], qf[nt][3]);
-          }
-        }
-      }
-
-      // Online softmax over these tiles' tokens (g: rows 0..7, g + 8: rows 8..15 of each).
-      u32 pb[joint_tiles][n_tiles][2];
-#pragma unroll
-      for (int nt = 0; nt < n_tiles; ++nt) {
-        float x[joint_tiles][4];
-#pragma unroll
-        for (int u = 0; u < joint_tiles; ++u) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            float v = (s[u][nt][e] + s2[u][nt][e]) * p.score_scale;
-            if (p.cap_out != 0.0f) v = p.cap_out * tanhf(v);
-            x[u][e] = (e < 2 ? ok_lo[u] : ok_hi[u]) ? v : kNegInf;
-          }
-        }
-        float pr[joint_tiles][4];
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          float mx = fmaxf(x[0][j], x[0][j + 2]);
-#pragma unroll
-          for (int u = 1; u < joint_tiles; ++u) mx = fmaxf(mx, fmaxf(x[u][j], x[u][j + 2]));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
-          const float m_new = fmaxf(m_run[nt][j], mx);
-          const float m_use = m_new == kNegInf ? 0.0f : m_new;
-          const float alpha = exp2f(m_run[nt][j] - m_use);
-          float l = l_run[nt][j] * alpha;
-#pragma unroll
-          for (int u = 0; u < joint_tiles; ++u) {
-            pr[u][j] = exp2f(x[u][j] - m_use);
-            pr[u][j + 2] = exp2f(x[u][j + 2] - m_use);
-            l += pr[u][j] + pr[u][j + 2];
-          }
-          l_run[nt][j] = l;
-          m_run[nt][j] = m_new;
-#pragma unroll
-          for (int mt = 0; mt < kKSteps; ++mt) {
-            o_acc[mt][nt][j] *= alpha;
-            o_acc[mt][nt][j + 2] *= alpha;
-          }
-        }
-        // P^T as the B operand: transpose the two 8x8 (token, head) blocks of each tile.
-#pragma unroll
-        for (int u = 0; u < joint_tiles; ++u) {
-          pb[u][nt][0] = transpose_8x8_b16(pack2<mma_dtype>(pr[u][0], pr[u][1]), lane);
-          pb[u][nt][1] = transpose_8x8_b16(pack2<mma_dtype>(pr[u][2], pr[u][3]), lane);
-        }
-      }
-
-      // O^T += V^T P^T.
-#pragma unroll
-      for (int mt = 0; mt < kKSteps; ++mt) {
-#pragma unroll
-        for (int u = 0; u < joint_tiles; ++u) {
-          const int vrow = r0[u] + (lane & 7) + (lane >> 4) * 8;
-          u32 va[4];
-          ldmatrix_x4_trans(va, smem_addr(vt + swz<kRowCT>(vrow, 2 * mt + ((lane >> 3) & 1))));
-#pragma unroll
-          for (int nt = 0; nt < n_tiles; ++nt) {
-            mma_16816<mma_dtype>(o_acc[mt][nt], va, pb[u][nt][0], pb[u][nt][1]);
-          }
-        }
-      }
-    }
+    compute_stage<mma_dtype, head_dim, n_tiles, stage_tokens, Smem::kQRows, kTilesPerWarp,
+                  joint_tiles>(p, q_s, kt, vt, o, wh, wi, lane, m_run, l_run, o_acc);
   }
   cp_async_wait<0>();
   __syncthreads();  // the stage buffers become the merge scratch
@@ -608,27 +787,8 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
   float* so = reinterpret_cast<float*>(smem);           // [warps][kQRows][kORow]
   float* sm = so + warps * Smem::kQRows * Smem::kORow;  // [warps][kQRows] max (log2)
   float* sl = sm + warps * Smem::kQRows;                // [warps][kQRows] sum
-#pragma unroll
-  for (int nt = 0; nt < n_tiles; ++nt) {
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      float l = l_run[nt][j];
-      l += __shfl_xor_sync(0xffffffffu, l, 4);
-      l += __shfl_xor_sync(0xffffffffu, l, 8);
-      l += __shfl_xor_sync(0xffffffffu, l, 16);
-      const int head = nt * 8 + 2 * c + j;
-      if (g == 0) {
-        sm[warp * Smem::kQRows + head] = m_run[nt][j];
-        sl[warp * Smem::kQRows + head] = l;
-      }
-      float* row = so + (warp * Smem::kQRows + head) * Smem::kORow;
-#pragma unroll
-      for (int mt = 0; mt < kKSteps; ++mt) {
-        row[mt * 16 + g] = o_acc[mt][nt][j];
-        row[mt * 16 + g + 8] = o_acc[mt][nt][j + 2];
-      }
-    }
-  }
+  store_warp_state<head_dim, n_tiles, Smem::kQRows, Smem::kORow>(so, sm, sl, warp, lane, m_run,
+                                                                 l_run, o_acc);
   __syncthreads();
 
   // Heads k = hh * group + j of the CTA (qo head h * group + k): the CTA's qo heads are adjacent.
@@ -642,115 +802,19 @@ decode_kernel(const __grid_constant__ DecodeParams p) {
   float* cm_o = reinterpret_cast<float*>(smem + Smem::kCmAt);
   float* cm_lse = cm_o + heads_per_cta * Smem::kQRows * head_dim;  // [nh] its lse, log2
   const long long part = ((long long)b * p.max_splits + split) * p.num_qo_heads + h * p.group;
-  constexpr int kQuads = head_dim / 4;
-  for (int i = tid; i < nh * kQuads; i += kThreads) {
-    const int k = i / kQuads;
-    const int d = (i - k * kQuads) * 4;
-    const int hh = heads_per_cta == 1 ? 0 : k / p.group;
-    const int j = k - hh * p.group;
-    const int w0 = hh * kWarpsPerHead;
-    float mx = kNegInf;
-#pragma unroll
-    for (int w = 0; w < kWarpsPerHead; ++w) mx = fmaxf(mx, sm[(w0 + w) * Smem::kQRows + j]);
-    float tot = 0.0f;
-    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-    for (int w = 0; w < kWarpsPerHead; ++w) {
-      const int r = (w0 + w) * Smem::kQRows + j;
-      const float wt = mx == kNegInf ? 0.0f : exp2f(sm[r] - mx);
-      tot += wt * sl[r];
-      const float4 x = *reinterpret_cast<const float4*>(so + r * Smem::kORow + d);
-      acc.x += wt * x.x;
-      acc.y += wt * x.y;
-      acc.z += wt * x.z;
-      acc.w += wt * x.w;
-    }
-    const float inv = tot > 0.0f ? p.v_scale / tot : 0.0f;
-    acc.x *= inv;
-    acc.y *= inv;
-    acc.z *= inv;
-    acc.w *= inv;
-    const float lse2 = tot > 0.0f ? mx + __log2f(tot) : kNegInf;
-    if (final_out) {
-      // out rows need only element alignment: four scalar stores.
-      q_dtype* dst = static_cast<q_dtype*>(p.out) + b * p.o_sb + (h * p.group + k) * p.o_sh + d;
-      dst[0] = from_float<q_dtype>(acc.x);
-      dst[1] = from_float<q_dtype>(acc.y);
-      dst[2] = from_float<q_dtype>(acc.z);
-      dst[3] = from_float<q_dtype>(acc.w);
-      if (d == 0 && p.lse != nullptr) {
-        p.lse[b * p.lse_sb + (h * p.group + k) * p.lse_sh] = lse2 * kLn2;
-      }
-    } else if constexpr (cluster_merge) {
-      *reinterpret_cast<float4*>(cm_o + k * head_dim + d) = acc;
-      if (d == 0) cm_lse[k] = lse2;
-    } else {
-      *reinterpret_cast<float4*>(p.ws_o + (part + k) * head_dim + d) = acc;
-      if (d == 0) p.ws_lse[part + k] = lse2;
-    }
-  }
+  finish_heads<q_dtype, head_dim, heads_per_cta, kWarpsPerHead, Smem::kQRows, Smem::kORow, kThreads,
+               cluster_merge>(p, so, sm, sl, cm_o, cm_lse, final_out, nh, part, b, h, tid);
   if constexpr (cluster_merge) {
-    if (!final_out)
+    if (!final_out) {
       decode_cluster_merge<q_dtype, head_dim, kThreads>(p, cm_o, cm_lse, nh, b, h, split);
+    }
     return;
   }
   if (final_out || p.counters == nullptr) return;
 
   // ---- Fused split merge: the last CTA of this (request, head set) to finish combines all ------
-  // The classic last-block pattern: every CTA makes its partial visible device-wide before its
-  // arrival is counted; the CTA that counts last fences again, then reads the others' partials
-  // from L2 (ld.cg: L1 is not coherent across SMs). It leaves the counter at zero for the next
-  // launch, which a CUDA graph replay relies on.
-  __threadfence();
-  __syncthreads();
   int* flag = reinterpret_cast<int*>(smem + Smem::kOffAt);  // the lookups are dead by now
-  if (tid == 0) {
-    const int prev = atomicAdd(p.counters + bh, 1);
-    const bool last = prev == sq.splits - 1;
-    if (last) atomicExch(p.counters + bh, 0);
-    *flag = last ? 1 : 0;
-  }
-  __syncthreads();
-  if (*flag == 0) return;  // whole CTA
-  __threadfence();
-
-  // Four dims of one head per thread. Each thread reads kBatch splits' lse and partials at once
-  // and folds them into a running (max, sum, acc): one L2 round trip per kBatch splits, with no
-  // separate pass for the lse and no barrier.
-  constexpr int kBatch = 16;
-  const long long base = (long long)b * p.max_splits * p.num_qo_heads + h * p.group;
-  for (int i = tid; i < nh * (head_dim / 4); i += kThreads) {
-    const int k = i / (head_dim / 4);
-    const int d = (i - k * (head_dim / 4)) * 4;
-    float m = kNegInf, tot = 0.0f, acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int s0 = 0; s0 < sq.splits; s0 += kBatch) {
-      float ls[kBatch];
-      float x[kBatch][4];
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const long long part_k = base + (long long)(s0 + u) * p.num_qo_heads + k;
-        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        ls[u] = kNegInf;
-        if (s0 + u < sq.splits) {
-          ls[u] = __ldcg(p.ws_lse + part_k);
-          v = __ldcg(reinterpret_cast<const float4*>(p.ws_o + part_k * head_dim + d));
-        }
-        x[u][0] = v.x;
-        x[u][1] = v.y;
-        x[u][2] = v.z;
-        x[u][3] = v.w;
-      }
-      fold_partials(ls, x, m, tot, acc);
-    }
-    const float inv = tot > 0.0f ? 1.0f / tot : 0.0f;
-    q_dtype* dst = static_cast<q_dtype*>(p.out) + b * p.o_sb + (h * p.group + k) * p.o_sh + d;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) dst[i] = from_float<q_dtype>(acc[i] * inv);
-    if (d == 0 && p.lse != nullptr) {
-      p.lse[b * p.lse_sb + (h * p.group + k) * p.lse_sh] =
-          tot > 0.0f ? (m + __log2f(tot)) * kLn2 : kNegInf;
-    }
-  }
+  fused_split_merge<q_dtype, head_dim, kThreads>(p, flag, sq.splits, bh, nh, b, h, tid);
 }
 
 // Combines the split partials of decode_kernel: a block per (request, qo head), its four warps
