@@ -15,6 +15,7 @@ Flushes (before each sample of `events`):
          lines the op pays to write back.
   none   nothing.
 Every row records the timer and flush it was timed under."""
+import json
 import math
 
 import torch
@@ -133,3 +134,32 @@ def time_fn(fn, timer, flush, warmup=10, samples=50):
 
 def describe(t):
     return f"{t['timer']}/{t['flush']}"
+
+
+def timed_row(row, fn, timer, flush, nbytes, label, out, copy_gbps=None, warm=False):
+    """Times fn under timer/flush into `row` (its timings and GB/s, and % of copy_gbps when
+    given), or records the first line of the error when fn cannot be timed so (a backend that
+    refuses the shape, a graph that cannot capture it). Prints one line after `label` and appends
+    the row to `out` (a file, or None). warm: one call and a synchronize first, inside the same
+    error handling."""
+    row.update({"timer": timer, "flush": flush})
+    try:
+        if warm:
+            fn()
+            torch.cuda.synchronize()
+        t = time_fn(fn, timer, flush)
+    except Exception as e:
+        row["error"] = str(e).splitlines()[0][:300]
+        print(f"{label} {timer}/{flush}: {row['error']}", flush=True)
+    else:
+        row.update(t)
+        row["gbps"] = nbytes / (t["median_us"] * 1e3)
+        line = f"{label} [{describe(t)}] {t['median_us']:9.2f} us {row['gbps']:7.0f} GB/s"
+        if copy_gbps:
+            row["copy_gbps"] = copy_gbps
+            row["pct_of_copy"] = 100 * row["gbps"] / copy_gbps
+            line += f" ({row['pct_of_copy']:.1f}% of copy {copy_gbps:.0f})"
+        print(line, flush=True)
+    if out:
+        out.write(json.dumps(row) + "\n")
+    return row

@@ -9,14 +9,13 @@ e.g. events/read,events/dirty: one call per sample after the flush). Bytes count
 counts them: K and V read once, q read, out written. One JSON line per result, naming its timer
 and flush."""
 import argparse
-import json
 import sys
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from peer_timing import add_runs_argument, describe, time_fn
+from peer_timing import add_runs_argument, timed_row
 
 BACKENDS = {
     "cudnn": SDPBackend.CUDNN_ATTENTION,
@@ -58,23 +57,9 @@ def main():
                     return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
 
                 with sdpa_kernel(BACKENDS[name]):
-                    try:
-                        fn()
-                        torch.cuda.synchronize()
-                        t = time_fn(fn, timer, flush)
-                    except Exception as e:  # the backend refuses this shape / GQA / dtype / graph
-                        row["error"] = str(e).splitlines()[0][:300]
-                        print(f"decode_attention torch-sdpa-{name:9s} {shape:>10s} "
-                              f"{timer}/{flush}: {row['error']}", flush=True)
-                        if out:
-                            out.write(json.dumps(row) + "\n")
-                        continue
-                row.update(t)
-                row["gbps"] = nbytes / (t["median_us"] * 1e3)
-                print(f"decode_attention torch-sdpa-{name:9s} {shape:>10s} [{describe(t)}] "
-                      f"{t['median_us']:9.2f} us {row['gbps']:7.0f} GB/s", flush=True)
-                if out:
-                    out.write(json.dumps(row) + "\n")
+                    timed_row(row, fn, timer, flush, nbytes,
+                              f"decode_attention torch-sdpa-{name:9s} {shape:>10s}", out,
+                              warm=True)
         del q, k, v
         torch.cuda.empty_cache()
     return 0

@@ -4,12 +4,11 @@ RoPE written in torch ops), timed under the same TIMER/FLUSH runs as `kjit-cli b
 (peer_timing.py; --runs). PyTorch is the reference implementation here, so it is not checked;
 kjit's results are (kjit-cli bench). One JSON line per result, naming its timer and flush."""
 import argparse
-import json
 import sys
 
 import torch
 
-from peer_timing import add_runs_argument, describe, time_fn
+from peer_timing import add_runs_argument, time_fn, timed_row
 
 
 def make_case(op, rows, hidden, dt, eps):
@@ -92,25 +91,9 @@ def main():
                 row = {"op": args.op, "backend": name, "shape": {"rows": rows, "hidden": hidden},
                        "dtype": args.dtype, "gpu": torch.cuda.get_device_name(),
                        "torch": torch.__version__}
-                try:
-                    t = time_fn(fn, timer, flush)
-                except Exception as e:  # e.g. a compiled function a graph cannot capture
-                    row.update({"timer": timer, "flush": flush,
-                                "error": str(e).splitlines()[0][:300]})
-                    print(f"{args.op:18s} {name:14s} rows={rows:6d} hidden={hidden:6d} "
-                          f"{timer}/{flush}: {row['error']}", flush=True)
-                    if out:
-                        out.write(json.dumps(row) + "\n")
-                    continue
-                row.update(t)
-                row["gbps"] = nbytes / (t["median_us"] * 1e3)
-                row["copy_gbps"] = copy_gbps
-                row["pct_of_copy"] = 100 * row["gbps"] / copy_gbps
-                print(f"{args.op:18s} {name:14s} rows={rows:6d} hidden={hidden:6d} "
-                      f"[{describe(t)}] {t['median_us']:9.2f} us {row['gbps']:7.0f} GB/s "
-                      f"({row['pct_of_copy']:.1f}% of copy {copy_gbps:.0f})", flush=True)
-                if out:
-                    out.write(json.dumps(row) + "\n")
+                timed_row(row, fn, timer, flush, nbytes,
+                          f"{args.op:18s} {name:14s} rows={rows:6d} hidden={hidden:6d}", out,
+                          copy_gbps)
     return 0
 
 

@@ -10,12 +10,11 @@ flashinfer package is importable. Inputs are drawn like kjit-cli's: probabilitie
 of N(0, sigma) logits per row; logits are N(0, sigma) in the given dtype. bytes = the
 probabilities / logits read (plus softmax's fp32 write), as in kjit-cli."""
 import argparse
-import json
 import sys
 
 import torch
 
-from peer_timing import add_runs_argument, describe, time_fn
+from peer_timing import add_runs_argument, time_fn, timed_row
 
 
 def sort_top_p(probs, p):
@@ -108,25 +107,9 @@ def main():
                 row = {"op": args.op, "backend": name, "shape": shape_row,
                        "dtype": "fp32" if args.op == "top_p_sampling" else args.dtype,
                        "gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
-                try:
-                    t = time_fn(fn, timer, flush)
-                except Exception as e:  # e.g. a sampler a CUDA graph cannot capture
-                    row.update({"timer": timer, "flush": flush,
-                                "error": str(e).splitlines()[0][:300]})
-                    print(f"{args.op:22s} {name:12s} batch={batch:5d} vocab={vocab:7d} "
-                          f"{timer}/{flush}: {row['error']}", flush=True)
-                    if out:
-                        out.write(json.dumps(row) + "\n")
-                    continue
-                row.update(t)
-                row["gbps"] = nbytes / (t["median_us"] * 1e3)
-                row["copy_gbps"] = copy_gbps
-                row["pct_of_copy"] = 100 * row["gbps"] / copy_gbps
-                print(f"{args.op:22s} {name:12s} batch={batch:5d} vocab={vocab:7d} "
-                      f"[{describe(t)}] {t['median_us']:9.2f} us {row['gbps']:7.0f} GB/s "
-                      f"({row['pct_of_copy']:.1f}% of copy {copy_gbps:.0f})", flush=True)
-                if out:
-                    out.write(json.dumps(row) + "\n")
+                timed_row(row, fn, timer, flush, nbytes,
+                          f"{args.op:22s} {name:12s} batch={batch:5d} vocab={vocab:7d}", out,
+                          copy_gbps)
     return 0
 
 
