@@ -96,7 +96,7 @@ struct Path {
 };
 
 bool has_clusters() {
-  return kjit::cuda::device_info(0).major >= 9;
+  return kjit::test::gpu_caps().sm90();
 }
 
 // Every launch the bench can select: both paths, each cluster size, and block sizes and loads
@@ -183,11 +183,7 @@ TEST_CASE("argmax gpu: every path is torch.argmax on odd sizes, ties, NaN and -i
   }
 }
 
-TEST_CASE("argmax gpu: ties and NaN across the cluster's part boundaries", "[gpu][argmax]") {
-  if (!has_clusters()) {
-    WARN("thread-block clusters need sm_90: part boundaries not tested on this device");
-    return;
-  }
+TEST_CASE("argmax gpu: ties and NaN across the cluster's part boundaries", "[gpu][argmax][sm90]") {
   for (const char* dt : {"fp32", "bf16"}) {
     for (int64_t vocab : {4099, 128256, 151937}) {
       for (bool misaligned : {false, true}) {

@@ -176,7 +176,7 @@ size_t nan_count(const std::vector<unsigned char>& img) {
 TEST_CASE("pdl gpu: a chain of elementwise ops as programmatic dependents matches plain launches",
           "[gpu][pdl]") {
   const auto& drv = kjit::cuda::driver();
-  if (kjit::cuda::device_info(0).major < 9) {
+  if (!kjit::test::gpu_caps().sm90()) {
     WARN("programmatic dependent launch needs sm_90: launches stay plain on this device");
   }
   std::mt19937_64 rng(std::random_device{}());
@@ -188,8 +188,7 @@ TEST_CASE("pdl gpu: a chain of elementwise ops as programmatic dependents matche
     auto run_eager = [&](int pdl, int repeats, int early = 0) {
       const kjit::ops::ElementwiseLaunch l = launch_mode(pdl, early);
       CHECK(kjit::ops::pdl_early_indices(0, l) == (early == 1 && kjit::ops::elementwise_pdl(0, l)));
-      CHECK(kjit::ops::elementwise_pdl(0, l) ==
-            (pdl == 1 && kjit::cuda::device_info(0).major >= 9));
+      CHECK(kjit::ops::elementwise_pdl(0, l) == (pdl == 1 && kjit::test::gpu_caps().sm90()));
       c.reset();
       // Repeats re-run the chain on its own outputs (res and k accumulate): back-to-back
       // launches, each depending on the one before.

@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include "jit/arch.hpp"
+#include "support/gpu.hpp"
 #include "util/error.hpp"
 
 using kjit::jit::ArchTarget;
@@ -76,4 +77,24 @@ TEST_CASE("arch: a device gets the plain target when possible, else the a-target
   CHECK(select_device_target({"sm_80+"}, 8, 6, "op").sm() == "sm_86");
   CHECK_THROWS_AS(select_device_target({"sm_90a"}, 8, 0, "op"), kjit::Error);
   CHECK_THROWS_AS(select_device_target({"sm_80+"}, 7, 5, "op"), kjit::Error);
+}
+
+// The capability helper GPU tests skip through (tests/gpu/main.cpp): its predicates agree with the
+// device (or its absence), and the tags name what they need.
+TEST_CASE("arch: GPU test capability tags follow the device", "[arch]") {
+  const auto& caps = kjit::test::gpu_caps();
+  CHECK(kjit::test::missing_capability({"gpu", "norm"}).empty());
+  if (!caps.usable) {
+    CHECK_FALSE(caps.why.empty());
+    CHECK_FALSE(caps.sm90());
+    CHECK_FALSE(caps.sm90a());
+    CHECK(kjit::test::missing_capability({"gpu", "sm90"}).find("needs sm_90") != std::string::npos);
+    CHECK(kjit::test::missing_capability({"sm90a"}).find("needs sm_90a") != std::string::npos);
+    return;
+  }
+  CHECK(caps.major >= 8);
+  CHECK(caps.sm90() == (caps.major >= 9));
+  CHECK(caps.sm90a() == (caps.major == 9 && caps.minor == 0));
+  CHECK(kjit::test::missing_capability({"sm90"}).empty() == caps.sm90());
+  CHECK(kjit::test::missing_capability({"sm90a"}).empty() == caps.sm90a());
 }

@@ -7,13 +7,41 @@
 
 namespace kjit::test {
 
+const GpuCaps& gpu_caps() {
+  static const GpuCaps caps = [] {
+    GpuCaps c;
+    if (!cuda::driver_available(&c.why)) return c;
+    if (cuda::device_count() == 0) {
+      c.why = "no CUDA device";
+      return c;
+    }
+    const auto& info = cuda::device_info(0);
+    c.major = info.major;
+    c.minor = info.minor;
+    c.usable = info.major >= 8;
+    if (!c.usable) {
+      c.why = "device 0 (" + info.name + ") is sm_" + std::to_string(info.major * 10 + info.minor) +
+              ", kjit needs sm_80 or newer";
+    }
+    return c;
+  }();
+  return caps;
+}
+
 bool gpu_available(std::string* why) {
-  if (!cuda::driver_available(why)) return false;
-  if (cuda::device_count() == 0) {
-    if (why) *why = "no CUDA device";
-    return false;
+  const GpuCaps& c = gpu_caps();
+  if (!c.usable && why) *why = c.why;
+  return c.usable;
+}
+
+std::string missing_capability(const std::vector<std::string>& tags) {
+  const GpuCaps& c = gpu_caps();
+  const std::string here = "this device is sm_" + std::to_string(c.major * 10 + c.minor);
+  for (const auto& t : tags) {
+    if (t == "sm90" && !c.sm90()) return "needs sm_90 or newer (clusters, PDL); " + here;
+    if (t == "sm90a" && !c.sm90a()) return "needs sm_90a (compute capability 9.0); " + here;
   }
-  return true;
+  return "";
 }
 
 DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {

@@ -10,8 +10,25 @@
 
 namespace kjit::test {
 
-// The single place that decides whether GPU tests run: a driver that loads and a device.
+// The single place that decides what GPU tests run: device 0's capabilities, read once.
+struct GpuCaps {
+  bool usable = false;  // a driver that loads and a device of compute capability 8.0 or newer
+  int major = 0, minor = 0;
+  std::string why;  // why not usable
+  // Thread-block clusters and programmatic dependent launch.
+  bool sm90() const { return usable && major >= 9; }
+  // sm_90a cubins (wgmma, setmaxnreg): compute capability 9.0 exactly, nothing newer runs them.
+  bool sm90a() const { return usable && major == 9 && minor == 0; }
+};
+const GpuCaps& gpu_caps();
+
+// gpu_caps().usable, with the reason when not: kjit's floor is sm_80, so an older GPU is "no
+// GPU" to the tests (they skip) and to the bench.
 bool gpu_available(std::string* why = nullptr);
+
+// The capability tags of GPU tests: "sm90" (gpu_caps().sm90()) and "sm90a" (.sm90a()). Given a
+// test's tags (without brackets), the reason it cannot run on this device, or "" when it can.
+std::string missing_capability(const std::vector<std::string>& tags);
 
 // cuMemAlloc'ed bytes in the primary context of device 0, freed on destruction.
 class DeviceBuffer {
