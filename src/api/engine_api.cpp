@@ -7,7 +7,7 @@
 #include "cuda/device.hpp"
 #include "diag/call_log.hpp"
 #include "jit/arch_context.hpp"
-#include "jit/jit_core.hpp"
+#include "runtime/jit_core.hpp"
 #include "ops/registry.hpp"
 #include "util/error.hpp"
 

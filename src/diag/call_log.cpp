@@ -21,7 +21,7 @@
 #include "api/guard.hpp"
 #include "cuda/device.hpp"
 #include "cuda/driver.hpp"
-#include "jit/jit_core.hpp"
+#include "runtime/jit_core.hpp"
 #include "util/env.hpp"
 #include "util/error.hpp"
 #include "util/fs.hpp"

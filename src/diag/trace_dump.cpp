@@ -16,7 +16,7 @@
 #include <system_error>
 #include <unordered_map>
 
-#include "jit/jit_core.hpp"
+#include "runtime/jit_core.hpp"
 #include "util/env.hpp"
 #include "util/fs.hpp"
 #include "util/log.hpp"

@@ -18,7 +18,7 @@
 
 #include "cache/disk_cache.hpp"
 #include "kjit/kjit.h"
-#include "jit/jit_core.hpp"
+#include "runtime/jit_core.hpp"
 #include "reliability/support.hpp"
 #include "support/temp_dir.hpp"
 #include "util/fs.hpp"

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "cache/disk_cache.hpp"
-#include "jit/jit_core.hpp"
+#include "runtime/jit_core.hpp"
 #include "reliability/support.hpp"
 #include "support/temp_dir.hpp"
 #include "util/fs.hpp"

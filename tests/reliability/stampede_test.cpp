@@ -16,7 +16,7 @@
 
 #include "jit/compiler.hpp"
 #include "cache/disk_cache.hpp"
-#include "jit/jit_core.hpp"
+#include "runtime/jit_core.hpp"
 #include "reliability/support.hpp"
 #include "support/temp_dir.hpp"
 

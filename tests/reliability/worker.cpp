@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "jit/jit_core.hpp"
+#include "runtime/jit_core.hpp"
 #include "reliability/support.hpp"
 #include "util/error.hpp"
 #include "util/fs.hpp"

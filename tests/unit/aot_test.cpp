@@ -18,7 +18,7 @@
 #include "aot/packages.hpp"
 #include "aot/sha256.hpp"
 #include "jit/compiler.hpp"
-#include "jit/jit_core.hpp"
+#include "runtime/jit_core.hpp"
 #include "ops/kv_cache/kv_cache.hpp"
 #include "ops/norm/norm.hpp"
 #include "ops/registry.hpp"

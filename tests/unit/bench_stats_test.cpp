@@ -17,7 +17,7 @@
 #include "bench_kernels.hpp"
 #include "bench_stats.hpp"
 #include "bench_suite.hpp"
-#include "jit/jit_core.hpp"
+#include "runtime/jit_core.hpp"
 #include "support/temp_dir.hpp"
 
 using namespace kjit::cli;

@@ -28,7 +28,7 @@
 #include "diag/call_log.hpp"
 #include "diag/dump.hpp"
 #include "api/guard.hpp"
-#include "jit/jit_core.hpp"
+#include "runtime/jit_core.hpp"
 #include "kjit/kjit.h"
 #include "support/gpu.hpp"
 #include "support/temp_dir.hpp"

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "jit/cubin_info.hpp"
-#include "jit/jit_core.hpp"
+#include "runtime/jit_core.hpp"
 #include "ops/kv_cache/kv_cache.hpp"
 #include "ops/norm/layernorm.hpp"
 #include "ops/norm/norm.hpp"

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "jit/arch.hpp"
-#include "jit/jit_core.hpp"
+#include "runtime/jit_core.hpp"
 #include "jit/settings.hpp"
 #include "ops/registry.hpp"
 #include "support/temp_dir.hpp"

@@ -17,7 +17,7 @@
 #include "aot/curl_loader.hpp"
 #include "aot/fetch.hpp"
 #include "aot/package.hpp"
-#include "jit/jit_core.hpp"
+#include "runtime/jit_core.hpp"
 #include "ops/kv_cache/kv_cache.hpp"
 #include "ops/registry.hpp"
 #include "support/temp_dir.hpp"

@@ -3,7 +3,7 @@
 
 #include <fstream>
 
-#include "jit/jit_core.hpp"
+#include "runtime/jit_core.hpp"
 #include "ops/norm/norm.hpp"
 #include "support/temp_dir.hpp"
 #include "util/error.hpp"

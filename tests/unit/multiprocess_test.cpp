@@ -8,7 +8,7 @@
 
 #include "cache/disk_cache.hpp"
 #include "jit/compiler.hpp"
-#include "jit/jit_core.hpp"
+#include "runtime/jit_core.hpp"
 #include "support/temp_dir.hpp"
 #include "util/fs.hpp"
 

@@ -22,7 +22,7 @@
 #include "cuda/driver.hpp"
 #include "cuda/launch.hpp"
 #include "jit/arch.hpp"
-#include "jit/jit_core.hpp"
+#include "runtime/jit_core.hpp"
 #include "kjit/kjit.h"
 #include "ops/activation/activation.hpp"
 #include "reference/activation_ref.hpp"

@@ -19,7 +19,7 @@
 #include "commands.hpp"
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
-#include "jit/jit_core.hpp"
+#include "runtime/jit_core.hpp"
 #include "kjit/kjit.h"
 #include "ops/attention/decode_attention.hpp"
 #include "reference/attention_ref.hpp"

@@ -6,7 +6,7 @@
 #include "bench_kernels.hpp"
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
-#include "jit/jit_core.hpp"
+#include "runtime/jit_core.hpp"
 #include "support/gpu.hpp"
 
 namespace kjit::cli {

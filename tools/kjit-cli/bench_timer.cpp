@@ -20,7 +20,7 @@
 #include "cuda/device.hpp"
 #include "cuda/driver.hpp"
 #include "cuda/launch.hpp"
-#include "jit/jit_core.hpp"
+#include "runtime/jit_core.hpp"
 #include "jit/settings.hpp"
 #include "jit/spec.hpp"
 #include "util/env.hpp"

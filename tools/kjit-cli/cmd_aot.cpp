@@ -20,7 +20,7 @@
 #include "cuda/device.hpp"
 #include "jit/arch.hpp"
 #include "jit/compiler.hpp"
-#include "jit/jit_core.hpp"
+#include "runtime/jit_core.hpp"
 #include "jit/sources.hpp"
 #include "ops/registry.hpp"
 #include "util/env.hpp"

@@ -18,7 +18,7 @@
 #include "commands.hpp"
 #include "jit/compiler.hpp"
 #include "cache/disk_cache.hpp"
-#include "jit/jit_core.hpp"
+#include "runtime/jit_core.hpp"
 #include "util/env.hpp"
 #include "util/error.hpp"
 

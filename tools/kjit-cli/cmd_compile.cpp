@@ -16,7 +16,7 @@
 #include "jit/arch.hpp"
 #include "jit/arch_context.hpp"
 #include "jit/compiler.hpp"
-#include "jit/jit_core.hpp"
+#include "runtime/jit_core.hpp"
 #include "ops/registry.hpp"
 #include "util/error.hpp"
 #include "workers.hpp"

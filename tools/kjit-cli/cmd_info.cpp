@@ -15,7 +15,7 @@
 #include "cuda/driver.hpp"
 #include "jit/arch.hpp"
 #include "jit/compiler.hpp"
-#include "jit/jit_core.hpp"
+#include "runtime/jit_core.hpp"
 #include "jit/settings.hpp"
 #include "kjit/kjit.h"
 #include "ops/pdl.hpp"

@@ -27,7 +27,7 @@
 #include "commands.hpp"
 #include "cuda/device.hpp"
 #include "cuda/driver.hpp"
-#include "jit/jit_core.hpp"
+#include "runtime/jit_core.hpp"
 #include "kjit/kjit.h"
 #include "support/gpu.hpp"
 #include "util/error.hpp"

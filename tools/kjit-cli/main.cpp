@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
-#include "jit/jit_core.hpp"
+#include "runtime/jit_core.hpp"
 #include "util/error.hpp"
 
 int main(int argc, char** argv) {

@@ -6,7 +6,7 @@
 #include "cuda/launch.hpp"
 #include "activation/activation_params.h"
 #include "diag/trace_dump.hpp"
-#include "jit/jit_core.hpp"
+#include "runtime/jit_core.hpp"
 #include "ops/pdl.hpp"
 #include "util/error.hpp"
 

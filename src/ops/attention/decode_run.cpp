@@ -12,7 +12,7 @@
 #include "cuda/driver.hpp"
 #include "cuda/launch.hpp"
 #include "diag/trace_dump.hpp"
-#include "jit/jit_core.hpp"
+#include "runtime/jit_core.hpp"
 #include "ops/attention/decode_attention.hpp"
 #include "ops/attention/decode_internal.hpp"
 #include "ops/tensor.hpp"

@@ -8,7 +8,7 @@
 #include "attention/attention_params.h"
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
-#include "jit/jit_core.hpp"
+#include "runtime/jit_core.hpp"
 #include "ops/tensor.hpp"
 #include "diag/trace_dump.hpp"
 #include "util/error.hpp"

@@ -7,7 +7,7 @@
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
 #include "diag/trace_dump.hpp"
-#include "jit/jit_core.hpp"
+#include "runtime/jit_core.hpp"
 #include "kv_cache/kv_cache_params.h"
 #include "ops/fastdiv.hpp"
 #include "ops/pdl.hpp"

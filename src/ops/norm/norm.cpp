@@ -6,7 +6,7 @@
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
 #include "diag/trace_dump.hpp"
-#include "jit/jit_core.hpp"
+#include "runtime/jit_core.hpp"
 #include "norm/norm_params.h"
 #include "ops/pdl.hpp"
 #include "util/error.hpp"

@@ -12,7 +12,7 @@
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
 #include "diag/trace_dump.hpp"
-#include "jit/jit_core.hpp"
+#include "runtime/jit_core.hpp"
 #include "ops/fastdiv.hpp"
 #include "ops/pdl.hpp"
 #include "rope/rope_params.h"

@@ -14,7 +14,7 @@
 
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
-#include "jit/jit_core.hpp"
+#include "runtime/jit_core.hpp"
 #include "diag/trace_dump.hpp"
 #include "ops/sampling/sampling.hpp"
 #include "sampling/sampling_params.h"

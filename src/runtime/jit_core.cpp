@@ -1,4 +1,4 @@
-#include "jit/jit_core.hpp"
+#include "runtime/jit_core.hpp"
 
 #include <nlohmann/json.hpp>
 

@@ -10,6 +10,9 @@
 //          -> flock(entry) -> check again    concurrent processes compile once
 //          -> NVRTC -> publish (atomic)      KJIT_DISABLE_JIT stops here with an error
 //     -> cuModuleLoadData in the device's primary context, cuFuncLoad (no lazy load later)
+//
+// It lives in src/runtime/, above jit/ (compile), cache/ (disk) and aot/ (packages), which it ties
+// together; none of those includes it. The namespace stays kjit::jit: ops call it the JIT.
 #pragma once
 
 #include <cuda.h>
