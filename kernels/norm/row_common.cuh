@@ -133,15 +133,70 @@ KJIT_DEVICE KJIT_FORCEINLINE void load_params_then_wait(F&& load) {
   pdl_launch_dependents();
 }
 
+// A row-length parameter vector (weight, gamma, beta: PV, a Vec or ParamVec) for each of a
+// thread's vectors of a row held in registers, read at one of three points: before the
+// programmatic-launch wait (EARLY, plain loads: see load_params_then_wait), with the row
+// (PREFETCH: read-only loads issued beside x's, whose latency they hide where the registers allow
+// holding them), or only when the output loop needs it (neither).
+template <typename PV, int ITERS, bool EARLY, bool PREFETCH>
+struct RowParam {
+  PV early[EARLY ? ITERS : 1];
+  PV with_row[PREFETCH && !EARLY ? ITERS : 1];
+
+  template <typename T>
+  KJIT_DEVICE KJIT_FORCEINLINE void load_early(int k, const T* p) {
+    early[k].load(p);
+  }
+  template <typename T>
+  KJIT_DEVICE KJIT_FORCEINLINE void load_with_row(int k, const T* p) {
+    if constexpr (PREFETCH && !EARLY) with_row[k].load_ro(p);
+  }
+  template <typename T>
+  KJIT_DEVICE KJIT_FORCEINLINE PV get(int k, const T* p) const {
+    if constexpr (EARLY) {
+      return early[k];
+    } else if constexpr (PREFETCH) {
+      return with_row[k];
+    } else {
+      // A coherent load on purpose: it stays ordered after the previous store, so ptxas cannot
+      // hoist every parameter load to the top and overflow the tight register cap that made the
+      // kernel skip the prefetch in the first place.
+      PV w;
+      w.load(p);
+      return w;
+    }
+  }
+};
+
+// ss + the sum of x[e]^2 over the vector, in fp32.
+template <typename V>
+KJIT_DEVICE KJIT_FORCEINLINE float add_squares(float ss, const V& x) {
+#pragma unroll
+  for (int e = 0; e < V::kSize; ++e) {
+    const float f = to_float(x[e]);
+    ss = fmaf(f, f, ss);
+  }
+  return ss;
+}
+
+// Where a thread stands: which of its row's threads it is (tid), the row, and whether that row
+// exists (an inactive thread stays for its warp's shuffles on row 0 and skips memory).
+struct RowPlace {
+  int tid;
+  i64 row;
+  bool active;
+};
+
 // The row skeleton the three norm kernels share: the launch shape's checks and sizes, the entry
-// (early parameter reads and the programmatic-launch wait), the thread's place in the grid, which
-// of its vectors exist, and the row reduction. Each kernel adds its loops and arithmetic. (The
-// loops stay written out in the kernels: passed to a helper as lambdas, they changed the long-row
-// and uneven-row code ptxas emits, which this skeleton leaves as it was.)
+// (early parameter reads and the programmatic-launch wait), the thread's place in the grid, the
+// walks over the thread's vectors of a row and the row reduction. Each kernel adds its
+// arithmetic, as lambdas these walks call for each vector that exists.
 //
 // A row of HIDDEN elements is kVecs vectors of VEC; thread tid of the row's THREADS_PER_ROW takes
 // vectors v = tid + k * THREADS_PER_ROW, k < kIters, so a warp covers consecutive vectors
 // (coalesced) and only the last k can run past the row end. ROWS_PER_BLOCK rows share a block.
+// A row held in registers is walked with each(); a longer one in chunks of vectors loaded
+// together (each_in_chunk), the first pass forwards, the second backwards (see rmsnorm_kernel).
 template <typename DTYPE, int HIDDEN, int VEC, int THREADS_PER_ROW, int ROWS_PER_BLOCK>
 struct RowWalk {
   static_assert(HIDDEN >= 1, "HIDDEN must be positive");
@@ -166,43 +221,82 @@ struct RowWalk {
   // Block-reduction slots: only referenced (and so only allocated) when a row spans several warps.
   static constexpr int kPartials = THREADS_PER_ROW >= 32 ? THREADS_PER_ROW / 32 : 1;
 
-  // Before any global access. EARLY: load(k, v) reads the row-length parameters of each of the
-  // thread's vectors before the programmatic-launch wait (load_params_then_wait); else only the
-  // wait (pdl_enter, see prelude.cuh).
-  template <bool EARLY, typename F>
-  static KJIT_DEVICE KJIT_FORCEINLINE void enter(F&& load) {
+  // The kernel: the entry, then body(place, partials) for the thread's row, partials being the
+  // row reduction's shared memory (sum). EARLY: early(k, v) reads the row-length parameters of
+  // each of the thread's vectors before the programmatic-launch wait (load_params_then_wait);
+  // else only the wait (pdl_enter, see prelude.cuh). With a warp or more per row, being out of
+  // range is uniform across everything that synchronises (the warp, or the whole block when it
+  // holds a single row), so those threads leave before body and strand no shuffle or barrier.
+  // Rows narrower than a warp share their warp's shuffles with neighbouring rows, so there an
+  // out-of-range row stays (inactive, on row 0) and only skips memory.
+  template <bool EARLY, typename Early, typename Body>
+  static KJIT_DEVICE KJIT_FORCEINLINE void run(const long long& rows, Early&& early, Body&& body) {
     if constexpr (EARLY) {
-      load_params_then_wait<THREADS_PER_ROW, kThreads, kVecs>(load);
+      load_params_then_wait<THREADS_PER_ROW, kThreads, kVecs>(early);
     } else {
       pdl_enter();
     }
+    RowPlace at;
+    at.tid = THREADS_PER_ROW == kThreads ? int(threadIdx.x) : int(threadIdx.x) % THREADS_PER_ROW;
+    at.row = i64(blockIdx.x) * ROWS_PER_BLOCK + int(threadIdx.x) / THREADS_PER_ROW;
+    if (THREADS_PER_ROW >= 32 && at.row >= rows) return;
+    at.active = THREADS_PER_ROW >= 32 || at.row < rows;
+    if (!at.active) at.row = 0;
+    __shared__ float partials[kPartials];
+    body(at, partials);
   }
 
-  // The thread's place in its row (tid), its row and whether that row exists; false when the
-  // thread must leave at once. With a warp or more per row, being out of range is uniform across
-  // everything that synchronises (the warp, or the whole block when it holds a single row), so
-  // leaving early strands no shuffle or barrier. Rows narrower than a warp share their warp's
-  // shuffles with neighbouring rows, so there an out-of-range row stays (inactive, on row 0) and
-  // only skips memory.
-  static KJIT_DEVICE KJIT_FORCEINLINE bool place(long long rows, int& tid, i64& row, bool& active) {
-    tid = THREADS_PER_ROW == kThreads ? int(threadIdx.x) : int(threadIdx.x) % THREADS_PER_ROW;
-    row = i64(blockIdx.x) * ROWS_PER_BLOCK + int(threadIdx.x) / THREADS_PER_ROW;
-    if (THREADS_PER_ROW >= 32 && row >= rows) return false;
-    active = THREADS_PER_ROW >= 32 || row < rows;
-    if (!active) row = 0;
-    return true;
+  // f(k, v) for each vector v = tid + k * THREADS_PER_ROW (k < kIters) of a row held in
+  // registers that exists.
+  template <typename F>
+  static KJIT_DEVICE KJIT_FORCEINLINE void each(const RowPlace& at, F&& f) {
+#pragma unroll
+    for (int k = 0; k < kIters; ++k) {
+      const int v = at.tid + k * THREADS_PER_ROW;
+      if (at.active && (kEven || k < kIters - 1 || v < kVecs)) f(k, v);
+    }
   }
 
-  // Whether vector v = tid + k * THREADS_PER_ROW of the thread exists (a row held in registers,
-  // k < kIters).
-  static KJIT_DEVICE KJIT_FORCEINLINE bool in_row(bool active, int k, int v) {
-    return active && (kEven || k < kIters - 1 || v < kVecs);
+  // f(k0) for the first vector index k0 of each chunk of CHUNK, first to last; f may return
+  // false to stop (the thread's later chunks are past the row end).
+  template <int CHUNK, typename F>
+  static KJIT_DEVICE KJIT_FORCEINLINE void chunks_forward(F&& f) {
+    constexpr bool kMayStop = IsSame<decltype(f(0)), bool>::value;
+#pragma unroll 1
+    for (int k0 = 0; k0 < kIters; k0 += CHUNK) {
+      if constexpr (kMayStop) {
+        if (!f(k0)) break;
+      } else {
+        f(k0);
+      }
+    }
   }
 
-  // The same for any vector index (long rows' chunks: beyond the last full chunk some vectors may
-  // not exist even when kEven).
-  static KJIT_DEVICE KJIT_FORCEINLINE bool in_range(bool active, int v) {
-    return active && v < kVecs;
+  // The same, last chunk first.
+  template <int CHUNK, typename F>
+  static KJIT_DEVICE KJIT_FORCEINLINE void chunks_backward(F&& f) {
+#pragma unroll 1
+    for (int k0 = (kIters - 1) / CHUNK * CHUNK; k0 >= 0; k0 -= CHUNK) f(k0);
+  }
+
+  // f(u, v) for each vector v = tid + (k0 + u) * THREADS_PER_ROW (u < CHUNK) of the chunk that
+  // exists: beyond the last full chunk some may not, even when kEven.
+  template <int CHUNK, typename F>
+  static KJIT_DEVICE KJIT_FORCEINLINE void each_in_chunk(const RowPlace& at, int k0, F&& f) {
+#pragma unroll
+    for (int u = 0; u < CHUNK; ++u) {
+      const int v = at.tid + (k0 + u) * THREADS_PER_ROW;
+      if (at.active && v < kVecs) f(u, v);
+    }
+  }
+
+  // Hides a cached row's values from the compiler so it re-derives the fp32 values from the
+  // packed row in the next loop instead of keeping the previous loop's alive (twice the
+  // registers).
+  template <int N>
+  static KJIT_DEVICE KJIT_FORCEINLINE void opaque(V (&row)[N]) {
+#pragma unroll
+    for (int k = 0; k < N; ++k) row[k].opaque();
   }
 
   // The sum of s over the row's threads (row_sum).
