@@ -74,6 +74,27 @@ KJIT_DEVICE KJIT_FORCEINLINE float load_cache(const void* row, long long i, int 
 
 // What both RoPE kernels share: the shape's checks and sizes, and a token's heads (q heads first,
 // then k heads, each with its own strides) with the copy of their dims past ROT_DIM.
+// One head's rotated slice in fp32: v = the N / VEC vectors of x (VEC elements each) with each of
+// the FREQS pairs rotated by its (cos, sin). NeoX pairs element f of each half; GPT-J the f-th
+// adjacent pair.
+template <bool INTERLEAVE, typename T, int VEC, int FREQS, int N>
+KJIT_DEVICE KJIT_FORCEINLINE void rotate(const Vec<T, VEC>* x, const float (&cs)[FREQS],
+                                         const float (&sn)[FREQS], float (&v)[N]) {
+#pragma unroll
+  for (int j = 0; j < N / VEC; ++j) {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) v[j * VEC + e] = to_float(x[j][e]);
+  }
+#pragma unroll
+  for (int f = 0; f < FREQS; ++f) {
+    const int i1 = INTERLEAVE ? 2 * f : f;
+    const int i2 = INTERLEAVE ? 2 * f + 1 : VEC + f;
+    const float a = v[i1], b = v[i2];
+    v[i1] = fmaf(a, cs[f], -b * sn[f]);
+    v[i2] = fmaf(b, cs[f], a * sn[f]);
+  }
+}
+
 template <typename DTYPE, int HEAD_DIM, int ROT_DIM, bool INTERLEAVE, int VEC, int MODE>
 struct RopeShape {
   static_assert(ROT_DIM >= 2 && ROT_DIM % 2 == 0 && ROT_DIM <= HEAD_DIM, "bad ROT_DIM");
@@ -249,20 +270,7 @@ rope_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DIM / 2 :
       const int h = h0 + i * slots;
       if (h < h_end) {
         float v[kLoads * VEC];
-#pragma unroll
-        for (int j = 0; j < kLoads; ++j) {
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) v[j * VEC + e] = to_float(x[i][j][e]);
-        }
-#pragma unroll
-        for (int f = 0; f < kFreqs; ++f) {
-          // NeoX: element f of each half; GPT-J: the f-th adjacent pair.
-          const int i1 = INTERLEAVE ? 2 * f : f;
-          const int i2 = INTERLEAVE ? 2 * f + 1 : VEC + f;
-          const float a = v[i1], b = v[i2];
-          v[i1] = fmaf(a, cs[f], -b * sn[f]);
-          v[i2] = fmaf(b, cs[f], a * sn[f]);
-        }
+        detail::rotate<INTERLEAVE>(x[i], cs, sn, v);
         DTYPE* dst = head_out(h);
 #pragma unroll
         for (int j = 0; j < kLoads; ++j) {
@@ -414,19 +422,7 @@ rope_decode_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DI
   // out: the head's first vector (elem_offset(0)).
   auto rotate_store = [&](const V* xh, DTYPE* out) {
     float v[kLoads * VEC];
-#pragma unroll
-    for (int j = 0; j < kLoads; ++j) {
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) v[j * VEC + e] = to_float(xh[j][e]);
-    }
-#pragma unroll
-    for (int f = 0; f < kFreqs; ++f) {
-      const int i1 = INTERLEAVE ? 2 * f : f;
-      const int i2 = INTERLEAVE ? 2 * f + 1 : VEC + f;
-      const float a = v[i1], b = v[i2];
-      v[i1] = fmaf(a, cs[f], -b * sn[f]);
-      v[i2] = fmaf(b, cs[f], a * sn[f]);
-    }
+    detail::rotate<INTERLEAVE>(xh, cs, sn, v);
 #pragma unroll
     for (int j = 0; j < kLoads; ++j) {
       V o;
