@@ -47,31 +47,11 @@ CallLog& CallLog::tensor(const char* name, ArgKind kind, const DLTensor* t) {
   return *this;
 }
 
-CallLog& CallLog::scalar(const char* name, float v) {
+CallLog& CallLog::number(const char* name, ScalarType type, double f, int64_t i) {
   CallArg& a = add(name, ArgKind::kScalar);
-  a.scalar_type = ScalarType::kF32;
-  a.f = v;
-  return *this;
-}
-
-CallLog& CallLog::scalar(const char* name, double v) {
-  CallArg& a = add(name, ArgKind::kScalar);
-  a.scalar_type = ScalarType::kF64;
-  a.f = v;
-  return *this;
-}
-
-CallLog& CallLog::scalar(const char* name, int v) {
-  CallArg& a = add(name, ArgKind::kScalar);
-  a.scalar_type = ScalarType::kI32;
-  a.i = v;
-  return *this;
-}
-
-CallLog& CallLog::scalar(const char* name, int64_t v) {
-  CallArg& a = add(name, ArgKind::kScalar);
-  a.scalar_type = ScalarType::kI64;
-  a.i = v;
+  a.scalar_type = type;
+  a.f = f;
+  a.i = i;
   return *this;
 }
 
