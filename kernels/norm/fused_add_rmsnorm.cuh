@@ -53,26 +53,21 @@ fused_add_rmsnorm_kernel(const __grid_constant__ FusedAddRmsNormParams p) {
   using V = typename Walk::V;
   constexpr int kIters = Walk::kIters;
   constexpr int kRegsPerVec = Walk::kRegsPerVec;
-  constexpr int kRegBudget = Walk::kRegBudget;
-  constexpr float kInvHidden = 1.0f / float(HIDDEN);
 
   // Both rows are in registers while their loads are in flight, so a cached row costs twice
   // what it does in rmsnorm_kernel; the weight prefetch (see there) a third share. Not with
   // 1024-thread blocks: there ptxas aims at 32 registers (two blocks per SM) and spilled rather
   // than exceed them (sm_90, fp16 x 10240 at 4-byte alignment); rows that need such blocks are
   // long enough for the weight's L2 latency to be a small part of their time.
-  constexpr bool kCacheRow =
-      kIters <= detail::kMaxCachedVecs && 2 * kIters * kRegsPerVec <= kRegBudget;
+  constexpr bool kCacheRow = Walk::holds(2 * kRegsPerVec);
   constexpr bool kPrefetchWeight =
-      kCacheRow && Walk::kThreads < 1024 && 3 * kIters * kRegsPerVec <= kRegBudget;
+      kCacheRow && Walk::kThreads < 1024 && Walk::holds(3 * kRegsPerVec);
   // Decode sizes: the prefetched weight loads go before the programmatic-launch wait (see
   // rmsnorm_kernel).
   constexpr bool kEarly = EARLY_PARAMS && kPrefetchWeight;
   detail::RowParam<V, kIters, kEarly, kPrefetchWeight> wk;
-  const DTYPE* wp = static_cast<const DTYPE*>(p.weight);
-
   Walk::template run<kEarly>(
-      p.rows, [&](int k, int v) { wk.load_early(k, wp + v * VEC); },
+      p.rows, wk, static_cast<const DTYPE*>(p.weight),
       [&](const detail::RowPlace& at, float* partials) {
         DTYPE* x = static_cast<DTYPE*>(p.input) + at.row * p.in_stride;
         DTYPE* res = static_cast<DTYPE*>(p.residual) + at.row * p.res_stride;
@@ -95,15 +90,9 @@ fused_add_rmsnorm_kernel(const __grid_constant__ FusedAddRmsNormParams p) {
             ss = fused_add_rmsnorm::add_rows(sv[k], xv[k], rv[k], ss);
             sv[k].store(res + v * VEC);
           });
-          const float inv_rms = rsqrtf(Walk::template sum<true>(ss, partials) * kInvHidden + p.eps);
-
-          // As in rmsnorm_kernel: recompute the fp32 values from the packed row rather than keep
-          // them.
-          Walk::opaque(sv);
-          Walk::each(at, [&](int k, int v) {
-            V o;
-            fused_add_rmsnorm::normalise(o, sv[k], wk.get(k, w + v * VEC), inv_rms, w_off);
-            o.store(x + v * VEC);
+          const float inv_rms = Walk::inv_rms(ss, partials, p.eps);
+          Walk::weigh_cached(at, sv, wk, w, x, [&](V& o, const V& sk, const V& wv) {
+            fused_add_rmsnorm::normalise(o, sk, wv, inv_rms, w_off);
           });
         } else {
           // Long rows: the first pass adds, stores the new residual and sums its squares chunk by
@@ -112,11 +101,12 @@ fused_add_rmsnorm_kernel(const __grid_constant__ FusedAddRmsNormParams p) {
           // see the sum) and writes the norm over x. Backwards, with last-use loads and streaming
           // stores, for the reasons given in rmsnorm_kernel.
           // Two vectors per step, each with its address (8-byte vectors at 8 per chunk spilled).
-          constexpr int kChunk =
-              detail::clamp_int(kRegBudget / (2 * (kRegsPerVec + 1)), 1, detail::kMaxCachedVecs);
+          constexpr int kChunk = detail::clamp_int(Walk::kRegBudget / (2 * (kRegsPerVec + 1)), 1,
+                                                   detail::kMaxCachedVecs);
 
           float ss = 0.0f;
-          Walk::template chunks_forward<kChunk>([&](int k0) {
+#pragma unroll 1
+          for (int k0 = 0; k0 < kIters; k0 += kChunk) {
             V xv[kChunk];
             V rv[kChunk];
             Walk::template each_in_chunk<kChunk>(at, k0, [&](int u, int v) {
@@ -128,21 +118,11 @@ fused_add_rmsnorm_kernel(const __grid_constant__ FusedAddRmsNormParams p) {
               ss = fused_add_rmsnorm::add_rows(sv, xv[u], rv[u], ss);
               sv.store(res + v * VEC);
             });
-          });
-          const float inv_rms = rsqrtf(Walk::template sum<true>(ss, partials) * kInvHidden + p.eps);
+          }
+          const float inv_rms = Walk::inv_rms(ss, partials, p.eps);
 
-          Walk::template chunks_backward<kChunk>([&](int k0) {
-            V rv[kChunk];
-            V wv[kChunk];
-            Walk::template each_in_chunk<kChunk>(at, k0, [&](int u, int v) {
-              rv[u].load_last_use(res + v * VEC);
-              wv[u].load_ro(w + v * VEC);
-            });
-            Walk::template each_in_chunk<kChunk>(at, k0, [&](int u, int v) {
-              V o;
-              fused_add_rmsnorm::normalise(o, rv[u], wv[u], inv_rms, w_off);
-              o.store_streaming(x + v * VEC);
-            });
+          Walk::template weigh_backward<kChunk>(at, res, w, x, [&](V& o, const V& sk, const V& wk) {
+            fused_add_rmsnorm::normalise(o, sk, wk, inv_rms, w_off);
           });
         }
       });

@@ -89,8 +89,7 @@ layernorm_kernel(const __grid_constant__ LayerNormParams p) {
                              kIters * kRegsPerVec + 2 * (kRegsPerParam - kRegsPerVec) <= kRegBudget;
   // gamma and beta issued with x hide their latency behind x's (see rmsnorm_kernel), where the
   // registers allow.
-  constexpr bool kPrefetchParams =
-      kCacheRow && kIters * (kRegsPerVec + 2 * kRegsPerParam) <= kRegBudget;
+  constexpr bool kPrefetchParams = kCacheRow && Walk::holds(kRegsPerVec + 2 * kRegsPerParam);
   // Decode sizes: the prefetched gamma / beta loads go before the programmatic-launch wait (see
   // rmsnorm_kernel).
   constexpr bool kEarly = EARLY_PARAMS && kPrefetchParams;
@@ -125,7 +124,7 @@ layernorm_kernel(const __grid_constant__ LayerNormParams p) {
           Walk::each(at, [&](int k, int) { s = layernorm::add_values(s, xv[k]); });
           const float mean = Walk::sum(s, partials) / kHidden;
 
-          // Each pass re-derives the fp32 values from the packed row (see rmsnorm_kernel).
+          // Each pass re-derives the fp32 values from the packed row (see RowWalk::opaque).
           Walk::opaque(xv);
           float m2 = 0.0f;
           Walk::each(at, [&](int k, int) { m2 = layernorm::add_deviations(m2, xv[k], mean); });
@@ -134,8 +133,9 @@ layernorm_kernel(const __grid_constant__ LayerNormParams p) {
 
           Walk::opaque(xv);
           Walk::each(at, [&](int k, int v) {
-            const P gv = gk.get(k, g + v * VEC);
-            const P bv = bk.get(k, b + v * VEC);
+            P gv, bv;
+            gk.get(k, g + v * VEC, gv);
+            bk.get(k, b + v * VEC, bv);
             V o;
             layernorm::normalise(o, xv[k], mean, inv_std, gv, bv);
             o.store(y + v * VEC);
@@ -156,14 +156,15 @@ layernorm_kernel(const __grid_constant__ LayerNormParams p) {
                                                     1, detail::kMaxCachedVecs);
 
           float n = 0.0f, mean_t = 0.0f, m2 = 0.0f;
-          Walk::template chunks_forward<kChunk1>([&](int k0) {
+#pragma unroll 1
+          for (int k0 = 0; k0 < kIters; k0 += kChunk1) {
             V xv[kChunk1];
             int count = 0;
             Walk::template each_in_chunk<kChunk1>(at, k0, [&](int u, int v) {
               xv[u].load(x + v * VEC);
               count += VEC;
             });
-            if (count == 0) return false;  // later chunks of this thread are past the row end
+            if (count == 0) break;  // later chunks of this thread are past the row end
             float cs = 0.0f;
             Walk::template each_in_chunk<kChunk1>(
                 at, k0, [&](int u, int) { cs = layernorm::add_values(cs, xv[u]); });
@@ -177,14 +178,14 @@ layernorm_kernel(const __grid_constant__ LayerNormParams p) {
             mean_t = fmaf(delta, cn / nn, mean_t);
             m2 += cm2 + delta * delta * (n * cn / nn);
             n = nn;
-            return true;
-          });
+          }
           const float mean = Walk::sum(n * mean_t, partials) / kHidden;
           const float dm = mean_t - mean;
           const float var = Walk::template sum<true>(fmaf(n * dm, dm, m2), partials) / kHidden;
           const float inv_std = rsqrtf(var + p.eps);
 
-          Walk::template chunks_backward<kChunk2>([&](int k0) {
+#pragma unroll 1
+          for (int k0 = Walk::template last_chunk<kChunk2>(); k0 >= 0; k0 -= kChunk2) {
             V xv[kChunk2];
             P gv[kChunk2];
             P bv[kChunk2];
@@ -198,7 +199,7 @@ layernorm_kernel(const __grid_constant__ LayerNormParams p) {
               layernorm::normalise(o, xv[u], mean, inv_std, gv[u], bv[u]);
               o.store_streaming(y + v * VEC);
             });
-          });
+          }
         }
       });
 }

@@ -49,26 +49,21 @@ rmsnorm_kernel(const __grid_constant__ RmsNormParams p) {
   // clang-format on
   using Walk = detail::RowWalk<DTYPE, HIDDEN, VEC, THREADS_PER_ROW, ROWS_PER_BLOCK>;
   using V = typename Walk::V;
-  constexpr int kIters = Walk::kIters;
   constexpr int kRegsPerVec = Walk::kRegsPerVec;
-  constexpr float kInvHidden = 1.0f / float(HIDDEN);
 
-  constexpr bool kCacheRow =
-      kIters <= detail::kMaxCachedVecs && kIters * kRegsPerVec <= Walk::kRegBudget;
+  constexpr bool kCacheRow = Walk::holds(kRegsPerVec);
   // Issuing the weight loads together with x hides their (L2/L1) latency behind x's DRAM
   // latency, which is most of the run time when there are only a few rows (decode). It doubles
   // the register footprint, so only where that still fits.
-  constexpr bool kPrefetchWeight = kCacheRow && 2 * kIters * kRegsPerVec <= Walk::kRegBudget;
+  constexpr bool kPrefetchWeight = kCacheRow && Walk::holds(2 * kRegsPerVec);
   // The decode-size variant issues the prefetched weight loads before the programmatic-launch
   // wait: at a few rows the kernel's time after the wait is a chain of round trips (x, the
   // reduction, the weight, the store), and ptxas sinks read-only (.nc) weight loads past the
   // reduction. Plain loads written before the wait stay there.
   constexpr bool kEarly = EARLY_PARAMS && kPrefetchWeight;
-  detail::RowParam<V, kIters, kEarly, kPrefetchWeight> wk;
-  const DTYPE* wp = static_cast<const DTYPE*>(p.weight);
-
+  detail::RowParam<V, Walk::kIters, kEarly, kPrefetchWeight> wk;
   Walk::template run<kEarly>(
-      p.rows, [&](int k, int v) { wk.load_early(k, wp + v * VEC); },
+      p.rows, wk, static_cast<const DTYPE*>(p.weight),
       [&](const detail::RowPlace& at, float* partials) {
         // 64-bit: rows * stride can exceed 2^31 elements.
         const DTYPE* x = static_cast<const DTYPE*>(p.input) + at.row * p.in_stride;
@@ -77,22 +72,16 @@ rmsnorm_kernel(const __grid_constant__ RmsNormParams p) {
         const float w_off = p.weight_offset;
         if constexpr (kCacheRow) {
           // All loads first, so each thread has its whole share of the row in flight at once.
-          V xv[kIters];
+          V xv[Walk::kIters];
           Walk::each(at, [&](int k, int v) {
             xv[k].load(x + v * VEC);
             wk.load_with_row(k, w + v * VEC);
           });
           float ss = 0.0f;
           Walk::each(at, [&](int k, int) { ss = detail::add_squares(ss, xv[k]); });
-          const float inv_rms = rsqrtf(Walk::template sum<true>(ss, partials) * kInvHidden + p.eps);
-
-          // Re-derive the fp32 values from the packed row below instead of letting the compiler
-          // keep the ones from the sum of squares alive: those would take twice the registers.
-          Walk::opaque(xv);
-          Walk::each(at, [&](int k, int v) {
-            V o;
-            rmsnorm::normalise(o, xv[k], wk.get(k, w + v * VEC), inv_rms, w_off);
-            o.store(y + v * VEC);
+          const float inv_rms = Walk::inv_rms(ss, partials, p.eps);
+          Walk::weigh_cached(at, xv, wk, w, y, [&](V& o, const V& xk, const V& wv) {
+            rmsnorm::normalise(o, xk, wv, inv_rms, w_off);
           });
         } else {
           // Long rows: two passes over x. The second read should come from L2, since the row was
@@ -110,27 +99,18 @@ rmsnorm_kernel(const __grid_constant__ RmsNormParams p) {
               detail::clamp_int(Walk::kRegBudget / (2 * kRegsPerVec), 1, detail::kMaxCachedVecs);
 
           float ss = 0.0f;
-          Walk::template chunks_forward<kChunk1>([&](int k0) {
+#pragma unroll 1
+          for (int k0 = 0; k0 < Walk::kIters; k0 += kChunk1) {
             V xv[kChunk1];
             Walk::template each_in_chunk<kChunk1>(at, k0,
                                                   [&](int u, int v) { xv[u].load(x + v * VEC); });
             Walk::template each_in_chunk<kChunk1>(
                 at, k0, [&](int u, int) { ss = detail::add_squares(ss, xv[u]); });
-          });
-          const float inv_rms = rsqrtf(Walk::template sum<true>(ss, partials) * kInvHidden + p.eps);
+          }
+          const float inv_rms = Walk::inv_rms(ss, partials, p.eps);
 
-          Walk::template chunks_backward<kChunk2>([&](int k0) {
-            V xv[kChunk2];
-            V wv[kChunk2];
-            Walk::template each_in_chunk<kChunk2>(at, k0, [&](int u, int v) {
-              xv[u].load_last_use(x + v * VEC);
-              wv[u].load_ro(w + v * VEC);
-            });
-            Walk::template each_in_chunk<kChunk2>(at, k0, [&](int u, int v) {
-              V o;
-              rmsnorm::normalise(o, xv[u], wv[u], inv_rms, w_off);
-              o.store_streaming(y + v * VEC);
-            });
+          Walk::template weigh_backward<kChunk2>(at, x, w, y, [&](V& o, const V& xk, const V& wk) {
+            rmsnorm::normalise(o, xk, wk, inv_rms, w_off);
           });
         }
       });

@@ -151,19 +151,19 @@ struct RowParam {
   KJIT_DEVICE KJIT_FORCEINLINE void load_with_row(int k, const T* p) {
     if constexpr (PREFETCH && !EARLY) with_row[k].load_ro(p);
   }
+  // The parameters of vector k (at p) into out (an out parameter: a returned vector had its
+  // 16-bit halves unpacked in another order).
   template <typename T>
-  KJIT_DEVICE KJIT_FORCEINLINE PV get(int k, const T* p) const {
+  KJIT_DEVICE KJIT_FORCEINLINE void get(int k, const T* p, PV& out) const {
     if constexpr (EARLY) {
-      return early[k];
+      out = early[k];
     } else if constexpr (PREFETCH) {
-      return with_row[k];
+      out = with_row[k];
     } else {
       // A coherent load on purpose: it stays ordered after the previous store, so ptxas cannot
       // hoist every parameter load to the top and overflow the tight register cap that made the
       // kernel skip the prefetch in the first place.
-      PV w;
-      w.load(p);
-      return w;
+      out.load(p);
     }
   }
 };
@@ -196,7 +196,8 @@ struct RowPlace {
 // vectors v = tid + k * THREADS_PER_ROW, k < kIters, so a warp covers consecutive vectors
 // (coalesced) and only the last k can run past the row end. ROWS_PER_BLOCK rows share a block.
 // A row held in registers is walked with each(); a longer one in chunks of vectors loaded
-// together (each_in_chunk), the first pass forwards, the second backwards (see rmsnorm_kernel).
+// together (each_in_chunk), the first pass forwards, the second backwards from last_chunk (see
+// rmsnorm_kernel).
 template <typename DTYPE, int HIDDEN, int VEC, int THREADS_PER_ROW, int ROWS_PER_BLOCK>
 struct RowWalk {
   static_assert(HIDDEN >= 1, "HIDDEN must be positive");
@@ -246,6 +247,21 @@ struct RowWalk {
     body(at, partials);
   }
 
+  // run() for the RMS norms, whose one early parameter is the weight: EARLY reads wk's (a
+  // RowParam's) vectors from w before the wait.
+  template <bool EARLY, typename W, typename Body>
+  static KJIT_DEVICE KJIT_FORCEINLINE void run(const long long& rows, W& wk, const DTYPE* w,
+                                               Body&& body) {
+    run<EARLY>(
+        rows, [&](int k, int v) { wk.load_early(k, w + v * VEC); }, body);
+  }
+
+  // Whether a thread may hold its share of the row in registers at regs_per_k registers for each
+  // of its vectors (the row and what the kernel keeps beside it).
+  static constexpr bool holds(int regs_per_k) {
+    return kIters <= kMaxCachedVecs && kIters * regs_per_k <= kRegBudget;
+  }
+
   // f(k, v) for each vector v = tid + k * THREADS_PER_ROW (k < kIters) of a row held in
   // registers that exists.
   template <typename F>
@@ -253,30 +269,16 @@ struct RowWalk {
 #pragma unroll
     for (int k = 0; k < kIters; ++k) {
       const int v = at.tid + k * THREADS_PER_ROW;
-      if (at.active && (kEven || k < kIters - 1 || v < kVecs)) f(k, v);
+      if (in_row(at.active, k, v)) f(k, v);
     }
   }
 
-  // f(k0) for the first vector index k0 of each chunk of CHUNK, first to last; f may return
-  // false to stop (the thread's later chunks are past the row end).
-  template <int CHUNK, typename F>
-  static KJIT_DEVICE KJIT_FORCEINLINE void chunks_forward(F&& f) {
-    constexpr bool kMayStop = IsSame<decltype(f(0)), bool>::value;
-#pragma unroll 1
-    for (int k0 = 0; k0 < kIters; k0 += CHUNK) {
-      if constexpr (kMayStop) {
-        if (!f(k0)) break;
-      } else {
-        f(k0);
-      }
-    }
-  }
-
-  // The same, last chunk first.
-  template <int CHUNK, typename F>
-  static KJIT_DEVICE KJIT_FORCEINLINE void chunks_backward(F&& f) {
-#pragma unroll 1
-    for (int k0 = (kIters - 1) / CHUNK * CHUNK; k0 >= 0; k0 -= CHUNK) f(k0);
+  // The first vector index of the last chunk of CHUNK: where the backward pass starts. (The
+  // chunk loops themselves stay in the kernels, `#pragma unroll 1`: a chunk's arrays declared in
+  // a lambda that such a loop calls were kept in integer registers and changed the code.)
+  template <int CHUNK>
+  static constexpr int last_chunk() {
+    return (kIters - 1) / CHUNK * CHUNK;
   }
 
   // f(u, v) for each vector v = tid + (k0 + u) * THREADS_PER_ROW (u < CHUNK) of the chunk that
@@ -286,8 +288,68 @@ struct RowWalk {
 #pragma unroll
     for (int u = 0; u < CHUNK; ++u) {
       const int v = at.tid + (k0 + u) * THREADS_PER_ROW;
-      if (at.active && v < kVecs) f(u, v);
+      if (in_range(at.active, v)) f(u, v);
     }
+  }
+
+  // 1 / the root mean square of the row whose thread-partial sum of squares is ss (the last use
+  // of partials).
+  static KJIT_DEVICE KJIT_FORCEINLINE float inv_rms(float ss, float* partials, const float& eps) {
+    constexpr float kInvHidden = 1.0f / float(HIDDEN);
+    return rsqrtf(sum<true>(ss, partials) * kInvHidden + eps);
+  }
+
+  // The RMS norms' output from a row held in registers (src): norm(o, src vector, weight vector)
+  // stored to dst, the weight from wk (a RowParam). The row is made opaque first: the compiler
+  // re-derives its fp32 values instead of keeping those of the sum of squares alive (twice the
+  // registers).
+  template <typename W, typename Norm>
+  static KJIT_DEVICE KJIT_FORCEINLINE void weigh_cached(const RowPlace& at, V (&src)[kIters],
+                                                        const W& wk, const DTYPE* w, DTYPE* dst,
+                                                        Norm&& norm) {
+    opaque(src);
+    each(at, [&](int k, int v) {
+      V wv;
+      wk.get(k, w + v * VEC, wv);
+      V o;
+      norm(o, src[k], wv);
+      o.store(dst + v * VEC);
+    });
+  }
+
+  // The RMS norms' second pass over a long row (see rmsnorm_kernel): backwards by chunks of CHUNK,
+  // each vector of src re-read as last use beside the weight's (read-only), then
+  // norm(o, src vector, weight vector) streamed to dst.
+  template <int CHUNK, typename Norm>
+  static KJIT_DEVICE KJIT_FORCEINLINE void weigh_backward(const RowPlace& at, const DTYPE* src,
+                                                          const DTYPE* w, DTYPE* dst, Norm&& norm) {
+#pragma unroll 1
+    for (int k0 = last_chunk<CHUNK>(); k0 >= 0; k0 -= CHUNK) {
+      V sv[CHUNK];
+      V wv[CHUNK];
+      each_in_chunk<CHUNK>(at, k0, [&](int u, int v) {
+        sv[u].load_last_use(src + v * VEC);
+        wv[u].load_ro(w + v * VEC);
+      });
+      each_in_chunk<CHUNK>(at, k0, [&](int u, int v) {
+        V o;
+        norm(o, sv[u], wv[u]);
+        o.store_streaming(dst + v * VEC);
+      });
+    }
+  }
+
+  // Whether vector v = tid + k * THREADS_PER_ROW of a row held in registers (k < kIters) exists.
+  // (The loops test these calls rather than the expressions written out in their conditions: the
+  // two compile to different branches and address arithmetic for uneven rows.)
+  static KJIT_DEVICE KJIT_FORCEINLINE bool in_row(bool active, int k, int v) {
+    return active && (kEven || k < kIters - 1 || v < kVecs);
+  }
+
+  // The same for any vector index (long rows' chunks: beyond the last full chunk some vectors may
+  // not exist even when kEven).
+  static KJIT_DEVICE KJIT_FORCEINLINE bool in_range(bool active, int v) {
+    return active && v < kVecs;
   }
 
   // Hides a cached row's values from the compiler so it re-derives the fp32 values from the
