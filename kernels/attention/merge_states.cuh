@@ -56,6 +56,21 @@ struct MergeState {
 inline constexpr float kLog2e = 1.4426950408889634f;
 inline constexpr float kLn2 = 0.6931471805599453f;
 
+// The thread's place in the 128-thread block both merge kernels launch with: its lane among its
+// row's threads_per_row threads, and its row.
+template <int threads_per_row>
+KJIT_DEVICE KJIT_FORCEINLINE int merge_lane() {
+  static_assert(threads_per_row >= 1 && threads_per_row <= 32 &&
+                    (threads_per_row & (threads_per_row - 1)) == 0,
+                "threads_per_row: a power of two <= 32");
+  return int(threadIdx.x) % threads_per_row;
+}
+
+template <int threads_per_row>
+KJIT_DEVICE KJIT_FORCEINLINE long long merge_row() {
+  return (long long)blockIdx.x * (128 / threads_per_row) + int(threadIdx.x) / threads_per_row;
+}
+
 // Launch with grid = ceil(rows / (128 / threads_per_row)) and 128 threads: threads_per_row threads
 // per row (a power of two <= 32), each covering vec-element vectors of the row in turn. Every v
 // pointer and (seq, head, state) stride must be aligned to vec * sizeof(dtype) bytes.
@@ -65,13 +80,9 @@ inline constexpr float kLn2 = 0.6931471805599453f;
 template <typename dtype, int vec, int threads_per_row>
 __global__ void __launch_bounds__(128)
     merge_states2_kernel(const __grid_constant__ MergeStatesParams p) {
-  static_assert(threads_per_row >= 1 && threads_per_row <= 32 &&
-                    (threads_per_row & (threads_per_row - 1)) == 0,
-                "threads_per_row: a power of two <= 32");
   using V = Vec<dtype, vec>;
-  const int lane = int(threadIdx.x) % threads_per_row;
-  const long long row =
-      (long long)blockIdx.x * (128 / threads_per_row) + int(threadIdx.x) / threads_per_row;
+  const int lane = merge_lane<threads_per_row>();
+  const long long row = merge_row<threads_per_row>();
   const bool live = row < p.rows;
   const long long seq = live ? row / p.heads : 0;
   const int head = live ? int(row - seq * p.heads) : 0;
@@ -122,13 +133,9 @@ __global__ void __launch_bounds__(128)
 template <typename dtype, int vec, int threads_per_row>
 __global__ void __launch_bounds__(128)
     merge_states_n_kernel(const __grid_constant__ MergeStatesParams p) {
-  static_assert(threads_per_row >= 1 && threads_per_row <= 32 &&
-                    (threads_per_row & (threads_per_row - 1)) == 0,
-                "threads_per_row: a power of two <= 32");
   using V = Vec<dtype, vec>;
-  const int lane = int(threadIdx.x) % threads_per_row;
-  const long long row =
-      (long long)blockIdx.x * (128 / threads_per_row) + int(threadIdx.x) / threads_per_row;
+  const int lane = merge_lane<threads_per_row>();
+  const long long row = merge_row<threads_per_row>();
   if (row >= p.rows) return;
   const long long seq = row / p.heads;
   const int head = int(row - seq * p.heads);

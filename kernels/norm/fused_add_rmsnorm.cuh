@@ -20,6 +20,23 @@
 namespace kjit {
 namespace norm {
 
+namespace fused_add_rmsnorm {
+
+// s = DTYPE(x + r), the new residual; returns ss plus its squares (of the rounded values).
+template <typename V>
+KJIT_DEVICE KJIT_FORCEINLINE float add_rows(V& s, const V& x, const V& r, float ss) {
+  detail::round_into(s, [&](int e) { return to_float(x[e]) + to_float(r[e]); });
+  return detail::add_squares(ss, s);
+}
+
+template <typename V>
+KJIT_DEVICE KJIT_FORCEINLINE void normalise(V& o, const V& s, const V& w, float inv_rms,
+                                            float w_off) {
+  detail::round_into(o, [&](int e) { return to_float(s[e]) * inv_rms * (to_float(w[e]) + w_off); });
+}
+
+}  // namespace fused_add_rmsnorm
+
 // Launch with grid = ceil(rows / ROWS_PER_BLOCK), block = THREADS_PER_ROW * ROWS_PER_BLOCK and no
 // dynamic shared memory. input, residual, weight and both row strides must be aligned to
 // VEC * sizeof(DTYPE) bytes. input and residual must not overlap each other, and neither may
@@ -36,160 +53,79 @@ fused_add_rmsnorm_kernel(const __grid_constant__ FusedAddRmsNormParams p) {
   using V = typename Walk::V;
   constexpr int kIters = Walk::kIters;
   constexpr int kRegsPerVec = Walk::kRegsPerVec;
-  constexpr int kRegBudget = Walk::kRegBudget;
-  constexpr float kInvHidden = 1.0f / float(HIDDEN);
 
   // Both rows are in registers while their loads are in flight, so a cached row costs twice
   // what it does in rmsnorm_kernel; the weight prefetch (see there) a third share. Not with
   // 1024-thread blocks: there ptxas aims at 32 registers (two blocks per SM) and spilled rather
   // than exceed them (sm_90, fp16 x 10240 at 4-byte alignment); rows that need such blocks are
   // long enough for the weight's L2 latency to be a small part of their time.
-  constexpr bool kCacheRow =
-      kIters <= detail::kMaxCachedVecs && 2 * kIters * kRegsPerVec <= kRegBudget;
+  constexpr bool kCacheRow = Walk::holds(2 * kRegsPerVec);
   constexpr bool kPrefetchWeight =
-      kCacheRow && Walk::kThreads < 1024 && 3 * kIters * kRegsPerVec <= kRegBudget;
+      kCacheRow && Walk::kThreads < 1024 && Walk::holds(3 * kRegsPerVec);
   // Decode sizes: the prefetched weight loads go before the programmatic-launch wait (see
   // rmsnorm_kernel).
   constexpr bool kEarly = EARLY_PARAMS && kPrefetchWeight;
-  V wearly[kEarly ? kIters : 1];
-  const DTYPE* wp = static_cast<const DTYPE*>(p.weight);
-  Walk::template enter<kEarly>([&](int k, int v) { wearly[k].load(wp + v * VEC); });
-
-  int tid;
-  i64 row;
-  bool active;
-  if (!Walk::place(p.rows, tid, row, active)) return;
-
-  DTYPE* x = static_cast<DTYPE*>(p.input) + row * p.in_stride;
-  DTYPE* res = static_cast<DTYPE*>(p.residual) + row * p.res_stride;
-  const DTYPE* w = static_cast<const DTYPE*>(p.weight);
-  const float w_off = p.weight_offset;
-
-  __shared__ float partials[Walk::kPartials];
-
-  if constexpr (kCacheRow) {
-    V xv[kIters];
-    V rv[kIters];
-    V wv[kPrefetchWeight && !kEarly ? kIters : 1];
-#pragma unroll
-    for (int k = 0; k < kIters; ++k) {
-      const int v = tid + k * THREADS_PER_ROW;
-      if (Walk::in_row(active, k, v)) {
-        xv[k].load(x + v * VEC);
-        rv[k].load(res + v * VEC);
-        if constexpr (kPrefetchWeight && !kEarly) wv[k].load_ro(w + v * VEC);
-      }
-    }
-
-    // The sum takes the registers of x and the old residual (both dead after it) and goes out
-    // right away, so its stores drain while the row reduces.
-    V sv[kIters];
-    float ss = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kIters; ++k) {
-      const int v = tid + k * THREADS_PER_ROW;
-      if (Walk::in_row(active, k, v)) {
-        detail::round_into(sv[k], [&](int e) { return to_float(xv[k][e]) + to_float(rv[k][e]); });
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          const float f = to_float(sv[k][e]);
-          ss = fmaf(f, f, ss);
-        }
-        sv[k].store(res + v * VEC);
-      }
-    }
-    const float total = Walk::template sum<true>(ss, partials);
-    const float inv_rms = rsqrtf(total * kInvHidden + p.eps);
-
-    // As in rmsnorm_kernel: recompute the fp32 values from the packed row rather than keep them.
-#pragma unroll
-    for (int k = 0; k < kIters; ++k) sv[k].opaque();
-#pragma unroll
-    for (int k = 0; k < kIters; ++k) {
-      const int v = tid + k * THREADS_PER_ROW;
-      if (Walk::in_row(active, k, v)) {
-        V wk;
-        if constexpr (kEarly) {
-          wk = wearly[k];
-        } else if constexpr (kPrefetchWeight) {
-          wk = wv[k];
-        } else {
-          // Coherent on purpose, as in rmsnorm_kernel: keeps ptxas from hoisting every weight
-          // load above the stores and overflowing the register cap.
-          wk.load(w + v * VEC);
-        }
-        V o;
-        detail::round_into(
-            o, [&](int e) { return to_float(sv[k][e]) * inv_rms * (to_float(wk[e]) + w_off); });
-        o.store(x + v * VEC);
-      }
-    }
-  } else {
-    // Long rows: the first pass adds, stores the new residual and sums its squares chunk by
-    // chunk; the second reads the new residual back (from L2: this block just wrote it, and each
-    // thread reads only the vectors it wrote itself, so program order makes that read see the
-    // sum) and writes the norm over x. Backwards, with last-use loads and streaming stores, for
-    // the reasons given in rmsnorm_kernel.
-    // Two vectors per step, each with its address (8-byte vectors at 8 per chunk spilled).
-    constexpr int kChunk =
-        detail::clamp_int(kRegBudget / (2 * (kRegsPerVec + 1)), 1, detail::kMaxCachedVecs);
-
-    float ss = 0.0f;
-#pragma unroll 1
-    for (int k0 = 0; k0 < kIters; k0 += kChunk) {
-      V xv[kChunk];
-      V rv[kChunk];
-#pragma unroll
-      for (int u = 0; u < kChunk; ++u) {
-        const int v = tid + (k0 + u) * THREADS_PER_ROW;
-        if (Walk::in_range(active, v)) {
-          xv[u].load(x + v * VEC);
-          rv[u].load(res + v * VEC);
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < kChunk; ++u) {
-        const int v = tid + (k0 + u) * THREADS_PER_ROW;
-        if (Walk::in_range(active, v)) {
-          V sv;
-          detail::round_into(sv, [&](int e) { return to_float(xv[u][e]) + to_float(rv[u][e]); });
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) {
-            const float f = to_float(sv[e]);
-            ss = fmaf(f, f, ss);
-          }
-          sv.store(res + v * VEC);
-        }
-      }
-    }
-    const float total = Walk::template sum<true>(ss, partials);
-    const float inv_rms = rsqrtf(total * kInvHidden + p.eps);
-
-#pragma unroll 1
-    for (int k0 = (kIters - 1) / kChunk * kChunk; k0 >= 0; k0 -= kChunk) {
-      V rv[kChunk];
-      V wv[kChunk];
-#pragma unroll
-      for (int u = 0; u < kChunk; ++u) {
-        const int v = tid + (k0 + u) * THREADS_PER_ROW;
-        if (Walk::in_range(active, v)) {
-          rv[u].load_last_use(res + v * VEC);
-          wv[u].load_ro(w + v * VEC);
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < kChunk; ++u) {
-        const int v = tid + (k0 + u) * THREADS_PER_ROW;
-        if (Walk::in_range(active, v)) {
-          V o;
-          detail::round_into(o, [&](int e) {
-            return to_float(rv[u][e]) * inv_rms * (to_float(wv[u][e]) + w_off);
+  detail::RowParam<V, kIters, kEarly, kPrefetchWeight> wk;
+  Walk::template run<kEarly>(
+      p.rows, wk, static_cast<const DTYPE*>(p.weight),
+      [&](const detail::RowPlace& at, float* partials) {
+        DTYPE* x = static_cast<DTYPE*>(p.input) + at.row * p.in_stride;
+        DTYPE* res = static_cast<DTYPE*>(p.residual) + at.row * p.res_stride;
+        const DTYPE* w = static_cast<const DTYPE*>(p.weight);
+        const float w_off = p.weight_offset;
+        if constexpr (kCacheRow) {
+          V xv[kIters];
+          V rv[kIters];
+          Walk::each(at, [&](int k, int v) {
+            xv[k].load(x + v * VEC);
+            rv[k].load(res + v * VEC);
+            wk.load_with_row(k, w + v * VEC);
           });
-          o.store_streaming(x + v * VEC);
+
+          // The sum takes the registers of x and the old residual (both dead after it) and goes
+          // out right away, so its stores drain while the row reduces.
+          V sv[kIters];
+          float ss = 0.0f;
+          Walk::each(at, [&](int k, int v) {
+            ss = fused_add_rmsnorm::add_rows(sv[k], xv[k], rv[k], ss);
+            sv[k].store(res + v * VEC);
+          });
+          const float inv_rms = Walk::inv_rms(ss, partials, p.eps);
+          Walk::weigh_cached(at, sv, wk, w, x, [&](V& o, const V& sk, const V& wv) {
+            fused_add_rmsnorm::normalise(o, sk, wv, inv_rms, w_off);
+          });
+        } else {
+          // Long rows: the first pass adds, stores the new residual and sums its squares chunk by
+          // chunk; the second reads the new residual back (from L2: this block just wrote it, and
+          // each thread reads only the vectors it wrote itself, so program order makes that read
+          // see the sum) and writes the norm over x. Backwards, with last-use loads and streaming
+          // stores, for the reasons given in rmsnorm_kernel.
+          // Two vectors per step, each with its address (8-byte vectors at 8 per chunk spilled).
+          constexpr int kChunk = detail::clamp_int(Walk::kRegBudget / (2 * (kRegsPerVec + 1)), 1,
+                                                   detail::kMaxCachedVecs);
+
+          float ss = 0.0f;
+#pragma unroll 1
+          for (int k0 = 0; k0 < kIters; k0 += kChunk) {
+            V xv[kChunk];
+            V rv[kChunk];
+            Walk::template each_in_chunk<kChunk>(at, k0, [&](int u, int v) {
+              xv[u].load(x + v * VEC);
+              rv[u].load(res + v * VEC);
+            });
+            Walk::template each_in_chunk<kChunk>(at, k0, [&](int u, int v) {
+              V sv;
+              ss = fused_add_rmsnorm::add_rows(sv, xv[u], rv[u], ss);
+              sv.store(res + v * VEC);
+            });
+          }
+          const float inv_rms = Walk::inv_rms(ss, partials, p.eps);
+
+          Walk::template weigh_backward<kChunk>(at, res, w, x, [&](V& o, const V& sk, const V& wk) {
+            fused_add_rmsnorm::normalise(o, sk, wk, inv_rms, w_off);
+          });
         }
-      }
-    }
-  }
+      });
 }
 
 }  // namespace norm

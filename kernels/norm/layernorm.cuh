@@ -28,6 +28,36 @@
 namespace kjit {
 namespace norm {
 
+namespace layernorm {
+
+// s plus the sum of the vector's values, in fp32.
+template <typename V>
+KJIT_DEVICE KJIT_FORCEINLINE float add_values(float s, const V& x) {
+#pragma unroll
+  for (int e = 0; e < V::kSize; ++e) s += to_float(x[e]);
+  return s;
+}
+
+// m2 plus the squared deviations of the vector's values from mean.
+template <typename V>
+KJIT_DEVICE KJIT_FORCEINLINE float add_deviations(float m2, const V& x, float mean) {
+#pragma unroll
+  for (int e = 0; e < V::kSize; ++e) {
+    const float d = to_float(x[e]) - mean;
+    m2 = fmaf(d, d, m2);
+  }
+  return m2;
+}
+
+template <typename V, typename P>
+KJIT_DEVICE KJIT_FORCEINLINE void normalise(V& o, const V& x, float mean, float inv_std, const P& g,
+                                            const P& b) {
+  detail::round_into(
+      o, [&](int e) { return fmaf((to_float(x[e]) - mean) * inv_std, g.get(e), b.get(e)); });
+}
+
+}  // namespace layernorm
+
 // Launch with grid = ceil(rows / ROWS_PER_BLOCK), block = THREADS_PER_ROW * ROWS_PER_BLOCK and no
 // dynamic shared memory. input, out and both row strides must be aligned to VEC * sizeof(DTYPE)
 // bytes, gamma and beta to min(VEC * sizeof(PARAM_DTYPE), 16) bytes. out may be input itself (in
@@ -59,193 +89,119 @@ layernorm_kernel(const __grid_constant__ LayerNormParams p) {
                              kIters * kRegsPerVec + 2 * (kRegsPerParam - kRegsPerVec) <= kRegBudget;
   // gamma and beta issued with x hide their latency behind x's (see rmsnorm_kernel), where the
   // registers allow.
-  constexpr bool kPrefetchParams =
-      kCacheRow && kIters * (kRegsPerVec + 2 * kRegsPerParam) <= kRegBudget;
+  constexpr bool kPrefetchParams = kCacheRow && Walk::holds(kRegsPerVec + 2 * kRegsPerParam);
   // Decode sizes: the prefetched gamma / beta loads go before the programmatic-launch wait (see
   // rmsnorm_kernel).
   constexpr bool kEarly = EARLY_PARAMS && kPrefetchParams;
-  P gearly[kEarly ? kIters : 1];
-  P bearly[kEarly ? kIters : 1];
+  detail::RowParam<P, kIters, kEarly, kPrefetchParams> gk;
+  detail::RowParam<P, kIters, kEarly, kPrefetchParams> bk;
   const PARAM_DTYPE* gp = static_cast<const PARAM_DTYPE*>(p.gamma);
   const PARAM_DTYPE* bp = static_cast<const PARAM_DTYPE*>(p.beta);
-  Walk::template enter<kEarly>([&](int k, int v) {
-    gearly[k].load(gp + v * VEC);
-    bearly[k].load(bp + v * VEC);
-  });
 
-  int tid;
-  i64 row;
-  bool active;
-  if (!Walk::place(p.rows, tid, row, active)) return;
+  Walk::template run<kEarly>(
+      p.rows,
+      [&](int k, int v) {
+        gk.load_early(k, gp + v * VEC);
+        bk.load_early(k, bp + v * VEC);
+      },
+      [&](const detail::RowPlace& at, float* partials) {
+        const DTYPE* x = static_cast<const DTYPE*>(p.input) + at.row * p.in_stride;
+        DTYPE* y = static_cast<DTYPE*>(p.out) + at.row * p.out_stride;
+        const PARAM_DTYPE* g = static_cast<const PARAM_DTYPE*>(p.gamma);
+        const PARAM_DTYPE* b = static_cast<const PARAM_DTYPE*>(p.beta);
 
-  const DTYPE* x = static_cast<const DTYPE*>(p.input) + row * p.in_stride;
-  DTYPE* y = static_cast<DTYPE*>(p.out) + row * p.out_stride;
-  const PARAM_DTYPE* g = static_cast<const PARAM_DTYPE*>(p.gamma);
-  const PARAM_DTYPE* b = static_cast<const PARAM_DTYPE*>(p.beta);
+        if constexpr (kCacheRow) {
+          V xv[kIters];
+          Walk::each(at, [&](int k, int v) {
+            xv[k].load(x + v * VEC);
+            gk.load_with_row(k, g + v * VEC);
+            bk.load_with_row(k, b + v * VEC);
+          });
 
-  if constexpr (kCacheRow) {
-    V xv[kIters];
-    P gv[kPrefetchParams && !kEarly ? kIters : 1];
-    P bv[kPrefetchParams && !kEarly ? kIters : 1];
-#pragma unroll
-    for (int k = 0; k < kIters; ++k) {
-      const int v = tid + k * THREADS_PER_ROW;
-      if (Walk::in_row(active, k, v)) {
-        xv[k].load(x + v * VEC);
-        if constexpr (kPrefetchParams && !kEarly) {
-          gv[k].load_ro(g + v * VEC);
-          bv[k].load_ro(b + v * VEC);
-        }
-      }
-    }
+          // The row's statistics: the sum over the row, then the squared deviations from its
+          // mean, over registers.
+          float s = 0.0f;
+          Walk::each(at, [&](int k, int) { s = layernorm::add_values(s, xv[k]); });
+          const float mean = Walk::sum(s, partials) / kHidden;
 
-    // The row's statistics: the sum over the row, then the squared deviations from its mean,
-    // over registers.
-    __shared__ float partials[Walk::kPartials];
-    float s = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kIters; ++k) {
-      const int v = tid + k * THREADS_PER_ROW;
-      if (Walk::in_row(active, k, v)) {
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) s += to_float(xv[k][e]);
-      }
-    }
-    const float mean = Walk::sum(s, partials) / kHidden;
+          // Each pass re-derives the fp32 values from the packed row (see RowWalk::opaque).
+          Walk::opaque(xv);
+          float m2 = 0.0f;
+          Walk::each(at, [&](int k, int) { m2 = layernorm::add_deviations(m2, xv[k], mean); });
+          const float var = Walk::template sum<true>(m2, partials) / kHidden;
+          const float inv_std = rsqrtf(var + p.eps);
 
-    // Each pass re-derives the fp32 values from the packed row (see rmsnorm_kernel).
-#pragma unroll
-    for (int k = 0; k < kIters; ++k) xv[k].opaque();
-    float m2 = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kIters; ++k) {
-      const int v = tid + k * THREADS_PER_ROW;
-      if (Walk::in_row(active, k, v)) {
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          const float d = to_float(xv[k][e]) - mean;
-          m2 = fmaf(d, d, m2);
-        }
-      }
-    }
-    const float var = Walk::template sum<true>(m2, partials) / kHidden;
-    const float inv_std = rsqrtf(var + p.eps);
-
-#pragma unroll
-    for (int k = 0; k < kIters; ++k) xv[k].opaque();
-#pragma unroll
-    for (int k = 0; k < kIters; ++k) {
-      const int v = tid + k * THREADS_PER_ROW;
-      if (Walk::in_row(active, k, v)) {
-        P gk, bk;
-        if constexpr (kEarly) {
-          gk = gearly[k];
-          bk = bearly[k];
-        } else if constexpr (kPrefetchParams) {
-          gk = gv[k];
-          bk = bv[k];
+          Walk::opaque(xv);
+          Walk::each(at, [&](int k, int v) {
+            P gv, bv;
+            gk.get(k, g + v * VEC, gv);
+            bk.get(k, b + v * VEC, bv);
+            V o;
+            layernorm::normalise(o, xv[k], mean, inv_std, gv, bv);
+            o.store(y + v * VEC);
+          });
         } else {
-          // Coherent on purpose, as in rmsnorm_kernel: keeps ptxas from hoisting every parameter
-          // load above the stores and overflowing the register cap.
-          gk.load(g + v * VEC);
-          bk.load(b + v * VEC);
-        }
-        V o;
-        detail::round_into(o, [&](int e) {
-          return fmaf((to_float(xv[k][e]) - mean) * inv_std, gk.get(e), bk.get(e));
-        });
-        o.store(y + v * VEC);
-      }
-    }
-  } else {
-    // Long rows. Per chunk: the chunk's own mean and squared deviations from it (exact two-pass
-    // over the registers), merged into the thread's running (n, mean, m2) by Chan et al.'s
-    // update. The row's statistics then come from two sums over threads:
-    //   mean = sum(n_t * mean_t) / HIDDEN,  m2 = sum(m2_t + n_t * (mean_t - mean)^2)
-    // where every term is non-negative: nothing cancels.
-    // Pass 1 leaves room for wide parameters as the cached path does: ptxas may hoist pass 2's
-    // (read-only) gamma/beta loads into it (bf16 x 65536 with fp32 parameters spilled otherwise).
-    constexpr int kChunk1 = detail::clamp_int(
-        (kRegBudget - 2 * (kRegsPerParam - kRegsPerVec)) / kRegsPerVec, 1, detail::kMaxCachedVecs);
-    constexpr int kChunk2 = detail::clamp_int(kRegBudget / (kRegsPerVec + 2 * kRegsPerParam), 1,
-                                              detail::kMaxCachedVecs);
-    __shared__ float partials[Walk::kPartials];
+          // Long rows. Per chunk: the chunk's own mean and squared deviations from it (exact
+          // two-pass over the registers), merged into the thread's running (n, mean, m2) by Chan
+          // et al.'s update. The row's statistics then come from two sums over threads:
+          //   mean = sum(n_t * mean_t) / HIDDEN,  m2 = sum(m2_t + n_t * (mean_t - mean)^2)
+          // where every term is non-negative: nothing cancels.
+          // Pass 1 leaves room for wide parameters as the cached path does: ptxas may hoist pass
+          // 2's (read-only) gamma/beta loads into it (bf16 x 65536 with fp32 parameters spilled
+          // otherwise).
+          constexpr int kChunk1 =
+              detail::clamp_int((kRegBudget - 2 * (kRegsPerParam - kRegsPerVec)) / kRegsPerVec, 1,
+                                detail::kMaxCachedVecs);
+          constexpr int kChunk2 = detail::clamp_int(kRegBudget / (kRegsPerVec + 2 * kRegsPerParam),
+                                                    1, detail::kMaxCachedVecs);
 
-    float n = 0.0f, mean_t = 0.0f, m2 = 0.0f;
+          float n = 0.0f, mean_t = 0.0f, m2 = 0.0f;
 #pragma unroll 1
-    for (int k0 = 0; k0 < kIters; k0 += kChunk1) {
-      V xv[kChunk1];
-      int count = 0;
-#pragma unroll
-      for (int u = 0; u < kChunk1; ++u) {
-        const int v = tid + (k0 + u) * THREADS_PER_ROW;
-        if (Walk::in_range(active, v)) {
-          xv[u].load(x + v * VEC);
-          count += VEC;
-        }
-      }
-      if (count == 0) break;  // later chunks of this thread are past the row end as well
-      float cs = 0.0f;
-#pragma unroll
-      for (int u = 0; u < kChunk1; ++u) {
-        const int v = tid + (k0 + u) * THREADS_PER_ROW;
-        if (Walk::in_range(active, v)) {
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) cs += to_float(xv[u][e]);
-        }
-      }
-      const float cn = float(count);
-      const float cm = cs / cn;
-      float cm2 = 0.0f;
-#pragma unroll
-      for (int u = 0; u < kChunk1; ++u) {
-        const int v = tid + (k0 + u) * THREADS_PER_ROW;
-        if (Walk::in_range(active, v)) {
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) {
-            const float d = to_float(xv[u][e]) - cm;
-            cm2 = fmaf(d, d, cm2);
+          for (int k0 = 0; k0 < kIters; k0 += kChunk1) {
+            V xv[kChunk1];
+            int count = 0;
+            Walk::template each_in_chunk<kChunk1>(at, k0, [&](int u, int v) {
+              xv[u].load(x + v * VEC);
+              count += VEC;
+            });
+            if (count == 0) break;  // later chunks of this thread are past the row end
+            float cs = 0.0f;
+            Walk::template each_in_chunk<kChunk1>(
+                at, k0, [&](int u, int) { cs = layernorm::add_values(cs, xv[u]); });
+            const float cn = float(count);
+            const float cm = cs / cn;
+            float cm2 = 0.0f;
+            Walk::template each_in_chunk<kChunk1>(
+                at, k0, [&](int u, int) { cm2 = layernorm::add_deviations(cm2, xv[u], cm); });
+            const float nn = n + cn;
+            const float delta = cm - mean_t;
+            mean_t = fmaf(delta, cn / nn, mean_t);
+            m2 += cm2 + delta * delta * (n * cn / nn);
+            n = nn;
+          }
+          const float mean = Walk::sum(n * mean_t, partials) / kHidden;
+          const float dm = mean_t - mean;
+          const float var = Walk::template sum<true>(fmaf(n * dm, dm, m2), partials) / kHidden;
+          const float inv_std = rsqrtf(var + p.eps);
+
+#pragma unroll 1
+          for (int k0 = Walk::template last_chunk<kChunk2>(); k0 >= 0; k0 -= kChunk2) {
+            V xv[kChunk2];
+            P gv[kChunk2];
+            P bv[kChunk2];
+            Walk::template each_in_chunk<kChunk2>(at, k0, [&](int u, int v) {
+              xv[u].load_last_use(x + v * VEC);
+              gv[u].load_ro(g + v * VEC);
+              bv[u].load_ro(b + v * VEC);
+            });
+            Walk::template each_in_chunk<kChunk2>(at, k0, [&](int u, int v) {
+              V o;
+              layernorm::normalise(o, xv[u], mean, inv_std, gv[u], bv[u]);
+              o.store_streaming(y + v * VEC);
+            });
           }
         }
-      }
-      const float nn = n + cn;
-      const float delta = cm - mean_t;
-      mean_t = fmaf(delta, cn / nn, mean_t);
-      m2 += cm2 + delta * delta * (n * cn / nn);
-      n = nn;
-    }
-    const float mean = Walk::sum(n * mean_t, partials) / kHidden;
-    const float dm = mean_t - mean;
-    const float var = Walk::template sum<true>(fmaf(n * dm, dm, m2), partials) / kHidden;
-    const float inv_std = rsqrtf(var + p.eps);
-
-#pragma unroll 1
-    for (int k0 = (kIters - 1) / kChunk2 * kChunk2; k0 >= 0; k0 -= kChunk2) {
-      V xv[kChunk2];
-      P gv[kChunk2];
-      P bv[kChunk2];
-#pragma unroll
-      for (int u = 0; u < kChunk2; ++u) {
-        const int v = tid + (k0 + u) * THREADS_PER_ROW;
-        if (Walk::in_range(active, v)) {
-          xv[u].load_last_use(x + v * VEC);
-          gv[u].load_ro(g + v * VEC);
-          bv[u].load_ro(b + v * VEC);
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < kChunk2; ++u) {
-        const int v = tid + (k0 + u) * THREADS_PER_ROW;
-        if (Walk::in_range(active, v)) {
-          V o;
-          detail::round_into(o, [&](int e) {
-            return fmaf((to_float(xv[u][e]) - mean) * inv_std, gv[u].get(e), bv[u].get(e));
-          });
-          o.store_streaming(y + v * VEC);
-        }
-      }
-    }
-  }
+      });
 }
 
 }  // namespace norm

@@ -19,6 +19,19 @@
 namespace kjit {
 namespace norm {
 
+namespace rmsnorm {
+
+template <typename T, int N>
+KJIT_DEVICE KJIT_FORCEINLINE void normalise(Vec<T, N>& o, const Vec<T, N>& x, const Vec<T, N>& w,
+                                            float inv_rms, float w_off) {
+#pragma unroll
+  for (int e = 0; e < N; ++e) {
+    o[e] = from_float<T>(to_float(x[e]) * inv_rms * (to_float(w[e]) + w_off));
+  }
+}
+
+}  // namespace rmsnorm
+
 // Launch with grid = ceil(rows / ROWS_PER_BLOCK), block = THREADS_PER_ROW * ROWS_PER_BLOCK and no
 // dynamic shared memory. input, weight, out and both row strides must be aligned to
 // VEC * sizeof(DTYPE) bytes. out may be input itself (in place, equal strides); otherwise out must
@@ -36,157 +49,71 @@ rmsnorm_kernel(const __grid_constant__ RmsNormParams p) {
   // clang-format on
   using Walk = detail::RowWalk<DTYPE, HIDDEN, VEC, THREADS_PER_ROW, ROWS_PER_BLOCK>;
   using V = typename Walk::V;
-  constexpr int kIters = Walk::kIters;
   constexpr int kRegsPerVec = Walk::kRegsPerVec;
-  constexpr float kInvHidden = 1.0f / float(HIDDEN);
 
-  constexpr bool kCacheRow =
-      kIters <= detail::kMaxCachedVecs && kIters * kRegsPerVec <= Walk::kRegBudget;
+  constexpr bool kCacheRow = Walk::holds(kRegsPerVec);
   // Issuing the weight loads together with x hides their (L2/L1) latency behind x's DRAM
   // latency, which is most of the run time when there are only a few rows (decode). It doubles
   // the register footprint, so only where that still fits.
-  constexpr bool kPrefetchWeight = kCacheRow && 2 * kIters * kRegsPerVec <= Walk::kRegBudget;
+  constexpr bool kPrefetchWeight = kCacheRow && Walk::holds(2 * kRegsPerVec);
   // The decode-size variant issues the prefetched weight loads before the programmatic-launch
   // wait: at a few rows the kernel's time after the wait is a chain of round trips (x, the
   // reduction, the weight, the store), and ptxas sinks read-only (.nc) weight loads past the
   // reduction. Plain loads written before the wait stay there.
   constexpr bool kEarly = EARLY_PARAMS && kPrefetchWeight;
-  V wearly[kEarly ? kIters : 1];
-  const DTYPE* wp = static_cast<const DTYPE*>(p.weight);
-  Walk::template enter<kEarly>([&](int k, int v) { wearly[k].load(wp + v * VEC); });
-
-  int tid;
-  i64 row;
-  bool active;
-  if (!Walk::place(p.rows, tid, row, active)) return;
-
-  // 64-bit: rows * stride can exceed 2^31 elements.
-  const DTYPE* x = static_cast<const DTYPE*>(p.input) + row * p.in_stride;
-  DTYPE* y = static_cast<DTYPE*>(p.out) + row * p.out_stride;
-  const DTYPE* w = static_cast<const DTYPE*>(p.weight);
-  const float w_off = p.weight_offset;
-
-  __shared__ float partials[Walk::kPartials];
-
-  if constexpr (kCacheRow) {
-    V xv[kIters];
-    V wv[kPrefetchWeight && !kEarly ? kIters : 1];
-    // All loads first, so each thread has its whole share of the row in flight at once.
-#pragma unroll
-    for (int k = 0; k < kIters; ++k) {
-      const int v = tid + k * THREADS_PER_ROW;
-      if (Walk::in_row(active, k, v)) {
-        xv[k].load(x + v * VEC);
-        if constexpr (kPrefetchWeight && !kEarly) wv[k].load_ro(w + v * VEC);
-      }
-    }
-
-    float ss = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kIters; ++k) {
-      const int v = tid + k * THREADS_PER_ROW;
-      if (Walk::in_row(active, k, v)) {
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          const float f = to_float(xv[k][e]);
-          ss = fmaf(f, f, ss);
-        }
-      }
-    }
-    const float total = Walk::template sum<true>(ss, partials);
-    const float inv_rms = rsqrtf(total * kInvHidden + p.eps);
-
-    // Re-derive the fp32 values from the packed row below instead of letting the compiler keep
-    // the ones from the sum of squares alive: those would take twice the registers.
-#pragma unroll
-    for (int k = 0; k < kIters; ++k) xv[k].opaque();
-#pragma unroll
-    for (int k = 0; k < kIters; ++k) {
-      const int v = tid + k * THREADS_PER_ROW;
-      if (Walk::in_row(active, k, v)) {
-        V wk;
-        if constexpr (kEarly) {
-          wk = wearly[k];
-        } else if constexpr (kPrefetchWeight) {
-          wk = wv[k];
+  detail::RowParam<V, Walk::kIters, kEarly, kPrefetchWeight> wk;
+  Walk::template run<kEarly>(
+      p.rows, wk, static_cast<const DTYPE*>(p.weight),
+      [&](const detail::RowPlace& at, float* partials) {
+        // 64-bit: rows * stride can exceed 2^31 elements.
+        const DTYPE* x = static_cast<const DTYPE*>(p.input) + at.row * p.in_stride;
+        DTYPE* y = static_cast<DTYPE*>(p.out) + at.row * p.out_stride;
+        const DTYPE* w = static_cast<const DTYPE*>(p.weight);
+        const float w_off = p.weight_offset;
+        if constexpr (kCacheRow) {
+          // All loads first, so each thread has its whole share of the row in flight at once.
+          V xv[Walk::kIters];
+          Walk::each(at, [&](int k, int v) {
+            xv[k].load(x + v * VEC);
+            wk.load_with_row(k, w + v * VEC);
+          });
+          float ss = 0.0f;
+          Walk::each(at, [&](int k, int) { ss = detail::add_squares(ss, xv[k]); });
+          const float inv_rms = Walk::inv_rms(ss, partials, p.eps);
+          Walk::weigh_cached(at, xv, wk, w, y, [&](V& o, const V& xk, const V& wv) {
+            rmsnorm::normalise(o, xk, wv, inv_rms, w_off);
+          });
         } else {
-          // A coherent load on purpose: it stays ordered after the previous store, so ptxas
-          // cannot hoist every weight load to the top and overflow the tight register cap that
-          // made us skip the prefetch in the first place.
-          wk.load(w + v * VEC);
-        }
-        V o;
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          o[e] = from_float<DTYPE>(to_float(xv[k][e]) * inv_rms * (to_float(wk[e]) + w_off));
-        }
-        o.store(y + v * VEC);
-      }
-    }
-  } else {
-    // Long rows: two passes over x. The second read should come from L2, since the row was just
-    // read by the same block. Each pass works in chunks of vectors loaded together so that a
-    // thread still keeps several independent loads in flight.
-    //
-    // All resident rows together can outgrow L2 (two 256 KB rows per SM is 67 MB), so the second
-    // pass helps L2 keep what is still to be re-read: it walks the row backwards (the most
-    // recently read part first), marks its reads as last use and streams its stores. On H200
-    // this took fp32 x 65536 from 3.1 to 3.6 TB/s and bf16 x 262144 from 2.8 to 3.0 TB/s.
-    constexpr int kChunk1 =
-        detail::clamp_int(Walk::kRegBudget / kRegsPerVec, 1, detail::kMaxCachedVecs);
-    constexpr int kChunk2 =
-        detail::clamp_int(Walk::kRegBudget / (2 * kRegsPerVec), 1, detail::kMaxCachedVecs);
+          // Long rows: two passes over x. The second read should come from L2, since the row was
+          // just read by the same block. Each pass works in chunks of vectors loaded together so
+          // that a thread still keeps several independent loads in flight.
+          //
+          // All resident rows together can outgrow L2 (two 256 KB rows per SM is 67 MB), so the
+          // second pass helps L2 keep what is still to be re-read: it walks the row backwards
+          // (the most recently read part first), marks its reads as last use and streams its
+          // stores. On H200 this took fp32 x 65536 from 3.1 to 3.6 TB/s and bf16 x 262144 from
+          // 2.8 to 3.0 TB/s.
+          constexpr int kChunk1 =
+              detail::clamp_int(Walk::kRegBudget / kRegsPerVec, 1, detail::kMaxCachedVecs);
+          constexpr int kChunk2 =
+              detail::clamp_int(Walk::kRegBudget / (2 * kRegsPerVec), 1, detail::kMaxCachedVecs);
 
-    float ss = 0.0f;
+          float ss = 0.0f;
 #pragma unroll 1
-    for (int k0 = 0; k0 < kIters; k0 += kChunk1) {
-      V xv[kChunk1];
-#pragma unroll
-      for (int u = 0; u < kChunk1; ++u) {
-        const int v = tid + (k0 + u) * THREADS_PER_ROW;
-        if (Walk::in_range(active, v)) xv[u].load(x + v * VEC);
-      }
-#pragma unroll
-      for (int u = 0; u < kChunk1; ++u) {
-        const int v = tid + (k0 + u) * THREADS_PER_ROW;
-        if (Walk::in_range(active, v)) {
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) {
-            const float f = to_float(xv[u][e]);
-            ss = fmaf(f, f, ss);
+          for (int k0 = 0; k0 < Walk::kIters; k0 += kChunk1) {
+            V xv[kChunk1];
+            Walk::template each_in_chunk<kChunk1>(at, k0,
+                                                  [&](int u, int v) { xv[u].load(x + v * VEC); });
+            Walk::template each_in_chunk<kChunk1>(
+                at, k0, [&](int u, int) { ss = detail::add_squares(ss, xv[u]); });
           }
-        }
-      }
-    }
-    const float total = Walk::template sum<true>(ss, partials);
-    const float inv_rms = rsqrtf(total * kInvHidden + p.eps);
+          const float inv_rms = Walk::inv_rms(ss, partials, p.eps);
 
-#pragma unroll 1
-    for (int k0 = (kIters - 1) / kChunk2 * kChunk2; k0 >= 0; k0 -= kChunk2) {
-      V xv[kChunk2];
-      V wv[kChunk2];
-#pragma unroll
-      for (int u = 0; u < kChunk2; ++u) {
-        const int v = tid + (k0 + u) * THREADS_PER_ROW;
-        if (Walk::in_range(active, v)) {
-          xv[u].load_last_use(x + v * VEC);
-          wv[u].load_ro(w + v * VEC);
+          Walk::template weigh_backward<kChunk2>(at, x, w, y, [&](V& o, const V& xk, const V& wk) {
+            rmsnorm::normalise(o, xk, wk, inv_rms, w_off);
+          });
         }
-      }
-#pragma unroll
-      for (int u = 0; u < kChunk2; ++u) {
-        const int v = tid + (k0 + u) * THREADS_PER_ROW;
-        if (Walk::in_range(active, v)) {
-          V o;
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) {
-            o[e] = from_float<DTYPE>(to_float(xv[u][e]) * inv_rms * (to_float(wv[u][e]) + w_off));
-          }
-          o.store_streaming(y + v * VEC);
-        }
-      }
-    }
-  }
+      });
 }
 
 }  // namespace norm

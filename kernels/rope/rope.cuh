@@ -72,6 +72,38 @@ KJIT_DEVICE KJIT_FORCEINLINE float load_cache(const void* row, long long i, int 
   return to_float(__ldg(static_cast<const __nv_bfloat16*>(row) + i));
 }
 
+// The heads [begin, end) of one token that the token's block `chunk` covers (q heads, then k).
+struct HeadChunk {
+  int begin, end;
+};
+
+KJIT_DEVICE KJIT_FORCEINLINE HeadChunk head_chunk(const RopeArgs& a, int chunk) {
+  const int total = a.q_heads + a.k_heads;
+  const int begin = chunk * a.heads_per_chunk;
+  return {begin, min(begin + a.heads_per_chunk, total)};
+}
+
+// One head's rotated slice in fp32: v = the N / VEC vectors of x (VEC elements each) with each of
+// the FREQS pairs rotated by its (cos, sin). NeoX pairs element f of each half; GPT-J the f-th
+// adjacent pair.
+template <bool INTERLEAVE, typename T, int VEC, int FREQS, int N>
+KJIT_DEVICE KJIT_FORCEINLINE void rotate(const Vec<T, VEC>* x, const float (&cs)[FREQS],
+                                         const float (&sn)[FREQS], float (&v)[N]) {
+#pragma unroll
+  for (int j = 0; j < N / VEC; ++j) {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) v[j * VEC + e] = to_float(x[j][e]);
+  }
+#pragma unroll
+  for (int f = 0; f < FREQS; ++f) {
+    const int i1 = INTERLEAVE ? 2 * f : f;
+    const int i2 = INTERLEAVE ? 2 * f + 1 : VEC + f;
+    const float a = v[i1], b = v[i2];
+    v[i1] = fmaf(a, cs[f], -b * sn[f]);
+    v[i2] = fmaf(b, cs[f], a * sn[f]);
+  }
+}
+
 // What both RoPE kernels share: the shape's checks and sizes, and a token's heads (q heads first,
 // then k heads, each with its own strides) with the copy of their dims past ROT_DIM.
 template <typename DTYPE, int HEAD_DIM, int ROT_DIM, bool INTERLEAVE, int VEC, int MODE>
@@ -218,12 +250,9 @@ rope_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DIM / 2 :
 
   // Offset in the head of this thread's j-th vector.
   auto elem_offset = [unit](int j) { return Shape::elem_offset(unit, j); };
-  const int h_total = p.a.q_heads + p.a.k_heads;
-  const int h_begin = chunk * p.a.heads_per_chunk;
-  const int h_end = min(h_begin + p.a.heads_per_chunk, h_total);
+  const detail::HeadChunk heads = detail::head_chunk(p.a, chunk);
+  const int h_begin = heads.begin, h_end = heads.end;
   const long long tk = token;
-  auto head_in = [&](int h) { return Shape::head_in(p.a, tk, h); };
-  auto head_out = [&](int h) { return Shape::head_out(p.a, tk, h); };
 
   for (int h0 = h_begin + slot; h0 < h_end; h0 += kInFlight * slots) {
     V x[kInFlight][kLoads];
@@ -231,7 +260,7 @@ rope_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DIM / 2 :
     for (int i = 0; i < kInFlight; ++i) {
       const int h = h0 + i * slots;
       if (h < h_end) {
-        const DTYPE* src = head_in(h);
+        const DTYPE* src = Shape::head_in(p.a, tk, h);
 #pragma unroll
         for (int j = 0; j < kLoads; ++j) x[i][j].load(src + elem_offset(j));
       }
@@ -249,21 +278,8 @@ rope_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DIM / 2 :
       const int h = h0 + i * slots;
       if (h < h_end) {
         float v[kLoads * VEC];
-#pragma unroll
-        for (int j = 0; j < kLoads; ++j) {
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) v[j * VEC + e] = to_float(x[i][j][e]);
-        }
-#pragma unroll
-        for (int f = 0; f < kFreqs; ++f) {
-          // NeoX: element f of each half; GPT-J: the f-th adjacent pair.
-          const int i1 = INTERLEAVE ? 2 * f : f;
-          const int i2 = INTERLEAVE ? 2 * f + 1 : VEC + f;
-          const float a = v[i1], b = v[i2];
-          v[i1] = fmaf(a, cs[f], -b * sn[f]);
-          v[i2] = fmaf(b, cs[f], a * sn[f]);
-        }
-        DTYPE* dst = head_out(h);
+        detail::rotate<INTERLEAVE>(x[i], cs, sn, v);
+        DTYPE* dst = Shape::head_out(p.a, tk, h);
 #pragma unroll
         for (int j = 0; j < kLoads; ++j) {
           V o;
@@ -327,16 +343,13 @@ rope_decode_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DI
   const int slot = int(threadIdx.x) / kUnits;
   const int lane = int(threadIdx.x) & 31;
   auto elem_offset = [unit](int j) { return Shape::elem_offset(unit, j); };
-  const int h_total = p.a.q_heads + p.a.k_heads;
-  const int h_begin = chunk * p.a.heads_per_chunk;
-  const int h_end = min(h_begin + p.a.heads_per_chunk, h_total);
+  const detail::HeadChunk heads = detail::head_chunk(p.a, chunk);
+  const int h_begin = heads.begin, h_end = heads.end;
   const long long tk = token;
-  auto head_in = [&](int h) { return Shape::head_in(p.a, tk, h); };
-  auto head_out = [&](int h) { return Shape::head_out(p.a, tk, h); };
   const int h = h_begin + slot;
   const bool has_head = h < h_end;
-  const DTYPE* src = head_in(has_head ? h : h_begin) + elem_offset(0);
-  DTYPE* dst = head_out(has_head ? h : h_begin) + elem_offset(0);
+  const DTYPE* src = Shape::head_in(p.a, tk, has_head ? h : h_begin) + elem_offset(0);
+  DTYPE* dst = Shape::head_out(p.a, tk, has_head ? h : h_begin) + elem_offset(0);
 
   // This lane's frequencies (clamped: lanes past the last one compute an angle nobody takes).
   int fl[kA];
@@ -414,19 +427,7 @@ rope_decode_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DI
   // out: the head's first vector (elem_offset(0)).
   auto rotate_store = [&](const V* xh, DTYPE* out) {
     float v[kLoads * VEC];
-#pragma unroll
-    for (int j = 0; j < kLoads; ++j) {
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) v[j * VEC + e] = to_float(xh[j][e]);
-    }
-#pragma unroll
-    for (int f = 0; f < kFreqs; ++f) {
-      const int i1 = INTERLEAVE ? 2 * f : f;
-      const int i2 = INTERLEAVE ? 2 * f + 1 : VEC + f;
-      const float a = v[i1], b = v[i2];
-      v[i1] = fmaf(a, cs[f], -b * sn[f]);
-      v[i2] = fmaf(b, cs[f], a * sn[f]);
-    }
+    detail::rotate<INTERLEAVE>(xh, cs, sn, v);
 #pragma unroll
     for (int j = 0; j < kLoads; ++j) {
       V o;
@@ -439,10 +440,10 @@ rope_decode_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DI
   // More heads than slots in this block (the host avoids it at decode sizes): one at a time.
   for (int hh = h + slots; hh < h_end; hh += slots) {
     V y[kLoads];
-    const DTYPE* s2 = head_in(hh);
+    const DTYPE* s2 = Shape::head_in(p.a, tk, hh);
 #pragma unroll
     for (int j = 0; j < kLoads; ++j) y[j].load(s2 + elem_offset(j));
-    rotate_store(y, head_out(hh) + elem_offset(0));
+    rotate_store(y, Shape::head_out(p.a, tk, hh) + elem_offset(0));
   }
 
   Shape::copy_pass(p.a, tk, h, h_end, slots, unit);

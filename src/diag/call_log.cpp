@@ -47,31 +47,11 @@ CallLog& CallLog::tensor(const char* name, ArgKind kind, const DLTensor* t) {
   return *this;
 }
 
-CallLog& CallLog::scalar(const char* name, float v) {
+CallLog& CallLog::number(const char* name, ScalarType type, double f, int64_t i) {
   CallArg& a = add(name, ArgKind::kScalar);
-  a.scalar_type = ScalarType::kF32;
-  a.f = v;
-  return *this;
-}
-
-CallLog& CallLog::scalar(const char* name, double v) {
-  CallArg& a = add(name, ArgKind::kScalar);
-  a.scalar_type = ScalarType::kF64;
-  a.f = v;
-  return *this;
-}
-
-CallLog& CallLog::scalar(const char* name, int v) {
-  CallArg& a = add(name, ArgKind::kScalar);
-  a.scalar_type = ScalarType::kI32;
-  a.i = v;
-  return *this;
-}
-
-CallLog& CallLog::scalar(const char* name, int64_t v) {
-  CallArg& a = add(name, ArgKind::kScalar);
-  a.scalar_type = ScalarType::kI64;
-  a.i = v;
+  a.scalar_type = type;
+  a.f = f;
+  a.i = i;
   return *this;
 }
 
@@ -362,6 +342,9 @@ class CallRecord final : public jit::KernelObserver {
   void stats(std::string& block, bool before);
   void dump_before(std::string& block);
   void dump_after(kjit_status status, std::string& block);
+  // Writes the arguments a dump keeps (inputs before the call, outputs after it) to
+  // dump_dir_ / file and records in data_notes_ where each went or why it is missing.
+  void write_tensors(bool before, const char* file);
   void write_call_json(const char* status, const std::string& message);
   json args_json() const;
 
@@ -619,6 +602,45 @@ void CallRecord::write_call_json(const char* status, const std::string& message)
   util::write_file_atomic(dump_dir_ / "call.json", j.dump(2) + "\n");
 }
 
+void CallRecord::write_tensors(bool before, const char* file) {
+  const auto& args = log_.args();
+  std::vector<std::string> buffers;
+  buffers.reserve(args.size());
+  std::vector<st::TensorView> views;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (!wants_data(args[i].kind, before) || args[i].tensor == nullptr) continue;
+    const auto& d = descs_[i];
+    auto dt = d ? safetensors_dtype(d->dtype) : std::nullopt;
+    std::string err;
+    if (!d) {
+      err = desc_errors_[i];
+    } else if (!dt) {
+      err = "dtype " + dtype_label(d->dtype) + " has no safetensors form";
+    } else if (d->on_cuda() && !host_read_ok_) {
+      err = "device memory not readable (see sync)";
+    } else {
+      buffers.emplace_back();
+      if (read_tensor(*d, d->numel, buffers.back(), &err)) {
+        views.push_back({args[i].name, *dt, d->shape, buffers.back().data()});
+        written_ += buffers.back().size();
+        err.clear();
+      } else {
+        buffers.pop_back();
+      }
+    }
+    const std::string where = err.empty() ? std::string(file) : "missing: " + err;
+    // An in-place argument keeps its note from before the call and adds this one.
+    json& note = data_notes_[args[i].name];
+    note = !before && args[i].kind == ArgKind::kInOut && note.is_string()
+               ? json(note.get<std::string>() + ", " + where)
+               : json(where);
+  }
+  st::write_file(dump_dir_ / file, views,
+                 {{"kjit_api", api_},
+                  {"kjit_call", std::to_string(id_)},
+                  {"kjit_version", jit::kjit_version()}});
+}
+
 void CallRecord::dump_before(std::string& block) {
   if (capturing_) {
     line(block, "  dump: skipped (stream is capturing)");
@@ -651,37 +673,7 @@ void CallRecord::dump_before(std::string& block) {
     util::make_dirs(dump_dir_);
     // The inputs and the call go to disk before the launch: a call that takes the process down
     // can still be replayed.
-    std::vector<std::string> buffers;
-    buffers.reserve(args.size());
-    std::vector<st::TensorView> views;
-    for (size_t i = 0; i < args.size(); ++i) {
-      if (!wants_data(args[i].kind, true) || args[i].tensor == nullptr) continue;
-      const auto& d = descs_[i];
-      auto dt = d ? safetensors_dtype(d->dtype) : std::nullopt;
-      std::string err;
-      if (!d) {
-        err = desc_errors_[i];
-      } else if (!dt) {
-        err = "dtype " + dtype_label(d->dtype) + " has no safetensors form";
-      } else if (d->on_cuda() && !host_read_ok_) {
-        err = "device memory not readable (see sync)";
-      } else {
-        buffers.emplace_back();
-        if (read_tensor(*d, d->numel, buffers.back(), &err)) {
-          views.push_back({args[i].name, *dt, d->shape, buffers.back().data()});
-          written_ += buffers.back().size();
-          err.clear();
-        } else {
-          buffers.pop_back();
-        }
-      }
-      data_notes_[args[i].name] =
-          err.empty() ? json("inputs.safetensors") : json("missing: " + err);
-    }
-    st::write_file(dump_dir_ / "inputs.safetensors", views,
-                   {{"kjit_api", api_},
-                    {"kjit_call", std::to_string(id_)},
-                    {"kjit_version", jit::kjit_version()}});
+    write_tensors(true, "inputs.safetensors");
     write_call_json("pending", "");
     line(block, "  dump: " + dump_dir_.string());
   } catch (const std::exception& e) {
@@ -693,37 +685,7 @@ void CallRecord::dump_before(std::string& block) {
 
 void CallRecord::dump_after(kjit_status status, std::string& block) {
   try {
-    const auto& args = log_.args();
-    if (status == KJIT_SUCCESS) {
-      std::vector<std::string> buffers;
-      buffers.reserve(args.size());
-      std::vector<st::TensorView> views;
-      for (size_t i = 0; i < args.size(); ++i) {
-        if (!wants_data(args[i].kind, false) || args[i].tensor == nullptr) continue;
-        const auto& d = descs_[i];
-        auto dt = d ? safetensors_dtype(d->dtype) : std::nullopt;
-        std::string err = "not readable";
-        if (d && dt && (host_read_ok_ || !d->on_cuda())) {
-          buffers.emplace_back();
-          if (read_tensor(*d, d->numel, buffers.back(), &err)) {
-            views.push_back({args[i].name, *dt, d->shape, buffers.back().data()});
-            written_ += buffers.back().size();
-            err.clear();
-          } else {
-            buffers.pop_back();
-          }
-        }
-        const std::string where = err.empty() ? "outputs.safetensors" : "missing: " + err;
-        json& note = data_notes_[args[i].name];
-        note = args[i].kind == ArgKind::kInOut && note.is_string()
-                   ? json(note.get<std::string>() + ", " + where)
-                   : json(where);
-      }
-      st::write_file(dump_dir_ / "outputs.safetensors", views,
-                     {{"kjit_api", api_},
-                      {"kjit_call", std::to_string(id_)},
-                      {"kjit_version", jit::kjit_version()}});
-    }
+    if (status == KJIT_SUCCESS) write_tensors(false, "outputs.safetensors");
     write_call_json(kjit_status_string(status), status == KJIT_SUCCESS ? "" : last_error_cstr());
   } catch (const std::exception& e) {
     line(block, fmt::format("  dump: failed after the call: {}", e.what()));

@@ -49,16 +49,18 @@ class CallLog {
   CallLog& in(const char* name, const DLTensor* t) { return tensor(name, ArgKind::kIn, t); }
   CallLog& out(const char* name, const DLTensor* t) { return tensor(name, ArgKind::kOut, t); }
   CallLog& inout(const char* name, const DLTensor* t) { return tensor(name, ArgKind::kInOut, t); }
-  CallLog& scalar(const char* name, float v);
-  CallLog& scalar(const char* name, double v);
-  CallLog& scalar(const char* name, int v);
-  CallLog& scalar(const char* name, int64_t v);
+  CallLog& scalar(const char* name, float v) { return number(name, ScalarType::kF32, v, 0); }
+  CallLog& scalar(const char* name, double v) { return number(name, ScalarType::kF64, v, 0); }
+  CallLog& scalar(const char* name, int v) { return number(name, ScalarType::kI32, 0.0, v); }
+  CallLog& scalar(const char* name, int64_t v) { return number(name, ScalarType::kI64, 0.0, v); }
   CallLog& stream(void* s);
 
   const std::vector<CallArg>& args() const { return args_; }
 
  private:
   CallLog& tensor(const char* name, ArgKind kind, const DLTensor* t);
+  // A scalar of type `type`: its value is f (floating types) or i (integer types).
+  CallLog& number(const char* name, ScalarType type, double f, int64_t i);
   CallArg& add(const char* name, ArgKind kind);  // a new argument, the rest of it defaulted
   std::vector<CallArg> args_;
 };

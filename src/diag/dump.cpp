@@ -119,77 +119,52 @@ std::optional<TensorDesc> describe_tensor(const DLTensor* t, std::string* why) {
   return d;
 }
 
-std::string dtype_label(DLDataType t) {
-  if (t.lanes == 1) {
-    switch (t.code) {
-      case kDLFloat:
-        if (t.bits == 16) return "fp16";
-        if (t.bits == 32) return "fp32";
-        if (t.bits == 64) return "fp64";
-        break;
-      case kDLBfloat:
-        if (t.bits == 16) return "bf16";
-        break;
-      case kDLInt:
-        if (t.bits == 8 || t.bits == 16 || t.bits == 32 || t.bits == 64) {
-          return fmt::format("int{}", t.bits);
-        }
-        break;
-      case kDLUInt:
-        if (t.bits == 8 || t.bits == 16 || t.bits == 32 || t.bits == 64) {
-          return fmt::format("uint{}", t.bits);
-        }
-        break;
-      case kDLBoolCode:
-        if (t.bits == 8) return "bool";
-        break;
-      case kDLFloat8E4M3FnCode:
-        if (t.bits == 8) return "fp8_e4m3";
-        break;
-      case kDLFloat8E5M2Code:
-        if (t.bits == 8) return "fp8_e5m2";
-        break;
-      default: break;
-    }
+namespace {
+
+// The element types the dumps name and write: one row a type, so a label and a safetensors
+// dtype cannot go out of step.
+struct DtypeRow {
+  uint8_t code;
+  uint8_t bits;
+  const char* label;
+  st::Dtype st;
+};
+
+constexpr DtypeRow kDtypes[] = {
+    {kDLFloat, 16, "fp16", st::Dtype::kF16},
+    {kDLFloat, 32, "fp32", st::Dtype::kF32},
+    {kDLFloat, 64, "fp64", st::Dtype::kF64},
+    {kDLBfloat, 16, "bf16", st::Dtype::kBF16},
+    {kDLInt, 8, "int8", st::Dtype::kI8},
+    {kDLInt, 16, "int16", st::Dtype::kI16},
+    {kDLInt, 32, "int32", st::Dtype::kI32},
+    {kDLInt, 64, "int64", st::Dtype::kI64},
+    {kDLUInt, 8, "uint8", st::Dtype::kU8},
+    {kDLUInt, 16, "uint16", st::Dtype::kU16},
+    {kDLUInt, 32, "uint32", st::Dtype::kU32},
+    {kDLUInt, 64, "uint64", st::Dtype::kU64},
+    {kDLBoolCode, 8, "bool", st::Dtype::kBool},
+    {kDLFloat8E4M3FnCode, 8, "fp8_e4m3", st::Dtype::kF8E4M3},
+    {kDLFloat8E5M2Code, 8, "fp8_e5m2", st::Dtype::kF8E5M2},
+};
+
+const DtypeRow* find_dtype(DLDataType t) {
+  if (t.lanes != 1) return nullptr;
+  for (const DtypeRow& r : kDtypes) {
+    if (r.code == t.code && r.bits == t.bits) return &r;
   }
+  return nullptr;
+}
+
+}  // namespace
+
+std::string dtype_label(DLDataType t) {
+  if (const DtypeRow* r = find_dtype(t)) return r->label;
   return fmt::format("dtype(code={},bits={},lanes={})", t.code, t.bits, t.lanes);
 }
 
 std::optional<st::Dtype> safetensors_dtype(DLDataType t) {
-  if (t.lanes != 1) return std::nullopt;
-  using D = st::Dtype;
-  switch (t.code) {
-    case kDLFloat:
-      if (t.bits == 16) return D::kF16;
-      if (t.bits == 32) return D::kF32;
-      if (t.bits == 64) return D::kF64;
-      break;
-    case kDLBfloat:
-      if (t.bits == 16) return D::kBF16;
-      break;
-    case kDLInt:
-      if (t.bits == 8) return D::kI8;
-      if (t.bits == 16) return D::kI16;
-      if (t.bits == 32) return D::kI32;
-      if (t.bits == 64) return D::kI64;
-      break;
-    case kDLUInt:
-      if (t.bits == 8) return D::kU8;
-      if (t.bits == 16) return D::kU16;
-      if (t.bits == 32) return D::kU32;
-      if (t.bits == 64) return D::kU64;
-      break;
-    case kDLBoolCode:
-      if (t.bits == 8) return D::kBool;
-      break;
-    case kDLFloat8E4M3FnCode:
-      if (t.bits == 8) return D::kF8E4M3;
-      break;
-    case kDLFloat8E5M2Code:
-      if (t.bits == 8) return D::kF8E5M2;
-      break;
-    default: break;
-  }
+  if (const DtypeRow* r = find_dtype(t)) return r->st;
   return std::nullopt;
 }
 
