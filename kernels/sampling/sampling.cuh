@@ -414,7 +414,9 @@ struct RowParams {
   float c_log2 = 0.0f;  // logits: log2(e) / T
 };
 
-template <int input>
+// mass: filter_kernel's. The exact-mass kernels have no top-k search (see mass = 1 there): a row
+// with a top-k is invalid in them.
+template <int input, int mass>
 KJIT_DEVICE KJIT_FORCEINLINE RowParams read_row_params(const SamplingParams& p, i64 r, int vocab) {
   constexpr float kMaxFinite = 3.40282347e38f;
   RowParams q;
@@ -427,7 +429,12 @@ KJIT_DEVICE KJIT_FORCEINLINE RowParams read_row_params(const SamplingParams& p, 
     } else {
       q.top_k = static_cast<const int*>(p.top_k_arr)[r];
     }
-    q.use_k = q.top_k > 0 && q.top_k < vocab;
+    const bool in_range = q.top_k > 0 && q.top_k < vocab;
+    if (mass) {
+      q.bad |= in_range;
+    } else {
+      q.use_k = in_range;
+    }
   }
   if (p.filters & kFilterTopP) {
     q.top_p = p.top_p_arr == nullptr ? p.top_p : p.top_p_arr[r];
@@ -584,7 +591,7 @@ struct FilterRow {
       s.rng[0] = rng_seed;
       s.rng[1] = rng_offset;
     }
-    prm = read_row_params<input>(p, r, vocab);
+    prm = read_row_params<input, mass>(p, r, vocab);
     // Top-k ranks logits by the logit itself (exact, and no exp needed for its passes); every
     // other threshold is on the weight. Pass 0 histograms the top-k key when there is a top-k,
     // else (probabilities or logits with top-p) the weight's key, which then needs the maximum
@@ -862,10 +869,8 @@ struct FilterRow {
       u32 in_above, c;
       find_count_bin(s.cnt, bins_of(lo, hi, sh), k - above, s.red_u, s.found, b, in_above, c);
       const bool done = sh == 0 || above + in_above + c == k;
-      if constexpr (cluster && !mass) {
-        // A list when a search is left: top-k's next levels, or top-p on the top-k set. Only in
-        // the counting kernels, which the plan gives every row that may have a top-k: the code
-        // slowed the exact kernels' top-p path by 1 us (H200, B1, V 128256).
+      if constexpr (cluster) {
+        // A list when a search is left: top-k's next levels, or top-p on the top-k set.
         if (level == 0 && (!done || prm.use_p) && above + in_above + c <= kListCap) {
           const u32 klo = lo + (u32(b) << sh);
           double unused;
@@ -980,7 +985,8 @@ struct FilterRow {
     w.scale = w.have_mass ? sc : 0.0f;
   }
 
-  // Top-p's first window and its target p * mass.
+  // Top-p's first window and its target p * mass. Top-k first: the target is the top-k set's,
+  // which the first level's pass sums (topp_levels); returns a negative target then.
   KJIT_DEVICE KJIT_FORCEINLINE double topp_first_window(Window& w) {
     w.kmax = kmax;
     if (cluster && klist) {
@@ -1016,9 +1022,7 @@ struct FilterRow {
       w.hi = kmax;
       w.s = fit_shift(w.lo, w.hi);
       set_scale(w);
-      double mass_k;
-      level_pass(w, mass_k);
-      return double(prm.top_p) * (w.above + mass_k);
+      return -1.0;
     }
     // The first level is pass 0's histogram (counts only, bounds from the bin edges; exact:
     // the bins' masses).
@@ -1078,13 +1082,22 @@ struct FilterRow {
     return ListStep::kNextLevel;
   }
 
-  // The top-p search's levels from the first window on; returns the threshold key.
+  // The top-p search's levels from the first window on; returns the threshold key. Each level
+  // but a list level starts with a pass over the row (level_pass), except the first when pass 0
+  // built it; target < 0: the first pass also gives the target (top-k first). One call site of
+  // the pass, so the kernel holds one copy of it.
   KJIT_DEVICE KJIT_FORCEINLINE u32 topp_levels(Window& w, double target) {
     // The exact search: mass = 1's, or the top-k list's.
     const bool exact_search = exact || klist;
     u32 kp = w.lo;
     double above_outside = 0.0;  // list modes: the mass above the first window
+    bool walk_level = target < 0.0;
     for (int level = 0;; ++level) {
+      if (walk_level) {
+        double in_window;
+        level_pass(w, in_window);
+        if (target < 0.0) target = double(prm.top_p) * (w.above + in_window);
+      }
       int b0, b1;
       const int nb = bins_of(w.lo, w.hi, w.s);
       if (exact_search) {
@@ -1118,13 +1131,12 @@ struct FilterRow {
       w.hi = nhi;
       w.s = fit_shift(nlo, nhi);
       set_scale(w);
+      walk_level = true;
       if constexpr (cluster) {
         const ListStep step = topp_list_level(w, level, above_outside);
         if (step == ListStep::kStop) break;
-        if (step == ListStep::kNextLevel) continue;
+        walk_level = step == ListStep::kWalk;
       }
-      double unused;
-      level_pass(w, unused);
     }
     return kp;
   }
@@ -1437,8 +1449,10 @@ struct FilterRow {
 // two levels follow pass 0 (shifts 9 and 0) instead of three. On a cluster the blocks then send
 // the first window's keys (at most 3072) to the leader, which runs those two levels on the list
 // alone and sends the threshold back: three cluster barriers instead of two merges' four, and no
-// block repeats the leader's searches. Rows with a top-k run the counting search as mass = 0
-// does.
+// block repeats the leader's searches. The plan launches these kernels only for rows without a
+// top-k (sample_mass), so they hold no top-k search and no counting top-p: a row with a top-k is
+// reported invalid. Compiling both searches into one kernel made the exact cluster kernels the
+// slowest of the catalog to compile (about 2.5 s of NVRTC, against 1 s without the top-k).
 // clang-format off
 template <typename dtype, int vec, int unroll, int input, int op, int cluster, int mass>
 __global__ void __launch_bounds__(cluster ? kClusterMaxThreads : 1024)
