@@ -1451,8 +1451,8 @@ struct FilterRow {
 // alone and sends the threshold back: three cluster barriers instead of two merges' four, and no
 // block repeats the leader's searches. The plan launches these kernels only for rows without a
 // top-k (sample_mass), so they hold no top-k search and no counting top-p: a row with a top-k is
-// reported invalid. Compiling both searches into one kernel made the exact cluster kernels the
-// slowest of the catalog to compile (about 2.5 s of NVRTC, against 1 s without the top-k).
+// reported invalid. With both searches in one kernel the exact kernels took twice the NVRTC time
+// (docs/performance.md, "First-use compile time").
 // clang-format off
 template <typename dtype, int vec, int unroll, int input, int op, int cluster, int mass>
 __global__ void __launch_bounds__(cluster ? kClusterMaxThreads : 1024)
