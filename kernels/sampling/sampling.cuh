@@ -382,94 +382,244 @@ KJIT_DEVICE void cluster_merge(u32* a0, u32* a1, u32* a2, int nb, u32* own, bool
   __syncthreads();
 }
 
-}  // namespace detail
+// ---- filter_kernel's phases ----
 
-// Launch: grid = rows, block = a multiple of 32 up to 1024 (more threads for longer rows), no
-// dynamic shared memory. Requires 1 <= vocab <= kMaxSegments * 32 * vec * unroll, vocab % vec ==
-// 0, rows (and out rows) aligned to vec * sizeof(dtype) bytes. input: kInputProbs (dtype float),
-// kInputLogits (sample only), kInputLogitKeys (op kOpMask, top-k only). out may be input itself
-// (same strides). The template parameters are the host's FilterConfig fields, by name.
-//
-// cluster = 1 (sample only, sm_90+): grid = rows * n with clusters of n = 2..16 blocks along x,
-// block a multiple of 32 up to kClusterMaxThreads. Block q of a row's cluster walks the q-th share
-// of the row's segments; the histograms and block-wide values are combined through distributed
-// shared memory, and every block takes the same decisions on them, so the thresholds follow the
-// one-block path's rule (the list modes finish on one block). Block 0 then draws the token from
-// the gathered segment masses with the one-block path's arithmetic (its scan runs over a fixed
-// 1024-thread layout, whatever the block size).
-//
-// mass = 1 (probabilities or logits; a row with top-p and no top-k): the top-p search sums each
-// bin's significands (exact_bin_mass) instead of counting keys and bounding masses.
-// The first level's 2^20-key bins each lie in one binade, so their masses are exact and the
-// first window is one bin; every later window lies inside it, so its bins' masses are exact too:
-// two levels follow pass 0 (shifts 9 and 0) instead of three. On a cluster the blocks then send
-// the first window's keys (at most 3072) to the leader, which runs those two levels on the list
-// alone and sends the threshold back: three cluster barriers instead of two merges' four, and no
-// block repeats the leader's searches. Rows with a top-k run the counting search as mass = 0
-// does.
-// clang-format off
-template <typename dtype, int vec, int unroll, int input, int op, int cluster, int mass>
-__global__ void __launch_bounds__(cluster ? kClusterMaxThreads : 1024)
-filter_kernel(const __grid_constant__ SamplingParams p) {
-  // clang-format on
-  static_assert(!cluster || op == kOpSample, "the cluster path samples");
-  static_assert(op != kOpMask || input == kInputLogitKeys, "masking works on logit keys");
-  static_assert(op == kOpMask || input != kInputLogitKeys, "signed keys are for masking");
-  static_assert(op != kOpRenorm || input == kInputProbs, "renormalization is of probabilities");
-  constexpr int kSeg = 32 * vec * unroll;
-  const float kInf = __int_as_float(0x7f800000);
+// filter_kernel's shared memory: the arrays it declares, for its phases. 16-byte aligned for
+// the cluster merge's quad accesses: cnt, mhi, mlo and own. The exact search keeps its
+// significands' half sums in the two fixed-point mass arrays, which it does not otherwise use.
+struct FilterSmem {
+  u32* cnt;         // [kBins] key counts; list mode: the block's list
+  u32* mhi;         // [kBins]
+  u32* mlo;         // [kBins]
+  float* seg;       // [kMaxSegments] kept weight per segment
+  double* red_d;    // [64] two block-wide fp64 reductions or scans at once
+  float* red_f;     // [32]
+  u32* red_u;       // [32]
+  u64* red_u64;     // [32]
+  int* found;       // [4]
+  double* rem;      // the draw's remainder within the chosen segment
+  u32* own;         // [3 * kOwnBins] on a cluster: cluster_merge's shares, the leader's list
+  ClusterRed* xch;  // [2] cluster_exchange's slots
+  ClusterRed* xin;  // [kMaxCluster]
+  u64* rng;         // [2] a cluster leader's seed and offset
+};
+
+// A row's filter parameters, uniform across the block.
+struct RowParams {
+  bool bad = false;  // a parameter out of range: the row is invalid
+  bool use_k = false, use_p = false, use_minp = false;
+  int top_k = 0;
+  float top_p = 1.0f, min_p = 0.0f;
+  bool greedy = false;  // logits at temperature 0 (or so small that only the maximum survives)
+  float c_log2 = 0.0f;  // logits: log2(e) / T
+};
+
+// mass: filter_kernel's. The exact-mass kernels have no top-k search (see mass = 1 there): a row
+// with a top-k is invalid in them.
+template <int input, int mass>
+KJIT_DEVICE KJIT_FORCEINLINE RowParams read_row_params(const SamplingParams& p, i64 r, int vocab) {
   constexpr float kMaxFinite = 3.40282347e38f;
-
-  // 16-byte aligned for the cluster merge's quad accesses. The exact search keeps its
-  // significands' half sums in the two fixed-point mass arrays, which it does not otherwise use.
-  __shared__ __align__(16) u32 s_cnt[kBins];
-  __shared__ __align__(16) u32 s_mhi[kBins];
-  __shared__ __align__(16) u32 s_mlo[kBins];
-  __shared__ float s_seg[kMaxSegments];
-  __shared__ double s_red_d[64];  // two block-wide fp64 reductions or scans at once
-  __shared__ float s_red_f[32];
-  __shared__ u32 s_red_u[32];
-  __shared__ u64 s_red_u64[32];
-  __shared__ int s_found[4];
-  __shared__ double s_rem;
-  __shared__ __align__(16) u32 s_own[cluster ? 3 * detail::kOwnBins : 4];
-  __shared__ detail::ClusterRed s_xch[2];
-  __shared__ detail::ClusterRed s_xin[cluster ? detail::kMaxCluster : 1];
-
-  const int vocab = p.vocab;
-  const int nseg = (vocab + kSeg - 1) / kSeg;
-  const u32 csize = cluster ? cluster_size() : 1u;
-  const u32 crank = cluster ? cluster_rank() : 0u;
-  const i64 r = cluster ? i64(blockIdx.x / csize) : i64(blockIdx.x);
-  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
-  const dtype* row = static_cast<const dtype*>(p.input) + r * p.in_stride;
-  dtype* out_row = op == kOpSample ? nullptr : static_cast<dtype*>(p.out) + r * p.out_stride;
-  RowWalk<dtype, vec, unroll> walk{row, vocab};
-  const bool leader = crank == 0u;  // the block that writes a sampled row's result
-  // The draw reads the seed and offset last, where even an L2 hit is a round trip on the critical
-  // path. A cluster's leader loads them now, beside its share's copy, and keeps them in s_rng;
-  // one block a row (no copy to hide the load behind) prefetches them into L2 instead, at no
-  // register cost.
-  __shared__ u64 s_rng[2];
-  const bool rng_early = cluster && op == kOpSample && leader && threadIdx.x == 0;
-  u64 rng_seed = 0, rng_offset = 0;
-  if (op == kOpSample && leader && threadIdx.x == 0) {
-    if (cluster) {
-      rng_seed = p.seed[r * p.seed_stride];
-      rng_offset = p.offset[r * p.offset_stride];
+  RowParams q;
+  if (p.filters & kFilterTopK) {
+    if (p.top_k_arr == nullptr) {
+      q.top_k = p.top_k;
+    } else if (p.top_k_i64) {
+      const i64 k = static_cast<const i64*>(p.top_k_arr)[r];
+      q.top_k = k <= 0 ? 0 : (k >= i64(vocab) ? vocab : int(k));
     } else {
-      asm volatile("prefetch.L2 [%0];" ::"l"(p.seed + r * p.seed_stride));
-      asm volatile("prefetch.L2 [%0];" ::"l"(p.offset + r * p.offset_stride));
+      q.top_k = static_cast<const int*>(p.top_k_arr)[r];
+    }
+    const bool in_range = q.top_k > 0 && q.top_k < vocab;
+    if (mass) {
+      q.bad |= in_range;
+    } else {
+      q.use_k = in_range;
     }
   }
-  if (cluster) {
+  if (p.filters & kFilterTopP) {
+    q.top_p = p.top_p_arr == nullptr ? p.top_p : p.top_p_arr[r];
+    q.bad |= !(q.top_p > 0.0f);
+    q.use_p = q.top_p < 1.0f;
+  }
+  if (p.filters & kFilterMinP) {
+    q.min_p = p.min_p_arr == nullptr ? p.min_p : p.min_p_arr[r];
+    q.bad |= !(q.min_p <= 1.0f);
+    q.use_minp = q.min_p > 0.0f;
+  }
+  if (input == kInputLogits) {
+    const float t = p.temp_arr == nullptr ? p.temperature : p.temp_arr[r];
+    q.bad |= !(t >= 0.0f && t <= kMaxFinite);
+    q.c_log2 = 1.44269504088896341f / t;
+    q.greedy = t == 0.0f || !(q.c_log2 <= kMaxFinite);
+  }
+  return q;
+}
+
+// The segment the draw lands in (sel; -1: no kept weight) and whether the draw fell inside it
+// (else rounding left it past the end, and sel is the last segment with weight).
+struct SegmentChoice {
+  int sel;
+  bool found;
+};
+
+// One row of filter_kernel (the template parameters are the kernel's): the row's state, and
+// the kernel's phases as member functions, which the kernel calls in order. The state is what
+// one phase hands the next (the maximum, the mass, the thresholds, the list-mode flags); every
+// member is uniform across the block except where noted.
+template <typename dtype, int vec, int unroll, int input, int op, int cluster, int mass>
+struct FilterRow {
+  const SamplingParams& p;
+  const FilterSmem s;
+  const int vocab, nseg;
+  const u32 csize, crank;
+  const i64 r;
+  const dtype* const row;
+  dtype* const out_row;
+  RowWalk<dtype, vec, unroll> walk;
+  const bool leader;  // the block that writes a sampled row's result
+  int xpar = 0;       // cluster_exchange's slot
+  RowParams prm;
+  bool need_hist = false;  // pass 0 builds the first level of a key histogram
+  bool exact = false;      // the exact top-p search (see mass = 1 at filter_kernel)
+  // Pass 0: validity, the maximum (of x, or for probabilities of w), the mass, and for greedy
+  // rows the packed (key, index) of the maximum (per thread until reduced).
+  bool bad = false;
+  float vmax = -__int_as_float(0x7f800000);
+  double wsum = 0.0;
+  u64 best = 0;
+  u32 kmax = 0;       // the largest weight's key (mask: the largest logit key)
+  u32 threshold = 0;  // top-k's on topk_key, then the kept weight key kw
+  // A token is kept when its weight's key is >= kw and, for logits under a top-k, its logit's
+  // key is >= kx (for probabilities the two keys are one, and kx folds into kw).
+  u32 kx = 0;
+  bool x_filter = false;
+  // Cluster list modes (see send_list, rank_finish and top-p's list levels).
+  u32 list_n = 0;
+  bool klist = false;      // the top-k list was sent (the same in every block)
+  bool ranked = false;     // the leader finished top-k (and top-p) by ranking
+  u32 kp_ranked = 0;       // rank_finish's top-p threshold
+  bool list_mode = false;  // exact-mass clusters: the leader searches a list of keys
+
+  KJIT_DEVICE KJIT_FORCEINLINE FilterRow(const SamplingParams& params, const FilterSmem& smem)
+      : p(params),
+        s(smem),
+        vocab(params.vocab),
+        nseg((params.vocab + 32 * vec * unroll - 1) / (32 * vec * unroll)),
+        csize(cluster ? cluster_size() : 1u),
+        crank(cluster ? cluster_rank() : 0u),
+        r(cluster ? i64(blockIdx.x / csize) : i64(blockIdx.x)),
+        row(static_cast<const dtype*>(params.input) + r * params.in_stride),
+        out_row(op == kOpSample ? nullptr
+                                : static_cast<dtype*>(params.out) + r * params.out_stride),
+        walk{row, vocab},
+        leader(crank == 0u) {}
+
+  // ---- Cluster combinations; no-ops on the one-block path. `synced`: see cluster_merge ----
+  KJIT_DEVICE KJIT_FORCEINLINE void cl_merge1(int nb, bool synced = false) {
+    if (cluster) cluster_merge<1>(s.cnt, s.cnt, s.cnt, nb, s.own, synced);
+  }
+  KJIT_DEVICE KJIT_FORCEINLINE void cl_merge3(int nb) {
+    if (cluster) cluster_merge<3>(s.cnt, s.mhi, s.mlo, nb, s.own);
+  }
+  KJIT_DEVICE KJIT_FORCEINLINE void cl_merge_sig(int nb, bool synced = false) {
+    if (cluster) cluster_merge<2>(s.mhi, s.mlo, s.mlo, nb, s.own, synced);
+  }
+  KJIT_DEVICE KJIT_FORCEINLINE void cl_sum(double& a, double& b) {
+    if (cluster) {
+      ClusterRed v{a, b, 0.0f, 0u, 0ull};
+      cluster_exchange(v, s.xch, s.xin, xpar);
+      a = v.s0;
+      b = v.s1;
+    }
+  }
+  // A block may leave only when no other block of its cluster still reads its shared memory.
+  KJIT_DEVICE KJIT_FORCEINLINE void cl_leave() {
+    if (cluster) cluster_sync();
+  }
+
+  // ---- Keys and weights ----
+  KJIT_DEVICE KJIT_FORCEINLINE float weight(float x) const {
+    if constexpr (input == kInputLogits) {
+      return exp_weight(x, vmax, prm.c_log2);
+    } else {
+      return x;
+    }
+  }
+  // The key top-k ranks by: the probability's, or the logit's.
+  KJIT_DEVICE KJIT_FORCEINLINE u32 topk_key(float x) const {
+    if constexpr (input == kInputProbs) {
+      return nonneg_key(x);
+    } else {
+      return signed_key(x);
+    }
+  }
+  // The weight of a top-k key (a list entry).
+  KJIT_DEVICE KJIT_FORCEINLINE u32 weight_key_of(u32 key) const {
+    return nonneg_key(weight(input == kInputProbs ? nonneg_value(key) : signed_value(key)));
+  }
+  KJIT_DEVICE KJIT_FORCEINLINE bool in_topk(float x) const {
+    return !x_filter || signed_key(x) >= kx;
+  }
+  // Pass 0's histogram: a count per key bin, or (exact) the bin's significand sum.
+  KJIT_DEVICE KJIT_FORCEINLINE void add_first_level(u32 key) {
+    if (exact) {
+      add_significand(s.mhi, s.mlo, int(key >> 20), key);
+    } else {
+      atomicAdd(&s.cnt[key >> 20], 1u);
+    }
+  }
+
+  // ---- Setup: the draw's seed, the cluster block's share, the row's parameters ----
+  KJIT_DEVICE KJIT_FORCEINLINE void prepare() {
+    // The draw reads the seed and offset last, where even an L2 hit is a round trip on the
+    // critical path. A cluster's leader loads them now, beside its share's copy, and keeps them
+    // in s.rng; one block a row (no copy to hide the load behind) prefetches them into L2
+    // instead, at no register cost.
+    const bool rng_early = cluster && op == kOpSample && leader && threadIdx.x == 0;
+    u64 rng_seed = 0, rng_offset = 0;
+    if (op == kOpSample && leader && threadIdx.x == 0) {
+      if (cluster) {
+        rng_seed = p.seed[r * p.seed_stride];
+        rng_offset = p.offset[r * p.offset_stride];
+      } else {
+        asm volatile("prefetch.L2 [%0];" ::"l"(p.seed + r * p.seed_stride));
+        asm volatile("prefetch.L2 [%0];" ::"l"(p.offset + r * p.offset_stride));
+      }
+    }
+    if (cluster) stage_share();
+    if (rng_early) {
+      s.rng[0] = rng_seed;
+      s.rng[1] = rng_offset;
+    }
+    prm = read_row_params<input, mass>(p, r, vocab);
+    // Top-k ranks logits by the logit itself (exact, and no exp needed for its passes); every
+    // other threshold is on the weight. Pass 0 histograms the top-k key when there is a top-k,
+    // else (probabilities or logits with top-p) the weight's key, which then needs the maximum
+    // first for logits (pass 0b).
+    need_hist = input == kInputLogitKeys ? prm.use_k : (prm.use_k || prm.use_p);
+    // Uniform across the block and the cluster.
+    exact = mass && input != kInputLogitKeys && prm.use_p && !prm.use_k;
+    if (need_hist) {
+      if (exact) {
+        clear_bins(s.mhi);
+        clear_bins(s.mlo);
+      } else {
+        clear_bins(s.cnt);
+      }
+    }
+    __syncthreads();
+  }
+
+  // The cluster block's share of the row's segments. When the launch gives the room, the share
+  // is read from global memory once and every pass walks the copy: a pass then costs shared-
+  // memory time, not an L2 round trip per step. The walk keeps global indices, so it reads
+  // through a pointer offset by the share's start (only indices inside the share are ever
+  // formed into addresses).
+  KJIT_DEVICE KJIT_FORCEINLINE void stage_share() {
+    constexpr int kSeg = 32 * vec * unroll;
     const int share = (nseg + int(csize) - 1) / int(csize);
     walk.seg_lo = int(crank) * share;
     walk.seg_hi = walk.seg_lo + share < nseg ? walk.seg_lo + share : nseg;
-    // When the launch gives the room, the block's share is read from global memory once and
-    // every pass walks the copy: a pass then costs shared-memory time, not an L2 round trip
-    // per step. The walk keeps global indices, so it reads through a pointer offset by the
-    // share's start (only indices inside the share are ever formed into addresses).
     extern __shared__ __align__(16) unsigned char s_dyn[];
     const int lo = walk.seg_lo * kSeg;
     const int len =
@@ -493,185 +643,121 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
       walk.row = cache - lo;
     }
   }
-  if (rng_early) {
-    s_rng[0] = rng_seed;
-    s_rng[1] = rng_offset;
-  }
-  int xpar = 0;  // cluster_exchange's slot
-  // Cluster combinations; no-ops on the one-block path.
-  // `synced`: see cluster_merge.
-  auto cl_merge1 = [&](int nb, bool synced = false) {
-    if (cluster) detail::cluster_merge<1>(s_cnt, s_cnt, s_cnt, nb, s_own, synced);
-  };
-  auto cl_merge3 = [&](int nb) {
-    if (cluster) detail::cluster_merge<3>(s_cnt, s_mhi, s_mlo, nb, s_own);
-  };
-  auto cl_merge_sig = [&](int nb, bool synced = false) {
-    if (cluster) detail::cluster_merge<2>(s_mhi, s_mlo, s_mlo, nb, s_own, synced);
-  };
-  auto cl_sum = [&](double& a, double& b) {
-    if (cluster) {
-      detail::ClusterRed v{a, b, 0.0f, 0u, 0ull};
-      detail::cluster_exchange(v, s_xch, s_xin, xpar);
-      a = v.s0;
-      b = v.s1;
-    }
-  };
-  // A block may leave only when no other block of its cluster still reads its shared memory.
-  auto cl_leave = [&] {
-    if (cluster) cluster_sync();
-  };
-
-  // ---- Per-row parameters (uniform across the block) ----
-  bool bad_param = false;
-  bool use_k = false, use_p = false, use_minp = false;
-  int top_k = 0;
-  float top_p = 1.0f, min_p = 0.0f;
-  if (p.filters & kFilterTopK) {
-    if (p.top_k_arr == nullptr) {
-      top_k = p.top_k;
-    } else if (p.top_k_i64) {
-      const i64 k = static_cast<const i64*>(p.top_k_arr)[r];
-      top_k = k <= 0 ? 0 : (k >= i64(vocab) ? vocab : int(k));
-    } else {
-      top_k = static_cast<const int*>(p.top_k_arr)[r];
-    }
-    use_k = top_k > 0 && top_k < vocab;
-  }
-  if (p.filters & kFilterTopP) {
-    top_p = p.top_p_arr == nullptr ? p.top_p : p.top_p_arr[r];
-    bad_param |= !(top_p > 0.0f);
-    use_p = top_p < 1.0f;
-  }
-  if (p.filters & kFilterMinP) {
-    min_p = p.min_p_arr == nullptr ? p.min_p : p.min_p_arr[r];
-    bad_param |= !(min_p <= 1.0f);
-    use_minp = min_p > 0.0f;
-  }
-  bool greedy = false;
-  float c_log2 = 0.0f;  // log2(e) / T
-  if (input == kInputLogits) {
-    const float t = p.temp_arr == nullptr ? p.temperature : p.temp_arr[r];
-    bad_param |= !(t >= 0.0f && t <= kMaxFinite);
-    c_log2 = 1.44269504088896341f / t;
-    greedy = t == 0.0f || !(c_log2 <= kMaxFinite);  // so small that only the maximum survives
-  }
-  // Top-k ranks logits by the logit itself (exact, and no exp needed for its passes); every
-  // other threshold is on the weight. Pass 0 histograms the top-k key when there is a top-k,
-  // else (probabilities or logits with top-p) the weight's key, which then needs the maximum
-  // first for logits (pass 0b).
-  const bool need_hist = input == kInputLogitKeys ? use_k : (use_k || use_p);
-  // The exact top-p search (see mass = 1 above); uniform across the block and the cluster.
-  const bool exact = mass && input != kInputLogitKeys && use_p && !use_k;
-  // Pass 0's histogram: a count per key bin, or (exact) the bin's significand sum.
-  auto add_first_level = [&](u32 key) {
-    if (exact) {
-      detail::add_significand(s_mhi, s_mlo, int(key >> 20), key);
-    } else {
-      atomicAdd(&s_cnt[key >> 20], 1u);
-    }
-  };
-
-  if (need_hist) {
-    if (exact) {
-      detail::clear_bins(s_mhi);
-      detail::clear_bins(s_mlo);
-    } else {
-      detail::clear_bins(s_cnt);
-    }
-  }
-  __syncthreads();
 
   // ---- Pass 0: validity, maximum, mass; the first level of the key histogram ----
-  bool bad = false;
-  float vmax = -kInf;
-  double wsum = 0.0;
-  u64 best = 0;
-  if (input == kInputProbs) {
-    walk.run([&](int, float v) {
-      bad |= !(v >= 0.0f && v <= kMaxFinite);
-      wsum += double(v);
-      vmax = fmaxf(vmax, v);
-      if (need_hist) add_first_level(nonneg_key(v));
-    });
-  } else {
-    walk.run([&](int i, float x) {
-      bad |= x != x;
-      vmax = fmaxf(vmax, x);
-      if (input == kInputLogits && greedy) {
-        const u64 packed = (u64(signed_key(x)) << 32) | u64(0xffffffffu - u32(i));
-        best = packed > best ? packed : best;
-      }
-      if (input != kInputProbs && use_k) atomicAdd(&s_cnt[signed_key(x) >> 21], 1u);
-    });
-  }
-  block_sum_max_any<input == kInputProbs>(wsum, vmax, bad, s_red_d, s_red_f, s_red_u);
-  if (cluster) {
-    detail::ClusterRed v{wsum, 0.0, vmax, bad ? 1u : 0u, 0ull};
-    detail::cluster_exchange(v, s_xch, s_xin, xpar);
-    wsum = v.s0;
-    vmax = v.m;
-    bad = v.flag != 0u;
-  }
-  // Logits: a +Inf maximum makes exp(x - max) NaN, a -Inf one means no token has any weight.
-  if (input == kInputLogits) bad |= !(vmax >= -kMaxFinite && vmax <= kMaxFinite);
-  if (input == kInputProbs) bad |= !(wsum > 0.0);
-  bad |= bad_param;
-
-  if (input == kInputLogitKeys && (bad || !use_k)) {
-    // Nothing to mask: NaN rows propagate unchanged (a sampler then reports them invalid).
-    if (out_row != row)
-      detail::write_row<dtype, vec, unroll>(row, out_row, vocab, [](float x) { return x; });
-    return;
-  }
-  if (bad) {
-    if (op == kOpSample) {
-      if (threadIdx.x == 0 && leader) detail::write_sample(p, r, -1);
-    } else if (op == kOpRenorm) {
-      detail::write_row<dtype, vec, unroll>(row, out_row, vocab, [](float) { return 0.0f; });
+  KJIT_DEVICE KJIT_FORCEINLINE void scan_row() {
+    constexpr float kMaxFinite = 3.40282347e38f;
+    const bool use_k = prm.use_k, greedy = prm.greedy;
+    if (input == kInputProbs) {
+      walk.run([&](int, float v) {
+        bad |= !(v >= 0.0f && v <= kMaxFinite);
+        wsum += double(v);
+        vmax = fmaxf(vmax, v);
+        if (need_hist) add_first_level(nonneg_key(v));
+      });
+    } else {
+      walk.run([&](int i, float x) {
+        bad |= x != x;
+        vmax = fmaxf(vmax, x);
+        if (input == kInputLogits && greedy) {
+          const u64 packed = (u64(signed_key(x)) << 32) | u64(0xffffffffu - u32(i));
+          best = packed > best ? packed : best;
+        }
+        if (input != kInputProbs && use_k) atomicAdd(&s.cnt[signed_key(x) >> 21], 1u);
+      });
     }
-    cl_leave();
-    return;
-  }
-  if (input == kInputLogits && greedy) {
-    best = block_max_u64(best, s_red_u64);
+    block_sum_max_any<input == kInputProbs>(wsum, vmax, bad, s.red_d, s.red_f, s.red_u);
     if (cluster) {
-      detail::ClusterRed v{0.0, 0.0, 0.0f, 0u, best};
-      detail::cluster_exchange(v, s_xch, s_xin, xpar);
-      best = v.best;
+      ClusterRed v{wsum, 0.0, vmax, bad ? 1u : 0u, 0ull};
+      cluster_exchange(v, s.xch, s.xin, xpar);
+      wsum = v.s0;
+      vmax = v.m;
+      bad = v.flag != 0u;
     }
-    if (threadIdx.x == 0 && leader) {
-      detail::write_sample(p, r, i64(0xffffffffu - u32(best & 0xffffffffu)));
-    }
-    cl_leave();
-    return;
+    // Logits: a +Inf maximum makes exp(x - max) NaN, a -Inf one means no token has any weight.
+    if (input == kInputLogits) bad |= !(vmax >= -kMaxFinite && vmax <= kMaxFinite);
+    if (input == kInputProbs) bad |= !(wsum > 0.0);
+    bad |= prm.bad;
   }
 
-  const float m_logit = vmax;
-  auto weight = [&](float x) -> float {
-    if constexpr (input == kInputLogits) {
-      return exp_weight(x, m_logit, c_log2);
-    } else {
-      return x;
+  // The rows pass 0 settles: invalid ones, masks with nothing to mask, greedy logits. True when
+  // the row is done (its result written).
+  KJIT_DEVICE KJIT_FORCEINLINE bool finish_settled_row() {
+    if (input == kInputLogitKeys && (bad || !prm.use_k)) {
+      // Nothing to mask: NaN rows propagate unchanged (a sampler then reports them invalid).
+      if (out_row != row)
+        write_row<dtype, vec, unroll>(row, out_row, vocab, [](float x) { return x; });
+      return true;
     }
-  };
-  // The key top-k ranks by: the probability's, or the logit's.
-  auto topk_key = [&](float x) -> u32 {
-    if constexpr (input == kInputProbs) {
-      return nonneg_key(x);
-    } else {
-      return signed_key(x);
+    if (bad) {
+      if (op == kOpSample) {
+        if (threadIdx.x == 0 && leader) write_sample(p, r, -1);
+      } else if (op == kOpRenorm) {
+        write_row<dtype, vec, unroll>(row, out_row, vocab, [](float) { return 0.0f; });
+      }
+      cl_leave();
+      return true;
     }
-  };
+    if (input == kInputLogits && prm.greedy) {
+      best = block_max_u64(best, s.red_u64);
+      if (cluster) {
+        ClusterRed v{0.0, 0.0, 0.0f, 0u, best};
+        cluster_exchange(v, s.xch, s.xin, xpar);
+        best = v.best;
+      }
+      if (threadIdx.x == 0 && leader) {
+        write_sample(p, r, i64(0xffffffffu - u32(best & 0xffffffffu)));
+      }
+      cl_leave();
+      return true;
+    }
+    return false;
+  }
+
+  // Pass 0b (logits with a top-p and no top-k): the mass and the first histogram level of the
+  // weights, now that the maximum is known (with a top-k, top-p's mass is the top-k set's, found
+  // later). Then the first level's cluster merge, and kmax.
+  KJIT_DEVICE KJIT_FORCEINLINE void scan_weights() {
+    if (input == kInputLogits && prm.use_p && !prm.use_k) {
+      walk.run([&](int, float x) {
+        const float w = weight(x);
+        wsum += double(w);
+        add_first_level(nonneg_key(w));
+      });
+      wsum = block_sum<double>(wsum, s.red_d);
+      double unused = 0.0;
+      cl_sum(wsum, unused);
+    }
+    // Pass 0 (or 0b) built the first histogram level of whichever search comes next. No key
+    // exceeds the row maximum's, so the bins above its bin are zero in every block and stay out
+    // of the merge (for probabilities that is half of them). Pass 0b's weights are below 2 (ex2
+    // of a value <= 0, approximate), so its bins stop at 2.0's. The exchange that closed pass 0
+    // (or 0b) came after every block's histogram was complete, and nothing has touched the
+    // histograms since: its barrier is the merge's first.
+    if (need_hist) {
+      int nb0 = kBins;
+      if (input == kInputProbs) nb0 = int(nonneg_key(vmax) >> 20) + 1;
+      if (input == kInputLogits && prm.use_k) nb0 = int(signed_key(vmax) >> 21) + 1;
+      if (input == kInputLogits && !prm.use_k) nb0 = int(nonneg_key(2.0f) >> 20);
+      if (exact) {
+        cl_merge_sig(nb0, true);
+      } else {
+        cl_merge1(nb0, true);
+      }
+    }
+    // The largest weight's key (for logits, exp(0) = 1).
+    kmax = input == kInputLogitKeys ? signed_key(vmax) : nonneg_key(weight(vmax));
+  }
+
   // List mode, cluster only: every block sends the keys key_of(x) in [wlo, wlo + wspan] of its
-  // share to the leader's s_own (rank order: an exchange of the counts gives the offsets) and
+  // share to the leader's s.own (rank order: an exchange of the counts gives the offsets) and
   // sums the weights of the keys above the window; on return (true) the leader holds all
   // list_n keys and `above` the cluster's sum. False, the same in every block, when the keys do
   // not fit (more than kListLocal in a block or kListCap in all): nothing was sent. The list's
   // order within a block is the order of its atomics, so only integer sums may be taken over it.
-  u32 list_n = 0;
-  auto send_list = [&](auto key_of, u32 wlo, u32 wspan, double& above) -> bool {
-    if (threadIdx.x == 0) s_found[3] = 0;
+  template <typename KeyOf>
+  KJIT_DEVICE KJIT_FORCEINLINE bool send_list(KeyOf key_of, u32 wlo, u32 wspan, double& above) {
+    if (threadIdx.x == 0) s.found[3] = 0;
     __syncthreads();
     double a = 0.0;
     walk.run([&](int, float x) {
@@ -679,72 +765,30 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
       if (key - wlo > wspan) {  // wraps for keys below the window
         if (key > wlo) a += double(weight(x));
       } else {
-        const u32 slot = atomicAdd(reinterpret_cast<u32*>(&s_found[3]), 1u);
-        if (slot < detail::kListLocal) s_cnt[slot] = key;
+        const u32 slot = atomicAdd(reinterpret_cast<u32*>(&s.found[3]), 1u);
+        if (slot < kListLocal) s.cnt[slot] = key;
       }
     });
-    a = block_sum<double>(a, s_red_d);  // ends on a barrier: every slot is taken
-    const u32 n_local = static_cast<u32>(s_found[3]);
-    detail::ClusterRed v{a, 0.0, 0.0f, n_local > detail::kListLocal ? 1u : 0u, u64(n_local)};
-    detail::cluster_exchange(v, s_xch, s_xin, xpar);
-    // s_xin still holds every rank's values (until the next exchange).
+    a = block_sum<double>(a, s.red_d);  // ends on a barrier: every slot is taken
+    const u32 n_local = static_cast<u32>(s.found[3]);
+    ClusterRed v{a, 0.0, 0.0f, n_local > kListLocal ? 1u : 0u, u64(n_local)};
+    cluster_exchange(v, s.xch, s.xin, xpar);
+    // s.xin still holds every rank's values (until the next exchange).
     u32 offset = 0;
     u64 total = 0;
     for (u32 q = 0; q < csize; ++q) {
-      if (q < crank) offset += static_cast<u32>(s_xin[q].best);
-      total += s_xin[q].best;
+      if (q < crank) offset += static_cast<u32>(s.xin[q].best);
+      total += s.xin[q].best;
     }
-    if (v.flag != 0u || total > detail::kListCap) return false;
-    u32* list = cluster_map(s_own, 0u);
-    for (u32 i = threadIdx.x; i < n_local; i += blockDim.x) list[offset + i] = s_cnt[i];
+    if (v.flag != 0u || total > kListCap) return false;
+    u32* list = cluster_map(s.own, 0u);
+    for (u32 i = threadIdx.x; i < n_local; i += blockDim.x) list[offset + i] = s.cnt[i];
     cluster_sync();  // the leader's list is whole
     list_n = static_cast<u32>(total);
     above = v.s0;
     return true;
-  };
-
-  if (input == kInputLogits && use_p && !use_k) {
-    // Pass 0b: the mass and the first histogram level of the weights, now that the maximum is
-    // known (with a top-k, top-p's mass is the top-k set's, found later).
-    walk.run([&](int, float x) {
-      const float w = weight(x);
-      wsum += double(w);
-      add_first_level(nonneg_key(w));
-    });
-    wsum = block_sum<double>(wsum, s_red_d);
-    double unused = 0.0;
-    cl_sum(wsum, unused);
   }
-  // Pass 0 (or 0b) built the first histogram level of whichever search comes next. No key
-  // exceeds the row maximum's, so the bins above its bin are zero in every block and stay out of
-  // the merge (for probabilities that is half of them). Pass 0b's weights are below 2 (ex2 of a
-  // value <= 0, approximate), so its bins stop at 2.0's. The exchange that closed pass 0 (or 0b)
-  // came after every block's histogram was complete, and nothing has touched the histograms
-  // since: its barrier is the merge's first.
-  if (need_hist) {
-    int nb0 = kBins;
-    if (input == kInputProbs) nb0 = int(nonneg_key(vmax) >> 20) + 1;
-    if (input == kInputLogits && use_k) nb0 = int(signed_key(vmax) >> 21) + 1;
-    if (input == kInputLogits && !use_k) nb0 = int(nonneg_key(2.0f) >> 20);
-    if (exact) {
-      cl_merge_sig(nb0, true);
-    } else {
-      cl_merge1(nb0, true);
-    }
-  }
-  // The largest weight's key (for logits, exp(0) = 1).
-  const u32 kmax = input == kInputLogitKeys ? signed_key(vmax) : nonneg_key(weight(vmax));
 
-  // ---- Top-k: radix select on counts ----
-  u32 threshold = 0;  // on topk_key
-  // Top-k list mode (clusters): after the first level the keys at or above the k-th largest's
-  // bin are few on a language model's row (above + in_above + c, the same in every block: a few
-  // hundred for k = 50). When they fit, every block sends them to the leader, which finishes
-  // the top-k search on that list and runs top-p on the top-k set there too (by exact
-  // significand sums, see mass = 1), then sends both thresholds back: the later levels' walks,
-  // merges and the other blocks' redundant searches go. The other blocks (followers) skip to
-  // the thresholds' arrival.
-  bool klist = false;
   // rank_finish (the leader, a list of at most kRankCap keys): every key of the list is ranked
   // against the others in one pass (descending key, then list index: unique ranks), which gives
   // the k-th largest key; the top-k set's weight keys are then ranked the same way, placed in
@@ -753,82 +797,86 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
   // weight key whose mass strictly above (the prefix at its first tie) is below p * mass. On a
   // few hundred keys that is a handful of barriers where two top-k levels and three top-p levels
   // (each a 2048-bin clear, a scan and their barriers) were about forty.
-  bool ranked = false;
-  u32 kp_ranked = 0;
-  auto rank_finish = [&](u32 k) {
+  KJIT_DEVICE KJIT_FORCEINLINE void rank_finish(u32 k) {
     const u32 n = list_n;
     if (threadIdx.x == 0) {
-      s_found[0] = 0;
-      s_found[1] = -1;
-      s_found[2] = 0;
+      s.found[0] = 0;
+      s.found[1] = -1;
+      s.found[2] = 0;
     }
     __syncthreads();
     for (u32 i = threadIdx.x; i < n; i += blockDim.x) {
-      if (detail::rank_desc(s_own, n, i) == k - 1) s_found[0] = static_cast<int>(s_own[i]);
+      if (rank_desc(s.own, n, i) == k - 1) s.found[0] = static_cast<int>(s.own[i]);
     }
     __syncthreads();
-    const u32 kk = static_cast<u32>(s_found[0]);
+    const u32 kk = static_cast<u32>(s.found[0]);
     threshold = kk;
     ranked = true;
-    if (!use_p) return;
+    if (!prm.use_p) return;
     for (u32 i = threadIdx.x; i < n; i += blockDim.x) {
-      const u32 key = s_own[i];
+      const u32 key = s.own[i];
       if (key >= kk) {
-        const u32 slot = atomicAdd(reinterpret_cast<u32*>(&s_found[2]), 1u);
-        s_cnt[slot] =
-            nonneg_key(weight(input == kInputProbs ? nonneg_value(key) : signed_value(key)));
+        const u32 slot = atomicAdd(reinterpret_cast<u32*>(&s.found[2]), 1u);
+        s.cnt[slot] = weight_key_of(key);
       }
     }
     __syncthreads();
-    const u32 m = static_cast<u32>(s_found[2]);
+    const u32 m = static_cast<u32>(s.found[2]);
     for (u32 i = threadIdx.x; i < m; i += blockDim.x) {
-      s_mlo[detail::rank_desc(s_cnt, m, i)] = s_cnt[i];  // descending weight keys
+      s.mlo[rank_desc(s.cnt, m, i)] = s.cnt[i];  // descending weight keys
     }
     __syncthreads();
-    double* prefix = reinterpret_cast<double*>(s_mhi);  // m <= kRankCap doubles
+    double* prefix = reinterpret_cast<double*>(s.mhi);  // m <= kRankCap doubles
     const int per = (int(m) + int(blockDim.x) - 1) / int(blockDim.x);
     const int r0 = int(threadIdx.x) * per;
     const int r1 = r0 + per < int(m) ? r0 + per : int(m);
     double local = 0.0;
-    for (int r = r0; r < r1; ++r) local += double(nonneg_value(s_mlo[r]));
+    for (int j = r0; j < r1; ++j) local += double(nonneg_value(s.mlo[j]));
     double total;
-    double run = block_exclusive_scan<double>(local, s_red_d, &total);
-    for (int r = r0; r < r1; ++r) {
-      prefix[r] = run;
-      run += double(nonneg_value(s_mlo[r]));
+    double run = block_exclusive_scan<double>(local, s.red_d, &total);
+    for (int j = r0; j < r1; ++j) {
+      prefix[j] = run;
+      run += double(nonneg_value(s.mlo[j]));
     }
     __syncthreads();
-    const double target = double(top_p) * total;
-    for (int r = r0; r < r1; ++r) {
-      int first = r;
-      while (first > 0 && s_mlo[first - 1] == s_mlo[r]) --first;
-      if (prefix[first] < target) atomicMax(&s_found[1], r);
+    const double target = double(prm.top_p) * total;
+    for (int j = r0; j < r1; ++j) {
+      int first = j;
+      while (first > 0 && s.mlo[first - 1] == s.mlo[j]) --first;
+      if (prefix[first] < target) atomicMax(&s.found[1], j);
     }
     __syncthreads();
-    const int last = s_found[1];
-    kp_ranked = last >= 0 ? s_mlo[last] : 0u;
-  };
-  if (use_k) {
+    const int last = s.found[1];
+    kp_ranked = last >= 0 ? s.mlo[last] : 0u;
+  }
+
+  // ---- Top-k: radix select on counts ----
+  // Top-k list mode (clusters): after the first level the keys at or above the k-th largest's
+  // bin are few on a language model's row (above + in_above + c, the same in every block: a few
+  // hundred for k = 50). When they fit, every block sends them to the leader, which finishes
+  // the top-k search on that list and runs top-p on the top-k set there too (by exact
+  // significand sums, see mass = 1), then sends both thresholds back: the later levels' walks,
+  // merges and the other blocks' redundant searches go. The other blocks (followers) skip to
+  // the thresholds' arrival.
+  KJIT_DEVICE KJIT_FORCEINLINE void topk_search() {
+    if (!prm.use_k) return;
     u32 lo = 0, hi = input == kInputProbs ? 0x7fffffffu : 0xffffffffu;
-    int s = input == kInputProbs ? 20 : 21;
+    int sh = input == kInputProbs ? 20 : 21;
     u32 above = 0;  // keys > hi
-    const u32 k = static_cast<u32>(top_k);
+    const u32 k = static_cast<u32>(prm.top_k);
     for (int level = 0;; ++level) {
       int b;
       u32 in_above, c;
-      detail::find_count_bin(s_cnt, detail::bins_of(lo, hi, s), k - above, s_red_u, s_found, b,
-                             in_above, c);
-      const bool done = s == 0 || above + in_above + c == k;
-      if constexpr (cluster && !mass) {
-        // A list when a search is left: top-k's next levels, or top-p on the top-k set. Only in
-        // the counting kernels, which the plan gives every row that may have a top-k: the code
-        // slowed the exact kernels' top-p path by 1 us (H200, B1, V 128256).
-        if (level == 0 && (!done || use_p) && above + in_above + c <= detail::kListCap) {
-          const u32 klo = lo + (u32(b) << s);
+      find_count_bin(s.cnt, bins_of(lo, hi, sh), k - above, s.red_u, s.found, b, in_above, c);
+      const bool done = sh == 0 || above + in_above + c == k;
+      if constexpr (cluster) {
+        // A list when a search is left: top-k's next levels, or top-p on the top-k set.
+        if (level == 0 && (!done || prm.use_p) && above + in_above + c <= kListCap) {
+          const u32 klo = lo + (u32(b) << sh);
           double unused;
-          klist = send_list(topk_key, klo, ~klo, unused);
+          klist = send_list([&](float x) { return topk_key(x); }, klo, ~klo, unused);
           if (klist && !leader) break;
-          if (klist && list_n <= detail::kRankCap) {
+          if (klist && list_n <= kRankCap) {
             rank_finish(k);
             break;
           }
@@ -837,179 +885,233 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
       if (done) {
         // Either a single key, or every key of the bin is among the top k: the k-th largest is
         // the bin's smallest key, and no key lies between the bin's start and it.
-        threshold = lo + (u32(b) << s);
+        threshold = lo + (u32(b) << sh);
         break;
       }
       above += in_above;
-      lo += u32(b) << s;
-      hi = lo + ((u32(1) << s) - 1);
-      s = s > 11 ? s - 11 : 0;
-      detail::clear_bins(s_cnt);
+      lo += u32(b) << sh;
+      hi = lo + ((u32(1) << sh) - 1);
+      sh = sh > 11 ? sh - 11 : 0;
+      clear_bins(s.cnt);
       __syncthreads();
       const u32 wlo = lo, wspan = hi - lo;
-      const int sh = s;
+      const int bsh = sh;
       if (klist) {
         // The leader counts the list alone: no walk, no merge.
         for (u32 i = threadIdx.x; i < list_n; i += blockDim.x) {
-          const u32 d = s_own[i] - wlo;
-          if (d <= wspan) atomicAdd(&s_cnt[d >> sh], 1u);
+          const u32 d = s.own[i] - wlo;
+          if (d <= wspan) atomicAdd(&s.cnt[d >> bsh], 1u);
         }
         __syncthreads();
         continue;
       }
       walk.run([&](int, float x) {
         const u32 d = topk_key(x) - wlo;  // wraps for keys below the window
-        if (d <= wspan) atomicAdd(&s_cnt[d >> sh], 1u);
+        if (d <= wspan) atomicAdd(&s.cnt[d >> bsh], 1u);
       });
       __syncthreads();
-      cl_merge1(detail::bins_of(lo, hi, s));
+      cl_merge1(bins_of(lo, hi, sh));
     }
   }
-  const bool follower = cluster && klist && !leader;
 
-  if (input == kInputLogitKeys) {
+  // Masking: logits whose key is below top-k's threshold become -Inf.
+  KJIT_DEVICE KJIT_FORCEINLINE void write_mask() {
     const u32 t = threshold;
-    detail::write_row<dtype, vec, unroll>(
-        row, out_row, vocab, [t, kInf](float x) { return signed_key(x) >= t ? x : -kInf; });
-    return;
+    const float inf = __int_as_float(0x7f800000);
+    write_row<dtype, vec, unroll>(row, out_row, vocab,
+                                  [t, inf](float x) { return signed_key(x) >= t ? x : -inf; });
   }
 
-  // A token is kept when its weight's key is >= kw and, for logits under a top-k, its logit's
-  // key is >= kx (for probabilities the two keys are one, and kx folds into kw).
-  u32 kx = input == kInputLogits && use_k ? threshold : 0u;  // a follower's arrives below
-  const bool x_filter = input == kInputLogits && use_k;
-  if (input == kInputLogits) threshold = 0;
-  auto in_topk = [&](float x) { return !x_filter || signed_key(x) >= kx; };
-
   // ---- Top-p: radix search on mass bounds ----
-  // Exact-mass clusters: whether the leader searches a list of the first window's keys (below).
-  bool list_mode = false;
-  if (use_p && !follower && !ranked) {
-    // The exact search: mass = 1's, or the top-k list's.
-    const bool exact_search = exact || klist;
-    detail::Window w;
-    w.kmax = kmax;
-    double target;
-    // One level pass: counts and fixed-point mass of the window's keys, exact mass above it.
-    // Sums are fp64 from the first term: their order depends on how the row is split (one
-    // block or a cluster), and fp64 keeps that from moving the threshold except at ties within
-    // about 1e-16 of p * mass.
-    auto level_pass = [&](double& in_window) {
-      if (!exact) detail::clear_bins(s_cnt);
-      detail::clear_bins(s_mhi);
-      detail::clear_bins(s_mlo);
-      __syncthreads();
-      double a = 0.0, b = 0.0;
-      const u32 wlo = w.lo, wspan = w.hi - w.lo;
-      const int sh = w.s;
-      const float sc = w.scale;
-      walk.run([&](int, float x) {
-        if (!in_topk(x)) return;
-        const float wt = weight(x);
-        const u32 d = nonneg_key(wt) - wlo;  // wraps for keys below the window
-        if (d > wspan) {
-          if (nonneg_key(wt) > wlo) a += double(wt);  // above the window
-        } else {
-          const int bin = static_cast<int>(d >> sh);
-          if (exact) {
-            detail::add_significand(s_mhi, s_mlo, bin, nonneg_key(wt));
-            b += double(wt);
-          } else {
-            atomicAdd(&s_cnt[bin], 1u);
-            b += double(wt);
-            const u32 q = static_cast<u32>(__fmul_rz(wt, sc));  // 0 when there is no scale
-            if (q >> 12) atomicAdd(&s_mhi[bin], q >> 12);
-            if (q & 4095u) atomicAdd(&s_mlo[bin], q & 4095u);
-          }
-        }
-      });
-      block_sum2<double>(a, b, s_red_d);
-      w.above = a;
-      in_window = b;
-      // The two sums cross the cluster on the merge's first barrier. Without a fixed-point
-      // scale, or with single-key bins, the bounds use counts alone (bin_bounds), so the two
-      // mass arrays need not cross it.
-      detail::ClusterRed v{w.above, in_window, 0.0f, 0u, 0ull};
-      if (cluster) detail::cluster_publish(v, s_xch, xpar);
-      if (exact) {
-        cl_merge_sig(detail::bins_of(w.lo, w.hi, w.s));
-      } else if (w.have_mass && w.s > 0) {
-        cl_merge3(detail::bins_of(w.lo, w.hi, w.s));
+  // One level pass: counts and fixed-point mass of the window's keys, exact mass above it.
+  // Sums are fp64 from the first term: their order depends on how the row is split (one
+  // block or a cluster), and fp64 keeps that from moving the threshold except at ties within
+  // about 1e-16 of p * mass.
+  KJIT_DEVICE KJIT_FORCEINLINE void level_pass(Window& w, double& in_window) {
+    if (!exact) clear_bins(s.cnt);
+    clear_bins(s.mhi);
+    clear_bins(s.mlo);
+    __syncthreads();
+    double a = 0.0, b = 0.0;
+    const u32 wlo = w.lo, wspan = w.hi - w.lo;
+    const int sh = w.s;
+    const float sc = w.scale;
+    walk.run([&](int, float x) {
+      if (!in_topk(x)) return;
+      const float wt = weight(x);
+      const u32 d = nonneg_key(wt) - wlo;  // wraps for keys below the window
+      if (d > wspan) {
+        if (nonneg_key(wt) > wlo) a += double(wt);  // above the window
       } else {
-        cl_merge1(detail::bins_of(w.lo, w.hi, w.s));
+        const int bin = static_cast<int>(d >> sh);
+        if (exact) {
+          add_significand(s.mhi, s.mlo, bin, nonneg_key(wt));
+          b += double(wt);
+        } else {
+          atomicAdd(&s.cnt[bin], 1u);
+          b += double(wt);
+          const u32 q = static_cast<u32>(__fmul_rz(wt, sc));  // 0 when there is no scale
+          if (q >> 12) atomicAdd(&s.mhi[bin], q >> 12);
+          if (q & 4095u) atomicAdd(&s.mlo[bin], q & 4095u);
+        }
       }
-      if (cluster) {
-        detail::cluster_gather(v, s_xch, s_xin, xpar);
-        w.above = v.s0;
-        in_window = v.s1;
-      }
-    };
-    auto set_scale = [&] {
-      const float wtop = nonneg_value(w.hi < kmax ? w.hi : kmax);
-      const float sc = wtop > 0.0f ? 16777216.0f / wtop : 0.0f;
-      w.have_mass = sc > 0.0f && sc <= kMaxFinite;
-      w.scale = w.have_mass ? sc : 0.0f;
-    };
+    });
+    block_sum2<double>(a, b, s.red_d);
+    w.above = a;
+    in_window = b;
+    // The two sums cross the cluster on the merge's first barrier. Without a fixed-point
+    // scale, or with single-key bins, the bounds use counts alone (bin_bounds), so the two
+    // mass arrays need not cross it.
+    ClusterRed v{w.above, in_window, 0.0f, 0u, 0ull};
+    if (cluster) cluster_publish(v, s.xch, xpar);
+    if (exact) {
+      cl_merge_sig(bins_of(w.lo, w.hi, w.s));
+    } else if (w.have_mass && w.s > 0) {
+      cl_merge3(bins_of(w.lo, w.hi, w.s));
+    } else {
+      cl_merge1(bins_of(w.lo, w.hi, w.s));
+    }
+    if (cluster) {
+      cluster_gather(v, s.xch, s.xin, xpar);
+      w.above = v.s0;
+      in_window = v.s1;
+    }
+  }
+
+  KJIT_DEVICE KJIT_FORCEINLINE void set_scale(Window& w) const {
+    const float wtop = nonneg_value(w.hi < kmax ? w.hi : kmax);
+    const float sc = wtop > 0.0f ? 16777216.0f / wtop : 0.0f;
+    w.have_mass = sc > 0.0f && sc <= 3.40282347e38f;  // the largest finite float
+    w.scale = w.have_mass ? sc : 0.0f;
+  }
+
+  // Top-p's first window and its target p * mass. Top-k first: the target is the top-k set's,
+  // which the first level's pass sums (topp_levels); returns a negative target then.
+  KJIT_DEVICE KJIT_FORCEINLINE double topp_first_window(Window& w) {
+    w.kmax = kmax;
     if (cluster && klist) {
       // The top-k list's leader: the list's keys that top-k keeps become weight keys (0 for the
       // others: no mass, below every window); the first level is their significand sums per
       // 2^20-key bin, exact as mass = 1's, and the top-k set's mass is those bins' masses summed
       // in bin order (the list's order varies from run to run; integer bins do not).
-      detail::clear_bins(s_mhi);
-      detail::clear_bins(s_mlo);
+      clear_bins(s.mhi);
+      clear_bins(s.mlo);
       __syncthreads();
       const u32 kk = input == kInputLogits ? kx : threshold;
       for (u32 i = threadIdx.x; i < list_n; i += blockDim.x) {
-        const u32 key = s_own[i];
+        const u32 key = s.own[i];
         u32 wk = 0u;
-        if (key >= kk) {
-          wk = nonneg_key(weight(input == kInputProbs ? nonneg_value(key) : signed_value(key)));
-        }
-        s_own[i] = wk;
-        if (wk != 0u) detail::add_significand(s_mhi, s_mlo, int(wk >> 20), wk);
+        if (key >= kk) wk = weight_key_of(key);
+        s.own[i] = wk;
+        if (wk != 0u) add_significand(s.mhi, s.mlo, int(wk >> 20), wk);
       }
       __syncthreads();
       w.whole();
       double mass_k = 0.0;
       for (int b = int(threadIdx.x); b < kBins; b += int(blockDim.x)) {
-        mass_k += detail::exact_bin_mass(s_mhi, s_mlo, w, b);
+        mass_k += exact_bin_mass(s.mhi, s.mlo, w, b);
       }
-      mass_k = block_sum<double>(mass_k, s_red_d);
-      target = double(top_p) * mass_k;
+      mass_k = block_sum<double>(mass_k, s.red_d);
       list_mode = true;
-    } else if (use_k) {
+      return double(prm.top_p) * mass_k;
+    }
+    if (prm.use_k) {
       // Top-k first: p is relative to the top-k set's mass, the first window is that set (for
       // logits: every weight, counting only the tokens the logit threshold keeps).
       w.lo = threshold;
       w.hi = kmax;
-      w.s = detail::fit_shift(w.lo, w.hi);
-      set_scale();
-      double mass_k;
-      level_pass(mass_k);
-      target = double(top_p) * (w.above + mass_k);
-    } else {
-      // The first level is pass 0's histogram (counts only, bounds from the bin edges; exact:
-      // the bins' masses).
-      w.whole();
-      target = double(top_p) * wsum;
+      w.s = fit_shift(w.lo, w.hi);
+      set_scale(w);
+      return -1.0;
     }
+    // The first level is pass 0's histogram (counts only, bounds from the bin edges; exact:
+    // the bins' masses).
+    w.whole();
+    return double(prm.top_p) * wsum;
+  }
+
+  // What a top-p level on a cluster does after narrowing the window.
+  enum class ListStep { kWalk, kNextLevel, kStop };
+
+  // Cluster only, after the window narrowed to [w.lo, w.hi] at `level`: the list modes' part.
+  // kNextLevel: the leader's list level ran in place of a walk; kStop: a follower leaves the
+  // search (the leader sends the threshold); kWalk: the level pass over the row follows.
+  KJIT_DEVICE KJIT_FORCEINLINE ListStep topp_list_level(Window& w, int level,
+                                                        double& above_outside) {
+    if (klist && level == 0) {
+      // The list keeps the window's keys only: the list levels below take every key in it
+      // to share the window's binade (the mass above is above_outside).
+      const u32 wlo = w.lo, wspan = w.hi - w.lo;
+      for (u32 i = threadIdx.x; i < list_n; i += blockDim.x) {
+        if (s.own[i] - wlo > wspan) s.own[i] = 0u;
+      }
+      __syncthreads();
+    }
+    if (exact && level == 0) {
+      // The window is one first-level bin: a few thousand keys on a language model's row.
+      // Every block sends its share of them and the mass above the window to the leader
+      // (send_list), which runs the remaining levels on that list alone, with no cluster
+      // barrier or merge per level. Its sums are integers (significands, one binade), so the
+      // list's order does not matter. Too many keys for the room: the levels below, as the
+      // one-block path runs them.
+      const auto wkey = [&](float x) { return nonneg_key(weight(x)); };
+      if (send_list(wkey, w.lo, w.hi - w.lo, above_outside)) {
+        list_mode = true;
+        if (!leader) return ListStep::kStop;  // the leader sends the threshold
+      }
+    }
+    if (!list_mode) return ListStep::kWalk;
+    // A level over the leader's list: significand sums of the window's keys per bin, and
+    // of the list's keys above the window (all in the first bin's binade).
+    clear_bins(s.mhi);
+    clear_bins(s.mlo);
+    __syncthreads();
+    const u32 wlo = w.lo, wspan = w.hi - w.lo;
+    const int sh = w.s;
+    u64 above_sig = 0;
+    for (u32 i = threadIdx.x; i < list_n; i += blockDim.x) {
+      const u32 key = s.own[i];
+      if (key - wlo > wspan) {
+        if (key > wlo) above_sig += key_significand(key);
+      } else {
+        add_significand(s.mhi, s.mlo, int((key - wlo) >> sh), key);
+      }
+    }
+    above_sig = block_sum<u64>(above_sig, s.red_u64);  // ends on a barrier
+    w.above = above_outside + double(above_sig) * binade_unit(w.lo);
+    return ListStep::kNextLevel;
+  }
+
+  // The top-p search's levels from the first window on; returns the threshold key. Each level
+  // but a list level starts with a pass over the row (level_pass), except the first when pass 0
+  // built it; target < 0: the first pass also gives the target (top-k first). One call site of
+  // the pass, so the kernel holds one copy of it.
+  KJIT_DEVICE KJIT_FORCEINLINE u32 topp_levels(Window& w, double target) {
+    // The exact search: mass = 1's, or the top-k list's.
+    const bool exact_search = exact || klist;
     u32 kp = w.lo;
     double above_outside = 0.0;  // list modes: the mass above the first window
+    bool walk_level = target < 0.0;
     for (int level = 0;; ++level) {
+      if (walk_level) {
+        double in_window;
+        level_pass(w, in_window);
+        if (target < 0.0) target = double(prm.top_p) * (w.above + in_window);
+      }
       int b0, b1;
-      const int nb = detail::bins_of(w.lo, w.hi, w.s);
+      const int nb = bins_of(w.lo, w.hi, w.s);
       if (exact_search) {
-        detail::find_mass_bins<true>(s_cnt, s_mhi, s_mlo, w, nb, target, s_red_d, s_found, b0, b1);
+        find_mass_bins<true>(s.cnt, s.mhi, s.mlo, w, nb, target, s.red_d, s.found, b0, b1);
       } else {
-        detail::find_mass_bins<false>(s_cnt, s_mhi, s_mlo, w, nb, target, s_red_d, s_found, b0, b1);
+        find_mass_bins<false>(s.cnt, s.mhi, s.mlo, w, nb, target, s.red_d, s.found, b0, b1);
       }
       if (cluster && klist && level == 0) {
         // The top-k set's mass above the bin the window becomes, in bin order.
         double a = 0.0;
         for (int b = b1 + 1 + int(threadIdx.x); b < nb; b += int(blockDim.x)) {
-          a += detail::exact_bin_mass(s_mhi, s_mlo, w, b);
+          a += exact_bin_mass(s.mhi, s.mlo, w, b);
         }
-        above_outside = block_sum<double>(a, s_red_d);
+        above_outside = block_sum<double>(a, s.red_d);
       }
       if (w.s == 0) {
         // Single-key bins: the bounds are exact, so b0 == b1 unless nothing reaches the target.
@@ -1027,103 +1129,85 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
       }
       w.lo = nlo;
       w.hi = nhi;
-      w.s = detail::fit_shift(nlo, nhi);
-      set_scale();
+      w.s = fit_shift(nlo, nhi);
+      set_scale(w);
+      walk_level = true;
       if constexpr (cluster) {
-        if (klist && level == 0) {
-          // The list keeps the window's keys only: the list levels below take every key in it
-          // to share the window's binade (the mass above is above_outside).
-          const u32 wlo = w.lo, wspan = w.hi - w.lo;
-          for (u32 i = threadIdx.x; i < list_n; i += blockDim.x) {
-            if (s_own[i] - wlo > wspan) s_own[i] = 0u;
-          }
-          __syncthreads();
-        }
-        if (exact && level == 0) {
-          // The window is one first-level bin: a few thousand keys on a language model's row.
-          // Every block sends its share of them and the mass above the window to the leader
-          // (send_list), which runs the remaining levels on that list alone, with no cluster
-          // barrier or merge per level. Its sums are integers (significands, one binade), so the
-          // list's order does not matter. Too many keys for the room: the levels below, as the
-          // one-block path runs them.
-          const auto wkey = [&](float x) { return nonneg_key(weight(x)); };
-          if (send_list(wkey, w.lo, w.hi - w.lo, above_outside)) {
-            list_mode = true;
-            if (!leader) break;  // the leader sends the threshold (below)
-          }
-        }
-        if (list_mode) {
-          // A level over the leader's list: significand sums of the window's keys per bin, and
-          // of the list's keys above the window (all in the first bin's binade).
-          detail::clear_bins(s_mhi);
-          detail::clear_bins(s_mlo);
-          __syncthreads();
-          const u32 wlo = w.lo, wspan = w.hi - w.lo;
-          const int sh = w.s;
-          u64 above_sig = 0;
-          for (u32 i = threadIdx.x; i < list_n; i += blockDim.x) {
-            const u32 key = s_own[i];
-            if (key - wlo > wspan) {
-              if (key > wlo) above_sig += key_significand(key);
-            } else {
-              detail::add_significand(s_mhi, s_mlo, int((key - wlo) >> sh), key);
-            }
-          }
-          above_sig = block_sum<u64>(above_sig, s_red_u64);  // ends on a barrier
-          w.above = above_outside + double(above_sig) * binade_unit(w.lo);
-          continue;
-        }
+        const ListStep step = topp_list_level(w, level, above_outside);
+        if (step == ListStep::kStop) break;
+        walk_level = step == ListStep::kWalk;
       }
-      double unused;
-      level_pass(unused);
     }
-    threshold = kp > threshold ? kp : threshold;
+    return kp;
   }
-  if (cluster && ranked && use_p) threshold = kp_ranked > threshold ? kp_ranked : threshold;
-  if constexpr (cluster) {
-    if (klist || list_mode) {  // the same in every block
-      // The leader's thresholds to the others: the weight key's and, for logits under a top-k,
-      // the logit key's. No other block reads its s_found any more.
-      if (leader && threadIdx.x == 0) {
-        for (u32 q = 1; q < csize; ++q) {
-          *cluster_map(&s_found[2], q) = static_cast<int>(threshold);
-          *cluster_map(&s_found[3], q) = static_cast<int>(kx);
+
+  // Top-p after top-k: for logits, top-k's threshold moves to kx (on the logit key) and the
+  // weight threshold starts from 0.
+  KJIT_DEVICE KJIT_FORCEINLINE void topp_search() {
+    kx = input == kInputLogits && prm.use_k ? threshold : 0u;  // a follower's arrives later
+    x_filter = input == kInputLogits && prm.use_k;
+    if (input == kInputLogits) threshold = 0;
+    const bool follower = cluster && klist && !leader;
+    if (prm.use_p && !follower && !ranked) {
+      Window w;
+      const double target = topp_first_window(w);
+      const u32 kp = topp_levels(w, target);
+      threshold = kp > threshold ? kp : threshold;
+    }
+    if (cluster && ranked && prm.use_p) threshold = kp_ranked > threshold ? kp_ranked : threshold;
+  }
+
+  // After a list mode, the leader's thresholds to the others: the weight key's and, for logits
+  // under a top-k, the logit key's. No other block reads its s.found any more.
+  KJIT_DEVICE KJIT_FORCEINLINE void share_thresholds() {
+    if constexpr (cluster) {
+      if (klist || list_mode) {  // the same in every block
+        if (leader && threadIdx.x == 0) {
+          for (u32 q = 1; q < csize; ++q) {
+            *cluster_map(&s.found[2], q) = static_cast<int>(threshold);
+            *cluster_map(&s.found[3], q) = static_cast<int>(kx);
+          }
         }
-      }
-      cluster_sync();
-      if (!leader) {
-        threshold = static_cast<u32>(s_found[2]);
-        kx = static_cast<u32>(s_found[3]);
+        cluster_sync();
+        if (!leader) {
+          threshold = static_cast<u32>(s.found[2]);
+          kx = static_cast<u32>(s.found[3]);
+        }
       }
     }
   }
 
-  if (use_minp) {
-    const u32 km = nonneg_key(__fmul_rn(min_p, nonneg_value(kmax)));
-    threshold = km > threshold ? km : threshold;
+  // Min-p: w >= fl(min_p * w_max).
+  KJIT_DEVICE KJIT_FORCEINLINE void apply_min_p() {
+    if (prm.use_minp) {
+      const u32 km = nonneg_key(__fmul_rn(prm.min_p, nonneg_value(kmax)));
+      threshold = km > threshold ? km : threshold;
+    }
   }
 
-  const u32 t = threshold;  // kw
-  if (op == kOpRenorm) {
+  // Renormalization: the kept probabilities over their sum, the others 0.
+  KJIT_DEVICE KJIT_FORCEINLINE void write_renorm() {
+    const u32 t = threshold;
     double kept = 0.0;
     walk.run([&](int, float x) {
       if (nonneg_key(x) >= t) kept += double(x);
     });
-    kept = block_sum<double>(kept, s_red_d);
+    kept = block_sum<double>(kept, s.red_d);
     const float kept_f = static_cast<float>(kept);
-    detail::write_row<dtype, vec, unroll>(row, out_row, vocab, [t, kept_f](float x) {
+    write_row<dtype, vec, unroll>(row, out_row, vocab, [t, kept_f](float x) {
       return nonneg_key(x) >= t ? __fdiv_rn(x, kept_f) : 0.0f;
     });
-    return;
   }
 
   // ---- Sample: kept weight per segment, one uniform, inverse CDF in index order ----
-  {
-    // On the cluster path every block stores its segments' masses straight into the leader's
-    // s_seg (no one else uses it), so one barrier publishes them; the leader then draws alone,
-    // exactly as one block would, and the other blocks, whose shared memory nobody reads any
-    // more, leave.
-    float* seg_out = cluster ? cluster_map(s_seg, 0u) : s_seg;
+  // On the cluster path every block stores its segments' masses straight into the leader's
+  // s.seg (no one else uses it), so one barrier publishes them; the leader then draws alone,
+  // exactly as one block would, and the other blocks, whose shared memory nobody reads any
+  // more, leave.
+  KJIT_DEVICE KJIT_FORCEINLINE void segment_masses() {
+    const u32 t = threshold;
+    const int lane = int(threadIdx.x) & 31;
+    float* seg_out = cluster ? cluster_map(s.seg, 0u) : s.seg;
     float acc = 0.0f;
     walk.run(
         [&](int, float x) {
@@ -1136,32 +1220,20 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
           acc = 0.0f;
         });
   }
-  if (cluster) {
-    cluster_sync();
-    if (!leader) return;
-  }
-  if (threadIdx.x == 0) {
-    s_found[0] = 0x7fffffff;  // chosen segment: atomicMin
-    s_found[1] = -1;          // last segment with weight: atomicMax
-  }
-  const u64 seed = cluster ? s_rng[0] : p.seed[r * p.seed_stride];
-  const u64 offset = cluster ? s_rng[1] : p.offset[r * p.offset_stride];
-  const double u = philox_uniform(seed, offset, p.per_row_seed ? 0u : static_cast<u32>(r));
-  double target;
-  int sel;
-  bool found;
-  if constexpr (cluster) {
-    // The segments' exclusive prefix runs over a fixed layout of kMaxSegments virtual threads,
-    // one segment each (nseg <= kMaxSegments): virtual thread v is real thread v % blockDim.x in
-    // round v / blockDim.x, so a virtual warp is one real warp's, and every fp64 addition is the
-    // one the one-block path's scan makes (it has a thread per segment; its threads past the
-    // last segment, like the virtual ones, add zeros). The leader therefore picks the segment
-    // one block picks at any cluster block size.
+
+  // The cluster leader's choice: the segments' exclusive prefix runs over a fixed layout of
+  // kMaxSegments virtual threads, one segment each (nseg <= kMaxSegments): virtual thread v is
+  // real thread v % blockDim.x in round v / blockDim.x, so a virtual warp is one real warp's,
+  // and every fp64 addition is the one the one-block path's scan makes (it has a thread per
+  // segment; its threads past the last segment, like the virtual ones, add zeros). The leader
+  // therefore picks the segment one block picks at any cluster block size.
+  KJIT_DEVICE KJIT_FORCEINLINE SegmentChoice choose_segment_cluster(double u) {
+    const int lane = int(threadIdx.x) & 31;
     constexpr int kV = kMaxSegments;
     static_assert(kV == 32 * 32, "one scan stage per virtual warp, one over the 32 warp totals");
     const int rounds = (kV + int(blockDim.x) - 1) / int(blockDim.x);
     auto vwarp_incl = [&](int v) {  // inclusive prefix in virtual warp v / 32 (warp-uniform)
-      double incl = v < nseg ? double(s_seg[v]) : 0.0;
+      double incl = v < nseg ? double(s.seg[v]) : 0.0;
 #pragma unroll
       for (int o = 1; o < 32; o <<= 1) {
         const double n = __shfl_up_sync(kFullMask, incl, o);
@@ -1173,11 +1245,11 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
       const int v = int(threadIdx.x) + i * int(blockDim.x);
       if (v < kV) {
         const double incl = vwarp_incl(v);
-        if (lane == 31) s_red_d[v >> 5] = incl;
+        if (lane == 31) s.red_d[v >> 5] = incl;
       }
     }
     __syncthreads();
-    double wscan = s_red_d[lane];
+    double wscan = s.red_d[lane];
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
       const double n = __shfl_up_sync(kFullMask, wscan, o);
@@ -1191,136 +1263,245 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
       const double before = __shfl_sync(kFullMask, wscan, vw == 0 ? 0 : vw - 1);
       return vw == 0 ? excl : before + excl;
     };
-    target = u * __shfl_sync(kFullMask, wscan, 31);
+    const double target = u * __shfl_sync(kFullMask, wscan, 31);
     for (int i = 0; i < rounds; ++i) {
       const int v = int(threadIdx.x) + i * int(blockDim.x);
       if (v < kV) {
         const double start = vstart(v);
-        if (v < nseg && s_seg[v] > 0.0f) {
-          atomicMax(&s_found[1], v);
-          if (start <= target && target < start + double(s_seg[v])) atomicMin(&s_found[0], v);
+        if (v < nseg && s.seg[v] > 0.0f) {
+          atomicMax(&s.found[1], v);
+          if (start <= target && target < start + double(s.seg[v])) atomicMin(&s.found[0], v);
         }
       }
     }
     __syncthreads();
-    sel = s_found[0];
-    found = sel != 0x7fffffff;
-    if (!found) sel = s_found[1];
-    for (int i = 0; found && i < rounds; ++i) {
+    SegmentChoice c;
+    c.sel = s.found[0];
+    c.found = c.sel != 0x7fffffff;
+    if (!c.found) c.sel = s.found[1];
+    for (int i = 0; c.found && i < rounds; ++i) {
       // The remainder within the chosen segment, by its virtual thread.
       const int v = int(threadIdx.x) + i * int(blockDim.x);
-      if (v < kV && (v >> 5) == (sel >> 5)) {
+      if (v < kV && (v >> 5) == (c.sel >> 5)) {
         const double start = vstart(v);
-        if (v == sel) s_rem = target - start;
+        if (v == c.sel) *s.rem = target - start;
       }
     }
-  } else {
+    return c;
+  }
+
+  // One block's choice: a block scan of the segments' masses, a thread's run of them each.
+  KJIT_DEVICE KJIT_FORCEINLINE SegmentChoice choose_segment_block(double u) {
     __syncthreads();
     const int per = (nseg + int(blockDim.x) - 1) / int(blockDim.x);
     const int j0 = int(threadIdx.x) * per;
     const int j1 = j0 + per < nseg ? j0 + per : nseg;
     double local = 0.0;
-    for (int j = j0; j < j1; ++j) local += double(s_seg[j]);
+    for (int j = j0; j < j1; ++j) local += double(s.seg[j]);
     double total;
-    const double start = block_exclusive_scan<double>(local, s_red_d, &total);
-    target = u * total;
+    const double start = block_exclusive_scan<double>(local, s.red_d, &total);
+    const double target = u * total;
     {
       double run = start;
       for (int j = j0; j < j1; ++j) {
-        const double next = run + double(s_seg[j]);
-        if (s_seg[j] > 0.0f) {
-          atomicMax(&s_found[1], j);
-          if (run <= target && target < next) atomicMin(&s_found[0], j);
+        const double next = run + double(s.seg[j]);
+        if (s.seg[j] > 0.0f) {
+          atomicMax(&s.found[1], j);
+          if (run <= target && target < next) atomicMin(&s.found[0], j);
         }
         run = next;
       }
     }
     __syncthreads();
-    sel = s_found[0];
-    found = sel != 0x7fffffff;
-    if (!found) sel = s_found[1];
-    if (found && sel >= j0 && sel < j1) {
+    SegmentChoice c;
+    c.sel = s.found[0];
+    c.found = c.sel != 0x7fffffff;
+    if (!c.found) c.sel = s.found[1];
+    if (c.found && c.sel >= j0 && c.sel < j1) {
       // The remainder within the chosen segment, by the thread whose prefix chose it.
       double run = start;
-      for (int j = j0; j < sel; ++j) run += double(s_seg[j]);
-      s_rem = target - run;
+      for (int j = j0; j < c.sel; ++j) run += double(s.seg[j]);
+      *s.rem = target - run;
     }
+    return c;
   }
-  __syncthreads();
-  if (warp != 0) return;
-  if (sel < 0) {
-    // No kept weight at all (cannot happen for a valid row: its maximum is always kept).
-    if (lane == 0) detail::write_sample(p, r, -1);
-    return;
-  }
-  // Rounding can leave the draw past the last segment's end: take the last kept token then.
-  const double rem = found ? s_rem : kInf;
-  const int base = sel * kSeg;
-  double run = 0.0;
-  int pick = -1, last = -1;
-  // Every load of the segment is issued before the first is used: they are L2 round trips on
-  // the critical path of the whole launch.
-  Vec<dtype, vec> seg_v[unroll];
+
+  // One warp rescans the chosen segment for the token the remainder falls on.
+  KJIT_DEVICE KJIT_FORCEINLINE void draw_in_segment(SegmentChoice c) {
+    const u32 t = threshold;
+    const int lane = int(threadIdx.x) & 31;
+    // Rounding can leave the draw past the last segment's end: take the last kept token then.
+    const double rem = c.found ? *s.rem : __int_as_float(0x7f800000);
+    const int base = c.sel * (32 * vec * unroll);
+    double run = 0.0;
+    int pick = -1, last = -1;
+    // Every load of the segment is issued before the first is used: they are L2 round trips on
+    // the critical path of the whole launch.
+    Vec<dtype, vec> seg_v[unroll];
 #pragma unroll
-  for (int uu = 0; uu < unroll; ++uu) {
-    const int i = base + (uu * 32 + lane) * vec;
-    if (i < vocab) seg_v[uu].load(row + i);
-  }
-#pragma unroll
-  for (int uu = 0; uu < unroll; ++uu) {
-    const int i = base + (uu * 32 + lane) * vec;
-    float wv[vec];
-    double lane_sum = 0.0;
-    if (i < vocab) {
-      const Vec<dtype, vec>& v = seg_v[uu];
-#pragma unroll
-      for (int e = 0; e < vec; ++e) {
-        const float x = to_float(v[e]);
-        const float wt = weight(x);
-        wv[e] = nonneg_key(wt) >= t && in_topk(x) ? wt : 0.0f;
-        lane_sum += double(wv[e]);
-        if (wv[e] > 0.0f) last = i + e;
-      }
-    } else {
-#pragma unroll
-      for (int e = 0; e < vec; ++e) wv[e] = 0.0f;
+    for (int uu = 0; uu < unroll; ++uu) {
+      const int i = base + (uu * 32 + lane) * vec;
+      if (i < vocab) seg_v[uu].load(row + i);
     }
-    double incl = lane_sum;
 #pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const double n = __shfl_up_sync(kFullMask, incl, o);
-      if (lane >= o) incl += n;
-    }
-    double excl = __shfl_up_sync(kFullMask, incl, 1);
-    if (lane == 0) excl = 0.0;
-    const double lo = run + excl, hi = run + incl;
-    const unsigned hit =
-        __ballot_sync(kFullMask, pick < 0 && lane_sum > 0.0 && lo <= rem && rem < hi);
-    if (hit != 0u) {
-      const int src = __ffs(hit) - 1;
-      int cand = -1;
-      if (lane == src) {
-        double a = lo;
+    for (int uu = 0; uu < unroll; ++uu) {
+      const int i = base + (uu * 32 + lane) * vec;
+      float wv[vec];
+      double lane_sum = 0.0;
+      if (i < vocab) {
+        const Vec<dtype, vec>& v = seg_v[uu];
 #pragma unroll
         for (int e = 0; e < vec; ++e) {
-          if (wv[e] > 0.0f) {
-            if (cand < 0 && rem < a + double(wv[e])) cand = i + e;
-            a += double(wv[e]);
-          }
+          const float x = to_float(v[e]);
+          const float wt = weight(x);
+          wv[e] = nonneg_key(wt) >= t && in_topk(x) ? wt : 0.0f;
+          lane_sum += double(wv[e]);
+          if (wv[e] > 0.0f) last = i + e;
         }
-        if (cand < 0) cand = last;  // rounding: the lane's last kept token
-      }
-      pick = __shfl_sync(kFullMask, cand, src);
-    }
-    run = __shfl_sync(kFullMask, hi, 31);
-  }
+      } else {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const int other = __shfl_xor_sync(kFullMask, last, o);
-    last = other > last ? other : last;
+        for (int e = 0; e < vec; ++e) wv[e] = 0.0f;
+      }
+      double incl = lane_sum;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const double n = __shfl_up_sync(kFullMask, incl, o);
+        if (lane >= o) incl += n;
+      }
+      double excl = __shfl_up_sync(kFullMask, incl, 1);
+      if (lane == 0) excl = 0.0;
+      const double lo = run + excl, hi = run + incl;
+      const unsigned hit =
+          __ballot_sync(kFullMask, pick < 0 && lane_sum > 0.0 && lo <= rem && rem < hi);
+      if (hit != 0u) {
+        const int src = __ffs(hit) - 1;
+        int cand = -1;
+        if (lane == src) {
+          double a = lo;
+#pragma unroll
+          for (int e = 0; e < vec; ++e) {
+            if (wv[e] > 0.0f) {
+              if (cand < 0 && rem < a + double(wv[e])) cand = i + e;
+              a += double(wv[e]);
+            }
+          }
+          if (cand < 0) cand = last;  // rounding: the lane's last kept token
+        }
+        pick = __shfl_sync(kFullMask, cand, src);
+      }
+      run = __shfl_sync(kFullMask, hi, 31);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const int other = __shfl_xor_sync(kFullMask, last, o);
+      last = other > last ? other : last;
+    }
+    if (pick < 0) pick = last;
+    if (lane == 0) write_sample(p, r, pick);
   }
-  if (pick < 0) pick = last;
-  if (lane == 0) detail::write_sample(p, r, pick);
+
+  // The draw (the leader): one uniform, the segment it lands in, the token within it.
+  KJIT_DEVICE KJIT_FORCEINLINE void draw() {
+    if (threadIdx.x == 0) {
+      s.found[0] = 0x7fffffff;  // chosen segment: atomicMin
+      s.found[1] = -1;          // last segment with weight: atomicMax
+    }
+    const u64 seed = cluster ? s.rng[0] : p.seed[r * p.seed_stride];
+    const u64 offset = cluster ? s.rng[1] : p.offset[r * p.offset_stride];
+    const double u = philox_uniform(seed, offset, p.per_row_seed ? 0u : static_cast<u32>(r));
+    SegmentChoice c;
+    if constexpr (cluster) {
+      c = choose_segment_cluster(u);
+    } else {
+      c = choose_segment_block(u);
+    }
+    __syncthreads();
+    if ((int(threadIdx.x) >> 5) != 0) return;
+    if (c.sel < 0) {
+      // No kept weight at all (cannot happen for a valid row: its maximum is always kept).
+      if ((int(threadIdx.x) & 31) == 0) write_sample(p, r, -1);
+      return;
+    }
+    draw_in_segment(c);
+  }
+};
+
+}  // namespace detail
+
+// Launch: grid = rows, block = a multiple of 32 up to 1024 (more threads for longer rows), no
+// dynamic shared memory. Requires 1 <= vocab <= kMaxSegments * 32 * vec * unroll, vocab % vec ==
+// 0, rows (and out rows) aligned to vec * sizeof(dtype) bytes. input: kInputProbs (dtype float),
+// kInputLogits (sample only), kInputLogitKeys (op kOpMask, top-k only). out may be input itself
+// (same strides). The template parameters are the host's FilterConfig fields, by name.
+//
+// cluster = 1 (sample only, sm_90+): grid = rows * n with clusters of n = 2..16 blocks along x,
+// block a multiple of 32 up to kClusterMaxThreads. Block q of a row's cluster walks the q-th share
+// of the row's segments; the histograms and block-wide values are combined through distributed
+// shared memory, and every block takes the same decisions on them, so the thresholds follow the
+// one-block path's rule (the list modes finish on one block). Block 0 then draws the token from
+// the gathered segment masses with the one-block path's arithmetic (its scan runs over a fixed
+// 1024-thread layout, whatever the block size).
+//
+// mass = 1 (probabilities or logits; a row with top-p and no top-k): the top-p search sums each
+// bin's significands (exact_bin_mass) instead of counting keys and bounding masses.
+// The first level's 2^20-key bins each lie in one binade, so their masses are exact and the
+// first window is one bin; every later window lies inside it, so its bins' masses are exact too:
+// two levels follow pass 0 (shifts 9 and 0) instead of three. On a cluster the blocks then send
+// the first window's keys (at most 3072) to the leader, which runs those two levels on the list
+// alone and sends the threshold back: three cluster barriers instead of two merges' four, and no
+// block repeats the leader's searches. The plan launches these kernels only for rows without a
+// top-k (sample_mass), so they hold no top-k search and no counting top-p: a row with a top-k is
+// reported invalid. With both searches in one kernel the exact kernels took twice the NVRTC time
+// (docs/performance.md, "First-use compile time").
+// clang-format off
+template <typename dtype, int vec, int unroll, int input, int op, int cluster, int mass>
+__global__ void __launch_bounds__(cluster ? kClusterMaxThreads : 1024)
+filter_kernel(const __grid_constant__ SamplingParams p) {
+  // clang-format on
+  static_assert(!cluster || op == kOpSample, "the cluster path samples");
+  static_assert(op != kOpMask || input == kInputLogitKeys, "masking works on logit keys");
+  static_assert(op == kOpMask || input != kInputLogitKeys, "signed keys are for masking");
+  static_assert(op != kOpRenorm || input == kInputProbs, "renormalization is of probabilities");
+  __shared__ __align__(16) u32 s_cnt[kBins];
+  __shared__ __align__(16) u32 s_mhi[kBins];
+  __shared__ __align__(16) u32 s_mlo[kBins];
+  __shared__ float s_seg[kMaxSegments];
+  __shared__ double s_red_d[64];
+  __shared__ float s_red_f[32];
+  __shared__ u32 s_red_u[32];
+  __shared__ u64 s_red_u64[32];
+  __shared__ int s_found[4];
+  __shared__ double s_rem;
+  __shared__ __align__(16) u32 s_own[cluster ? 3 * detail::kOwnBins : 4];
+  __shared__ detail::ClusterRed s_xch[2];
+  __shared__ detail::ClusterRed s_xin[cluster ? detail::kMaxCluster : 1];
+  __shared__ u64 s_rng[2];
+  const detail::FilterSmem smem{s_cnt,     s_mhi,   s_mlo,  s_seg, s_red_d, s_red_f, s_red_u,
+                                s_red_u64, s_found, &s_rem, s_own, s_xch,   s_xin,   s_rng};
+
+  detail::FilterRow<dtype, vec, unroll, input, op, cluster, mass> f(p, smem);
+  f.prepare();
+  f.scan_row();
+  if (f.finish_settled_row()) return;
+  f.scan_weights();
+  f.topk_search();
+  if constexpr (input == kInputLogitKeys) {
+    f.write_mask();
+    return;
+  }
+  f.topp_search();
+  f.share_thresholds();
+  f.apply_min_p();
+  if constexpr (op == kOpRenorm) {
+    f.write_renorm();
+    return;
+  }
+  f.segment_masses();
+  if (cluster) {
+    cluster_sync();
+    if (!f.leader) return;
+  }
+  f.draw();
 }
 
 }  // namespace sampling

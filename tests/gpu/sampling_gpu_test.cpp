@@ -1046,8 +1046,8 @@ TEST_CASE("sampling gpu: the exact-mass top-p search draws the counting search's
   std::normal_distribution<double> n(0.0, 3.0);
   const auto offsets = range_offsets(40, 4);
   // Each case on the counting search (one block), then the exact one on one block and on
-  // clusters: the same tokens, all in the reference set. With a top-k the exact variant runs the
-  // counting search, which the last case checks too.
+  // clusters: the same tokens, all in the reference set. With a top-k a forced exact search runs
+  // the counting kernel (sample_mass), which the top-k case checks too.
   auto compare = [&](Api api, Matrix& x, const Params& prm) {
     Draws counted;
     {

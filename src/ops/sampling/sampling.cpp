@@ -102,8 +102,8 @@ void check_sample_tuning(const SampleTuning& t) {
 }
 
 int sample_mass(const SampleTuning& tuning, bool top_k_rows) {
-  if (tuning.mass >= 0) return tuning.mass;
-  return top_k_rows ? 0 : 1;
+  if (top_k_rows) return 0;
+  return tuning.mass >= 0 ? tuning.mass : 1;
 }
 
 int sampling_block_threads(int64_t vocab, int vec, int unroll) {
@@ -219,7 +219,7 @@ OpDef sampling_filter_op_def() {
              {"bounds", "exact"},
              false,
              "sample: top-p on counts and mass bounds (the plan's for rows that may have a "
-             "top-k) or on exact significand sums (the plan's for the others)"}};
+             "top-k) or on exact significand sums (the plan's for the others; no top-k)"}};
   d.arch_families = {"sm_80+"};
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);

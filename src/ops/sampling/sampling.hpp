@@ -29,7 +29,7 @@ struct FilterConfig {
   int vec = 1;      // elements per vector load (16 bytes, or 1)
   int unroll = 8;   // vector loads in flight per lane
   int cluster = 0;  // 1: the thread-block-cluster variant (sample, sm_90+), cluster size at launch
-  int mass = 0;     // 1: top-p sums exact significands per bin (sampling.cuh EXACT); sample only
+  int mass = 0;     // 1: top-p sums exact significands per bin; sample only, rows without a top-k
 };
 
 // One compiled softmax or argmax variant.
@@ -115,14 +115,14 @@ struct SampleTuning {
   // than the cluster path, so at an fp64 rounding tie it may draw another token of the kept set.
   int threads = 0;
   // The top-p search: 1 the exact-mass one (FilterConfig::mass), 0 counts with mass bounds, -1
-  // the plan's (sample_mass).
+  // the plan's (sample_mass). Rows that may have a top-k always count (sample_mass).
   int mass = -1;
 };
 // Throws KJIT_ERROR_INVALID_ARGUMENT for a field no launch takes.
 void check_sample_tuning(const SampleTuning& tuning);
-// The mass mode of a sample launch (0 or 1): the tuning's, else the exact search unless the rows
-// may have a top-k (their search counts keys; the exact variant would run that search too, in a
-// kernel with more registers live). The exact search took 31.1 against 42.4 us at B1 and 52.1
+// The mass mode of a sample launch (0 or 1): 0 when the rows may have a top-k (their search
+// counts keys; the exact kernels hold no top-k search, which halves their compile time), else
+// the tuning's, else the exact search. The exact search took 31.1 against 42.4 us at B1 and 52.1
 // against 67.1 at B64 (H200, V 128256, top-p 0.9 from probabilities).
 int sample_mass(const SampleTuning& tuning, bool top_k_rows);
 
