@@ -1,7 +1,8 @@
 // The C entry points that take tensors, one row each: the function and its arguments' names and
 // kinds in the signature's order. Tensors are "in:", "out:" (written only) or "inout:" (read and
-// written in place: logged and dumped before and after); a bare name is a scalar; "stream" is the
-// stream. The row is the one place besides kjit.h that knows a signature:
+// written in place: logged and dumped before and after); a bare name is a scalar or an enum
+// (logged as its int value); "stream" is the stream. The row is the one place besides kjit.h
+// that knows a signature:
 //  - the definitions in src/api/*_api.cpp log their calls by it (api::entry, below),
 //  - `kjit-cli replay` calls an entry point back from a dump by it (tools/kjit-cli/cmd_replay.cpp),
 //  - the hostile-input tests call every entry point with every tensor NULL by it.
