@@ -5,12 +5,31 @@
  *  - Every function returns a kjit_status (or a plain value where it cannot fail).
  *  - On failure, kjit_last_error() returns a message for the calling thread (for compile failures
  *    it holds the NVRTC log and the specialization URI). No C++ exception crosses this boundary.
- *  - Tensors are DLPack DLTensor (dlpack/dlpack.h). Inputs come first, then outputs, then
- *    scalars, then `stream`: a CUstream / cudaStream_t, NULL meaning the legacy default stream.
+ *  - Tensors are DLPack DLTensor (dlpack/dlpack.h).
+ *  - Parameters come in one order: the object the call runs with (a decode plan), the tensors it
+ *    only reads, the tensors it writes (in place or not), then scalars, enums and option
+ *    structs, then `stream`: a CUstream / cudaStream_t, NULL meaning the legacy default stream.
+ *    A function that creates an object hands it back through its last parameter.
+ *  - A choice among named alternatives is an enum (kjit_rope_layout, kjit_kv_layout).
+ *  - Options that grow are versioned structs whose first field is `struct_size`: their `_init`
+ *    function fills this header's layout with the defaults, NULL stands for the defaults, and the
+ *    library reads only the fields struct_size covers, so a caller built against an older header
+ *    keeps working. A new option is a new field, not a new function.
  *  - The runtime is process-global and created lazily on first use. Unless a function says
  *    otherwise it is safe to call from any number of threads at once.
  *  - Ops only enqueue work on `stream`; they never synchronize with the host once the
  *    specialization is loaded (the first call of a specialization may compile it).
+ *
+ * ABI 2 (kjit 0.3.0) changed these signatures to follow the rules above; rebuild callers of ABI 1:
+ *  - kjit_fused_add_rmsnorm, kjit_gemma_fused_add_rmsnorm: weight first (it is only read).
+ *  - kjit_apply_rope_pos_ids, kjit_apply_llama31_rope_pos_ids: pos_ids before q_out, k_out; the
+ *    pair layout is a kjit_rope_layout (was int interleave, same values).
+ *  - kjit_apply_rope_with_cos_sin_cache: (positions, cos_sin_cache, q, k, head_size, layout);
+ *    layout is a kjit_rope_layout (was int is_neox, the opposite meaning).
+ *  - kjit_append_paged_kv_cache: the page table (kv_indices, kv_indptr, kv_last_page_len) before
+ *    the caches; layout is a kjit_kv_layout, as in kjit_batch_decode_plan (same values).
+ *  - The samplers, renorm, mask and softmax functions take their scalar parameters (top_k, top_p,
+ *    min_p, temperature) in a kjit_sampling_options instead of positional arguments.
  */
 #ifndef KJIT_KJIT_H
 #define KJIT_KJIT_H
@@ -162,12 +181,12 @@ KJIT_API kjit_status kjit_gemma_rmsnorm(const DLTensor* input, const DLTensor* w
  * kjit_rmsnorm). eps must be finite and >= 0. Zero rows is a successful no-op.
  * Thread-safety: safe from any thread; launches on `stream` and returns without waiting.
  */
-KJIT_API kjit_status kjit_fused_add_rmsnorm(DLTensor* input, DLTensor* residual,
-                                            const DLTensor* weight, float eps, void* stream);
+KJIT_API kjit_status kjit_fused_add_rmsnorm(const DLTensor* weight, DLTensor* input,
+                                            DLTensor* residual, float eps, void* stream);
 
 /* kjit_fused_add_rmsnorm with Gemma's (weight + 1). Same rules. */
-KJIT_API kjit_status kjit_gemma_fused_add_rmsnorm(DLTensor* input, DLTensor* residual,
-                                                  const DLTensor* weight, float eps, void* stream);
+KJIT_API kjit_status kjit_gemma_fused_add_rmsnorm(const DLTensor* weight, DLTensor* input,
+                                                  DLTensor* residual, float eps, void* stream);
 
 /*
  * out = (input - mean) * rsqrt(var + eps) * gamma + beta over the last dim, with the biased
@@ -214,12 +233,17 @@ KJIT_API kjit_status kjit_gelu_tanh_and_mul(const DLTensor* input, DLTensor* out
 
 /* ---- Rotary position embedding (kernels/rope, src/ops/rope) -------------------------------- */
 
+/* Which dims of a head form the rotated pairs, for frequency index i < rotary_dim / 2. */
+typedef enum kjit_rope_layout {
+  KJIT_ROPE_NEOX = 0,       /* (i, i + rotary_dim / 2): NeoX / Llama, "rotate half" */
+  KJIT_ROPE_INTERLEAVED = 1 /* (2i, 2i + 1): GPT-J */
+} kjit_rope_layout;
+
 /*
  * Rotary position embedding of q and k (FlashInfer's apply_rope_pos_ids). For each token t, head
  * and frequency index i < rotary_dim / 2, with angle a = (pos_ids[t] / rope_scale) *
  * rope_theta^(-2i / rotary_dim), the pair (x1, x2) becomes (x1 cos a - x2 sin a,
- * x2 cos a + x1 sin a). Pairs are (i, i + rotary_dim / 2) when interleave = 0 (NeoX, "rotate
- * half") and (2i, 2i + 1) when interleave = 1 (GPT-J). Dims >= rotary_dim are copied unchanged.
+ * x2 cos a + x1 sin a), the pairs chosen by `layout`. Dims >= rotary_dim are copied unchanged.
  *
  * q, q_out: [tokens, num_qo_heads, head_dim]; k, k_out: [tokens, num_kv_heads, head_dim] (the
  *   head counts may differ: GQA / MQA). bf16 / fp16, all four the same dtype, on one CUDA
@@ -228,7 +252,7 @@ KJIT_API kjit_status kjit_gelu_tanh_and_mul(const DLTensor* input, DLTensor* out
  *   not overlap q, k, k_out or pos_ids; likewise k_out. Any alignment works (narrower vectors).
  * pos_ids: [tokens], int32 or int64, contiguous.
  * rotary_dim: even, 2..head_dim; 0 means head_dim. head_dim up to 1024, rotary_dim up to 512.
- * interleave: 0 or 1. rope_scale, rope_theta: finite, > 0.
+ * layout: KJIT_ROPE_NEOX or KJIT_ROPE_INTERLEAVED. rope_scale, rope_theta: finite, > 0.
  * Accuracy: the angle is formed from the double-precision inverse frequency carried as two
  *   floats and reduced exactly, then sin / cos come from the hardware's fp32 approximations, so
  *   for |pos| < 2^24 the angle is within 9e-7 rad of the exact value at any position (a plain
@@ -237,9 +261,10 @@ KJIT_API kjit_status kjit_gelu_tanh_and_mul(const DLTensor* input, DLTensor* out
  * Zero tokens (or no heads) is a successful no-op after validation.
  * Thread-safety: safe from any thread; launches on `stream` and returns without waiting.
  */
-KJIT_API kjit_status kjit_apply_rope_pos_ids(const DLTensor* q, const DLTensor* k, DLTensor* q_out,
-                                             DLTensor* k_out, const DLTensor* pos_ids,
-                                             int rotary_dim, int interleave, float rope_scale,
+KJIT_API kjit_status kjit_apply_rope_pos_ids(const DLTensor* q, const DLTensor* k,
+                                             const DLTensor* pos_ids, DLTensor* q_out,
+                                             DLTensor* k_out, int rotary_dim,
+                                             kjit_rope_layout layout, float rope_scale,
                                              float rope_theta, void* stream);
 
 /*
@@ -253,16 +278,16 @@ KJIT_API kjit_status kjit_apply_rope_pos_ids(const DLTensor* q, const DLTensor* 
  * Everything else as kjit_apply_rope_pos_ids.
  */
 KJIT_API kjit_status kjit_apply_llama31_rope_pos_ids(
-    const DLTensor* q, const DLTensor* k, DLTensor* q_out, DLTensor* k_out, const DLTensor* pos_ids,
-    int rotary_dim, int interleave, float rope_scale, float rope_theta, float low_freq_factor,
-    float high_freq_factor, float old_context_len, void* stream);
+    const DLTensor* q, const DLTensor* k, const DLTensor* pos_ids, DLTensor* q_out, DLTensor* k_out,
+    int rotary_dim, kjit_rope_layout layout, float rope_scale, float rope_theta,
+    float low_freq_factor, float high_freq_factor, float old_context_len, void* stream);
 
 /*
  * Rotary embedding from a precomputed cos / sin cache, in place (vLLM's and SGLang's
  * rotary_embedding, FlashInfer's apply_rope_with_cos_sin_cache). For token t with p =
  * positions[t]: cos a_i = cos_sin_cache[p][i], sin a_i = cos_sin_cache[p][rotary_dim / 2 + i],
- * applied to pairs (i, i + rotary_dim / 2) when is_neox = 1 or (2i, 2i + 1) when is_neox = 0;
- * dims >= rotary_dim are left as they are.
+ * applied to the pairs `layout` names (as kjit_apply_rope_pos_ids); dims >= rotary_dim are left
+ * as they are.
  *
  * q: [tokens, num_heads * head_size] or [tokens, num_heads, head_size]; k likewise with its own
  *   head count, or NULL (no key). bf16 / fp16, same dtype, one CUDA device, last dim
@@ -270,21 +295,23 @@ KJIT_API kjit_status kjit_apply_llama31_rope_pos_ids(
  * positions: [tokens], int32 or int64, contiguous. A token whose position is outside
  *   [0, max_position) is left unchanged (no read past the cache).
  * cos_sin_cache: [max_position, rotary_dim], fp32 or q's dtype, last dim contiguous;
- *   rotary_dim even, 2..head_size (up to 512). head_size: > 0 (up to 1024). is_neox: 0 or 1.
+ *   rotary_dim even, 2..head_size (up to 512). head_size: > 0 (up to 1024).
+ * layout: KJIT_ROPE_NEOX or KJIT_ROPE_INTERLEAVED.
  * Zero tokens is a successful no-op after validation.
  * Thread-safety: safe from any thread; launches on `stream` and returns without waiting.
  */
-KJIT_API kjit_status kjit_apply_rope_with_cos_sin_cache(const DLTensor* positions, DLTensor* q,
+KJIT_API kjit_status kjit_apply_rope_with_cos_sin_cache(const DLTensor* positions,
+                                                        const DLTensor* cos_sin_cache, DLTensor* q,
                                                         DLTensor* k, int head_size,
-                                                        const DLTensor* cos_sin_cache, int is_neox,
-                                                        void* stream);
+                                                        kjit_rope_layout layout, void* stream);
 
 /* ---- Paged KV cache (kernels/kv_cache, src/ops/kv_cache) ----------------------------------- */
 
-/* Paged KV cache layouts: [num_pages, page_size, num_kv_heads, head_dim] (NHD) or
- * [num_pages, num_kv_heads, page_size, head_dim] (HND). */
-#define KJIT_KV_LAYOUT_NHD 0
-#define KJIT_KV_LAYOUT_HND 1
+/* The dims of a paged KV cache tensor. */
+typedef enum kjit_kv_layout {
+  KJIT_KV_LAYOUT_NHD = 0, /* [num_pages, page_size, num_kv_heads, head_dim] */
+  KJIT_KV_LAYOUT_HND = 1  /* [num_pages, num_kv_heads, page_size, head_dim] */
+} kjit_kv_layout;
 
 /*
  * Append tokens' keys and values to a paged KV cache (FlashInfer's append_paged_kv_cache).
@@ -310,13 +337,11 @@ KJIT_API kjit_status kjit_apply_rope_with_cos_sin_cache(const DLTensor* position
  *   after validation.
  * Thread-safety: safe from any thread; launches on `stream` and returns without waiting.
  */
-KJIT_API kjit_status kjit_append_paged_kv_cache(const DLTensor* append_k, const DLTensor* append_v,
-                                                const DLTensor* batch_indices,
-                                                const DLTensor* positions, DLTensor* paged_k_cache,
-                                                DLTensor* paged_v_cache, const DLTensor* kv_indices,
-                                                const DLTensor* kv_indptr,
-                                                const DLTensor* kv_last_page_len, int layout,
-                                                void* stream);
+KJIT_API kjit_status kjit_append_paged_kv_cache(
+    const DLTensor* append_k, const DLTensor* append_v, const DLTensor* batch_indices,
+    const DLTensor* positions, const DLTensor* kv_indices, const DLTensor* kv_indptr,
+    const DLTensor* kv_last_page_len, DLTensor* paged_k_cache, DLTensor* paged_v_cache,
+    kjit_kv_layout layout, void* stream);
 
 /* ---- Attention (kernels/attention, src/ops/decode_attention, src/ops/merge_states) ---------- */
 
@@ -377,9 +402,10 @@ KJIT_API void kjit_decode_options_init(kjit_decode_options* options);
  */
 KJIT_API kjit_status kjit_batch_decode_plan(const int32_t* kv_indptr_host, int batch,
                                             int num_qo_heads, int num_kv_heads, int head_dim,
-                                            int page_size, int layout, DLDataType q_dtype,
-                                            DLDataType kv_dtype, const kjit_decode_options* options,
-                                            int device_id, kjit_decode_plan** plan);
+                                            int page_size, kjit_kv_layout layout,
+                                            DLDataType q_dtype, DLDataType kv_dtype,
+                                            const kjit_decode_options* options, int device_id,
+                                            kjit_decode_plan** plan);
 
 /* Workspace bytes kjit_batch_decode_run needs with this plan (0: none; NULL plan: 0). */
 KJIT_API size_t kjit_decode_plan_workspace_bytes(const kjit_decode_plan* plan);
@@ -457,12 +483,13 @@ KJIT_API kjit_status kjit_merge_states_n(const DLTensor* v, const DLTensor* s, D
  *  - probs / logits: [batch, vocab], last dim contiguous, rows may be strided. probs are fp32;
  *    logits fp32, bf16 or fp16. Probabilities need not be normalized: a row is sampled in
  *    proportion to its values. vocab 1..262144 for the samplers and filters.
- *  - Filter parameters come per row or as one scalar: a parameter's `*_arr` device tensor
- *    ([batch], contiguous; top_k int32 or int64, the others fp32) is used when it is not NULL,
- *    and the scalar after the outputs otherwise (then it is checked here: top_k >= 1,
- *    top_p in (0, 1], min_p in [0, 1], temperature finite and >= 0). Per-row values are read on
- *    the device: top_k <= 0 or >= vocab, top_p >= 1 and min_p <= 0 turn that filter off for
- *    the row; top_p NaN or <= 0, min_p NaN or > 1, and temperature < 0, NaN or Inf make the row
+ *  - Filter parameters come per row or as one value for every row: a parameter's `*_arr` device
+ *    tensor ([batch], contiguous; top_k int32 or int64, the others fp32) is used when it is not
+ *    NULL, and the field of `options` (kjit_sampling_options, below) otherwise; a function reads
+ *    only the fields of its own filters. A field in use is checked here: top_k >= 1, top_p in
+ *    (0, 1], min_p in [0, 1], temperature finite and >= 0. Per-row values are read on the
+ *    device: top_k <= 0 or >= vocab, top_p >= 1 and min_p <= 0 turn that filter off for the
+ *    row; top_p NaN or <= 0, min_p NaN or > 1, and temperature < 0, NaN or Inf make the row
  *    invalid. temperature 0 is greedy (the first maximum logit).
  *  - Sets, ties included: top-k keeps every token whose value is >= the k-th largest value
  *    (so ties at the boundary are all kept: possibly more than k tokens); top-p keeps every
@@ -486,31 +513,42 @@ KJIT_API kjit_status kjit_merge_states_n(const DLTensor* v, const DLTensor* s, D
  *  - batch = 0 is a successful no-op after validation; vocab = 0 with batch > 0 is an error.
  *  - Thread-safety: safe from any thread; launches on `stream` and returns without waiting.
  */
+
+/* The one-value-for-every-row filter parameters. Versioned by struct_size (see the conventions at
+ * the top); kjit_sampling_options_init turns every filter off and sets temperature 1. */
+typedef struct kjit_sampling_options {
+  size_t struct_size; /* sizeof(kjit_sampling_options) */
+  int top_k;          /* >= 1; vocab or more: no top-k. Default 2147483647 (INT32_MAX: off) */
+  float top_p;        /* (0, 1]; 1 (default): no top-p */
+  float min_p;        /* [0, 1]; 0 (default): no min-p */
+  float temperature;  /* finite, >= 0 (0: greedy; kjit_softmax: > 0). Default 1 */
+} kjit_sampling_options;
+
+/* Fills *options with the defaults (NULL is ignored). */
+KJIT_API void kjit_sampling_options_init(kjit_sampling_options* options);
+
 KJIT_API kjit_status kjit_sampling_from_probs(const DLTensor* probs, const DLTensor* seed,
                                               const DLTensor* offset, DLTensor* samples,
                                               DLTensor* valid, void* stream);
-KJIT_API kjit_status kjit_top_k_sampling_from_probs(const DLTensor* probs,
-                                                    const DLTensor* top_k_arr, const DLTensor* seed,
-                                                    const DLTensor* offset, DLTensor* samples,
-                                                    DLTensor* valid, int top_k, void* stream);
-KJIT_API kjit_status kjit_top_p_sampling_from_probs(const DLTensor* probs,
-                                                    const DLTensor* top_p_arr, const DLTensor* seed,
-                                                    const DLTensor* offset, DLTensor* samples,
-                                                    DLTensor* valid, float top_p, void* stream);
-KJIT_API kjit_status kjit_min_p_sampling_from_probs(const DLTensor* probs,
-                                                    const DLTensor* min_p_arr, const DLTensor* seed,
-                                                    const DLTensor* offset, DLTensor* samples,
-                                                    DLTensor* valid, float min_p, void* stream);
+KJIT_API kjit_status kjit_top_k_sampling_from_probs(
+    const DLTensor* probs, const DLTensor* top_k_arr, const DLTensor* seed, const DLTensor* offset,
+    DLTensor* samples, DLTensor* valid, const kjit_sampling_options* options, void* stream);
+KJIT_API kjit_status kjit_top_p_sampling_from_probs(
+    const DLTensor* probs, const DLTensor* top_p_arr, const DLTensor* seed, const DLTensor* offset,
+    DLTensor* samples, DLTensor* valid, const kjit_sampling_options* options, void* stream);
+KJIT_API kjit_status kjit_min_p_sampling_from_probs(
+    const DLTensor* probs, const DLTensor* min_p_arr, const DLTensor* seed, const DLTensor* offset,
+    DLTensor* samples, DLTensor* valid, const kjit_sampling_options* options, void* stream);
 KJIT_API kjit_status kjit_top_k_top_p_sampling_from_probs(
     const DLTensor* probs, const DLTensor* top_k_arr, const DLTensor* top_p_arr,
-    const DLTensor* seed, const DLTensor* offset, DLTensor* samples, DLTensor* valid, int top_k,
-    float top_p, void* stream);
-/* Temperature, softmax, top-k, top-p and the draw in one kernel (top_k >= vocab and top_p = 1
- * turn those filters off). */
+    const DLTensor* seed, const DLTensor* offset, DLTensor* samples, DLTensor* valid,
+    const kjit_sampling_options* options, void* stream);
+/* Temperature, softmax, top-k, top-p and the draw in one kernel (the default options turn top-k
+ * and top-p off and leave the logits unscaled). */
 KJIT_API kjit_status kjit_top_k_top_p_sampling_from_logits(
     const DLTensor* logits, const DLTensor* top_k_arr, const DLTensor* top_p_arr,
     const DLTensor* temperature_arr, const DLTensor* seed, const DLTensor* offset,
-    DLTensor* samples, DLTensor* valid, int top_k, float top_p, float temperature, void* stream);
+    DLTensor* samples, DLTensor* valid, const kjit_sampling_options* options, void* stream);
 
 /*
  * Renormalize over the top-k / top-p set: out = p / (mass of the set) inside it, 0 outside.
@@ -518,9 +556,11 @@ KJIT_API kjit_status kjit_top_k_top_p_sampling_from_logits(
  * it. A row that the samplers would report invalid is written as zeros. Zero-size: no-op.
  */
 KJIT_API kjit_status kjit_top_k_renorm_probs(const DLTensor* probs, const DLTensor* top_k_arr,
-                                             DLTensor* out, int top_k, void* stream);
+                                             DLTensor* out, const kjit_sampling_options* options,
+                                             void* stream);
 KJIT_API kjit_status kjit_top_p_renorm_probs(const DLTensor* probs, const DLTensor* top_p_arr,
-                                             DLTensor* out, float top_p, void* stream);
+                                             DLTensor* out, const kjit_sampling_options* options,
+                                             void* stream);
 
 /*
  * out = logits inside the top-k set (by logit value, ties kept), -Inf outside. logits, out:
@@ -528,17 +568,19 @@ KJIT_API kjit_status kjit_top_p_renorm_probs(const DLTensor* probs, const DLTens
  * or whose top_k is off, is copied unchanged. Zero-size: no-op.
  */
 KJIT_API kjit_status kjit_top_k_mask_logits(const DLTensor* logits, const DLTensor* top_k_arr,
-                                            DLTensor* out, int top_k, void* stream);
+                                            DLTensor* out, const kjit_sampling_options* options,
+                                            void* stream);
 
 /*
  * out = softmax(logits / temperature) over the last dim: logits [batch, vocab] fp32 / bf16 /
  * fp16 (vocab up to 2^24), out [batch, vocab] fp32 (may be logits itself when that is fp32).
- * temperature_arr: NULL or [batch] fp32; the scalar must be finite and > 0. A row with a NaN or
- * +Inf logit, only -Inf logits or a per-row temperature that is not finite and > 0 is written
- * as NaN. Zero-size: no-op.
+ * temperature_arr: NULL or [batch] fp32; without it options->temperature, finite and > 0. A
+ * row with a NaN or +Inf logit, only -Inf logits or a per-row temperature that is not finite and
+ * > 0 is written as NaN. Zero-size: no-op.
  */
 KJIT_API kjit_status kjit_softmax(const DLTensor* logits, const DLTensor* temperature_arr,
-                                  DLTensor* out, float temperature, void* stream);
+                                  DLTensor* out, const kjit_sampling_options* options,
+                                  void* stream);
 
 /*
  * out[b] = index of the largest element of input[b] (the first on ties; NaN counts as the

@@ -3,11 +3,12 @@
 #define KJIT_VERSION_H
 
 #define KJIT_VERSION_MAJOR 0
-#define KJIT_VERSION_MINOR 2
+#define KJIT_VERSION_MINOR 3
 #define KJIT_VERSION_PATCH 0
 
-/* Bumped whenever a public struct layout or function signature changes incompatibly. */
-#define KJIT_ABI_VERSION 1
+/* Bumped whenever a public struct layout or function signature changes incompatibly. 2 (kjit
+ * 0.3.0): argument order, RoPE / KV layout enums and kjit_sampling_options (kjit.h says which). */
+#define KJIT_ABI_VERSION 2
 
 #define KJIT_VERSION_NUMBER \
   (KJIT_VERSION_MAJOR * 10000 + KJIT_VERSION_MINOR * 100 + KJIT_VERSION_PATCH)

@@ -3,36 +3,12 @@
 #include <new>
 
 #include "api/entry.hpp"
+#include "api/options.hpp"
 #include "ops/attention/decode_attention.hpp"
 #include "ops/attention/merge_states.hpp"
 #include "util/error.hpp"
 
 namespace {
-
-// The fields of `o` that its struct_size covers, over the defaults: a caller built against an
-// older, shorter kjit_decode_options passes a smaller struct_size and gets defaults for the rest.
-kjit_decode_options read_options(const kjit_decode_options* o) {
-  kjit_decode_options r;
-  kjit_decode_options_init(&r);
-  if (o == nullptr) return r;
-  if (o->struct_size < offsetof(kjit_decode_options, sm_scale) + sizeof(float)) {
-    kjit::fail(KJIT_ERROR_INVALID_ARGUMENT,
-               "options->struct_size is {} (call kjit_decode_options_init first)", o->struct_size);
-  }
-  auto covered = [&](size_t offset, size_t size) { return o->struct_size >= offset + size; };
-  r.sm_scale = o->sm_scale;
-  if (covered(offsetof(kjit_decode_options, logits_soft_cap), sizeof(float))) {
-    r.logits_soft_cap = o->logits_soft_cap;
-  }
-  if (covered(offsetof(kjit_decode_options, window_left), sizeof(int))) {
-    r.window_left = o->window_left;
-  }
-  if (covered(offsetof(kjit_decode_options, num_splits), sizeof(int))) {
-    r.num_splits = o->num_splits;
-  }
-  if (covered(offsetof(kjit_decode_options, num_sms), sizeof(int))) r.num_sms = o->num_sms;
-  return r;
-}
 
 // The plan behind a C handle, or an error naming what is wrong with it.
 const kjit::ops::DecodePlanData& plan_data(const kjit_decode_plan* plan) {
@@ -65,22 +41,24 @@ KJIT_API void kjit_decode_options_init(kjit_decode_options* options) {
 
 KJIT_API kjit_status kjit_batch_decode_plan(const int32_t* kv_indptr_host, int batch,
                                             int num_qo_heads, int num_kv_heads, int head_dim,
-                                            int page_size, int layout, DLDataType q_dtype,
-                                            DLDataType kv_dtype, const kjit_decode_options* options,
-                                            int device_id, kjit_decode_plan** plan) {
+                                            int page_size, kjit_kv_layout layout,
+                                            DLDataType q_dtype, DLDataType kv_dtype,
+                                            const kjit_decode_options* options, int device_id,
+                                            kjit_decode_plan** plan) {
   if (plan != nullptr) *plan = nullptr;
   return kjit::api::guarded(
       "kjit_batch_decode_plan",
       [&](kjit::api::CallLog& log) {
         log.scalar("batch", batch).scalar("num_qo_heads", num_qo_heads);
         log.scalar("num_kv_heads", num_kv_heads).scalar("head_dim", head_dim);
-        log.scalar("page_size", page_size).scalar("layout", layout);
+        log.scalar("page_size", page_size).scalar("layout", static_cast<int>(layout));
         log.scalar("device_id", device_id);
+        kjit::api::log_options(log, options);
       },
       [&] {
         if (plan == nullptr)
           kjit::fail(KJIT_ERROR_INVALID_ARGUMENT, "plan (the out pointer) is NULL");
-        const kjit_decode_options o = read_options(options);
+        const kjit_decode_options o = kjit::api::decode_options(options);
         kjit::ops::DecodePlanData data = kjit::ops::plan_batch_decode(
             kv_indptr_host, batch, num_qo_heads, num_kv_heads, head_dim, page_size, layout, q_dtype,
             kv_dtype, o.sm_scale, o.logits_soft_cap, o.window_left, o.num_splits, o.num_sms,

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "api/options.hpp"
+
 namespace kjit::api {
 
 std::vector<RowArg> parse_row(const char* arguments) {
@@ -11,7 +13,8 @@ std::vector<RowArg> parse_row(const char* arguments) {
   } kPrefixes[] = {{"in:", RowArg::kIn},
                    {"out:", RowArg::kOut},
                    {"inout:", RowArg::kInOut},
-                   {"handle:", RowArg::kHandle}};
+                   {"handle:", RowArg::kHandle},
+                   {"options:", RowArg::kOptions}};
   std::vector<RowArg> row;
   for (const char* p = arguments; *p != '\0';) {
     if (*p == ' ') {
@@ -35,5 +38,35 @@ std::vector<RowArg> parse_row(const char* arguments) {
   }
   return row;
 }
+
+namespace {
+
+// Reads *given over the defaults in *used; when struct_size is too small to read, logs it alone.
+template <typename T>
+bool log_struct_size_if_unreadable(CallLog& log, const T* given, T* used) {
+  if (read_options(given, used)) return false;
+  log.scalar("options.struct_size", static_cast<int64_t>(given->struct_size));
+  return true;
+}
+
+}  // namespace
+
+#define KJIT_LOG_OPTION_FIELD(f) log.scalar("options." #f, o.f);
+
+void log_options(CallLog& log, const kjit_sampling_options* options) {
+  kjit_sampling_options o;
+  kjit_sampling_options_init(&o);
+  if (log_struct_size_if_unreadable(log, options, &o)) return;
+  KJIT_SAMPLING_OPTION_FIELDS(KJIT_LOG_OPTION_FIELD)
+}
+
+void log_options(CallLog& log, const kjit_decode_options* options) {
+  kjit_decode_options o;
+  kjit_decode_options_init(&o);
+  if (log_struct_size_if_unreadable(log, options, &o)) return;
+  KJIT_DECODE_OPTION_FIELDS(KJIT_LOG_OPTION_FIELD)
+}
+
+#undef KJIT_LOG_OPTION_FIELD
 
 }  // namespace kjit::api

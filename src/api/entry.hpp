@@ -27,10 +27,16 @@ namespace kjit::api {
 
 // One word of a row: "in:q" -> {kIn, "q"}.
 struct RowArg {
-  enum Kind { kIn, kOut, kInOut, kScalar, kStream, kHandle } kind = kScalar;
+  enum Kind { kIn, kOut, kInOut, kScalar, kStream, kHandle, kOptions } kind = kScalar;
   std::string name;
 };
 std::vector<RowArg> parse_row(const char* arguments);
+
+// Logs a versioned options struct as the scalars "options.<field>" (options.hpp's field lists),
+// the values the call uses: the defaults for NULL or for fields past struct_size. A struct_size
+// too small to read is logged alone, as "options.struct_size", so a replay fails the same way.
+void log_options(CallLog& log, const kjit_sampling_options* options);
+void log_options(CallLog& log, const kjit_decode_options* options);
 
 namespace entry_detail {
 
@@ -44,6 +50,10 @@ void log_arg(CallLog& log, const RowArg& a, T v) {
     log.stream(v);
   } else if constexpr (std::is_arithmetic_v<T>) {
     log.scalar(a.name.c_str(), v);
+  } else if constexpr (std::is_enum_v<T>) {
+    log.scalar(a.name.c_str(), static_cast<int>(v));
+  } else if constexpr (std::is_same_v<T, const kjit_sampling_options*>) {
+    log_options(log, v);
   }  // handles (pointers to kjit objects) are not logged
 }
 

@@ -1,10 +1,13 @@
 // The C entry points that take tensors, one row each: the function and its arguments' names and
 // kinds in the signature's order. Tensors are "in:", "out:" (written only) or "inout:" (read and
-// written in place: logged and dumped before and after); a bare name is a scalar; "stream" is the
-// stream. The row is the one place besides kjit.h that knows a signature:
+// written in place: logged and dumped before and after); a bare name is a scalar or an enum
+// (logged as its int value); "stream" is the stream. The row is the one place besides kjit.h
+// that knows a signature:
 //  - the definitions in src/api/*_api.cpp log their calls by it (api::entry, below),
 //  - `kjit-cli replay` calls an entry point back from a dump by it (tools/kjit-cli/cmd_replay.cpp),
 //  - the hostile-input tests call every entry point with every tensor NULL by it.
+// "options:" is a versioned options struct (kjit_sampling_options), logged and dumped as the
+// scalars "options.<field>" (api::log_options) from which replay builds the struct again.
 // "handle:" is a pointer to a kjit object (not logged). kjit_batch_decode_plan (host arrays,
 // dtypes, options, an out handle) is logged by hand; neither it nor kjit_batch_decode_run is
 // replayable (no dump holds the plan's host data).
@@ -13,47 +16,47 @@
 #include "kjit/kjit.h"
 
 // X(function, "arguments")
-#define KJIT_TENSOR_ENTRY_POINTS(X)                                                                \
-  X(kjit_rmsnorm, "in:input in:weight out:out eps stream")                                         \
-  X(kjit_gemma_rmsnorm, "in:input in:weight out:out eps stream")                                   \
-  X(kjit_fused_add_rmsnorm, "inout:input inout:residual in:weight eps stream")                     \
-  X(kjit_gemma_fused_add_rmsnorm, "inout:input inout:residual in:weight eps stream")               \
-  X(kjit_layernorm, "in:input in:gamma in:beta out:out eps stream")                                \
-  X(kjit_silu_and_mul, "in:input out:out stream")                                                  \
-  X(kjit_gelu_and_mul, "in:input out:out stream")                                                  \
-  X(kjit_gelu_tanh_and_mul, "in:input out:out stream")                                             \
-  X(kjit_apply_rope_pos_ids,                                                                       \
-    "in:q in:k out:q_out out:k_out in:pos_ids rotary_dim interleave rope_scale rope_theta stream") \
-  X(kjit_apply_llama31_rope_pos_ids,                                                               \
-    "in:q in:k out:q_out out:k_out in:pos_ids rotary_dim interleave rope_scale rope_theta "        \
-    "low_freq_factor high_freq_factor old_context_len stream")                                     \
-  X(kjit_apply_rope_with_cos_sin_cache,                                                            \
-    "in:positions inout:q inout:k head_size in:cos_sin_cache is_neox stream")                      \
-  X(kjit_append_paged_kv_cache,                                                                    \
-    "in:append_k in:append_v in:batch_indices in:positions inout:paged_k_cache "                   \
-    "inout:paged_v_cache in:kv_indices in:kv_indptr in:kv_last_page_len layout stream")            \
-  X(kjit_batch_decode_run,                                                                         \
-    "handle:plan in:q in:k_cache in:v_cache in:kv_indices in:kv_indptr in:kv_last_page_len "       \
-    "out:workspace out:out out:lse k_scale v_scale stream")                                        \
-  X(kjit_merge_states, "in:v_a in:s_a in:v_b in:s_b out:v_out out:s_out stream")                   \
-  X(kjit_merge_states_n, "in:v in:s out:v_out out:s_out stream")                                   \
-  X(kjit_sampling_from_probs, "in:probs in:seed in:offset out:samples out:valid stream")           \
-  X(kjit_top_k_sampling_from_probs,                                                                \
-    "in:probs in:top_k_arr in:seed in:offset out:samples out:valid top_k stream")                  \
-  X(kjit_top_p_sampling_from_probs,                                                                \
-    "in:probs in:top_p_arr in:seed in:offset out:samples out:valid top_p stream")                  \
-  X(kjit_min_p_sampling_from_probs,                                                                \
-    "in:probs in:min_p_arr in:seed in:offset out:samples out:valid min_p stream")                  \
-  X(kjit_top_k_top_p_sampling_from_probs,                                                          \
-    "in:probs in:top_k_arr in:top_p_arr in:seed in:offset out:samples out:valid top_k top_p "      \
-    "stream")                                                                                      \
-  X(kjit_top_k_top_p_sampling_from_logits,                                                         \
-    "in:logits in:top_k_arr in:top_p_arr in:temperature_arr in:seed in:offset out:samples "        \
-    "out:valid top_k top_p temperature stream")                                                    \
-  X(kjit_top_k_renorm_probs, "in:probs in:top_k_arr out:out top_k stream")                         \
-  X(kjit_top_p_renorm_probs, "in:probs in:top_p_arr out:out top_p stream")                         \
-  X(kjit_top_k_mask_logits, "in:logits in:top_k_arr out:out top_k stream")                         \
-  X(kjit_softmax, "in:logits in:temperature_arr out:out temperature stream")                       \
+#define KJIT_TENSOR_ENTRY_POINTS(X)                                                            \
+  X(kjit_rmsnorm, "in:input in:weight out:out eps stream")                                     \
+  X(kjit_gemma_rmsnorm, "in:input in:weight out:out eps stream")                               \
+  X(kjit_fused_add_rmsnorm, "in:weight inout:input inout:residual eps stream")                 \
+  X(kjit_gemma_fused_add_rmsnorm, "in:weight inout:input inout:residual eps stream")           \
+  X(kjit_layernorm, "in:input in:gamma in:beta out:out eps stream")                            \
+  X(kjit_silu_and_mul, "in:input out:out stream")                                              \
+  X(kjit_gelu_and_mul, "in:input out:out stream")                                              \
+  X(kjit_gelu_tanh_and_mul, "in:input out:out stream")                                         \
+  X(kjit_apply_rope_pos_ids,                                                                   \
+    "in:q in:k in:pos_ids out:q_out out:k_out rotary_dim layout rope_scale rope_theta stream") \
+  X(kjit_apply_llama31_rope_pos_ids,                                                           \
+    "in:q in:k in:pos_ids out:q_out out:k_out rotary_dim layout rope_scale rope_theta "        \
+    "low_freq_factor high_freq_factor old_context_len stream")                                 \
+  X(kjit_apply_rope_with_cos_sin_cache,                                                        \
+    "in:positions in:cos_sin_cache inout:q inout:k head_size layout stream")                   \
+  X(kjit_append_paged_kv_cache,                                                                \
+    "in:append_k in:append_v in:batch_indices in:positions in:kv_indices in:kv_indptr "        \
+    "in:kv_last_page_len inout:paged_k_cache inout:paged_v_cache layout stream")               \
+  X(kjit_batch_decode_run,                                                                     \
+    "handle:plan in:q in:k_cache in:v_cache in:kv_indices in:kv_indptr in:kv_last_page_len "   \
+    "out:workspace out:out out:lse k_scale v_scale stream")                                    \
+  X(kjit_merge_states, "in:v_a in:s_a in:v_b in:s_b out:v_out out:s_out stream")               \
+  X(kjit_merge_states_n, "in:v in:s out:v_out out:s_out stream")                               \
+  X(kjit_sampling_from_probs, "in:probs in:seed in:offset out:samples out:valid stream")       \
+  X(kjit_top_k_sampling_from_probs,                                                            \
+    "in:probs in:top_k_arr in:seed in:offset out:samples out:valid options:options stream")    \
+  X(kjit_top_p_sampling_from_probs,                                                            \
+    "in:probs in:top_p_arr in:seed in:offset out:samples out:valid options:options stream")    \
+  X(kjit_min_p_sampling_from_probs,                                                            \
+    "in:probs in:min_p_arr in:seed in:offset out:samples out:valid options:options stream")    \
+  X(kjit_top_k_top_p_sampling_from_probs,                                                      \
+    "in:probs in:top_k_arr in:top_p_arr in:seed in:offset out:samples out:valid "              \
+    "options:options stream")                                                                  \
+  X(kjit_top_k_top_p_sampling_from_logits,                                                     \
+    "in:logits in:top_k_arr in:top_p_arr in:temperature_arr in:seed in:offset out:samples "    \
+    "out:valid options:options stream")                                                        \
+  X(kjit_top_k_renorm_probs, "in:probs in:top_k_arr out:out options:options stream")           \
+  X(kjit_top_p_renorm_probs, "in:probs in:top_p_arr out:out options:options stream")           \
+  X(kjit_top_k_mask_logits, "in:logits in:top_k_arr out:out options:options stream")           \
+  X(kjit_softmax, "in:logits in:temperature_arr out:out options:options stream")               \
   X(kjit_argmax, "in:input out:out stream")
 
 namespace kjit::api {

@@ -4,21 +4,19 @@
 
 extern "C" {
 
-KJIT_API kjit_status kjit_append_paged_kv_cache(const DLTensor* append_k, const DLTensor* append_v,
-                                                const DLTensor* batch_indices,
-                                                const DLTensor* positions, DLTensor* paged_k_cache,
-                                                DLTensor* paged_v_cache, const DLTensor* kv_indices,
-                                                const DLTensor* kv_indptr,
-                                                const DLTensor* kv_last_page_len, int layout,
-                                                void* stream) {
+KJIT_API kjit_status kjit_append_paged_kv_cache(
+    const DLTensor* append_k, const DLTensor* append_v, const DLTensor* batch_indices,
+    const DLTensor* positions, const DLTensor* kv_indices, const DLTensor* kv_indptr,
+    const DLTensor* kv_last_page_len, DLTensor* paged_k_cache, DLTensor* paged_v_cache,
+    kjit_kv_layout layout, void* stream) {
   return kjit::api::entry<&kjit_append_paged_kv_cache>(
       [&] {
         kjit::ops::append_paged_kv_cache(append_k, append_v, batch_indices, positions,
                                          paged_k_cache, paged_v_cache, kv_indices, kv_indptr,
                                          kv_last_page_len, layout, stream);
       },
-      append_k, append_v, batch_indices, positions, paged_k_cache, paged_v_cache, kv_indices,
-      kv_indptr, kv_last_page_len, layout, stream);
+      append_k, append_v, batch_indices, positions, kv_indices, kv_indptr, kv_last_page_len,
+      paged_k_cache, paged_v_cache, layout, stream);
 }
 
 }  // extern "C"

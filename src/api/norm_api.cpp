@@ -12,11 +12,11 @@ KJIT_API kjit_status kjit_rmsnorm(const DLTensor* input, const DLTensor* weight,
       stream);
 }
 
-KJIT_API kjit_status kjit_fused_add_rmsnorm(DLTensor* input, DLTensor* residual,
-                                            const DLTensor* weight, float eps, void* stream) {
+KJIT_API kjit_status kjit_fused_add_rmsnorm(const DLTensor* weight, DLTensor* input,
+                                            DLTensor* residual, float eps, void* stream) {
   return kjit::api::entry<&kjit_fused_add_rmsnorm>(
-      [&] { kjit::ops::fused_add_rmsnorm(input, residual, weight, eps, stream); }, input, residual,
-      weight, eps, stream);
+      [&] { kjit::ops::fused_add_rmsnorm(input, residual, weight, eps, stream); }, weight, input,
+      residual, eps, stream);
 }
 
 KJIT_API kjit_status kjit_gemma_rmsnorm(const DLTensor* input, const DLTensor* weight,
@@ -26,11 +26,11 @@ KJIT_API kjit_status kjit_gemma_rmsnorm(const DLTensor* input, const DLTensor* w
       stream);
 }
 
-KJIT_API kjit_status kjit_gemma_fused_add_rmsnorm(DLTensor* input, DLTensor* residual,
-                                                  const DLTensor* weight, float eps, void* stream) {
+KJIT_API kjit_status kjit_gemma_fused_add_rmsnorm(const DLTensor* weight, DLTensor* input,
+                                                  DLTensor* residual, float eps, void* stream) {
   return kjit::api::entry<&kjit_gemma_fused_add_rmsnorm>(
-      [&] { kjit::ops::fused_add_rmsnorm(input, residual, weight, eps, stream, 1.0f); }, input,
-      residual, weight, eps, stream);
+      [&] { kjit::ops::fused_add_rmsnorm(input, residual, weight, eps, stream, 1.0f); }, weight,
+      input, residual, eps, stream);
 }
 
 KJIT_API kjit_status kjit_layernorm(const DLTensor* input, const DLTensor* gamma,

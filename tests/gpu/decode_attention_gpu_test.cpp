@@ -293,7 +293,8 @@ std::unique_ptr<Problem> build(const DecodeCase& c, std::mt19937_64& rng) {
   kjit_decode_plan* plan = nullptr;
   const kjit_status st = kjit_batch_decode_plan(
       p.indptr.data(), static_cast<int>(p.batch), static_cast<int>(c.qo_heads), static_cast<int>(H),
-      static_cast<int>(D), static_cast<int>(P), c.layout, qdt, kvdt, &o, 0, &plan);
+      static_cast<int>(D), static_cast<int>(P), static_cast<kjit_kv_layout>(c.layout), qdt, kvdt,
+      &o, 0, &plan);
   INFO("kjit_last_error: " << kjit_last_error());
   REQUIRE(st == KJIT_SUCCESS);
   p.plan.reset(plan);

@@ -432,8 +432,8 @@ TEST_CASE("kv gpu: a device id that does not exist is an argument error", "[gpu]
   auto idx = make_tensor(p + 2048 + 128, {2}, dl_dtype("int32"), {}, 63);
   auto ptr = make_tensor(p + 2048 + 192, {2}, dl_dtype("int32"), {}, 63);
   auto last = make_tensor(p + 2048 + 256, {1}, dl_dtype("int32"), {}, 63);
-  CHECK(kjit_append_paged_kv_cache(ak.get(), av.get(), bi.get(), pos.get(), kc.get(), vc.get(),
-                                   idx.get(), ptr.get(), last.get(), KJIT_KV_LAYOUT_NHD,
+  CHECK(kjit_append_paged_kv_cache(ak.get(), av.get(), bi.get(), pos.get(), idx.get(), ptr.get(),
+                                   last.get(), kc.get(), vc.get(), KJIT_KV_LAYOUT_NHD,
                                    nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
   CHECK(std::string(kjit_last_error()).find("device 63") != std::string::npos);
 }

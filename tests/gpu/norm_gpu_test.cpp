@@ -93,7 +93,7 @@ void run_fused(const FusedCase& c, std::mt19937_64& rng) {
 
   DeviceRows xd(x), rd(r);
   auto fn = c.gemma ? kjit_gemma_fused_add_rmsnorm : kjit_fused_add_rmsnorm;
-  kjit_status st = fn(xd.view.get(), rd.view.get(), w.t.get(), c.eps, nullptr);
+  kjit_status st = fn(w.t.get(), xd.view.get(), rd.view.get(), c.eps, nullptr);
   INFO("kjit_last_error: " << kjit_last_error());
   REQUIRE(st == KJIT_SUCCESS);
   device_synchronize();
@@ -270,9 +270,9 @@ TEST_CASE("fused_add_rmsnorm gpu: runs on a user stream and is repeatable", "[gp
   r.fill(rng, -1, 1);
   DeviceVector w("bf16", 4096, rng, -1, 1);
   DeviceRows x1(x), r1(r), x2(x), r2(r);
-  REQUIRE(kjit_fused_add_rmsnorm(x1.view.get(), r1.view.get(), w.t.get(), 1e-5f, s) ==
+  REQUIRE(kjit_fused_add_rmsnorm(w.t.get(), x1.view.get(), r1.view.get(), 1e-5f, s) ==
           KJIT_SUCCESS);
-  REQUIRE(kjit_fused_add_rmsnorm(x2.view.get(), r2.view.get(), w.t.get(), 1e-5f, s) ==
+  REQUIRE(kjit_fused_add_rmsnorm(w.t.get(), x2.view.get(), r2.view.get(), 1e-5f, s) ==
           KJIT_SUCCESS);
   REQUIRE(d.cuStreamSynchronize(s) == CUDA_SUCCESS);
   RowsImage a = x, b = x, ra = r, rb = r;
@@ -393,7 +393,7 @@ TEST_CASE("norm gpu: a device id that does not exist is an argument error", "[gp
   auto w = make_tensor(base + 2048, {64}, dl_dtype("bf16"), {}, 63);
   auto b = make_tensor(base + 2560, {64}, dl_dtype("bf16"), {}, 63);
   auto y = make_tensor(base + 3072, {2, 64}, dl_dtype("bf16"), {}, 63);
-  CHECK(kjit_fused_add_rmsnorm(x.get(), r.get(), w.get(), 1e-6f, nullptr) ==
+  CHECK(kjit_fused_add_rmsnorm(w.get(), x.get(), r.get(), 1e-6f, nullptr) ==
         KJIT_ERROR_INVALID_ARGUMENT);
   CHECK(std::string(kjit_last_error()).find("device 63") != std::string::npos);
   CHECK(kjit_gemma_rmsnorm(x.get(), w.get(), y.get(), 1e-6f, nullptr) ==

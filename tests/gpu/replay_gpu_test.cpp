@@ -257,7 +257,7 @@ TEST_CASE("replay: fused_add_rmsnorm dumps both in-place tensors before and afte
   fs::path dump = keep.path() / "call";
   {
     Logged l("10");
-    REQUIRE(kjit_fused_add_rmsnorm(x_t.get(), r_t.get(), w_t.get(), 1e-6f, nullptr) ==
+    REQUIRE(kjit_fused_add_rmsnorm(w_t.get(), x_t.get(), r_t.get(), 1e-6f, nullptr) ==
             KJIT_SUCCESS);
     device_synchronize();
     fs::copy(only_dump(l), dump, fs::copy_options::recursive);
@@ -273,7 +273,8 @@ TEST_CASE("replay: fused_add_rmsnorm dumps both in-place tensors before and afte
   CHECK(tensor_bytes(out, "input") != x0);  // it did change
   CHECK(out.find("weight") == nullptr);
   auto j = nlohmann::json::parse(read_text(dump / "call.json"));
-  CHECK(j["args"][0]["data"] == "inputs.safetensors, outputs.safetensors");
+  CHECK(j["args"][0]["name"] == "weight");
+  CHECK(j["args"][1]["data"] == "inputs.safetensors, outputs.safetensors");
   expect_reproduced(dump);
 }
 
@@ -298,15 +299,15 @@ TEST_CASE("replay: in-place rope keeps q_out aliased to q", "[gpu][replay]") {
   fs::path dump = keep.path() / "call";
   {
     Logged l("10");
-    REQUIRE(kjit_apply_rope_pos_ids(q.get(), k.get(), q.get(), ko.get(), p.get(), 64, 0, 1.0f, 1e4f,
-                                    nullptr) == KJIT_SUCCESS);
+    REQUIRE(kjit_apply_rope_pos_ids(q.get(), k.get(), p.get(), q.get(), ko.get(), 64,
+                                    KJIT_ROPE_NEOX, 1.0f, 1e4f, nullptr) == KJIT_SUCCESS);
     device_synchronize();
     fs::copy(only_dump(l), dump, fs::copy_options::recursive);
   }
   auto j = nlohmann::json::parse(read_text(dump / "call.json"));
-  CHECK(j["args"][2]["name"] == "q_out");
-  CHECK(j["args"][2]["alias_of"] == "q");
-  CHECK_FALSE(j["args"][3].contains("alias_of"));
+  CHECK(j["args"][3]["name"] == "q_out");
+  CHECK(j["args"][3]["alias_of"] == "q");
+  CHECK_FALSE(j["args"][4].contains("alias_of"));
   CHECK(j["args"][5]["name"] == "rotary_dim");
   CHECK(j["args"][5]["value"] == 64);
   st::File in = st::File::read(dump / "inputs.safetensors");
@@ -353,9 +354,9 @@ TEST_CASE("replay: append_paged_kv_cache dumps the caches before and after", "[g
   fs::path dump = keep.path() / "call";
   {
     Logged l("10");
-    REQUIRE(kjit_append_paged_kv_cache(akt.get(), avt.get(), bt.get(), pt.get(), kct.get(),
-                                       vct.get(), it.get(), ipt.get(), lt.get(), KJIT_KV_LAYOUT_NHD,
-                                       nullptr) == KJIT_SUCCESS);
+    REQUIRE(kjit_append_paged_kv_cache(akt.get(), avt.get(), bt.get(), pt.get(), it.get(),
+                                       ipt.get(), lt.get(), kct.get(), vct.get(),
+                                       KJIT_KV_LAYOUT_NHD, nullptr) == KJIT_SUCCESS);
     device_synchronize();
     fs::copy(only_dump(l), dump, fs::copy_options::recursive);
   }
@@ -369,6 +370,43 @@ TEST_CASE("replay: append_paged_kv_cache dumps the caches before and after", "[g
   CHECK(tensor_bytes(in, "kv_indptr") ==
         std::string(reinterpret_cast<const char*>(indptr.data()), indptr.size() * 4));
   expect_reproduced(dump);
+}
+
+TEST_CASE("replay: kjit_sampling_options are dumped field by field and built again",
+          "[gpu][replay]") {
+  const int64_t batch = 3, vocab = 1001;
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> probs(batch * vocab);
+  for (auto& v : probs) v = dist(rng);
+  DeviceBuffer pd(probs.size() * 4), od(probs.size() * 4);
+  pd.upload(probs.data(), probs.size() * 4);
+  od.fill(0xFF);
+  auto pt = make_tensor(pd.get(), {batch, vocab}, dl_dtype("fp32"));
+  auto ot = make_tensor(od.get(), {batch, vocab}, dl_dtype("fp32"));
+  kjit_sampling_options o;
+  kjit_sampling_options_init(&o);
+  o.top_k = 17;
+  TempDir keep;
+  fs::path dump = keep.path() / "call";
+  {
+    Logged l("10");
+    REQUIRE(kjit_top_k_renorm_probs(pt.get(), nullptr, ot.get(), &o, nullptr) == KJIT_SUCCESS);
+    device_synchronize();
+    fs::copy(only_dump(l), dump, fs::copy_options::recursive);
+  }
+  auto j = nlohmann::json::parse(read_text(dump / "call.json"));
+  bool top_k_logged = false;
+  for (const auto& a : j["args"]) {
+    if (a["name"] == "options.top_k") top_k_logged = a["value"] == 17;
+  }
+  CHECK(top_k_logged);
+  // The call kept 17 tokens of row 0 (random values, no ties): a replay that built other options
+  // (the default keeps every token) would not reproduce its outputs.
+  expect_reproduced(dump);
+  std::vector<float> out(probs.size());
+  od.download(out.data(), out.size() * 4);
+  CHECK(std::count_if(out.begin(), out.begin() + vocab, [](float v) { return v > 0.0f; }) == 17);
 }
 
 TEST_CASE("replay: level 5 statistics of inputs and outputs are exact", "[gpu][replay]") {

@@ -527,7 +527,7 @@ TEST_CASE("rope gpu: a device id that does not exist is an argument error", "[gp
   auto q = make_tensor(p, {2, 4, 64}, dl_dtype("bf16"), {}, 63);
   auto k = make_tensor(p + 4096, {2, 1, 64}, dl_dtype("bf16"), {}, 63);
   auto pos = make_tensor(p + 8192, {2}, dl_dtype("int32"), {}, 63);
-  CHECK(kjit_apply_rope_pos_ids(q.get(), k.get(), q.get(), k.get(), pos.get(), 0, 0, 1.0f, 1e4f,
-                                nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(kjit_apply_rope_pos_ids(q.get(), k.get(), pos.get(), q.get(), k.get(), 0, KJIT_ROPE_NEOX,
+                                1.0f, 1e4f, nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
   CHECK(std::string(kjit_last_error()).find("device 63") != std::string::npos);
 }

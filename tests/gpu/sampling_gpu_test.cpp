@@ -25,6 +25,7 @@
 #include "reference/half.hpp"
 #include "reference/sampling_ref.hpp"
 #include "support/gpu.hpp"
+#include "support/sampling_options.hpp"
 #include "util/error.hpp"
 
 using namespace kjit::test;
@@ -202,22 +203,27 @@ Draws draw(Api api, Matrix& x, const Params& prm, uint64_t seed, std::vector<uin
       switch (api) {
         case Api::kPlain: st = kjit_sampling_from_probs(xs, sd, of, out, val, nullptr); break;
         case Api::kTopK:
-          st = kjit_top_k_sampling_from_probs(xs, k_arr, sd, of, out, val, prm.top_k, nullptr);
+          st = kjit_top_k_sampling_from_probs(xs, k_arr, sd, of, out, val,
+                                              SamplingOptions().top_k(prm.top_k), nullptr);
           break;
         case Api::kTopP:
-          st = kjit_top_p_sampling_from_probs(xs, p_arr, sd, of, out, val, prm.top_p, nullptr);
+          st = kjit_top_p_sampling_from_probs(xs, p_arr, sd, of, out, val,
+                                              SamplingOptions().top_p(prm.top_p), nullptr);
           break;
         case Api::kMinP:
-          st = kjit_min_p_sampling_from_probs(xs, m_arr, sd, of, out, val, prm.min_p, nullptr);
+          st = kjit_min_p_sampling_from_probs(xs, m_arr, sd, of, out, val,
+                                              SamplingOptions().min_p(prm.min_p), nullptr);
           break;
         case Api::kTopKTopP:
-          st = kjit_top_k_top_p_sampling_from_probs(xs, k_arr, p_arr, sd, of, out, val, prm.top_k,
-                                                    prm.top_p, nullptr);
+          st = kjit_top_k_top_p_sampling_from_probs(
+              xs, k_arr, p_arr, sd, of, out, val,
+              SamplingOptions().top_k(prm.top_k).top_p(prm.top_p), nullptr);
           break;
         case Api::kLogits:
-          st =
-              kjit_top_k_top_p_sampling_from_logits(xs, k_arr, p_arr, t_arr, sd, of, out, val,
-                                                    prm.top_k, prm.top_p, prm.temperature, nullptr);
+          st = kjit_top_k_top_p_sampling_from_logits(
+              xs, k_arr, p_arr, t_arr, sd, of, out, val,
+              SamplingOptions().top_k(prm.top_k).top_p(prm.top_p).temperature(prm.temperature),
+              nullptr);
           break;
       }
     }
@@ -884,8 +890,8 @@ TEST_CASE("sampling gpu: a captured graph draws fresh tokens when the offset cha
   REQUIRE(drv.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS);
   auto call = [&] {
     return kjit_top_k_top_p_sampling_from_probs(x.t.get(), nullptr, nullptr, seed_t.get(),
-                                                offset_t.get(), samples_t.get(), nullptr, 100, 0.9f,
-                                                s);
+                                                offset_t.get(), samples_t.get(), nullptr,
+                                                SamplingOptions().top_k(100).top_p(0.9f), s);
   };
   // Direct calls at offsets 0 and 1: what the graph must reproduce.
   std::vector<std::vector<int32_t>> direct;
@@ -1355,8 +1361,10 @@ TEST_CASE("sampling gpu: top-k / top-p renormalization matches the reference", "
       prm.top_k = 30;
       prm.top_p = 0.7f;
       const kjit_status st =
-          mode == 0 ? kjit_top_k_renorm_probs(x.t.get(), nullptr, out_t.get(), prm.top_k, nullptr)
-                    : kjit_top_p_renorm_probs(x.t.get(), nullptr, out_t.get(), prm.top_p, nullptr);
+          mode == 0 ? kjit_top_k_renorm_probs(x.t.get(), nullptr, out_t.get(),
+                                              SamplingOptions().top_k(prm.top_k), nullptr)
+                    : kjit_top_p_renorm_probs(x.t.get(), nullptr, out_t.get(),
+                                              SamplingOptions().top_p(prm.top_p), nullptr);
       INFO(kjit_last_error());
       REQUIRE(st == KJIT_SUCCESS);
       device_synchronize();
@@ -1402,7 +1410,8 @@ TEST_CASE("sampling gpu: top-k / top-p renormalization matches the reference", "
   }
   // In place, and an all-zero row written as zeros.
   Matrix z = make_matrix("fp32", 2, 100, [](int64_t r, int64_t i) { return r == 0 ? 0.0 : i; });
-  REQUIRE(kjit_top_k_renorm_probs(z.t.get(), nullptr, z.t.get(), 10, nullptr) == KJIT_SUCCESS);
+  REQUIRE(kjit_top_k_renorm_probs(z.t.get(), nullptr, z.t.get(), SamplingOptions().top_k(10),
+                                  nullptr) == KJIT_SUCCESS);
   device_synchronize();
   std::vector<float> zh(200);
   z.dev->download(zh.data(), 800);
@@ -1427,8 +1436,8 @@ TEST_CASE("sampling gpu: top-k logit masking keeps ties and copies NaN rows", "[
       // them a logit here, -inf or the NaN a NaN row keeps: an element left unwritten fails.
       out.fill(0x7B);
       auto out_t = make_tensor(out.get(), {9, vocab}, dl_dtype(dt));
-      REQUIRE(kjit_top_k_mask_logits(x.t.get(), k_t.get(), out_t.get(), 1, nullptr) ==
-              KJIT_SUCCESS);
+      REQUIRE(kjit_top_k_mask_logits(x.t.get(), k_t.get(), out_t.get(), SamplingOptions().top_k(1),
+                                     nullptr) == KJIT_SUCCESS);
       device_synchronize();
       std::vector<unsigned char> got(out.size());
       out.download(got.data(), got.size());
@@ -1470,7 +1479,8 @@ TEST_CASE("sampling gpu: softmax with temperature matches fp64", "[gpu][sampling
       // (row 3), nor the zeros row 5 expects, so an element left unwritten fails on every row.
       out.fill(0x7B);
       auto out_t = make_tensor(out.get(), {6, vocab}, dl_dtype("fp32"));
-      REQUIRE(kjit_softmax(x.t.get(), t_t.get(), out_t.get(), 1.0f, nullptr) == KJIT_SUCCESS);
+      REQUIRE(kjit_softmax(x.t.get(), t_t.get(), out_t.get(), SamplingOptions().temperature(1.0f),
+                           nullptr) == KJIT_SUCCESS);
       device_synchronize();
       const auto got = download_vec<float>(out, static_cast<size_t>(6 * vocab));
       long bad = 0;

@@ -25,6 +25,7 @@
 #include "reference/norm_ref.hpp"
 #include "reference/sampling_ref.hpp"
 #include "support/gpu.hpp"
+#include "support/sampling_options.hpp"
 #include "support/temp_dir.hpp"
 #include "util/fs.hpp"
 
@@ -307,9 +308,9 @@ TEST_CASE("trace dump gpu: decode attention, merge_states and sampling record on
     auto offset = make_tensor(static_cast<char*>(so->get()) + 8, {1}, dl_dtype("int64"));
     auto st = make_tensor(samples.get(), {4}, dl_dtype("int32"));
     auto vt = make_tensor(valid.get(), {4}, DLDataType{kDLUInt, 8, 1});
-    REQUIRE(kjit_top_k_top_p_sampling_from_logits(in.get(), nullptr, nullptr, nullptr, seed.get(),
-                                                  offset.get(), st.get(), vt.get(), 1, 0.9f, 1.0f,
-                                                  nullptr) == KJIT_SUCCESS);
+    REQUIRE(kjit_top_k_top_p_sampling_from_logits(
+                in.get(), nullptr, nullptr, nullptr, seed.get(), offset.get(), st.get(), vt.get(),
+                SamplingOptions().top_k(1).top_p(0.9f).temperature(1.0f), nullptr) == KJIT_SUCCESS);
     device_synchronize();
     int32_t got[4];
     unsigned char ok[4];

@@ -80,6 +80,22 @@ struct Call {
     }
     throw std::logic_error("no int argument " + name);
   }
+  // The sampling functions' kjit_sampling_options: the defaults, with this call's top_k, top_p,
+  // min_p, temperature and struct_size where it has them.
+  kjit_sampling_options sampling_options() const {
+    kjit_sampling_options o;
+    kjit_sampling_options_init(&o);
+    for (const auto& [n, v] : ints) {
+      if (n == "top_k") o.top_k = v;
+      if (n == "struct_size") o.struct_size = static_cast<size_t>(v);
+    }
+    for (const auto& [n, v] : floats) {
+      if (n == "top_p") o.top_p = v;
+      if (n == "min_p") o.min_p = v;
+      if (n == "temperature") o.temperature = v;
+    }
+    return o;
+  }
 };
 
 struct Mutation {
@@ -313,14 +329,14 @@ Api rmsnorm_api(const std::string& name,
 
 // input, residual in place.
 Api fused_api(const std::string& name,
-              kjit_status (*fn)(DLTensor*, DLTensor*, const DLTensor*, float, void*)) {
+              kjit_status (*fn)(const DLTensor*, DLTensor*, DLTensor*, float, void*)) {
   Api api;
   api.name = name;
   api.make = [] {
     Call c;
+    c.tensors.push_back(arg("weight", 3, {64}, "fp16"));
     c.tensors.push_back(arg("input", 1, {4, 64}, "fp16"));
     c.tensors.push_back(arg("residual", 2, {4, 64}, "fp16"));
-    c.tensors.push_back(arg("weight", 3, {64}, "fp16"));
     c.floats = {{"eps", 1e-6f}};
     return c;
   };
@@ -440,10 +456,10 @@ Call rope_call(bool llama31) {
   Call c;
   c.tensors.push_back(arg("q", 1, {4, 8, 128}, "bf16"));
   c.tensors.push_back(arg("k", 2, {4, 2, 128}, "bf16"));
+  c.tensors.push_back(arg("pos_ids", 5, {4}, "int32"));
   c.tensors.push_back(arg("q_out", 3, {4, 8, 128}, "bf16"));
   c.tensors.push_back(arg("k_out", 4, {4, 2, 128}, "bf16"));
-  c.tensors.push_back(arg("pos_ids", 5, {4}, "int32"));
-  c.ints = {{"rotary_dim", 0}, {"interleave", 0}};
+  c.ints = {{"rotary_dim", 0}, {"layout", KJIT_ROPE_NEOX}};
   c.floats = {{"rope_scale", 1.0f}, {"rope_theta", 10000.0f}};
   if (llama31) {
     c.floats.push_back({"low_freq_factor", 1.0f});
@@ -460,8 +476,8 @@ std::vector<Mutation> rope_mutations() {
       set_int("rotary_dim", 130),
       set_int("rotary_dim", INT_MAX),
       set_int("rotary_dim", INT_MIN),
-      set_int("interleave", 2),
-      set_int("interleave", -1),
+      set_int("layout", 2),
+      set_int("layout", -1),
       set_float("rope_scale", 0.0f),
       set_float("rope_scale", -1.0f),
       set_float("rope_theta", 0.0f),
@@ -518,8 +534,8 @@ Api rope_api() {
   api.name = "kjit_apply_rope_pos_ids";
   api.make = [] { return rope_call(false); };
   api.invoke = [](Call& c) {
-    return kjit_apply_rope_pos_ids(c.t(0), c.t(1), c.t(2), c.t(3), c.t(4), c.n(0), c.n(1), c.f(0),
-                                   c.f(1), nullptr);
+    return kjit_apply_rope_pos_ids(c.t(0), c.t(1), c.t(2), c.t(3), c.t(4), c.n(0),
+                                   static_cast<kjit_rope_layout>(c.n(1)), c.f(0), c.f(1), nullptr);
   };
   api.specific = rope_mutations();
   api.zero_size = [](Call& c) {
@@ -537,8 +553,9 @@ Api llama31_rope_api() {
   api.name = "kjit_apply_llama31_rope_pos_ids";
   api.make = [] { return rope_call(true); };
   api.invoke = [](Call& c) {
-    return kjit_apply_llama31_rope_pos_ids(c.t(0), c.t(1), c.t(2), c.t(3), c.t(4), c.n(0), c.n(1),
-                                           c.f(0), c.f(1), c.f(2), c.f(3), c.f(4), nullptr);
+    return kjit_apply_llama31_rope_pos_ids(c.t(0), c.t(1), c.t(2), c.t(3), c.t(4), c.n(0),
+                                           static_cast<kjit_rope_layout>(c.n(1)), c.f(0), c.f(1),
+                                           c.f(2), c.f(3), c.f(4), nullptr);
   };
   api.specific.push_back(set_float("low_freq_factor", 0.0f));
   api.specific.push_back(set_float("high_freq_factor", 1.0f));  // must exceed low_freq_factor
@@ -554,15 +571,15 @@ Api cos_sin_cache_api() {
   api.make = [] {
     Call c;
     c.tensors.push_back(arg("positions", 1, {4}, "int64"));
+    c.tensors.push_back(arg("cos_sin_cache", 4, {4096, 128}, "fp32"));
     c.tensors.push_back(arg("q", 2, {4, 8 * 128}, "bf16"));
     c.tensors.push_back(arg("k", 3, {4, 2 * 128}, "bf16", /*nullable=*/true));
-    c.tensors.push_back(arg("cos_sin_cache", 4, {4096, 128}, "fp32"));
-    c.ints = {{"head_size", 128}, {"is_neox", 1}};
+    c.ints = {{"head_size", 128}, {"layout", KJIT_ROPE_NEOX}};
     return c;
   };
   api.invoke = [](Call& c) {
-    return kjit_apply_rope_with_cos_sin_cache(c.t(0), c.t(1), c.t(2), c.n(0), c.t(3), c.n(1),
-                                              nullptr);
+    return kjit_apply_rope_with_cos_sin_cache(c.t(0), c.t(1), c.t(2), c.t(3), c.n(0),
+                                              static_cast<kjit_rope_layout>(c.n(1)), nullptr);
   };
   api.specific = {
       set_int("head_size", 0),
@@ -570,8 +587,8 @@ Api cos_sin_cache_api() {
       set_int("head_size", 100),
       set_int("head_size", 2048),
       set_int("head_size", INT_MAX),
-      set_int("is_neox", 2),
-      set_int("is_neox", -1),
+      set_int("layout", 2),
+      set_int("layout", -1),
       {"cos_sin_cache of odd width",
        [](Call& c) {
          reshape(c.arg("cos_sin_cache"), {4096, 127});
@@ -622,17 +639,17 @@ Api append_kv_api() {
     c.tensors.push_back(arg("append_v", 2, {5, 2, 128}, "bf16"));
     c.tensors.push_back(arg("batch_indices", 3, {5}, "int32"));
     c.tensors.push_back(arg("positions", 4, {5}, "int32"));
-    c.tensors.push_back(arg("paged_k_cache", 5, {16, 16, 2, 128}, "bf16"));
-    c.tensors.push_back(arg("paged_v_cache", 6, {16, 16, 2, 128}, "bf16"));
     c.tensors.push_back(arg("kv_indices", 7, {7}, "int32"));
     c.tensors.push_back(arg("kv_indptr", 8, {4}, "int32"));
     c.tensors.push_back(arg("kv_last_page_len", 9, {3}, "int32"));
+    c.tensors.push_back(arg("paged_k_cache", 5, {16, 16, 2, 128}, "bf16"));
+    c.tensors.push_back(arg("paged_v_cache", 6, {16, 16, 2, 128}, "bf16"));
     c.ints = {{"layout", KJIT_KV_LAYOUT_NHD}};
     return c;
   };
   api.invoke = [](Call& c) {
     return kjit_append_paged_kv_cache(c.t(0), c.t(1), c.t(2), c.t(3), c.t(4), c.t(5), c.t(6),
-                                      c.t(7), c.t(8), c.n(0), nullptr);
+                                      c.t(7), c.t(8), static_cast<kjit_kv_layout>(c.n(0)), nullptr);
   };
   api.specific = {
       set_int("layout", 2),
@@ -967,16 +984,22 @@ Api sampler_api(const std::string& name, const SamplerShape& sh,
                 std::function<kjit_status(Call&)> invoke, std::vector<Mutation> scalar_bad) {
   Api api;
   api.name = name;
-  api.make = [sh, floats, ints] {
+  const bool options = !floats.empty() || !ints.empty();
+  api.make = [sh, floats, ints, options] {
     Call c = sampler_call(sh);
     c.floats = floats;
     c.ints = ints;
+    if (options) c.ints.push_back({"struct_size", int{sizeof(kjit_sampling_options)}});
     return c;
   };
   api.invoke = std::move(invoke);
   api.specific = sampler_mutations(sh);
   if (!sh.per_row) {
     api.specific.insert(api.specific.end(), scalar_bad.begin(), scalar_bad.end());
+  }
+  if (options) {
+    api.specific.push_back(set_int("struct_size", 0));
+    api.specific.push_back(set_int("struct_size", 3));
   }
   api.check_floats = !sh.per_row;
   api.zero_size = sampler_zero_size;
@@ -999,41 +1022,45 @@ void add_samplers(std::vector<Api>& t) {
     t.push_back(
         sampler_api("kjit_top_k_sampling_from_probs", k, {}, {{"top_k", 50}},
                     [](Call& c) {
+                      const kjit_sampling_options o = c.sampling_options();
                       return kjit_top_k_sampling_from_probs(c.t(0), c.t(1), c.t(2), c.t(3), c.t(4),
-                                                            c.t(5), c.n(0), nullptr);
+                                                            c.t(5), &o, nullptr);
                     },
                     {set_int("top_k", 0), set_int("top_k", -5), set_int("top_k", INT_MIN)}));
     SamplerShape p{"probs", "fp32", {"top_p_arr"}, per_row};
     t.push_back(sampler_api(
         "kjit_top_p_sampling_from_probs", p, {{"top_p", 0.9f}}, {},
         [](Call& c) {
-          return kjit_top_p_sampling_from_probs(c.t(0), c.t(1), c.t(2), c.t(3), c.t(4), c.t(5),
-                                                c.f(0), nullptr);
+          const kjit_sampling_options o = c.sampling_options();
+          return kjit_top_p_sampling_from_probs(c.t(0), c.t(1), c.t(2), c.t(3), c.t(4), c.t(5), &o,
+                                                nullptr);
         },
         {set_float("top_p", 0.0f), set_float("top_p", 1.5f), set_float("top_p", -0.1f)}));
     SamplerShape mp{"probs", "fp32", {"min_p_arr"}, per_row};
     t.push_back(sampler_api("kjit_min_p_sampling_from_probs", mp, {{"min_p", 0.1f}}, {},
                             [](Call& c) {
-                              return kjit_min_p_sampling_from_probs(
-                                  c.t(0), c.t(1), c.t(2), c.t(3), c.t(4), c.t(5), c.f(0), nullptr);
+                              const kjit_sampling_options o = c.sampling_options();
+                              return kjit_min_p_sampling_from_probs(c.t(0), c.t(1), c.t(2), c.t(3),
+                                                                    c.t(4), c.t(5), &o, nullptr);
                             },
                             {set_float("min_p", -0.1f), set_float("min_p", 1.5f)}));
     SamplerShape kp{"probs", "fp32", {"top_k_arr", "top_p_arr"}, per_row};
-    t.push_back(sampler_api(
-        "kjit_top_k_top_p_sampling_from_probs", kp, {{"top_p", 0.9f}}, {{"top_k", 50}},
-        [](Call& c) {
-          return kjit_top_k_top_p_sampling_from_probs(c.t(0), c.t(1), c.t(2), c.t(3), c.t(4),
-                                                      c.t(5), c.t(6), c.n(0), c.f(0), nullptr);
-        },
-        {set_int("top_k", 0), set_float("top_p", 0.0f), set_float("top_p", 2.0f)}));
+    t.push_back(
+        sampler_api("kjit_top_k_top_p_sampling_from_probs", kp, {{"top_p", 0.9f}}, {{"top_k", 50}},
+                    [](Call& c) {
+                      const kjit_sampling_options o = c.sampling_options();
+                      return kjit_top_k_top_p_sampling_from_probs(
+                          c.t(0), c.t(1), c.t(2), c.t(3), c.t(4), c.t(5), c.t(6), &o, nullptr);
+                    },
+                    {set_int("top_k", 0), set_float("top_p", 0.0f), set_float("top_p", 2.0f)}));
     SamplerShape lg{"logits", "bf16", {"top_k_arr", "top_p_arr", "temperature_arr"}, per_row};
     t.push_back(sampler_api(
         "kjit_top_k_top_p_sampling_from_logits", lg, {{"top_p", 0.9f}, {"temperature", 0.7f}},
         {{"top_k", 50}},
         [](Call& c) {
+          const kjit_sampling_options o = c.sampling_options();
           return kjit_top_k_top_p_sampling_from_logits(c.t(0), c.t(1), c.t(2), c.t(3), c.t(4),
-                                                       c.t(5), c.t(6), c.t(7), c.n(0), c.f(0),
-                                                       c.f(1), nullptr);
+                                                       c.t(5), c.t(6), c.t(7), &o, nullptr);
         },
         {set_int("top_k", -1), set_float("top_p", 0.0f), set_float("temperature", -1.0f)}));
   }
@@ -1043,7 +1070,8 @@ void add_samplers(std::vector<Api>& t) {
 template <class Scalar>
 Api filter_api(const std::string& name, const char* input, const char* dtype, const char* out_dtype,
                const std::string& array, bool per_row, std::pair<std::string, Scalar> scalar,
-               kjit_status (*fn)(const DLTensor*, const DLTensor*, DLTensor*, Scalar, void*),
+               kjit_status (*fn)(const DLTensor*, const DLTensor*, DLTensor*,
+                                 const kjit_sampling_options*, void*),
                std::vector<Mutation> scalar_bad) {
   Api api;
   api.name = name;
@@ -1058,14 +1086,12 @@ Api filter_api(const std::string& name, const char* input, const char* dtype, co
     } else {
       c.floats = {{scalar.first, scalar.second}};
     }
+    c.ints.push_back({"struct_size", int{sizeof(kjit_sampling_options)}});
     return c;
   };
   api.invoke = [fn](Call& c) {
-    if constexpr (std::is_same_v<Scalar, int>) {
-      return fn(c.t(0), c.t(1), c.t(2), c.n(0), nullptr);
-    } else {
-      return fn(c.t(0), c.t(1), c.t(2), c.f(0), nullptr);
-    }
+    const kjit_sampling_options o = c.sampling_options();
+    return fn(c.t(0), c.t(1), c.t(2), &o, nullptr);
   };
   const std::string in = input;
   api.specific = {
@@ -1092,6 +1118,8 @@ Api filter_api(const std::string& name, const char* input, const char* dtype, co
   } else {
     api.specific.insert(api.specific.end(), scalar_bad.begin(), scalar_bad.end());
   }
+  api.specific.push_back(set_int("struct_size", 0));
+  api.specific.push_back(set_int("struct_size", 3));
   api.check_floats = !per_row;
   api.zero_size = [in, array](Call& c) {
     reshape(c.arg(in), {0, 1000});
@@ -1176,6 +1204,7 @@ const std::set<std::string> kCoveredElsewhere = {"kjit_version_string",
                                                  "kjit_status_string",
                                                  "kjit_last_error",
                                                  "kjit_decode_options_init",
+                                                 "kjit_sampling_options_init",
                                                  "kjit_batch_decode_plan",
                                                  "kjit_decode_plan_workspace_bytes",
                                                  "kjit_decode_plan_num_splits",
@@ -1348,8 +1377,9 @@ TEST_CASE("hostile abi: kjit_batch_decode_plan rejects every broken argument",
     kjit_decode_plan* out = reinterpret_cast<kjit_decode_plan*>(0x1);  // must become NULL
     kjit_status run() {
       return kjit_batch_decode_plan(null_indptr ? nullptr : indptr.data(), batch, qo, kv, head_dim,
-                                    page_size, layout, q_dtype, kv_dtype,
-                                    null_options ? nullptr : &o, device, null_out ? nullptr : &out);
+                                    page_size, static_cast<kjit_kv_layout>(layout), q_dtype,
+                                    kv_dtype, null_options ? nullptr : &o, device,
+                                    null_out ? nullptr : &out);
     }
   };
   {
@@ -1432,6 +1462,7 @@ TEST_CASE("hostile abi: kjit_batch_decode_plan rejects every broken argument",
   }
   // The plan's accessors take NULL.
   kjit_decode_options_init(nullptr);
+  kjit_sampling_options_init(nullptr);
   CHECK(kjit_decode_plan_workspace_bytes(nullptr) == 0);
   CHECK(kjit_decode_plan_num_splits(nullptr) == 0);
   kjit_decode_plan_destroy(nullptr);

@@ -63,8 +63,9 @@ struct PlanArgs {
   int device = 0;
   const int32_t* indptr_ptr() const { return indptr.empty() ? nullptr : indptr.data(); }
   kjit_status plan(kjit_decode_plan** p) const {
-    return kjit_batch_decode_plan(indptr_ptr(), batch, qo, kv, head_dim, page_size, layout, q_dtype,
-                                  kv_dtype, &o, device, p);
+    return kjit_batch_decode_plan(indptr_ptr(), batch, qo, kv, head_dim, page_size,
+                                  static_cast<kjit_kv_layout>(layout), q_dtype, kv_dtype, &o,
+                                  device, p);
   }
 };
 

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -502,6 +503,38 @@ TEST_CASE("call log: level 3 logs scalars of every type, the kernel and success"
   CHECK(seen_during.size() == 7);  // header + 6 arguments, before the body
 }
 
+TEST_CASE("call log: level 3 logs an options struct field by field and an enum as its value",
+          "[call_log]") {
+  LogEnv env("3");
+  std::vector<float> p = {0.5f, 0.5f};
+  std::vector<float> y(2);
+  Tensor probs = make_tensor(p.data(), {1, 2}, dl_dtype("fp32"), {}, 0, kDLCPU);
+  Tensor out = make_tensor(y.data(), {1, 2}, dl_dtype("fp32"), {}, 0, kDLCPU);
+  auto has = [&](const std::string& line) {
+    auto b = bodies(env.lines(), last_call(env.lines()));
+    return std::find(b.begin(), b.end(), line) != b.end();
+  };
+  kjit_sampling_options o;
+  kjit_sampling_options_init(&o);
+  o.top_k = 7;
+  o.top_p = 0.25f;  // past struct_size: the call uses (and the log shows) the default
+  o.struct_size = offsetof(kjit_sampling_options, top_k) + sizeof(int);
+  kjit_top_k_renorm_probs(probs.get(), nullptr, out.get(), &o, nullptr);
+  CHECK(has("  scalar options.top_k: 7 (int32)"));
+  CHECK(has("  scalar options.top_p: 1 (float32)"));
+  CHECK(has("  scalar options.temperature: 1 (float32)"));
+  CHECK_FALSE(has("  scalar options.struct_size: 3 (int64)"));
+  kjit_top_k_renorm_probs(probs.get(), nullptr, out.get(), nullptr, nullptr);
+  CHECK(has("  scalar options.top_k: 2147483647 (int32)"));
+  o.struct_size = 3;  // unreadable: logged alone, so that a replay fails the same way
+  kjit_top_k_renorm_probs(probs.get(), nullptr, out.get(), &o, nullptr);
+  CHECK(has("  scalar options.struct_size: 3 (int64)"));
+  CHECK_FALSE(has("  scalar options.top_k: 7 (int32)"));
+  kjit_apply_rope_with_cos_sin_cache(nullptr, nullptr, nullptr, nullptr, 4, KJIT_ROPE_INTERLEAVED,
+                                     nullptr);
+  CHECK(has("  scalar layout: 1 (int32)"));
+}
+
 TEST_CASE("call log: an entry point without a describer logs its name and status", "[call_log]") {
   LogEnv env("3");
   CHECK(guarded("kjit_test_plain", [] {}) == KJIT_SUCCESS);
@@ -602,7 +635,8 @@ TEST_CASE("call log: level 5 statistics of bf16, int32 and empty host tensors", 
   Tensor q = make_tensor(bf.data(), {1, 1, 4}, dl_dtype("bf16"), {}, 0, kDLCPU);
   Tensor pos = make_tensor(ids.data(), {3}, dl_dtype("int32"), {}, 0, kDLCPU);
   Tensor none = make_tensor(bf.data(), {0, 1, 4}, dl_dtype("bf16"), {}, 0, kDLCPU);
-  kjit_apply_rope_with_cos_sin_cache(pos.get(), q.get(), none.get(), 4, nullptr, 1, nullptr);
+  kjit_apply_rope_with_cos_sin_cache(pos.get(), nullptr, q.get(), none.get(), 4, KJIT_ROPE_NEOX,
+                                     nullptr);
   auto b = bodies(env.lines(), last_call(env.lines()));
   std::vector<std::string> stats;
   for (const auto& l : b) {
@@ -610,9 +644,9 @@ TEST_CASE("call log: level 5 statistics of bf16, int32 and empty host tensors", 
   }
   REQUIRE(stats.size() == 4);
   CHECK(stats[0] == "  stats before positions: min=-7 max=11 mean=3 nan=0 inf=0 n=3");
-  CHECK(stats[1] == "  stats before q: min=-2 max=3 mean=0.666667 nan=1 inf=0 n=4");
-  CHECK(stats[2] == "  stats before k: min=- max=- mean=- nan=0 inf=0 n=0");
-  CHECK(stats[3] == "  stats before cos_sin_cache: unavailable (NULL)");
+  CHECK(stats[1] == "  stats before cos_sin_cache: unavailable (NULL)");
+  CHECK(stats[2] == "  stats before q: min=-2 max=3 mean=0.666667 nan=1 inf=0 n=4");
+  CHECK(stats[3] == "  stats before k: min=- max=- mean=- nan=0 inf=0 n=0");
 }
 
 TEST_CASE("call log: level 5 never faults on device pointers it cannot read", "[call_log]") {

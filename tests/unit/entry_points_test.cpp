@@ -86,6 +86,29 @@ TEST_CASE("entry points: rows parse into names and kinds", "[api]") {
   CHECK(row[4].kind == kjit::api::RowArg::kScalar);
   CHECK(row[4].name == "eps");
   CHECK(row[5].kind == kjit::api::RowArg::kStream);
+  const auto opts = kjit::api::parse_row("in:x options:options stream");
+  REQUIRE(opts.size() == 3);
+  CHECK(opts[1].kind == kjit::api::RowArg::kOptions);
+  CHECK(opts[1].name == "options");
+}
+
+TEST_CASE("entry points: rows follow the header's order (read, written, scalars, stream)",
+          "[api]") {
+  for (const Row& r : kRows) {
+    INFO(r.name);
+    // A handle first, then tensors only read, then tensors written, then everything else.
+    int phase = 0;
+    for (const auto& a : kjit::api::parse_row(r.arguments)) {
+      INFO(a.name);
+      const int p = a.kind == kjit::api::RowArg::kHandle                                       ? 0
+                    : a.kind == kjit::api::RowArg::kIn                                         ? 1
+                    : a.kind == kjit::api::RowArg::kOut || a.kind == kjit::api::RowArg::kInOut ? 2
+                    : a.kind == kjit::api::RowArg::kStream                                     ? 4
+                                                                                               : 3;
+      CHECK(p >= phase);
+      phase = p;
+    }
+  }
 }
 
 TEST_CASE("entry points: every one refuses NULL tensors with a message", "[api]") {

@@ -53,16 +53,17 @@ struct Call {
   int layout = KJIT_KV_LAYOUT_NHD;
   const char* name() const { return "kjit_append_paged_kv_cache"; }
   kjit_status run() {
-    return kjit_append_paged_kv_cache(ak.get(), av.get(), bi.get(), pos.get(), kc.get(), vc.get(),
-                                      idx.get(), ptr.get(), last.get(), layout, nullptr);
+    return kjit_append_paged_kv_cache(ak.get(), av.get(), bi.get(), pos.get(), idx.get(), ptr.get(),
+                                      last.get(), kc.get(), vc.get(),
+                                      static_cast<kjit_kv_layout>(layout), nullptr);
   }
   // The same call with argument `which` (0..8) replaced by NULL.
   kjit_status run_with_null(int which) {
     DLTensor* a[9] = {ak.get(), av.get(),  bi.get(),  pos.get(), kc.get(),
                       vc.get(), idx.get(), ptr.get(), last.get()};
     a[which] = nullptr;
-    return kjit_append_paged_kv_cache(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], layout,
-                                      nullptr);
+    return kjit_append_paged_kv_cache(a[0], a[1], a[2], a[3], a[6], a[7], a[8], a[4], a[5],
+                                      static_cast<kjit_kv_layout>(layout), nullptr);
   }
 };
 

@@ -49,7 +49,7 @@ struct Fused {
   float eps = 1e-6f;
   kjit_status run(bool gemma) {
     auto fn = gemma ? kjit_gemma_fused_add_rmsnorm : kjit_fused_add_rmsnorm;
-    return fn(in.get(), res.get(), w.get(), eps, nullptr);
+    return fn(w.get(), in.get(), res.get(), eps, nullptr);
   }
 };
 
@@ -109,30 +109,30 @@ struct Rms {
 
 TEST_CASE("norm abi: fused_add_rmsnorm rejects a NULL input", "[norm_abi]") {
   Fused c;
-  CHECK(kjit_fused_add_rmsnorm(nullptr, c.res.get(), c.w.get(), 1e-6f, nullptr) ==
+  CHECK(kjit_fused_add_rmsnorm(c.w.get(), nullptr, c.res.get(), 1e-6f, nullptr) ==
         KJIT_ERROR_INVALID_ARGUMENT);
   CHECK(has("input is NULL"));
-  CHECK(kjit_gemma_fused_add_rmsnorm(nullptr, c.res.get(), c.w.get(), 1e-6f, nullptr) ==
+  CHECK(kjit_gemma_fused_add_rmsnorm(c.w.get(), nullptr, c.res.get(), 1e-6f, nullptr) ==
         KJIT_ERROR_INVALID_ARGUMENT);
   CHECK(has("input is NULL"));
 }
 
 TEST_CASE("norm abi: fused_add_rmsnorm rejects a NULL residual", "[norm_abi]") {
   Fused c;
-  CHECK(kjit_fused_add_rmsnorm(c.in.get(), nullptr, c.w.get(), 1e-6f, nullptr) ==
+  CHECK(kjit_fused_add_rmsnorm(c.w.get(), c.in.get(), nullptr, 1e-6f, nullptr) ==
         KJIT_ERROR_INVALID_ARGUMENT);
   CHECK(has("residual is NULL"));
-  CHECK(kjit_gemma_fused_add_rmsnorm(c.in.get(), nullptr, c.w.get(), 1e-6f, nullptr) ==
+  CHECK(kjit_gemma_fused_add_rmsnorm(c.w.get(), c.in.get(), nullptr, 1e-6f, nullptr) ==
         KJIT_ERROR_INVALID_ARGUMENT);
   CHECK(has("residual is NULL"));
 }
 
 TEST_CASE("norm abi: fused_add_rmsnorm rejects a NULL weight", "[norm_abi]") {
   Fused c;
-  CHECK(kjit_fused_add_rmsnorm(c.in.get(), c.res.get(), nullptr, 1e-6f, nullptr) ==
+  CHECK(kjit_fused_add_rmsnorm(nullptr, c.in.get(), c.res.get(), 1e-6f, nullptr) ==
         KJIT_ERROR_INVALID_ARGUMENT);
   CHECK(has("weight is NULL"));
-  CHECK(kjit_gemma_fused_add_rmsnorm(c.in.get(), c.res.get(), nullptr, 1e-6f, nullptr) ==
+  CHECK(kjit_gemma_fused_add_rmsnorm(nullptr, c.in.get(), c.res.get(), 1e-6f, nullptr) ==
         KJIT_ERROR_INVALID_ARGUMENT);
   CHECK(has("weight is NULL"));
 }

@@ -47,7 +47,7 @@ struct PosIdsCall {
   Tensor k_out = make_tensor(kKo, {4, 2, 128}, dl_dtype("bf16"));
   Tensor pos = make_tensor(kPos, {4}, dl_dtype("int32"));
   int rotary_dim = 0;
-  int interleave = 0;
+  kjit_rope_layout layout = KJIT_ROPE_NEOX;
   float scale = 1.0f, theta = 10000.0f;
   bool llama31 = false;
   float low = 1.0f, high = 4.0f, old_ctx = 8192.0f;
@@ -56,12 +56,12 @@ struct PosIdsCall {
   }
   kjit_status run() {
     if (llama31) {
-      return kjit_apply_llama31_rope_pos_ids(q.get(), k.get(), q_out.get(), k_out.get(), pos.get(),
-                                             rotary_dim, interleave, scale, theta, low, high,
-                                             old_ctx, nullptr);
+      return kjit_apply_llama31_rope_pos_ids(q.get(), k.get(), pos.get(), q_out.get(), k_out.get(),
+                                             rotary_dim, layout, scale, theta, low, high, old_ctx,
+                                             nullptr);
     }
-    return kjit_apply_rope_pos_ids(q.get(), k.get(), q_out.get(), k_out.get(), pos.get(),
-                                   rotary_dim, interleave, scale, theta, nullptr);
+    return kjit_apply_rope_pos_ids(q.get(), k.get(), pos.get(), q_out.get(), k_out.get(),
+                                   rotary_dim, layout, scale, theta, nullptr);
   }
 };
 
@@ -73,12 +73,12 @@ struct CacheCall {
   Tensor k = make_tensor(kK, {4, 2 * 128}, dl_dtype("bf16"));
   Tensor cache = make_tensor(kCache, {4096, 128}, dl_dtype("fp32"));
   int head_size = 128;
-  int is_neox = 1;
+  kjit_rope_layout layout = KJIT_ROPE_NEOX;
   bool no_k = false;
   const char* name() const { return "kjit_apply_rope_with_cos_sin_cache"; }
   kjit_status run() {
-    return kjit_apply_rope_with_cos_sin_cache(pos.get(), q.get(), no_k ? nullptr : k.get(),
-                                              head_size, cache.get(), is_neox, nullptr);
+    return kjit_apply_rope_with_cos_sin_cache(pos.get(), cache.get(), q.get(),
+                                              no_k ? nullptr : k.get(), head_size, layout, nullptr);
   }
 };
 
@@ -122,36 +122,41 @@ TEST_CASE("rope abi: libkjit.so exports the three entry points", "[c_abi][rope]"
 
 TEST_CASE("rope abi: pos_ids rejects a NULL q", "[c_abi][rope]") {
   PosIdsCall c;
-  CHECK(kjit_apply_rope_pos_ids(nullptr, c.k.get(), c.q_out.get(), c.k_out.get(), c.pos.get(), 0, 0,
-                                1.0f, 1e4f, nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(kjit_apply_rope_pos_ids(nullptr, c.k.get(), c.pos.get(), c.q_out.get(), c.k_out.get(), 0,
+                                KJIT_ROPE_NEOX, 1.0f, 1e4f,
+                                nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
   CHECK(last_error().find("q is NULL") != std::string::npos);
 }
 
 TEST_CASE("rope abi: pos_ids rejects a NULL k", "[c_abi][rope]") {
   PosIdsCall c;
-  CHECK(kjit_apply_rope_pos_ids(c.q.get(), nullptr, c.q_out.get(), c.k_out.get(), c.pos.get(), 0, 0,
-                                1.0f, 1e4f, nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(kjit_apply_rope_pos_ids(c.q.get(), nullptr, c.pos.get(), c.q_out.get(), c.k_out.get(), 0,
+                                KJIT_ROPE_NEOX, 1.0f, 1e4f,
+                                nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
   CHECK(last_error().find("k is NULL") != std::string::npos);
 }
 
 TEST_CASE("rope abi: pos_ids rejects a NULL q_out", "[c_abi][rope]") {
   PosIdsCall c;
-  CHECK(kjit_apply_rope_pos_ids(c.q.get(), c.k.get(), nullptr, c.k_out.get(), c.pos.get(), 0, 0,
-                                1.0f, 1e4f, nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(kjit_apply_rope_pos_ids(c.q.get(), c.k.get(), c.pos.get(), nullptr, c.k_out.get(), 0,
+                                KJIT_ROPE_NEOX, 1.0f, 1e4f,
+                                nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
   CHECK(last_error().find("q_out is NULL") != std::string::npos);
 }
 
 TEST_CASE("rope abi: pos_ids rejects a NULL k_out", "[c_abi][rope]") {
   PosIdsCall c;
-  CHECK(kjit_apply_rope_pos_ids(c.q.get(), c.k.get(), c.q_out.get(), nullptr, c.pos.get(), 0, 0,
-                                1.0f, 1e4f, nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(kjit_apply_rope_pos_ids(c.q.get(), c.k.get(), c.pos.get(), c.q_out.get(), nullptr, 0,
+                                KJIT_ROPE_NEOX, 1.0f, 1e4f,
+                                nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
   CHECK(last_error().find("k_out is NULL") != std::string::npos);
 }
 
 TEST_CASE("rope abi: pos_ids rejects a NULL pos_ids", "[c_abi][rope]") {
   PosIdsCall c;
-  CHECK(kjit_apply_rope_pos_ids(c.q.get(), c.k.get(), c.q_out.get(), c.k_out.get(), nullptr, 0, 0,
-                                1.0f, 1e4f, nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(kjit_apply_rope_pos_ids(c.q.get(), c.k.get(), nullptr, c.q_out.get(), c.k_out.get(), 0,
+                                KJIT_ROPE_NEOX, 1.0f, 1e4f,
+                                nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
   CHECK(last_error().find("pos_ids is NULL") != std::string::npos);
 }
 
@@ -346,10 +351,13 @@ TEST_CASE("rope abi: pos_ids rejects a negative rotary_dim", "[c_abi][rope]") {
   expect_invalid(c, "got -2");
 }
 
-TEST_CASE("rope abi: pos_ids rejects interleave other than 0 or 1", "[c_abi][rope]") {
+TEST_CASE("rope abi: pos_ids rejects a layout outside kjit_rope_layout", "[c_abi][rope]") {
   PosIdsCall c;
-  c.interleave = 2;
-  expect_invalid(c, "interleave must be 0 or 1, got 2");
+  c.layout = static_cast<kjit_rope_layout>(2);
+  expect_invalid(c, "layout must be KJIT_ROPE_NEOX (0) or KJIT_ROPE_INTERLEAVED (1), got 2");
+  c.llama31 = true;
+  c.layout = static_cast<kjit_rope_layout>(-1);
+  expect_invalid(c, "layout must be KJIT_ROPE_NEOX (0) or KJIT_ROPE_INTERLEAVED (1), got -1");
 }
 
 TEST_CASE("rope abi: pos_ids rejects a zero, negative, NaN or infinite rope_scale",
@@ -466,7 +474,7 @@ TEST_CASE("rope abi: pos_ids accepts in place, fused qkv views and misaligned vi
   {
     PosIdsCall c;  // one element off 16-byte alignment: the scalar path, not an error
     c.q = make_tensor(kQ + 2, {4, 8, 128}, dl_dtype("bf16"));
-    c.interleave = 1;
+    c.layout = KJIT_ROPE_INTERLEAVED;
     c.rotary_dim = 64;
     expect_valid(c);
   }
@@ -477,22 +485,22 @@ TEST_CASE("rope abi: pos_ids accepts in place, fused qkv views and misaligned vi
 
 TEST_CASE("rope abi: cos_sin_cache rejects a NULL positions", "[c_abi][rope]") {
   CacheCall c;
-  CHECK(kjit_apply_rope_with_cos_sin_cache(nullptr, c.q.get(), c.k.get(), 128, c.cache.get(), 1,
-                                           nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(kjit_apply_rope_with_cos_sin_cache(nullptr, c.cache.get(), c.q.get(), c.k.get(), 128,
+                                           KJIT_ROPE_NEOX, nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
   CHECK(last_error().find("positions is NULL") != std::string::npos);
 }
 
 TEST_CASE("rope abi: cos_sin_cache rejects a NULL q", "[c_abi][rope]") {
   CacheCall c;
-  CHECK(kjit_apply_rope_with_cos_sin_cache(c.pos.get(), nullptr, c.k.get(), 128, c.cache.get(), 1,
-                                           nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(kjit_apply_rope_with_cos_sin_cache(c.pos.get(), c.cache.get(), nullptr, c.k.get(), 128,
+                                           KJIT_ROPE_NEOX, nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
   CHECK(last_error().find("q is NULL") != std::string::npos);
 }
 
 TEST_CASE("rope abi: cos_sin_cache rejects a NULL cache", "[c_abi][rope]") {
   CacheCall c;
-  CHECK(kjit_apply_rope_with_cos_sin_cache(c.pos.get(), c.q.get(), c.k.get(), 128, nullptr, 1,
-                                           nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(kjit_apply_rope_with_cos_sin_cache(c.pos.get(), nullptr, c.q.get(), c.k.get(), 128,
+                                           KJIT_ROPE_NEOX, nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
   CHECK(last_error().find("cos_sin_cache is NULL") != std::string::npos);
 }
 
@@ -598,10 +606,10 @@ TEST_CASE("rope abi: cos_sin_cache rejects k overlapping positions", "[c_abi][ro
   expect_invalid(c, "k overlaps positions");
 }
 
-TEST_CASE("rope abi: cos_sin_cache rejects is_neox other than 0 or 1", "[c_abi][rope]") {
+TEST_CASE("rope abi: cos_sin_cache rejects a layout outside kjit_rope_layout", "[c_abi][rope]") {
   CacheCall c;
-  c.is_neox = -1;
-  expect_invalid(c, "is_neox must be 0 or 1, got -1");
+  c.layout = static_cast<kjit_rope_layout>(-1);
+  expect_invalid(c, "layout must be KJIT_ROPE_NEOX (0) or KJIT_ROPE_INTERLEAVED (1), got -1");
 }
 
 TEST_CASE("rope abi: cos_sin_cache rejects fp32 q as unsupported", "[c_abi][rope]") {
@@ -622,7 +630,7 @@ TEST_CASE("rope abi: cos_sin_cache accepts a NULL k, a q-dtype cache and 3-D vie
     CacheCall c;
     c.cache.t.dtype = dl_dtype("bf16");
     c.q = make_tensor(kQ, {4, 8, 128}, dl_dtype("bf16"), {4096, 256, 1});
-    c.is_neox = 0;
+    c.layout = KJIT_ROPE_INTERLEAVED;
     expect_valid(c);
   }
 }
@@ -633,7 +641,7 @@ TEST_CASE("rope abi: cos_sin_cache zero tokens is a successful no-op", "[c_abi][
   c.q = make_tensor(nullptr, {0, 1024}, dl_dtype("bf16"));
   c.k = make_tensor(nullptr, {0, 256}, dl_dtype("bf16"));
   CHECK(c.run() == KJIT_SUCCESS);
-  c.is_neox = 5;
+  c.layout = static_cast<kjit_rope_layout>(5);
   CHECK(c.run() == KJIT_ERROR_INVALID_ARGUMENT);
 }
 

@@ -6,6 +6,9 @@
 #include <dlfcn.h>
 
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <set>
 #include <string>
@@ -15,10 +18,12 @@
 #include "ops/sampling/sampling.hpp"
 #include "reference/sampling_ref.hpp"
 #include "support/gpu.hpp"
+#include "support/sampling_options.hpp"
 #include "util/error.hpp"
 
 using kjit::test::dl_dtype;
 using kjit::test::make_tensor;
+using kjit::test::SamplingOptions;
 using kjit::test::Tensor;
 namespace ops = kjit::ops;
 namespace ref = kjit::ref;
@@ -64,7 +69,8 @@ struct Logits {
     return kjit_top_k_top_p_sampling_from_logits(
         x.get(), use_k_arr ? k_arr.get() : nullptr, use_p_arr ? p_arr.get() : nullptr,
         use_t_arr ? t_arr.get() : nullptr, seed.get(), offset.get(), samples.get(),
-        use_valid ? valid.get() : nullptr, top_k, top_p, temperature, nullptr);
+        use_valid ? valid.get() : nullptr,
+        SamplingOptions().top_k(top_k).top_p(top_p).temperature(temperature), nullptr);
   }
 };
 
@@ -80,7 +86,8 @@ struct Probs {
   float top_p = 0.9f;
   kjit_status run() {
     return kjit_top_p_sampling_from_probs(x.get(), use_arr ? arr.get() : nullptr, seed.get(),
-                                          offset.get(), samples.get(), valid.get(), top_p, nullptr);
+                                          offset.get(), samples.get(), valid.get(),
+                                          SamplingOptions().top_p(top_p), nullptr);
   }
 };
 
@@ -107,7 +114,7 @@ void invalid(Probs& c, const char* fragment) {
 TEST_CASE("sampling abi: libkjit.so exports every sampling entry point", "[c_abi][sampling]") {
   void* lib = dlopen(KJIT_SHARED_LIB_PATH, RTLD_NOW | RTLD_LOCAL);
   REQUIRE(lib != nullptr);
-  for (const char* name : {"kjit_softmax", "kjit_sampling_from_probs",
+  for (const char* name : {"kjit_softmax", "kjit_sampling_options_init", "kjit_sampling_from_probs",
                            "kjit_top_k_sampling_from_probs", "kjit_top_p_sampling_from_probs",
                            "kjit_min_p_sampling_from_probs", "kjit_top_k_top_p_sampling_from_probs",
                            "kjit_top_k_top_p_sampling_from_logits", "kjit_top_k_renorm_probs",
@@ -122,9 +129,10 @@ TEST_CASE("sampling abi: libkjit.so exports every sampling entry point", "[c_abi
 
 TEST_CASE("sampling abi: rejects a NULL logits", "[c_abi][sampling]") {
   Logits c;
-  CHECK(kjit_top_k_top_p_sampling_from_logits(nullptr, nullptr, nullptr, nullptr, c.seed.get(),
-                                              c.offset.get(), c.samples.get(), nullptr, 5, 0.9f,
-                                              1.0f, nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(kjit_top_k_top_p_sampling_from_logits(
+            nullptr, nullptr, nullptr, nullptr, c.seed.get(), c.offset.get(), c.samples.get(),
+            nullptr, SamplingOptions().top_k(5).top_p(0.9f).temperature(1.0f),
+            nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
   CHECK(last_error().find("logits is NULL") != std::string::npos);
 }
 
@@ -208,7 +216,7 @@ TEST_CASE("sampling abi: rejects top_k <= 0", "[c_abi][sampling]") {
   Probs p;
   Tensor seed = make_tensor(kSeed, {1}, dl_dtype("int64"));
   CHECK(kjit_top_k_sampling_from_probs(p.x.get(), nullptr, seed.get(), p.offset.get(),
-                                       p.samples.get(), nullptr, 0,
+                                       p.samples.get(), nullptr, SamplingOptions().top_k(0),
                                        nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
   CHECK(last_error().find("top_k must be >= 1") != std::string::npos);
 }
@@ -228,7 +236,7 @@ TEST_CASE("sampling abi: rejects min_p outside [0, 1]", "[c_abi][sampling]") {
   Probs c;
   for (float m : {-0.1f, 1.5f, kNaN}) {
     CHECK(kjit_min_p_sampling_from_probs(c.x.get(), nullptr, c.seed.get(), c.offset.get(),
-                                         c.samples.get(), nullptr, m,
+                                         c.samples.get(), nullptr, SamplingOptions().min_p(m),
                                          nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
     CHECK(last_error().find("min_p must be in [0, 1]") != std::string::npos);
   }
@@ -253,6 +261,69 @@ TEST_CASE("sampling abi: the scalars are not checked when per-row tensors replac
   c.temperature = -1;
   c.x = make_tensor(kProbs, {4, 0}, dl_dtype("bf16"));
   invalid(c, "empty vocabulary");
+}
+
+// ================================ kjit_sampling_options ==========================================
+
+TEST_CASE("sampling abi: kjit_sampling_options_init turns every filter off", "[c_abi][sampling]") {
+  kjit_sampling_options o;
+  std::memset(&o, 0x5A, sizeof o);
+  kjit_sampling_options_init(&o);
+  CHECK(o.struct_size == sizeof(kjit_sampling_options));
+  CHECK(o.top_k == INT32_MAX);
+  CHECK(o.top_p == 1.0f);
+  CHECK(o.min_p == 0.0f);
+  CHECK(o.temperature == 1.0f);
+  kjit_sampling_options_init(nullptr);  // ignored
+}
+
+TEST_CASE("sampling abi: NULL options are the defaults, which pass every scalar check",
+          "[c_abi][sampling]") {
+  // Each call then fails on the empty vocabulary: validation went past the scalars.
+  Logits c;
+  c.x = make_tensor(kProbs, {4, 0}, dl_dtype("bf16"));
+  CHECK(kjit_top_k_top_p_sampling_from_logits(c.x.get(), nullptr, nullptr, nullptr, c.seed.get(),
+                                              c.offset.get(), c.samples.get(), nullptr, nullptr,
+                                              nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error().find("empty vocabulary") != std::string::npos);
+  Probs p;
+  p.x = make_tensor(kProbs, {4, 0}, dl_dtype("fp32"));
+  CHECK(kjit_min_p_sampling_from_probs(p.x.get(), nullptr, p.seed.get(), p.offset.get(),
+                                       p.samples.get(), nullptr, nullptr,
+                                       nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error().find("empty vocabulary") != std::string::npos);
+}
+
+TEST_CASE("sampling abi: options are read only as far as struct_size covers them",
+          "[c_abi][sampling]") {
+  Logits c;
+  c.x = make_tensor(kProbs, {4, 0}, dl_dtype("bf16"));
+  kjit_sampling_options o;
+  kjit_sampling_options_init(&o);
+  o.top_k = 5;
+  o.top_p = 0.0f;  // out of range, but past the struct_size of a caller that knows only top_k
+  o.temperature = -1.0f;
+  o.struct_size = offsetof(kjit_sampling_options, top_k) + sizeof(int);
+  auto run = [&] {
+    return kjit_top_k_top_p_sampling_from_logits(c.x.get(), nullptr, nullptr, nullptr, c.seed.get(),
+                                                 c.offset.get(), c.samples.get(), nullptr, &o,
+                                                 nullptr);
+  };
+  CHECK(run() == KJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error().find("empty vocabulary") != std::string::npos);
+  o.struct_size = offsetof(kjit_sampling_options, top_p) + sizeof(float);  // now top_p is read
+  CHECK(run() == KJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error().find("top_p must be in (0, 1]") != std::string::npos);
+  o.struct_size = sizeof(kjit_sampling_options) + 16;  // a newer caller's larger struct
+  o.top_p = 0.9f;
+  CHECK(run() == KJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error().find("temperature must be finite and >= 0") != std::string::npos);
+  for (size_t size : {size_t{0}, size_t{3}, offsetof(kjit_sampling_options, top_k)}) {
+    o.struct_size = size;
+    CHECK(run() == KJIT_ERROR_INVALID_ARGUMENT);
+    CHECK(last_error().find("options->struct_size is " + std::to_string(size) +
+                            " (call kjit_sampling_options_init first)") != std::string::npos);
+  }
 }
 
 // ================================ per-row parameter tensors ======================================
@@ -303,7 +374,7 @@ TEST_CASE("sampling abi: rejects a min_p_arr on another device", "[c_abi][sampli
   Probs c;
   Tensor m = make_tensor(kPArr, {4}, dl_dtype("fp32"), {}, 1);
   CHECK(kjit_min_p_sampling_from_probs(c.x.get(), m.get(), c.seed.get(), c.offset.get(),
-                                       c.samples.get(), nullptr, 0.1f,
+                                       c.samples.get(), nullptr, SamplingOptions().min_p(0.1f),
                                        nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
   CHECK(last_error().find("min_p_arr is on cuda:1") != std::string::npos);
 }
@@ -312,13 +383,15 @@ TEST_CASE("sampling abi: rejects a min_p_arr on another device", "[c_abi][sampli
 
 TEST_CASE("sampling abi: rejects a NULL seed or offset", "[c_abi][sampling]") {
   Logits c;
-  CHECK(kjit_top_k_top_p_sampling_from_logits(c.x.get(), nullptr, nullptr, nullptr, nullptr,
-                                              c.offset.get(), c.samples.get(), nullptr, 5, 0.9f,
-                                              1.0f, nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(kjit_top_k_top_p_sampling_from_logits(
+            c.x.get(), nullptr, nullptr, nullptr, nullptr, c.offset.get(), c.samples.get(), nullptr,
+            SamplingOptions().top_k(5).top_p(0.9f).temperature(1.0f),
+            nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
   CHECK(last_error().find("seed is NULL") != std::string::npos);
-  CHECK(kjit_top_k_top_p_sampling_from_logits(c.x.get(), nullptr, nullptr, nullptr, c.seed.get(),
-                                              nullptr, c.samples.get(), nullptr, 5, 0.9f, 1.0f,
-                                              nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(kjit_top_k_top_p_sampling_from_logits(
+            c.x.get(), nullptr, nullptr, nullptr, c.seed.get(), nullptr, c.samples.get(), nullptr,
+            SamplingOptions().top_k(5).top_p(0.9f).temperature(1.0f),
+            nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
   CHECK(last_error().find("offset is NULL") != std::string::npos);
 }
 
@@ -354,9 +427,10 @@ TEST_CASE("sampling abi: rejects a misaligned seed", "[c_abi][sampling]") {
 
 TEST_CASE("sampling abi: rejects a NULL samples", "[c_abi][sampling]") {
   Logits c;
-  CHECK(kjit_top_k_top_p_sampling_from_logits(c.x.get(), nullptr, nullptr, nullptr, c.seed.get(),
-                                              c.offset.get(), nullptr, nullptr, 5, 0.9f, 1.0f,
-                                              nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(kjit_top_k_top_p_sampling_from_logits(
+            c.x.get(), nullptr, nullptr, nullptr, c.seed.get(), c.offset.get(), nullptr, nullptr,
+            SamplingOptions().top_k(5).top_p(0.9f).temperature(1.0f),
+            nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
   CHECK(last_error().find("samples is NULL") != std::string::npos);
 }
 
@@ -412,12 +486,12 @@ TEST_CASE("sampling abi: rejects samples overlapping the offset", "[c_abi][sampl
 TEST_CASE("sampling abi: renorm rejects an out of another dtype or shape", "[c_abi][sampling]") {
   Tensor probs = make_tensor(kProbs, {4, 1000}, dl_dtype("fp32"));
   Tensor out = make_tensor(kOut, {4, 1000}, dl_dtype("bf16"));
-  CHECK(kjit_top_k_renorm_probs(probs.get(), nullptr, out.get(), 5, nullptr) ==
-        KJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(kjit_top_k_renorm_probs(probs.get(), nullptr, out.get(), SamplingOptions().top_k(5),
+                                nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
   CHECK(last_error().find("out must be fp32") != std::string::npos);
   out = make_tensor(kOut, {4, 999}, dl_dtype("fp32"));
-  CHECK(kjit_top_p_renorm_probs(probs.get(), nullptr, out.get(), 0.5f, nullptr) ==
-        KJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(kjit_top_p_renorm_probs(probs.get(), nullptr, out.get(), SamplingOptions().top_p(0.5f),
+                                nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
   CHECK(last_error().find("out must be [4, 1000]") != std::string::npos);
 }
 
@@ -425,29 +499,30 @@ TEST_CASE("sampling abi: renorm rejects a partial overlap but allows in place",
           "[c_abi][sampling]") {
   Tensor probs = make_tensor(kProbs, {4, 1000}, dl_dtype("fp32"));
   Tensor out = make_tensor(kProbs + 4000, {4, 1000}, dl_dtype("fp32"));
-  CHECK(kjit_top_k_renorm_probs(probs.get(), nullptr, out.get(), 5, nullptr) ==
-        KJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(kjit_top_k_renorm_probs(probs.get(), nullptr, out.get(), SamplingOptions().top_k(5),
+                                nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
   CHECK(last_error().find("out overlaps probs") != std::string::npos);
   // In place is accepted: with zero rows the call succeeds after validation.
   Tensor empty = make_tensor(kProbs, {0, 1000}, dl_dtype("fp32"));
-  CHECK(kjit_top_k_renorm_probs(empty.get(), nullptr, empty.get(), 5, nullptr) == KJIT_SUCCESS);
+  CHECK(kjit_top_k_renorm_probs(empty.get(), nullptr, empty.get(), SamplingOptions().top_k(5),
+                                nullptr) == KJIT_SUCCESS);
 }
 
 TEST_CASE("sampling abi: renorm rejects bad scalars", "[c_abi][sampling]") {
   Tensor probs = make_tensor(kProbs, {4, 1000}, dl_dtype("fp32"));
   Tensor out = make_tensor(kOut, {4, 1000}, dl_dtype("fp32"));
-  CHECK(kjit_top_k_renorm_probs(probs.get(), nullptr, out.get(), 0, nullptr) ==
-        KJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(kjit_top_k_renorm_probs(probs.get(), nullptr, out.get(), SamplingOptions().top_k(0),
+                                nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
   CHECK(last_error().find("top_k must be >= 1") != std::string::npos);
-  CHECK(kjit_top_p_renorm_probs(probs.get(), nullptr, out.get(), kNaN, nullptr) ==
-        KJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(kjit_top_p_renorm_probs(probs.get(), nullptr, out.get(), SamplingOptions().top_p(kNaN),
+                                nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
   CHECK(last_error().find("top_p must be in (0, 1]") != std::string::npos);
 }
 
 TEST_CASE("sampling abi: mask rejects an out of another dtype", "[c_abi][sampling]") {
   Tensor x = make_tensor(kProbs, {4, 1000}, dl_dtype("bf16"));
   Tensor out = make_tensor(kOut, {4, 1000}, dl_dtype("fp32"));
-  CHECK(kjit_top_k_mask_logits(x.get(), nullptr, out.get(), 5, nullptr) ==
+  CHECK(kjit_top_k_mask_logits(x.get(), nullptr, out.get(), SamplingOptions().top_k(5), nullptr) ==
         KJIT_ERROR_INVALID_ARGUMENT);
   CHECK(last_error().find("out must be bf16") != std::string::npos);
   CHECK(last_error().find("kjit_top_k_mask_logits") == 0);
@@ -457,7 +532,8 @@ TEST_CASE("sampling abi: softmax rejects a zero or NaN temperature", "[c_abi][sa
   Tensor x = make_tensor(kProbs, {4, 1000}, dl_dtype("bf16"));
   Tensor out = make_tensor(kOut, {4, 1000}, dl_dtype("fp32"));
   for (float t : {0.0f, kNaN, -2.0f}) {
-    CHECK(kjit_softmax(x.get(), nullptr, out.get(), t, nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
+    CHECK(kjit_softmax(x.get(), nullptr, out.get(), SamplingOptions().temperature(t), nullptr) ==
+          KJIT_ERROR_INVALID_ARGUMENT);
     CHECK(last_error().find("temperature must be finite and > 0") != std::string::npos);
   }
 }
@@ -465,11 +541,13 @@ TEST_CASE("sampling abi: softmax rejects a zero or NaN temperature", "[c_abi][sa
 TEST_CASE("sampling abi: softmax rejects a non-fp32 out and a bf16 alias", "[c_abi][sampling]") {
   Tensor x = make_tensor(kProbs, {4, 1000}, dl_dtype("bf16"));
   Tensor out = make_tensor(kOut, {4, 1000}, dl_dtype("bf16"));
-  CHECK(kjit_softmax(x.get(), nullptr, out.get(), 1.0f, nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(kjit_softmax(x.get(), nullptr, out.get(), SamplingOptions().temperature(1.0f), nullptr) ==
+        KJIT_ERROR_INVALID_ARGUMENT);
   CHECK(last_error().find("out must be fp32") != std::string::npos);
   Tensor alias = make_tensor(kProbs, {4, 500}, dl_dtype("fp32"));
   Tensor x2 = make_tensor(kProbs, {4, 500}, dl_dtype("bf16"));
-  CHECK(kjit_softmax(x2.get(), nullptr, alias.get(), 1.0f, nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(kjit_softmax(x2.get(), nullptr, alias.get(), SamplingOptions().temperature(1.0f),
+                     nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
   CHECK(last_error().find("alias logits only when both are fp32") != std::string::npos);
 }
 

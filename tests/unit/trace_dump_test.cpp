@@ -20,6 +20,7 @@
 #include "diag/definitions.hpp"
 #include "diag/trace_dump.hpp"
 #include "support/gpu.hpp"
+#include "support/sampling_options.hpp"
 #include "support/no_gpu.hpp"
 #include "support/temp_dir.hpp"
 #include "util/fs.hpp"
@@ -227,12 +228,14 @@ TEST_CASE("trace dump: attention and sampling entry points record after validati
     auto off = make_tensor(fake(0x30001000), {1}, dl_dtype("int64"));
     const kjit_status want = batch > 0 ? KJIT_ERROR_NO_DEVICE : KJIT_SUCCESS;
     CHECK(kjit_argmax(logits.get(), idx.get(), nullptr) == want);
-    CHECK(kjit_top_k_top_p_sampling_from_logits(logits.get(), nullptr, nullptr, nullptr, rng.get(),
-                                                off.get(), idx.get(), nullptr, 50, 0.9f, 1.0f,
-                                                nullptr) == want);
+    CHECK(kjit_top_k_top_p_sampling_from_logits(
+              logits.get(), nullptr, nullptr, nullptr, rng.get(), off.get(), idx.get(), nullptr,
+              kjit::test::SamplingOptions().top_k(50).top_p(0.9f).temperature(1.0f),
+              nullptr) == want);
     auto probs = make_tensor(fake(0x40000000), {batch, 32000}, dl_dtype("fp32"));
     auto out = make_tensor(fake(0x50000000), {batch, 32000}, dl_dtype("fp32"));
-    CHECK(kjit_top_k_renorm_probs(probs.get(), nullptr, out.get(), 20, nullptr) == want);
+    CHECK(kjit_top_k_renorm_probs(probs.get(), nullptr, out.get(),
+                                  kjit::test::SamplingOptions().top_k(20), nullptr) == want);
   }
   // Rejected: top_p out of range. Nothing recorded.
   {
@@ -241,7 +244,8 @@ TEST_CASE("trace dump: attention and sampling entry points record after validati
     auto rng = make_tensor(fake(0x30000000), {1}, dl_dtype("int64"));
     auto off = make_tensor(fake(0x30001000), {1}, dl_dtype("int64"));
     CHECK(kjit_top_p_sampling_from_probs(probs.get(), nullptr, rng.get(), off.get(), idx.get(),
-                                         nullptr, 1.5f, nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
+                                         nullptr, kjit::test::SamplingOptions().top_p(1.5f),
+                                         nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
   }
   // merge_states_n of 3 states.
   {

@@ -22,6 +22,7 @@
 #include "reference/half.hpp"
 #include "reference/sampling_ref.hpp"
 #include "support/gpu.hpp"
+#include "support/sampling_options.hpp"
 #include "util/error.hpp"
 
 namespace kjit::cli {
@@ -377,7 +378,8 @@ int bench_softmax(const ops::SetArgs& args, const BenchOptions& opts) {
   c.label = fmt::format("softmax {} batch={} vocab={} T={}", dtype, batch, vocab, temperature);
   c.launch = [&](CUstream stream) {
     kjit_status st =
-        kjit_softmax(xt.get(), nullptr, ot.get(), static_cast<float>(temperature), stream);
+        kjit_softmax(xt.get(), nullptr, ot.get(),
+                     test::SamplingOptions().temperature(static_cast<float>(temperature)), stream);
     if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
   };
   // Two reads of the logits (the second mostly from L2) count once: HBM traffic is one read and

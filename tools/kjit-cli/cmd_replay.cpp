@@ -1,7 +1,8 @@
 // kjit-cli replay DIR: re-runs a call dumped at KJIT_LOGLEVEL=10 (docs/logging.md) on this GPU and
 // compares what it writes with the dumped outputs.
 //
-// Reproduced: the API, every scalar, each tensor's dtype, shape and strides, the start address's
+// Reproduced: the API, every scalar and enum, an options struct (from the fields the log recorded
+// as scalars: api::log_options), each tensor's dtype, shape and strides, the start address's
 // alignment modulo 256 (so the same vector width is chosen), the exact aliasing of arguments that
 // were the same view (in-place calls), and the contents of every input and in-place tensor. Not
 // reproduced: partial overlaps between different arguments (each gets its own buffer), the bytes
@@ -23,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/entry.hpp"
+#include "api/options.hpp"
 #include "diag/dump.hpp"
 #include "commands.hpp"
 #include "cuda/device.hpp"
@@ -116,6 +118,19 @@ class Call {
   int i32(const char* name) { return scalar(name).at("value").get<int>(); }
   int64_t i64(const char* name) { return scalar(name).at("value").get<int64_t>(); }
   void* stream() { return nullptr; }
+  // The options struct the call used, from its "options.<field>" scalars (api::log_options): the
+  // logged values over the defaults, or the logged struct_size alone when that was unreadable.
+  const kjit_sampling_options* sampling_options() {
+    kjit_sampling_options_init(&sampling_options_);
+    if (args_.count("options.struct_size")) {
+      sampling_options_.struct_size = static_cast<size_t>(i64("options.struct_size"));
+    }
+#define KJIT_REPLAY_OPTION_FIELD(f) \
+  if (args_.count("options." #f)) read_field("options." #f, &sampling_options_.f);
+    KJIT_SAMPLING_OPTION_FIELDS(KJIT_REPLAY_OPTION_FIELD)
+#undef KJIT_REPLAY_OPTION_FIELD
+    return &sampling_options_;
+  }
 
  private:
   Arg& get(const char* name) {
@@ -128,8 +143,15 @@ class Call {
     if (a.kind != "scalar") throw ReplayError(fmt::format("argument '{}' is not a scalar", name));
     return a.rec;
   }
+  void read_field(const char* name, int* v) {
+    *v = i32(name);
+  }
+  void read_field(const char* name, float* v) {
+    *v = f32(name);
+  }
   std::map<std::string, Arg> args_;
   std::vector<std::string> order_;
+  kjit_sampling_options sampling_options_{};
 };
 
 // The recorded argument `a` as the entry point's parameter type P.
@@ -146,6 +168,10 @@ P recorded(Call& c, const api::RowArg& a) {
     return c.i32(n);
   } else if constexpr (std::is_same_v<P, int64_t>) {
     return c.i64(n);
+  } else if constexpr (std::is_enum_v<P>) {
+    return static_cast<P>(c.i32(n));
+  } else if constexpr (std::is_same_v<P, const kjit_sampling_options*>) {
+    return c.sampling_options();
   } else if constexpr (std::is_same_v<P, void*>) {
     return c.stream();
   } else {

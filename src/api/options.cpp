@@ -1,0 +1,60 @@
+#include "api/options.hpp"
+
+#include "util/error.hpp"
+
+namespace kjit::api {
+namespace {
+
+// Copies the fields (member pointers, in declaration order) that given->struct_size covers.
+template <typename T, typename First, typename... Rest>
+bool read_versioned(const T* given, T* out, First T::*first, Rest T::*... rest) noexcept {
+  if (given == nullptr) return true;
+  // Where each field ends, measured on a local struct: the caller's may be shorter than this one.
+  const T probe{};
+  auto end_of = [&probe](auto field) {
+    return static_cast<size_t>(reinterpret_cast<const char*>(&(probe.*field)) -
+                               reinterpret_cast<const char*>(&probe)) +
+           sizeof(probe.*field);
+  };
+  if (given->struct_size < end_of(first)) return false;
+  out->*first = given->*first;
+  ((given->struct_size >= end_of(rest) ? void(out->*rest = given->*rest) : void()), ...);
+  return true;
+}
+
+template <typename T>
+T checked(const T* given, void (*init)(T*), const char* init_name) {
+  T r;
+  init(&r);
+  if (!read_options(given, &r)) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "options->struct_size is {} (call {} first)",
+         given->struct_size, init_name);
+  }
+  return r;
+}
+
+}  // namespace
+
+#define KJIT_MEMBER_OF_SAMPLING(f) , &kjit_sampling_options::f
+#define KJIT_MEMBER_OF_DECODE(f) , &kjit_decode_options::f
+
+bool read_options(const kjit_sampling_options* given, kjit_sampling_options* out) noexcept {
+  return read_versioned(given, out KJIT_SAMPLING_OPTION_FIELDS(KJIT_MEMBER_OF_SAMPLING));
+}
+
+bool read_options(const kjit_decode_options* given, kjit_decode_options* out) noexcept {
+  return read_versioned(given, out KJIT_DECODE_OPTION_FIELDS(KJIT_MEMBER_OF_DECODE));
+}
+
+#undef KJIT_MEMBER_OF_SAMPLING
+#undef KJIT_MEMBER_OF_DECODE
+
+kjit_sampling_options sampling_options(const kjit_sampling_options* given) {
+  return checked(given, &kjit_sampling_options_init, "kjit_sampling_options_init");
+}
+
+kjit_decode_options decode_options(const kjit_decode_options* given) {
+  return checked(given, &kjit_decode_options_init, "kjit_decode_options_init");
+}
+
+}  // namespace kjit::api

@@ -1,0 +1,28 @@
+// The versioned option structs of kjit.h (struct_size first): reading a caller's struct of any
+// age, and the field lists the call log and `kjit-cli replay` walk.
+#pragma once
+
+#include <cstddef>
+
+#include "kjit/kjit.h"
+
+// The fields after struct_size, in declaration order: X(field).
+#define KJIT_SAMPLING_OPTION_FIELDS(X) X(top_k) X(top_p) X(min_p) X(temperature)
+#define KJIT_DECODE_OPTION_FIELDS(X) \
+  X(sm_scale) X(logits_soft_cap) X(window_left) X(num_splits) X(num_sms)
+
+namespace kjit::api {
+
+// The fields of *given that its struct_size covers, copied over *out (which holds the defaults);
+// NULL leaves *out as it is. A caller built against an older, shorter struct passes a smaller
+// struct_size and keeps the defaults for the rest. False, *out untouched, when struct_size does
+// not cover even the first field (a struct never passed through its _init function).
+bool read_options(const kjit_sampling_options* given, kjit_sampling_options* out) noexcept;
+bool read_options(const kjit_decode_options* given, kjit_decode_options* out) noexcept;
+
+// The options a call uses: the defaults `init` fills, then the fields of *given that its
+// struct_size covers. Throws KJIT_ERROR_INVALID_ARGUMENT naming `init` for a bad struct_size.
+kjit_sampling_options sampling_options(const kjit_sampling_options* given);
+kjit_decode_options decode_options(const kjit_decode_options* given);
+
+}  // namespace kjit::api
