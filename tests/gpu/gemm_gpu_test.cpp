@@ -44,17 +44,13 @@ std::string describe(const Case& c) {
 
 // The path select_gemm takes for this call on device 0 (the test states which one it expects).
 ops::GemmPath path_for(const Case& c) {
-  const kjit::cuda::DeviceInfo& dev = kjit::cuda::device_info(0);
   const size_t es = ref::elem_size(c.dtype);
   const int64_t as = c.a_stride ? c.a_stride : c.k;
-  ops::GemmTarget t;
-  t.cc_major = dev.major;
-  t.cc_minor = dev.minor;
-  t.max_smem_optin = dev.max_smem_optin;
   // The buffers come from cuMemAlloc (256-byte aligned): only the offset and strides matter.
-  t.tma_ok = c.k > 0 && (c.a_offset * es) % 16 == 0 && (as * es) % 16 == 0 && (c.k * es) % 16 == 0;
+  const bool tma_ok =
+      c.k > 0 && (c.a_offset * es) % 16 == 0 && (as * es) % 16 == 0 && (c.k * es) % 16 == 0;
   return ops::select_gemm(ops::dtype_from_name(c.dtype), ops::dtype_from_name(c.out_dtype), c.m,
-                          c.n, c.k, t)
+                          c.n, c.k, ops::gemm_target(0, tma_ok))
       .path;
 }
 

@@ -8,7 +8,6 @@
 
 #include "bench_harness.hpp"
 #include "commands.hpp"
-#include "cuda/device.hpp"
 #include "kjit/kjit.h"
 #include "ops/gemm/gemm.hpp"
 #include "reference/gemm_ref.hpp"
@@ -51,12 +50,8 @@ int bench_gemm(const ops::SetArgs& args, const BenchOptions& opts) {
   auto bt = test::make_tensor(in.at(b_at), {n, k}, test::dl_dtype(dtype));
   auto yt = test::make_tensor(y.get(), {m, n}, test::dl_dtype(out_dtype));
 
-  const cuda::DeviceInfo& dev = cuda::device_info(0);
-  ops::GemmTarget target;
-  target.cc_major = dev.major;
-  target.cc_minor = dev.minor;
-  target.max_smem_optin = dev.max_smem_optin;
-  target.tma_ok = (k * static_cast<int64_t>(es)) % 16 == 0;  // 256-byte aligned allocations
+  // 256-byte aligned allocations with compact rows: k decides whether TMA can describe them.
+  const ops::GemmTarget target = ops::gemm_target(0, (k * static_cast<int64_t>(es)) % 16 == 0);
   const ops::GemmConfig cfg = ops::select_gemm(ops::dtype_from_name(dtype),
                                                ops::dtype_from_name(out_dtype), m, n, k, target);
 

@@ -63,6 +63,16 @@ const char* gemm_path_name(GemmPath p) {
   return p == GemmPath::kSm90 ? "sm90" : "simt";
 }
 
+GemmTarget gemm_target(int device, bool tma_ok) {
+  const cuda::DeviceInfo& dev = cuda::device_info(device);
+  GemmTarget t;
+  t.cc_major = dev.major;
+  t.cc_minor = dev.minor;
+  t.max_smem_optin = dev.max_smem_optin;
+  t.tma_ok = tma_ok;
+  return t;
+}
+
 GemmConfig select_gemm(DType dtype, DType out_dtype, int64_t m, int64_t n, int64_t k,
                        const GemmTarget& target) {
   if (dtype != DType::kBF16 && dtype != DType::kF16) {
@@ -163,12 +173,8 @@ void gemm(const DLTensor* a, const DLTensor* b, const DLTensor* bias, DLTensor* 
   // Unsupported dtypes are reported before any driver call, so also without a GPU.
   select_gemm(x.dtype, y.dtype, m, n, k, GemmTarget{});
 
-  const cuda::DeviceInfo& dev = cuda::device_info(x.device);
-  GemmTarget target;
-  target.cc_major = dev.major;
-  target.cc_minor = dev.minor;
-  target.max_smem_optin = dev.max_smem_optin;
-  target.tma_ok = k > 0 && tma_describable(x) && tma_describable(w);
+  const GemmTarget target =
+      gemm_target(x.device, k > 0 && tma_describable(x) && tma_describable(w));
   const GemmConfig cfg = select_gemm(x.dtype, y.dtype, m, n, k, target);
   const jit::LoadedKernel& kern =
       jit::JitCore::global().kernel_for("gemm", cfg, x.device, [&] { return gemm_spec(cfg); });

@@ -36,6 +36,10 @@ struct GemmTarget {
   bool tma_ok = false;  // a and b: 16-byte-aligned bases, row strides multiples of 16 bytes
 };
 
+// The target of a call on `device` (its compute capability and shared memory). Throws
+// KJIT_ERROR_NO_DEVICE without a driver.
+GemmTarget gemm_target(int device, bool tma_ok);
+
 // Support and dispatch in one place: the sm90 path on a compute capability 9.0 device when TMA
 // can describe a and b and the tiles fit its shared memory, else the fallback. Throws
 // KJIT_ERROR_UNSUPPORTED for input dtypes other than bf16 / fp16, out dtypes other than bf16 /
