@@ -589,6 +589,38 @@ KJIT_API kjit_status kjit_softmax(const DLTensor* logits, const DLTensor* temper
  */
 KJIT_API kjit_status kjit_argmax(const DLTensor* input, DLTensor* out, void* stream);
 
+/* ---- GEMM (kernels/gemm, src/ops/gemm) ------------------------------------------------------ */
+
+/* Options of kjit_gemm. Versioned by struct_size: kjit_gemm_options_init fills the defaults for
+ * this header's layout, and the library reads only the fields that struct_size covers. */
+typedef struct kjit_gemm_options {
+  size_t struct_size; /* sizeof(kjit_gemm_options) */
+  float alpha;        /* 1 (default); finite */
+  float beta;         /* 0 (default): out is only written; else out is read first; finite */
+} kjit_gemm_options;
+
+/* Fills *options with the defaults (NULL is ignored). */
+KJIT_API void kjit_gemm_options_init(kjit_gemm_options* options);
+
+/*
+ * out = alpha * a . b^T + beta * out + bias, accumulated in fp32 (PyTorch's Linear:
+ * out = a @ b.T + bias with b the weight).
+ *
+ * a: [..., k], bf16 or fp16, last dim contiguous, leading dims collapsing into m rows with one
+ *   row stride (a row-strided view is fine).
+ * b: [n, k], a's dtype, last dim contiguous, row stride free.
+ * bias: [n], a's dtype, or NULL.
+ * out: [..., n] with a's leading dims, bf16, fp16 or fp32, last dim contiguous, row stride free;
+ *   it must not overlap a, b or bias. Read only when beta != 0.
+ * options: NULL for the defaults (alpha 1, beta 0).
+ * On an sm_90 device the call runs on tensor cores (TMA + wgmma) when a and b start at 16-byte
+ * aligned addresses and their row strides are multiples of 16 bytes (k a multiple of 8 for
+ * compact tensors); otherwise, and on other devices, a slower fp32 path serves it. k = 0 gives
+ * out = beta * out + bias. Other dtypes: KJIT_ERROR_UNSUPPORTED. Thread-safe.
+ */
+KJIT_API kjit_status kjit_gemm(const DLTensor* a, const DLTensor* b, const DLTensor* bias,
+                               DLTensor* out, const kjit_gemm_options* options, void* stream);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

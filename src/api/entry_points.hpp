@@ -11,6 +11,7 @@
 // "handle:" is a pointer to a kjit object (not logged). kjit_batch_decode_plan (host arrays,
 // dtypes, options, an out handle) is logged by hand; neither it nor kjit_batch_decode_run is
 // replayable (no dump holds the plan's host data).
+// kjit_gemm's options struct is a "handle:" too: not logged, so kjit_gemm is not replayable yet.
 #pragma once
 
 #include "kjit/kjit.h"
@@ -57,7 +58,8 @@
   X(kjit_top_p_renorm_probs, "in:probs in:top_p_arr out:out options:options stream")           \
   X(kjit_top_k_mask_logits, "in:logits in:top_k_arr out:out options:options stream")           \
   X(kjit_softmax, "in:logits in:temperature_arr out:out options:options stream")               \
-  X(kjit_argmax, "in:input out:out stream")
+  X(kjit_argmax, "in:input out:out stream")                                                    \
+  X(kjit_gemm, "in:a in:b in:bias inout:out handle:options stream")
 
 namespace kjit::api {
 

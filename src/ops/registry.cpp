@@ -4,6 +4,7 @@
 
 #include "ops/activation/activation.hpp"
 #include "ops/attention/decode_attention.hpp"
+#include "ops/gemm/gemm.hpp"
 #include "diag/definitions.hpp"
 #include "ops/kv_cache/kv_cache.hpp"
 #include "ops/norm/layernorm.hpp"
@@ -19,7 +20,7 @@ const std::vector<OpDef>& op_registry() {
   static const std::vector<OpDef> defs = with_definitions(
       {rmsnorm_op_def(), fused_add_rmsnorm_op_def(), layernorm_op_def(), act_and_mul_op_def(),
        rope_op_def(), append_paged_kv_op_def(), decode_attention_op_def(), merge_states_op_def(),
-       sampling_filter_op_def(), softmax_op_def(), argmax_op_def()});
+       sampling_filter_op_def(), softmax_op_def(), argmax_op_def(), gemm_op_def()});
   return defs;
 }
 

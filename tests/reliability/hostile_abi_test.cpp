@@ -1173,6 +1173,80 @@ Api argmax_api() {
   return api;
 }
 
+// out = alpha * a . b^T + beta * out + bias; alpha, beta and the options' struct_size come from
+// the call's scalars.
+Api gemm_api() {
+  Api api;
+  api.name = "kjit_gemm";
+  api.make = [] {
+    Call c;
+    c.tensors.push_back(arg("a", 1, {4, 64}, "bf16"));
+    c.tensors.push_back(arg("b", 2, {32, 64}, "bf16"));
+    c.tensors.push_back(arg("bias", 3, {32}, "bf16", true));
+    c.tensors.push_back(arg("out", 4, {4, 32}, "fp32"));
+    c.floats = {{"alpha", 1.0f}, {"beta", 0.5f}};
+    c.ints = {{"struct_size", static_cast<int>(sizeof(kjit_gemm_options))}};
+    return c;
+  };
+  api.invoke = [](Call& c) {
+    kjit_gemm_options o;
+    kjit_gemm_options_init(&o);
+    o.alpha = c.f(0);
+    o.beta = c.f(1);
+    o.struct_size = static_cast<size_t>(c.n(0));
+    return kjit_gemm(c.t(0), c.t(1), c.t(2), c.t(3), &o, nullptr);
+  };
+  api.specific = {
+      {"b with another k",
+       [](Call& c) {
+         reshape(c.arg("b"), {32, 63});
+       },
+       "b"},
+      {"b 3-D",
+       [](Call& c) {
+         reshape(c.arg("b"), {1, 32, 64});
+       },
+       "b"},
+      {"out of another width",
+       [](Call& c) {
+         reshape(c.arg("out"), {4, 31});
+       },
+       "out"},
+      {"out of another row count",
+       [](Call& c) {
+         reshape(c.arg("out"), {5, 32});
+       },
+       "out"},
+      {"bias of the wrong length", [](Call& c) { reshape(c.arg("bias"), {31}); }, "bias"},
+      {"bias 2-D",
+       [](Call& c) {
+         reshape(c.arg("bias"), {1, 32});
+       },
+       "bias"},
+      {"bias of another dtype", [](Call& c) { c.arg("bias").t.t.dtype = dl_dtype("fp16"); },
+       "bias"},
+      {"b of another dtype", [](Call& c) { c.arg("b").t.t.dtype = dl_dtype("fp16"); }, "b"},
+      {"fp32 operands",
+       [](Call& c) {
+         c.arg("a").t.t.dtype = dl_dtype("fp32");
+         c.arg("b").t.t.dtype = dl_dtype("fp32");
+       },
+       "a"},
+      {"int32 out", [](Call& c) { c.arg("out").t.t.dtype = dl_dtype("int32"); }, "out"},
+      {"out inside a", [](Call& c) { c.arg("out").t.t.data = c.arg("a").t.t.data; }, "out"},
+      {"out inside b",
+       [](Call& c) { c.arg("out").t.t.data = static_cast<char*>(c.arg("b").t.t.data) + 64; },
+       "out"},
+      {"options struct_size 0", [](Call& c) { c.integer("struct_size") = 0; }, "struct_size"},
+      {"options struct_size 4", [](Call& c) { c.integer("struct_size") = 4; }, "struct_size"},
+  };
+  api.zero_size = [](Call& c) {
+    reshape(c.arg("a"), {0, 64});
+    reshape(c.arg("out"), {0, 32});
+  };
+  return api;
+}
+
 std::vector<Api> table() {
   std::vector<Api> t = {
       rmsnorm_api("kjit_rmsnorm", kjit_rmsnorm),
@@ -1191,6 +1265,7 @@ std::vector<Api> table() {
       merge_states_api(),
       merge_states_n_api(),
       argmax_api(),
+      gemm_api(),
   };
   add_samplers(t);
   add_filters(t);
@@ -1212,7 +1287,8 @@ const std::set<std::string> kCoveredElsewhere = {"kjit_version_string",
                                                  "kjit_config_init",
                                                  "kjit_configure",
                                                  "kjit_precompile",
-                                                 "kjit_op_supported"};
+                                                 "kjit_op_supported",
+                                                 "kjit_gemm_options_init"};
 
 bool is_argument_error(kjit_status s) {
   return s == KJIT_ERROR_INVALID_ARGUMENT || s == KJIT_ERROR_UNSUPPORTED;

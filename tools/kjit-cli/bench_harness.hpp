@@ -131,6 +131,7 @@ void add_rope_benches(std::vector<BenchEntry>& out);        // bench_rope.cpp
 void add_kv_cache_benches(std::vector<BenchEntry>& out);    // bench_kv_cache.cpp
 void add_attention_benches(std::vector<BenchEntry>& out);   // bench_attention.cpp
 void add_sampling_benches(std::vector<BenchEntry>& out);    // bench_sampling.cpp
+void add_gemm_benches(std::vector<BenchEntry>& out);        // bench_gemm.cpp
 void add_empty_bench(std::vector<BenchEntry>& out);         // bench_harness.cpp
 
 }  // namespace kjit::cli

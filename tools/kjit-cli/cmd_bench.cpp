@@ -38,6 +38,7 @@ const std::vector<BenchEntry>& benches() {
     add_kv_cache_benches(v);
     add_attention_benches(v);
     add_sampling_benches(v);
+    add_gemm_benches(v);
     add_empty_bench(v);
     return v;
   }();

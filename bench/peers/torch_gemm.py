@@ -1,0 +1,45 @@
+#!/usr/bin/env python3
+"""PyTorch (cuBLAS) peer of kjit_gemm: torch.nn.functional.linear(a, b) = a @ b.T with a [m, k]
+and the weight b [n, k], timed under the same TIMER/FLUSH runs as `kjit-cli bench gemm`
+(peer_timing.py; --runs). PyTorch is the reference implementation here, so it is not checked;
+kjit's results are (kjit-cli bench). One JSON line per result, naming its timer and flush, with
+TFLOP/s beside the GB/s of the bytes moved (a, b read once, out written once)."""
+import argparse
+import sys
+
+import torch
+
+from peer_timing import add_runs_argument, timed_row
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default="1x28672x4096,4096x28672x4096",
+                    help="comma-separated MxNxK")
+    ap.add_argument("--dtype", default="bf16")
+    ap.add_argument("--json", default="")
+    add_runs_argument(ap)
+    args = ap.parse_args()
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
+    out = open(args.json, "a") if args.json else None
+    for shape in args.shapes.split(","):
+        m, n, k = map(int, shape.split("x"))
+        a = (torch.rand(m, k, device="cuda") * 2 - 1).to(dt)
+        b = (torch.rand(n, k, device="cuda") * 2 - 1).to(dt)
+        fn = lambda: torch.nn.functional.linear(a, b)
+        nbytes = a.nbytes + b.nbytes + m * n * a.element_size()
+        for timer, flush in args.runs:
+            row = {"op": "gemm", "backend": "torch-cublas", "shape": {"m": m, "n": n, "k": k},
+                   "dtype": args.dtype, "gpu": torch.cuda.get_device_name(),
+                   "torch": torch.__version__}
+            row = timed_row(row, fn, timer, flush, nbytes,
+                            f"gemm {'torch-cublas':14s} m={m:5d} n={n:6d} k={k:6d}", out, warm=True)
+            if "median_us" in row:
+                tflops = 2.0 * m * n * k / (row["median_us"] * 1e6)
+                row["tflops"] = tflops
+                print(f"  {tflops:8.1f} TFLOP/s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

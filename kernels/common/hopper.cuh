@@ -1,0 +1,73 @@
+// Hopper (sm_90) asynchronous copies and their barriers: mbarriers, TMA tensor loads into shared
+// memory and the register reallocation of warp-specialized kernels. The mbarrier and TMA
+// instructions come from CCCL's cuda::ptx (on NVRTC's include path); this file only names the
+// forms kjit uses. Compiled for sm_90a kernels only.
+#pragma once
+
+#include <cuda/ptx>
+
+#include "common/prelude.cuh"
+
+namespace kjit {
+namespace hopper {
+
+KJIT_DEVICE KJIT_FORCEINLINE u32 smem_addr(const void* p) {
+  return static_cast<u32>(__cvta_generic_to_shared(p));
+}
+
+// cuda::ptx spells a barrier as cuda::std::uint64_t (unsigned long on LP64), kjit as u64.
+KJIT_DEVICE KJIT_FORCEINLINE cuda::std::uint64_t* ptx_bar(u64* bar) {
+  return reinterpret_cast<cuda::std::uint64_t*>(bar);
+}
+
+// One thread initializes; the fence makes the initialization visible to the async proxy (TMA)
+// and to the other threads after the following __syncthreads().
+KJIT_DEVICE KJIT_FORCEINLINE void mbarrier_init(u64* bar, u32 arrivals) {
+  cuda::ptx::mbarrier_init(ptx_bar(bar), arrivals);
+}
+KJIT_DEVICE KJIT_FORCEINLINE void fence_barrier_init() {
+  cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
+}
+
+// Arrives once and adds `bytes` to the transaction count the phase waits for (the producer's
+// arrival for a stage whose TMA loads complete those bytes).
+KJIT_DEVICE KJIT_FORCEINLINE void mbarrier_arrive_expect_tx(u64* bar, u32 bytes) {
+  cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,
+                                       cuda::ptx::space_shared, ptx_bar(bar), bytes);
+}
+
+KJIT_DEVICE KJIT_FORCEINLINE void mbarrier_arrive(u64* bar) {
+  cuda::ptx::mbarrier_arrive(ptx_bar(bar));
+}
+
+// Waits until the phase of parity `parity` has completed. A fresh barrier is in phase 0, and
+// waiting for parity 1 returns at once (the phase before it counts as complete), which is how a
+// producer passes the empty barriers of its first round.
+KJIT_DEVICE KJIT_FORCEINLINE void mbarrier_wait(u64* bar, u32 parity) {
+  while (!cuda::ptx::mbarrier_try_wait_parity(ptx_bar(bar), parity)) {
+  }
+}
+
+// A 2-D TMA load of the box at (x = inner coordinate, y = outer) of `tensor_map` (a CUtensorMap
+// in parameter or global memory) into `dst`; completes `bytes` of `bar`'s transaction count.
+// Elements outside the tensor arrive as zeros.
+KJIT_DEVICE KJIT_FORCEINLINE void tma_load_2d(void* dst, const void* tensor_map, u64* bar, int x,
+                                              int y) {
+  const int coords[2] = {x, y};
+  cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, dst,
+                                  tensor_map, coords, ptx_bar(bar));
+}
+
+// Moves registers between warpgroups of a warp-specialized block: the producer gives up what it
+// does not need, the consumers take it. Every warp of the warpgroup must execute it.
+template <u32 REGS>
+KJIT_DEVICE KJIT_FORCEINLINE void regs_dealloc() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS));
+}
+template <u32 REGS>
+KJIT_DEVICE KJIT_FORCEINLINE void regs_alloc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS));
+}
+
+}  // namespace hopper
+}  // namespace kjit

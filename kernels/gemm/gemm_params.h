@@ -1,0 +1,52 @@
+// Parameters and tile sizes of the GEMM kernels (kernels/gemm/gemm_sm90.cuh, gemm_simt.cuh),
+// shared by NVRTC and the host op (src/ops/gemm/): one definition, plain C types only. Strides
+// are in elements. The struct's name and namespace are part of the kernels' mangled names.
+//
+//   out[m, n] = alpha * sum_k a[m, k] * b[n, k] + beta * out[m, n] + bias[n]
+//
+// a is [m, k] and b is [n, k] (PyTorch Linear's weight), both row-major (K-major).
+#pragma once
+
+namespace kjit {
+namespace gemm {
+
+// A CUtensorMap's 128 opaque bytes (cuda.h aligns it to 64 bytes before CUDA 13 and to 128
+// since; TMA needs 64), filled by the host through cuTensorMapEncodeTiled; TMA reads it from the
+// kernel's parameter space.
+struct alignas(128) TensorMapBytes {
+  unsigned long long words[16];
+};
+
+// Passed by value as the kernels' __grid_constant__ argument.
+struct GemmParams {
+  TensorMapBytes tma_a;  // sm90 path: a as [m rows, k cols], box kGemmBlockK x kGemmBlockM
+  TensorMapBytes tma_b;  // sm90 path: b as [n rows, k cols], box kGemmBlockK x bn
+  const void* a;         // [m, k], row stride a_stride
+  const void* b;         // [n, k], row stride b_stride
+  const void* bias;      // [n], a's dtype, or null
+  void* out;             // [m, n], row stride out_stride
+  long long m, n, k;
+  long long a_stride, b_stride, out_stride;
+  float alpha, beta;  // out_old is read only when beta != 0
+};
+
+// The sm90 kernel's block tile: kGemmBlockM rows of a (two consumer warpgroups of 64 rows), bn
+// columns of b, kGemmBlockK of K per pipeline stage (one 128-byte swizzle row of 2-byte elements).
+constexpr int kGemmBlockM = 128;
+constexpr int kGemmBlockK = 64;
+constexpr int kGemmSm90Threads = 384;  // one producer and two consumer warpgroups
+constexpr int kGemmGroupM = 16;        // row tiles per band of the sm90 block order
+
+// Dynamic shared memory of the sm90 kernel: the stages' a and b tiles, up to 1023 bytes to align
+// them to the 1024-byte period of the 128-byte swizzle, and the full / empty barriers.
+constexpr int gemm_sm90_smem_bytes(int bn, int stages) {
+  return stages * (kGemmBlockM + bn) * kGemmBlockK * 2 + 1024 + stages * 2 * 8;
+}
+
+// The fallback's block tile and threads (each thread computes 4 x 4 outputs).
+constexpr int kGemmSimtTile = 64;
+constexpr int kGemmSimtTileK = 16;
+constexpr int kGemmSimtThreads = 256;
+
+}  // namespace gemm
+}  // namespace kjit

@@ -1,0 +1,178 @@
+// GEMM on Hopper tensor cores (sm_90a): out = alpha * a . b^T + beta * out + bias, bf16 or fp16
+// operands, fp32 accumulators, bf16 / fp16 / fp32 out (kernels/gemm/gemm_params.h).
+//
+// Warp-specialized, one block per 128 x BN output tile:
+//   warpgroup 0 (producer): one thread streams the K blocks of a (128 x 64) and b (BN x 64) into
+//     a ring of STAGES shared-memory stages with TMA (128-byte swizzle, zero fill past the edges
+//     of M, N and K); it arrives on the stage's full barrier with the stage's byte count.
+//   warpgroups 1 and 2 (consumers): rows 0-63 and 64-127 of the tile; per stage 4 wgmma
+//     m64nBNk16 from shared memory, then each warp arrives on the stage's empty barrier so the
+//     producer can refill it. The epilogue writes the registers to global memory, masked at the
+//     M and N edges.
+// setmaxnreg moves registers from the producer (which needs a few) to the consumers (BN / 2
+// accumulators each).
+//
+// Launch contract: grid ceil(m / 128) * ceil(n / BN) blocks (tile_of maps them), kGemmSm90Threads
+// threads,
+// gemm_sm90_smem_bytes(BN, STAGES) bytes of dynamic shared memory. p.tma_a / p.tma_b describe a
+// and b with boxes of 64 x 128 and 64 x BN elements and 128-byte swizzling (TMA's rules: 16-byte
+// aligned bases, row strides multiples of 16 bytes). out must not overlap a, b or bias.
+#pragma once
+
+#include "common/hopper.cuh"
+#include "common/prelude.cuh"
+#include "common/wgmma.cuh"
+#include "gemm/epilogue.cuh"
+#include "gemm/gemm_params.h"
+
+namespace kjit {
+namespace gemm {
+
+// Registers per thread after setmaxnreg: 128 * 40 + 256 * 232 fits the 64K of an SM.
+constexpr u32 kProducerRegs = 40;
+constexpr u32 kConsumerRegs = 232;
+
+template <typename IN, int BN, int STAGES>
+KJIT_DEVICE KJIT_FORCEINLINE void produce(const GemmParams& p, unsigned char* tiles, u64* full,
+                                          u64* empty, int k_blocks, int m_tile, int n_tile) {
+  constexpr u32 kABytes = kGemmBlockM * kGemmBlockK * sizeof(IN);
+  constexpr u32 kStageBytes = (kGemmBlockM + BN) * kGemmBlockK * sizeof(IN);
+  const int m0 = m_tile * kGemmBlockM;
+  const int n0 = n_tile * BN;
+  for (int kb = 0; kb < k_blocks; ++kb) {
+    const int s = kb % STAGES;
+    hopper::mbarrier_wait(&empty[s], ((kb / STAGES) & 1) ^ 1);
+    unsigned char* stage = tiles + s * kStageBytes;
+    hopper::mbarrier_arrive_expect_tx(&full[s], kStageBytes);
+    hopper::tma_load_2d(stage, &p.tma_a, &full[s], kb * kGemmBlockK, m0);
+    hopper::tma_load_2d(stage + kABytes, &p.tma_b, &full[s], kb * kGemmBlockK, n0);
+  }
+}
+
+// Consumer `half` (0 or 1) accumulates rows 64 * half .. + 63 of the tile into acc.
+template <typename IN, int BN, int STAGES>
+KJIT_DEVICE KJIT_FORCEINLINE void consume(unsigned char* tiles, u64* full, u64* empty, int k_blocks,
+                                          int half, float (&acc)[BN / 2]) {
+  constexpr u32 kABytes = kGemmBlockM * kGemmBlockK * sizeof(IN);
+  constexpr u32 kStageBytes = (kGemmBlockM + BN) * kGemmBlockK * sizeof(IN);
+  constexpr u32 kK16Bytes = 16 * sizeof(IN);  // one k16 step inside a 128-byte swizzle row
+  const bool arrives = threadIdx.x % 32 == 0;
+  for (int kb = 0; kb < k_blocks; ++kb) {
+    const int s = kb % STAGES;
+    hopper::mbarrier_wait(&full[s], (kb / STAGES) & 1);
+    const u32 a_base = hopper::smem_addr(tiles + s * kStageBytes) + half * 64 * 128;
+    const u32 b_base = hopper::smem_addr(tiles + s * kStageBytes + kABytes);
+    wgmma::fence_operands(acc);
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < kGemmBlockK / 16; ++kk) {
+      wgmma::mma<IN, BN>(acc, wgmma::kmajor_sw128_desc(a_base + kk * kK16Bytes),
+                         wgmma::kmajor_sw128_desc(b_base + kk * kK16Bytes), 1);
+    }
+    wgmma::commit_group();
+    // One stage's MMAs stay in flight while the next stage's are issued: once the previous
+    // group is done (each warp's own wait retires its reads), its stage goes back to the
+    // producer. The last stage is never refilled, so it is not released.
+    wgmma::wait_group<1>();
+    wgmma::fence_operands(acc);
+    if (kb > 0 && arrives) hopper::mbarrier_arrive(&empty[(kb - 1) % STAGES]);
+  }
+  wgmma::wait_group<0>();
+  wgmma::fence_operands(acc);
+}
+
+// acc's register i at (row, col) of the warpgroup's 64 x BN block (common/wgmma.cuh): registers
+// 4j .. 4j+3 hold columns 8j + 2 (t % 4) + {0, 1} of two rows 8 apart. Adjacent columns go out in
+// one store when out's rows allow it.
+template <typename IN, typename OUT, int BN>
+KJIT_DEVICE KJIT_FORCEINLINE void write_tile(const GemmParams& p, int half, int m_tile, int n_tile,
+                                             const float (&acc)[BN / 2]) {
+  const int t = static_cast<int>(threadIdx.x % 128);
+  const i64 row0 = i64(m_tile) * kGemmBlockM + half * 64 + (t / 32) * 16 + (t % 32) / 4;
+  const i64 col0 = i64(n_tile) * BN + (t % 4) * 2;
+  const bool pairs = reinterpret_cast<u64>(p.out) % (2 * sizeof(OUT)) == 0 && p.out_stride % 2 == 0;
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {
+    const i64 col = col0 + 8 * j;
+    if (col >= p.n) break;
+    const bool both = col + 1 < p.n;
+    const float bias0 = bias_at<IN>(p, col);
+    const float bias1 = both ? bias_at<IN>(p, col + 1) : 0.0f;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const i64 row = row0 + 8 * h;
+      if (row >= p.m) continue;
+      OUT* o = static_cast<OUT*>(p.out) + row * p.out_stride + col;
+      const float v0 = output_value(p, acc[4 * j + 2 * h], o, bias0);
+      if (both) {
+        const float v1 = output_value(p, acc[4 * j + 2 * h + 1], o + 1, bias1);
+        if (pairs) {
+          *reinterpret_cast<OutPair<OUT>*>(o) =
+              OutPair<OUT>{from_float<OUT>(v0), from_float<OUT>(v1)};
+        } else {
+          o[0] = from_float<OUT>(v0);
+          o[1] = from_float<OUT>(v1);
+        }
+      } else {
+        o[0] = from_float<OUT>(v0);
+      }
+    }
+  }
+}
+
+// Block b's tile. Blocks run in index order, so consecutive blocks sweep bands of
+// kGemmGroupM row tiles down their columns: a wave of blocks then reads a band of a and a few
+// column tiles of b that both stay in L2, where a row-major order would stream all of b (larger
+// than L2 for an MLP weight) once per row tile.
+template <int BN>
+KJIT_DEVICE KJIT_FORCEINLINE void tile_of(const GemmParams& p, int& m_tile, int& n_tile) {
+  const int tiles_m = static_cast<int>((p.m + kGemmBlockM - 1) / kGemmBlockM);
+  const int tiles_n = static_cast<int>((p.n + BN - 1) / BN);
+  const int b = static_cast<int>(blockIdx.x);
+  const int band = b / (kGemmGroupM * tiles_n);
+  const int first = band * kGemmGroupM;
+  const int rows = tiles_m - first < kGemmGroupM ? tiles_m - first : kGemmGroupM;
+  const int in_band = b - band * kGemmGroupM * tiles_n;
+  m_tile = first + in_band % rows;
+  n_tile = in_band / rows;
+}
+
+template <typename IN, typename OUT, int BN, int STAGES>
+__global__ void __launch_bounds__(kGemmSm90Threads, 1)
+    gemm_sm90_kernel(const __grid_constant__ GemmParams p) {
+  static_assert(sizeof(IN) == 2, "wgmma operands here are bf16 or fp16");
+  static_assert(BN == 128 || BN == 256, "BN is a wgmma width kjit instantiates");
+  constexpr u32 kStageBytes = (kGemmBlockM + BN) * kGemmBlockK * sizeof(IN);
+  extern __shared__ unsigned char smem_raw[];
+  // The 128-byte swizzle repeats every 1024 bytes and the descriptors assume tiles start on it.
+  unsigned char* tiles = smem_raw + ((1024 - (hopper::smem_addr(smem_raw) & 1023)) & 1023);
+  u64* full = reinterpret_cast<u64*>(tiles + STAGES * kStageBytes);
+  u64* empty = full + STAGES;
+  const int k_blocks = static_cast<int>((p.k + kGemmBlockK - 1) / kGemmBlockK);
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+      hopper::mbarrier_init(&full[s], 1);   // the producer's arrive_expect_tx
+      hopper::mbarrier_init(&empty[s], 8);  // one arrival per consumer warp
+    }
+    hopper::fence_barrier_init();
+  }
+  __syncthreads();
+  int m_tile, n_tile;
+  tile_of<BN>(p, m_tile, n_tile);
+  const int wg = static_cast<int>(threadIdx.x / 128);
+  if (wg == 0) {
+    hopper::regs_dealloc<kProducerRegs>();
+    if (threadIdx.x == 0) produce<IN, BN, STAGES>(p, tiles, full, empty, k_blocks, m_tile, n_tile);
+  } else {
+    hopper::regs_alloc<kConsumerRegs>();
+    float acc[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+    consume<IN, BN, STAGES>(tiles, full, empty, k_blocks, wg - 1, acc);
+    write_tile<IN, OUT, BN>(p, wg - 1, m_tile, n_tile, acc);
+  }
+}
+
+}  // namespace gemm
+}  // namespace kjit

@@ -1,0 +1,211 @@
+// kjit_gemm on the GPU against the fp64 CPU reference, on fresh random inputs: both paths (the
+// sm90 tensor-core kernel where the device and the operands allow it, the fp32 fallback forced by
+// a k that TMA cannot describe), odd sizes at every tile edge, bias, alpha / beta over a preset
+// out, row-strided a and out, every out dtype.
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda/device.hpp"
+#include "kjit/kjit.h"
+#include "ops/gemm/gemm.hpp"
+#include "reference/gemm_ref.hpp"
+#include "reference/half.hpp"
+#include "support/gpu.hpp"
+
+using namespace kjit::test;
+namespace ref = kjit::ref;
+namespace ops = kjit::ops;
+
+namespace {
+
+struct Case {
+  std::string dtype;  // a, b, bias
+  std::string out_dtype;
+  int64_t m, n, k;
+  bool bias = false;
+  float alpha = 1.0f, beta = 0.0f;
+  int64_t a_stride = 0;    // 0 = compact (k)
+  int64_t out_stride = 0;  // 0 = compact (n)
+  size_t a_offset = 0;     // elements into a's buffer (misalignment)
+};
+
+std::string describe(const Case& c) {
+  return c.dtype + "->" + c.out_dtype + " m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) +
+         " k=" + std::to_string(c.k) + " bias=" + std::to_string(c.bias) +
+         " alpha=" + std::to_string(c.alpha) + " beta=" + std::to_string(c.beta) +
+         " a_stride=" + std::to_string(c.a_stride) + " out_stride=" + std::to_string(c.out_stride) +
+         " a_offset=" + std::to_string(c.a_offset);
+}
+
+// The path select_gemm takes for this call on device 0 (the test states which one it expects).
+ops::GemmPath path_for(const Case& c) {
+  const size_t es = ref::elem_size(c.dtype);
+  const int64_t as = c.a_stride ? c.a_stride : c.k;
+  // The buffers come from cuMemAlloc (256-byte aligned): only the offset and strides matter.
+  const bool tma_ok =
+      c.k > 0 && (c.a_offset * es) % 16 == 0 && (as * es) % 16 == 0 && (c.k * es) % 16 == 0;
+  return ops::select_gemm(ops::dtype_from_name(c.dtype), ops::dtype_from_name(c.out_dtype), c.m,
+                          c.n, c.k, ops::gemm_target(0, tma_ok))
+      .path;
+}
+
+void run_case(const Case& c, std::mt19937_64& rng) {
+  INFO(describe(c) << " path " << ops::gemm_path_name(path_for(c)));
+  const size_t es = ref::elem_size(c.dtype);
+  const size_t os_bytes = ref::elem_size(c.out_dtype);
+  const int64_t as = c.a_stride ? c.a_stride : c.k;
+  const int64_t ys = c.out_stride ? c.out_stride : c.n;
+  const size_t a_elems = c.a_offset + static_cast<size_t>((c.m - 1) * as + c.k);
+  const size_t b_elems = static_cast<size_t>(c.n * c.k);
+  const size_t y_elems = static_cast<size_t>((c.m - 1) * ys + c.n);
+
+  std::uniform_real_distribution<double> dist(-1.0, 1.0);
+  std::vector<unsigned char> a_host(a_elems * es), b_host(b_elems * es), bias_host(c.n * es);
+  for (size_t i = 0; i < a_elems; ++i) ref::store_elem(a_host.data(), i, dist(rng), c.dtype);
+  for (size_t i = 0; i < b_elems; ++i) ref::store_elem(b_host.data(), i, dist(rng), c.dtype);
+  for (int64_t i = 0; i < c.n; ++i) ref::store_elem(bias_host.data(), i, dist(rng), c.dtype);
+  // out: poisoned (NaN) everywhere, then, when beta reads it, random values inside the view.
+  std::vector<unsigned char> y_host(y_elems * os_bytes, 0xFF);
+  if (c.beta != 0.0f) {
+    for (int64_t r = 0; r < c.m; ++r) {
+      for (int64_t j = 0; j < c.n; ++j) {
+        ref::store_elem(y_host.data(), static_cast<size_t>(r * ys + j), dist(rng), c.out_dtype);
+      }
+    }
+  }
+  const std::vector<unsigned char> y_old = y_host;
+
+  DeviceBuffer a_dev(a_host.size()), b_dev(b_host.size()), bias_dev(bias_host.size()),
+      y_dev(y_host.size());
+  a_dev.upload(a_host.data(), a_host.size());
+  b_dev.upload(b_host.data(), b_host.size());
+  bias_dev.upload(bias_host.data(), bias_host.size());
+  y_dev.upload(y_host.data(), y_host.size());
+
+  char* a_ptr = static_cast<char*>(a_dev.get()) + c.a_offset * es;
+  auto a_t = make_tensor(a_ptr, {c.m, c.k}, dl_dtype(c.dtype), {as, 1});
+  auto b_t = make_tensor(b_dev.get(), {c.n, c.k}, dl_dtype(c.dtype));
+  auto bias_t = make_tensor(bias_dev.get(), {c.n}, dl_dtype(c.dtype));
+  auto y_t = make_tensor(y_dev.get(), {c.m, c.n}, dl_dtype(c.out_dtype), {ys, 1});
+  kjit_gemm_options opt;
+  kjit_gemm_options_init(&opt);
+  opt.alpha = c.alpha;
+  opt.beta = c.beta;
+  const kjit_status st =
+      kjit_gemm(a_t.get(), b_t.get(), c.bias ? bias_t.get() : nullptr, y_t.get(), &opt, nullptr);
+  INFO("kjit_last_error: " << kjit_last_error());
+  REQUIRE(st == KJIT_SUCCESS);
+  device_synchronize();
+  y_dev.download(y_host.data(), y_host.size());
+
+  std::vector<double> a_row(c.k), b_rows(static_cast<size_t>(c.n * c.k));
+  for (size_t i = 0; i < b_elems; ++i) b_rows[i] = ref::load_elem(b_host.data(), i, c.dtype);
+  long bad = 0, touched = 0;
+  for (int64_t r = 0; r < c.m; ++r) {
+    for (int64_t i = 0; i < c.k; ++i) {
+      a_row[i] =
+          ref::load_elem(a_host.data(), c.a_offset + static_cast<size_t>(r * as + i), c.dtype);
+    }
+    for (int64_t j = 0; j < c.n; ++j) {
+      const size_t at = static_cast<size_t>(r * ys + j);
+      const double old = c.beta != 0.0f ? ref::load_elem(y_old.data(), at, c.out_dtype) : 0.0;
+      const double bias = c.bias ? ref::load_elem(bias_host.data(), j, c.dtype) : 0.0;
+      double sum_abs = 0.0;
+      const double want = ref::gemm_element(a_row.data(), b_rows.data() + j * c.k, c.k, c.alpha,
+                                            c.beta, old, bias, &sum_abs);
+      const double got = ref::load_elem(y_host.data(), at, c.out_dtype);
+      const double tol = ref::gemm_tolerance(c.out_dtype, want, sum_abs, c.k);
+      if (!(std::fabs(got - want) <= tol)) {  // NaN (untouched poison) fails too
+        if (bad++ < 5) {
+          UNSCOPED_INFO("row " << r << " col " << j << " got " << got << " want " << want << " tol "
+                               << tol);
+        }
+      }
+    }
+    // The gap between strided out rows keeps the poison.
+    for (int64_t j = c.n; r + 1 < c.m && j < ys; ++j) {
+      touched +=
+          !std::isnan(ref::load_elem(y_host.data(), static_cast<size_t>(r * ys + j), c.out_dtype));
+    }
+  }
+  CHECK(bad == 0);
+  CHECK(touched == 0);
+}
+
+bool tensor_cores() {
+  const kjit::cuda::DeviceInfo& dev = kjit::cuda::device_info(0);
+  return dev.major == 9 && dev.minor == 0;
+}
+
+}  // namespace
+
+TEST_CASE("gemm gpu: small and odd shapes on both paths", "[gpu][gemm]") {
+  std::mt19937_64 rng(std::random_device{}());
+  const ops::GemmPath fast = tensor_cores() ? ops::GemmPath::kSm90 : ops::GemmPath::kSimt;
+  // k a multiple of 8 (TMA-describable): the sm90 kernel on an H100 / H200. M, N and K off every
+  // tile edge (128 rows, 128 / 256 columns, 64 of K), k = 16 (a quarter of a K block).
+  for (const char* dt : {"bf16", "fp16"}) {
+    for (const char* od : {dt, "fp32"}) {
+      for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3>>{{1, 128, 64},
+                                                                       {1, 200, 16},
+                                                                       {7, 136, 72},
+                                                                       {130, 300, 136},
+                                                                       {128, 256, 16},
+                                                                       {129, 129, 520},
+                                                                       {600, 520, 264}}) {
+        Case c{dt, od, m, n, k};
+        CHECK(path_for(c) == fast);
+        run_case(c, rng);
+      }
+    }
+  }
+  // k odd or not a multiple of 8: the fallback on every device.
+  for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3>>{
+           {1, 64, 1}, {5, 77, 13}, {70, 130, 67}, {129, 65, 130}}) {
+    Case c{"bf16", "bf16", m, n, k};
+    CHECK(path_for(c) == ops::GemmPath::kSimt);
+    run_case(c, rng);
+  }
+}
+
+TEST_CASE("gemm gpu: bias, alpha and beta over a preset out, strided views", "[gpu][gemm]") {
+  std::mt19937_64 rng(std::random_device{}());
+  for (int64_t k : {int64_t{136}, int64_t{67}}) {  // sm90 (where available) and the fallback
+    for (const char* od : {"bf16", "fp16", "fp32"}) {
+      const char* dt = std::string(od) == "fp16" ? "fp16" : "bf16";
+      Case c{dt, od, 150, 260, k};
+      c.bias = true;
+      run_case(c, rng);
+      c.alpha = 0.5f;
+      c.beta = -1.25f;
+      run_case(c, rng);
+      c.a_stride = k + 24;  // still 16-byte rows for k = 136
+      c.out_stride = 260 + 5;
+      run_case(c, rng);
+    }
+  }
+  // A base that is only element-aligned sends an otherwise TMA-ready call to the fallback.
+  Case off{"bf16", "bf16", 33, 96, 64};
+  off.a_offset = 1;
+  off.a_stride = 72;
+  CHECK(path_for(off) == ops::GemmPath::kSimt);
+  run_case(off, rng);
+  // k = 0: out = beta * out + bias.
+  Case zero{"bf16", "fp32", 9, 40, 0};
+  zero.bias = true;
+  zero.beta = 2.0f;
+  run_case(zero, rng);
+}
+
+TEST_CASE("gemm gpu: long k and the wide tile", "[gpu][gemm]") {
+  std::mt19937_64 rng(std::random_device{}());
+  run_case({"bf16", "bf16", 64, 96, 8192}, rng);
+  run_case({"fp16", "fp32", 3, 200, 8192}, rng);
+  run_case({"bf16", "bf16", 1000, 1000, 1000}, rng);  // bn = 256 on sm90
+  run_case({"bf16", "fp32", 520, 1024, 2048}, rng);
+}

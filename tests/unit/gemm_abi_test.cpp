@@ -1,0 +1,316 @@
+// The GEMM family without a GPU: the C ABI's argument checks (rejected before any driver call),
+// the options struct, then the pure parts of the op: path choice, the TMA rules, the wgmma
+// descriptor's bits, specs and catalog.
+#include <catch2/catch.hpp>
+
+#include <dlfcn.h>
+
+#include <string>
+
+#include "common/wgmma_desc.h"
+#include "cuda/tensor_map.hpp"
+#include "kjit/kjit.h"
+#include "ops/gemm/gemm.hpp"
+#include "ops/registry.hpp"
+#include "support/gpu.hpp"
+#include "support/no_gpu.hpp"
+#include "util/error.hpp"
+
+using kjit::test::dl_dtype;
+using kjit::test::make_tensor;
+using kjit::test::Tensor;
+namespace ops = kjit::ops;
+
+namespace {
+
+// Fake device addresses: never dereferenced, since every call here fails validation first (or
+// stops at the missing device).
+char* const kA = reinterpret_cast<char*>(0x10000000);
+char* const kB = reinterpret_cast<char*>(0x20000000);
+char* const kBias = reinterpret_cast<char*>(0x28000000);
+char* const kOut = reinterpret_cast<char*>(0x30000000);
+
+struct Call {
+  Tensor a = make_tensor(kA, {4, 64}, dl_dtype("bf16"));
+  Tensor b = make_tensor(kB, {32, 64}, dl_dtype("bf16"));
+  Tensor bias = make_tensor(kBias, {32}, dl_dtype("bf16"));
+  Tensor out = make_tensor(kOut, {4, 32}, dl_dtype("bf16"));
+  bool with_bias = false;
+  const kjit_gemm_options* options = nullptr;
+  kjit_status run() {
+    return kjit_gemm(a.get(), b.get(), with_bias ? bias.get() : nullptr, out.get(), options,
+                     nullptr);
+  }
+};
+
+void expect_invalid(Call& c, const char* fragment) {
+  const kjit_status s = c.run();
+  const std::string err = kjit_last_error();
+  INFO("last error: " << err);
+  CHECK(s == KJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(err.find(fragment) != std::string::npos);
+  CHECK(err.find("kjit_gemm") == 0);  // the guard names the entry point
+}
+
+ops::GemmTarget h100(bool tma_ok) {
+  ops::GemmTarget t;
+  t.cc_major = 9;
+  t.cc_minor = 0;
+  t.max_smem_optin = 232448;
+  t.tma_ok = tma_ok;
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("gemm abi: libkjit.so exports kjit_gemm and its options init", "[c_abi][gemm]") {
+  void* lib = dlopen(KJIT_SHARED_LIB_PATH, RTLD_NOW | RTLD_LOCAL);
+  REQUIRE(lib != nullptr);
+  CHECK(dlsym(lib, "kjit_gemm") != nullptr);
+  CHECK(dlsym(lib, "kjit_gemm_options_init") != nullptr);
+  dlclose(lib);
+}
+
+TEST_CASE("gemm abi: options init fills the defaults and ignores NULL", "[c_abi][gemm]") {
+  kjit_gemm_options o;
+  o.alpha = 7.0f;
+  kjit_gemm_options_init(&o);
+  CHECK(o.struct_size == sizeof(kjit_gemm_options));
+  CHECK(o.alpha == 1.0f);
+  CHECK(o.beta == 0.0f);
+  kjit_gemm_options_init(nullptr);
+}
+
+TEST_CASE("gemm abi: rejects NULL tensors", "[c_abi][gemm]") {
+  Call c;
+  CHECK(kjit_gemm(nullptr, c.b.get(), nullptr, c.out.get(), nullptr, nullptr) ==
+        KJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(kjit_last_error()).find("a is NULL") != std::string::npos);
+  CHECK(kjit_gemm(c.a.get(), nullptr, nullptr, c.out.get(), nullptr, nullptr) ==
+        KJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(kjit_last_error()).find("b is NULL") != std::string::npos);
+  CHECK(kjit_gemm(c.a.get(), c.b.get(), nullptr, nullptr, nullptr, nullptr) ==
+        KJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(kjit_last_error()).find("out is NULL") != std::string::npos);
+}
+
+TEST_CASE("gemm abi: rejects mismatched dtypes", "[c_abi][gemm]") {
+  Call c;
+  c.b = make_tensor(kB, {32, 64}, dl_dtype("fp16"));
+  expect_invalid(c, "b");
+  Call d;
+  d.with_bias = true;
+  d.bias = make_tensor(kBias, {32}, dl_dtype("fp32"));
+  expect_invalid(d, "bias");
+}
+
+TEST_CASE("gemm abi: unsupported dtypes are UNSUPPORTED, before any device", "[c_abi][gemm]") {
+  Call c;
+  c.a = make_tensor(kA, {4, 64}, dl_dtype("fp32"));
+  c.b = make_tensor(kB, {32, 64}, dl_dtype("fp32"));
+  CHECK(c.run() == KJIT_ERROR_UNSUPPORTED);
+  CHECK(std::string(kjit_last_error()).find("bf16 and fp16") != std::string::npos);
+  Call i;
+  i.out = make_tensor(kOut, {4, 32}, dl_dtype("int32"));
+  CHECK(i.run() == KJIT_ERROR_UNSUPPORTED);
+}
+
+TEST_CASE("gemm abi: rejects shape mismatches", "[c_abi][gemm]") {
+  Call k;
+  k.b = make_tensor(kB, {32, 63}, dl_dtype("bf16"));
+  expect_invalid(k, "k");
+  Call n;
+  n.out = make_tensor(kOut, {4, 31}, dl_dtype("bf16"));
+  expect_invalid(n, "(n)");
+  Call m;
+  m.out = make_tensor(kOut, {5, 32}, dl_dtype("bf16"));
+  expect_invalid(m, "out dim 0");
+  Call b3;
+  b3.b = make_tensor(kB, {2, 16, 64}, dl_dtype("bf16"));
+  expect_invalid(b3, "2-D");
+  Call bias;
+  bias.with_bias = true;
+  bias.bias = make_tensor(kBias, {31}, dl_dtype("bf16"));
+  expect_invalid(bias, "bias must be [n]");
+  Call bias2;
+  bias2.with_bias = true;
+  bias2.bias = make_tensor(kBias, {1, 32}, dl_dtype("bf16"));
+  expect_invalid(bias2, "bias must be [n]");
+}
+
+TEST_CASE("gemm abi: rejects other devices and host memory", "[c_abi][gemm]") {
+  Call c;
+  c.b = make_tensor(kB, {32, 64}, dl_dtype("bf16"), {}, 1);
+  expect_invalid(c, "b is on cuda:1");
+  Call o;
+  o.out = make_tensor(kOut, {4, 32}, dl_dtype("bf16"), {}, 1);
+  expect_invalid(o, "out is on cuda:1");
+  Call h;
+  h.a = make_tensor(kA, {4, 64}, dl_dtype("bf16"), {}, 0, kDLCPU);
+  expect_invalid(h, "a");
+}
+
+TEST_CASE("gemm abi: rejects an out that overlaps an input", "[c_abi][gemm]") {
+  Call c;
+  c.out = make_tensor(kA, {4, 32}, dl_dtype("bf16"));  // the start of a
+  expect_invalid(c, "overlaps a");
+  Call w;
+  w.out = make_tensor(kB + 64, {4, 32}, dl_dtype("bf16"));
+  expect_invalid(w, "overlaps b");
+}
+
+TEST_CASE("gemm abi: rejects non-finite alpha and beta", "[c_abi][gemm]") {
+  kjit_gemm_options o;
+  kjit_gemm_options_init(&o);
+  o.beta = std::nanf("");
+  Call c;
+  c.options = &o;
+  expect_invalid(c, "finite");
+}
+
+TEST_CASE("gemm abi: rejects an options struct too small for alpha", "[c_abi][gemm]") {
+  kjit_gemm_options o;
+  kjit_gemm_options_init(&o);
+  o.struct_size = sizeof(size_t);
+  Call c;
+  c.options = &o;
+  expect_invalid(c, "struct_size");
+}
+
+TEST_CASE("gemm abi: rejects a column-strided a", "[c_abi][gemm]") {
+  Call c;
+  c.a = make_tensor(kA, {4, 64}, dl_dtype("bf16"), {128, 2});
+  expect_invalid(c, "a");
+}
+
+TEST_CASE("gemm abi: valid calls, aligned or not, report no device without a GPU",
+          "[c_abi][gemm]") {
+  KJIT_RUN_WITHOUT_GPU();
+  Call c;
+  c.with_bias = true;
+  CHECK(c.run() == KJIT_ERROR_NO_DEVICE);
+  // Odd k, a misaligned base and row-strided views pass validation (the fallback serves them).
+  Call m;
+  m.a = make_tensor(kA + 2, {3, 13}, dl_dtype("fp16"), {17, 1});
+  m.b = make_tensor(kB, {9, 13}, dl_dtype("fp16"));
+  m.out = make_tensor(kOut + 4, {3, 9}, dl_dtype("fp32"), {11, 1});
+  CHECK(m.run() == KJIT_ERROR_NO_DEVICE);
+  // A struct_size covering alpha only (an older header) is read, beta defaulted.
+  kjit_gemm_options o;
+  kjit_gemm_options_init(&o);
+  o.struct_size = sizeof(size_t) + sizeof(float);
+  o.beta = std::nanf("");  // not covered: never read
+  c.options = &o;
+  CHECK(c.run() == KJIT_ERROR_NO_DEVICE);
+  // k = 0 is a call (out = beta * out + bias), not a no-op.
+  Call k0;
+  k0.a = make_tensor(kA, {3, 0}, dl_dtype("bf16"));
+  k0.b = make_tensor(kB, {32, 0}, dl_dtype("bf16"));
+  k0.out = make_tensor(kOut, {3, 32}, dl_dtype("bf16"));
+  CHECK(k0.run() == KJIT_ERROR_NO_DEVICE);
+  // Zero rows or columns: validated, then nothing to do.
+  Call z;
+  z.a = make_tensor(nullptr, {0, 64}, dl_dtype("bf16"));
+  z.out = make_tensor(nullptr, {0, 32}, dl_dtype("bf16"));
+  CHECK(z.run() == KJIT_SUCCESS);
+}
+
+// ---- The pure parts of the op ------------------------------------------------------------------
+
+TEST_CASE("gemm: select_gemm takes the sm90 path only where TMA and wgmma can serve", "[gemm]") {
+  using ops::DType;
+  using ops::GemmPath;
+  const auto bf16 = DType::kBF16;
+  CHECK(ops::select_gemm(bf16, bf16, 1, 4096, 4096, h100(true)).path == GemmPath::kSm90);
+  CHECK(ops::select_gemm(bf16, bf16, 1, 4096, 4096, h100(true)).bn == 128);
+  CHECK(ops::select_gemm(bf16, bf16, 4096, 4096, 4096, h100(true)).bn == 256);
+  CHECK(ops::select_gemm(bf16, DType::kF32, 4096, 4096, 4096, h100(false)).path == GemmPath::kSimt);
+  ops::GemmTarget a100 = h100(true);
+  a100.cc_major = 8;
+  CHECK(ops::select_gemm(bf16, bf16, 64, 64, 64, a100).path == GemmPath::kSimt);
+  ops::GemmTarget b200 = h100(true);
+  b200.cc_major = 10;
+  CHECK(ops::select_gemm(bf16, bf16, 64, 64, 64, b200).path == GemmPath::kSimt);
+  ops::GemmTarget small = h100(true);
+  small.max_smem_optin = 100 * 1024;
+  CHECK(ops::select_gemm(bf16, bf16, 64, 64, 64, small).path == GemmPath::kSimt);
+  CHECK_THROWS_AS(ops::select_gemm(DType::kF32, bf16, 8, 8, 8, h100(true)), kjit::Error);
+  CHECK_THROWS_AS(ops::select_gemm(bf16, DType::kI32, 8, 8, 8, h100(true)), kjit::Error);
+}
+
+TEST_CASE("gemm: the tensor map rules name what TMA needs", "[gemm]") {
+  kjit::cuda::TensorMap2d t;
+  t.ptr = kA;
+  t.elem_bytes = 2;
+  t.rows = 100;
+  t.cols = 64;
+  t.row_stride_bytes = 128;
+  t.box_rows = 128;
+  t.box_cols = 64;
+  t.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
+  CHECK_NOTHROW(kjit::cuda::check_tensor_map_2d(t));
+  auto message = [](const kjit::cuda::TensorMap2d& bad) {
+    try {
+      kjit::cuda::check_tensor_map_2d(bad);
+    } catch (const kjit::Error& e) {
+      CHECK(e.status() == KJIT_ERROR_INVALID_ARGUMENT);
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  auto m = t;
+  m.ptr = kA + 8;
+  CHECK(message(m).find("16-byte aligned") != std::string::npos);
+  auto s = t;
+  s.row_stride_bytes = 136 + 2;
+  CHECK(message(s).find("multiple of 16") != std::string::npos);
+  auto w = t;
+  w.box_cols = 128;  // 256 bytes: wider than the 128-byte swizzle
+  CHECK(message(w).find("swizzle") != std::string::npos);
+  auto b = t;
+  b.box_rows = 257;
+  CHECK(message(b).find("box") != std::string::npos);
+  auto e = t;
+  e.elem_bytes = 8;
+  CHECK(message(e).find("element size") != std::string::npos);
+}
+
+TEST_CASE("gemm: the wgmma descriptor has the PTX ISA's bit layout", "[gemm]") {
+  namespace wg = kjit::wgmma;
+  // start address >> 4 in bits 0-13, leading offset >> 4 in 16-29, stride offset >> 4 in 32-45,
+  // swizzle in 62-63.
+  static_assert(wg::smem_desc(0x400, 0, 0, wg::kSwizzleNone) == 0x40);
+  static_assert(wg::smem_desc(0, 16, 0, wg::kSwizzleNone) == (1ull << 16));
+  static_assert(wg::smem_desc(0, 0, 1024, wg::kSwizzleNone) == (64ull << 32));
+  static_assert(wg::smem_desc(0, 0, 0, wg::kSwizzle128B) == (1ull << 62));
+  static_assert(wg::smem_desc(0, 0, 0, wg::kSwizzle32B) == (3ull << 62));
+  // The address keeps 18 bits (the shared window), the offsets 14 bits after the shift.
+  CHECK(wg::smem_desc(0x7FFF0, 0, 0, 0) == (0x7FFF0u & 0x3FFFFu) >> 4);
+  CHECK(wg::kmajor_sw128_desc(0x1000 + 32) ==
+        ((0x1020ull >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62)));
+}
+
+TEST_CASE("gemm: specs and the catalog", "[gemm]") {
+  const ops::OpDef& def = ops::op_or_throw("gemm");
+  const auto catalog = def.catalog();
+  CHECK(catalog.size() == 12);
+  int sm90 = 0;
+  for (const auto& args : catalog) {
+    const kjit::jit::Spec s = def.make_spec(args);
+    INFO(s.uri);
+    const bool tc = args.at("path") == "sm90";
+    sm90 += tc;
+    CHECK(s.arch_families == std::vector<std::string>{tc ? "sm_90a" : "sm_80+"});
+    CHECK(s.entry_names.at(0).find(tc ? "gemm_sm90_kernel" : "gemm_simt_kernel") !=
+          std::string::npos);
+  }
+  CHECK(sm90 == 8);
+  ops::GemmConfig c;
+  c.path = ops::GemmPath::kSm90;
+  c.bn = 256;
+  c.stages = 4;
+  CHECK(ops::gemm_spec(c).uri == "gemm_path_sm90_dtype_bf16_out_dtype_bf16_bn_256_stages_4");
+  CHECK_THROWS_AS(
+      def.make_spec({{"path", "simt"}, {"dtype", "bf16"}, {"out_dtype", "bf16"}, {"bn", "128"}}),
+      kjit::Error);
+}

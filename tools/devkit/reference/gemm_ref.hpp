@@ -1,0 +1,38 @@
+// fp64 CPU reference for the GEMM family: the textbook triple loop over the (already rounded)
+// input values, and the error bound a fp32-accumulated result is held to.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "reference/half.hpp"
+
+namespace kjit::ref {
+
+// One output of out = alpha * a . b^T + beta * old + bias, in double. a_row and b_row point at
+// k values each. `sum_abs` receives the sum of the magnitudes of the terms (the scale the
+// rounding errors of a fp32 accumulation grow with).
+inline double gemm_element(const double* a_row, const double* b_row, int64_t k, double alpha,
+                           double beta, double old, double bias, double* sum_abs) {
+  double acc = 0.0, mag = 0.0;
+  for (int64_t i = 0; i < k; ++i) {
+    acc += a_row[i] * b_row[i];
+    mag += std::fabs(a_row[i] * b_row[i]);
+  }
+  const double beta_term = beta != 0.0 ? beta * old : 0.0;
+  *sum_abs = std::fabs(alpha) * mag + std::fabs(beta_term) + std::fabs(bias);
+  return alpha * acc + beta_term + bias;
+}
+
+// |got - want| allowed: one rounding to the out dtype, plus the fp32 accumulation's rounding
+// errors, which for k terms in any summation order (tensor-core partial sums included) stay near
+// sqrt(k) unit roundoffs of the magnitude sum on random data. The factor 2^-20 (16 fp32 unit
+// roundoffs per sqrt(k)) leaves room for an accumulator that truncates, yet a dropped 64-wide K
+// block or a wrong element is orders of magnitude past it.
+inline double gemm_tolerance(const std::string& out_dtype, double want, double sum_abs, int64_t k) {
+  return unit_roundoff(out_dtype) * std::fabs(want) +
+         0x1p-20 * std::sqrt(static_cast<double>(k) + 1.0) * sum_abs;
+}
+
+}  // namespace kjit::ref

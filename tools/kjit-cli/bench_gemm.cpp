@@ -1,0 +1,117 @@
+// `kjit-cli bench` cases of the GEMM family.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench_harness.hpp"
+#include "commands.hpp"
+#include "kjit/kjit.h"
+#include "ops/gemm/gemm.hpp"
+#include "reference/gemm_ref.hpp"
+#include "reference/half.hpp"
+#include "support/gpu.hpp"
+
+namespace kjit::cli {
+namespace {
+
+// The check covers every output of a small call; a large one (a CPU triple loop of hours) is
+// checked on its corners, its first and last rows and columns' samples and random elements.
+constexpr double kFullCheckFmas = 1 << 28;
+constexpr int kSampledOutputs = 4096;
+
+int bench_gemm(const ops::SetArgs& args, const BenchOptions& opts) {
+  const std::string dtype = args.at("dtype");
+  const std::string out_dtype = args.count("out_dtype") != 0 ? args.at("out_dtype") : dtype;
+  const int64_t m = ops::positive_int_arg(args, "m", 1 << 24);
+  const int64_t n = ops::positive_int_arg(args, "n", 1 << 24);
+  const int64_t k = ops::positive_int_arg(args, "k", 1 << 24);
+  if (dtype != "bf16" && dtype != "fp16") throw UsageError("gemm: dtype is bf16 or fp16");
+  if (out_dtype != "bf16" && out_dtype != "fp16" && out_dtype != "fp32") {
+    throw UsageError("gemm: out_dtype is bf16, fp16 or fp32");
+  }
+  check_gpu();
+  const size_t es = ref::elem_size(dtype);
+  const size_t os = ref::elem_size(out_dtype);
+  std::mt19937_64 rng(std::random_device{}());
+
+  // a and b in one allocation, so the copy baseline reads input bytes from one buffer.
+  Packed in;
+  const size_t a_at = in.add(static_cast<size_t>(m * k) * es);
+  const size_t b_at = in.add(static_cast<size_t>(n * k) * es);
+  fill_uniform(in.host.data() + a_at, static_cast<size_t>(m * k), dtype, rng, -1.0, 1.0);
+  fill_uniform(in.host.data() + b_at, static_cast<size_t>(n * k), dtype, rng, -1.0, 1.0);
+  in.upload();
+  test::DeviceBuffer y(static_cast<size_t>(m * n) * os);
+  y.fill(0xFF);  // poison: NaN in every float format
+  auto at = test::make_tensor(in.at(a_at), {m, k}, test::dl_dtype(dtype));
+  auto bt = test::make_tensor(in.at(b_at), {n, k}, test::dl_dtype(dtype));
+  auto yt = test::make_tensor(y.get(), {m, n}, test::dl_dtype(out_dtype));
+
+  // 256-byte aligned allocations with compact rows: k decides whether TMA can describe them.
+  const ops::GemmTarget target = ops::gemm_target(0, (k * static_cast<int64_t>(es)) % 16 == 0);
+  const ops::GemmConfig cfg = ops::select_gemm(ops::dtype_from_name(dtype),
+                                               ops::dtype_from_name(out_dtype), m, n, k, target);
+
+  BenchCase c;
+  c.op = "gemm";
+  c.uri = ops::gemm_spec(cfg).uri;
+  c.dtype = dtype;
+  c.shape = {{"m", m}, {"n", n}, {"k", k}, {"out_dtype", out_dtype}};
+  c.label = fmt::format("gemm {}->{} m={} n={} k={} ({})", dtype, out_dtype, m, n, k,
+                        ops::gemm_path_name(cfg.path));
+  // What kjit_gemm runs with the default options.
+  c.launch = [&](CUstream stream) {
+    ops::gemm(at.get(), bt.get(), nullptr, yt.get(), 1.0f, 0.0f, stream);
+  };
+  c.bytes = static_cast<double>((m * k + n * k) * es + m * n * os);
+  c.flops = 2.0 * static_cast<double>(m) * n * k;
+  c.copy_src = in.at(0);
+  c.copy_bytes = std::min(static_cast<size_t>(c.bytes / 2), in.host.size());
+
+  const double first_ms = first_call_ms(c);
+  Check chk;
+  if (opts.check) {
+    std::vector<unsigned char> yh(static_cast<size_t>(m * n) * os);
+    y.download(yh.data(), yh.size());
+    std::vector<std::pair<int64_t, int64_t>> picks;
+    if (static_cast<double>(m) * n * k <= kFullCheckFmas) {
+      for (int64_t r = 0; r < m; ++r) {
+        for (int64_t j = 0; j < n; ++j) picks.emplace_back(r, j);
+      }
+    } else {
+      std::uniform_int_distribution<int64_t> rr(0, m - 1), cc(0, n - 1);
+      for (int64_t r : {int64_t{0}, m - 1}) {
+        for (int64_t j : {int64_t{0}, n - 1}) picks.emplace_back(r, j);
+      }
+      for (int i = 0; i < kSampledOutputs; ++i) picks.emplace_back(rr(rng), cc(rng));
+    }
+    std::vector<double> a_row(static_cast<size_t>(k)), b_row(static_cast<size_t>(k));
+    for (const auto& [r, j] : picks) {
+      for (int64_t i = 0; i < k; ++i) {
+        a_row[i] = ref::load_elem(in.host.data() + a_at, static_cast<size_t>(r * k + i), dtype);
+        b_row[i] = ref::load_elem(in.host.data() + b_at, static_cast<size_t>(j * k + i), dtype);
+      }
+      double sum_abs = 0.0;
+      const double want =
+          ref::gemm_element(a_row.data(), b_row.data(), k, 1.0, 0.0, 0.0, 0.0, &sum_abs);
+      chk.add(ref::load_elem(yh.data(), static_cast<size_t>(r * n + j), out_dtype), want,
+              ref::gemm_tolerance(out_dtype, want, sum_abs, k));
+    }
+  }
+  return report(c, chk, first_ms, opts);
+}
+
+}  // namespace
+
+void add_gemm_benches(std::vector<BenchEntry>& out) {
+  out.push_back({"gemm",
+                 {"dtype", "m", "n", "k"},
+                 {"out_dtype"},
+                 bench_gemm,
+                 "dtype (bf16|fp16), m, n, k; out_dtype (bf16|fp16|fp32, default dtype)"});
+}
+
+}  // namespace kjit::cli
