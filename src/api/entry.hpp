@@ -37,6 +37,7 @@ std::vector<RowArg> parse_row(const char* arguments);
 // too small to read is logged alone, as "options.struct_size", so a replay fails the same way.
 void log_options(CallLog& log, const kjit_sampling_options* options);
 void log_options(CallLog& log, const kjit_decode_options* options);
+void log_options(CallLog& log, const kjit_gemm_options* options);
 
 namespace entry_detail {
 
@@ -52,7 +53,8 @@ void log_arg(CallLog& log, const RowArg& a, T v) {
     log.scalar(a.name.c_str(), v);
   } else if constexpr (std::is_enum_v<T>) {
     log.scalar(a.name.c_str(), static_cast<int>(v));
-  } else if constexpr (std::is_same_v<T, const kjit_sampling_options*>) {
+  } else if constexpr (std::is_same_v<T, const kjit_sampling_options*> ||
+                       std::is_same_v<T, const kjit_gemm_options*>) {
     log_options(log, v);
   }  // handles (pointers to kjit objects) are not logged
 }

@@ -6,12 +6,11 @@
 //  - the definitions in src/api/*_api.cpp log their calls by it (api::entry, below),
 //  - `kjit-cli replay` calls an entry point back from a dump by it (tools/kjit-cli/cmd_replay.cpp),
 //  - the hostile-input tests call every entry point with every tensor NULL by it.
-// "options:" is a versioned options struct (kjit_sampling_options), logged and dumped as the
-// scalars "options.<field>" (api::log_options) from which replay builds the struct again.
-// "handle:" is a pointer to a kjit object (not logged). kjit_batch_decode_plan (host arrays,
+// "options:" is a versioned options struct (kjit_sampling_options, kjit_gemm_options), logged and
+// dumped as the scalars "options.<field>" (api::log_options) from which replay builds the struct
+// again. "handle:" is a pointer to a kjit object (not logged). kjit_batch_decode_plan (host arrays,
 // dtypes, options, an out handle) is logged by hand; neither it nor kjit_batch_decode_run is
 // replayable (no dump holds the plan's host data).
-// kjit_gemm's options struct is a "handle:" too: not logged, so kjit_gemm is not replayable yet.
 #pragma once
 
 #include "kjit/kjit.h"
@@ -59,7 +58,7 @@
   X(kjit_top_k_mask_logits, "in:logits in:top_k_arr out:out options:options stream")           \
   X(kjit_softmax, "in:logits in:temperature_arr out:out options:options stream")               \
   X(kjit_argmax, "in:input out:out stream")                                                    \
-  X(kjit_gemm, "in:a in:b in:bias inout:out handle:options stream")
+  X(kjit_gemm, "in:a in:b in:bias inout:out options:options stream")
 
 namespace kjit::api {
 

@@ -10,6 +10,7 @@
 #define KJIT_SAMPLING_OPTION_FIELDS(X) X(top_k) X(top_p) X(min_p) X(temperature)
 #define KJIT_DECODE_OPTION_FIELDS(X) \
   X(sm_scale) X(logits_soft_cap) X(window_left) X(num_splits) X(num_sms)
+#define KJIT_GEMM_OPTION_FIELDS(X) X(alpha) X(beta)
 
 namespace kjit::api {
 
@@ -19,10 +20,12 @@ namespace kjit::api {
 // not cover even the first field (a struct never passed through its _init function).
 bool read_options(const kjit_sampling_options* given, kjit_sampling_options* out) noexcept;
 bool read_options(const kjit_decode_options* given, kjit_decode_options* out) noexcept;
+bool read_options(const kjit_gemm_options* given, kjit_gemm_options* out) noexcept;
 
 // The options a call uses: the defaults `init` fills, then the fields of *given that its
 // struct_size covers. Throws KJIT_ERROR_INVALID_ARGUMENT naming `init` for a bad struct_size.
 kjit_sampling_options sampling_options(const kjit_sampling_options* given);
 kjit_decode_options decode_options(const kjit_decode_options* given);
+kjit_gemm_options gemm_options(const kjit_gemm_options* given);
 
 }  // namespace kjit::api

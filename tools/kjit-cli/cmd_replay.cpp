@@ -120,17 +120,19 @@ class Call {
   void* stream() { return nullptr; }
   // The options struct the call used, from its "options.<field>" scalars (api::log_options): the
   // logged values over the defaults, or the logged struct_size alone when that was unreadable.
-  const kjit_sampling_options* sampling_options() {
-    kjit_sampling_options_init(&sampling_options_);
-    if (args_.count("options.struct_size")) {
-      sampling_options_.struct_size = static_cast<size_t>(i64("options.struct_size"));
-    }
 #define KJIT_REPLAY_OPTION_FIELD(f) \
-  if (args_.count("options." #f)) read_field("options." #f, &sampling_options_.f);
+  if (args_.count("options." #f)) read_field("options." #f, &o.f);
+  const kjit_sampling_options* sampling_options() {
+    auto& o = options_init(&sampling_options_, &kjit_sampling_options_init);
     KJIT_SAMPLING_OPTION_FIELDS(KJIT_REPLAY_OPTION_FIELD)
-#undef KJIT_REPLAY_OPTION_FIELD
-    return &sampling_options_;
+    return &o;
   }
+  const kjit_gemm_options* gemm_options() {
+    auto& o = options_init(&gemm_options_, &kjit_gemm_options_init);
+    KJIT_GEMM_OPTION_FIELDS(KJIT_REPLAY_OPTION_FIELD)
+    return &o;
+  }
+#undef KJIT_REPLAY_OPTION_FIELD
 
  private:
   Arg& get(const char* name) {
@@ -149,9 +151,19 @@ class Call {
   void read_field(const char* name, float* v) {
     *v = f32(name);
   }
+  // The defaults, and the logged struct_size when the call's was too small to read.
+  template <typename T>
+  T& options_init(T* o, void (*init)(T*)) {
+    init(o);
+    if (args_.count("options.struct_size")) {
+      o->struct_size = static_cast<size_t>(i64("options.struct_size"));
+    }
+    return *o;
+  }
   std::map<std::string, Arg> args_;
   std::vector<std::string> order_;
   kjit_sampling_options sampling_options_{};
+  kjit_gemm_options gemm_options_{};
 };
 
 // The recorded argument `a` as the entry point's parameter type P.
@@ -172,6 +184,8 @@ P recorded(Call& c, const api::RowArg& a) {
     return static_cast<P>(c.i32(n));
   } else if constexpr (std::is_same_v<P, const kjit_sampling_options*>) {
     return c.sampling_options();
+  } else if constexpr (std::is_same_v<P, const kjit_gemm_options*>) {
+    return c.gemm_options();
   } else if constexpr (std::is_same_v<P, void*>) {
     return c.stream();
   } else {
