@@ -138,8 +138,7 @@ void run_case(const Case& c, std::mt19937_64& rng) {
 }
 
 bool tensor_cores() {
-  const kjit::cuda::DeviceInfo& dev = kjit::cuda::device_info(0);
-  return dev.major == 9 && dev.minor == 0;
+  return kjit::test::gpu_caps().sm90a();
 }
 
 }  // namespace
