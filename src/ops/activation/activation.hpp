@@ -52,6 +52,4 @@ std::string act_and_mul_uri(const ActAndMulConfig& cfg);
 void act_and_mul(Act act, const DLTensor* input, DLTensor* out, void* stream,
                  const ElementwiseLaunch& launch = elementwise_launch_from_env());
 
-OpDef act_and_mul_op_def();
-
 }  // namespace kjit::ops
