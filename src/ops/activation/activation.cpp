@@ -1,6 +1,7 @@
 #include "ops/activation/activation.hpp"
 
 #include <algorithm>
+#include <iterator>
 
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
@@ -14,10 +15,13 @@ namespace kjit::ops {
 
 namespace {
 
-static_assert(static_cast<int>(Act::kSilu) == activation::kActSilu &&
-                  static_cast<int>(Act::kGelu) == activation::kActGelu &&
-                  static_cast<int>(Act::kGeluTanh) == activation::kActGeluTanh,
-              "Act values are the kernel's ACT argument");
+constexpr bool rows_in_act_order() {
+  for (size_t i = 0; i < std::size(kActivations); ++i) {
+    if (static_cast<size_t>(kActivations[i].act) != i) return false;
+  }
+  return true;
+}
+static_assert(rows_in_act_order(), "kActivations[a] must be the row of Act a");
 
 int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
@@ -25,13 +29,19 @@ int64_t ceil_div(int64_t a, int64_t b) {
 
 }  // namespace
 
-const char* act_name(Act a) {
-  switch (a) {
-    case Act::kSilu: return "silu";
-    case Act::kGelu: return "gelu";
-    case Act::kGeluTanh: return "gelutanh";
+const ActivationInfo& activation_info(Act a) {
+  return kActivations[static_cast<size_t>(a)];
+}
+
+const ActivationInfo* find_activation(std::string_view name) {
+  for (const ActivationInfo& a : kActivations) {
+    if (name == a.name) return &a;
   }
-  return "?";
+  return nullptr;
+}
+
+const char* act_name(Act a) {
+  return activation_info(a).name;
 }
 
 ActAndMulConfig select_act_and_mul(Act act, DType dtype, int64_t d, int align_bytes) {
@@ -95,7 +105,8 @@ std::string act_and_mul_uri(const ActAndMulConfig& c) {
 // One name a setting, from the config field to the kernel's template parameter (in upper case).
 jit::Spec act_and_mul_spec(const ActAndMulConfig& c) {
   jit::SpecBuilder b("act_and_mul", {"common", "activation"}, "activation/act_and_mul.cuh");
-  b.choice("act", act_name(c.act), static_cast<int>(c.act));
+  const ActivationInfo& act = activation_info(c.act);
+  b.type("act", act.name, std::string("kjit::activation::") + act.functor);
   b.type("dtype", dtype_name(c.dtype), device_type_name(c.dtype)).value("vec", c.vec);
   b.entry("kjit::activation::act_and_mul_kernel", {"dtype", "act", "vec"});
   return b.build();

@@ -2,6 +2,7 @@
 #include "ops/activation/activation_desc.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <nlohmann/json.hpp>
 
@@ -21,37 +22,31 @@ using namespace def;
 }  // namespace
 
 Definition act_and_mul_definition(Act act, DType dtype, int64_t d_size) {
-  const char* op_type = act == Act::kSilu   ? "silu_and_mul"
-                        : act == Act::kGelu ? "gelu_and_mul"
-                                            : "gelu_tanh_and_mul";
+  const ActivationInfo& info = activation_info(act);
   Definition d;
-  d.name = fmt::format("{}_d{}{}", op_type, d_size, dtype_suffix(dtype));
-  d.op_type = op_type;
+  d.name = fmt::format("{}_d{}{}", info.op_type, d_size, dtype_suffix(dtype));
+  d.op_type = info.op_type;
   d.op = "act_and_mul";
-  d.entry = act == Act::kSilu   ? "kjit_silu_and_mul"
-            : act == Act::kGelu ? "kjit_gelu_and_mul"
-                                : "kjit_gelu_tanh_and_mul";
-  d.description = fmt::format("out = {}(gate) * up, where input = [gate | up] per row",
-                              act == Act::kSilu   ? "silu"
-                              : act == Act::kGelu ? "gelu"
-                                                  : "gelu_tanh");
+  d.entry = std::string("kjit_") + info.op_type;
+  d.description =
+      fmt::format("out = {}(gate) * up, where input = [gate | up] per row", info.formula);
   d.axes = {var("num_tokens", "rows"), constant("d", d_size, "output width (intermediate size)"),
             constant("two_d", 2 * d_size, "input width: gate and up side by side")};
   d.inputs = {tensor("input", {"num_tokens", "two_d"}, dtype, "[gate | up]")};
   d.outputs = {tensor("out", {"num_tokens", "d"}, dtype, "act(gate) * up")};
-  d.reference =
-      fmt::format("tools/devkit/reference/activation_ref.hpp: ref::act_and_mul (ActKind::{})",
-                  act == Act::kSilu   ? "kSilu"
-                  : act == Act::kGelu ? "kGelu"
-                                      : "kGeluTanh");
+  d.reference = fmt::format(
+      "tools/devkit/reference/activation_ref.hpp: ref::act_and_mul (ActKind::k{})", info.functor);
   return d;
 }
 
 OpDef act_and_mul_op_def() {
   OpDef d;
   d.name = "act_and_mul";
-  d.summary = "out = act(x[..., :d]) * x[..., d:] (silu, gelu, gelu tanh), d at run time";
-  d.axes = {{"act", {"silu", "gelu", "gelutanh"}, true, "activation of the gate half"},
+  std::vector<std::string> acts;
+  for (const ActivationInfo& a : kActivations) acts.push_back(a.name);
+  d.summary =
+      fmt::format("out = act(x[..., :d]) * x[..., d:] ({}), d at run time", fmt::join(acts, ", "));
+  d.axes = {{"act", acts, true, "activation of the gate half"},
             {"dtype", {"bf16", "fp16", "fp32"}, true, "input/out dtype"},
             {"vec",
              {"8", "4", "2", "1"},
@@ -62,7 +57,7 @@ OpDef act_and_mul_op_def() {
     check_set_args(d, args);
     const std::string& a = args.at("act");
     const std::string& dt = args.at("dtype");
-    Act act = a == "silu" ? Act::kSilu : a == "gelu" ? Act::kGelu : Act::kGeluTanh;
+    const Act act = find_activation(a)->act;  // check_set_args took it from the act axis
     DType dtype = dtype_from_name(dt);
     const int vec = std::stoi(args.at("vec"));
     const int elem = static_cast<int>(dtype_size(dtype));
@@ -73,11 +68,12 @@ OpDef act_and_mul_op_def() {
     return act_and_mul_spec(select_act_and_mul(act, dtype, vec, vec * elem));
   };
   d.catalog = [] {
-    // d is a run-time value, so this is every specialization there is: 3 activations x (bf16 and
-    // fp16 at 8/4/2/1, fp32 at 4/2/1) = 33. The 16-byte widths serve every Llama / Mistral / Qwen
-    // intermediate size; the narrower ones serve odd d and misaligned views.
+    // d is a run-time value, so this is every specialization there is: each activation x (bf16
+    // and fp16 at 8/4/2/1, fp32 at 4/2/1), 11 each. The 16-byte widths serve every Llama /
+    // Mistral / Qwen intermediate size; the narrower ones serve odd d and misaligned views.
     std::vector<SetArgs> out;
-    for (const char* act : {"silu", "gelu", "gelutanh"}) {
+    for (const ActivationInfo& a : kActivations) {
+      const char* act = a.name;
       for (const char* dt : {"bf16", "fp16", "fp32"}) {
         for (const char* v : {"8", "4", "2", "1"}) {
           if (std::string(dt) == "fp32" && std::string(v) == "8") continue;
@@ -88,13 +84,11 @@ OpDef act_and_mul_op_def() {
     return out;
   };
   d.definitions = [] {
-    const DType bf = DType::kBF16;
     std::vector<Definition> out;
-    for (int d : {8192, 14336, 18944, 28672}) {
-      out.push_back(act_and_mul_definition(Act::kSilu, bf, d));
-    }
-    for (int d : {9216, 14336, 36864}) {
-      out.push_back(act_and_mul_definition(Act::kGeluTanh, bf, d));
+    for (const ActivationInfo& a : kActivations) {
+      for (int d : a.definition_d) {
+        if (d > 0) out.push_back(act_and_mul_definition(a.act, DType::kBF16, d));
+      }
     }
     return out;
   };
@@ -104,10 +98,7 @@ OpDef act_and_mul_op_def() {
 namespace trace {
 
 void act_and_mul(Act act, DType dtype, int64_t d, int64_t rows) noexcept {
-  const char* op_type = act == Act::kSilu   ? "silu_and_mul"
-                        : act == Act::kGelu ? "gelu_and_mul"
-                                            : "gelu_tanh_and_mul";
-  record(fmt::format("{}_d{}{}", op_type, d,
+  record(fmt::format("{}_d{}{}", activation_info(act).op_type, d,
                      dtype == DType::kBF16 ? "" : std::string("_") + dtype_name(dtype)),
          {{"num_tokens", rows}}, "act_and_mul",
          {{"act", act_name(act)},

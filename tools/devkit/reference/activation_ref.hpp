@@ -4,15 +4,25 @@
 
 #include <cmath>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace kjit::ref {
 
 enum class ActKind { kSilu, kGelu, kGeluTanh };
+inline constexpr ActKind kAllActKinds[] = {ActKind::kSilu, ActKind::kGelu, ActKind::kGeluTanh};
 
 inline const char* act_kind_name(ActKind a) {
   return a == ActKind::kSilu ? "silu" : a == ActKind::kGelu ? "gelu" : "gelu_tanh";
+}
+
+// The kind act_kind_name names `name` ("gelu_tanh"); throws std::invalid_argument for none.
+inline ActKind act_kind_named(const std::string& name) {
+  for (ActKind a : kAllActKinds) {
+    if (name == act_kind_name(a)) return a;
+  }
+  throw std::invalid_argument("no reference activation " + name);
 }
 
 inline double silu(double x) {
