@@ -18,7 +18,7 @@
 namespace kjit::ops {
 
 // The activation applied to the gate half: an index into kActivations.
-enum class Act { kSilu, kGelu, kGeluTanh };
+enum class Act { kSilu, kGelu, kGeluTanh, kSigmoid };
 
 // One row per activation: what the ops, the registry's act axis and catalog, the definitions, the
 // trace hook and `kjit-cli bench` know of it. A new activation is a row here, its functor in
@@ -44,6 +44,7 @@ inline constexpr ActivationInfo kActivations[] = {
      "GeluTanh",
      9.0,
      {9216, 14336, 36864}},
+    {Act::kSigmoid, "sigmoid", "sigmoid_and_mul", "sigmoid", "Sigmoid", 5.0, {14336}},
 };
 
 const ActivationInfo& activation_info(Act a);
