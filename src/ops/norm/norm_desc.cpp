@@ -32,6 +32,16 @@ Definition row_norm(const char* op_type, const char* entry, DType dtype, int64_t
   return d;
 }
 
+// The --set axes every norm has after its dtypes: hidden, align and rows (with its own help).
+std::vector<AxisDef> row_axes(const char* rows_help) {
+  return {{"hidden", {}, true, "row length (any size 1..262144)"},
+          {"align",
+           {"16", "8", "4", "2"},
+           false,
+           "byte alignment of pointers and row strides (default 16)"},
+          {"rows", {}, false, rows_help}};
+}
+
 // The --set axes and catalog shape both RMSNorm ops share.
 OpDef row_norm_op_def(const char* name, const char* summary,
                       jit::Spec (*spec)(const RmsNormConfig&),
@@ -41,17 +51,11 @@ OpDef row_norm_op_def(const char* name, const char* summary,
   OpDef d;
   d.name = name;
   d.summary = summary;
-  d.axes = {{"dtype", {"bf16", "fp16", "fp32"}, true, "activation/weight dtype"},
-            {"hidden", {}, true, "row length (any size 1..262144)"},
-            {"align",
-             {"16", "8", "4", "2"},
-             false,
-             "byte alignment of pointers and row strides (default 16)"},
-            {"rows",
-             {},
-             false,
-             "row count the call has (default: many); <= 256 reads the weight before the PDL "
-             "wait (decode sizes)"}};
+  d.axes = {{"dtype", {"bf16", "fp16", "fp32"}, true, "activation/weight dtype"}};
+  for (AxisDef& a : row_axes("row count the call has (default: many); <= 256 reads the weight "
+                             "before the PDL wait (decode sizes)")) {
+    d.axes.push_back(std::move(a));
+  }
   d.arch_families = {"sm_80+"};
   d.make_spec = [d, spec, select](const SetArgs& args) {
     check_set_args(d, args);
@@ -170,17 +174,11 @@ OpDef layernorm_op_def() {
   d.summary = "out = (x - mean) * rsqrt(var + eps) * gamma + beta over the last dim";
   d.axes = {
       {"dtype", {"bf16", "fp16", "fp32"}, true, "input/out dtype"},
-      {"wdtype", {"bf16", "fp16", "fp32"}, false, "gamma/beta dtype: dtype (the default) or fp32"},
-      {"hidden", {}, true, "row length (any size 1..262144)"},
-      {"align",
-       {"16", "8", "4", "2"},
-       false,
-       "byte alignment of pointers and row strides (default 16)"},
-      {"rows",
-       {},
-       false,
-       "row count the call has (default: many); <= 128 gives long rows one vector a thread, "
-       "<= 256 reads gamma / beta before the PDL wait"}};
+      {"wdtype", {"bf16", "fp16", "fp32"}, false, "gamma/beta dtype: dtype (the default) or fp32"}};
+  for (AxisDef& a : row_axes("row count the call has (default: many); <= 128 gives long rows one "
+                             "vector a thread, <= 256 reads gamma / beta before the PDL wait")) {
+    d.axes.push_back(std::move(a));
+  }
   d.arch_families = {"sm_80+"};
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
