@@ -230,6 +230,9 @@ KJIT_API kjit_status kjit_silu_and_mul(const DLTensor* input, DLTensor* out, voi
 KJIT_API kjit_status kjit_gelu_and_mul(const DLTensor* input, DLTensor* out, void* stream);
 /* As kjit_silu_and_mul with the tanh-approximated GELU. */
 KJIT_API kjit_status kjit_gelu_tanh_and_mul(const DLTensor* input, DLTensor* out, void* stream);
+/* As kjit_silu_and_mul with sigmoid(x) = 1 / (1 + exp(-x)) and no x factor: the GLU gate,
+ * out = sigmoid(x[..., :d]) * x[..., d:]. */
+KJIT_API kjit_status kjit_sigmoid_and_mul(const DLTensor* input, DLTensor* out, void* stream);
 
 /* ---- Rotary position embedding (kernels/rope, src/ops/rope) -------------------------------- */
 

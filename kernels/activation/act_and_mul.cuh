@@ -2,9 +2,10 @@
 //
 //   out[r, i] = DTYPE(act(float(in[r, i])) * float(in[r, d + i]))      0 <= i < d
 //
-//   ACT 0 (silu):      act(x) = x / (1 + exp(-x))
-//   ACT 1 (gelu):      act(x) = 0.5 x (1 + erf(x / sqrt(2)))
-//   ACT 2 (gelu_tanh): act(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+//   ACT Silu:      act(x) = x / (1 + exp(-x))
+//   ACT Gelu:      act(x) = 0.5 x (1 + erf(x / sqrt(2)))
+//   ACT GeluTanh:  act(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+//   ACT Sigmoid:   act(x) = 1 / (1 + exp(-x))   (the GLU gate)
 //
 // Purely bandwidth-bound (6 bytes per bf16 output element against ~40 fp32 instructions at
 // most), so each input byte is read once with the widest vector the alignment allows, and each
@@ -20,27 +21,44 @@
 namespace kjit {
 namespace activation {
 
-template <int ACT>
-KJIT_DEVICE KJIT_FORCEINLINE float activate(float x) {
-  static_assert(ACT == kActSilu || ACT == kActGelu || ACT == kActGeluTanh, "unknown activation");
-  if constexpr (ACT == kActSilu) {
+// The activations: one functor each, named in the host's table of activations
+// (src/ops/activation/activation.hpp), which passes it as the kernel's ACT.
+
+struct Silu {
+  KJIT_DEVICE static KJIT_FORCEINLINE float apply(float x) {
     // __expf and __fdividef keep this at two MUFU ops. Both tails are right: exp(-x) = inf gives
     // x * rcp(inf) = -0 for very negative x, and exp(-x) = 0 gives x for very positive x.
     // Error: a few fp32 ulp, growing like |x| ulp through __expf (see docs/c-api.md).
     return __fdividef(x, 1.0f + __expf(-x));
-  } else if constexpr (ACT == kActGelu) {
+  }
+};
+
+struct Gelu {
+  KJIT_DEVICE static KJIT_FORCEINLINE float apply(float x) {
     // The same formula as PyTorch's exact GELU. erff is ~30 instructions; normcdff would be
     // accurate deep in the negative tail but costs three times that, more than the bandwidth
     // budget. Near x = -4 and below, 1 + erf cancels: the error there is absolute, about
     // |x| * 2^-24, on values that are themselves below |x| * 1e-4.
     return 0.5f * x * (1.0f + erff(x * 0.70710678118654752440f));
-  } else {
+  }
+};
+
+struct GeluTanh {
+  KJIT_DEVICE static KJIT_FORCEINLINE float apply(float x) {
     // 1 + tanh(z) = 2 / (1 + exp(-2z)), so act(x) = x / (1 + exp(-2z)): exact algebra, and unlike
     // tanh.approx (2^-11 relative) it keeps fp32 accuracy and has no cancellation in either tail.
     const float z = 0.79788456080286535588f * fmaf(0.044715f * x, x * x, x);
     return __fdividef(x, 1.0f + __expf(-2.0f * z));
   }
-}
+};
+
+struct Sigmoid {
+  KJIT_DEVICE static KJIT_FORCEINLINE float apply(float x) {
+    // Silu without the x factor, with the same two MUFU ops and tails: exp(-x) = inf gives 0 for
+    // very negative x, exp(-x) = 0 gives 1 for very positive x.
+    return __fdividef(1.0f, 1.0f + __expf(-x));
+  }
+};
 
 // Launch with block (bx, by), bx * by <= kActAndMulThreads, bx threads along a row and by rows
 // side by side (for rows shorter than a block); 1 <= grid_x <= ceil(d / VEC / bx) and
@@ -51,7 +69,7 @@ KJIT_DEVICE KJIT_FORCEINLINE float activate(float x) {
 // not overlap input: input is loaded ahead of other vectors' stores.
 // clang-format would read the launch bound as a pointer declaration.
 // clang-format off
-template <typename DTYPE, int ACT, int VEC>
+template <typename DTYPE, typename ACT, int VEC>
 __global__ void __launch_bounds__(kActAndMulThreads)
 act_and_mul_kernel(const __grid_constant__ ActAndMulParams p) {
   // clang-format on
@@ -92,7 +110,7 @@ act_and_mul_kernel(const __grid_constant__ ActAndMulParams p) {
           V o;
 #pragma unroll
           for (int e = 0; e < VEC; ++e) {
-            o[e] = from_float<DTYPE>(activate<ACT>(to_float(a[u][e])) * to_float(b[u][e]));
+            o[e] = from_float<DTYPE>(ACT::apply(to_float(a[u][e])) * to_float(b[u][e]));
           }
           // A 64-bit offset: with an int one the compiler cannot prove the elements contiguous
           // (the 32-bit multiply might wrap) and splits the store into VEC scalar stores.

@@ -17,9 +17,6 @@ struct ActAndMulParams {
   int d;
 };
 
-// The activation of the gate half: the kernel's ACT template argument.
-enum : int { kActSilu = 0, kActGelu = 1, kActGeluTanh = 2 };
-
 // Threads per block at most. Small blocks give decode-sized calls (a few rows) more blocks, so
 // they reach more SMs; 16 of them still fill an SM's 2048 threads for large calls.
 constexpr int kActAndMulThreads = 128;

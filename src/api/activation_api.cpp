@@ -22,4 +22,10 @@ KJIT_API kjit_status kjit_gelu_tanh_and_mul(const DLTensor* input, DLTensor* out
       stream);
 }
 
+KJIT_API kjit_status kjit_sigmoid_and_mul(const DLTensor* input, DLTensor* out, void* stream) {
+  return kjit::api::entry<&kjit_sigmoid_and_mul>(
+      [&] { kjit::ops::act_and_mul(kjit::ops::Act::kSigmoid, input, out, stream); }, input, out,
+      stream);
+}
+
 }  // extern "C"

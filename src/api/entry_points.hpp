@@ -25,6 +25,7 @@
   X(kjit_silu_and_mul, "in:input out:out stream")                                              \
   X(kjit_gelu_and_mul, "in:input out:out stream")                                              \
   X(kjit_gelu_tanh_and_mul, "in:input out:out stream")                                         \
+  X(kjit_sigmoid_and_mul, "in:input out:out stream")                                           \
   X(kjit_apply_rope_pos_ids,                                                                   \
     "in:q in:k in:pos_ids out:q_out out:k_out rotary_dim layout rope_scale rope_theta stream") \
   X(kjit_apply_llama31_rope_pos_ids,                                                           \

@@ -3,12 +3,17 @@
 // (const with a value, or var: known per call), its inputs and outputs with shapes in axis names,
 // and points at the CPU fp64 reference the tests use. `kjit-cli defs export` writes them as JSON
 // (bench/definitions/); KJIT_TRACE_DUMP writes the ones an engine actually calls (trace_dump.hpp).
-// The definitions of each op are in definitions.cpp.
+// This is the generic part; each family's descriptor (src/ops/<family>/<family>_desc.cpp) builds
+// its ops' definitions with the helpers below. Names are op + const axes, with the activation
+// dtype as a suffix unless it is bf16 (so the bf16 names match flashinfer-bench's:
+// `rmsnorm_h4096`, `rmsnorm_h4096_fp16`).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "ops/dtype.hpp"
 
 namespace kjit::ops {
 
@@ -43,5 +48,19 @@ struct Definition {
 // The JSON text of a definition: 2-space indent, fields in a fixed order, trailing newline; the
 // exact bytes `kjit-cli defs export` writes.
 std::string definition_json(const Definition& d);
+
+// flashinfer-bench's dtype spelling: "bfloat16", "float16", "float32", "int32", "int64".
+const char* def_dtype_name(DType t);
+
+// Builders the family descriptors share.
+namespace def {
+// "" for bf16, else "_" + dtype_name: the suffix a definition name carries for its dtype.
+std::string dtype_suffix(DType t);
+DefAxis var(const char* name, const char* description);
+DefAxis constant(const char* name, int64_t value, const char* description);
+DefTensor tensor(const char* name, std::vector<std::string> shape, DType t,
+                 const char* description);
+DefTensor scalar(const char* name, const char* description);  // a float32 scalar
+}  // namespace def
 
 }  // namespace kjit::ops

@@ -9,16 +9,18 @@
 //                              var values (at most kMaxWorkloadsPerDefinition per process)
 //
 // Each op calls its hook once per launch, after validation; off, a hook costs one relaxed load.
-// A failure to write is logged once and never fails the op.
+// A failure to write is logged once and never fails the op. This is the generic recorder; each
+// family's hooks (which definition and `kjit-cli bench` set a call is) are in its descriptor,
+// src/ops/<family>/<family>_desc.cpp.
 #pragma once
 
-#include <atomic>
-#include <cstdint>
-#include <string>
+#include <nlohmann/json_fwd.hpp>
 
-#include "ops/activation/activation.hpp"
-#include "diag/definitions.hpp"
-#include "ops/tensor.hpp"
+#include <atomic>
+#include <string>
+#include <type_traits>
+
+#include "diag/definition.hpp"
 
 namespace kjit::ops::trace {
 
@@ -31,23 +33,21 @@ inline bool enabled() noexcept {
   return s >= 0 ? s != 0 : read_state();
 }
 
-void rmsnorm(DType dtype, int64_t hidden, int64_t rows, bool gemma) noexcept;
-void fused_add_rmsnorm(DType dtype, int64_t hidden, int64_t rows, bool gemma) noexcept;
-void layernorm(DType dtype, DType param_dtype, int64_t hidden, int64_t rows) noexcept;
-void act_and_mul(Act act, DType dtype, int64_t d, int64_t rows) noexcept;
-// max_position: rows of the cos/sin cache (kCosSinCache only).
-void rope(const RopeDefAxes& axes, int64_t tokens, int64_t max_position) noexcept;
-void append_paged_kv(DType dtype, int64_t kv_heads, int64_t head_dim, int64_t page_size, bool nhd,
-                     int64_t tokens, int64_t batch, int64_t num_kv_indices,
-                     int64_t num_pages) noexcept;
-// kv_len: the requests' mean planned length (pages from kjit_batch_decode_plan's kv_indptr_host
-// times page_size, over batch), the one `bench decode_attention` gives every request.
-void batch_decode(const DecodeDefAxes& axes, int64_t batch, int64_t num_kv_indices,
-                  int64_t num_pages, int64_t kv_len) noexcept;
-void merge_states(DType dtype, int64_t heads, int64_t head_dim, int64_t seqs) noexcept;
-void merge_states_n(DType dtype, int64_t heads, int64_t head_dim, int64_t seqs,
-                    int64_t num_states) noexcept;
-void sampling(SamplingKind kind, DType dtype, int64_t vocab, int64_t batch) noexcept;
+namespace detail {
+void record(const std::string& name, const nlohmann::ordered_json& axes, const char* bench_op,
+            const nlohmann::ordered_json& set, Definition (*make_def)(const void*),
+            const void* make_def_state) noexcept;
+}  // namespace detail
+
+// Records one call: `name` is its definition (built by make_def only when new to this process),
+// `axes` its var-axis values, `bench_op` + `set` the `kjit-cli bench` that times it (none: null).
+template <class MakeDef>
+void record(const std::string& name, const nlohmann::ordered_json& axes, const char* bench_op,
+            const nlohmann::ordered_json& set, const MakeDef& make_def) noexcept {
+  detail::record(
+      name, axes, bench_op, set,
+      [](const void* f) -> Definition { return (*static_cast<const MakeDef*>(f))(); }, &make_def);
+}
 
 // Tests: dump into `dir` from now on (empty: off), forgetting what was written, whatever the
 // environment says.

@@ -2,25 +2,32 @@
 
 #include <algorithm>
 
-#include "ops/activation/activation.hpp"
-#include "ops/attention/decode_attention.hpp"
+#include "ops/activation/activation_desc.hpp"
+#include "ops/attention/attention_desc.hpp"
 #include "ops/gemm/gemm.hpp"
-#include "diag/definitions.hpp"
-#include "ops/kv_cache/kv_cache.hpp"
-#include "ops/norm/layernorm.hpp"
-#include "ops/attention/merge_states.hpp"
-#include "ops/norm/norm.hpp"
-#include "ops/rope/rope.hpp"
-#include "ops/sampling/sampling.hpp"
+#include "ops/kv_cache/kv_cache_desc.hpp"
+#include "ops/norm/norm_desc.hpp"
+#include "ops/rope/rope_desc.hpp"
+#include "ops/sampling/sampling_desc.hpp"
 #include "util/error.hpp"
 
 namespace kjit::ops {
 
 const std::vector<OpDef>& op_registry() {
-  static const std::vector<OpDef> defs = with_definitions(
-      {rmsnorm_op_def(), fused_add_rmsnorm_op_def(), layernorm_op_def(), act_and_mul_op_def(),
-       rope_op_def(), append_paged_kv_op_def(), decode_attention_op_def(), merge_states_op_def(),
-       sampling_filter_op_def(), softmax_op_def(), argmax_op_def(), gemm_op_def()});
+  // Each family's descriptor (src/ops/<family>/<family>_desc.cpp) builds its OpDefs (gemm:
+  // gemm_desc.cpp, declared in gemm.hpp).
+  static const std::vector<OpDef> defs = {rmsnorm_op_def(),
+                                          fused_add_rmsnorm_op_def(),
+                                          layernorm_op_def(),
+                                          act_and_mul_op_def(),
+                                          rope_op_def(),
+                                          append_paged_kv_op_def(),
+                                          decode_attention_op_def(),
+                                          merge_states_op_def(),
+                                          sampling_filter_op_def(),
+                                          softmax_op_def(),
+                                          argmax_op_def(),
+                                          gemm_op_def()};
   return defs;
 }
 

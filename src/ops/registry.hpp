@@ -1,5 +1,6 @@
-// The op registry: what `kjit-cli ops / compile` and the compile-everything tests see of each op
-// family. Each family registers itself in registry.cpp with one OpDef.
+// The op registry: what `kjit-cli ops / compile / defs` and the compile-everything tests see of
+// each op. Each family's descriptor (src/ops/<family>/<family>_desc.cpp) builds its OpDefs;
+// registry.cpp lists them.
 #pragma once
 
 #include <functional>
@@ -32,8 +33,7 @@ struct OpDef {
   std::function<jit::Spec(const SetArgs&)> make_spec;
   // The specializations worth compiling ahead of use (`compile --all`, CI compile tests).
   std::function<std::vector<SetArgs>()> catalog;
-  // The op's definitions at realistic const axes (`kjit-cli defs export`); set from
-  // ops/definitions.cpp when the OpDef leaves it empty.
+  // The op's definitions at realistic const axes (`kjit-cli defs export`, bench/definitions/).
   std::function<std::vector<Definition>()> definitions;
 };
 

@@ -1,5 +1,5 @@
-// kjit_silu_and_mul / kjit_gelu_and_mul / kjit_gelu_tanh_and_mul on the GPU against the fp64 CPU
-// reference, on fresh random inputs.
+// kjit_silu_and_mul / kjit_gelu_and_mul / kjit_gelu_tanh_and_mul / kjit_sigmoid_and_mul on the GPU
+// against the fp64 CPU reference, on fresh random inputs.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -23,12 +23,17 @@ namespace {
 using ActFn = kjit_status (*)(const DLTensor*, DLTensor*, void*);
 
 ActFn entry(ActKind a) {
-  return a == ActKind::kSilu   ? kjit_silu_and_mul
-         : a == ActKind::kGelu ? kjit_gelu_and_mul
-                               : kjit_gelu_tanh_and_mul;
+  switch (a) {
+    case ActKind::kSilu: return kjit_silu_and_mul;
+    case ActKind::kGelu: return kjit_gelu_and_mul;
+    case ActKind::kGeluTanh: return kjit_gelu_tanh_and_mul;
+    case ActKind::kSigmoid: return kjit_sigmoid_and_mul;
+  }
+  return nullptr;
 }
 
-constexpr ActKind kAllActs[] = {ActKind::kSilu, ActKind::kGelu, ActKind::kGeluTanh};
+constexpr ActKind kAllActs[] = {ActKind::kSilu, ActKind::kGelu, ActKind::kGeluTanh,
+                                ActKind::kSigmoid};
 
 struct Case {
   ActKind act;
@@ -149,6 +154,9 @@ TEST_CASE("act_and_mul gpu: decode and prefill row counts", "[gpu][activation]")
   // Short rows share a block (block_y > 1); many of them.
   run_case({ActKind::kGeluTanh, "bf16", 20000, 16}, rng);
   run_case({ActKind::kSilu, "fp32", 5000, 3}, rng);
+  run_case({ActKind::kSigmoid, "bf16", 16384, 4096}, rng);
+  run_case({ActKind::kSigmoid, "fp16", 8192, 2048}, rng);
+  run_case({ActKind::kSigmoid, "fp32", 5000, 3}, rng);
 }
 
 TEST_CASE("act_and_mul gpu: more rows than the 65535 grid rows loop inside the kernel",
@@ -157,6 +165,7 @@ TEST_CASE("act_and_mul gpu: more rows than the 65535 grid rows loop inside the k
   // d = 129 (scalar path) puts one row in each block, so 70001 rows need the row loop.
   run_case({ActKind::kSilu, "fp16", 70001, 129}, rng);
   run_case({ActKind::kGelu, "bf16", 70001, 1024}, rng);
+  run_case({ActKind::kSigmoid, "fp16", 70001, 129}, rng);
 }
 
 TEST_CASE("act_and_mul gpu: strided rows and misaligned views", "[gpu][activation]") {
@@ -186,7 +195,8 @@ TEST_CASE("act_and_mul gpu: the tails of each activation", "[gpu][activation]") 
 
 TEST_CASE("act_and_mul gpu: special values", "[gpu][activation]") {
   // Exact expectations for the values whose limit is certain: act(0) = 0, act(+large) = x,
-  // act(-large) = -0 (then * up), and NaN propagates.
+  // act(-large) = -0 (then * up), and NaN propagates; for the GLU gate (no x factor)
+  // sigmoid(0) = 1/2, sigmoid(+large) = 1, sigmoid(-large) = 0.
   const std::vector<float> gate = {0.0f, -0.0f, 1e4f, -1e4f, 3e38f, -3e38f, NAN, 1.0f};
   const std::vector<float> up = {5.0f, 5.0f, 2.0f, 2.0f, 1.0f, 1.0f, 1.0f, NAN};
   const int64_t d = static_cast<int64_t>(gate.size());
@@ -202,11 +212,12 @@ TEST_CASE("act_and_mul gpu: special values", "[gpu][activation]") {
     REQUIRE(entry(a)(in_t.get(), out_t.get(), nullptr) == KJIT_SUCCESS);
     std::vector<float> out(static_cast<size_t>(d));
     out_dev.download(out.data(), out.size() * 4);
-    CHECK(out[0] == 0.0f);
-    CHECK(out[1] == 0.0f);
-    CHECK(out[2] == 2e4f);
+    const bool gate_only = a == ActKind::kSigmoid;
+    CHECK(out[0] == (gate_only ? 2.5f : 0.0f));
+    CHECK(out[1] == (gate_only ? 2.5f : 0.0f));
+    CHECK(out[2] == (gate_only ? 2.0f : 2e4f));
     CHECK(out[3] == 0.0f);
-    CHECK(out[4] == 3e38f);
+    CHECK(out[4] == (gate_only ? 1.0f : 3e38f));
     CHECK(out[5] == 0.0f);
     CHECK(std::isnan(out[6]));
     CHECK(std::isnan(out[7]));

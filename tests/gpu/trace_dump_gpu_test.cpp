@@ -18,8 +18,9 @@
 #include <vector>
 
 #include "kjit/kjit.h"
-#include "diag/definitions.hpp"
 #include "diag/trace_dump.hpp"
+#include "ops/attention/attention_desc.hpp"
+#include "ops/norm/norm_desc.hpp"
 #include "reference/attention_ref.hpp"
 #include "reference/half.hpp"
 #include "reference/norm_ref.hpp"

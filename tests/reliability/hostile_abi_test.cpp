@@ -25,6 +25,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "api/entry_points.hpp"
 #include "kjit/kjit.h"
 #include "support/gpu.hpp"
 #include "support/no_gpu.hpp"
@@ -450,6 +451,28 @@ Api act_api(const std::string& name, kjit_status (*fn)(const DLTensor*, DLTensor
     reshape(c.arg("out"), {0, 64});
   };
   return api;
+}
+
+// The gated activations share one signature and one set of rules, so every `kjit_*_and_mul` row
+// of the entry-point table (src/api/entry_points.hpp) gets act_api's cases: a new activation
+// needs no line here.
+template <typename Fn>
+void add_activation(std::vector<Api>& t, const std::string& name, Fn fn) {
+  if constexpr (std::is_same_v<Fn, kjit_status (*)(const DLTensor*, DLTensor*, void*)>) {
+    const std::string suffix = "_and_mul";
+    if (name.size() > suffix.size() &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      t.push_back(act_api(name, fn));
+    }
+  }
+}
+
+void add_activations(std::vector<Api>& t) {
+  const size_t before = t.size();
+#define KJIT_HOSTILE_ACTIVATION(fn, args) add_activation(t, #fn, &fn);
+  KJIT_TENSOR_ENTRY_POINTS(KJIT_HOSTILE_ACTIVATION)
+#undef KJIT_HOSTILE_ACTIVATION
+  if (t.size() < before + 3) throw std::logic_error("the activation rows went missing");
 }
 
 Call rope_call(bool llama31) {
@@ -1254,9 +1277,6 @@ std::vector<Api> table() {
       fused_api("kjit_fused_add_rmsnorm", kjit_fused_add_rmsnorm),
       fused_api("kjit_gemma_fused_add_rmsnorm", kjit_gemma_fused_add_rmsnorm),
       layernorm_api(),
-      act_api("kjit_silu_and_mul", kjit_silu_and_mul),
-      act_api("kjit_gelu_and_mul", kjit_gelu_and_mul),
-      act_api("kjit_gelu_tanh_and_mul", kjit_gelu_tanh_and_mul),
       rope_api(),
       llama31_rope_api(),
       cos_sin_cache_api(),
@@ -1267,6 +1287,7 @@ std::vector<Api> table() {
       argmax_api(),
       gemm_api(),
   };
+  add_activations(t);
   add_samplers(t);
   add_filters(t);
   return t;

@@ -7,7 +7,11 @@
 
 #include <set>
 #include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
+#include "api/entry_points.hpp"
 #include "kjit/kjit.h"
 #include "ops/activation/activation.hpp"
 #include "ops/registry.hpp"
@@ -52,25 +56,48 @@ void expect_invalid(Call& c, const char* fragment) {
   expect_status(c, KJIT_ERROR_INVALID_ARGUMENT, fragment);
 }
 
+template <typename Fn>
+void add_act_entry(std::vector<std::pair<std::string, ActFn>>& out, const char* name, Fn fn) {
+  if constexpr (std::is_same_v<Fn, ActFn>) {
+    const std::string n = name;
+    if (n.size() > 8 && n.compare(n.size() - 8, 8, "_and_mul") == 0) out.emplace_back(n, fn);
+  }
+}
+
+// Every kjit_*_and_mul row of the entry-point table (src/api/entry_points.hpp), with its function.
+std::vector<std::pair<std::string, ActFn>> act_entry_points() {
+  std::vector<std::pair<std::string, ActFn>> out;
+#define KJIT_ACT_ENTRY(fn, args) add_act_entry(out, #fn, &fn);
+  KJIT_TENSOR_ENTRY_POINTS(KJIT_ACT_ENTRY)
+#undef KJIT_ACT_ENTRY
+  return out;
+}
+
 }  // namespace
 
-TEST_CASE("activation abi: libkjit.so exports the three entry points", "[c_abi][activation]") {
+TEST_CASE("activation abi: libkjit.so exports an entry point per activation, each with a row",
+          "[c_abi][activation]") {
   void* lib = dlopen(KJIT_SHARED_LIB_PATH, RTLD_NOW | RTLD_LOCAL);
   REQUIRE(lib != nullptr);
-  CHECK(dlsym(lib, "kjit_silu_and_mul") != nullptr);
-  CHECK(dlsym(lib, "kjit_gelu_and_mul") != nullptr);
-  CHECK(dlsym(lib, "kjit_gelu_tanh_and_mul") != nullptr);
+  std::set<std::string> want;
+  for (const ops::ActivationInfo& a : ops::kActivations) {
+    const std::string entry = std::string("kjit_") + a.op_type;
+    INFO(entry);
+    CHECK(dlsym(lib, entry.c_str()) != nullptr);
+    want.insert(entry);
+  }
   dlclose(lib);
+  std::set<std::string> rows;
+  for (const auto& [name, fn] : act_entry_points()) rows.insert(name);
+  CHECK(want.size() >= 3);
+  CHECK(rows == want);
 }
 
 TEST_CASE("activation abi: each entry point names itself in its errors", "[c_abi][activation]") {
-  const std::pair<ActFn, const char*> fns[] = {{kjit_silu_and_mul, "kjit_silu_and_mul"},
-                                               {kjit_gelu_and_mul, "kjit_gelu_and_mul"},
-                                               {kjit_gelu_tanh_and_mul, "kjit_gelu_tanh_and_mul"}};
-  for (const auto& [fn, name] : fns) {
+  for (const auto& [name, fn] : act_entry_points()) {
     Call c;
     c.fn = fn;
-    c.name = name;
+    c.name = name.c_str();
     c.in.shape[1] = 127;
     expect_invalid(c, "must be even");
   }
@@ -354,13 +381,13 @@ TEST_CASE("activation: specs name every parameter and the catalog is the whole f
   CHECK(s.uri == ops::act_and_mul_uri(cfg));
   CHECK(s.entry_names.size() == 1);
   CHECK(s.config.find("using dtype = __nv_bfloat16;") != std::string::npos);
-  CHECK(s.config.find("constexpr int act = 2;") != std::string::npos);
+  CHECK(s.config.find("using act = kjit::activation::GeluTanh;") != std::string::npos);
 
   const ops::OpDef* def = ops::find_op("act_and_mul");
   REQUIRE(def != nullptr);
   std::set<std::string> uris;
   for (const auto& args : def->catalog()) uris.insert(def->make_spec(args).uri);
-  CHECK(uris.size() == 33);  // 3 activations x (4 + 4 + 3 widths)
+  CHECK(uris.size() == 11 * std::size(ops::kActivations));  // each x (4 + 4 + 3 widths)
   CHECK(def->make_spec({{"act", "silu"}, {"dtype", "fp16"}, {"vec", "2"}}).uri ==
         "act_and_mul_act_silu_dtype_fp16_vec_2");
   try {

@@ -17,8 +17,13 @@
 #include <vector>
 
 #include "kjit/kjit.h"
-#include "diag/definitions.hpp"
 #include "diag/trace_dump.hpp"
+#include "ops/activation/activation_desc.hpp"
+#include "ops/attention/attention_desc.hpp"
+#include "ops/kv_cache/kv_cache_desc.hpp"
+#include "ops/norm/norm_desc.hpp"
+#include "ops/rope/rope_desc.hpp"
+#include "ops/sampling/sampling_desc.hpp"
 #include "support/gpu.hpp"
 #include "support/sampling_options.hpp"
 #include "support/no_gpu.hpp"

@@ -42,12 +42,12 @@ int bench_act_and_mul(const ops::SetArgs& args, const BenchOptions& opts) {
   const size_t n = static_cast<size_t>(rows * d);  // output elements; the input has 2n
   check_gpu();
 
-  const ops::Act op_act = act == "silu"   ? ops::Act::kSilu
-                          : act == "gelu" ? ops::Act::kGelu
-                                          : ops::Act::kGeluTanh;
-  const ref::ActKind ref_act = act == "silu"   ? ref::ActKind::kSilu
-                               : act == "gelu" ? ref::ActKind::kGelu
-                                               : ref::ActKind::kGeluTanh;
+  const ops::ActivationInfo* info = ops::find_activation(act);
+  if (info == nullptr) fail(KJIT_ERROR_INVALID_ARGUMENT, "act_and_mul: no activation '{}'", act);
+  const ops::Act op_act = info->act;
+  // The reference names each activation by its formula ("gelu_tanh"), written independently of
+  // the ops' table.
+  const ref::ActKind ref_act = ref::act_kind_named(info->formula);
 
   std::mt19937_64 rng(std::random_device{}());
   std::uniform_real_distribution<double> dist(-4.0, 4.0);
@@ -67,14 +67,12 @@ int bench_act_and_mul(const ops::SetArgs& args, const BenchOptions& opts) {
   c.dtype = dtype;
   c.shape = {{"rows", rows}, {"d", d}};
   c.label = fmt::format("act_and_mul {} {} rows={} d={}", act, dtype, rows, d);
-  // The ops-layer call: what kjit_silu_and_mul (and the GELU forms) run, in the bench's launch
-  // mode.
+  // The ops-layer call: what kjit_<act>_and_mul runs, in the bench's launch mode.
   c.launch = [&](CUstream stream) {
     ops::act_and_mul(op_act, xt.get(), yt.get(), stream, bench_elementwise_launch());
   };
   c.bytes = 3.0 * n * es;  // reads [rows, 2d], writes [rows, d]
-  // Per output: the activation (silu: exp, add, divide, multiply; the GELUs: ~8) and the mul.
-  c.flops = (act == "silu" ? 5.0 : 9.0) * n;
+  c.flops = info->flops * n;
   c.copy_src = x.get();
   c.copy_bytes = 3 * n * es / 2;
 
@@ -97,10 +95,15 @@ int bench_act_and_mul(const ops::SetArgs& args, const BenchOptions& opts) {
 }  // namespace
 
 void add_activation_benches(std::vector<BenchEntry>& out) {
-  out.push_back({"act_and_mul",
-                 {"act", "dtype", "d", "rows"},
-                 {},
-                 bench_act_and_mul,
-                 "act (silu|gelu|gelutanh), dtype, d, rows"});
+  // "act (silu|gelu|...), dtype, d, rows": set_help outlives this call.
+  static const std::string help = [] {
+    std::string acts;
+    for (const ops::ActivationInfo& a : ops::kActivations) {
+      acts += (acts.empty() ? "" : "|") + std::string(a.name);
+    }
+    return "act (" + acts + "), dtype, d, rows";
+  }();
+  out.push_back(
+      {"act_and_mul", {"act", "dtype", "d", "rows"}, {}, bench_act_and_mul, help.c_str()});
 }
 }  // namespace kjit::cli

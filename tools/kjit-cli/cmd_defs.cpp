@@ -1,6 +1,6 @@
-// kjit-cli defs list / export: the definitions each registry op exports (src/diag/definitions.cpp),
-// one JSON file each: the committed set under bench/definitions/ is `defs export` of this build,
-// and a CTest fails when the two differ.
+// kjit-cli defs list / export: the definitions each registry op exports (each family's
+// src/ops/<family>/<family>_desc.cpp), one JSON file each: the committed set under
+// bench/definitions/ is `defs export` of this build, and a CTest fails when the two differ.
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>

@@ -1,12 +1,13 @@
 #include "ops/activation/activation.hpp"
 
 #include <algorithm>
+#include <iterator>
 
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
 #include "activation/activation_params.h"
-#include "diag/trace_dump.hpp"
 #include "runtime/jit_core.hpp"
+#include "ops/activation/activation_desc.hpp"
 #include "ops/pdl.hpp"
 #include "util/error.hpp"
 
@@ -14,10 +15,13 @@ namespace kjit::ops {
 
 namespace {
 
-static_assert(static_cast<int>(Act::kSilu) == activation::kActSilu &&
-                  static_cast<int>(Act::kGelu) == activation::kActGelu &&
-                  static_cast<int>(Act::kGeluTanh) == activation::kActGeluTanh,
-              "Act values are the kernel's ACT argument");
+constexpr bool rows_in_act_order() {
+  for (size_t i = 0; i < std::size(kActivations); ++i) {
+    if (static_cast<size_t>(kActivations[i].act) != i) return false;
+  }
+  return true;
+}
+static_assert(rows_in_act_order(), "kActivations[a] must be the row of Act a");
 
 int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
@@ -25,13 +29,19 @@ int64_t ceil_div(int64_t a, int64_t b) {
 
 }  // namespace
 
-const char* act_name(Act a) {
-  switch (a) {
-    case Act::kSilu: return "silu";
-    case Act::kGelu: return "gelu";
-    case Act::kGeluTanh: return "gelutanh";
+const ActivationInfo& activation_info(Act a) {
+  return kActivations[static_cast<size_t>(a)];
+}
+
+const ActivationInfo* find_activation(std::string_view name) {
+  for (const ActivationInfo& a : kActivations) {
+    if (name == a.name) return &a;
   }
-  return "?";
+  return nullptr;
+}
+
+const char* act_name(Act a) {
+  return activation_info(a).name;
 }
 
 ActAndMulConfig select_act_and_mul(Act act, DType dtype, int64_t d, int align_bytes) {
@@ -95,7 +105,8 @@ std::string act_and_mul_uri(const ActAndMulConfig& c) {
 // One name a setting, from the config field to the kernel's template parameter (in upper case).
 jit::Spec act_and_mul_spec(const ActAndMulConfig& c) {
   jit::SpecBuilder b("act_and_mul", {"common", "activation"}, "activation/act_and_mul.cuh");
-  b.choice("act", act_name(c.act), static_cast<int>(c.act));
+  const ActivationInfo& act = activation_info(c.act);
+  b.type("act", act.name, std::string("kjit::activation::") + act.functor);
   b.type("dtype", dtype_name(c.dtype), device_type_name(c.dtype)).value("vec", c.vec);
   b.entry("kjit::activation::act_and_mul_kernel", {"dtype", "act", "vec"});
   return b.build();
@@ -153,49 +164,6 @@ void act_and_mul(Act act, const DLTensor* input, DLTensor* out, void* stream,
   lc.stream = static_cast<CUstream>(stream);
   cuda::ScopedDevice scope(x.device);
   launch_elementwise(k.functions.at(0), lc, &p, x.device, launch);
-}
-
-OpDef act_and_mul_op_def() {
-  OpDef d;
-  d.name = "act_and_mul";
-  d.summary = "out = act(x[..., :d]) * x[..., d:] (silu, gelu, gelu tanh), d at run time";
-  d.axes = {{"act", {"silu", "gelu", "gelutanh"}, true, "activation of the gate half"},
-            {"dtype", {"bf16", "fp16", "fp32"}, true, "input/out dtype"},
-            {"vec",
-             {"8", "4", "2", "1"},
-             true,
-             "elements per vector access; at most 16 bytes (fp32: 4)"}};
-  d.arch_families = {"sm_80+"};
-  d.make_spec = [d](const SetArgs& args) {
-    check_set_args(d, args);
-    const std::string& a = args.at("act");
-    const std::string& dt = args.at("dtype");
-    Act act = a == "silu" ? Act::kSilu : a == "gelu" ? Act::kGelu : Act::kGeluTanh;
-    DType dtype = dtype_from_name(dt);
-    const int vec = std::stoi(args.at("vec"));
-    const int elem = static_cast<int>(dtype_size(dtype));
-    if (vec * elem > 16) {
-      fail(KJIT_ERROR_UNSUPPORTED, "act_and_mul: vec={} x {} is wider than 16 bytes", vec, dt);
-    }
-    // d = vec and full alignment: select_act_and_mul then picks exactly this width.
-    return act_and_mul_spec(select_act_and_mul(act, dtype, vec, vec * elem));
-  };
-  d.catalog = [] {
-    // d is a run-time value, so this is every specialization there is: 3 activations x (bf16 and
-    // fp16 at 8/4/2/1, fp32 at 4/2/1) = 33. The 16-byte widths serve every Llama / Mistral / Qwen
-    // intermediate size; the narrower ones serve odd d and misaligned views.
-    std::vector<SetArgs> out;
-    for (const char* act : {"silu", "gelu", "gelutanh"}) {
-      for (const char* dt : {"bf16", "fp16", "fp32"}) {
-        for (const char* v : {"8", "4", "2", "1"}) {
-          if (std::string(dt) == "fp32" && std::string(v) == "8") continue;
-          out.push_back({{"act", act}, {"dtype", dt}, {"vec", v}});
-        }
-      }
-    }
-    return out;
-  };
-  return d;
 }
 
 }  // namespace kjit::ops

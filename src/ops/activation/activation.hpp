@@ -4,8 +4,10 @@
 
 #include <dlpack/dlpack.h>
 
+#include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "activation/activation_params.h"
 #include "jit/spec.hpp"
@@ -15,10 +17,40 @@
 
 namespace kjit::ops {
 
-// The activation applied to the gate half. The values are the kernel's ACT template argument.
-enum class Act { kSilu = 0, kGelu = 1, kGeluTanh = 2 };
+// The activation applied to the gate half: an index into kActivations.
+enum class Act { kSilu, kGelu, kGeluTanh, kSigmoid };
 
-const char* act_name(Act a);  // "silu", "gelu", "gelutanh" (URI tokens: no '_')
+// One row per activation: what the ops, the registry's act axis and catalog, the definitions, the
+// trace hook and `kjit-cli bench` know of it. A new activation is a row here, its functor in
+// kernels/activation/act_and_mul.cuh and its C entry point (docs/add-an-op.md).
+struct ActivationInfo {
+  Act act;
+  const char* name;     // URI token and `--set act=` value (no '_'): "gelutanh"
+  const char* op_type;  // the definitions' op type; the C entry point is "kjit_" + op_type
+  const char* formula;  // as the definitions write it: "out = gelu_tanh(gate) * up"
+  // The kernel's ACT (kjit::activation::<functor>) and the reference's ActKind::k<functor>.
+  const char* functor;
+  double flops;  // per output element, the activation and the mul (the bench's FLOP count)
+  // The intermediate sizes (d) `kjit-cli defs export` writes definitions for (0: none).
+  std::array<int, 4> definition_d;
+};
+inline constexpr ActivationInfo kActivations[] = {
+    {Act::kSilu, "silu", "silu_and_mul", "silu", "Silu", 5.0, {8192, 14336, 18944, 28672}},
+    {Act::kGelu, "gelu", "gelu_and_mul", "gelu", "Gelu", 9.0, {}},
+    {Act::kGeluTanh,
+     "gelutanh",
+     "gelu_tanh_and_mul",
+     "gelu_tanh",
+     "GeluTanh",
+     9.0,
+     {9216, 14336, 36864}},
+    {Act::kSigmoid, "sigmoid", "sigmoid_and_mul", "sigmoid", "Sigmoid", 5.0, {14336}},
+};
+
+const ActivationInfo& activation_info(Act a);
+// The row whose `name` this is; nullptr for none.
+const ActivationInfo* find_activation(std::string_view name);
+const char* act_name(Act a);  // activation_info(a).name
 
 // One compiled act-and-mul variant. Every field is in the URI; d is a run-time argument.
 struct ActAndMulConfig {
@@ -51,7 +83,5 @@ std::string act_and_mul_uri(const ActAndMulConfig& cfg);
 // says. Throws kjit::Error.
 void act_and_mul(Act act, const DLTensor* input, DLTensor* out, void* stream,
                  const ElementwiseLaunch& launch = elementwise_launch_from_env());
-
-OpDef act_and_mul_op_def();
 
 }  // namespace kjit::ops

@@ -136,8 +136,6 @@ void batch_decode_run(const DecodePlanData& plan, const DLTensor* q, const DLTen
                       DLTensor* workspace, DLTensor* out, DLTensor* lse, float k_scale,
                       float v_scale, void* stream);
 
-OpDef decode_attention_op_def();
-
 }  // namespace kjit::ops
 
 // The opaque plan of the C API: versioned so a stale or foreign pointer is refused, not used.

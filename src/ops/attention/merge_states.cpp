@@ -9,8 +9,8 @@
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
 #include "runtime/jit_core.hpp"
+#include "ops/attention/attention_desc.hpp"
 #include "ops/tensor.hpp"
-#include "diag/trace_dump.hpp"
 #include "util/error.hpp"
 
 namespace kjit::ops {
@@ -20,7 +20,6 @@ namespace {
 using attention::MergeStatesParams;
 
 constexpr int kMergeBlock = 128;
-inline constexpr int64_t kMergeMaxDim = 1 << 16;
 
 StridedView v_view(const DLTensor* t, const char* name, int ndim) {
   StridedView v = as_strided_view(t, name);
@@ -239,42 +238,6 @@ void merge_states_n(const DLTensor* v, const DLTensor* s, DLTensor* v_out, DLTen
   p.v_sn = vv.strides[0];
   p.s_sn = sv.strides[0];
   launch_merge(1, vv.dtype, dim, align, p, vv.device, stream);
-}
-
-OpDef merge_states_op_def() {
-  OpDef d;
-  d.name = "merge_states";
-  d.summary = "merge attention states (v, lse) over disjoint key sets: two, or n per row";
-  d.axes = {{"dtype", {"bf16", "fp16", "fp32"}, true, "v dtype (lse is fp32)"},
-            {"dim", {}, true, "head size (any, 0..65536)"},
-            {"align",
-             {"16", "8", "4", "2"},
-             false,
-             "byte alignment of the v pointers and strides (default 16)"}};
-  d.arch_families = {"sm_80+"};
-  d.make_spec = [d](const SetArgs& args) {
-    check_set_args(d, args);
-    const std::string& dt = args.at("dtype");
-    const DType dtype = dtype_from_name(dt);
-    const int64_t dim = positive_int_arg(args, "dim", kMergeMaxDim);
-    const int align = args.count("align") ? std::stoi(args.at("align")) : 16;
-    return merge_states_spec(select_merge_states(dtype, dim, align));
-  };
-  d.catalog = [] {
-    std::vector<SetArgs> out;
-    // Head sizes 64, 128, 256 (fp32 256 shares 128's variant: 32 threads of 4-vectors), and a
-    // view only 4 bytes aligned.
-    for (const char* dt : {"bf16", "fp16", "fp32"}) {
-      for (const char* dim : {"64", "128", "256"}) {
-        if (std::string(dt) != "fp32" || std::string(dim) != "256") {
-          out.push_back({{"dtype", dt}, {"dim", dim}});
-        }
-      }
-    }
-    out.push_back({{"dtype", "bf16"}, {"dim", "128"}, {"align", "4"}});
-    return out;
-  };
-  return d;
 }
 
 }  // namespace kjit::ops

@@ -21,6 +21,9 @@ struct MergeStatesConfig {
   int threads_per_row = 32;  // a power of two <= 32: rows never span warps
 };
 
+// The largest head size (dim) the merge kernels serve.
+inline constexpr int64_t kMergeMaxDim = 1 << 16;
+
 // Support and dispatch in one place. Throws KJIT_ERROR_UNSUPPORTED for a dtype no variant serves.
 MergeStatesConfig select_merge_states(DType dtype, int64_t dim, int align_bytes);
 
@@ -31,7 +34,5 @@ void merge_states(const DLTensor* v_a, const DLTensor* s_a, const DLTensor* v_b,
                   const DLTensor* s_b, DLTensor* v_out, DLTensor* s_out, void* stream);
 void merge_states_n(const DLTensor* v, const DLTensor* s, DLTensor* v_out, DLTensor* s_out,
                     void* stream);
-
-OpDef merge_states_op_def();
 
 }  // namespace kjit::ops

@@ -6,10 +6,10 @@
 
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
-#include "diag/trace_dump.hpp"
 #include "runtime/jit_core.hpp"
 #include "kv_cache/kv_cache_params.h"
 #include "ops/fastdiv.hpp"
+#include "ops/kv_cache/kv_cache_desc.hpp"
 #include "ops/pdl.hpp"
 #include "ops/tensor.hpp"
 #include "util/error.hpp"
@@ -233,56 +233,6 @@ void append_paged_kv_cache(const DLTensor* append_k, const DLTensor* append_v,
   lc.stream = static_cast<CUstream>(stream);
   cuda::ScopedDevice scope(dev);
   launch_elementwise(kernel.functions.at(0), lc, &p, dev, launch);
-}
-
-OpDef append_paged_kv_op_def() {
-  OpDef d;
-  d.name = "append_paged_kv";
-  d.summary =
-      "append k/v tokens to a paged KV cache (FlashInfer semantics; NHD and HND share code)";
-  d.axes = {{"dtype", {"bf16", "fp16", "fp32"}, true, "append and cache dtype"},
-            {"head_dim", {}, true, "head size (1..1024)"},
-            {"align",
-             {"16", "8", "4", "2"},
-             false,
-             "byte alignment of pointers and strides (default 16)"},
-            {"early",
-             {"0", "1"},
-             false,
-             "1: the index chain read before the PDL wait (KJIT_PDL_EARLY_INDICES, decode sizes)"}};
-  d.arch_families = {"sm_80+"};
-  d.make_spec = [d](const SetArgs& args) {
-    check_set_args(d, args);
-    const std::string& dt = args.at("dtype");
-    const DType dtype = dtype_from_name(dt);
-    const int64_t hd = positive_int_arg(args, "head_dim", kAppendPagedKvMaxHeadDim);
-    const int align = args.count("align") ? std::stoi(args.at("align")) : 16;
-    AppendPagedKvConfig c = select_append_paged_kv(dtype, hd, align);
-    c.early_indices = args.count("early") && args.at("early") == "1";
-    return append_paged_kv_spec(c);
-  };
-  d.catalog = [] {
-    std::vector<SetArgs> out;
-    // Head sizes of Falcon / DeepSeek rope (64), Phi-2 (80), Phi-3 (96), Llama / Mistral / Qwen
-    // (128), DeepSeek-V3 q/k (192), Gemma (256) and MLA's compressed KV (512), plus views only 4
-    // or 2 bytes aligned (narrower vectors).
-    for (int hd : {64, 80, 96, 128, 192, 256, 512}) {
-      out.push_back({{"dtype", "bf16"}, {"head_dim", std::to_string(hd)}});
-    }
-    for (int hd : {64, 128, 256})
-      out.push_back({{"dtype", "fp16"}, {"head_dim", std::to_string(hd)}});
-    out.push_back({{"dtype", "fp32"}, {"head_dim", "128"}});
-    out.push_back({{"dtype", "bf16"}, {"head_dim", "128"}, {"align", "4"}});
-    out.push_back({{"dtype", "bf16"}, {"head_dim", "128"}, {"align", "2"}});
-    out.push_back({{"dtype", "fp16"}, {"head_dim", "80"}, {"align", "2"}});
-    // The decode-size variant of KJIT_PDL_EARLY_INDICES.
-    for (int hd : {64, 128, 256}) {
-      out.push_back({{"dtype", "bf16"}, {"head_dim", std::to_string(hd)}, {"early", "1"}});
-    }
-    out.push_back({{"dtype", "fp16"}, {"head_dim", "128"}, {"early", "1"}});
-    return out;
-  };
-  return d;
 }
 
 }  // namespace kjit::ops

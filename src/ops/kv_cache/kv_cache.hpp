@@ -49,6 +49,4 @@ void append_paged_kv_cache(const DLTensor* append_k, const DLTensor* append_v,
                            const DLTensor* kv_last_page_len, int layout, void* stream,
                            const ElementwiseLaunch& launch = elementwise_launch_from_env());
 
-OpDef append_paged_kv_op_def();
-
 }  // namespace kjit::ops

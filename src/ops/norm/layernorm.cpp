@@ -4,10 +4,10 @@
 
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
-#include "diag/trace_dump.hpp"
 #include "runtime/jit_core.hpp"
 #include "norm/norm_params.h"
 #include "ops/norm/norm.hpp"
+#include "ops/norm/norm_desc.hpp"
 #include "ops/pdl.hpp"
 #include "util/error.hpp"
 
@@ -98,61 +98,6 @@ void layernorm(const DLTensor* input, const DLTensor* gamma, const DLTensor* bet
   norm::LayerNormParams p{x.data, g.data, b.data, y.data, x.rows, x.row_stride, y.row_stride, eps};
   norm_detail::launch_rows(k, cfg.threads_per_row, cfg.rows_per_block, x.rows, x.device, stream, &p,
                            launch);
-}
-
-OpDef layernorm_op_def() {
-  OpDef d;
-  d.name = "layernorm";
-  d.summary = "out = (x - mean) * rsqrt(var + eps) * gamma + beta over the last dim";
-  d.axes = {
-      {"dtype", {"bf16", "fp16", "fp32"}, true, "input/out dtype"},
-      {"wdtype", {"bf16", "fp16", "fp32"}, false, "gamma/beta dtype: dtype (the default) or fp32"},
-      {"hidden", {}, true, "row length (any size 1..262144)"},
-      {"align",
-       {"16", "8", "4", "2"},
-       false,
-       "byte alignment of pointers and row strides (default 16)"},
-      {"rows",
-       {},
-       false,
-       "row count the call has (default: many); <= 128 gives long rows one vector a thread, "
-       "<= 256 reads gamma / beta before the PDL wait"}};
-  d.arch_families = {"sm_80+"};
-  d.make_spec = [d](const SetArgs& args) {
-    check_set_args(d, args);
-    DType dtype = dtype_from_name(args.at("dtype"));
-    DType wdtype = args.count("wdtype") ? dtype_from_name(args.at("wdtype")) : dtype;
-    int64_t hidden = positive_int_arg(args, "hidden", kLayerNormMaxHidden);
-    int align = args.count("align") ? std::stoi(args.at("align")) : 16;
-    const int64_t rows =
-        args.count("rows") ? positive_int_arg(args, "rows", kNormManyRows) : kNormManyRows;
-    return layernorm_spec(select_layernorm(dtype, wdtype, hidden, align, align, rows));
-  };
-  d.catalog = [] {
-    std::vector<SetArgs> out;
-    // Hidden sizes of LayerNorm models (BERT/RoBERTa 768/1024, GPT-2/NeoX 2048, Phi-2 2560,
-    // Falcon / StarCoder 4096 and 8192), plus odd sizes for the narrow-vector, scalar and
-    // long-row paths.
-    for (const char* dt : {"bf16", "fp16", "fp32"}) {
-      for (int h : {1, 127, 768, 1024, 2048, 2560, 4096, 4097, 8192, 65537}) {
-        out.push_back({{"dtype", dt}, {"hidden", std::to_string(h)}});
-      }
-    }
-    // Decode-size row counts: one vector a thread, gamma / beta before the PDL wait.
-    for (const char* dt : {"bf16", "fp16"}) {
-      for (int h : {2048, 4096, 8192}) {
-        out.push_back({{"dtype", dt}, {"hidden", std::to_string(h)}, {"rows", "1"}});
-      }
-    }
-    // fp32 gamma/beta beside 16-bit activations (mixed-precision checkpoints).
-    for (const char* dt : {"bf16", "fp16"}) {
-      for (int h : {768, 1024, 4096, 8192}) {
-        out.push_back({{"dtype", dt}, {"wdtype", "fp32"}, {"hidden", std::to_string(h)}});
-      }
-    }
-    return out;
-  };
-  return d;
 }
 
 }  // namespace kjit::ops

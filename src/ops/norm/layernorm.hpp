@@ -43,6 +43,4 @@ void layernorm(const DLTensor* input, const DLTensor* gamma, const DLTensor* bet
                const ElementwiseLaunch& launch = elementwise_launch_from_env(),
                const NormTuning& tuning = {});
 
-OpDef layernorm_op_def();
-
 }  // namespace kjit::ops

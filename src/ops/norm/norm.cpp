@@ -5,9 +5,9 @@
 
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
-#include "diag/trace_dump.hpp"
 #include "runtime/jit_core.hpp"
 #include "norm/norm_params.h"
+#include "ops/norm/norm_desc.hpp"
 #include "ops/pdl.hpp"
 #include "util/error.hpp"
 
@@ -48,51 +48,6 @@ jit::Spec row_norm_spec(const char* op, const char* include, const char* kernel,
   b.flag("early_params", c.early_params != 0, /*omit_false=*/true);
   b.entry(std::string("kjit::norm::") + kernel);
   return b.build();
-}
-
-// The --set axes and catalog shape both RMSNorm ops share.
-OpDef row_norm_op_def(const char* name, const char* summary,
-                      jit::Spec (*spec)(const RmsNormConfig&),
-                      RmsNormConfig (*select)(DType, int64_t, int, int64_t, const NormTuning&),
-                      std::vector<int> catalog_hiddens) {
-  OpDef d;
-  d.name = name;
-  d.summary = summary;
-  d.axes = {{"dtype", {"bf16", "fp16", "fp32"}, true, "activation/weight dtype"},
-            {"hidden", {}, true, "row length (any size 1..262144)"},
-            {"align",
-             {"16", "8", "4", "2"},
-             false,
-             "byte alignment of pointers and row strides (default 16)"},
-            {"rows",
-             {},
-             false,
-             "row count the call has (default: many); <= 256 reads the weight before the PDL "
-             "wait (decode sizes)"}};
-  d.arch_families = {"sm_80+"};
-  d.make_spec = [d, spec, select](const SetArgs& args) {
-    check_set_args(d, args);
-    DType dtype = dtype_from_name(args.at("dtype"));
-    int64_t hidden = positive_int_arg(args, "hidden", kRmsNormMaxHidden);
-    int align = args.count("align") ? std::stoi(args.at("align")) : 16;
-    const int64_t rows =
-        args.count("rows") ? positive_int_arg(args, "rows", kNormManyRows) : kNormManyRows;
-    return spec(select(dtype, hidden, align, rows, NormTuning{}));
-  };
-  d.catalog = [catalog_hiddens] {
-    std::vector<SetArgs> out;
-    for (const char* dt : {"bf16", "fp16", "fp32"}) {
-      for (int h : catalog_hiddens) out.push_back({{"dtype", dt}, {"hidden", std::to_string(h)}});
-    }
-    // Decode-size row counts: the weight read before the PDL wait.
-    for (const char* dt : {"bf16", "fp16"}) {
-      for (int h : {2048, 4096, 8192}) {
-        out.push_back({{"dtype", dt}, {"hidden", std::to_string(h)}, {"rows", "1"}});
-      }
-    }
-    return out;
-  };
-  return d;
 }
 
 }  // namespace
@@ -262,26 +217,6 @@ void fused_add_rmsnorm(DLTensor* input, DLTensor* residual, const DLTensor* weig
                                 x.row_stride, r.row_stride, eps,    weight_offset};
   norm_detail::launch_rows(k, cfg.threads_per_row, cfg.rows_per_block, x.rows, x.device, stream, &p,
                            launch);
-}
-
-OpDef rmsnorm_op_def() {
-  // Hidden sizes of common models (Llama, Mistral, Qwen, Gemma, DeepSeek), plus odd sizes that
-  // take the narrow-vector and scalar paths.
-  return row_norm_op_def("rmsnorm", "out = x * rsqrt(mean(x^2) + eps) * weight over the last dim",
-                         rmsnorm_spec, select_rmsnorm,
-                         {1, 127, 512, 1024, 2048, 2560, 3072, 3584, 4096, 4097, 5120, 7168, 8192,
-                          12288, 16384, 65537});
-}
-
-OpDef fused_add_rmsnorm_op_def() {
-  // Where the fused form is used: the hidden sizes of decoder layers (Llama 3 8B/70B/405B,
-  // Mistral 7B / Large, Qwen2.5 0.5B..72B, Gemma 2/3, DeepSeek-V3), plus odd sizes for the
-  // narrow-vector, scalar and long-row (two-pass) paths.
-  return row_norm_op_def(
-      "fused_add_rmsnorm",
-      "residual += x; x = rmsnorm(residual) * (weight [+ 1]) over the last dim, in place",
-      fused_add_rmsnorm_spec, select_fused_add_rmsnorm,
-      {127, 896, 2048, 3072, 3584, 4096, 4097, 5120, 7168, 8192, 16384, 65537});
 }
 
 }  // namespace kjit::ops

@@ -77,9 +77,6 @@ void fused_add_rmsnorm(DLTensor* input, DLTensor* residual, const DLTensor* weig
                        const ElementwiseLaunch& launch = elementwise_launch_from_env(),
                        const NormTuning& tuning = {});
 
-OpDef rmsnorm_op_def();
-OpDef fused_add_rmsnorm_op_def();
-
 // Pieces the normalization family's ops share (norm.cpp, layernorm.cpp).
 namespace norm_detail {
 

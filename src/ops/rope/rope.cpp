@@ -11,10 +11,10 @@
 
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
-#include "diag/trace_dump.hpp"
 #include "runtime/jit_core.hpp"
 #include "ops/fastdiv.hpp"
 #include "ops/pdl.hpp"
+#include "ops/rope/rope_desc.hpp"
 #include "rope/rope_params.h"
 #include "util/error.hpp"
 
@@ -593,112 +593,6 @@ void apply_rope_with_cos_sin_cache(const DLTensor* positions, DLTensor* q, DLTen
   l.tuning = &tuning;
   l.cache = &cache;
   launch_rope(v, l, stream);
-}
-
-OpDef rope_op_def() {
-  OpDef d;
-  d.name = "rope";
-  d.summary = "rotary position embedding of q and k (pos_ids / llama31 / cos_sin_cache)";
-  d.axes = {
-      {"mode",
-       {"freq", "cache"},
-       true,
-       "freq: angles from positions (pos_ids and llama31); cache: cos/sin cache"},
-      {"dtype", {"bf16", "fp16"}, true, "q/k dtype"},
-      {"head_dim", {}, true, "head size (1..1024)"},
-      {"rotary_dim", {}, false, "rotated dims, even, <= head_dim and 512 (default head_dim)"},
-      {"interleave", {"0", "1"}, false, "1: GPT-J pairs (2i, 2i+1); 0: NeoX halves (default)"},
-      {"align",
-       {"16", "8", "4", "2"},
-       false,
-       "byte alignment of pointers and strides (default 16)"},
-      {"layout",
-       {"slot", "unit", "decode"},
-       false,
-       "thread layout: slot-major (default; many tokens), unit-major, or the decode kernel "
-       "(warp-shared angles; decode sizes where the shape allows)"},
-      {"early",
-       {"0", "1"},
-       false,
-       "with layout=decode: 1 reads the position before the PDL wait (KJIT_PDL_EARLY_INDICES)"}};
-  d.arch_families = {"sm_80+"};
-  d.make_spec = [d](const SetArgs& args) {
-    check_set_args(d, args);
-    const RopeMode mode = args.at("mode") == "freq" ? RopeMode::kFreq : RopeMode::kCache;
-    const DType dtype = dtype_from_name(args.at("dtype"));
-    const int64_t hd = positive_int_arg(args, "head_dim", kRopeMaxHeadDim);
-    const int64_t rd = args.count("rotary_dim") ? positive_int_arg(args, "rotary_dim", hd) : hd;
-    const bool il = args.count("interleave") && args.at("interleave") == "1";
-    const int align = args.count("align") ? std::stoi(args.at("align")) : 16;
-    RopeConfig c = select_rope(mode, dtype, hd, rd, il, align);
-    c.unit_major = args.count("layout") && args.at("layout") == "unit";
-    c.decode = args.count("layout") && args.at("layout") == "decode";
-    if (c.decode && !rope_decode_supported(c)) {
-      fail(KJIT_ERROR_UNSUPPORTED, "rope layout=decode does not serve this shape");
-    }
-    c.early_pos = args.count("early") && args.at("early") == "1";
-    if (c.early_pos && !c.decode) {
-      fail(KJIT_ERROR_INVALID_ARGUMENT, "rope early=1 needs layout=decode");
-    }
-    return rope_spec(c);
-  };
-  d.catalog = [] {
-    std::vector<SetArgs> out;
-    auto add = [&](const char* mode, const char* dt, int hd, int rd, int il,
-                   const char* align = nullptr) {
-      SetArgs a{{"mode", mode},
-                {"dtype", dt},
-                {"head_dim", std::to_string(hd)},
-                {"rotary_dim", std::to_string(rd)},
-                {"interleave", std::to_string(il)}};
-      if (align) a["align"] = align;
-      out.push_back(std::move(a));
-    };
-    // Llama / Mistral / Qwen (128), Falcon / DeepSeek rope part (64), Gemma (256), Phi-3 (96),
-    // Phi-2 (80 with 32 rotated), GLM (128 with 64 rotated, GPT-J pairs), GPT-J (256 with 64),
-    // StableLM (80 with 20: 4-element vectors).
-    for (const char* dt : {"bf16", "fp16"}) {
-      add("freq", dt, 64, 64, 0);
-      add("freq", dt, 128, 128, 0);
-      add("freq", dt, 256, 256, 0);
-      add("freq", dt, 128, 128, 1);
-      add("freq", dt, 128, 64, 1);
-      add("freq", dt, 96, 96, 0);
-      add("cache", dt, 64, 64, 0);
-      add("cache", dt, 128, 128, 0);
-      add("cache", dt, 256, 256, 0);
-      add("cache", dt, 128, 128, 1);
-    }
-    add("freq", "bf16", 64, 64, 1);
-    add("freq", "bf16", 128, 64, 0);
-    add("freq", "bf16", 256, 64, 1);
-    add("freq", "bf16", 80, 32, 0);
-    add("freq", "bf16", 80, 20, 0);
-    add("cache", "bf16", 64, 64, 1);
-    add("cache", "bf16", 128, 64, 0);
-    add("cache", "bf16", 80, 32, 0);
-    // Views that are only 4- or 2-byte aligned: narrower vectors, scalar GPT-J pairs.
-    add("freq", "bf16", 128, 128, 0, "4");
-    add("freq", "bf16", 128, 128, 1, "2");
-    // Decode sizes take the decode kernel where it serves the shape (unit-major elsewhere: not in
-    // the catalog), with the position before the PDL wait under KJIT_PDL_EARLY_INDICES.
-    for (const char* dt : {"bf16", "fp16"}) {
-      for (const char* early : {"0", "1"}) {
-        for (int hd : {64, 128}) {
-          add("freq", dt, hd, hd, 0);
-          out.back()["layout"] = "decode";
-          out.back()["early"] = early;
-        }
-      }
-    }
-    for (const char* early : {"0", "1"}) {
-      add("cache", "bf16", 128, 128, 0);
-      out.back()["layout"] = "decode";
-      out.back()["early"] = early;
-    }
-    return out;
-  };
-  return d;
 }
 
 }  // namespace kjit::ops

@@ -100,6 +100,4 @@ void apply_rope_with_cos_sin_cache(const DLTensor* positions, DLTensor* q, DLTen
                                    const ElementwiseLaunch& launch = elementwise_launch_from_env(),
                                    const RopeTuning& tuning = {});
 
-OpDef rope_op_def();
-
 }  // namespace kjit::ops

@@ -63,27 +63,6 @@ void check_row_kernel(const char* op, DType dtype, int64_t vocab) {
   }
 }
 
-// --set align=16 (default) takes the vector path when the vocabulary allows it.
-bool vec_ok_arg(const SetArgs& args, DType dtype, int64_t vocab) {
-  const int align = args.count("align") ? std::stoi(args.at("align")) : 16;
-  return align >= 16 && vocab % static_cast<int64_t>(16 / dtype_size(dtype)) == 0;
-}
-
-AxisDef align_axis() {
-  return {"align",
-          {"16", "8", "4", "2", "1"},
-          false,
-          "byte alignment of the rows (default 16); below 16 takes the scalar path"};
-}
-
-AxisDef vocab_axis() {
-  return {"vocab",
-          {},
-          false,
-          "row length (default 128256); a run-time value, only its parity "
-          "with the vector width matters"};
-}
-
 }  // namespace
 
 void check_sample_tuning(const SampleTuning& t) {
@@ -199,124 +178,6 @@ jit::Spec argmax_spec(const RowConfig& c) {
 std::string argmax_uri(const RowConfig& c) {
   return argmax_spec(c).uri;
 }
-OpDef sampling_filter_op_def() {
-  OpDef d;
-  d.name = "sampling_filter";
-  d.summary = "sorting-free top-k / top-p / min-p: sample, renormalize probs, or mask logits";
-  d.axes = {{"op", {"sample", "renorm", "mask"}, true, "what the kept set is used for"},
-            {"input",
-             {"probs", "logits"},
-             false,
-             "sample: probs (fp32) or logits (default probs); renorm: probs; mask: logits"},
-            {"dtype", {"fp32", "bf16", "fp16"}, true, "input dtype (probabilities: fp32)"},
-            align_axis(),
-            vocab_axis(),
-            {"path",
-             {"single", "cluster"},
-             false,
-             "sample: one block per row (default) or a cluster of blocks per row (sm_90+)"},
-            {"mass",
-             {"bounds", "exact"},
-             false,
-             "sample: top-p on counts and mass bounds (the plan's for rows that may have a "
-             "top-k) or on exact significand sums (the plan's for the others; no top-k)"}};
-  d.arch_families = {"sm_80+"};
-  d.make_spec = [d](const SetArgs& args) {
-    check_set_args(d, args);
-    const std::string& op_s = args.at("op");
-    const FilterOp op = op_s == "sample"   ? FilterOp::kSample
-                        : op_s == "renorm" ? FilterOp::kRenorm
-                                           : FilterOp::kMask;
-    const std::string in_s = args.count("input") ? args.at("input") : "";
-    FilterInput input = in_s == "logits" ? FilterInput::kLogits : FilterInput::kProbs;
-    if (op == FilterOp::kMask) {
-      if (in_s == "probs") fail(KJIT_ERROR_UNSUPPORTED, "mask works on logits");
-      input = FilterInput::kLogitKeys;
-    }
-    const DType dtype = dtype_from_name(args.at("dtype"));
-    const int64_t vocab =
-        args.count("vocab") ? positive_int_arg(args, "vocab", kFilterMaxVocab) : 128256;
-    FilterConfig c = select_filter(op, input, dtype, vocab, vec_ok_arg(args, dtype, vocab));
-    if (args.count("path") && args.at("path") == "cluster") {
-      if (op != FilterOp::kSample) {
-        fail(KJIT_ERROR_UNSUPPORTED, "the cluster path is for op=sample only");
-      }
-      c.cluster = 1;
-    }
-    if (args.count("mass") && args.at("mass") == "exact") {
-      if (op != FilterOp::kSample) {
-        fail(KJIT_ERROR_UNSUPPORTED, "the exact-mass search is for op=sample only");
-      }
-      c.mass = 1;
-    }
-    return filter_spec(c);
-  };
-  d.catalog = [] {
-    // The vocabulary is a launch-time value, so a handful of variants serve every model: each
-    // input kind and dtype with vector loads (four elements), and the scalar path for odd
-    // vocabularies. Every
-    // sampler comes twice, as the plan launches both: the exact-mass search (rows without a
-    // top-k) and the counting one (rows that may have one).
-    std::vector<SetArgs> out;
-    auto sample = [&out](SetArgs args) {
-      args["op"] = "sample";
-      out.push_back(args);
-      args["mass"] = "exact";
-      out.push_back(args);
-    };
-    for (const char* align : {"16", "4"}) {
-      sample({{"input", "probs"}, {"dtype", "fp32"}, {"align", align}});
-      for (const char* dt : {"fp32", "bf16", "fp16"}) {
-        sample({{"input", "logits"}, {"dtype", dt}, {"align", align}});
-        out.push_back({{"op", "mask"}, {"dtype", dt}, {"align", align}});
-      }
-      out.push_back({{"op", "renorm"}, {"dtype", "fp32"}, {"align", align}});
-    }
-    // The small-batch samplers of sm_90+ (compiled for sm_90 and later targets only). Only
-    // the 16-byte path: the scalar one (odd vocabularies) is rare enough to compile on demand.
-    sample({{"input", "probs"}, {"dtype", "fp32"}, {"align", "16"}, {"path", "cluster"}});
-    for (const char* dt : {"fp32", "bf16", "fp16"}) {
-      sample({{"input", "logits"}, {"dtype", dt}, {"align", "16"}, {"path", "cluster"}});
-    }
-    return out;
-  };
-  return d;
-}
-
-namespace {
-
-OpDef row_op_def(const char* name, const char* summary, jit::Spec (*spec)(const RowConfig&),
-                 RowConfig (*select)(DType, int64_t, bool)) {
-  OpDef d;
-  d.name = name;
-  d.summary = summary;
-  d.axes = {{"dtype", {"fp32", "bf16", "fp16"}, true, "input dtype"}, align_axis(), vocab_axis()};
-  d.arch_families = {"sm_80+"};
-  d.make_spec = [d, spec, select](const SetArgs& args) {
-    check_set_args(d, args);
-    const DType dtype = dtype_from_name(args.at("dtype"));
-    const int64_t vocab =
-        args.count("vocab") ? positive_int_arg(args, "vocab", kRowKernelMaxVocab) : 128256;
-    return spec(select(dtype, vocab, vec_ok_arg(args, dtype, vocab)));
-  };
-  d.catalog = [] {
-    std::vector<SetArgs> out;
-    for (const char* align : {"16", "4"}) {
-      for (const char* dt : {"fp32", "bf16", "fp16"}) {
-        out.push_back({{"dtype", dt}, {"align", align}});
-      }
-    }
-    return out;
-  };
-  return d;
-}
-
-}  // namespace
-
-OpDef softmax_op_def() {
-  return row_op_def("softmax", "softmax(x / T) over the last dim, fp32 out", softmax_spec,
-                    select_softmax);
-}
 
 namespace {
 // Block slots per SM the argmax kernels are sized for: __launch_bounds__(1024, 2) holds them to
@@ -395,48 +256,6 @@ int argmax_cluster_size(ArgmaxPath path, int forced_cluster, int64_t batch, int6
   }
   if (path == ArgmaxPath::kCluster && c == 1) c = 2;
   return c;
-}
-
-OpDef argmax_op_def() {
-  OpDef d = row_op_def("argmax", "index of the row maximum (first on ties, NaN largest)",
-                       argmax_spec, select_argmax);
-  d.axes.push_back({"cluster",
-                    {"1", "2", "4", "8"},
-                    false,
-                    "blocks per row (default 1); > 1 is a sm_90+ thread-block cluster, which "
-                    "small batches get"});
-  d.axes.push_back({"unroll",
-                    {"1", "2", "4", "8"},
-                    false,
-                    "vector loads in flight per lane (default: the plan's)"});
-  d.make_spec = [d](const SetArgs& args) {
-    check_set_args(d, args);
-    const DType dtype = dtype_from_name(args.at("dtype"));
-    const int64_t vocab =
-        args.count("vocab") ? positive_int_arg(args, "vocab", kRowKernelMaxVocab) : 128256;
-    RowConfig c = select_argmax(dtype, vocab, vec_ok_arg(args, dtype, vocab));
-    if (args.count("cluster")) c.cluster = static_cast<int>(positive_int_arg(args, "cluster", 8));
-    if (args.count("unroll")) c.unroll = static_cast<int>(positive_int_arg(args, "unroll", 8));
-    return argmax_spec(c);
-  };
-  d.catalog = [] {
-    std::vector<SetArgs> out;
-    for (const char* align : {"16", "4"}) {
-      for (const char* dt : {"fp32", "bf16", "fp16"}) {
-        out.push_back({{"dtype", dt}, {"align", align}});
-      }
-    }
-    // Batches below 4 * SMs rows on sm_90 (on 132 SMs: clusters of 8 up to 66 rows, of 4 up to
-    // 132, of 2 up to 264), for the usual logits dtypes; fp16 compiles on first use (the three
-    // sampling catalogs share a budget of 40).
-    for (const char* dt : {"fp32", "bf16"}) {
-      for (const char* c : {"8", "4", "2"}) {
-        out.push_back({{"dtype", dt}, {"align", "16"}, {"cluster", c}});
-      }
-    }
-    return out;
-  };
-  return d;
 }
 
 }  // namespace kjit::ops

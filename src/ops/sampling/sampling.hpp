@@ -169,8 +169,4 @@ void top_k_mask_logits(const DLTensor* logits, RowParam<int> top_k, DLTensor* ou
 inline constexpr int kFilterTopK = sampling::kFilterTopK, kFilterTopP = sampling::kFilterTopP,
                      kFilterMinP = sampling::kFilterMinP;
 
-OpDef sampling_filter_op_def();
-OpDef softmax_op_def();
-OpDef argmax_op_def();
-
 }  // namespace kjit::ops

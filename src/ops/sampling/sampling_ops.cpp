@@ -15,8 +15,8 @@
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
 #include "runtime/jit_core.hpp"
-#include "diag/trace_dump.hpp"
 #include "ops/sampling/sampling.hpp"
+#include "ops/sampling/sampling_desc.hpp"
 #include "sampling/sampling_params.h"
 #include "util/error.hpp"
 

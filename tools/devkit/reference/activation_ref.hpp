@@ -4,15 +4,32 @@
 
 #include <cmath>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace kjit::ref {
 
-enum class ActKind { kSilu, kGelu, kGeluTanh };
+enum class ActKind { kSilu, kGelu, kGeluTanh, kSigmoid };
+inline constexpr ActKind kAllActKinds[] = {ActKind::kSilu, ActKind::kGelu, ActKind::kGeluTanh,
+                                           ActKind::kSigmoid};
 
 inline const char* act_kind_name(ActKind a) {
-  return a == ActKind::kSilu ? "silu" : a == ActKind::kGelu ? "gelu" : "gelu_tanh";
+  switch (a) {
+    case ActKind::kSilu: return "silu";
+    case ActKind::kGelu: return "gelu";
+    case ActKind::kGeluTanh: return "gelu_tanh";
+    case ActKind::kSigmoid: return "sigmoid";
+  }
+  return "?";
+}
+
+// The kind act_kind_name names `name` ("gelu_tanh"); throws std::invalid_argument for none.
+inline ActKind act_kind_named(const std::string& name) {
+  for (ActKind a : kAllActKinds) {
+    if (name == act_kind_name(a)) return a;
+  }
+  throw std::invalid_argument("no reference activation " + name);
 }
 
 inline double silu(double x) {
@@ -28,8 +45,18 @@ inline double gelu_tanh(double x) {
   return 0.5 * x * (1.0 + std::tanh(k * (x + 0.044715 * x * x * x)));
 }
 
+inline double sigmoid(double x) {
+  return 1.0 / (1.0 + std::exp(-x));
+}
+
 inline double activate(ActKind a, double x) {
-  return a == ActKind::kSilu ? silu(x) : a == ActKind::kGelu ? gelu(x) : gelu_tanh(x);
+  switch (a) {
+    case ActKind::kSilu: return silu(x);
+    case ActKind::kGelu: return gelu(x);
+    case ActKind::kGeluTanh: return gelu_tanh(x);
+    case ActKind::kSigmoid: return sigmoid(x);
+  }
+  return NAN;
 }
 
 // x: rows x 2d (gate then up, compact); returns rows x d: act(gate) * up, in double.

@@ -1,0 +1,236 @@
+// See rope_desc.hpp.
+#include "ops/rope/rope_desc.hpp"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "diag/trace_dump.hpp"
+#include "ops/rope/rope.hpp"
+#include "util/error.hpp"
+
+namespace kjit::ops {
+
+namespace {
+
+using namespace def;
+using ojson = nlohmann::ordered_json;
+
+}  // namespace
+
+Definition rope_definition(const RopeDefAxes& a) {
+  Definition d;
+  const bool cache = a.kind == RopeKind::kCosSinCache;
+  d.op_type = a.kind == RopeKind::kPosIds    ? "rope"
+              : a.kind == RopeKind::kLlama31 ? "llama31_rope"
+                                             : "rope_cos_sin_cache";
+  d.name = fmt::format("{}_q{}_k{}_d{}", d.op_type, a.qo_heads, a.kv_heads, a.head_dim);
+  if (a.rotary_dim != a.head_dim) d.name += fmt::format("_r{}", a.rotary_dim);
+  if (a.interleave) d.name += "_gptj";
+  if (a.pos_dtype == DType::kI64) d.name += "_pos64";
+  if (cache && a.cache_dtype != a.dtype) d.name += fmt::format("_cs{}", dtype_name(a.cache_dtype));
+  d.name += dtype_suffix(a.dtype);
+  d.op = "rope";
+  d.entry = a.kind == RopeKind::kPosIds    ? "kjit_apply_rope_pos_ids"
+            : a.kind == RopeKind::kLlama31 ? "kjit_apply_llama31_rope_pos_ids"
+                                           : "kjit_apply_rope_with_cos_sin_cache";
+  const char* head = cache ? "head_size" : "head_dim";
+  d.description = std::string("rotary embedding of q and k per token, ") +
+                  (a.interleave ? "GPT-J pairs (2i, 2i+1)" : "NeoX halves (i, i + rotary_dim/2)") +
+                  (a.kind == RopeKind::kPosIds    ? "; angles pos / (theta^(2i/rotary_dim) * scale)"
+                   : a.kind == RopeKind::kLlama31 ? "; Llama 3.1 frequency scaling"
+                                                  : "; cos and sin from the cache row of pos");
+  d.axes = {var("num_tokens", "tokens")};
+  if (cache) d.axes.push_back(var("max_position", "rows of cos_sin_cache"));
+  d.axes.push_back(constant("num_qo_heads", a.qo_heads, "query heads"));
+  d.axes.push_back(constant("num_kv_heads", a.kv_heads, "key heads"));
+  d.axes.push_back(constant(head, a.head_dim, "elements per head"));
+  d.axes.push_back(constant("rotary_dim", a.rotary_dim, "leading dims of each head rotated"));
+  d.axes.push_back(
+      constant(cache ? "is_neox" : "interleave", cache ? !a.interleave : a.interleave,
+               cache ? "1: NeoX halves, 0: GPT-J pairs" : "1: GPT-J pairs, 0: NeoX halves"));
+  const std::string q_shape[] = {"num_tokens", "num_qo_heads", head};
+  const std::string k_shape[] = {"num_tokens", "num_kv_heads", head};
+  if (cache) {
+    d.inputs = {tensor("positions", {"num_tokens"}, a.pos_dtype, "row of cos_sin_cache per token"),
+                tensor("q", {q_shape[0], q_shape[1], q_shape[2]}, a.dtype, "rotated in place"),
+                tensor("k", {k_shape[0], k_shape[1], k_shape[2]}, a.dtype, "rotated in place"),
+                tensor("cos_sin_cache", {"max_position", "rotary_dim"}, a.cache_dtype,
+                       "cos in the first rotary_dim/2 columns, sin in the rest")};
+    d.outputs = {tensor("q", {q_shape[0], q_shape[1], q_shape[2]}, a.dtype, "in place"),
+                 tensor("k", {k_shape[0], k_shape[1], k_shape[2]}, a.dtype, "in place")};
+    d.reference = "tools/devkit/reference/rope_ref.hpp: ref::rope_head";
+    return d;
+  }
+  d.inputs = {tensor("q", {q_shape[0], q_shape[1], q_shape[2]}, a.dtype, "queries"),
+              tensor("k", {k_shape[0], k_shape[1], k_shape[2]}, a.dtype, "keys"),
+              tensor("pos_ids", {"num_tokens"}, a.pos_dtype, "position of each token"),
+              scalar("rope_scale", "divides the frequencies"),
+              scalar("rope_theta", "frequency base")};
+  if (a.kind == RopeKind::kLlama31) {
+    d.inputs.push_back(scalar("low_freq_factor", "Llama 3.1 scaling"));
+    d.inputs.push_back(scalar("high_freq_factor", "Llama 3.1 scaling"));
+    d.inputs.push_back(scalar("old_context_len", "Llama 3.1 scaling"));
+  }
+  d.outputs = {tensor("q_out", {q_shape[0], q_shape[1], q_shape[2]}, a.dtype, "may be q"),
+               tensor("k_out", {k_shape[0], k_shape[1], k_shape[2]}, a.dtype, "may be k")};
+  d.reference = a.kind == RopeKind::kPosIds
+                    ? "tools/devkit/reference/rope_ref.hpp: ref::rope_inv_freq, ref::rope_head"
+                    : "tools/devkit/reference/rope_ref.hpp: ref::llama31_inv_freq, ref::rope_head";
+  return d;
+}
+
+OpDef rope_op_def() {
+  OpDef d;
+  d.name = "rope";
+  d.summary = "rotary position embedding of q and k (pos_ids / llama31 / cos_sin_cache)";
+  d.axes = {
+      {"mode",
+       {"freq", "cache"},
+       true,
+       "freq: angles from positions (pos_ids and llama31); cache: cos/sin cache"},
+      {"dtype", {"bf16", "fp16"}, true, "q/k dtype"},
+      {"head_dim", {}, true, "head size (1..1024)"},
+      {"rotary_dim", {}, false, "rotated dims, even, <= head_dim and 512 (default head_dim)"},
+      {"interleave", {"0", "1"}, false, "1: GPT-J pairs (2i, 2i+1); 0: NeoX halves (default)"},
+      {"align",
+       {"16", "8", "4", "2"},
+       false,
+       "byte alignment of pointers and strides (default 16)"},
+      {"layout",
+       {"slot", "unit", "decode"},
+       false,
+       "thread layout: slot-major (default; many tokens), unit-major, or the decode kernel "
+       "(warp-shared angles; decode sizes where the shape allows)"},
+      {"early",
+       {"0", "1"},
+       false,
+       "with layout=decode: 1 reads the position before the PDL wait (KJIT_PDL_EARLY_INDICES)"}};
+  d.arch_families = {"sm_80+"};
+  d.make_spec = [d](const SetArgs& args) {
+    check_set_args(d, args);
+    const RopeMode mode = args.at("mode") == "freq" ? RopeMode::kFreq : RopeMode::kCache;
+    const DType dtype = dtype_from_name(args.at("dtype"));
+    const int64_t hd = positive_int_arg(args, "head_dim", kRopeMaxHeadDim);
+    const int64_t rd = args.count("rotary_dim") ? positive_int_arg(args, "rotary_dim", hd) : hd;
+    const bool il = args.count("interleave") && args.at("interleave") == "1";
+    const int align = args.count("align") ? std::stoi(args.at("align")) : 16;
+    RopeConfig c = select_rope(mode, dtype, hd, rd, il, align);
+    c.unit_major = args.count("layout") && args.at("layout") == "unit";
+    c.decode = args.count("layout") && args.at("layout") == "decode";
+    if (c.decode && !rope_decode_supported(c)) {
+      fail(KJIT_ERROR_UNSUPPORTED, "rope layout=decode does not serve this shape");
+    }
+    c.early_pos = args.count("early") && args.at("early") == "1";
+    if (c.early_pos && !c.decode) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "rope early=1 needs layout=decode");
+    }
+    return rope_spec(c);
+  };
+  d.catalog = [] {
+    std::vector<SetArgs> out;
+    auto add = [&](const char* mode, const char* dt, int hd, int rd, int il,
+                   const char* align = nullptr) {
+      SetArgs a{{"mode", mode},
+                {"dtype", dt},
+                {"head_dim", std::to_string(hd)},
+                {"rotary_dim", std::to_string(rd)},
+                {"interleave", std::to_string(il)}};
+      if (align) a["align"] = align;
+      out.push_back(std::move(a));
+    };
+    // Llama / Mistral / Qwen (128), Falcon / DeepSeek rope part (64), Gemma (256), Phi-3 (96),
+    // Phi-2 (80 with 32 rotated), GLM (128 with 64 rotated, GPT-J pairs), GPT-J (256 with 64),
+    // StableLM (80 with 20: 4-element vectors).
+    for (const char* dt : {"bf16", "fp16"}) {
+      add("freq", dt, 64, 64, 0);
+      add("freq", dt, 128, 128, 0);
+      add("freq", dt, 256, 256, 0);
+      add("freq", dt, 128, 128, 1);
+      add("freq", dt, 128, 64, 1);
+      add("freq", dt, 96, 96, 0);
+      add("cache", dt, 64, 64, 0);
+      add("cache", dt, 128, 128, 0);
+      add("cache", dt, 256, 256, 0);
+      add("cache", dt, 128, 128, 1);
+    }
+    add("freq", "bf16", 64, 64, 1);
+    add("freq", "bf16", 128, 64, 0);
+    add("freq", "bf16", 256, 64, 1);
+    add("freq", "bf16", 80, 32, 0);
+    add("freq", "bf16", 80, 20, 0);
+    add("cache", "bf16", 64, 64, 1);
+    add("cache", "bf16", 128, 64, 0);
+    add("cache", "bf16", 80, 32, 0);
+    // Views that are only 4- or 2-byte aligned: narrower vectors, scalar GPT-J pairs.
+    add("freq", "bf16", 128, 128, 0, "4");
+    add("freq", "bf16", 128, 128, 1, "2");
+    // Decode sizes take the decode kernel where it serves the shape (unit-major elsewhere: not in
+    // the catalog), with the position before the PDL wait under KJIT_PDL_EARLY_INDICES.
+    for (const char* dt : {"bf16", "fp16"}) {
+      for (const char* early : {"0", "1"}) {
+        for (int hd : {64, 128}) {
+          add("freq", dt, hd, hd, 0);
+          out.back()["layout"] = "decode";
+          out.back()["early"] = early;
+        }
+      }
+    }
+    for (const char* early : {"0", "1"}) {
+      add("cache", "bf16", 128, 128, 0);
+      out.back()["layout"] = "decode";
+      out.back()["early"] = early;
+    }
+    return out;
+  };
+  d.definitions = [] {
+    const DType bf = DType::kBF16;
+    std::vector<Definition> out;
+    struct Heads {
+      int q, k, d;
+    };
+    for (const Heads h : {Heads{32, 8, 128}, Heads{64, 8, 128}, Heads{28, 4, 128}}) {
+      RopeDefAxes a;
+      a.dtype = bf;
+      a.qo_heads = h.q;
+      a.kv_heads = h.k;
+      a.head_dim = a.rotary_dim = h.d;
+      out.push_back(rope_definition(a));
+      if (h.q == 28) continue;  // Qwen 2.5: plain RoPE only
+      a.kind = RopeKind::kLlama31;
+      out.push_back(rope_definition(a));
+      a.kind = RopeKind::kCosSinCache;
+      a.cache_dtype = bf;
+      out.push_back(rope_definition(a));
+    }
+    return out;
+  };
+  return d;
+}
+
+namespace trace {
+
+void rope(const RopeDefAxes& a, int64_t tokens, int64_t max_position) noexcept {
+  const Definition d = rope_definition(a);
+  ojson axes = {{"num_tokens", tokens}};
+  if (a.kind == RopeKind::kCosSinCache) axes["max_position"] = max_position;
+  // pos_ids and llama31 run the same kernel on the same bytes (only the frequencies differ), so
+  // `bench rope` times both; the cos/sin-cache kernel has no bench yet.
+  const bool benchable = a.kind != RopeKind::kCosSinCache;
+  record(d.name, axes, benchable ? "rope" : nullptr,
+         {{"dtype", dtype_name(a.dtype)},
+          {"tokens", std::to_string(tokens)},
+          {"qo_heads", std::to_string(a.qo_heads)},
+          {"kv_heads", std::to_string(a.kv_heads)},
+          {"head_dim", std::to_string(a.head_dim)},
+          {"rotary_dim", std::to_string(a.rotary_dim)},
+          {"interleave", a.interleave ? "1" : "0"}},
+         [&] { return d; });
+}
+
+}  // namespace trace
+
+}  // namespace kjit::ops
