@@ -49,9 +49,9 @@ Definition rope_definition(const RopeDefAxes& a) {
   d.axes.push_back(constant("num_kv_heads", a.kv_heads, "key heads"));
   d.axes.push_back(constant(head, a.head_dim, "elements per head"));
   d.axes.push_back(constant("rotary_dim", a.rotary_dim, "leading dims of each head rotated"));
-  d.axes.push_back(
-      constant(cache ? "is_neox" : "interleave", cache ? !a.interleave : a.interleave,
-               cache ? "1: NeoX halves, 0: GPT-J pairs" : "1: GPT-J pairs, 0: NeoX halves"));
+  d.axes.push_back(constant("layout", a.interleave ? 1 : 0,
+                            "kjit_rope_layout: 0 NeoX halves (KJIT_ROPE_NEOX), 1 GPT-J pairs "
+                            "(KJIT_ROPE_INTERLEAVED)"));
   const std::string q_shape[] = {"num_tokens", "num_qo_heads", head};
   const std::string k_shape[] = {"num_tokens", "num_kv_heads", head};
   if (cache) {

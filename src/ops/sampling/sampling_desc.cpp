@@ -130,23 +130,23 @@ Definition sampling_definition(SamplingKind kind, DType dtype, int64_t vocab) {
   if (top_k) {
     d.inputs.push_back(tensor("top_k", {"batch_size"}, DType::kI32,
                               "top_k_arr (int32 or int64; a row's k <= 0 or >= vocab_size: "
-                              "off), or the scalar top_k (>= 1) for every row"));
+                              "off), or options->top_k (>= 1) for every row"));
   }
   if (top_p) {
     d.inputs.push_back(tensor("top_p", {"batch_size"}, DType::kF32,
-                              "top_p_arr (a row's p >= 1: off), or the scalar top_p in (0, 1] "
+                              "top_p_arr (a row's p >= 1: off), or options->top_p in (0, 1] "
                               "for every row"));
   }
   if (min_p) {
     d.inputs.push_back(tensor("min_p", {"batch_size"}, DType::kF32,
-                              "min_p_arr (a row's min_p <= 0: off), or the scalar min_p in "
+                              "min_p_arr (a row's min_p <= 0: off), or options->min_p in "
                               "[0, 1] for every row"));
   }
   if (temperature) {
     d.inputs.push_back(tensor("temperature", {"batch_size"}, DType::kF32,
                               kind == K::kSoftmax
-                                  ? "temperature_arr, or the scalar temperature for every row"
-                                  : "temperature_arr, or the scalar temperature for every row; "
+                                  ? "temperature_arr, or options->temperature for every row"
+                                  : "temperature_arr, or options->temperature for every row; "
                                     "0: greedy"));
   }
   if (draws) {
