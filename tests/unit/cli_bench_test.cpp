@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "bench_stats.hpp"
+#include "ops/activation/activation.hpp"
 #include "ops/registry.hpp"
 #include "support/gpu.hpp"
 #include "support/temp_dir.hpp"
@@ -101,6 +102,7 @@ TEST_CASE("cli bench: bad options are usage errors (exit 2), before any GPU work
       kRms + "--set gema=1",  // a knob rmsnorm does not read (gemma is one)
       "bench top_p_sampling --set batch=1 --set vocab=4096 --set threds=256",
       "bench act_and_mul --set act=silu --set dtype=bf16 --set d=64 --set rows=1 --set vec=4",
+      "bench act_and_mul --set act=relu --set dtype=bf16 --set d=64 --set rows=1",
       "bench empty --set read=4096",                   // the move floor: write missing
       "bench empty --set read=1024 --set write=2048",  // writes more than it reads
       "bench empty --set read=1000 --set write=1000",  // not 16-byte vectors
@@ -115,6 +117,13 @@ TEST_CASE("cli bench: bad options are usage errors (exit 2), before any GPU work
     const Run r = cli(dir.path(), args, true);
     CHECK(r.code == 2);
     CHECK_FALSE(r.out.empty());  // a message, not just a code
+  }
+  // Every activation of the table is a bench act (the check once listed three by hand).
+  for (const auto& a : kjit::ops::kActivations) {
+    INFO(a.name);
+    CHECK(cli(dir.path(), std::string("bench act_and_mul --set act=") + a.name +
+                              " --set dtype=bf16 --set d=64 --set rows=1 --dry-run")
+              .code == 0);
   }
 }
 

@@ -23,6 +23,7 @@
 #include "bench_suite.hpp"
 #include "bench_timer.hpp"
 #include "commands.hpp"
+#include "ops/activation/activation.hpp"
 #include "support/gpu.hpp"
 #include "util/error.hpp"
 
@@ -83,9 +84,11 @@ Run make_run(const std::string& op, ops::SetArgs sets, const BenchOptions& opts,
       sets["dtype"] != "fp32") {
     throw UsageError(where + "dtype must be bf16, fp16 or fp32");
   }
-  if (sets.count("act") && sets["act"] != "silu" && sets["act"] != "gelu" &&
-      sets["act"] != "gelutanh") {
-    throw UsageError(where + "act must be silu, gelu or gelutanh");
+  if (sets.count("act") && ops::find_activation(sets["act"]) == nullptr) {
+    std::string names;
+    for (const auto& a : ops::kActivations)
+      names += std::string(names.empty() ? "" : ", ") + a.name;
+    throw UsageError(where + "act must be one of " + names);
   }
   if (op == "empty") empty_move_bytes(sets);
   if (!r.entry->has_reference &&
