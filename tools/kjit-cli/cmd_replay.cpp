@@ -40,7 +40,7 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace st = util::safetensors;
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;  // as every kjit-cli file (one unity-build alias)
 
 // A dump that cannot be replayed (missing or inconsistent files): exit 1 with the reason.
 class ReplayError : public std::runtime_error {
