@@ -13,10 +13,10 @@
 // accumulators each).
 //
 // Launch contract: grid ceil(m / 128) * ceil(n / BN) blocks (tile_of maps them), kGemmSm90Threads
-// threads,
-// gemm_sm90_smem_bytes(BN, STAGES) bytes of dynamic shared memory. p.tma_a / p.tma_b describe a
-// and b with boxes of 64 x 128 and 64 x BN elements and 128-byte swizzling (TMA's rules: 16-byte
-// aligned bases, row strides multiples of 16 bytes). out must not overlap a, b or bias.
+// threads, gemm_sm90_smem_bytes(BN, STAGES) bytes of dynamic shared memory. p.tma_a / p.tma_b
+// describe a and b with boxes of 64 x 128 and 64 x BN elements and 128-byte swizzling (TMA's
+// rules: 16-byte aligned bases, row strides multiples of 16 bytes). out must not overlap a, b or
+// bias.
 #pragma once
 
 #include "common/hopper.cuh"
