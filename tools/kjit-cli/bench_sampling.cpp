@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -402,6 +404,70 @@ int bench_softmax(const ops::SetArgs& args, const BenchOptions& opts) {
   return report(c, chk, first_ms, opts);
 }
 
+// kjit_top_k_mask_logits: keeps the logits >= the row's k-th largest (ties kept), the rest -inf.
+// The check is exact: the kernel compares the stored values, so the reference does too.
+int bench_top_k_mask_logits(const ops::SetArgs& args, const BenchOptions& opts) {
+  const std::string dtype = args.at("dtype");
+  const int64_t batch = ops::positive_int_arg(args, "batch", 1 << 20);
+  const int64_t vocab = ops::positive_int_arg(args, "vocab", ops::kFilterMaxVocab);
+  const int64_t k = args.count("k") ? ops::positive_int_arg(args, "k", 1 << 30) : 50;
+  if (dtype != "fp32" && dtype != "bf16" && dtype != "fp16") {
+    throw UsageError("dtype must be fp32, bf16 or fp16");
+  }
+  const size_t n = static_cast<size_t>(batch * vocab);
+  const size_t es = ref::elem_size(dtype);
+  check_gpu();
+  std::mt19937_64 rng(std::random_device{}());
+  std::vector<unsigned char> host;
+  const std::vector<double> v = random_logits(host, n, dtype, rng, 2.0);
+  test::DeviceBuffer x(host.size()), out(host.size());
+  x.upload(host.data(), host.size());
+  out.fill(0xFF);
+  auto xt = test::make_tensor(x.get(), {batch, vocab}, test::dl_dtype(dtype));
+  auto ot = test::make_tensor(out.get(), {batch, vocab}, test::dl_dtype(dtype));
+  const ops::DType dt = *ops::dtype_of(test::dl_dtype(dtype));
+  const bool aligned = vocab % static_cast<int64_t>(16 / es) == 0;
+  BenchCase c;
+  c.op = "top_k_mask_logits";
+  c.uri = ops::filter_uri(
+      ops::select_filter(ops::FilterOp::kMask, ops::FilterInput::kLogitKeys, dt, vocab, aligned));
+  c.dtype = dtype;
+  c.shape = {{"batch", batch}, {"vocab", vocab}, {"k", k}};
+  c.label = fmt::format("top_k_mask_logits {} batch={} vocab={} k={}", dtype, batch, vocab, k);
+  c.launch = [&](CUstream stream) {
+    const kjit_status st = kjit_top_k_mask_logits(
+        xt.get(), nullptr, ot.get(), test::SamplingOptions().top_k(static_cast<int>(k)), stream);
+    if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
+  };
+  c.bytes = static_cast<double>(2 * n * es);  // the logits read and the masked copy written
+  c.copy_src = x.get();
+  c.copy_bytes = n * es;
+  const double first_ms = first_call_ms(c);
+  std::vector<unsigned char> got(host.size());
+  out.download(got.data(), got.size());
+  Check chk;
+  for (int64_t r = 0; r < batch; ++r) {
+    std::vector<double> row(v.begin() + r * vocab, v.begin() + (r + 1) * vocab);
+    std::vector<double> sorted = row;
+    const int64_t kk = std::min(k, vocab);
+    std::nth_element(sorted.begin(), sorted.begin() + (kk - 1), sorted.end(), std::greater<>());
+    const double kth = sorted[static_cast<size_t>(kk - 1)];
+    for (int64_t i = 0; i < vocab; ++i) {
+      const double want = row[static_cast<size_t>(i)] >= kth
+                              ? row[static_cast<size_t>(i)]
+                              : -std::numeric_limits<double>::infinity();
+      const double g = ref::load_elem(got.data(), static_cast<size_t>(r * vocab + i), dtype);
+      // A masked element must be -inf exactly (|-inf - -inf| is NaN, so compare it as a flag).
+      if (std::isinf(want)) {
+        chk.add(g == want ? 0.0 : 1.0, 0.0, 0.0);
+      } else {
+        chk.add(g, want, 0.0);
+      }
+    }
+  }
+  return report(c, chk, first_ms, opts);
+}
+
 }  // namespace
 
 void add_sampling_benches(std::vector<BenchEntry>& out) {
@@ -432,6 +498,11 @@ void add_sampling_benches(std::vector<BenchEntry>& out) {
                  {"temperature"},
                  bench_softmax,
                  "dtype, batch, vocab, optional temperature (1)"});
+  out.push_back({"top_k_mask_logits",
+                 {"dtype", "batch", "vocab"},
+                 {"k"},
+                 bench_top_k_mask_logits,
+                 "dtype, batch, vocab, optional k (50)"});
 }
 
 }  // namespace kjit::cli
