@@ -4,7 +4,7 @@
 
 #include "ops/activation/activation_desc.hpp"
 #include "ops/attention/attention_desc.hpp"
-#include "ops/gemm/gemm.hpp"
+#include "ops/gemm/gemm_desc.hpp"
 #include "ops/kv_cache/kv_cache_desc.hpp"
 #include "ops/norm/norm_desc.hpp"
 #include "ops/rope/rope_desc.hpp"
@@ -14,8 +14,7 @@
 namespace kjit::ops {
 
 const std::vector<OpDef>& op_registry() {
-  // Each family's descriptor (src/ops/<family>/<family>_desc.cpp) builds its OpDefs (gemm:
-  // gemm_desc.cpp, declared in gemm.hpp).
+  // Each family's descriptor (src/ops/<family>/<family>_desc.cpp) builds its OpDefs.
   static const std::vector<OpDef> defs = {rmsnorm_op_def(),
                                           fused_add_rmsnorm_op_def(),
                                           layernorm_op_def(),

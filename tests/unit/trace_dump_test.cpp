@@ -20,6 +20,7 @@
 #include "diag/trace_dump.hpp"
 #include "ops/activation/activation_desc.hpp"
 #include "ops/attention/attention_desc.hpp"
+#include "ops/gemm/gemm_desc.hpp"
 #include "ops/kv_cache/kv_cache_desc.hpp"
 #include "ops/norm/norm_desc.hpp"
 #include "ops/rope/rope_desc.hpp"
@@ -133,8 +134,16 @@ TEST_CASE("trace dump: every hook writes under its definition's name", "[trace]"
   r.cache_dtype = DType::kF32;
   trace::rope(r, 17, 4096);
   trace::append_paged_kv(DType::kBF16, 8, 128, 16, false, 64, 64, 70, 100);
+  trace::gemm(DType::kBF16, DType::kBF16, 16, 4096, 14336, false);
+  trace::gemm(DType::kF16, DType::kF32, 3, 64, 40, true);
 
-  CHECK(check_one_line_each(t.dir.path()) == 8);
+  CHECK(check_one_line_each(t.dir.path()) == 10);
+  const auto gemm_line = lines(t.work("gemm_n4096_k14336")).at(0);
+  CHECK(gemm_line.at("axes").at("m") == 16);
+  CHECK(gemm_line.at("op") == "gemm");
+  CHECK(gemm_line.at("set").at("k") == "14336");
+  // `bench gemm` has no bias: such a call records its definition and axes, no bench row.
+  CHECK_FALSE(lines(t.work("gemm_n64_k40_fp16_out_fp32_bias")).at(0).contains("op"));
   const auto cache_line = lines(t.work("rope_cos_sin_cache_q32_k8_d128_csfp32")).at(0);
   CHECK(cache_line.at("axes").at("max_position") == 4096);
   CHECK_FALSE(cache_line.contains("op"));  // no bench for the cache kernel yet
@@ -321,6 +330,7 @@ TEST_CASE("trace dump: what it writes is bench --from input", "[trace]") {
                     SamplingKind::kSoftmax, SamplingKind::kArgmax}) {
     trace::sampling(kind, DType::kF32, 128256, 8);
   }
+  trace::gemm(DType::kBF16, DType::kF32, 8, 4096, 14336, false);
   int files = 0;
   for (const auto& e : fs::directory_iterator(t.dir.path() / "workloads")) {
     INFO(e.path());
@@ -332,7 +342,7 @@ TEST_CASE("trace dump: what it writes is bench --from input", "[trace]") {
     CHECK(WEXITSTATUS(status) == 0);
     ++files;
   }
-  CHECK(files == 10);
+  CHECK(files == 11);
 }
 
 TEST_CASE("trace dump: at most kMaxWorkloadsPerDefinition lines per definition", "[trace]") {

@@ -7,6 +7,7 @@
 #include "cuda/launch.hpp"
 #include "cuda/tensor_map.hpp"
 #include "runtime/jit_core.hpp"
+#include "ops/gemm/gemm_desc.hpp"
 #include "ops/tensor.hpp"
 #include "util/error.hpp"
 
@@ -172,6 +173,7 @@ void gemm(const DLTensor* a, const DLTensor* b, const DLTensor* bias, DLTensor* 
   if (m == 0) return;
   // Unsupported dtypes are reported before any driver call, so also without a GPU.
   select_gemm(x.dtype, y.dtype, m, n, k, GemmTarget{});
+  if (trace::enabled()) trace::gemm(x.dtype, y.dtype, m, n, k, bias != nullptr);
 
   const GemmTarget target =
       gemm_target(x.device, k > 0 && tma_describable(x) && tma_describable(w));

@@ -55,6 +55,4 @@ jit::Spec gemm_spec(const GemmConfig& cfg);
 void gemm(const DLTensor* a, const DLTensor* b, const DLTensor* bias, DLTensor* out, float alpha,
           float beta, void* stream);
 
-OpDef gemm_op_def();
-
 }  // namespace kjit::ops

@@ -1,5 +1,9 @@
-// The GEMM family's registry entry: what `kjit-cli compile / ops` and the compile tests see.
-// Definitions and trace hooks for gemm are not written yet.
+// See gemm_desc.hpp.
+#include "ops/gemm/gemm_desc.hpp"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -7,6 +11,40 @@
 #include "util/error.hpp"
 
 namespace kjit::ops {
+
+namespace {
+using namespace def;
+
+// The realistic (n, k) of Llama-3-8B / 70B-class linear layers (bench/suites/gemm.jsonl's).
+constexpr int64_t kDefinitionShapes[][2] = {
+    {28672, 4096}, {4096, 14336}, {6144, 4096}, {8192, 8192}};
+
+std::string gemm_name(DType dtype, DType out_dtype, int64_t n, int64_t k, bool bias) {
+  return fmt::format("gemm_n{}_k{}{}{}{}", n, k, dtype_suffix(dtype),
+                     out_dtype == dtype ? "" : std::string("_out_") + dtype_name(out_dtype),
+                     bias ? "_bias" : "");
+}
+}  // namespace
+
+Definition gemm_definition(DType dtype, DType out_dtype, int64_t n, int64_t k, bool bias) {
+  Definition d;
+  d.name = gemm_name(dtype, out_dtype, n, k, bias);
+  d.op_type = "gemm";
+  d.op = "gemm";
+  d.entry = "kjit_gemm";
+  d.description = std::string("out = alpha * a . b^T + beta * out") + (bias ? " + bias" : "") +
+                  " (PyTorch Linear: b is the weight), fp32 accumulation";
+  d.axes = {var("m", "rows of a: tokens"), constant("n", n, "output features (b's rows)"),
+            constant("k", k, "input features")};
+  d.inputs = {tensor("a", {"m", "k"}, dtype, "activations"),
+              tensor("b", {"n", "k"}, dtype, "weight, row-major [n, k]")};
+  if (bias) d.inputs.push_back(tensor("bias", {"n"}, dtype, "added to every row"));
+  d.inputs.push_back(scalar("alpha", "options->alpha (default 1)"));
+  d.inputs.push_back(scalar("beta", "options->beta (default 0: out is only written)"));
+  d.outputs = {tensor("out", {"m", "n"}, out_dtype, "the product")};
+  d.reference = "tools/devkit/reference/gemm_ref.hpp: ref::gemm_element";
+  return d;
+}
 
 OpDef gemm_op_def() {
   OpDef d;
@@ -50,7 +88,29 @@ OpDef gemm_op_def() {
     }
     return out;
   };
+  d.definitions = [] {
+    std::vector<Definition> out;
+    for (const auto& s : kDefinitionShapes) {
+      out.push_back(gemm_definition(DType::kBF16, DType::kBF16, s[0], s[1], false));
+    }
+    return out;
+  };
   return d;
 }
+
+namespace trace {
+
+void gemm(DType dtype, DType out_dtype, int64_t m, int64_t n, int64_t k, bool bias) noexcept {
+  // `kjit-cli bench gemm` times the product without a bias: a call with one has no bench row.
+  record(gemm_name(dtype, out_dtype, n, k, bias), {{"m", m}}, bias ? nullptr : "gemm",
+         {{"dtype", dtype_name(dtype)},
+          {"out_dtype", dtype_name(out_dtype)},
+          {"m", std::to_string(m)},
+          {"n", std::to_string(n)},
+          {"k", std::to_string(k)}},
+         [&] { return gemm_definition(dtype, out_dtype, n, k, bias); });
+}
+
+}  // namespace trace
 
 }  // namespace kjit::ops
