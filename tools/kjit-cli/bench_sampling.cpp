@@ -59,6 +59,36 @@ std::vector<double> random_logits(std::vector<unsigned char>& host, size_t n,
   return v;
 }
 
+// The input the logit benches share: dtype, batch and vocab from --set (a usage error before any
+// GPU work), one fresh row of N(0, sigma) logits per row in that dtype, on the device, as xt.
+struct LogitRows {
+  LogitRows(const ops::SetArgs& args, int64_t max_vocab, double sigma)
+      : dtype(args.at("dtype")),
+        batch(ops::positive_int_arg(args, "batch", 1 << 20)),
+        vocab(ops::positive_int_arg(args, "vocab", max_vocab)),
+        n(static_cast<size_t>(batch * vocab)),
+        es(dtype == "fp32" || dtype == "bf16" || dtype == "fp16"
+               ? ref::elem_size(dtype)
+               : throw UsageError("dtype must be fp32, bf16 or fp16")) {
+    check_gpu();
+    std::mt19937_64 rng(std::random_device{}());
+    v = random_logits(host, n, dtype, rng, sigma);
+    x = std::make_unique<test::DeviceBuffer>(host.size());
+    x->upload(host.data(), host.size());
+    xt = test::make_tensor(x->get(), {batch, vocab}, test::dl_dtype(dtype));
+  }
+  // Whether the rows allow the 16-byte vector path.
+  bool aligned() const { return vocab % static_cast<int64_t>(16 / es) == 0; }
+
+  std::string dtype;
+  int64_t batch, vocab;
+  size_t n, es;  // elements, bytes per element
+  std::vector<unsigned char> host;
+  std::vector<double> v;  // the stored values, as fp64
+  std::unique_ptr<test::DeviceBuffer> x;
+  test::Tensor xt;
+};
+
 // --set path=auto|single|cluster (default auto) and, with path=cluster, cluster=N (2..16; default:
 // chosen by the batch) force the samplers' kernel path for the case, so that the one-block and
 // the cluster path can be timed side by side in one run; threads=N (a multiple of 32 to 1024)
@@ -227,32 +257,19 @@ int bench_top_p_sampling(const ops::SetArgs& args, const BenchOptions& opts) {
 }
 
 int bench_top_k_top_p_sampling(const ops::SetArgs& args, const BenchOptions& opts) {
-  const std::string dtype = args.at("dtype");
-  const int64_t batch = ops::positive_int_arg(args, "batch", 1 << 20);
-  const int64_t vocab = ops::positive_int_arg(args, "vocab", ops::kFilterMaxVocab);
   const int64_t k = args.count("k") ? ops::positive_int_arg(args, "k", 1 << 30) : 50;
   const double p = float_arg(args, "p", 0.9, 1e-6, 1.0);
   const double temperature = float_arg(args, "temperature", 1.0, 1e-3, 100.0);
   const double sigma = float_arg(args, "sigma", 2.0, 0.0, 100.0);
-  if (dtype != "fp32" && dtype != "bf16" && dtype != "fp16") {
-    throw UsageError("dtype must be fp32, bf16 or fp16");
-  }
-  const size_t n = static_cast<size_t>(batch * vocab);
-  const size_t es = ref::elem_size(dtype);
-  check_gpu();
-
-  std::mt19937_64 rng(std::random_device{}());
-  std::vector<unsigned char> host;
-  const std::vector<double> logits = random_logits(host, n, dtype, rng, sigma);
-  test::DeviceBuffer x(host.size());
-  x.upload(host.data(), host.size());
-  auto xt = test::make_tensor(x.get(), {batch, vocab}, test::dl_dtype(dtype));
+  LogitRows in(args, ops::kFilterMaxVocab, sigma);
+  const std::string& dtype = in.dtype;
+  const int64_t batch = in.batch, vocab = in.vocab;
+  const size_t n = in.n, es = in.es;
   DrawBuffers bufs(batch);
 
   const ops::DType dt = *ops::dtype_of(test::dl_dtype(dtype));
-  const ops::FilterConfig cfg =
-      ops::select_filter(ops::FilterOp::kSample, ops::FilterInput::kLogits, dt, vocab,
-                         vocab % static_cast<int64_t>(16 / es) == 0);
+  const ops::FilterConfig cfg = ops::select_filter(
+      ops::FilterOp::kSample, ops::FilterInput::kLogits, dt, vocab, in.aligned());
   const PathChoice path(args);
   BenchCase c;
   c.op = "top_k_top_p_sampling";
@@ -268,12 +285,12 @@ int bench_top_k_top_p_sampling(const ops::SetArgs& args, const BenchOptions& opt
   sa.top_p.scalar = static_cast<float>(p);
   sa.temperature.scalar = static_cast<float>(temperature);
   c.launch = [&](CUstream stream) {
-    ops::sample("logits", ops::FilterInput::kLogits, xt.get(), sa, bufs.seed_t.get(),
+    ops::sample("logits", ops::FilterInput::kLogits, in.xt.get(), sa, bufs.seed_t.get(),
                 bufs.offset_t.get(), bufs.samples_t.get(), bufs.valid_t.get(), stream,
                 path.tuning(), path.ran());
   };
   c.bytes = static_cast<double>(n * es);
-  c.copy_src = x.get();
+  c.copy_src = in.x->get();
   c.copy_bytes = n * es / 2;
 
   const double first_ms = first_call_ms(c);
@@ -283,26 +300,16 @@ int bench_top_k_top_p_sampling(const ops::SetArgs& args, const BenchOptions& opt
   spec.top_p = p;
   spec.value_tol = 2e-5;
   spec.mass_tol = 2e-4;
-  return report(c, check_draws(logits, batch, vocab, spec, temperature, true, bufs), first_ms,
-                opts);
+  return report(c, check_draws(in.v, batch, vocab, spec, temperature, true, bufs), first_ms, opts);
 }
 
 int bench_argmax(const ops::SetArgs& args, const BenchOptions& opts) {
-  const std::string dtype = args.at("dtype");
-  const int64_t batch = ops::positive_int_arg(args, "batch", 1 << 20);
-  const int64_t vocab = ops::positive_int_arg(args, "vocab", ops::kRowKernelMaxVocab);
-  if (dtype != "fp32" && dtype != "bf16" && dtype != "fp16") {
-    throw UsageError("dtype must be fp32, bf16 or fp16");
-  }
-  const size_t n = static_cast<size_t>(batch * vocab);
-  const size_t es = ref::elem_size(dtype);
-  check_gpu();
-  std::mt19937_64 rng(std::random_device{}());
-  std::vector<unsigned char> host;
-  const std::vector<double> v = random_logits(host, n, dtype, rng, 2.0);
-  test::DeviceBuffer x(host.size()), out(static_cast<size_t>(batch) * 8);
-  x.upload(host.data(), host.size());
-  auto xt = test::make_tensor(x.get(), {batch, vocab}, test::dl_dtype(dtype));
+  LogitRows in(args, ops::kRowKernelMaxVocab, 2.0);
+  const std::string& dtype = in.dtype;
+  const int64_t batch = in.batch, vocab = in.vocab;
+  const size_t n = in.n, es = in.es;
+  const std::vector<double>& v = in.v;
+  test::DeviceBuffer out(static_cast<size_t>(batch) * 8);
   auto ot = test::make_tensor(out.get(), {batch}, test::dl_dtype("int64"));
   const ops::DType dt = *ops::dtype_of(test::dl_dtype(dtype));
   // path=auto|block|cluster (cluster=2|4|8 with it, else the heuristic's size), threads=N
@@ -323,8 +330,7 @@ int bench_argmax(const ops::SetArgs& args, const BenchOptions& opts) {
       args.count("unroll") ? static_cast<int>(ops::positive_int_arg(args, "unroll", 8)) : 0;
   const cuda::DeviceInfo& info = cuda::device_info(0);
   const ops::ArgmaxPlan plan =
-      ops::plan_argmax(dt, batch, vocab, vocab % static_cast<int64_t>(16 / es) == 0, info.sm_count,
-                       info.major, tuning);
+      ops::plan_argmax(dt, batch, vocab, in.aligned(), info.sm_count, info.major, tuning);
   BenchCase c;
   c.op = "argmax";
   c.uri = ops::argmax_uri(plan.cfg);
@@ -332,9 +338,9 @@ int bench_argmax(const ops::SetArgs& args, const BenchOptions& opts) {
   c.shape = {{"batch", batch}, {"vocab", vocab}, {"threads", plan.threads}};
   c.label = fmt::format("argmax {} batch={} vocab={} blocks/row={} threads={} unroll={}", dtype,
                         batch, vocab, plan.cfg.cluster, plan.threads, plan.cfg.unroll);
-  c.launch = [&](CUstream stream) { ops::argmax(xt.get(), ot.get(), stream, tuning); };
+  c.launch = [&](CUstream stream) { ops::argmax(in.xt.get(), ot.get(), stream, tuning); };
   c.bytes = static_cast<double>(n * es);
-  c.copy_src = x.get();
+  c.copy_src = in.x->get();
   c.copy_bytes = n * es / 2;
   const double first_ms = first_call_ms(c);
   std::vector<int64_t> got(static_cast<size_t>(batch));
@@ -347,47 +353,38 @@ int bench_argmax(const ops::SetArgs& args, const BenchOptions& opts) {
   }
   const int rc1 = report(c, chk, first_ms, opts);
   // The ceiling: a pure read of the same bytes, timed the same way in the same run.
-  const int rc2 = report_read_probe(x.get(), static_cast<int64_t>(n * es) / 16 * 16, c.label, opts);
+  const int rc2 =
+      report_read_probe(in.x->get(), static_cast<int64_t>(n * es) / 16 * 16, c.label, opts);
   return rc1 != kExitOk ? rc1 : rc2;
 }
 
 int bench_softmax(const ops::SetArgs& args, const BenchOptions& opts) {
-  const std::string dtype = args.at("dtype");
-  const int64_t batch = ops::positive_int_arg(args, "batch", 1 << 20);
-  const int64_t vocab = ops::positive_int_arg(args, "vocab", ops::kRowKernelMaxVocab);
   const double temperature = float_arg(args, "temperature", 1.0, 1e-3, 100.0);
-  if (dtype != "fp32" && dtype != "bf16" && dtype != "fp16") {
-    throw UsageError("dtype must be fp32, bf16 or fp16");
-  }
-  const size_t n = static_cast<size_t>(batch * vocab);
-  const size_t es = ref::elem_size(dtype);
-  check_gpu();
-  std::mt19937_64 rng(std::random_device{}());
-  std::vector<unsigned char> host;
-  const std::vector<double> v = random_logits(host, n, dtype, rng, 2.0);
-  test::DeviceBuffer x(host.size()), out(n * 4);
-  x.upload(host.data(), host.size());
+  LogitRows in(args, ops::kRowKernelMaxVocab, 2.0);
+  const std::string& dtype = in.dtype;
+  const int64_t batch = in.batch, vocab = in.vocab;
+  const size_t n = in.n, es = in.es;
+  const std::vector<double>& v = in.v;
+  test::DeviceBuffer out(n * 4);
   out.fill(0xFF);
-  auto xt = test::make_tensor(x.get(), {batch, vocab}, test::dl_dtype(dtype));
   auto ot = test::make_tensor(out.get(), {batch, vocab}, test::dl_dtype("fp32"));
   const ops::DType dt = *ops::dtype_of(test::dl_dtype(dtype));
   BenchCase c;
   c.op = "softmax";
-  c.uri =
-      ops::softmax_uri(ops::select_softmax(dt, vocab, vocab % static_cast<int64_t>(16 / es) == 0));
+  c.uri = ops::softmax_uri(ops::select_softmax(dt, vocab, in.aligned()));
   c.dtype = dtype;
   c.shape = {{"batch", batch}, {"vocab", vocab}, {"temperature", temperature}};
   c.label = fmt::format("softmax {} batch={} vocab={} T={}", dtype, batch, vocab, temperature);
   c.launch = [&](CUstream stream) {
     kjit_status st =
-        kjit_softmax(xt.get(), nullptr, ot.get(),
+        kjit_softmax(in.xt.get(), nullptr, ot.get(),
                      test::SamplingOptions().temperature(static_cast<float>(temperature)), stream);
     if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
   };
   // Two reads of the logits (the second mostly from L2) count once: HBM traffic is one read and
   // the fp32 write.
   c.bytes = static_cast<double>(n * es + n * 4);
-  c.copy_src = x.get();
+  c.copy_src = in.x->get();
   c.copy_bytes = std::min((n * es + n * 4) / 2, n * es);  // as much as the logits allow
   const double first_ms = first_call_ms(c);
   std::vector<float> got(n);
@@ -407,43 +404,33 @@ int bench_softmax(const ops::SetArgs& args, const BenchOptions& opts) {
 // kjit_top_k_mask_logits: keeps the logits >= the row's k-th largest (ties kept), the rest -inf.
 // The check is exact: the kernel compares the stored values, so the reference does too.
 int bench_top_k_mask_logits(const ops::SetArgs& args, const BenchOptions& opts) {
-  const std::string dtype = args.at("dtype");
-  const int64_t batch = ops::positive_int_arg(args, "batch", 1 << 20);
-  const int64_t vocab = ops::positive_int_arg(args, "vocab", ops::kFilterMaxVocab);
   const int64_t k = args.count("k") ? ops::positive_int_arg(args, "k", 1 << 30) : 50;
-  if (dtype != "fp32" && dtype != "bf16" && dtype != "fp16") {
-    throw UsageError("dtype must be fp32, bf16 or fp16");
-  }
-  const size_t n = static_cast<size_t>(batch * vocab);
-  const size_t es = ref::elem_size(dtype);
-  check_gpu();
-  std::mt19937_64 rng(std::random_device{}());
-  std::vector<unsigned char> host;
-  const std::vector<double> v = random_logits(host, n, dtype, rng, 2.0);
-  test::DeviceBuffer x(host.size()), out(host.size());
-  x.upload(host.data(), host.size());
+  LogitRows in(args, ops::kFilterMaxVocab, 2.0);
+  const std::string& dtype = in.dtype;
+  const int64_t batch = in.batch, vocab = in.vocab;
+  const size_t n = in.n, es = in.es;
+  const std::vector<double>& v = in.v;
+  test::DeviceBuffer out(in.host.size());
   out.fill(0xFF);
-  auto xt = test::make_tensor(x.get(), {batch, vocab}, test::dl_dtype(dtype));
   auto ot = test::make_tensor(out.get(), {batch, vocab}, test::dl_dtype(dtype));
   const ops::DType dt = *ops::dtype_of(test::dl_dtype(dtype));
-  const bool aligned = vocab % static_cast<int64_t>(16 / es) == 0;
   BenchCase c;
   c.op = "top_k_mask_logits";
-  c.uri = ops::filter_uri(
-      ops::select_filter(ops::FilterOp::kMask, ops::FilterInput::kLogitKeys, dt, vocab, aligned));
+  c.uri = ops::filter_uri(ops::select_filter(ops::FilterOp::kMask, ops::FilterInput::kLogitKeys, dt,
+                                             vocab, in.aligned()));
   c.dtype = dtype;
   c.shape = {{"batch", batch}, {"vocab", vocab}, {"k", k}};
   c.label = fmt::format("top_k_mask_logits {} batch={} vocab={} k={}", dtype, batch, vocab, k);
   c.launch = [&](CUstream stream) {
     const kjit_status st = kjit_top_k_mask_logits(
-        xt.get(), nullptr, ot.get(), test::SamplingOptions().top_k(static_cast<int>(k)), stream);
+        in.xt.get(), nullptr, ot.get(), test::SamplingOptions().top_k(static_cast<int>(k)), stream);
     if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
   };
   c.bytes = static_cast<double>(2 * n * es);  // the logits read and the masked copy written
-  c.copy_src = x.get();
+  c.copy_src = in.x->get();
   c.copy_bytes = n * es;
   const double first_ms = first_call_ms(c);
-  std::vector<unsigned char> got(host.size());
+  std::vector<unsigned char> got(in.host.size());
   out.download(got.data(), got.size());
   Check chk;
   for (int64_t r = 0; r < batch; ++r) {
