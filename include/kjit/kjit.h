@@ -624,6 +624,69 @@ KJIT_API void kjit_gemm_options_init(kjit_gemm_options* options);
 KJIT_API kjit_status kjit_gemm(const DLTensor* a, const DLTensor* b, const DLTensor* bias,
                                DLTensor* out, const kjit_gemm_options* options, void* stream);
 
+/*
+ * DLPack 1.1's type code of float8_e4m3fn (kDLFloat8_e4m3fn, what torch.float8_e4m3fn exports):
+ * fp8 tensors are {KJIT_DL_FLOAT8_E4M3FN, 8, 1}. Spelled here because older dlpack.h headers
+ * (0.x, the one kjit builds against) lack it.
+ */
+#define KJIT_DL_FLOAT8_E4M3FN 10
+
+/*
+ * out = alpha * (a . b^T, each product dequantized by its scales) + beta * out, e4m3 operands,
+ * fp32 accumulation (DeepSeek-V3 / vLLM / torch._scaled_mm conventions).
+ *
+ * a: [..., k] float8_e4m3fn, last dim contiguous, leading dims collapsing into m rows with one
+ *   row stride. b: [n, k] float8_e4m3fn (the weight, PyTorch Linear layout), last dim contiguous.
+ * out: [..., n] with a's leading dims, bf16, fp16 or fp32, last dim contiguous, row stride free;
+ *   it must not overlap a, b or the scales. Read only when beta != 0.
+ * scale_a, scale_b: fp32, compact. The scale mode is read from their shapes:
+ *  - per tensor: [1]; per row: scale_a [m] (one per row of a: per token), scale_b [n] (one per
+ *    row of b: per output channel). The two sides may mix (a per row, b per tensor, ...):
+ *    out[i, j] = scale_a[i or 0] * scale_b[j or 0] * sum_k a[i, k] * b[j, k].
+ *  - blocks (DeepSeek-V3): scale_a [m, ceil(k / 128)], one per 1 x 128 group of a row;
+ *    scale_b [ceil(n / 128), ceil(k / 128)], one per 128 x 128 block of b. Each 128-wide K chunk
+ *    is summed on its own and added to the fp32 result times its two scales, so a long k keeps
+ *    fp32 precision (the tensor cores' fp8 accumulator holds fewer bits). k need not be a
+ *    multiple of 128: the last chunk is shorter. Both scales must be 2-D.
+ *   kjit_quant_fp8 writes scale_a in exactly these layouts.
+ * options: kjit_gemm_options (alpha, beta); NULL for the defaults (alpha 1, beta 0).
+ * Any k >= 0 (k = 0 gives out = beta * out). On an sm_90 device the call runs on tensor cores
+ * (TMA + wgmma) when a and b start at 16-byte aligned addresses with row strides multiples of 16
+ * bytes (k a multiple of 16 for compact tensors); otherwise, and on other devices (sm_80+), an
+ * fp32 fallback serves it. Thread-safe.
+ */
+KJIT_API kjit_status kjit_gemm_fp8(const DLTensor* a, const DLTensor* b, const DLTensor* scale_a,
+                                   const DLTensor* scale_b, DLTensor* out,
+                                   const kjit_gemm_options* options, void* stream);
+
+/* ---- fp8 quantization (kernels/quant, src/ops/quant) ---------------------------------------- */
+
+/* How kjit_quant_fp8 scales: one scale for the tensor, one per row (token), or one per 1 x 128
+ * group of a row (DeepSeek-V3's activations). */
+typedef enum kjit_fp8_scaling {
+  KJIT_FP8_PER_TENSOR = 0,
+  KJIT_FP8_PER_ROW = 1,
+  KJIT_FP8_PER_GROUP_128 = 2
+} kjit_fp8_scaling;
+
+/*
+ * Dynamic fp8 quantization: scale = amax / 448 over each tensor, row or 1 x 128 group, and
+ * out = e4m3(x / scale), rounded to nearest even and saturated to +-448 (a scale of 0, an
+ * all-zero group, gives zeros). Inputs should be finite: NaN stays NaN and is left out of the
+ * amax, an infinity gives an infinite scale.
+ *
+ * input: [..., k] bf16 or fp16, last dim contiguous, leading dims collapsing into m rows with one
+ *   row stride. out: [..., k] float8_e4m3fn with input's shape, last dim contiguous, row stride
+ *   free, not overlapping input or scale.
+ * scale: fp32, compact: [1] per tensor, [m] per row, [m, ceil(k / 128)] per group: the layouts
+ *   kjit_gemm_fp8 reads as scale_a.
+ * Per tensor runs a memset and two kernels (the amax through a device-wide atomic max, then the
+ * conversion), with no host synchronization, so it can be captured in a CUDA graph. Zero-size:
+ * no-op. Thread-safe.
+ */
+KJIT_API kjit_status kjit_quant_fp8(const DLTensor* input, DLTensor* out, DLTensor* scale,
+                                    kjit_fp8_scaling scaling, void* stream);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

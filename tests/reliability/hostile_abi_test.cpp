@@ -97,6 +97,15 @@ struct Call {
     }
     return o;
   }
+  // The GEMMs' kjit_gemm_options: this call's alpha, beta and struct_size.
+  kjit_gemm_options gemm_options() {
+    kjit_gemm_options o;
+    kjit_gemm_options_init(&o);
+    o.alpha = scalar("alpha");
+    o.beta = scalar("beta");
+    o.struct_size = static_cast<size_t>(integer("struct_size"));
+    return o;
+  }
 };
 
 struct Mutation {
@@ -1212,11 +1221,7 @@ Api gemm_api() {
     return c;
   };
   api.invoke = [](Call& c) {
-    kjit_gemm_options o;
-    kjit_gemm_options_init(&o);
-    o.alpha = c.f(0);
-    o.beta = c.f(1);
-    o.struct_size = static_cast<size_t>(c.n(0));
+    const kjit_gemm_options o = c.gemm_options();
     return kjit_gemm(c.t(0), c.t(1), c.t(2), c.t(3), &o, nullptr);
   };
   api.specific = {
@@ -1270,6 +1275,108 @@ Api gemm_api() {
   return api;
 }
 
+// kjit_gemm_fp8 with per-row scales (the scale shapes' own breakages name the mode rules).
+Api gemm_fp8_api() {
+  Api api;
+  api.name = "kjit_gemm_fp8";
+  api.make = [] {
+    Call c;
+    c.tensors.push_back(arg("a", 1, {4, 256}, "e4m3"));
+    c.tensors.push_back(arg("b", 2, {32, 256}, "e4m3"));
+    c.tensors.push_back(arg("scale_a", 3, {4}, "fp32"));
+    c.tensors.push_back(arg("scale_b", 5, {32}, "fp32"));
+    c.tensors.push_back(arg("out", 4, {4, 32}, "bf16"));
+    c.floats = {{"alpha", 1.0f}, {"beta", 0.5f}};
+    c.ints = {{"struct_size", static_cast<int>(sizeof(kjit_gemm_options))}};
+    return c;
+  };
+  api.invoke = [](Call& c) {
+    const kjit_gemm_options o = c.gemm_options();
+    return kjit_gemm_fp8(c.t(0), c.t(1), c.t(2), c.t(3), c.t(4), &o, nullptr);
+  };
+  api.specific = {
+      {"b with another k",
+       [](Call& c) {
+         reshape(c.arg("b"), {32, 255});
+       },
+       "b"},
+      {"bf16 operands",
+       [](Call& c) {
+         c.arg("a").t.t.dtype = dl_dtype("bf16");
+         c.arg("b").t.t.dtype = dl_dtype("bf16");
+       },
+       "a"},
+      {"b of another dtype", [](Call& c) { c.arg("b").t.t.dtype = dl_dtype("bf16"); }, "b"},
+      {"e4m3 out", [](Call& c) { c.arg("out").t.t.dtype = dl_dtype("e4m3"); }, "out"},
+      {"scale_a of another length", [](Call& c) { reshape(c.arg("scale_a"), {3}); }, "scale_a"},
+      {"scale_b of another length", [](Call& c) { reshape(c.arg("scale_b"), {31}); }, "scale_b"},
+      {"scale_a 2-D beside a 1-D scale_b",
+       [](Call& c) {
+         reshape(c.arg("scale_a"), {4, 2});
+       },
+       "scale_b"},
+      {"block scale_b with the wrong chunk count",
+       [](Call& c) {
+         reshape(c.arg("scale_a"), {4, 2});
+         reshape(c.arg("scale_b"), {1, 3});
+       },
+       "scale_b"},
+      {"bf16 scale_a", [](Call& c) { c.arg("scale_a").t.t.dtype = dl_dtype("bf16"); }, "scale_a"},
+      {"out inside scale_b", [](Call& c) { c.arg("out").t.t.data = c.arg("scale_b").t.t.data; },
+       "out"},
+      {"out inside a", [](Call& c) { c.arg("out").t.t.data = c.arg("a").t.t.data; }, "out"},
+      {"options struct_size 0", [](Call& c) { c.integer("struct_size") = 0; }, "struct_size"},
+  };
+  api.zero_size = [](Call& c) {
+    reshape(c.arg("a"), {0, 256});
+    reshape(c.arg("out"), {0, 32});
+    reshape(c.arg("scale_a"), {0});
+  };
+  return api;
+}
+
+Api quant_fp8_api() {
+  Api api;
+  api.name = "kjit_quant_fp8";
+  api.make = [] {
+    Call c;
+    c.tensors.push_back(arg("input", 1, {4, 300}, "bf16"));
+    c.tensors.push_back(arg("out", 2, {4, 300}, "e4m3"));
+    c.tensors.push_back(arg("scale", 3, {4, 3}, "fp32"));
+    c.ints = {{"scaling", KJIT_FP8_PER_GROUP_128}};
+    return c;
+  };
+  api.invoke = [](Call& c) {
+    return kjit_quant_fp8(c.t(0), c.t(1), c.t(2), static_cast<kjit_fp8_scaling>(c.n(0)), nullptr);
+  };
+  api.specific = {
+      set_int("scaling", 3),
+      set_int("scaling", -1),
+      {"per-row scaling with group scales", [](Call& c) { c.integer("scaling") = 1; }, "scale"},
+      {"fp32 input", [](Call& c) { c.arg("input").t.t.dtype = dl_dtype("fp32"); }, "input"},
+      {"bf16 out", [](Call& c) { c.arg("out").t.t.dtype = dl_dtype("bf16"); }, "out"},
+      {"out of another shape",
+       [](Call& c) {
+         reshape(c.arg("out"), {4, 301});
+       },
+       "out"},
+      {"scale with too few groups",
+       [](Call& c) {
+         reshape(c.arg("scale"), {4, 2});
+       },
+       "scale"},
+      {"out inside input",
+       [](Call& c) { c.arg("out").t.t.data = static_cast<char*>(c.arg("input").t.t.data) + 2; },
+       "out"},
+  };
+  api.zero_size = [](Call& c) {
+    reshape(c.arg("input"), {0, 300});
+    reshape(c.arg("out"), {0, 300});
+    reshape(c.arg("scale"), {0, 3});
+  };
+  return api;
+}
+
 std::vector<Api> table() {
   std::vector<Api> t = {
       rmsnorm_api("kjit_rmsnorm", kjit_rmsnorm),
@@ -1286,6 +1393,8 @@ std::vector<Api> table() {
       merge_states_n_api(),
       argmax_api(),
       gemm_api(),
+      gemm_fp8_api(),
+      quant_fp8_api(),
   };
   add_activations(t);
   add_samplers(t);
