@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "support/shell.hpp"
 #include "support/temp_dir.hpp"
 #include "tune/autotuner.hpp"
 #include "tune/tactic_rules.hpp"
@@ -287,16 +288,9 @@ TEST_CASE("tune: kjit-cli tune show lists records and their margins, clear remov
   auto run = [&](const std::string& args) {
     const std::string cmd =
         "KJIT_CACHE_DIR='" + cache.string() + "' '" KJIT_CLI_PATH "' " + args + " 2>/dev/null";
-    FILE* p = popen(cmd.c_str(), "r");
-    REQUIRE(p != nullptr);
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    const int st = pclose(p);
-    CHECK(WIFEXITED(st));
-    CHECK(WEXITSTATUS(st) == 0);
-    return out;
+    const test::ShellRun r = test::run_shell(cmd);
+    CHECK(r.code == 0);
+    return r.out;
   };
   const std::string text = run("tune show --op gemm");
   INFO(text);
