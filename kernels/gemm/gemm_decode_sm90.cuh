@@ -12,9 +12,11 @@
 // Split K over a thread-block cluster: the cluster's SPLIT blocks (the launch's cluster size,
 // 1 .. kGemmDecodeMaxSplit; read at run time, so one compiled kernel serves every split) share a
 // weight tile and each streams 1/SPLIT of its K blocks. Each block leaves its partial
-// accumulators in its own shared memory, and after a cluster barrier block r sums the token
-// groups g with g % SPLIT == r over the cluster (distributed shared memory) and writes them. No
-// workspace, no atomics: graph-safe and deterministic.
+// accumulators in its own shared memory (the drained ring), and after a cluster barrier block r
+// sums the tokens m % SPLIT == r over the cluster (distributed shared memory) and writes them,
+// adjacent threads on adjacent n. No workspace, no atomics: graph-safe and deterministic. The
+// epilogue reads shared memory, not registers, also without a split: its loop then needs no
+// register indexing, which keeps the widest token tile's NVRTC compile short.
 //
 // Warps 0-7 (two consumer warpgroups) multiply; warp 8's lane 0 produces (TMA into a ring of
 // STAGES stages with full / empty mbarriers, as in gemm_sm90.cuh).
@@ -29,14 +31,18 @@
 #include "common/cluster.cuh"
 #include "common/hopper.cuh"
 #include "common/prelude.cuh"
-#include "common/wgmma.cuh"
 #include "gemm/epilogue.cuh"
 #include "gemm/gemm_params.h"
+#include "gemm/gemm_sm90.cuh"  // consume(): the consumers' side of the ring is the same
 
 namespace kjit {
 namespace gemm {
 
 constexpr int kDecodeConsumerThreads = 256;
+
+// A stage is gemm_sm90.cuh's with the weight tile where a's was and the tokens where b's was, so
+// its consume() serves the decode kernel with BN = TOKENS.
+static_assert(kGemmDecodeRows == kGemmBlockM, "the decode kernel's stages are the sm90 kernel's");
 
 template <int TOKENS>
 constexpr u32 decode_stage_bytes() {
@@ -65,70 +71,34 @@ KJIT_DEVICE KJIT_FORCEINLINE void decode_produce(const GemmParams& p, unsigned c
   }
 }
 
-// Consumer warpgroup `half` accumulates weight rows 64 * half .. + 63 of the tile against all
-// tokens; the ring protocol is gemm_sm90.cuh's consume().
-template <typename IN, int TOKENS, int STAGES>
-KJIT_DEVICE KJIT_FORCEINLINE void decode_consume(unsigned char* tiles, u64* full, u64* empty,
-                                                 int k_blocks, int half, float (&acc)[TOKENS / 2]) {
-  constexpr u32 kStageBytes = decode_stage_bytes<TOKENS>();
-  constexpr u32 kWeightBytes = kGemmDecodeRows * kGemmBlockK * 2;
-  constexpr u32 kK16Bytes = 16 * sizeof(IN);
-  const bool arrives = threadIdx.x % 32 == 0;
-  for (int i = 0; i < k_blocks; ++i) {
-    const int s = i % STAGES;
-    hopper::mbarrier_wait(&full[s], (i / STAGES) & 1);
-    const u32 w_base = hopper::smem_addr(tiles + s * kStageBytes) + half * 64 * 128;
-    const u32 x_base = hopper::smem_addr(tiles + s * kStageBytes + kWeightBytes);
-    wgmma::fence_operands(acc);
-    wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < kGemmBlockK / 16; ++kk) {
-      wgmma::mma<IN, TOKENS>(acc, wgmma::kmajor_sw128_desc(w_base + kk * kK16Bytes),
-                             wgmma::kmajor_sw128_desc(x_base + kk * kK16Bytes), 1);
-    }
-    wgmma::commit_group();
-    wgmma::wait_group<1>();
-    wgmma::fence_operands(acc);
-    if (i > 0 && arrives) hopper::mbarrier_arrive(&empty[(i - 1) % STAGES]);
-  }
-  wgmma::wait_group<0>();
-  wgmma::fence_operands(acc);
+// Where consumer thread t keeps output (row n of the tile, token m) in its registers
+// (common/wgmma.cuh's layout with rows read as n and columns as m): its partial-sum slot
+// i * 256 + t in `parts`.
+KJIT_DEVICE KJIT_FORCEINLINE int part_slot(int n, int m) {
+  const int r = n % 16;  // 8 (i / 2 % 2) + lane / 4
+  const int t = (n / 16) * 32 + 4 * (r % 8) + (m % 8) / 2;
+  const int i = 4 * (m / 8) + 2 * (r / 8) + m % 2;
+  return i * kDecodeConsumerThreads + t;
 }
 
-// Token group g (accumulator registers 4g .. 4g+3: tokens 8g + 2 (lane % 4) + {0, 1} of two
-// weight rows 8 apart, common/wgmma.cuh's layout with rows and columns read as n and m) is
-// complete when the cluster's partials are summed into it: block `rank` owns the groups
-// g % split == rank that hold tokens, adds the other blocks' partials (parts: this block's copy,
-// partial register i of consumer thread t at i * 256 + t) and writes them.
-template <typename IN, typename OUT, int TOKENS>
+// Block `rank` of the cluster writes the tokens m % split == rank: each output summed over the
+// blocks' partials (distributed shared memory), a warp's threads on adjacent n so the stores
+// coalesce.
+template <typename IN, typename OUT>
 KJIT_DEVICE KJIT_FORCEINLINE void decode_write(const GemmParams& p, int n_tile, u32 rank, u32 split,
-                                               const float* parts, float (&acc)[TOKENS / 2]) {
-  const int t = static_cast<int>(threadIdx.x);  // 0 .. 255: consumer thread
-  const int lane = t % 32;
-  const i64 row0 =
-      i64(n_tile) * kGemmDecodeRows + (t / 128) * 64 + ((t % 128) / 32) * 16 + lane / 4;
-#pragma unroll
-  for (int g = 0; g < TOKENS / 8; ++g) {
-    if (8 * g >= p.m || g % static_cast<int>(split) != static_cast<int>(rank)) continue;
-    for (u32 q = 0; q < split; ++q) {
-      if (q == rank) continue;
-      const float* other = cluster_map(parts, q);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[4 * g + e] += other[(4 * g + e) * kDecodeConsumerThreads + t];
-    }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const i64 n = row0 + 8 * h;
-      if (n >= p.n) continue;
-      const float bias = bias_at<IN>(p, n);
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const i64 m = 8 * g + 2 * (lane % 4) + e;
-        if (m >= p.m) continue;
-        OUT* o = static_cast<OUT*>(p.out) + m * p.out_stride + n;
-        *o = from_float<OUT>(output_value(p, acc[4 * g + 2 * h + e], o, bias));
-      }
-    }
+                                               const float* parts) {
+  const int m_count = p.m > rank ? static_cast<int>((p.m - rank + split - 1) / split) : 0;
+  for (int f = static_cast<int>(threadIdx.x); f < m_count * kGemmDecodeRows;
+       f += kDecodeConsumerThreads) {
+    const int nr = f % kGemmDecodeRows;
+    const i64 n = i64(n_tile) * kGemmDecodeRows + nr;
+    if (n >= p.n) continue;
+    const int m = static_cast<int>(rank) + (f / kGemmDecodeRows) * static_cast<int>(split);
+    const int slot = part_slot(nr, m);
+    float acc = 0.0f;
+    for (u32 q = 0; q < split; ++q) acc += cluster_map(parts, q)[slot];
+    OUT* o = static_cast<OUT*>(p.out) + m * p.out_stride + n;
+    *o = from_float<OUT>(output_value(p, acc, o, bias_at<IN>(p, n)));
   }
 }
 
@@ -161,29 +131,32 @@ __global__ void __launch_bounds__(kGemmDecodeThreads, 2)
   }
   __syncthreads();
   const bool consumer = threadIdx.x < kDecodeConsumerThreads;
-  float acc[TOKENS / 2];
   float* parts = reinterpret_cast<float*>(tiles);
   if (consumer) {
+    float acc[TOKENS / 2];
 #pragma unroll
     for (int i = 0; i < TOKENS / 2; ++i) acc[i] = 0.0f;
-    decode_consume<IN, TOKENS, STAGES>(tiles, full, empty, kb_end - kb_begin,
-                                       static_cast<int>(threadIdx.x / 128), acc);
-    if (split > 1) {
-      // Both warpgroups' MMAs are done with the ring (and every TMA write landed: each stage was
-      // waited for) before it holds the partials.
-      consumers_sync();
+    consume<IN, TOKENS, STAGES>(tiles, full, empty, kb_end - kb_begin,
+                                static_cast<int>(threadIdx.x / 128), acc);
+    // Both warpgroups' MMAs are done with the ring (and every TMA write landed: each stage was
+    // waited for) before it holds the partial sums.
+    consumers_sync();
 #pragma unroll
-      for (int i = 0; i < TOKENS / 2; ++i) {
-        if (8 * (i / 4) < p.m) parts[i * kDecodeConsumerThreads + threadIdx.x] = acc[i];
-      }
+    for (int i = 0; i < TOKENS / 2; ++i) {
+      if (8 * (i / 4) < p.m) parts[i * kDecodeConsumerThreads + threadIdx.x] = acc[i];
     }
   } else if (threadIdx.x == kDecodeConsumerThreads) {
     decode_produce<TOKENS, STAGES>(p, tiles, full, empty, kb_begin, kb_end,
                                    n_tile * kGemmDecodeRows);
   }
   __syncwarp();
-  if (split > 1) cluster_sync();  // every block's partials are in its shared memory
-  if (consumer) decode_write<IN, OUT, TOKENS>(p, n_tile, rank, split, parts, acc);
+  // Every block's partial sums are in its shared memory.
+  if (split > 1) {
+    cluster_sync();
+  } else {
+    __syncthreads();
+  }
+  if (consumer) decode_write<IN, OUT>(p, n_tile, rank, split, parts);
   if (split > 1) cluster_sync();  // no block leaves while another reads its partials
 }
 
