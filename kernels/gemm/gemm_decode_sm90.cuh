@@ -87,6 +87,11 @@ KJIT_DEVICE KJIT_FORCEINLINE int part_slot(int n, int m) {
 template <typename IN, typename OUT>
 KJIT_DEVICE KJIT_FORCEINLINE void decode_write(const GemmParams& p, int n_tile, u32 rank, u32 split,
                                                const float* parts) {
+  // The cluster's partials, mapped once; the sum's loads are unrolled so they are in flight
+  // together rather than one remote latency each.
+  const float* src[kGemmDecodeMaxSplit];
+#pragma unroll
+  for (u32 q = 0; q < kGemmDecodeMaxSplit; ++q) src[q] = cluster_map(parts, q < split ? q : 0);
   const int m_count = p.m > rank ? static_cast<int>((p.m - rank + split - 1) / split) : 0;
   for (int f = static_cast<int>(threadIdx.x); f < m_count * kGemmDecodeRows;
        f += kDecodeConsumerThreads) {
@@ -96,7 +101,10 @@ KJIT_DEVICE KJIT_FORCEINLINE void decode_write(const GemmParams& p, int n_tile, 
     const int m = static_cast<int>(rank) + (f / kGemmDecodeRows) * static_cast<int>(split);
     const int slot = part_slot(nr, m);
     float acc = 0.0f;
-    for (u32 q = 0; q < split; ++q) acc += cluster_map(parts, q)[slot];
+#pragma unroll
+    for (u32 q = 0; q < kGemmDecodeMaxSplit; ++q) {
+      if (q < split) acc += src[q][slot];
+    }
     OUT* o = static_cast<OUT*>(p.out) + m * p.out_stride + n;
     *o = from_float<OUT>(output_value(p, acc, o, bias_at<IN>(p, n)));
   }

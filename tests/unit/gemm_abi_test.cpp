@@ -58,7 +58,6 @@ ops::GemmTarget h100(bool tma_ok) {
   t.cc_major = 9;
   t.cc_minor = 0;
   t.max_smem_optin = 232448;
-  t.sm_count = 132;
   t.tma_ok = tma_ok;
   return t;
 }
@@ -257,13 +256,22 @@ TEST_CASE("gemm: the decode path's token tile, depth and split", "[gemm]") {
     CHECK(2 * (kjit::gemm::gemm_decode_smem_bytes(tokens, stages) + 1024) <= 232448 + 1024);
   }
   CHECK(ops::select_gemm(bf16, bf16, 8, 64, 64, h100(false)).path == GemmPath::kSimt);
-  // Two blocks per SM over the weight tiles, at most 8, at least 4 K blocks each.
-  CHECK(ops::gemm_decode_split(28672, 4096, 132) == 1);
-  CHECK(ops::gemm_decode_split(4096, 14336, 132) == 8);
-  CHECK(ops::gemm_decode_split(6144, 4096, 132) == 5);
-  CHECK(ops::gemm_decode_split(8192, 8192, 132) == 4);
-  CHECK(ops::gemm_decode_split(200, 512, 132) == 2);
-  CHECK(ops::gemm_decode_split(200, 16, 132) == 1);
+  // The largest split whose clusters (one per 128-row weight tile) all run at once, at most 8, at
+  // least 4 K blocks per block. 132 SMs of two blocks each, every cluster placeable:
+  ops::GemmResidency even{};
+  for (int s = 1; s <= kjit::gemm::kGemmDecodeMaxSplit; ++s) even[s] = 264 / s;
+  CHECK(ops::gemm_decode_split(28672, 4096, even) == 1);
+  CHECK(ops::gemm_decode_split(4096, 14336, even) == 8);
+  CHECK(ops::gemm_decode_split(6144, 4096, even) == 5);
+  CHECK(ops::gemm_decode_split(8192, 8192, even) == 4);
+  CHECK(ops::gemm_decode_split(200, 512, even) == 2);
+  CHECK(ops::gemm_decode_split(200, 16, even) == 1);
+  // Clusters of 8 that the GPCs cannot all place leave 32 tiles to 7 blocks each.
+  ops::GemmResidency ragged = even;
+  ragged[8] = 30;
+  CHECK(ops::gemm_decode_split(4096, 14336, ragged) == 7);
+  ops::GemmResidency none{};
+  CHECK(ops::gemm_decode_split(4096, 14336, none) == 1);
 }
 
 TEST_CASE("gemm: the tensor map rules name what TMA needs", "[gemm]") {

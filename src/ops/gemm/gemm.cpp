@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <mutex>
+#include <unordered_map>
 
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
@@ -76,7 +78,6 @@ GemmTarget gemm_target(int device, bool tma_ok) {
   t.cc_major = dev.major;
   t.cc_minor = dev.minor;
   t.max_smem_optin = dev.max_smem_optin;
-  t.sm_count = dev.sm_count;
   t.tma_ok = tma_ok;
   return t;
 }
@@ -88,11 +89,13 @@ int gemm_decode_stages(int tokens, int max_smem_optin) {
   return stages;
 }
 
-int gemm_decode_split(int64_t n, int64_t k, int sm_count) {
+int gemm_decode_split(int64_t n, int64_t k, const GemmResidency& resident) {
   const int64_t tiles = ceil_div(n, gemm::kGemmDecodeRows);
-  const int64_t by_sms = std::max<int64_t>(1, 2 * int64_t{sm_count} / tiles);
   const int64_t by_k = std::max<int64_t>(1, ceil_div(k, gemm::kGemmBlockK) / 4);
-  return static_cast<int>(std::min<int64_t>({by_sms, by_k, gemm::kGemmDecodeMaxSplit}));
+  for (int64_t s = std::min<int64_t>(by_k, gemm::kGemmDecodeMaxSplit); s > 1; --s) {
+    if (tiles <= resident[s]) return static_cast<int>(s);
+  }
+  return 1;
 }
 
 GemmConfig select_gemm(DType dtype, DType out_dtype, int64_t m, int64_t n, int64_t k,
@@ -166,16 +169,36 @@ jit::Spec gemm_spec(const GemmConfig& c) {
 
 namespace {
 
+// The decode kernel's residency per split, asked of the driver once per loaded kernel (the answer
+// depends on its registers and shared memory, and on the device).
+const GemmResidency& decode_residency(CUfunction fn, unsigned block, unsigned smem) {
+  static std::mutex mu;
+  static std::unordered_map<CUfunction, GemmResidency> known;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = known.find(fn);
+  if (it == known.end()) {
+    GemmResidency r{};
+    for (int s = 1; s <= gemm::kGemmDecodeMaxSplit; ++s) {
+      r[s] = cuda::max_active_clusters(fn, static_cast<unsigned>(s), block, smem);
+    }
+    it = known.emplace(fn, r).first;
+  }
+  return it->second;
+}
+
 // The launch of cfg's kernel over p (whose pointers, sizes and scalars are set): the tensor maps
 // and the grid of its path.
-void launch_gemm(CUfunction fn, const GemmConfig& cfg, const GemmTarget& target,
-                 const GemmTuning& tuning, const RowMatrix& x, const RowMatrix& w,
-                 gemm::GemmParams& p, CUstream stream) {
+void launch_gemm(CUfunction fn, const GemmConfig& cfg, const GemmTuning& tuning, const RowMatrix& x,
+                 const RowMatrix& w, gemm::GemmParams& p, CUstream stream) {
   cuda::LaunchConfig lc;
   lc.stream = stream;
   if (cfg.path == GemmPath::kSm90Decode) {
+    lc.block_x = gemm::kGemmDecodeThreads;
+    lc.smem_bytes = static_cast<unsigned>(gemm::gemm_decode_smem_bytes(cfg.tokens, cfg.stages));
     const int split =
-        tuning.split != 0 ? tuning.split : gemm_decode_split(p.n, p.k, target.sm_count);
+        tuning.split != 0
+            ? tuning.split
+            : gemm_decode_split(p.n, p.k, decode_residency(fn, lc.block_x, lc.smem_bytes));
     if (split < 1 || split > gemm::kGemmDecodeMaxSplit) {
       fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm: split {} is not in 1 .. {}", split,
            gemm::kGemmDecodeMaxSplit);
@@ -183,8 +206,6 @@ void launch_gemm(CUfunction fn, const GemmConfig& cfg, const GemmTarget& target,
     p.tma_a = tensor_map(x, static_cast<uint32_t>(cfg.tokens));
     p.tma_b = tensor_map(w, gemm::kGemmDecodeRows);
     lc.grid_x = static_cast<unsigned>(ceil_div(p.n, gemm::kGemmDecodeRows) * split);
-    lc.block_x = gemm::kGemmDecodeThreads;
-    lc.smem_bytes = static_cast<unsigned>(gemm::gemm_decode_smem_bytes(cfg.tokens, cfg.stages));
     cuda::launch_cluster(fn, lc, static_cast<unsigned>(split), &p);
     return;
   }
@@ -274,7 +295,7 @@ void gemm(const DLTensor* a, const DLTensor* b, const DLTensor* bias, DLTensor* 
   p.alpha = alpha;
   p.beta = beta;
   cuda::ScopedDevice scope(x.device);
-  launch_gemm(kern.functions.at(0), cfg, target, tuning, x, w, p, static_cast<CUstream>(stream));
+  launch_gemm(kern.functions.at(0), cfg, tuning, x, w, p, static_cast<CUstream>(stream));
 }
 
 }  // namespace kjit::ops

@@ -4,6 +4,7 @@
 
 #include <dlpack/dlpack.h>
 
+#include <array>
 #include <cstdint>
 
 #include "gemm/gemm_params.h"
@@ -37,7 +38,6 @@ struct GemmConfig {
 struct GemmTarget {
   int cc_major = 0, cc_minor = 0;  // the device's compute capability
   int max_smem_optin = 0;          // bytes of shared memory a block may opt in to
-  int sm_count = 0;                // streaming multiprocessors
   bool tma_ok = false;  // a and b: 16-byte-aligned bases, row strides multiples of 16 bytes
 };
 
@@ -51,9 +51,14 @@ struct GemmTuning {
 // blocks per SM (an SM has the opt-in size plus the 1 KB a block reserves).
 int gemm_decode_stages(int tokens, int max_smem_optin);
 
-// The decode path's split of K: enough blocks for two per SM, at most kGemmDecodeMaxSplit, and
-// at least 4 K blocks (256 of K) per block.
-int gemm_decode_split(int64_t n, int64_t k, int sm_count);
+// resident[s]: how many clusters of s decode blocks the device runs at once (s = 1 ..
+// kGemmDecodeMaxSplit; index 0 unused), as cuOccupancyMaxActiveClusters reports it.
+using GemmResidency = std::array<int, gemm::kGemmDecodeMaxSplit + 1>;
+
+// The decode path's split of K: the largest that still runs every weight tile's cluster at once
+// (a cluster left for a second wave doubles the time), with at least 4 K blocks (256 of K) per
+// block; 1 when even that leaves a second wave.
+int gemm_decode_split(int64_t n, int64_t k, const GemmResidency& resident);
 
 // The target of a call on `device` (its compute capability and shared memory). Throws
 // KJIT_ERROR_NO_DEVICE without a driver.
