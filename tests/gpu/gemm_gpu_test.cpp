@@ -150,7 +150,8 @@ bool tensor_cores() {
   return kjit::test::gpu_caps().sm90a();
 }
 
-// The path a TMA-describable call of m rows takes on this device.
+// The path a TMA-describable call of m rows takes on this device when n is small (at most a few
+// 128-row tiles, fewer than the SMs).
 ops::GemmPath fast_path(int64_t m) {
   if (!tensor_cores()) return ops::GemmPath::kSimt;
   return m <= kjit::gemm::kGemmDecodeMaxTokens ? ops::GemmPath::kSm90Decode : ops::GemmPath::kSm90;

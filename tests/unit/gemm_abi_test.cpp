@@ -58,6 +58,7 @@ ops::GemmTarget h100(bool tma_ok) {
   t.cc_major = 9;
   t.cc_minor = 0;
   t.max_smem_optin = 232448;
+  t.sm_count = 132;
   t.tma_ok = tma_ok;
   return t;
 }
@@ -249,13 +250,18 @@ TEST_CASE("gemm: the decode path's token tile, depth and split", "[gemm]") {
                                                 {64, 64, 4}, {65, 128, 3}, {128, 128, 3}};
   for (const auto& [m, tokens, stages] : want) {
     INFO("m = " << m);
-    const ops::GemmConfig c = ops::select_gemm(bf16, bf16, m, 28672, 4096, h100(true));
+    const ops::GemmConfig c = ops::select_gemm(bf16, bf16, m, 4096, 14336, h100(true));
     CHECK(c.path == GemmPath::kSm90Decode);
     CHECK(c.tokens == tokens);
     CHECK(c.stages == stages);
     CHECK(2 * (kjit::gemm::gemm_decode_smem_bytes(tokens, stages) + 1024) <= 232448 + 1024);
   }
   CHECK(ops::select_gemm(bf16, bf16, 8, 64, 64, h100(false)).path == GemmPath::kSimt);
+  // Past 64 rows only where the sm90 tiles (128 rows of n each) would leave SMs idle.
+  CHECK(ops::select_gemm(bf16, bf16, 64, 28672, 4096, h100(true)).path == GemmPath::kSm90Decode);
+  CHECK(ops::select_gemm(bf16, bf16, 65, 28672, 4096, h100(true)).path == GemmPath::kSm90);
+  CHECK(ops::select_gemm(bf16, bf16, 128, 16769, 4096, h100(true)).path == GemmPath::kSm90);
+  CHECK(ops::select_gemm(bf16, bf16, 128, 16768, 4096, h100(true)).path == GemmPath::kSm90Decode);
   // The largest split whose clusters (one per 128-row weight tile) all run at once, at most 8, at
   // least 4 K blocks per block. 132 SMs of two blocks each, every cluster placeable:
   ops::GemmResidency even{};

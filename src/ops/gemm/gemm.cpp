@@ -78,6 +78,7 @@ GemmTarget gemm_target(int device, bool tma_ok) {
   t.cc_major = dev.major;
   t.cc_minor = dev.minor;
   t.max_smem_optin = dev.max_smem_optin;
+  t.sm_count = dev.sm_count;
   t.tma_ok = tma_ok;
   return t;
 }
@@ -112,8 +113,14 @@ GemmConfig select_gemm(DType dtype, DType out_dtype, int64_t m, int64_t n, int64
   const bool hopper = target.cc_major == 9 && target.cc_minor == 0 && target.tma_ok &&
                       m <= kMaxTmaSide && n <= kMaxTmaSide && k <= kMaxTmaSide;
   // Few rows: the product is a stream of the weight, which the decode kernel spreads over every
-  // SM (the 128 x bn tiles below leave most SMs idle at n = 4096).
-  if (hopper && m <= gemm::kGemmDecodeMaxTokens) {
+  // SM (the 128 x bn tiles below leave most SMs idle at n = 4096). Past 64 rows every decode
+  // block rereads as many token bytes as weight bytes, and where the 128-wide tiles already
+  // cover the SMs they win: 128 x 28672 x 4096 took 73 us on them and 83-88 us on the decode
+  // kernel on the H200 (bench/results/2026-12-04-h200-gemm-decode*), 128 x 4096 x 14336 79 us
+  // and 51 us.
+  const bool decode = m <= 64 || (m <= gemm::kGemmDecodeMaxTokens &&
+                                  ceil_div(n, gemm::kGemmDecodeRows) < target.sm_count);
+  if (hopper && decode) {
     int tokens = 16;  // the narrowest wgmma form kjit instantiates
     while (tokens < m) tokens *= 2;
     const int stages = gemm_decode_stages(tokens, target.max_smem_optin);

@@ -38,6 +38,7 @@ struct GemmConfig {
 struct GemmTarget {
   int cc_major = 0, cc_minor = 0;  // the device's compute capability
   int max_smem_optin = 0;          // bytes of shared memory a block may opt in to
+  int sm_count = 0;                // streaming multiprocessors
   bool tma_ok = false;  // a and b: 16-byte-aligned bases, row strides multiples of 16 bytes
 };
 
@@ -65,8 +66,9 @@ int gemm_decode_split(int64_t n, int64_t k, const GemmResidency& resident);
 GemmTarget gemm_target(int device, bool tma_ok);
 
 // Support and dispatch in one place: on a compute capability 9.0 device where TMA can describe a
-// and b, the decode path for m <= kGemmDecodeMaxTokens, else the sm90 path when its tiles fit
-// the shared memory; otherwise the fallback. Throws
+// and b, the decode path for m <= 64, and for m <= kGemmDecodeMaxTokens where n has fewer
+// 128-row tiles than the device has SMs; else the sm90 path when its tiles fit the shared memory;
+// otherwise the fallback. Throws
 // KJIT_ERROR_UNSUPPORTED for input dtypes other than bf16 / fp16, out dtypes other than bf16 /
 // fp16 / fp32, and sizes past the grid's limits.
 GemmConfig select_gemm(DType dtype, DType out_dtype, int64_t m, int64_t n, int64_t k,
