@@ -33,7 +33,7 @@
 #include "common/prelude.cuh"
 #include "gemm/epilogue.cuh"
 #include "gemm/gemm_params.h"
-#include "gemm/gemm_sm90.cuh"  // consume(): the consumers' side of the ring is the same
+#include "gemm/gemm_sm90.cuh"  // init_ring(), consume(): the same ring protocol
 
 namespace kjit {
 namespace gemm {
@@ -129,14 +129,7 @@ __global__ void __launch_bounds__(kGemmDecodeThreads, 2)
   const int k_blocks = static_cast<int>((p.k + kGemmBlockK - 1) / kGemmBlockK);
   const int kb_begin = static_cast<int>(i64(k_blocks) * rank / split);
   const int kb_end = static_cast<int>(i64(k_blocks) * (rank + 1) / split);
-  if (threadIdx.x == 0) {
-#pragma unroll
-    for (int s = 0; s < STAGES; ++s) {
-      hopper::mbarrier_init(&full[s], 1);   // the producer's arrive_expect_tx
-      hopper::mbarrier_init(&empty[s], 8);  // one arrival per consumer warp
-    }
-    hopper::fence_barrier_init();
-  }
+  init_ring<STAGES>(full, empty);
   __syncthreads();
   const bool consumer = threadIdx.x < kDecodeConsumerThreads;
   float* parts = reinterpret_cast<float*>(tiles);
