@@ -618,8 +618,10 @@ KJIT_API void kjit_gemm_options_init(kjit_gemm_options* options);
  * options: NULL for the defaults (alpha 1, beta 0).
  * On an sm_90 device the call runs on tensor cores (TMA + wgmma) when a and b start at 16-byte
  * aligned addresses and their row strides are multiples of 16 bytes (k a multiple of 8 for
- * compact tensors); otherwise, and on other devices, a slower fp32 path serves it. k = 0 gives
- * out = beta * out + bias. Other dtypes: KJIT_ERROR_UNSUPPORTED. Thread-safe.
+ * compact tensors); otherwise, and on other devices, a slower fp32 path serves it. With decode
+ * sizes (m <= 64, or m <= 128 where n / 128 is below the SM count) the tensor-core path streams b
+ * over every SM, splitting k across a thread-block cluster; it needs no workspace either. k = 0
+ * gives out = beta * out + bias. Other dtypes: KJIT_ERROR_UNSUPPORTED. Thread-safe.
  */
 KJIT_API kjit_status kjit_gemm(const DLTensor* a, const DLTensor* b, const DLTensor* bias,
                                DLTensor* out, const kjit_gemm_options* options, void* stream);
@@ -644,11 +646,11 @@ KJIT_API kjit_status kjit_gemm(const DLTensor* a, const DLTensor* b, const DLTen
  *    row of b: per output channel). The two sides may mix (a per row, b per tensor, ...):
  *    out[i, j] = scale_a[i or 0] * scale_b[j or 0] * sum_k a[i, k] * b[j, k].
  *  - blocks (DeepSeek-V3): scale_a [m, ceil(k / 128)], one per 1 x 128 group of a row;
- *    scale_b [ceil(n / 128), ceil(k / 128)], one per 128 x 128 block of b. Each 128-wide K chunk
- *    is summed on its own and added to the fp32 result times its two scales, so a long k keeps
- *    fp32 precision (the tensor cores' fp8 accumulator holds fewer bits). k need not be a
- *    multiple of 128: the last chunk is shorter. Both scales must be 2-D.
- *   kjit_quant_fp8 writes scale_a in exactly these layouts.
+ *    scale_b [ceil(n / 128), ceil(k / 128)], one per 128 x 128 block of b, applied per 128-wide
+ *    K chunk. k need not be a multiple of 128: the last chunk is shorter. Both scales 2-D.
+ *   kjit_quant_fp8 writes scale_a in exactly these layouts. In every mode each 128-wide K chunk
+ *   is summed on its own and added to an fp32 result, so a long k keeps fp32 precision (the
+ *   tensor cores' fp8 accumulator holds fewer bits).
  * options: kjit_gemm_options (alpha, beta); NULL for the defaults (alpha 1, beta 0).
  * Any k >= 0 (k = 0 gives out = beta * out). On an sm_90 device the call runs on tensor cores
  * (TMA + wgmma) when a and b start at 16-byte aligned addresses with row strides multiples of 16

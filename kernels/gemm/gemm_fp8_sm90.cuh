@@ -1,5 +1,5 @@
 // fp8 (e4m3) GEMM on Hopper tensor cores (sm_90a): the bf16 kernel's pipeline (gemm_sm90.cuh:
-// ring, producer, tile order, epilogue) around wgmma m64n128k32 e4m3, and the scales of
+// ring protocol, producer, tile order, epilogue) around wgmma m64n128k32 e4m3, and the scales of
 // kernels/gemm/gemm_fp8_params.h.
 //
 // A stage holds 128 of K (one scale chunk): 128 x 128 bytes of a and 128 x 128 of b, 4 wgmma k32
@@ -40,9 +40,9 @@ KJIT_DEVICE KJIT_FORCEINLINE void mma_stage(float (&d)[BN / 2], u32 a_base, u32 
 // Consumer `half` (0 or 1): rows 64 * half .. + 63 of the tile into acc, scaled per chunk when
 // BLOCK. Register i of a thread is at row row0 + 8 ((i / 2) % 2) (common/wgmma.cuh).
 template <int BN, int STAGES, bool BLOCK>
-KJIT_DEVICE KJIT_FORCEINLINE void consume_fp8(const GemmFp8Params& p, const Ring& ring,
-                                              int k_blocks, int half, int m_tile, int n_tile,
-                                              float (&acc)[BN / 2]) {
+KJIT_DEVICE KJIT_FORCEINLINE void consume_fp8(const GemmFp8Params& p, unsigned char* tiles,
+                                              u64* full, u64* empty, int k_blocks, int half,
+                                              int m_tile, int n_tile, float (&acc)[BN / 2]) {
   constexpr u32 kABytes = kGemmBlockM * kFp8ChunkK;
   constexpr u32 kStageBytes = (kGemmBlockM + BN) * kFp8ChunkK;
   const int t = static_cast<int>(threadIdx.x % 128);
@@ -57,14 +57,14 @@ KJIT_DEVICE KJIT_FORCEINLINE void consume_fp8(const GemmFp8Params& p, const Ring
       s0 = scale_a_at(p, row0, kb) * sb;
       s1 = scale_a_at(p, row0 + 8, kb) * sb;
     }
-    hopper::mbarrier_wait(&ring.full[s], (kb / STAGES) & 1);
-    const u32 a_base = hopper::smem_addr(ring.tiles + s * kStageBytes) + half * 64 * 128;
-    const u32 b_base = hopper::smem_addr(ring.tiles + s * kStageBytes + kABytes);
+    hopper::mbarrier_wait(&full[s], (kb / STAGES) & 1);
+    const u32 a_base = hopper::smem_addr(tiles + s * kStageBytes) + half * 64 * 128;
+    const u32 b_base = hopper::smem_addr(tiles + s * kStageBytes + kABytes);
     float part[BN / 2];
     mma_stage<BN>(part, a_base, b_base);
     wgmma::wait_group<0>();
     wgmma::fence_operands(part);
-    if (arrives) hopper::mbarrier_arrive(&ring.empty[s]);
+    if (arrives) hopper::mbarrier_arrive(&empty[s]);
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = fmaf(part[i], (i / 2) % 2 ? s1 : s0, acc[i]);
   }
@@ -93,8 +93,15 @@ __global__ void __launch_bounds__(kGemmSm90Threads, 1)
   // 128: block scales need a tile's columns in one block of b, and a second set of BN / 2
   // accumulators for the promotion leaves no registers for 256.
   static_assert(BN == 128, "the fp8 kernel's tile is 128 wide");
+  constexpr u32 kStageBytes = (kGemmBlockM + BN) * kFp8ChunkK;
   extern __shared__ unsigned char smem_raw[];
-  const Ring ring = init_ring<STAGES>(smem_raw, (kGemmBlockM + BN) * kFp8ChunkK);
+  // The bf16 kernel's layout: tiles from a 1024-byte boundary (the 128-byte swizzle's period),
+  // then the barriers.
+  unsigned char* tiles = smem_raw + ((1024 - (hopper::smem_addr(smem_raw) & 1023)) & 1023);
+  u64* full = reinterpret_cast<u64*>(tiles + STAGES * kStageBytes);
+  u64* empty = full + STAGES;
+  init_ring<STAGES>(full, empty);
+  __syncthreads();
   const int k_blocks = static_cast<int>((p.g.k + kFp8ChunkK - 1) / kFp8ChunkK);
   int m_tile, n_tile;
   tile_of<BN>(p.g, m_tile, n_tile);
@@ -103,14 +110,14 @@ __global__ void __launch_bounds__(kGemmSm90Threads, 1)
     hopper::regs_dealloc<kProducerRegs>();
     // The bf16 kernel's producer, moving e4m3 pairs as 16-bit elements.
     if (threadIdx.x == 0) {
-      produce<u16, BN, STAGES>(p.g, ring.tiles, ring.full, ring.empty, k_blocks, m_tile, n_tile);
+      produce<u16, BN, STAGES>(p.g, tiles, full, empty, k_blocks, m_tile, n_tile);
     }
   } else {
     hopper::regs_alloc<kConsumerRegs>();
     float acc[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
-    consume_fp8<BN, STAGES, BLOCK>(p, ring, k_blocks, wg - 1, m_tile, n_tile, acc);
+    consume_fp8<BN, STAGES, BLOCK>(p, tiles, full, empty, k_blocks, wg - 1, m_tile, n_tile, acc);
     // No bias: write_tile's input type only types the (null) bias.
     write_tile<__nv_bfloat16, OUT, BN>(p.g, wg - 1, m_tile, n_tile, acc);
   }

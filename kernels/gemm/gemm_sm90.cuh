@@ -32,6 +32,20 @@ namespace gemm {
 constexpr u32 kProducerRegs = 40;
 constexpr u32 kConsumerRegs = 232;
 
+// Thread 0 initializes the ring's barriers (the caller's __syncthreads() publishes them): a
+// stage's full barrier takes the producer's arrive_expect_tx, its empty barrier one arrival per
+// consumer warp (two warpgroups).
+template <int STAGES>
+KJIT_DEVICE KJIT_FORCEINLINE void init_ring(u64* full, u64* empty) {
+  if (threadIdx.x != 0) return;
+#pragma unroll
+  for (int s = 0; s < STAGES; ++s) {
+    hopper::mbarrier_init(&full[s], 1);
+    hopper::mbarrier_init(&empty[s], 8);
+  }
+  hopper::fence_barrier_init();
+}
+
 template <typename IN, int BN, int STAGES>
 KJIT_DEVICE KJIT_FORCEINLINE void produce(const GemmParams& p, unsigned char* tiles, u64* full,
                                           u64* empty, int k_blocks, int m_tile, int n_tile) {
@@ -137,46 +151,20 @@ KJIT_DEVICE KJIT_FORCEINLINE void tile_of(const GemmParams& p, int& m_tile, int&
   n_tile = in_band / rows;
 }
 
-// The pipeline's shared memory: STAGES tiles of stage_bytes, then each stage's full and empty
-// barrier.
-struct Ring {
-  unsigned char* tiles;
-  u64* full;
-  u64* empty;
-};
-
-// Carves the dynamic shared memory into the ring and initializes its barriers (the whole block
-// calls it: it ends in __syncthreads). The 128-byte swizzle repeats every 1024 bytes and the
-// descriptors assume tiles start on it, hence the alignment (gemm_sm90_smem_bytes counts it).
-template <int STAGES>
-KJIT_DEVICE KJIT_FORCEINLINE Ring init_ring(unsigned char* smem_raw, u32 stage_bytes) {
-  Ring r;
-  r.tiles = smem_raw + ((1024 - (hopper::smem_addr(smem_raw) & 1023)) & 1023);
-  r.full = reinterpret_cast<u64*>(r.tiles + STAGES * stage_bytes);
-  r.empty = r.full + STAGES;
-  if (threadIdx.x == 0) {
-#pragma unroll
-    for (int s = 0; s < STAGES; ++s) {
-      hopper::mbarrier_init(&r.full[s], 1);   // the producer's arrive_expect_tx
-      hopper::mbarrier_init(&r.empty[s], 8);  // one arrival per consumer warp
-    }
-    hopper::fence_barrier_init();
-  }
-  __syncthreads();
-  return r;
-}
-
 template <typename IN, typename OUT, int BN, int STAGES>
 __global__ void __launch_bounds__(kGemmSm90Threads, 1)
     gemm_sm90_kernel(const __grid_constant__ GemmParams p) {
   static_assert(sizeof(IN) == 2, "wgmma operands here are bf16 or fp16");
   static_assert(BN == 128 || BN == 256, "BN is a wgmma width kjit instantiates");
+  constexpr u32 kStageBytes = (kGemmBlockM + BN) * kGemmBlockK * sizeof(IN);
   extern __shared__ unsigned char smem_raw[];
-  Ring ring = init_ring<STAGES>(smem_raw, (kGemmBlockM + BN) * kGemmBlockK * sizeof(IN));
-  unsigned char* tiles = ring.tiles;
-  u64* full = ring.full;
-  u64* empty = ring.empty;
+  // The 128-byte swizzle repeats every 1024 bytes and the descriptors assume tiles start on it.
+  unsigned char* tiles = smem_raw + ((1024 - (hopper::smem_addr(smem_raw) & 1023)) & 1023);
+  u64* full = reinterpret_cast<u64*>(tiles + STAGES * kStageBytes);
+  u64* empty = full + STAGES;
   const int k_blocks = static_cast<int>((p.k + kGemmBlockK - 1) / kGemmBlockK);
+  init_ring<STAGES>(full, empty);
+  __syncthreads();
   int m_tile, n_tile;
   tile_of<BN>(p, m_tile, n_tile);
   const int wg = static_cast<int>(threadIdx.x / 128);

@@ -74,7 +74,12 @@ void expect_invalid(Quant& q, const char* fragment) {
 
 // An H100 / H200 (sm_90, 227 KB of opt-in shared memory).
 ops::GemmTarget h100(bool tma_ok) {
-  return ops::GemmTarget{9, 0, 232448, tma_ok};
+  ops::GemmTarget t;
+  t.cc_major = 9;
+  t.max_smem_optin = 232448;
+  t.sm_count = 132;
+  t.tma_ok = tma_ok;
+  return t;
 }
 
 }  // namespace
