@@ -36,6 +36,20 @@ const kjit::ops::PrefillPlanData& plan_data(const kjit_prefill_plan* plan) {
   return plan_data(plan, "kjit_prefill_plan", "kjit_batch_prefill_plan");
 }
 
+// Whether plan points at a plan of its type that was not destroyed (the queries' NULL-safe test).
+template <class Plan>
+bool live(const Plan* plan) {
+  return plan != nullptr && plan->magic == Plan::kMagic;
+}
+
+// Frees a plan; NULL is a no-op.
+template <class Plan>
+void destroy(Plan* plan) {
+  if (plan == nullptr) return;
+  plan->magic = 0;  // a later use of the dangling pointer is then refused, most of the time
+  delete plan;
+}
+
 // The scalars both plan functions log.
 struct PlanShape {
   int batch, num_qo_heads, num_kv_heads, head_dim, page_size;
@@ -103,19 +117,15 @@ KJIT_API kjit_status kjit_batch_decode_plan(const int32_t* kv_indptr_host, int b
 }
 
 KJIT_API size_t kjit_decode_plan_workspace_bytes(const kjit_decode_plan* plan) {
-  return plan != nullptr && plan->magic == kjit_decode_plan::kMagic ? plan->data.workspace_bytes
-                                                                    : 0;
+  return live(plan) ? plan->data.workspace_bytes : 0;
 }
 
 KJIT_API int kjit_decode_plan_num_splits(const kjit_decode_plan* plan) {
-  return plan != nullptr && plan->magic == kjit_decode_plan::kMagic ? plan->data.split.max_splits
-                                                                    : 0;
+  return live(plan) ? plan->data.split.max_splits : 0;
 }
 
 KJIT_API void kjit_decode_plan_destroy(kjit_decode_plan* plan) {
-  if (plan == nullptr) return;
-  plan->magic = 0;  // a later use of the dangling pointer is then refused, most of the time
-  delete plan;
+  destroy(plan);
 }
 
 KJIT_API kjit_status kjit_batch_decode_run(const kjit_decode_plan* plan, const DLTensor* q,
@@ -163,14 +173,11 @@ KJIT_API kjit_status kjit_batch_prefill_plan(const int32_t* qo_indptr_host,
 }
 
 KJIT_API size_t kjit_prefill_plan_workspace_bytes(const kjit_prefill_plan* plan) {
-  return plan != nullptr && plan->magic == kjit_prefill_plan::kMagic ? plan->data.workspace_bytes
-                                                                     : 0;
+  return live(plan) ? plan->data.workspace_bytes : 0;
 }
 
 KJIT_API void kjit_prefill_plan_destroy(kjit_prefill_plan* plan) {
-  if (plan == nullptr) return;
-  plan->magic = 0;  // a later use of the dangling pointer is then refused, most of the time
-  delete plan;
+  destroy(plan);
 }
 
 KJIT_API kjit_status kjit_batch_prefill_run(const kjit_prefill_plan* plan, const DLTensor* q,

@@ -119,6 +119,18 @@ void check_score_options(float sm_scale, float logits_soft_cap, int window_left)
   }
 }
 
+void check_head_counts(int num_qo_heads, int num_kv_heads, int head_dim) {
+  if (num_qo_heads < 1 || num_kv_heads < 1) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "num_qo_heads and num_kv_heads must be >= 1, got {} and {}",
+         num_qo_heads, num_kv_heads);
+  }
+  if (num_qo_heads % num_kv_heads != 0) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "num_qo_heads ({}) must be a multiple of num_kv_heads ({})",
+         num_qo_heads, num_kv_heads);
+  }
+  if (head_dim < 1) fail(KJIT_ERROR_INVALID_ARGUMENT, "head_dim must be >= 1, got {}", head_dim);
+}
+
 void check_attention_support(const char* op, DType dtype, int64_t head_dim, int64_t group,
                              int64_t max_group) {
   if (dtype != DType::kBF16 && dtype != DType::kF16) {

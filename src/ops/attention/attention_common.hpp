@@ -44,6 +44,9 @@ struct ScoreScales {
 ScoreScales score_scales(float sm_scale, float soft_cap, float k_scale, float v_scale,
                          float kv_unscale);
 
+// num_qo_heads, num_kv_heads >= 1, the first a multiple of the second; head_dim >= 1.
+void check_head_counts(int num_qo_heads, int num_kv_heads, int head_dim);
+
 // The sizes every attention kernel serves: bf16 / fp16 `dtype`, head_dim 64, 128 or 256, 1..
 // max_group query heads per kv head; KJIT_ERROR_UNSUPPORTED naming `op` otherwise.
 void check_attention_support(const char* op, DType dtype, int64_t head_dim, int64_t group,

@@ -181,15 +181,7 @@ void check_plan_shape(const int32_t* kv_indptr_host, int batch, int num_qo_heads
   if (batch > 0 && kv_indptr_host == nullptr) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "kv_indptr_host is NULL");
   }
-  if (num_qo_heads < 1 || num_kv_heads < 1) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "num_qo_heads and num_kv_heads must be >= 1, got {} and {}",
-         num_qo_heads, num_kv_heads);
-  }
-  if (num_qo_heads % num_kv_heads != 0) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "num_qo_heads ({}) must be a multiple of num_kv_heads ({})",
-         num_qo_heads, num_kv_heads);
-  }
-  if (head_dim < 1) fail(KJIT_ERROR_INVALID_ARGUMENT, "head_dim must be >= 1, got {}", head_dim);
+  attention_detail::check_head_counts(num_qo_heads, num_kv_heads, head_dim);
   if (page_size < 1) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "page_size must be >= 1, got {}", page_size);
   }

@@ -30,19 +30,11 @@ int64_t check_indptr(const int32_t* indptr, int batch, const char* name) {
 }
 
 void check_heads(int num_qo_heads, int num_kv_heads, int head_dim) {
-  if (num_qo_heads < 1 || num_kv_heads < 1) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "num_qo_heads and num_kv_heads must be >= 1, got {} and {}",
-         num_qo_heads, num_kv_heads);
-  }
-  if (num_qo_heads % num_kv_heads != 0) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "num_qo_heads ({}) must be a multiple of num_kv_heads ({})",
-         num_qo_heads, num_kv_heads);
-  }
+  attention_detail::check_head_counts(num_qo_heads, num_kv_heads, head_dim);
   if (num_kv_heads > 65535) {
     fail(KJIT_ERROR_UNSUPPORTED, "prefill attention supports up to 65535 kv heads, got {}",
          num_kv_heads);
   }
-  if (head_dim < 1) fail(KJIT_ERROR_INVALID_ARGUMENT, "head_dim must be >= 1, got {}", head_dim);
 }
 
 DType check_dtypes(DLDataType q_dtype, DLDataType kv_dtype) {
