@@ -18,6 +18,7 @@
 #include <tuple>
 #include <vector>
 
+#include "cuda/driver.hpp"
 #include "kjit/kjit.h"
 #include "reference/half.hpp"
 #include "reference/prefill_ref.hpp"
@@ -91,16 +92,28 @@ struct Problem {
         static_cast<size_t>(page * page_stride + slot * slot_stride + head * head_stride + d),
         c.dtype);
   }
-  kjit_status run() {
+  kjit_status run(void* stream = nullptr) {
     DLTensor* lse = c.lse ? lse_t.get() : nullptr;
     if (c.page_size == 0) {
       return kjit_batch_prefill_ragged_run(plan.get(), q_t.get(), k_t.get(), v_t.get(), qo_t.get(),
                                            kv_t.get(), nullptr, out_t.get(), lse, 1.0f, 1.0f,
-                                           nullptr);
+                                           stream);
     }
     return kjit_batch_prefill_run(plan.get(), q_t.get(), k_t.get(), v_t.get(), qo_t.get(),
                                   idx_t.get(), kv_t.get(), last_t.get(), nullptr, out_t.get(), lse,
-                                  1.0f, 1.0f, nullptr);
+                                  1.0f, 1.0f, stream);
+  }
+  void poison() {
+    out_dev->fill(0xFF);
+    lse_dev->fill(0xFF);
+  }
+  // The out and lse bytes as they are on the device.
+  std::vector<unsigned char> outputs() const {
+    const size_t out_bytes = q_host.size();
+    std::vector<unsigned char> b(out_bytes + static_cast<size_t>(total_q * c.qo_heads) * 4);
+    if (out_bytes > 0) out_dev->download(b.data(), out_bytes);
+    if (b.size() > out_bytes) lse_dev->download(b.data() + out_bytes, b.size() - out_bytes);
+    return b;
   }
 };
 
@@ -180,8 +193,7 @@ std::unique_ptr<Problem> build(const PrefillCase& c, std::mt19937_64& rng) {
   p.out_dev = std::make_unique<DeviceBuffer>(std::max<size_t>(16, p.q_host.size()));
   p.lse_dev = std::make_unique<DeviceBuffer>(
       std::max<size_t>(16, static_cast<size_t>(p.total_q * c.qo_heads) * 4));
-  p.out_dev->fill(0xFF);
-  p.lse_dev->fill(0xFF);
+  p.poison();
 
   const DLDataType dt = dl_dtype(c.dtype), i32 = dl_dtype("int32");
   p.q_t = make_tensor(p.q_dev->get(), {p.total_q, c.qo_heads, D}, dt);
@@ -479,4 +491,61 @@ TEST_CASE("prefill gpu: batch 0 and zero rows run as no-ops", "[gpu][attention][
   REQUIRE(kjit_batch_prefill_plan(nullptr, nullptr, 0, 8, 2, 128, 16, KJIT_KV_LAYOUT_NHD, bf, bf,
                                   nullptr, 0, &plan) == KJIT_SUCCESS);
   kjit_prefill_plan_destroy(plan);
+}
+
+// A captured run replayed after the page table's contents changed (the pages shuffled, their data
+// moved along, so the answer is the same) equals the reference and, bit for bit, an eager run.
+TEST_CASE("prefill gpu: CUDA graph capture, replay with a changed page table",
+          "[gpu][attention][prefill]") {
+  const auto& d = kjit::cuda::driver();
+  std::mt19937_64 rng(2709);
+  PrefillCase c;
+  c.spare_pages = 0;
+  auto p = build(c, rng);
+  CUstream stream = nullptr;
+  // A blocking stream: ordered after the uploads and poison fills on the legacy stream.
+  REQUIRE(d.cuStreamCreate(&stream, CU_STREAM_DEFAULT) == CUDA_SUCCESS);
+  REQUIRE(p->run(stream) == KJIT_SUCCESS);  // warm-up: capture must not compile or load
+  REQUIRE(d.cuStreamSynchronize(stream) == CUDA_SUCCESS);
+  CUgraph graph = nullptr;
+  CUgraphExec exec = nullptr;
+  REQUIRE(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
+  const kjit_status captured = p->run(stream);
+  const CUresult end = d.cuStreamEndCapture(stream, &graph);
+  INFO("kjit_last_error: " << kjit_last_error());
+  REQUIRE(captured == KJIT_SUCCESS);
+  REQUIRE(end == CUDA_SUCCESS);
+  REQUIRE(d.cuGraphInstantiateWithFlags(&exec, graph, 0) == CUDA_SUCCESS);
+  const Expected e = reference(*p);
+  const size_t page_bytes = static_cast<size_t>(p->page_stride) * 2;
+  for (int round = 0; round < 2; ++round) {
+    INFO("round " << round);
+    // Page i moves to slot perm[i] of the pool: its data and every table entry naming it.
+    std::vector<int32_t> perm(static_cast<size_t>(p->num_pages));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (auto* h : {&p->k_host, &p->v_host}) {
+      std::vector<unsigned char> moved(h->size());
+      for (size_t i = 0; i < perm.size(); ++i) {
+        std::memcpy(moved.data() + perm[i] * page_bytes, h->data() + i * page_bytes, page_bytes);
+      }
+      *h = moved;
+    }
+    p->k_dev->upload(p->k_host.data(), p->k_host.size());
+    p->v_dev->upload(p->v_host.data(), p->v_host.size());
+    for (auto& x : p->indices) x = perm[static_cast<size_t>(x)];
+    p->idx_dev->upload(p->indices.data(), p->indices.size() * 4);
+    p->poison();
+    REQUIRE(d.cuGraphLaunch(exec, stream) == CUDA_SUCCESS);
+    REQUIRE(d.cuStreamSynchronize(stream) == CUDA_SUCCESS);
+    CHECK(check(*p, e) == 0);
+    const std::vector<unsigned char> replayed = p->outputs();
+    p->poison();
+    REQUIRE(p->run(stream) == KJIT_SUCCESS);
+    REQUIRE(d.cuStreamSynchronize(stream) == CUDA_SUCCESS);
+    CHECK(p->outputs() == replayed);
+  }
+  d.cuGraphExecDestroy(exec);
+  d.cuGraphDestroy(graph);
+  d.cuStreamDestroy(stream);
 }
