@@ -4,6 +4,7 @@
 
 #include "ops/activation/activation_desc.hpp"
 #include "ops/attention/attention_desc.hpp"
+#include "ops/attention/prefill_desc.hpp"
 #include "ops/gemm/gemm_desc.hpp"
 #include "ops/gemm/gemm_fp8_desc.hpp"
 #include "ops/kv_cache/kv_cache_desc.hpp"
@@ -24,6 +25,7 @@ const std::vector<OpDef>& op_registry() {
                                           rope_op_def(),
                                           append_paged_kv_op_def(),
                                           decode_attention_op_def(),
+                                          prefill_attention_op_def(),
                                           merge_states_op_def(),
                                           sampling_filter_op_def(),
                                           softmax_op_def(),
