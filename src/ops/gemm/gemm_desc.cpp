@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,32 @@ OpDef gemm_op_def() {
         out.push_back({{"path", "sm90"}, {"dtype", dt}, {"out_dtype", od}, {"bn", "256"}});
         out.push_back({{"path", "simt"}, {"dtype", dt}, {"out_dtype", od}});
       }
+    }
+    return out;
+  };
+  // The fallback, and the sm90 tiles select_gemm gives the call's m (any: a decode and a prefill
+  // m) on a device that takes the wgmma path; whether a device does (its shared memory, the
+  // operands' alignment) is known at the call. The bias is a launch argument.
+  d.precompile_sets = [](const Definition& def, const VarAxes& axes) {
+    const DType dtype = def.tensor_dtype("a");
+    const DType od = def.tensor_dtype("out");
+    const int64_t n = def.const_axis("n"), k = def.const_axis("k");
+    std::vector<int64_t> ms = {1, 512};
+    if (auto m = var_axis(axes, "m")) ms = {*m};
+    GemmTarget wgmma;
+    wgmma.cc_major = 9;
+    wgmma.max_smem_optin = std::numeric_limits<int>::max();
+    wgmma.tma_ok = true;
+    std::vector<SetArgs> out = {
+        {{"path", "simt"}, {"dtype", dtype_name(dtype)}, {"out_dtype", dtype_name(od)}}};
+    for (int64_t m : ms) {
+      const GemmConfig c = select_gemm(dtype, od, m, n, k, wgmma);
+      if (c.path != GemmPath::kSm90) continue;  // past the TMA limits: the fallback's shape
+      out.push_back({{"path", "sm90"},
+                     {"dtype", dtype_name(dtype)},
+                     {"out_dtype", dtype_name(od)},
+                     {"bn", std::to_string(c.bn)},
+                     {"stages", std::to_string(c.stages)}});
     }
     return out;
   };
