@@ -131,15 +131,16 @@ KJIT_API kjit_status kjit_configure(const kjit_config* config);
  */
 KJIT_API kjit_status kjit_precompile(const char* op, const char* params, int device_id);
 
-/* What kjit_precompile_file did, one count per specialization (per target with device_id -1).
+/* What kjit_precompile_file did. compiled and cached count a specialization once per target it
+ * was built for (device_id -1) or once (a device); skipped and failed count specializations.
  * Set struct_size = sizeof(kjit_precompile_counts) before the call; the library writes only the
  * fields struct_size covers. */
 typedef struct kjit_precompile_counts {
   size_t struct_size;
   int compiled; /* compiled by NVRTC in this call */
   int cached;   /* found in the disk cache or an AOT package, or already loaded */
-  int skipped;  /* for an arch the targets do not include (an sm_90 cluster variant on sm_80) */
-  int failed;   /* could not be compiled or loaded; the first failure is the returned status */
+  int skipped;  /* no target (or not the device) can run it: an sm_90 cluster variant on sm_80 */
+  int failed;   /* not compiled or loaded; the first failure is the returned status */
 } kjit_precompile_counts;
 
 /*
