@@ -98,6 +98,42 @@ KJIT_WGMMA_FORM(mma_m64n256k16_bf16, 256, "bf16", KJIT_WGMMA_REGS_0_63 ", " KJIT
 KJIT_WGMMA_FORM(mma_m64n256k16_f16, 256, "f16", KJIT_WGMMA_REGS_0_63 ", " KJIT_WGMMA_REGS_64_127,
                 KJIT_WGMMA_D_0_127, "%128", "%129", "%130")
 
+// The narrow forms of the decode GEMM (kernels/gemm/gemm_decode_sm90.cuh), whose N side is the
+// tokens: 8, 16 and 32 accumulators.
+#define KJIT_WGMMA_REGS_0_7 "%0, %1, %2, %3, %4, %5, %6, %7"
+#define KJIT_WGMMA_REGS_0_15 KJIT_WGMMA_REGS_0_7 ", %8, %9, %10, %11, %12, %13, %14, %15"
+#define KJIT_WGMMA_REGS_16_31 \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define KJIT_WGMMA_REGS_0_31 KJIT_WGMMA_REGS_0_15 ", " KJIT_WGMMA_REGS_16_31
+#define KJIT_WGMMA_D_0_7 \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+#define KJIT_WGMMA_D_0_15                                                                       \
+  KJIT_WGMMA_D_0_7, "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), \
+      "+f"(d[14]), "+f"(d[15])
+#define KJIT_WGMMA_D_0_31                                                                          \
+  KJIT_WGMMA_D_0_15, "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), \
+      "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),   \
+      "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+KJIT_WGMMA_FORM(mma_m64n16k16_bf16, 16, "bf16", KJIT_WGMMA_REGS_0_7, KJIT_WGMMA_D_0_7, "%8", "%9",
+                "%10")
+KJIT_WGMMA_FORM(mma_m64n16k16_f16, 16, "f16", KJIT_WGMMA_REGS_0_7, KJIT_WGMMA_D_0_7, "%8", "%9",
+                "%10")
+KJIT_WGMMA_FORM(mma_m64n32k16_bf16, 32, "bf16", KJIT_WGMMA_REGS_0_15, KJIT_WGMMA_D_0_15, "%16",
+                "%17", "%18")
+KJIT_WGMMA_FORM(mma_m64n32k16_f16, 32, "f16", KJIT_WGMMA_REGS_0_15, KJIT_WGMMA_D_0_15, "%16", "%17",
+                "%18")
+KJIT_WGMMA_FORM(mma_m64n64k16_bf16, 64, "bf16", KJIT_WGMMA_REGS_0_31, KJIT_WGMMA_D_0_31, "%32",
+                "%33", "%34")
+KJIT_WGMMA_FORM(mma_m64n64k16_f16, 64, "f16", KJIT_WGMMA_REGS_0_31, KJIT_WGMMA_D_0_31, "%32", "%33",
+                "%34")
+#undef KJIT_WGMMA_REGS_0_7
+#undef KJIT_WGMMA_REGS_0_15
+#undef KJIT_WGMMA_REGS_0_31
+#undef KJIT_WGMMA_REGS_16_31
+#undef KJIT_WGMMA_D_0_7
+#undef KJIT_WGMMA_D_0_15
+#undef KJIT_WGMMA_D_0_31
+
 #undef KJIT_WGMMA_FORM
 #undef KJIT_WGMMA_REGS_0_63
 #undef KJIT_WGMMA_REGS_64_127
@@ -117,8 +153,27 @@ struct IsBf16<__nv_bfloat16> {
 // The form for operand type T (__nv_bfloat16 or __half) and width N.
 template <typename T, int N>
 KJIT_DEVICE KJIT_FORCEINLINE void mma(float (&d)[N / 2], u64 desc_a, u64 desc_b, int accumulate) {
-  static_assert(N == 128 || N == 256, "wgmma widths kjit instantiates: 128, 256");
-  if constexpr (N == 128) {
+  static_assert(N == 16 || N == 32 || N == 64 || N == 128 || N == 256,
+                "wgmma widths kjit instantiates: 16, 32, 64, 128, 256");
+  if constexpr (N == 16) {
+    if constexpr (IsBf16<T>::kValue) {
+      mma_m64n16k16_bf16(d, desc_a, desc_b, accumulate);
+    } else {
+      mma_m64n16k16_f16(d, desc_a, desc_b, accumulate);
+    }
+  } else if constexpr (N == 32) {
+    if constexpr (IsBf16<T>::kValue) {
+      mma_m64n32k16_bf16(d, desc_a, desc_b, accumulate);
+    } else {
+      mma_m64n32k16_f16(d, desc_a, desc_b, accumulate);
+    }
+  } else if constexpr (N == 64) {
+    if constexpr (IsBf16<T>::kValue) {
+      mma_m64n64k16_bf16(d, desc_a, desc_b, accumulate);
+    } else {
+      mma_m64n64k16_f16(d, desc_a, desc_b, accumulate);
+    }
+  } else if constexpr (N == 128) {
     if constexpr (IsBf16<T>::kValue) {
       mma_m64n128k16_bf16(d, desc_a, desc_b, accumulate);
     } else {

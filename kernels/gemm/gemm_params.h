@@ -19,8 +19,10 @@ struct alignas(128) TensorMapBytes {
 
 // Passed by value as the kernels' __grid_constant__ argument.
 struct GemmParams {
-  TensorMapBytes tma_a;  // sm90 path: a as [m rows, k cols], box kGemmBlockK x kGemmBlockM
-  TensorMapBytes tma_b;  // sm90 path: b as [n rows, k cols], box kGemmBlockK x bn
+  TensorMapBytes tma_a;  // sm90 paths: a as [m rows, k cols], box kGemmBlockK x kGemmBlockM
+                         // (decode: x tokens)
+  TensorMapBytes tma_b;  // sm90 paths: b as [n rows, k cols], box kGemmBlockK x bn
+                         // (decode: x kGemmDecodeRows)
   const void* a;         // [m, k], row stride a_stride
   const void* b;         // [n, k], row stride b_stride
   const void* bias;      // [n], a's dtype, or null
@@ -41,6 +43,20 @@ constexpr int kGemmGroupM = 16;        // row tiles per band of the sm90 block o
 // them to the 1024-byte period of the 128-byte swizzle, and the full / empty barriers.
 constexpr int gemm_sm90_smem_bytes(int bn, int stages) {
   return stages * (kGemmBlockM + bn) * kGemmBlockK * 2 + 1024 + stages * 2 * 8;
+}
+
+// The decode kernel (gemm_decode_sm90.cuh, m <= kGemmDecodeMaxTokens): kGemmDecodeRows weight rows
+// per block (two consumer warpgroups of 64), all tokens zero-filled to a wgmma width, K split
+// over a cluster of up to kGemmDecodeMaxSplit blocks.
+constexpr int kGemmDecodeRows = 128;
+constexpr int kGemmDecodeThreads = 288;  // two consumer warpgroups and one producer warp
+constexpr int kGemmDecodeMaxTokens = 128;
+constexpr int kGemmDecodeMaxSplit = 8;
+
+// Dynamic shared memory of the decode kernel: the stages' weight and token tiles, the alignment
+// slack and the barriers (the split's partial sums reuse the stages).
+constexpr int gemm_decode_smem_bytes(int tokens, int stages) {
+  return stages * (kGemmDecodeRows + tokens) * kGemmBlockK * 2 + 1024 + stages * 2 * 8;
 }
 
 // The fallback's block tile and threads (each thread computes 4 x 4 outputs).

@@ -32,6 +32,20 @@ namespace gemm {
 constexpr u32 kProducerRegs = 40;
 constexpr u32 kConsumerRegs = 232;
 
+// Thread 0 initializes the ring's barriers (the caller's __syncthreads() publishes them): a
+// stage's full barrier takes the producer's arrive_expect_tx, its empty barrier one arrival per
+// consumer warp (two warpgroups).
+template <int STAGES>
+KJIT_DEVICE KJIT_FORCEINLINE void init_ring(u64* full, u64* empty) {
+  if (threadIdx.x != 0) return;
+#pragma unroll
+  for (int s = 0; s < STAGES; ++s) {
+    hopper::mbarrier_init(&full[s], 1);
+    hopper::mbarrier_init(&empty[s], 8);
+  }
+  hopper::fence_barrier_init();
+}
+
 template <typename IN, int BN, int STAGES>
 KJIT_DEVICE KJIT_FORCEINLINE void produce(const GemmParams& p, unsigned char* tiles, u64* full,
                                           u64* empty, int k_blocks, int m_tile, int n_tile) {
@@ -149,14 +163,7 @@ __global__ void __launch_bounds__(kGemmSm90Threads, 1)
   u64* full = reinterpret_cast<u64*>(tiles + STAGES * kStageBytes);
   u64* empty = full + STAGES;
   const int k_blocks = static_cast<int>((p.k + kGemmBlockK - 1) / kGemmBlockK);
-  if (threadIdx.x == 0) {
-#pragma unroll
-    for (int s = 0; s < STAGES; ++s) {
-      hopper::mbarrier_init(&full[s], 1);   // the producer's arrive_expect_tx
-      hopper::mbarrier_init(&empty[s], 8);  // one arrival per consumer warp
-    }
-    hopper::fence_barrier_init();
-  }
+  init_ring<STAGES>(full, empty);
   __syncthreads();
   int m_tile, n_tile;
   tile_of<BN>(p, m_tile, n_tile);

@@ -1,7 +1,8 @@
-// kjit_gemm on the GPU against the fp64 CPU reference, on fresh random inputs: both paths (the
-// sm90 tensor-core kernel where the device and the operands allow it, the fp32 fallback forced by
-// a k that TMA cannot describe), odd sizes at every tile edge, bias, alpha / beta over a preset
-// out, row-strided a and out, every out dtype.
+// kjit_gemm on the GPU against the fp64 CPU reference, on fresh random inputs: every path (the
+// sm90 tensor-core kernel and the decode kernel for m <= 128 where the device and the operands
+// allow them, the fp32 fallback forced by a k that TMA cannot describe), odd sizes at every tile
+// edge, bias, alpha / beta over a preset out, row-strided a and out, every out dtype, and every K
+// split of the decode path.
 #include <catch2/catch.hpp>
 
 #include <array>
@@ -32,6 +33,7 @@ struct Case {
   int64_t a_stride = 0;    // 0 = compact (k)
   int64_t out_stride = 0;  // 0 = compact (n)
   size_t a_offset = 0;     // elements into a's buffer (misalignment)
+  int split = 0;           // the decode path's K split (ops::GemmTuning); 0: kjit_gemm's choice
 };
 
 std::string describe(const Case& c) {
@@ -39,7 +41,7 @@ std::string describe(const Case& c) {
          " k=" + std::to_string(c.k) + " bias=" + std::to_string(c.bias) +
          " alpha=" + std::to_string(c.alpha) + " beta=" + std::to_string(c.beta) +
          " a_stride=" + std::to_string(c.a_stride) + " out_stride=" + std::to_string(c.out_stride) +
-         " a_offset=" + std::to_string(c.a_offset);
+         " a_offset=" + std::to_string(c.a_offset) + " split=" + std::to_string(c.split);
 }
 
 // The path select_gemm takes for this call on device 0 (the test states which one it expects).
@@ -92,14 +94,21 @@ void run_case(const Case& c, std::mt19937_64& rng) {
   auto b_t = make_tensor(b_dev.get(), {c.n, c.k}, dl_dtype(c.dtype));
   auto bias_t = make_tensor(bias_dev.get(), {c.n}, dl_dtype(c.dtype));
   auto y_t = make_tensor(y_dev.get(), {c.m, c.n}, dl_dtype(c.out_dtype), {ys, 1});
-  kjit_gemm_options opt;
-  kjit_gemm_options_init(&opt);
-  opt.alpha = c.alpha;
-  opt.beta = c.beta;
-  const kjit_status st =
-      kjit_gemm(a_t.get(), b_t.get(), c.bias ? bias_t.get() : nullptr, y_t.get(), &opt, nullptr);
-  INFO("kjit_last_error: " << kjit_last_error());
-  REQUIRE(st == KJIT_SUCCESS);
+  if (c.split != 0) {  // the ops layer takes the tuning the C entry point does not expose
+    ops::GemmTuning tuning;
+    tuning.split = c.split;
+    REQUIRE_NOTHROW(ops::gemm(a_t.get(), b_t.get(), c.bias ? bias_t.get() : nullptr, y_t.get(),
+                              c.alpha, c.beta, nullptr, tuning));
+  } else {
+    kjit_gemm_options opt;
+    kjit_gemm_options_init(&opt);
+    opt.alpha = c.alpha;
+    opt.beta = c.beta;
+    const kjit_status st =
+        kjit_gemm(a_t.get(), b_t.get(), c.bias ? bias_t.get() : nullptr, y_t.get(), &opt, nullptr);
+    INFO("kjit_last_error: " << kjit_last_error());
+    REQUIRE(st == KJIT_SUCCESS);
+  }
   device_synchronize();
   y_dev.download(y_host.data(), y_host.size());
 
@@ -141,11 +150,17 @@ bool tensor_cores() {
   return kjit::test::gpu_caps().sm90a();
 }
 
+// The path a TMA-describable call of m rows takes on this device when n is small (at most a few
+// 128-row tiles, fewer than the SMs).
+ops::GemmPath fast_path(int64_t m) {
+  if (!tensor_cores()) return ops::GemmPath::kSimt;
+  return m <= kjit::gemm::kGemmDecodeMaxTokens ? ops::GemmPath::kSm90Decode : ops::GemmPath::kSm90;
+}
+
 }  // namespace
 
 TEST_CASE("gemm gpu: small and odd shapes on both paths", "[gpu][gemm]") {
   std::mt19937_64 rng(std::random_device{}());
-  const ops::GemmPath fast = tensor_cores() ? ops::GemmPath::kSm90 : ops::GemmPath::kSimt;
   // k a multiple of 8 (TMA-describable): the sm90 kernel on an H100 / H200. M, N and K off every
   // tile edge (128 rows, 128 / 256 columns, 64 of K), k = 16 (a quarter of a K block).
   for (const char* dt : {"bf16", "fp16"}) {
@@ -158,7 +173,7 @@ TEST_CASE("gemm gpu: small and odd shapes on both paths", "[gpu][gemm]") {
                                                                        {129, 129, 520},
                                                                        {600, 520, 264}}) {
         Case c{dt, od, m, n, k};
-        CHECK(path_for(c) == fast);
+        CHECK(path_for(c) == fast_path(m));
         run_case(c, rng);
       }
     }
@@ -207,4 +222,53 @@ TEST_CASE("gemm gpu: long k and the wide tile", "[gpu][gemm]") {
   run_case({"fp16", "fp32", 3, 200, 8192}, rng);
   run_case({"bf16", "bf16", 1000, 1000, 1000}, rng);  // bn = 256 on sm90
   run_case({"bf16", "fp32", 520, 1024, 2048}, rng);
+}
+
+TEST_CASE("gemm gpu: the decode path at every token tile, split and epilogue",
+          "[gpu][gemm][sm90a]") {
+  std::mt19937_64 rng(std::random_device{}());
+  // Every token tile (16 .. 128) and its edges; n off the 128-row weight tile; k from a quarter of
+  // a K block to 128 blocks, the library's split each time.
+  for (int64_t m : {1, 3, 16, 17, 64, 127, 128}) {
+    for (const auto& [n, k] :
+         std::vector<std::array<int64_t, 2>>{{301, 16}, {129, 8192}, {77, 520}}) {
+      for (const char* od : {"bf16", "fp16", "fp32"}) {
+        const char* dt = std::string(od) == "fp16" ? "fp16" : "bf16";
+        Case c{dt, od, m, n, k};
+        CHECK(path_for(c) == ops::GemmPath::kSm90Decode);
+        run_case(c, rng);
+      }
+    }
+  }
+  // Every split over the same shape, so a reduction that drops, doubles or misplaces a block's
+  // partial sums fails: 17 K blocks (uneven shares), tokens in two 8-token groups owned by
+  // different blocks, n past one tile.
+  for (int split = 1; split <= kjit::gemm::kGemmDecodeMaxSplit; ++split) {
+    for (int64_t m : {1, 17, 128}) {
+      Case c{"bf16", "fp32", m, 200, 17 * 64 + 8};
+      c.split = split;
+      run_case(c, rng);
+    }
+  }
+  // More splits than K blocks: the blocks without K contribute zeros.
+  Case thin{"fp16", "fp16", 9, 130, 72};
+  thin.split = 8;
+  run_case(thin, rng);
+  // The epilogue: bias, beta = 1 over a preset out, alpha, strided a and out, every out dtype.
+  for (const char* od : {"bf16", "fp16", "fp32"}) {
+    const char* dt = std::string(od) == "fp16" ? "fp16" : "bf16";
+    for (int64_t m : {1, 17, 127}) {
+      Case c{dt, od, m, 333, 4096};
+      c.bias = true;
+      c.beta = 1.0f;
+      run_case(c, rng);
+      c.alpha = -0.75f;
+      c.a_stride = 4096 + 64;
+      c.out_stride = 333 + 7;
+      CHECK(path_for(c) == ops::GemmPath::kSm90Decode);
+      run_case(c, rng);
+      c.split = 3;
+      run_case(c, rng);
+    }
+  }
 }

@@ -26,6 +26,7 @@
 #include "kjit/kjit.h"
 #include "reference/half.hpp"
 #include "support/gpu.hpp"
+#include "support/shell.hpp"
 #include "support/temp_dir.hpp"
 #include "diag/safetensors.hpp"
 
@@ -82,13 +83,10 @@ CliRun replay(const fs::path& dump, const std::string& extra = "") {
                     "' replay '" +
                     dump.string() + "' " + extra + " 2>&1";
   CliRun r;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  const kjit::test::ShellRun sh = kjit::test::run_shell(cmd);
+  REQUIRE(sh.code != -1);
+  r.code = sh.code;
+  r.out = sh.out;
   return r;
 }
 

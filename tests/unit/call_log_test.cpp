@@ -32,6 +32,7 @@
 #include "runtime/jit_core.hpp"
 #include "kjit/kjit.h"
 #include "support/gpu.hpp"
+#include "support/shell.hpp"
 #include "support/temp_dir.hpp"
 #include "util/error.hpp"
 #include "util/glob.hpp"
@@ -230,13 +231,10 @@ CliRun cli(const std::string& args) {
   std::string cmd =
       "env -u KJIT_LOGLEVEL -u KJIT_LOGDEST -u KJIT_DUMP_DIR '" KJIT_CLI_PATH "' " + args + " 2>&1";
   CliRun r;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  const kjit::test::ShellRun sh = kjit::test::run_shell(cmd);
+  REQUIRE(sh.code != -1);
+  r.code = sh.code;
+  r.out = sh.out;
   return r;
 }
 

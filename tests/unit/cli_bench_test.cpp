@@ -20,6 +20,7 @@
 #include "ops/activation/activation.hpp"
 #include "ops/registry.hpp"
 #include "support/gpu.hpp"
+#include "support/shell.hpp"
 #include "support/temp_dir.hpp"
 #include "util/fs.hpp"
 
@@ -38,13 +39,10 @@ Run cli(const fs::path& cache, const std::string& args, bool with_stderr = false
   std::string cmd = "KJIT_CACHE_DIR='" + cache.string() + "' '" KJIT_CLI_PATH "' " + args +
                     (with_stderr ? " 2>&1" : " 2>/dev/null");
   Run r;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  const kjit::test::ShellRun sh = kjit::test::run_shell(cmd);
+  REQUIRE(sh.code != -1);
+  r.code = sh.code;
+  r.out = sh.out;
   return r;
 }
 
@@ -420,13 +418,10 @@ TEST_CASE("cli defs: export writes one file per definition, equal to the committ
 
 TEST_CASE("cli bench: libkjit.so links neither CUPTI nor NVML", "[cli]") {
   kjit::test::TempDir dir;
-  FILE* p = popen("readelf -d '" KJIT_SHARED_LIB_PATH "' 2>&1", "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  REQUIRE(pclose(p) == 0);
+  const kjit::test::ShellRun sh =
+      kjit::test::run_shell("readelf -d '" KJIT_SHARED_LIB_PATH "' 2>&1");
+  REQUIRE(sh.code == 0);
+  const std::string& out = sh.out;
   REQUIRE(out.find("NEEDED") != std::string::npos);
   CHECK(out.find("cupti") == std::string::npos);
   CHECK(out.find("nvidia-ml") == std::string::npos);

@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "support/shell.hpp"
 #include "support/temp_dir.hpp"
 #include "util/fs.hpp"
 
@@ -29,13 +30,10 @@ Run cli(const fs::path& cache, const std::string& args, const std::string& env =
   std::string cmd = "KJIT_CACHE_DIR='" + cache.string() + "' " + env + " '" KJIT_CLI_PATH "' " +
                     args + " 2>/dev/null";
   Run r;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  const kjit::test::ShellRun sh = kjit::test::run_shell(cmd);
+  REQUIRE(sh.code != -1);
+  r.code = sh.code;
+  r.out = sh.out;
   return r;
 }
 
@@ -262,14 +260,7 @@ TEST_CASE("cli: bad arguments are usage errors with exit code 2", "[cli]") {
 
 TEST_CASE("cli: an unknown command is named", "[cli]") {
   kjit::test::TempDir dir;
-  const std::string cmd = "'" KJIT_CLI_PATH "' nosuchcmd 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  char buf[512];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  pclose(p);
+  const std::string out = kjit::test::run_shell("'" KJIT_CLI_PATH "' nosuchcmd 2>&1").out;
   CHECK(out.find("unknown command 'nosuchcmd'") != std::string::npos);
   CHECK(out.find("compile") != std::string::npos);  // lists the commands
 }

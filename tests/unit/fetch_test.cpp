@@ -20,6 +20,7 @@
 #include "runtime/jit_core.hpp"
 #include "ops/kv_cache/kv_cache.hpp"
 #include "ops/registry.hpp"
+#include "support/shell.hpp"
 #include "support/temp_dir.hpp"
 #include "util/error.hpp"
 #include "util/fs.hpp"
@@ -41,13 +42,10 @@ Run cli(const std::string& env, const std::string& args) {
   fs::path err = tmp.path() / "stderr";
   std::string cmd = env + " '" KJIT_CLI_PATH "' " + args + " 2>'" + err.string() + "'";
   Run r;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  const kjit::test::ShellRun sh = kjit::test::run_shell(cmd);
+  REQUIRE(sh.code != -1);
+  r.code = sh.code;
+  r.out = sh.out;
   r.err = util::read_file(err).value_or("");
   return r;
 }

@@ -5,6 +5,7 @@
 
 #include <dlfcn.h>
 
+#include <array>
 #include <string>
 
 #include "common/wgmma_desc.h"
@@ -57,6 +58,7 @@ ops::GemmTarget h100(bool tma_ok) {
   t.cc_major = 9;
   t.cc_minor = 0;
   t.max_smem_optin = 232448;
+  t.sm_count = 132;
   t.tma_ok = tma_ok;
   return t;
 }
@@ -221,8 +223,8 @@ TEST_CASE("gemm: select_gemm takes the sm90 path only where TMA and wgmma can se
   using ops::DType;
   using ops::GemmPath;
   const auto bf16 = DType::kBF16;
-  CHECK(ops::select_gemm(bf16, bf16, 1, 4096, 4096, h100(true)).path == GemmPath::kSm90);
-  CHECK(ops::select_gemm(bf16, bf16, 1, 4096, 4096, h100(true)).bn == 128);
+  CHECK(ops::select_gemm(bf16, bf16, 129, 4096, 4096, h100(true)).path == GemmPath::kSm90);
+  CHECK(ops::select_gemm(bf16, bf16, 129, 4096, 4096, h100(true)).bn == 128);
   CHECK(ops::select_gemm(bf16, bf16, 4096, 4096, 4096, h100(true)).bn == 256);
   CHECK(ops::select_gemm(bf16, DType::kF32, 4096, 4096, 4096, h100(false)).path == GemmPath::kSimt);
   ops::GemmTarget a100 = h100(true);
@@ -233,9 +235,49 @@ TEST_CASE("gemm: select_gemm takes the sm90 path only where TMA and wgmma can se
   CHECK(ops::select_gemm(bf16, bf16, 64, 64, 64, b200).path == GemmPath::kSimt);
   ops::GemmTarget small = h100(true);
   small.max_smem_optin = 100 * 1024;
-  CHECK(ops::select_gemm(bf16, bf16, 64, 64, 64, small).path == GemmPath::kSimt);
+  CHECK(ops::select_gemm(bf16, bf16, 200, 64, 64, small).path == GemmPath::kSimt);
   CHECK_THROWS_AS(ops::select_gemm(DType::kF32, bf16, 8, 8, 8, h100(true)), kjit::Error);
   CHECK_THROWS_AS(ops::select_gemm(bf16, DType::kI32, 8, 8, 8, h100(true)), kjit::Error);
+}
+
+TEST_CASE("gemm: the decode path's token tile, depth and split", "[gemm]") {
+  using ops::DType;
+  using ops::GemmPath;
+  const auto bf16 = DType::kBF16;
+  // m <= 128 on sm_90a: the smallest wgmma width that holds the tokens, as deep as two blocks per
+  // SM allow (227 KB opt-in: 6, 5, 4, 3 stages).
+  const std::vector<std::array<int, 3>> want = {{1, 16, 6},  {16, 16, 6},  {17, 32, 5},
+                                                {64, 64, 4}, {65, 128, 3}, {128, 128, 3}};
+  for (const auto& [m, tokens, stages] : want) {
+    INFO("m = " << m);
+    const ops::GemmConfig c = ops::select_gemm(bf16, bf16, m, 4096, 14336, h100(true));
+    CHECK(c.path == GemmPath::kSm90Decode);
+    CHECK(c.tokens == tokens);
+    CHECK(c.stages == stages);
+    CHECK(2 * (kjit::gemm::gemm_decode_smem_bytes(tokens, stages) + 1024) <= 232448 + 1024);
+  }
+  CHECK(ops::select_gemm(bf16, bf16, 8, 64, 64, h100(false)).path == GemmPath::kSimt);
+  // Past 64 rows only where the sm90 tiles (128 rows of n each) would leave SMs idle.
+  CHECK(ops::select_gemm(bf16, bf16, 64, 28672, 4096, h100(true)).path == GemmPath::kSm90Decode);
+  CHECK(ops::select_gemm(bf16, bf16, 65, 28672, 4096, h100(true)).path == GemmPath::kSm90);
+  CHECK(ops::select_gemm(bf16, bf16, 128, 16769, 4096, h100(true)).path == GemmPath::kSm90);
+  CHECK(ops::select_gemm(bf16, bf16, 128, 16768, 4096, h100(true)).path == GemmPath::kSm90Decode);
+  // The largest split whose clusters (one per 128-row weight tile) all run at once, at most 8, at
+  // least 4 K blocks per block. 132 SMs of two blocks each, every cluster placeable:
+  ops::GemmResidency even{};
+  for (int s = 1; s <= kjit::gemm::kGemmDecodeMaxSplit; ++s) even[s] = 264 / s;
+  CHECK(ops::gemm_decode_split(28672, 4096, even) == 1);
+  CHECK(ops::gemm_decode_split(4096, 14336, even) == 8);
+  CHECK(ops::gemm_decode_split(6144, 4096, even) == 5);
+  CHECK(ops::gemm_decode_split(8192, 8192, even) == 4);
+  CHECK(ops::gemm_decode_split(200, 512, even) == 2);
+  CHECK(ops::gemm_decode_split(200, 16, even) == 1);
+  // Clusters of 8 that the GPCs cannot all place leave 32 tiles to 7 blocks each.
+  ops::GemmResidency ragged = even;
+  ragged[8] = 30;
+  CHECK(ops::gemm_decode_split(4096, 14336, ragged) == 7);
+  ops::GemmResidency none{};
+  CHECK(ops::gemm_decode_split(4096, 14336, none) == 1);
 }
 
 TEST_CASE("gemm: the tensor map rules name what TMA needs", "[gemm]") {
@@ -293,18 +335,31 @@ TEST_CASE("gemm: the wgmma descriptor has the PTX ISA's bit layout", "[gemm]") {
 TEST_CASE("gemm: specs and the catalog", "[gemm]") {
   const ops::OpDef& def = ops::op_or_throw("gemm");
   const auto catalog = def.catalog();
-  CHECK(catalog.size() == 12);
-  int sm90 = 0;
+  CHECK(catalog.size() == 28);
+  int sm90 = 0, decode = 0;
   for (const auto& args : catalog) {
     const kjit::jit::Spec s = def.make_spec(args);
     INFO(s.uri);
-    const bool tc = args.at("path") == "sm90";
-    sm90 += tc;
-    CHECK(s.arch_families == std::vector<std::string>{tc ? "sm_90a" : "sm_80+"});
-    CHECK(s.entry_names.at(0).find(tc ? "gemm_sm90_kernel" : "gemm_simt_kernel") !=
-          std::string::npos);
+    const std::string& path = args.at("path");
+    sm90 += path == "sm90";
+    decode += path == "decode";
+    CHECK(s.arch_families == std::vector<std::string>{path == "simt" ? "sm_80+" : "sm_90a"});
+    const char* entry = path == "sm90"     ? "gemm_sm90_kernel"
+                        : path == "decode" ? "gemm_decode_sm90_kernel"
+                                           : "gemm_simt_kernel";
+    CHECK(s.entry_names.at(0).find(entry) != std::string::npos);
   }
   CHECK(sm90 == 8);
+  CHECK(decode == 16);
+  CHECK(def.make_spec(
+               {{"path", "decode"}, {"dtype", "fp16"}, {"out_dtype", "fp32"}, {"tokens", "32"}})
+            .uri == "gemm_path_decode_dtype_fp16_out_dtype_fp32_tokens_32_stages_5");
+  CHECK_THROWS_AS(
+      def.make_spec({{"path", "decode"}, {"dtype", "bf16"}, {"out_dtype", "bf16"}, {"bn", "128"}}),
+      kjit::Error);
+  CHECK_THROWS_AS(
+      def.make_spec({{"path", "sm90"}, {"dtype", "bf16"}, {"out_dtype", "bf16"}, {"tokens", "16"}}),
+      kjit::Error);
   ops::GemmConfig c;
   c.path = ops::GemmPath::kSm90;
   c.bn = 256;

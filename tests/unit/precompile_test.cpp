@@ -6,11 +6,8 @@
 // compile (a fresh process: the runtime is process-wide) is tests/unit/engine_config_main.cpp.
 #include <catch2/catch.hpp>
 
-#include <sys/wait.h>
-
 #include <nlohmann/json.hpp>
 
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -20,6 +17,7 @@
 #include "kjit/kjit.h"
 #include "ops/precompile.hpp"
 #include "ops/registry.hpp"
+#include "support/shell.hpp"
 #include "support/temp_dir.hpp"
 #include "util/error.hpp"
 #include "util/fs.hpp"
@@ -219,16 +217,10 @@ TEST_CASE("precompile: kjit-cli compile --from compiles a file's specs, then fin
     const std::string cmd = "KJIT_CACHE_DIR='" + (dir.path() / "cache").string() + "' '" +
                             KJIT_CLI_PATH "' compile --from '" + file.string() +
                             "' --arch sm_90a --json 2>'" + (dir.path() / "stderr").string() + "'";
-    std::string out;
-    FILE* p = popen(cmd.c_str(), "r");
-    REQUIRE(p != nullptr);
-    char buf[4096];
-    for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-    const int status = pclose(p);
-    INFO(out << util::read_file(dir.path() / "stderr").value_or(""));
-    REQUIRE(WIFEXITED(status));
-    REQUIRE(WEXITSTATUS(status) == 0);
-    return nlohmann::json::parse(out);
+    const test::ShellRun r = test::run_shell(cmd);
+    INFO(r.out << util::read_file(dir.path() / "stderr").value_or(""));
+    REQUIRE(r.code == 0);
+    return nlohmann::json::parse(r.out);
   };
   const auto first = run();
   CHECK(first.at("compiled") == 2);

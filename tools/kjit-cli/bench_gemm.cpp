@@ -28,6 +28,11 @@ int bench_gemm(const ops::SetArgs& args, const BenchOptions& opts) {
   const int64_t m = ops::positive_int_arg(args, "m", 1 << 24);
   const int64_t n = ops::positive_int_arg(args, "n", 1 << 24);
   const int64_t k = ops::positive_int_arg(args, "k", 1 << 24);
+  ops::GemmTuning tuning;  // split: the decode path's K split (default: the library's choice)
+  if (args.count("split") != 0) {
+    tuning.split =
+        static_cast<int>(ops::positive_int_arg(args, "split", kjit::gemm::kGemmDecodeMaxSplit));
+  }
   if (dtype != "bf16" && dtype != "fp16") throw UsageError("gemm: dtype is bf16 or fp16");
   if (out_dtype != "bf16" && out_dtype != "fp16" && out_dtype != "fp32") {
     throw UsageError("gemm: out_dtype is bf16, fp16 or fp32");
@@ -60,11 +65,13 @@ int bench_gemm(const ops::SetArgs& args, const BenchOptions& opts) {
   c.uri = ops::gemm_spec(cfg).uri;
   c.dtype = dtype;
   c.shape = {{"m", m}, {"n", n}, {"k", k}, {"out_dtype", out_dtype}};
-  c.label = fmt::format("gemm {}->{} m={} n={} k={} ({})", dtype, out_dtype, m, n, k,
-                        ops::gemm_path_name(cfg.path));
-  // What kjit_gemm runs with the default options.
+  if (tuning.split != 0) c.shape["split"] = tuning.split;
+  c.label = fmt::format("gemm {}->{} m={} n={} k={} ({}{})", dtype, out_dtype, m, n, k,
+                        ops::gemm_path_name(cfg.path),
+                        tuning.split != 0 ? fmt::format(", split {}", tuning.split) : "");
+  // What kjit_gemm runs with the default options (and the split, when given).
   c.launch = [&](CUstream stream) {
-    ops::gemm(at.get(), bt.get(), nullptr, yt.get(), 1.0f, 0.0f, stream);
+    ops::gemm(at.get(), bt.get(), nullptr, yt.get(), 1.0f, 0.0f, stream, tuning);
   };
   c.bytes = static_cast<double>((m * k + n * k) * es + m * n * os);
   c.flops = 2.0 * static_cast<double>(m) * n * k;
@@ -109,9 +116,10 @@ int bench_gemm(const ops::SetArgs& args, const BenchOptions& opts) {
 void add_gemm_benches(std::vector<BenchEntry>& out) {
   out.push_back({"gemm",
                  {"dtype", "m", "n", "k"},
-                 {"out_dtype"},
+                 {"out_dtype", "split"},
                  bench_gemm,
-                 "dtype (bf16|fp16), m, n, k; out_dtype (bf16|fp16|fp32, default dtype)"});
+                 "dtype (bf16|fp16), m, n, k; out_dtype (bf16|fp16|fp32, default dtype), split "
+                 "(the decode path's K split, 1..8; default the library's)"});
 }
 
 }  // namespace kjit::cli

@@ -41,6 +41,7 @@ int report_read_probe(const void* data, int64_t bytes, const std::string& for_la
   probe.copy_bytes = static_cast<size_t>(bytes / 2);
   Check none;
   none.note = "no output";
+  none.compared = false;
   const double first_ms = first_call_ms(probe);
   return report(probe, none, first_ms, opts);
 }

@@ -89,6 +89,44 @@ struct LogitRows {
   test::Tensor xt;
 };
 
+// The input the probability benches share: batch and vocab from --set, one row per row of the
+// softmax of fresh N(0, sigma) logits, stored as fp32, on the device, as xt; v holds the stored
+// values as fp64.
+struct ProbRows {
+  ProbRows(const ops::SetArgs& args, double sigma)
+      : batch(ops::positive_int_arg(args, "batch", 1 << 20)),
+        vocab(ops::positive_int_arg(args, "vocab", ops::kFilterMaxVocab)),
+        n(static_cast<size_t>(batch * vocab)) {
+    check_gpu();
+    std::mt19937_64 rng(std::random_device{}());
+    v = random_logits(host, n, "fp32", rng, sigma);
+    for (int64_t r = 0; r < batch; ++r) {
+      double* row = v.data() + r * vocab;
+      double m = -INFINITY, s = 0;
+      for (int64_t i = 0; i < vocab; ++i) m = std::max(m, row[i]);
+      for (int64_t i = 0; i < vocab; ++i) s += row[i] = std::exp(row[i] - m);
+      for (int64_t i = 0; i < vocab; ++i) {
+        const size_t at = static_cast<size_t>(r * vocab + i);
+        ref::store_elem(host.data(), at, row[i] / s, "fp32");
+        row[i] = ref::load_elem(host.data(), at, "fp32");
+      }
+    }
+    x = std::make_unique<test::DeviceBuffer>(host.size());
+    x->upload(host.data(), host.size());
+    xt = test::make_tensor(x->get(), {batch, vocab}, test::dl_dtype("fp32"));
+  }
+  std::vector<double> row(int64_t r) const {
+    return std::vector<double>(v.begin() + r * vocab, v.begin() + (r + 1) * vocab);
+  }
+
+  int64_t batch, vocab;
+  size_t n;
+  std::vector<unsigned char> host;
+  std::vector<double> v;
+  std::unique_ptr<test::DeviceBuffer> x;
+  test::Tensor xt;
+};
+
 // --set path=auto|single|cluster (default auto) and, with path=cluster, cluster=N (2..16; default:
 // chosen by the batch) force the samplers' kernel path for the case, so that the one-block and
 // the cluster path can be timed side by side in one run; threads=N (a multiple of 32 to 1024)
@@ -198,32 +236,11 @@ Check check_draws(const std::vector<double>& values, int64_t batch, int64_t voca
 }
 
 int bench_top_p_sampling(const ops::SetArgs& args, const BenchOptions& opts) {
-  const int64_t batch = ops::positive_int_arg(args, "batch", 1 << 20);
-  const int64_t vocab = ops::positive_int_arg(args, "vocab", ops::kFilterMaxVocab);
   const double p = float_arg(args, "p", 0.9, 1e-6, 1.0);
   const double sigma = float_arg(args, "sigma", 2.0, 0.0, 100.0);
-  const size_t n = static_cast<size_t>(batch * vocab);
-  check_gpu();
-
-  // Probabilities: a softmax of N(0, sigma) logits per row, stored as fp32.
-  std::mt19937_64 rng(std::random_device{}());
-  std::vector<unsigned char> host;
-  std::vector<double> probs = random_logits(host, n, "fp32", rng, sigma);
-  for (int64_t r = 0; r < batch; ++r) {
-    double m = -INFINITY, s = 0;
-    for (int64_t i = 0; i < vocab; ++i) m = std::max(m, probs[r * vocab + i]);
-    for (int64_t i = 0; i < vocab; ++i)
-      s += probs[r * vocab + i] = std::exp(probs[r * vocab + i] - m);
-    for (int64_t i = 0; i < vocab; ++i) {
-      ref::store_elem(host.data(), static_cast<size_t>(r * vocab + i), probs[r * vocab + i] / s,
-                      "fp32");
-      probs[r * vocab + i] =
-          ref::load_elem(host.data(), static_cast<size_t>(r * vocab + i), "fp32");
-    }
-  }
-  test::DeviceBuffer x(host.size());
-  x.upload(host.data(), host.size());
-  auto xt = test::make_tensor(x.get(), {batch, vocab}, test::dl_dtype("fp32"));
+  ProbRows in(args, sigma);
+  const int64_t batch = in.batch, vocab = in.vocab;
+  const size_t n = in.n;
   DrawBuffers bufs(batch);
 
   const ops::FilterConfig cfg = ops::select_filter(ops::FilterOp::kSample, ops::FilterInput::kProbs,
@@ -240,12 +257,12 @@ int bench_top_p_sampling(const ops::SetArgs& args, const BenchOptions& opts) {
   sa.filters = ops::kFilterTopP;
   sa.top_p.scalar = static_cast<float>(p);
   c.launch = [&](CUstream stream) {
-    ops::sample("probs", ops::FilterInput::kProbs, xt.get(), sa, bufs.seed_t.get(),
+    ops::sample("probs", ops::FilterInput::kProbs, in.xt.get(), sa, bufs.seed_t.get(),
                 bufs.offset_t.get(), bufs.samples_t.get(), bufs.valid_t.get(), stream,
                 path.tuning(), path.ran());
   };
   c.bytes = static_cast<double>(n) * 4;
-  c.copy_src = x.get();
+  c.copy_src = in.x->get();
   c.copy_bytes = n * 2;
 
   const double first_ms = first_call_ms(c);
@@ -253,7 +270,7 @@ int bench_top_p_sampling(const ops::SetArgs& args, const BenchOptions& opts) {
   ref::FilterSpec spec;
   spec.top_p = p;
   spec.mass_tol = 1e-4;
-  return report(c, check_draws(probs, batch, vocab, spec, 1.0, false, bufs), first_ms, opts);
+  return report(c, check_draws(in.v, batch, vocab, spec, 1.0, false, bufs), first_ms, opts);
 }
 
 int bench_top_k_top_p_sampling(const ops::SetArgs& args, const BenchOptions& opts) {
@@ -455,6 +472,69 @@ int bench_top_k_mask_logits(const ops::SetArgs& args, const BenchOptions& opts) 
   return report(c, chk, first_ms, opts);
 }
 
+// kjit_top_k_renorm_probs / kjit_top_p_renorm_probs: p / (mass of the kept set) inside the
+// set, 0 outside. The check is ref::check_renorm_row's (the GPU test's): membership against the
+// fp64 reference set, values against the mass of the set the kernel kept.
+int bench_renorm_probs(const ops::SetArgs& args, const BenchOptions& opts, bool top_k) {
+  const int64_t k = args.count("k") ? ops::positive_int_arg(args, "k", 1 << 30) : 50;
+  const double p = float_arg(args, "p", 0.9, 1e-6, 1.0);
+  ProbRows in(args, 2.0);
+  const int64_t batch = in.batch, vocab = in.vocab;
+  const size_t n = in.n;
+  test::DeviceBuffer out(n * 4);
+  out.fill(0xFF);
+  auto ot = test::make_tensor(out.get(), {batch, vocab}, test::dl_dtype("fp32"));
+  BenchCase c;
+  c.op = top_k ? "top_k_renorm_probs" : "top_p_renorm_probs";
+  c.uri = ops::filter_uri(ops::select_filter(ops::FilterOp::kRenorm, ops::FilterInput::kProbs,
+                                             ops::DType::kF32, vocab, vocab % 4 == 0));
+  c.dtype = "fp32";
+  c.shape = {{"batch", batch}, {"vocab", vocab}};
+  if (top_k) {
+    c.shape["k"] = k;
+  } else {
+    c.shape["p"] = p;
+  }
+  c.label = top_k ? fmt::format("{} batch={} vocab={} k={}", c.op, batch, vocab, k)
+                  : fmt::format("{} batch={} vocab={} p={}", c.op, batch, vocab, p);
+  c.launch = [&](CUstream stream) {
+    const kjit_status st =
+        top_k
+            ? kjit_top_k_renorm_probs(in.xt.get(), nullptr, ot.get(),
+                                      test::SamplingOptions().top_k(static_cast<int>(k)), stream)
+            : kjit_top_p_renorm_probs(in.xt.get(), nullptr, ot.get(),
+                                      test::SamplingOptions().top_p(static_cast<float>(p)), stream);
+    if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
+  };
+  c.bytes = static_cast<double>(2 * n * 4);  // the probabilities read and the row written
+  c.copy_src = in.x->get();
+  c.copy_bytes = n * 4;
+  const double first_ms = first_call_ms(c);
+  std::vector<float> got(n);
+  out.download(got.data(), n * 4);
+  ref::FilterSpec spec;
+  if (top_k) spec.top_k = static_cast<int>(k);
+  if (!top_k) spec.top_p = p;
+  spec.mass_tol = 1e-4;
+  Check chk;
+  long band = 0, not_threshold = 0;
+  for (int64_t r = 0; r < batch; ++r) {
+    const std::vector<double> w = in.row(r);
+    const ref::RenormCheck rc =
+        ref::check_renorm_row(w, ref::keep_sets(w, spec), got.data() + r * vocab);
+    chk.add(static_cast<double>(rc.bad + (rc.threshold ? 0 : 1)), 0.0, 0.5);
+    chk.add(rc.sum, 1.0, 1e-3);
+    band += rc.in_band;
+    not_threshold += !rc.threshold;
+  }
+  chk.note = fmt::format(
+      "{} rows: tokens outside the reference set or off the kept mass, and "
+      "rows whose kept set is not a threshold ({}), counted as errors; {} "
+      "tokens in the rounding band",
+      batch, not_threshold, band);
+  return report(c, chk, first_ms, opts);
+}
+
 }  // namespace
 
 void add_sampling_benches(std::vector<BenchEntry>& out) {
@@ -485,6 +565,18 @@ void add_sampling_benches(std::vector<BenchEntry>& out) {
                  {"temperature"},
                  bench_softmax,
                  "dtype, batch, vocab, optional temperature (1)"});
+  out.push_back(
+      {"top_k_renorm_probs",
+       {"batch", "vocab"},
+       {"k"},
+       [](const ops::SetArgs& a, const BenchOptions& o) { return bench_renorm_probs(a, o, true); },
+       "batch, vocab, optional k (50): fp32 probabilities"});
+  out.push_back(
+      {"top_p_renorm_probs",
+       {"batch", "vocab"},
+       {"p"},
+       [](const ops::SetArgs& a, const BenchOptions& o) { return bench_renorm_probs(a, o, false); },
+       "batch, vocab, optional p (0.9): fp32 probabilities"});
   out.push_back({"top_k_mask_logits",
                  {"dtype", "batch", "vocab"},
                  {"k"},

@@ -38,6 +38,7 @@ void add_info_commands(CLI::App& app, int& exit_code);  // info, ops
 void add_compile_command(CLI::App& app, int& exit_code);
 void add_cache_commands(CLI::App& app, int& exit_code);  // cache inspect|clear|dir
 void add_bench_command(CLI::App& app, int& exit_code);   // bench <op>
+void add_tune_commands(CLI::App& app, int& exit_code);   // tune show|clear
 void add_aot_commands(CLI::App& app, int& exit_code);    // aot build|verify|list|fetch
 void add_defs_commands(CLI::App& app, int& exit_code);   // defs list|export
 void add_replay_command(CLI::App& app, int& exit_code);  // replay <dump dir>

@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   add_aot_commands(app, exit_code);
   add_defs_commands(app, exit_code);
   add_replay_command(app, exit_code);
+  add_tune_commands(app, exit_code);
 
   // A first word that is no command (and no option): name it, which CLI11's "A subcommand is
   // required" does not.

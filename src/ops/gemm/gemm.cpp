@@ -1,7 +1,10 @@
 #include "ops/gemm/gemm.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <mutex>
+#include <unordered_map>
 
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
@@ -61,7 +64,12 @@ gemm::TensorMapBytes tensor_map(const RowMatrix& m, uint32_t box_rows) {
 }  // namespace
 
 const char* gemm_path_name(GemmPath p) {
-  return p == GemmPath::kSm90 ? "sm90" : "simt";
+  switch (p) {
+    case GemmPath::kSm90: return "sm90";
+    case GemmPath::kSm90Decode: return "decode";
+    case GemmPath::kSimt: break;
+  }
+  return "simt";
 }
 
 GemmTarget gemm_target(int device, bool tma_ok) {
@@ -70,8 +78,25 @@ GemmTarget gemm_target(int device, bool tma_ok) {
   t.cc_major = dev.major;
   t.cc_minor = dev.minor;
   t.max_smem_optin = dev.max_smem_optin;
+  t.sm_count = dev.sm_count;
   t.tma_ok = tma_ok;
   return t;
+}
+
+int gemm_decode_stages(int tokens, int max_smem_optin) {
+  const int per_block = (max_smem_optin + 1024) / 2 - 1024;
+  int stages = 2;
+  while (gemm::gemm_decode_smem_bytes(tokens, stages + 1) <= per_block) ++stages;
+  return stages;
+}
+
+int gemm_decode_split(int64_t n, int64_t k, const GemmResidency& resident) {
+  const int64_t tiles = ceil_div(n, gemm::kGemmDecodeRows);
+  const int64_t by_k = std::max<int64_t>(1, ceil_div(k, gemm::kGemmBlockK) / 4);
+  for (int64_t s = std::min<int64_t>(by_k, gemm::kGemmDecodeMaxSplit); s > 1; --s) {
+    if (tiles <= resident[s]) return static_cast<int>(s);
+  }
+  return 1;
 }
 
 GemmConfig select_gemm(DType dtype, DType out_dtype, int64_t m, int64_t n, int64_t k,
@@ -85,15 +110,33 @@ GemmConfig select_gemm(DType dtype, DType out_dtype, int64_t m, int64_t n, int64
   GemmConfig c;
   c.dtype = dtype;
   c.out_dtype = out_dtype;
-  // Wide tiles halve the reads of a per output once there are rows enough to fill them; decode
-  // shapes keep 128 so more blocks share the weight stream.
+  const bool hopper = target.cc_major == 9 && target.cc_minor == 0 && target.tma_ok &&
+                      m <= kMaxTmaSide && n <= kMaxTmaSide && k <= kMaxTmaSide;
+  // Few rows: the product is a stream of the weight, which the decode kernel spreads over every
+  // SM (the 128 x bn tiles below leave most SMs idle at n = 4096). Past 64 rows every decode
+  // block rereads as many token bytes as weight bytes, and where the 128-wide tiles already
+  // cover the SMs they win: 128 x 28672 x 4096 took 73 us on them and 83-88 us on the decode
+  // kernel on the H200 (bench/results/2026-12-04-h200-gemm-decode*), 128 x 4096 x 14336 79 us
+  // and 51 us.
+  const bool decode = m <= 64 || (m <= gemm::kGemmDecodeMaxTokens &&
+                                  ceil_div(n, gemm::kGemmDecodeRows) < target.sm_count);
+  if (hopper && decode) {
+    int tokens = 16;  // the narrowest wgmma form kjit instantiates
+    while (tokens < m) tokens *= 2;
+    const int stages = gemm_decode_stages(tokens, target.max_smem_optin);
+    if (gemm::gemm_decode_smem_bytes(tokens, stages) <= target.max_smem_optin &&
+        ceil_div(n, gemm::kGemmDecodeRows) * gemm::kGemmDecodeMaxSplit <= kMaxTmaSide) {
+      c.path = GemmPath::kSm90Decode;
+      c.tokens = tokens;
+      c.stages = stages;
+      return c;
+    }
+  }
+  // Wide tiles halve the reads of a per output once there are rows enough to fill them.
   const int bn = m >= 512 ? 256 : 128;
   const int stages = bn == 256 ? 4 : 6;
-  const bool sm90 = target.cc_major == 9 && target.cc_minor == 0 && target.tma_ok &&
-                    m <= kMaxTmaSide && n <= kMaxTmaSide && k <= kMaxTmaSide &&
-                    gemm::gemm_sm90_smem_bytes(bn, stages) <= target.max_smem_optin &&
-                    ceil_div(m, gemm::kGemmBlockM) * ceil_div(n, bn) <= kMaxTmaSide;
-  if (sm90) {
+  if (hopper && gemm::gemm_sm90_smem_bytes(bn, stages) <= target.max_smem_optin &&
+      ceil_div(m, gemm::kGemmBlockM) * ceil_div(n, bn) <= kMaxTmaSide) {
     c.path = GemmPath::kSm90;
     c.bn = bn;
     c.stages = stages;
@@ -109,24 +152,88 @@ GemmConfig select_gemm(DType dtype, DType out_dtype, int64_t m, int64_t n, int64
 }
 
 jit::Spec gemm_spec(const GemmConfig& c) {
-  const bool sm90 = c.path == GemmPath::kSm90;
+  const char* header = c.path == GemmPath::kSm90         ? "gemm/gemm_sm90.cuh"
+                       : c.path == GemmPath::kSm90Decode ? "gemm/gemm_decode_sm90.cuh"
+                                                         : "gemm/gemm_simt.cuh";
+  const bool sm90a = c.path != GemmPath::kSimt;
   jit::SpecBuilder b(
-      "gemm", {"common", "gemm"}, sm90 ? "gemm/gemm_sm90.cuh" : "gemm/gemm_simt.cuh",
-      sm90 ? std::vector<std::string>{"sm_90a"} : std::vector<std::string>{"sm_80+"});
+      "gemm", {"common", "gemm"}, header,
+      sm90a ? std::vector<std::string>{"sm_90a"} : std::vector<std::string>{"sm_80+"});
   b.choice("path", gemm_path_name(c.path), static_cast<int>(c.path));
   b.type("dtype", dtype_name(c.dtype), device_type_name(c.dtype));
   b.type("out_dtype", dtype_name(c.out_dtype), device_type_name(c.out_dtype));
-  if (sm90) {
+  if (c.path == GemmPath::kSm90) {
     b.value("bn", c.bn).value("stages", c.stages);
     b.entry("kjit::gemm::gemm_sm90_kernel", {"dtype", "out_dtype", "bn", "stages"});
+  } else if (c.path == GemmPath::kSm90Decode) {
+    b.value("tokens", c.tokens).value("stages", c.stages);
+    b.entry("kjit::gemm::gemm_decode_sm90_kernel", {"dtype", "out_dtype", "tokens", "stages"});
   } else {
     b.entry("kjit::gemm::gemm_simt_kernel", {"dtype", "out_dtype"});
   }
   return b.build();
 }
 
+namespace {
+
+// The decode kernel's residency per split, asked of the driver once per loaded kernel (the answer
+// depends on its registers and shared memory, and on the device).
+const GemmResidency& decode_residency(CUfunction fn, unsigned block, unsigned smem) {
+  static std::mutex mu;
+  static std::unordered_map<CUfunction, GemmResidency> known;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = known.find(fn);
+  if (it == known.end()) {
+    GemmResidency r{};
+    for (int s = 1; s <= gemm::kGemmDecodeMaxSplit; ++s) {
+      r[s] = cuda::max_active_clusters(fn, static_cast<unsigned>(s), block, smem);
+    }
+    it = known.emplace(fn, r).first;
+  }
+  return it->second;
+}
+
+// The launch of cfg's kernel over p (whose pointers, sizes and scalars are set): the tensor maps
+// and the grid of its path.
+void launch_gemm(CUfunction fn, const GemmConfig& cfg, const GemmTuning& tuning, const RowMatrix& x,
+                 const RowMatrix& w, gemm::GemmParams& p, CUstream stream) {
+  cuda::LaunchConfig lc;
+  lc.stream = stream;
+  if (cfg.path == GemmPath::kSm90Decode) {
+    lc.block_x = gemm::kGemmDecodeThreads;
+    lc.smem_bytes = static_cast<unsigned>(gemm::gemm_decode_smem_bytes(cfg.tokens, cfg.stages));
+    const int split =
+        tuning.split != 0
+            ? tuning.split
+            : gemm_decode_split(p.n, p.k, decode_residency(fn, lc.block_x, lc.smem_bytes));
+    if (split < 1 || split > gemm::kGemmDecodeMaxSplit) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm: split {} is not in 1 .. {}", split,
+           gemm::kGemmDecodeMaxSplit);
+    }
+    p.tma_a = tensor_map(x, static_cast<uint32_t>(cfg.tokens));
+    p.tma_b = tensor_map(w, gemm::kGemmDecodeRows);
+    lc.grid_x = static_cast<unsigned>(ceil_div(p.n, gemm::kGemmDecodeRows) * split);
+    cuda::launch_cluster(fn, lc, static_cast<unsigned>(split), &p);
+    return;
+  }
+  if (cfg.path == GemmPath::kSm90) {
+    p.tma_a = tensor_map(x, gemm::kGemmBlockM);
+    p.tma_b = tensor_map(w, static_cast<uint32_t>(cfg.bn));
+    lc.grid_x = static_cast<unsigned>(ceil_div(p.n, cfg.bn) * ceil_div(p.m, gemm::kGemmBlockM));
+    lc.block_x = gemm::kGemmSm90Threads;
+    lc.smem_bytes = static_cast<unsigned>(gemm::gemm_sm90_smem_bytes(cfg.bn, cfg.stages));
+  } else {
+    lc.grid_x = static_cast<unsigned>(ceil_div(p.n, gemm::kGemmSimtTile));
+    lc.grid_y = static_cast<unsigned>(ceil_div(p.m, gemm::kGemmSimtTile));
+    lc.block_x = gemm::kGemmSimtThreads;
+  }
+  cuda::launch(fn, lc, &p);
+}
+
+}  // namespace
+
 void gemm(const DLTensor* a, const DLTensor* b, const DLTensor* bias, DLTensor* out, float alpha,
-          float beta, void* stream) {
+          float beta, void* stream, const GemmTuning& tuning) {
   const RowMatrix x = as_row_matrix(a, "a");
   const RowMatrix w = as_row_matrix(b, "b");
   const RowMatrix y = as_row_matrix(out, "out");
@@ -194,21 +301,8 @@ void gemm(const DLTensor* a, const DLTensor* b, const DLTensor* bias, DLTensor* 
   p.out_stride = y.row_stride;
   p.alpha = alpha;
   p.beta = beta;
-  cuda::LaunchConfig lc;
-  lc.stream = static_cast<CUstream>(stream);
-  if (cfg.path == GemmPath::kSm90) {
-    p.tma_a = tensor_map(x, gemm::kGemmBlockM);
-    p.tma_b = tensor_map(w, static_cast<uint32_t>(cfg.bn));
-    lc.grid_x = static_cast<unsigned>(ceil_div(n, cfg.bn) * ceil_div(m, gemm::kGemmBlockM));
-    lc.block_x = gemm::kGemmSm90Threads;
-    lc.smem_bytes = static_cast<unsigned>(gemm::gemm_sm90_smem_bytes(cfg.bn, cfg.stages));
-  } else {
-    lc.grid_x = static_cast<unsigned>(ceil_div(n, gemm::kGemmSimtTile));
-    lc.grid_y = static_cast<unsigned>(ceil_div(m, gemm::kGemmSimtTile));
-    lc.block_x = gemm::kGemmSimtThreads;
-  }
   cuda::ScopedDevice scope(x.device);
-  cuda::launch(kern.functions.at(0), lc, &p);
+  launch_gemm(kern.functions.at(0), cfg, tuning, x, w, p, static_cast<CUstream>(stream));
 }
 
 }  // namespace kjit::ops

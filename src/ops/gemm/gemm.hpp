@@ -4,6 +4,7 @@
 
 #include <dlpack/dlpack.h>
 
+#include <array>
 #include <cstdint>
 
 #include "gemm/gemm_params.h"
@@ -15,33 +16,59 @@ namespace kjit::ops {
 
 // kSm90: TMA + wgmma, warp-specialized (kernels/gemm/gemm_sm90.cuh, sm_90a only).
 // kSimt: fp32 FMA tiles, any sm_80+ device and any element-aligned operands (gemm_simt.cuh).
-enum class GemmPath { kSm90 = 0, kSimt = 1 };
+// kSm90Decode: m <= kGemmDecodeMaxTokens on sm_90a: the weight streams as wgmma's M side, K split
+// over a cluster (gemm_decode_sm90.cuh).
+enum class GemmPath { kSm90 = 0, kSimt = 1, kSm90Decode = 2 };
 
-const char* gemm_path_name(GemmPath p);  // "sm90", "simt"
+const char* gemm_path_name(GemmPath p);  // "sm90", "simt", "decode"
 
 // One compiled GEMM variant; every field is in the URI. bn and stages are the sm90 kernel's tile
-// width and pipeline depth (0 for kSimt).
+// width and pipeline depth, tokens and stages the decode kernel's token tile and depth (0 where
+// unused).
 struct GemmConfig {
   GemmPath path = GemmPath::kSimt;
   DType dtype = DType::kBF16;      // a, b and bias
   DType out_dtype = DType::kBF16;  // out
   int bn = 0;
   int stages = 0;
+  int tokens = 0;
 };
 
 // What select_gemm needs to know about a call besides dtypes and sizes.
 struct GemmTarget {
   int cc_major = 0, cc_minor = 0;  // the device's compute capability
   int max_smem_optin = 0;          // bytes of shared memory a block may opt in to
+  int sm_count = 0;                // streaming multiprocessors
   bool tma_ok = false;  // a and b: 16-byte-aligned bases, row strides multiples of 16 bytes
 };
+
+// Choices the bench and the tests override; the defaults are kjit_gemm's.
+struct GemmTuning {
+  // The decode path's split of K over a cluster (1 .. kGemmDecodeMaxSplit); 0: gemm_decode_split.
+  int split = 0;
+};
+
+// The decode kernel's pipeline depth for a token tile: as many stages as leave room for two
+// blocks per SM (an SM has the opt-in size plus the 1 KB a block reserves).
+int gemm_decode_stages(int tokens, int max_smem_optin);
+
+// resident[s]: how many clusters of s decode blocks the device runs at once (s = 1 ..
+// kGemmDecodeMaxSplit; index 0 unused), as cuOccupancyMaxActiveClusters reports it.
+using GemmResidency = std::array<int, gemm::kGemmDecodeMaxSplit + 1>;
+
+// The decode path's split of K: the largest that still runs every weight tile's cluster at once
+// (a cluster left for a second wave doubles the time), with at least 4 K blocks (256 of K) per
+// block; 1 when even that leaves a second wave.
+int gemm_decode_split(int64_t n, int64_t k, const GemmResidency& resident);
 
 // The target of a call on `device` (its compute capability and shared memory). Throws
 // KJIT_ERROR_NO_DEVICE without a driver.
 GemmTarget gemm_target(int device, bool tma_ok);
 
-// Support and dispatch in one place: the sm90 path on a compute capability 9.0 device when TMA
-// can describe a and b and the tiles fit its shared memory, else the fallback. Throws
+// Support and dispatch in one place: on a compute capability 9.0 device where TMA can describe a
+// and b, the decode path for m <= 64, and for m <= kGemmDecodeMaxTokens where n has fewer
+// 128-row tiles than the device has SMs; else the sm90 path when its tiles fit the shared memory;
+// otherwise the fallback. Throws
 // KJIT_ERROR_UNSUPPORTED for input dtypes other than bf16 / fp16, out dtypes other than bf16 /
 // fp16 / fp32, and sizes past the grid's limits.
 GemmConfig select_gemm(DType dtype, DType out_dtype, int64_t m, int64_t n, int64_t k,
@@ -53,6 +80,6 @@ jit::Spec gemm_spec(const GemmConfig& cfg);
 // out may have leading dims (collapsed into m rows) and row strides; b and bias are compact.
 // Validates, then launches on `stream`. Throws kjit::Error.
 void gemm(const DLTensor* a, const DLTensor* b, const DLTensor* bias, DLTensor* out, float alpha,
-          float beta, void* stream);
+          float beta, void* stream, const GemmTuning& tuning = {});
 
 }  // namespace kjit::ops

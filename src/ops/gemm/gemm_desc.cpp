@@ -16,6 +16,10 @@ namespace kjit::ops {
 namespace {
 using namespace def;
 
+// Every compute capability 9.0 part (H100, H200, GH200) lets a block opt in to 227 KB: the
+// decode path's default depth where no device is at hand (--set, the catalog).
+constexpr int kHopperSmemOptin = 227 * 1024;
+
 // The realistic (n, k) of Llama-3-8B / 70B-class linear layers (bench/suites/gemm.jsonl's).
 constexpr int64_t kDefinitionShapes[][2] = {
     {28672, 4096}, {4096, 14336}, {6144, 4096}, {8192, 8192}};
@@ -51,37 +55,61 @@ OpDef gemm_op_def() {
   OpDef d;
   d.name = "gemm";
   d.summary = "out = alpha * a . b^T + beta * out + bias (a [m, k], b [n, k]), bf16/fp16 in";
-  d.axes = {
-      {"path", {"sm90", "simt"}, true, "sm90: TMA + wgmma (sm_90a); simt: fp32 FMA, any arch"},
-      {"dtype", {"bf16", "fp16"}, true, "a, b and bias dtype"},
-      {"out_dtype", {"bf16", "fp16", "fp32"}, true, "out dtype"},
-      {"bn", {"128", "256"}, false, "sm90: output tile width (default 128)"},
-      {"stages",
-       {"2", "3", "4", "5", "6"},
-       false,
-       "sm90: pipeline stages (default 6 at bn=128, 4 at bn=256)"}};
+  d.axes = {{"path",
+             {"sm90", "decode", "simt"},
+             true,
+             "sm90: TMA + wgmma (sm_90a); decode: the weight-streaming kernel for m <= 128 "
+             "(sm_90a); simt: fp32 FMA, any arch"},
+            {"dtype", {"bf16", "fp16"}, true, "a, b and bias dtype"},
+            {"out_dtype", {"bf16", "fp16", "fp32"}, true, "out dtype"},
+            {"bn", {"128", "256"}, false, "sm90: output tile width (default 128)"},
+            {"tokens", {"16", "32", "64", "128"}, false, "decode: token tile (m <= tokens)"},
+            {"stages",
+             {"2", "3", "4", "5", "6"},
+             false,
+             "sm90: pipeline stages (default 6 at bn=128, 4 at bn=256); decode: default the most "
+             "that let two blocks share an SM"}};
   d.arch_families = {"sm_80+", "sm_90a"};
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
     GemmConfig c;
-    c.path = args.at("path") == "sm90" ? GemmPath::kSm90 : GemmPath::kSimt;
+    const std::string& path = args.at("path");
+    c.path = path == "sm90"     ? GemmPath::kSm90
+             : path == "decode" ? GemmPath::kSm90Decode
+                                : GemmPath::kSimt;
     c.dtype = dtype_from_name(args.at("dtype"));
     c.out_dtype = dtype_from_name(args.at("out_dtype"));
-    const bool tile_args = args.count("bn") != 0 || args.count("stages") != 0;
+    const bool has_stages = args.count("stages") != 0;
+    const bool has_bn = args.count("bn") != 0;
+    const bool has_tokens = args.count("tokens") != 0;
     if (c.path == GemmPath::kSimt) {
-      if (tile_args) fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm: bn and stages are sm90 settings");
+      if (has_bn || has_stages || has_tokens) {
+        fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm: bn, tokens and stages are sm90 settings");
+      }
       return gemm_spec(c);
     }
+    if (c.path == GemmPath::kSm90Decode) {
+      if (has_bn) fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm: bn is an sm90 setting");
+      c.tokens = has_tokens ? std::stoi(args.at("tokens")) : 16;
+      c.stages = has_stages ? std::stoi(args.at("stages"))
+                            : gemm_decode_stages(c.tokens, kHopperSmemOptin);
+      return gemm_spec(c);
+    }
+    if (has_tokens) fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm: tokens is a decode setting");
     c.bn = args.count("bn") != 0 ? std::stoi(args.at("bn")) : 128;
     c.stages = args.count("stages") != 0 ? std::stoi(args.at("stages")) : (c.bn == 256 ? 4 : 6);
     return gemm_spec(c);
   };
   d.catalog = [] {
-    // What select_gemm picks for bf16 / fp16 models: both tile widths of the sm90 path with out in
-    // the input dtype or fp32, and the fallback for the same pairs.
+    // What select_gemm picks for bf16 / fp16 models: both tile widths of the sm90 path and every
+    // token tile of the decode path with out in the input dtype or fp32, and the fallback for the
+    // same pairs.
     std::vector<SetArgs> out;
     for (const char* dt : {"bf16", "fp16"}) {
       for (const char* od : {dt, "fp32"}) {
+        for (const char* tokens : {"16", "32", "64", "128"}) {
+          out.push_back({{"path", "decode"}, {"dtype", dt}, {"out_dtype", od}, {"tokens", tokens}});
+        }
         out.push_back({{"path", "sm90"}, {"dtype", dt}, {"out_dtype", od}, {"bn", "128"}});
         out.push_back({{"path", "sm90"}, {"dtype", dt}, {"out_dtype", od}, {"bn", "256"}});
         out.push_back({{"path", "simt"}, {"dtype", dt}, {"out_dtype", od}});
@@ -89,29 +117,36 @@ OpDef gemm_op_def() {
     }
     return out;
   };
-  // The fallback, and the sm90 tiles select_gemm gives the call's m (any: a decode and a prefill
-  // m) on a device that takes the wgmma path; whether a device does (its shared memory, the
-  // operands' alignment) is known at the call. The bias is a launch argument.
+  // The fallback, and what select_gemm gives the call's m (any: a decode, a 128-row and a
+  // prefill m) on an sm_90a device with TMA-ready operands, as make_spec's defaults size them.
+  // Between 64 and kGemmDecodeMaxTokens rows the decode path depends on the device's SM count,
+  // so both answers are taken (few SMs, and more than n has tiles); whether a device takes the
+  // wgmma paths at all (the operands' alignment) is known at the call. The bias is a launch
+  // argument.
   d.precompile_sets = [](const Definition& def, const VarAxes& axes) {
     const DType dtype = def.tensor_dtype("a");
     const DType od = def.tensor_dtype("out");
     const int64_t n = def.const_axis("n"), k = def.const_axis("k");
-    std::vector<int64_t> ms = {1, 512};
+    std::vector<int64_t> ms = {1, gemm::kGemmDecodeMaxTokens, 512};
     if (auto m = var_axis(axes, "m")) ms = {*m};
-    GemmTarget wgmma;
-    wgmma.cc_major = 9;
-    wgmma.max_smem_optin = std::numeric_limits<int>::max();
-    wgmma.tma_ok = true;
-    std::vector<SetArgs> out = {
-        {{"path", "simt"}, {"dtype", dtype_name(dtype)}, {"out_dtype", dtype_name(od)}}};
+    const SetArgs types = {{"dtype", dtype_name(dtype)}, {"out_dtype", dtype_name(od)}};
+    std::vector<SetArgs> out = {types};
+    out.back()["path"] = "simt";
+    GemmTarget hopper;
+    hopper.cc_major = 9;
+    hopper.max_smem_optin = kHopperSmemOptin;
+    hopper.tma_ok = true;
     for (int64_t m : ms) {
-      const GemmConfig c = select_gemm(dtype, od, m, n, k, wgmma);
-      if (c.path != GemmPath::kSm90) continue;  // past the TMA limits: the fallback's shape
-      out.push_back({{"path", "sm90"},
-                     {"dtype", dtype_name(dtype)},
-                     {"out_dtype", dtype_name(od)},
-                     {"bn", std::to_string(c.bn)},
-                     {"stages", std::to_string(c.stages)}});
+      for (int sms : {0, std::numeric_limits<int>::max()}) {
+        hopper.sm_count = sms;
+        const GemmConfig c = select_gemm(dtype, od, m, n, k, hopper);
+        SetArgs a = types;
+        a["path"] = gemm_path_name(c.path);
+        if (c.path == GemmPath::kSm90) a["bn"] = std::to_string(c.bn);
+        if (c.path == GemmPath::kSm90Decode) a["tokens"] = std::to_string(c.tokens);
+        if (c.path != GemmPath::kSimt) a["stages"] = std::to_string(c.stages);
+        out.push_back(std::move(a));
+      }
     }
     return out;
   };

@@ -124,6 +124,50 @@ inline std::vector<Keep> keep_sets(const std::vector<double>& w, const FilterSpe
   return keep;
 }
 
+// A renormalized row checked against the weights it came from: every must-keep token nonzero,
+// every must-drop token zero, each nonzero value w / (mass of the set the kernel kept) within a
+// relative 1e-5, and the kept set a threshold (everything at or above one weight, ties together).
+// The divisor is the kept set's mass, not "must + may": a top-p band of 1e-4 of the mass holds
+// ~10 tokens of a 128256-token row, each ~3e-5 of the kept mass, so counting the ones the kernel
+// rightly dropped would put every kept value off by more than the tolerance.
+struct RenormCheck {
+  long bad = 0;           // tokens that break the rules above
+  long in_band = 0;       // tokens that may go either way
+  bool threshold = true;  // the kept set is a threshold set
+  double sum = 0;         // of the row's output (1 for a row with any mass)
+  long first_bad = -1;    // index of the first bad token, for a message
+  double first_got = 0, first_want = 0;
+};
+
+inline RenormCheck check_renorm_row(const std::vector<double>& w, const std::vector<Keep>& keep,
+                                    const float* got) {
+  RenormCheck c;
+  double mass = 0;
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (got[i] != 0.0f) mass += w[i];
+  }
+  double min_kept = std::numeric_limits<double>::infinity(), max_dropped = 0;
+  for (size_t i = 0; i < w.size(); ++i) {
+    const double g = got[i];
+    c.sum += g;
+    const double want = w[i] / mass;
+    const bool zero_ok = keep[i] != Keep::kMust;
+    const bool value_ok = keep[i] != Keep::kNo && std::fabs(g - want) <= 1e-5 * want;
+    if (!((zero_ok && g == 0.0) || value_ok)) {
+      if (c.bad++ == 0) {
+        c.first_bad = static_cast<long>(i);
+        c.first_got = g;
+        c.first_want = keep[i] == Keep::kNo ? 0.0 : want;
+      }
+    }
+    c.in_band += keep[i] == Keep::kMay;
+    if (g != 0.0) min_kept = std::min(min_kept, w[i]);
+    if (g == 0.0 && w[i] > 0) max_dropped = std::max(max_dropped, w[i]);
+  }
+  c.threshold = max_dropped < min_kept;
+  return c;
+}
+
 // The distribution a draw should follow: w renormalized over the kept tokens (kMay counts as
 // kept, so use it on rows whose band is empty).
 inline std::vector<double> target_distribution(const std::vector<double>& w,

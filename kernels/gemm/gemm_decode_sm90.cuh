@@ -1,0 +1,165 @@
+// GEMM for decode shapes on Hopper (sm_90a): out = alpha * a . b^T + beta * out + bias with few
+// rows of a (m <= kGemmDecodeMaxTokens tokens), where the product is a stream of the weight b.
+// Same operands, accumulators and epilogue rules as gemm_sm90.cuh; the roles of a and b swap:
+//   wgmma's M side is the weight: each block owns kGemmDecodeRows rows of b (n), 64 per consumer
+//     warpgroup, so every weight byte is read by exactly one block;
+//   wgmma's N side is the tokens: all m rows of a, zero-filled up to TOKENS (16 .. 128), one
+//     m64nTOKENSk16 per k16 step. The block computes out^T for its rows: accumulator (row, col)
+//     is out[col][row].
+// A tile of TOKENS x 64 activations is small beside the 128 x 64 weight tile, so most of the
+// shared memory is weight stages in flight, and two blocks fit on an SM.
+//
+// Split K over a thread-block cluster: the cluster's SPLIT blocks (the launch's cluster size,
+// 1 .. kGemmDecodeMaxSplit; read at run time, so one compiled kernel serves every split) share a
+// weight tile and each streams 1/SPLIT of its K blocks. Each block leaves its partial
+// accumulators in its own shared memory (the drained ring), and after a cluster barrier block r
+// sums the tokens m % SPLIT == r over the cluster (distributed shared memory) and writes them,
+// adjacent threads on adjacent n. No workspace, no atomics: graph-safe and deterministic. The
+// epilogue reads shared memory, not registers, also without a split: its loop then needs no
+// register indexing, which keeps the widest token tile's NVRTC compile short.
+//
+// Warps 0-7 (two consumer warpgroups) multiply; warp 8's lane 0 produces (TMA into a ring of
+// STAGES stages with full / empty mbarriers, as in gemm_sm90.cuh).
+//
+// Launch contract: grid ceil(n / kGemmDecodeRows) * SPLIT blocks, clusters of SPLIT along x,
+// kGemmDecodeThreads threads, gemm_decode_smem_bytes(TOKENS, STAGES) bytes of dynamic shared
+// memory; m <= TOKENS. p.tma_a describes a with a box of 64 x TOKENS elements, p.tma_b describes b
+// with a box of 64 x kGemmDecodeRows, both 128-byte swizzled (TMA's rules as in gemm_sm90.cuh).
+// out must not overlap a, b or bias.
+#pragma once
+
+#include "common/cluster.cuh"
+#include "common/hopper.cuh"
+#include "common/prelude.cuh"
+#include "gemm/epilogue.cuh"
+#include "gemm/gemm_params.h"
+#include "gemm/gemm_sm90.cuh"  // init_ring(), consume(): the same ring protocol
+
+namespace kjit {
+namespace gemm {
+
+constexpr int kDecodeConsumerThreads = 256;
+
+// A stage is gemm_sm90.cuh's with the weight tile where a's was and the tokens where b's was, so
+// its consume() serves the decode kernel with BN = TOKENS.
+static_assert(kGemmDecodeRows == kGemmBlockM, "the decode kernel's stages are the sm90 kernel's");
+
+template <int TOKENS>
+constexpr u32 decode_stage_bytes() {
+  return static_cast<u32>(kGemmDecodeRows + TOKENS) * kGemmBlockK * 2;
+}
+
+// The consumer warps' barrier (named barrier 1; 0 is __syncthreads).
+KJIT_DEVICE KJIT_FORCEINLINE void consumers_sync() {
+  asm volatile("bar.sync 1, %0;\n" ::"n"(kDecodeConsumerThreads) : "memory");
+}
+
+template <int TOKENS, int STAGES>
+KJIT_DEVICE KJIT_FORCEINLINE void decode_produce(const GemmParams& p, unsigned char* tiles,
+                                                 u64* full, u64* empty, int kb_begin, int kb_end,
+                                                 int n0) {
+  constexpr u32 kStageBytes = decode_stage_bytes<TOKENS>();
+  constexpr u32 kWeightBytes = kGemmDecodeRows * kGemmBlockK * 2;
+  for (int kb = kb_begin; kb < kb_end; ++kb) {
+    const int i = kb - kb_begin;
+    const int s = i % STAGES;
+    hopper::mbarrier_wait(&empty[s], ((i / STAGES) & 1) ^ 1);
+    unsigned char* stage = tiles + s * kStageBytes;
+    hopper::mbarrier_arrive_expect_tx(&full[s], kStageBytes);
+    hopper::tma_load_2d(stage, &p.tma_b, &full[s], kb * kGemmBlockK, n0);
+    hopper::tma_load_2d(stage + kWeightBytes, &p.tma_a, &full[s], kb * kGemmBlockK, 0);
+  }
+}
+
+// Where consumer thread t keeps output (row n of the tile, token m) in its registers
+// (common/wgmma.cuh's layout with rows read as n and columns as m): its partial-sum slot
+// i * 256 + t in `parts`.
+KJIT_DEVICE KJIT_FORCEINLINE int part_slot(int n, int m) {
+  const int r = n % 16;  // 8 (i / 2 % 2) + lane / 4
+  const int t = (n / 16) * 32 + 4 * (r % 8) + (m % 8) / 2;
+  const int i = 4 * (m / 8) + 2 * (r / 8) + m % 2;
+  return i * kDecodeConsumerThreads + t;
+}
+
+// Block `rank` of the cluster writes the tokens m % split == rank: each output summed over the
+// blocks' partials (distributed shared memory), a warp's threads on adjacent n so the stores
+// coalesce.
+template <typename IN, typename OUT>
+KJIT_DEVICE KJIT_FORCEINLINE void decode_write(const GemmParams& p, int n_tile, u32 rank, u32 split,
+                                               const float* parts) {
+  // The cluster's partials, mapped once; the sum's loads are unrolled so they are in flight
+  // together rather than one remote latency each.
+  const float* src[kGemmDecodeMaxSplit];
+#pragma unroll
+  for (u32 q = 0; q < kGemmDecodeMaxSplit; ++q) src[q] = cluster_map(parts, q < split ? q : 0);
+  const int m_count = p.m > rank ? static_cast<int>((p.m - rank + split - 1) / split) : 0;
+  for (int f = static_cast<int>(threadIdx.x); f < m_count * kGemmDecodeRows;
+       f += kDecodeConsumerThreads) {
+    const int nr = f % kGemmDecodeRows;
+    const i64 n = i64(n_tile) * kGemmDecodeRows + nr;
+    if (n >= p.n) continue;
+    const int m = static_cast<int>(rank) + (f / kGemmDecodeRows) * static_cast<int>(split);
+    const int slot = part_slot(nr, m);
+    float acc = 0.0f;
+#pragma unroll
+    for (u32 q = 0; q < kGemmDecodeMaxSplit; ++q) {
+      if (q < split) acc += src[q][slot];
+    }
+    OUT* o = static_cast<OUT*>(p.out) + m * p.out_stride + n;
+    *o = from_float<OUT>(output_value(p, acc, o, bias_at<IN>(p, n)));
+  }
+}
+
+template <typename IN, typename OUT, int TOKENS, int STAGES>
+__global__ void __launch_bounds__(kGemmDecodeThreads, 2)
+    gemm_decode_sm90_kernel(const __grid_constant__ GemmParams p) {
+  static_assert(sizeof(IN) == 2, "wgmma operands here are bf16 or fp16");
+  static_assert(TOKENS == 16 || TOKENS == 32 || TOKENS == 64 || TOKENS == 128,
+                "TOKENS is a wgmma width kjit instantiates");
+  constexpr u32 kStageBytes = decode_stage_bytes<TOKENS>();
+  static_assert(TOKENS / 2 * kDecodeConsumerThreads * 4 <= STAGES * kStageBytes,
+                "the partial accumulators reuse the ring");
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* tiles = smem_raw + ((1024 - (hopper::smem_addr(smem_raw) & 1023)) & 1023);
+  u64* full = reinterpret_cast<u64*>(tiles + STAGES * kStageBytes);
+  u64* empty = full + STAGES;
+  const u32 split = cluster_size();
+  const u32 rank = cluster_rank();
+  const int n_tile = static_cast<int>(blockIdx.x / split);
+  const int k_blocks = static_cast<int>((p.k + kGemmBlockK - 1) / kGemmBlockK);
+  const int kb_begin = static_cast<int>(i64(k_blocks) * rank / split);
+  const int kb_end = static_cast<int>(i64(k_blocks) * (rank + 1) / split);
+  init_ring<STAGES>(full, empty);
+  __syncthreads();
+  const bool consumer = threadIdx.x < kDecodeConsumerThreads;
+  float* parts = reinterpret_cast<float*>(tiles);
+  if (consumer) {
+    float acc[TOKENS / 2];
+#pragma unroll
+    for (int i = 0; i < TOKENS / 2; ++i) acc[i] = 0.0f;
+    consume<IN, TOKENS, STAGES>(tiles, full, empty, kb_end - kb_begin,
+                                static_cast<int>(threadIdx.x / 128), acc);
+    // Both warpgroups' MMAs are done with the ring (and every TMA write landed: each stage was
+    // waited for) before it holds the partial sums.
+    consumers_sync();
+#pragma unroll
+    for (int i = 0; i < TOKENS / 2; ++i) {
+      if (8 * (i / 4) < p.m) parts[i * kDecodeConsumerThreads + threadIdx.x] = acc[i];
+    }
+  } else if (threadIdx.x == kDecodeConsumerThreads) {
+    decode_produce<TOKENS, STAGES>(p, tiles, full, empty, kb_begin, kb_end,
+                                   n_tile * kGemmDecodeRows);
+  }
+  __syncwarp();
+  // Every block's partial sums are in its shared memory.
+  if (split > 1) {
+    cluster_sync();
+  } else {
+    __syncthreads();
+  }
+  if (consumer) decode_write<IN, OUT>(p, n_tile, rank, split, parts);
+  if (split > 1) cluster_sync();  // no block leaves while another reads its partials
+}
+
+}  // namespace gemm
+}  // namespace kjit
