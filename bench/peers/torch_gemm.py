@@ -3,7 +3,12 @@
 and the weight b [n, k], timed under the same TIMER/FLUSH runs as `kjit-cli bench gemm`
 (peer_timing.py; --runs). PyTorch is the reference implementation here, so it is not checked;
 kjit's results are (kjit-cli bench). One JSON line per result, naming its timer and flush, with
-TFLOP/s beside the GB/s of the bytes moved (a, b read once, out written once)."""
+TFLOP/s beside the GB/s of the bytes moved (a, b read once, out written once).
+
+With --scales tensor or row it is the peer of kjit_gemm_fp8 instead: torch._scaled_mm on
+float8_e4m3fn a [m, k] and b [n, k] (passed as b.t(), the column-major operand cuBLAS wants) with
+fp32 scales per tensor ([1], [1]) or per row ([m, 1], [1, n]), bf16 out. PyTorch has no
+DeepSeek-V3 block mode on sm_90 to compare kjit's "block" rows with."""
 import argparse
 import sys
 
@@ -17,6 +22,8 @@ def main():
     ap.add_argument("--shapes", default="1x28672x4096,4096x28672x4096",
                     help="comma-separated MxNxK")
     ap.add_argument("--dtype", default="bf16")
+    ap.add_argument("--scales", default="none", choices=["none", "tensor", "row"],
+                    help="tensor / row: fp8 operands through torch._scaled_mm (bf16 out)")
     ap.add_argument("--json", default="")
     add_runs_argument(ap)
     args = ap.parse_args()
@@ -28,12 +35,26 @@ def main():
         b = (torch.rand(n, k, device="cuda") * 2 - 1).to(dt)
         fn = lambda: torch.nn.functional.linear(a, b)
         nbytes = a.nbytes + b.nbytes + m * n * a.element_size()
+        op, dtype, shape = "gemm", args.dtype, {"m": m, "n": n, "k": k}
+        if args.scales != "none":
+            a8 = a.to(torch.float8_e4m3fn)
+            b8 = b.to(torch.float8_e4m3fn)
+            rows = args.scales == "row"
+            sa = torch.rand(m if rows else 1, 1, device="cuda") + 0.5
+            sb = torch.rand(1, n if rows else 1, device="cuda") + 0.5
+            if not rows:
+                sa, sb = sa.reshape(()), sb.reshape(())
+            fn = lambda: torch._scaled_mm(a8, b8.t(), scale_a=sa, scale_b=sb,
+                                          out_dtype=torch.bfloat16)
+            nbytes = a8.nbytes + b8.nbytes + m * n * 2 + sa.nbytes + sb.nbytes
+            op, dtype = "gemm_fp8", "e4m3"
+            shape = {"m": m, "n": n, "k": k, "scales": args.scales, "out_dtype": "bf16"}
         for timer, flush in args.runs:
-            row = {"op": "gemm", "backend": "torch-cublas", "shape": {"m": m, "n": n, "k": k},
-                   "dtype": args.dtype, "gpu": torch.cuda.get_device_name(),
+            row = {"op": op, "backend": "torch-cublas", "shape": shape,
+                   "dtype": dtype, "gpu": torch.cuda.get_device_name(),
                    "torch": torch.__version__}
             row = timed_row(row, fn, timer, flush, nbytes,
-                            f"gemm {'torch-cublas':14s} m={m:5d} n={n:6d} k={k:6d}", out, warm=True)
+                            f"{op} {'torch-cublas':14s} m={m:5d} n={n:6d} k={k:6d}", out, warm=True)
             if "median_us" in row:
                 tflops = 2.0 * m * n * k / (row["median_us"] * 1e6)
                 row["tflops"] = tflops

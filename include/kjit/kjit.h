@@ -485,6 +485,114 @@ KJIT_API kjit_status kjit_batch_decode_run(const kjit_decode_plan* plan, const D
                                            float v_scale, void* stream);
 
 /*
+ * Batch prefill / append attention (FlashInfer's BatchPrefillWithPagedKVCache and
+ * BatchPrefillWithRaggedKVCache): many query tokens per request against the request's keys, over
+ * the decode page table (kjit_batch_prefill_run) or over packed k / v (a first prefill without
+ * a cache: kjit_batch_prefill_ragged_run), in two steps as decode: a host-only plan
+ * (kjit_batch_prefill_plan: no allocation, no launch, no device memory touched), then runs that
+ * only launch (no host synchronization, allocation or copy: capturable in a CUDA graph).
+ *
+ * Request b owns rows qo_indptr[b] .. qo_indptr[b+1] of q: q_len new tokens, the last q_len of
+ * its kv_len keys (kv_len from the page table as in decode, or kv_indptr[b+1] - kv_indptr[b]
+ * rows of the ragged k / v). For qo head i (kv head i / (num_qo_heads / num_kv_heads)) and the
+ * request's query token t (0-based), the keys j in [0, kv_len) attended are
+ *   all of them (non-causal), or j <= kv_len - q_len + t (causal: new tokens see every cached key
+ *   and causally each other), and with window_left >= 0 also j >= kv_len - q_len + t - window_left;
+ *   x_j = sm_scale * k_scale * (q . k_j), or cap * tanh(that / cap) with a soft cap;
+ *   out = v_scale * sum_j softmax(x)_j v_j,   lse = log(sum_j exp(x_j))  (natural log).
+ * A query without keys gets out = 0 and lse = -inf: lse is decode's, so kjit_merge_states
+ * combines a prefill over part of the keys with another over the rest (cascade / shared-prefix
+ * attention: docs/c-api.md has the recipe).
+ */
+typedef struct kjit_prefill_plan kjit_prefill_plan;
+
+/* Options of a prefill plan. Versioned by struct_size: kjit_prefill_options_init fills the
+ * defaults for this header's layout, and the library reads only the fields struct_size covers. */
+typedef struct kjit_prefill_options {
+  size_t struct_size;    /* sizeof(kjit_prefill_options) */
+  int causal;            /* 1 (default): causal, aligned to the end of the keys; 0: off */
+  float sm_scale;        /* logit scale; 0 (default): 1 / sqrt(head_dim); else finite > 0 */
+  float logits_soft_cap; /* 0 (default): off; > 0: x = cap * tanh(x / cap) (Gemma 2) */
+  int window_left;       /* -1 (default): off; >= 0: keys j >= kv_len - q_len + t - window_left */
+} kjit_prefill_options;
+
+/* Fills *options with the defaults (NULL is ignored). */
+KJIT_API void kjit_prefill_options_init(kjit_prefill_options* options);
+
+/*
+ * Plans prefill runs. On success *plan owns a new plan (free it with kjit_prefill_plan_destroy);
+ * on failure *plan is set to NULL (when plan itself is not NULL).
+ *
+ * qo_indptr_host, kv_indptr_host: host memory, batch + 1 int32 values each, non-decreasing from
+ *   >= 0 (NULL allowed when batch = 0). kv_indptr_host counts pages (page_size >= 1) or rows of
+ *   the ragged k / v (page_size = 0). The plan sizes the launch from qo_indptr_host: a run's
+ *   device qo_indptr must hold the same lengths (replan when they change; kv lengths may change
+ *   freely between runs).
+ * batch >= 0. num_qo_heads, num_kv_heads >= 1, num_qo_heads a multiple of num_kv_heads, group
+ *   size 1..16 (larger: KJIT_ERROR_UNSUPPORTED). head_dim: 64, 128 or 256 (others: UNSUPPORTED).
+ * page_size: >= 1 for a paged KV (any size), 0 for a ragged KV. layout: KJIT_KV_LAYOUT_NHD or
+ *   _HND (paged only; ignored when page_size = 0).
+ * q_dtype: bf16 or fp16; kv_dtype: the same (fp8 KV: KJIT_ERROR_UNSUPPORTED for now).
+ * options: NULL for the defaults (causal).
+ * device_id: the CUDA device the runs use (its shared memory is queried when a driver is
+ *   present). Thread-safe.
+ */
+KJIT_API kjit_status kjit_batch_prefill_plan(const int32_t* qo_indptr_host,
+                                             const int32_t* kv_indptr_host, int batch,
+                                             int num_qo_heads, int num_kv_heads, int head_dim,
+                                             int page_size, kjit_kv_layout layout,
+                                             DLDataType q_dtype, DLDataType kv_dtype,
+                                             const kjit_prefill_options* options, int device_id,
+                                             kjit_prefill_plan** plan);
+
+/* Workspace bytes the runs need with this plan (0: none, today for every plan; NULL plan: 0). */
+KJIT_API size_t kjit_prefill_plan_workspace_bytes(const kjit_prefill_plan* plan);
+/* Frees a plan; NULL is a no-op. Not while a run with it is in progress on another thread
+ * (launched runs do not use the plan). */
+KJIT_API void kjit_prefill_plan_destroy(kjit_prefill_plan* plan);
+
+/*
+ * Launches the planned prefill over a paged KV cache on `stream`.
+ *
+ * q: [total_q, num_qo_heads, head_dim], the plan's dtype, last dim contiguous, other strides
+ *   free; rows 16-byte aligned (strides multiples of 8 elements), less is UNSUPPORTED.
+ * k_cache, v_cache: 4-D in the plan's layout, as kjit_batch_decode_run takes them (k and v may
+ *   be the halves of one [num_pages, 2, ...] tensor); rows 16-byte aligned.
+ * qo_indptr [batch + 1], kv_indices [nnz_pages], kv_indptr [batch + 1], kv_last_page_len
+ *   [batch]: int32, contiguous, on the device, read on the device only and never trusted for
+ *   memory safety: a request's rows are clamped to [0, total_q), and page slots and ids are
+ *   checked as kjit_batch_decode_run checks them (invalid ones contribute nothing).
+ * workspace: kjit_prefill_plan_workspace_bytes(plan) bytes as decode takes it; NULL when 0.
+ * out: [total_q, num_qo_heads, head_dim], q's dtype, last dim contiguous, rows 4-byte aligned.
+ *   Rows no request owns are not written.
+ * lse: NULL, or [total_q, num_qo_heads] fp32 (natural log), strides free.
+ *   out, lse and workspace must not overlap each other or any input.
+ * k_scale, v_scale: finite, > 0 (1 for these 16-bit caches).
+ * batch = 0 is a successful no-op after validation. The first run of a specialization may
+ * compile or load it: run once before capturing a graph. Thread-safe.
+ */
+KJIT_API kjit_status kjit_batch_prefill_run(const kjit_prefill_plan* plan, const DLTensor* q,
+                                            const DLTensor* k_cache, const DLTensor* v_cache,
+                                            const DLTensor* qo_indptr, const DLTensor* kv_indices,
+                                            const DLTensor* kv_indptr,
+                                            const DLTensor* kv_last_page_len, DLTensor* workspace,
+                                            DLTensor* out, DLTensor* lse, float k_scale,
+                                            float v_scale, void* stream);
+
+/*
+ * Launches the planned prefill over ragged keys and values (a plan with page_size 0): request b
+ * attends rows kv_indptr[b] .. kv_indptr[b+1] of k and v, [total_kv, num_kv_heads, head_dim]
+ * each, the plan's dtype, last dim contiguous, rows 16-byte aligned. Rows outside [0, total_kv)
+ * contribute nothing. Everything else as kjit_batch_prefill_run.
+ */
+KJIT_API kjit_status kjit_batch_prefill_ragged_run(const kjit_prefill_plan* plan, const DLTensor* q,
+                                                   const DLTensor* k, const DLTensor* v,
+                                                   const DLTensor* qo_indptr,
+                                                   const DLTensor* kv_indptr, DLTensor* workspace,
+                                                   DLTensor* out, DLTensor* lse, float k_scale,
+                                                   float v_scale, void* stream);
+
+/*
  * Merges two attention states over disjoint key sets (FlashInfer's merge_state; cascade and
  * shared-prefix attention): with s the log-sum-exp (natural log) of each state's logits,
  *   s_out = log(exp(s_a) + exp(s_b)),  v_out = exp(s_a - s_out) v_a + exp(s_b - s_out) v_b.
@@ -657,6 +765,69 @@ KJIT_API void kjit_gemm_options_init(kjit_gemm_options* options);
  */
 KJIT_API kjit_status kjit_gemm(const DLTensor* a, const DLTensor* b, const DLTensor* bias,
                                DLTensor* out, const kjit_gemm_options* options, void* stream);
+
+/*
+ * DLPack 1.1's type code of float8_e4m3fn (kDLFloat8_e4m3fn, what torch.float8_e4m3fn exports):
+ * fp8 tensors are {KJIT_DL_FLOAT8_E4M3FN, 8, 1}. Spelled here because older dlpack.h headers
+ * (0.x, the one kjit builds against) lack it.
+ */
+#define KJIT_DL_FLOAT8_E4M3FN 10
+
+/*
+ * out = alpha * (a . b^T, each product dequantized by its scales) + beta * out, e4m3 operands,
+ * fp32 accumulation (DeepSeek-V3 / vLLM / torch._scaled_mm conventions).
+ *
+ * a: [..., k] float8_e4m3fn, last dim contiguous, leading dims collapsing into m rows with one
+ *   row stride. b: [n, k] float8_e4m3fn (the weight, PyTorch Linear layout), last dim contiguous.
+ * out: [..., n] with a's leading dims, bf16, fp16 or fp32, last dim contiguous, row stride free;
+ *   it must not overlap a, b or the scales. Read only when beta != 0.
+ * scale_a, scale_b: fp32, compact. The scale mode is read from their shapes:
+ *  - per tensor: [1]; per row: scale_a [m] (one per row of a: per token), scale_b [n] (one per
+ *    row of b: per output channel). The two sides may mix (a per row, b per tensor, ...):
+ *    out[i, j] = scale_a[i or 0] * scale_b[j or 0] * sum_k a[i, k] * b[j, k].
+ *  - blocks (DeepSeek-V3): scale_a [m, ceil(k / 128)], one per 1 x 128 group of a row;
+ *    scale_b [ceil(n / 128), ceil(k / 128)], one per 128 x 128 block of b, applied per 128-wide
+ *    K chunk. k need not be a multiple of 128: the last chunk is shorter. Both scales 2-D.
+ *   kjit_quant_fp8 writes scale_a in exactly these layouts. In every mode each 128-wide K chunk
+ *   is summed on its own and added to an fp32 result, so a long k keeps fp32 precision (the
+ *   tensor cores' fp8 accumulator holds fewer bits).
+ * options: kjit_gemm_options (alpha, beta); NULL for the defaults (alpha 1, beta 0).
+ * Any k >= 0 (k = 0 gives out = beta * out). On an sm_90 device the call runs on tensor cores
+ * (TMA + wgmma) when a and b start at 16-byte aligned addresses with row strides multiples of 16
+ * bytes (k a multiple of 16 for compact tensors); otherwise, and on other devices (sm_80+), an
+ * fp32 fallback serves it. Thread-safe.
+ */
+KJIT_API kjit_status kjit_gemm_fp8(const DLTensor* a, const DLTensor* b, const DLTensor* scale_a,
+                                   const DLTensor* scale_b, DLTensor* out,
+                                   const kjit_gemm_options* options, void* stream);
+
+/* ---- fp8 quantization (kernels/quant, src/ops/quant) ---------------------------------------- */
+
+/* How kjit_quant_fp8 scales: one scale for the tensor, one per row (token), or one per 1 x 128
+ * group of a row (DeepSeek-V3's activations). */
+typedef enum kjit_fp8_scaling {
+  KJIT_FP8_PER_TENSOR = 0,
+  KJIT_FP8_PER_ROW = 1,
+  KJIT_FP8_PER_GROUP_128 = 2
+} kjit_fp8_scaling;
+
+/*
+ * Dynamic fp8 quantization: scale = amax / 448 over each tensor, row or 1 x 128 group, and
+ * out = e4m3(x / scale), rounded to nearest even and saturated to +-448 (a scale of 0, an
+ * all-zero group, gives zeros). Inputs should be finite: NaN stays NaN and is left out of the
+ * amax, an infinity gives an infinite scale.
+ *
+ * input: [..., k] bf16 or fp16, last dim contiguous, leading dims collapsing into m rows with one
+ *   row stride. out: [..., k] float8_e4m3fn with input's shape, last dim contiguous, row stride
+ *   free, not overlapping input or scale.
+ * scale: fp32, compact: [1] per tensor, [m] per row, [m, ceil(k / 128)] per group: the layouts
+ *   kjit_gemm_fp8 reads as scale_a.
+ * Per tensor runs a memset and two kernels (the amax through a device-wide atomic max, then the
+ * conversion), with no host synchronization, so it can be captured in a CUDA graph. Zero-size:
+ * no-op. Thread-safe.
+ */
+KJIT_API kjit_status kjit_quant_fp8(const DLTensor* input, DLTensor* out, DLTensor* scale,
+                                    kjit_fp8_scaling scaling, void* stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -43,6 +43,35 @@ struct DecodeParams {
   float v_scale;
 };
 
+// prefill_kernel (kernels/attention/prefill.cuh): ragged queries over a paged or a ragged KV.
+struct PrefillParams {
+  const void* q;  // [total_q, qo_heads, head_dim]
+  const void* k;  // paged: pages, strides below; ragged: [total_kv, kv_heads, head_dim]
+  const void* v;
+  const int* qo_indptr;         // [batch + 1], rows of q
+  const int* kv_indptr;         // [batch + 1]: pages (paged) or rows of k / v (ragged)
+  const int* kv_indices;        // [nnz_pages]; null: ragged KV
+  const int* kv_last_page_len;  // [batch]; null: ragged KV
+  void* out;                    // [total_q, qo_heads, head_dim], q's dtype
+  float* lse;                   // [total_q, qo_heads] natural log, or null
+  long long q_sn, q_sh;         // token and head strides
+  long long o_sn, o_sh;
+  long long lse_sn, lse_sh;
+  long long k_sp, k_ss, k_sh;  // page, slot, head strides (ragged: k_sp unused, k_ss per token)
+  long long v_sp, v_ss, v_sh;
+  long long num_pages;  // paged: pages in the caches; ragged: rows of k and v
+  int batch;
+  int total_q;  // rows of q and out: a request's rows are clamped to [0, total_q)
+  int group;    // qo heads per kv head: a CTA's rows are (token, group member) pairs
+  int page_size;
+  int nnz_pages;
+  int causal;         // query i of q_len over kv_len keys sees keys j <= kv_len - q_len + i
+  int window_left;    // -1: off; else also j >= kv_len - q_len + i - window_left
+  float score_scale;  // sm_scale * k_scale, then / cap (soft cap) or * log2e (none)
+  float cap_out;      // cap * log2e, 0 without a soft cap
+  float v_scale;
+};
+
 // Most splits a cluster merge combines (the largest, non-portable, cluster on sm_90).
 constexpr int kDecodeClusterMax = 16;
 

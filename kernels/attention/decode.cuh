@@ -121,14 +121,6 @@ struct DecodeSmem {
   static constexpr int kCmEnd = kCmAt + heads_per_cta * kQRows * (head_dim + 1) * 4;
 };
 
-// 16-byte chunk `chunk` of row `row` in a tile of ROW_BYTES-byte rows, XOR-swizzled so the eight
-// rows an ldmatrix reads at one logical chunk fall in eight different bank groups.
-template <int ROW_BYTES>
-KJIT_DEVICE KJIT_FORCEINLINE int swz(int row, int chunk) {
-  static_assert(ROW_BYTES % 128 == 0, "swizzled rows must hold at least 8 chunks");
-  return row * ROW_BYTES + ((chunk ^ (row & 7)) << 4);
-}
-
 // Folds kBatch split partials (lse in log2 units ls[u], normalized outputs x[u][0..N)) into a
 // running state: m the largest lse so far, sum = sum_s 2^(lse_s - m), acc = sum_s 2^(lse_s - m)
 // o_s; the output is acc / sum. Empty or absent partials carry lse = -inf and weigh 0; while

@@ -18,6 +18,14 @@ KJIT_DEVICE KJIT_FORCEINLINE u32 smem_addr(const void* p) {
   return static_cast<u32>(__cvta_generic_to_shared(p));
 }
 
+// 16-byte chunk `chunk` of row `row` in a tile of ROW_BYTES-byte rows, XOR-swizzled so the eight
+// rows an ldmatrix reads at one logical chunk fall in eight different bank groups.
+template <int ROW_BYTES>
+KJIT_DEVICE KJIT_FORCEINLINE int swz(int row, int chunk) {
+  static_assert(ROW_BYTES % 128 == 0, "swizzled rows must hold at least 8 chunks");
+  return row * ROW_BYTES + ((chunk ^ (row & 7)) << 4);
+}
+
 // Four 8x8 b16 matrices; lanes 8j..8j+7 give the row addresses of matrix j (16 bytes each).
 KJIT_DEVICE KJIT_FORCEINLINE void ldmatrix_x4(u32 (&r)[4], u32 addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"

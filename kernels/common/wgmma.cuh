@@ -134,6 +134,29 @@ KJIT_WGMMA_FORM(mma_m64n64k16_f16, 64, "f16", KJIT_WGMMA_REGS_0_31, KJIT_WGMMA_D
 #undef KJIT_WGMMA_D_0_15
 #undef KJIT_WGMMA_D_0_31
 
+// The e4m3 forms: d (+)= a[64 x 32] * b[N x 32]^T, fp8 operands both K-major (fp8 wgmma has no
+// transpose operands), fp32 accumulators. A k32 step of e4m3 spans the same 32 bytes of a
+// 128-byte swizzle row as a k16 step of bf16, so the descriptors are the same.
+#define KJIT_WGMMA_FORM_E4M3(NAME, N, REGS, D, A, B, P)                            \
+  KJIT_DEVICE KJIT_FORCEINLINE void NAME(float(&d)[N / 2], u64 desc_a, u64 desc_b, \
+                                         int accumulate) {                         \
+    asm volatile(                                                                  \
+        "{\n.reg .pred p;\n"                                                       \
+        "setp.ne.b32 p, " P                                                        \
+        ", 0;\n"                                                                   \
+        "wgmma.mma_async.sync.aligned.m64n" #N                                     \
+        "k32.f32.e4m3.e4m3 "                                                       \
+        "{" REGS "}, " A ", " B ", p, 1, 1;\n}\n"                                  \
+        : D                                                                        \
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));                              \
+  }
+
+KJIT_WGMMA_FORM_E4M3(mma_m64n128k32_e4m3, 128, KJIT_WGMMA_REGS_0_63, KJIT_WGMMA_D_0_63, "%64",
+                     "%65", "%66")
+KJIT_WGMMA_FORM_E4M3(mma_m64n256k32_e4m3, 256, KJIT_WGMMA_REGS_0_63 ", " KJIT_WGMMA_REGS_64_127,
+                     KJIT_WGMMA_D_0_127, "%128", "%129", "%130")
+
+#undef KJIT_WGMMA_FORM_E4M3
 #undef KJIT_WGMMA_FORM
 #undef KJIT_WGMMA_REGS_0_63
 #undef KJIT_WGMMA_REGS_64_127
@@ -185,6 +208,18 @@ KJIT_DEVICE KJIT_FORCEINLINE void mma(float (&d)[N / 2], u64 desc_a, u64 desc_b,
     } else {
       mma_m64n256k16_f16(d, desc_a, desc_b, accumulate);
     }
+  }
+}
+
+// The e4m3 form of width N (128 or 256).
+template <int N>
+KJIT_DEVICE KJIT_FORCEINLINE void mma_e4m3(float (&d)[N / 2], u64 desc_a, u64 desc_b,
+                                           int accumulate) {
+  static_assert(N == 128 || N == 256, "wgmma widths kjit instantiates: 128, 256");
+  if constexpr (N == 128) {
+    mma_m64n128k32_e4m3(d, desc_a, desc_b, accumulate);
+  } else {
+    mma_m64n256k32_e4m3(d, desc_a, desc_b, accumulate);
   }
 }
 

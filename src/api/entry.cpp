@@ -67,6 +67,13 @@ void log_options(CallLog& log, const kjit_decode_options* options) {
   KJIT_DECODE_OPTION_FIELDS(KJIT_LOG_OPTION_FIELD)
 }
 
+void log_options(CallLog& log, const kjit_prefill_options* options) {
+  kjit_prefill_options o;
+  kjit_prefill_options_init(&o);
+  if (log_struct_size_if_unreadable(log, options, &o)) return;
+  KJIT_PREFILL_OPTION_FIELDS(KJIT_LOG_OPTION_FIELD)
+}
+
 void log_options(CallLog& log, const kjit_gemm_options* options) {
   kjit_gemm_options o;
   kjit_gemm_options_init(&o);

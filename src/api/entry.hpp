@@ -38,6 +38,7 @@ std::vector<RowArg> parse_row(const char* arguments);
 void log_options(CallLog& log, const kjit_sampling_options* options);
 void log_options(CallLog& log, const kjit_decode_options* options);
 void log_options(CallLog& log, const kjit_gemm_options* options);
+void log_options(CallLog& log, const kjit_prefill_options* options);
 
 namespace entry_detail {
 

@@ -8,9 +8,9 @@
 //  - the hostile-input tests call every entry point with every tensor NULL by it.
 // "options:" is a versioned options struct (kjit_sampling_options, kjit_gemm_options), logged and
 // dumped as the scalars "options.<field>" (api::log_options) from which replay builds the struct
-// again. "handle:" is a pointer to a kjit object (not logged). kjit_batch_decode_plan (host arrays,
-// dtypes, options, an out handle) is logged by hand; neither it nor kjit_batch_decode_run is
-// replayable (no dump holds the plan's host data).
+// again. "handle:" is a pointer to a kjit object (not logged). kjit_batch_decode_plan and
+// kjit_batch_prefill_plan (host arrays, dtypes, options, an out handle) are logged by hand;
+// neither they nor their runs are replayable (no dump holds the plan's host data).
 #pragma once
 
 #include "kjit/kjit.h"
@@ -39,6 +39,12 @@
   X(kjit_batch_decode_run,                                                                     \
     "handle:plan in:q in:k_cache in:v_cache in:kv_indices in:kv_indptr in:kv_last_page_len "   \
     "out:workspace out:out out:lse k_scale v_scale stream")                                    \
+  X(kjit_batch_prefill_run,                                                                    \
+    "handle:plan in:q in:k_cache in:v_cache in:qo_indptr in:kv_indices in:kv_indptr "          \
+    "in:kv_last_page_len out:workspace out:out out:lse k_scale v_scale stream")                \
+  X(kjit_batch_prefill_ragged_run,                                                             \
+    "handle:plan in:q in:k in:v in:qo_indptr in:kv_indptr out:workspace out:out out:lse "      \
+    "k_scale v_scale stream")                                                                  \
   X(kjit_merge_states, "in:v_a in:s_a in:v_b in:s_b out:v_out out:s_out stream")               \
   X(kjit_merge_states_n, "in:v in:s out:v_out out:s_out stream")                               \
   X(kjit_sampling_from_probs, "in:probs in:seed in:offset out:samples out:valid stream")       \
@@ -59,7 +65,9 @@
   X(kjit_top_k_mask_logits, "in:logits in:top_k_arr out:out options:options stream")           \
   X(kjit_softmax, "in:logits in:temperature_arr out:out options:options stream")               \
   X(kjit_argmax, "in:input out:out stream")                                                    \
-  X(kjit_gemm, "in:a in:b in:bias inout:out options:options stream")
+  X(kjit_gemm, "in:a in:b in:bias inout:out options:options stream")                           \
+  X(kjit_gemm_fp8, "in:a in:b in:scale_a in:scale_b inout:out options:options stream")         \
+  X(kjit_quant_fp8, "in:input out:out out:scale scaling stream")
 
 namespace kjit::api {
 

@@ -38,6 +38,7 @@ T checked(const T* given, void (*init)(T*), const char* init_name) {
 #define KJIT_MEMBER_OF_SAMPLING(f) , &kjit_sampling_options::f
 #define KJIT_MEMBER_OF_DECODE(f) , &kjit_decode_options::f
 #define KJIT_MEMBER_OF_GEMM(f) , &kjit_gemm_options::f
+#define KJIT_MEMBER_OF_PREFILL(f) , &kjit_prefill_options::f
 
 bool read_options(const kjit_sampling_options* given, kjit_sampling_options* out) noexcept {
   return read_versioned(given, out KJIT_SAMPLING_OPTION_FIELDS(KJIT_MEMBER_OF_SAMPLING));
@@ -53,7 +54,12 @@ bool read_options(const kjit_gemm_options* given, kjit_gemm_options* out) noexce
 
 #undef KJIT_MEMBER_OF_SAMPLING
 #undef KJIT_MEMBER_OF_DECODE
+bool read_options(const kjit_prefill_options* given, kjit_prefill_options* out) noexcept {
+  return read_versioned(given, out KJIT_PREFILL_OPTION_FIELDS(KJIT_MEMBER_OF_PREFILL));
+}
+
 #undef KJIT_MEMBER_OF_GEMM
+#undef KJIT_MEMBER_OF_PREFILL
 
 kjit_sampling_options sampling_options(const kjit_sampling_options* given) {
   return checked(given, &kjit_sampling_options_init, "kjit_sampling_options_init");
@@ -65,6 +71,10 @@ kjit_decode_options decode_options(const kjit_decode_options* given) {
 
 kjit_gemm_options gemm_options(const kjit_gemm_options* given) {
   return checked(given, &kjit_gemm_options_init, "kjit_gemm_options_init");
+}
+
+kjit_prefill_options prefill_options(const kjit_prefill_options* given) {
+  return checked(given, &kjit_prefill_options_init, "kjit_prefill_options_init");
 }
 
 }  // namespace kjit::api

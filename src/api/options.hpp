@@ -11,6 +11,7 @@
 #define KJIT_DECODE_OPTION_FIELDS(X) \
   X(sm_scale) X(logits_soft_cap) X(window_left) X(num_splits) X(num_sms)
 #define KJIT_GEMM_OPTION_FIELDS(X) X(alpha) X(beta)
+#define KJIT_PREFILL_OPTION_FIELDS(X) X(causal) X(sm_scale) X(logits_soft_cap) X(window_left)
 
 namespace kjit::api {
 
@@ -21,11 +22,13 @@ namespace kjit::api {
 bool read_options(const kjit_sampling_options* given, kjit_sampling_options* out) noexcept;
 bool read_options(const kjit_decode_options* given, kjit_decode_options* out) noexcept;
 bool read_options(const kjit_gemm_options* given, kjit_gemm_options* out) noexcept;
+bool read_options(const kjit_prefill_options* given, kjit_prefill_options* out) noexcept;
 
 // The options a call uses: the defaults `init` fills, then the fields of *given that its
 // struct_size covers. Throws KJIT_ERROR_INVALID_ARGUMENT naming `init` for a bad struct_size.
 kjit_sampling_options sampling_options(const kjit_sampling_options* given);
 kjit_decode_options decode_options(const kjit_decode_options* given);
 kjit_gemm_options gemm_options(const kjit_gemm_options* given);
+kjit_prefill_options prefill_options(const kjit_prefill_options* given);
 
 }  // namespace kjit::api

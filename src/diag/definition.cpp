@@ -69,6 +69,7 @@ const char* def_dtype_name(DType t) {
     case DType::kBF16: return "bfloat16";
     case DType::kI32: return "int32";
     case DType::kI64: return "int64";
+    case DType::kE4M3: return "float8_e4m3fn";
   }
   return "unknown";
 }

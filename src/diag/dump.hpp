@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "diag/safetensors.hpp"
+#include "kjit/kjit.h"
 
 namespace kjit::api {
 
@@ -26,7 +27,7 @@ namespace st = util::safetensors;
 
 // DLPack 1.x type codes newer than the dlpack.h kjit builds against.
 inline constexpr uint8_t kDLBoolCode = 6;
-inline constexpr uint8_t kDLFloat8E4M3FnCode = 10;
+inline constexpr uint8_t kDLFloat8E4M3FnCode = KJIT_DL_FLOAT8_E4M3FN;
 inline constexpr uint8_t kDLFloat8E5M2Code = 12;
 
 inline constexpr int kMaxWalkDims = 64;

@@ -1,5 +1,6 @@
 #include "ops/dtype.hpp"
 
+#include "kjit/kjit.h"
 #include "util/error.hpp"
 
 namespace kjit::ops {
@@ -11,6 +12,7 @@ std::optional<DType> dtype_of(DLDataType t) {
   if (t.code == kDLBfloat && t.bits == 16) return DType::kBF16;
   if (t.code == kDLInt && t.bits == 32) return DType::kI32;
   if (t.code == kDLInt && t.bits == 64) return DType::kI64;
+  if (t.code == KJIT_DL_FLOAT8_E4M3FN && t.bits == 8) return DType::kE4M3;
   return std::nullopt;
 }
 
@@ -21,6 +23,7 @@ const char* dtype_name(DType t) {
     case DType::kBF16: return "bf16";
     case DType::kI32: return "int32";
     case DType::kI64: return "int64";
+    case DType::kE4M3: return "e4m3";
   }
   return "?";
 }
@@ -32,6 +35,7 @@ size_t dtype_size(DType t) {
     case DType::kBF16: return 2;
     case DType::kI32: return 4;
     case DType::kI64: return 8;
+    case DType::kE4M3: return 1;
   }
   return 0;
 }
@@ -50,7 +54,7 @@ bool is_float(DType t) {
 }
 
 DType dtype_from_name(std::string_view name) {
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kI32, DType::kI64}) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kI32, DType::kI64, DType::kE4M3}) {
     if (name == dtype_name(t)) return t;
   }
   fail(KJIT_ERROR_INVALID_ARGUMENT, "unknown dtype '{}'", name);

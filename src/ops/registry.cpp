@@ -4,9 +4,12 @@
 
 #include "ops/activation/activation_desc.hpp"
 #include "ops/attention/attention_desc.hpp"
+#include "ops/attention/prefill_desc.hpp"
 #include "ops/gemm/gemm_desc.hpp"
+#include "ops/gemm/gemm_fp8_desc.hpp"
 #include "ops/kv_cache/kv_cache_desc.hpp"
 #include "ops/norm/norm_desc.hpp"
+#include "ops/quant/quant_desc.hpp"
 #include "ops/rope/rope_desc.hpp"
 #include "ops/sampling/sampling_desc.hpp"
 #include "util/error.hpp"
@@ -22,11 +25,14 @@ const std::vector<OpDef>& op_registry() {
                                           rope_op_def(),
                                           append_paged_kv_op_def(),
                                           decode_attention_op_def(),
+                                          prefill_attention_op_def(),
                                           merge_states_op_def(),
                                           sampling_filter_op_def(),
                                           softmax_op_def(),
                                           argmax_op_def(),
-                                          gemm_op_def()};
+                                          gemm_op_def(),
+                                          gemm_fp8_op_def(),
+                                          quant_fp8_op_def()};
   return defs;
 }
 

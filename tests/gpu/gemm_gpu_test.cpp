@@ -15,6 +15,7 @@
 #include "kjit/kjit.h"
 #include "ops/gemm/gemm.hpp"
 #include "reference/gemm_ref.hpp"
+#include "gemm_test_util.hpp"
 #include "reference/half.hpp"
 #include "support/gpu.hpp"
 
@@ -112,38 +113,23 @@ void run_case(const Case& c, std::mt19937_64& rng) {
   device_synchronize();
   y_dev.download(y_host.data(), y_host.size());
 
-  std::vector<double> a_row(c.k), b_rows(static_cast<size_t>(c.n * c.k));
+  std::vector<double> b_rows(static_cast<size_t>(c.n * c.k)), bias(static_cast<size_t>(c.n));
   for (size_t i = 0; i < b_elems; ++i) b_rows[i] = ref::load_elem(b_host.data(), i, c.dtype);
-  long bad = 0, touched = 0;
-  for (int64_t r = 0; r < c.m; ++r) {
-    for (int64_t i = 0; i < c.k; ++i) {
-      a_row[i] =
-          ref::load_elem(a_host.data(), c.a_offset + static_cast<size_t>(r * as + i), c.dtype);
-    }
-    for (int64_t j = 0; j < c.n; ++j) {
-      const size_t at = static_cast<size_t>(r * ys + j);
-      const double old = c.beta != 0.0f ? ref::load_elem(y_old.data(), at, c.out_dtype) : 0.0;
-      const double bias = c.bias ? ref::load_elem(bias_host.data(), j, c.dtype) : 0.0;
-      double sum_abs = 0.0;
-      const double want = ref::gemm_element(a_row.data(), b_rows.data() + j * c.k, c.k, c.alpha,
-                                            c.beta, old, bias, &sum_abs);
-      const double got = ref::load_elem(y_host.data(), at, c.out_dtype);
-      const double tol = ref::gemm_tolerance(c.out_dtype, want, sum_abs, c.k);
-      if (!(std::fabs(got - want) <= tol)) {  // NaN (untouched poison) fails too
-        if (bad++ < 5) {
-          UNSCOPED_INFO("row " << r << " col " << j << " got " << got << " want " << want << " tol "
-                               << tol);
+  for (int64_t j = 0; c.bias && j < c.n; ++j)
+    bias[j] = ref::load_elem(bias_host.data(), j, c.dtype);
+  const GemmOut o{c.m, c.n, c.k, c.alpha, c.beta, ys, c.out_dtype, &y_host, &y_old};
+  check_gemm_out(
+      o,
+      [&](int64_t r, double* row) {
+        for (int64_t i = 0; i < c.k; ++i) {
+          row[i] =
+              ref::load_elem(a_host.data(), c.a_offset + static_cast<size_t>(r * as + i), c.dtype);
         }
-      }
-    }
-    // The gap between strided out rows keeps the poison.
-    for (int64_t j = c.n; r + 1 < c.m && j < ys; ++j) {
-      touched +=
-          !std::isnan(ref::load_elem(y_host.data(), static_cast<size_t>(r * ys + j), c.out_dtype));
-    }
-  }
-  CHECK(bad == 0);
-  CHECK(touched == 0);
+      },
+      b_rows, bias,
+      [&](double want, double sum_abs) {
+        return ref::gemm_tolerance(c.out_dtype, want, sum_abs, c.k);
+      });
 }
 
 bool tensor_cores() {

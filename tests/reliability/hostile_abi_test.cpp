@@ -56,7 +56,8 @@ struct PlanDeleter {
 using PlanPtr = std::shared_ptr<kjit_decode_plan>;
 
 struct Call {
-  PlanPtr plan;  // for kjit_batch_decode_run
+  PlanPtr plan;                                // for kjit_batch_decode_run
+  std::shared_ptr<kjit_prefill_plan> prefill;  // for the prefill runs
   std::vector<Arg> tensors;
   std::vector<std::pair<std::string, float>> floats;
   std::vector<std::pair<std::string, int>> ints;
@@ -95,6 +96,15 @@ struct Call {
       if (n == "min_p") o.min_p = v;
       if (n == "temperature") o.temperature = v;
     }
+    return o;
+  }
+  // The GEMMs' kjit_gemm_options: this call's alpha, beta and struct_size.
+  kjit_gemm_options gemm_options() {
+    kjit_gemm_options o;
+    kjit_gemm_options_init(&o);
+    o.alpha = scalar("alpha");
+    o.beta = scalar("beta");
+    o.struct_size = static_cast<size_t>(integer("struct_size"));
     return o;
   }
 };
@@ -847,6 +857,169 @@ Api decode_run_api() {
   return api;
 }
 
+// A prefill plan for 3 requests (5, 0 and 2 query rows; 3, 0 and 4 pages of 16, or ragged: 40,
+// 0 and 60 key rows), 32 / 8 heads of 128, made without a device.
+std::shared_ptr<kjit_prefill_plan> prefill_plan(int batch, bool ragged) {
+  const std::vector<int32_t> qo =
+      batch == 0 ? std::vector<int32_t>{0} : std::vector<int32_t>{0, 5, 5, 7};
+  const std::vector<int32_t> kv = batch == 0 ? std::vector<int32_t>{0}
+                                  : ragged   ? std::vector<int32_t>{0, 40, 40, 100}
+                                             : std::vector<int32_t>{0, 3, 3, 7};
+  kjit_prefill_plan* p = nullptr;
+  const kjit_status s = kjit_batch_prefill_plan(qo.data(), kv.data(), batch, 32, 8, 128,
+                                                ragged ? 0 : 16, KJIT_KV_LAYOUT_NHD,
+                                                dl_dtype("bf16"), dl_dtype("bf16"), nullptr, 0, &p);
+  INFO(kjit_last_error());
+  REQUIRE(s == KJIT_SUCCESS);
+  return std::shared_ptr<kjit_prefill_plan>(p, kjit_prefill_plan_destroy);
+}
+
+// The breakages both prefill runs share (k and v named k_name / v_name).
+std::vector<Mutation> prefill_common_breakages(const std::string& k_name,
+                                               const std::string& v_name) {
+  return {
+      {"NULL plan", [](Call& c) { c.prefill.reset(); }, "plan"},
+      {"a decode plan's bytes as the plan",
+       [](Call& c) {
+         c.prefill = std::shared_ptr<kjit_prefill_plan>(
+             reinterpret_cast<kjit_prefill_plan*>(new char[256]()),
+             [](kjit_prefill_plan* p) { delete[] reinterpret_cast<char*>(p); });
+       },
+       "plan"},
+      set_float("k_scale", 0.0f),
+      set_float("v_scale", -1.0f),
+      {"q of another head count",
+       [](Call& c) {
+         reshape(c.arg("q"), {7, 16, 128});
+       },
+       "q"},
+      {"q of another head_dim",
+       [](Call& c) {
+         reshape(c.arg("q"), {7, 32, 64});
+       },
+       "q"},
+      {"q fp16 (the plan says bf16)", [](Call& c) { c.arg("q").t.t.dtype = dl_dtype("fp16"); },
+       "q"},
+      {"q rows 4-byte aligned",
+       [](Call& c) { c.arg("q").t.t.data = static_cast<char*>(c.arg("q").t.t.data) + 4; }, "q"},
+      {k_name + " of another head_dim",
+       [k_name](Call& c) {
+         auto& t = c.arg(k_name).t;
+         std::vector<int64_t> shape(t.shape);
+         shape.back() = 64;
+         reshape(c.arg(k_name), shape);
+       },
+       k_name},
+      {v_name + " fp16", [v_name](Call& c) { c.arg(v_name).t.t.dtype = dl_dtype("fp16"); }, v_name},
+      {"qo_indptr of another batch", [](Call& c) { reshape(c.arg("qo_indptr"), {3}); },
+       "qo_indptr"},
+      {"kv_indptr int64", [](Call& c) { c.arg("kv_indptr").t.t.dtype = dl_dtype("int64"); },
+       "kv_indptr"},
+      {"out of another dtype", [](Call& c) { c.arg("out").t.t.dtype = dl_dtype("fp16"); }, "out"},
+      {"out of another row count",
+       [](Call& c) {
+         reshape(c.arg("out"), {6, 32, 128});
+       },
+       "out"},
+      {"lse of another shape",
+       [](Call& c) {
+         reshape(c.arg("lse"), {7, 16});
+       },
+       "lse"},
+      {"lse bf16", [](Call& c) { c.arg("lse").t.t.dtype = dl_dtype("bf16"); }, "lse"},
+      {"out overlaps q", [](Call& c) { c.arg("out").t.t.data = c.arg("q").t.t.data; }, "out"},
+      {"lse overlaps out", [](Call& c) { c.arg("lse").t.t.data = c.arg("out").t.t.data; }, ""},
+  };
+}
+
+Api prefill_run_api() {
+  Api api;
+  api.name = "kjit_batch_prefill_run";
+  api.make = [] {
+    Call c;
+    c.prefill = prefill_plan(3, false);
+    c.tensors.push_back(arg("q", 1, {7, 32, 128}, "bf16"));
+    c.tensors.push_back(arg("k_cache", 2, {20, 16, 8, 128}, "bf16"));
+    c.tensors.push_back(arg("v_cache", 3, {20, 16, 8, 128}, "bf16"));
+    c.tensors.push_back(arg("qo_indptr", 4, {4}, "int32"));
+    c.tensors.push_back(arg("kv_indices", 5, {7}, "int32"));
+    c.tensors.push_back(arg("kv_indptr", 6, {4}, "int32"));
+    c.tensors.push_back(arg("kv_last_page_len", 7, {3}, "int32"));
+    c.tensors.push_back(arg("workspace", 8, {16}, "int32", /*nullable=*/true));
+    c.tensors.back().any_dtype = true;
+    c.tensors.push_back(arg("out", 9, {7, 32, 128}, "bf16"));
+    c.tensors.push_back(arg("lse", 10, {7, 32}, "fp32", /*nullable=*/true));
+    c.floats = {{"k_scale", 1.0f}, {"v_scale", 1.0f}};
+    return c;
+  };
+  api.invoke = [](Call& c) {
+    return kjit_batch_prefill_run(c.prefill.get(), c.t(0), c.t(1), c.t(2), c.t(3), c.t(4), c.t(5),
+                                  c.t(6), c.t(7), c.t(8), c.t(9), c.f(0), c.f(1), nullptr);
+  };
+  api.specific = prefill_common_breakages("k_cache", "v_cache");
+  api.specific.push_back(
+      {"a ragged plan", [](Call& c) { c.prefill = prefill_plan(3, true); }, "plan"});
+  api.specific.push_back({"v_cache of another page size",
+                          [](Call& c) {
+                            reshape(c.arg("v_cache"), {20, 8, 8, 128});
+                          },
+                          "v_cache"});
+  api.specific.push_back({"kv_last_page_len of another batch",
+                          [](Call& c) { reshape(c.arg("kv_last_page_len"), {4}); },
+                          "kv_last_page_len"});
+  api.zero_size = [](Call& c) {
+    c.prefill = prefill_plan(0, false);
+    reshape(c.arg("q"), {0, 32, 128});
+    reshape(c.arg("out"), {0, 32, 128});
+    reshape(c.arg("lse"), {0, 32});
+    reshape(c.arg("qo_indptr"), {1});
+    reshape(c.arg("kv_indptr"), {1});
+    reshape(c.arg("kv_last_page_len"), {0});
+  };
+  return api;
+}
+
+Api prefill_ragged_run_api() {
+  Api api;
+  api.name = "kjit_batch_prefill_ragged_run";
+  api.make = [] {
+    Call c;
+    c.prefill = prefill_plan(3, true);
+    c.tensors.push_back(arg("q", 1, {7, 32, 128}, "bf16"));
+    c.tensors.push_back(arg("k", 2, {100, 8, 128}, "bf16"));
+    c.tensors.push_back(arg("v", 3, {100, 8, 128}, "bf16"));
+    c.tensors.push_back(arg("qo_indptr", 4, {4}, "int32"));
+    c.tensors.push_back(arg("kv_indptr", 5, {4}, "int32"));
+    c.tensors.push_back(arg("workspace", 6, {16}, "int32", /*nullable=*/true));
+    c.tensors.back().any_dtype = true;
+    c.tensors.push_back(arg("out", 7, {7, 32, 128}, "bf16"));
+    c.tensors.push_back(arg("lse", 8, {7, 32}, "fp32", /*nullable=*/true));
+    c.floats = {{"k_scale", 1.0f}, {"v_scale", 1.0f}};
+    return c;
+  };
+  api.invoke = [](Call& c) {
+    return kjit_batch_prefill_ragged_run(c.prefill.get(), c.t(0), c.t(1), c.t(2), c.t(3), c.t(4),
+                                         c.t(5), c.t(6), c.t(7), c.f(0), c.f(1), nullptr);
+  };
+  api.specific = prefill_common_breakages("k", "v");
+  api.specific.push_back(
+      {"a paged plan", [](Call& c) { c.prefill = prefill_plan(3, false); }, "plan"});
+  api.specific.push_back({"v of another row count",
+                          [](Call& c) {
+                            reshape(c.arg("v"), {99, 8, 128});
+                          },
+                          "v"});
+  api.zero_size = [](Call& c) {
+    c.prefill = prefill_plan(0, true);
+    reshape(c.arg("q"), {0, 32, 128});
+    reshape(c.arg("out"), {0, 32, 128});
+    reshape(c.arg("lse"), {0, 32});
+    reshape(c.arg("qo_indptr"), {1});
+    reshape(c.arg("kv_indptr"), {1});
+  };
+  return api;
+}
+
 Api merge_states_api() {
   Api api;
   api.name = "kjit_merge_states";
@@ -1212,11 +1385,7 @@ Api gemm_api() {
     return c;
   };
   api.invoke = [](Call& c) {
-    kjit_gemm_options o;
-    kjit_gemm_options_init(&o);
-    o.alpha = c.f(0);
-    o.beta = c.f(1);
-    o.struct_size = static_cast<size_t>(c.n(0));
+    const kjit_gemm_options o = c.gemm_options();
     return kjit_gemm(c.t(0), c.t(1), c.t(2), c.t(3), &o, nullptr);
   };
   api.specific = {
@@ -1270,6 +1439,108 @@ Api gemm_api() {
   return api;
 }
 
+// kjit_gemm_fp8 with per-row scales (the scale shapes' own breakages name the mode rules).
+Api gemm_fp8_api() {
+  Api api;
+  api.name = "kjit_gemm_fp8";
+  api.make = [] {
+    Call c;
+    c.tensors.push_back(arg("a", 1, {4, 256}, "e4m3"));
+    c.tensors.push_back(arg("b", 2, {32, 256}, "e4m3"));
+    c.tensors.push_back(arg("scale_a", 3, {4}, "fp32"));
+    c.tensors.push_back(arg("scale_b", 5, {32}, "fp32"));
+    c.tensors.push_back(arg("out", 4, {4, 32}, "bf16"));
+    c.floats = {{"alpha", 1.0f}, {"beta", 0.5f}};
+    c.ints = {{"struct_size", static_cast<int>(sizeof(kjit_gemm_options))}};
+    return c;
+  };
+  api.invoke = [](Call& c) {
+    const kjit_gemm_options o = c.gemm_options();
+    return kjit_gemm_fp8(c.t(0), c.t(1), c.t(2), c.t(3), c.t(4), &o, nullptr);
+  };
+  api.specific = {
+      {"b with another k",
+       [](Call& c) {
+         reshape(c.arg("b"), {32, 255});
+       },
+       "b"},
+      {"bf16 operands",
+       [](Call& c) {
+         c.arg("a").t.t.dtype = dl_dtype("bf16");
+         c.arg("b").t.t.dtype = dl_dtype("bf16");
+       },
+       "a"},
+      {"b of another dtype", [](Call& c) { c.arg("b").t.t.dtype = dl_dtype("bf16"); }, "b"},
+      {"e4m3 out", [](Call& c) { c.arg("out").t.t.dtype = dl_dtype("e4m3"); }, "out"},
+      {"scale_a of another length", [](Call& c) { reshape(c.arg("scale_a"), {3}); }, "scale_a"},
+      {"scale_b of another length", [](Call& c) { reshape(c.arg("scale_b"), {31}); }, "scale_b"},
+      {"scale_a 2-D beside a 1-D scale_b",
+       [](Call& c) {
+         reshape(c.arg("scale_a"), {4, 2});
+       },
+       "scale_b"},
+      {"block scale_b with the wrong chunk count",
+       [](Call& c) {
+         reshape(c.arg("scale_a"), {4, 2});
+         reshape(c.arg("scale_b"), {1, 3});
+       },
+       "scale_b"},
+      {"bf16 scale_a", [](Call& c) { c.arg("scale_a").t.t.dtype = dl_dtype("bf16"); }, "scale_a"},
+      {"out inside scale_b", [](Call& c) { c.arg("out").t.t.data = c.arg("scale_b").t.t.data; },
+       "out"},
+      {"out inside a", [](Call& c) { c.arg("out").t.t.data = c.arg("a").t.t.data; }, "out"},
+      {"options struct_size 0", [](Call& c) { c.integer("struct_size") = 0; }, "struct_size"},
+  };
+  api.zero_size = [](Call& c) {
+    reshape(c.arg("a"), {0, 256});
+    reshape(c.arg("out"), {0, 32});
+    reshape(c.arg("scale_a"), {0});
+  };
+  return api;
+}
+
+Api quant_fp8_api() {
+  Api api;
+  api.name = "kjit_quant_fp8";
+  api.make = [] {
+    Call c;
+    c.tensors.push_back(arg("input", 1, {4, 300}, "bf16"));
+    c.tensors.push_back(arg("out", 2, {4, 300}, "e4m3"));
+    c.tensors.push_back(arg("scale", 3, {4, 3}, "fp32"));
+    c.ints = {{"scaling", KJIT_FP8_PER_GROUP_128}};
+    return c;
+  };
+  api.invoke = [](Call& c) {
+    return kjit_quant_fp8(c.t(0), c.t(1), c.t(2), static_cast<kjit_fp8_scaling>(c.n(0)), nullptr);
+  };
+  api.specific = {
+      set_int("scaling", 3),
+      set_int("scaling", -1),
+      {"per-row scaling with group scales", [](Call& c) { c.integer("scaling") = 1; }, "scale"},
+      {"fp32 input", [](Call& c) { c.arg("input").t.t.dtype = dl_dtype("fp32"); }, "input"},
+      {"bf16 out", [](Call& c) { c.arg("out").t.t.dtype = dl_dtype("bf16"); }, "out"},
+      {"out of another shape",
+       [](Call& c) {
+         reshape(c.arg("out"), {4, 301});
+       },
+       "out"},
+      {"scale with too few groups",
+       [](Call& c) {
+         reshape(c.arg("scale"), {4, 2});
+       },
+       "scale"},
+      {"out inside input",
+       [](Call& c) { c.arg("out").t.t.data = static_cast<char*>(c.arg("input").t.t.data) + 2; },
+       "out"},
+  };
+  api.zero_size = [](Call& c) {
+    reshape(c.arg("input"), {0, 300});
+    reshape(c.arg("out"), {0, 300});
+    reshape(c.arg("scale"), {0, 3});
+  };
+  return api;
+}
+
 std::vector<Api> table() {
   std::vector<Api> t = {
       rmsnorm_api("kjit_rmsnorm", kjit_rmsnorm),
@@ -1282,10 +1553,14 @@ std::vector<Api> table() {
       cos_sin_cache_api(),
       append_kv_api(),
       decode_run_api(),
+      prefill_run_api(),
+      prefill_ragged_run_api(),
       merge_states_api(),
       merge_states_n_api(),
       argmax_api(),
       gemm_api(),
+      gemm_fp8_api(),
+      quant_fp8_api(),
   };
   add_activations(t);
   add_samplers(t);
@@ -1305,6 +1580,10 @@ const std::set<std::string> kCoveredElsewhere = {"kjit_version_string",
                                                  "kjit_decode_plan_workspace_bytes",
                                                  "kjit_decode_plan_num_splits",
                                                  "kjit_decode_plan_destroy",
+                                                 "kjit_prefill_options_init",
+                                                 "kjit_batch_prefill_plan",
+                                                 "kjit_prefill_plan_workspace_bytes",
+                                                 "kjit_prefill_plan_destroy",
                                                  "kjit_config_init",
                                                  "kjit_configure",
                                                  "kjit_precompile",
@@ -1564,6 +1843,101 @@ TEST_CASE("hostile abi: kjit_batch_decode_plan rejects every broken argument",
   CHECK(kjit_decode_plan_workspace_bytes(nullptr) == 0);
   CHECK(kjit_decode_plan_num_splits(nullptr) == 0);
   kjit_decode_plan_destroy(nullptr);
+}
+
+TEST_CASE("hostile abi: kjit_batch_prefill_plan rejects every broken argument",
+          "[reliability][hostile_abi]") {
+  struct Plan {
+    std::vector<int32_t> qo = {0, 5, 5, 7}, kv = {0, 3, 3, 7};
+    bool null_qo = false, null_kv = false;
+    int batch = 3, qo_heads = 32, kv_heads = 8, head_dim = 128, page_size = 16;
+    int layout = KJIT_KV_LAYOUT_NHD;
+    DLDataType q_dtype = dl_dtype("bf16"), kv_dtype = dl_dtype("bf16");
+    kjit_prefill_options o = [] {
+      kjit_prefill_options x;
+      kjit_prefill_options_init(&x);
+      return x;
+    }();
+    bool null_options = false, null_out = false;
+    int device = 0;
+    kjit_prefill_plan* out = reinterpret_cast<kjit_prefill_plan*>(0x1);  // must become NULL
+    kjit_status run() {
+      return kjit_batch_prefill_plan(
+          null_qo ? nullptr : qo.data(), null_kv ? nullptr : kv.data(), batch, qo_heads, kv_heads,
+          head_dim, page_size, static_cast<kjit_kv_layout>(layout), q_dtype, kv_dtype,
+          null_options ? nullptr : &o, device, null_out ? nullptr : &out);
+    }
+  };
+  {
+    Plan valid;
+    REQUIRE(valid.run() == KJIT_SUCCESS);
+    REQUIRE(valid.out != nullptr);
+    CHECK(kjit_prefill_plan_workspace_bytes(valid.out) == 0);
+    kjit_prefill_plan_destroy(valid.out);
+  }
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<std::pair<std::string, std::function<void(Plan&)>>> broken = {
+      {"NULL plan out-pointer", [](Plan& p) { p.null_out = true; }},
+      {"NULL qo_indptr with requests", [](Plan& p) { p.null_qo = true; }},
+      {"NULL kv_indptr with requests", [](Plan& p) { p.null_kv = true; }},
+      {"negative batch", [](Plan& p) { p.batch = -1; }},
+      {"qo_indptr decreasing",
+       [](Plan& p) {
+         p.qo = {0, 5, 4, 7};
+       }},
+      {"kv_indptr starting below 0",
+       [](Plan& p) {
+         p.kv = {-1, 3, 3, 7};
+       }},
+      {"zero qo heads", [](Plan& p) { p.qo_heads = 0; }},
+      {"qo heads not a multiple of kv heads", [](Plan& p) { p.qo_heads = 30; }},
+      {"group of 32", [](Plan& p) { p.qo_heads = 256; }},
+      {"head_dim 96", [](Plan& p) { p.head_dim = 96; }},
+      {"page_size -1", [](Plan& p) { p.page_size = -1; }},
+      {"layout 2", [](Plan& p) { p.layout = 2; }},
+      {"q_dtype fp32", [](Plan& p) { p.q_dtype = dl_dtype("fp32"); }},
+      {"kv_dtype fp16 beside bf16 q", [](Plan& p) { p.kv_dtype = dl_dtype("fp16"); }},
+      {"kv_dtype fp8 e4m3",
+       [](Plan& p) {
+         p.kv_dtype = DLDataType{10, 8, 1};
+       }},
+      {"options.struct_size 0", [](Plan& p) { p.o.struct_size = 0; }},
+      {"options.causal 2", [](Plan& p) { p.o.causal = 2; }},
+      {"options.sm_scale NaN", [nan](Plan& p) { p.o.sm_scale = nan; }},
+      {"options.logits_soft_cap -1", [](Plan& p) { p.o.logits_soft_cap = -1.0f; }},
+      {"options.window_left -2", [](Plan& p) { p.o.window_left = -2; }},
+      {"device id -1", [](Plan& p) { p.device = -1; }},
+  };
+  for (const auto& [what, f] : broken) {
+    Plan p;
+    f(p);
+    kjit_status s = p.run();
+    std::string msg = kjit_last_error();
+    INFO(what << " -> " << kjit_status_string(s) << ": " << msg);
+    CHECK(is_argument_error(s));
+    CHECK(msg.rfind("kjit_batch_prefill_plan", 0) == 0);
+    if (!p.null_out) CHECK(p.out == nullptr);
+  }
+  // Extreme but not invalid: a plan or a clear refusal, never a crash.
+  for (auto f :
+       std::vector<std::function<void(Plan&)>>{[](Plan& p) {
+                                                 p.qo = {0, INT_MAX, INT_MAX, INT_MAX};
+                                               },
+                                               [](Plan& p) {
+                                                 p.qo = {0, INT_MAX / 4, INT_MAX / 4, INT_MAX / 2};
+                                                 p.qo_heads = 128;
+                                               },
+                                               [](Plan& p) { p.page_size = INT_MAX; }}) {
+    Plan p;
+    f(p);
+    kjit_status s = p.run();
+    INFO(kjit_last_error());
+    CHECK((s == KJIT_SUCCESS || is_argument_error(s)));
+    if (s == KJIT_SUCCESS) kjit_prefill_plan_destroy(p.out);
+  }
+  kjit_prefill_options_init(nullptr);
+  CHECK(kjit_prefill_plan_workspace_bytes(nullptr) == 0);
+  kjit_prefill_plan_destroy(nullptr);
 }
 
 TEST_CASE("hostile abi: the engine life-cycle functions refuse broken arguments",

@@ -1,5 +1,6 @@
 // `kjit-cli bench` cases of the attention family: paged decode attention (plan once, time the
-// run) and a read-only bandwidth probe over the same bytes, the ceiling decode is held to.
+// run) and a read-only bandwidth probe over the same bytes, the ceiling decode is held to; batch
+// prefill over a paged or ragged KV (FLOP-bound: TFLOP/s of the pairs the mask leaves).
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
@@ -22,8 +23,10 @@
 #include "runtime/jit_core.hpp"
 #include "kjit/kjit.h"
 #include "ops/attention/decode_attention.hpp"
+#include "ops/attention/prefill.hpp"
 #include "reference/attention_ref.hpp"
 #include "reference/half.hpp"
+#include "reference/prefill_ref.hpp"
 #include "support/gpu.hpp"
 #include "util/error.hpp"
 
@@ -279,6 +282,214 @@ int bench_decode_attention(const ops::SetArgs& args, const BenchOptions& opts) {
   return rc != kExitOk ? rc : rc2;
 }
 
+struct PrefillPlanDeleter {
+  void operator()(kjit_prefill_plan* p) const { kjit_prefill_plan_destroy(p); }
+};
+
+// "512,1024,..." as lengths.
+std::vector<int64_t> parse_lens(const std::string& s) {
+  std::vector<int64_t> out;
+  size_t at = 0;
+  while (at <= s.size()) {
+    const size_t comma = std::min(s.find(',', at), s.size());
+    const std::string item = s.substr(at, comma - at);
+    if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos ||
+        item.size() > 8) {
+      throw UsageError("lens must be comma-separated lengths, got '" + s + "'");
+    }
+    out.push_back(std::stoll(item));
+    at = comma + 1;
+  }
+  return out;
+}
+
+// Prefill over a paged cache (page_size >= 1) or ragged k / v (page_size 0): batch requests of
+// q_len new tokens over kv_len keys each, or `lens` (q = kv per request) for a ragged batch.
+int bench_batch_prefill(const ops::SetArgs& args, const BenchOptions& opts) {
+  const std::string dtype = args.at("dtype");
+  if (dtype == "fp32") throw UsageError("batch_prefill supports dtype bf16 or fp16");
+  const int64_t hq = ops::positive_int_arg(args, "qo_heads", 1024);
+  const int64_t hk = ops::positive_int_arg(args, "kv_heads", 1024);
+  const int64_t D = ops::positive_int_arg(args, "head_dim", 256);
+  const int64_t P =
+      args.at("page_size") == "0" ? 0 : ops::positive_int_arg(args, "page_size", 1024);
+  const bool causal = flag_arg(args, "causal");
+  const std::string layout = args.count("layout") ? args.at("layout") : "nhd";
+  if (layout != "nhd" && layout != "hnd") throw UsageError("layout must be nhd or hnd");
+  const bool nhd = layout == "nhd";
+  std::vector<int64_t> q_lens, kv_lens;
+  if (args.count("lens")) {
+    q_lens = parse_lens(args.at("lens"));
+    kv_lens = q_lens;
+  } else {
+    const int64_t B = ops::positive_int_arg(args, "batch", 1 << 16);
+    const int64_t ql = ops::positive_int_arg(args, "q_len", 1 << 20);
+    const int64_t kl = args.count("kv_len") ? ops::positive_int_arg(args, "kv_len", 1 << 22) : ql;
+    if (kl < ql) throw UsageError("kv_len must be >= q_len (the new tokens are among the keys)");
+    q_lens.assign(static_cast<size_t>(B), ql);
+    kv_lens.assign(static_cast<size_t>(B), kl);
+  }
+  const int64_t B = static_cast<int64_t>(q_lens.size());
+  const size_t es = ref::elem_size(dtype);
+  check_gpu();
+
+  // Page table (a fragmented pool: distinct pages in random order) or ragged rows.
+  std::mt19937_64 rng(std::random_device{}());
+  std::vector<int32_t> qo_indptr{0}, kv_indptr{0}, indices, last;
+  for (int64_t l : q_lens) qo_indptr.push_back(static_cast<int32_t>(qo_indptr.back() + l));
+  int64_t units = 0;  // pages, or ragged rows
+  for (int64_t l : kv_lens) {
+    units += P > 0 ? (l + P - 1) / P : l;
+    kv_indptr.push_back(static_cast<int32_t>(units));
+    if (P > 0) last.push_back(static_cast<int32_t>(l - ((l + P - 1) / P - 1) * P));
+  }
+  if (P > 0) {
+    indices.resize(static_cast<size_t>(units));
+    std::iota(indices.begin(), indices.end(), 0);
+    std::shuffle(indices.begin(), indices.end(), rng);
+  }
+  const int64_t total_q = qo_indptr.back();
+  const int64_t unit_elems = (P > 0 ? P : 1) * hk * D;
+  const size_t kv_elems = static_cast<size_t>(units * unit_elems);
+  Packed kv;
+  const size_t k_at = kv.add(kv_elems * es), v_at = kv.add(kv_elems * es);
+  fill_fast(kv.host.data() + k_at, kv_elems, dtype, false, rng);
+  fill_fast(kv.host.data() + v_at, kv_elems, dtype, false, rng);
+  kv.upload();
+  Packed in;
+  const size_t nq = static_cast<size_t>(total_q * hq * D);
+  const size_t q_at = in.add(nq * es);
+  fill_uniform(in.host.data() + q_at, nq, dtype, rng, -2.0, 2.0);
+  const size_t qo_at = add_int32s(in, qo_indptr), kvp_at = add_int32s(in, kv_indptr);
+  const size_t idx_at = add_int32s(in, indices), last_at = add_int32s(in, last);
+  in.upload();
+  test::DeviceBuffer out(std::max<size_t>(nq * es, 16));
+  out.fill(0xFF);
+
+  const DLDataType dt = test::dl_dtype(dtype), i32 = test::dl_dtype("int32");
+  kjit_prefill_options o;
+  kjit_prefill_options_init(&o);
+  o.causal = causal ? 1 : 0;
+  kjit_prefill_plan* raw_plan = nullptr;
+  const kjit_status st = kjit_batch_prefill_plan(
+      qo_indptr.data(), kv_indptr.data(), static_cast<int>(B), static_cast<int>(hq),
+      static_cast<int>(hk), static_cast<int>(D), static_cast<int>(P),
+      nhd ? KJIT_KV_LAYOUT_NHD : KJIT_KV_LAYOUT_HND, dt, dt, &o, 0, &raw_plan);
+  if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
+  std::unique_ptr<kjit_prefill_plan, PrefillPlanDeleter> plan(raw_plan);
+
+  const std::vector<int64_t> kv_shape = P == 0 ? std::vector<int64_t>{units, hk, D}
+                                        : nhd  ? std::vector<int64_t>{units, P, hk, D}
+                                               : std::vector<int64_t>{units, hk, P, D};
+  auto qt = test::make_tensor(in.at(q_at), {total_q, hq, D}, dt);
+  auto kt = test::make_tensor(kv.at(k_at), kv_shape, dt);
+  auto vt = test::make_tensor(kv.at(v_at), kv_shape, dt);
+  auto qot = test::make_tensor(in.at(qo_at), {B + 1}, i32);
+  auto kvt = test::make_tensor(in.at(kvp_at), {B + 1}, i32);
+  auto it = test::make_tensor(in.at(idx_at), {static_cast<int64_t>(indices.size())}, i32);
+  auto lt = test::make_tensor(in.at(last_at), {static_cast<int64_t>(last.size())}, i32);
+  auto ot = test::make_tensor(out.get(), {total_q, hq, D}, dt);
+
+  // The work the masks leave: attended (query, key) pairs, 4 FLOPs per pair, head and dim.
+  double pairs = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t ql = q_lens[static_cast<size_t>(b)], kl = kv_lens[static_cast<size_t>(b)];
+    pairs += causal ? static_cast<double>(ql) * static_cast<double>(kl - ql) +
+                          static_cast<double>(ql) * static_cast<double>(ql + 1) / 2.0
+                    : static_cast<double>(ql) * static_cast<double>(kl);
+  }
+  std::string lens_text;
+  for (size_t b = 0; b < q_lens.size() && b < 4; ++b) {
+    lens_text += fmt::format("{}{}/{}", b ? "," : "", q_lens[b], kv_lens[b]);
+  }
+  if (q_lens.size() > 4) lens_text += ",...";
+  BenchCase c;
+  c.op = "batch_prefill";
+  c.uri = ops::prefill_spec(raw_plan->data.cfg).uri;
+  c.dtype = dtype;
+  c.shape = {{"batch", B},        {"total_q", total_q}, {"qo_heads", hq},   {"kv_heads", hk},
+             {"head_dim", D},     {"page_size", P},     {"layout", layout}, {"causal", causal},
+             {"lens", lens_text}, {"pairs", pairs}};
+  c.label = fmt::format("batch_prefill {} {} {} batch={} q/kv={} heads={}/{} head_dim={} page={}",
+                        dtype, causal ? "causal" : "full", P > 0 ? layout : "ragged", B, lens_text,
+                        hq, hk, D, P);
+  c.launch = [&](CUstream stream) {
+    const kjit_status s =
+        P > 0 ? kjit_batch_prefill_run(raw_plan, qt.get(), kt.get(), vt.get(), qot.get(), it.get(),
+                                       kvt.get(), lt.get(), nullptr, ot.get(), nullptr, 1.0f, 1.0f,
+                                       stream)
+              : kjit_batch_prefill_ragged_run(raw_plan, qt.get(), kt.get(), vt.get(), qot.get(),
+                                              kvt.get(), nullptr, ot.get(), nullptr, 1.0f, 1.0f,
+                                              stream);
+    if (s != KJIT_SUCCESS) throw Error(s, kjit_last_error());
+  };
+  c.bytes = 2.0 * static_cast<double>(kv_elems * es) + 2.0 * static_cast<double>(nq * es);
+  c.flops = 4.0 * pairs * static_cast<double>(hq * D);
+
+  // The check: the fp64 reference on 8 query rows (each request's last one first, then random
+  // ones), every qo head, each as a one-row problem over the keys its mask leaves.
+  const double first_ms = first_call_ms(c);
+  Check chk;
+  if (opts.check) {
+    std::vector<unsigned char> got(nq * es);
+    out.download(got.data(), got.size());
+    std::vector<std::pair<int64_t, int64_t>> rows;  // (request, token)
+    for (int64_t b = 0; b < B && rows.size() < 4; ++b) {
+      if (q_lens[static_cast<size_t>(b)] > 0)
+        rows.push_back({b, q_lens[static_cast<size_t>(b)] - 1});
+    }
+    std::uniform_int_distribution<int64_t> pick_b(0, B - 1);
+    for (int tries = 0; rows.size() < 8 && tries < 64; ++tries) {
+      const int64_t b = pick_b(rng), ql = q_lens[static_cast<size_t>(b)];
+      if (ql > 0) rows.push_back({b, std::uniform_int_distribution<int64_t>(0, ql - 1)(rng)});
+    }
+    c.shape["checked_rows"] = rows.size();
+    for (const auto& [b, t] : rows) {
+      const int64_t ql = q_lens[static_cast<size_t>(b)], kl = kv_lens[static_cast<size_t>(b)];
+      const int64_t keys = causal ? kl - ql + t + 1 : kl;  // one query row sees these keys
+      ref::PrefillRefArgs a;
+      a.batch = 1;
+      a.qo_heads = hq;
+      a.kv_heads = hk;
+      a.head_dim = D;
+      a.num_pages = keys;
+      a.sm_scale = 1.0 / std::sqrt(static_cast<double>(D));
+      a.causal = causal;
+      a.qo_indptr = {0, 1};
+      a.kv_indptr = {0, static_cast<int32_t>(keys)};
+      const int64_t row = qo_indptr[static_cast<size_t>(b)] + t;
+      auto elem = [&](size_t at, int64_t key, int64_t h, int64_t d) {
+        int64_t unit = kv_indptr[static_cast<size_t>(b)] + key, slot = 0;
+        if (P > 0) {
+          unit = indices[static_cast<size_t>(kv_indptr[static_cast<size_t>(b)] + key / P)];
+          slot = key % P;
+        }
+        const int64_t i = P == 0 ? (unit * hk + h) * D + d
+                          : nhd  ? ((unit * P + slot) * hk + h) * D + d
+                                 : ((unit * hk + h) * P + slot) * D + d;
+        return ref::load_elem(kv.host.data() + at, static_cast<size_t>(i), dtype);
+      };
+      auto q = [&](int64_t, int64_t i, int64_t d) {
+        return ref::load_elem(in.host.data() + q_at, static_cast<size_t>((row * hq + i) * D + d),
+                              dtype);
+      };
+      auto k = [&](int64_t key, int64_t, int64_t h, int64_t d) { return elem(k_at, key, h, d); };
+      auto v = [&](int64_t key, int64_t, int64_t h, int64_t d) { return elem(v_at, key, h, d); };
+      std::vector<double> want, lse;
+      ref::DecodeTolerance tol;
+      tol.u_p = dtype == "bf16" ? 0x1p-8 : 0x1p-11;
+      tol.eta_p = dtype == "bf16" ? 0x1p-134 : 0x1p-25;
+      tol.u_out = ref::unit_roundoff(dtype);
+      ref::prefill_attention(a, 1, q, k, v, want, lse, &tol);
+      for (int64_t i = 0; i < hq * D; ++i) {
+        chk.add(ref::load_elem(got.data(), static_cast<size_t>(row * hq * D + i), dtype),
+                want[static_cast<size_t>(i)], tol.out[static_cast<size_t>(i)]);
+      }
+    }
+  }
+  return report(c, chk, first_ms, opts);
+}
+
 }  // namespace
 
 void add_attention_benches(std::vector<BenchEntry>& out) {
@@ -293,6 +504,15 @@ void add_attention_benches(std::vector<BenchEntry>& out) {
        "stage_tokens, stages, heads_per_cta, ctas_per_sm, merge (fused|kernel|cluster), addr "
        "(64|32), joint_tiles (1|2), pdl (0|1); "
        "checked on up to 4 requests, then a read-only probe of the same bytes"});
+  out.push_back(
+      {"batch_prefill",
+       {"dtype", "qo_heads", "kv_heads", "head_dim", "page_size"},
+       {"batch", "q_len", "kv_len", "lens", "causal", "layout"},
+       bench_batch_prefill,
+       "dtype, qo_heads, kv_heads, head_dim, page_size (0: ragged k / v), and batch + q_len "
+       "(+ kv_len >= q_len: the new tokens end the keys) or lens (comma-separated q = kv "
+       "lengths), causal (0|1), layout (nhd|hnd); FLOPs count the pairs the mask leaves; "
+       "checked on 8 query rows"});
 }
 
 }  // namespace kjit::cli

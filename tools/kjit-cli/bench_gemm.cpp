@@ -83,18 +83,7 @@ int bench_gemm(const ops::SetArgs& args, const BenchOptions& opts) {
   if (opts.check) {
     std::vector<unsigned char> yh(static_cast<size_t>(m * n) * os);
     y.download(yh.data(), yh.size());
-    std::vector<std::pair<int64_t, int64_t>> picks;
-    if (static_cast<double>(m) * n * k <= kFullCheckFmas) {
-      for (int64_t r = 0; r < m; ++r) {
-        for (int64_t j = 0; j < n; ++j) picks.emplace_back(r, j);
-      }
-    } else {
-      std::uniform_int_distribution<int64_t> rr(0, m - 1), cc(0, n - 1);
-      for (int64_t r : {int64_t{0}, m - 1}) {
-        for (int64_t j : {int64_t{0}, n - 1}) picks.emplace_back(r, j);
-      }
-      for (int i = 0; i < kSampledOutputs; ++i) picks.emplace_back(rr(rng), cc(rng));
-    }
+    const auto picks = gemm_check_picks(m, n, k, rng);
     std::vector<double> a_row(static_cast<size_t>(k)), b_row(static_cast<size_t>(k));
     for (const auto& [r, j] : picks) {
       for (int64_t i = 0; i < k; ++i) {
@@ -112,6 +101,23 @@ int bench_gemm(const ops::SetArgs& args, const BenchOptions& opts) {
 }
 
 }  // namespace
+
+std::vector<std::pair<int64_t, int64_t>> gemm_check_picks(int64_t m, int64_t n, int64_t k,
+                                                          std::mt19937_64& rng) {
+  std::vector<std::pair<int64_t, int64_t>> picks;
+  if (static_cast<double>(m) * n * k <= kFullCheckFmas) {
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t j = 0; j < n; ++j) picks.emplace_back(r, j);
+    }
+    return picks;
+  }
+  std::uniform_int_distribution<int64_t> rr(0, m - 1), cc(0, n - 1);
+  for (int64_t r : {int64_t{0}, m - 1}) {
+    for (int64_t j : {int64_t{0}, n - 1}) picks.emplace_back(r, j);
+  }
+  for (int i = 0; i < kSampledOutputs; ++i) picks.emplace_back(rr(rng), cc(rng));
+  return picks;
+}
 
 void add_gemm_benches(std::vector<BenchEntry>& out) {
   out.push_back({"gemm",

@@ -121,6 +121,11 @@ struct BenchEntry {
   bool has_reference = false;  // its cases set BenchCase::reference_launch
 };
 
+// The (row, column) outputs a GEMM bench checks: all of a small call; of a large one (a CPU
+// triple loop of hours) the corners and random elements. bench_gemm.cpp.
+std::vector<std::pair<int64_t, int64_t>> gemm_check_picks(int64_t m, int64_t n, int64_t k,
+                                                          std::mt19937_64& rng);
+
 // `bench empty`'s optional move floor: (read, write) bytes from --set read / write, (0, 0) when
 // neither is set. UsageError unless both are multiples of 16 with write <= read <= 2 * write.
 std::pair<long long, long long> empty_move_bytes(const ops::SetArgs& args);
@@ -133,6 +138,7 @@ void add_kv_cache_benches(std::vector<BenchEntry>& out);    // bench_kv_cache.cp
 void add_attention_benches(std::vector<BenchEntry>& out);   // bench_attention.cpp
 void add_sampling_benches(std::vector<BenchEntry>& out);    // bench_sampling.cpp
 void add_gemm_benches(std::vector<BenchEntry>& out);        // bench_gemm.cpp
+void add_gemm_fp8_benches(std::vector<BenchEntry>& out);    // bench_gemm_fp8.cpp
 void add_empty_bench(std::vector<BenchEntry>& out);         // bench_harness.cpp
 
 }  // namespace kjit::cli

@@ -40,6 +40,7 @@ const std::vector<BenchEntry>& benches() {
     add_attention_benches(v);
     add_sampling_benches(v);
     add_gemm_benches(v);
+    add_gemm_fp8_benches(v);
     add_empty_bench(v);
     return v;
   }();

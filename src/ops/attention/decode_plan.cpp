@@ -9,6 +9,7 @@
 
 #include "cuda/device.hpp"
 #include "cuda/driver.hpp"
+#include "ops/attention/attention_common.hpp"
 #include "ops/attention/decode_attention.hpp"
 #include "ops/attention/decode_internal.hpp"
 #include "util/error.hpp"
@@ -29,6 +30,8 @@ std::string dl_name(DLDataType t) {
 
 }  // namespace decode_detail
 
+using attention_detail::check_score_options;
+using attention_detail::device_budget;
 using decode_detail::dl_name;
 using decode_detail::is_e4m3;
 
@@ -178,15 +181,7 @@ void check_plan_shape(const int32_t* kv_indptr_host, int batch, int num_qo_heads
   if (batch > 0 && kv_indptr_host == nullptr) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "kv_indptr_host is NULL");
   }
-  if (num_qo_heads < 1 || num_kv_heads < 1) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "num_qo_heads and num_kv_heads must be >= 1, got {} and {}",
-         num_qo_heads, num_kv_heads);
-  }
-  if (num_qo_heads % num_kv_heads != 0) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "num_qo_heads ({}) must be a multiple of num_kv_heads ({})",
-         num_qo_heads, num_kv_heads);
-  }
-  if (head_dim < 1) fail(KJIT_ERROR_INVALID_ARGUMENT, "head_dim must be >= 1, got {}", head_dim);
+  attention_detail::check_head_counts(num_qo_heads, num_kv_heads, head_dim);
   if (page_size < 1) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "page_size must be >= 1, got {}", page_size);
   }
@@ -219,19 +214,7 @@ DType check_plan_dtypes(DLDataType q_dtype, DLDataType kv_dtype) {
 
 void check_plan_scalars(float sm_scale, float logits_soft_cap, int window_left, int num_splits,
                         int num_sms, int device_id) {
-  if (std::isnan(sm_scale) || std::isinf(sm_scale) || sm_scale < 0.0f) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT,
-         "sm_scale must be finite and >= 0 (0: 1/sqrt(head_dim)), "
-         "got {}",
-         sm_scale);
-  }
-  if (!std::isfinite(logits_soft_cap) || logits_soft_cap < 0.0f) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "logits_soft_cap must be finite and >= 0 (0: off), got {}",
-         logits_soft_cap);
-  }
-  if (window_left < -1) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "window_left must be -1 (off) or >= 0, got {}", window_left);
-  }
+  check_score_options(sm_scale, logits_soft_cap, window_left);
   if (num_splits < 0 || num_splits > kDecodeMaxSplits) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "num_splits must be 0 (auto) or 1..{}, got {}",
          kDecodeMaxSplits, num_splits);
@@ -259,37 +242,6 @@ std::vector<int64_t> attended_lengths(const int32_t* kv_indptr_host, int batch, 
     eff[static_cast<size_t>(b)] = window_left >= 0 ? std::min<int64_t>(len, window_left + 1) : len;
   }
   return eff;
-}
-
-// The shared memory and SM count of the device (num_sms > 0 overrides the count); without a
-// driver, the H200 budget and num_sms, which must then be set. Returns whether a driver answered.
-bool device_budget(int device_id, int num_sms, SmemBudget* budget_out, int* sms_out) {
-  SmemBudget& budget = *budget_out;
-  int& sms = *sms_out;
-  sms = num_sms;
-  std::string why;
-  const bool have_driver = cuda::driver_available(&why);
-  if (have_driver) {
-    const cuda::DeviceInfo& info = cuda::device_info(device_id);
-    if (sms == 0) sms = info.sm_count;
-    const cuda::Driver& d = cuda::driver();
-    CUdevice dev = 0;
-    KJIT_CU_CHECK(d.cuDeviceGet(&dev, device_id));
-    int per_sm = 0, reserved = 0;
-    KJIT_CU_CHECK(d.cuDeviceGetAttribute(
-        &per_sm, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, dev));
-    KJIT_CU_CHECK(d.cuDeviceGetAttribute(
-        &reserved, CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK, dev));
-    budget.per_sm = per_sm;
-    budget.per_block = info.max_smem_optin;
-    budget.reserved = reserved;
-  } else if (sms == 0) {
-    fail(KJIT_ERROR_NO_DEVICE,
-         "cannot query cuda:{} for its SM count (set num_sms to plan "
-         "without a device): {}",
-         device_id, why);
-  }
-  return have_driver;
 }
 
 // How the splits combine (cluster, fused or merge kernel) and the workspace that takes.
@@ -351,19 +303,9 @@ int decode_smem_bytes(const DecodeConfig& c) {
 
 DecodeConfig select_decode(DType q_dtype, bool kv_fp8, int64_t head_dim, int64_t group,
                            const SmemBudget& budget, int* ctas_per_sm) {
-  if (q_dtype != DType::kBF16 && q_dtype != DType::kF16) {
-    fail(KJIT_ERROR_UNSUPPORTED, "decode attention supports bf16 and fp16 q, not {}",
-         dtype_name(q_dtype));
-  }
-  if (head_dim != 64 && head_dim != 128 && head_dim != 256) {
-    fail(KJIT_ERROR_UNSUPPORTED, "decode attention supports head_dim 64, 128 and 256, not {}",
-         head_dim);
-  }
-  if (group < 1 || group > kDecodeMaxGroup) {
-    fail(KJIT_ERROR_UNSUPPORTED,
-         "decode attention supports 1..{} query heads per kv head (two 8-head mma tiles), not {}",
-         kDecodeMaxGroup, group);
-  }
+  // Two 8-head mma n-tiles hold up to 16 query heads per kv head.
+  attention_detail::check_attention_support("decode attention", q_dtype, head_dim, group,
+                                            kDecodeMaxGroup);
   DecodeConfig c;
   c.q_dtype = q_dtype;
   c.kv_fp8 = kv_fp8 ? 1 : 0;

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
-#include <mutex>
-#include <unordered_set>
 #include <utility>
 
 #include "attention/attention_params.h"
@@ -12,6 +10,7 @@
 #include "cuda/driver.hpp"
 #include "cuda/launch.hpp"
 #include "runtime/jit_core.hpp"
+#include "ops/attention/attention_common.hpp"
 #include "ops/attention/attention_desc.hpp"
 #include "ops/attention/decode_attention.hpp"
 #include "ops/attention/decode_internal.hpp"
@@ -23,37 +22,18 @@ namespace kjit::ops {
 namespace {
 
 using attention::DecodeParams;
+using attention_detail::check_device;
+using attention_detail::check_scale;
+using attention_detail::int_vector;
+using attention_detail::no_view;
+using attention_detail::prefer_max_shared;
 using decode_detail::dl_name;
 using decode_detail::is_e4m3;
 
-constexpr float kLog2e = 1.4426950408889634f;
 // fp8 values enter the mma scaled by 2^-8 (mma_sm80.cuh); the scales take the 2^8 back.
 constexpr float kFp8Unscale = 256.0f;
 
 // ---- Run-time argument checks -------------------------------------------------------------------
-
-StridedView int_vector(const DLTensor* t, const char* name, int device) {
-  StridedView v = as_strided_view(t, name);
-  if (v.ndim != 1) fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be 1-D, got ndim {}", name, v.ndim);
-  if (v.dtype != DType::kI32) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be int32, got {}", name, dtype_name(v.dtype));
-  }
-  if (v.shape[0] > 1 && v.strides[0] != 1) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be contiguous, has stride {}", name, v.strides[0]);
-  }
-  if (v.device != device) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is on cuda:{} but the plan is for cuda:{}", name,
-         v.device, device);
-  }
-  return v;
-}
-
-void check_device(const StridedView& v, const char* name, int device) {
-  if (v.device != device) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is on cuda:{} but the plan is for cuda:{}", name,
-         v.device, device);
-  }
-}
 
 // A cache as a strided view. An fp8 cache is seen as 16-bit pairs (last dim and strides halved)
 // so the generic view checks, alignment and overlap tests apply to its bytes; *elem_scale is then
@@ -118,74 +98,6 @@ StridedView cache_view(const DLTensor* t, const char* name, const DecodePlanData
   }
   *elem_scale = 2;
   return as_strided_view(&pair, name);
-}
-
-// The workspace as the int32 view of the bytes the plan uses.
-StridedView workspace_view(const DLTensor* t, const DecodePlanData& pl) {
-  if (t == nullptr) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "workspace is NULL but the plan needs {} bytes",
-         pl.workspace_bytes);
-  }
-  if (t->device.device_type != kDLCUDA && t->device.device_type != kDLCUDAManaged) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "workspace is on device type {} (expected kDLCUDA)",
-         static_cast<int>(t->device.device_type));
-  }
-  if (t->device.device_id != pl.device) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "workspace is on cuda:{} but the plan is for cuda:{}",
-         t->device.device_id, pl.device);
-  }
-  if (t->ndim < 1 || t->ndim > kMaxDims || t->shape == nullptr) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "workspace has ndim {} (expected 1..{})", t->ndim, kMaxDims);
-  }
-  if (t->dtype.lanes != 1 || t->dtype.bits == 0 || t->dtype.bits % 8 != 0) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "workspace has a dtype of {} bits x {} lanes", t->dtype.bits,
-         t->dtype.lanes);
-  }
-  int64_t numel = 1, expect = 1;
-  bool compact = true;
-  for (int i = t->ndim - 1; i >= 0; --i) {
-    const int64_t s = t->shape[i];
-    if (s < 0) fail(KJIT_ERROR_INVALID_ARGUMENT, "workspace has negative dim {} = {}", i, s);
-    if (t->strides != nullptr && s > 1 && t->strides[i] != expect) compact = false;
-    if (s > 0 && numel > (INT64_MAX / 16) / s) {
-      fail(KJIT_ERROR_INVALID_ARGUMENT, "workspace is too large to address");
-    }
-    numel *= s;
-    expect *= s;
-  }
-  if (!compact) fail(KJIT_ERROR_INVALID_ARGUMENT, "workspace must be contiguous");
-  const uint64_t bytes = static_cast<uint64_t>(numel) * (t->dtype.bits / 8);
-  if (bytes < pl.workspace_bytes) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "workspace has {} bytes but the plan needs {}", bytes,
-         pl.workspace_bytes);
-  }
-  if (t->data == nullptr) fail(KJIT_ERROR_INVALID_ARGUMENT, "workspace data is NULL");
-  char* data = reinterpret_cast<char*>(data_address(t, "workspace"));
-  if (reinterpret_cast<uintptr_t>(data) % 16 != 0) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "workspace must be 16-byte aligned");
-  }
-  StridedView v;
-  v.data = data;
-  v.dtype = DType::kI32;
-  v.device = pl.device;
-  v.ndim = 1;
-  v.shape[0] = static_cast<int64_t>(pl.workspace_bytes / 4);
-  v.strides[0] = 1;
-  return v;
-}
-
-// The view of an absent optional tensor: no elements, so it overlaps nothing.
-StridedView no_view() {
-  StridedView v;
-  v.ndim = 1;
-  v.shape[0] = 0;
-  return v;
-}
-
-void check_scale(float x, const char* name) {
-  if (!std::isfinite(x) || x <= 0.0f) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be finite and > 0, got {}", name, x);
-  }
 }
 
 // The run's tensors as views, checked against the plan (absent ones: views of nothing).
@@ -289,54 +201,25 @@ void check_outputs(const DecodePlanData& pl, DecodeViews& w, DLTensor* out, DLTe
     check_device(w.lse, "lse", dev);
   }
   w.ws = no_view();
-  if (pl.workspace_bytes > 0) w.ws = workspace_view(workspace, pl);
+  if (pl.workspace_bytes > 0)
+    w.ws = attention_detail::workspace_view(workspace, pl.workspace_bytes, pl.device);
 }
 
-// Outputs never overlap inputs or each other (views of nothing never overlap).
 void check_no_overlap(const DecodeViews& w) {
-  const std::pair<const StridedView*, const char*> inputs[] = {{&w.q, "q"},
-                                                               {&w.k, "k_cache"},
-                                                               {&w.v, "v_cache"},
-                                                               {&w.indices, "kv_indices"},
-                                                               {&w.indptr, "kv_indptr"},
-                                                               {&w.last, "kv_last_page_len"}};
-  const std::pair<const StridedView*, const char*> outputs[] = {
-      {&w.out, "out"}, {&w.lse, "lse"}, {&w.ws, "workspace"}};
-  for (const auto& [o, on] : outputs) {
-    if (self_overlaps(*o)) {
-      fail(KJIT_ERROR_INVALID_ARGUMENT, "{} has strides under which elements overlap", on);
-    }
-    for (const auto& [in, in_name] : inputs) {
-      if (views_overlap(*o, *in)) fail(KJIT_ERROR_INVALID_ARGUMENT, "{} overlaps {}", on, in_name);
-    }
-  }
-  if (views_overlap(w.out, w.lse)) fail(KJIT_ERROR_INVALID_ARGUMENT, "lse overlaps out");
-  if (views_overlap(w.out, w.ws)) fail(KJIT_ERROR_INVALID_ARGUMENT, "workspace overlaps out");
-  if (views_overlap(w.lse, w.ws)) fail(KJIT_ERROR_INVALID_ARGUMENT, "workspace overlaps lse");
+  attention_detail::check_disjoint({{&w.q, "q"},
+                                    {&w.k, "k_cache"},
+                                    {&w.v, "v_cache"},
+                                    {&w.indices, "kv_indices"},
+                                    {&w.indptr, "kv_indptr"},
+                                    {&w.last, "kv_last_page_len"}},
+                                   {{&w.out, "out"}, {&w.lse, "lse"}, {&w.ws, "workspace"}});
 }
 
-// The kernel's score and value scales (DecodeParams::score_scale, cap_out, v_scale).
-struct DecodeScales {
-  float score = 0.0f, cap_out = 0.0f, v = 0.0f;
-};
+using DecodeScales = attention_detail::ScoreScales;
 
 DecodeScales run_scales(const DecodePlanData& pl, float k_scale, float v_scale) {
-  const float kv_unscale = pl.cfg.kv_fp8 ? kFp8Unscale : 1.0f;
-  float score_scale = pl.sm_scale * k_scale * kv_unscale;
-  float cap_out = 0.0f;
-  if (pl.soft_cap > 0.0f) {
-    score_scale /= pl.soft_cap;
-    cap_out = pl.soft_cap * kLog2e;
-  } else {
-    score_scale *= kLog2e;
-  }
-  const float v_eff = v_scale * kv_unscale;
-  if (!std::isfinite(score_scale) || score_scale == 0.0f || !std::isfinite(v_eff)) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT,
-         "sm_scale {} x k_scale {} (or v_scale {}) overflows or underflows fp32", pl.sm_scale,
-         k_scale, v_scale);
-  }
-  return {score_scale, cap_out, v_eff};
+  return attention_detail::score_scales(pl.sm_scale, pl.soft_cap, k_scale, v_scale,
+                                        pl.cfg.kv_fp8 ? kFp8Unscale : 1.0f);
 }
 
 // The variant the run compiles: the plan's, with the copy width the rows' alignment allows and
@@ -414,18 +297,6 @@ DecodeParams decode_params(const DecodePlanData& pl, const DecodeViews& w, const
   p.cap_out = s.cap_out;
   p.v_scale = s.v;
   return p;
-}
-
-// Asks for the whole unified L1 / shared array as shared memory, once per kernel: two CTAs of
-// ~100 KB per SM is the design point, and the driver's default carveout choice need not allow
-// it. The kernel reads almost nothing through L1 (cp.async.cg bypasses it).
-void prefer_max_shared(CUfunction fn) {
-  static std::mutex mu;
-  static std::unordered_set<CUfunction> done;
-  std::lock_guard<std::mutex> lock(mu);
-  if (!done.insert(fn).second) return;
-  KJIT_CU_CHECK(cuda::driver().cuFuncSetAttribute(
-      fn, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100));
 }
 
 // The split kernel (one cluster per (request, head set) under the cluster merge), then the merge

@@ -30,7 +30,8 @@ int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
-// True when `m` (rows x cols) meets TMA's rules (cuda/tensor_map.hpp).
+}  // namespace
+
 bool tma_describable(const RowMatrix& m) {
   const auto addr = reinterpret_cast<uintptr_t>(m.data);
   const int64_t stride_bytes = m.row_stride * static_cast<int64_t>(dtype_size(m.dtype));
@@ -39,7 +40,6 @@ bool tma_describable(const RowMatrix& m) {
          m.cols <= kMaxTmaSide;
 }
 
-// True when the two views may share a byte (the same view included: out is never in place).
 bool overlaps(const RowMatrix& x, const RowMatrix& y) {
   return x.numel() != 0 && y.numel() != 0 && (x.data == y.data || partially_overlaps(x, y));
 }
@@ -60,8 +60,6 @@ gemm::TensorMapBytes tensor_map(const RowMatrix& m, uint32_t box_rows) {
   std::memcpy(&out, &map, sizeof out);
   return out;
 }
-
-}  // namespace
 
 const char* gemm_path_name(GemmPath p) {
   switch (p) {
@@ -97,6 +95,21 @@ int gemm_decode_split(int64_t n, int64_t k, const GemmResidency& resident) {
     if (tiles <= resident[s]) return static_cast<int>(s);
   }
   return 1;
+}
+
+bool sm90_can_run(const GemmTarget& target, int64_t m, int64_t n, int64_t k, int bn, int stages) {
+  return target.cc_major == 9 && target.cc_minor == 0 && target.tma_ok && m <= kMaxTmaSide &&
+         n <= kMaxTmaSide && k <= kMaxTmaSide &&
+         gemm::gemm_sm90_smem_bytes(bn, stages) <= target.max_smem_optin &&
+         ceil_div(m, gemm::kGemmBlockM) * ceil_div(n, bn) <= kMaxTmaSide;
+}
+
+void check_simt_grid(const char* op, int64_t m, int64_t n) {
+  if (ceil_div(m, gemm::kGemmSimtTile) > kMaxGridY ||
+      ceil_div(n, gemm::kGemmSimtTile) > kMaxTmaSide) {
+    fail(KJIT_ERROR_UNSUPPORTED, "{}: m = {} exceeds the {} rows one launch covers", op, m,
+         kMaxGridY * gemm::kGemmSimtTile);
+  }
 }
 
 GemmConfig select_gemm(DType dtype, DType out_dtype, int64_t m, int64_t n, int64_t k,
@@ -135,18 +148,13 @@ GemmConfig select_gemm(DType dtype, DType out_dtype, int64_t m, int64_t n, int64
   // Wide tiles halve the reads of a per output once there are rows enough to fill them.
   const int bn = m >= 512 ? 256 : 128;
   const int stages = bn == 256 ? 4 : 6;
-  if (hopper && gemm::gemm_sm90_smem_bytes(bn, stages) <= target.max_smem_optin &&
-      ceil_div(m, gemm::kGemmBlockM) * ceil_div(n, bn) <= kMaxTmaSide) {
+  if (sm90_can_run(target, m, n, k, bn, stages)) {
     c.path = GemmPath::kSm90;
     c.bn = bn;
     c.stages = stages;
     return c;
   }
-  if (ceil_div(m, gemm::kGemmSimtTile) > kMaxGridY ||
-      ceil_div(n, gemm::kGemmSimtTile) > kMaxTmaSide) {
-    fail(KJIT_ERROR_UNSUPPORTED, "gemm: m = {} exceeds the {} rows one launch covers", m,
-         kMaxGridY * gemm::kGemmSimtTile);
-  }
+  check_simt_grid("gemm", m, n);
   c.path = GemmPath::kSimt;
   return c;
 }
@@ -219,28 +227,21 @@ void launch_gemm(CUfunction fn, const GemmConfig& cfg, const GemmTuning& tuning,
   if (cfg.path == GemmPath::kSm90) {
     p.tma_a = tensor_map(x, gemm::kGemmBlockM);
     p.tma_b = tensor_map(w, static_cast<uint32_t>(cfg.bn));
-    lc.grid_x = static_cast<unsigned>(ceil_div(p.n, cfg.bn) * ceil_div(p.m, gemm::kGemmBlockM));
-    lc.block_x = gemm::kGemmSm90Threads;
-    lc.smem_bytes = static_cast<unsigned>(gemm::gemm_sm90_smem_bytes(cfg.bn, cfg.stages));
-  } else {
-    lc.grid_x = static_cast<unsigned>(ceil_div(p.n, gemm::kGemmSimtTile));
-    lc.grid_y = static_cast<unsigned>(ceil_div(p.m, gemm::kGemmSimtTile));
-    lc.block_x = gemm::kGemmSimtThreads;
   }
-  cuda::launch(fn, lc, &p);
+  cuda::launch(fn, gemm_launch_config(cfg.path, cfg.bn, cfg.stages, p.m, p.n, stream), &p);
 }
 
 }  // namespace
 
-void gemm(const DLTensor* a, const DLTensor* b, const DLTensor* bias, DLTensor* out, float alpha,
-          float beta, void* stream, const GemmTuning& tuning) {
-  const RowMatrix x = as_row_matrix(a, "a");
-  const RowMatrix w = as_row_matrix(b, "b");
-  const RowMatrix y = as_row_matrix(out, "out");
+GemmOperands gemm_operands(const DLTensor* a, const DLTensor* b, DLTensor* out) {
+  GemmOperands g;
+  g.a = as_row_matrix(a, "a");
+  g.b = as_row_matrix(b, "b");
+  g.out = as_row_matrix(out, "out");
   if (b->ndim != 2) fail(KJIT_ERROR_INVALID_ARGUMENT, "b must be 2-D [n, k], has ndim {}", b->ndim);
-  check_same_dtype(x, "a", w, "b");
-  check_same_device(x, "a", w, "b");
-  check_same_device(x, "a", y, "out");
+  check_same_dtype(g.a, "a", g.b, "b");
+  check_same_device(g.a, "a", g.b, "b");
+  check_same_device(g.a, "a", g.out, "out");
   if (out->ndim != a->ndim) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "out has ndim {} but a has {}", out->ndim, a->ndim);
   }
@@ -251,15 +252,66 @@ void gemm(const DLTensor* a, const DLTensor* b, const DLTensor* bias, DLTensor* 
     }
   }
   // From the shapes: a RowMatrix without columns has no rows either (k = 0 is a valid call).
-  const int64_t n = b->shape[0];
-  const int64_t k = x.cols;
-  if (b->shape[1] != k) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "b is [{}, {}] but a's last dim (k) is {}", n, b->shape[1],
-         k);
+  g.n = b->shape[0];
+  g.k = g.a.cols;
+  if (b->shape[1] != g.k) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "b is [{}, {}] but a's last dim (k) is {}", g.n, b->shape[1],
+         g.k);
   }
-  if (y.cols != n) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "out's last dim is {} but b has {} rows (n)", y.cols, n);
+  if (g.out.cols != g.n) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "out's last dim is {} but b has {} rows (n)", g.out.cols,
+         g.n);
   }
+  if (overlaps(g.out, g.a)) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "out overlaps a (gemm is not in place)");
+  }
+  if (overlaps(g.out, g.b)) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "out overlaps b (gemm is not in place)");
+  }
+  g.m = g.out.rows;  // a's leading dims (checked equal), counted where n > 0
+  return g;
+}
+
+gemm::GemmParams gemm_params(const GemmOperands& g, float alpha, float beta) {
+  gemm::GemmParams p{};
+  p.a = g.a.data;
+  p.b = g.b.data;
+  p.out = g.out.data;
+  p.m = g.m;
+  p.n = g.n;
+  p.k = g.k;
+  p.a_stride = g.a.row_stride;
+  p.b_stride = g.b.row_stride;
+  p.out_stride = g.out.row_stride;
+  p.alpha = alpha;
+  p.beta = beta;
+  return p;
+}
+
+cuda::LaunchConfig gemm_launch_config(GemmPath path, int bn, int stages, int64_t m, int64_t n,
+                                      void* stream) {
+  cuda::LaunchConfig lc;
+  lc.stream = static_cast<CUstream>(stream);
+  if (path == GemmPath::kSm90) {
+    lc.grid_x = static_cast<unsigned>(ceil_div(n, bn) * ceil_div(m, gemm::kGemmBlockM));
+    lc.block_x = gemm::kGemmSm90Threads;
+    lc.smem_bytes = static_cast<unsigned>(gemm::gemm_sm90_smem_bytes(bn, stages));
+  } else {
+    lc.grid_x = static_cast<unsigned>(ceil_div(n, gemm::kGemmSimtTile));
+    lc.grid_y = static_cast<unsigned>(ceil_div(m, gemm::kGemmSimtTile));
+    lc.block_x = gemm::kGemmSimtThreads;
+  }
+  return lc;
+}
+
+void gemm(const DLTensor* a, const DLTensor* b, const DLTensor* bias, DLTensor* out, float alpha,
+          float beta, void* stream, const GemmTuning& tuning) {
+  const GemmOperands g = gemm_operands(a, b, out);
+  const RowMatrix& x = g.a;
+  const RowMatrix& w = g.b;
+  const RowMatrix& y = g.out;
+  const int64_t n = g.n;
+  const int64_t k = g.k;
   RowMatrix bv;
   if (bias != nullptr) {
     bv = as_row_matrix(bias, "bias");
@@ -273,10 +325,8 @@ void gemm(const DLTensor* a, const DLTensor* b, const DLTensor* bias, DLTensor* 
   if (!std::isfinite(alpha) || !std::isfinite(beta)) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "alpha ({}) and beta ({}) must be finite", alpha, beta);
   }
-  if (overlaps(y, x)) fail(KJIT_ERROR_INVALID_ARGUMENT, "out overlaps a (gemm is not in place)");
-  if (overlaps(y, w)) fail(KJIT_ERROR_INVALID_ARGUMENT, "out overlaps b (gemm is not in place)");
-  if (n == 0) return;        // after validation: a zero-size call is still checked
-  const int64_t m = y.rows;  // a's leading dims (checked equal), counted where n > 0
+  if (n == 0) return;  // after validation: a zero-size call is still checked
+  const int64_t m = g.m;
   if (m == 0) return;
   // Unsupported dtypes are reported before any driver call, so also without a GPU.
   select_gemm(x.dtype, y.dtype, m, n, k, GemmTarget{});
@@ -288,19 +338,8 @@ void gemm(const DLTensor* a, const DLTensor* b, const DLTensor* bias, DLTensor* 
   const jit::LoadedKernel& kern =
       jit::JitCore::global().kernel_for("gemm", cfg, x.device, [&] { return gemm_spec(cfg); });
 
-  gemm::GemmParams p{};
-  p.a = x.data;
-  p.b = w.data;
+  gemm::GemmParams p = gemm_params(g, alpha, beta);
   p.bias = bias != nullptr ? bv.data : nullptr;
-  p.out = y.data;
-  p.m = m;
-  p.n = n;
-  p.k = k;
-  p.a_stride = x.row_stride;
-  p.b_stride = w.row_stride;
-  p.out_stride = y.row_stride;
-  p.alpha = alpha;
-  p.beta = beta;
   cuda::ScopedDevice scope(x.device);
   launch_gemm(kern.functions.at(0), cfg, tuning, x, w, p, static_cast<CUstream>(stream));
 }

@@ -7,10 +7,12 @@
 #include <array>
 #include <cstdint>
 
+#include "cuda/launch.hpp"
 #include "gemm/gemm_params.h"
 #include "jit/spec.hpp"
 #include "ops/dtype.hpp"
 #include "ops/registry.hpp"
+#include "ops/tensor.hpp"
 
 namespace kjit::ops {
 
@@ -75,6 +77,36 @@ GemmConfig select_gemm(DType dtype, DType out_dtype, int64_t m, int64_t n, int64
                        const GemmTarget& target);
 
 jit::Spec gemm_spec(const GemmConfig& cfg);
+
+// Shared with the fp8 GEMM (gemm_fp8.cpp), whose stages hold the same bytes:
+// True when the sm90 kernels can serve m x n x k on `target` with tiles bn wide and `stages`
+// stages: a compute capability 9.0 device, operands TMA can describe (target.tma_ok), sides and
+// tile counts TMA's int32 coordinates reach, the stages in its shared memory.
+bool sm90_can_run(const GemmTarget& target, int64_t m, int64_t n, int64_t k, int bn, int stages);
+// Throws KJIT_ERROR_UNSUPPORTED (naming `op`) when the fallback's grid cannot cover m x n.
+void check_simt_grid(const char* op, int64_t m, int64_t n);
+// True when `m` (rows x cols) meets TMA's rules (cuda/tensor_map.hpp) with sides TMA's int32
+// coordinates reach.
+bool tma_describable(const RowMatrix& m);
+// True when the two views may share a byte (the same view included: out is never in place).
+bool overlaps(const RowMatrix& x, const RowMatrix& y);
+// The sm90 kernels' tensor map of `m`: boxes of kGemmBlockK columns x box_rows rows, 128-byte
+// swizzle. Throws KJIT_ERROR_NO_DEVICE without a driver.
+gemm::TensorMapBytes tensor_map(const RowMatrix& m, uint32_t box_rows);
+
+// a [..., k], b [n, k] and out [..., n] of kjit_gemm and kjit_gemm_fp8, validated: a and b of
+// one dtype, all three on one device, the shapes consistent, out overlapping neither a nor b.
+// Throws KJIT_ERROR_INVALID_ARGUMENT naming the argument.
+struct GemmOperands {
+  RowMatrix a, b, out;
+  int64_t m = 0, n = 0, k = 0;  // m: a's leading dims collapsed
+};
+GemmOperands gemm_operands(const DLTensor* a, const DLTensor* b, DLTensor* out);
+// The kernels' parameters of validated operands (no bias, no tensor maps yet).
+gemm::GemmParams gemm_params(const GemmOperands& g, float alpha, float beta);
+// The launch of the sm90 kernels (bn, stages) or the fallback for an m x n out on `stream`.
+cuda::LaunchConfig gemm_launch_config(GemmPath path, int bn, int stages, int64_t m, int64_t n,
+                                      void* stream);
 
 // out[..., n] = alpha * a[..., k] . b[n, k]^T + beta * out + bias[n] (bias may be null). a and
 // out may have leading dims (collapsed into m rows) and row strides; b and bias are compact.

@@ -86,6 +86,69 @@ struct DecodeTolerance {
   std::vector<double> out, lse;
 };
 
+// One query's output against n keys (the tolerance model above): qk(j, d) is the product of the
+// query's and key j's element d, v(j, d) key j's value (scaled); logits are scale * sum_d qk(j,
+// d), soft-capped when soft_cap > 0. Writes o[0..D) and, with tol, the tolerances tol_out[0..D)
+// and *tol_lse; returns the lse (natural log). n = 0 leaves o alone and returns -inf.
+template <class QK, class V>
+double attend_query(size_t n, int64_t D, double scale, double soft_cap, QK&& qk, V&& v, double* o,
+                    const DecodeTolerance* tol, double* tol_out, double* tol_lse) {
+  if (n == 0) return -std::numeric_limits<double>::infinity();
+  std::vector<double> x(n);
+  double mx = -std::numeric_limits<double>::infinity();
+  double s_abs = 0, x_abs = 0;  // largest scaled sum_d |q_d k_d| and |logit|
+  for (size_t j = 0; j < n; ++j) {
+    double dot = 0, dot_abs = 0;
+    for (int64_t d = 0; d < D; ++d) {
+      const double t = qk(j, d);
+      dot += t;
+      dot_abs += std::fabs(t);
+    }
+    double logit = scale * dot;
+    if (soft_cap > 0) logit = soft_cap * std::tanh(logit / soft_cap);
+    x[j] = logit;
+    mx = std::max(mx, logit);
+    s_abs = std::max(s_abs, std::fabs(scale) * dot_abs);
+    x_abs = std::max(x_abs, std::fabs(logit));
+  }
+  double sum = 0;
+  for (double& e : x) {
+    e = std::exp(e - mx);
+    sum += e;
+  }
+  std::vector<double> vv(static_cast<size_t>(D)), worst, spread, mag;
+  if (tol) {
+    worst.assign(static_cast<size_t>(D), 0.0);
+    spread.assign(static_cast<size_t>(D), 0.0);
+    mag.assign(static_cast<size_t>(D), 0.0);
+  }
+  for (size_t j = 0; j < n; ++j) {
+    const double p = x[j] / sum;
+    for (int64_t d = 0; d < D; ++d) vv[d] = v(j, d);
+    for (int64_t d = 0; d < D; ++d) o[d] += p * vv[d];
+    if (!tol) continue;
+    const double bj = tol->u_p * p + tol->eta_p / sum;
+    for (int64_t d = 0; d < D; ++d) {
+      const double av = std::fabs(vv[d]);
+      worst[d] += bj * av;
+      spread[d] += bj * bj * av * av;
+      mag[d] += p * av;
+    }
+  }
+  constexpr double u32 = 0x1p-24;
+  if (tol) {
+    const double steps = static_cast<double>(n) / 16.0;
+    const double fp32 = (steps + 16) * 0x1p-22 + 32 * u32 * s_abs;
+    for (int64_t d = 0; d < D; ++d) {
+      const double pv = std::min(worst[d], 6.0 * std::sqrt(spread[d]));
+      tol_out[d] = (1 + tol->u_out) * (pv + fp32 * mag[d]) + tol->u_out * std::fabs(o[d]) + 1e-6;
+    }
+  }
+  const double lse = mx + std::log(sum);
+  if (tol) *tol_lse = 1e-5 + 32 * u32 * std::max({std::fabs(lse), s_abs, x_abs});
+  return lse;
+}
+
 // out[b][i][d] and lse[b][i] (natural log) for every request b and qo head i. q(b, i, d),
 // k(page, slot, kv_head, d) and v(...) return the stored values as doubles (fp8: decoded, not
 // scaled). An empty request gives out = 0, lse = -inf.
@@ -100,8 +163,6 @@ void decode_attention(const DecodeRefArgs& a, Q&& q, K&& k, V&& v, std::vector<d
     tol->lse.assign(lse.size(), 0.0);
   }
   std::vector<int64_t> pages, slots;
-  std::vector<double> x, vv;
-  std::vector<double> worst, spread, mag;
   for (int64_t b = 0; b < a.batch; ++b) {
     int64_t start = 0, len = 0;
     decode_ref_range(a, b, start, len);
@@ -116,61 +177,13 @@ void decode_attention(const DecodeRefArgs& a, Q&& q, K&& k, V&& v, std::vector<d
     if (pages.empty()) continue;
     for (int64_t i = 0; i < a.qo_heads; ++i) {
       const int64_t h = i / group;
-      x.assign(pages.size(), 0.0);
-      double mx = -std::numeric_limits<double>::infinity();
-      double s_abs = 0, x_abs = 0;  // largest scaled sum_d |q_d k_d| and |logit|
-      for (size_t j = 0; j < pages.size(); ++j) {
-        double dot = 0, dot_abs = 0;
-        for (int64_t d = 0; d < D; ++d) {
-          const double t = q(b, i, d) * k(pages[j], slots[j], h, d);
-          dot += t;
-          dot_abs += std::fabs(t);
-        }
-        double logit = a.sm_scale * a.k_scale * dot;
-        if (a.soft_cap > 0) logit = a.soft_cap * std::tanh(logit / a.soft_cap);
-        x[j] = logit;
-        mx = std::max(mx, logit);
-        s_abs = std::max(s_abs, a.sm_scale * std::fabs(a.k_scale) * dot_abs);
-        x_abs = std::max(x_abs, std::fabs(logit));
-      }
-      double sum = 0;
-      for (double& e : x) {
-        e = std::exp(e - mx);
-        sum += e;
-      }
       const size_t row = static_cast<size_t>(b * a.qo_heads + i);
-      double* o = &out[row * static_cast<size_t>(D)];
-      if (tol) {
-        worst.assign(static_cast<size_t>(D), 0.0);
-        spread.assign(static_cast<size_t>(D), 0.0);
-        mag.assign(static_cast<size_t>(D), 0.0);
-      }
-      vv.resize(static_cast<size_t>(D));
-      for (size_t j = 0; j < pages.size(); ++j) {
-        const double p = x[j] / sum;
-        for (int64_t d = 0; d < D; ++d) vv[d] = a.v_scale * v(pages[j], slots[j], h, d);
-        for (int64_t d = 0; d < D; ++d) o[d] += p * vv[d];
-        if (!tol) continue;
-        const double bj = tol->u_p * p + tol->eta_p / sum;
-        for (int64_t d = 0; d < D; ++d) {
-          const double av = std::fabs(vv[d]);
-          worst[d] += bj * av;
-          spread[d] += bj * bj * av * av;
-          mag[d] += p * av;
-        }
-      }
-      lse[row] = mx + std::log(sum);
-      if (tol) {
-        constexpr double u32 = 0x1p-24;
-        const double n = static_cast<double>(pages.size()) / 16.0;
-        const double fp32 = (n + 16) * 0x1p-22 + 32 * u32 * s_abs;
-        for (int64_t d = 0; d < D; ++d) {
-          const double pv = std::min(worst[d], 6.0 * std::sqrt(spread[d]));
-          tol->out[row * static_cast<size_t>(D) + static_cast<size_t>(d)] =
-              (1 + tol->u_out) * (pv + fp32 * mag[d]) + tol->u_out * std::fabs(o[d]) + 1e-6;
-        }
-        tol->lse[row] = 1e-5 + 32 * u32 * std::max({std::fabs(lse[row]), s_abs, x_abs});
-      }
+      lse[row] = attend_query(
+          pages.size(), D, a.sm_scale * a.k_scale, a.soft_cap,
+          [&](size_t j, int64_t d) { return q(b, i, d) * k(pages[j], slots[j], h, d); },
+          [&](size_t j, int64_t d) { return a.v_scale * v(pages[j], slots[j], h, d); },
+          &out[row * static_cast<size_t>(D)], tol,
+          tol ? &tol->out[row * static_cast<size_t>(D)] : nullptr, tol ? &tol->lse[row] : nullptr);
     }
   }
 }

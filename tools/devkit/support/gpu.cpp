@@ -4,6 +4,7 @@
 
 #include "cuda/device.hpp"
 #include "cuda/driver.hpp"
+#include "kjit/kjit.h"
 
 namespace kjit::test {
 
@@ -88,6 +89,7 @@ DLDataType dl_dtype(const std::string& name) {
   if (name == "bf16") return {kDLBfloat, 16, 1};
   if (name == "int32") return {kDLInt, 32, 1};
   if (name == "int64") return {kDLInt, 64, 1};
+  if (name == "e4m3") return {KJIT_DL_FLOAT8_E4M3FN, 8, 1};
   throw std::invalid_argument("unknown dtype " + name);
 }
 

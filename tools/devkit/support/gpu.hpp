@@ -65,7 +65,7 @@ struct Tensor {
   DLTensor* get() { return &t; }
 };
 
-// dtype "fp32" | "fp16" | "bf16" | "int32" | "int64".
+// dtype "fp32" | "fp16" | "bf16" | "int32" | "int64" | "e4m3" (float8_e4m3fn).
 DLDataType dl_dtype(const std::string& name);
 Tensor make_tensor(void* data, std::vector<int64_t> shape, DLDataType dtype,
                    std::vector<int64_t> strides = {}, int device_id = 0,

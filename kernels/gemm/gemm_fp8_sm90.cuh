@@ -1,0 +1,127 @@
+// fp8 (e4m3) GEMM on Hopper tensor cores (sm_90a): the bf16 kernel's pipeline (gemm_sm90.cuh:
+// ring protocol, producer, tile order, epilogue) around wgmma m64n128k32 e4m3, and the scales of
+// kernels/gemm/gemm_fp8_params.h.
+//
+// A stage holds 128 of K (one scale chunk): 128 x 128 bytes of a and 128 x 128 of b, 4 wgmma k32
+// per consumer. Each stage's MMAs start from zero in a second set of registers, and once they
+// complete that partial sum is added to the fp32 result ("promotion"), times
+// scale_a(row, chunk) * scale_b(tile, chunk) for blocks (BLOCK true; a 128-wide tile's columns
+// share one scale of b); per tensor / per row (BLOCK false) the scales multiply the result once
+// before the epilogue. The tensor cores add fp8 products into their accumulator with fewer bits
+// than fp32 (truncating): summed there over all of K, the first H200 run of this kernel missed
+// the fp64 reference by up to 2^-11 of the magnitude sum at k = 2048 - 8192 (0.3-1% of the
+// result), where per-chunk promotion (CUTLASS's and DeepGEMM's choice too) stays at fp32's level.
+// The cost is a wait for each stage's MMAs before the next are issued; the stage goes back to the
+// producer as soon as they are done.
+//
+// Launch contract: gemm_sm90.cuh's with BN = 128, p.g.tma_a / p.g.tma_b describing a and b as
+// rows of k / 2 16-bit elements (k a multiple of 16, 16-byte aligned bases and row strides).
+#pragma once
+
+#include "gemm/fp8_scales.cuh"
+#include "gemm/gemm_sm90.cuh"
+
+namespace kjit {
+namespace gemm {
+
+// One stage's 4 k32 MMAs into d, from zero, issued and committed (not waited for).
+template <int BN>
+KJIT_DEVICE KJIT_FORCEINLINE void mma_stage(float (&d)[BN / 2], u32 a_base, u32 b_base) {
+  wgmma::fence_operands(d);
+  wgmma::fence();
+#pragma unroll
+  for (int kk = 0; kk < kFp8ChunkK / 32; ++kk) {
+    wgmma::mma_e4m3<BN>(d, wgmma::kmajor_sw128_desc(a_base + kk * 32),
+                        wgmma::kmajor_sw128_desc(b_base + kk * 32), kk > 0);
+  }
+  wgmma::commit_group();
+}
+
+// Consumer `half` (0 or 1): rows 64 * half .. + 63 of the tile into acc, scaled per chunk when
+// BLOCK. Register i of a thread is at row row0 + 8 ((i / 2) % 2) (common/wgmma.cuh).
+template <int BN, int STAGES, bool BLOCK>
+KJIT_DEVICE KJIT_FORCEINLINE void consume_fp8(const GemmFp8Params& p, unsigned char* tiles,
+                                              u64* full, u64* empty, int k_blocks, int half,
+                                              int m_tile, int n_tile, float (&acc)[BN / 2]) {
+  constexpr u32 kABytes = kGemmBlockM * kFp8ChunkK;
+  constexpr u32 kStageBytes = (kGemmBlockM + BN) * kFp8ChunkK;
+  const int t = static_cast<int>(threadIdx.x % 128);
+  const i64 row0 = i64(m_tile) * kGemmBlockM + half * 64 + (t / 32) * 16 + (t % 32) / 4;
+  const bool arrives = threadIdx.x % 32 == 0;
+  for (int kb = 0; kb < k_blocks; ++kb) {
+    const int s = kb % STAGES;
+    // Issued before the wait so their latency hides behind it.
+    float s0 = 1.0f, s1 = 1.0f;
+    if constexpr (BLOCK) {
+      const float sb = scale_b_at(p, i64(n_tile) * BN, kb);
+      s0 = scale_a_at(p, row0, kb) * sb;
+      s1 = scale_a_at(p, row0 + 8, kb) * sb;
+    }
+    hopper::mbarrier_wait(&full[s], (kb / STAGES) & 1);
+    const u32 a_base = hopper::smem_addr(tiles + s * kStageBytes) + half * 64 * 128;
+    const u32 b_base = hopper::smem_addr(tiles + s * kStageBytes + kABytes);
+    float part[BN / 2];
+    mma_stage<BN>(part, a_base, b_base);
+    wgmma::wait_group<0>();
+    wgmma::fence_operands(part);
+    if (arrives) hopper::mbarrier_arrive(&empty[s]);
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) acc[i] = fmaf(part[i], (i / 2) % 2 ? s1 : s0, acc[i]);
+  }
+  if constexpr (!BLOCK) {
+    // Per tensor / per row, once: registers 4j .. 4j+3 hold columns 8j + 2 (t % 4) + {0, 1} of
+    // rows row0 and row0 + 8 (common/wgmma.cuh). One scale of b per 128 rows never applies here.
+    const float sa0 = scale_a_at(p, row0, 0);
+    const float sa1 = scale_a_at(p, row0 + 8, 0);
+    const i64 col0 = i64(n_tile) * BN + (t % 4) * 2;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      const i64 col = col0 + 8 * j;
+      const float sb0 = p.scale_b[(col < p.g.n ? col : p.g.n - 1) * p.sb_row];
+      const float sb1 = p.scale_b[(col + 1 < p.g.n ? col + 1 : p.g.n - 1) * p.sb_row];
+      acc[4 * j] *= sa0 * sb0;
+      acc[4 * j + 1] *= sa0 * sb1;
+      acc[4 * j + 2] *= sa1 * sb0;
+      acc[4 * j + 3] *= sa1 * sb1;
+    }
+  }
+}
+
+template <typename OUT, int BN, int STAGES, bool BLOCK>
+__global__ void __launch_bounds__(kGemmSm90Threads, 1)
+    gemm_fp8_sm90_kernel(const __grid_constant__ GemmFp8Params p) {
+  // 128: block scales need a tile's columns in one block of b, and a second set of BN / 2
+  // accumulators for the promotion leaves no registers for 256.
+  static_assert(BN == 128, "the fp8 kernel's tile is 128 wide");
+  constexpr u32 kStageBytes = (kGemmBlockM + BN) * kFp8ChunkK;
+  extern __shared__ unsigned char smem_raw[];
+  // The bf16 kernel's layout: tiles from a 1024-byte boundary (the 128-byte swizzle's period),
+  // then the barriers.
+  unsigned char* tiles = smem_raw + ((1024 - (hopper::smem_addr(smem_raw) & 1023)) & 1023);
+  u64* full = reinterpret_cast<u64*>(tiles + STAGES * kStageBytes);
+  u64* empty = full + STAGES;
+  init_ring<STAGES>(full, empty);
+  __syncthreads();
+  const int k_blocks = static_cast<int>((p.g.k + kFp8ChunkK - 1) / kFp8ChunkK);
+  int m_tile, n_tile;
+  tile_of<BN>(p.g, m_tile, n_tile);
+  const int wg = static_cast<int>(threadIdx.x / 128);
+  if (wg == 0) {
+    hopper::regs_dealloc<kProducerRegs>();
+    // The bf16 kernel's producer, moving e4m3 pairs as 16-bit elements.
+    if (threadIdx.x == 0) {
+      produce<u16, BN, STAGES>(p.g, tiles, full, empty, k_blocks, m_tile, n_tile);
+    }
+  } else {
+    hopper::regs_alloc<kConsumerRegs>();
+    float acc[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+    consume_fp8<BN, STAGES, BLOCK>(p, tiles, full, empty, k_blocks, wg - 1, m_tile, n_tile, acc);
+    // No bias: write_tile's input type only types the (null) bias.
+    write_tile<__nv_bfloat16, OUT, BN>(p.g, wg - 1, m_tile, n_tile, acc);
+  }
+}
+
+}  // namespace gemm
+}  // namespace kjit

@@ -1,0 +1,94 @@
+// Batch prefill / append attention: planning and the spec (prefill_plan.cpp), the checked launch
+// over a paged or a ragged KV (prefill_run.cpp). Device code: kernels/attention/prefill.cuh; the
+// registry entry, definitions and trace hook: prefill_desc.cpp.
+#pragma once
+
+#include <dlpack/dlpack.h>
+
+#include <cstdint>
+#include <string>
+
+#include "jit/spec.hpp"
+#include "ops/attention/decode_attention.hpp"
+#include "ops/dtype.hpp"
+
+namespace kjit::ops {
+
+// The kernels a plan can run. One today: the mma.sync kernel (sm_80+). The Hopper kernel (TMA +
+// wgmma, warp-specialized) joins as kHopper, chosen by select_prefill for sm_90a devices.
+enum class PrefillKernel { kMmaSm80 = 0 };
+
+// One compiled prefill variant. Each field keeps its name in the URI, the generated kjit_spec
+// constant and prefill_kernel's template parameter. Masks, window, soft cap, scales, page size,
+// layout and strides are run-time values, so they share variants.
+struct PrefillConfig {
+  PrefillKernel kernel = PrefillKernel::kMmaSm80;
+  DType dtype = DType::kBF16;  // q, k, v and out
+  int head_dim = 128;
+  int warps = 4;     // 16 query rows per warp
+  int kv_tile = 64;  // keys per pipeline stage
+};
+
+inline constexpr int kPrefillMaxGroup = 16;
+
+// Shared memory the device sizes a CTA with (a mirror of PrefillSmem in prefill.cuh).
+int prefill_smem_bytes(const PrefillConfig& c);
+
+// Support and dispatch in one place: the variant for these dtypes and sizes on a device with
+// this shared-memory budget, or KJIT_ERROR_UNSUPPORTED saying why none serves them.
+PrefillConfig select_prefill(DType dtype, int64_t head_dim, int64_t group,
+                             const SmemBudget& budget);
+
+jit::Spec prefill_spec(const PrefillConfig& cfg);
+
+// Everything a run needs from its plan.
+struct PrefillPlanData {
+  PrefillConfig cfg;
+  int batch = 0;
+  int num_qo_heads = 0;
+  int num_kv_heads = 0;
+  int group = 0;
+  int head_dim = 0;
+  int page_size = 0;  // 0: a ragged KV (packed k / v, kv_indptr in rows)
+  int layout = 0;
+  int device = 0;
+  int causal = 0;
+  float sm_scale = 0.0f;
+  float soft_cap = 0.0f;
+  int window_left = -1;
+  int64_t total_q = 0;   // qo_indptr_host[batch] - qo_indptr_host[0]: the rows of q
+  int64_t tiles = 0;     // CTAs per kv head: each request's rows x group in tiles of 16 x warps
+  int64_t kv_total = 0;  // the requests' pages (paged) or rows (ragged), as planned
+  size_t workspace_bytes = 0;
+};
+
+// Validates and plans (see kjit_batch_prefill_plan). Throws kjit::Error.
+PrefillPlanData plan_batch_prefill(const int32_t* qo_indptr_host, const int32_t* kv_indptr_host,
+                                   int batch, int num_qo_heads, int num_kv_heads, int head_dim,
+                                   int page_size, int layout, DLDataType q_dtype,
+                                   DLDataType kv_dtype, int causal, float sm_scale,
+                                   float logits_soft_cap, int window_left, int device_id);
+
+// Validates, then launches on `stream` (kjit_batch_prefill_run). Throws kjit::Error.
+void batch_prefill_run(const PrefillPlanData& plan, const DLTensor* q, const DLTensor* k_cache,
+                       const DLTensor* v_cache, const DLTensor* qo_indptr,
+                       const DLTensor* kv_indices, const DLTensor* kv_indptr,
+                       const DLTensor* kv_last_page_len, DLTensor* workspace, DLTensor* out,
+                       DLTensor* lse, float k_scale, float v_scale, void* stream);
+
+// The ragged-KV run (kjit_batch_prefill_ragged_run). Throws kjit::Error.
+void batch_prefill_ragged_run(const PrefillPlanData& plan, const DLTensor* q, const DLTensor* k,
+                              const DLTensor* v, const DLTensor* qo_indptr,
+                              const DLTensor* kv_indptr, DLTensor* workspace, DLTensor* out,
+                              DLTensor* lse, float k_scale, float v_scale, void* stream);
+
+}  // namespace kjit::ops
+
+// The opaque plan of the C API: versioned so a stale or foreign pointer is refused, not used.
+struct kjit_prefill_plan {
+  static constexpr uint64_t kMagic = 0x6b6a69745f707265ull;  // "kjit_pre"
+  static constexpr int kVersion = 1;
+  uint64_t magic = kMagic;
+  int version = kVersion;
+  kjit::ops::PrefillPlanData data;
+};

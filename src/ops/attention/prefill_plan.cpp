@@ -1,0 +1,158 @@
+// Prefill attention's planning: the variant for the dtypes and sizes (select_prefill), its spec,
+// and the plan of a batch (plan_batch_prefill). Pure host code apart from the device queries.
+#include <climits>
+#include <cmath>
+#include <string>
+
+#include "ops/attention/attention_common.hpp"
+#include "ops/attention/decode_internal.hpp"
+#include "ops/attention/prefill.hpp"
+#include "util/error.hpp"
+
+namespace kjit::ops {
+
+namespace {
+
+// Host indptr arrays: batch + 1 values, non-decreasing from >= 0. Returns the last minus the
+// first.
+int64_t check_indptr(const int32_t* indptr, int batch, const char* name) {
+  if (batch == 0) return 0;
+  if (indptr == nullptr) fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is NULL", name);
+  if (indptr[0] < 0)
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{}[0] must be >= 0, got {}", name, indptr[0]);
+  for (int b = 0; b < batch; ++b) {
+    if (indptr[b + 1] < indptr[b]) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "{} decreases at {}: {} then {}", name, b + 1, indptr[b],
+           indptr[b + 1]);
+    }
+  }
+  return static_cast<int64_t>(indptr[batch]) - indptr[0];
+}
+
+void check_heads(int num_qo_heads, int num_kv_heads, int head_dim) {
+  attention_detail::check_head_counts(num_qo_heads, num_kv_heads, head_dim);
+  if (num_kv_heads > 65535) {
+    fail(KJIT_ERROR_UNSUPPORTED, "prefill attention supports up to 65535 kv heads, got {}",
+         num_kv_heads);
+  }
+}
+
+DType check_dtypes(DLDataType q_dtype, DLDataType kv_dtype) {
+  using decode_detail::dl_name;
+  const auto qd = dtype_of(q_dtype);
+  if (!qd || !is_float(*qd)) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "q_dtype {} is not a float dtype", dl_name(q_dtype));
+  }
+  const auto kd = dtype_of(kv_dtype);
+  if (!decode_detail::is_e4m3(kv_dtype) && (!kd || !is_float(*kd))) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "kv_dtype {} is not a float dtype", dl_name(kv_dtype));
+  }
+  if (!kd || *kd != *qd) {
+    fail(KJIT_ERROR_UNSUPPORTED, "prefill attention needs kv_dtype = q_dtype, not {} with {} q",
+         dl_name(kv_dtype), dtype_name(*qd));
+  }
+  return *qd;
+}
+
+}  // namespace
+
+int prefill_smem_bytes(const PrefillConfig& c) {
+  return (16 * c.warps + 4 * c.kv_tile) * c.head_dim * 2;
+}
+
+PrefillConfig select_prefill(DType dtype, int64_t head_dim, int64_t group,
+                             const SmemBudget& budget) {
+  attention_detail::check_attention_support("prefill attention", dtype, head_dim, group,
+                                            kPrefillMaxGroup);
+  PrefillConfig c;
+  c.dtype = dtype;
+  c.head_dim = static_cast<int>(head_dim);
+  // 128 query rows (8 warps) over 64-key tiles: 96 KB at head_dim 128, two CTAs per H100 / H200
+  // SM. At 256 the O accumulator alone takes 128 registers a thread, so 64 rows over 32-key tiles
+  // (also 96 KB).
+  if (head_dim == 256) {
+    c.warps = 4;
+    c.kv_tile = 32;
+  } else {
+    c.warps = 8;
+    c.kv_tile = 64;
+  }
+  if (prefill_smem_bytes(c) > budget.per_block) {
+    fail(KJIT_ERROR_UNSUPPORTED,
+         "prefill attention head_dim {} needs {} bytes of shared memory per CTA; the device "
+         "allows {}",
+         head_dim, prefill_smem_bytes(c), budget.per_block);
+  }
+  return c;
+}
+
+jit::Spec prefill_spec(const PrefillConfig& c) {
+  jit::SpecBuilder b("prefill_attention", {"common", "attention"}, "attention/prefill.cuh",
+                     {"sm_80+"});
+  b.type("dtype", dtype_name(c.dtype), device_type_name(c.dtype));
+  b.value("head_dim", c.head_dim).value("warps", c.warps).value("kv_tile", c.kv_tile);
+  b.entry("kjit::attention::prefill_kernel");
+  return b.build();
+}
+
+PrefillPlanData plan_batch_prefill(const int32_t* qo_indptr_host, const int32_t* kv_indptr_host,
+                                   int batch, int num_qo_heads, int num_kv_heads, int head_dim,
+                                   int page_size, int layout, DLDataType q_dtype,
+                                   DLDataType kv_dtype, int causal, float sm_scale,
+                                   float logits_soft_cap, int window_left, int device_id) {
+  if (batch < 0) fail(KJIT_ERROR_INVALID_ARGUMENT, "batch must be >= 0, got {}", batch);
+  check_heads(num_qo_heads, num_kv_heads, head_dim);
+  if (page_size < 0) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "page_size must be >= 1 (paged) or 0 (ragged KV), got {}",
+         page_size);
+  }
+  if (page_size > 0 && layout != KJIT_KV_LAYOUT_NHD && layout != KJIT_KV_LAYOUT_HND) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "layout must be KJIT_KV_LAYOUT_NHD (0) or _HND (1), got {}",
+         layout);
+  }
+  const DType dt = check_dtypes(q_dtype, kv_dtype);
+  if (causal != 0 && causal != 1) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "causal must be 0 or 1, got {}", causal);
+  }
+  attention_detail::check_score_options(sm_scale, logits_soft_cap, window_left);
+  if (device_id < 0) fail(KJIT_ERROR_INVALID_ARGUMENT, "device_id must be >= 0, got {}", device_id);
+  const int64_t total_q = check_indptr(qo_indptr_host, batch, "qo_indptr_host");
+  const int64_t kv_total = check_indptr(kv_indptr_host, batch, "kv_indptr_host");
+
+  // The SM count is not used yet (the grid covers every tile); a driverless plan assumes an
+  // H100 / H200-class shared-memory budget, and the run's launch is checked on the device.
+  SmemBudget budget;
+  int sms = 0;
+  attention_detail::device_budget(device_id, 1, &budget, &sms);
+
+  const int64_t group = num_qo_heads / num_kv_heads;
+  PrefillPlanData pl;
+  pl.cfg = select_prefill(dt, head_dim, group, budget);
+  pl.batch = batch;
+  pl.num_qo_heads = num_qo_heads;
+  pl.num_kv_heads = num_kv_heads;
+  pl.group = static_cast<int>(group);
+  pl.head_dim = head_dim;
+  pl.page_size = page_size;
+  pl.layout = page_size > 0 ? layout : KJIT_KV_LAYOUT_NHD;
+  pl.device = device_id;
+  pl.causal = causal;
+  pl.sm_scale = sm_scale > 0.0f ? sm_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+  pl.soft_cap = logits_soft_cap;
+  pl.window_left = window_left;
+  pl.total_q = total_q;
+  pl.kv_total = kv_total;
+  if (total_q * group > INT_MAX) {
+    fail(KJIT_ERROR_UNSUPPORTED,
+         "prefill attention supports up to {} (query token, group member) rows, got {} x {}",
+         INT_MAX, total_q, group);
+  }
+  const int64_t rows = 16 * pl.cfg.warps;
+  for (int b = 0; b < batch; ++b) {
+    const int64_t len = static_cast<int64_t>(qo_indptr_host[b + 1]) - qo_indptr_host[b];
+    pl.tiles += (len * group + rows - 1) / rows;
+  }
+  return pl;
+}
+
+}  // namespace kjit::ops

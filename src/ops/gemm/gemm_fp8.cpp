@@ -1,0 +1,204 @@
+#include "ops/gemm/gemm_fp8.hpp"
+
+#include <cmath>
+#include <string>
+
+#include "cuda/device.hpp"
+#include "cuda/launch.hpp"
+#include "gemm/gemm_fp8_params.h"
+#include "ops/gemm/gemm_fp8_desc.hpp"
+#include "ops/tensor.hpp"
+#include "runtime/jit_core.hpp"
+#include "util/error.hpp"
+
+namespace kjit::ops {
+
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// The e4m3 matrix `m` as rows of 16-bit elements (pairs of e4m3), the element the sm90 kernels'
+// tensor maps and producer move: TMA copies bytes, and this keeps the bf16 kernel's box (64
+// elements, one 128-byte swizzle row) for 128 e4m3 of K. tma_describable(m) makes cols and the
+// stride even.
+RowMatrix as_pairs(RowMatrix m) {
+  m.dtype = DType::kBF16;
+  m.cols /= 2;
+  m.row_stride /= 2;
+  return m;
+}
+
+// The scale tensor `t` (fp32, compact, on `device`) as a RowMatrix; its shape is checked by the
+// caller.
+RowMatrix scale_matrix(const DLTensor* t, const char* name, int device) {
+  const RowMatrix s = as_row_matrix(t, name);
+  if (s.dtype != DType::kF32) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be fp32, not {}", name, dtype_name(s.dtype));
+  }
+  if (s.device != device) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is on cuda:{} but a is on cuda:{}", name, s.device,
+         device);
+  }
+  if (s.rows > 1 && s.row_stride != s.cols) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be compact (row stride {}, {} columns)", name,
+         s.row_stride, s.cols);
+  }
+  return s;
+}
+
+std::string shape_text(const DLTensor* t) {
+  std::string s = "[";
+  for (int i = 0; i < t->ndim; ++i) s += (i ? ", " : "") + std::to_string(t->shape[i]);
+  return s + "]";
+}
+
+// Where the kernels find scale(i, j, chunk) (kernels/gemm/gemm_fp8_params.h), from the scales'
+// shapes (kjit.h): per tensor [1], per row [m] / [n], or both 2-D blocks.
+struct ScaleLayout {
+  Fp8Scales scales = Fp8Scales::kTensorRow;
+  long long sa_row = 0, sa_chunk = 0, sb_row = 0, sb_chunk = 0, sb_rows = 1;
+};
+
+ScaleLayout scale_layout(const DLTensor* scale_a, const DLTensor* scale_b, int64_t m, int64_t n,
+                         int64_t k) {
+  const int64_t chunks = ceil_div(k, gemm::kFp8ChunkK);
+  ScaleLayout l;
+  if (scale_a->ndim == 2 || scale_b->ndim == 2) {
+    const int64_t n_blocks = ceil_div(n, gemm::kFp8ChunkK);
+    if (scale_a->ndim != 2 || scale_a->shape[0] != m || scale_a->shape[1] != chunks) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT,
+           "scale_a is {}: block scales are [m, ceil(k / 128)] = [{}, {}] (both scales 2-D)",
+           shape_text(scale_a), m, chunks);
+    }
+    if (scale_b->ndim != 2 || scale_b->shape[0] != n_blocks || scale_b->shape[1] != chunks) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT,
+           "scale_b is {}: block scales are [ceil(n / 128), ceil(k / 128)] = [{}, {}] (both "
+           "scales 2-D)",
+           shape_text(scale_b), n_blocks, chunks);
+    }
+    l.scales = Fp8Scales::kBlock;
+    l.sa_row = chunks;
+    l.sa_chunk = 1;
+    l.sb_row = chunks;
+    l.sb_chunk = 1;
+    l.sb_rows = gemm::kFp8ChunkK;
+    return l;
+  }
+  // 1-D: [1] per tensor (stride 0), else one per row. m = 1 or n = 1 makes the two the same.
+  if (scale_a->ndim != 1 || (scale_a->shape[0] != 1 && scale_a->shape[0] != m)) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "scale_a is {}: [1] (per tensor) or [m] = [{}] (per row)",
+         shape_text(scale_a), m);
+  }
+  if (scale_b->ndim != 1 || (scale_b->shape[0] != 1 && scale_b->shape[0] != n)) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "scale_b is {}: [1] (per tensor) or [n] = [{}] (per row)",
+         shape_text(scale_b), n);
+  }
+  l.sa_row = scale_a->shape[0] == 1 ? 0 : 1;
+  l.sb_row = scale_b->shape[0] == 1 ? 0 : 1;
+  return l;
+}
+
+}  // namespace
+
+const char* fp8_scales_name(Fp8Scales s) {
+  return s == Fp8Scales::kBlock ? "block" : "tensor_row";
+}
+
+GemmFp8Config select_gemm_fp8(DType out_dtype, Fp8Scales scales, int64_t m, int64_t n, int64_t k,
+                              const GemmTarget& target) {
+  if (!is_float(out_dtype)) {
+    fail(KJIT_ERROR_UNSUPPORTED, "gemm_fp8's out is bf16, fp16 or fp32, not {}",
+         dtype_name(out_dtype));
+  }
+  GemmFp8Config c;
+  c.out_dtype = out_dtype;
+  c.scales = scales;
+  // One tile width: the promotion's second set of accumulators leaves no registers for 256
+  // (kernels/gemm/gemm_fp8_sm90.cuh); the bf16 kernel's 6 stages at that width.
+  const int bn = 128;
+  const int stages = 6;
+  if (sm90_can_run(target, m, n, k, bn, stages)) {
+    c.path = GemmPath::kSm90;
+    c.bn = bn;
+    c.stages = stages;
+    return c;
+  }
+  check_simt_grid("gemm_fp8", m, n);
+  c.path = GemmPath::kSimt;
+  return c;
+}
+
+jit::Spec gemm_fp8_spec(const GemmFp8Config& c) {
+  const bool sm90 = c.path == GemmPath::kSm90;
+  jit::SpecBuilder b(
+      "gemm_fp8", {"common", "gemm"}, sm90 ? "gemm/gemm_fp8_sm90.cuh" : "gemm/gemm_fp8_simt.cuh",
+      sm90 ? std::vector<std::string>{"sm_90a"} : std::vector<std::string>{"sm_80+"});
+  b.choice("path", gemm_path_name(c.path), static_cast<int>(c.path));
+  b.type("out_dtype", dtype_name(c.out_dtype), device_type_name(c.out_dtype));
+  if (!sm90) {
+    b.entry("kjit::gemm::gemm_fp8_simt_kernel", {"out_dtype"});
+    return b.build();
+  }
+  b.value("bn", c.bn).value("stages", c.stages);
+  b.flag("block", c.scales == Fp8Scales::kBlock);
+  b.entry("kjit::gemm::gemm_fp8_sm90_kernel", {"out_dtype", "bn", "stages", "block"});
+  return b.build();
+}
+
+void gemm_fp8(const DLTensor* a, const DLTensor* b, const DLTensor* scale_a,
+              const DLTensor* scale_b, DLTensor* out, float alpha, float beta, void* stream) {
+  const GemmOperands g = gemm_operands(a, b, out);
+  if (g.a.dtype != DType::kE4M3) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "a and b must be float8_e4m3fn, not {}",
+         dtype_name(g.a.dtype));
+  }
+  const RowMatrix sa = scale_matrix(scale_a, "scale_a", g.a.device);
+  const RowMatrix sb = scale_matrix(scale_b, "scale_b", g.a.device);
+  // a's rows from its shape: the RowMatrix of a tensor without columns (k = 0) has none.
+  int64_t m = 1;
+  for (int i = 0; i + 1 < a->ndim; ++i) {
+    if (__builtin_mul_overflow(m, a->shape[i], &m)) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "a: its leading dims overflow int64");
+    }
+  }
+  const ScaleLayout l = scale_layout(scale_a, scale_b, m, g.n, g.k);
+  if (overlaps(g.out, sa)) fail(KJIT_ERROR_INVALID_ARGUMENT, "out overlaps scale_a");
+  if (overlaps(g.out, sb)) fail(KJIT_ERROR_INVALID_ARGUMENT, "out overlaps scale_b");
+  if (!std::isfinite(alpha) || !std::isfinite(beta)) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "alpha ({}) and beta ({}) must be finite", alpha, beta);
+  }
+  if (g.n == 0 || m == 0) return;  // after validation: a zero-size call is still checked
+  // Unsupported out dtypes are reported before any driver call, so also without a GPU.
+  select_gemm_fp8(g.out.dtype, l.scales, m, g.n, g.k, GemmTarget{});
+  if (trace::enabled()) {
+    trace::gemm_fp8(g.out.dtype, fp8_scale_mode(l.scales, l.sa_row != 0, l.sb_row != 0, m, g.n), m,
+                    g.n, g.k);
+  }
+
+  const GemmTarget target =
+      gemm_target(g.a.device, g.k > 0 && tma_describable(g.a) && tma_describable(g.b));
+  const GemmFp8Config cfg = select_gemm_fp8(g.out.dtype, l.scales, m, g.n, g.k, target);
+  const jit::LoadedKernel& kern = jit::JitCore::global().kernel_for(
+      "gemm_fp8", cfg, g.a.device, [&] { return gemm_fp8_spec(cfg); });
+
+  gemm::GemmFp8Params p{};
+  p.g = gemm_params(g, alpha, beta);
+  p.scale_a = static_cast<const float*>(sa.data);
+  p.scale_b = static_cast<const float*>(sb.data);
+  p.sa_row = l.sa_row;
+  p.sa_chunk = l.sa_chunk;
+  p.sb_row = l.sb_row;
+  p.sb_chunk = l.sb_chunk;
+  p.sb_rows = l.sb_rows;
+  const cuda::LaunchConfig lc = gemm_launch_config(cfg.path, cfg.bn, cfg.stages, m, g.n, stream);
+  if (cfg.path == GemmPath::kSm90) {
+    p.g.tma_a = tensor_map(as_pairs(g.a), gemm::kGemmBlockM);
+    p.g.tma_b = tensor_map(as_pairs(g.b), static_cast<uint32_t>(cfg.bn));
+  }
+  cuda::ScopedDevice scope(g.a.device);
+  cuda::launch(kern.functions.at(0), lc, &p);
+}
+
+}  // namespace kjit::ops

@@ -1,0 +1,46 @@
+// fp8 GEMM (out = alpha * dequant(a) . dequant(b)^T + beta * out, e4m3 a and b with fp32 scales
+// per tensor, per row or per 128-block): scale-mode inference, path choice, spec and launch
+// (device code: kernels/gemm/gemm_fp8_*.cuh). The registry entry is in gemm_fp8_desc.cpp.
+#pragma once
+
+#include <dlpack/dlpack.h>
+
+#include <cstdint>
+
+#include "jit/spec.hpp"
+#include "ops/dtype.hpp"
+#include "ops/gemm/gemm.hpp"
+
+namespace kjit::ops {
+
+// How the scales apply, read off their shapes (kjit.h): kTensorRow covers per tensor and per row
+// on either side (one scale per output, applied once), kBlock DeepSeek-V3's 1 x 128 (a) and
+// 128 x 128 (b) blocks (one per output and 128-wide K chunk, applied per chunk).
+enum class Fp8Scales { kTensorRow = 0, kBlock = 1 };
+
+const char* fp8_scales_name(Fp8Scales s);  // "tensor_row", "block"
+
+// One compiled fp8 GEMM variant; every field is in the URI. bn (always 128) and stages as in
+// GemmConfig (0 on the fallback, which serves every scale mode with one kernel).
+struct GemmFp8Config {
+  GemmPath path = GemmPath::kSimt;
+  DType out_dtype = DType::kBF16;
+  Fp8Scales scales = Fp8Scales::kTensorRow;
+  int bn = 0;
+  int stages = 0;
+};
+
+// Support and dispatch in one place: the sm90 kernel on a compute capability 9.0 device when TMA
+// can describe a and b (target.tma_ok) and the tiles fit its shared memory, else the fallback.
+// Throws KJIT_ERROR_UNSUPPORTED for out dtypes other than bf16 / fp16 / fp32 and sizes past the
+// grid's limits.
+GemmFp8Config select_gemm_fp8(DType out_dtype, Fp8Scales scales, int64_t m, int64_t n, int64_t k,
+                              const GemmTarget& target);
+
+jit::Spec gemm_fp8_spec(const GemmFp8Config& cfg);
+
+// kjit_gemm_fp8 (kjit.h): validates, then launches on `stream`. Throws kjit::Error.
+void gemm_fp8(const DLTensor* a, const DLTensor* b, const DLTensor* scale_a,
+              const DLTensor* scale_b, DLTensor* out, float alpha, float beta, void* stream);
+
+}  // namespace kjit::ops

@@ -1,0 +1,157 @@
+// See gemm_fp8_desc.hpp.
+#include "ops/gemm/gemm_fp8_desc.hpp"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "util/error.hpp"
+
+namespace kjit::ops {
+
+namespace {
+using namespace def;
+
+// The (n, k) of the bf16 definitions (gemm_desc.cpp): Llama-3-8B / 70B-class linear layers.
+constexpr int64_t kDefinitionShapes[][2] = {
+    {28672, 4096}, {4096, 14336}, {6144, 4096}, {8192, 8192}};
+
+std::string gemm_fp8_name(DType out_dtype, const std::string& mode, int64_t n, int64_t k) {
+  return fmt::format("gemm_fp8_n{}_k{}_{}{}", n, k, mode,
+                     out_dtype == DType::kBF16 ? "" : std::string("_out_") + dtype_name(out_dtype));
+}
+}  // namespace
+
+const char* fp8_scale_mode(Fp8Scales scales, bool a_per_row, bool b_per_row, int64_t m, int64_t n) {
+  if (scales == Fp8Scales::kBlock) return "block";
+  if (!a_per_row && !b_per_row) return "tensor";
+  // A side with one row reads the same either way.
+  return (a_per_row || m == 1) && (b_per_row || n == 1) ? "row" : "mixed";
+}
+
+Definition gemm_fp8_definition(DType out_dtype, const std::string& mode, int64_t n, int64_t k) {
+  Definition d;
+  d.name = gemm_fp8_name(out_dtype, mode, n, k);
+  d.op_type = "gemm";
+  d.op = "gemm_fp8";
+  d.entry = "kjit_gemm_fp8";
+  d.description = "out = (a . b^T) dequantized by the scales (" + mode +
+                  "), e4m3 operands, fp32 accumulation" +
+                  (mode == "block" ? ", each 128-wide K chunk scaled on its own" : "");
+  d.axes = {var("m", "rows of a: tokens"), constant("n", n, "output features (b's rows)"),
+            constant("k", k, "input features")};
+  d.inputs = {tensor("a", {"m", "k"}, DType::kE4M3, "activations"),
+              tensor("b", {"n", "k"}, DType::kE4M3, "weight, row-major [n, k]")};
+  if (mode == "block") {
+    // Fixed by n and k, but sizes rather than parameters (const axes are named by their value).
+    d.axes.push_back(var("k_blocks", "ceil(k / 128)"));
+    d.axes.push_back(var("n_blocks", "ceil(n / 128)"));
+    d.inputs.push_back(tensor("scale_a", {"m", "k_blocks"}, DType::kF32, "per 1 x 128 of a"));
+    d.inputs.push_back(
+        tensor("scale_b", {"n_blocks", "k_blocks"}, DType::kF32, "per 128 x 128 of b"));
+  } else if (mode == "row") {
+    d.inputs.push_back(tensor("scale_a", {"m"}, DType::kF32, "per row of a (token)"));
+    d.inputs.push_back(tensor("scale_b", {"n"}, DType::kF32, "per row of b (channel)"));
+  } else {
+    d.axes.push_back(constant("one", 1, "a per-tensor scale"));
+    d.inputs.push_back(tensor("scale_a", {"one"}, DType::kF32, "a's scale"));
+    d.inputs.push_back(tensor("scale_b", {"one"}, DType::kF32, "b's scale"));
+  }
+  d.inputs.push_back(scalar("alpha", "options->alpha (default 1)"));
+  d.inputs.push_back(scalar("beta", "options->beta (default 0: out is only written)"));
+  d.outputs = {tensor("out", {"m", "n"}, out_dtype, "the product")};
+  d.reference =
+      "tools/devkit/reference/gemm_ref.hpp: ref::gemm_element, ref::gemm_fp8_tolerance (on the "
+      "operands dequantized: e4m3 value times scale)";
+  return d;
+}
+
+OpDef gemm_fp8_op_def() {
+  OpDef d;
+  d.name = "gemm_fp8";
+  d.summary =
+      "out = dequant(a) . dequant(b)^T (e4m3 a [m, k], b [n, k]; tensor, row or block "
+      "scales)";
+  d.axes = {
+      {"path", {"sm90", "simt"}, true, "sm90: TMA + wgmma (sm_90a); simt: fp32 FMA, any arch"},
+      {"out_dtype", {"bf16", "fp16", "fp32"}, true, "out dtype"},
+      {"scales",
+       {"tensor_row", "block"},
+       false,
+       "sm90: tensor_row (per tensor / per row, default) or block (128-blocks, promoted per K "
+       "chunk)"},
+      {"stages", {"2", "3", "4", "5", "6"}, false, "sm90: pipeline stages (default 6)"}};
+  d.arch_families = {"sm_80+", "sm_90a"};
+  d.make_spec = [d](const SetArgs& args) {
+    check_set_args(d, args);
+    GemmFp8Config c;
+    c.path = args.at("path") == "sm90" ? GemmPath::kSm90 : GemmPath::kSimt;
+    c.out_dtype = dtype_from_name(args.at("out_dtype"));
+    if (c.path == GemmPath::kSimt) {
+      if (args.count("stages") != 0 || args.count("scales") != 0) {
+        fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm_fp8: scales and stages are sm90 settings");
+      }
+      return gemm_fp8_spec(c);
+    }
+    c.scales = args.count("scales") != 0 && args.at("scales") == "block" ? Fp8Scales::kBlock
+                                                                         : Fp8Scales::kTensorRow;
+    c.bn = 128;  // the kernel's one width (select_gemm_fp8)
+    c.stages = args.count("stages") != 0 ? std::stoi(args.at("stages")) : 6;
+    return gemm_fp8_spec(c);
+  };
+  d.catalog = [] {
+    // What select_gemm_fp8 picks: per tensor / row and blocks with out in bf16 or fp32, and the
+    // fallback for the same outs.
+    std::vector<SetArgs> out;
+    for (const char* od : {"bf16", "fp32"}) {
+      out.push_back({{"path", "sm90"}, {"out_dtype", od}});
+      out.push_back({{"path", "sm90"}, {"out_dtype", od}, {"scales", "block"}});
+      out.push_back({{"path", "simt"}, {"out_dtype", od}});
+    }
+    return out;
+  };
+  // The fallback, and the sm90 kernel with the definition's scales (block scales when it has
+  // k_blocks); whether a device takes the sm90 path (sm_90a, TMA-ready operands) is known at the
+  // call, so both are included. Sizes are launch arguments.
+  d.precompile_sets = [](const Definition& def, const VarAxes&) {
+    const std::string od = dtype_name(def.tensor_dtype("out"));
+    SetArgs sm90 = {{"path", "sm90"}, {"out_dtype", od}};
+    if (def.axis("k_blocks") != nullptr) sm90["scales"] = "block";
+    return std::vector<SetArgs>{{{"path", "simt"}, {"out_dtype", od}}, sm90};
+  };
+  d.definitions = [] {
+    std::vector<Definition> out;
+    for (const char* mode : {"tensor", "row", "block"}) {
+      for (const auto& s : kDefinitionShapes) {
+        out.push_back(gemm_fp8_definition(DType::kBF16, mode, s[0], s[1]));
+      }
+    }
+    return out;
+  };
+  return d;
+}
+
+namespace trace {
+
+void gemm_fp8(DType out_dtype, const char* mode, int64_t m, int64_t n, int64_t k) noexcept {
+  // `kjit-cli bench gemm_fp8` times the three uniform modes; a mixed call has no bench row.
+  const bool benched = std::string(mode) != "mixed";
+  nlohmann::ordered_json axes = {{"m", m}};
+  if (std::string(mode) == "block") {
+    axes["k_blocks"] = (k + 127) / 128;
+    axes["n_blocks"] = (n + 127) / 128;
+  }
+  record(gemm_fp8_name(out_dtype, mode, n, k), axes, benched ? "gemm_fp8" : nullptr,
+         {{"out_dtype", dtype_name(out_dtype)},
+          {"scales", mode},
+          {"m", std::to_string(m)},
+          {"n", std::to_string(n)},
+          {"k", std::to_string(k)}},
+         [&] { return gemm_fp8_definition(out_dtype, mode, n, k); });
+}
+
+}  // namespace trace
+
+}  // namespace kjit::ops

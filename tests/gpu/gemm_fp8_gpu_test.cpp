@@ -1,0 +1,498 @@
+// kjit_gemm_fp8 and kjit_quant_fp8 on the GPU against fp64 CPU references on fresh random
+// inputs: every scale mode on both paths (the sm90 tensor-core kernel where the device and the
+// operands allow it, the fallback forced by a k or an offset TMA cannot describe), odd sizes at
+// every tile edge, k = 16 and k = 8192 (where the tensor cores' own fp8 accumulation, without
+// the kernel's per-chunk promotion, missed by 2^-11 of the magnitude sum), block scales 2^10 apart,
+// alpha / beta over a preset out, row-strided views; the quantization element by element (codes and
+// scales exactly), and the round trip quant -> GEMM.
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gemm_test_util.hpp"
+#include "kjit/kjit.h"
+#include "ops/gemm/gemm_fp8.hpp"
+#include "reference/fp8_ref.hpp"
+#include "reference/gemm_ref.hpp"
+#include "reference/half.hpp"
+#include "support/gpu.hpp"
+
+using namespace kjit::test;
+namespace ref = kjit::ref;
+namespace ops = kjit::ops;
+
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// How the scales are shaped (kjit.h): "tensor" [1] / [1], "row" [m] / [n], "mixed" [m] / [1],
+// "block" [m, k / 128] / [n / 128, k / 128].
+struct Case {
+  std::string mode;
+  std::string out_dtype;
+  int64_t m, n, k;
+  float alpha = 1.0f, beta = 0.0f;
+  int64_t a_stride = 0;            // 0 = compact (k)
+  int64_t out_stride = 0;          // 0 = compact (n)
+  size_t a_offset = 0;             // bytes into a's buffer (misalignment)
+  bool wide_block_scales = false;  // block scales alternate 2^-5 / 2^5 along k and n
+};
+
+std::string describe(const Case& c) {
+  return c.mode + "->" + c.out_dtype + " m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) +
+         " k=" + std::to_string(c.k) + " alpha=" + std::to_string(c.alpha) +
+         " beta=" + std::to_string(c.beta) + " a_stride=" + std::to_string(c.a_stride) +
+         " out_stride=" + std::to_string(c.out_stride) + " a_offset=" + std::to_string(c.a_offset);
+}
+
+ops::GemmPath path_for(const Case& c) {
+  const int64_t as = c.a_stride ? c.a_stride : c.k;
+  const bool tma_ok = c.k > 0 && c.a_offset % 16 == 0 && as % 16 == 0 && c.k % 16 == 0;
+  const auto scales = c.mode == "block" ? ops::Fp8Scales::kBlock : ops::Fp8Scales::kTensorRow;
+  return ops::select_gemm_fp8(ops::dtype_from_name(c.out_dtype), scales, c.m, c.n, c.k,
+                              ops::gemm_target(0, tma_ok))
+      .path;
+}
+
+// A random e4m3 code of magnitude 2^-3 .. 2^3 (exponent field 4 .. 10), never NaN.
+uint8_t random_code(std::mt19937_64& rng) {
+  std::uniform_int_distribution<int> bits(0, 255), exp(4, 10);
+  const int r = bits(rng);
+  return static_cast<uint8_t>((r & 0x80) | exp(rng) << 3 | (r & 7));
+}
+
+float random_scale(std::mt19937_64& rng) {
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  return std::exp2(u(rng));
+}
+
+struct Scales {
+  std::vector<float> a, b;
+  std::vector<int64_t> a_shape, b_shape;
+  // The scale of a[i, kk] and of b[j, kk].
+  float at_a(const Case& c, int64_t i, int64_t kk) const {
+    if (c.mode == "block") return a[i * ceil_div(c.k, 128) + kk / 128];
+    return a.size() == 1 ? a[0] : a[i];
+  }
+  float at_b(const Case& c, int64_t j, int64_t kk) const {
+    if (c.mode == "block") return b[(j / 128) * ceil_div(c.k, 128) + kk / 128];
+    return b.size() == 1 ? b[0] : b[j];
+  }
+};
+
+Scales make_scales(const Case& c, std::mt19937_64& rng) {
+  Scales s;
+  const int64_t kc = ceil_div(c.k, 128);
+  if (c.mode == "block") {
+    s.a_shape = {c.m, kc};
+    s.b_shape = {ceil_div(c.n, 128), kc};
+  } else {
+    s.a_shape = {c.mode == "tensor" ? 1 : c.m};
+    s.b_shape = {c.mode == "row" ? c.n : 1};
+  }
+  auto fill = [&](std::vector<float>& v, const std::vector<int64_t>& shape, bool along_rows) {
+    int64_t count = 1;
+    for (int64_t d : shape) count *= d;
+    v.resize(static_cast<size_t>(std::max<int64_t>(count, 1)));
+    for (size_t i = 0; i < v.size(); ++i) {
+      v[i] = random_scale(rng);
+      if (c.wide_block_scales) {
+        // Neighbouring K chunks (and, for b, neighbouring column blocks) 2^10 apart.
+        const int64_t chunk = static_cast<int64_t>(i) % kc;
+        const int64_t row = static_cast<int64_t>(i) / kc;
+        v[i] = ((chunk + (along_rows ? row : 0)) % 2 != 0) ? 0x1p5f : 0x1p-5f;
+      }
+    }
+  };
+  fill(s.a, s.a_shape, false);
+  fill(s.b, s.b_shape, true);
+  return s;
+}
+
+void run_case(const Case& c, std::mt19937_64& rng) {
+  INFO(describe(c) << " path " << ops::gemm_path_name(path_for(c)));
+  const size_t os_bytes = ref::elem_size(c.out_dtype);
+  const int64_t as = c.a_stride ? c.a_stride : c.k;
+  const int64_t ys = c.out_stride ? c.out_stride : c.n;
+  const size_t a_bytes = c.a_offset + static_cast<size_t>((c.m - 1) * as + c.k);
+  const size_t b_bytes = static_cast<size_t>(c.n * c.k);
+  const size_t y_elems = static_cast<size_t>((c.m - 1) * ys + c.n);
+
+  std::vector<uint8_t> a_host(a_bytes), b_host(b_bytes);
+  for (auto& x : a_host) x = random_code(rng);
+  for (auto& x : b_host) x = random_code(rng);
+  const Scales s = make_scales(c, rng);
+  std::uniform_real_distribution<double> dist(-1.0, 1.0);
+  std::vector<unsigned char> y_host(y_elems * os_bytes, 0xFF);  // poison: NaN
+  if (c.beta != 0.0f) {
+    for (int64_t r = 0; r < c.m; ++r) {
+      for (int64_t j = 0; j < c.n; ++j) {
+        ref::store_elem(y_host.data(), static_cast<size_t>(r * ys + j), dist(rng), c.out_dtype);
+      }
+    }
+  }
+  const std::vector<unsigned char> y_old = y_host;
+
+  DeviceBuffer a_dev(std::max<size_t>(a_bytes, 1)), b_dev(std::max<size_t>(b_bytes, 1)),
+      sa_dev(s.a.size() * sizeof(float)), sb_dev(s.b.size() * sizeof(float)), y_dev(y_host.size());
+  a_dev.upload(a_host.data(), a_bytes);
+  b_dev.upload(b_host.data(), b_bytes);
+  sa_dev.upload(s.a.data(), s.a.size() * sizeof(float));
+  sb_dev.upload(s.b.data(), s.b.size() * sizeof(float));
+  y_dev.upload(y_host.data(), y_host.size());
+  auto a_t = make_tensor(static_cast<char*>(a_dev.get()) + c.a_offset, {c.m, c.k}, dl_dtype("e4m3"),
+                         {as, 1});
+  auto b_t = make_tensor(b_dev.get(), {c.n, c.k}, dl_dtype("e4m3"));
+  auto sa_t = make_tensor(sa_dev.get(), s.a_shape, dl_dtype("fp32"));
+  auto sb_t = make_tensor(sb_dev.get(), s.b_shape, dl_dtype("fp32"));
+  auto y_t = make_tensor(y_dev.get(), {c.m, c.n}, dl_dtype(c.out_dtype), {ys, 1});
+  kjit_gemm_options opt;
+  kjit_gemm_options_init(&opt);
+  opt.alpha = c.alpha;
+  opt.beta = c.beta;
+  const kjit_status st =
+      kjit_gemm_fp8(a_t.get(), b_t.get(), sa_t.get(), sb_t.get(), y_t.get(), &opt, nullptr);
+  INFO("kjit_last_error: " << kjit_last_error());
+  REQUIRE(st == KJIT_SUCCESS);
+  device_synchronize();
+  y_dev.download(y_host.data(), y_host.size());
+
+  // The reference on the dequantized operands: e4m3 value times its scale, in fp64.
+  std::vector<double> b_deq(b_bytes);
+  for (int64_t j = 0; j < c.n; ++j) {
+    for (int64_t kk = 0; kk < c.k; ++kk) {
+      b_deq[j * c.k + kk] = ref::e4m3_value(b_host[j * c.k + kk]) * s.at_b(c, j, kk);
+    }
+  }
+  const GemmOut o{c.m, c.n, c.k, c.alpha, c.beta, ys, c.out_dtype, &y_host, &y_old};
+  check_gemm_out(
+      o,
+      [&](int64_t r, double* row) {
+        for (int64_t kk = 0; kk < c.k; ++kk) {
+          row[kk] = ref::e4m3_value(a_host[c.a_offset + r * as + kk]) * s.at_a(c, r, kk);
+        }
+      },
+      b_deq, {},
+      [&](double want, double sum_abs) {
+        return ref::gemm_fp8_tolerance(c.out_dtype, want, sum_abs);
+      });
+}
+
+bool tensor_cores() {
+  return gpu_caps().sm90a();
+}
+
+const char* const kModes[] = {"tensor", "row", "mixed", "block"};
+
+}  // namespace
+
+TEST_CASE("gemm_fp8 gpu: every scale mode, small and odd shapes, both paths", "[gpu][gemm][fp8]") {
+  std::mt19937_64 rng(std::random_device{}());
+  const ops::GemmPath fast = tensor_cores() ? ops::GemmPath::kSm90 : ops::GemmPath::kSimt;
+  for (const char* mode : kModes) {
+    for (const char* od : {"bf16", "fp16", "fp32"}) {
+      // k a multiple of 16 (TMA-describable): the sm90 kernel on an H100 / H200. M, N and K off
+      // every tile edge (128 rows, 128 / 256 columns, 128 of K), k = 16 (an eighth of a stage).
+      for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3>>{{1, 128, 128},
+                                                                       {1, 200, 16},
+                                                                       {7, 136, 144},
+                                                                       {130, 300, 272},
+                                                                       {128, 256, 16},
+                                                                       {129, 129, 528}}) {
+        Case c{mode, od, m, n, k};
+        CHECK(path_for(c) == fast);
+        run_case(c, rng);
+      }
+    }
+    // k not a multiple of 16: the fallback on every device, the last K chunk partial.
+    for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3>>{
+             {1, 64, 1}, {5, 77, 13}, {70, 130, 67}, {129, 65, 300}}) {
+      Case c{mode, "bf16", m, n, k};
+      CHECK(path_for(c) == ops::GemmPath::kSimt);
+      run_case(c, rng);
+    }
+  }
+}
+
+TEST_CASE("gemm_fp8 gpu: alpha and beta over a preset out, strided views, k = 0",
+          "[gpu][gemm][fp8]") {
+  std::mt19937_64 rng(std::random_device{}());
+  for (int64_t k : {int64_t{144}, int64_t{67}}) {  // sm90 (where available) and the fallback
+    for (const char* mode : kModes) {
+      Case c{mode, "bf16", 150, 260, k};
+      c.alpha = 0.5f;
+      c.beta = -1.25f;
+      run_case(c, rng);
+      c.a_stride = k + 32;  // still 16-byte rows for k = 144
+      c.out_stride = 260 + 5;
+      run_case(c, rng);
+    }
+  }
+  // A base that is only byte-aligned sends an otherwise TMA-ready call to the fallback.
+  Case off{"block", "bf16", 33, 96, 256};
+  off.a_offset = 1;
+  off.a_stride = 272;
+  CHECK(path_for(off) == ops::GemmPath::kSimt);
+  run_case(off, rng);
+  // k = 0: out = beta * out (block scales then have zero columns).
+  Case zero{"row", "fp32", 9, 40, 0};
+  zero.beta = 2.0f;
+  run_case(zero, rng);
+}
+
+TEST_CASE("gemm_fp8 gpu: long k, block scales 2^10 apart, many tiles", "[gpu][gemm][fp8]") {
+  std::mt19937_64 rng(std::random_device{}());
+  for (const char* mode : kModes) run_case({mode, "bf16", 64, 256, 8192}, rng);
+  Case wide{"block", "bf16", 200, 300, 1040};
+  wide.wide_block_scales = true;
+  run_case(wide, rng);
+  wide.k = 1000;  // the fallback, same scales
+  run_case(wide, rng);
+  Case long_k{"block", "fp32", 3, 384, 8192};
+  long_k.wide_block_scales = true;
+  run_case(long_k, rng);
+  run_case({"row", "bf16", 1000, 1000, 1024}, rng);
+  run_case({"tensor", "fp32", 520, 1024, 2048}, rng);  // fp32 out: the accumulation error bare
+}
+
+TEST_CASE("gemm_fp8 gpu: the tensor-core path takes every TMA-ready shape",
+          "[gpu][gemm][fp8][sm90a]") {
+  for (const char* mode : kModes) {
+    for (int64_t m : {int64_t{1}, int64_t{64}, int64_t{4096}}) {
+      CHECK(path_for({mode, "bf16", m, 4096, 4096}) == ops::GemmPath::kSm90);
+    }
+  }
+}
+
+// ---- kjit_quant_fp8 --------------------------------------------------------------------------
+
+namespace {
+
+struct QuantCase {
+  std::string dtype;
+  kjit_fp8_scaling scaling;
+  int64_t m, k;
+  int64_t in_stride = 0, out_stride = 0;  // 0 = compact
+  bool zero_rows = false;                 // every third row all zeros
+};
+
+// Runs kjit_quant_fp8 and checks every code and scale against the CPU reference. Returns the
+// codes and scales (compact) for the round-trip tests.
+void run_quant(const QuantCase& c, std::mt19937_64& rng, const std::vector<float>* given,
+               std::vector<uint8_t>* codes_out, std::vector<float>* scales_out) {
+  INFO(c.dtype << " scaling " << static_cast<int>(c.scaling) << " m=" << c.m << " k=" << c.k
+               << " in_stride=" << c.in_stride << " out_stride=" << c.out_stride);
+  const size_t es = ref::elem_size(c.dtype);
+  const int64_t is = c.in_stride ? c.in_stride : c.k;
+  const int64_t os = c.out_stride ? c.out_stride : c.k;
+  const int64_t groups = ceil_div(c.k, 128);
+  std::vector<unsigned char> x_host(static_cast<size_t>(((c.m - 1) * is + c.k)) * es);
+  std::normal_distribution<double> dist(0.0, 1.0);
+  std::uniform_real_distribution<double> mag(-4.0, 4.0);
+  std::vector<float> x(static_cast<size_t>(c.m * c.k));  // the values as stored
+  for (int64_t r = 0; r < c.m; ++r) {
+    const double row_scale = std::exp2(mag(rng));  // rows of different magnitudes
+    for (int64_t j = 0; j < c.k; ++j) {
+      double v = given ? (*given)[r * c.k + j] : dist(rng) * row_scale;
+      if (c.zero_rows && r % 3 == 1) v = 0.0;
+      ref::store_elem(x_host.data(), static_cast<size_t>(r * is + j), v, c.dtype);
+      x[r * c.k + j] = static_cast<float>(ref::load_elem(x_host.data(), r * is + j, c.dtype));
+    }
+  }
+  std::vector<int64_t> scale_shape = c.scaling == KJIT_FP8_PER_TENSOR ? std::vector<int64_t>{1}
+                                     : c.scaling == KJIT_FP8_PER_ROW
+                                         ? std::vector<int64_t>{c.m}
+                                         : std::vector<int64_t>{c.m, groups};
+  const size_t n_scales = c.scaling == KJIT_FP8_PER_TENSOR ? 1
+                          : c.scaling == KJIT_FP8_PER_ROW  ? static_cast<size_t>(c.m)
+                                                           : static_cast<size_t>(c.m * groups);
+  const size_t y_bytes = static_cast<size_t>((c.m - 1) * os + c.k);
+  DeviceBuffer x_dev(x_host.size()), y_dev(y_bytes), s_dev(n_scales * sizeof(float));
+  x_dev.upload(x_host.data(), x_host.size());
+  y_dev.fill(0x7F);  // e4m3 NaN
+  s_dev.fill(0xFF);  // fp32 NaN (per tensor overwrites it with its memset)
+  auto x_t = make_tensor(x_dev.get(), {c.m, c.k}, dl_dtype(c.dtype), {is, 1});
+  auto y_t = make_tensor(y_dev.get(), {c.m, c.k}, dl_dtype("e4m3"), {os, 1});
+  auto s_t = make_tensor(s_dev.get(), scale_shape, dl_dtype("fp32"));
+  const kjit_status st = kjit_quant_fp8(x_t.get(), y_t.get(), s_t.get(), c.scaling, nullptr);
+  INFO("kjit_last_error: " << kjit_last_error());
+  REQUIRE(st == KJIT_SUCCESS);
+  device_synchronize();
+  std::vector<uint8_t> y(y_bytes);
+  std::vector<float> scales(n_scales);
+  y_dev.download(y.data(), y_bytes);
+  s_dev.download(scales.data(), n_scales * sizeof(float));
+
+  // The reference: each group's amax, its scale, each code.
+  auto group_of = [&](int64_t r, int64_t j) -> size_t {
+    if (c.scaling == KJIT_FP8_PER_TENSOR) return 0;
+    if (c.scaling == KJIT_FP8_PER_ROW) return static_cast<size_t>(r);
+    return static_cast<size_t>(r * groups + j / 128);
+  };
+  std::vector<float> amax(n_scales, 0.0f);
+  for (int64_t r = 0; r < c.m; ++r) {
+    for (int64_t j = 0; j < c.k; ++j) {
+      float& a = amax[group_of(r, j)];
+      a = std::max(a, std::fabs(x[r * c.k + j]));
+    }
+  }
+  long bad_scales = 0, bad_codes = 0, saturated = 0;
+  for (size_t g = 0; g < n_scales; ++g) {
+    if (!(scales[g] == ref::fp8_scale(amax[g])) && bad_scales++ < 5) {
+      UNSCOPED_INFO("scale " << g << " got " << scales[g] << " want " << ref::fp8_scale(amax[g]));
+    }
+  }
+  codes_out->assign(static_cast<size_t>(c.m * c.k), 0);
+  for (int64_t r = 0; r < c.m; ++r) {
+    for (int64_t j = 0; j < c.k; ++j) {
+      const float sc = ref::fp8_scale(amax[group_of(r, j)]);
+      const uint8_t want = ref::quantize_e4m3(x[r * c.k + j], sc);
+      const uint8_t got = y[r * os + j];
+      saturated += (want & 0x7F) == 0x7E;
+      (*codes_out)[r * c.k + j] = got;
+      if (got != want && bad_codes++ < 5) {
+        UNSCOPED_INFO("row " << r << " col " << j << " x " << x[r * c.k + j] << " code " << int(got)
+                             << " want " << int(want));
+      }
+    }
+    // The gap between strided out rows keeps its poison.
+    for (int64_t j = c.k; r + 1 < c.m && j < os; ++j) bad_codes += y[r * os + j] != 0x7F;
+  }
+  CHECK(bad_scales == 0);
+  CHECK(bad_codes == 0);
+  CHECK(saturated > 0);  // every group's amax element lands on +-448
+  *scales_out = scales;
+}
+
+}  // namespace
+
+TEST_CASE("quant_fp8 gpu: codes and scales element by element", "[gpu][quant][fp8]") {
+  std::mt19937_64 rng(std::random_device{}());
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+  for (const char* dt : {"bf16", "fp16"}) {
+    for (kjit_fp8_scaling s : {KJIT_FP8_PER_TENSOR, KJIT_FP8_PER_ROW, KJIT_FP8_PER_GROUP_128}) {
+      for (const auto& [m, k] : std::vector<std::array<int64_t, 2>>{
+               {1, 16}, {1, 1}, {5, 130}, {33, 1000}, {64, 4096}, {300, 7168}}) {
+        run_quant({dt, s, m, k}, rng, nullptr, &codes, &scales);
+      }
+      QuantCase strided{dt, s, 20, 300, 320, 301};
+      strided.zero_rows = true;
+      run_quant(strided, rng, nullptr, &codes, &scales);
+    }
+  }
+}
+
+TEST_CASE("quant_fp8 gpu: subnormals, ties and the per-tensor amax over many blocks",
+          "[gpu][quant][fp8]") {
+  std::mt19937_64 rng(std::random_device{}());
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+  // Values spanning 2^-20 .. 2^4 in one row: most land in e4m3's subnormals after scaling, and
+  // round to even across the grid.
+  const int64_t m = 4, k = 1024;
+  std::vector<float> v(static_cast<size_t>(m * k));
+  std::uniform_real_distribution<double> e(-20.0, 4.0);
+  for (auto& x : v) x = static_cast<float>((rng() & 1 ? -1.0 : 1.0) * std::exp2(e(rng)));
+  for (kjit_fp8_scaling s : {KJIT_FP8_PER_TENSOR, KJIT_FP8_PER_ROW, KJIT_FP8_PER_GROUP_128}) {
+    run_quant({"fp16", s, m, k}, rng, &v, &codes, &scales);
+  }
+  // Thousands of rows: the per-tensor amax crosses many blocks' atomics.
+  run_quant({"bf16", KJIT_FP8_PER_TENSOR, 5000, 512}, rng, nullptr, &codes, &scales);
+}
+
+TEST_CASE("quant_fp8 gpu: round trip through gemm_fp8 with the scales it wrote",
+          "[gpu][gemm][fp8]") {
+  std::mt19937_64 rng(std::random_device{}());
+  // a quantized by kjit_quant_fp8 (per row / per group), b by the same kernel per row (a [n, k]
+  // input is b's layout) and for blocks from b's per-group scales made uniform over 128 rows on
+  // the host, then the GEMM against the fp64 product of the dequantized values (the exact
+  // contract) and, loosely, against the product of the original bf16 values.
+  const int64_t m = 70, n = 256, k = 640;
+  std::normal_distribution<double> dist(0.0, 1.0);
+  std::vector<float> a(static_cast<size_t>(m * k)), b(static_cast<size_t>(n * k));
+  for (auto& x : a) x = ref::bf16_to_float(ref::float_to_bf16(static_cast<float>(dist(rng))));
+  for (auto& x : b) x = ref::bf16_to_float(ref::float_to_bf16(static_cast<float>(dist(rng))));
+  for (const bool block : {false, true}) {
+    INFO("block " << block);
+    std::vector<uint8_t> a_codes, b_codes;
+    std::vector<float> a_scales, b_scales;
+    const kjit_fp8_scaling as = block ? KJIT_FP8_PER_GROUP_128 : KJIT_FP8_PER_ROW;
+    run_quant({"bf16", as, m, k}, rng, &a, &a_codes, &a_scales);
+    run_quant({"bf16", KJIT_FP8_PER_ROW, n, k}, rng, &b, &b_codes, &b_scales);
+    std::vector<int64_t> sb_shape{n};
+    if (block) {
+      // One scale per 128 x 128 block of b: the block's amax / 448, codes redone on the host.
+      const int64_t kc = ceil_div(k, 128), nb = ceil_div(n, 128);
+      b_scales.assign(static_cast<size_t>(nb * kc), 0.0f);
+      for (int64_t j = 0; j < n; ++j) {
+        for (int64_t kk = 0; kk < k; ++kk) {
+          float& s = b_scales[(j / 128) * kc + kk / 128];
+          s = std::max(s, std::fabs(b[j * k + kk]));
+        }
+      }
+      for (auto& s : b_scales) s = ref::fp8_scale(s);
+      for (int64_t j = 0; j < n; ++j) {
+        for (int64_t kk = 0; kk < k; ++kk) {
+          b_codes[j * k + kk] =
+              ref::quantize_e4m3(b[j * k + kk], b_scales[(j / 128) * kc + kk / 128]);
+        }
+      }
+      sb_shape = {nb, kc};
+    }
+    DeviceBuffer a_dev(a_codes.size()), b_dev(b_codes.size()),
+        sa_dev(a_scales.size() * sizeof(float)), sb_dev(b_scales.size() * sizeof(float)),
+        y_dev(static_cast<size_t>(m * n) * sizeof(float));
+    a_dev.upload(a_codes.data(), a_codes.size());
+    b_dev.upload(b_codes.data(), b_codes.size());
+    sa_dev.upload(a_scales.data(), a_scales.size() * sizeof(float));
+    sb_dev.upload(b_scales.data(), b_scales.size() * sizeof(float));
+    y_dev.fill(0xFF);
+    auto a_t = make_tensor(a_dev.get(), {m, k}, dl_dtype("e4m3"));
+    auto b_t = make_tensor(b_dev.get(), {n, k}, dl_dtype("e4m3"));
+    auto sa_t = make_tensor(
+        sa_dev.get(), block ? std::vector<int64_t>{m, ceil_div(k, 128)} : std::vector<int64_t>{m},
+        dl_dtype("fp32"));
+    auto sb_t = make_tensor(sb_dev.get(), sb_shape, dl_dtype("fp32"));
+    auto y_t = make_tensor(y_dev.get(), {m, n}, dl_dtype("fp32"));
+    REQUIRE(kjit_gemm_fp8(a_t.get(), b_t.get(), sa_t.get(), sb_t.get(), y_t.get(), nullptr,
+                          nullptr) == KJIT_SUCCESS);
+    device_synchronize();
+    std::vector<float> y(static_cast<size_t>(m * n));
+    y_dev.download(y.data(), y.size() * sizeof(float));
+    const int64_t kc = ceil_div(k, 128);
+    long bad = 0;
+    double err2 = 0.0, ref2 = 0.0;
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double want = 0.0, sum_abs = 0.0, exact = 0.0;
+        for (int64_t kk = 0; kk < k; ++kk) {
+          const double sa = block ? a_scales[i * kc + kk / 128] : a_scales[i];
+          const double sb = block ? b_scales[(j / 128) * kc + kk / 128] : b_scales[j];
+          const double t =
+              ref::e4m3_value(a_codes[i * k + kk]) * sa * ref::e4m3_value(b_codes[j * k + kk]) * sb;
+          want += t;
+          sum_abs += std::fabs(t);
+          exact += static_cast<double>(a[i * k + kk]) * b[j * k + kk];
+        }
+        const double got = y[i * n + j];
+        if (!(std::fabs(got - want) <= ref::gemm_fp8_tolerance("fp32", want, sum_abs)) &&
+            bad++ < 5) {
+          UNSCOPED_INFO("row " << i << " col " << j << " got " << got << " want " << want);
+        }
+        err2 += (got - exact) * (got - exact);
+        ref2 += exact * exact;
+      }
+    }
+    CHECK(bad == 0);
+    // e4m3 keeps 3 mantissa bits: about 2^-5 relative error per operand, averaging down over k.
+    CHECK(std::sqrt(err2 / ref2) < 0.05);
+  }
+}

@@ -1,0 +1,61 @@
+// The output check both GEMM GPU tests share: every element of out against the fp64 reference
+// on the operands as the reference sees them (bf16 / fp16 values, or e4m3 values times their
+// scales), and the NaN poison between strided rows left alone.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "reference/gemm_ref.hpp"
+#include "reference/half.hpp"
+
+namespace kjit::test {
+
+struct GemmOut {
+  int64_t m = 0, n = 0, k = 0;
+  double alpha = 1.0, beta = 0.0;
+  int64_t row_stride = 0;  // out's, elements
+  std::string dtype;
+  const std::vector<unsigned char>* got = nullptr;  // out after the call
+  const std::vector<unsigned char>* old = nullptr;  // out before it (read where beta != 0)
+};
+
+// a_row(r, dst) writes row r of a (k values); b is [n, k]; bias [n] or empty; tolerance(want,
+// sum_abs) is the error allowed for one output.
+template <class ARow, class Tolerance>
+void check_gemm_out(const GemmOut& o, ARow a_row, const std::vector<double>& b,
+                    const std::vector<double>& bias, Tolerance tolerance) {
+  std::vector<double> a(static_cast<size_t>(o.k));
+  long bad = 0, touched = 0;
+  for (int64_t r = 0; r < o.m; ++r) {
+    a_row(r, a.data());
+    for (int64_t j = 0; j < o.n; ++j) {
+      const size_t at = static_cast<size_t>(r * o.row_stride + j);
+      const double old = o.beta != 0.0 ? ref::load_elem(o.old->data(), at, o.dtype) : 0.0;
+      double sum_abs = 0.0;
+      const double want = ref::gemm_element(a.data(), b.data() + j * o.k, o.k, o.alpha, o.beta, old,
+                                            bias.empty() ? 0.0 : bias[j], &sum_abs);
+      const double got = ref::load_elem(o.got->data(), at, o.dtype);
+      const double tol = tolerance(want, sum_abs);
+      if (!(std::fabs(got - want) <= tol)) {  // NaN (untouched poison) fails too
+        if (bad++ < 5) {
+          UNSCOPED_INFO("row " << r << " col " << j << " got " << got << " want " << want << " tol "
+                               << tol);
+        }
+      }
+    }
+    // The gap between strided out rows keeps the poison.
+    for (int64_t j = o.n; r + 1 < o.m && j < o.row_stride; ++j) {
+      touched += !std::isnan(
+          ref::load_elem(o.got->data(), static_cast<size_t>(r * o.row_stride + j), o.dtype));
+    }
+  }
+  CHECK(bad == 0);
+  CHECK(touched == 0);
+}
+
+}  // namespace kjit::test

@@ -1,0 +1,551 @@
+// kjit_batch_prefill_plan / kjit_batch_prefill_run / kjit_batch_prefill_ragged_run on the GPU
+// against the fp64 CPU reference (tools/devkit/reference/prefill_ref.hpp), on fresh random
+// inputs and shuffled page tables.
+//
+// Every case poisons out and lse (0xFF: NaN), so a row the kernel forgets to write fails. Keys and
+// values have a non-zero mean, so a key the output loses (or one it takes beyond the mask) moves
+// it. Tolerances are decode's model (reference/attention_ref.hpp, DecodeTolerance): the
+// probabilities fed to P.V rounded to the input type, fp32 accumulation, one output rounding.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "cuda/driver.hpp"
+#include "kjit/kjit.h"
+#include "reference/half.hpp"
+#include "reference/prefill_ref.hpp"
+#include "support/gpu.hpp"
+
+using namespace kjit::test;
+namespace ref = kjit::ref;
+
+namespace {
+
+struct PlanDeleter {
+  void operator()(kjit_prefill_plan* p) const { kjit_prefill_plan_destroy(p); }
+};
+
+struct PrefillCase {
+  std::string dtype = "bf16";
+  int layout = KJIT_KV_LAYOUT_NHD;
+  int64_t qo_heads = 8, kv_heads = 2, head_dim = 128;
+  int64_t page_size = 16;  // 0: ragged KV
+  // Per request: new tokens and keys (the new tokens are the last q_len of the kv_len keys).
+  std::vector<int64_t> q_lens = {1, 7, 63, 129, 0};
+  std::vector<int64_t> kv_lens = {1, 20, 63, 300, 9};
+  bool causal = true;
+  int window_left = -1;
+  float soft_cap = 0.0f, sm_scale = 0.0f;
+  bool lse = true;
+  bool invalid_pages = false;  // a page id past the pool and a negative one in the table
+  int64_t spare_pages = 3;
+};
+
+std::string describe(const PrefillCase& c) {
+  std::string lens;
+  for (size_t b = 0; b < c.q_lens.size(); ++b) {
+    lens += std::to_string(c.q_lens[b]) + "/" + std::to_string(c.kv_lens[b]) + ",";
+  }
+  return c.dtype + (c.layout == KJIT_KV_LAYOUT_NHD ? " NHD" : " HND") +
+         " heads=" + std::to_string(c.qo_heads) + "/" + std::to_string(c.kv_heads) +
+         " head_dim=" + std::to_string(c.head_dim) + " page=" + std::to_string(c.page_size) +
+         " q/kv=" + lens + (c.causal ? " causal" : " full") +
+         " window=" + std::to_string(c.window_left) + " cap=" + std::to_string(c.soft_cap) +
+         " scale=" + std::to_string(c.sm_scale) + (c.lse ? "" : " no-lse") +
+         (c.invalid_pages ? " invalid-pages" : "");
+}
+
+std::unique_ptr<DeviceBuffer> upload_bytes(const void* data, size_t bytes) {
+  auto d = std::make_unique<DeviceBuffer>(std::max<size_t>(bytes, 16));
+  if (bytes > 0) d->upload(data, bytes);
+  return d;
+}
+
+std::unique_ptr<DeviceBuffer> upload_ints(const std::vector<int32_t>& v) {
+  return upload_bytes(v.data(), v.size() * 4);
+}
+
+// One prefill problem: host images, device buffers, tensors and its plan.
+struct Problem {
+  PrefillCase c;
+  int64_t batch = 0, total_q = 0, num_pages = 0;  // num_pages: ragged: rows of k / v
+  std::vector<int32_t> qo_indptr, kv_indptr, indices, last;
+  std::vector<unsigned char> q_host, k_host, v_host;
+  int64_t slot_stride = 0, head_stride = 0, page_stride = 0;  // k / v, elements
+  std::unique_ptr<DeviceBuffer> q_dev, k_dev, v_dev, qo_dev, kv_dev, idx_dev, last_dev, out_dev,
+      lse_dev;
+  Tensor q_t, k_t, v_t, qo_t, kv_t, idx_t, last_t, out_t, lse_t;
+  std::unique_ptr<kjit_prefill_plan, PlanDeleter> plan;
+
+  double kv(const std::vector<unsigned char>& h, int64_t page, int64_t slot, int64_t head,
+            int64_t d) const {
+    return ref::load_elem(
+        h.data(),
+        static_cast<size_t>(page * page_stride + slot * slot_stride + head * head_stride + d),
+        c.dtype);
+  }
+  kjit_status run(void* stream = nullptr) {
+    DLTensor* lse = c.lse ? lse_t.get() : nullptr;
+    if (c.page_size == 0) {
+      return kjit_batch_prefill_ragged_run(plan.get(), q_t.get(), k_t.get(), v_t.get(), qo_t.get(),
+                                           kv_t.get(), nullptr, out_t.get(), lse, 1.0f, 1.0f,
+                                           stream);
+    }
+    return kjit_batch_prefill_run(plan.get(), q_t.get(), k_t.get(), v_t.get(), qo_t.get(),
+                                  idx_t.get(), kv_t.get(), last_t.get(), nullptr, out_t.get(), lse,
+                                  1.0f, 1.0f, stream);
+  }
+  void poison() {
+    out_dev->fill(0xFF);
+    lse_dev->fill(0xFF);
+  }
+  // The out and lse bytes as they are on the device.
+  std::vector<unsigned char> outputs() const {
+    const size_t out_bytes = q_host.size();
+    std::vector<unsigned char> b(out_bytes + static_cast<size_t>(total_q * c.qo_heads) * 4);
+    if (out_bytes > 0) out_dev->download(b.data(), out_bytes);
+    if (b.size() > out_bytes) lse_dev->download(b.data() + out_bytes, b.size() - out_bytes);
+    return b;
+  }
+};
+
+void fill(std::vector<unsigned char>& b, const std::string& dtype, double lo, double hi,
+          std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> dist(lo, hi);
+  for (size_t i = 0; i < b.size() / 2; ++i) ref::store_elem(b.data(), i, dist(rng), dtype);
+}
+
+std::unique_ptr<Problem> build(const PrefillCase& c, std::mt19937_64& rng) {
+  auto pp = std::make_unique<Problem>();
+  Problem& p = *pp;
+  p.c = c;
+  p.batch = static_cast<int64_t>(c.q_lens.size());
+  const int64_t H = c.kv_heads, D = c.head_dim, P = c.page_size;
+  p.qo_indptr = {0};
+  for (int64_t l : c.q_lens) p.qo_indptr.push_back(static_cast<int32_t>(p.qo_indptr.back() + l));
+  p.total_q = p.qo_indptr.back();
+  p.kv_indptr = {0};
+  if (P > 0) {
+    // Distinct pages in random order.
+    std::vector<int64_t> npages;
+    int64_t used = 0;
+    for (int64_t l : c.kv_lens) used += npages.emplace_back((l + P - 1) / P);
+    p.num_pages = used + c.spare_pages;
+    std::vector<int32_t> perm(static_cast<size_t>(p.num_pages));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (size_t b = 0; b < c.kv_lens.size(); ++b) {
+      for (int64_t i = 0; i < npages[b]; ++i) p.indices.push_back(perm[p.indices.size()]);
+      p.kv_indptr.push_back(static_cast<int32_t>(p.indices.size()));
+      p.last.push_back(
+          static_cast<int32_t>(npages[b] == 0 ? 0 : c.kv_lens[b] - (npages[b] - 1) * P));
+    }
+    if (c.invalid_pages) {
+      // Past the pool in the first request with two pages, negative in the last with one.
+      for (size_t b = 0; b < npages.size(); ++b) {
+        if (npages[b] >= 2) {
+          p.indices[static_cast<size_t>(p.kv_indptr[b] + 1)] =
+              static_cast<int32_t>(p.num_pages + 5);
+          break;
+        }
+      }
+      for (size_t b = npages.size(); b-- > 0;) {
+        if (npages[b] >= 1) {
+          p.indices[static_cast<size_t>(p.kv_indptr[b])] = -3;
+          break;
+        }
+      }
+    }
+    const bool nhd = c.layout == KJIT_KV_LAYOUT_NHD;
+    p.slot_stride = nhd ? H * D : D;
+    p.head_stride = nhd ? D : P * D;
+    p.page_stride = P * H * D;
+  } else {
+    for (int64_t l : c.kv_lens) p.kv_indptr.push_back(static_cast<int32_t>(p.kv_indptr.back() + l));
+    p.num_pages = p.kv_indptr.back();
+    p.slot_stride = 0;
+    p.head_stride = D;
+    p.page_stride = H * D;
+  }
+  const size_t kv_elems = static_cast<size_t>(p.num_pages * p.page_stride);
+  p.k_host.resize(kv_elems * 2);
+  p.v_host.resize(kv_elems * 2);
+  fill(p.k_host, c.dtype, -0.5, 1.5, rng);
+  fill(p.v_host, c.dtype, -0.5, 1.5, rng);
+  p.q_host.resize(static_cast<size_t>(p.total_q * c.qo_heads * D) * 2);
+  fill(p.q_host, c.dtype, -2.0, 2.0, rng);
+
+  p.q_dev = upload_bytes(p.q_host.data(), p.q_host.size());
+  p.k_dev = upload_bytes(p.k_host.data(), p.k_host.size());
+  p.v_dev = upload_bytes(p.v_host.data(), p.v_host.size());
+  p.qo_dev = upload_ints(p.qo_indptr);
+  p.kv_dev = upload_ints(p.kv_indptr);
+  p.idx_dev = upload_ints(p.indices);
+  p.last_dev = upload_ints(p.last);
+  p.out_dev = std::make_unique<DeviceBuffer>(std::max<size_t>(16, p.q_host.size()));
+  p.lse_dev = std::make_unique<DeviceBuffer>(
+      std::max<size_t>(16, static_cast<size_t>(p.total_q * c.qo_heads) * 4));
+  p.poison();
+
+  const DLDataType dt = dl_dtype(c.dtype), i32 = dl_dtype("int32");
+  p.q_t = make_tensor(p.q_dev->get(), {p.total_q, c.qo_heads, D}, dt);
+  p.out_t = make_tensor(p.out_dev->get(), {p.total_q, c.qo_heads, D}, dt);
+  p.lse_t = make_tensor(p.lse_dev->get(), {p.total_q, c.qo_heads}, dl_dtype("fp32"));
+  if (P > 0) {
+    const std::vector<int64_t> shape = c.layout == KJIT_KV_LAYOUT_NHD
+                                           ? std::vector<int64_t>{p.num_pages, P, H, D}
+                                           : std::vector<int64_t>{p.num_pages, H, P, D};
+    p.k_t = make_tensor(p.k_dev->get(), shape, dt);
+    p.v_t = make_tensor(p.v_dev->get(), shape, dt);
+  } else {
+    p.k_t = make_tensor(p.k_dev->get(), {p.num_pages, H, D}, dt);
+    p.v_t = make_tensor(p.v_dev->get(), {p.num_pages, H, D}, dt);
+  }
+  p.qo_t = make_tensor(p.qo_dev->get(), {p.batch + 1}, i32);
+  p.kv_t = make_tensor(p.kv_dev->get(), {p.batch + 1}, i32);
+  p.idx_t = make_tensor(p.idx_dev->get(), {static_cast<int64_t>(p.indices.size())}, i32);
+  p.last_t = make_tensor(p.last_dev->get(), {p.batch}, i32);
+
+  kjit_prefill_options o;
+  kjit_prefill_options_init(&o);
+  o.causal = c.causal ? 1 : 0;
+  o.window_left = c.window_left;
+  o.logits_soft_cap = c.soft_cap;
+  o.sm_scale = c.sm_scale;
+  kjit_prefill_plan* plan = nullptr;
+  const kjit_status st = kjit_batch_prefill_plan(
+      p.qo_indptr.data(), p.kv_indptr.data(), static_cast<int>(p.batch),
+      static_cast<int>(c.qo_heads), static_cast<int>(H), static_cast<int>(D), static_cast<int>(P),
+      static_cast<kjit_kv_layout>(c.layout), dt, dt, &o, 0, &plan);
+  INFO("kjit_last_error: " << kjit_last_error());
+  REQUIRE(st == KJIT_SUCCESS);
+  p.plan.reset(plan);
+  CHECK(kjit_prefill_plan_workspace_bytes(plan) == 0);
+  return pp;
+}
+
+struct Expected {
+  std::vector<double> out, lse;
+  ref::DecodeTolerance tol;
+};
+
+Expected reference(const Problem& p) {
+  Expected e;
+  const PrefillCase& c = p.c;
+  ref::PrefillRefArgs a;
+  a.batch = p.batch;
+  a.qo_heads = c.qo_heads;
+  a.kv_heads = c.kv_heads;
+  a.head_dim = c.head_dim;
+  a.page_size = c.page_size;
+  a.num_pages = p.num_pages;
+  a.sm_scale = c.sm_scale > 0 ? c.sm_scale : 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  a.soft_cap = c.soft_cap;
+  a.causal = c.causal;
+  a.window_left = c.window_left;
+  a.qo_indptr = p.qo_indptr;
+  a.kv_indptr = p.kv_indptr;
+  a.kv_indices = p.indices;
+  a.last_page_len = p.last;
+  const bool bf16 = c.dtype == "bf16";
+  e.tol.u_p = bf16 ? 0x1p-8 : 0x1p-11;
+  e.tol.eta_p = bf16 ? 0x1p-134 : 0x1p-25;
+  e.tol.u_out = ref::unit_roundoff(c.dtype);
+  auto q = [&](int64_t r, int64_t i, int64_t d) {
+    return ref::load_elem(p.q_host.data(),
+                          static_cast<size_t>((r * c.qo_heads + i) * c.head_dim + d), c.dtype);
+  };
+  auto k = [&](int64_t pg, int64_t s, int64_t h, int64_t d) { return p.kv(p.k_host, pg, s, h, d); };
+  auto v = [&](int64_t pg, int64_t s, int64_t h, int64_t d) { return p.kv(p.v_host, pg, s, h, d); };
+  ref::prefill_attention(a, p.total_q, q, k, v, e.out, e.lse, &e.tol);
+  return e;
+}
+
+// Compares out (and lse when asked for) with the reference; returns the number of bad elements.
+long check(const Problem& p, const Expected& e) {
+  const PrefillCase& c = p.c;
+  std::vector<unsigned char> raw(p.q_host.size());
+  if (!raw.empty()) p.out_dev->download(raw.data(), raw.size());
+  std::vector<float> lse(static_cast<size_t>(p.total_q * c.qo_heads));
+  if (!lse.empty()) p.lse_dev->download(lse.data(), lse.size() * 4);
+  long bad = 0;
+  double worst = 0;
+  for (size_t i = 0; i < e.out.size(); ++i) {
+    const double got = ref::load_elem(raw.data(), i, c.dtype);
+    const double err = std::fabs(got - e.out[i]);
+    if (!(err <= e.tol.out[i]) && bad++ < 5) {
+      UNSCOPED_INFO("out[" << i << "] (row " << i / c.head_dim / c.qo_heads << ", head "
+                           << i / c.head_dim % c.qo_heads << ", dim " << i % c.head_dim << ") = "
+                           << got << ", want " << e.out[i] << " (tol " << e.tol.out[i] << ")");
+    }
+    worst = std::max(worst, std::isnan(err) ? INFINITY : err);
+  }
+  for (size_t i = 0; i < e.lse.size(); ++i) {
+    const double want = e.lse[i], got = lse[i];
+    bool ok = true;
+    if (!c.lse) {
+      uint32_t bits;
+      std::memcpy(&bits, &lse[i], 4);
+      ok = bits == 0xFFFFFFFFu;  // not asked for: still poisoned
+    } else if (std::isinf(want)) {
+      ok = std::isinf(got) && got < 0;
+    } else {
+      ok = std::fabs(got - want) <= e.tol.lse[i];
+    }
+    if (!ok && bad++ < 10) {
+      UNSCOPED_INFO("lse[" << i << "] = " << got << ", want " << want << " (tol " << e.tol.lse[i]
+                           << ")");
+    }
+  }
+  UNSCOPED_INFO("largest out error " << worst);
+  return bad;
+}
+
+void run_case(const PrefillCase& c, std::mt19937_64& rng) {
+  INFO(describe(c));
+  auto p = build(c, rng);
+  const kjit_status st = p->run();
+  INFO("kjit_last_error: " << kjit_last_error());
+  REQUIRE(st == KJIT_SUCCESS);
+  device_synchronize();
+  CHECK(check(*p, reference(*p)) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("prefill gpu: head dims and dtypes, causal and not", "[gpu][attention][prefill]") {
+  std::mt19937_64 rng(2701);
+  for (const char* dt : {"bf16", "fp16"}) {
+    for (int64_t d : {64, 128, 256}) {
+      for (bool causal : {true, false}) {
+        PrefillCase c;
+        c.dtype = dt;
+        c.head_dim = d;
+        c.causal = causal;
+        run_case(c, rng);
+      }
+    }
+  }
+}
+
+TEST_CASE("prefill gpu: GQA groups 1, 4, 8 and 16", "[gpu][attention][prefill]") {
+  std::mt19937_64 rng(2702);
+  for (int64_t g : {1, 4, 8, 16}) {
+    PrefillCase c;
+    c.kv_heads = 2;
+    c.qo_heads = 2 * g;
+    run_case(c, rng);
+  }
+}
+
+TEST_CASE("prefill gpu: page sizes 1 and 16, NHD and HND, ragged KV", "[gpu][attention][prefill]") {
+  std::mt19937_64 rng(2703);
+  for (int64_t ps : {1, 16, 0}) {
+    for (int layout : {KJIT_KV_LAYOUT_NHD, KJIT_KV_LAYOUT_HND}) {
+      if (ps == 0 && layout == KJIT_KV_LAYOUT_HND) continue;
+      for (bool causal : {true, false}) {
+        PrefillCase c;
+        c.page_size = ps;
+        c.layout = layout;
+        c.causal = causal;
+        run_case(c, rng);
+      }
+    }
+  }
+}
+
+TEST_CASE("prefill gpu: sliding window and logits soft cap", "[gpu][attention][prefill]") {
+  std::mt19937_64 rng(2704);
+  for (int window : {0, 5, 64}) {
+    for (bool causal : {true, false}) {
+      PrefillCase c;
+      c.window_left = window;
+      c.causal = causal;
+      run_case(c, rng);
+    }
+  }
+  PrefillCase c;
+  c.soft_cap = 5.0f;
+  c.sm_scale = 0.3f;
+  run_case(c, rng);
+  c.causal = false;
+  c.window_left = 17;
+  c.dtype = "fp16";
+  c.head_dim = 64;
+  run_case(c, rng);
+}
+
+TEST_CASE("prefill gpu: one request far longer than the rest, empty requests",
+          "[gpu][attention][prefill]") {
+  std::mt19937_64 rng(2705);
+  PrefillCase c;
+  c.qo_heads = 4;
+  c.kv_heads = 1;
+  c.head_dim = 64;
+  c.q_lens = {1, 0, 1500, 7, 0};
+  c.kv_lens = {1, 40, 1500, 15, 0};
+  run_case(c, rng);
+  // Fewer keys than new tokens under the causal mask: the first rows see no key (out 0, lse
+  // -inf).
+  c.q_lens = {20, 3};
+  c.kv_lens = {5, 0};
+  run_case(c, rng);
+  c.page_size = 0;
+  run_case(c, rng);
+}
+
+TEST_CASE("prefill gpu: broken page tables contribute nothing, lse not asked for",
+          "[gpu][attention][prefill]") {
+  std::mt19937_64 rng(2706);
+  PrefillCase c;
+  c.invalid_pages = true;
+  run_case(c, rng);
+  c.invalid_pages = false;
+  c.lse = false;
+  run_case(c, rng);
+}
+
+// The cascade recipe (docs/c-api.md): keys [0, s) as a non-causal prefill, keys [s, kv_len) as a
+// causal one, merged with kjit_merge_states, equal the causal prefill over all the keys.
+TEST_CASE("prefill gpu: two partial prefills merged equal the whole", "[gpu][attention][prefill]") {
+  std::mt19937_64 rng(2707);
+  for (int64_t ps : {16, 0}) {
+    PrefillCase whole;
+    whole.page_size = ps;
+    whole.q_lens = {7, 129, 1};
+    whole.kv_lens = {64 + 7, 160 + 129, 32 + 1};
+    const std::vector<int64_t> prefix = {64, 160, 32};  // whole pages
+    INFO(describe(whole));
+    auto p = build(whole, rng);
+    const Expected e = reference(*p);
+
+    // The two parts see the same q and the same keys, split at `prefix`.
+    auto part = [&](bool first) {
+      PrefillCase c = whole;
+      c.causal = !first;
+      for (size_t b = 0; b < prefix.size(); ++b) {
+        c.kv_lens[b] = first ? prefix[b] : whole.kv_lens[b] - prefix[b];
+      }
+      auto r = build(c, rng);
+      // Copy the whole problem's q and the keys of this part into r's buffers.
+      r->q_dev->upload(p->q_host.data(), p->q_host.size());
+      r->q_host = p->q_host;
+      const int64_t row = p->page_stride;  // elements per page (paged) or row (ragged)
+      for (size_t b = 0; b < prefix.size(); ++b) {
+        const int64_t n = c.kv_lens[b];
+        const int64_t skip = first ? 0 : prefix[b];
+        const int64_t unit = ps > 0 ? ps : 1;
+        for (int64_t u = 0; u < (n + unit - 1) / unit; ++u) {
+          const int64_t src =
+              ps > 0 ? p->indices[static_cast<size_t>(p->kv_indptr[b] + (skip + u * unit) / ps)]
+                     : p->kv_indptr[b] + skip + u;
+          const int64_t dst =
+              ps > 0 ? r->indices[static_cast<size_t>(r->kv_indptr[b] + u)] : r->kv_indptr[b] + u;
+          for (auto [from, to, dev] : {std::tuple{&p->k_host, &r->k_host, r->k_dev.get()},
+                                       std::tuple{&p->v_host, &r->v_host, r->v_dev.get()}}) {
+            std::memcpy(to->data() + dst * row * 2, from->data() + src * row * 2,
+                        static_cast<size_t>(row) * 2);
+            dev->upload(to->data() + dst * row * 2, static_cast<size_t>(row) * 2,
+                        static_cast<size_t>(dst * row * 2));
+          }
+        }
+      }
+      return r;
+    };
+    auto a = part(true), b = part(false);
+    REQUIRE(a->run() == KJIT_SUCCESS);
+    REQUIRE(b->run() == KJIT_SUCCESS);
+    // Merge into the whole problem's out and lse.
+    const kjit_status st =
+        kjit_merge_states(a->out_t.get(), a->lse_t.get(), b->out_t.get(), b->lse_t.get(),
+                          p->out_t.get(), p->lse_t.get(), nullptr);
+    INFO("kjit_last_error: " << kjit_last_error());
+    REQUIRE(st == KJIT_SUCCESS);
+    device_synchronize();
+    // Two roundings of the partial outputs and the merge's one: the whole's tolerance, widened
+    // by two output roundings of the values' scale.
+    Expected loose = e;
+    for (double& t : loose.tol.out) t += 2 * 1.5 * e.tol.u_out;
+    for (double& t : loose.tol.lse) t += 1e-5;  // each part's lse error, then the merge's
+    CHECK(check(*p, loose) == 0);
+  }
+}
+
+TEST_CASE("prefill gpu: batch 0 and zero rows run as no-ops", "[gpu][attention][prefill]") {
+  std::mt19937_64 rng(2708);
+  PrefillCase c;
+  c.q_lens = {0, 0};
+  c.kv_lens = {5, 0};
+  auto p = build(c, rng);
+  REQUIRE(p->run() == KJIT_SUCCESS);
+  kjit_prefill_plan* plan = nullptr;
+  const DLDataType bf = dl_dtype("bf16");
+  REQUIRE(kjit_batch_prefill_plan(nullptr, nullptr, 0, 8, 2, 128, 16, KJIT_KV_LAYOUT_NHD, bf, bf,
+                                  nullptr, 0, &plan) == KJIT_SUCCESS);
+  kjit_prefill_plan_destroy(plan);
+}
+
+// A captured run replayed after the page table's contents changed (the pages shuffled, their data
+// moved along, so the answer is the same) equals the reference and, bit for bit, an eager run.
+TEST_CASE("prefill gpu: CUDA graph capture, replay with a changed page table",
+          "[gpu][attention][prefill]") {
+  const auto& d = kjit::cuda::driver();
+  std::mt19937_64 rng(2709);
+  PrefillCase c;
+  c.spare_pages = 0;
+  auto p = build(c, rng);
+  CUstream stream = nullptr;
+  // A blocking stream: ordered after the uploads and poison fills on the legacy stream.
+  REQUIRE(d.cuStreamCreate(&stream, CU_STREAM_DEFAULT) == CUDA_SUCCESS);
+  REQUIRE(p->run(stream) == KJIT_SUCCESS);  // warm-up: capture must not compile or load
+  REQUIRE(d.cuStreamSynchronize(stream) == CUDA_SUCCESS);
+  CUgraph graph = nullptr;
+  CUgraphExec exec = nullptr;
+  REQUIRE(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
+  const kjit_status captured = p->run(stream);
+  const CUresult end = d.cuStreamEndCapture(stream, &graph);
+  INFO("kjit_last_error: " << kjit_last_error());
+  REQUIRE(captured == KJIT_SUCCESS);
+  REQUIRE(end == CUDA_SUCCESS);
+  REQUIRE(d.cuGraphInstantiateWithFlags(&exec, graph, 0) == CUDA_SUCCESS);
+  const Expected e = reference(*p);
+  const size_t page_bytes = static_cast<size_t>(p->page_stride) * 2;
+  for (int round = 0; round < 2; ++round) {
+    INFO("round " << round);
+    // Page i moves to slot perm[i] of the pool: its data and every table entry naming it.
+    std::vector<int32_t> perm(static_cast<size_t>(p->num_pages));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (auto* h : {&p->k_host, &p->v_host}) {
+      std::vector<unsigned char> moved(h->size());
+      for (size_t i = 0; i < perm.size(); ++i) {
+        std::memcpy(moved.data() + perm[i] * page_bytes, h->data() + i * page_bytes, page_bytes);
+      }
+      *h = moved;
+    }
+    p->k_dev->upload(p->k_host.data(), p->k_host.size());
+    p->v_dev->upload(p->v_host.data(), p->v_host.size());
+    for (auto& x : p->indices) x = perm[static_cast<size_t>(x)];
+    p->idx_dev->upload(p->indices.data(), p->indices.size() * 4);
+    p->poison();
+    REQUIRE(d.cuGraphLaunch(exec, stream) == CUDA_SUCCESS);
+    REQUIRE(d.cuStreamSynchronize(stream) == CUDA_SUCCESS);
+    CHECK(check(*p, e) == 0);
+    const std::vector<unsigned char> replayed = p->outputs();
+    p->poison();
+    REQUIRE(p->run(stream) == KJIT_SUCCESS);
+    REQUIRE(d.cuStreamSynchronize(stream) == CUDA_SUCCESS);
+    CHECK(p->outputs() == replayed);
+  }
+  d.cuGraphExecDestroy(exec);
+  d.cuGraphDestroy(graph);
+  d.cuStreamDestroy(stream);
+}

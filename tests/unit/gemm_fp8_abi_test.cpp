@@ -1,0 +1,350 @@
+// The fp8 GEMM and the fp8 quantization without a GPU: the C ABI's argument checks (rejected
+// before any driver call, so the same without a device), scale-mode inference, the path choice,
+// the specs and catalogs, and the host e4m3 reference the GPU tests trust.
+#include <catch2/catch.hpp>
+
+#include <dlfcn.h>
+
+#include <cmath>
+#include <string>
+
+#include "kjit/kjit.h"
+#include "ops/gemm/gemm_fp8.hpp"
+#include "ops/quant/quant_fp8.hpp"
+#include "ops/registry.hpp"
+#include "reference/fp8_ref.hpp"
+#include "support/gpu.hpp"
+#include "support/no_gpu.hpp"
+#include "util/error.hpp"
+
+using kjit::test::dl_dtype;
+using kjit::test::make_tensor;
+using kjit::test::Tensor;
+namespace ops = kjit::ops;
+
+namespace {
+
+char* const kA = reinterpret_cast<char*>(0x10000000);
+char* const kB = reinterpret_cast<char*>(0x20000000);
+char* const kSa = reinterpret_cast<char*>(0x28000000);
+char* const kSb = reinterpret_cast<char*>(0x2C000000);
+char* const kOut = reinterpret_cast<char*>(0x30000000);
+
+// A valid per-row call: a [4, 256], b [300, 256], out [4, 300].
+struct Call {
+  Tensor a = make_tensor(kA, {4, 256}, dl_dtype("e4m3"));
+  Tensor b = make_tensor(kB, {300, 256}, dl_dtype("e4m3"));
+  Tensor sa = make_tensor(kSa, {4}, dl_dtype("fp32"));
+  Tensor sb = make_tensor(kSb, {300}, dl_dtype("fp32"));
+  Tensor out = make_tensor(kOut, {4, 300}, dl_dtype("bf16"));
+  const kjit_gemm_options* options = nullptr;
+  kjit_status run() {
+    return kjit_gemm_fp8(a.get(), b.get(), sa.get(), sb.get(), out.get(), options, nullptr);
+  }
+  void block_scales(int64_t m, int64_t n, int64_t k) {
+    sa = make_tensor(kSa, {m, (k + 127) / 128}, dl_dtype("fp32"));
+    sb = make_tensor(kSb, {(n + 127) / 128, (k + 127) / 128}, dl_dtype("fp32"));
+  }
+};
+
+struct Quant {
+  Tensor in = make_tensor(kA, {4, 300}, dl_dtype("bf16"));
+  Tensor out = make_tensor(kB, {4, 300}, dl_dtype("e4m3"));
+  Tensor scale = make_tensor(kSa, {4, 3}, dl_dtype("fp32"));
+  kjit_fp8_scaling scaling = KJIT_FP8_PER_GROUP_128;
+  kjit_status run() { return kjit_quant_fp8(in.get(), out.get(), scale.get(), scaling, nullptr); }
+};
+
+// The call (a Call or a Quant) fails validation naming `fragment`, and the guard names `entry`.
+template <class C>
+void expect_invalid(C& c, const char* fragment, const char* entry) {
+  const kjit_status s = c.run();
+  const std::string err = kjit_last_error();
+  INFO("last error: " << err);
+  CHECK(s == KJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(err.find(fragment) != std::string::npos);
+  CHECK(err.find(entry) == 0);
+}
+void expect_invalid(Call& c, const char* fragment) {
+  expect_invalid(c, fragment, "kjit_gemm_fp8");
+}
+void expect_invalid(Quant& q, const char* fragment) {
+  expect_invalid(q, fragment, "kjit_quant_fp8");
+}
+
+// An H100 / H200 (sm_90, 227 KB of opt-in shared memory).
+ops::GemmTarget h100(bool tma_ok) {
+  ops::GemmTarget t;
+  t.cc_major = 9;
+  t.max_smem_optin = 232448;
+  t.sm_count = 132;
+  t.tma_ok = tma_ok;
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("gemm_fp8 abi: libkjit.so exports kjit_gemm_fp8 and kjit_quant_fp8", "[c_abi][fp8]") {
+  void* lib = dlopen(KJIT_SHARED_LIB_PATH, RTLD_NOW | RTLD_LOCAL);
+  REQUIRE(lib != nullptr);
+  CHECK(dlsym(lib, "kjit_gemm_fp8") != nullptr);
+  CHECK(dlsym(lib, "kjit_quant_fp8") != nullptr);
+  dlclose(lib);
+}
+
+TEST_CASE("gemm_fp8 abi: rejects NULL tensors", "[c_abi][fp8]") {
+  Call c;
+  CHECK(kjit_gemm_fp8(nullptr, c.b.get(), c.sa.get(), c.sb.get(), c.out.get(), nullptr, nullptr) ==
+        KJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(kjit_last_error()).find("a is NULL") != std::string::npos);
+  CHECK(kjit_gemm_fp8(c.a.get(), c.b.get(), nullptr, c.sb.get(), c.out.get(), nullptr, nullptr) ==
+        KJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(kjit_last_error()).find("scale_a is NULL") != std::string::npos);
+  CHECK(kjit_gemm_fp8(c.a.get(), c.b.get(), c.sa.get(), nullptr, c.out.get(), nullptr, nullptr) ==
+        KJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(kjit_last_error()).find("scale_b is NULL") != std::string::npos);
+}
+
+TEST_CASE("gemm_fp8 abi: rejects operands that are not e4m3 and scales that are not fp32",
+          "[c_abi][fp8]") {
+  Call bf;
+  bf.a = make_tensor(kA, {4, 256}, dl_dtype("bf16"));
+  bf.b = make_tensor(kB, {300, 256}, dl_dtype("bf16"));
+  expect_invalid(bf, "float8_e4m3fn");
+  Call mixed;
+  mixed.b = make_tensor(kB, {300, 256}, dl_dtype("bf16"));
+  expect_invalid(mixed, "b");
+  Call u8;  // uint8 bytes are not e4m3
+  u8.a = make_tensor(kA, {4, 256}, DLDataType{kDLUInt, 8, 1});
+  expect_invalid(u8, "a");
+  Call sa;
+  sa.sa = make_tensor(kSa, {4}, dl_dtype("bf16"));
+  expect_invalid(sa, "scale_a must be fp32");
+  Call sb;
+  sb.sb = make_tensor(kSb, {300}, dl_dtype("fp16"));
+  expect_invalid(sb, "scale_b must be fp32");
+  Call out;
+  out.out = make_tensor(kOut, {4, 300}, dl_dtype("int32"));
+  CHECK(out.run() == KJIT_ERROR_UNSUPPORTED);
+  Call out8;
+  out8.out = make_tensor(kOut, {4, 300}, dl_dtype("e4m3"));
+  CHECK(out8.run() == KJIT_ERROR_UNSUPPORTED);
+}
+
+TEST_CASE("gemm_fp8 abi: rejects operand shape mismatches", "[c_abi][fp8]") {
+  Call k;
+  k.b = make_tensor(kB, {300, 255}, dl_dtype("e4m3"));
+  expect_invalid(k, "k");
+  Call n;
+  n.out = make_tensor(kOut, {4, 299}, dl_dtype("bf16"));
+  expect_invalid(n, "(n)");
+  Call b3;
+  b3.b = make_tensor(kB, {1, 300, 256}, dl_dtype("e4m3"));
+  expect_invalid(b3, "2-D");
+}
+
+TEST_CASE("gemm_fp8 abi: rejects scale shapes that name no mode", "[c_abi][fp8]") {
+  Call rows;
+  rows.sa = make_tensor(kSa, {5}, dl_dtype("fp32"));
+  expect_invalid(rows, "scale_a is [5]");
+  Call cols;
+  cols.sb = make_tensor(kSb, {299}, dl_dtype("fp32"));
+  expect_invalid(cols, "scale_b is [299]");
+  Call half_block;  // a 2-D scale_a beside a 1-D scale_b
+  half_block.sa = make_tensor(kSa, {4, 2}, dl_dtype("fp32"));
+  expect_invalid(half_block, "scale_b");
+  Call block_k;
+  block_k.block_scales(4, 300, 256);
+  block_k.sa = make_tensor(kSa, {4, 3}, dl_dtype("fp32"));  // ceil(256 / 128) = 2 chunks
+  expect_invalid(block_k, "scale_a is [4, 3]");
+  Call block_n;
+  block_n.block_scales(4, 300, 256);
+  block_n.sb = make_tensor(kSb, {2, 2}, dl_dtype("fp32"));  // ceil(300 / 128) = 3 blocks
+  expect_invalid(block_n, "scale_b is [2, 2]");
+  Call scalar;  // 0-D is not [1]
+  scalar.sa = make_tensor(kSa, {}, dl_dtype("fp32"));
+  expect_invalid(scalar, "scale_a");
+  Call strided;  // block scales must be compact
+  strided.block_scales(4, 300, 256);
+  strided.sa = make_tensor(kSa, {4, 2}, dl_dtype("fp32"), {4, 1});
+  expect_invalid(strided, "compact");
+  Call dev;
+  dev.sb = make_tensor(kSb, {300}, dl_dtype("fp32"), {}, 1);
+  expect_invalid(dev, "scale_b is on cuda:1");
+}
+
+TEST_CASE("gemm_fp8 abi: rejects an out overlapping an operand or a scale", "[c_abi][fp8]") {
+  Call a;
+  a.out = make_tensor(kA, {4, 300}, dl_dtype("bf16"));
+  expect_invalid(a, "overlaps a");
+  Call s;
+  s.out = make_tensor(kSa, {4, 300}, dl_dtype("bf16"));
+  expect_invalid(s, "overlaps scale_a");
+  Call nan;
+  kjit_gemm_options o;
+  kjit_gemm_options_init(&o);
+  o.alpha = INFINITY;
+  nan.options = &o;
+  expect_invalid(nan, "finite");
+}
+
+TEST_CASE("gemm_fp8 abi: valid calls of every mode report no device without a GPU",
+          "[c_abi][fp8]") {
+  KJIT_RUN_WITHOUT_GPU();
+  Call row;
+  CHECK(row.run() == KJIT_ERROR_NO_DEVICE);
+  Call tensor;
+  tensor.sa = make_tensor(kSa, {1}, dl_dtype("fp32"));
+  tensor.sb = make_tensor(kSb, {1}, dl_dtype("fp32"));
+  CHECK(tensor.run() == KJIT_ERROR_NO_DEVICE);
+  Call mixed;
+  mixed.sb = make_tensor(kSb, {1}, dl_dtype("fp32"));
+  CHECK(mixed.run() == KJIT_ERROR_NO_DEVICE);
+  Call block;
+  block.block_scales(4, 300, 256);
+  CHECK(block.run() == KJIT_ERROR_NO_DEVICE);
+  // k = 13: not a multiple of 128 (a partial last chunk), nor of 16 (the fallback); leading dims.
+  Call odd;
+  odd.a = make_tensor(kA, {2, 3, 13}, dl_dtype("e4m3"));
+  odd.b = make_tensor(kB, {7, 13}, dl_dtype("e4m3"));
+  odd.out = make_tensor(kOut, {2, 3, 7}, dl_dtype("fp32"));
+  odd.block_scales(6, 7, 13);
+  CHECK(odd.run() == KJIT_ERROR_NO_DEVICE);
+  Call z;
+  z.a = make_tensor(nullptr, {0, 256}, dl_dtype("e4m3"));
+  z.out = make_tensor(nullptr, {0, 300}, dl_dtype("bf16"));
+  z.sa = make_tensor(nullptr, {0}, dl_dtype("fp32"));
+  CHECK(z.run() == KJIT_SUCCESS);
+}
+
+TEST_CASE("quant_fp8 abi: rejects bad tensors, shapes and scalings", "[c_abi][fp8]") {
+  Quant dt;
+  dt.in = make_tensor(kA, {4, 300}, dl_dtype("fp32"));
+  CHECK(dt.run() == KJIT_ERROR_UNSUPPORTED);
+  Quant od;
+  od.out = make_tensor(kB, {4, 300}, dl_dtype("bf16"));
+  expect_invalid(od, "out must be float8_e4m3fn");
+  Quant sd;
+  sd.scale = make_tensor(kSa, {4, 3}, dl_dtype("bf16"));
+  expect_invalid(sd, "scale must be fp32");
+  Quant shape;
+  shape.out = make_tensor(kB, {4, 299}, dl_dtype("e4m3"));
+  expect_invalid(shape, "out's shape");
+  Quant groups;
+  groups.scale = make_tensor(kSa, {4, 2}, dl_dtype("fp32"));
+  expect_invalid(groups, "[m, ceil(k / 128)] = [4, 3]");
+  Quant row;
+  row.scaling = KJIT_FP8_PER_ROW;
+  expect_invalid(row, "[m] = [4] per row");
+  Quant tensor;
+  tensor.scaling = KJIT_FP8_PER_TENSOR;
+  tensor.scale = make_tensor(kSa, {4}, dl_dtype("fp32"));
+  expect_invalid(tensor, "[1] per tensor");
+  Quant bad;
+  bad.scaling = static_cast<kjit_fp8_scaling>(3);
+  expect_invalid(bad, "scaling is 3");
+  Quant strided;
+  strided.scale = make_tensor(kSa, {4, 3}, dl_dtype("fp32"), {5, 1});
+  expect_invalid(strided, "compact");
+  Quant alias;
+  alias.out = make_tensor(kA + 2, {4, 300}, dl_dtype("e4m3"));
+  expect_invalid(alias, "overlaps input");
+  Quant null_scale;
+  CHECK(kjit_quant_fp8(null_scale.in.get(), null_scale.out.get(), nullptr, KJIT_FP8_PER_TENSOR,
+                       nullptr) == KJIT_ERROR_INVALID_ARGUMENT);
+}
+
+TEST_CASE("quant_fp8 abi: valid calls report no device without a GPU", "[c_abi][fp8]") {
+  KJIT_RUN_WITHOUT_GPU();
+  Quant g;
+  CHECK(g.run() == KJIT_ERROR_NO_DEVICE);
+  Quant r;
+  r.scaling = KJIT_FP8_PER_ROW;
+  r.in = make_tensor(kA, {2, 2, 300}, dl_dtype("fp16"), {1200, 600, 1});  // row-strided
+  r.out = make_tensor(kB, {2, 2, 300}, dl_dtype("e4m3"));
+  r.scale = make_tensor(kSa, {4}, dl_dtype("fp32"));
+  CHECK(r.run() == KJIT_ERROR_NO_DEVICE);
+  Quant t;
+  t.scaling = KJIT_FP8_PER_TENSOR;
+  t.scale = make_tensor(kSa, {1}, dl_dtype("fp32"));
+  CHECK(t.run() == KJIT_ERROR_NO_DEVICE);
+  Quant z;
+  z.in = make_tensor(nullptr, {0, 300}, dl_dtype("bf16"));
+  z.out = make_tensor(nullptr, {0, 300}, dl_dtype("e4m3"));
+  z.scale = make_tensor(nullptr, {0, 3}, dl_dtype("fp32"));
+  CHECK(z.run() == KJIT_SUCCESS);
+}
+
+// ---- The pure parts ----------------------------------------------------------------------------
+
+TEST_CASE("gemm_fp8: select takes sm90 only where TMA and wgmma can serve", "[fp8]") {
+  using ops::DType;
+  using ops::Fp8Scales;
+  using ops::GemmPath;
+  const auto bf16 = DType::kBF16;
+  const auto tr = Fp8Scales::kTensorRow;
+  CHECK(ops::select_gemm_fp8(bf16, tr, 1, 4096, 4096, h100(true)).path == GemmPath::kSm90);
+  // One 128-wide tile (promotion needs the registers a 256-wide one would take).
+  CHECK(ops::select_gemm_fp8(bf16, tr, 4096, 4096, 4096, h100(true)).bn == 128);
+  CHECK(ops::select_gemm_fp8(bf16, Fp8Scales::kBlock, 4096, 4096, 4096, h100(true)).bn == 128);
+  CHECK(ops::select_gemm_fp8(bf16, tr, 64, 64, 64, h100(false)).path == GemmPath::kSimt);
+  ops::GemmTarget a100 = h100(true);
+  a100.cc_major = 8;
+  CHECK(ops::select_gemm_fp8(bf16, tr, 64, 64, 64, a100).path == GemmPath::kSimt);
+  CHECK_THROWS_AS(ops::select_gemm_fp8(DType::kI32, tr, 8, 8, 8, h100(true)), kjit::Error);
+}
+
+TEST_CASE("gemm_fp8 and quant_fp8: specs and catalogs", "[fp8]") {
+  const ops::OpDef& def = ops::op_or_throw("gemm_fp8");
+  int sm90 = 0;
+  for (const auto& args : def.catalog()) {
+    const kjit::jit::Spec s = def.make_spec(args);
+    INFO(s.uri);
+    const bool tc = args.at("path") == "sm90";
+    sm90 += tc;
+    CHECK(s.arch_families == std::vector<std::string>{tc ? "sm_90a" : "sm_80+"});
+    CHECK(s.entry_names.at(0).find(tc ? "gemm_fp8_sm90_kernel" : "gemm_fp8_simt_kernel") !=
+          std::string::npos);
+  }
+  CHECK(sm90 == 4);
+  ops::GemmFp8Config c;
+  c.path = ops::GemmPath::kSm90;
+  c.scales = ops::Fp8Scales::kBlock;
+  c.bn = 128;
+  c.stages = 6;
+  CHECK(ops::gemm_fp8_spec(c).uri == "gemm_fp8_path_sm90_out_dtype_bf16_bn_128_stages_6_block_1");
+  CHECK_THROWS_AS(def.make_spec({{"path", "sm90"}, {"out_dtype", "bf16"}, {"bn", "256"}}),
+                  kjit::Error);
+  CHECK_THROWS_AS(def.make_spec({{"path", "simt"}, {"out_dtype", "bf16"}, {"scales", "block"}}),
+                  kjit::Error);
+  const ops::OpDef& q = ops::op_or_throw("quant_fp8");
+  CHECK(q.catalog().size() == 6);
+  const kjit::jit::Spec t = q.make_spec({{"dtype", "bf16"}, {"scaling", "tensor"}});
+  CHECK(t.entry_names.size() == 2);  // the amax and the conversion
+  CHECK(q.make_spec({{"dtype", "fp16"}, {"scaling", "group"}}).entry_names.size() == 1);
+}
+
+TEST_CASE("fp8 reference: e4m3 values, rounding and saturation", "[fp8]") {
+  namespace ref = kjit::ref;
+  CHECK(ref::e4m3_value(0x38) == 1.0);
+  CHECK(ref::e4m3_value(0x7E) == 448.0);
+  CHECK(ref::e4m3_value(0x01) == std::ldexp(1.0, -9));
+  CHECK(ref::e4m3_value(0x08) == std::ldexp(1.0, -6));
+  CHECK(ref::e4m3_value(0xB8) == -1.0);
+  CHECK(std::isnan(ref::e4m3_value(0x7F)));
+  CHECK(ref::e4m3_code(1.0f) == 0x38);
+  CHECK(ref::e4m3_code(448.0f) == 0x7E);
+  CHECK(ref::e4m3_code(464.0f) == 0x7E);  // halfway to 480 (no such value): saturates
+  CHECK(ref::e4m3_code(1e30f) == 0x7E);
+  CHECK(ref::e4m3_code(-1e30f) == 0xFE);
+  CHECK(ref::e4m3_code(1.0625f) == 0x38);  // halfway between 1 and 1.125: to the even code
+  CHECK(ref::e4m3_code(1.1875f) == 0x3A);  // halfway between 1.125 and 1.25: to the even code
+  CHECK(ref::e4m3_code(std::ldexp(1.5f, -10)) == 0x01);  // between 0 and 2^-9, nearer 2^-9
+  CHECK(ref::e4m3_code(std::ldexp(1.0f, -10)) == 0x00);  // halfway 0 .. 2^-9: even (zero)
+  CHECK(std::isnan(ref::e4m3_value(ref::e4m3_code(NAN))));
+  // Every code decodes and encodes back to itself.
+  for (int c = 0; c < 256; ++c) {
+    if ((c & 0x7F) == 0x7F) continue;
+    CHECK(ref::e4m3_code(static_cast<float>(ref::e4m3_value(static_cast<uint8_t>(c)))) == c);
+  }
+}

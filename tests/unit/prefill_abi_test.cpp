@@ -1,0 +1,147 @@
+// Prefill attention without a GPU: the exports, the options' defaults, what a plan holds (tiles,
+// variant, workspace) for ragged batches, the variants' shared memory and URIs, the run's refusal
+// of a plan of the other KV kind, and the fp64 reference on hand-made masks. The hostile-input
+// table (tests/reliability/hostile_abi_test.cpp) covers every broken argument of the entry points.
+#include <catch2/catch.hpp>
+
+#include <dlfcn.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kjit/kjit.h"
+#include "ops/attention/prefill.hpp"
+#include "reference/prefill_ref.hpp"
+#include "support/gpu.hpp"
+
+using kjit::test::dl_dtype;
+namespace ops = kjit::ops;
+
+namespace {
+
+ops::PrefillPlanData plan(const std::vector<int32_t>& qo, const std::vector<int32_t>& kv,
+                          int qo_heads, int kv_heads, int head_dim, int page_size,
+                          bool causal = true) {
+  return ops::plan_batch_prefill(qo.data(), kv.data(), static_cast<int>(qo.size()) - 1, qo_heads,
+                                 kv_heads, head_dim, page_size, KJIT_KV_LAYOUT_NHD,
+                                 dl_dtype("bf16"), dl_dtype("bf16"), causal ? 1 : 0, 0.0f, 0.0f, -1,
+                                 0);
+}
+
+}  // namespace
+
+TEST_CASE("prefill abi: libkjit.so exports the prefill entry points", "[c_abi][attention]") {
+  void* lib = dlopen(KJIT_SHARED_LIB_PATH, RTLD_NOW | RTLD_LOCAL);
+  REQUIRE(lib != nullptr);
+  for (const char* name :
+       {"kjit_prefill_options_init", "kjit_batch_prefill_plan", "kjit_prefill_plan_workspace_bytes",
+        "kjit_prefill_plan_destroy", "kjit_batch_prefill_run", "kjit_batch_prefill_ragged_run"}) {
+    INFO(name);
+    CHECK(dlsym(lib, name) != nullptr);
+  }
+  dlclose(lib);
+}
+
+TEST_CASE("prefill abi: options defaults and NULL-safe calls", "[c_abi][attention]") {
+  kjit_prefill_options o;
+  std::memset(&o, 0x5A, sizeof(o));
+  kjit_prefill_options_init(&o);
+  CHECK(o.struct_size == sizeof(kjit_prefill_options));
+  CHECK(o.causal == 1);
+  CHECK(o.sm_scale == 0.0f);
+  CHECK(o.logits_soft_cap == 0.0f);
+  CHECK(o.window_left == -1);
+  kjit_prefill_options_init(nullptr);
+  kjit_prefill_plan_destroy(nullptr);
+  CHECK(kjit_prefill_plan_workspace_bytes(nullptr) == 0);
+}
+
+TEST_CASE("prefill abi: a plan counts each request's row tiles", "[c_abi][attention]") {
+  // Group 4, 128 rows a CTA at head_dim 128: 1 -> 1 tile, 0 -> 0, 32 -> 1, 33 -> 2, 1000 -> 32.
+  const auto pl = plan({0, 1, 1, 33, 66, 1066}, {0, 1, 2, 5, 9, 80}, 32, 8, 128, 16);
+  CHECK(pl.cfg.warps == 8);
+  CHECK(pl.cfg.kv_tile == 64);
+  CHECK(pl.group == 4);
+  CHECK(pl.total_q == 1066);
+  CHECK(pl.tiles == 1 + 0 + 1 + 2 + 32);
+  CHECK(pl.workspace_bytes == 0);
+  CHECK(pl.sm_scale == Approx(1.0 / std::sqrt(128.0)));
+  // head_dim 256: 64 rows over 32-key tiles.
+  const auto p256 = plan({0, 100}, {0, 100}, 8, 8, 256, 0, false);
+  CHECK(p256.cfg.warps == 4);
+  CHECK(p256.cfg.kv_tile == 32);
+  CHECK(p256.tiles == 2);
+  CHECK(p256.page_size == 0);
+  CHECK(p256.causal == 0);
+}
+
+TEST_CASE("prefill abi: variants fit the shared memory they ask for", "[c_abi][attention]") {
+  for (int d : {64, 128, 256}) {
+    const ops::PrefillConfig c = ops::select_prefill(kjit::ops::DType::kBF16, d, 4, {});
+    INFO(d);
+    CHECK(ops::prefill_smem_bytes(c) <= 164 * 1024 - 1024);  // an A100 runs every one
+    const std::string uri = ops::prefill_spec(c).uri;
+    CHECK(uri.rfind("prefill_attention_dtype_bf16_head_dim_" + std::to_string(d), 0) == 0);
+  }
+  kjit::ops::SmemBudget tiny;
+  tiny.per_block = 48 * 1024;
+  CHECK_THROWS(ops::select_prefill(kjit::ops::DType::kBF16, 128, 4, tiny));
+  CHECK_THROWS(ops::select_prefill(kjit::ops::DType::kF32, 128, 4, {}));
+  CHECK_THROWS(ops::select_prefill(kjit::ops::DType::kBF16, 96, 4, {}));
+  CHECK_THROWS(ops::select_prefill(kjit::ops::DType::kBF16, 128, 17, {}));
+}
+
+TEST_CASE("prefill abi: a run refuses a plan of the other KV kind", "[c_abi][attention]") {
+  const std::vector<int32_t> qo = {0, 4}, kv = {0, 4};
+  const DLDataType bf = dl_dtype("bf16");
+  for (int ps : {0, 16}) {
+    kjit_prefill_plan* p = nullptr;
+    REQUIRE(kjit_batch_prefill_plan(qo.data(), kv.data(), 1, 8, 8, 128, ps, KJIT_KV_LAYOUT_NHD, bf,
+                                    bf, nullptr, 0, &p) == KJIT_SUCCESS);
+    const kjit_status s =
+        ps == 0 ? kjit_batch_prefill_run(p, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                         nullptr, nullptr, nullptr, nullptr, 1.0f, 1.0f, nullptr)
+                : kjit_batch_prefill_ragged_run(p, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                                nullptr, nullptr, nullptr, 1.0f, 1.0f, nullptr);
+    CHECK(s == KJIT_ERROR_INVALID_ARGUMENT);
+    CHECK(std::string(kjit_last_error()).find(ps == 0 ? "ragged" : "paged") != std::string::npos);
+    kjit_prefill_plan_destroy(p);
+  }
+}
+
+// The reference's masks on a hand-made request: 2 new tokens over 4 keys, one head of dim 1, all
+// logits 0 (q = 0), values 1, 2, 3, 4: each output is the mean of the keys its mask leaves.
+TEST_CASE("prefill abi: the reference's causal and window masks", "[c_abi][attention]") {
+  kjit::ref::PrefillRefArgs a;
+  a.batch = 1;
+  a.qo_heads = a.kv_heads = a.head_dim = 1;
+  a.num_pages = 4;
+  a.sm_scale = 1;
+  a.qo_indptr = {0, 2};
+  a.kv_indptr = {0, 4};
+  auto q = [](int64_t, int64_t, int64_t) { return 0.0; };
+  auto k = [](int64_t, int64_t, int64_t, int64_t) { return 1.0; };
+  auto v = [](int64_t row, int64_t, int64_t, int64_t) { return static_cast<double>(row + 1); };
+  std::vector<double> out, lse;
+  kjit::ref::prefill_attention(a, 2, q, k, v, out, lse);
+  CHECK(out[0] == Approx(2.0));  // keys 0..2
+  CHECK(out[1] == Approx(2.5));  // keys 0..3
+  CHECK(lse[0] == Approx(std::log(3.0)));
+  a.window_left = 0;  // only the token's own key
+  kjit::ref::prefill_attention(a, 2, q, k, v, out, lse);
+  CHECK(out[0] == Approx(3.0));
+  CHECK(out[1] == Approx(4.0));
+  a.causal = false;
+  a.window_left = -1;
+  a.kv_indptr = {0, 1};  // fewer keys than new tokens: non-causal still sees them all
+  kjit::ref::prefill_attention(a, 2, q, k, v, out, lse);
+  CHECK(out[0] == Approx(1.0));
+  a.causal = true;  // causal: token 0 sees key j <= 1 - 2 + 0 = -1, none
+  kjit::ref::prefill_attention(a, 2, q, k, v, out, lse);
+  CHECK(out[0] == 0.0);
+  CHECK(std::isinf(lse[0]));
+  CHECK(out[1] == Approx(1.0));
+}
