@@ -131,6 +131,38 @@ KJIT_API kjit_status kjit_configure(const kjit_config* config);
  */
 KJIT_API kjit_status kjit_precompile(const char* op, const char* params, int device_id);
 
+/* What kjit_precompile_file did. compiled and cached count a specialization once per target it
+ * was built for (device_id -1) or once (a device); skipped and failed count specializations.
+ * Set struct_size = sizeof(kjit_precompile_counts) before the call; the library writes only the
+ * fields struct_size covers. */
+typedef struct kjit_precompile_counts {
+  size_t struct_size;
+  int compiled; /* compiled by NVRTC in this call */
+  int cached;   /* found in the disk cache or an AOT package, or already loaded */
+  int skipped;  /* no target (or not the device) can run it: an sm_90 cluster variant on sm_80 */
+  int failed;   /* not compiled or loaded; the first failure is the returned status */
+} kjit_precompile_counts;
+
+/*
+ * Warm-up from the files the bench and the trace dump use: kjit_precompile for every
+ * specialization that the calls `path` describes select.
+ * path: a definition (bench/definitions/NAME.json, or a KJIT_TRACE_DUMP definitions/ file: each
+ *   specialization a call of it may select, whatever its var axes and device), a workload file
+ *   (JSON lines {"definition": NAME, "axes": {var axis: value}}: the files of bench/workloads, a
+ *   trace's workloads/NAME.jsonl, `kjit-cli bench --from` input; what those calls select), or a
+ *   folder of them (its .json and .jsonl files). A line's definition comes from the definitions/
+ * folder beside the file's folder, else from kjit's own definitions of that name. device_id: as
+ * kjit_precompile (-1: build for the arch context, load nothing). counts: NULL, or filled as above
+ * (on failure too). The whole file is read and mapped before anything compiles: a file that cannot
+ * be read, text that is not JSON, an unknown definition or op, or a line that maps to no
+ * specialization is KJIT_ERROR_INVALID_ARGUMENT naming the file and line, with nothing compiled.
+ * Then every specialization is attempted; the status is that of the first that failed (COMPILE,
+ * JIT_DISABLED, CACHE, NO_DEVICE, CUDA), its message naming the line that asked for it.
+ * Thread-safety: as kjit_precompile.
+ */
+KJIT_API kjit_status kjit_precompile_file(const char* path, int device_id,
+                                          kjit_precompile_counts* counts);
+
 /*
  * Would a call of `op` with `params` run on `arch` ("sm_90a", "9.0", ...; NULL: every visible
  * device)? KJIT_SUCCESS when it would; otherwise the status the call would fail with

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "ops/dtype.hpp"
 
 namespace kjit::ops {
@@ -43,6 +45,14 @@ struct Definition {
   std::string reference;  // "tools/devkit/reference/norm_ref.hpp: ref::rmsnorm"
 
   const DefAxis* axis(const std::string& axis_name) const;
+  // The value of const axis `axis_name`, or KJIT_ERROR_INVALID_ARGUMENT naming the definition.
+  int64_t const_axis(const std::string& axis_name) const;
+  // The dtype name ("bfloat16", ...) of input `tensor_name`, else of that output; "" when there
+  // is neither.
+  std::string tensor_dtype_name(const std::string& tensor_name) const;
+  // tensor_dtype_name as a kjit DType, or KJIT_ERROR_INVALID_ARGUMENT naming the definition (no
+  // such tensor, or an fp8 or bool one).
+  DType tensor_dtype(const std::string& tensor_name) const;
 };
 
 // The JSON text of a definition: 2-space indent, fields in a fixed order, trailing newline; the
@@ -51,6 +61,11 @@ std::string definition_json(const Definition& d);
 
 // flashinfer-bench's dtype spelling: "bfloat16", "float16", "float32", "int32", "int64".
 const char* def_dtype_name(DType t);
+
+// A definition read back from its JSON (definition_json's fields; a file under bench/definitions/
+// or a trace's definitions/). Throws KJIT_ERROR_INVALID_ARGUMENT naming the missing or mistyped
+// field.
+Definition definition_from_json(const nlohmann::json& j);
 
 // Builders the family descriptors share.
 namespace def {

@@ -94,6 +94,12 @@ void check_set_args(const OpDef& def, const SetArgs& args) {
   }
 }
 
+std::optional<int64_t> var_axis(const VarAxes& axes, const std::string& name) {
+  auto it = axes.find(name);
+  if (it == axes.end()) return std::nullopt;
+  return it->second;
+}
+
 long long positive_int_arg(const SetArgs& args, const std::string& name, long long max) {
   auto it = args.find(name);
   if (it == args.end()) fail(KJIT_ERROR_INVALID_ARGUMENT, "missing parameter '{}'", name);

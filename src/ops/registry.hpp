@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -15,6 +16,9 @@
 namespace kjit::ops {
 
 using SetArgs = std::map<std::string, std::string>;  // --set name=value
+// The var-axis values of one call: a workload line's "axes" ({"batch_size": 8}). Empty for a
+// definition on its own, whose calls may have any.
+using VarAxes = std::map<std::string, int64_t>;
 
 struct AxisDef {
   std::string name;
@@ -35,7 +39,18 @@ struct OpDef {
   std::function<std::vector<SetArgs>()> catalog;
   // The op's definitions at realistic const axes (`kjit-cli defs export`, bench/definitions/).
   std::function<std::vector<Definition>()> definitions;
+  // Warm-up from a definition or workload file (kjit_precompile_file, `kjit-cli compile --from`):
+  // the --set values of every specialization a call of definition `d` (one of this op's, e.g. read
+  // back from bench/definitions/) selects, given the var axes the call has. An axis missing from
+  // `axes` may have any value, so each choice it would steer is included. Choices that depend on
+  // the device (the sm_90 cluster paths, the GEMM's wgmma path, decode attention's shared-memory
+  // budget) are included for every arch; each spec's arch families keep it to the targets that
+  // can use it. Throws KJIT_ERROR_INVALID_ARGUMENT when `d` is not a definition this op serves.
+  std::function<std::vector<SetArgs>(const Definition& d, const VarAxes& axes)> precompile_sets;
 };
+
+// A var axis of a call, when the workload line gives it.
+std::optional<int64_t> var_axis(const VarAxes& axes, const std::string& name);
 
 const std::vector<OpDef>& op_registry();
 const OpDef* find_op(std::string_view name);

@@ -1,9 +1,11 @@
 // An engine's warm-up and graph capture: a call that would compile or load a module while its
 // stream captures refuses with KJIT_ERROR_CAPTURING and leaves the capture intact; after
-// kjit_precompile the same call captures, and the replayed graph computes what an eager call does.
+// kjit_precompile the same call captures, and the replayed graph computes what an eager call does;
+// after kjit_precompile_file of a workload, the calls its lines describe capture too.
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "kjit/kjit.h"
 #include "reference/half.hpp"
 #include "support/gpu.hpp"
+#include "support/temp_dir.hpp"
 
 using namespace kjit::test;
 
@@ -71,6 +74,48 @@ TEST_CASE("engine gpu: a cold load under capture is refused, a precompiled one c
   CHECK(std::memcmp(got.data(), want.data(), got.size()) == 0);  // same kernel, same bits
   d.cuGraphExecDestroy(exec);
   d.cuGraphDestroy(g);
+  d.cuStreamDestroy(s);
+}
+
+TEST_CASE("engine gpu: kjit_precompile_file loads a workload's specs, whose calls then capture",
+          "[gpu][api]") {
+  const auto& d = kjit::cuda::driver();
+  // Lines of definitions kjit has built in (nothing beside the temp file): a decode-size RMSNorm,
+  // and argmax over Llama 3's vocabulary (one block a row, and the sm_90 cluster sizes, which an
+  // older device skips).
+  TempDir dir;
+  const std::string file = (dir.path() / "warm.jsonl").string();
+  std::ofstream(file)
+      << "{\"definition\": \"rmsnorm_h5120\", \"axes\": {\"batch_size\": 3}}\n"
+      << "{\"definition\": \"argmax_v128256_fp32\", \"axes\": {\"batch_size\": 1}}\n";
+  kjit_precompile_counts n;
+  n.struct_size = sizeof n;
+  REQUIRE(kjit_precompile_file(file.c_str(), 0, &n) == KJIT_SUCCESS);
+  CHECK(n.compiled + n.cached + n.skipped == 5);
+  CHECK(n.failed == 0);
+  const int loaded = n.compiled + n.cached;
+  CHECK(loaded >= 2);
+  // Loaded now: a second warm-up finds every one of them.
+  REQUIRE(kjit_precompile_file(file.c_str(), 0, &n) == KJIT_SUCCESS);
+  CHECK(n.compiled == 0);
+  CHECK(n.cached == loaded);
+
+  const int64_t rows = 3, hidden = 5120;
+  DeviceBuffer x(static_cast<size_t>(rows * hidden) * 2), w(static_cast<size_t>(hidden) * 2);
+  x.fill(0);
+  w.fill(0);
+  const DLDataType bf16 = dl_dtype("bf16");
+  Tensor xt = make_tensor(x.get(), {rows, hidden}, bf16);
+  Tensor wt = make_tensor(w.get(), {hidden}, bf16);
+  CUstream s = nullptr;
+  REQUIRE(d.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS);
+  CUgraph g = nullptr;
+  REQUIRE(d.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
+  const kjit_status st = kjit_rmsnorm(xt.get(), wt.get(), xt.get(), 1e-6f, s);
+  CHECK(d.cuStreamEndCapture(s, &g) == CUDA_SUCCESS);
+  INFO(kjit_last_error());
+  CHECK(st == KJIT_SUCCESS);  // not KJIT_ERROR_CAPTURING: the line's spec was loaded
+  if (g != nullptr) d.cuGraphDestroy(g);
   d.cuStreamDestroy(s);
 }
 

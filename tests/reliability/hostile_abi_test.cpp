@@ -1587,6 +1587,7 @@ const std::set<std::string> kCoveredElsewhere = {"kjit_version_string",
                                                  "kjit_config_init",
                                                  "kjit_configure",
                                                  "kjit_precompile",
+                                                 "kjit_precompile_file",
                                                  "kjit_op_supported",
                                                  "kjit_gemm_options_init"};
 
@@ -1991,6 +1992,15 @@ TEST_CASE("hostile abi: the engine life-cycle functions refuse broken arguments"
   for (int device : {INT_MIN, -2}) {
     refused("kjit_precompile", kjit_precompile("rmsnorm", "dtype=bf16,hidden=4096", device));
   }
+  const char* const bad_paths[] = {nullptr, "", "/no/such/workload.jsonl", "\xff\xfe",
+                                   long_text.c_str()};
+  for (const char* path : bad_paths) {
+    refused("kjit_precompile_file", kjit_precompile_file(path, -1, nullptr));
+  }
+  kjit_precompile_counts short_counts{};
+  short_counts.struct_size = 4;
+  refused("kjit_precompile_file",
+          kjit_precompile_file("/no/such/workload.jsonl", -1, &short_counts));
   for (const char* arch : {"", "sm_", "sm_9x", "x", long_text.c_str()}) {
     refused("kjit_op_supported", kjit_op_supported("rmsnorm", "dtype=bf16,hidden=4096", arch));
   }

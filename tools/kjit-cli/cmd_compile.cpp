@@ -17,6 +17,7 @@
 #include "jit/arch_context.hpp"
 #include "jit/compiler.hpp"
 #include "runtime/jit_core.hpp"
+#include "ops/precompile.hpp"
 #include "ops/registry.hpp"
 #include "util/error.hpp"
 #include "workers.hpp"
@@ -31,6 +32,7 @@ struct CompileOptions {
   std::vector<std::string> sets;
   bool all = false;
   std::vector<std::string> ops;
+  std::string from;  // a definition or workload file, or a folder of them
   std::vector<std::string> archs;
   int jobs = 1;
   bool json = false;
@@ -126,7 +128,20 @@ void check_set_args_usage(const ops::OpDef& def, const ops::SetArgs& args) {
   }
 }
 
-Plan make_plan(const CompileOptions& o, const jit::ArchContext& req) {
+// The specs a --from file asks for; a file that cannot be read or mapped is a usage error.
+std::vector<ops::PrecompileSpec> specs_from_file(const std::string& path) {
+  try {
+    return ops::precompile_specs_from(path);
+  } catch (const Error& e) {
+    if (e.status() == KJIT_ERROR_INVALID_ARGUMENT)
+      throw UsageError("--from " + std::string(e.what()));
+    throw;
+  }
+}
+
+// `from`: the specs of --from, else the op's --set values or the catalogs.
+Plan make_plan(const CompileOptions& o, const jit::ArchContext& req,
+               std::vector<ops::PrecompileSpec> from) {
   Plan plan;
   std::set<std::string> seen;  // two catalog rows can map to one specialization
   auto add_spec = [&](jit::Spec spec) {
@@ -138,6 +153,12 @@ Plan make_plan(const CompileOptions& o, const jit::ArchContext& req) {
       }
     } catch (const Error& e) {
       if (e.status() != KJIT_ERROR_UNSUPPORTED) throw;
+      if (!o.from.empty()) {
+        // A file names the variants of every arch (the sm_90 cluster paths, say).
+        fmt::print(stderr, "kjit-cli: skipping {}: it supports only [{}], the targets are {}\n",
+                   spec.uri, fmt::join(spec.arch_families, " "), req.describe());
+        return;
+      }
       plan.failures.push_back({spec.uri, req.describe(), e.what()});
       return;
     }
@@ -150,6 +171,10 @@ Plan make_plan(const CompileOptions& o, const jit::ArchContext& req) {
     plan.specs.push_back(std::move(spec));
   };
 
+  if (!o.from.empty()) {
+    for (ops::PrecompileSpec& s : from) add_spec(std::move(s.spec));
+    return plan;
+  }
   for (const ops::OpDef* def : selected_ops(o)) {
     std::vector<ops::SetArgs> rows = o.all ? def->catalog() : std::vector{parse_sets(o.sets)};
     for (const auto& args : rows) {
@@ -217,14 +242,22 @@ void print_human(const std::vector<json>& results, const std::vector<Failure>& f
 }
 
 int run_compile(const CompileOptions& o) {
-  if (!o.all && o.op.empty()) throw UsageError("compile needs an op name or --all");
+  if (!o.all && o.op.empty() && o.from.empty()) {
+    throw UsageError("compile needs an op name, --all or --from FILE");
+  }
   auto t0 = std::chrono::steady_clock::now();
-  // Usage mistakes in the op or its --set values come before the question of targets.
-  for (const ops::OpDef* def : selected_ops(o)) {
-    if (!o.all) check_set_args_usage(*def, parse_sets(o.sets));
+  // Usage mistakes in the op, its --set values or the --from file come before the question of
+  // targets.
+  std::vector<ops::PrecompileSpec> from;
+  if (o.from.empty()) {
+    for (const ops::OpDef* def : selected_ops(o)) {
+      if (!o.all) check_set_args_usage(*def, parse_sets(o.sets));
+    }
+  } else {
+    from = specs_from_file(o.from);
   }
   jit::ArchContext req = make_request(o.archs);
-  Plan plan = make_plan(o, req);
+  Plan plan = make_plan(o, req, std::move(from));
 
   std::string why;
   int jobs = clamp_jobs(o.jobs, plan.items.size(), &why);
@@ -307,6 +340,12 @@ void add_compile_command(CLI::App& app, int& exit_code) {
       ->delimiter(',')
       ->type_name("A,B")
       ->needs(all);
+  CLI::Option* from =
+      sub->add_option("--from", o->from,
+                      "Compile what the calls of a definition (.json) or workload file (.jsonl: "
+                      "bench/workloads, a KJIT_TRACE_DUMP workloads/ file), or a folder of them, "
+                      "select")
+          ->type_name("PATH");
   sub->add_option("--arch", o->archs,
                   "Targets, e.g. \"sm_80 sm_90a\" or 8.0,9.0a (repeatable; default: "
                   "KJIT_CUDA_ARCH_LIST, else the visible GPUs)")
@@ -317,6 +356,7 @@ void add_compile_command(CLI::App& app, int& exit_code) {
   sub->add_flag("--json", o->json, "Print one JSON document on stdout");
   op->excludes(all);
   set->excludes(all);
+  from->excludes(op)->excludes(set)->excludes(all);
   sub->callback([o, &exit_code] { exit_code = run_compile(*o); });
 }
 

@@ -83,6 +83,20 @@ OpDef act_and_mul_op_def() {
     }
     return out;
   };
+  // The activation by the definition's op type; the vector width select_act_and_mul gives its d
+  // with 16-byte aligned tensors. The row count selects nothing.
+  d.precompile_sets = [](const Definition& def, const VarAxes&) {
+    const ActivationInfo* info = nullptr;
+    for (const ActivationInfo& a : kActivations) info = def.op_type == a.op_type ? &a : info;
+    if (info == nullptr) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "definition {}: op type {} is no activation", def.name,
+           def.op_type);
+    }
+    const DType dtype = def.tensor_dtype("input");
+    const ActAndMulConfig c = select_act_and_mul(info->act, dtype, def.const_axis("d"), 16);
+    return std::vector<SetArgs>{
+        {{"act", info->name}, {"dtype", dtype_name(dtype)}, {"vec", std::to_string(c.vec)}}};
+  };
   d.definitions = [] {
     std::vector<Definition> out;
     for (const ActivationInfo& a : kActivations) {

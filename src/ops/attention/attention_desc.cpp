@@ -213,6 +213,47 @@ OpDef decode_attention_op_def() {
   d.arch_families = {"sm_80+"};
   d.make_spec = [d](const SetArgs& args) { return decode_spec_from_args(d, args); };
   d.catalog = decode_catalog;
+  // The plan's choice at each shared-memory class that can run it (the device's; classes that
+  // resolve to one pipeline give one spec), with 32-bit row offsets unless the caches (num_pages of
+  // them) end past 4 GB, and 64-bit ones besides when num_pages is not known. Page size and layout
+  // are launch arguments.
+  d.precompile_sets = [](const Definition& def, const VarAxes& axes) {
+    const int64_t qo = def.const_axis("num_qo_heads"), kv = def.const_axis("num_kv_heads");
+    const int64_t hd = def.const_axis("head_dim");
+    if (kv <= 0 || qo % kv != 0) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT,
+           "definition {}: {} query heads are no multiple of {} kv "
+           "heads",
+           def.name, qo, kv);
+    }
+    const bool fp8 = def.tensor_dtype_name("k_cache") == "float8_e4m3fn";
+    const std::string q = dtype_name(def.tensor_dtype("q"));
+    const int64_t row_bytes = kv * hd * (fp8 ? 1 : dtype_size(def.tensor_dtype("q")));
+    std::vector<const char*> addrs = {"32", "64"};
+    if (auto pages = var_axis(axes, "num_pages")) {
+      const int64_t end = *pages * def.const_axis("page_size") * row_bytes;
+      addrs = {end >= int64_t{0xffffffff} ? "64" : "32"};
+    }
+    std::vector<SetArgs> out;
+    for (const char* smem : {"228", "164", "100"}) {
+      try {
+        select_decode(def.tensor_dtype("q"), fp8, hd, qo / kv, budget_for_class(std::stoi(smem)));
+      } catch (const Error& e) {
+        if (e.status() != KJIT_ERROR_UNSUPPORTED) throw;
+        continue;  // no pipeline fits that class's shared memory: those devices cannot run it
+      }
+      for (const char* addr : addrs) {
+        SetArgs a = {{"q_dtype", q},
+                     {"head_dim", std::to_string(hd)},
+                     {"group", std::to_string(qo / kv)},
+                     {"smem_kb", smem}};
+        if (fp8) a["kv_dtype"] = "e4m3";
+        if (std::string(addr) == "64") a["addr"] = "64";
+        out.push_back(std::move(a));
+      }
+    }
+    return out;
+  };
   d.definitions = [] {
     // Llama 3 8B / Mistral 7B (32 / 8), Llama 3 70B / Qwen 2.5 72B (64 / 8), Qwen 2.5 7B (28 / 4)
     // at the page sizes of paged engines (16) and of token-granular ones (1); the 8B shape also
@@ -250,6 +291,12 @@ OpDef merge_states_op_def() {
     const int64_t dim = positive_int_arg(args, "dim", kMergeMaxDim);
     const int align = args.count("align") ? std::stoi(args.at("align")) : 16;
     return merge_states_spec(select_merge_states(dtype, dim, align));
+  };
+  // 16-byte aligned states; the state count and sequence count are launch arguments.
+  d.precompile_sets = [](const Definition& def, const VarAxes&) {
+    const DType dtype = def.tensor_dtype(def.op_type == "merge_states_n" ? "v" : "v_a");
+    return std::vector<SetArgs>{
+        {{"dtype", dtype_name(dtype)}, {"dim", std::to_string(def.const_axis("head_dim"))}}};
   };
   d.catalog = [] {
     std::vector<SetArgs> out;

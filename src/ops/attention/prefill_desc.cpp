@@ -115,6 +115,20 @@ OpDef prefill_attention_op_def() {
     }
     return out;
   };
+  // The dtype, head size and query heads per kv head; the page size, layout and lengths are
+  // launch arguments.
+  d.precompile_sets = [](const Definition& def, const VarAxes&) {
+    const int64_t qo = def.const_axis("num_qo_heads"), kv = def.const_axis("num_kv_heads");
+    if (kv <= 0 || qo % kv != 0) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT,
+           "definition {}: {} query heads are no multiple of {} kv "
+           "heads",
+           def.name, qo, kv);
+    }
+    return std::vector<SetArgs>{{{"dtype", dtype_name(def.tensor_dtype("q"))},
+                                 {"head_dim", std::to_string(def.const_axis("head_dim"))},
+                                 {"group", std::to_string(qo / kv)}}};
+  };
   d.definitions = [] {
     // Llama 3 8B / Mistral 7B (32 / 8) and Llama 3 70B (64 / 8), causal, over a page-16 cache
     // and as a first prefill over ragged k / v.

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -112,6 +113,39 @@ OpDef gemm_op_def() {
         out.push_back({{"path", "sm90"}, {"dtype", dt}, {"out_dtype", od}, {"bn", "128"}});
         out.push_back({{"path", "sm90"}, {"dtype", dt}, {"out_dtype", od}, {"bn", "256"}});
         out.push_back({{"path", "simt"}, {"dtype", dt}, {"out_dtype", od}});
+      }
+    }
+    return out;
+  };
+  // The fallback, and what select_gemm gives the call's m (any: a decode, a 128-row and a
+  // prefill m) on an sm_90a device with TMA-ready operands, as make_spec's defaults size them.
+  // Between 64 and kGemmDecodeMaxTokens rows the decode path depends on the device's SM count,
+  // so both answers are taken (few SMs, and more than n has tiles); whether a device takes the
+  // wgmma paths at all (the operands' alignment) is known at the call. The bias is a launch
+  // argument.
+  d.precompile_sets = [](const Definition& def, const VarAxes& axes) {
+    const DType dtype = def.tensor_dtype("a");
+    const DType od = def.tensor_dtype("out");
+    const int64_t n = def.const_axis("n"), k = def.const_axis("k");
+    std::vector<int64_t> ms = {1, gemm::kGemmDecodeMaxTokens, 512};
+    if (auto m = var_axis(axes, "m")) ms = {*m};
+    const SetArgs types = {{"dtype", dtype_name(dtype)}, {"out_dtype", dtype_name(od)}};
+    std::vector<SetArgs> out = {types};
+    out.back()["path"] = "simt";
+    GemmTarget hopper;
+    hopper.cc_major = 9;
+    hopper.max_smem_optin = kHopperSmemOptin;
+    hopper.tma_ok = true;
+    for (int64_t m : ms) {
+      for (int sms : {0, std::numeric_limits<int>::max()}) {
+        hopper.sm_count = sms;
+        const GemmConfig c = select_gemm(dtype, od, m, n, k, hopper);
+        SetArgs a = types;
+        a["path"] = gemm_path_name(c.path);
+        if (c.path == GemmPath::kSm90) a["bn"] = std::to_string(c.bn);
+        if (c.path == GemmPath::kSm90Decode) a["tokens"] = std::to_string(c.tokens);
+        if (c.path != GemmPath::kSimt) a["stages"] = std::to_string(c.stages);
+        out.push_back(std::move(a));
       }
     }
     return out;

@@ -112,6 +112,15 @@ OpDef gemm_fp8_op_def() {
     }
     return out;
   };
+  // The fallback, and the sm90 kernel with the definition's scales (block scales when it has
+  // k_blocks); whether a device takes the sm90 path (sm_90a, TMA-ready operands) is known at the
+  // call, so both are included. Sizes are launch arguments.
+  d.precompile_sets = [](const Definition& def, const VarAxes&) {
+    const std::string od = dtype_name(def.tensor_dtype("out"));
+    SetArgs sm90 = {{"path", "sm90"}, {"out_dtype", od}};
+    if (def.axis("k_blocks") != nullptr) sm90["scales"] = "block";
+    return std::vector<SetArgs>{{{"path", "simt"}, {"out_dtype", od}}, sm90};
+  };
   d.definitions = [] {
     std::vector<Definition> out;
     for (const char* mode : {"tensor", "row", "block"}) {

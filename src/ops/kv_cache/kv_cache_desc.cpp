@@ -10,6 +10,7 @@
 
 #include "diag/trace_dump.hpp"
 #include "ops/kv_cache/kv_cache.hpp"
+#include "ops/pdl.hpp"
 #include "util/error.hpp"
 
 namespace kjit::ops {
@@ -102,6 +103,20 @@ OpDef append_paged_kv_op_def() {
       out.push_back({{"dtype", "bf16"}, {"head_dim", std::to_string(hd)}, {"early", "1"}});
     }
     out.push_back({{"dtype", "fp16"}, {"head_dim", "128"}, {"early", "1"}});
+    return out;
+  };
+  // The early index read at decode sizes where KJIT_PDL_EARLY_INDICES asks for it (sm_90
+  // devices), and the plain kernel; the page size and layout are launch arguments.
+  d.precompile_sets = [](const Definition& def, const VarAxes& axes) {
+    const DType dtype = def.tensor_dtype("append_k");
+    const int64_t hd = def.const_axis("head_dim");
+    const int64_t tokens = var_axis(axes, "num_tokens").value_or(1);
+    std::vector<SetArgs> out;
+    for (bool early : {false, pdl_early_indices_requested()}) {
+      const AppendPagedKvConfig c = select_append_paged_kv(dtype, hd, 16, tokens, early);
+      out.push_back({{"dtype", dtype_name(dtype)}, {"head_dim", std::to_string(hd)}});
+      if (c.early_indices) out.back()["early"] = "1";
+    }
     return out;
   };
   d.definitions = [] {

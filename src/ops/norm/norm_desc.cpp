@@ -42,6 +42,20 @@ std::vector<AxisDef> row_axes(const char* rows_help) {
           {"rows", {}, false, rows_help}};
 }
 
+// The row counts a warm-up covers: the call's, or (any) one of each regime the norms select by:
+// one vector a thread (<= kNormDecodeGeometryMaxRows), parameters before the PDL wait (<=
+// kNormEarlyParamsMaxRows) and many rows. Values that select the same specialization give one.
+std::vector<SetArgs> with_rows(const SetArgs& base, const VarAxes& axes) {
+  std::vector<int64_t> rows = {1, kNormDecodeGeometryMaxRows + 1, kNormManyRows};
+  if (auto r = var_axis(axes, "batch_size")) rows = {*r};
+  std::vector<SetArgs> out;
+  for (int64_t r : rows) {
+    out.push_back(base);
+    if (r < kNormManyRows) out.back()["rows"] = std::to_string(r);
+  }
+  return out;
+}
+
 // The --set axes and catalog shape both RMSNorm ops share.
 OpDef row_norm_op_def(const char* name, const char* summary,
                       jit::Spec (*spec)(const RmsNormConfig&),
@@ -78,6 +92,12 @@ OpDef row_norm_op_def(const char* name, const char* summary,
       }
     }
     return out;
+  };
+  // Gemma's form runs the same kernels (the + 1 is a launch argument).
+  d.precompile_sets = [](const Definition& def, const VarAxes& axes) {
+    return with_rows({{"dtype", dtype_name(def.tensor_dtype("input"))},
+                      {"hidden", std::to_string(def.const_axis("hidden_size"))}},
+                     axes);
   };
   // Realistic definitions: the hidden sizes of Llama 3.x, Qwen 2.5, Mistral, DeepSeek-V3 (bf16),
   // and of Gemma 2 for the Gemma form.
@@ -147,24 +167,24 @@ Definition layernorm_definition(DType dtype, DType param_dtype, int64_t hidden) 
 }
 
 OpDef rmsnorm_op_def() {
-  // Hidden sizes of common models (Llama, Mistral, Qwen, Gemma, DeepSeek), plus odd sizes that
-  // take the narrow-vector and scalar paths.
+  // Hidden sizes of common models (Llama, Mistral, Qwen, Gemma 2 (2304, 3584, 4608), DeepSeek),
+  // plus odd sizes that take the narrow-vector and scalar paths.
   return row_norm_op_def("rmsnorm", "out = x * rsqrt(mean(x^2) + eps) * weight over the last dim",
                          rmsnorm_spec, select_rmsnorm,
-                         {1, 127, 512, 1024, 2048, 2560, 3072, 3584, 4096, 4097, 5120, 7168, 8192,
-                          12288, 16384, 65537},
+                         {1, 127, 512, 1024, 2048, 2304, 2560, 3072, 3584, 4096, 4097, 4608, 5120,
+                          7168, 8192, 12288, 16384, 65537},
                          rmsnorm_definition);
 }
 
 OpDef fused_add_rmsnorm_op_def() {
   // Where the fused form is used: the hidden sizes of decoder layers (Llama 3 8B/70B/405B,
-  // Mistral 7B / Large, Qwen2.5 0.5B..72B, Gemma 2/3, DeepSeek-V3), plus odd sizes for the
-  // narrow-vector, scalar and long-row (two-pass) paths.
+  // Mistral 7B / Large, Qwen2.5 0.5B..72B, Gemma 2/3 (2304, 3584, 4608), DeepSeek-V3), plus odd
+  // sizes for the narrow-vector, scalar and long-row (two-pass) paths.
   return row_norm_op_def(
       "fused_add_rmsnorm",
       "residual += x; x = rmsnorm(residual) * (weight [+ 1]) over the last dim, in place",
       fused_add_rmsnorm_spec, select_fused_add_rmsnorm,
-      {127, 896, 2048, 3072, 3584, 4096, 4097, 5120, 7168, 8192, 16384, 65537},
+      {127, 896, 2048, 2304, 3072, 3584, 4096, 4097, 4608, 5120, 7168, 8192, 16384, 65537},
       fused_add_rmsnorm_definition);
 }
 
@@ -193,10 +213,10 @@ OpDef layernorm_op_def() {
   d.catalog = [] {
     std::vector<SetArgs> out;
     // Hidden sizes of LayerNorm models (BERT/RoBERTa 768/1024, GPT-2/NeoX 2048, Phi-2 2560,
-    // Falcon / StarCoder 4096 and 8192), plus odd sizes for the narrow-vector, scalar and
-    // long-row paths.
+    // Falcon / StarCoder 4096, 6144 (StarCoder2 15B) and 8192), plus odd sizes for the
+    // narrow-vector, scalar and long-row paths.
     for (const char* dt : {"bf16", "fp16", "fp32"}) {
-      for (int h : {1, 127, 768, 1024, 2048, 2560, 4096, 4097, 8192, 65537}) {
+      for (int h : {1, 127, 768, 1024, 2048, 2560, 4096, 4097, 6144, 8192, 65537}) {
         out.push_back({{"dtype", dt}, {"hidden", std::to_string(h)}});
       }
     }
@@ -213,6 +233,12 @@ OpDef layernorm_op_def() {
       }
     }
     return out;
+  };
+  d.precompile_sets = [](const Definition& def, const VarAxes& axes) {
+    return with_rows({{"dtype", dtype_name(def.tensor_dtype("input"))},
+                      {"wdtype", dtype_name(def.tensor_dtype("gamma"))},
+                      {"hidden", std::to_string(def.const_axis("hidden_size"))}},
+                     axes);
   };
   d.definitions = [] {
     std::vector<Definition> out;

@@ -69,6 +69,16 @@ OpDef quant_fp8_op_def() {
     }
     return out;
   };
+  // The scaling by the scale's shape ([one], [m] or [m, groups]); sizes are launch arguments.
+  d.precompile_sets = [](const Definition& def, const VarAxes&) {
+    std::vector<std::string> shape;
+    for (const auto& t : def.outputs) shape = t.name == "scale" ? t.shape : shape;
+    const char* scaling = shape.size() == 2                   ? "group"
+                          : !shape.empty() && shape[0] == "m" ? "row"
+                                                              : "tensor";
+    return std::vector<SetArgs>{
+        {{"dtype", dtype_name(def.tensor_dtype("input"))}, {"scaling", scaling}}};
+  };
   d.definitions = [] {
     std::vector<Definition> out;
     for (QuantScaling s : {QuantScaling::kTensor, QuantScaling::kRow, QuantScaling::kGroup}) {

@@ -25,6 +25,14 @@ bool vec_ok_arg(const SetArgs& args, DType dtype, int64_t vocab) {
   return align >= 16 && vocab % static_cast<int64_t>(16 / dtype_size(dtype)) == 0;
 }
 
+// A row op's --set values for a definition: its input's dtype and its vocabulary (16-byte aligned
+// rows).
+SetArgs row_set(const Definition& def) {
+  const char* input = def.op_type == "argmax" ? "input" : "logits";
+  return {{"dtype", dtype_name(def.tensor_dtype(input))},
+          {"vocab", std::to_string(def.const_axis("vocab_size"))}};
+}
+
 AxisDef align_axis() {
   return {"align",
           {"16", "8", "4", "2", "1"},
@@ -62,6 +70,9 @@ OpDef row_op_def(const char* name, const char* summary, jit::Spec (*spec)(const 
       }
     }
     return out;
+  };
+  d.precompile_sets = [](const Definition& def, const VarAxes&) {
+    return std::vector<SetArgs>{row_set(def)};
   };
   return d;
 }
@@ -294,6 +305,43 @@ OpDef sampling_filter_op_def() {
     }
     return out;
   };
+  // By the definition's op type. A sampler with a top-k may get both searches (the plan's counting
+  // one for rows with a top-k, the exact one when no row has one), one without gets the exact
+  // one; and each sampler its sm_90 cluster variant for small batches where the vocabulary is
+  // long enough to split (the batch that takes it depends on the device's SM count).
+  d.precompile_sets = [](const Definition& def, const VarAxes&) {
+    const std::string& t = def.op_type;
+    const bool logits = t == "top_k_top_p_sampling_from_logits" || t == "top_k_mask_logits";
+    SetArgs base = {{"dtype", logits ? dtype_name(def.tensor_dtype("logits")) : "fp32"},
+                    {"vocab", std::to_string(def.const_axis("vocab_size"))}};
+    if (t == "top_k_renorm_probs" || t == "top_p_renorm_probs") {
+      base["op"] = "renorm";
+      return std::vector<SetArgs>{base};
+    }
+    if (t == "top_k_mask_logits") {
+      base["op"] = "mask";
+      return std::vector<SetArgs>{base};
+    }
+    if (t.find("sampling_from_") == std::string::npos) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "definition {}: op type {} is no sampling filter", def.name,
+           t);
+    }
+    base["op"] = "sample";
+    base["input"] = logits ? "logits" : "probs";
+    std::vector<SetArgs> out;
+    const bool top_k = t.find("top_k") != std::string::npos;
+    std::vector<const char*> paths = {"single"};
+    if (def.const_axis("vocab_size") >= kSampleClusterMinVocab) paths.push_back("cluster");
+    for (const char* path : paths) {
+      for (const char* mass : {"bounds", "exact"}) {
+        if (std::string(mass) == "bounds" && !top_k) continue;
+        out.push_back(base);
+        if (std::string(path) == "cluster") out.back()["path"] = "cluster";
+        if (std::string(mass) == "exact") out.back()["mass"] = "exact";
+      }
+    }
+    return out;
+  };
   d.definitions = [] {
     // Llama 3 (128256), Qwen 2 / 2.5 (151936), Llama 2 / Mistral (32000). Engines upcast the
     // logits to fp32 before sampling, so the logits definitions are fp32.
@@ -338,6 +386,18 @@ OpDef argmax_op_def() {
     if (args.count("cluster")) c.cluster = static_cast<int>(positive_int_arg(args, "cluster", 8));
     if (args.count("unroll")) c.unroll = static_cast<int>(positive_int_arg(args, "unroll", 8));
     return argmax_spec(c);
+  };
+  // One block a row, and each cluster size the plan may give a row of this vocabulary on sm_90
+  // (which one depends on the batch and the device's SM count).
+  d.precompile_sets = [](const Definition& def, const VarAxes&) {
+    std::vector<SetArgs> out = {row_set(def)};
+    const int most =
+        argmax_cluster_size(ArgmaxPath::kAuto, 0, 1, def.const_axis("vocab_size"), 1 << 20, 9);
+    for (int c = 2; c <= most; c *= 2) {
+      out.push_back(row_set(def));
+      out.back()["cluster"] = std::to_string(c);
+    }
+    return out;
   };
   d.catalog = [] {
     std::vector<SetArgs> out;
