@@ -84,6 +84,47 @@ Definition rope_definition(const RopeDefAxes& a) {
   return d;
 }
 
+namespace {
+
+// What plan_rope picks for the call's token count (any: a decode size and a prefill size),
+// with 16-byte aligned tensors; the early position read where KJIT_PDL_EARLY_INDICES asks for
+// it (sm_90 devices) and the plain one (older devices). The cos/sin cache's and the positions'
+// dtypes are launch arguments.
+std::vector<SetArgs> rope_precompile_sets(const Definition& def, const VarAxes& axes) {
+  const bool cache = def.op_type == "rope_cos_sin_cache";
+  if (!cache && def.op_type != "rope" && def.op_type != "llama31_rope") {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "definition {}: op type {} is no rope", def.name,
+         def.op_type);
+  }
+  const DType dtype = def.tensor_dtype("q");
+  const int64_t hd = def.const_axis(cache ? "head_size" : "head_dim");
+  const int64_t rd = def.const_axis("rotary_dim");
+  const bool il = def.const_axis("layout") != 0;
+  const RopeConfig base =
+      select_rope(cache ? RopeMode::kCache : RopeMode::kFreq, dtype, hd, rd, il, 16);
+  std::vector<int64_t> tokens = {1, kRopeUnitMajorMaxTokens + 1};
+  if (auto t = var_axis(axes, "num_tokens")) tokens = {*t};
+  std::vector<SetArgs> out;
+  for (int64_t t : tokens) {
+    for (bool early : {false, pdl_early_indices_requested()}) {
+      const RopeConfig c = plan_rope(base, t, early, RopeTuning{});
+      SetArgs a = {{"mode", cache ? "cache" : "freq"},
+                   {"dtype", dtype_name(dtype)},
+                   {"head_dim", std::to_string(hd)},
+                   {"rotary_dim", std::to_string(rd)},
+                   {"interleave", il ? "1" : "0"},
+                   {"layout", c.decode       ? "decode"
+                              : c.unit_major ? "unit"
+                                             : "slot"}};
+      if (c.early_pos) a["early"] = "1";
+      out.push_back(std::move(a));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 OpDef rope_op_def() {
   OpDef d;
   d.name = "rope";
@@ -187,42 +228,7 @@ OpDef rope_op_def() {
     }
     return out;
   };
-  // What plan_rope picks for the call's token count (any: a decode size and a prefill size),
-  // with 16-byte aligned tensors; the early position read where KJIT_PDL_EARLY_INDICES asks for
-  // it (sm_90 devices) and the plain one (older devices). The cos/sin cache's and the positions'
-  // dtypes are launch arguments.
-  d.precompile_sets = [](const Definition& def, const VarAxes& axes) {
-    const bool cache = def.op_type == "rope_cos_sin_cache";
-    if (!cache && def.op_type != "rope" && def.op_type != "llama31_rope") {
-      fail(KJIT_ERROR_INVALID_ARGUMENT, "definition {}: op type {} is no rope", def.name,
-           def.op_type);
-    }
-    const DType dtype = def.tensor_dtype("q");
-    const int64_t hd = def.const_axis(cache ? "head_size" : "head_dim");
-    const int64_t rd = def.const_axis("rotary_dim");
-    const bool il = def.const_axis("layout") != 0;
-    const RopeConfig base =
-        select_rope(cache ? RopeMode::kCache : RopeMode::kFreq, dtype, hd, rd, il, 16);
-    std::vector<int64_t> tokens = {1, kRopeUnitMajorMaxTokens + 1};
-    if (auto t = var_axis(axes, "num_tokens")) tokens = {*t};
-    std::vector<SetArgs> out;
-    for (int64_t t : tokens) {
-      for (bool early : {false, pdl_early_indices_requested()}) {
-        const RopeConfig c = plan_rope(base, t, early, RopeTuning{});
-        SetArgs a = {{"mode", cache ? "cache" : "freq"},
-                     {"dtype", dtype_name(dtype)},
-                     {"head_dim", std::to_string(hd)},
-                     {"rotary_dim", std::to_string(rd)},
-                     {"interleave", il ? "1" : "0"},
-                     {"layout", c.decode       ? "decode"
-                                : c.unit_major ? "unit"
-                                               : "slot"}};
-        if (c.early_pos) a["early"] = "1";
-        out.push_back(std::move(a));
-      }
-    }
-    return out;
-  };
+  d.precompile_sets = rope_precompile_sets;
   d.definitions = [] {
     const DType bf = DType::kBF16;
     std::vector<Definition> out;
