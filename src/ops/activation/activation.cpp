@@ -10,8 +10,11 @@
 #include "ops/activation/activation_desc.hpp"
 #include "ops/pdl.hpp"
 #include "util/error.hpp"
+#include "util/math.hpp"
 
 namespace kjit::ops {
+
+using util::ceil_div;
 
 namespace {
 
@@ -22,10 +25,6 @@ constexpr bool rows_in_act_order() {
   return true;
 }
 static_assert(rows_in_act_order(), "kActivations[a] must be the row of Act a");
-
-int64_t ceil_div(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
 
 }  // namespace
 

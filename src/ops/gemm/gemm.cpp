@@ -13,8 +13,11 @@
 #include "ops/gemm/gemm_desc.hpp"
 #include "ops/tensor.hpp"
 #include "util/error.hpp"
+#include "util/math.hpp"
 
 namespace kjit::ops {
+
+using util::ceil_div;
 
 namespace {
 
@@ -25,10 +28,6 @@ static_assert(sizeof(CUtensorMap) == sizeof(gemm::TensorMapBytes) &&
 // TMA coordinates are int32: larger sides go to the fallback.
 constexpr int64_t kMaxTmaSide = (int64_t{1} << 31) - 1;
 constexpr int64_t kMaxGridY = 65535;
-
-int64_t ceil_div(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
 
 }  // namespace
 

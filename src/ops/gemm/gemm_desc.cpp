@@ -20,10 +20,6 @@ using namespace def;
 // decode path's default depth where no device is at hand (--set, the catalog).
 constexpr int kHopperSmemOptin = 227 * 1024;
 
-// The realistic (n, k) of Llama-3-8B / 70B-class linear layers (bench/suites/gemm.jsonl's).
-constexpr int64_t kDefinitionShapes[][2] = {
-    {28672, 4096}, {4096, 14336}, {6144, 4096}, {8192, 8192}};
-
 std::string gemm_name(DType dtype, DType out_dtype, int64_t n, int64_t k, bool bias) {
   return fmt::format("gemm_n{}_k{}{}{}{}", n, k, dtype_suffix(dtype),
                      out_dtype == dtype ? "" : std::string("_out_") + dtype_name(out_dtype),
@@ -152,7 +148,7 @@ OpDef gemm_op_def() {
   };
   d.definitions = [] {
     std::vector<Definition> out;
-    for (const auto& s : kDefinitionShapes) {
+    for (const auto& s : kGemmDefinitionShapes) {
       out.push_back(gemm_definition(DType::kBF16, DType::kBF16, s[0], s[1], false));
     }
     return out;

@@ -15,6 +15,12 @@ namespace kjit::ops {
 
 OpDef gemm_op_def();
 
+// The (n, k) of the definitions both GEMM descriptors export: the weights of Llama 3 70B's MLP
+// (28672 x 4096, 4096 x 14336 after the gate), 8B's fused QKV (6144 x 4096) and 70B's attention
+// out (8192 x 8192), the shapes bench/suites/gemm.jsonl times.
+inline constexpr int64_t kGemmDefinitionShapes[][2] = {
+    {28672, 4096}, {4096, 14336}, {6144, 4096}, {8192, 8192}};
+
 // kjit_gemm with a [m, k] (m the var axis), b [n, k], out [m, n] in out_dtype, and a bias [n]
 // when `bias`.
 Definition gemm_definition(DType dtype, DType out_dtype, int64_t n, int64_t k, bool bias);

@@ -10,14 +10,13 @@
 #include "ops/tensor.hpp"
 #include "runtime/jit_core.hpp"
 #include "util/error.hpp"
+#include "util/math.hpp"
 
 namespace kjit::ops {
 
-namespace {
+using util::ceil_div;
 
-int64_t ceil_div(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
+namespace {
 
 // The e4m3 matrix `m` as rows of 16-bit elements (pairs of e4m3), the element the sm90 kernels'
 // tensor maps and producer move: TMA copies bytes, and this keeps the bf16 kernel's box (64

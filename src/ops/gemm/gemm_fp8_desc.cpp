@@ -7,16 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "ops/gemm/gemm_desc.hpp"
 #include "util/error.hpp"
 
 namespace kjit::ops {
 
 namespace {
 using namespace def;
-
-// The (n, k) of the bf16 definitions (gemm_desc.cpp): Llama-3-8B / 70B-class linear layers.
-constexpr int64_t kDefinitionShapes[][2] = {
-    {28672, 4096}, {4096, 14336}, {6144, 4096}, {8192, 8192}};
 
 std::string gemm_fp8_name(DType out_dtype, const std::string& mode, int64_t n, int64_t k) {
   return fmt::format("gemm_fp8_n{}_k{}_{}{}", n, k, mode,
@@ -124,7 +121,7 @@ OpDef gemm_fp8_op_def() {
   d.definitions = [] {
     std::vector<Definition> out;
     for (const char* mode : {"tensor", "row", "block"}) {
-      for (const auto& s : kDefinitionShapes) {
+      for (const auto& s : kGemmDefinitionShapes) {
         out.push_back(gemm_fp8_definition(DType::kBF16, mode, s[0], s[1]));
       }
     }

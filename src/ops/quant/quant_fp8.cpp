@@ -11,8 +11,11 @@
 #include "quant/quant_params.h"
 #include "runtime/jit_core.hpp"
 #include "util/error.hpp"
+#include "util/math.hpp"
 
 namespace kjit::ops {
+
+using util::ceil_div;
 
 namespace {
 
@@ -21,10 +24,6 @@ constexpr QuantScaling kScalings[] = {QuantScaling::kTensor, QuantScaling::kRow,
 
 // Per tensor: blocks enough to fill the device a few times over; each walks rows.
 constexpr int64_t kTensorBlocksPerSm = 4;
-
-int64_t ceil_div(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
 
 }  // namespace
 
