@@ -444,7 +444,9 @@ int bench_batch_prefill(const ops::SetArgs& args, const BenchOptions& opts) {
       if (ql > 0) rows.push_back({b, std::uniform_int_distribution<int64_t>(0, ql - 1)(rng)});
     }
     c.shape["checked_rows"] = rows.size();
-    for (const auto& [b, t] : rows) {
+    for (const auto& picked : rows) {
+      // Plain locals: the key lambda below captures the request (C++17 cannot capture a binding).
+      const int64_t b = picked.first, t = picked.second;
       const int64_t ql = q_lens[static_cast<size_t>(b)], kl = kv_lens[static_cast<size_t>(b)];
       const int64_t keys = causal ? kl - ql + t + 1 : kl;  // one query row sees these keys
       ref::PrefillRefArgs a;
