@@ -17,6 +17,7 @@ foreach(f include/kjit/kjit.h include/kjit/version.h lib/cmake/kjit/kjitConfig.c
   endif()
 endforeach()
 execute_process(COMMAND ${CMAKE_COMMAND} -S "${SRC}" -B "${WORK}/build" -DCMAKE_PREFIX_PATH=${prefix}
+                        -DKJIT_WANT_VERSION=${WANT}
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "consumer configure failed:\n${out}\n${err}")
