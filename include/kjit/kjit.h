@@ -360,7 +360,7 @@ typedef enum kjit_kv_layout {
  * paged_k_cache, paged_v_cache: 4-D in `layout` (KJIT_KV_LAYOUT_NHD or _HND), same shape and
  *   dtype as the append tensors, last dim contiguous, other strides free (so k and v may be the
  *   two halves of one [num_pages, 2, ...] cache). They must not overlap each other or any input.
- *   8-bit (fp8) caches are KJIT_ERROR_UNSUPPORTED for now.
+ *   8-bit (fp8) caches take kjit_append_paged_kv_cache_fp8 (here KJIT_ERROR_UNSUPPORTED).
  * kv_indptr: [batch + 1], kv_indices: [nnz_pages], kv_last_page_len: [batch], int32,
  *   contiguous. kv_last_page_len is checked for shape only and not read (as in FlashInfer).
  * The page table is read on the device only: no host synchronization, so the call can be
@@ -377,6 +377,24 @@ KJIT_API kjit_status kjit_append_paged_kv_cache(
     const DLTensor* positions, const DLTensor* kv_indices, const DLTensor* kv_indptr,
     const DLTensor* kv_last_page_len, DLTensor* paged_k_cache, DLTensor* paged_v_cache,
     kjit_kv_layout layout, void* stream);
+
+/*
+ * kjit_append_paged_kv_cache into float8 e4m3 caches (the caches kjit_batch_decode_run reads
+ * with k_scale / v_scale): each element x of a key row is stored as e4m3(x / k_scale) (x / in
+ * fp32, rounded to nearest even, saturated to +-448, NaN kept; a scale that is not > 0 stores
+ * zeros), values likewise with v_scale, so dequantization is code * scale.
+ *
+ * k_scale, v_scale: fp32 on the device, contiguous, both [1] (one scale per tensor: the decode's
+ *   k_scale / v_scale) or both [num_kv_heads] (one per kv head). Read on the device, so a
+ *   captured graph replays with the scales' current contents. Must not overlap the caches.
+ * paged_k_cache, paged_v_cache: float8_e4m3fn (DLPack code KJIT_DL_FLOAT8_E4M3FN, 8 bits);
+ *   append_k / append_v bf16, fp16 or fp32. Everything else as kjit_append_paged_kv_cache.
+ */
+KJIT_API kjit_status kjit_append_paged_kv_cache_fp8(
+    const DLTensor* append_k, const DLTensor* append_v, const DLTensor* batch_indices,
+    const DLTensor* positions, const DLTensor* kv_indices, const DLTensor* kv_indptr,
+    const DLTensor* kv_last_page_len, const DLTensor* k_scale, const DLTensor* v_scale,
+    DLTensor* paged_k_cache, DLTensor* paged_v_cache, kjit_kv_layout layout, void* stream);
 
 /* ---- Attention (kernels/attention, src/ops/decode_attention, src/ops/merge_states) ---------- */
 

@@ -12,17 +12,41 @@
 // (as in FlashInfer): positions say where tokens go.
 //
 // The op is a gather-scatter copy, bandwidth-bound; every byte of k and v is read once with
-// 16-byte vectors (when aligned) and written once. The data loads are issued beside the chain of
-// dependent index loads (batch index -> indptr -> page id), so their latencies overlap.
+// 16-byte vectors (when aligned) and written once. With CACHE_FP8 the caches hold float8 e4m3:
+// each element is stored as e4m3(x / scale) (round to nearest even, saturating to +-448), with
+// one scale per tensor or per kv head, read on the device so a graph replays with new scales. The
+// data loads are issued beside the chain of dependent index loads (batch index -> indptr -> page
+// id), so their latencies overlap.
 #pragma once
 
 #include "common/fastdiv.cuh"
+#include "common/fp8.cuh"
 #include "common/prelude.cuh"
 #include "common/vec.cuh"
 #include "kv_cache/kv_cache_params.h"
 
 namespace kjit {
 namespace kv_cache {
+
+// The cache element: the append dtype, or an e4m3 byte.
+template <typename DTYPE, bool CACHE_FP8>
+struct CacheElement {
+  using type = DTYPE;
+};
+template <typename DTYPE>
+struct CacheElement<DTYPE, true> {
+  using type = u8;
+};
+
+// e4m3(x / scale) of each element as kjit_quant_fp8 computes it (a true division, so the CPU
+// reference agrees bit for bit; a scale that is not > 0 stores zeros).
+template <typename T, int N>
+KJIT_DEVICE KJIT_FORCEINLINE Vec<u8, N> quantize_e4m3(const Vec<T, N>& x, float scale) {
+  Vec<u8, N> q;
+#pragma unroll
+  for (int e = 0; e < N; ++e) q[e] = e4m3_bits(scale > 0.0f ? to_float(x[e]) / scale : 0.0f);
+  return q;
+}
 
 // Launch with grid = ceil(rows / (blockDim.x / kThreadsPerRow)) and blockDim.x a multiple of
 // kThreadsPerRow = min(HEAD_DIM / VEC, 32), no shared memory. Every pointer and stride of the
@@ -35,7 +59,7 @@ namespace kv_cache {
 // that the kernel just before does not write those four tensors.
 // clang-format would read the launch bound as a pointer declaration.
 // clang-format off
-template <typename DTYPE, int HEAD_DIM, int VEC, bool EARLY_INDICES>
+template <typename DTYPE, int HEAD_DIM, int VEC, bool EARLY_INDICES, bool CACHE_FP8>
 __global__ void __launch_bounds__(256)
 append_paged_kv_kernel(const __grid_constant__ AppendPagedKvParams p) {
   // clang-format on
@@ -48,6 +72,7 @@ append_paged_kv_kernel(const __grid_constant__ AppendPagedKvParams p) {
   constexpr int kIters = (kVecs + kThreadsPerRow - 1) / kThreadsPerRow;
   constexpr bool kEven = kVecs % kThreadsPerRow == 0;
   using V = Vec<DTYPE, VEC>;
+  using CacheT = typename CacheElement<DTYPE, CACHE_FP8>::type;
 
   const int rows_per_block = int(blockDim.x) / kThreadsPerRow;
   const int local = int(threadIdx.x) / kThreadsPerRow;
@@ -81,7 +106,14 @@ append_paged_kv_kernel(const __grid_constant__ AppendPagedKvParams p) {
   // Loaded once and never written here: the read-only path. After the wait with EARLY_INDICES
   // (below, once the destination is known).
   V kv[kIters], vv[kIters];
+  float k_div = 1.0f, v_div = 1.0f;  // the fp8 scales (they may be written by the kernel before)
   auto load_rows = [&] {
+    if constexpr (CACHE_FP8) {
+      if (live) {
+        k_div = __ldg(p.k_scale + head * p.scale_head_stride);
+        v_div = __ldg(p.v_scale + head * p.scale_head_stride);
+      }
+    }
 #pragma unroll
     for (int i = 0; i < kIters; ++i) {
       const int v = lane + i * kThreadsPerRow;
@@ -113,8 +145,8 @@ append_paged_kv_kernel(const __grid_constant__ AppendPagedKvParams p) {
   if (page < 0 || page >= p.num_pages) return;
   const int slot = pos - page_in_seq * p.page_size;
 
-  DTYPE* kd = static_cast<DTYPE*>(p.k_cache) + page * p.kc_sp + slot * p.kc_ss + head * p.kc_sh;
-  DTYPE* vd = static_cast<DTYPE*>(p.v_cache) + page * p.vc_sp + slot * p.vc_ss + head * p.vc_sh;
+  CacheT* kd = static_cast<CacheT*>(p.k_cache) + page * p.kc_sp + slot * p.kc_ss + head * p.kc_sh;
+  CacheT* vd = static_cast<CacheT*>(p.v_cache) + page * p.vc_sp + slot * p.vc_ss + head * p.vc_sh;
   if constexpr (EARLY_INDICES) {
     // The four row addresses are formed before the wait too (an OR of aligned addresses is never
     // 1); rows that left above never waited: they touch nothing the kernel before writes.
@@ -130,8 +162,13 @@ append_paged_kv_kernel(const __grid_constant__ AppendPagedKvParams p) {
   for (int i = 0; i < kIters; ++i) {
     const int v = lane + i * kThreadsPerRow;
     if (kEven || v < kVecs) {
-      kv[i].store(kd + v * VEC);
-      vv[i].store(vd + v * VEC);
+      if constexpr (CACHE_FP8) {
+        quantize_e4m3(kv[i], k_div).store(kd + v * VEC);
+        quantize_e4m3(vv[i], v_div).store(vd + v * VEC);
+      } else {
+        kv[i].store(kd + v * VEC);
+        vv[i].store(vd + v * VEC);
+      }
     }
   }
 }

@@ -31,6 +31,11 @@ struct AppendPagedKvParams {
   int nnz_pages;
   FastDiv heads_div;      // row / num_heads
   FastDiv page_size_div;  // pos / page_size
+  // fp8 caches only (null otherwise): element h * scale_head_stride is kv head h's scale
+  // (stride 0: one scale for the tensor). Last, so the other kernels' code is unchanged.
+  const float* k_scale;
+  const float* v_scale;
+  int scale_head_stride;
 };
 
 }  // namespace kv_cache

@@ -36,6 +36,10 @@
   X(kjit_append_paged_kv_cache,                                                                \
     "in:append_k in:append_v in:batch_indices in:positions in:kv_indices in:kv_indptr "        \
     "in:kv_last_page_len inout:paged_k_cache inout:paged_v_cache layout stream")               \
+  X(kjit_append_paged_kv_cache_fp8,                                                            \
+    "in:append_k in:append_v in:batch_indices in:positions in:kv_indices in:kv_indptr "        \
+    "in:kv_last_page_len in:k_scale in:v_scale inout:paged_k_cache inout:paged_v_cache "       \
+    "layout stream")                                                                           \
   X(kjit_batch_decode_run,                                                                     \
     "handle:plan in:q in:k_cache in:v_cache in:kv_indices in:kv_indptr in:kv_last_page_len "   \
     "out:workspace out:out out:lse k_scale v_scale stream")                                    \

@@ -55,7 +55,7 @@ std::string Definition::tensor_dtype_name(const std::string& tensor_name) const 
 
 DType Definition::tensor_dtype(const std::string& tensor_name) const {
   const std::string dt = tensor_dtype_name(tensor_name);
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kI32, DType::kI64}) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kI32, DType::kI64, DType::kE4M3}) {
     if (dt == def_dtype_name(t)) return t;
   }
   fail(KJIT_ERROR_INVALID_ARGUMENT, "definition {}: tensor '{}' {}", name, tensor_name,

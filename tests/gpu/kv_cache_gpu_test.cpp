@@ -4,7 +4,8 @@
 // what it was before, except the (page, slot, head) rows the reference says the tokens go to,
 // which must hold the appended rows bit for bit. Spare pages, other requests' slots, padding
 // between rows and pages, the other half of a combined cache and the inputs all stay as they
-// were (poison or previous values).
+// were (poison or previous values). An e4m3 cache (kjit_append_paged_kv_cache_fp8) holds each
+// element as the CPU reference quantizes it (ref::quantize_e4m3(x, scale)), also bit for bit.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "kjit/kjit.h"
 #include "ops/kv_cache/kv_cache.hpp"
 #include "ops/pdl.hpp"
+#include "reference/fp8_ref.hpp"
 #include "reference/half.hpp"
 #include "reference/kv_cache_ref.hpp"
 #include "support/gpu.hpp"
@@ -43,6 +45,9 @@ struct KvCase {
   bool poison = false;   // caches start as 0xFF (NaN) instead of random previous contents
   bool invalid = false;  // add tokens the kernel must skip (bad request, position, page)
   bool early = false;    // KJIT_PDL_EARLY_INDICES forced on (takes effect on sm_90, <= 256 tokens)
+  // "same": the caches hold dtype; "tensor" / "head": float8 e4m3 caches with one scale per
+  // tensor / per kv head (through the C entry point kjit_append_paged_kv_cache_fp8 unless early).
+  std::string fp8_scales = "same";
 };
 
 std::string describe(const KvCase& c) {
@@ -54,7 +59,8 @@ std::string describe(const KvCase& c) {
          std::to_string(c.page_pad) + (c.fused_append ? " fused" : "") +
          " append_pads=" + std::to_string(c.append_head_pad) + "/" +
          std::to_string(c.append_token_pad) + " offset=" + std::to_string(c.offset) +
-         (c.poison ? " poison" : "") + (c.invalid ? " invalid" : "");
+         (c.poison ? " poison" : "") + (c.invalid ? " invalid" : "") +
+         (c.fp8_scales != "same" ? " e4m3 scales per " + c.fp8_scales : "");
 }
 
 struct Host {
@@ -71,7 +77,17 @@ void run_case(const KvCase& c, std::mt19937_64& rng) {
   INFO(describe(c));
   const std::string dt = c.dtype;
   const size_t es = ref::elem_size(dt);
+  const bool fp8 = c.fp8_scales != "same";
+  const size_t ces = fp8 ? 1 : es;  // cache element bytes
   const int64_t H = c.heads, D = c.head_dim, ps = c.page_size;
+  // fp8 scales around amax / 448 of the inputs' [-4, 4]: the smaller ones saturate some
+  // elements at +-448; with one per head, head 1's is 0 (stores zeros).
+  std::vector<float> kscale(fp8 ? (c.fp8_scales == "head" ? H : 1) : 0), vscale(kscale.size());
+  for (size_t h = 0; h < kscale.size(); ++h) {
+    kscale[h] = 4.0f / 448.0f * (0.6f + 0.37f * static_cast<float>(h % 4));
+    vscale[h] = 4.0f / 448.0f * (1.5f - 0.29f * static_cast<float>(h % 5));
+  }
+  if (kscale.size() > 1) kscale[1] = vscale[1] = 0.0f;
 
   // Requests and their page tables (distinct random pages).
   std::uniform_int_distribution<int64_t> seq_dist(1, c.max_seq);
@@ -156,10 +172,12 @@ void run_case(const KvCase& c, std::mt19937_64& rng) {
   const int64_t page_stride = (c.combined ? 2 * page_elems : page_elems) + c.page_pad;
   std::vector<Host> caches(c.combined ? 1 : 2);
   for (auto& h : caches)
-    h.bytes.resize((c.offset + static_cast<size_t>(num_pages * page_stride)) * es);
+    h.bytes.resize((c.offset + static_cast<size_t>(num_pages * page_stride)) * ces);
   for (auto& h : caches) {
     if (c.poison) {
       std::fill(h.bytes.begin(), h.bytes.end(), 0xFF);
+    } else if (fp8) {
+      for (auto& b : h.bytes) b = static_cast<unsigned char>(rng());
     } else {
       fill_random(h.bytes, es, dt, rng);
     }
@@ -178,6 +196,19 @@ void run_case(const KvCase& c, std::mt19937_64& rng) {
       const size_t cache_elem = static_cast<size_t>(target->page * page_stride +
                                                     target->slot * slot_stride + h * head_stride);
       const size_t app_elem = static_cast<size_t>(t * arow + h * ahs);
+      if (fp8) {
+        const size_t si = kscale.size() == 1 ? 0 : static_cast<size_t>(h);
+        for (int64_t d = 0; d < D; ++d) {
+          const size_t e = app_elem + static_cast<size_t>(d);
+          const auto kx =
+              static_cast<float>(ref::load_elem(app[ak_buf].bytes.data(), ak_off + e, dt));
+          const auto vx =
+              static_cast<float>(ref::load_elem(app[av_buf].bytes.data(), av_off + e, dt));
+          want[kc_buf].bytes[kc_off + cache_elem + d] = ref::quantize_e4m3(kx, kscale[si]);
+          want[vc_buf].bytes[vc_off + cache_elem + d] = ref::quantize_e4m3(vx, vscale[si]);
+        }
+        continue;
+      }
       std::memcpy(want[kc_buf].bytes.data() + (kc_off + cache_elem) * es,
                   app[ak_buf].bytes.data() + (ak_off + app_elem) * es, static_cast<size_t>(D) * es);
       std::memcpy(want[vc_buf].bytes.data() + (vc_off + cache_elem) * es,
@@ -203,6 +234,12 @@ void run_case(const KvCase& c, std::mt19937_64& rng) {
   auto bi_dev = upload(as_bytes(bis)), pos_dev = upload(as_bytes(poss));
   auto idx_dev = upload(as_bytes(indices)), ptr_dev = upload(as_bytes(indptr));
   auto last_dev = upload(as_bytes(last));
+  auto floats = [](const std::vector<float>& v) {
+    std::vector<unsigned char> b(v.size() * 4);
+    if (!v.empty()) std::memcpy(b.data(), v.data(), b.size());
+    return b;
+  };
+  auto ks_dev = upload(floats(kscale)), vs_dev = upload(floats(vscale));
 
   auto at = [&](const std::unique_ptr<DeviceBuffer>& d, size_t elems) {
     return static_cast<char*>(d->get()) + elems * es;
@@ -214,8 +251,15 @@ void run_case(const KvCase& c, std::mt19937_64& rng) {
   std::vector<int64_t> cstrides =
       nhd ? std::vector<int64_t>{page_stride, slot_stride, head_stride, 1}
           : std::vector<int64_t>{page_stride, head_stride, slot_stride, 1};
-  Tensor kc = make_tensor(at(cache_dev[kc_buf], kc_off), cshape, dl_dtype(dt), cstrides);
-  Tensor vc = make_tensor(at(cache_dev[vc_buf], vc_off), cshape, dl_dtype(dt), cstrides);
+  auto cache_at = [&](const std::unique_ptr<DeviceBuffer>& d, size_t elems) {
+    return static_cast<char*>(d->get()) + elems * ces;
+  };
+  const DLDataType cdt = dl_dtype(fp8 ? "e4m3" : dt);
+  Tensor kc = make_tensor(cache_at(cache_dev[kc_buf], kc_off), cshape, cdt, cstrides);
+  Tensor vc = make_tensor(cache_at(cache_dev[vc_buf], vc_off), cshape, cdt, cstrides);
+  const int64_t ns = std::max<int64_t>(1, static_cast<int64_t>(kscale.size()));
+  Tensor kst = make_tensor(ks_dev->get(), {ns}, dl_dtype("fp32"));
+  Tensor vst = make_tensor(vs_dev->get(), {ns}, dl_dtype("fp32"));
   Tensor bt = make_tensor(bi_dev->get(), {nnz}, dl_dtype("int32"));
   Tensor pt = make_tensor(pos_dev->get(), {nnz}, dl_dtype("int32"));
   Tensor it =
@@ -227,13 +271,22 @@ void run_case(const KvCase& c, std::mt19937_64& rng) {
   // KJIT_PDL_EARLY_INDICES).
   kjit::ops::ElementwiseLaunch launch = kjit::ops::elementwise_launch_from_env();
   launch.early_indices = c.early;
-  REQUIRE_NOTHROW(kjit::ops::append_paged_kv_cache(ak.get(), av.get(), bt.get(), pt.get(), kc.get(),
-                                                   vc.get(), it.get(), ipt.get(), lt.get(),
-                                                   c.layout, nullptr, launch));
+  if (fp8 && !c.early) {
+    REQUIRE(kjit_append_paged_kv_cache_fp8(ak.get(), av.get(), bt.get(), pt.get(), it.get(),
+                                           ipt.get(), lt.get(), kst.get(), vst.get(), kc.get(),
+                                           vc.get(), static_cast<kjit_kv_layout>(c.layout),
+                                           nullptr) == KJIT_SUCCESS);
+  } else {
+    const kjit::ops::AppendKvScales scales =
+        fp8 ? kjit::ops::AppendKvScales{kst.get(), vst.get()} : kjit::ops::AppendKvScales{};
+    REQUIRE_NOTHROW(kjit::ops::append_paged_kv_cache(ak.get(), av.get(), bt.get(), pt.get(),
+                                                     kc.get(), vc.get(), it.get(), ipt.get(),
+                                                     lt.get(), c.layout, nullptr, launch, scales));
+  }
   device_synchronize();
 
   auto count_diffs = [&](const std::vector<unsigned char>& expect, const DeviceBuffer& d,
-                         const char* what) {
+                         const char* what, size_t es) {
     std::vector<unsigned char> got(expect.size());
     if (!got.empty()) d.download(got.data(), got.size());
     long diffs = 0;
@@ -245,9 +298,9 @@ void run_case(const KvCase& c, std::mt19937_64& rng) {
     return diffs;
   };
   for (size_t i = 0; i < caches.size(); ++i)
-    CHECK(count_diffs(want[i].bytes, *cache_dev[i], "cache") == 0);
+    CHECK(count_diffs(want[i].bytes, *cache_dev[i], "cache", ces) == 0);
   for (size_t i = 0; i < app.size(); ++i)
-    CHECK(count_diffs(app[i].bytes, *app_dev[i], "append") == 0);
+    CHECK(count_diffs(app[i].bytes, *app_dev[i], "append", es) == 0);
 }
 
 }  // namespace
@@ -418,6 +471,59 @@ TEST_CASE("kv gpu: the index chain read before the PDL wait (KJIT_PDL_EARLY_INDI
   prefill.max_seq = 600;
   prefill.max_append = 600;
   run_case(prefill, rng);
+}
+
+TEST_CASE("kv gpu: fp8 e4m3 caches with per-tensor and per-head scales", "[gpu][kv_cache][fp8]") {
+  // The same cases into e4m3 caches: every input dtype and layout, decode and prefill appends,
+  // odd head sizes and page sizes, combined / padded / misaligned (byte-aligned caches: scalar
+  // stores) / fused views, broken page tables, and the early index read.
+  std::mt19937_64 rng(std::random_device{}());
+  for (const char* scales : {"tensor", "head"}) {
+    for (const char* dt : {"bf16", "fp16", "fp32"}) {
+      for (int layout : {KJIT_KV_LAYOUT_NHD, KJIT_KV_LAYOUT_HND}) {
+        for (int64_t hd : {64, 128, 80}) {
+          KvCase c;
+          c.fp8_scales = scales;
+          c.dtype = dt;
+          c.layout = layout;
+          c.head_dim = hd;
+          c.batch = 7;
+          c.heads = 3;
+          c.page_size = hd == 80 ? 5 : 16;
+          run_case(c, rng);
+          c.max_append = 40;
+          c.max_seq = 200;
+          run_case(c, rng);
+        }
+      }
+    }
+    KvCase views;
+    views.fp8_scales = scales;
+    views.combined = true;
+    views.fused_append = true;
+    views.max_append = 12;
+    run_case(views, rng);
+    views.offset = 1;
+    views.row_pad = 3;
+    views.append_head_pad = 1;
+    run_case(views, rng);
+    KvCase broken;
+    broken.fp8_scales = scales;
+    broken.invalid = true;
+    broken.poison = true;
+    broken.spare_pages = 0;
+    broken.max_append = 6;
+    run_case(broken, rng);
+    for (int64_t batch : {1, 64}) {
+      KvCase early;
+      early.fp8_scales = scales;
+      early.early = true;
+      early.batch = batch;
+      early.heads = 8;
+      early.max_seq = 2000;
+      run_case(early, rng);
+    }
+  }
 }
 
 TEST_CASE("kv gpu: a device id that does not exist is an argument error", "[gpu][kv_cache]") {

@@ -744,6 +744,55 @@ Api append_kv_api() {
   return api;
 }
 
+// kjit_append_paged_kv_cache_fp8: the call above into e4m3 caches with per-head scales.
+Api append_kv_fp8_api() {
+  Api api;
+  api.name = "kjit_append_paged_kv_cache_fp8";
+  api.make = [] {
+    Call c;
+    c.tensors.push_back(arg("append_k", 1, {5, 2, 128}, "bf16"));
+    c.tensors.push_back(arg("append_v", 2, {5, 2, 128}, "bf16"));
+    c.tensors.push_back(arg("batch_indices", 3, {5}, "int32"));
+    c.tensors.push_back(arg("positions", 4, {5}, "int32"));
+    c.tensors.push_back(arg("kv_indices", 7, {7}, "int32"));
+    c.tensors.push_back(arg("kv_indptr", 8, {4}, "int32"));
+    c.tensors.push_back(arg("kv_last_page_len", 9, {3}, "int32"));
+    c.tensors.push_back(arg("k_scale", 10, {2}, "fp32"));
+    c.tensors.push_back(arg("v_scale", 11, {2}, "fp32"));
+    c.tensors.push_back(arg("paged_k_cache", 5, {16, 16, 2, 128}, "e4m3"));
+    c.tensors.push_back(arg("paged_v_cache", 6, {16, 16, 2, 128}, "e4m3"));
+    c.ints = {{"layout", KJIT_KV_LAYOUT_NHD}};
+    return c;
+  };
+  api.invoke = [](Call& c) {
+    return kjit_append_paged_kv_cache_fp8(c.t(0), c.t(1), c.t(2), c.t(3), c.t(4), c.t(5), c.t(6),
+                                          c.t(7), c.t(8), c.t(9), c.t(10),
+                                          static_cast<kjit_kv_layout>(c.n(0)), nullptr);
+  };
+  api.specific = {
+      set_int("layout", 2),
+      {"bf16 caches",
+       [](Call& c) {
+         c.arg("paged_k_cache").t.t.dtype = c.arg("paged_v_cache").t.t.dtype = dl_dtype("bf16");
+       },
+       "paged_k_cache"},
+      {"k_scale fp16", [](Call& c) { c.arg("k_scale").t.t.dtype = dl_dtype("fp16"); }, "k_scale"},
+      {"v_scale of 3", [](Call& c) { reshape(c.arg("v_scale"), {3}); }, "v_scale"},
+      {"k_scale per tensor, v_scale per head", [](Call& c) { reshape(c.arg("k_scale"), {1}); },
+       "v_scale"},
+      {"paged_v_cache over v_scale",
+       [](Call& c) { c.arg("paged_v_cache").t.t.data = c.arg("v_scale").t.t.data; },
+       "paged_v_cache"},
+  };
+  api.zero_size = [](Call& c) {
+    reshape(c.arg("append_k"), {0, 2, 128});
+    reshape(c.arg("append_v"), {0, 2, 128});
+    reshape(c.arg("batch_indices"), {0});
+    reshape(c.arg("positions"), {0});
+  };
+  return api;
+}
+
 // ---- Attention
 // -----------------------------------------------------------------------------------
 
@@ -1552,6 +1601,7 @@ std::vector<Api> table() {
       llama31_rope_api(),
       cos_sin_cache_api(),
       append_kv_api(),
+      append_kv_fp8_api(),
       decode_run_api(),
       prefill_run_api(),
       prefill_ragged_run_api(),

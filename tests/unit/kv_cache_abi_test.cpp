@@ -34,6 +34,8 @@ char* const kVc = reinterpret_cast<char*>(0x30000000);
 char* const kIdx = reinterpret_cast<char*>(0x40000000);
 char* const kPtr = reinterpret_cast<char*>(0x41000000);
 char* const kLast = reinterpret_cast<char*>(0x42000000);
+char* const kKs = reinterpret_cast<char*>(0x43000000);
+char* const kVs = reinterpret_cast<char*>(0x44000000);
 
 std::string last_error() {
   return kjit_last_error();
@@ -209,7 +211,8 @@ TEST_CASE("kv abi: rejects an fp8 cache as unsupported", "[c_abi][kv_cache]") {
   Call c;
   c.kc.t.dtype = {kDLFloat, 8, 1};
   c.vc.t.dtype = {kDLFloat, 8, 1};
-  expect_status(c, KJIT_ERROR_UNSUPPORTED, "fp8 KV caches are not supported yet");
+  expect_status(c, KJIT_ERROR_UNSUPPORTED,
+                "fp8 caches are written by kjit_append_paged_kv_cache_fp8");
   Call u;  // engines often hand fp8 storage over as uint8
   u.vc.t.dtype = {kDLUInt, 8, 1};
   expect_status(u, KJIT_ERROR_UNSUPPORTED, "paged_v_cache has an 8-bit dtype");
@@ -363,6 +366,99 @@ TEST_CASE("kv abi: accepts HND, a combined [pages, 2, ...] cache and fused kv vi
     c.ak = make_tensor(kAk + 2, {5, 2, 128}, dl_dtype("bf16"));
     expect_valid(c);
   }
+}
+
+// ---- kjit_append_paged_kv_cache_fp8: the same call into e4m3 caches, with scales
+// ------------------------------------------------------------------------------------
+
+namespace {
+
+// The valid call above into e4m3 caches with per-head scales.
+struct Fp8Call : Call {
+  Tensor ks = make_tensor(kKs, {2}, dl_dtype("fp32"));
+  Tensor vs = make_tensor(kVs, {2}, dl_dtype("fp32"));
+  bool null_k_scale = false;
+  Fp8Call() { kc.t.dtype = vc.t.dtype = dl_dtype("e4m3"); }
+  kjit_status run() {
+    return kjit_append_paged_kv_cache_fp8(ak.get(), av.get(), bi.get(), pos.get(), idx.get(),
+                                          ptr.get(), last.get(), null_k_scale ? nullptr : ks.get(),
+                                          vs.get(), kc.get(), vc.get(),
+                                          static_cast<kjit_kv_layout>(layout), nullptr);
+  }
+};
+
+void expect_fp8(Fp8Call& c, kjit_status want, const char* fragment) {
+  const kjit_status s = c.run();
+  INFO("last error: " << last_error());
+  CHECK(s == want);
+  CHECK(last_error().find(fragment) != std::string::npos);
+  CHECK(last_error().find("kjit_append_paged_kv_cache_fp8") == 0);
+}
+
+}  // namespace
+
+TEST_CASE("kv fp8 abi: exported and accepting per-tensor or per-head scales", "[c_abi][kv_cache]") {
+  void* lib = dlopen(KJIT_SHARED_LIB_PATH, RTLD_NOW | RTLD_LOCAL);
+  REQUIRE(lib != nullptr);
+  CHECK(dlsym(lib, "kjit_append_paged_kv_cache_fp8") != nullptr);
+  dlclose(lib);
+  KJIT_RUN_WITHOUT_GPU();
+  Fp8Call per_head;
+  CHECK(per_head.run() == KJIT_ERROR_NO_DEVICE);
+  Fp8Call per_tensor;
+  per_tensor.ks = make_tensor(kKs, {1}, dl_dtype("fp32"));
+  per_tensor.vs = make_tensor(kVs, {1}, dl_dtype("fp32"));
+  CHECK(per_tensor.run() == KJIT_ERROR_NO_DEVICE);
+  Fp8Call fp32_in;  // fp32 appends into e4m3 too
+  fp32_in.ak.t.dtype = fp32_in.av.t.dtype = dl_dtype("fp32");
+  CHECK(fp32_in.run() == KJIT_ERROR_NO_DEVICE);
+}
+
+TEST_CASE("kv fp8 abi: rejects NULL scales", "[c_abi][kv_cache]") {
+  Fp8Call c;
+  c.null_k_scale = true;
+  expect_fp8(c, KJIT_ERROR_INVALID_ARGUMENT, "k_scale is NULL");
+}
+
+TEST_CASE("kv fp8 abi: rejects scales of the wrong dtype or shape or pairing",
+          "[c_abi][kv_cache]") {
+  Fp8Call half;
+  half.ks.t.dtype = dl_dtype("fp16");
+  expect_fp8(half, KJIT_ERROR_INVALID_ARGUMENT, "k_scale must be fp32, got fp16");
+  Fp8Call three;
+  three.vs = make_tensor(kVs, {3}, dl_dtype("fp32"));
+  expect_fp8(three, KJIT_ERROR_INVALID_ARGUMENT,
+             "v_scale must be [1] (per tensor) or [num_kv_heads = 2] (per head)");
+  Fp8Call two_d;
+  two_d.ks = make_tensor(kKs, {1, 2}, dl_dtype("fp32"));
+  expect_fp8(two_d, KJIT_ERROR_INVALID_ARGUMENT, "k_scale must be [1] (per tensor)");
+  Fp8Call mixed;
+  mixed.vs = make_tensor(kVs, {1}, dl_dtype("fp32"));
+  expect_fp8(mixed, KJIT_ERROR_INVALID_ARGUMENT, "both per tensor or both per head");
+}
+
+TEST_CASE("kv fp8 abi: rejects caches that are not e4m3 and caches over a scale",
+          "[c_abi][kv_cache]") {
+  Fp8Call bf16;
+  bf16.kc.t.dtype = bf16.vc.t.dtype = dl_dtype("bf16");
+  expect_fp8(bf16, KJIT_ERROR_INVALID_ARGUMENT, "paged_k_cache must be float8_e4m3fn");
+  Fp8Call e5m2_like;  // another 8-bit float: well-formed, not served
+  e5m2_like.vc.t.dtype = {kDLFloat, 8, 1};
+  expect_fp8(e5m2_like, KJIT_ERROR_UNSUPPORTED, "paged_v_cache must be float8_e4m3fn");
+  Fp8Call over;
+  over.ks.t.data = kKc;
+  expect_fp8(over, KJIT_ERROR_INVALID_ARGUMENT, "paged_k_cache overlaps k_scale");
+}
+
+TEST_CASE("kv fp8: vector width follows the 1-byte cache and specs carry the cache", "[kv_cache]") {
+  using kjit::ops::DType;
+  // A 4-byte aligned e4m3 cache still takes 4-element vectors of a 16-byte aligned bf16 append.
+  CHECK(ops::select_append_paged_kv(DType::kBF16, 128, 16, 0, false, true, 4).vec == 4);
+  CHECK(ops::select_append_paged_kv(DType::kBF16, 128, 16, 0, false, true, 16).vec == 8);
+  const ops::OpDef* d = ops::find_op("append_paged_kv");
+  REQUIRE(d != nullptr);
+  CHECK(d->make_spec({{"dtype", "bf16"}, {"head_dim", "128"}, {"cache", "e4m3"}}).uri ==
+        "append_paged_kv_dtype_bf16_head_dim_128_vec_8_cache_fp8_1");
 }
 
 // ---- Pure parts

@@ -133,11 +133,12 @@ TEST_CASE("trace dump: every hook writes under its definition's name", "[trace]"
   r.kind = kjit::ops::RopeKind::kCosSinCache;
   r.cache_dtype = DType::kF32;
   trace::rope(r, 17, 4096);
-  trace::append_paged_kv(DType::kBF16, 8, 128, 16, false, 64, 64, 70, 100);
+  trace::append_paged_kv(DType::kBF16, 0, 8, 128, 16, false, 64, 64, 70, 100);
+  trace::append_paged_kv(DType::kBF16, 8, 8, 128, 16, true, 64, 64, 70, 100);  // e4m3, per head
   trace::gemm(DType::kBF16, DType::kBF16, 16, 4096, 14336, false);
   trace::gemm(DType::kF16, DType::kF32, 3, 64, 40, true);
 
-  CHECK(check_one_line_each(t.dir.path()) == 10);
+  CHECK(check_one_line_each(t.dir.path()) == 11);
   const auto gemm_line = lines(t.work("gemm_n4096_k14336")).at(0);
   CHECK(gemm_line.at("axes").at("m") == 16);
   CHECK(gemm_line.at("op") == "gemm");
@@ -150,6 +151,10 @@ TEST_CASE("trace dump: every hook writes under its definition's name", "[trace]"
   const auto kv = lines(t.work("append_paged_kv_k8_d128_ps16_hnd")).at(0);
   CHECK(kv.at("axes").at("len_indptr") == 65);
   CHECK(kv.at("set").at("layout") == "hnd");
+  const auto kv8 = lines(t.work("append_paged_kv_k8_d128_ps16_e4m3")).at(0);
+  CHECK(kv8.at("axes").at("num_scales") == 8);
+  CHECK(kv8.at("set").at("cache") == "e4m3");
+  CHECK(kv8.at("set").at("scales") == "head");
 }
 
 TEST_CASE("trace dump: the attention and sampling hooks", "[trace]") {
@@ -322,7 +327,7 @@ TEST_CASE("trace dump: what it writes is bench --from input", "[trace]") {
   r.kv_heads = 8;
   r.head_dim = r.rotary_dim = 128;
   trace::rope(r, 8, 0);
-  trace::append_paged_kv(DType::kBF16, 8, 128, 16, true, 8, 8, 8, 8);
+  trace::append_paged_kv(DType::kBF16, 0, 8, 128, 16, true, 8, 8, 8, 8);
   trace::batch_decode({DType::kBF16, false, 64, 8, 128, 16, true}, 8, 2048, 2048, 4096);
   trace::batch_decode({DType::kBF16, true, 32, 8, 128, 1, false}, 1, 4096, 4096, 4096);
   using kjit::ops::SamplingKind;

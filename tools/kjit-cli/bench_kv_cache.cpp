@@ -27,6 +27,7 @@
 #include "ops/kv_cache/kv_cache.hpp"
 #include "ops/pdl.hpp"
 #include "reference/kv_cache_ref.hpp"
+#include "reference/fp8_ref.hpp"
 #include "reference/half.hpp"
 #include "support/gpu.hpp"
 #include "util/error.hpp"
@@ -45,7 +46,14 @@ int bench_append_paged_kv(const ops::SetArgs& args, const BenchOptions& opts) {
   const std::string layout = args.count("layout") ? args.at("layout") : "nhd";
   if (layout != "nhd" && layout != "hnd") throw UsageError("layout must be nhd or hnd");
   const bool nhd = layout == "nhd";
+  const std::string cache = args.count("cache") ? args.at("cache") : "same";
+  if (cache != "same" && cache != "e4m3") throw UsageError("cache must be same or e4m3");
+  const bool fp8 = cache == "e4m3";
+  const std::string scales = args.count("scales") ? args.at("scales") : "tensor";
+  if (scales != "tensor" && scales != "head") throw UsageError("scales must be tensor or head");
+  if (!fp8 && args.count("scales")) throw UsageError("scales needs cache=e4m3");
   const size_t es = ref::elem_size(dtype);
+  const size_t ces = fp8 ? 1 : es;                       // cache element bytes
   const size_t n = static_cast<size_t>(tokens * H * D);  // elements of append_k (and append_v)
   check_gpu();
 
@@ -79,10 +87,21 @@ int bench_append_paged_kv(const ops::SetArgs& args, const BenchOptions& opts) {
   const size_t bi_at = add_int32s(in, bi), pos_at = add_int32s(in, pos);
   const size_t idx_at = add_int32s(in, indices), ptr_at = add_int32s(in, indptr);
   const size_t last_at = add_int32s(in, last);
+  // fp8 scales: about amax / 448 of the inputs' [-4, 4], a little different per head.
+  std::vector<float> scale_k(fp8 ? (scales == "head" ? H : 1) : 0), scale_v(scale_k.size());
+  for (size_t h = 0; h < scale_k.size(); ++h) {
+    scale_k[h] = 4.0f / 448.0f * (1.0f + 0.01f * static_cast<float>(h));
+    scale_v[h] = 4.0f / 448.0f * (1.0f - 0.005f * static_cast<float>(h));
+  }
+  const size_t ks_at = in.add(scale_k.size() * 4), vs_at = in.add(scale_v.size() * 4);
+  if (fp8) {
+    std::memcpy(in.host.data() + ks_at, scale_k.data(), scale_k.size() * 4);
+    std::memcpy(in.host.data() + vs_at, scale_v.data(), scale_v.size() * 4);
+  }
   in.upload();
   const size_t cache_elems = static_cast<size_t>(num_pages * ps * H * D);
   Packed caches;
-  const size_t kc_at = caches.add(cache_elems * es), vc_at = caches.add(cache_elems * es);
+  const size_t kc_at = caches.add(cache_elems * ces), vc_at = caches.add(cache_elems * ces);
   caches.upload();
   caches.dev->fill(0xFF);  // poison: NaN in every float format
   const DLDataType dl = test::dl_dtype(dtype), i32 = test::dl_dtype("int32");
@@ -90,8 +109,12 @@ int bench_append_paged_kv(const ops::SetArgs& args, const BenchOptions& opts) {
   auto avt = test::make_tensor(in.at(av_at), {tokens, H, D}, dl);
   const std::vector<int64_t> cshape =
       nhd ? std::vector<int64_t>{num_pages, ps, H, D} : std::vector<int64_t>{num_pages, H, ps, D};
-  auto kct = test::make_tensor(caches.at(kc_at), cshape, dl);
-  auto vct = test::make_tensor(caches.at(vc_at), cshape, dl);
+  const DLDataType cdl = fp8 ? test::dl_dtype("e4m3") : dl;
+  auto kct = test::make_tensor(caches.at(kc_at), cshape, cdl);
+  auto vct = test::make_tensor(caches.at(vc_at), cshape, cdl);
+  const int64_t ns = static_cast<int64_t>(scale_k.size());
+  auto kst = test::make_tensor(in.at(ks_at), {std::max<int64_t>(ns, 1)}, test::dl_dtype("fp32"));
+  auto vst = test::make_tensor(in.at(vs_at), {std::max<int64_t>(ns, 1)}, test::dl_dtype("fp32"));
   auto bt = test::make_tensor(in.at(bi_at), {tokens}, i32);
   auto pt = test::make_tensor(in.at(pos_at), {tokens}, i32);
   auto it = test::make_tensor(in.at(idx_at), {num_pages}, i32);
@@ -99,38 +122,44 @@ int bench_append_paged_kv(const ops::SetArgs& args, const BenchOptions& opts) {
   auto lt = test::make_tensor(in.at(last_at), {batch}, i32);
 
   // As the op picks it (KJIT_PDL_EARLY_INDICES at decode sizes).
-  const ops::AppendPagedKvConfig cfg = ops::select_append_paged_kv(
-      *ops::dtype_of(dl), D, 16, tokens, ops::pdl_early_indices(0, bench_elementwise_launch()));
+  const ops::AppendPagedKvConfig cfg =
+      ops::select_append_paged_kv(*ops::dtype_of(dl), D, 16, tokens,
+                                  ops::pdl_early_indices(0, bench_elementwise_launch()), fp8);
   BenchCase c;
   c.op = "append_paged_kv";
   c.uri = ops::append_paged_kv_uri(cfg);
   c.dtype = dtype;
   c.shape = {{"tokens", tokens}, {"kv_heads", H},  {"head_dim", D},
              {"page_size", ps},  {"batch", batch}, {"layout", layout}};
+  if (fp8) {
+    c.shape["cache"] = cache;
+    c.shape["scales"] = scales;
+  }
   c.label = fmt::format(
-      "append_paged_kv {} {} tokens={} batch={} kv_heads={} head_dim={} page={}{}", dtype, layout,
-      tokens, batch, H, D, ps, cfg.early_indices ? " early-indices" : "");
+      "append_paged_kv {} {} tokens={} batch={} kv_heads={} head_dim={} page={}{}{}", dtype, layout,
+      tokens, batch, H, D, ps, fp8 ? fmt::format(" e4m3-cache scales={}", scales) : "",
+      cfg.early_indices ? " early-indices" : "");
   // The ops-layer call: what kjit_append_paged_kv_cache runs, in the bench's launch mode.
   c.launch = [&](CUstream stream) {
-    ops::append_paged_kv_cache(akt.get(), avt.get(), bt.get(), pt.get(), kct.get(), vct.get(),
-                               it.get(), ipt.get(), lt.get(),
-                               nhd ? KJIT_KV_LAYOUT_NHD : KJIT_KV_LAYOUT_HND, stream,
-                               bench_elementwise_launch());
+    ops::append_paged_kv_cache(
+        akt.get(), avt.get(), bt.get(), pt.get(), kct.get(), vct.get(), it.get(), ipt.get(),
+        lt.get(), nhd ? KJIT_KV_LAYOUT_NHD : KJIT_KV_LAYOUT_HND, stream, bench_elementwise_launch(),
+        fp8 ? ops::AppendKvScales{kst.get(), vst.get()} : ops::AppendKvScales{});
   };
-  // Reads append_k / append_v, batch_indices, positions and the page table; writes as many
-  // cache bytes as it reads append bytes.
+  // Reads append_k / append_v, batch_indices, positions and the page table; writes a cache
+  // element for each append element.
   const size_t index_bytes = 4 * (bi.size() + pos.size() + indices.size() + indptr.size());
-  c.bytes = 4.0 * n * es + index_bytes;
+  c.bytes = 2.0 * n * (es + ces) + index_bytes;
   c.copy_src = in.dev->get();
-  c.copy_bytes = 2 * n * es + index_bytes / 2;
+  c.copy_bytes = n * (es + ces) + index_bytes / 2;
 
-  // Every appended row must sit in its (page, slot) bit for bit, and every other cache element
-  // must still be poison.
+  // Every appended row must sit in its (page, slot) bit for bit (as e4m3(x / scale) for an fp8
+  // cache), and every other cache element must still be poison.
   const double first_ms = first_call_ms(c);
   std::vector<unsigned char> got(opts.check ? caches.host.size() : 0);
   if (opts.check) caches.dev->download(got.data(), got.size());
   Check chk;
-  const size_t row_bytes = static_cast<size_t>(D) * es;
+  const size_t row_bytes = static_cast<size_t>(D) * ces;
   for (int64_t t = 0; opts.check && t < tokens; ++t) {
     const auto target = ref::append_target(bi, pos, indptr, indices, t, ps, num_pages);
     if (!target) throw Error(KJIT_ERROR_INTERNAL, "bench built a token the append skips");
@@ -138,18 +167,24 @@ int bench_append_paged_kv(const ops::SetArgs& args, const BenchOptions& opts) {
       const int64_t cache_row = nhd ? (target->page * ps + target->slot) * H + h
                                     : (target->page * H + h) * ps + target->slot;
       const size_t app_elem = static_cast<size_t>((t * H + h) * D);
-      for (const auto& [src, dst] : {std::pair{ak_at, kc_at}, std::pair{av_at, vc_at}}) {
+      for (const auto& [src, dst, sc] :
+           {std::tuple{ak_at, kc_at, &scale_k}, std::tuple{av_at, vc_at, &scale_v}}) {
         unsigned char* slot = got.data() + dst + static_cast<size_t>(cache_row) * row_bytes;
         for (int64_t d = 0; d < D; ++d) {
-          chk.add(ref::load_elem(slot, static_cast<size_t>(d), dtype),
-                  ref::load_elem(in.host.data() + src, app_elem + d, dtype), 0.0);
+          const double x = ref::load_elem(in.host.data() + src, app_elem + d, dtype);
+          if (fp8) {
+            const float s = (*sc)[sc->size() == 1 ? 0 : static_cast<size_t>(h)];
+            chk.add(slot[d], ref::quantize_e4m3(static_cast<float>(x), s), 0.0);
+          } else {
+            chk.add(ref::load_elem(slot, static_cast<size_t>(d), dtype), x, 0.0);
+          }
         }
         std::memset(slot, 0xFF, row_bytes);  // checked: must not count as a stray write below
       }
     }
   }
   for (const size_t at : {kc_at, vc_at}) {
-    for (size_t i = 0; opts.check && i < cache_elems * es; ++i) chk.bad += got[at + i] != 0xFF;
+    for (size_t i = 0; opts.check && i < cache_elems * ces; ++i) chk.bad += got[at + i] != 0xFF;
   }
   return report(c, chk, first_ms, opts);
 }
@@ -159,9 +194,10 @@ int bench_append_paged_kv(const ops::SetArgs& args, const BenchOptions& opts) {
 void add_kv_cache_benches(std::vector<BenchEntry>& out) {
   out.push_back({"append_paged_kv",
                  {"dtype", "tokens", "kv_heads", "head_dim", "page_size"},
-                 {"batch", "layout"},
+                 {"batch", "layout", "cache", "scales"},
                  bench_append_paged_kv,
                  "dtype, tokens, kv_heads, head_dim, page_size, optional batch (default max(1, "
-                 "tokens / 512)), layout (nhd|hnd)"});
+                 "tokens / 512)), layout (nhd|hnd), cache (same|e4m3), scales (tensor|head, "
+                 "e4m3 only)"});
 }
 }  // namespace kjit::cli

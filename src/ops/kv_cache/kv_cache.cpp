@@ -18,16 +18,43 @@ namespace kjit::ops {
 
 namespace {
 
-// An 8-bit cache is well-formed (FlashInfer has fp8 e4m3 / e5m2 caches) but not served yet: say
-// so instead of calling its dtype unknown.
-StridedView cache_view(const DLTensor* t, const char* name) {
-  if (t != nullptr && t->dtype.bits == 8 && t->dtype.lanes == 1) {
+// The caches of kjit_append_paged_kv_cache hold the append dtype; an 8-bit one is well-formed
+// (FlashInfer has fp8 e4m3 / e5m2 caches) but needs the scales of the fp8 entry point: say so
+// instead of calling its dtype unknown. Those of the fp8 entry point are float8 e4m3.
+StridedView cache_view(const DLTensor* t, const char* name, bool fp8) {
+  if (!fp8 && t != nullptr && t->dtype.bits == 8 && t->dtype.lanes == 1) {
     fail(KJIT_ERROR_UNSUPPORTED,
-         "{} has an 8-bit dtype (code {}): fp8 KV caches are not supported yet, only bf16 / fp16 "
-         "/ fp32",
+         "{} has an 8-bit dtype (code {}): fp8 caches are written by "
+         "kjit_append_paged_kv_cache_fp8 (with scales), this entry point takes bf16 / fp16 / fp32",
          name, t->dtype.code);
   }
+  if (fp8 && t != nullptr &&
+      !(t->dtype.code == KJIT_DL_FLOAT8_E4M3FN && t->dtype.bits == 8 && t->dtype.lanes == 1)) {
+    fail(t->dtype.bits == 8 ? KJIT_ERROR_UNSUPPORTED : KJIT_ERROR_INVALID_ARGUMENT,
+         "{} must be float8_e4m3fn (DLPack code {}, 8 bits), got code {} with {} bits", name,
+         KJIT_DL_FLOAT8_E4M3FN, t->dtype.code, t->dtype.bits);
+  }
   return as_strided_view(t, name);
+}
+
+// An fp8 cache's scales: fp32 on the append's device, [1] (per tensor) or [heads] (per kv head),
+// contiguous.
+StridedView scale_vector(const DLTensor* t, const char* name, int device, int64_t heads) {
+  StridedView v = as_strided_view(t, name);
+  if (v.dtype != DType::kF32) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be fp32, got {}", name, dtype_name(v.dtype));
+  }
+  if (v.device != device) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is on cuda:{} but append_k is on cuda:{}", name, v.device,
+         device);
+  }
+  if (v.ndim != 1 || (v.shape[0] != 1 && v.shape[0] != heads)) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT,
+         "{} must be [1] (per tensor) or [num_kv_heads = {}] (per head), got ndim {} with {} "
+         "elements",
+         name, heads, v.ndim, v.numel());
+  }
+  return v;
 }
 
 StridedView int_vector(const DLTensor* t, const char* name, int device) {
@@ -60,7 +87,8 @@ void check_like(const StridedView& a, const char* an, const StridedView& b, cons
 }  // namespace
 
 AppendPagedKvConfig select_append_paged_kv(DType dtype, int64_t head_dim, int align_bytes,
-                                           int64_t tokens, bool early_indices) {
+                                           int64_t tokens, bool early_indices, bool cache_fp8,
+                                           int cache_align_bytes) {
   if (!is_float(dtype)) {
     fail(KJIT_ERROR_UNSUPPORTED, "append_paged_kv supports bf16, fp16 and fp32, not {}",
          dtype_name(dtype));
@@ -73,8 +101,13 @@ AppendPagedKvConfig select_append_paged_kv(DType dtype, int64_t head_dim, int al
   c.dtype = dtype;
   c.head_dim = static_cast<int>(head_dim);
   const int elem = static_cast<int>(dtype_size(dtype));
+  const int cache_elem = cache_fp8 ? 1 : elem;
+  c.cache_fp8 = cache_fp8 ? 1 : 0;
   c.vec = 16 / elem;
-  while (c.vec > 1 && (c.head_dim % c.vec != 0 || c.vec * elem > align_bytes)) c.vec /= 2;
+  while (c.vec > 1 && (c.head_dim % c.vec != 0 || c.vec * elem > align_bytes ||
+                       c.vec * cache_elem > cache_align_bytes)) {
+    c.vec /= 2;
+  }
   c.early_indices = early_indices && tokens <= kAppendPagedKvEarlyMaxTokens ? 1 : 0;
   return c;
 }
@@ -89,6 +122,7 @@ jit::Spec append_paged_kv_spec(const AppendPagedKvConfig& c) {
   b.type("dtype", dtype_name(c.dtype), device_type_name(c.dtype));
   b.value("head_dim", c.head_dim).value("vec", c.vec);
   b.flag("early_indices", c.early_indices != 0, /*omit_false=*/true);
+  b.flag("cache_fp8", c.cache_fp8 != 0, /*omit_false=*/true);
   b.entry("kjit::kv_cache::append_paged_kv_kernel");
   return b.build();
 }
@@ -98,7 +132,7 @@ void append_paged_kv_cache(const DLTensor* append_k, const DLTensor* append_v,
                            DLTensor* paged_k_cache, DLTensor* paged_v_cache,
                            const DLTensor* kv_indices, const DLTensor* kv_indptr,
                            const DLTensor* kv_last_page_len, int layout, void* stream,
-                           const ElementwiseLaunch& launch) {
+                           const ElementwiseLaunch& launch, const AppendKvScales& scales) {
   const StridedView ak = as_strided_view(append_k, "append_k");
   const StridedView av = as_strided_view(append_v, "append_v");
   if (ak.ndim != 3) {
@@ -122,8 +156,9 @@ void append_paged_kv_cache(const DLTensor* append_k, const DLTensor* append_v,
     fail(KJIT_ERROR_INVALID_ARGUMENT, "layout must be KJIT_KV_LAYOUT_NHD (0) or _HND (1), got {}",
          layout);
   }
-  const StridedView kc = cache_view(paged_k_cache, "paged_k_cache");
-  const StridedView vc = cache_view(paged_v_cache, "paged_v_cache");
+  const bool fp8 = scales.k_scale != nullptr || scales.v_scale != nullptr;
+  const StridedView kc = cache_view(paged_k_cache, "paged_k_cache", fp8);
+  const StridedView vc = cache_view(paged_v_cache, "paged_v_cache", fp8);
   const bool nhd = layout == KJIT_KV_LAYOUT_NHD;
   if (kc.ndim != 4) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "paged_k_cache must be {}, got ndim {}",
@@ -131,7 +166,14 @@ void append_paged_kv_cache(const DLTensor* append_k, const DLTensor* append_v,
              : "[num_pages, num_kv_heads, page_size, head_dim] (HND)",
          kc.ndim);
   }
-  check_same_dtype_device(ak, "append_k", kc, "paged_k_cache");
+  if (fp8) {
+    if (kc.device != dev) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "paged_k_cache is on cuda:{} but append_k is on cuda:{}",
+           kc.device, dev);
+    }
+  } else {
+    check_same_dtype_device(ak, "append_k", kc, "paged_k_cache");
+  }
   check_like(kc, "paged_k_cache", vc, "paged_v_cache");
   const int slot_dim = nhd ? 1 : 2, head_dim_index = nhd ? 2 : 1;
   const int64_t num_pages = kc.shape[0], page_size = kc.shape[slot_dim];
@@ -143,6 +185,18 @@ void append_paged_kv_cache(const DLTensor* append_k, const DLTensor* append_v,
   if (page_size < 1) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "page_size (paged_k_cache dim {}) must be >= 1, got {}",
          slot_dim, page_size);
+  }
+
+  StridedView ks, vs;
+  if (fp8) {
+    ks = scale_vector(scales.k_scale, "k_scale", dev, heads);
+    vs = scale_vector(scales.v_scale, "v_scale", dev, heads);
+    // The kernel reads both with one head stride.
+    if (ks.shape[0] != vs.shape[0]) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT,
+           "k_scale has {} elements but v_scale has {}: both per tensor or both per head",
+           ks.shape[0], vs.shape[0]);
+    }
   }
 
   const StridedView indices = int_vector(kv_indices, "kv_indices", dev);
@@ -168,6 +222,13 @@ void append_paged_kv_cache(const DLTensor* append_k, const DLTensor* append_v,
     for (const auto& [in, in_name] : inputs) {
       if (views_overlap(*c, *in)) fail(KJIT_ERROR_INVALID_ARGUMENT, "{} overlaps {}", cn, in_name);
     }
+    if (fp8) {
+      for (const auto& [in, in_name] : {std::pair{&ks, "k_scale"}, std::pair{&vs, "v_scale"}}) {
+        if (views_overlap(*c, *in)) {
+          fail(KJIT_ERROR_INVALID_ARGUMENT, "{} overlaps {}", cn, in_name);
+        }
+      }
+    }
   }
   if (views_overlap(kc, vc)) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "paged_v_cache overlaps paged_k_cache");
@@ -184,13 +245,15 @@ void append_paged_kv_cache(const DLTensor* append_k, const DLTensor* append_v,
          "append_paged_kv supports up to {} (token, head) rows, page slots, pages and requests",
          INT_MAX);
   }
-  int align = 16;
-  for (const StridedView* t : {&ak, &av, &kc, &vc}) align = std::min(align, view_alignment(*t));
-  const AppendPagedKvConfig cfg =
-      select_append_paged_kv(ak.dtype, head_dim, align, nnz, pdl_early_indices(dev, launch));
+  int align = 16, cache_align = 16;
+  for (const StridedView* t : {&ak, &av}) align = std::min(align, view_alignment(*t));
+  for (const StridedView* t : {&kc, &vc}) cache_align = std::min(cache_align, view_alignment(*t));
+  if (!fp8) align = cache_align = std::min(align, cache_align);
+  const AppendPagedKvConfig cfg = select_append_paged_kv(
+      ak.dtype, head_dim, align, nnz, pdl_early_indices(dev, launch), fp8, cache_align);
   if (trace::enabled()) {
-    trace::append_paged_kv(ak.dtype, heads, head_dim, page_size, nhd, nnz, batch, indices.shape[0],
-                           num_pages);
+    trace::append_paged_kv(ak.dtype, fp8 ? ks.shape[0] : 0, heads, head_dim, page_size, nhd, nnz,
+                           batch, indices.shape[0], num_pages);
   }
 
   const jit::LoadedKernel& kernel = jit::JitCore::global().kernel_for(
@@ -221,6 +284,11 @@ void append_paged_kv_cache(const DLTensor* append_k, const DLTensor* append_v,
   p.page_size = static_cast<int>(page_size);
   p.batch = static_cast<int>(batch);
   p.nnz_pages = static_cast<int>(indices.shape[0]);
+  if (fp8) {
+    p.k_scale = reinterpret_cast<const float*>(ks.data);
+    p.v_scale = reinterpret_cast<const float*>(vs.data);
+    p.scale_head_stride = ks.shape[0] == 1 ? 0 : 1;
+  }
   p.heads_div = make_fast_div(static_cast<uint32_t>(heads));
   p.page_size_div = make_fast_div(static_cast<uint32_t>(page_size));
 

@@ -23,6 +23,8 @@ struct AppendPagedKvConfig {
   // 0 / 1: the index chain read before the PDL wait (KJIT_PDL_EARLY_INDICES, at most
   // kAppendPagedKvEarlyMaxTokens tokens).
   int early_indices = 0;
+  // 1: the caches hold float8 e4m3, written as e4m3(x / scale) (kjit_append_paged_kv_cache_fp8).
+  int cache_fp8 = 0;
 };
 
 inline constexpr int kAppendPagedKvMaxHeadDim = 1024;
@@ -34,19 +36,30 @@ inline constexpr int64_t kAppendPagedKvEarlyMaxTokens = 256;
 
 // Support and dispatch in one place. Throws KJIT_ERROR_UNSUPPORTED for a dtype or head size no
 // variant serves. early_indices: the call's launch reads indices early (pdl_early_indices), which
-// a call of at most kAppendPagedKvEarlyMaxTokens `tokens` then does.
+// a call of at most kAppendPagedKvEarlyMaxTokens `tokens` then does. align_bytes: the alignment
+// of the append tensors; cache_align_bytes that of the caches (e4m3 caches when cache_fp8).
 AppendPagedKvConfig select_append_paged_kv(DType dtype, int64_t head_dim, int align_bytes,
-                                           int64_t tokens = 0, bool early_indices = false);
+                                           int64_t tokens = 0, bool early_indices = false,
+                                           bool cache_fp8 = false, int cache_align_bytes = 16);
 
 jit::Spec append_paged_kv_spec(const AppendPagedKvConfig& cfg);
 std::string append_paged_kv_uri(const AppendPagedKvConfig& cfg);
 
-// Validates, then launches on `stream` as `launch` says. Throws kjit::Error.
+// The fp8 caches' scales: fp32 on the device, one element (per tensor) or one per kv head. Both
+// null for 16/32-bit caches.
+struct AppendKvScales {
+  const DLTensor* k_scale = nullptr;
+  const DLTensor* v_scale = nullptr;
+};
+
+// Validates, then launches on `stream` as `launch` says. Throws kjit::Error. With scales the
+// caches must be float8 e4m3; without, the append dtype.
 void append_paged_kv_cache(const DLTensor* append_k, const DLTensor* append_v,
                            const DLTensor* batch_indices, const DLTensor* positions,
                            DLTensor* paged_k_cache, DLTensor* paged_v_cache,
                            const DLTensor* kv_indices, const DLTensor* kv_indptr,
                            const DLTensor* kv_last_page_len, int layout, void* stream,
-                           const ElementwiseLaunch& launch = elementwise_launch_from_env());
+                           const ElementwiseLaunch& launch = elementwise_launch_from_env(),
+                           const AppendKvScales& scales = {});
 
 }  // namespace kjit::ops
