@@ -266,14 +266,15 @@ KJIT_DEVICE KJIT_FORCEINLINE void qk_tile(const unsigned char* q_s, const unsign
   }
 }
 
-// The online softmax over one tile's logits (in place: s becomes p), rescaling the running state.
+// The online softmax over one tile's logits (in place: s becomes p) and the running max and sum
+// of this thread's two rows; alpha[j]: the factor row j's output so far must be scaled by.
 // masked: evaluate the bounds (and the keys' validity) per element.
-template <int head_dim, int kv_tile>
-KJIT_DEVICE KJIT_FORCEINLINE void softmax_tile(const PrefillParams& p, float (&s)[kv_tile / 8][4],
-                                               bool masked, const RowBounds& rb,
-                                               const unsigned char* valid, int tile_start, int lane,
-                                               float (&m_run)[2], float (&l_run)[2],
-                                               float (&o)[head_dim / 8][4]) {
+template <int kv_tile>
+KJIT_DEVICE KJIT_FORCEINLINE void softmax_scores(const PrefillParams& p, float (&s)[kv_tile / 8][4],
+                                                 bool masked, const RowBounds& rb,
+                                                 const unsigned char* valid, int tile_start,
+                                                 int lane, float (&m_run)[2], float (&l_run)[2],
+                                                 float (&alpha)[2]) {
   const float kNegInf = -__int_as_float(0x7f800000);
   const int c = lane & 3;
 #pragma unroll
@@ -300,7 +301,7 @@ KJIT_DEVICE KJIT_FORCEINLINE void softmax_tile(const PrefillParams& p, float (&s
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float m_new = fmaxf(m_run[j], mx);
     const float m_use = m_new == kNegInf ? 0.0f : m_new;  // a row with no key yet: p = 0
-    const float alpha = exp2f(m_run[j] - m_use);
+    alpha[j] = exp2f(m_run[j] - m_use);
     float l = 0.0f;
 #pragma unroll
     for (int n = 0; n < kv_tile / 8; ++n) {
@@ -308,14 +309,35 @@ KJIT_DEVICE KJIT_FORCEINLINE void softmax_tile(const PrefillParams& p, float (&s
       s[n][2 * j + 1] = exp2f(s[n][2 * j + 1] - m_use);
       l += s[n][2 * j] + s[n][2 * j + 1];
     }
-    l_run[j] = l_run[j] * alpha + l;
+    l_run[j] = l_run[j] * alpha[j] + l;
     m_run[j] = m_new;
+  }
+}
+
+// Scales the output accumulated so far by softmax_scores' alpha, row by row.
+template <int head_dim>
+KJIT_DEVICE KJIT_FORCEINLINE void rescale_rows(const float (&alpha)[2],
+                                               float (&o)[head_dim / 8][4]) {
 #pragma unroll
-    for (int d = 0; d < head_dim / 8; ++d) {
-      o[d][2 * j] *= alpha;
-      o[d][2 * j + 1] *= alpha;
+  for (int d = 0; d < head_dim / 8; ++d) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      o[d][2 * j] *= alpha[j];
+      o[d][2 * j + 1] *= alpha[j];
     }
   }
+}
+
+// softmax_scores, then the output rescaled.
+template <int head_dim, int kv_tile>
+KJIT_DEVICE KJIT_FORCEINLINE void softmax_tile(const PrefillParams& p, float (&s)[kv_tile / 8][4],
+                                               bool masked, const RowBounds& rb,
+                                               const unsigned char* valid, int tile_start, int lane,
+                                               float (&m_run)[2], float (&l_run)[2],
+                                               float (&o)[head_dim / 8][4]) {
+  float alpha[2];
+  softmax_scores<kv_tile>(p, s, masked, rb, valid, tile_start, lane, m_run, l_run, alpha);
+  rescale_rows<head_dim>(alpha, o);
 }
 
 // O += P V: the C fragments of keys 16 n2 .. + 15 are the A fragment of the product as they are.

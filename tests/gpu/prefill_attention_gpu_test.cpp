@@ -6,6 +6,10 @@
 // values have a non-zero mean, so a key the output loses (or one it takes beyond the mask) moves
 // it. Tolerances are decode's model (reference/attention_ref.hpp, DecodeTolerance): the
 // probabilities fed to P.V rounded to the input type, fp32 accumulation, one output rounding.
+//
+// run_case runs each case on the kernel the plan picks and, where that is the sm_90a wgmma kernel,
+// again on the mma.sync kernel (asked for through ops::PrefillTuning), so both kernels meet every
+// case on an H100 / H200.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -20,6 +24,7 @@
 
 #include "cuda/driver.hpp"
 #include "kjit/kjit.h"
+#include "ops/attention/prefill.hpp"
 #include "reference/half.hpp"
 #include "reference/prefill_ref.hpp"
 #include "support/gpu.hpp"
@@ -47,6 +52,7 @@ struct PrefillCase {
   bool lse = true;
   bool invalid_pages = false;  // a page id past the pool and a negative one in the table
   int64_t spare_pages = 3;
+  int kernel = -1;  // a kjit::ops::PrefillKernel to re-plan with (the internal tuning path)
 };
 
 std::string describe(const PrefillCase& c) {
@@ -60,7 +66,8 @@ std::string describe(const PrefillCase& c) {
          " q/kv=" + lens + (c.causal ? " causal" : " full") +
          " window=" + std::to_string(c.window_left) + " cap=" + std::to_string(c.soft_cap) +
          " scale=" + std::to_string(c.sm_scale) + (c.lse ? "" : " no-lse") +
-         (c.invalid_pages ? " invalid-pages" : "");
+         (c.invalid_pages ? " invalid-pages" : "") +
+         (c.kernel >= 0 ? " kernel=" + std::to_string(c.kernel) : "");
 }
 
 std::unique_ptr<DeviceBuffer> upload_bytes(const void* data, size_t bytes) {
@@ -228,6 +235,20 @@ std::unique_ptr<Problem> build(const PrefillCase& c, std::mt19937_64& rng) {
   INFO("kjit_last_error: " << kjit_last_error());
   REQUIRE(st == KJIT_SUCCESS);
   p.plan.reset(plan);
+  if (c.kernel >= 0) {
+    kjit::ops::PrefillTuning t;
+    t.kernel = c.kernel;
+    try {
+      plan->data = kjit::ops::plan_batch_prefill(
+          p.qo_indptr.data(), p.kv_indptr.data(), static_cast<int>(p.batch),
+          static_cast<int>(c.qo_heads), static_cast<int>(H), static_cast<int>(D),
+          static_cast<int>(P), c.layout, dt, dt, o.causal, o.sm_scale, o.logits_soft_cap,
+          o.window_left, 0, &t);
+    } catch (const std::exception& e) {
+      FAIL("tuned plan: " << e.what());
+    }
+    REQUIRE(static_cast<int>(plan->data.cfg.kernel) == c.kernel);
+  }
   CHECK(kjit_prefill_plan_workspace_bytes(plan) == 0);
   return pp;
 }
@@ -309,7 +330,8 @@ long check(const Problem& p, const Expected& e) {
   return bad;
 }
 
-void run_case(const PrefillCase& c, std::mt19937_64& rng) {
+// Returns the kernel the plan ran.
+kjit::ops::PrefillKernel run_one(const PrefillCase& c, std::mt19937_64& rng) {
   INFO(describe(c));
   auto p = build(c, rng);
   const kjit_status st = p->run();
@@ -317,6 +339,16 @@ void run_case(const PrefillCase& c, std::mt19937_64& rng) {
   REQUIRE(st == KJIT_SUCCESS);
   device_synchronize();
   CHECK(check(*p, reference(*p)) == 0);
+  return p->plan->data.cfg.kernel;
+}
+
+// The planned kernel, then the mma.sync one where the plan picked another.
+void run_case(const PrefillCase& c, std::mt19937_64& rng) {
+  if (run_one(c, rng) != kjit::ops::PrefillKernel::kMmaSm80 && c.kernel < 0) {
+    PrefillCase m = c;
+    m.kernel = static_cast<int>(kjit::ops::PrefillKernel::kMmaSm80);
+    run_one(m, rng);
+  }
 }
 
 }  // namespace
@@ -330,6 +362,60 @@ TEST_CASE("prefill gpu: head dims and dtypes, causal and not", "[gpu][attention]
         c.dtype = dt;
         c.head_dim = d;
         c.causal = causal;
+        run_case(c, rng);
+      }
+    }
+  }
+}
+
+// The planner's choice: on sm_90a the wgmma kernel for head_dim 64 and 128, the mma.sync kernel
+// for 256 (checked correct there by every case above); elsewhere always mma.sync. Asking for the
+// wgmma kernel where it cannot run is refused.
+TEST_CASE("prefill gpu: the kernel choice and the fallback", "[gpu][attention][prefill]") {
+  const bool hopper = gpu_caps().sm90a();
+  const DLDataType bf = dl_dtype("bf16");
+  const int32_t qo[2] = {0, 200}, kv[2] = {0, 13};
+  for (int d : {64, 128, 256}) {
+    INFO("head_dim " << d);
+    kjit_prefill_plan* plan = nullptr;
+    REQUIRE(kjit_batch_prefill_plan(qo, kv, 1, 8, 2, d, 16, KJIT_KV_LAYOUT_NHD, bf, bf, nullptr, 0,
+                                    &plan) == KJIT_SUCCESS);
+    const bool wgmma = hopper && d != 256;
+    CHECK(plan->data.cfg.kernel ==
+          (wgmma ? kjit::ops::PrefillKernel::kWgmmaSm90a : kjit::ops::PrefillKernel::kMmaSm80));
+    // 200 rows x group 4: 800 packed rows in CTAs of 128 (wgmma) or 16 x warps.
+    CHECK(plan->data.tiles == (800 + kjit::ops::prefill_rows(plan->data.cfg) - 1) /
+                                  kjit::ops::prefill_rows(plan->data.cfg));
+    kjit_prefill_plan_destroy(plan);
+    kjit::ops::PrefillTuning t;
+    t.kernel = static_cast<int>(kjit::ops::PrefillKernel::kWgmmaSm90a);
+    if (!wgmma) {
+      CHECK_THROWS(kjit::ops::plan_batch_prefill(qo, kv, 1, 8, 2, d, 16, KJIT_KV_LAYOUT_NHD, bf, bf,
+                                                 1, 0.0f, 0.0f, -1, 0, &t));
+    }
+  }
+  std::mt19937_64 rng(2710);
+  PrefillCase c;
+  c.head_dim = 256;
+  CHECK(run_one(c, rng) == kjit::ops::PrefillKernel::kMmaSm80);
+}
+
+// Requests many key tiles long, with whole (unmasked) tiles, rows over several CTAs of each
+// request and the stage ring wrapping around many times.
+TEST_CASE("prefill gpu: long requests over many key tiles", "[gpu][attention][prefill]") {
+  std::mt19937_64 rng(2711);
+  for (const char* dt : {"bf16", "fp16"}) {
+    for (int64_t d : {64, 128}) {
+      for (bool causal : {true, false}) {
+        PrefillCase c;
+        c.dtype = dt;
+        c.head_dim = d;
+        c.causal = causal;
+        c.qo_heads = 8;
+        c.kv_heads = 2;
+        c.q_lens = {300, 517, 2};
+        c.kv_lens = {1000, 517, 700};
+        c.page_size = causal ? 16 : 0;
         run_case(c, rng);
       }
     }
