@@ -7,9 +7,9 @@
 // it. Tolerances are decode's model (reference/attention_ref.hpp, DecodeTolerance): the
 // probabilities fed to P.V rounded to the input type, fp32 accumulation, one output rounding.
 //
-// run_case runs each case on the kernel the plan picks and, where that is the sm_90a wgmma kernel,
-// again on the mma.sync kernel (asked for through ops::PrefillTuning), so both kernels meet every
-// case on an H100 / H200.
+// run_case runs each case on the kernel the plan picks and, on an H100 / H200 at head_dim 64 and
+// 128, again on the sm_90a wgmma kernel (asked for through ops::PrefillTuning), so both kernels
+// meet every case.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -342,11 +342,20 @@ kjit::ops::PrefillKernel run_one(const PrefillCase& c, std::mt19937_64& rng) {
   return p->plan->data.cfg.kernel;
 }
 
-// The planned kernel, then the mma.sync one where the plan picked another.
+// The kernels a case runs on: the planned one and, on sm_90a at head_dim 64 and 128, the wgmma
+// one (-1: the plan's choice).
+std::vector<int> kernels_for(const PrefillCase& c) {
+  std::vector<int> k = {c.kernel};
+  if (c.kernel < 0 && gpu_caps().sm90a() && (c.head_dim == 64 || c.head_dim == 128)) {
+    k.push_back(static_cast<int>(kjit::ops::PrefillKernel::kWgmmaSm90a));
+  }
+  return k;
+}
+
 void run_case(const PrefillCase& c, std::mt19937_64& rng) {
-  if (run_one(c, rng) != kjit::ops::PrefillKernel::kMmaSm80 && c.kernel < 0) {
+  for (int k : kernels_for(c)) {
     PrefillCase m = c;
-    m.kernel = static_cast<int>(kjit::ops::PrefillKernel::kMmaSm80);
+    m.kernel = k;
     run_one(m, rng);
   }
 }
@@ -368,9 +377,9 @@ TEST_CASE("prefill gpu: head dims and dtypes, causal and not", "[gpu][attention]
   }
 }
 
-// The planner's choice: on sm_90a the wgmma kernel for head_dim 64 and 128, the mma.sync kernel
-// for 256 (checked correct there by every case above); elsewhere always mma.sync. Asking for the
-// wgmma kernel where it cannot run is refused.
+// The planner's choice: the mma.sync kernel everywhere (the wgmma kernel runs when asked for).
+// Asked for, the wgmma kernel serves head_dim 64 and 128 on sm_90a in CTAs of 128 rows and is
+// refused elsewhere (256: the mma.sync kernel, checked correct there by every case).
 TEST_CASE("prefill gpu: the kernel choice and the fallback", "[gpu][attention][prefill]") {
   const bool hopper = gpu_caps().sm90a();
   const DLDataType bf = dl_dtype("bf16");
@@ -380,24 +389,20 @@ TEST_CASE("prefill gpu: the kernel choice and the fallback", "[gpu][attention][p
     kjit_prefill_plan* plan = nullptr;
     REQUIRE(kjit_batch_prefill_plan(qo, kv, 1, 8, 2, d, 16, KJIT_KV_LAYOUT_NHD, bf, bf, nullptr, 0,
                                     &plan) == KJIT_SUCCESS);
-    const bool wgmma = hopper && d != 256;
-    CHECK(plan->data.cfg.kernel ==
-          (wgmma ? kjit::ops::PrefillKernel::kWgmmaSm90a : kjit::ops::PrefillKernel::kMmaSm80));
-    // 200 rows x group 4: 800 packed rows in CTAs of 128 (wgmma) or 16 x warps.
-    CHECK(plan->data.tiles == (800 + kjit::ops::prefill_rows(plan->data.cfg) - 1) /
-                                  kjit::ops::prefill_rows(plan->data.cfg));
+    CHECK(plan->data.cfg.kernel == kjit::ops::PrefillKernel::kMmaSm80);
     kjit_prefill_plan_destroy(plan);
     kjit::ops::PrefillTuning t;
     t.kernel = static_cast<int>(kjit::ops::PrefillKernel::kWgmmaSm90a);
-    if (!wgmma) {
+    if (hopper && d != 256) {
+      const auto pl = kjit::ops::plan_batch_prefill(qo, kv, 1, 8, 2, d, 16, KJIT_KV_LAYOUT_NHD, bf,
+                                                    bf, 1, 0.0f, 0.0f, -1, 0, &t);
+      CHECK(pl.cfg.kernel == kjit::ops::PrefillKernel::kWgmmaSm90a);
+      CHECK(pl.tiles == (200 * 4 + 127) / 128);  // 200 rows x group 4 in CTAs of 128
+    } else {
       CHECK_THROWS(kjit::ops::plan_batch_prefill(qo, kv, 1, 8, 2, d, 16, KJIT_KV_LAYOUT_NHD, bf, bf,
                                                  1, 0.0f, 0.0f, -1, 0, &t));
     }
   }
-  std::mt19937_64 rng(2710);
-  PrefillCase c;
-  c.head_dim = 256;
-  CHECK(run_one(c, rng) == kjit::ops::PrefillKernel::kMmaSm80);
 }
 
 // Requests many key tiles long, with whole (unmasked) tiles, rows over several CTAs of each
@@ -411,8 +416,8 @@ TEST_CASE("prefill gpu: long requests over many key tiles", "[gpu][attention][pr
         c.dtype = dt;
         c.head_dim = d;
         c.causal = causal;
-        c.qo_heads = 8;
-        c.kv_heads = 2;
+        c.qo_heads = 4;
+        c.kv_heads = 1;
         c.q_lens = {300, 517, 2};
         c.kv_lens = {1000, 517, 700};
         c.page_size = causal ? 16 : 0;
@@ -504,64 +509,67 @@ TEST_CASE("prefill gpu: broken page tables contribute nothing, lse not asked for
 TEST_CASE("prefill gpu: two partial prefills merged equal the whole", "[gpu][attention][prefill]") {
   std::mt19937_64 rng(2707);
   for (int64_t ps : {16, 0}) {
-    PrefillCase whole;
-    whole.page_size = ps;
-    whole.q_lens = {7, 129, 1};
-    whole.kv_lens = {64 + 7, 160 + 129, 32 + 1};
-    const std::vector<int64_t> prefix = {64, 160, 32};  // whole pages
-    INFO(describe(whole));
-    auto p = build(whole, rng);
-    const Expected e = reference(*p);
+    for (int kernel : kernels_for(PrefillCase{})) {
+      PrefillCase whole;
+      whole.kernel = kernel;
+      whole.page_size = ps;
+      whole.q_lens = {7, 129, 1};
+      whole.kv_lens = {64 + 7, 160 + 129, 32 + 1};
+      const std::vector<int64_t> prefix = {64, 160, 32};  // whole pages
+      INFO(describe(whole));
+      auto p = build(whole, rng);
+      const Expected e = reference(*p);
 
-    // The two parts see the same q and the same keys, split at `prefix`.
-    auto part = [&](bool first) {
-      PrefillCase c = whole;
-      c.causal = !first;
-      for (size_t b = 0; b < prefix.size(); ++b) {
-        c.kv_lens[b] = first ? prefix[b] : whole.kv_lens[b] - prefix[b];
-      }
-      auto r = build(c, rng);
-      // Copy the whole problem's q and the keys of this part into r's buffers.
-      r->q_dev->upload(p->q_host.data(), p->q_host.size());
-      r->q_host = p->q_host;
-      const int64_t row = p->page_stride;  // elements per page (paged) or row (ragged)
-      for (size_t b = 0; b < prefix.size(); ++b) {
-        const int64_t n = c.kv_lens[b];
-        const int64_t skip = first ? 0 : prefix[b];
-        const int64_t unit = ps > 0 ? ps : 1;
-        for (int64_t u = 0; u < (n + unit - 1) / unit; ++u) {
-          const int64_t src =
-              ps > 0 ? p->indices[static_cast<size_t>(p->kv_indptr[b] + (skip + u * unit) / ps)]
-                     : p->kv_indptr[b] + skip + u;
-          const int64_t dst =
-              ps > 0 ? r->indices[static_cast<size_t>(r->kv_indptr[b] + u)] : r->kv_indptr[b] + u;
-          for (auto [from, to, dev] : {std::tuple{&p->k_host, &r->k_host, r->k_dev.get()},
-                                       std::tuple{&p->v_host, &r->v_host, r->v_dev.get()}}) {
-            std::memcpy(to->data() + dst * row * 2, from->data() + src * row * 2,
-                        static_cast<size_t>(row) * 2);
-            dev->upload(to->data() + dst * row * 2, static_cast<size_t>(row) * 2,
-                        static_cast<size_t>(dst * row * 2));
+      // The two parts see the same q and the same keys, split at `prefix`.
+      auto part = [&](bool first) {
+        PrefillCase c = whole;
+        c.causal = !first;
+        for (size_t b = 0; b < prefix.size(); ++b) {
+          c.kv_lens[b] = first ? prefix[b] : whole.kv_lens[b] - prefix[b];
+        }
+        auto r = build(c, rng);
+        // Copy the whole problem's q and the keys of this part into r's buffers.
+        r->q_dev->upload(p->q_host.data(), p->q_host.size());
+        r->q_host = p->q_host;
+        const int64_t row = p->page_stride;  // elements per page (paged) or row (ragged)
+        for (size_t b = 0; b < prefix.size(); ++b) {
+          const int64_t n = c.kv_lens[b];
+          const int64_t skip = first ? 0 : prefix[b];
+          const int64_t unit = ps > 0 ? ps : 1;
+          for (int64_t u = 0; u < (n + unit - 1) / unit; ++u) {
+            const int64_t src =
+                ps > 0 ? p->indices[static_cast<size_t>(p->kv_indptr[b] + (skip + u * unit) / ps)]
+                       : p->kv_indptr[b] + skip + u;
+            const int64_t dst =
+                ps > 0 ? r->indices[static_cast<size_t>(r->kv_indptr[b] + u)] : r->kv_indptr[b] + u;
+            for (auto [from, to, dev] : {std::tuple{&p->k_host, &r->k_host, r->k_dev.get()},
+                                         std::tuple{&p->v_host, &r->v_host, r->v_dev.get()}}) {
+              std::memcpy(to->data() + dst * row * 2, from->data() + src * row * 2,
+                          static_cast<size_t>(row) * 2);
+              dev->upload(to->data() + dst * row * 2, static_cast<size_t>(row) * 2,
+                          static_cast<size_t>(dst * row * 2));
+            }
           }
         }
-      }
-      return r;
-    };
-    auto a = part(true), b = part(false);
-    REQUIRE(a->run() == KJIT_SUCCESS);
-    REQUIRE(b->run() == KJIT_SUCCESS);
-    // Merge into the whole problem's out and lse.
-    const kjit_status st =
-        kjit_merge_states(a->out_t.get(), a->lse_t.get(), b->out_t.get(), b->lse_t.get(),
-                          p->out_t.get(), p->lse_t.get(), nullptr);
-    INFO("kjit_last_error: " << kjit_last_error());
-    REQUIRE(st == KJIT_SUCCESS);
-    device_synchronize();
-    // Two roundings of the partial outputs and the merge's one: the whole's tolerance, widened
-    // by two output roundings of the values' scale.
-    Expected loose = e;
-    for (double& t : loose.tol.out) t += 2 * 1.5 * e.tol.u_out;
-    for (double& t : loose.tol.lse) t += 1e-5;  // each part's lse error, then the merge's
-    CHECK(check(*p, loose) == 0);
+        return r;
+      };
+      auto a = part(true), b = part(false);
+      REQUIRE(a->run() == KJIT_SUCCESS);
+      REQUIRE(b->run() == KJIT_SUCCESS);
+      // Merge into the whole problem's out and lse.
+      const kjit_status st =
+          kjit_merge_states(a->out_t.get(), a->lse_t.get(), b->out_t.get(), b->lse_t.get(),
+                            p->out_t.get(), p->lse_t.get(), nullptr);
+      INFO("kjit_last_error: " << kjit_last_error());
+      REQUIRE(st == KJIT_SUCCESS);
+      device_synchronize();
+      // Two roundings of the partial outputs and the merge's one: the whole's tolerance, widened
+      // by two output roundings of the values' scale.
+      Expected loose = e;
+      for (double& t : loose.tol.out) t += 2 * 1.5 * e.tol.u_out;
+      for (double& t : loose.tol.lse) t += 1e-5;  // each part's lse error, then the merge's
+      CHECK(check(*p, loose) == 0);
+    }
   }
 }
 
@@ -585,53 +593,58 @@ TEST_CASE("prefill gpu: CUDA graph capture, replay with a changed page table",
           "[gpu][attention][prefill]") {
   const auto& d = kjit::cuda::driver();
   std::mt19937_64 rng(2709);
-  PrefillCase c;
-  c.spare_pages = 0;
-  auto p = build(c, rng);
-  CUstream stream = nullptr;
-  // A blocking stream: ordered after the uploads and poison fills on the legacy stream.
-  REQUIRE(d.cuStreamCreate(&stream, CU_STREAM_DEFAULT) == CUDA_SUCCESS);
-  REQUIRE(p->run(stream) == KJIT_SUCCESS);  // warm-up: capture must not compile or load
-  REQUIRE(d.cuStreamSynchronize(stream) == CUDA_SUCCESS);
-  CUgraph graph = nullptr;
-  CUgraphExec exec = nullptr;
-  REQUIRE(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
-  const kjit_status captured = p->run(stream);
-  const CUresult end = d.cuStreamEndCapture(stream, &graph);
-  INFO("kjit_last_error: " << kjit_last_error());
-  REQUIRE(captured == KJIT_SUCCESS);
-  REQUIRE(end == CUDA_SUCCESS);
-  REQUIRE(d.cuGraphInstantiateWithFlags(&exec, graph, 0) == CUDA_SUCCESS);
-  const Expected e = reference(*p);
-  const size_t page_bytes = static_cast<size_t>(p->page_stride) * 2;
-  for (int round = 0; round < 2; ++round) {
-    INFO("round " << round);
-    // Page i moves to slot perm[i] of the pool: its data and every table entry naming it.
-    std::vector<int32_t> perm(static_cast<size_t>(p->num_pages));
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), rng);
-    for (auto* h : {&p->k_host, &p->v_host}) {
-      std::vector<unsigned char> moved(h->size());
-      for (size_t i = 0; i < perm.size(); ++i) {
-        std::memcpy(moved.data() + perm[i] * page_bytes, h->data() + i * page_bytes, page_bytes);
+  PrefillCase base;
+  base.spare_pages = 0;
+  for (int kernel : kernels_for(base)) {
+    PrefillCase c = base;
+    c.kernel = kernel;
+    INFO(describe(c));
+    auto p = build(c, rng);
+    CUstream stream = nullptr;
+    // A blocking stream: ordered after the uploads and poison fills on the legacy stream.
+    REQUIRE(d.cuStreamCreate(&stream, CU_STREAM_DEFAULT) == CUDA_SUCCESS);
+    REQUIRE(p->run(stream) == KJIT_SUCCESS);  // warm-up: capture must not compile or load
+    REQUIRE(d.cuStreamSynchronize(stream) == CUDA_SUCCESS);
+    CUgraph graph = nullptr;
+    CUgraphExec exec = nullptr;
+    REQUIRE(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
+    const kjit_status captured = p->run(stream);
+    const CUresult end = d.cuStreamEndCapture(stream, &graph);
+    INFO("kjit_last_error: " << kjit_last_error());
+    REQUIRE(captured == KJIT_SUCCESS);
+    REQUIRE(end == CUDA_SUCCESS);
+    REQUIRE(d.cuGraphInstantiateWithFlags(&exec, graph, 0) == CUDA_SUCCESS);
+    const Expected e = reference(*p);
+    const size_t page_bytes = static_cast<size_t>(p->page_stride) * 2;
+    for (int round = 0; round < 2; ++round) {
+      INFO("round " << round);
+      // Page i moves to slot perm[i] of the pool: its data and every table entry naming it.
+      std::vector<int32_t> perm(static_cast<size_t>(p->num_pages));
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(perm.begin(), perm.end(), rng);
+      for (auto* h : {&p->k_host, &p->v_host}) {
+        std::vector<unsigned char> moved(h->size());
+        for (size_t i = 0; i < perm.size(); ++i) {
+          std::memcpy(moved.data() + perm[i] * page_bytes, h->data() + i * page_bytes, page_bytes);
+        }
+        *h = moved;
       }
-      *h = moved;
+      p->k_dev->upload(p->k_host.data(), p->k_host.size());
+      p->v_dev->upload(p->v_host.data(), p->v_host.size());
+      for (auto& x : p->indices) x = perm[static_cast<size_t>(x)];
+      p->idx_dev->upload(p->indices.data(), p->indices.size() * 4);
+      p->poison();
+      REQUIRE(d.cuGraphLaunch(exec, stream) == CUDA_SUCCESS);
+      REQUIRE(d.cuStreamSynchronize(stream) == CUDA_SUCCESS);
+      CHECK(check(*p, e) == 0);
+      const std::vector<unsigned char> replayed = p->outputs();
+      p->poison();
+      REQUIRE(p->run(stream) == KJIT_SUCCESS);
+      REQUIRE(d.cuStreamSynchronize(stream) == CUDA_SUCCESS);
+      CHECK(p->outputs() == replayed);
     }
-    p->k_dev->upload(p->k_host.data(), p->k_host.size());
-    p->v_dev->upload(p->v_host.data(), p->v_host.size());
-    for (auto& x : p->indices) x = perm[static_cast<size_t>(x)];
-    p->idx_dev->upload(p->indices.data(), p->indices.size() * 4);
-    p->poison();
-    REQUIRE(d.cuGraphLaunch(exec, stream) == CUDA_SUCCESS);
-    REQUIRE(d.cuStreamSynchronize(stream) == CUDA_SUCCESS);
-    CHECK(check(*p, e) == 0);
-    const std::vector<unsigned char> replayed = p->outputs();
-    p->poison();
-    REQUIRE(p->run(stream) == KJIT_SUCCESS);
-    REQUIRE(d.cuStreamSynchronize(stream) == CUDA_SUCCESS);
-    CHECK(p->outputs() == replayed);
+    d.cuGraphExecDestroy(exec);
+    d.cuGraphDestroy(graph);
+    d.cuStreamDestroy(stream);
   }
-  d.cuGraphExecDestroy(exec);
-  d.cuGraphDestroy(graph);
-  d.cuStreamDestroy(stream);
 }

@@ -95,13 +95,15 @@ TEST_CASE("prefill abi: variants fit the shared memory they ask for", "[c_abi][a
   CHECK_THROWS(ops::select_prefill(kjit::ops::DType::kBF16, 128, 17, {}, false));
 }
 
-// On sm_90a the wgmma kernel serves head_dim 64 and 128 (128-row CTAs over 128-key tiles in a
-// 2-stage ring), the mma.sync kernel 256; asking for a kernel is honoured or refused.
-TEST_CASE("prefill abi: the sm_90a choice and its fallback", "[c_abi][attention]") {
+// The mma.sync kernel is the default everywhere; asked for, the wgmma kernel serves head_dim 64
+// and 128 on sm_90a (128-row CTAs over 128-key tiles in a 2-stage ring) and is refused elsewhere.
+TEST_CASE("prefill abi: the sm_90a kernel on request, and its limits", "[c_abi][attention]") {
   using ops::PrefillKernel;
+  constexpr int kWgmma = static_cast<int>(PrefillKernel::kWgmmaSm90a);
   for (int d : {64, 128}) {
     INFO(d);
-    const ops::PrefillConfig c = ops::select_prefill(kjit::ops::DType::kF16, d, 8, {}, true);
+    const ops::PrefillConfig c =
+        ops::select_prefill(kjit::ops::DType::kF16, d, 8, {}, true, kWgmma);
     CHECK(c.kernel == PrefillKernel::kWgmmaSm90a);
     CHECK(ops::prefill_rows(c) == 128);
     CHECK(c.kv_tile == 128);
@@ -111,15 +113,11 @@ TEST_CASE("prefill abi: the sm_90a choice and its fallback", "[c_abi][attention]
     CHECK(s.uri.rfind("prefill_attention_kernel_wgmma_dtype_fp16_head_dim_" + std::to_string(d),
                       0) == 0);
     CHECK(s.arch_families == std::vector<std::string>{"sm_90a"});
-    // The mma.sync kernel on request, and by default off sm_90a.
-    CHECK(ops::select_prefill(kjit::ops::DType::kF16, d, 8, {}, true, 0).kernel ==
+    CHECK(ops::select_prefill(kjit::ops::DType::kF16, d, 8, {}, true).kernel ==
           PrefillKernel::kMmaSm80);
-    CHECK(ops::select_prefill(kjit::ops::DType::kF16, d, 8, {}, false).kernel ==
-          PrefillKernel::kMmaSm80);
+    CHECK_THROWS(ops::select_prefill(kjit::ops::DType::kF16, d, 8, {}, false, kWgmma));
   }
-  CHECK(ops::select_prefill(kjit::ops::DType::kBF16, 256, 8, {}, true).kernel ==
-        PrefillKernel::kMmaSm80);
-  CHECK_THROWS(ops::select_prefill(kjit::ops::DType::kBF16, 256, 8, {}, true, 1));
+  CHECK_THROWS(ops::select_prefill(kjit::ops::DType::kBF16, 256, 8, {}, true, kWgmma));
   CHECK_THROWS(ops::select_prefill(kjit::ops::DType::kBF16, 128, 8, {}, true, 2));
   // V's N-major descriptor (kernels/common/wgmma_desc.h): start >> 4, 64-column blocks 16 KB
   // apart (leading offset), 8-key groups 1024 bytes apart (stride offset), 128-byte swizzle.
@@ -127,7 +125,7 @@ TEST_CASE("prefill abi: the sm_90a choice and its fallback", "[c_abi][attention]
         ((0x2800ull >> 4) | (1024ull << 16) | (64ull << 32) | (1ull << 62)));
   kjit::ops::SmemBudget small;
   small.per_block = 160 * 1024;
-  CHECK_THROWS(ops::select_prefill(kjit::ops::DType::kBF16, 128, 8, small, true, 1));
+  CHECK_THROWS(ops::select_prefill(kjit::ops::DType::kBF16, 128, 8, small, true, kWgmma));
 }
 
 TEST_CASE("prefill abi: a run refuses a plan of the other KV kind", "[c_abi][attention]") {

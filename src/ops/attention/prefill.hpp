@@ -14,9 +14,9 @@
 
 namespace kjit::ops {
 
-// The kernels a plan can run: the mma.sync kernel (kernels/attention/prefill.cuh, sm_80+) and the
-// warp-specialized wgmma one (prefill_sm90.cuh), which select_prefill picks on sm_90a devices for
-// the head sizes it serves.
+// The kernels a plan can run: the mma.sync kernel (kernels/attention/prefill.cuh, sm_80+), the
+// default everywhere, and the warp-specialized wgmma one (prefill_sm90.cuh: sm_90a, head_dim 64
+// and 128), run only when asked for (PrefillTuning) until it has passed the GPU tests.
 enum class PrefillKernel { kMmaSm80 = 0, kWgmmaSm90a = 1 };
 
 // One compiled prefill variant. Each field keeps its name in the URI, the generated kjit_spec
@@ -48,7 +48,8 @@ int prefill_smem_bytes(const PrefillConfig& c);
 
 // Support and dispatch in one place: the variant for these dtypes and sizes on a device with
 // this shared-memory budget (sm90a: a compute capability 9.0 device, which runs wgmma), or
-// KJIT_ERROR_UNSUPPORTED saying why none serves them. `kernel` >= 0 asks for that kernel.
+// KJIT_ERROR_UNSUPPORTED saying why none serves them. `kernel` >= 0 asks for that kernel (a
+// PrefillKernel); -1 takes the default.
 PrefillConfig select_prefill(DType dtype, int64_t head_dim, int64_t group, const SmemBudget& budget,
                              bool sm90a, int kernel = -1);
 

@@ -25,7 +25,7 @@ jit::Spec prefill_spec_from_args(const OpDef& d, const SetArgs& args) {
   check_set_args(d, args);
   const DType dt = args.at("dtype") == "fp16" ? DType::kF16 : DType::kBF16;
   const int64_t group = args.count("group") ? positive_int_arg(args, "group", 1 << 20) : 1;
-  // Without a kernel named, the choice of a device without wgmma (the one every arch runs).
+  // Without a kernel named, the default (the mma.sync kernel every arch runs).
   const bool wgmma = args.count("kernel") && args.at("kernel") == "wgmma_sm90a";
   return prefill_spec(select_prefill(dt, std::stoi(args.at("head_dim")), group, SmemBudget{}, wgmma,
                                      wgmma ? 1 : 0));
@@ -137,18 +137,10 @@ OpDef prefill_attention_op_def() {
            "heads",
            def.name, qo, kv);
     }
-    // Both kernels where the Hopper one serves the head size: the device picks (each spec's arch
-    // families keep the wgmma one to sm_90a).
-    const int64_t hd = def.const_axis("head_dim");
-    SetArgs set{{"dtype", dtype_name(def.tensor_dtype("q"))},
-                {"head_dim", std::to_string(hd)},
-                {"group", std::to_string(qo / kv)}};
-    std::vector<SetArgs> out{set};
-    if (hd == 64 || hd == 128) {
-      set["kernel"] = "wgmma_sm90a";
-      out.push_back(set);
-    }
-    return out;
+    // The default kernel only: the wgmma one runs only when asked for (ops::PrefillTuning).
+    return std::vector<SetArgs>{{{"dtype", dtype_name(def.tensor_dtype("q"))},
+                                 {"head_dim", std::to_string(def.const_axis("head_dim"))},
+                                 {"group", std::to_string(qo / kv)}}};
   };
   d.definitions = [] {
     // Llama 3 8B / Mistral 7B (32 / 8) and Llama 3 70B (64 / 8), causal, over a page-16 cache
