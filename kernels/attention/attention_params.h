@@ -97,5 +97,10 @@ struct MergeStatesParams {
   int n;  // merge_n: number of states
 };
 
+// prefill_sm90_kernel (kernels/attention/prefill_sm90.cuh), which takes PrefillParams: the query
+// rows a CTA owns (two consumer warpgroups of 64) and its threads (a producer warpgroup besides).
+constexpr int kPrefillSm90Rows = 128;
+constexpr int kPrefillSm90Threads = 384;
+
 }  // namespace attention
 }  // namespace kjit

@@ -107,6 +107,40 @@ KJIT_DEVICE bool find_work(const PrefillParams& p, int work, PrefillWork& w, int
   return true;
 }
 
+// The key tiles of a CTA's rows [m0, m0 + rows): from the window's start for its first row to the
+// diagonal of its last, and the keys [full_lo, full_hi) every one of its rows sees, so tiles
+// inside them skip the per-element mask.
+struct TileRange {
+  int first, end;
+  long long full_lo, full_hi;
+  // Whether the tile starting at key `start` needs the per-element mask.
+  KJIT_DEVICE KJIT_FORCEINLINE bool masked(long long start, int kv_tile) const {
+    return start + kv_tile > full_hi || start < full_lo;
+  }
+};
+
+template <int rows, int kv_tile>
+KJIT_DEVICE KJIT_FORCEINLINE TileRange tile_range(const PrefillParams& p, const PrefillWork& w) {
+  const int q_rows = w.q_len * p.group;
+  const int last_row = (w.m0 + rows < q_rows ? w.m0 + rows : q_rows) - 1;
+  const long long delta = (long long)w.kv_len - w.q_len;
+  long long kv_hi = w.kv_len, kv_lo = 0;
+  if (p.causal) {
+    const long long d = delta + last_row / p.group + 1;
+    kv_hi = d < kv_hi ? d : kv_hi;
+  }
+  if (p.window_left >= 0) {
+    const long long d = delta + w.m0 / p.group - p.window_left;
+    kv_lo = d > 0 ? d : 0;
+  }
+  TileRange r;
+  r.first = int(kv_lo / kv_tile);
+  r.end = kv_hi > kv_lo ? int((kv_hi + kv_tile - 1) / kv_tile) : r.first;
+  r.full_hi = p.causal ? delta + w.m0 / p.group + 1 : w.kv_len;
+  r.full_lo = p.window_left >= 0 ? delta + last_row / p.group - p.window_left : 0;
+  return r;
+}
+
 // The element offsets of key t's K and V rows (the CTA's kv head included), or false when the
 // page table gives no valid row for it (such keys contribute nothing).
 KJIT_DEVICE KJIT_FORCEINLINE bool key_row(const PrefillParams& p, const PrefillWork& w, int h,
@@ -266,14 +300,15 @@ KJIT_DEVICE KJIT_FORCEINLINE void qk_tile(const unsigned char* q_s, const unsign
   }
 }
 
-// The online softmax over one tile's logits (in place: s becomes p), rescaling the running state.
+// The online softmax over one tile's logits (in place: s becomes p) and the running max and sum
+// of this thread's two rows; alpha[j]: the factor row j's output so far must be scaled by.
 // masked: evaluate the bounds (and the keys' validity) per element.
-template <int head_dim, int kv_tile>
-KJIT_DEVICE KJIT_FORCEINLINE void softmax_tile(const PrefillParams& p, float (&s)[kv_tile / 8][4],
-                                               bool masked, const RowBounds& rb,
-                                               const unsigned char* valid, int tile_start, int lane,
-                                               float (&m_run)[2], float (&l_run)[2],
-                                               float (&o)[head_dim / 8][4]) {
+template <int kv_tile>
+KJIT_DEVICE KJIT_FORCEINLINE void softmax_scores(const PrefillParams& p, float (&s)[kv_tile / 8][4],
+                                                 bool masked, const RowBounds& rb,
+                                                 const unsigned char* valid, int tile_start,
+                                                 int lane, float (&m_run)[2], float (&l_run)[2],
+                                                 float (&alpha)[2]) {
   const float kNegInf = -__int_as_float(0x7f800000);
   const int c = lane & 3;
 #pragma unroll
@@ -300,7 +335,7 @@ KJIT_DEVICE KJIT_FORCEINLINE void softmax_tile(const PrefillParams& p, float (&s
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float m_new = fmaxf(m_run[j], mx);
     const float m_use = m_new == kNegInf ? 0.0f : m_new;  // a row with no key yet: p = 0
-    const float alpha = exp2f(m_run[j] - m_use);
+    alpha[j] = exp2f(m_run[j] - m_use);
     float l = 0.0f;
 #pragma unroll
     for (int n = 0; n < kv_tile / 8; ++n) {
@@ -308,14 +343,35 @@ KJIT_DEVICE KJIT_FORCEINLINE void softmax_tile(const PrefillParams& p, float (&s
       s[n][2 * j + 1] = exp2f(s[n][2 * j + 1] - m_use);
       l += s[n][2 * j] + s[n][2 * j + 1];
     }
-    l_run[j] = l_run[j] * alpha + l;
+    l_run[j] = l_run[j] * alpha[j] + l;
     m_run[j] = m_new;
+  }
+}
+
+// Scales the output accumulated so far by softmax_scores' alpha, row by row.
+template <int head_dim>
+KJIT_DEVICE KJIT_FORCEINLINE void rescale_rows(const float (&alpha)[2],
+                                               float (&o)[head_dim / 8][4]) {
 #pragma unroll
-    for (int d = 0; d < head_dim / 8; ++d) {
-      o[d][2 * j] *= alpha;
-      o[d][2 * j + 1] *= alpha;
+  for (int d = 0; d < head_dim / 8; ++d) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      o[d][2 * j] *= alpha[j];
+      o[d][2 * j + 1] *= alpha[j];
     }
   }
+}
+
+// softmax_scores, then the output rescaled.
+template <int head_dim, int kv_tile>
+KJIT_DEVICE KJIT_FORCEINLINE void softmax_tile(const PrefillParams& p, float (&s)[kv_tile / 8][4],
+                                               bool masked, const RowBounds& rb,
+                                               const unsigned char* valid, int tile_start, int lane,
+                                               float (&m_run)[2], float (&l_run)[2],
+                                               float (&o)[head_dim / 8][4]) {
+  float alpha[2];
+  softmax_scores<kv_tile>(p, s, masked, rb, valid, tile_start, lane, m_run, l_run, alpha);
+  rescale_rows<head_dim>(alpha, o);
 }
 
 // O += P V: the C fragments of keys 16 n2 .. + 15 are the A fragment of the product as they are.
@@ -400,24 +456,8 @@ __global__ void __launch_bounds__(32 * warps)
   unsigned char* k_s = smem + Smem::kKAt;
   unsigned char* v_s = smem + Smem::kVAt;
 
-  // The CTA's keys: from the window's start for its first row to the diagonal of its last.
-  const int q_rows = w.q_len * p.group;
-  const int last_row = (w.m0 + kRows < q_rows ? w.m0 + kRows : q_rows) - 1;
-  const long long delta = (long long)w.kv_len - w.q_len;
-  long long kv_hi = w.kv_len, kv_lo = 0;
-  if (p.causal) {
-    const long long d = delta + last_row / p.group + 1;
-    kv_hi = d < kv_hi ? d : kv_hi;
-  }
-  if (p.window_left >= 0) {
-    const long long d = delta + w.m0 / p.group - p.window_left;
-    kv_lo = d > 0 ? d : 0;
-  }
-  const int first_tile = int(kv_lo / kv_tile);
-  const int end_tile = kv_hi > kv_lo ? int((kv_hi + kv_tile - 1) / kv_tile) : first_tile;
-  // Tiles wholly inside every row's bounds skip the per-element mask.
-  const long long full_hi = p.causal ? delta + w.m0 / p.group + 1 : w.kv_len;
-  const long long full_lo = p.window_left >= 0 ? delta + last_row / p.group - p.window_left : 0;
+  const TileRange tr = tile_range<kRows, kv_tile>(p, w);
+  const int first_tile = tr.first, end_tile = tr.end;
 
   const RowBounds rb = row_bounds(p, w, warp * 16 + (lane >> 2));
   float m_run[2] = {-__int_as_float(0x7f800000), -__int_as_float(0x7f800000)};
@@ -464,7 +504,7 @@ __global__ void __launch_bounds__(32 * warps)
         }
       }
       const long long start = (long long)t * kv_tile;
-      const bool masked = !all_ok || start + kv_tile > full_hi || start < full_lo;
+      const bool masked = !all_ok || tr.masked(start, kv_tile);
       float s[kv_tile / 8][4];
       qk_tile<dtype, head_dim, kv_tile, kQInRegs>(q_s, k_s + stage * kTileBytes, qf, warp, lane, s);
       softmax_tile<head_dim, kv_tile>(p, s, masked, rb, valid_s[stage], int(start), lane, m_run,

@@ -1,6 +1,7 @@
 // Hopper warpgroup MMA (wgmma, sm_90a): the fence / commit / wait around it and
 // wgmma.mma_async m64nNk16 with fp32 accumulators and bf16 or fp16 operands, both read from
-// shared memory through descriptors (common/wgmma_desc.h), both K-major. The instruction forms
+// shared memory through descriptors (common/wgmma_desc.h), both K-major (and, for prefill's
+// P V, forms with A from registers and B N-major: mma_rs). The instruction forms
 // are generated per N and type by one macro, since inline PTX needs every accumulator register
 // as an operand and a string literal for the type.
 //
@@ -126,6 +127,33 @@ KJIT_WGMMA_FORM(mma_m64n64k16_bf16, 64, "bf16", KJIT_WGMMA_REGS_0_31, KJIT_WGMMA
                 "%33", "%34")
 KJIT_WGMMA_FORM(mma_m64n64k16_f16, 64, "f16", KJIT_WGMMA_REGS_0_31, KJIT_WGMMA_D_0_31, "%32", "%33",
                 "%34")
+// The register-A forms of prefill's O += P V (kernels/attention/prefill_sm90.cuh): d (+)= a[64 x
+// 16] * b[16 x N] with a in registers (four .b32 of two elements each, laid out as the m64nNk16
+// accumulator's columns 0-15: a[0] row r cols 2c, 2c + 1; a[1] row r + 8; a[2] and a[3] the same
+// at cols + 8) and b N-major (transposed: V's rows are keys, its head dims contiguous; the
+// descriptor is wgmma_desc.h's mnmajor_sw128_desc).
+#define KJIT_WGMMA_FORM_RS(NAME, N, TYPE, REGS, D, A, B, P)                              \
+  KJIT_DEVICE KJIT_FORCEINLINE void NAME(float(&d)[N / 2], const u32(&a)[4], u64 desc_b, \
+                                         int accumulate) {                               \
+    asm volatile(                                                                        \
+        "{\n.reg .pred p;\n"                                                             \
+        "setp.ne.b32 p, " P                                                              \
+        ", 0;\n"                                                                         \
+        "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPE "." TYPE                  \
+        " "                                                                              \
+        "{" REGS "}, " A ", " B ", p, 1, 1, 1;\n}\n"                                     \
+        : D                                                                              \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));     \
+  }
+KJIT_WGMMA_FORM_RS(mma_rs_m64n64k16_bf16, 64, "bf16", KJIT_WGMMA_REGS_0_31, KJIT_WGMMA_D_0_31,
+                   "{%32, %33, %34, %35}", "%36", "%37")
+KJIT_WGMMA_FORM_RS(mma_rs_m64n64k16_f16, 64, "f16", KJIT_WGMMA_REGS_0_31, KJIT_WGMMA_D_0_31,
+                   "{%32, %33, %34, %35}", "%36", "%37")
+KJIT_WGMMA_FORM_RS(mma_rs_m64n128k16_bf16, 128, "bf16", KJIT_WGMMA_REGS_0_63, KJIT_WGMMA_D_0_63,
+                   "{%64, %65, %66, %67}", "%68", "%69")
+KJIT_WGMMA_FORM_RS(mma_rs_m64n128k16_f16, 128, "f16", KJIT_WGMMA_REGS_0_63, KJIT_WGMMA_D_0_63,
+                   "{%64, %65, %66, %67}", "%68", "%69")
+#undef KJIT_WGMMA_FORM_RS
 #undef KJIT_WGMMA_REGS_0_7
 #undef KJIT_WGMMA_REGS_0_15
 #undef KJIT_WGMMA_REGS_0_31
@@ -220,6 +248,26 @@ KJIT_DEVICE KJIT_FORCEINLINE void mma_e4m3(float (&d)[N / 2], u64 desc_a, u64 de
     mma_m64n128k32_e4m3(d, desc_a, desc_b, accumulate);
   } else {
     mma_m64n256k32_e4m3(d, desc_a, desc_b, accumulate);
+  }
+}
+
+// The register-A, B N-major form for operand type T and width N (64 or 128).
+template <typename T, int N>
+KJIT_DEVICE KJIT_FORCEINLINE void mma_rs(float (&d)[N / 2], const u32 (&a)[4], u64 desc_b,
+                                         int accumulate) {
+  static_assert(N == 64 || N == 128, "register-A widths kjit instantiates: 64, 128");
+  if constexpr (N == 64) {
+    if constexpr (IsBf16<T>::kValue) {
+      mma_rs_m64n64k16_bf16(d, a, desc_b, accumulate);
+    } else {
+      mma_rs_m64n64k16_f16(d, a, desc_b, accumulate);
+    }
+  } else {
+    if constexpr (IsBf16<T>::kValue) {
+      mma_rs_m64n128k16_bf16(d, a, desc_b, accumulate);
+    } else {
+      mma_rs_m64n128k16_f16(d, a, desc_b, accumulate);
+    }
   }
 }
 

@@ -37,5 +37,14 @@ KJIT_WGMMA_DESC_FN unsigned long long kmajor_sw128_desc(unsigned smem_addr) {
   return smem_desc(smem_addr, 16, 1024, kSwizzle128B);
 }
 
+// An MN-major (transposed) operand tile with 128-byte swizzling: 128-byte rows of 64 bf16 /
+// fp16 along M or N, one row per K index, 8-row groups 1024 bytes apart (the stride offset), and
+// the next 64 elements of M or N `block_bytes` further on (the leading offset: the tile is stored
+// as blocks of 64 columns). A k16 step advances the start address by 16 rows (2048 bytes), which
+// keeps the 1024-byte boundary the swizzle pattern starts on.
+KJIT_WGMMA_DESC_FN unsigned long long mnmajor_sw128_desc(unsigned smem_addr, unsigned block_bytes) {
+  return smem_desc(smem_addr, block_bytes, 1024, kSwizzle128B);
+}
+
 }  // namespace wgmma
 }  // namespace kjit

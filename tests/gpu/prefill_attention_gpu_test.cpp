@@ -6,6 +6,10 @@
 // values have a non-zero mean, so a key the output loses (or one it takes beyond the mask) moves
 // it. Tolerances are decode's model (reference/attention_ref.hpp, DecodeTolerance): the
 // probabilities fed to P.V rounded to the input type, fp32 accumulation, one output rounding.
+//
+// run_case runs each case on the kernel the plan picks or, on an H100 / H200 at head_dim 64 and
+// 128, on the mma.sync and the sm_90a wgmma kernels in turn (asked for through
+// ops::PrefillTuning), so both kernels meet every case.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -20,6 +24,7 @@
 
 #include "cuda/driver.hpp"
 #include "kjit/kjit.h"
+#include "ops/attention/prefill.hpp"
 #include "reference/half.hpp"
 #include "reference/prefill_ref.hpp"
 #include "support/gpu.hpp"
@@ -47,6 +52,7 @@ struct PrefillCase {
   bool lse = true;
   bool invalid_pages = false;  // a page id past the pool and a negative one in the table
   int64_t spare_pages = 3;
+  int kernel = -1;  // a kjit::ops::PrefillKernel to re-plan with (the internal tuning path)
 };
 
 std::string describe(const PrefillCase& c) {
@@ -60,7 +66,8 @@ std::string describe(const PrefillCase& c) {
          " q/kv=" + lens + (c.causal ? " causal" : " full") +
          " window=" + std::to_string(c.window_left) + " cap=" + std::to_string(c.soft_cap) +
          " scale=" + std::to_string(c.sm_scale) + (c.lse ? "" : " no-lse") +
-         (c.invalid_pages ? " invalid-pages" : "");
+         (c.invalid_pages ? " invalid-pages" : "") +
+         (c.kernel >= 0 ? " kernel=" + std::to_string(c.kernel) : "");
 }
 
 std::unique_ptr<DeviceBuffer> upload_bytes(const void* data, size_t bytes) {
@@ -228,6 +235,20 @@ std::unique_ptr<Problem> build(const PrefillCase& c, std::mt19937_64& rng) {
   INFO("kjit_last_error: " << kjit_last_error());
   REQUIRE(st == KJIT_SUCCESS);
   p.plan.reset(plan);
+  if (c.kernel >= 0) {
+    kjit::ops::PrefillTuning t;
+    t.kernel = c.kernel;
+    try {
+      plan->data = kjit::ops::plan_batch_prefill(
+          p.qo_indptr.data(), p.kv_indptr.data(), static_cast<int>(p.batch),
+          static_cast<int>(c.qo_heads), static_cast<int>(H), static_cast<int>(D),
+          static_cast<int>(P), c.layout, dt, dt, o.causal, o.sm_scale, o.logits_soft_cap,
+          o.window_left, 0, &t);
+    } catch (const std::exception& e) {
+      FAIL("tuned plan: " << e.what());
+    }
+    REQUIRE(static_cast<int>(plan->data.cfg.kernel) == c.kernel);
+  }
   CHECK(kjit_prefill_plan_workspace_bytes(plan) == 0);
   return pp;
 }
@@ -309,7 +330,7 @@ long check(const Problem& p, const Expected& e) {
   return bad;
 }
 
-void run_case(const PrefillCase& c, std::mt19937_64& rng) {
+void run_one(const PrefillCase& c, std::mt19937_64& rng) {
   INFO(describe(c));
   auto p = build(c, rng);
   const kjit_status st = p->run();
@@ -317,6 +338,24 @@ void run_case(const PrefillCase& c, std::mt19937_64& rng) {
   REQUIRE(st == KJIT_SUCCESS);
   device_synchronize();
   CHECK(check(*p, reference(*p)) == 0);
+}
+
+// The kernels a case runs on: on sm_90a at head_dim 64 and 128 both (asked for by name, whatever
+// the plan's default), elsewhere the plan's choice (-1).
+std::vector<int> kernels_for(const PrefillCase& c) {
+  if (c.kernel < 0 && gpu_caps().sm90a() && (c.head_dim == 64 || c.head_dim == 128)) {
+    return {static_cast<int>(kjit::ops::PrefillKernel::kMmaSm80),
+            static_cast<int>(kjit::ops::PrefillKernel::kWgmmaSm90a)};
+  }
+  return {c.kernel};
+}
+
+void run_case(const PrefillCase& c, std::mt19937_64& rng) {
+  for (int k : kernels_for(c)) {
+    PrefillCase m = c;
+    m.kernel = k;
+    run_one(m, rng);
+  }
 }
 
 }  // namespace
@@ -330,6 +369,56 @@ TEST_CASE("prefill gpu: head dims and dtypes, causal and not", "[gpu][attention]
         c.dtype = dt;
         c.head_dim = d;
         c.causal = causal;
+        run_case(c, rng);
+      }
+    }
+  }
+}
+
+// The planner's choice: the mma.sync kernel everywhere (the wgmma kernel runs when asked for).
+// Asked for, the wgmma kernel serves head_dim 64 and 128 on sm_90a in CTAs of 128 rows and is
+// refused elsewhere (256: the mma.sync kernel, checked correct there by every case).
+TEST_CASE("prefill gpu: the kernel choice and the fallback", "[gpu][attention][prefill]") {
+  const bool hopper = gpu_caps().sm90a();
+  const DLDataType bf = dl_dtype("bf16");
+  const int32_t qo[2] = {0, 200}, kv[2] = {0, 13};
+  for (int d : {64, 128, 256}) {
+    INFO("head_dim " << d);
+    kjit_prefill_plan* plan = nullptr;
+    REQUIRE(kjit_batch_prefill_plan(qo, kv, 1, 8, 2, d, 16, KJIT_KV_LAYOUT_NHD, bf, bf, nullptr, 0,
+                                    &plan) == KJIT_SUCCESS);
+    CHECK(plan->data.cfg.kernel == kjit::ops::PrefillKernel::kMmaSm80);
+    kjit_prefill_plan_destroy(plan);
+    kjit::ops::PrefillTuning t;
+    t.kernel = static_cast<int>(kjit::ops::PrefillKernel::kWgmmaSm90a);
+    if (hopper && d != 256) {
+      const auto pl = kjit::ops::plan_batch_prefill(qo, kv, 1, 8, 2, d, 16, KJIT_KV_LAYOUT_NHD, bf,
+                                                    bf, 1, 0.0f, 0.0f, -1, 0, &t);
+      CHECK(pl.cfg.kernel == kjit::ops::PrefillKernel::kWgmmaSm90a);
+      CHECK(pl.tiles == (200 * 4 + 127) / 128);  // 200 rows x group 4 in CTAs of 128
+    } else {
+      CHECK_THROWS(kjit::ops::plan_batch_prefill(qo, kv, 1, 8, 2, d, 16, KJIT_KV_LAYOUT_NHD, bf, bf,
+                                                 1, 0.0f, 0.0f, -1, 0, &t));
+    }
+  }
+}
+
+// Requests many key tiles long, with whole (unmasked) tiles, rows over several CTAs of each
+// request and the stage ring wrapping around many times.
+TEST_CASE("prefill gpu: long requests over many key tiles", "[gpu][attention][prefill]") {
+  std::mt19937_64 rng(2711);
+  for (const char* dt : {"bf16", "fp16"}) {
+    for (int64_t d : {64, 128}) {
+      for (bool causal : {true, false}) {
+        PrefillCase c;
+        c.dtype = dt;
+        c.head_dim = d;
+        c.causal = causal;
+        c.qo_heads = 4;
+        c.kv_heads = 1;
+        c.q_lens = {300, 517, 2};
+        c.kv_lens = {1000, 517, 700};
+        c.page_size = causal ? 16 : 0;
         run_case(c, rng);
       }
     }
@@ -418,64 +507,67 @@ TEST_CASE("prefill gpu: broken page tables contribute nothing, lse not asked for
 TEST_CASE("prefill gpu: two partial prefills merged equal the whole", "[gpu][attention][prefill]") {
   std::mt19937_64 rng(2707);
   for (int64_t ps : {16, 0}) {
-    PrefillCase whole;
-    whole.page_size = ps;
-    whole.q_lens = {7, 129, 1};
-    whole.kv_lens = {64 + 7, 160 + 129, 32 + 1};
-    const std::vector<int64_t> prefix = {64, 160, 32};  // whole pages
-    INFO(describe(whole));
-    auto p = build(whole, rng);
-    const Expected e = reference(*p);
+    for (int kernel : kernels_for(PrefillCase{})) {
+      PrefillCase whole;
+      whole.kernel = kernel;
+      whole.page_size = ps;
+      whole.q_lens = {7, 129, 1};
+      whole.kv_lens = {64 + 7, 160 + 129, 32 + 1};
+      const std::vector<int64_t> prefix = {64, 160, 32};  // whole pages
+      INFO(describe(whole));
+      auto p = build(whole, rng);
+      const Expected e = reference(*p);
 
-    // The two parts see the same q and the same keys, split at `prefix`.
-    auto part = [&](bool first) {
-      PrefillCase c = whole;
-      c.causal = !first;
-      for (size_t b = 0; b < prefix.size(); ++b) {
-        c.kv_lens[b] = first ? prefix[b] : whole.kv_lens[b] - prefix[b];
-      }
-      auto r = build(c, rng);
-      // Copy the whole problem's q and the keys of this part into r's buffers.
-      r->q_dev->upload(p->q_host.data(), p->q_host.size());
-      r->q_host = p->q_host;
-      const int64_t row = p->page_stride;  // elements per page (paged) or row (ragged)
-      for (size_t b = 0; b < prefix.size(); ++b) {
-        const int64_t n = c.kv_lens[b];
-        const int64_t skip = first ? 0 : prefix[b];
-        const int64_t unit = ps > 0 ? ps : 1;
-        for (int64_t u = 0; u < (n + unit - 1) / unit; ++u) {
-          const int64_t src =
-              ps > 0 ? p->indices[static_cast<size_t>(p->kv_indptr[b] + (skip + u * unit) / ps)]
-                     : p->kv_indptr[b] + skip + u;
-          const int64_t dst =
-              ps > 0 ? r->indices[static_cast<size_t>(r->kv_indptr[b] + u)] : r->kv_indptr[b] + u;
-          for (auto [from, to, dev] : {std::tuple{&p->k_host, &r->k_host, r->k_dev.get()},
-                                       std::tuple{&p->v_host, &r->v_host, r->v_dev.get()}}) {
-            std::memcpy(to->data() + dst * row * 2, from->data() + src * row * 2,
-                        static_cast<size_t>(row) * 2);
-            dev->upload(to->data() + dst * row * 2, static_cast<size_t>(row) * 2,
-                        static_cast<size_t>(dst * row * 2));
+      // The two parts see the same q and the same keys, split at `prefix`.
+      auto part = [&](bool first) {
+        PrefillCase c = whole;
+        c.causal = !first;
+        for (size_t b = 0; b < prefix.size(); ++b) {
+          c.kv_lens[b] = first ? prefix[b] : whole.kv_lens[b] - prefix[b];
+        }
+        auto r = build(c, rng);
+        // Copy the whole problem's q and the keys of this part into r's buffers.
+        r->q_dev->upload(p->q_host.data(), p->q_host.size());
+        r->q_host = p->q_host;
+        const int64_t row = p->page_stride;  // elements per page (paged) or row (ragged)
+        for (size_t b = 0; b < prefix.size(); ++b) {
+          const int64_t n = c.kv_lens[b];
+          const int64_t skip = first ? 0 : prefix[b];
+          const int64_t unit = ps > 0 ? ps : 1;
+          for (int64_t u = 0; u < (n + unit - 1) / unit; ++u) {
+            const int64_t src =
+                ps > 0 ? p->indices[static_cast<size_t>(p->kv_indptr[b] + (skip + u * unit) / ps)]
+                       : p->kv_indptr[b] + skip + u;
+            const int64_t dst =
+                ps > 0 ? r->indices[static_cast<size_t>(r->kv_indptr[b] + u)] : r->kv_indptr[b] + u;
+            for (auto [from, to, dev] : {std::tuple{&p->k_host, &r->k_host, r->k_dev.get()},
+                                         std::tuple{&p->v_host, &r->v_host, r->v_dev.get()}}) {
+              std::memcpy(to->data() + dst * row * 2, from->data() + src * row * 2,
+                          static_cast<size_t>(row) * 2);
+              dev->upload(to->data() + dst * row * 2, static_cast<size_t>(row) * 2,
+                          static_cast<size_t>(dst * row * 2));
+            }
           }
         }
-      }
-      return r;
-    };
-    auto a = part(true), b = part(false);
-    REQUIRE(a->run() == KJIT_SUCCESS);
-    REQUIRE(b->run() == KJIT_SUCCESS);
-    // Merge into the whole problem's out and lse.
-    const kjit_status st =
-        kjit_merge_states(a->out_t.get(), a->lse_t.get(), b->out_t.get(), b->lse_t.get(),
-                          p->out_t.get(), p->lse_t.get(), nullptr);
-    INFO("kjit_last_error: " << kjit_last_error());
-    REQUIRE(st == KJIT_SUCCESS);
-    device_synchronize();
-    // Two roundings of the partial outputs and the merge's one: the whole's tolerance, widened
-    // by two output roundings of the values' scale.
-    Expected loose = e;
-    for (double& t : loose.tol.out) t += 2 * 1.5 * e.tol.u_out;
-    for (double& t : loose.tol.lse) t += 1e-5;  // each part's lse error, then the merge's
-    CHECK(check(*p, loose) == 0);
+        return r;
+      };
+      auto a = part(true), b = part(false);
+      REQUIRE(a->run() == KJIT_SUCCESS);
+      REQUIRE(b->run() == KJIT_SUCCESS);
+      // Merge into the whole problem's out and lse.
+      const kjit_status st =
+          kjit_merge_states(a->out_t.get(), a->lse_t.get(), b->out_t.get(), b->lse_t.get(),
+                            p->out_t.get(), p->lse_t.get(), nullptr);
+      INFO("kjit_last_error: " << kjit_last_error());
+      REQUIRE(st == KJIT_SUCCESS);
+      device_synchronize();
+      // Two roundings of the partial outputs and the merge's one: the whole's tolerance, widened
+      // by two output roundings of the values' scale.
+      Expected loose = e;
+      for (double& t : loose.tol.out) t += 2 * 1.5 * e.tol.u_out;
+      for (double& t : loose.tol.lse) t += 1e-5;  // each part's lse error, then the merge's
+      CHECK(check(*p, loose) == 0);
+    }
   }
 }
 
@@ -499,53 +591,58 @@ TEST_CASE("prefill gpu: CUDA graph capture, replay with a changed page table",
           "[gpu][attention][prefill]") {
   const auto& d = kjit::cuda::driver();
   std::mt19937_64 rng(2709);
-  PrefillCase c;
-  c.spare_pages = 0;
-  auto p = build(c, rng);
-  CUstream stream = nullptr;
-  // A blocking stream: ordered after the uploads and poison fills on the legacy stream.
-  REQUIRE(d.cuStreamCreate(&stream, CU_STREAM_DEFAULT) == CUDA_SUCCESS);
-  REQUIRE(p->run(stream) == KJIT_SUCCESS);  // warm-up: capture must not compile or load
-  REQUIRE(d.cuStreamSynchronize(stream) == CUDA_SUCCESS);
-  CUgraph graph = nullptr;
-  CUgraphExec exec = nullptr;
-  REQUIRE(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
-  const kjit_status captured = p->run(stream);
-  const CUresult end = d.cuStreamEndCapture(stream, &graph);
-  INFO("kjit_last_error: " << kjit_last_error());
-  REQUIRE(captured == KJIT_SUCCESS);
-  REQUIRE(end == CUDA_SUCCESS);
-  REQUIRE(d.cuGraphInstantiateWithFlags(&exec, graph, 0) == CUDA_SUCCESS);
-  const Expected e = reference(*p);
-  const size_t page_bytes = static_cast<size_t>(p->page_stride) * 2;
-  for (int round = 0; round < 2; ++round) {
-    INFO("round " << round);
-    // Page i moves to slot perm[i] of the pool: its data and every table entry naming it.
-    std::vector<int32_t> perm(static_cast<size_t>(p->num_pages));
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), rng);
-    for (auto* h : {&p->k_host, &p->v_host}) {
-      std::vector<unsigned char> moved(h->size());
-      for (size_t i = 0; i < perm.size(); ++i) {
-        std::memcpy(moved.data() + perm[i] * page_bytes, h->data() + i * page_bytes, page_bytes);
+  PrefillCase base;
+  base.spare_pages = 0;
+  for (int kernel : kernels_for(base)) {
+    PrefillCase c = base;
+    c.kernel = kernel;
+    INFO(describe(c));
+    auto p = build(c, rng);
+    CUstream stream = nullptr;
+    // A blocking stream: ordered after the uploads and poison fills on the legacy stream.
+    REQUIRE(d.cuStreamCreate(&stream, CU_STREAM_DEFAULT) == CUDA_SUCCESS);
+    REQUIRE(p->run(stream) == KJIT_SUCCESS);  // warm-up: capture must not compile or load
+    REQUIRE(d.cuStreamSynchronize(stream) == CUDA_SUCCESS);
+    CUgraph graph = nullptr;
+    CUgraphExec exec = nullptr;
+    REQUIRE(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
+    const kjit_status captured = p->run(stream);
+    const CUresult end = d.cuStreamEndCapture(stream, &graph);
+    INFO("kjit_last_error: " << kjit_last_error());
+    REQUIRE(captured == KJIT_SUCCESS);
+    REQUIRE(end == CUDA_SUCCESS);
+    REQUIRE(d.cuGraphInstantiateWithFlags(&exec, graph, 0) == CUDA_SUCCESS);
+    const Expected e = reference(*p);
+    const size_t page_bytes = static_cast<size_t>(p->page_stride) * 2;
+    for (int round = 0; round < 2; ++round) {
+      INFO("round " << round);
+      // Page i moves to slot perm[i] of the pool: its data and every table entry naming it.
+      std::vector<int32_t> perm(static_cast<size_t>(p->num_pages));
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(perm.begin(), perm.end(), rng);
+      for (auto* h : {&p->k_host, &p->v_host}) {
+        std::vector<unsigned char> moved(h->size());
+        for (size_t i = 0; i < perm.size(); ++i) {
+          std::memcpy(moved.data() + perm[i] * page_bytes, h->data() + i * page_bytes, page_bytes);
+        }
+        *h = moved;
       }
-      *h = moved;
+      p->k_dev->upload(p->k_host.data(), p->k_host.size());
+      p->v_dev->upload(p->v_host.data(), p->v_host.size());
+      for (auto& x : p->indices) x = perm[static_cast<size_t>(x)];
+      p->idx_dev->upload(p->indices.data(), p->indices.size() * 4);
+      p->poison();
+      REQUIRE(d.cuGraphLaunch(exec, stream) == CUDA_SUCCESS);
+      REQUIRE(d.cuStreamSynchronize(stream) == CUDA_SUCCESS);
+      CHECK(check(*p, e) == 0);
+      const std::vector<unsigned char> replayed = p->outputs();
+      p->poison();
+      REQUIRE(p->run(stream) == KJIT_SUCCESS);
+      REQUIRE(d.cuStreamSynchronize(stream) == CUDA_SUCCESS);
+      CHECK(p->outputs() == replayed);
     }
-    p->k_dev->upload(p->k_host.data(), p->k_host.size());
-    p->v_dev->upload(p->v_host.data(), p->v_host.size());
-    for (auto& x : p->indices) x = perm[static_cast<size_t>(x)];
-    p->idx_dev->upload(p->indices.data(), p->indices.size() * 4);
-    p->poison();
-    REQUIRE(d.cuGraphLaunch(exec, stream) == CUDA_SUCCESS);
-    REQUIRE(d.cuStreamSynchronize(stream) == CUDA_SUCCESS);
-    CHECK(check(*p, e) == 0);
-    const std::vector<unsigned char> replayed = p->outputs();
-    p->poison();
-    REQUIRE(p->run(stream) == KJIT_SUCCESS);
-    REQUIRE(d.cuStreamSynchronize(stream) == CUDA_SUCCESS);
-    CHECK(p->outputs() == replayed);
+    d.cuGraphExecDestroy(exec);
+    d.cuGraphDestroy(graph);
+    d.cuStreamDestroy(stream);
   }
-  d.cuGraphExecDestroy(exec);
-  d.cuGraphDestroy(graph);
-  d.cuStreamDestroy(stream);
 }

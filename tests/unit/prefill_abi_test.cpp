@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/wgmma_desc.h"
 #include "kjit/kjit.h"
 #include "ops/attention/prefill.hpp"
 #include "reference/prefill_ref.hpp"
@@ -80,7 +81,7 @@ TEST_CASE("prefill abi: a plan counts each request's row tiles", "[c_abi][attent
 
 TEST_CASE("prefill abi: variants fit the shared memory they ask for", "[c_abi][attention]") {
   for (int d : {64, 128, 256}) {
-    const ops::PrefillConfig c = ops::select_prefill(kjit::ops::DType::kBF16, d, 4, {});
+    const ops::PrefillConfig c = ops::select_prefill(kjit::ops::DType::kBF16, d, 4, {}, false);
     INFO(d);
     CHECK(ops::prefill_smem_bytes(c) <= 164 * 1024 - 1024);  // an A100 runs every one
     const std::string uri = ops::prefill_spec(c).uri;
@@ -88,10 +89,43 @@ TEST_CASE("prefill abi: variants fit the shared memory they ask for", "[c_abi][a
   }
   kjit::ops::SmemBudget tiny;
   tiny.per_block = 48 * 1024;
-  CHECK_THROWS(ops::select_prefill(kjit::ops::DType::kBF16, 128, 4, tiny));
-  CHECK_THROWS(ops::select_prefill(kjit::ops::DType::kF32, 128, 4, {}));
-  CHECK_THROWS(ops::select_prefill(kjit::ops::DType::kBF16, 96, 4, {}));
-  CHECK_THROWS(ops::select_prefill(kjit::ops::DType::kBF16, 128, 17, {}));
+  CHECK_THROWS(ops::select_prefill(kjit::ops::DType::kBF16, 128, 4, tiny, false));
+  CHECK_THROWS(ops::select_prefill(kjit::ops::DType::kF32, 128, 4, {}, false));
+  CHECK_THROWS(ops::select_prefill(kjit::ops::DType::kBF16, 96, 4, {}, false));
+  CHECK_THROWS(ops::select_prefill(kjit::ops::DType::kBF16, 128, 17, {}, false));
+}
+
+// The mma.sync kernel is the default everywhere; asked for, the wgmma kernel serves head_dim 64
+// and 128 on sm_90a (128-row CTAs over 128-key tiles in a 2-stage ring) and is refused elsewhere.
+TEST_CASE("prefill abi: the sm_90a kernel on request, and its limits", "[c_abi][attention]") {
+  using ops::PrefillKernel;
+  constexpr int kWgmma = static_cast<int>(PrefillKernel::kWgmmaSm90a);
+  for (int d : {64, 128}) {
+    INFO(d);
+    const ops::PrefillConfig c =
+        ops::select_prefill(kjit::ops::DType::kF16, d, 8, {}, true, kWgmma);
+    CHECK(c.kernel == PrefillKernel::kWgmmaSm90a);
+    CHECK(ops::prefill_rows(c) == 128);
+    CHECK(c.kv_tile == 128);
+    CHECK(c.stages == 2);
+    CHECK(ops::prefill_smem_bytes(c) == (128 + 4 * 128) * d * 2 + 1024);
+    const kjit::jit::Spec s = ops::prefill_spec(c);
+    CHECK(s.uri.rfind("prefill_attention_kernel_wgmma_dtype_fp16_head_dim_" + std::to_string(d),
+                      0) == 0);
+    CHECK(s.arch_families == std::vector<std::string>{"sm_90a"});
+    CHECK(ops::select_prefill(kjit::ops::DType::kF16, d, 8, {}, true).kernel ==
+          PrefillKernel::kMmaSm80);
+    CHECK_THROWS(ops::select_prefill(kjit::ops::DType::kF16, d, 8, {}, false, kWgmma));
+  }
+  CHECK_THROWS(ops::select_prefill(kjit::ops::DType::kBF16, 256, 8, {}, true, kWgmma));
+  CHECK_THROWS(ops::select_prefill(kjit::ops::DType::kBF16, 128, 8, {}, true, 2));
+  // V's N-major descriptor (kernels/common/wgmma_desc.h): start >> 4, 64-column blocks 16 KB
+  // apart (leading offset), 8-key groups 1024 bytes apart (stride offset), 128-byte swizzle.
+  CHECK(kjit::wgmma::mnmajor_sw128_desc(0x2000 + 2048, 128 * 128) ==
+        ((0x2800ull >> 4) | (1024ull << 16) | (64ull << 32) | (1ull << 62)));
+  kjit::ops::SmemBudget small;
+  small.per_block = 160 * 1024;
+  CHECK_THROWS(ops::select_prefill(kjit::ops::DType::kBF16, 128, 8, small, true, kWgmma));
 }
 
 TEST_CASE("prefill abi: a run refuses a plan of the other KV kind", "[c_abi][attention]") {

@@ -377,6 +377,21 @@ int bench_batch_prefill(const ops::SetArgs& args, const BenchOptions& opts) {
       nhd ? KJIT_KV_LAYOUT_NHD : KJIT_KV_LAYOUT_HND, dt, dt, &o, 0, &raw_plan);
   if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
   std::unique_ptr<kjit_prefill_plan, PrefillPlanDeleter> plan(raw_plan);
+  if (args.count("kernel")) {
+    // The tuning path (ops::PrefillTuning): the named kernel instead of the planned one.
+    const std::string k = args.at("kernel");
+    if (k != "mma_sm80" && k != "wgmma_sm90a") {
+      throw UsageError("kernel must be mma_sm80 or wgmma_sm90a");
+    }
+    ops::PrefillTuning tune;
+    tune.kernel = static_cast<int>(k == "mma_sm80" ? ops::PrefillKernel::kMmaSm80
+                                                   : ops::PrefillKernel::kWgmmaSm90a);
+    raw_plan->data = ops::plan_batch_prefill(
+        qo_indptr.data(), kv_indptr.data(), static_cast<int>(B), static_cast<int>(hq),
+        static_cast<int>(hk), static_cast<int>(D), static_cast<int>(P),
+        nhd ? KJIT_KV_LAYOUT_NHD : KJIT_KV_LAYOUT_HND, dt, dt, o.causal, o.sm_scale,
+        o.logits_soft_cap, o.window_left, 0, &tune);
+  }
 
   const std::vector<int64_t> kv_shape = P == 0 ? std::vector<int64_t>{units, hk, D}
                                         : nhd  ? std::vector<int64_t>{units, P, hk, D}
@@ -509,12 +524,12 @@ void add_attention_benches(std::vector<BenchEntry>& out) {
   out.push_back(
       {"batch_prefill",
        {"dtype", "qo_heads", "kv_heads", "head_dim", "page_size"},
-       {"batch", "q_len", "kv_len", "lens", "causal", "layout"},
+       {"batch", "q_len", "kv_len", "lens", "causal", "layout", "kernel"},
        bench_batch_prefill,
        "dtype, qo_heads, kv_heads, head_dim, page_size (0: ragged k / v), and batch + q_len "
        "(+ kv_len >= q_len: the new tokens end the keys) or lens (comma-separated q = kv "
-       "lengths), causal (0|1), layout (nhd|hnd); FLOPs count the pairs the mask leaves; "
-       "checked on 8 query rows"});
+       "lengths), causal (0|1), layout (nhd|hnd); tuning override kernel (mma_sm80|wgmma_sm90a); "
+       "FLOPs count the pairs the mask leaves; checked on 8 query rows"});
 }
 
 }  // namespace kjit::cli

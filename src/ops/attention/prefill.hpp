@@ -14,9 +14,10 @@
 
 namespace kjit::ops {
 
-// The kernels a plan can run. One today: the mma.sync kernel (sm_80+). The Hopper kernel (TMA +
-// wgmma, warp-specialized) joins as kHopper, chosen by select_prefill for sm_90a devices.
-enum class PrefillKernel { kMmaSm80 = 0 };
+// The kernels a plan can run: the mma.sync kernel (kernels/attention/prefill.cuh, sm_80+), the
+// default everywhere, and the warp-specialized wgmma one (prefill_sm90.cuh: sm_90a, head_dim 64
+// and 128), run only when asked for (PrefillTuning) until it has passed the GPU tests.
+enum class PrefillKernel { kMmaSm80 = 0, kWgmmaSm90a = 1 };
 
 // One compiled prefill variant. Each field keeps its name in the URI, the generated kjit_spec
 // constant and prefill_kernel's template parameter. Masks, window, soft cap, scales, page size,
@@ -25,8 +26,19 @@ struct PrefillConfig {
   PrefillKernel kernel = PrefillKernel::kMmaSm80;
   DType dtype = DType::kBF16;  // q, k, v and out
   int head_dim = 128;
-  int warps = 4;     // 16 query rows per warp
+  int warps = 4;     // 16 query rows per warp (kWgmmaSm90a: its consumer warps)
   int kv_tile = 64;  // keys per pipeline stage
+  int stages = 2;    // kWgmmaSm90a: K / V stages of its ring (the mma.sync kernel: always 2)
+};
+
+// Query rows (packed (token, group member) pairs) one CTA owns.
+int prefill_rows(const PrefillConfig& c);
+
+// Internal (not C ABI) override of the planned kernel, for tests and `kjit-cli bench
+// batch_prefill --set kernel=...`: -1 keeps the planned one; a kernel that cannot serve the plan
+// is KJIT_ERROR_UNSUPPORTED.
+struct PrefillTuning {
+  int kernel = -1;  // a PrefillKernel
 };
 
 inline constexpr int kPrefillMaxGroup = 16;
@@ -35,9 +47,11 @@ inline constexpr int kPrefillMaxGroup = 16;
 int prefill_smem_bytes(const PrefillConfig& c);
 
 // Support and dispatch in one place: the variant for these dtypes and sizes on a device with
-// this shared-memory budget, or KJIT_ERROR_UNSUPPORTED saying why none serves them.
-PrefillConfig select_prefill(DType dtype, int64_t head_dim, int64_t group,
-                             const SmemBudget& budget);
+// this shared-memory budget (sm90a: a compute capability 9.0 device, which runs wgmma), or
+// KJIT_ERROR_UNSUPPORTED saying why none serves them. `kernel` >= 0 asks for that kernel (a
+// PrefillKernel); -1 takes the default.
+PrefillConfig select_prefill(DType dtype, int64_t head_dim, int64_t group, const SmemBudget& budget,
+                             bool sm90a, int kernel = -1);
 
 jit::Spec prefill_spec(const PrefillConfig& cfg);
 
@@ -57,7 +71,7 @@ struct PrefillPlanData {
   float soft_cap = 0.0f;
   int window_left = -1;
   int64_t total_q = 0;   // qo_indptr_host[batch] - qo_indptr_host[0]: the rows of q
-  int64_t tiles = 0;     // CTAs per kv head: each request's rows x group in tiles of 16 x warps
+  int64_t tiles = 0;     // CTAs per kv head: each request's rows x group in tiles of prefill_rows
   int64_t kv_total = 0;  // the requests' pages (paged) or rows (ragged), as planned
   size_t workspace_bytes = 0;
 };
@@ -67,7 +81,8 @@ PrefillPlanData plan_batch_prefill(const int32_t* qo_indptr_host, const int32_t*
                                    int batch, int num_qo_heads, int num_kv_heads, int head_dim,
                                    int page_size, int layout, DLDataType q_dtype,
                                    DLDataType kv_dtype, int causal, float sm_scale,
-                                   float logits_soft_cap, int window_left, int device_id);
+                                   float logits_soft_cap, int window_left, int device_id,
+                                   const PrefillTuning* tuning = nullptr);
 
 // Validates, then launches on `stream` (kjit_batch_prefill_run). Throws kjit::Error.
 void batch_prefill_run(const PrefillPlanData& plan, const DLTensor* q, const DLTensor* k_cache,

@@ -25,7 +25,10 @@ jit::Spec prefill_spec_from_args(const OpDef& d, const SetArgs& args) {
   check_set_args(d, args);
   const DType dt = args.at("dtype") == "fp16" ? DType::kF16 : DType::kBF16;
   const int64_t group = args.count("group") ? positive_int_arg(args, "group", 1 << 20) : 1;
-  return prefill_spec(select_prefill(dt, std::stoi(args.at("head_dim")), group, SmemBudget{}));
+  // Without a kernel named, the default (the mma.sync kernel every arch runs).
+  const bool wgmma = args.count("kernel") && args.at("kernel") == "wgmma_sm90a";
+  return prefill_spec(select_prefill(dt, std::stoi(args.at("head_dim")), group, SmemBudget{}, wgmma,
+                                     wgmma ? 1 : 0));
 }
 
 }  // namespace
@@ -102,16 +105,25 @@ OpDef prefill_attention_op_def() {
   d.name = "prefill_attention";
   d.summary =
       "batch prefill / append attention: ragged queries over a paged or ragged KV (mma.sync, "
-      "GQA rows packed, causal / window / soft cap)";
+      "or wgmma on sm_90a; GQA rows packed, causal / window / soft cap)";
   d.axes = {{"dtype", {"bf16", "fp16"}, true, "q, k, v and out dtype"},
             {"head_dim", {"64", "128", "256"}, true, "head size"},
-            {"group", {}, false, "query heads per kv head (1..16; default 1)"}};
-  d.arch_families = {"sm_80+"};
+            {"group", {}, false, "query heads per kv head (1..16; default 1)"},
+            {"kernel",
+             {"mma_sm80", "wgmma_sm90a"},
+             false,
+             "mma_sm80 (default, sm_80+) or wgmma_sm90a (the Hopper kernel, head_dim 64 / 128)"}};
+  d.arch_families = {"sm_80+", "sm_90a"};
   d.make_spec = [d](const SetArgs& args) { return prefill_spec_from_args(d, args); };
   d.catalog = [] {
     std::vector<SetArgs> out;
     for (const char* dt : {"bf16", "fp16"}) {
       for (const char* hd : {"64", "128", "256"}) out.push_back({{"dtype", dt}, {"head_dim", hd}});
+    }
+    for (const char* dt : {"bf16", "fp16"}) {
+      for (const char* hd : {"64", "128"}) {
+        out.push_back({{"dtype", dt}, {"head_dim", hd}, {"kernel", "wgmma_sm90a"}});
+      }
     }
     return out;
   };
@@ -125,6 +137,7 @@ OpDef prefill_attention_op_def() {
            "heads",
            def.name, qo, kv);
     }
+    // The default kernel only: the wgmma one runs only when asked for (ops::PrefillTuning).
     return std::vector<SetArgs>{{{"dtype", dtype_name(def.tensor_dtype("q"))},
                                  {"head_dim", std::to_string(def.const_axis("head_dim"))},
                                  {"group", std::to_string(qo / kv)}}};

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <string>
 
+#include "attention/attention_params.h"
+#include "cuda/device.hpp"
 #include "ops/attention/attention_common.hpp"
 #include "ops/attention/decode_internal.hpp"
 #include "ops/attention/prefill.hpp"
@@ -56,21 +58,52 @@ DType check_dtypes(DLDataType q_dtype, DLDataType kv_dtype) {
 
 }  // namespace
 
+int prefill_rows(const PrefillConfig& c) {
+  return c.kernel == PrefillKernel::kWgmmaSm90a ? attention::kPrefillSm90Rows : 16 * c.warps;
+}
+
 int prefill_smem_bytes(const PrefillConfig& c) {
+  if (c.kernel == PrefillKernel::kWgmmaSm90a) {
+    // PrefillSm90Smem: Q, the ring's K and V tiles, 1024 bytes to align the first.
+    return (attention::kPrefillSm90Rows + 2 * c.stages * c.kv_tile) * c.head_dim * 2 + 1024;
+  }
   return (16 * c.warps + 4 * c.kv_tile) * c.head_dim * 2;
 }
 
-PrefillConfig select_prefill(DType dtype, int64_t head_dim, int64_t group,
-                             const SmemBudget& budget) {
+PrefillConfig select_prefill(DType dtype, int64_t head_dim, int64_t group, const SmemBudget& budget,
+                             bool sm90a, int kernel) {
   attention_detail::check_attention_support("prefill attention", dtype, head_dim, group,
                                             kPrefillMaxGroup);
+  if (kernel != -1 && kernel != static_cast<int>(PrefillKernel::kMmaSm80) &&
+      kernel != static_cast<int>(PrefillKernel::kWgmmaSm90a)) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "prefill kernel {} is none of mma_sm80 (0), wgmma_sm90a (1)",
+         kernel);
+  }
+  // The wgmma kernel serves head_dim 64 and 128 (at 256 O and S would take 256 accumulator
+  // registers a thread) and runs only on compute capability 9.0 (sm_90a code). It runs only when
+  // asked for until it has passed the GPU tests on an H100 / H200 (docs/performance.md).
+  const bool want_wgmma = kernel == static_cast<int>(PrefillKernel::kWgmmaSm90a);
+  if (want_wgmma && head_dim != 64 && head_dim != 128) {
+    fail(KJIT_ERROR_UNSUPPORTED, "the wgmma prefill kernel serves head_dim 64 and 128, not {}",
+         head_dim);
+  }
+  if (want_wgmma && !sm90a) {
+    fail(KJIT_ERROR_UNSUPPORTED, "the wgmma prefill kernel runs on compute capability 9.0 only");
+  }
   PrefillConfig c;
   c.dtype = dtype;
   c.head_dim = static_cast<int>(head_dim);
-  // 128 query rows (8 warps) over 64-key tiles: 96 KB at head_dim 128, two CTAs per H100 / H200
-  // SM. At 256 the O accumulator alone takes 128 registers a thread, so 64 rows over 32-key tiles
-  // (also 96 KB).
-  if (head_dim == 256) {
+  if (want_wgmma) {
+    // 128 query rows over 128-key tiles in a 2-stage ring: 160 KB at head_dim 128, one CTA per
+    // SM, two consumer warpgroups of 64 rows.
+    c.kernel = PrefillKernel::kWgmmaSm90a;
+    c.warps = 8;
+    c.kv_tile = 128;
+    c.stages = 2;
+  } else if (head_dim == 256) {
+    // 128 query rows (8 warps) over 64-key tiles: 96 KB at head_dim 128, two CTAs per H100 /
+    // H200 SM. At 256 the O accumulator alone takes 128 registers a thread, so 64 rows over
+    // 32-key tiles (also 96 KB).
     c.warps = 4;
     c.kv_tile = 32;
   } else {
@@ -87,6 +120,15 @@ PrefillConfig select_prefill(DType dtype, int64_t head_dim, int64_t group,
 }
 
 jit::Spec prefill_spec(const PrefillConfig& c) {
+  if (c.kernel == PrefillKernel::kWgmmaSm90a) {
+    jit::SpecBuilder b("prefill_attention", {"common", "attention"}, "attention/prefill_sm90.cuh",
+                       {"sm_90a"});
+    b.choice("kernel", "wgmma", static_cast<int>(c.kernel));
+    b.type("dtype", dtype_name(c.dtype), device_type_name(c.dtype));
+    b.value("head_dim", c.head_dim).value("kv_tile", c.kv_tile).value("stages", c.stages);
+    b.entry("kjit::attention::prefill_sm90_kernel", {"dtype", "head_dim", "kv_tile", "stages"});
+    return b.build();
+  }
   jit::SpecBuilder b("prefill_attention", {"common", "attention"}, "attention/prefill.cuh",
                      {"sm_80+"});
   b.type("dtype", dtype_name(c.dtype), device_type_name(c.dtype));
@@ -99,7 +141,8 @@ PrefillPlanData plan_batch_prefill(const int32_t* qo_indptr_host, const int32_t*
                                    int batch, int num_qo_heads, int num_kv_heads, int head_dim,
                                    int page_size, int layout, DLDataType q_dtype,
                                    DLDataType kv_dtype, int causal, float sm_scale,
-                                   float logits_soft_cap, int window_left, int device_id) {
+                                   float logits_soft_cap, int window_left, int device_id,
+                                   const PrefillTuning* tuning) {
   if (batch < 0) fail(KJIT_ERROR_INVALID_ARGUMENT, "batch must be >= 0, got {}", batch);
   check_heads(num_qo_heads, num_kv_heads, head_dim);
   if (page_size < 0) {
@@ -123,11 +166,15 @@ PrefillPlanData plan_batch_prefill(const int32_t* qo_indptr_host, const int32_t*
   // H100 / H200-class shared-memory budget, and the run's launch is checked on the device.
   SmemBudget budget;
   int sms = 0;
-  attention_detail::device_budget(device_id, 1, &budget, &sms);
+  bool sm90a = false;
+  if (attention_detail::device_budget(device_id, 1, &budget, &sms)) {
+    const cuda::DeviceInfo& info = cuda::device_info(device_id);
+    sm90a = info.major == 9 && info.minor == 0;
+  }
 
   const int64_t group = num_qo_heads / num_kv_heads;
   PrefillPlanData pl;
-  pl.cfg = select_prefill(dt, head_dim, group, budget);
+  pl.cfg = select_prefill(dt, head_dim, group, budget, sm90a, tuning ? tuning->kernel : -1);
   pl.batch = batch;
   pl.num_qo_heads = num_qo_heads;
   pl.num_kv_heads = num_kv_heads;
@@ -147,7 +194,7 @@ PrefillPlanData plan_batch_prefill(const int32_t* qo_indptr_host, const int32_t*
          "prefill attention supports up to {} (query token, group member) rows, got {} x {}",
          INT_MAX, total_q, group);
   }
-  const int64_t rows = 16 * pl.cfg.warps;
+  const int64_t rows = prefill_rows(pl.cfg);
   for (int b = 0; b < batch; ++b) {
     const int64_t len = static_cast<int64_t>(qo_indptr_host[b + 1]) - qo_indptr_host[b];
     pl.tiles += (len * group + rows - 1) / rows;

@@ -215,7 +215,8 @@ void launch_prefill(const PrefillPlanData& pl, const PrefillViews& w, const Pref
   cuda::LaunchConfig lc;
   lc.grid_x = static_cast<unsigned>(pl.tiles);
   lc.grid_y = static_cast<unsigned>(pl.num_kv_heads);
-  lc.block_x = static_cast<unsigned>(32 * cfg.warps);
+  lc.block_x = static_cast<unsigned>(
+      cfg.kernel == PrefillKernel::kWgmmaSm90a ? attention::kPrefillSm90Threads : 32 * cfg.warps);
   lc.smem_bytes = static_cast<unsigned>(prefill_smem_bytes(cfg));
   lc.stream = static_cast<CUstream>(stream);
   cuda::ScopedDevice scope(pl.device);
