@@ -46,6 +46,23 @@ Args parse(int argc, char** argv) {
     if (i + 1 >= argc) usage(std::string(argv[i]) + " needs a value");
     return argv[++i];
   };
+  // A number, all of the argument: "--top-k 5x" is a usage error, not an exception.
+  auto number = [&](int& i, auto parse) {
+    const std::string option = argv[i], text = value(i);
+    try {
+      size_t used = 0;
+      const auto v = parse(text, &used);
+      if (used == text.size()) return v;
+    } catch (const std::exception&) {
+    }
+    usage(option + ": '" + text + "' is not a number");
+  };
+  auto int_value = [&](int& i) {
+    return number(i, [](const std::string& t, size_t* n) { return std::stoi(t, n); });
+  };
+  auto float_value = [&](int& i) {
+    return number(i, [](const std::string& t, size_t* n) { return std::stof(t, n); });
+  };
   for (int i = 1; i < argc; ++i) {
     const std::string o = argv[i];
     if (o == "--prompts")
@@ -55,21 +72,21 @@ Args parse(int argc, char** argv) {
     else if (o == "--out-tokens")
       a.out_tokens = value(i);
     else if (o == "--max-new-tokens")
-      a.max_new_tokens = std::stoi(value(i));
+      a.max_new_tokens = int_value(i);
     else if (o == "--decode-steps")
-      a.decode_steps = std::stoi(value(i));
+      a.decode_steps = int_value(i);
     else if (o == "--page-size")
-      a.page_size = std::stoi(value(i));
+      a.page_size = int_value(i);
     else if (o == "--device")
-      a.device = std::stoi(value(i));
+      a.device = int_value(i);
     else if (o == "--top-k")
-      a.sampling.top_k = std::stoi(value(i)), a.sampling.greedy = false;
+      a.sampling.top_k = int_value(i), a.sampling.greedy = false;
     else if (o == "--top-p")
-      a.sampling.top_p = std::stof(value(i)), a.sampling.greedy = false;
+      a.sampling.top_p = float_value(i), a.sampling.greedy = false;
     else if (o == "--temperature")
-      a.sampling.temperature = std::stof(value(i)), a.sampling.greedy = false;
+      a.sampling.temperature = float_value(i), a.sampling.greedy = false;
     else if (o == "--seed")
-      a.sampling.seed = std::stoll(value(i));
+      a.sampling.seed = number(i, [](const std::string& t, size_t* n) { return std::stoll(t, n); });
     else if (o == "--stats")
       a.stats = true;
     else if (o == "--no-graph")

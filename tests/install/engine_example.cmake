@@ -25,6 +25,12 @@ endif()
 if(NOT EXISTS "${WORK}/engine/kjit-engine")
   message(FATAL_ERROR "kjit-engine was not built (no CUDA toolkit found?)")
 endif()
+# The engine links and starts (no GPU needed to print its usage): exit status 2 and the usage.
+execute_process(COMMAND "${WORK}/engine/kjit-engine" RESULT_VARIABLE rc OUTPUT_VARIABLE out
+                ERROR_VARIABLE err)
+if(NOT rc EQUAL 2 OR NOT err MATCHES "usage: kjit-engine MODEL_DIR")
+  message(FATAL_ERROR "kjit-engine without arguments: status ${rc}, not 2 and its usage:\n${err}")
+endif()
 execute_process(COMMAND "${WORK}/engine/engine_loader_test" RESULT_VARIABLE rc
                 OUTPUT_VARIABLE out ERROR_VARIABLE err)
 message(STATUS "${out}${err}")
