@@ -107,7 +107,12 @@ OpDef embedding_op_def() {
 namespace trace {
 
 void embedding(DType dtype, DType index, int64_t vocab, int64_t hidden, int64_t tokens) noexcept {
-  record(embedding_name(dtype, index, vocab, hidden), {{"num_tokens", tokens}}, nullptr, nullptr,
+  record(embedding_name(dtype, index, vocab, hidden), {{"num_tokens", tokens}}, "embedding",
+         {{"dtype", dtype_name(dtype)},
+          {"vocab", std::to_string(vocab)},
+          {"hidden", std::to_string(hidden)},
+          {"tokens", std::to_string(tokens)},
+          {"index", dtype_name(index)}},
          [&] { return embedding_definition(dtype, index, vocab, hidden); });
 }
 
