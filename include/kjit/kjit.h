@@ -847,6 +847,26 @@ typedef enum kjit_fp8_scaling {
 KJIT_API kjit_status kjit_quant_fp8(const DLTensor* input, DLTensor* out, DLTensor* scale,
                                     kjit_fp8_scaling scaling, void* stream);
 
+/* ---- Token embedding (kernels/embedding, src/ops/embedding) --------------------------------- */
+
+/*
+ * out[t, :] = table[ids[t], :] (PyTorch's nn.Embedding forward), a plain copy of each row.
+ *
+ * table: [vocab, hidden], bf16 / fp16 / fp32, last dim contiguous, row stride free.
+ * ids: [tokens], int32 or int64, contiguous, on the table's device. Read on the device only (no
+ *   host synchronization, so the call can be captured in a CUDA graph and replayed with new ids):
+ *   an id outside [0, vocab) writes a row of zeros, never a read outside the table.
+ * out: [tokens, hidden], table's dtype, last dim contiguous, row stride free; it must not overlap
+ *   table or ids.
+ * Any hidden size 1..2^24 works; the vector width is the widest (up to 16 bytes) that divides
+ * hidden and that both pointers and row strides are aligned to, down to scalar: never an error.
+ * tokens = 0 is a successful no-op after validation; vocab = 0 with tokens > 0 is an error.
+ * Launched as the elementwise ops are (docs/c-api.md, "Launch mode").
+ * Thread-safety: safe from any thread; launches on `stream` and returns without waiting.
+ */
+KJIT_API kjit_status kjit_embedding(const DLTensor* table, const DLTensor* ids, DLTensor* out,
+                                    void* stream);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

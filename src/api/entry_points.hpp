@@ -71,7 +71,8 @@
   X(kjit_argmax, "in:input out:out stream")                                                    \
   X(kjit_gemm, "in:a in:b in:bias inout:out options:options stream")                           \
   X(kjit_gemm_fp8, "in:a in:b in:scale_a in:scale_b inout:out options:options stream")         \
-  X(kjit_quant_fp8, "in:input out:out out:scale scaling stream")
+  X(kjit_quant_fp8, "in:input out:out out:scale scaling stream")                               \
+  X(kjit_embedding, "in:table in:ids out:out stream")
 
 namespace kjit::api {
 

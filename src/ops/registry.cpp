@@ -5,6 +5,7 @@
 #include "ops/activation/activation_desc.hpp"
 #include "ops/attention/attention_desc.hpp"
 #include "ops/attention/prefill_desc.hpp"
+#include "ops/embedding/embedding_desc.hpp"
 #include "ops/gemm/gemm_desc.hpp"
 #include "ops/gemm/gemm_fp8_desc.hpp"
 #include "ops/kv_cache/kv_cache_desc.hpp"
@@ -32,7 +33,8 @@ const std::vector<OpDef>& op_registry() {
                                           argmax_op_def(),
                                           gemm_op_def(),
                                           gemm_fp8_op_def(),
-                                          quant_fp8_op_def()};
+                                          quant_fp8_op_def(),
+                                          embedding_op_def()};
   return defs;
 }
 

@@ -1,5 +1,5 @@
 // The elementwise ops launched as programmatic dependents (KJIT_PDL, src/ops/pdl.hpp): a chain of
-// seven ops on one stream, each reading what the one before it wrote, gives bit for bit what plain
+// eight ops on one stream, each reading what the one before it wrote, gives bit for bit what plain
 // launches give, eagerly and replayed from a captured graph, with and without the early index
 // reads (KJIT_PDL_EARLY_INDICES: the chain's positions and page table are written once, before
 // it, as that contract asks). Every intermediate is poisoned (NaN) before each run, so a kernel
@@ -17,6 +17,7 @@
 #include "cuda/driver.hpp"
 #include "kjit/kjit.h"
 #include "ops/activation/activation.hpp"
+#include "ops/embedding/embedding.hpp"
 #include "ops/kv_cache/kv_cache.hpp"
 #include "ops/norm/layernorm.hpp"
 #include "ops/norm/norm.hpp"
@@ -49,14 +50,15 @@ std::vector<unsigned char> random_bf16(std::mt19937_64& rng, size_t n, double lo
 // rmsnorm(x) -> y; fused_add_rmsnorm(y, res); layernorm(y) -> z; RoPE in place on z (as q,
 // 32 heads of 128) and k (8 heads); KV append of k (as keys and values) into a paged cache of
 // one-slot pages, token t to page rows - 1 - t (one request a token); silu_and_mul(z) -> u;
-// rmsnorm(u) -> v. bf16 throughout.
+// rmsnorm(u) -> v; the embedding gather of v's rows in reverse order -> e. bf16 throughout.
 struct Chain {
   static constexpr int64_t kHidden = 4096, kHeadDim = 128, kQo = 32, kKv = 8;
   int64_t rows;
   std::vector<unsigned char> x_h, res_h, k_h, w_h, g_h, b_h, w2_h;
   std::vector<int32_t> pos_h, bi_h, zero_h, idx_h, ptr_h;
-  DeviceBuffer x, res, k, w, g, b, w2, pos, y, z, u, v, bi, zero, idx, ptr, kc, vc;
-  Tensor xt, rest, kt, wt, gt, bt, w2t, post, yt, zt, zq, ut, vt, bit, zerot, idxt, ptrt, kct, vct;
+  DeviceBuffer x, res, k, w, g, b, w2, pos, y, z, u, v, bi, zero, idx, ptr, kc, vc, e;
+  Tensor xt, rest, kt, wt, gt, bt, w2t, post, yt, zt, zq, ut, vt, bit, zerot, idxt, ptrt, kct, vct,
+      et;
 
   Chain(int64_t rows_, std::mt19937_64& rng)
       : rows(rows_),
@@ -89,7 +91,8 @@ struct Chain {
         idx(idx_h.size() * 4),
         ptr(ptr_h.size() * 4),
         kc(k_h.size()),
-        vc(k_h.size()) {
+        vc(k_h.size()),
+        e(x_h.size() / 2) {
     std::uniform_int_distribution<int32_t> p(0, 100000);
     for (auto& e : pos_h) e = p(rng);
     for (int64_t t = 0; t < rows; ++t) {
@@ -128,16 +131,17 @@ struct Chain {
     ptrt = make_tensor(ptr.get(), {rows + 1}, i32);
     kct = make_tensor(kc.get(), {rows, 1, kKv, kHeadDim}, bf);
     vct = make_tensor(vc.get(), {rows, 1, kKv, kHeadDim}, bf);
+    et = make_tensor(e.get(), {rows, kHidden / 2}, bf);
   }
 
   // The inputs the chain updates in place come back; every intermediate is poisoned.
   void reset() {
     res.upload(res_h.data(), res_h.size());
     k.upload(k_h.data(), k_h.size());
-    for (DeviceBuffer* d : {&y, &z, &u, &v, &kc, &vc}) d->fill(0xFF);
+    for (DeviceBuffer* d : {&y, &z, &u, &v, &kc, &vc, &e}) d->fill(0xFF);
   }
 
-  // Enqueues the seven ops on `s` (the ops-layer calls behind the C entry points), launched as
+  // Enqueues the eight ops on `s` (the ops-layer calls behind the C entry points), launched as
   // `l` says; throws kjit::Error.
   void run(CUstream s, const kjit::ops::ElementwiseLaunch& l) {
     namespace ops = kjit::ops;
@@ -150,12 +154,13 @@ struct Chain {
                                idxt.get(), ptrt.get(), zerot.get(), KJIT_KV_LAYOUT_NHD, s, l);
     ops::act_and_mul(ops::Act::kSilu, zt.get(), ut.get(), s, l);
     ops::rmsnorm(ut.get(), w2t.get(), vt.get(), 1e-6f, s, 0.0f, l);
+    ops::embedding(vt.get(), idxt.get(), et.get(), s, l);
   }
 
   // Every buffer the chain wrote, in one image.
   std::vector<unsigned char> outputs() const {
     std::vector<unsigned char> out;
-    for (const DeviceBuffer* d : {&res, &k, &y, &z, &u, &v, &kc, &vc}) {
+    for (const DeviceBuffer* d : {&res, &k, &y, &z, &u, &v, &kc, &vc, &e}) {
       std::vector<unsigned char> h(d->size());
       d->download(h.data(), h.size());
       out.insert(out.end(), h.begin(), h.end());

@@ -1590,6 +1590,60 @@ Api quant_fp8_api() {
   return api;
 }
 
+Api embedding_api() {
+  Api api;
+  api.name = "kjit_embedding";
+  api.make = [] {
+    Call c;
+    c.tensors.push_back(arg("table", 1, {1000, 256}, "bf16"));
+    c.tensors.push_back(arg("ids", 2, {7}, "int32"));
+    c.tensors.push_back(arg("out", 3, {7, 256}, "bf16"));
+    return c;
+  };
+  api.invoke = [](Call& c) { return kjit_embedding(c.t(0), c.t(1), c.t(2), nullptr); };
+  api.specific = {
+      {"out with other rows than ids",
+       [](Call& c) {
+         reshape(c.arg("out"), {8, 256});
+       },
+       "out"},
+      {"out of another hidden size",
+       [](Call& c) {
+         reshape(c.arg("out"), {7, 255});
+       },
+       "out"},
+      {"out fp16", [](Call& c) { c.arg("out").t.t.dtype = dl_dtype("fp16"); }, "out"},
+      {"ids fp32", [](Call& c) { c.arg("ids").t.t.dtype = dl_dtype("fp32"); }, "ids"},
+      {"ids 2-D",
+       [](Call& c) {
+         reshape(c.arg("ids"), {7, 1});
+       },
+       "ids"},
+      {"table 3-D",
+       [](Call& c) {
+         reshape(c.arg("table"), {10, 100, 256});
+       },
+       "table"},
+      {"out 3-D",
+       [](Call& c) {
+         reshape(c.arg("out"), {7, 1, 256});
+       },
+       "out"},
+      {"out inside table", [](Call& c) { c.arg("out").t.t.data = c.arg("table").t.t.data; }, "out"},
+      {"out over ids", [](Call& c) { c.arg("out").t.t.data = c.arg("ids").t.t.data; }, "out"},
+      {"table with no rows",
+       [](Call& c) {
+         reshape(c.arg("table"), {0, 256});
+       },
+       "table"},
+  };
+  api.zero_size = [](Call& c) {
+    reshape(c.arg("ids"), {0});
+    reshape(c.arg("out"), {0, 256});
+  };
+  return api;
+}
+
 std::vector<Api> table() {
   std::vector<Api> t = {
       rmsnorm_api("kjit_rmsnorm", kjit_rmsnorm),
@@ -1611,6 +1665,7 @@ std::vector<Api> table() {
       gemm_api(),
       gemm_fp8_api(),
       quant_fp8_api(),
+      embedding_api(),
   };
   add_activations(t);
   add_samplers(t);

@@ -42,6 +42,7 @@ const std::vector<BenchEntry>& benches() {
     add_gemm_benches(v);
     add_gemm_fp8_benches(v);
     add_empty_bench(v);
+    add_embedding_benches(v);
     return v;
   }();
   return all;

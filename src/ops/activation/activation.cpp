@@ -9,6 +9,7 @@
 #include "runtime/jit_core.hpp"
 #include "ops/activation/activation_desc.hpp"
 #include "ops/pdl.hpp"
+#include "ops/vector_width.hpp"
 #include "util/error.hpp"
 #include "util/math.hpp"
 
@@ -55,12 +56,8 @@ ActAndMulConfig select_act_and_mul(Act act, DType dtype, int64_t d, int align_by
   ActAndMulConfig c;
   c.act = act;
   c.dtype = dtype;
-  const int elem = static_cast<int>(dtype_size(dtype));
-  // Widest vector that divides d (which also aligns the up half, d elements into the row) and
-  // that both pointers and both row strides allow; odd sizes and misaligned views run narrower,
-  // down to scalar, rather than fail.
-  c.vec = 16 / elem;
-  while (c.vec > 1 && (d % c.vec != 0 || c.vec * elem > align_bytes)) c.vec /= 2;
+  // A width that divides d also aligns the up half, d elements into the row.
+  c.vec = widest_vector(dtype, d, align_bytes);
   return c;
 }
 

@@ -12,6 +12,7 @@
 #include "ops/kv_cache/kv_cache_desc.hpp"
 #include "ops/pdl.hpp"
 #include "ops/tensor.hpp"
+#include "ops/vector_width.hpp"
 #include "util/error.hpp"
 
 namespace kjit::ops {
@@ -100,12 +101,11 @@ AppendPagedKvConfig select_append_paged_kv(DType dtype, int64_t head_dim, int al
   AppendPagedKvConfig c;
   c.dtype = dtype;
   c.head_dim = static_cast<int>(head_dim);
-  const int elem = static_cast<int>(dtype_size(dtype));
-  const int cache_elem = cache_fp8 ? 1 : elem;
   c.cache_fp8 = cache_fp8 ? 1 : 0;
-  c.vec = 16 / elem;
-  while (c.vec > 1 && (c.head_dim % c.vec != 0 || c.vec * elem > align_bytes ||
-                       c.vec * cache_elem > cache_align_bytes)) {
+  c.vec = widest_vector(dtype, c.head_dim, align_bytes);
+  // An e4m3 cache stores vec bytes per vector: its own alignment may narrow it further.
+  while (c.vec > 1 && c.vec * (cache_fp8 ? 1 : static_cast<int>(dtype_size(dtype))) >
+                          cache_align_bytes) {
     c.vec /= 2;
   }
   c.early_indices = early_indices && tokens <= kAppendPagedKvEarlyMaxTokens ? 1 : 0;

@@ -1,0 +1,472 @@
+#include "engine.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "checkpoint.hpp"
+
+namespace engine {
+
+namespace {
+
+void cuda_check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+  }
+}
+#define CUDA_CHECK(call) cuda_check((call), #call)
+
+constexpr DLDataType kBF16{kDLBfloat, 16, 1};
+constexpr DLDataType kF32{kDLFloat, 32, 1};
+constexpr DLDataType kI32{kDLInt, 32, 1};
+constexpr DLDataType kI64{kDLInt, 64, 1};
+
+// A DLTensor that owns its shape and strides. get() points the tensor at them, so a Dl may be
+// returned by value and still hand kjit a consistent tensor.
+struct Dl {
+  DLTensor t{};
+  int64_t shape[4] = {};
+  int64_t strides[4] = {};
+  bool strided = false;
+  DLTensor* get() {
+    t.shape = shape;
+    t.strides = strided ? strides : nullptr;
+    return &t;
+  }
+};
+
+Dl tensor(const void* data, DLDataType dtype, std::initializer_list<int64_t> shape,
+          std::initializer_list<int64_t> strides = {}, int device = 0) {
+  Dl d;
+  d.t.data = const_cast<void*>(data);
+  d.t.device = {kDLCUDA, device};
+  d.t.dtype = dtype;
+  d.t.ndim = static_cast<int>(shape.size());
+  std::copy(shape.begin(), shape.end(), d.shape);
+  if (strides.size() != 0) {
+    d.strided = true;
+    std::copy(strides.begin(), strides.end(), d.strides);
+  }
+  return d;
+}
+
+const char* at(const void* p, int64_t elems, int64_t elem_bytes) {
+  return static_cast<const char*>(p) + elems * elem_bytes;
+}
+
+int ceil_div(int a, int b) {
+  return (a + b - 1) / b;
+}
+
+}  // namespace
+
+// Every kjit call goes through here: a failure names the call and carries kjit's message, and the
+// count is what --stats reports.
+void Engine::check(kjit_status s, const char* what) {
+  ++calls_;
+  if (s != KJIT_SUCCESS) {
+    throw std::runtime_error(std::string(what) + ": " + kjit_status_string(s) + ": " +
+                             kjit_last_error());
+  }
+}
+#define KJIT_CHECK(call) check((call), #call)
+
+void* Engine::alloc(size_t bytes) {
+  void* p = nullptr;
+  CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 256)));
+  allocations_.push_back(p);
+  return p;
+}
+
+// Copies a checkpoint tensor straight from its mmap'ed bytes to the device (into `dst` when
+// given: a slice of a fused weight).
+void* Engine::upload(const Checkpoint& ckpt, const std::string& name, std::vector<int64_t> shape,
+                     void* dst) {
+  const TensorView& v = ckpt.get(name, "BF16", shape);
+  if (dst == nullptr) dst = alloc(v.bytes);
+  CUDA_CHECK(cudaMemcpy(dst, v.data, v.bytes, cudaMemcpyHostToDevice));
+  weight_bytes_ += v.bytes;
+  return dst;
+}
+
+Engine::Engine(const Checkpoint& ckpt, const ModelConfig& cfg, int device)
+    : cfg_(cfg), device_(device) {
+  CUDA_CHECK(cudaSetDevice(device));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  const int64_t H = cfg.hidden_size, I = cfg.intermediate_size, V = cfg.vocab_size;
+  const int64_t Nq = int64_t{cfg.num_q_heads} * cfg.head_dim;
+  const int64_t Nkv = int64_t{cfg.num_kv_heads} * cfg.head_dim;
+  embed_ = upload(ckpt, "model.embed_tokens.weight", {V, H});
+  final_norm_ = upload(ckpt, "model.norm.weight", {H});
+  lm_head_ = cfg.tie_word_embeddings || !ckpt.has("lm_head.weight")
+                 ? embed_
+                 : upload(ckpt, "lm_head.weight", {V, H});
+  for (int l = 0; l < cfg.num_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    Layer L;
+    L.ln1 = upload(ckpt, p + "input_layernorm.weight", {H});
+    L.ln2 = upload(ckpt, p + "post_attention_layernorm.weight", {H});
+    // q, k and v as one [Nq + 2 Nkv, H] weight, gate and up as one [2 I, H]: one GEMM each, the
+    // [gate | up] rows being what kjit_silu_and_mul reads.
+    L.qkv = alloc(static_cast<size_t>((Nq + 2 * Nkv) * H * 2));
+    upload(ckpt, p + "self_attn.q_proj.weight", {Nq, H}, L.qkv);
+    upload(ckpt, p + "self_attn.k_proj.weight", {Nkv, H}, const_cast<char*>(at(L.qkv, Nq * H, 2)));
+    upload(ckpt, p + "self_attn.v_proj.weight", {Nkv, H},
+           const_cast<char*>(at(L.qkv, (Nq + Nkv) * H, 2)));
+    L.o = upload(ckpt, p + "self_attn.o_proj.weight", {H, Nq});
+    L.gate_up = alloc(static_cast<size_t>(2 * I * H * 2));
+    upload(ckpt, p + "mlp.gate_proj.weight", {I, H}, L.gate_up);
+    upload(ckpt, p + "mlp.up_proj.weight", {I, H}, const_cast<char*>(at(L.gate_up, I * H, 2)));
+    L.down = upload(ckpt, p + "mlp.down_proj.weight", {H, I});
+    if (cfg.qk_norm) {
+      L.q_norm = upload(ckpt, p + "self_attn.q_norm.weight", {cfg.head_dim});
+      L.k_norm = upload(ckpt, p + "self_attn.k_norm.weight", {cfg.head_dim});
+    }
+    layers_.push_back(L);
+  }
+}
+
+Engine::~Engine() {
+  if (graph_ != nullptr) cudaGraphExecDestroy(graph_);
+  kjit_prefill_plan_destroy(prefill_plan_);
+  kjit_decode_plan_destroy(decode_plan_);
+  for (void* p : allocations_) cudaFree(p);
+  if (meta_host_ != nullptr) cudaFreeHost(meta_host_);
+  if (offset_host_ != nullptr) cudaFreeHost(offset_host_);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+void Engine::upload_meta(int64_t from, int64_t to) {
+  CUDA_CHECK(cudaMemcpyAsync(meta_dev_ + from, meta_host_ + from,
+                             static_cast<size_t>(to - from) * sizeof(int32_t),
+                             cudaMemcpyHostToDevice, stream_));
+}
+
+void Engine::prefill(const std::vector<std::vector<int32_t>>& prompts, const RunOptions& opt) {
+  if (batch_ != 0) throw std::runtime_error("Engine::prefill: one batch per engine");
+  opt_ = opt;
+  batch_ = static_cast<int>(prompts.size());
+  int total = 0;
+  for (const auto& p : prompts) {
+    if (p.empty()) throw std::runtime_error("a prompt has no tokens");
+    total += static_cast<int>(p.size());
+    opt_.max_total_len = std::max(opt_.max_total_len, static_cast<int>(p.size()));
+  }
+  max_tokens_ = std::max(total, batch_);
+  pages_per_req_ = ceil_div(opt_.max_total_len, opt_.page_size);
+  const int64_t B = batch_, T = max_tokens_, H = cfg_.hidden_size, I = cfg_.intermediate_size;
+  const int64_t Nq = int64_t{cfg_.num_q_heads} * cfg_.head_dim;
+  const int64_t Nkv = int64_t{cfg_.num_kv_heads} * cfg_.head_dim;
+
+  // Activations for the longest pass (the prefill), bf16; logits fp32.
+  residual_ = alloc(static_cast<size_t>(T * H * 2));
+  hidden_ = alloc(static_cast<size_t>(T * H * 2));
+  qkv_ = alloc(static_cast<size_t>(T * (Nq + 2 * Nkv) * 2));
+  attn_ = alloc(static_cast<size_t>(T * Nq * 2));
+  gate_up_ = alloc(static_cast<size_t>(T * 2 * I * 2));
+  act_ = alloc(static_cast<size_t>(T * I * 2));
+  last_hidden_ = alloc(static_cast<size_t>(B * H * 2));
+  logits_ = alloc(static_cast<size_t>((opt_.all_logits ? T : B) * cfg_.vocab_size * 4));
+  // The paged KV cache, NHD: [pages, page_size, kv heads, head_dim] per layer for K and for V.
+  const size_t cache_bytes = static_cast<size_t>(B * pages_per_req_) * opt_.page_size * Nkv * 2;
+  for (Layer& L : layers_) {
+    L.k_cache = alloc(cache_bytes);
+    L.v_cache = alloc(cache_bytes);
+  }
+  meta_.ids = 0;
+  meta_.pos = meta_.ids + T;
+  meta_.batch_idx = meta_.pos + T;
+  meta_.qo_indptr = meta_.batch_idx + T;
+  meta_.kv_indptr = meta_.qo_indptr + B + 1;
+  meta_.last_len = meta_.kv_indptr + B + 1;
+  meta_.kv_indices = meta_.last_len + B;
+  meta_.last_rows = meta_.kv_indices + B * pages_per_req_;
+  meta_.total = meta_.last_rows + B;
+  meta_dev_ = static_cast<int32_t*>(alloc(static_cast<size_t>(meta_.total) * 4));
+  CUDA_CHECK(
+      cudaMallocHost(reinterpret_cast<void**>(&meta_host_), static_cast<size_t>(meta_.total) * 4));
+  std::memset(meta_host_, 0, static_cast<size_t>(meta_.total) * 4);
+  CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&offset_host_), sizeof(int64_t)));
+  *offset_host_ = 0;
+  seed_ = alloc(8);
+  offset_ = alloc(8);
+  CUDA_CHECK(cudaMemcpy(seed_, &opt_.sampling.seed, 8, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(offset_, offset_host_, 8, cudaMemcpyHostToDevice));
+
+  // The prompts' metadata: tokens, positions, owners, row offsets and their pages.
+  int32_t* m = meta_host_;
+  int row = 0, page_row = 0;
+  lens_.assign(prompts.size(), 0);
+  m[meta_.qo_indptr] = 0;
+  m[meta_.kv_indptr] = 0;
+  for (int b = 0; b < batch_; ++b) {
+    const auto& p = prompts[static_cast<size_t>(b)];
+    const int len = static_cast<int>(p.size());
+    for (int i = 0; i < len; ++i, ++row) {
+      m[meta_.ids + row] = p[static_cast<size_t>(i)];
+      m[meta_.pos + row] = i;
+      m[meta_.batch_idx + row] = b;
+    }
+    m[meta_.qo_indptr + b + 1] = row;
+    m[meta_.last_rows + b] = row - 1;
+    const int pages = ceil_div(len, opt_.page_size);
+    for (int i = 0; i < pages; ++i) m[meta_.kv_indices + page_row++] = b * pages_per_req_ + i;
+    m[meta_.kv_indptr + b + 1] = page_row;
+    m[meta_.last_len + b] = len - (pages - 1) * opt_.page_size;
+    lens_[static_cast<size_t>(b)] = len;
+  }
+  upload_meta(0, meta_.total);
+
+  // A ragged prefill: each prompt attends its own rows (causal), the cache being empty.
+  const int32_t* rows = m + meta_.qo_indptr;
+  KJIT_CHECK(kjit_batch_prefill_plan(rows, rows, batch_, cfg_.num_q_heads, cfg_.num_kv_heads,
+                                     cfg_.head_dim, 0, KJIT_KV_LAYOUT_NHD, kBF16, kBF16, nullptr,
+                                     device_, &prefill_plan_));
+  forward(total, /*prefill=*/true, opt_.all_logits, /*sample=*/!opt_.all_logits);
+  logits_rows_ = opt_.all_logits ? total : batch_;
+  if (!opt_.all_logits) {
+    first_tokens_.resize(prompts.size());
+    CUDA_CHECK(cudaMemcpyAsync(first_tokens_.data(), meta_dev_ + meta_.ids, B * sizeof(int32_t),
+                               cudaMemcpyDeviceToHost, stream_));
+  }
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+// The page table after appending one token to every request: positions, dense page counts,
+// last-page lengths; the owners are the requests themselves.
+void Engine::set_decode_meta(bool with_ids) {
+  int32_t* m = meta_host_;
+  int page_row = 0;
+  m[meta_.kv_indptr] = 0;
+  for (int b = 0; b < batch_; ++b) {
+    const int len = lens_[static_cast<size_t>(b)];  // before this step's token
+    if (len + 1 > opt_.max_total_len) {
+      throw std::runtime_error("decode past max_total_len " + std::to_string(opt_.max_total_len));
+    }
+    m[meta_.pos + b] = len;
+    m[meta_.batch_idx + b] = b;
+    const int pages = ceil_div(len + 1, opt_.page_size);
+    for (int i = 0; i < pages; ++i) m[meta_.kv_indices + page_row++] = b * pages_per_req_ + i;
+    m[meta_.kv_indptr + b + 1] = page_row;
+    m[meta_.last_len + b] = len + 1 - (pages - 1) * opt_.page_size;
+  }
+  upload_meta(with_ids ? meta_.ids : meta_.pos, meta_.total);
+}
+
+std::vector<int32_t> Engine::decode(const std::vector<int32_t>& forced) {
+  const bool teacher = !forced.empty();
+  if (teacher && static_cast<int>(forced.size()) != batch_) {
+    throw std::runtime_error("decode: one forced token per request");
+  }
+  if (teacher) std::copy(forced.begin(), forced.end(), meta_host_ + meta_.ids);
+  set_decode_meta(teacher);
+  *offset_host_ = decode_steps_ + 1;  // fresh draws each step (the prefill drew with 0)
+  CUDA_CHECK(cudaMemcpyAsync(offset_, offset_host_, 8, cudaMemcpyHostToDevice, stream_));
+  const bool sample_step = !opt_.all_logits;
+  if (decode_plan_ == nullptr) {
+    // Planned once for the first step's lengths: runs are correct for any lengths, only the
+    // split-KV partition follows the planned ones.
+    KJIT_CHECK(kjit_batch_decode_plan(
+        meta_host_ + meta_.kv_indptr, batch_, cfg_.num_q_heads, cfg_.num_kv_heads, cfg_.head_dim,
+        opt_.page_size, KJIT_KV_LAYOUT_NHD, kBF16, kBF16, nullptr, device_, &decode_plan_));
+    workspace_bytes_ = kjit_decode_plan_workspace_bytes(decode_plan_);
+    if (workspace_bytes_ > 0) workspace_ = alloc(workspace_bytes_);
+  }
+  if (decode_steps_ == 0 || !opt_.use_graph) {
+    // The first step runs eagerly: it loads every specialization the step uses, so the capture
+    // below compiles and loads nothing (kjit refuses a cold load under capture with
+    // KJIT_ERROR_CAPTURING, which would end the run here).
+    const int before = calls_;
+    forward(batch_, /*prefill=*/false, false, sample_step);
+    stats_.kjit_calls = calls_ - before;
+    if (opt_.use_graph) {
+      cudaGraph_t graph = nullptr;
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+      CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+      try {
+        forward(batch_, /*prefill=*/false, false, sample_step);
+      } catch (...) {
+        cudaStreamEndCapture(stream_, &graph);
+        if (graph != nullptr) cudaGraphDestroy(graph);
+        throw;
+      }
+      CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+      size_t nodes = 0;
+      CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &nodes));
+      std::vector<cudaGraphNode_t> list(nodes);
+      CUDA_CHECK(cudaGraphGetNodes(graph, list.data(), &nodes));
+      stats_.graph_kernels = 0;
+      for (cudaGraphNode_t n : list) {
+        cudaGraphNodeType type;
+        CUDA_CHECK(cudaGraphNodeGetType(n, &type));
+        stats_.graph_kernels += type == cudaGraphNodeTypeKernel;
+      }
+      CUDA_CHECK(cudaGraphInstantiate(&graph_, graph, 0));
+      CUDA_CHECK(cudaGraphDestroy(graph));
+    }
+  } else {
+    CUDA_CHECK(cudaGraphLaunch(graph_, stream_));
+  }
+  ++decode_steps_;
+  for (int& len : lens_) ++len;
+  logits_rows_ = batch_;
+  std::vector<int32_t> out;
+  if (sample_step) {
+    out.resize(static_cast<size_t>(batch_));
+    CUDA_CHECK(cudaMemcpyAsync(out.data(), meta_dev_ + meta_.ids, out.size() * sizeof(int32_t),
+                               cudaMemcpyDeviceToHost, stream_));
+  }
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return out;
+}
+
+std::vector<float> Engine::logits() const {
+  std::vector<float> out(static_cast<size_t>(logits_rows_) * cfg_.vocab_size);
+  CUDA_CHECK(cudaMemcpy(out.data(), logits_, out.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  return out;
+}
+
+// One forward pass over `tokens` rows of the metadata: the prompts' tokens (prefill, ragged
+// attention over their own keys) or one token per request (decode, paged attention over the
+// cache). Both append the new keys and values to the cache.
+void Engine::forward(int tokens, bool prefill, bool all_logits, bool do_sample) {
+  const int64_t T = tokens, B = batch_, H = cfg_.hidden_size, I = cfg_.intermediate_size;
+  const int64_t V = cfg_.vocab_size, hd = cfg_.head_dim;
+  const int64_t nq = cfg_.num_q_heads, nkv = cfg_.num_kv_heads;
+  const int64_t Nq = nq * hd, Nkv = nkv * hd, Nqkv = Nq + 2 * Nkv;
+  const int d = device_;
+  void* s = stream_;
+  const int32_t* meta = meta_dev_;
+  auto ints = [&](int64_t offset, int64_t n) { return tensor(meta + offset, kI32, {n}, {}, d); };
+  Dl ids = ints(meta_.ids, T), pos = ints(meta_.pos, T), owner = ints(meta_.batch_idx, T);
+  Dl qo_indptr = ints(meta_.qo_indptr, B + 1), kv_indptr = ints(meta_.kv_indptr, B + 1);
+  Dl last_len = ints(meta_.last_len, B);
+  // The whole capacity: a captured graph keeps this shape while the used prefix grows.
+  Dl kv_indices = ints(meta_.kv_indices, B * pages_per_req_);
+  Dl residual = tensor(residual_, kBF16, {T, H}, {}, d);
+  Dl hidden = tensor(hidden_, kBF16, {T, H}, {}, d);
+
+  KJIT_CHECK(
+      kjit_embedding(tensor(embed_, kBF16, {V, H}, {}, d).get(), ids.get(), residual.get(), s));
+  const int before_layers = calls_;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& L = layers_[l];
+    Dl ln1 = tensor(L.ln1, kBF16, {H}, {}, d);
+    if (l == 0) {
+      KJIT_CHECK(kjit_rmsnorm(residual.get(), ln1.get(), hidden.get(), cfg_.rms_norm_eps, s));
+    } else {
+      // residual += the last MLP's output; hidden = norm(residual).
+      KJIT_CHECK(
+          kjit_fused_add_rmsnorm(ln1.get(), hidden.get(), residual.get(), cfg_.rms_norm_eps, s));
+    }
+    // q, k, v: views of one GEMM's [T, Nq + 2 Nkv] output, or for Qwen3, whose per-head norm
+    // kjit_rmsnorm takes only over rows of one stride, three GEMMs into compact [T, heads, hd].
+    Dl q, k, v;
+    if (!cfg_.qk_norm) {
+      KJIT_CHECK(kjit_gemm(hidden.get(), tensor(L.qkv, kBF16, {Nqkv, H}, {}, d).get(), nullptr,
+                           tensor(qkv_, kBF16, {T, Nqkv}, {}, d).get(), nullptr, s));
+      q = tensor(qkv_, kBF16, {T, nq, hd}, {Nqkv, hd, 1}, d);
+      k = tensor(at(qkv_, Nq, 2), kBF16, {T, nkv, hd}, {Nqkv, hd, 1}, d);
+      v = tensor(at(qkv_, Nq + Nkv, 2), kBF16, {T, nkv, hd}, {Nqkv, hd, 1}, d);
+    } else {
+      const char* qp = at(qkv_, 0, 2);
+      const char* kp = at(qkv_, T * Nq, 2);
+      const char* vp = at(qkv_, T * (Nq + Nkv), 2);
+      const struct {
+        const char* out;
+        int64_t row, n;
+      } parts[] = {{qp, 0, Nq}, {kp, Nq, Nkv}, {vp, Nq + Nkv, Nkv}};
+      for (const auto& part : parts) {
+        KJIT_CHECK(kjit_gemm(
+            hidden.get(), tensor(at(L.qkv, part.row * H, 2), kBF16, {part.n, H}, {}, d).get(),
+            nullptr, tensor(part.out, kBF16, {T, part.n}, {}, d).get(), nullptr, s));
+      }
+      Dl qn = tensor(qp, kBF16, {T * nq, hd}, {}, d), kn = tensor(kp, kBF16, {T * nkv, hd}, {}, d);
+      KJIT_CHECK(kjit_rmsnorm(qn.get(), tensor(L.q_norm, kBF16, {hd}, {}, d).get(), qn.get(),
+                              cfg_.rms_norm_eps, s));
+      KJIT_CHECK(kjit_rmsnorm(kn.get(), tensor(L.k_norm, kBF16, {hd}, {}, d).get(), kn.get(),
+                              cfg_.rms_norm_eps, s));
+      q = tensor(qp, kBF16, {T, nq, hd}, {}, d);
+      k = tensor(kp, kBF16, {T, nkv, hd}, {}, d);
+      v = tensor(vp, kBF16, {T, nkv, hd}, {}, d);
+    }
+    if (cfg_.llama3_rope) {
+      KJIT_CHECK(kjit_apply_llama31_rope_pos_ids(q.get(), k.get(), pos.get(), q.get(), k.get(), 0,
+                                                 KJIT_ROPE_NEOX, cfg_.rope_factor, cfg_.rope_theta,
+                                                 cfg_.low_freq_factor, cfg_.high_freq_factor,
+                                                 cfg_.original_max_position, s));
+    } else {
+      KJIT_CHECK(kjit_apply_rope_pos_ids(q.get(), k.get(), pos.get(), q.get(), k.get(), 0,
+                                         KJIT_ROPE_NEOX, 1.0f, cfg_.rope_theta, s));
+    }
+    const int64_t pages = B * pages_per_req_;
+    Dl kc = tensor(L.k_cache, kBF16, {pages, opt_.page_size, nkv, hd}, {}, d);
+    Dl vc = tensor(L.v_cache, kBF16, {pages, opt_.page_size, nkv, hd}, {}, d);
+    KJIT_CHECK(kjit_append_paged_kv_cache(k.get(), v.get(), owner.get(), pos.get(),
+                                          kv_indices.get(), kv_indptr.get(), last_len.get(),
+                                          kc.get(), vc.get(), KJIT_KV_LAYOUT_NHD, s));
+    Dl attn = tensor(attn_, kBF16, {T, nq, hd}, {}, d);
+    if (prefill) {
+      KJIT_CHECK(kjit_batch_prefill_ragged_run(prefill_plan_, q.get(), k.get(), v.get(),
+                                               qo_indptr.get(), qo_indptr.get(), nullptr,
+                                               attn.get(), nullptr, 1.0f, 1.0f, s));
+    } else {
+      Dl ws = tensor(workspace_, DLDataType{kDLUInt, 8, 1}, {int64_t(workspace_bytes_)}, {}, d);
+      KJIT_CHECK(kjit_batch_decode_run(decode_plan_, q.get(), kc.get(), vc.get(), kv_indices.get(),
+                                       kv_indptr.get(), last_len.get(),
+                                       workspace_bytes_ > 0 ? ws.get() : nullptr, attn.get(),
+                                       nullptr, 1.0f, 1.0f, s));
+    }
+    KJIT_CHECK(kjit_gemm(tensor(attn_, kBF16, {T, Nq}, {}, d).get(),
+                         tensor(L.o, kBF16, {H, Nq}, {}, d).get(), nullptr, hidden.get(), nullptr,
+                         s));
+    KJIT_CHECK(kjit_fused_add_rmsnorm(tensor(L.ln2, kBF16, {H}, {}, d).get(), hidden.get(),
+                                      residual.get(), cfg_.rms_norm_eps, s));
+    Dl gate_up = tensor(gate_up_, kBF16, {T, 2 * I}, {}, d);
+    Dl act = tensor(act_, kBF16, {T, I}, {}, d);
+    KJIT_CHECK(kjit_gemm(hidden.get(), tensor(L.gate_up, kBF16, {2 * I, H}, {}, d).get(), nullptr,
+                         gate_up.get(), nullptr, s));
+    KJIT_CHECK(kjit_silu_and_mul(gate_up.get(), act.get(), s));
+    KJIT_CHECK(kjit_gemm(act.get(), tensor(L.down, kBF16, {H, I}, {}, d).get(), nullptr,
+                         hidden.get(), nullptr, s));
+  }
+  stats_.kjit_calls_per_layer = (calls_ - before_layers) / static_cast<int>(layers_.size());
+  KJIT_CHECK(kjit_fused_add_rmsnorm(tensor(final_norm_, kBF16, {H}, {}, d).get(), hidden.get(),
+                                    residual.get(), cfg_.rms_norm_eps, s));
+  Dl lm_head = tensor(lm_head_, kBF16, {V, H}, {}, d);
+  const int64_t rows = prefill && !all_logits ? B : T;
+  Dl head_in = hidden;
+  if (prefill && !all_logits) {
+    // Each prompt's last row, gathered with the embedding op from the final hidden states.
+    head_in = tensor(last_hidden_, kBF16, {B, H}, {}, d);
+    KJIT_CHECK(kjit_embedding(hidden.get(), ints(meta_.last_rows, B).get(), head_in.get(), s));
+  }
+  Dl logits = tensor(logits_, kF32, {rows, V}, {}, d);
+  KJIT_CHECK(kjit_gemm(head_in.get(), lm_head.get(), nullptr, logits.get(), nullptr, s));
+  if (do_sample) sample(static_cast<int>(rows));
+}
+
+// Writes the next token of each request into the metadata's ids, where the next decode step (or
+// its graph) reads them.
+void Engine::sample(int rows) {
+  const int d = device_;
+  void* s = stream_;
+  Dl logits = tensor(logits_, kF32, {rows, cfg_.vocab_size}, {}, d);
+  Dl next = tensor(meta_dev_ + meta_.ids, kI32, {rows}, {}, d);
+  if (opt_.sampling.greedy) {
+    KJIT_CHECK(kjit_argmax(logits.get(), next.get(), s));
+    return;
+  }
+  kjit_sampling_options o;
+  kjit_sampling_options_init(&o);
+  if (opt_.sampling.top_k > 0) o.top_k = opt_.sampling.top_k;
+  o.top_p = opt_.sampling.top_p;
+  o.temperature = opt_.sampling.temperature;
+  KJIT_CHECK(kjit_top_k_top_p_sampling_from_logits(
+      logits.get(), nullptr, nullptr, nullptr, tensor(seed_, kI64, {1}, {}, d).get(),
+      tensor(offset_, kI64, {1}, {}, d).get(), next.get(), nullptr, &o, s));
+}
+
+}  // namespace engine
