@@ -752,12 +752,28 @@ KJIT_API kjit_status kjit_argmax(const DLTensor* input, DLTensor* out, void* str
 
 /* ---- GEMM (kernels/gemm, src/ops/gemm) ------------------------------------------------------ */
 
+/* How the autotuner times a tactic when a call measures (docs/autotune.md): one call per sample
+ * or one replay of a CUDA graph of calls, each sample after flushing the L2 (cold) or not (hot).
+ * Pick the way the call runs in deployment; results measured one way are kept apart. */
+typedef enum kjit_tune_timing {
+  KJIT_TUNE_EAGER_COLD = 0,
+  KJIT_TUNE_EAGER_HOT = 1,
+  KJIT_TUNE_GRAPH_COLD = 2,
+  KJIT_TUNE_GRAPH_HOT = 3
+} kjit_tune_timing;
+
 /* Options of kjit_gemm. Versioned by struct_size: kjit_gemm_options_init fills the defaults for
  * this header's layout, and the library reads only the fields that struct_size covers. */
 typedef struct kjit_gemm_options {
   size_t struct_size; /* sizeof(kjit_gemm_options) */
   float alpha;        /* 1 (default); finite */
   float beta;         /* 0 (default): out is only written; else out is read first; finite */
+  int autotune;       /* kjit_gemm only (kjit_gemm_fp8 has one way to run a shape). -1 (default):
+                         as KJIT_AUTOTUNE says; 0: the heuristic (KJIT_FORCE_TACTIC and the
+                         blocklist still apply); 1: measure this call's shape bucket when no result
+                         is stored; 2: measure it again, once per process. A call whose stream is
+                         being captured never measures (it uses the stored result or the heuristic) */
+  int tune_timing;    /* kjit_tune_timing of a measurement; KJIT_TUNE_EAGER_COLD (default) */
 } kjit_gemm_options;
 
 /* Fills *options with the defaults (NULL is ignored). */

@@ -12,6 +12,8 @@ KJIT_API void kjit_gemm_options_init(kjit_gemm_options* options) {
   options->struct_size = sizeof(kjit_gemm_options);
   options->alpha = 1.0f;
   options->beta = 0.0f;
+  options->autotune = -1;
+  options->tune_timing = KJIT_TUNE_EAGER_COLD;
 }
 
 KJIT_API kjit_status kjit_gemm(const DLTensor* a, const DLTensor* b, const DLTensor* bias,
@@ -19,7 +21,9 @@ KJIT_API kjit_status kjit_gemm(const DLTensor* a, const DLTensor* b, const DLTen
   return kjit::api::entry<&kjit_gemm>(
       [&] {
         const kjit_gemm_options o = kjit::api::gemm_options(options);
-        kjit::ops::gemm(a, b, bias, out, o.alpha, o.beta, stream);
+        kjit::ops::GemmTuning tuning;
+        tuning.tune = kjit::tune::tune_request(o.autotune, o.tune_timing);
+        kjit::ops::gemm(a, b, bias, out, o.alpha, o.beta, stream, tuning);
       },
       a, b, bias, out, options, stream);
 }

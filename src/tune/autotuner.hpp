@@ -52,6 +52,9 @@ struct Choice {
   std::string tactic;
   Source source = Source::kDefault;
   std::string note;  // why, for the log
+  // False for a default given only because this call could not measure while tuning was wanted
+  // (a stream being captured): the op must not remember it, so a later call tunes.
+  bool final = true;
 };
 const char* source_name(Choice::Source s);
 
@@ -66,24 +69,28 @@ class Autotuner {
   const TuneStore* store() const { return store_.get(); }
 
   // `candidates`: the op's valid tactics for this call, `default_tactic` among them. `measure`:
-  // null when the call cannot measure now (a stream being captured, no GPU). Thread-safe.
+  // null when the call cannot measure now (a stream being captured, no GPU); then a stored result
+  // is used even when re-tuning. `mode`: the call's own mode (an options struct), else the
+  // settings'. Thread-safe.
   Choice choose(const Fingerprint& fp, const TuneKey& key,
                 const std::vector<std::string>& candidates, const std::string& default_tactic,
-                const Measure* measure);
+                const Measure* measure, std::optional<TuneMode> mode = std::nullopt);
 
   // Forgets the per-process answers (tests, `kjit-cli tune`).
   void reset_memo();
 
  private:
-  Choice decide(const Fingerprint& fp, const TuneKey& key, const std::vector<std::string>& allowed,
-                const std::string& fallback, const Measure* measure);
-  Choice tune(const Fingerprint& fp, const TuneKey& key, const std::vector<std::string>& allowed,
-              const std::string& fallback, const Measure& measure);
+  Choice decide(TuneMode mode, const Fingerprint& fp, const TuneKey& key,
+                const std::vector<std::string>& allowed, const std::string& fallback,
+                const Measure* measure);
+  Choice tune(TuneMode mode, const Fingerprint& fp, const TuneKey& key,
+              const std::vector<std::string>& allowed, const std::string& fallback,
+              const Measure& measure);
 
   TuneSettings settings_;
   std::unique_ptr<TuneStore> store_;
   std::mutex mu_;
-  std::map<std::string, Choice> memo_;  // by fingerprint id + key + the candidates offered
+  std::map<std::string, Choice> memo_;  // by fingerprint id, key, mode, default and candidates
 };
 
 }  // namespace kjit::tune

@@ -98,13 +98,18 @@ struct Call {
     }
     return o;
   }
-  // The GEMMs' kjit_gemm_options: this call's alpha, beta and struct_size.
+  // The GEMMs' kjit_gemm_options: this call's alpha, beta and struct_size, and its autotune and
+  // tune_timing where it has them.
   kjit_gemm_options gemm_options() {
     kjit_gemm_options o;
     kjit_gemm_options_init(&o);
     o.alpha = scalar("alpha");
     o.beta = scalar("beta");
     o.struct_size = static_cast<size_t>(integer("struct_size"));
+    for (const auto& [n, v] : ints) {
+      if (n == "autotune") o.autotune = v;
+      if (n == "tune_timing") o.tune_timing = v;
+    }
     return o;
   }
 };
@@ -1430,7 +1435,9 @@ Api gemm_api() {
     c.tensors.push_back(arg("bias", 3, {32}, "bf16", true));
     c.tensors.push_back(arg("out", 4, {4, 32}, "fp32"));
     c.floats = {{"alpha", 1.0f}, {"beta", 0.5f}};
-    c.ints = {{"struct_size", static_cast<int>(sizeof(kjit_gemm_options))}};
+    c.ints = {{"struct_size", static_cast<int>(sizeof(kjit_gemm_options))},
+              {"autotune", 0},
+              {"tune_timing", KJIT_TUNE_GRAPH_COLD}};
     return c;
   };
   api.invoke = [](Call& c) {
@@ -1480,6 +1487,9 @@ Api gemm_api() {
        "out"},
       {"options struct_size 0", [](Call& c) { c.integer("struct_size") = 0; }, "struct_size"},
       {"options struct_size 4", [](Call& c) { c.integer("struct_size") = 4; }, "struct_size"},
+      set_int("autotune", 3),
+      set_int("autotune", -2),
+      set_int("tune_timing", 4),
   };
   api.zero_size = [](Call& c) {
     reshape(c.arg("a"), {0, 64});

@@ -303,3 +303,25 @@ TEST_CASE("tune: kjit-cli tune show lists records and their margins, clear remov
   CHECK_FALSE(store.find(h200(), gemm_key()));
   CHECK(store.find(h200(), norm));
 }
+
+TEST_CASE("tune: kjit-cli tune --from refuses what it cannot read before looking for a GPU",
+          "[tune][cli]") {
+  test::TempDir dir;
+  const std::filesystem::path work = dir.path() / "w.jsonl";
+  util::write_file_atomic(work,
+                          "{\"suite\": \"x\"}\n"
+                          "{\"name\": \"g\", \"op\": \"gemm\", \"set\": {\"dtype\": \"bf16\", "
+                          "\"m\": 1, \"n\": 64, \"k\": 64}}\n");
+  auto code = [&](const std::string& args) {
+    const test::ShellRun r = test::run_shell("KJIT_CACHE_DIR='" + (dir.path() / "c").string() +
+                                             "' '" KJIT_CLI_PATH "' " + args + " 2>&1");
+    INFO(args << ": " << r.out);
+    return r.code;
+  };
+  CHECK(code("tune") == 2);  // neither --from nor a subcommand
+  CHECK(code("tune --from '" + (dir.path() / "none.jsonl").string() + "'") == 2);
+  CHECK(code("tune --from '" + work.string() + "' --timing graph") == 2);
+  // A readable file gets as far as the device: none here (3), or the tuned lines (0).
+  const int c = code("tune --from '" + work.string() + "' --timing graph-hot");
+  CHECK((c == 0 || c == 3));
+}

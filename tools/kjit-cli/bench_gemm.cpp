@@ -10,6 +10,7 @@
 #include "commands.hpp"
 #include "kjit/kjit.h"
 #include "ops/gemm/gemm.hpp"
+#include "ops/gemm/gemm_tactics.hpp"
 #include "reference/gemm_ref.hpp"
 #include "reference/half.hpp"
 #include "support/gpu.hpp"
@@ -32,6 +33,13 @@ int bench_gemm(const ops::SetArgs& args, const BenchOptions& opts) {
   if (args.count("split") != 0) {
     tuning.split =
         static_cast<int>(ops::positive_int_arg(args, "split", kjit::gemm::kGemmDecodeMaxSplit));
+  }
+  if (args.count("tactic") != 0) {
+    tuning.tactic = args.at("tactic");
+    if (!ops::GemmTactic::parse(tuning.tactic)) {
+      throw UsageError("gemm: tactic '" + tuning.tactic +
+                       "' is not a tactic name (docs/autotune.md)");
+    }
   }
   if (dtype != "bf16" && dtype != "fp16") throw UsageError("gemm: dtype is bf16 or fp16");
   if (out_dtype != "bf16" && out_dtype != "fp16" && out_dtype != "fp32") {
@@ -57,8 +65,11 @@ int bench_gemm(const ops::SetArgs& args, const BenchOptions& opts) {
 
   // 256-byte aligned allocations with compact rows: k decides whether TMA can describe them.
   const ops::GemmTarget target = ops::gemm_target(0, (k * static_cast<int64_t>(es)) % 16 == 0);
-  const ops::GemmConfig cfg = ops::select_gemm(ops::dtype_from_name(dtype),
-                                               ops::dtype_from_name(out_dtype), m, n, k, target);
+  const ops::DType dt = ops::dtype_from_name(dtype), ot = ops::dtype_from_name(out_dtype);
+  const ops::GemmConfig cfg =
+      tuning.tactic.empty()
+          ? ops::select_gemm(dt, ot, m, n, k, target)
+          : ops::gemm_config_of(*ops::GemmTactic::parse(tuning.tactic), dt, ot, target);
 
   BenchCase c;
   c.op = "gemm";
@@ -66,10 +77,12 @@ int bench_gemm(const ops::SetArgs& args, const BenchOptions& opts) {
   c.dtype = dtype;
   c.shape = {{"m", m}, {"n", n}, {"k", k}, {"out_dtype", out_dtype}};
   if (tuning.split != 0) c.shape["split"] = tuning.split;
-  c.label = fmt::format("gemm {}->{} m={} n={} k={} ({}{})", dtype, out_dtype, m, n, k,
+  if (!tuning.tactic.empty()) c.shape["tactic"] = tuning.tactic;
+  c.label = fmt::format("gemm {}->{} m={} n={} k={} ({}{}{})", dtype, out_dtype, m, n, k,
                         ops::gemm_path_name(cfg.path),
-                        tuning.split != 0 ? fmt::format(", split {}", tuning.split) : "");
-  // What kjit_gemm runs with the default options (and the split, when given).
+                        tuning.split != 0 ? fmt::format(", split {}", tuning.split) : "",
+                        tuning.tactic.empty() ? "" : ", tactic " + tuning.tactic);
+  // What kjit_gemm runs with the default options (and the split or tactic, when given).
   c.launch = [&](CUstream stream) {
     ops::gemm(at.get(), bt.get(), nullptr, yt.get(), 1.0f, 0.0f, stream, tuning);
   };
@@ -122,10 +135,11 @@ std::vector<std::pair<int64_t, int64_t>> gemm_check_picks(int64_t m, int64_t n, 
 void add_gemm_benches(std::vector<BenchEntry>& out) {
   out.push_back({"gemm",
                  {"dtype", "m", "n", "k"},
-                 {"out_dtype", "split"},
+                 {"out_dtype", "split", "tactic"},
                  bench_gemm,
                  "dtype (bf16|fp16), m, n, k; out_dtype (bf16|fp16|fp32, default dtype), split "
-                 "(the decode path's K split, 1..8; default the library's)"});
+                 "(the decode path's K split, 1..8; default the library's), tactic (an "
+                 "autotuner tactic such as sm90_bn256_s3, run instead of the library's choice)"});
 }
 
 }  // namespace kjit::cli

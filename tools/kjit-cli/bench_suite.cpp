@@ -112,6 +112,21 @@ std::map<std::string, std::string> set_values(const nlohmann::json& set, const s
   return out;
 }
 
+std::vector<std::pair<int, json>> json_lines(std::istream& in, const std::string& where) {
+  std::vector<std::pair<int, json>> out;
+  std::string s;
+  for (int no = 1; std::getline(in, s); ++no) {
+    const size_t first = s.find_first_not_of(" \t\r");
+    if (first == std::string::npos || s[first] == '#') continue;
+    try {
+      out.emplace_back(no, json::parse(s));
+    } catch (const json::exception& e) {
+      bad(where, no, std::string("not JSON: ") + e.what());
+    }
+  }
+  return out;
+}
+
 Suite parse_suite(const std::string& text, const std::string& where, const std::string& stem) {
   Suite suite;
   suite.name = stem;

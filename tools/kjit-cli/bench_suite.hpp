@@ -15,8 +15,11 @@
 // time the default.
 #pragma once
 
+#include <istream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_stats.hpp"
@@ -56,6 +59,11 @@ struct Suite {
 // booleans as "1" / "0"; std::invalid_argument (prefixed with `where`) for anything else. Shared
 // with the workload lines of `bench --from`.
 std::map<std::string, std::string> set_values(const nlohmann::json& set, const std::string& where);
+
+// The JSON lines of a workload or suite file (`bench --from`, `tune --from`), each with its line
+// number; blank lines and lines starting with '#' are skipped. std::invalid_argument
+// "WHERE:LINE: not JSON: ..." for a line that does not parse.
+std::vector<std::pair<int, nlohmann::json>> json_lines(std::istream& in, const std::string& where);
 
 // Parses a suite file's text. `where` names it in messages ("bench/suites/norm.jsonl"); every
 // error is a std::invalid_argument "WHERE:LINE: what is wrong".

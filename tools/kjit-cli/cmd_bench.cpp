@@ -112,17 +112,14 @@ std::vector<Run> read_workload(const std::string& path, const BenchOptions& opts
   std::ifstream f(path);
   if (!f) throw UsageError("--from " + path + ": cannot open");
   std::vector<Run> runs;
-  std::string line;
-  for (int no = 1; std::getline(f, line); ++no) {
-    const size_t first = line.find_first_not_of(" \t\r");
-    if (first == std::string::npos || line[first] == '#') continue;
+  std::vector<std::pair<int, nlohmann::json>> lines;
+  try {
+    lines = json_lines(f, path);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  for (const auto& [no, j] : lines) {
     const std::string where = fmt::format("{}:{}: ", path, no);
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      throw UsageError(where + "not JSON: " + e.what());
-    }
     if (j.is_object() && !j.contains("op") && j.contains("definition")) {
       // A traced call with no bench of its own (KJIT_TRACE_DUMP writes such lines).
       fmt::print(stderr, "kjit-cli: {}skipped: no bench runs {}\n", where, j["definition"].dump());

@@ -7,12 +7,15 @@
 #include <unordered_map>
 
 #include "cuda/device.hpp"
+#include "cuda/driver.hpp"
 #include "cuda/launch.hpp"
 #include "cuda/tensor_map.hpp"
 #include "runtime/jit_core.hpp"
 #include "ops/gemm/gemm_desc.hpp"
+#include "ops/gemm/gemm_tactics.hpp"
 #include "ops/tensor.hpp"
 #include "util/error.hpp"
+#include "util/log.hpp"
 #include "util/math.hpp"
 
 namespace kjit::ops {
@@ -200,19 +203,21 @@ const GemmResidency& decode_residency(CUfunction fn, unsigned block, unsigned sm
   return it->second;
 }
 
+// The decode path's split of K for cfg's loaded kernel (gemm_decode_split on its residency).
+int decode_split(CUfunction fn, const GemmConfig& cfg, int64_t n, int64_t k) {
+  const auto smem = static_cast<unsigned>(gemm::gemm_decode_smem_bytes(cfg.tokens, cfg.stages));
+  return gemm_decode_split(n, k, decode_residency(fn, gemm::kGemmDecodeThreads, smem));
+}
+
 // The launch of cfg's kernel over p (whose pointers, sizes and scalars are set): the tensor maps
-// and the grid of its path.
-void launch_gemm(CUfunction fn, const GemmConfig& cfg, const GemmTuning& tuning, const RowMatrix& x,
+// and the grid of its path; `split` is the decode path's.
+void launch_gemm(CUfunction fn, const GemmConfig& cfg, int split, const RowMatrix& x,
                  const RowMatrix& w, gemm::GemmParams& p, CUstream stream) {
   cuda::LaunchConfig lc;
   lc.stream = stream;
   if (cfg.path == GemmPath::kSm90Decode) {
     lc.block_x = gemm::kGemmDecodeThreads;
     lc.smem_bytes = static_cast<unsigned>(gemm::gemm_decode_smem_bytes(cfg.tokens, cfg.stages));
-    const int split =
-        tuning.split != 0
-            ? tuning.split
-            : gemm_decode_split(p.n, p.k, decode_residency(fn, lc.block_x, lc.smem_bytes));
     if (split < 1 || split > gemm::kGemmDecodeMaxSplit) {
       fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm: split {} is not in 1 .. {}", split,
            gemm::kGemmDecodeMaxSplit);
@@ -228,6 +233,73 @@ void launch_gemm(CUfunction fn, const GemmConfig& cfg, const GemmTuning& tuning,
     p.tma_b = tensor_map(w, static_cast<uint32_t>(cfg.bn));
   }
   cuda::launch(fn, gemm_launch_config(cfg.path, cfg.bn, cfg.stages, p.m, p.n, stream), &p);
+}
+
+const jit::LoadedKernel& gemm_kernel(const GemmConfig& cfg, int device) {
+  return jit::JitCore::global().kernel_for("gemm", cfg, device, [&] { return gemm_spec(cfg); });
+}
+
+// Device memory for the scratch out of a measurement.
+struct Scratch {
+  CUdeviceptr ptr = 0;
+  explicit Scratch(size_t bytes) { KJIT_CU_CHECK(cuda::driver().cuMemAlloc(&ptr, bytes)); }
+  ~Scratch() { cuda::driver().cuMemFree(ptr); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+};
+
+// Times tactic t for the call of p (after the caller's stream has drained, so its queued work
+// is not timed). Into a scratch out: tuning never writes the caller's tensors, and with beta != 0
+// the kernels read out, which a repeated call would change. A tactic that cannot run (a kernel
+// that does not compile, a launch the device refuses) is logged and not a candidate.
+std::vector<double> measure_gemm(const GemmTactic& t, const GemmConfig& dflt,
+                                 const GemmTarget& target, const RowMatrix& x, const RowMatrix& w,
+                                 const RowMatrix& y, const gemm::GemmParams& p, CUstream stream,
+                                 const tune::TimingMode& timing) {
+  // The fp32 fallback is an order of magnitude behind the tensor-core paths wherever they run:
+  // timed only when it is the default.
+  if (t.path == GemmPath::kSimt && dflt.path != GemmPath::kSimt) return {};
+  try {
+    const GemmConfig cfg = gemm_config_of(t, x.dtype, y.dtype, target);
+    const CUfunction fn = gemm_kernel(cfg, x.device).functions.at(0);
+    Scratch out(static_cast<size_t>(p.m * p.n) * dtype_size(y.dtype));
+    KJIT_CU_CHECK(cuda::driver().cuMemsetD8(out.ptr, 0,
+                                            static_cast<size_t>(p.m * p.n) * dtype_size(y.dtype)));
+    gemm::GemmParams q = p;
+    q.out = reinterpret_cast<void*>(out.ptr);
+    q.out_stride = p.n;
+    KJIT_CU_CHECK(cuda::driver().cuStreamSynchronize(stream));
+    return tune::time_on_gpu(
+        x.device, [&](CUstream s) { launch_gemm(fn, cfg, t.split, x, w, q, s); }, timing);
+  } catch (const Error& e) {
+    util::log("gemm: tactic {} not timed: {}", t.name(), e.what());
+    return {};
+  }
+}
+
+// The tactic of a call: the tuning's forced tactic or split, else the autotuner's choice.
+GemmTactic call_tactic(const GemmCall& call, const GemmConfig& dflt, const GemmTuning& tuning,
+                       const RowMatrix& x, const RowMatrix& w, const RowMatrix& y,
+                       const gemm::GemmParams& p, CUstream stream) {
+  if (!tuning.tactic.empty()) {
+    const std::optional<GemmTactic> t = GemmTactic::parse(tuning.tactic);
+    if (!t || !gemm_tactic_valid(*t, gemm_m_bucket(call.m), call.n, call.k, call.target)) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm: tactic '{}' is not valid for this call",
+           tuning.tactic);
+    }
+    return *t;
+  }
+  if (tuning.split != 0) return gemm_tactic_of(dflt, tuning.split);
+  if (const GemmChoice* known = remembered_gemm_choice(call, dflt, tuning.tune)) {
+    return known->tactic;  // the hot path: one hash and one lookup
+  }
+  const GemmMeasure measure = [&](const GemmTactic& t) {
+    return measure_gemm(t, dflt, call.target, x, w, y, p, stream, tuning.tune.timing);
+  };
+  const GemmDefaultSplit default_split = [&](const GemmConfig& c) {
+    return decode_split(gemm_kernel(c, call.device).functions.at(0), c, call.n, call.k);
+  };
+  return choose_gemm_tactic(call, dflt, tuning.tune, stream, default_split, measure).tactic;
 }
 
 }  // namespace
@@ -333,14 +405,15 @@ void gemm(const DLTensor* a, const DLTensor* b, const DLTensor* bias, DLTensor* 
 
   const GemmTarget target =
       gemm_target(x.device, k > 0 && tma_describable(x) && tma_describable(w));
-  const GemmConfig cfg = select_gemm(x.dtype, y.dtype, m, n, k, target);
-  const jit::LoadedKernel& kern =
-      jit::JitCore::global().kernel_for("gemm", cfg, x.device, [&] { return gemm_spec(cfg); });
-
+  const GemmConfig dflt = select_gemm(x.dtype, y.dtype, m, n, k, target);
   gemm::GemmParams p = gemm_params(g, alpha, beta);
   p.bias = bias != nullptr ? bv.data : nullptr;
   cuda::ScopedDevice scope(x.device);
-  launch_gemm(kern.functions.at(0), cfg, tuning, x, w, p, static_cast<CUstream>(stream));
+  const auto cs = static_cast<CUstream>(stream);
+  const GemmCall call{x.dtype, y.dtype, m, n, k, bias != nullptr, beta != 0.0f, x.device, target};
+  const GemmTactic t = call_tactic(call, dflt, tuning, x, w, y, p, cs);
+  const GemmConfig cfg = gemm_config_of(t, x.dtype, y.dtype, target);
+  launch_gemm(gemm_kernel(cfg, x.device).functions.at(0), cfg, t.split, x, w, p, cs);
 }
 
 }  // namespace kjit::ops

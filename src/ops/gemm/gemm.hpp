@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
 
 #include "cuda/launch.hpp"
 #include "gemm/gemm_params.h"
@@ -13,6 +14,7 @@
 #include "ops/dtype.hpp"
 #include "ops/registry.hpp"
 #include "ops/tensor.hpp"
+#include "tune/process_tuner.hpp"
 
 namespace kjit::ops {
 
@@ -48,6 +50,11 @@ struct GemmTarget {
 struct GemmTuning {
   // The decode path's split of K over a cluster (1 .. kGemmDecodeMaxSplit); 0: gemm_decode_split.
   int split = 0;
+  // A tactic to run (gemm_tactics.hpp's names, "sm90_bn256_s3"), bypassing the autotuner; one that
+  // is not valid for the call is KJIT_ERROR_INVALID_ARGUMENT. Empty: the autotuner's choice.
+  std::string tactic;
+  // The call's autotuning request (kjit_gemm_options' autotune and tune_timing).
+  tune::TuneRequest tune;
 };
 
 // The decode kernel's pipeline depth for a token tile: as many stages as leave room for two

@@ -1,0 +1,276 @@
+#include "ops/gemm/gemm_tactics.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <type_traits>
+#include <unordered_map>
+
+#include "diag/call_log.hpp"
+#include "util/error.hpp"
+#include "util/hash.hpp"
+#include "util/log.hpp"
+#include "util/math.hpp"
+
+namespace kjit::ops {
+
+using util::ceil_div;
+
+namespace {
+
+// TMA's coordinates are int32 (gemm.cpp's launch paths check the same bound).
+constexpr int64_t kMaxTmaSide = (int64_t{1} << 31) - 1;
+
+// The sm90 kernel's tile widths and depths worth timing: the heuristic's two (128 x 6, 256 x 4)
+// and a shallower ring of each (the same tiles, less shared memory to fill before the first MMA).
+constexpr int kSm90Tiles[][2] = {{128, 4}, {128, 6}, {256, 3}, {256, 4}};
+
+bool decode_sides_ok(const GemmTarget& t, int64_t n, int64_t k) {
+  return t.cc_major == 9 && t.cc_minor == 0 && t.tma_ok && n <= kMaxTmaSide && k <= kMaxTmaSide &&
+         ceil_div(n, gemm::kGemmDecodeRows) * gemm::kGemmDecodeMaxSplit <= kMaxTmaSide;
+}
+
+bool simt_grid_ok(int64_t m, int64_t n) {
+  try {
+    check_simt_grid("gemm", m, n);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+std::string GemmTactic::name() const {
+  switch (path) {
+    case GemmPath::kSm90: return fmt::format("sm90_bn{}_s{}", bn, stages);
+    case GemmPath::kSm90Decode: return fmt::format("decode_t{}_split{}", tokens, split);
+    case GemmPath::kSimt: break;
+  }
+  return "simt";
+}
+
+std::optional<GemmTactic> GemmTactic::parse(std::string_view name) {
+  GemmTactic t;
+  const std::string s(name);
+  int a = 0, b = 0, used = 0;
+  if (s == "simt") return t;
+  if (std::sscanf(s.c_str(), "sm90_bn%d_s%d%n", &a, &b, &used) == 2 &&
+      used == static_cast<int>(s.size())) {
+    t.path = GemmPath::kSm90;
+    t.bn = a;
+    t.stages = b;
+  } else if (std::sscanf(s.c_str(), "decode_t%d_split%d%n", &a, &b, &used) == 2 &&
+             used == static_cast<int>(s.size())) {
+    t.path = GemmPath::kSm90Decode;
+    t.tokens = a;
+    t.split = b;
+  } else {
+    return std::nullopt;
+  }
+  // Only the canonical spelling ("sm90_bn128_s6", not "sm90_bn0128_s6"): one tactic, one name.
+  if (t.name() != s) return std::nullopt;
+  return t;
+}
+
+GemmConfig gemm_config_of(const GemmTactic& t, DType dtype, DType out_dtype,
+                          const GemmTarget& target) {
+  GemmConfig c;
+  c.path = t.path;
+  c.dtype = dtype;
+  c.out_dtype = out_dtype;
+  if (t.path == GemmPath::kSm90) {
+    c.bn = t.bn;
+    c.stages = t.stages;
+  } else if (t.path == GemmPath::kSm90Decode) {
+    c.tokens = t.tokens;
+    c.stages = gemm_decode_stages(t.tokens, target.max_smem_optin);
+  }
+  return c;
+}
+
+GemmTactic gemm_tactic_of(const GemmConfig& c, int split) {
+  GemmTactic t;
+  t.path = c.path;
+  if (c.path == GemmPath::kSm90) {
+    t.bn = c.bn;
+    t.stages = c.stages;
+  } else if (c.path == GemmPath::kSm90Decode) {
+    t.tokens = c.tokens;
+    t.split = split;
+  }
+  return t;
+}
+
+int64_t gemm_m_bucket(int64_t m) {
+  int64_t b = 1;
+  while (b < m) b *= 2;
+  return b;
+}
+
+std::string gemm_bucket(DType dtype, DType out_dtype, int64_t m, int64_t n, int64_t k, bool bias,
+                        bool beta) {
+  return fmt::format("dtype={},out={},m={},n={},k={},bias={:d},beta={:d}", dtype_name(dtype),
+                     dtype_name(out_dtype), gemm_m_bucket(m), n, k, bias, beta);
+}
+
+bool gemm_tactic_valid(const GemmTactic& t, int64_t m_bucket, int64_t n, int64_t k,
+                       const GemmTarget& target) {
+  switch (t.path) {
+    case GemmPath::kSm90:
+      return (t.bn == 128 || t.bn == 256) && t.stages >= 2 && t.stages <= 8 &&
+             sm90_can_run(target, m_bucket, n, k, t.bn, t.stages);
+    case GemmPath::kSm90Decode: {
+      // The kernel's token tiles; one at least as wide as the bucket's rows (the tile holds every
+      // token), and no wider than the heuristic's (a wider one only streams zeros).
+      const bool tile_ok =
+          (t.tokens == 16 || t.tokens == 32 || t.tokens == 64 || t.tokens == 128) &&
+          t.tokens == std::max<int64_t>(16, m_bucket);
+      // Splits of 1..8 blocks: a portable cluster size; blocks without K contribute zeros.
+      const bool split_ok = t.split >= 1 && t.split <= gemm::kGemmDecodeMaxSplit;
+      if (!tile_ok || !split_ok || !decode_sides_ok(target, n, k)) return false;
+      return gemm::gemm_decode_smem_bytes(t.tokens,
+                                          gemm_decode_stages(t.tokens, target.max_smem_optin)) <=
+             target.max_smem_optin;
+    }
+    case GemmPath::kSimt: break;
+  }
+  return simt_grid_ok(m_bucket, n);
+}
+
+std::vector<GemmTactic> gemm_tactics(const GemmTactic& dflt, int64_t m, int64_t n, int64_t k,
+                                     const GemmTarget& target) {
+  std::vector<GemmTactic> out{dflt};
+  auto add = [&](const GemmTactic& t) {
+    if (!(t == dflt) && gemm_tactic_valid(t, m, n, k, target)) out.push_back(t);
+  };
+  if (m <= gemm::kGemmDecodeMaxTokens) {
+    GemmTactic d;
+    d.path = GemmPath::kSm90Decode;
+    d.tokens = static_cast<int>(std::max<int64_t>(16, m));
+    for (int s = 1; s <= gemm::kGemmDecodeMaxSplit; ++s) {
+      d.split = s;
+      add(d);
+    }
+  }
+  for (const auto& [bn, stages] : kSm90Tiles) {
+    GemmTactic t;
+    t.path = GemmPath::kSm90;
+    t.bn = bn;
+    t.stages = stages;
+    add(t);
+  }
+  add(GemmTactic{});
+  return out;
+}
+
+namespace {
+
+// The bytes a call's choice depends on (no padding: they are hashed as they lie).
+struct ChoiceKey {
+  int32_t device, dtype, out_dtype;
+  int32_t path, bn, stages, tokens;  // the default's kernel
+  int32_t mode;                      // the call's own, -1: the process's
+  int32_t timing;                    // graph * 2 + cold
+  int32_t flags;                     // tma_ok, bias, beta
+  int64_t m_bucket, n, k;
+};
+static_assert(std::has_unique_object_representations_v<ChoiceKey>, "hashed as bytes");
+
+struct HashOf {
+  size_t operator()(const util::Hash128& h) const { return static_cast<size_t>(h.lo); }
+};
+
+std::shared_mutex g_memo_mu;
+std::unordered_map<util::Hash128, std::unique_ptr<GemmChoice>, HashOf> g_memo;
+
+bool log_choice(const tune::Choice& ch, bool capturing) {
+  return ch.source != tune::Choice::Source::kDefault || !ch.note.empty() || capturing ||
+         api::current_log_settings().level >= 1;
+}
+
+util::Hash128 choice_hash(const GemmCall& call, const GemmConfig& dflt,
+                          const tune::TuneRequest& req) {
+  ChoiceKey ck{};
+  ck.device = call.device;
+  ck.dtype = static_cast<int32_t>(call.dtype);
+  ck.out_dtype = static_cast<int32_t>(call.out_dtype);
+  ck.path = static_cast<int32_t>(dflt.path);
+  ck.bn = dflt.bn;
+  ck.stages = dflt.stages;
+  ck.tokens = dflt.tokens;
+  ck.mode = req.mode ? static_cast<int32_t>(*req.mode) : -1;
+  ck.timing = (req.timing.graph ? 2 : 0) + (req.timing.cold ? 1 : 0);
+  ck.flags = (call.target.tma_ok ? 1 : 0) | (call.bias ? 2 : 0) | (call.beta ? 4 : 0);
+  ck.m_bucket = gemm_m_bucket(call.m);
+  ck.n = call.n;
+  ck.k = call.k;
+  return util::xxh3_128({reinterpret_cast<const char*>(&ck), sizeof ck});
+}
+
+const GemmChoice* find_choice(const util::Hash128& h) {
+  std::shared_lock<std::shared_mutex> lock(g_memo_mu);
+  auto it = g_memo.find(h);
+  return it == g_memo.end() ? nullptr : it->second.get();
+}
+
+}  // namespace
+
+const GemmChoice* remembered_gemm_choice(const GemmCall& call, const GemmConfig& dflt,
+                                         const tune::TuneRequest& req) {
+  return find_choice(choice_hash(call, dflt, req));
+}
+
+const GemmChoice& choose_gemm_tactic(const GemmCall& call, const GemmConfig& dflt,
+                                     const tune::TuneRequest& req, void* stream,
+                                     const GemmDefaultSplit& default_split,
+                                     const GemmMeasure& measure) {
+  const util::Hash128 h = choice_hash(call, dflt, req);
+  if (const GemmChoice* known = find_choice(h)) return *known;
+  const int64_t m_bucket = gemm_m_bucket(call.m);
+  tune::Autotuner& tuner = tune::process_autotuner();
+  const tune::Fingerprint& fp = tune::device_fingerprint(call.device);
+  const GemmTactic d =
+      gemm_tactic_of(dflt, dflt.path == GemmPath::kSm90Decode ? default_split(dflt) : 0);
+  const std::vector<GemmTactic> tactics = gemm_tactics(d, m_bucket, call.n, call.k, call.target);
+  std::vector<std::string> names;
+  for (const GemmTactic& t : tactics) names.push_back(t.name());
+  auto c = std::make_unique<GemmChoice>();
+  c->key = tune::TuneKey{
+      kGemmTuneOp, kGemmTacticSpace,
+      gemm_bucket(call.dtype, call.out_dtype, call.m, call.n, call.k, call.bias, call.beta),
+      req.timing.name()};
+  const tune::TuneMode mode = req.mode.value_or(tuner.settings().mode);
+  const bool capturing = (mode == tune::TuneMode::kUnseen || mode == tune::TuneMode::kRetune) &&
+                         tune::stream_capturing(stream);
+  const tune::Measure timed = [&](const std::string& name) {
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (names[i] == name) return measure(tactics[i]);
+    }
+    return std::vector<double>{};
+  };
+  c->choice = tuner.choose(fp, c->key, names, d.name(), capturing ? nullptr : &timed, req.mode);
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == c->choice.tactic) c->tactic = tactics[i];
+  }
+  if (log_choice(c->choice, capturing)) {
+    util::log("gemm {} {}: {} ({}{}{})", c->key.bucket, c->key.timing, c->choice.tactic,
+              tune::source_name(c->choice.source),
+              capturing ? "; the stream is being captured: nothing measured" : "",
+              c->choice.note.empty() ? "" : "; " + c->choice.note);
+  }
+  if (!c->choice.final) {
+    // Not remembered: the next call outside capture tunes.
+    static thread_local GemmChoice pending;
+    pending = *c;
+    return pending;
+  }
+  std::unique_lock<std::shared_mutex> lock(g_memo_mu);
+  return *g_memo.emplace(h, std::move(c)).first->second;
+}
+
+}  // namespace kjit::ops

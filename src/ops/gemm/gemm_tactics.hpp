@@ -1,0 +1,101 @@
+// kjit_gemm's tactics for the autotuner (docs/autotune.md): the ways one call can run, named as
+// the store and KJIT_FORCE_TACTIC / KJIT_TACTICS_BLOCKLIST spell them, which of them are valid for
+// a call (the checks the launch paths make), the shape bucket a tuned result serves, and the
+// choice for a call (the heuristic's pick unless a rule, a stored or a measured result says
+// otherwise), remembered per process.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ops/gemm/gemm.hpp"
+#include "tune/autotuner.hpp"
+#include "tune/process_tuner.hpp"
+
+namespace kjit::ops {
+
+inline constexpr const char* kGemmTuneOp = "gemm";
+// Bumped when a tactic's name changes meaning (stored results of the old space are then misses).
+inline constexpr int kGemmTacticSpace = 1;
+
+// One way to run a call: a path and its parameters.
+//   "sm90_bn128_s6"     the TMA + wgmma kernel, 128 x bn tiles, 6 pipeline stages
+//   "decode_t16_split4" the weight-streaming kernel, a 16-token tile, K split over 4 blocks of a
+//                       cluster (its stages follow from the tile and the device)
+//   "simt"              the fp32 fallback
+struct GemmTactic {
+  GemmPath path = GemmPath::kSimt;
+  int bn = 0, stages = 0;     // sm90
+  int tokens = 0, split = 0;  // decode
+  std::string name() const;
+  // The tactic a name spells, or nullopt for anything else.
+  static std::optional<GemmTactic> parse(std::string_view name);
+  bool operator==(const GemmTactic& o) const {
+    return path == o.path && bn == o.bn && stages == o.stages && tokens == o.tokens &&
+           split == o.split;
+  }
+};
+
+// The kernel a tactic runs (its split is a launch parameter, not part of the kernel).
+GemmConfig gemm_config_of(const GemmTactic& t, DType dtype, DType out_dtype,
+                          const GemmTarget& target);
+// The tactic of a selected config and (decode path) split.
+GemmTactic gemm_tactic_of(const GemmConfig& c, int split);
+
+// M of a bucket: the next power of two (an engine's batch sizes fall into a handful).
+int64_t gemm_m_bucket(int64_t m);
+// "dtype=bf16,out=bf16,m=16,n=4096,k=14336,bias=0,beta=0": exact N, K, dtypes and epilogue.
+std::string gemm_bucket(DType dtype, DType out_dtype, int64_t m, int64_t n, int64_t k, bool bias,
+                        bool beta);
+
+// Whether `t` can serve every m of the bucket of m_bucket rows: the launch paths' own checks (a
+// compute capability 9.0 device, operands TMA can describe, sides TMA's coordinates reach, the
+// stages in shared memory, token tile and cluster split within the kernel's limits, grid sizes).
+bool gemm_tactic_valid(const GemmTactic& t, int64_t m_bucket, int64_t n, int64_t k,
+                       const GemmTarget& target);
+
+// The valid tactics of a call, `dflt` (the heuristic's pick) first and always among them.
+std::vector<GemmTactic> gemm_tactics(const GemmTactic& dflt, int64_t m, int64_t n, int64_t k,
+                                     const GemmTarget& target);
+
+// Everything the choice for a call depends on.
+struct GemmCall {
+  DType dtype = DType::kBF16, out_dtype = DType::kBF16;
+  int64_t m = 0, n = 0, k = 0;
+  bool bias = false, beta = false;
+  int device = 0;
+  GemmTarget target;
+};
+
+// The chosen tactic and how it was chosen.
+struct GemmChoice {
+  GemmTactic tactic;
+  tune::Choice choice;
+  tune::TuneKey key;
+};
+
+// The decode path's default split for a config (needs its loaded kernel's residency).
+using GemmDefaultSplit = std::function<int(const GemmConfig&)>;
+// Times one tactic for the call (samples in microseconds; empty when it cannot run).
+using GemmMeasure = std::function<std::vector<double>(const GemmTactic&)>;
+
+// The choice remembered for a call like this one (same bucket, default kernel and request), or
+// null: then choose_gemm_tactic decides.
+const GemmChoice* remembered_gemm_choice(const GemmCall& call, const GemmConfig& dflt,
+                                         const tune::TuneRequest& req);
+
+// The tactic for a call whose heuristic picked `dflt`: KJIT_FORCE_TACTIC, the blocklist, a stored
+// or (when the call's mode asks and its stream is not being captured) a measured result, else the
+// default. Remembered per process by a hash of the call's bucket, default and request, so a call
+// pays one lookup. A choice made without measuring because the stream was being captured is
+// logged and not remembered.
+const GemmChoice& choose_gemm_tactic(const GemmCall& call, const GemmConfig& dflt,
+                                     const tune::TuneRequest& req, void* stream,
+                                     const GemmDefaultSplit& default_split,
+                                     const GemmMeasure& measure);
+
+}  // namespace kjit::ops

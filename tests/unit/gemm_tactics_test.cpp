@@ -1,0 +1,290 @@
+// kjit_gemm's tactics for the autotuner without a GPU (src/ops/gemm/gemm_tactics.*): names that
+// round-trip, the tactic list and its validity on a Hopper-like target and elsewhere, the shape
+// bucket, the heuristic's pick always first among the candidates (and the kernel it names being
+// the one the untuned call runs), and the choice rules over those names with a fake timer: a
+// blocklisted default falls back, a forced tactic that is not valid for the call is reported and
+// ignored. Also the options' tuning fields through the C ABI.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "kjit/kjit.h"
+#include "ops/gemm/gemm.hpp"
+#include "ops/gemm/gemm_tactics.hpp"
+#include "support/gpu.hpp"
+#include "support/temp_dir.hpp"
+#include "tune/autotuner.hpp"
+
+using namespace kjit;
+namespace ops = kjit::ops;
+
+namespace {
+
+ops::GemmTarget hopper(int smem = 232448, bool tma_ok = true) {
+  ops::GemmTarget t;
+  t.cc_major = 9;
+  t.cc_minor = 0;
+  t.max_smem_optin = smem;
+  t.sm_count = 132;
+  t.tma_ok = tma_ok;
+  return t;
+}
+
+std::vector<std::string> names_of(const std::vector<ops::GemmTactic>& ts) {
+  std::vector<std::string> out;
+  for (const auto& t : ts) out.push_back(t.name());
+  return out;
+}
+
+bool has(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+// The heuristic's tactic for a call (the decode path's split as a fixed stand-in for the one the
+// loaded kernel's residency gives).
+ops::GemmTactic default_of(int64_t m, int64_t n, int64_t k, const ops::GemmTarget& t) {
+  const ops::GemmConfig c = ops::select_gemm(ops::DType::kBF16, ops::DType::kBF16, m, n, k, t);
+  return ops::gemm_tactic_of(c, c.path == ops::GemmPath::kSm90Decode ? 3 : 0);
+}
+
+// Samples of `us` with a little spread, the shape the autotuner's summaries expect.
+std::vector<double> samples(double us) {
+  std::vector<double> s;
+  for (int i = 0; i < 15; ++i) s.push_back(us * (1.0 + 0.001 * (i % 5)));
+  return s;
+}
+
+tune::Autotuner tuner(const test::TempDir& dir, const std::string& block,
+                      const std::string& force) {
+  tune::TuneSettings s;
+  s.mode = tune::TuneMode::kUnseen;
+  s.rules = tune::TacticRules(block, force);
+  return tune::Autotuner(s, std::make_unique<tune::TuneStore>(dir.path() / "tuning"));
+}
+
+const tune::Fingerprint kH200{"NVIDIA H200", 132, 13000, "13.0", "0.4.0"};
+
+}  // namespace
+
+TEST_CASE("gemm tactics: names round-trip and only canonical spellings parse", "[gemm][tune]") {
+  for (const char* name :
+       {"simt", "sm90_bn128_s6", "sm90_bn256_s3", "decode_t16_split1", "decode_t128_split8"}) {
+    INFO(name);
+    const auto t = ops::GemmTactic::parse(name);
+    REQUIRE(t);
+    CHECK(t->name() == name);
+  }
+  CHECK(ops::GemmTactic::parse("sm90_bn128_s6")->path == ops::GemmPath::kSm90);
+  CHECK(ops::GemmTactic::parse("decode_t32_split4")->split == 4);
+  for (const char* bad : {"", "SIMT", "sm90_bn128", "sm90_bn0128_s6", "sm90_bn128_s6x",
+                          "decode_t16_split", "decode_t16_split4 ", "gemm:simt", "sm90-bn128-s6"}) {
+    INFO("'" << bad << "'");
+    CHECK_FALSE(ops::GemmTactic::parse(bad));
+  }
+}
+
+TEST_CASE("gemm tactics: the candidates of decode and large shapes on sm_90", "[gemm][tune]") {
+  const ops::GemmTarget t = hopper();
+  // m = 1: the decode kernel at every split, the four sm90 tiles and the fallback.
+  const ops::GemmTactic d1 = default_of(1, 4096, 4096, t);
+  CHECK(d1.name() == "decode_t16_split3");
+  const auto one = names_of(ops::gemm_tactics(d1, ops::gemm_m_bucket(1), 4096, 4096, t));
+  CHECK(one.front() == "decode_t16_split3");
+  CHECK(one.size() == 8 + 4 + 1);
+  for (int s = 1; s <= 8; ++s) CHECK(has(one, "decode_t16_split" + std::to_string(s)));
+  for (const char* s : {"sm90_bn128_s4", "sm90_bn128_s6", "sm90_bn256_s3", "sm90_bn256_s4", "simt"})
+    CHECK(has(one, s));
+  CHECK(std::set<std::string>(one.begin(), one.end()).size() == one.size());
+  // m = 100 rounds up to the 128-token tile; m = 4096 has no decode tactic.
+  const auto mid =
+      names_of(ops::gemm_tactics(default_of(100, 4096, 14336, t), 128, 4096, 14336, t));
+  CHECK(has(mid, "decode_t128_split1"));
+  CHECK_FALSE(has(mid, "decode_t64_split1"));
+  const ops::GemmTactic big = default_of(4096, 28672, 4096, t);
+  CHECK(big.name() == "sm90_bn256_s4");
+  const auto large = names_of(ops::gemm_tactics(big, 4096, 28672, 4096, t));
+  CHECK(large == std::vector<std::string>{"sm90_bn256_s4", "sm90_bn128_s4", "sm90_bn128_s6",
+                                          "sm90_bn256_s3", "simt"});
+}
+
+TEST_CASE("gemm tactics: validity follows the launch paths' checks", "[gemm][tune]") {
+  const auto valid = [](const char* name, int64_t m, int64_t n, int64_t k,
+                        const ops::GemmTarget& t) {
+    return ops::gemm_tactic_valid(*ops::GemmTactic::parse(name), m, n, k, t);
+  };
+  CHECK(valid("sm90_bn256_s4", 512, 4096, 4096, hopper()));
+  // Shared memory: 150 KB holds 4 stages of 128 or 3 of 256, not 6 or 4.
+  CHECK(valid("sm90_bn128_s4", 512, 4096, 4096, hopper(150000)));
+  CHECK(valid("sm90_bn256_s3", 512, 4096, 4096, hopper(150000)));
+  CHECK_FALSE(valid("sm90_bn128_s6", 512, 4096, 4096, hopper(150000)));
+  CHECK_FALSE(valid("sm90_bn256_s4", 512, 4096, 4096, hopper(150000)));
+  // Tiles and stages outside the kernel's forms.
+  CHECK_FALSE(valid("sm90_bn64_s4", 512, 4096, 4096, hopper()));
+  CHECK_FALSE(valid("sm90_bn128_s1", 512, 4096, 4096, hopper()));
+  CHECK_FALSE(valid("sm90_bn128_s9", 512, 4096, 4096, hopper()));
+  // The decode tile must hold the bucket's rows and be the narrowest that does.
+  CHECK(valid("decode_t32_split4", 32, 4096, 4096, hopper()));
+  CHECK_FALSE(valid("decode_t16_split4", 32, 4096, 4096, hopper()));
+  CHECK_FALSE(valid("decode_t64_split4", 32, 4096, 4096, hopper()));
+  CHECK_FALSE(valid("decode_t128_split4", 256, 4096, 4096, hopper()));
+  CHECK_FALSE(valid("decode_t32_split9", 32, 4096, 4096, hopper()));
+  CHECK_FALSE(valid("decode_t32_split0", 32, 4096, 4096, hopper()));
+  // TMA: operands it cannot describe, or another device, leave the fallback alone.
+  for (const ops::GemmTarget& t : {hopper(232448, false), [] {
+                                     ops::GemmTarget a = hopper();
+                                     a.cc_major = 8;
+                                     return a;
+                                   }()}) {
+    CHECK_FALSE(valid("sm90_bn128_s6", 512, 4096, 4096, t));
+    CHECK_FALSE(valid("decode_t16_split1", 1, 4096, 4096, t));
+    CHECK(valid("simt", 512, 4096, 4096, t));
+    const ops::GemmTactic d = default_of(7, 4096, 4096, t);
+    CHECK(names_of(ops::gemm_tactics(d, 8, 4096, 4096, t)) == std::vector<std::string>{"simt"});
+  }
+  // Past the fallback's grid nothing is valid.
+  CHECK_FALSE(valid("simt", int64_t{1} << 23, 64, 64, hopper(232448, false)));
+}
+
+TEST_CASE("gemm tactics: the bucket keeps N, K, dtypes and epilogue exact, M a power of two",
+          "[gemm][tune]") {
+  CHECK(ops::gemm_m_bucket(1) == 1);
+  CHECK(ops::gemm_m_bucket(3) == 4);
+  CHECK(ops::gemm_m_bucket(16) == 16);
+  CHECK(ops::gemm_m_bucket(17) == 32);
+  CHECK(ops::gemm_m_bucket(4097) == 8192);
+  CHECK(ops::gemm_bucket(ops::DType::kBF16, ops::DType::kF32, 17, 4096, 14336, true, false) ==
+        "dtype=bf16,out=fp32,m=32,n=4096,k=14336,bias=1,beta=0");
+  CHECK(ops::gemm_bucket(ops::DType::kF16, ops::DType::kF16, 32, 4095, 14336, false, true) ==
+        "dtype=fp16,out=fp16,m=32,n=4095,k=14336,bias=0,beta=1");
+}
+
+TEST_CASE("gemm tactics: the default is a valid candidate and names the untuned kernel",
+          "[gemm][tune]") {
+  // Odd sizes and both sides of every heuristic boundary (64 / 128 rows, 512 rows).
+  for (const ops::GemmTarget& t : {hopper(), hopper(232448, false), hopper(150000)}) {
+    for (int64_t m :
+         {1, 3, 16, 17, 63, 64, 65, 100, 127, 128, 129, 255, 300, 511, 512, 513, 4095}) {
+      for (int64_t n : {1, 129, 4096, 28672}) {
+        for (int64_t k : {8, 4096, 14336}) {
+          INFO("m " << m << " n " << n << " k " << k << " smem " << t.max_smem_optin << " tma "
+                    << t.tma_ok);
+          const ops::GemmConfig c =
+              ops::select_gemm(ops::DType::kBF16, ops::DType::kBF16, m, n, k, t);
+          const ops::GemmTactic d = default_of(m, n, k, t);
+          const auto list = ops::gemm_tactics(d, ops::gemm_m_bucket(m), n, k, t);
+          REQUIRE(list.front() == d);
+          for (const auto& x : list)
+            CHECK(ops::gemm_tactic_valid(x, ops::gemm_m_bucket(m), n, k, t));
+          const ops::GemmConfig back = ops::gemm_config_of(d, c.dtype, c.out_dtype, t);
+          CHECK(back.path == c.path);
+          CHECK(back.bn == c.bn);
+          CHECK(back.stages == c.stages);
+          CHECK(back.tokens == c.tokens);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("gemm tactics: a blocklisted default falls back, an invalid forced tactic is ignored",
+          "[gemm][tune]") {
+  const ops::GemmTarget t = hopper();
+  const ops::GemmTactic d = default_of(16, 4096, 14336, t);
+  const auto names = names_of(ops::gemm_tactics(d, 16, 4096, 14336, t));
+  const tune::TuneKey key{
+      ops::kGemmTuneOp, ops::kGemmTacticSpace,
+      ops::gemm_bucket(ops::DType::kBF16, ops::DType::kBF16, 16, 4096, 14336, false, false),
+      "eager-cold"};
+  std::map<std::string, int> timed;
+  const tune::Measure fake = [&](const std::string& name) {
+    ++timed[name];
+    return samples(name == "sm90_bn128_s4" ? 5.0 : 20.0);
+  };
+  {
+    test::TempDir dir;
+    tune::Autotuner a = tuner(dir, "gemm:decode_*", "");
+    const tune::Choice c = a.choose(kH200, key, names, d.name(), nullptr);
+    CHECK(c.tactic == "sm90_bn128_s4");  // the first allowed after the blocked decode tactics
+    CHECK(c.note.find("default " + d.name() + " blocked") != std::string::npos);
+  }
+  {
+    test::TempDir dir;
+    tune::Autotuner a = tuner(dir, "", "gemm:sm90_bn64_s4,gemm:decode_t64_*");
+    const tune::Choice c = a.choose(kH200, key, names, d.name(), nullptr, tune::TuneMode::kOff);
+    CHECK(c.tactic == d.name());
+    CHECK(c.source == tune::Choice::Source::kDefault);
+    CHECK(c.note.find("names no valid tactic") != std::string::npos);
+    CHECK(c.note.find("gemm:sm90_bn64_s4") != std::string::npos);
+  }
+  {
+    // Tuned over the GEMM names: the fast tactic wins, every allowed one is timed once, the
+    // blocked ones never.
+    test::TempDir dir;
+    tune::Autotuner a = tuner(dir, "gemm:simt", "");
+    const tune::Choice c = a.choose(kH200, key, names, d.name(), &fake);
+    CHECK(c.tactic == "sm90_bn128_s4");
+    CHECK(c.source == tune::Choice::Source::kTuned);
+    CHECK(timed.count("simt") == 0);
+    CHECK(timed[d.name()] == 2);  // first and again last
+    CHECK(timed["sm90_bn256_s4"] == 1);
+    CHECK(timed.size() == names.size() - 1);
+    // Asked again without a timer under re-tuning (a captured stream): the stored answer.
+    tune::Autotuner b = tuner(dir, "gemm:simt", "");
+    const tune::Choice s = b.choose(kH200, key, names, d.name(), nullptr, tune::TuneMode::kRetune);
+    CHECK(s.tactic == "sm90_bn128_s4");
+    CHECK(s.source == tune::Choice::Source::kStored);
+  }
+  {
+    // Without a stored result a call that cannot measure gets the default, not remembered.
+    test::TempDir dir;
+    tune::Autotuner a = tuner(dir, "", "");
+    const tune::Choice c = a.choose(kH200, key, names, d.name(), nullptr);
+    CHECK(c.tactic == d.name());
+    CHECK_FALSE(c.final);
+    CHECK(a.choose(kH200, key, names, d.name(), &fake).tactic == "sm90_bn128_s4");
+  }
+}
+
+TEST_CASE("gemm abi: the tuning options default to the process's and are checked",
+          "[c_abi][gemm][tune]") {
+  kjit_gemm_options o;
+  kjit_gemm_options_init(&o);
+  CHECK(o.autotune == -1);
+  CHECK(o.tune_timing == KJIT_TUNE_EAGER_COLD);
+  auto a = test::make_tensor(reinterpret_cast<void*>(0x10000000), {4, 64}, test::dl_dtype("bf16"));
+  auto b = test::make_tensor(reinterpret_cast<void*>(0x20000000), {32, 64}, test::dl_dtype("bf16"));
+  auto out =
+      test::make_tensor(reinterpret_cast<void*>(0x30000000), {4, 32}, test::dl_dtype("bf16"));
+  for (int bad : {-2, 3}) {
+    o.autotune = bad;
+    CHECK(kjit_gemm(a.get(), b.get(), nullptr, out.get(), &o, nullptr) ==
+          KJIT_ERROR_INVALID_ARGUMENT);
+    CHECK(std::string(kjit_last_error()).find("autotune") != std::string::npos);
+  }
+  o.autotune = 1;
+  for (int bad : {-1, 4}) {
+    o.tune_timing = bad;
+    CHECK(kjit_gemm(a.get(), b.get(), nullptr, out.get(), &o, nullptr) ==
+          KJIT_ERROR_INVALID_ARGUMENT);
+    CHECK(std::string(kjit_last_error()).find("tune_timing") != std::string::npos);
+  }
+  // A caller built before the fields existed passes a shorter struct: its bytes past struct_size
+  // are not read (the call fails on its out shape instead, before any device is needed).
+  o.struct_size = offsetof(kjit_gemm_options, autotune);
+  o.autotune = 99;
+  o.tune_timing = 99;
+  auto wrong =
+      test::make_tensor(reinterpret_cast<void*>(0x30000000), {4, 31}, test::dl_dtype("bf16"));
+  CHECK(kjit_gemm(a.get(), b.get(), nullptr, wrong.get(), &o, nullptr) ==
+        KJIT_ERROR_INVALID_ARGUMENT);
+  const std::string err = kjit_last_error();
+  INFO(err);
+  CHECK(err.find("out") != std::string::npos);
+  CHECK(err.find("autotune") == std::string::npos);
+  CHECK(err.find("tune_timing") == std::string::npos);
+}
