@@ -70,12 +70,16 @@ struct GroupCheck {
       unfused_differs += lo == hi && ref::e4m3_code(static_cast<float>(unfused_q)) != lo;
     }
   }
-  void expect(long elements) const {
+  void expect(long elements, const std::string& dtype) const {
     CHECK(bad_scales == 0);
     CHECK(bad_codes == 0);
     CHECK(ambiguous * 100 < elements);  // the slack stays a few elements wide
-    CHECK(unfused_differs > 0);         // a dtype rounding in between would be caught
     CHECK(saturated > 0);               // each group's amax lands on +-448
+    // A dtype rounding in between would be caught: it moves about 16 u of the codes (a relative
+    // shift of up to u against midpoints 2^-3 apart); checked where that is dozens of codes.
+    if (static_cast<double>(elements) * 16.0 * ref::unit_roundoff(dtype) >= 30.0) {
+      CHECK(unfused_differs > 0);
+    }
   }
 };
 
@@ -230,7 +234,7 @@ void run_rmsnorm_quant(const std::string& dtype, int64_t m, int64_t hidden, bool
     }
     for (int64_t j = hidden; i + 1 < m && j < stride; ++j) touched += codes[i * stride + j] != 0x7F;
   }
-  g.expect(static_cast<long>(m * hidden));
+  g.expect(static_cast<long>(m * hidden), dtype);
   CHECK(bad_residual == 0);
   CHECK(touched == 0);
   if (round_trip) gemm_round_trip(compact, scales, y_all, m, hidden, false, rng);
@@ -277,7 +281,7 @@ void run_silu_quant(const std::string& dtype, int64_t m, int64_t d, int64_t in_s
       touched += codes[i * out_stride + j] != 0x7F;
     }
   }
-  g.expect(static_cast<long>(m * d));
+  g.expect(static_cast<long>(m * d), dtype);
   CHECK(touched == 0);
   if (round_trip) gemm_round_trip(compact, scales, y_all, m, d, true, rng);
 }
