@@ -1,5 +1,5 @@
 // The fused fp8 quantizations' registry entries (OpDefs): rmsnorm_quant_fp8 (with or without the
-// residual add) and silu_and_mul_quant_fp8. No definitions or trace hooks yet.
+// residual add) and silu_and_mul_quant_fp8, with their definitions (no trace hooks yet).
 #pragma once
 
 #include "ops/registry.hpp"
