@@ -789,8 +789,8 @@ KJIT_API kjit_status kjit_gemm(const DLTensor* a, const DLTensor* b, const DLTen
  *    scale_b [ceil(n / 128), ceil(k / 128)], one per 128 x 128 block of b, applied per 128-wide
  *    K chunk. k need not be a multiple of 128: the last chunk is shorter. Both scales 2-D.
  *   kjit_quant_fp8 writes scale_a in exactly these layouts. In every mode each 128-wide K chunk
- *   is summed on its own and added to an fp32 result, so a long k keeps fp32 precision (the
- *   tensor cores' fp8 accumulator holds fewer bits).
+ *   is summed on its own and added to an fp32 result, so the error of the tensor cores' fp8
+ *   accumulation (14 significant bits) stays that of one chunk however long k is.
  * options: kjit_gemm_options (alpha, beta); NULL for the defaults (alpha 1, beta 0).
  * Any k >= 0 (k = 0 gives out = beta * out). On an sm_90 device the call runs on tensor cores
  * (TMA + wgmma) when a and b start at 16-byte aligned addresses with row strides multiples of 16
