@@ -823,8 +823,8 @@ KJIT_API kjit_status kjit_gemm(const DLTensor* a, const DLTensor* b, const DLTen
  *    scale_b [ceil(n / 128), ceil(k / 128)], one per 128 x 128 block of b, applied per 128-wide
  *    K chunk. k need not be a multiple of 128: the last chunk is shorter. Both scales 2-D.
  *   kjit_quant_fp8 writes scale_a in exactly these layouts. In every mode each 128-wide K chunk
- *   is summed on its own and added to an fp32 result, so a long k keeps fp32 precision (the
- *   tensor cores' fp8 accumulator holds fewer bits).
+ *   is summed on its own and added to an fp32 result, so the error of the tensor cores' fp8
+ *   accumulation (14 significant bits) stays that of one chunk however long k is.
  * options: kjit_gemm_options (alpha, beta); NULL for the defaults (alpha 1, beta 0).
  * Any k >= 0 (k = 0 gives out = beta * out). On an sm_90 device the call runs on tensor cores
  * (TMA + wgmma) when a and b start at 16-byte aligned addresses with row strides multiples of 16
@@ -882,6 +882,45 @@ KJIT_API kjit_status kjit_quant_fp8(const DLTensor* input, DLTensor* out, DLTens
  */
 KJIT_API kjit_status kjit_embedding(const DLTensor* table, const DLTensor* ids, DLTensor* out,
                                     void* stream);
+
+/*
+ * RMSNorm quantized per row (token) to fp8, fused: y = input * rsqrt(mean(input^2) + eps) *
+ * weight in fp32, never rounded to bf16 / fp16; scale[r] = max |y| over row r / 448; out =
+ * e4m3(y / scale[r]) as kjit_quant_fp8 rounds (nearest even, saturating; zeros under a zero
+ * scale). out and scale are kjit_gemm_fp8's a and per-row scale_a.
+ *
+ * input: [..., hidden] bf16 or fp16, last dim contiguous, leading dims collapsing into m rows with
+ *   one row stride. weight: [hidden], input's dtype, contiguous. out: input's shape,
+ *   float8_e4m3fn, last dim contiguous. scale: [m] fp32, compact. out and scale overlap nothing
+ *   else. eps finite, >= 0. Zero rows: no-op. Thread-safe.
+ */
+KJIT_API kjit_status kjit_rmsnorm_quant_fp8(const DLTensor* input, const DLTensor* weight,
+                                            DLTensor* out, DLTensor* scale, float eps,
+                                            void* stream);
+
+/*
+ * kjit_fused_add_rmsnorm's residual add, then kjit_rmsnorm_quant_fp8 of the new residual:
+ *   residual = input + residual   (fp32 add, rounded to the dtype: bit for bit the unfused op's)
+ *   out, scale = the per-row fp8 quantization of rmsnorm(residual) (no rounding in between)
+ * residual: input's shape and dtype, last dim contiguous, overlapping nothing else. input is only
+ * read. Other arguments as kjit_rmsnorm_quant_fp8.
+ */
+KJIT_API kjit_status kjit_fused_add_rmsnorm_quant_fp8(const DLTensor* input, const DLTensor* weight,
+                                                      DLTensor* residual, DLTensor* out,
+                                                      DLTensor* scale, float eps, void* stream);
+
+/*
+ * kjit_silu_and_mul quantized per 1 x 128 group to fp8, fused: y = silu(input[..., :d]) *
+ * input[..., d:] in fp32, never rounded to bf16 / fp16; scale[r, g] = max |y| over columns
+ * 128 g .. 128 g + 127 of row r / 448; out = e4m3(y / scale) as kjit_quant_fp8 rounds. out and
+ * scale are kjit_gemm_fp8's a and block scale_a ([m, ceil(d / 128)]).
+ *
+ * input: [..., 2 d] bf16 or fp16, last dim contiguous, leading dims collapsing into m rows with
+ *   one row stride. out: [..., d] float8_e4m3fn, last dim contiguous, not overlapping input.
+ *   scale: [m, ceil(d / 128)] fp32, compact. Zero size: no-op. Thread-safe.
+ */
+KJIT_API kjit_status kjit_silu_and_mul_quant_fp8(const DLTensor* input, DLTensor* out,
+                                                 DLTensor* scale, void* stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

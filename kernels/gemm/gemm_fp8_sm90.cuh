@@ -7,12 +7,13 @@
 // complete that partial sum is added to the fp32 result ("promotion"), times
 // scale_a(row, chunk) * scale_b(tile, chunk) for blocks (BLOCK true; a 128-wide tile's columns
 // share one scale of b); per tensor / per row (BLOCK false) the scales multiply the result once
-// before the epilogue. The tensor cores add fp8 products into their accumulator with fewer bits
-// than fp32 (truncating): summed there over all of K, the first H200 run of this kernel missed
-// the fp64 reference by up to 2^-11 of the magnitude sum at k = 2048 - 8192 (0.3-1% of the
-// result), where per-chunk promotion (CUTLASS's and DeepGEMM's choice too) stays at fp32's level.
-// The cost is a wait for each stage's MMAs before the next are issued; the stage goes back to the
-// producer as soon as they are done.
+// before the epilogue. The tensor cores add fp8 products into an accumulator of 14 significant
+// bits, truncating: summed there over all of K, the error grows with the partial sum (the first
+// H200 run of this kernel missed the fp64 reference by 0.3-1% of the result at k = 2048 - 8192);
+// promoted per chunk (CUTLASS's and DeepGEMM's choice too), it is bounded per 128 of K and the
+// chunks add in fp32 (ref::gemm_fp8_error_bound derives the bound the tests hold it to). The cost
+// is a wait for each stage's MMAs before the next are issued; the stage goes back to the producer
+// as soon as they are done.
 //
 // Launch contract: gemm_sm90.cuh's with BN = 128, p.g.tma_a / p.g.tma_b describing a and b as
 // rows of k / 2 16-bit elements (k a multiple of 16, 16-byte aligned bases and row strides).

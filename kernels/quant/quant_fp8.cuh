@@ -38,6 +38,20 @@ KJIT_DEVICE KJIT_FORCEINLINE float block_max(float v) {
   return warp_max(v);
 }
 
+// Where a lane of a one-warp-per-group kernel stands: its group (of rows * groups, row-major,
+// the scales' index), the group's row and the lane's first column (then every 32nd). False past
+// the last group: whole warps leave together, so the shuffles of the others stay full.
+struct GroupLane {
+  i64 group, row, col0;
+};
+KJIT_DEVICE KJIT_FORCEINLINE bool group_lane(long long rows, long long groups, GroupLane& g) {
+  g.group = i64(blockIdx.x) * (kQuantThreads / 32) + threadIdx.x / 32;
+  if (g.group >= rows * groups) return false;
+  g.row = g.group / groups;
+  g.col0 = (g.group % groups) * kQuantGroup + threadIdx.x % 32;
+  return true;
+}
+
 template <typename IN>
 KJIT_DEVICE KJIT_FORCEINLINE float load_abs(const QuantFp8Params& p, i64 row, i64 col) {
   return fabsf(to_float(static_cast<const IN*>(p.in)[row * p.in_stride + col]));
@@ -85,17 +99,16 @@ template <typename IN>
 __global__ void __launch_bounds__(kQuantThreads)
     quant_fp8_group_kernel(const __grid_constant__ QuantFp8Params p) {
   constexpr int kPerLane = kQuantGroup / 32;
-  const i64 group = i64(blockIdx.x) * (kQuantThreads / 32) + threadIdx.x / 32;
-  if (group >= p.rows * p.groups) return;  // whole warps: the shuffles below stay full
-  const i64 r = group / p.groups;
-  const i64 c0 = (group % p.groups) * kQuantGroup + threadIdx.x % 32;
+  GroupLane g;
+  if (!group_lane(p.rows, p.groups, g)) return;
+  const i64 r = g.row, c0 = g.col0;
   float m = 0.0f;
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
     if (c0 + 32 * j < p.cols) m = fmaxf(m, load_abs<IN>(p, r, c0 + 32 * j));
   }
   const float scale = warp_max(m) / kE4M3Max;
-  if (threadIdx.x % 32 == 0) p.scale[group] = scale;
+  if (threadIdx.x % 32 == 0) p.scale[g.group] = scale;
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
     if (c0 + 32 * j < p.cols) store_quantized<IN>(p, r, c0 + 32 * j, scale);

@@ -15,6 +15,28 @@ struct QuantFp8Params {
   long long groups;  // ceil(cols / kQuantGroup): a row's scales in per-group mode
 };
 
+// rmsnorm_quant_fp8_kernel (kernels/quant/fused_quant_fp8.cuh): one row per block.
+struct RmsNormQuantFp8Params {
+  const void* input;   // [rows, hidden], row stride in_stride
+  const void* weight;  // [hidden]
+  void* residual;      // [rows, hidden], row stride res_stride; null without the residual add
+  void* out;           // [rows, hidden] e4m3, row stride out_stride
+  float* scale;        // [rows]
+  long long rows, hidden;
+  long long in_stride, res_stride, out_stride;
+  float eps;
+};
+
+// silu_and_mul_quant_fp8_kernel (kernels/quant/fused_quant_fp8.cuh): one warp per group.
+struct ActQuantFp8Params {
+  const void* input;  // [rows, 2 d] ([gate | up]), row stride in_stride
+  void* out;          // [rows, d] e4m3, row stride out_stride
+  float* scale;       // [rows, groups], compact
+  long long rows, d;
+  long long in_stride, out_stride;
+  long long groups;  // ceil(d / kQuantGroup)
+};
+
 constexpr int kQuantThreads = 256;
 constexpr int kQuantGroup = 128;  // elements per scale in per-group mode: one warp's 4 x 32
 

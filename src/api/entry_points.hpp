@@ -72,7 +72,11 @@
   X(kjit_gemm, "in:a in:b in:bias inout:out options:options stream")                           \
   X(kjit_gemm_fp8, "in:a in:b in:scale_a in:scale_b inout:out options:options stream")         \
   X(kjit_quant_fp8, "in:input out:out out:scale scaling stream")                               \
-  X(kjit_embedding, "in:table in:ids out:out stream")
+  X(kjit_embedding, "in:table in:ids out:out stream")                                          \
+  X(kjit_rmsnorm_quant_fp8, "in:input in:weight out:out out:scale eps stream")                 \
+  X(kjit_fused_add_rmsnorm_quant_fp8,                                                          \
+    "in:input in:weight inout:residual out:out out:scale eps stream")                          \
+  X(kjit_silu_and_mul_quant_fp8, "in:input out:out out:scale stream")
 
 namespace kjit::api {
 

@@ -10,6 +10,7 @@
 #include "ops/gemm/gemm_fp8_desc.hpp"
 #include "ops/kv_cache/kv_cache_desc.hpp"
 #include "ops/norm/norm_desc.hpp"
+#include "ops/quant/fused_quant_desc.hpp"
 #include "ops/quant/quant_desc.hpp"
 #include "ops/rope/rope_desc.hpp"
 #include "ops/sampling/sampling_desc.hpp"
@@ -34,7 +35,9 @@ const std::vector<OpDef>& op_registry() {
                                           gemm_op_def(),
                                           gemm_fp8_op_def(),
                                           quant_fp8_op_def(),
-                                          embedding_op_def()};
+                                          embedding_op_def(),
+                                          rmsnorm_quant_fp8_op_def(),
+                                          silu_and_mul_quant_fp8_op_def()};
   return defs;
 }
 

@@ -5,9 +5,11 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "reference/gemm_ref.hpp"
@@ -25,12 +27,14 @@ struct GemmOut {
 };
 
 // a_row(r, dst) writes row r of a (k values); b is [n, k]; bias [n] or empty; tolerance(want,
-// sum_abs) is the error allowed for one output.
+// sum_abs), or tolerance(r, j, want, sum_abs) where the bound depends on the operands, is the
+// error allowed for one output. Returns the largest |got - want| / tolerance.
 template <class ARow, class Tolerance>
-void check_gemm_out(const GemmOut& o, ARow a_row, const std::vector<double>& b,
-                    const std::vector<double>& bias, Tolerance tolerance) {
+double check_gemm_out(const GemmOut& o, ARow a_row, const std::vector<double>& b,
+                      const std::vector<double>& bias, Tolerance tolerance) {
   std::vector<double> a(static_cast<size_t>(o.k));
   long bad = 0, touched = 0;
+  double worst = 0.0;
   for (int64_t r = 0; r < o.m; ++r) {
     a_row(r, a.data());
     for (int64_t j = 0; j < o.n; ++j) {
@@ -40,11 +44,18 @@ void check_gemm_out(const GemmOut& o, ARow a_row, const std::vector<double>& b,
       const double want = ref::gemm_element(a.data(), b.data() + j * o.k, o.k, o.alpha, o.beta, old,
                                             bias.empty() ? 0.0 : bias[j], &sum_abs);
       const double got = ref::load_elem(o.got->data(), at, o.dtype);
-      const double tol = tolerance(want, sum_abs);
+      double tol = 0.0;
+      if constexpr (std::is_invocable_v<Tolerance, int64_t, int64_t, double, double>) {
+        tol = tolerance(r, j, want, sum_abs);
+      } else {
+        tol = tolerance(want, sum_abs);
+      }
       // An fp16 out past its range rounds to infinity (65520 and up round away from 65504).
       const bool overflows = o.dtype == "fp16" && std::fabs(want) - tol >= 65520.0;
       const bool ok = overflows ? std::isinf(got) && (got > 0) == (want > 0)
                                 : std::fabs(got - want) <= tol;  // NaN (untouched poison) fails
+      if (!overflows)
+        worst = std::max(worst, std::isnan(got) ? INFINITY : std::fabs(got - want) / tol);
       if (!ok) {
         if (bad++ < 5) {
           UNSCOPED_INFO("row " << r << " col " << j << " got " << got << " want " << want << " tol "
@@ -60,6 +71,7 @@ void check_gemm_out(const GemmOut& o, ARow a_row, const std::vector<double>& b,
   }
   CHECK(bad == 0);
   CHECK(touched == 0);
+  return worst;
 }
 
 }  // namespace kjit::test

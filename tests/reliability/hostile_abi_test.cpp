@@ -1654,6 +1654,100 @@ Api embedding_api() {
   return api;
 }
 
+// The fused fp8 quantizations: rmsnorm (with the residual add when `residual`) and silu_and_mul.
+Api rmsnorm_quant_fp8_api(bool residual) {
+  Api api;
+  api.name = residual ? "kjit_fused_add_rmsnorm_quant_fp8" : "kjit_rmsnorm_quant_fp8";
+  api.make = [residual] {
+    Call c;
+    c.tensors.push_back(arg("input", 1, {4, 256}, "bf16"));
+    c.tensors.push_back(arg("weight", 2, {256}, "bf16"));
+    if (residual) c.tensors.push_back(arg("residual", 3, {4, 256}, "bf16"));
+    c.tensors.push_back(arg("out", 4, {4, 256}, "e4m3"));
+    c.tensors.push_back(arg("scale", 5, {4}, "fp32"));
+    c.floats = {{"eps", 1e-6f}};
+    return c;
+  };
+  api.invoke = [residual](Call& c) {
+    return residual ? kjit_fused_add_rmsnorm_quant_fp8(c.t(0), c.t(1), c.t(2), c.t(3), c.t(4),
+                                                       c.f(0), nullptr)
+                    : kjit_rmsnorm_quant_fp8(c.t(0), c.t(1), c.t(2), c.t(3), c.f(0), nullptr);
+  };
+  api.specific = {
+      {"weight of the wrong length", [](Call& c) { reshape(c.arg("weight"), {255}); }, "weight"},
+      {"out of another shape",
+       [](Call& c) {
+         reshape(c.arg("out"), {4, 255});
+       },
+       "out"},
+      {"bf16 out", [](Call& c) { c.arg("out").t.t.dtype = dl_dtype("bf16"); }, "out"},
+      {"scale of another length", [](Call& c) { reshape(c.arg("scale"), {5}); }, "scale"},
+      {"bf16 scale", [](Call& c) { c.arg("scale").t.t.dtype = dl_dtype("bf16"); }, "scale"},
+      {"out inside input", [](Call& c) { c.arg("out").t.t.data = c.arg("input").t.t.data; }, "out"},
+      {"scale inside input", [](Call& c) { c.arg("scale").t.t.data = c.arg("input").t.t.data; },
+       "scale"},
+      set_float("eps", -1.0f),
+  };
+  if (residual) {
+    api.specific.push_back({"residual of another shape",
+                            [](Call& c) {
+                              reshape(c.arg("residual"), {5, 256});
+                            },
+                            "residual"});
+    api.specific.push_back({"residual is input",
+                            [](Call& c) { c.arg("residual").t.t.data = c.arg("input").t.t.data; },
+                            "residual"});
+  }
+  api.zero_size = [residual](Call& c) {
+    reshape(c.arg("input"), {0, 256});
+    if (residual) reshape(c.arg("residual"), {0, 256});
+    reshape(c.arg("out"), {0, 256});
+    reshape(c.arg("scale"), {0});
+  };
+  return api;
+}
+
+Api silu_and_mul_quant_fp8_api() {
+  Api api;
+  api.name = "kjit_silu_and_mul_quant_fp8";
+  api.make = [] {
+    Call c;
+    c.tensors.push_back(arg("input", 1, {4, 600}, "bf16"));
+    c.tensors.push_back(arg("out", 2, {4, 300}, "e4m3"));
+    c.tensors.push_back(arg("scale", 3, {4, 3}, "fp32"));
+    return c;
+  };
+  api.invoke = [](Call& c) { return kjit_silu_and_mul_quant_fp8(c.t(0), c.t(1), c.t(2), nullptr); };
+  api.specific = {
+      {"odd input width",
+       [](Call& c) {
+         reshape(c.arg("input"), {4, 599});
+       },
+       "input"},
+      {"out of the full width",
+       [](Call& c) {
+         reshape(c.arg("out"), {4, 600});
+       },
+       "out"},
+      {"bf16 out", [](Call& c) { c.arg("out").t.t.dtype = dl_dtype("bf16"); }, "out"},
+      {"scale with too few groups",
+       [](Call& c) {
+         reshape(c.arg("scale"), {4, 2});
+       },
+       "scale"},
+      {"per-row scale", [](Call& c) { reshape(c.arg("scale"), {4}); }, "scale"},
+      {"out inside input",
+       [](Call& c) { c.arg("out").t.t.data = static_cast<char*>(c.arg("input").t.t.data) + 2; },
+       "out"},
+  };
+  api.zero_size = [](Call& c) {
+    reshape(c.arg("input"), {0, 600});
+    reshape(c.arg("out"), {0, 300});
+    reshape(c.arg("scale"), {0, 3});
+  };
+  return api;
+}
+
 std::vector<Api> table() {
   std::vector<Api> t = {
       rmsnorm_api("kjit_rmsnorm", kjit_rmsnorm),
@@ -1676,6 +1770,9 @@ std::vector<Api> table() {
       gemm_fp8_api(),
       quant_fp8_api(),
       embedding_api(),
+      rmsnorm_quant_fp8_api(false),
+      rmsnorm_quant_fp8_api(true),
+      silu_and_mul_quant_fp8_api(),
   };
   add_activations(t);
   add_samplers(t);

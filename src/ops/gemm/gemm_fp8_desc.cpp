@@ -60,7 +60,7 @@ Definition gemm_fp8_definition(DType out_dtype, const std::string& mode, int64_t
   d.inputs.push_back(scalar("beta", "options->beta (default 0: out is only written)"));
   d.outputs = {tensor("out", {"m", "n"}, out_dtype, "the product")};
   d.reference =
-      "tools/devkit/reference/gemm_ref.hpp: ref::gemm_element, ref::gemm_fp8_tolerance (on the "
+      "tools/devkit/reference/gemm_ref.hpp: ref::gemm_element, ref::gemm_fp8_error_bound (on the "
       "operands dequantized: e4m3 value times scale)";
   return d;
 }

@@ -16,6 +16,13 @@ inline double e4m3_value(uint8_t code) {
   return (code & 0x80) != 0 ? -mag : mag;
 }
 
+// The exponent of the code's value as the format stores it: value = 1.mmm * 2^e for normals,
+// 0.mmm * 2^-6 for subnormals (and zero).
+inline int e4m3_exponent(uint8_t code) {
+  const int e = (code >> 3) & 15;
+  return e == 0 ? -6 : e - 7;
+}
+
 // Round to nearest, ties to even, saturating at 448 (no infinities in e4m3fn); NaN -> 0x7F.
 inline uint8_t e4m3_code(float x) {
   if (std::isnan(x)) return std::signbit(x) ? 0xFF : 0x7F;
