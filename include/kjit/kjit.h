@@ -750,6 +750,34 @@ KJIT_API kjit_status kjit_softmax(const DLTensor* logits, const DLTensor* temper
  */
 KJIT_API kjit_status kjit_argmax(const DLTensor* input, DLTensor* out, void* stream);
 
+/*
+ * Chain speculative sampling (FlashInfer's chain_speculative_sampling): verifies each request's
+ * num_draft draft tokens against the target model and draws the next token, in one launch.
+ *
+ * draft_probs: [batch, num_draft, vocab] fp32, the draft model's distributions q_i;
+ * target_probs: [batch, num_draft + 1, vocab] fp32, the target model's p_0 .. p_num_draft; both
+ *   last dim contiguous, other strides free, non-negative (need not be normalized).
+ * draft_token_ids: [batch, num_draft] int32, last dim contiguous. 1 <= num_draft <= 31.
+ * seed, offset: as the samplers (conventions above); draw i of the row's Philox stream is u_i
+ *   for draft token i, draw num_draft the drawn token's uniform.
+ * For request b, draft token i (id d) is accepted when u_i * q_i(d) < p_i(d); an id outside
+ *   [0, vocab) is rejected. With j the first rejected position (num_draft if none):
+ *   output_token_ids[b] = d_0 .. d_{j-1}, then a token drawn from max(0, p_j - q_j) (from p_j when
+ *   that is all zero) or, when j = num_draft, from p_num_draft; then -1 up to num_draft. A drawn
+ *   distribution without a positive finite mass (NaN, Inf, all zero) gives -1 there.
+ * output_token_ids: [batch, num_draft + 1] int32, last dim contiguous.
+ * accepted, emitted: NULL or [batch] int32, written (not accumulated): the number of draft tokens
+ *   accepted each on its own (ignoring the stop at j) and the number kept (j).
+ * Outputs must not overlap any argument. batch = 0 is a successful no-op after validation.
+ * Graph-safe: reads seed / offset on the device, no host synchronization.
+ */
+KJIT_API kjit_status kjit_chain_speculative_sampling(const DLTensor* draft_probs,
+                                                     const DLTensor* draft_token_ids,
+                                                     const DLTensor* target_probs,
+                                                     const DLTensor* seed, const DLTensor* offset,
+                                                     DLTensor* output_token_ids, DLTensor* accepted,
+                                                     DLTensor* emitted, void* stream);
+
 /* ---- GEMM (kernels/gemm, src/ops/gemm) ------------------------------------------------------ */
 
 /* How the autotuner times a tactic when a call measures (docs/autotune.md): one call per sample

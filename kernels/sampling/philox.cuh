@@ -3,9 +3,10 @@
 // between calls. That is what makes sampling deterministic for a given seed and offset, and what
 // lets a captured CUDA graph draw fresh numbers when the engine bumps the offset in device memory.
 //
-// kjit's stream layout: key = seed (64 bits), counter = (offset low, offset high, subsequence, 0)
-// where the subsequence is the batch row (or 0 when every row has its own seed). One block of
-// four words per row per call; word 0 and 1 make the row's uniform.
+// kjit's stream layout: key = seed (64 bits), counter = (offset low, offset high, subsequence,
+// draw) where the subsequence is the batch row (or 0 when every row has its own seed) and draw
+// numbers a row's draws within one call (0 for the samplers' one draw). One block of four words
+// per draw; words 0 and 1 make the uniform.
 #pragma once
 
 #include "common/prelude.cuh"
@@ -31,13 +32,20 @@ KJIT_DEVICE KJIT_FORCEINLINE Philox4 philox4x32_10(Philox4 ctr, u32 k0, u32 k1) 
   return ctr;
 }
 
-// A uniform double in [0, 1) with 53 random bits: the row's one draw. Doubles so that
-// u * total keeps the resolution of a 262144-token row's cumulative sum.
-KJIT_DEVICE KJIT_FORCEINLINE double philox_uniform(u64 seed, u64 offset, u32 subsequence) {
-  const Philox4 r =
-      philox4x32_10({u32(offset), u32(offset >> 32), subsequence, 0u}, u32(seed), u32(seed >> 32));
+// A uniform double in [0, 1) with 53 random bits from counter word 3 = `draw` (an op that needs
+// several numbers per row per call numbers them 0, 1, ...). Doubles so that u * total keeps the
+// resolution of a 262144-token row's cumulative sum.
+KJIT_DEVICE KJIT_FORCEINLINE double philox_uniform_at(u64 seed, u64 offset, u32 subsequence,
+                                                      u32 draw) {
+  const Philox4 r = philox4x32_10({u32(offset), u32(offset >> 32), subsequence, draw}, u32(seed),
+                                  u32(seed >> 32));
   const u64 bits = (u64(r.x) << 21) ^ u64(r.y >> 11);  // 53 bits
   return double(bits) * (1.0 / 9007199254740992.0);    // 2^-53
+}
+
+// The row's one draw of the samplers.
+KJIT_DEVICE KJIT_FORCEINLINE double philox_uniform(u64 seed, u64 offset, u32 subsequence) {
+  return philox_uniform_at(seed, offset, subsequence, 0u);
 }
 
 }  // namespace sampling

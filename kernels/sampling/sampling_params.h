@@ -60,5 +60,24 @@ struct ArgmaxParams {
   int out_i64;
 };
 
+// chain_speculative_kernel (speculative.cuh). Strides in elements; last dims contiguous.
+struct SpeculativeParams {
+  const float* draft_probs;          // [batch, num_draft, vocab]
+  const int* draft_ids;              // [batch, num_draft]
+  const float* target_probs;         // [batch, num_draft + 1, vocab]
+  const unsigned long long* seed;    // [1] or [batch]
+  const unsigned long long* offset;  // [1] or [batch]
+  int* out;                          // [batch, num_draft + 1]
+  int* accepted;                     // [batch] or null
+  int* emitted;                      // [batch] or null
+  long long dp_batch, dp_step;       // draft_probs strides
+  long long tp_batch, tp_step;       // target_probs strides
+  long long ids_batch, out_batch;
+  long long seed_stride, offset_stride;  // 0 or 1
+  int num_draft;
+  int vocab;
+  int per_row_seed;
+};
+
 }  // namespace sampling
 }  // namespace kjit

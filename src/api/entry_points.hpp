@@ -69,6 +69,9 @@
   X(kjit_top_k_mask_logits, "in:logits in:top_k_arr out:out options:options stream")           \
   X(kjit_softmax, "in:logits in:temperature_arr out:out options:options stream")               \
   X(kjit_argmax, "in:input out:out stream")                                                    \
+  X(kjit_chain_speculative_sampling,                                                           \
+    "in:draft_probs in:draft_token_ids in:target_probs in:seed in:offset "                     \
+    "out:output_token_ids out:accepted out:emitted stream")                                    \
   X(kjit_gemm, "in:a in:b in:bias inout:out options:options stream")                           \
   X(kjit_gemm_fp8, "in:a in:b in:scale_a in:scale_b inout:out options:options stream")         \
   X(kjit_quant_fp8, "in:input out:out out:scale scaling stream")                               \

@@ -4,6 +4,7 @@
 #include "api/entry.hpp"
 #include "api/options.hpp"
 #include "ops/sampling/sampling.hpp"
+#include "ops/sampling/speculative.hpp"
 
 namespace {
 
@@ -169,6 +170,21 @@ KJIT_API kjit_status kjit_softmax(const DLTensor* logits, const DLTensor* temper
 KJIT_API kjit_status kjit_argmax(const DLTensor* input, DLTensor* out, void* stream) {
   return kjit::api::entry<&kjit_argmax>([&] { kjit::ops::argmax(input, out, stream); }, input, out,
                                         stream);
+}
+
+KJIT_API kjit_status kjit_chain_speculative_sampling(const DLTensor* draft_probs,
+                                                     const DLTensor* draft_token_ids,
+                                                     const DLTensor* target_probs,
+                                                     const DLTensor* seed, const DLTensor* offset,
+                                                     DLTensor* output_token_ids, DLTensor* accepted,
+                                                     DLTensor* emitted, void* stream) {
+  return kjit::api::entry<&kjit_chain_speculative_sampling>(
+      [&] {
+        kjit::ops::chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, seed,
+                                              offset, output_token_ids, accepted, emitted, stream);
+      },
+      draft_probs, draft_token_ids, target_probs, seed, offset, output_token_ids, accepted, emitted,
+      stream);
 }
 
 }  // extern "C"

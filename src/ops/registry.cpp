@@ -32,6 +32,7 @@ const std::vector<OpDef>& op_registry() {
                                           sampling_filter_op_def(),
                                           softmax_op_def(),
                                           argmax_op_def(),
+                                          chain_speculative_op_def(),
                                           gemm_op_def(),
                                           gemm_fp8_op_def(),
                                           quant_fp8_op_def(),

@@ -1423,6 +1423,54 @@ Api argmax_api() {
   return api;
 }
 
+Api speculative_api() {
+  Api api;
+  api.name = "kjit_chain_speculative_sampling";
+  api.make = [] {
+    Call c;
+    c.tensors.push_back(arg("draft_probs", 1, {3, 4, 1000}, "fp32"));
+    c.tensors.push_back(arg("draft_token_ids", 2, {3, 4}, "int32"));
+    c.tensors.push_back(arg("target_probs", 3, {3, 5, 1000}, "fp32"));
+    c.tensors.push_back(arg("seed", 4, {1}, "int64"));
+    c.tensors.push_back(arg("offset", 5, {3}, "int64"));
+    c.tensors.push_back(arg("output_token_ids", 6, {3, 5}, "int32"));
+    c.tensors.push_back(arg("accepted", 7, {3}, "int32", /*nullable=*/true));
+    c.tensors.push_back(arg("emitted", 8, {3}, "int32", /*nullable=*/true));
+    return c;
+  };
+  api.invoke = [](Call& c) {
+    return kjit_chain_speculative_sampling(c.t(0), c.t(1), c.t(2), c.t(3), c.t(4), c.t(5), c.t(6),
+                                           c.t(7), nullptr);
+  };
+  api.specific = {
+      {"target_probs without the bonus step",
+       [](Call& c) {
+         reshape(c.arg("target_probs"), {3, 4, 1000});
+       },
+       "target_probs"},
+      {"32 draft tokens",
+       [](Call& c) {
+         reshape(c.arg("draft_probs"), {3, 32, 1000});
+         reshape(c.arg("draft_token_ids"), {3, 32});
+         reshape(c.arg("target_probs"), {3, 33, 1000});
+         reshape(c.arg("output_token_ids"), {3, 33});
+       },
+       ""},
+      {"emitted over accepted",
+       [](Call& c) { c.arg("emitted").t.t.data = c.arg("accepted").t.t.data; }, ""},
+  };
+  api.zero_size = [](Call& c) {
+    reshape(c.arg("draft_probs"), {0, 4, 1000});
+    reshape(c.arg("draft_token_ids"), {0, 4});
+    reshape(c.arg("target_probs"), {0, 5, 1000});
+    reshape(c.arg("output_token_ids"), {0, 5});
+    reshape(c.arg("offset"), {1});
+    reshape(c.arg("accepted"), {0});
+    reshape(c.arg("emitted"), {0});
+  };
+  return api;
+}
+
 // out = alpha * a . b^T + beta * out + bias; alpha, beta and the options' struct_size come from
 // the call's scalars.
 Api gemm_api() {
@@ -1766,6 +1814,7 @@ std::vector<Api> table() {
       merge_states_api(),
       merge_states_n_api(),
       argmax_api(),
+      speculative_api(),
       gemm_api(),
       gemm_fp8_api(),
       quant_fp8_api(),

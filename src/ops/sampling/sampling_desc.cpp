@@ -10,6 +10,7 @@
 
 #include "diag/trace_dump.hpp"
 #include "ops/sampling/sampling.hpp"
+#include "ops/sampling/speculative.hpp"
 #include "util/error.hpp"
 
 namespace kjit::ops {
@@ -424,7 +425,62 @@ OpDef argmax_op_def() {
   return d;
 }
 
+Definition chain_speculative_definition(int64_t vocab, int64_t num_draft) {
+  Definition d;
+  d.op_type = "chain_speculative_sampling";
+  d.name = fmt::format("chain_speculative_sampling_v{}_n{}", vocab, num_draft);
+  d.op = "chain_speculative_sampling";
+  d.entry = "kjit_chain_speculative_sampling";
+  d.description =
+      "keeps each request's draft tokens up to the first rejected one (accepted when u * q < p), "
+      "then draws one token from max(0, p - q) there, or from the bonus step's p";
+  d.axes = {var("batch_size", "requests"), constant("vocab_size", vocab, "row length"),
+            constant("num_draft", num_draft, "draft tokens per request"),
+            constant("num_steps", num_draft + 1, "target steps per request")};
+  d.inputs = {
+      tensor("draft_probs", {"batch_size", "num_draft", "vocab_size"}, DType::kF32,
+             "the draft model's distributions"),
+      tensor("draft_token_ids", {"batch_size", "num_draft"}, DType::kI32, "the draft tokens"),
+      tensor("target_probs", {"batch_size", "num_steps", "vocab_size"}, DType::kF32,
+             "the target model's distributions, one more step"),
+      tensor("seed", {"batch_size"}, DType::kI64, "Philox key (1 or batch_size elements)"),
+      tensor("offset", {"batch_size"}, DType::kI64, "Philox counter (1 or batch_size elements)")};
+  d.outputs = {tensor("output_token_ids", {"batch_size", "num_steps"}, DType::kI32,
+                      "kept draft tokens, the drawn token, then -1"),
+               tensor("accepted", {"batch_size"}, DType::kI32,
+                      "draft tokens accepted each on its own (optional)"),
+               tensor("emitted", {"batch_size"}, DType::kI32, "draft tokens kept (optional)")};
+  d.reference = "tools/devkit/reference/sampling_ref.hpp: ref::chain_speculative";
+  return d;
+}
+
+OpDef chain_speculative_op_def() {
+  OpDef d;
+  d.name = "chain_speculative_sampling";
+  d.summary = "chain speculative sampling: accept / reject draft tokens, draw the next token";
+  d.arch_families = {"sm_80+"};
+  d.make_spec = [d](const SetArgs& args) {
+    check_set_args(d, args);
+    return chain_speculative_spec(SpeculativeConfig{});
+  };
+  d.catalog = [] { return std::vector<SetArgs>{SetArgs{}}; };
+  d.precompile_sets = [](const Definition&, const VarAxes&) {
+    return std::vector<SetArgs>{SetArgs{}};
+  };
+  d.definitions = [] {
+    // Llama 3 (128256) with 4 draft tokens (EAGLE-style chains), Qwen 2.5 (151936) with 8.
+    return std::vector<Definition>{chain_speculative_definition(128256, 4),
+                                   chain_speculative_definition(151936, 8)};
+  };
+  return d;
+}
+
 namespace trace {
+
+void chain_speculative(int64_t vocab, int64_t num_draft, int64_t batch) noexcept {
+  const Definition d = chain_speculative_definition(vocab, num_draft);
+  record(d.name, {{"batch_size", batch}}, nullptr, ojson::object(), [&] { return d; });
+}
 
 void sampling(SamplingKind kind, DType dtype, int64_t vocab, int64_t batch) noexcept {
   const Definition d = sampling_definition(kind, dtype, vocab);

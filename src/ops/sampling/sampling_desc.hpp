@@ -17,6 +17,7 @@ namespace kjit::ops {
 OpDef sampling_filter_op_def();
 OpDef softmax_op_def();
 OpDef argmax_op_def();
+OpDef chain_speculative_op_def();
 
 // The sampling family's C entry points, one definition each.
 enum class SamplingKind {
@@ -39,9 +40,12 @@ bool sampling_reads_logits(SamplingKind kind);
 // (kFilterTopK | kFilterTopP | kFilterMinP, as sampling.hpp) it applies.
 SamplingKind sample_kind(bool logits, int filters);
 Definition sampling_definition(SamplingKind kind, DType dtype, int64_t vocab);
+// kjit_chain_speculative_sampling with num_draft draft tokens per request.
+Definition chain_speculative_definition(int64_t vocab, int64_t num_draft);
 
 namespace trace {
 void sampling(SamplingKind kind, DType dtype, int64_t vocab, int64_t batch) noexcept;
+void chain_speculative(int64_t vocab, int64_t num_draft, int64_t batch) noexcept;
 }  // namespace trace
 
 }  // namespace kjit::ops

@@ -37,11 +37,13 @@ inline Philox4 philox4x32_10(Philox4 ctr, uint32_t k0, uint32_t k1) {
   return ctr;
 }
 
-// The uniform kjit draws for a row (kjit.h: key = seed, counter = (offset, subsequence, 0)).
-inline double sampling_uniform(uint64_t seed, uint64_t offset, uint32_t subsequence) {
-  const Philox4 r = philox4x32_10(
-      Philox4{{static_cast<uint32_t>(offset), static_cast<uint32_t>(offset >> 32), subsequence, 0}},
-      static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+// The uniform kjit draws for a row (kjit.h: key = seed, counter = (offset, subsequence, draw);
+// draw 0 for the samplers, 0..n for chain speculative sampling).
+inline double sampling_uniform(uint64_t seed, uint64_t offset, uint32_t subsequence,
+                               uint32_t draw = 0) {
+  const Philox4 r = philox4x32_10(Philox4{{static_cast<uint32_t>(offset),
+                                           static_cast<uint32_t>(offset >> 32), subsequence, draw}},
+                                  static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
   const uint64_t bits = (static_cast<uint64_t>(r.v[0]) << 21) ^ (r.v[1] >> 11);
   return static_cast<double>(bits) / 9007199254740992.0;
 }
@@ -269,6 +271,79 @@ inline double mean_score_z(const std::vector<long>& counts, const std::vector<do
   mean /= static_cast<double>(n);
   const double sd = std::sqrt(std::max(ep2 - ep * ep, 1e-300));
   return (mean - ep) / (sd / std::sqrt(static_cast<double>(n)));
+}
+
+// ---- Chain speculative sampling ---------------------------------------------------------------
+
+// One request of kjit_chain_speculative_sampling from kjit.h's definition: the outputs, the
+// drawn token's position and the weights and uniform it was drawn with (so a test can accept a
+// neighbour when u * total falls within rounding of a boundary).
+struct SpeculativeRow {
+  std::vector<int32_t> out;
+  int accepted = 0;
+  int emitted = 0;
+  int pos = 0;
+  std::vector<double> w;
+  double u = 0;
+};
+
+// draft: [n, vocab], target: [n + 1, vocab] (row-major), ids: [n].
+inline SpeculativeRow chain_speculative(const float* draft, const int32_t* ids, const float* target,
+                                        int n, int vocab, uint64_t seed, uint64_t offset,
+                                        uint32_t subsequence) {
+  SpeculativeRow r;
+  r.out.assign(static_cast<size_t>(n) + 1, -1);
+  int pos = n;
+  for (int i = 0; i < n; ++i) {
+    const int32_t d = ids[i];
+    bool ok = false;
+    if (d >= 0 && d < vocab) {
+      const double u = sampling_uniform(seed, offset, subsequence, static_cast<uint32_t>(i));
+      ok = u * static_cast<double>(draft[static_cast<size_t>(i) * vocab + d]) <
+           static_cast<double>(target[static_cast<size_t>(i) * vocab + d]);
+    }
+    r.accepted += ok ? 1 : 0;
+    if (!ok && pos == n) pos = i;
+  }
+  for (int i = 0; i < pos; ++i) r.out[static_cast<size_t>(i)] = ids[i];
+  r.emitted = r.pos = pos;
+  // The residual max(0, p - q) in fp32 as kjit.h defines it (a NaN stays NaN), or p itself.
+  const float* p = target + static_cast<size_t>(pos) * vocab;
+  const float* q = draft + static_cast<size_t>(pos < n ? pos : 0) * vocab;
+  r.w.assign(static_cast<size_t>(vocab), 0.0);
+  double total = 0;
+  for (bool residual : {pos < n, false}) {
+    total = 0;
+    for (int v = 0; v < vocab; ++v) {
+      const float d = p[v] - q[v];
+      const float w = !residual ? p[v] : (d > 0.0f || std::isnan(d) ? d : 0.0f);
+      r.w[static_cast<size_t>(v)] = w;
+      total += w;
+    }
+    if (!residual || total > 0) break;
+  }
+  r.u = sampling_uniform(seed, offset, subsequence, static_cast<uint32_t>(n));
+  if (!(total > 0 && total < 1e300)) return r;  // -1 at pos
+  r.out[static_cast<size_t>(pos)] =
+      static_cast<int32_t>(inverse_cdf(r.w, std::vector<Keep>(r.w.size(), Keep::kMust), r.u));
+  return r;
+}
+
+// Whether `token` may be the draw of `row` (weights w, uniform u): the reference's own pick, or a
+// token with weight whose CDF interval lies within 1e-9 of the total from u * total (a boundary
+// the kernel's differently ordered sums may put on either side).
+inline bool speculative_draw_ok(const SpeculativeRow& row, int32_t token) {
+  const int32_t want = row.out[static_cast<size_t>(row.pos)];
+  if (token == want) return true;
+  if (want < 0 || token < 0 || static_cast<size_t>(token) >= row.w.size()) return false;
+  if (!(row.w[static_cast<size_t>(token)] > 0)) return false;
+  double total = 0, lo = 0;
+  for (size_t i = 0; i < row.w.size(); ++i) {
+    if (i == static_cast<size_t>(token)) lo = total;
+    total += row.w[i];
+  }
+  const double goal = row.u * total, hi = lo + row.w[static_cast<size_t>(token)];
+  return goal >= lo - 1e-9 * total && goal <= hi + 1e-9 * total;
 }
 
 }  // namespace kjit::ref
