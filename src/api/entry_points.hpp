@@ -67,7 +67,15 @@
   X(kjit_argmax, "in:input out:out stream")                                                    \
   X(kjit_gemm, "in:a in:b in:bias inout:out options:options stream")                           \
   X(kjit_gemm_fp8, "in:a in:b in:scale_a in:scale_b inout:out options:options stream")         \
-  X(kjit_quant_fp8, "in:input out:out out:scale scaling stream")
+  X(kjit_quant_fp8, "in:input out:out out:scale scaling stream")                               \
+  X(kjit_moe_route, "in:logits in:bias out:topk_ids out:topk_weights options:options stream")  \
+  X(kjit_moe_permute,                                                                          \
+    "in:x in:topk_ids out:permuted out:expert_offsets out:permuted_to_src "                    \
+    "out:src_to_permuted stream")                                                              \
+  X(kjit_moe_finalize,                                                                         \
+    "in:expert_out in:src_to_permuted in:topk_weights in:shared_out out:out stream")           \
+  X(kjit_moe_grouped_gemm, "in:a in:b in:expert_offsets out:out stream")                       \
+  X(kjit_moe_grouped_gemm_masked, "in:a in:b in:counts out:out stream")
 
 namespace kjit::api {
 

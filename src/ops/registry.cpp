@@ -8,6 +8,7 @@
 #include "ops/gemm/gemm_desc.hpp"
 #include "ops/gemm/gemm_fp8_desc.hpp"
 #include "ops/kv_cache/kv_cache_desc.hpp"
+#include "ops/moe/moe_desc.hpp"
 #include "ops/norm/norm_desc.hpp"
 #include "ops/quant/quant_desc.hpp"
 #include "ops/rope/rope_desc.hpp"
@@ -32,7 +33,11 @@ const std::vector<OpDef>& op_registry() {
                                           argmax_op_def(),
                                           gemm_op_def(),
                                           gemm_fp8_op_def(),
-                                          quant_fp8_op_def()};
+                                          quant_fp8_op_def(),
+                                          moe_route_op_def(),
+                                          moe_permute_op_def(),
+                                          moe_finalize_op_def(),
+                                          moe_grouped_gemm_op_def()};
   return defs;
 }
 
