@@ -68,7 +68,7 @@ KJIT_DEVICE KJIT_FORCEINLINE void compute_scores(const MoeRouteParams& p, i64 t,
   const int lane = static_cast<int>(threadIdx.x % 32);
   const IN* row = static_cast<const IN*>(p.logits) + t * p.logits_stride;
   if (p.scoring == kMoeScoreSoftmax) {
-    float mx = -INFINITY;
+    float mx = -__int_as_float(0x7f800000);  // -inf (NVRTC has no INFINITY)
     for (int e = lane; e < p.experts; e += 32) {
       score[e] = to_float(row[e]);
       mx = fmaxf(mx, score[e]);

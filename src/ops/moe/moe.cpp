@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/device.hpp"
@@ -39,6 +40,14 @@ RowMatrix compact(const DLTensor* t, const char* name, DType dtype, int64_t rows
          m.row_stride, m.cols);
   }
   return m;
+}
+
+// `t` as a compact int32 [tokens, top_k] (top_k from its shape, read once `t` is known valid).
+std::pair<RowMatrix, int64_t> per_slot_ids(const DLTensor* t, const char* name, int64_t tokens) {
+  as_row_matrix(t, name);
+  if (t->ndim != 2) fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be [tokens, top_k]", name);
+  const int64_t top_k = t->shape[1];
+  return {compact(t, name, DType::kI32, tokens, top_k), top_k};
 }
 
 RowMatrix matrix_2d(const DLTensor* t, const char* name) {
@@ -94,12 +103,7 @@ void moe_route(const DLTensor* logits, const DLTensor* bias, DLTensor* topk_ids,
   const RowMatrix x = matrix_2d(logits, "logits");
   const int64_t tokens = logits->shape[0];
   const int64_t experts = logits->shape[1];
-  as_row_matrix(topk_ids, "topk_ids");  // checked before its shape is read
-  if (topk_ids->ndim != 2) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "topk_ids must be [tokens, top_k]");
-  }
-  const int64_t top_k = topk_ids->shape[1];
-  const RowMatrix ids = compact(topk_ids, "topk_ids", DType::kI32, tokens, top_k);
+  const auto [ids, top_k] = per_slot_ids(topk_ids, "topk_ids", tokens);
   const RowMatrix w = compact(topk_weights, "topk_weights", DType::kF32, tokens, top_k);
   RowMatrix bv;
   if (bias != nullptr) {
@@ -200,12 +204,7 @@ void moe_permute(const DLTensor* x, const DLTensor* topk_ids, DLTensor* permuted
   const RowMatrix xm = matrix_2d(x, "x");
   const int64_t tokens = x->shape[0];
   const int64_t hidden = x->shape[1];
-  as_row_matrix(topk_ids, "topk_ids");  // checked before its shape is read
-  if (topk_ids->ndim != 2) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "topk_ids must be [tokens, top_k]");
-  }
-  const int64_t top_k = topk_ids->shape[1];
-  const RowMatrix ids = compact(topk_ids, "topk_ids", DType::kI32, tokens, top_k);
+  const auto [ids, top_k] = per_slot_ids(topk_ids, "topk_ids", tokens);
   int64_t pairs = 0;
   if (__builtin_mul_overflow(tokens, top_k, &pairs) || pairs > kMaxInt32) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "tokens x top_k must be below 2^31");
@@ -298,12 +297,7 @@ void moe_finalize(const DLTensor* expert_out, const DLTensor* src_to_permuted,
     fail(KJIT_ERROR_INVALID_ARGUMENT, "expert_out's last dim is {} but out's is {}",
          expert_out->shape[1], hidden);
   }
-  as_row_matrix(src_to_permuted, "src_to_permuted");  // checked before its shape is read
-  if (src_to_permuted->ndim != 2) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "src_to_permuted must be [tokens, top_k]");
-  }
-  const int64_t top_k = src_to_permuted->shape[1];
-  const RowMatrix s2p = compact(src_to_permuted, "src_to_permuted", DType::kI32, tokens, top_k);
+  const auto [s2p, top_k] = per_slot_ids(src_to_permuted, "src_to_permuted", tokens);
   const RowMatrix w = compact(topk_weights, "topk_weights", DType::kF32, tokens, top_k);
   if (top_k > moe::kMoeMaxTopK) {
     fail(KJIT_ERROR_UNSUPPORTED, "moe_finalize: top_k {} (at most {})", top_k, moe::kMoeMaxTopK);

@@ -48,6 +48,16 @@ std::string gemm_name(bool masked, DType dtype, DType out_dtype, int64_t experts
                      out_dtype == dtype ? "" : std::string("_out_") + dtype_name(out_dtype));
 }
 
+// A row-copy kernel's vec from --set: at most one 16-byte access.
+int vec_arg(const char* op, const SetArgs& args, DType dtype) {
+  const int vec = std::stoi(args.at("vec"));
+  if (vec * static_cast<int>(dtype_size(dtype)) > 16) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{}: vec {} of {} exceeds 16 bytes", op, vec,
+         args.at("dtype"));
+  }
+  return vec;
+}
+
 const std::vector<std::string> kFloatTypes = {"fp32", "fp16", "bf16"};
 }  // namespace
 
@@ -191,12 +201,8 @@ OpDef moe_permute_op_def() {
     check_set_args(d, args);
     MoePermuteConfig c;
     c.dtype = dtype_from_name(args.at("dtype"));
-    c.vec = std::stoi(args.at("vec"));
+    c.vec = vec_arg("moe_permute", args, c.dtype);
     c.buckets = std::stoi(args.at("buckets"));
-    if (c.vec * static_cast<int>(dtype_size(c.dtype)) > 16) {
-      fail(KJIT_ERROR_INVALID_ARGUMENT, "moe_permute: vec {} of {} exceeds 16 bytes", c.vec,
-           args.at("dtype"));
-    }
     return moe_permute_spec(c);
   };
   d.catalog = [] {
@@ -235,11 +241,8 @@ OpDef moe_finalize_op_def() {
   d.arch_families = {"sm_80+"};
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
-    MoeFinalizeConfig c{dtype_from_name(args.at("dtype")), std::stoi(args.at("vec"))};
-    if (c.vec * static_cast<int>(dtype_size(c.dtype)) > 16) {
-      fail(KJIT_ERROR_INVALID_ARGUMENT, "moe_finalize: vec {} of {} exceeds 16 bytes", c.vec,
-           args.at("dtype"));
-    }
+    const DType dtype = dtype_from_name(args.at("dtype"));
+    const MoeFinalizeConfig c{dtype, vec_arg("moe_finalize", args, dtype)};
     return moe_finalize_spec(c);
   };
   d.catalog = [] {
