@@ -48,6 +48,14 @@ std::string gemm_name(bool masked, DType dtype, DType out_dtype, int64_t experts
                      out_dtype == dtype ? "" : std::string("_out_") + dtype_name(out_dtype));
 }
 
+// One definition per model of kMoeModels.
+template <class Make>
+std::vector<Definition> per_model(Make make) {
+  std::vector<Definition> out;
+  for (const MoeModel& m : kMoeModels) out.push_back(make(m));
+  return out;
+}
+
 // A row-copy kernel's vec from --set: at most one 16-byte access.
 int vec_arg(const char* op, const SetArgs& args, DType dtype) {
   const int vec = std::stoi(args.at("vec"));
@@ -179,12 +187,10 @@ OpDef moe_route_op_def() {
     return std::vector<SetArgs>{{{"dtype", dtype_name(def.tensor_dtype("logits"))}}};
   };
   d.definitions = [] {
-    std::vector<Definition> out;
-    for (const MoeModel& m : kMoeModels) {
-      out.push_back(moe_route_definition(m.sigmoid ? DType::kF32 : DType::kBF16, m.experts, m.top_k,
-                                         m.n_group, m.sigmoid));
-    }
-    return out;
+    return per_model([](const MoeModel& m) {
+      return moe_route_definition(m.sigmoid ? DType::kF32 : DType::kBF16, m.experts, m.top_k,
+                                  m.n_group, m.sigmoid);
+    });
   };
   return d;
 }
@@ -223,11 +229,9 @@ OpDef moe_permute_op_def() {
                                  {"buckets", std::to_string(c.buckets)}}};
   };
   d.definitions = [] {
-    std::vector<Definition> out;
-    for (const MoeModel& m : kMoeModels) {
-      out.push_back(moe_permute_definition(DType::kBF16, m.hidden, m.experts, m.top_k));
-    }
-    return out;
+    return per_model([](const MoeModel& m) {
+      return moe_permute_definition(DType::kBF16, m.hidden, m.experts, m.top_k);
+    });
   };
   return d;
 }
@@ -255,11 +259,9 @@ OpDef moe_finalize_op_def() {
     return std::vector<SetArgs>{{{"dtype", dtype_name(c.dtype)}, {"vec", std::to_string(c.vec)}}};
   };
   d.definitions = [] {
-    std::vector<Definition> out;
-    for (const MoeModel& m : kMoeModels) {
-      out.push_back(moe_finalize_definition(DType::kBF16, m.hidden, m.top_k, m.sigmoid));
-    }
-    return out;
+    return per_model([](const MoeModel& m) {
+      return moe_finalize_definition(DType::kBF16, m.hidden, m.top_k, m.sigmoid);
+    });
   };
   return d;
 }
@@ -328,11 +330,10 @@ OpDef moe_grouped_gemm_op_def() {
     return out;
   };
   d.definitions = [] {
-    std::vector<Definition> out;
-    for (const MoeModel& m : kMoeModels) {
-      out.push_back(moe_grouped_gemm_definition(false, DType::kBF16, DType::kBF16, m.experts,
-                                                m.gate_up_n, m.hidden));
-    }
+    std::vector<Definition> out = per_model([](const MoeModel& m) {
+      return moe_grouped_gemm_definition(false, DType::kBF16, DType::kBF16, m.experts, m.gate_up_n,
+                                         m.hidden);
+    });
     const MoeModel& ds = kMoeModels[2];
     out.push_back(moe_grouped_gemm_definition(true, DType::kBF16, DType::kBF16, ds.experts,
                                               ds.gate_up_n, ds.hidden));
