@@ -950,6 +950,114 @@ KJIT_API kjit_status kjit_fused_add_rmsnorm_quant_fp8(const DLTensor* input, con
 KJIT_API kjit_status kjit_silu_and_mul_quant_fp8(const DLTensor* input, DLTensor* out,
                                                  DLTensor* scale, void* stream);
 
+/* ---- Mixture of experts (kernels/moe, src/ops/moe) ------------------------------------------ */
+
+/* How kjit_moe_route scores the router logits. */
+typedef enum kjit_moe_scoring {
+  KJIT_MOE_SCORING_SOFTMAX = 0, /* softmax over the experts (Mixtral, Qwen3-MoE) */
+  KJIT_MOE_SCORING_SIGMOID = 1  /* sigmoid of each logit (DeepSeek-V3) */
+} kjit_moe_scoring;
+
+/* Options of kjit_moe_route. Versioned by struct_size: kjit_moe_route_options_init fills the
+ * defaults for this header's layout, and the library reads only the fields struct_size covers. */
+typedef struct kjit_moe_route_options {
+  size_t struct_size;          /* sizeof(kjit_moe_route_options) */
+  int scoring;                 /* a kjit_moe_scoring; KJIT_MOE_SCORING_SOFTMAX (default) */
+  int renormalize;             /* 1: weights divided by their sum over the top k; 0 (default) */
+  int n_group;                 /* 1 (default): no groups; else 2 .. 32 groups of experts */
+  int topk_group;              /* groups kept, 1 .. n_group; 1 (default) */
+  float routed_scaling_factor; /* weights' final factor, finite; 1 (default) */
+} kjit_moe_route_options;
+
+/* Fills *options with the defaults (NULL is ignored). */
+KJIT_API void kjit_moe_route_options_init(kjit_moe_route_options* options);
+
+/*
+ * MoE routing, one token per row of logits:
+ *   score = softmax(logits row) or sigmoid(logits) (options->scoring), in fp32;
+ *   choice = score + bias (bias, the correction bias, steers the selection only);
+ *   with n_group > 1 the experts form n_group equal groups of consecutive ids, a group scores
+ *   the sum of its two largest choice values, and only the topk_group best groups' experts may
+ *   be selected (DeepSeek-V3; experts of other groups are never selected);
+ *   topk_ids = the top_k eligible experts by choice, largest first; equal values by lower index
+ *   first (the order torch.topk returns in practice, which PyTorch does not document), NaN above
+ *   every number (as torch.topk);
+ *   topk_weights = their unbiased scores, divided by their sum when options->renormalize, times
+ *   options->routed_scaling_factor.
+ * logits: [tokens, experts] fp32 / bf16 / fp16, last dim contiguous; experts 1 .. 256.
+ * bias: [experts] fp32 or NULL. topk_ids: [tokens, top_k] int32, topk_weights [tokens, top_k]
+ * fp32, both compact, top_k 1 .. 8 (and <= topk_group * experts / n_group).
+ * options: NULL for the defaults. Zero tokens: no-op. Graph-safe (one kernel). Thread-safe.
+ */
+KJIT_API kjit_status kjit_moe_route(const DLTensor* logits, const DLTensor* bias,
+                                    DLTensor* topk_ids, DLTensor* topk_weights,
+                                    const kjit_moe_route_options* options, void* stream);
+
+/*
+ * Sorts the (token, slot) pairs by expert for a grouped GEMM, on the device (no host sync,
+ * graph-safe: two kernels, no workspace). Stable: within an expert, rows keep token order.
+ * x: [tokens, hidden] fp32 / fp16 / bf16, last dim contiguous. topk_ids: [tokens, top_k] int32
+ * compact (kjit_moe_route's). Written:
+ *   permuted [tokens * top_k, hidden] (x's dtype): row d = x[permuted_to_src[d] / top_k];
+ *   expert_offsets [experts + 1] int32 (experts 1 .. 511): expert e's rows are
+ *     expert_offsets[e] .. expert_offsets[e + 1] - 1 (kjit_moe_grouped_gemm's offsets);
+ *   permuted_to_src [tokens * top_k] int32: the pair t * top_k + j of each permuted row;
+ *   src_to_permuted [tokens, top_k] int32: the inverse, the permuted row of each pair
+ *     (kjit_moe_finalize's map).
+ * Ids outside [0, experts) (an expert-parallel rank's remote experts) are sorted after
+ * expert_offsets[experts], their src_to_permuted is -1, and kjit_moe_finalize skips them. No
+ * output may overlap another or an input. The sort runs in one thread block: it costs tens of
+ * microseconds at prefill sizes. For fp8 experts, kjit_quant_fp8 (per 1 x 128 group) of permuted
+ * gives the grouped GEMM's scale_a. No pairs (tokens * top_k = 0): no-op, expert_offsets left as
+ * they are. Thread-safe.
+ */
+KJIT_API kjit_status kjit_moe_permute(const DLTensor* x, const DLTensor* topk_ids,
+                                      DLTensor* permuted, DLTensor* expert_offsets,
+                                      DLTensor* permuted_to_src, DLTensor* src_to_permuted,
+                                      void* stream);
+
+/*
+ * out[t] = sum over j of topk_weights[t, j] * expert_out[src_to_permuted[t, j]] (+ shared_out[t]),
+ * summed in fp32 in slot order, then rounded to out's dtype. Slots whose src_to_permuted is -1
+ * (or outside expert_out's rows) add nothing.
+ * expert_out: [rows, hidden] fp32 / fp16 / bf16 (the grouped GEMM's output, permuted order).
+ * src_to_permuted: [tokens, top_k] int32, topk_weights: [tokens, top_k] fp32, compact; top_k <= 8.
+ * shared_out: [tokens, hidden] (the shared expert's output) or NULL. out: [tokens, hidden];
+ * expert_out's dtype for all three; out may be shared_out itself, and overlaps nothing else.
+ * Zero-size: no-op. Graph-safe. Thread-safe.
+ */
+KJIT_API kjit_status kjit_moe_finalize(const DLTensor* expert_out, const DLTensor* src_to_permuted,
+                                       const DLTensor* topk_weights, const DLTensor* shared_out,
+                                       DLTensor* out, void* stream);
+
+/*
+ * Grouped GEMM, contiguous layout: for each expert e, rows expert_offsets[e] ..
+ * expert_offsets[e + 1] - 1 of out = the same rows of a . b[e]^T, fp32 accumulation.
+ * a: [rows, k] bf16 / fp16, last dim contiguous (kjit_moe_permute's permuted).
+ * b: [experts, n, k] a's dtype (each expert's weight as a Linear's), last dim contiguous, one row
+ *   stride over experts * n rows. expert_offsets: [experts + 1] int32 on the device, read by the
+ *   kernel (no host sync: graph-safe with routing that changes between replays); they must be
+ *   non-decreasing (values are clamped into [0, rows], so bad offsets cannot write outside out).
+ * out: [rows, n] bf16 / fp16 / fp32, not overlapping a, b or expert_offsets; rows outside
+ *   [offsets[0], offsets[experts]) are not written.
+ * On an sm_90 device with TMA-ready a and b (16-byte aligned bases and row strides) the call runs
+ * on tensor cores (wgmma, a tile schedule per expert); otherwise an fp32 fallback serves it.
+ * Thread-safe.
+ */
+KJIT_API kjit_status kjit_moe_grouped_gemm(const DLTensor* a, const DLTensor* b,
+                                           const DLTensor* expert_offsets, DLTensor* out,
+                                           void* stream);
+
+/*
+ * Grouped GEMM, masked layout (fixed shapes for CUDA-graph decode): out[e, i] = a[e, i] . b[e]^T
+ * for i < counts[e]; a: [experts, max_rows, k], counts: [experts] int32 on the device (values
+ * clamped into [0, max_rows]), out: [experts, max_rows, n]; rows at or past counts[e] are not
+ * written. Otherwise as kjit_moe_grouped_gemm.
+ */
+KJIT_API kjit_status kjit_moe_grouped_gemm_masked(const DLTensor* a, const DLTensor* b,
+                                                  const DLTensor* counts, DLTensor* out,
+                                                  void* stream);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

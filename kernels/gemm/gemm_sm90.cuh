@@ -46,21 +46,27 @@ KJIT_DEVICE KJIT_FORCEINLINE void init_ring(u64* full, u64* empty) {
   hopper::fence_barrier_init();
 }
 
+// The producer's loop over the K blocks of a's rows a_row.. + 127 and b's rows b_row.. + BN - 1
+// (the grouped GEMM's tiles start at any row).
 template <typename IN, int BN, int STAGES>
-KJIT_DEVICE KJIT_FORCEINLINE void produce(const GemmParams& p, unsigned char* tiles, u64* full,
-                                          u64* empty, int k_blocks, int m_tile, int n_tile) {
+KJIT_DEVICE KJIT_FORCEINLINE void produce_rows(const GemmParams& p, unsigned char* tiles, u64* full,
+                                               u64* empty, int k_blocks, int a_row, int b_row) {
   constexpr u32 kABytes = kGemmBlockM * kGemmBlockK * sizeof(IN);
   constexpr u32 kStageBytes = (kGemmBlockM + BN) * kGemmBlockK * sizeof(IN);
-  const int m0 = m_tile * kGemmBlockM;
-  const int n0 = n_tile * BN;
   for (int kb = 0; kb < k_blocks; ++kb) {
     const int s = kb % STAGES;
     hopper::mbarrier_wait(&empty[s], ((kb / STAGES) & 1) ^ 1);
     unsigned char* stage = tiles + s * kStageBytes;
     hopper::mbarrier_arrive_expect_tx(&full[s], kStageBytes);
-    hopper::tma_load_2d(stage, &p.tma_a, &full[s], kb * kGemmBlockK, m0);
-    hopper::tma_load_2d(stage + kABytes, &p.tma_b, &full[s], kb * kGemmBlockK, n0);
+    hopper::tma_load_2d(stage, &p.tma_a, &full[s], kb * kGemmBlockK, a_row);
+    hopper::tma_load_2d(stage + kABytes, &p.tma_b, &full[s], kb * kGemmBlockK, b_row);
   }
+}
+
+template <typename IN, int BN, int STAGES>
+KJIT_DEVICE KJIT_FORCEINLINE void produce(const GemmParams& p, unsigned char* tiles, u64* full,
+                                          u64* empty, int k_blocks, int m_tile, int n_tile) {
+  produce_rows<IN, BN, STAGES>(p, tiles, full, empty, k_blocks, m_tile * kGemmBlockM, n_tile * BN);
 }
 
 // Consumer `half` (0 or 1) accumulates rows 64 * half .. + 63 of the tile into acc.
@@ -138,17 +144,21 @@ KJIT_DEVICE KJIT_FORCEINLINE void write_tile(const GemmParams& p, int half, int 
 // kGemmGroupM row tiles down their columns: a wave of blocks then reads a band of a and a few
 // column tiles of b that both stay in L2, where a row-major order would stream all of b (larger
 // than L2 for an MLP weight) once per row tile.
-template <int BN>
-KJIT_DEVICE KJIT_FORCEINLINE void tile_of(const GemmParams& p, int& m_tile, int& n_tile) {
-  const int tiles_m = static_cast<int>((p.m + kGemmBlockM - 1) / kGemmBlockM);
-  const int tiles_n = static_cast<int>((p.n + BN - 1) / BN);
-  const int b = static_cast<int>(blockIdx.x);
+// (The grouped GEMM orders its tiles the same way over its own counts.)
+KJIT_DEVICE KJIT_FORCEINLINE void band_tile(int b, int tiles_m, int tiles_n, int& m_tile,
+                                            int& n_tile) {
   const int band = b / (kGemmGroupM * tiles_n);
   const int first = band * kGemmGroupM;
   const int rows = tiles_m - first < kGemmGroupM ? tiles_m - first : kGemmGroupM;
   const int in_band = b - band * kGemmGroupM * tiles_n;
   m_tile = first + in_band % rows;
   n_tile = in_band / rows;
+}
+
+template <int BN>
+KJIT_DEVICE KJIT_FORCEINLINE void tile_of(const GemmParams& p, int& m_tile, int& n_tile) {
+  band_tile(static_cast<int>(blockIdx.x), static_cast<int>((p.m + kGemmBlockM - 1) / kGemmBlockM),
+            static_cast<int>((p.n + BN - 1) / BN), m_tile, n_tile);
 }
 
 template <typename IN, typename OUT, int BN, int STAGES>

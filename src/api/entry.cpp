@@ -81,6 +81,13 @@ void log_options(CallLog& log, const kjit_gemm_options* options) {
   KJIT_GEMM_OPTION_FIELDS(KJIT_LOG_OPTION_FIELD)
 }
 
+void log_options(CallLog& log, const kjit_moe_route_options* options) {
+  kjit_moe_route_options o;
+  kjit_moe_route_options_init(&o);
+  if (log_struct_size_if_unreadable(log, options, &o)) return;
+  KJIT_MOE_ROUTE_OPTION_FIELDS(KJIT_LOG_OPTION_FIELD)
+}
+
 #undef KJIT_LOG_OPTION_FIELD
 
 }  // namespace kjit::api

@@ -79,7 +79,15 @@
   X(kjit_rmsnorm_quant_fp8, "in:input in:weight out:out out:scale eps stream")                 \
   X(kjit_fused_add_rmsnorm_quant_fp8,                                                          \
     "in:input in:weight inout:residual out:out out:scale eps stream")                          \
-  X(kjit_silu_and_mul_quant_fp8, "in:input out:out out:scale stream")
+  X(kjit_silu_and_mul_quant_fp8, "in:input out:out out:scale stream")                          \
+  X(kjit_moe_route, "in:logits in:bias out:topk_ids out:topk_weights options:options stream")  \
+  X(kjit_moe_permute,                                                                          \
+    "in:x in:topk_ids out:permuted out:expert_offsets out:permuted_to_src "                    \
+    "out:src_to_permuted stream")                                                              \
+  X(kjit_moe_finalize,                                                                         \
+    "in:expert_out in:src_to_permuted in:topk_weights in:shared_out out:out stream")           \
+  X(kjit_moe_grouped_gemm, "in:a in:b in:expert_offsets out:out stream")                       \
+  X(kjit_moe_grouped_gemm_masked, "in:a in:b in:counts out:out stream")
 
 namespace kjit::api {
 

@@ -77,4 +77,14 @@ kjit_prefill_options prefill_options(const kjit_prefill_options* given) {
   return checked(given, &kjit_prefill_options_init, "kjit_prefill_options_init");
 }
 
+#define KJIT_MEMBER_OF_MOE_ROUTE(f) , &kjit_moe_route_options::f
+bool read_options(const kjit_moe_route_options* given, kjit_moe_route_options* out) noexcept {
+  return read_versioned(given, out KJIT_MOE_ROUTE_OPTION_FIELDS(KJIT_MEMBER_OF_MOE_ROUTE));
+}
+#undef KJIT_MEMBER_OF_MOE_ROUTE
+
+kjit_moe_route_options moe_route_options(const kjit_moe_route_options* given) {
+  return checked(given, &kjit_moe_route_options_init, "kjit_moe_route_options_init");
+}
+
 }  // namespace kjit::api

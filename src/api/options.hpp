@@ -12,6 +12,8 @@
   X(sm_scale) X(logits_soft_cap) X(window_left) X(num_splits) X(num_sms)
 #define KJIT_GEMM_OPTION_FIELDS(X) X(alpha) X(beta) X(autotune) X(tune_timing)
 #define KJIT_PREFILL_OPTION_FIELDS(X) X(causal) X(sm_scale) X(logits_soft_cap) X(window_left)
+#define KJIT_MOE_ROUTE_OPTION_FIELDS(X) \
+  X(scoring) X(renormalize) X(n_group) X(topk_group) X(routed_scaling_factor)
 
 namespace kjit::api {
 
@@ -23,6 +25,7 @@ bool read_options(const kjit_sampling_options* given, kjit_sampling_options* out
 bool read_options(const kjit_decode_options* given, kjit_decode_options* out) noexcept;
 bool read_options(const kjit_gemm_options* given, kjit_gemm_options* out) noexcept;
 bool read_options(const kjit_prefill_options* given, kjit_prefill_options* out) noexcept;
+bool read_options(const kjit_moe_route_options* given, kjit_moe_route_options* out) noexcept;
 
 // The options a call uses: the defaults `init` fills, then the fields of *given that its
 // struct_size covers. Throws KJIT_ERROR_INVALID_ARGUMENT naming `init` for a bad struct_size.
@@ -30,5 +33,6 @@ kjit_sampling_options sampling_options(const kjit_sampling_options* given);
 kjit_decode_options decode_options(const kjit_decode_options* given);
 kjit_gemm_options gemm_options(const kjit_gemm_options* given);
 kjit_prefill_options prefill_options(const kjit_prefill_options* given);
+kjit_moe_route_options moe_route_options(const kjit_moe_route_options* given);
 
 }  // namespace kjit::api

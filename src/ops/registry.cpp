@@ -9,6 +9,7 @@
 #include "ops/gemm/gemm_desc.hpp"
 #include "ops/gemm/gemm_fp8_desc.hpp"
 #include "ops/kv_cache/kv_cache_desc.hpp"
+#include "ops/moe/moe_desc.hpp"
 #include "ops/norm/norm_desc.hpp"
 #include "ops/quant/fused_quant_desc.hpp"
 #include "ops/quant/quant_desc.hpp"
@@ -38,7 +39,11 @@ const std::vector<OpDef>& op_registry() {
                                           quant_fp8_op_def(),
                                           embedding_op_def(),
                                           rmsnorm_quant_fp8_op_def(),
-                                          silu_and_mul_quant_fp8_op_def()};
+                                          silu_and_mul_quant_fp8_op_def(),
+                                          moe_route_op_def(),
+                                          moe_permute_op_def(),
+                                          moe_finalize_op_def(),
+                                          moe_grouped_gemm_op_def()};
   return defs;
 }
 

@@ -1796,6 +1796,208 @@ Api silu_and_mul_quant_fp8_api() {
   return api;
 }
 
+// kjit_moe_route with DeepSeek-V3-style options (the option fields are its scalars).
+Api moe_route_api() {
+  Api api;
+  api.name = "kjit_moe_route";
+  api.make = [] {
+    Call c;
+    c.tensors.push_back(arg("logits", 1, {4, 64}, "fp32"));
+    c.tensors.push_back(arg("bias", 2, {64}, "fp32", true));
+    c.tensors.push_back(arg("topk_ids", 3, {4, 8}, "int32"));
+    c.tensors.push_back(arg("topk_weights", 4, {4, 8}, "fp32"));
+    c.ints = {{"scoring", KJIT_MOE_SCORING_SIGMOID},
+              {"renormalize", 1},
+              {"n_group", 8},
+              {"topk_group", 4},
+              {"struct_size", static_cast<int>(sizeof(kjit_moe_route_options))}};
+    c.floats = {{"routed_scaling_factor", 2.5f}};
+    return c;
+  };
+  api.invoke = [](Call& c) {
+    kjit_moe_route_options o;
+    kjit_moe_route_options_init(&o);
+    o.scoring = c.integer("scoring");
+    o.renormalize = c.integer("renormalize");
+    o.n_group = c.integer("n_group");
+    o.topk_group = c.integer("topk_group");
+    o.routed_scaling_factor = c.scalar("routed_scaling_factor");
+    o.struct_size = static_cast<size_t>(c.integer("struct_size"));
+    return kjit_moe_route(c.t(0), c.t(1), c.t(2), c.t(3), &o, nullptr);
+  };
+  api.specific = {
+      set_int("scoring", 2),
+      set_int("renormalize", 2),
+      set_int("n_group", 3),
+      set_int("n_group", 0),
+      set_int("topk_group", 9),
+      set_int("topk_group", 0),
+      {"options struct_size 0", [](Call& c) { c.integer("struct_size") = 0; }, "struct_size"},
+      {"int64 topk_ids", [](Call& c) { c.arg("topk_ids").t.t.dtype = dl_dtype("int64"); },
+       "topk_ids"},
+      {"bias of another length", [](Call& c) { reshape(c.arg("bias"), {63}); }, "bias"},
+      {"topk_weights of another top_k",
+       [](Call& c) {
+         reshape(c.arg("topk_weights"), {4, 7});
+       },
+       "topk_weights"},
+      {"int32 logits", [](Call& c) { c.arg("logits").t.t.dtype = dl_dtype("int32"); }, "logits"},
+      {"topk_weights inside topk_ids",
+       [](Call& c) { c.arg("topk_weights").t.t.data = c.arg("topk_ids").t.t.data; },
+       "topk_weights"},
+  };
+  api.zero_size = [](Call& c) {
+    reshape(c.arg("logits"), {0, 64});
+    reshape(c.arg("topk_ids"), {0, 8});
+    reshape(c.arg("topk_weights"), {0, 8});
+  };
+  return api;
+}
+
+Api moe_permute_api() {
+  Api api;
+  api.name = "kjit_moe_permute";
+  api.make = [] {
+    Call c;
+    c.tensors.push_back(arg("x", 1, {4, 64}, "bf16"));
+    c.tensors.push_back(arg("topk_ids", 2, {4, 2}, "int32"));
+    c.tensors.push_back(arg("permuted", 3, {8, 64}, "bf16"));
+    c.tensors.push_back(arg("expert_offsets", 4, {9}, "int32"));
+    c.tensors.push_back(arg("permuted_to_src", 5, {8}, "int32"));
+    c.tensors.push_back(arg("src_to_permuted", 6, {4, 2}, "int32"));
+    return c;
+  };
+  api.invoke = [](Call& c) {
+    return kjit_moe_permute(c.t(0), c.t(1), c.t(2), c.t(3), c.t(4), c.t(5), nullptr);
+  };
+  api.specific = {
+      {"permuted with too few rows",
+       [](Call& c) {
+         reshape(c.arg("permuted"), {7, 64});
+       },
+       "permuted"},
+      {"permuted of another dtype", [](Call& c) { c.arg("permuted").t.t.dtype = dl_dtype("fp16"); },
+       "permuted"},
+      {"expert_offsets without experts", [](Call& c) { reshape(c.arg("expert_offsets"), {1}); },
+       "expert_offsets"},
+      {"600 experts", [](Call& c) { reshape(c.arg("expert_offsets"), {601}); }, "experts"},
+      {"src_to_permuted 1-D", [](Call& c) { reshape(c.arg("src_to_permuted"), {8}); },
+       "src_to_permuted"},
+      {"permuted_to_src inside expert_offsets",
+       [](Call& c) {
+         c.arg("permuted_to_src").t.t.data =
+             static_cast<char*>(c.arg("expert_offsets").t.t.data) + 8;
+       },
+       "permuted_to_src"},
+  };
+  api.zero_size = [](Call& c) {
+    reshape(c.arg("x"), {0, 64});
+    reshape(c.arg("topk_ids"), {0, 2});
+    reshape(c.arg("permuted"), {0, 64});
+    reshape(c.arg("permuted_to_src"), {0});
+    reshape(c.arg("src_to_permuted"), {0, 2});
+  };
+  return api;
+}
+
+Api moe_finalize_api() {
+  Api api;
+  api.name = "kjit_moe_finalize";
+  api.make = [] {
+    Call c;
+    c.tensors.push_back(arg("expert_out", 1, {8, 64}, "bf16"));
+    c.tensors.push_back(arg("src_to_permuted", 2, {4, 2}, "int32"));
+    c.tensors.push_back(arg("topk_weights", 3, {4, 2}, "fp32"));
+    c.tensors.push_back(arg("shared_out", 4, {4, 64}, "bf16", true));
+    c.tensors.push_back(arg("out", 5, {4, 64}, "bf16"));
+    return c;
+  };
+  api.invoke = [](Call& c) {
+    return kjit_moe_finalize(c.t(0), c.t(1), c.t(2), c.t(3), c.t(4), nullptr);
+  };
+  api.specific = {
+      {"out of another width",
+       [](Call& c) {
+         reshape(c.arg("out"), {4, 63});
+       },
+       "out"},
+      {"fp32 out", [](Call& c) { c.arg("out").t.t.dtype = dl_dtype("fp32"); }, "out"},
+      {"top_k 9",
+       [](Call& c) {
+         reshape(c.arg("src_to_permuted"), {4, 9});
+         reshape(c.arg("topk_weights"), {4, 9});
+       },
+       "top_k"},
+      {"shared_out of another row count",
+       [](Call& c) {
+         reshape(c.arg("shared_out"), {5, 64});
+       },
+       "shared_out"},
+      {"out inside expert_out",
+       [](Call& c) { c.arg("out").t.t.data = c.arg("expert_out").t.t.data; }, "out"},
+  };
+  api.zero_size = [](Call& c) {
+    reshape(c.arg("src_to_permuted"), {0, 2});
+    reshape(c.arg("topk_weights"), {0, 2});
+    reshape(c.arg("shared_out"), {0, 64});
+    reshape(c.arg("out"), {0, 64});
+  };
+  return api;
+}
+
+// Both layouts of the grouped GEMM: a, b, the schedule tensor, out.
+Api moe_grouped_gemm_api(bool masked) {
+  Api api;
+  api.name = masked ? "kjit_moe_grouped_gemm_masked" : "kjit_moe_grouped_gemm";
+  api.make = [masked] {
+    Call c;
+    if (masked) {
+      c.tensors.push_back(arg("a", 1, {4, 16, 64}, "bf16"));
+      c.tensors.push_back(arg("b", 2, {4, 32, 64}, "bf16"));
+      c.tensors.push_back(arg("counts", 3, {4}, "int32"));
+      c.tensors.push_back(arg("out", 4, {4, 16, 32}, "bf16"));
+    } else {
+      c.tensors.push_back(arg("a", 1, {10, 64}, "bf16"));
+      c.tensors.push_back(arg("b", 2, {4, 32, 64}, "bf16"));
+      c.tensors.push_back(arg("expert_offsets", 3, {5}, "int32"));
+      c.tensors.push_back(arg("out", 4, {10, 32}, "bf16"));
+    }
+    return c;
+  };
+  api.invoke = [masked](Call& c) {
+    return masked ? kjit_moe_grouped_gemm_masked(c.t(0), c.t(1), c.t(2), c.t(3), nullptr)
+                  : kjit_moe_grouped_gemm(c.t(0), c.t(1), c.t(2), c.t(3), nullptr);
+  };
+  const char* sched = masked ? "counts" : "expert_offsets";
+  api.specific = {
+      {"b with another k",
+       [](Call& c) {
+         reshape(c.arg("b"), {4, 32, 63});
+       },
+       "b"},
+      {"b 2-D",
+       [](Call& c) {
+         reshape(c.arg("b"), {128, 64});
+       },
+       "b"},
+      {"schedule of another length", [sched](Call& c) { reshape(c.arg(sched), {3}); }, sched},
+      {"int64 schedule", [sched](Call& c) { c.arg(sched).t.t.dtype = dl_dtype("int64"); }, sched},
+      {"fp32 operands",
+       [](Call& c) {
+         c.arg("a").t.t.dtype = dl_dtype("fp32");
+         c.arg("b").t.t.dtype = dl_dtype("fp32");
+       },
+       "a"},
+      {"out inside a", [](Call& c) { c.arg("out").t.t.data = c.arg("a").t.t.data; }, "out"},
+      {"out inside b", [](Call& c) { c.arg("out").t.t.data = c.arg("b").t.t.data; }, "out"},
+  };
+  api.zero_size = [masked](Call& c) {
+    reshape(c.arg("a"), masked ? std::vector<int64_t>{4, 0, 64} : std::vector<int64_t>{0, 64});
+    reshape(c.arg("out"), masked ? std::vector<int64_t>{4, 0, 32} : std::vector<int64_t>{0, 32});
+  };
+  return api;
+}
+
 std::vector<Api> table() {
   std::vector<Api> t = {
       rmsnorm_api("kjit_rmsnorm", kjit_rmsnorm),
@@ -1822,6 +2024,11 @@ std::vector<Api> table() {
       rmsnorm_quant_fp8_api(false),
       rmsnorm_quant_fp8_api(true),
       silu_and_mul_quant_fp8_api(),
+      moe_route_api(),
+      moe_permute_api(),
+      moe_finalize_api(),
+      moe_grouped_gemm_api(false),
+      moe_grouped_gemm_api(true),
   };
   add_activations(t);
   add_samplers(t);
@@ -1850,7 +2057,8 @@ const std::set<std::string> kCoveredElsewhere = {"kjit_version_string",
                                                  "kjit_precompile",
                                                  "kjit_precompile_file",
                                                  "kjit_op_supported",
-                                                 "kjit_gemm_options_init"};
+                                                 "kjit_gemm_options_init",
+                                                 "kjit_moe_route_options_init"};
 
 bool is_argument_error(kjit_status s) {
   return s == KJIT_ERROR_INVALID_ARGUMENT || s == KJIT_ERROR_UNSUPPORTED;

@@ -139,6 +139,7 @@ void add_attention_benches(std::vector<BenchEntry>& out);   // bench_attention.c
 void add_sampling_benches(std::vector<BenchEntry>& out);    // bench_sampling.cpp
 void add_gemm_benches(std::vector<BenchEntry>& out);        // bench_gemm.cpp
 void add_gemm_fp8_benches(std::vector<BenchEntry>& out);    // bench_gemm_fp8.cpp
+void add_moe_benches(std::vector<BenchEntry>& out);         // bench_moe.cpp
 void add_empty_bench(std::vector<BenchEntry>& out);         // bench_harness.cpp
 void add_embedding_benches(std::vector<BenchEntry>& out);   // bench_embedding.cpp
 

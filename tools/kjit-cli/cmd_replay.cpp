@@ -132,6 +132,11 @@ class Call {
     KJIT_GEMM_OPTION_FIELDS(KJIT_REPLAY_OPTION_FIELD)
     return &o;
   }
+  const kjit_moe_route_options* moe_route_options() {
+    auto& o = options_init(&moe_route_options_, &kjit_moe_route_options_init);
+    KJIT_MOE_ROUTE_OPTION_FIELDS(KJIT_REPLAY_OPTION_FIELD)
+    return &o;
+  }
 #undef KJIT_REPLAY_OPTION_FIELD
 
  private:
@@ -164,6 +169,7 @@ class Call {
   std::vector<std::string> order_;
   kjit_sampling_options sampling_options_{};
   kjit_gemm_options gemm_options_{};
+  kjit_moe_route_options moe_route_options_{};
 };
 
 // The recorded argument `a` as the entry point's parameter type P.
@@ -186,6 +192,8 @@ P recorded(Call& c, const api::RowArg& a) {
     return c.sampling_options();
   } else if constexpr (std::is_same_v<P, const kjit_gemm_options*>) {
     return c.gemm_options();
+  } else if constexpr (std::is_same_v<P, const kjit_moe_route_options*>) {
+    return c.moe_route_options();
   } else if constexpr (std::is_same_v<P, void*>) {
     return c.stream();
   } else {

@@ -1,0 +1,68 @@
+// C entry points of the mixture-of-experts family.
+#include "api/entry.hpp"
+#include "api/options.hpp"
+#include "ops/moe/moe.hpp"
+
+extern "C" {
+
+KJIT_API void kjit_moe_route_options_init(kjit_moe_route_options* options) {
+  if (options == nullptr) return;
+  *options = kjit_moe_route_options{};
+  options->struct_size = sizeof(kjit_moe_route_options);
+  options->scoring = KJIT_MOE_SCORING_SOFTMAX;
+  options->renormalize = 0;
+  options->n_group = 1;
+  options->topk_group = 1;
+  options->routed_scaling_factor = 1.0f;
+}
+
+KJIT_API kjit_status kjit_moe_route(const DLTensor* logits, const DLTensor* bias,
+                                    DLTensor* topk_ids, DLTensor* topk_weights,
+                                    const kjit_moe_route_options* options, void* stream) {
+  return kjit::api::entry<&kjit_moe_route>(
+      [&] {
+        const kjit_moe_route_options o = kjit::api::moe_route_options(options);
+        kjit::ops::moe_route(logits, bias, topk_ids, topk_weights, o, stream);
+      },
+      logits, bias, topk_ids, topk_weights, options, stream);
+}
+
+KJIT_API kjit_status kjit_moe_permute(const DLTensor* x, const DLTensor* topk_ids,
+                                      DLTensor* permuted, DLTensor* expert_offsets,
+                                      DLTensor* permuted_to_src, DLTensor* src_to_permuted,
+                                      void* stream) {
+  return kjit::api::entry<&kjit_moe_permute>(
+      [&] {
+        kjit::ops::moe_permute(x, topk_ids, permuted, expert_offsets, permuted_to_src,
+                               src_to_permuted, stream);
+      },
+      x, topk_ids, permuted, expert_offsets, permuted_to_src, src_to_permuted, stream);
+}
+
+KJIT_API kjit_status kjit_moe_finalize(const DLTensor* expert_out, const DLTensor* src_to_permuted,
+                                       const DLTensor* topk_weights, const DLTensor* shared_out,
+                                       DLTensor* out, void* stream) {
+  return kjit::api::entry<&kjit_moe_finalize>(
+      [&] {
+        kjit::ops::moe_finalize(expert_out, src_to_permuted, topk_weights, shared_out, out, stream);
+      },
+      expert_out, src_to_permuted, topk_weights, shared_out, out, stream);
+}
+
+KJIT_API kjit_status kjit_moe_grouped_gemm(const DLTensor* a, const DLTensor* b,
+                                           const DLTensor* expert_offsets, DLTensor* out,
+                                           void* stream) {
+  return kjit::api::entry<&kjit_moe_grouped_gemm>(
+      [&] { kjit::ops::moe_grouped_gemm(a, b, expert_offsets, out, stream); }, a, b, expert_offsets,
+      out, stream);
+}
+
+KJIT_API kjit_status kjit_moe_grouped_gemm_masked(const DLTensor* a, const DLTensor* b,
+                                                  const DLTensor* counts, DLTensor* out,
+                                                  void* stream) {
+  return kjit::api::entry<&kjit_moe_grouped_gemm_masked>(
+      [&] { kjit::ops::moe_grouped_gemm_masked(a, b, counts, out, stream); }, a, b, counts, out,
+      stream);
+}
+
+}  // extern "C"

@@ -1,0 +1,379 @@
+// See moe_desc.hpp.
+#include "ops/moe/moe_desc.hpp"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "moe/moe_params.h"
+#include "ops/moe/moe.hpp"
+#include "util/error.hpp"
+
+namespace kjit::ops {
+
+namespace {
+using namespace def;
+
+// Every compute capability 9.0 part lets a block opt in to 227 KB (as gemm_desc.cpp).
+constexpr int kHopperSmemOptin = 227 * 1024;
+
+// The models of issue 28: Mixtral 8x7B (8 experts, top 2, hidden 4096, gate_up n 28672),
+// Qwen3-30B-A3B (128, top 8, hidden 2048, gate_up n 1536) and DeepSeek-V3 (256 in 8 groups, top
+// 8 of the best 4 groups, hidden 7168, gate_up n 4096).
+struct MoeModel {
+  int64_t experts, top_k, n_group, hidden, gate_up_n;
+  bool sigmoid;
+};
+constexpr MoeModel kMoeModels[] = {
+    {8, 2, 1, 4096, 28672, false}, {128, 8, 1, 2048, 1536, false}, {256, 8, 8, 7168, 4096, true}};
+
+std::string route_name(DType dtype, int64_t experts, int64_t top_k, int64_t n_group, bool sigmoid) {
+  return fmt::format("moe_route_e{}_k{}{}_{}{}", experts, top_k,
+                     n_group > 1 ? fmt::format("_g{}", n_group) : std::string(),
+                     sigmoid ? "sigmoid" : "softmax", dtype_suffix(dtype));
+}
+std::string permute_name(DType dtype, int64_t hidden, int64_t experts, int64_t top_k) {
+  return fmt::format("moe_permute_h{}_e{}_k{}{}", hidden, experts, top_k, dtype_suffix(dtype));
+}
+std::string finalize_name(DType dtype, int64_t hidden, int64_t top_k, bool shared) {
+  return fmt::format("moe_finalize_h{}_k{}{}{}", hidden, top_k, shared ? "_shared" : "",
+                     dtype_suffix(dtype));
+}
+std::string gemm_name(bool masked, DType dtype, DType out_dtype, int64_t experts, int64_t n,
+                      int64_t k) {
+  return fmt::format("moe_grouped_gemm{}_e{}_n{}_k{}{}{}", masked ? "_masked" : "", experts, n, k,
+                     dtype_suffix(dtype),
+                     out_dtype == dtype ? "" : std::string("_out_") + dtype_name(out_dtype));
+}
+
+// One definition per model of kMoeModels.
+template <class Make>
+std::vector<Definition> per_model(Make make) {
+  std::vector<Definition> out;
+  for (const MoeModel& m : kMoeModels) out.push_back(make(m));
+  return out;
+}
+
+// A row-copy kernel's vec from --set: at most one 16-byte access.
+int vec_arg(const char* op, const SetArgs& args, DType dtype) {
+  const int vec = std::stoi(args.at("vec"));
+  if (vec * static_cast<int>(dtype_size(dtype)) > 16) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{}: vec {} of {} exceeds 16 bytes", op, vec,
+         args.at("dtype"));
+  }
+  return vec;
+}
+
+const std::vector<std::string> kFloatTypes = {"fp32", "fp16", "bf16"};
+}  // namespace
+
+Definition moe_route_definition(DType dtype, int64_t experts, int64_t top_k, int64_t n_group,
+                                bool sigmoid) {
+  Definition d;
+  d.name = route_name(dtype, experts, top_k, n_group, sigmoid);
+  d.op_type = "moe";
+  d.op = "moe_route";
+  d.entry = "kjit_moe_route";
+  d.description = fmt::format(
+      "{} scores, top {} experts{} (correction bias for selection only), weights from the "
+      "unbiased scores, renormalized, times routed_scaling_factor",
+      sigmoid ? "sigmoid" : "softmax", top_k,
+      n_group > 1 ? " of the best groups (group score: sum of its top 2)" : "");
+  d.axes = {var("tokens", "tokens routed"), constant("experts", experts, "routed experts"),
+            constant("top_k", top_k, "experts per token")};
+  d.inputs = {tensor("logits", {"tokens", "experts"}, dtype, "router logits"),
+              tensor("bias", {"experts"}, DType::kF32, "correction bias (optional)")};
+  d.outputs = {tensor("topk_ids", {"tokens", "top_k"}, DType::kI32, "experts, best first"),
+               tensor("topk_weights", {"tokens", "top_k"}, DType::kF32, "their weights")};
+  d.reference = "tools/devkit/reference/moe_ref.hpp: ref::moe_route_token";
+  return d;
+}
+
+Definition moe_permute_definition(DType dtype, int64_t hidden, int64_t experts, int64_t top_k) {
+  Definition d;
+  d.name = permute_name(dtype, hidden, experts, top_k);
+  d.op_type = "moe";
+  d.op = "moe_permute";
+  d.entry = "kjit_moe_permute";
+  d.description =
+      "tokens' rows sorted by expert (stable: token order within an expert), per-expert offsets "
+      "and both index maps, on the device";
+  d.axes = {var("tokens", "tokens routed"),
+            constant("hidden", hidden, "row length"),
+            constant("experts", experts, "routed experts"),
+            constant("top_k", top_k, "experts per token"),
+            var("pairs", "tokens * top_k: fixed by tokens"),
+            var("experts_plus_one", "offsets' length: experts + 1, fixed by experts")};
+  d.inputs = {tensor("x", {"tokens", "hidden"}, dtype, "activations"),
+              tensor("topk_ids", {"tokens", "top_k"}, DType::kI32, "kjit_moe_route's ids")};
+  d.outputs = {tensor("permuted", {"pairs", "hidden"}, dtype, "rows grouped by expert"),
+               tensor("expert_offsets", {"experts_plus_one"}, DType::kI32, "expert e's rows"),
+               tensor("permuted_to_src", {"pairs"}, DType::kI32, "pair of each permuted row"),
+               tensor("src_to_permuted", {"tokens", "top_k"}, DType::kI32, "the inverse")};
+  d.reference = "tools/devkit/reference/moe_ref.hpp: ref::moe_permute";
+  return d;
+}
+
+Definition moe_finalize_definition(DType dtype, int64_t hidden, int64_t top_k, bool shared) {
+  Definition d;
+  d.name = finalize_name(dtype, hidden, top_k, shared);
+  d.op_type = "moe";
+  d.op = "moe_finalize";
+  d.entry = "kjit_moe_finalize";
+  d.description = std::string("out = sum over top k of weight * expert row, in fp32") +
+                  (shared ? " + the shared expert's output" : "");
+  d.axes = {var("tokens", "tokens routed"), constant("hidden", hidden, "row length"),
+            constant("top_k", top_k, "experts per token"),
+            var("pairs", "tokens * top_k: fixed by tokens")};
+  d.inputs = {tensor("expert_out", {"pairs", "hidden"}, dtype, "experts' rows, permuted"),
+              tensor("src_to_permuted", {"tokens", "top_k"}, DType::kI32, "kjit_moe_permute's"),
+              tensor("topk_weights", {"tokens", "top_k"}, DType::kF32, "kjit_moe_route's")};
+  if (shared) d.inputs.push_back(tensor("shared_out", {"tokens", "hidden"}, dtype, "added"));
+  d.outputs = {tensor("out", {"tokens", "hidden"}, dtype, "the layer's output")};
+  d.reference =
+      "tools/devkit/reference/moe_ref.hpp: ref::moe_permute (the inverse map; the fp64 sum is "
+      "check_finalize in tests/gpu/moe_gpu_test.cpp)";
+  return d;
+}
+
+Definition moe_grouped_gemm_definition(bool masked, DType dtype, DType out_dtype, int64_t experts,
+                                       int64_t n, int64_t k) {
+  Definition d;
+  d.name = gemm_name(masked, dtype, out_dtype, experts, n, k);
+  d.op_type = "moe";
+  d.op = "moe_grouped_gemm";
+  d.entry = masked ? "kjit_moe_grouped_gemm_masked" : "kjit_moe_grouped_gemm";
+  d.description = masked ? "out[e, :counts[e]] = a[e, :counts[e]] . b[e]^T, fp32 accumulation"
+                         : "rows offsets[e] .. offsets[e + 1] of out = the same rows of a . "
+                           "b[e]^T, fp32 accumulation";
+  d.axes = {constant("experts", experts, "experts"), constant("n", n, "output features"),
+            constant("k", k, "input features")};
+  if (masked) {
+    d.axes.push_back(var("max_rows", "rows per expert's slot"));
+    d.inputs = {tensor("a", {"experts", "max_rows", "k"}, dtype, "activations per expert"),
+                tensor("b", {"experts", "n", "k"}, dtype, "experts' weights"),
+                tensor("counts", {"experts"}, DType::kI32, "rows used per expert")};
+    d.outputs = {tensor("out", {"experts", "max_rows", "n"}, out_dtype, "the products")};
+  } else {
+    d.axes.push_back(var("rows", "permuted rows: tokens * top_k"));
+    d.axes.push_back(var("experts_plus_one", "offsets' length: experts + 1, fixed by experts"));
+    d.inputs = {tensor("a", {"rows", "k"}, dtype, "kjit_moe_permute's rows"),
+                tensor("b", {"experts", "n", "k"}, dtype, "experts' weights"),
+                tensor("expert_offsets", {"experts_plus_one"}, DType::kI32, "expert e's rows")};
+    d.outputs = {tensor("out", {"rows", "n"}, out_dtype, "the products")};
+  }
+  d.reference = "tools/devkit/reference/gemm_ref.hpp: ref::gemm_element (per expert)";
+  return d;
+}
+
+OpDef moe_route_op_def() {
+  OpDef d;
+  d.name = "moe_route";
+  d.summary = "MoE routing: softmax / sigmoid scores, (grouped) top-k, weights [tokens, top_k]";
+  d.axes = {{"dtype", kFloatTypes, true, "logits dtype"}};
+  d.arch_families = {"sm_80+"};
+  d.make_spec = [d](const SetArgs& args) {
+    check_set_args(d, args);
+    return moe_route_spec(MoeRouteConfig{dtype_from_name(args.at("dtype"))});
+  };
+  d.catalog = [] {
+    std::vector<SetArgs> out;
+    for (const auto& dt : kFloatTypes) out.push_back({{"dtype", dt}});
+    return out;
+  };
+  d.precompile_sets = [](const Definition& def, const VarAxes&) {
+    return std::vector<SetArgs>{{{"dtype", dtype_name(def.tensor_dtype("logits"))}}};
+  };
+  d.definitions = [] {
+    return per_model([](const MoeModel& m) {
+      return moe_route_definition(m.sigmoid ? DType::kF32 : DType::kBF16, m.experts, m.top_k,
+                                  m.n_group, m.sigmoid);
+    });
+  };
+  return d;
+}
+
+OpDef moe_permute_op_def() {
+  OpDef d;
+  d.name = "moe_permute";
+  d.summary = "MoE permutation: rows sorted by expert, offsets and index maps (no host sync)";
+  d.axes = {{"dtype", kFloatTypes, true, "x dtype"},
+            {"vec", {"1", "2", "4", "8"}, true, "elements per row access"},
+            {"buckets", {"32", "64", "128", "256", "512"}, true, "sort buckets (>= experts + 1)"}};
+  d.arch_families = {"sm_80+"};
+  d.make_spec = [d](const SetArgs& args) {
+    check_set_args(d, args);
+    MoePermuteConfig c;
+    c.dtype = dtype_from_name(args.at("dtype"));
+    c.vec = vec_arg("moe_permute", args, c.dtype);
+    c.buckets = std::stoi(args.at("buckets"));
+    return moe_permute_spec(c);
+  };
+  d.catalog = [] {
+    std::vector<SetArgs> out;
+    for (const MoeModel& m : kMoeModels) {
+      const MoePermuteConfig c = select_moe_permute(DType::kBF16, m.experts, 16, m.hidden);
+      out.push_back({{"dtype", "bf16"},
+                     {"vec", std::to_string(c.vec)},
+                     {"buckets", std::to_string(c.buckets)}});
+    }
+    return out;
+  };
+  d.precompile_sets = [](const Definition& def, const VarAxes&) {
+    const MoePermuteConfig c = select_moe_permute(def.tensor_dtype("x"), def.const_axis("experts"),
+                                                  16, def.const_axis("hidden"));
+    return std::vector<SetArgs>{{{"dtype", dtype_name(c.dtype)},
+                                 {"vec", std::to_string(c.vec)},
+                                 {"buckets", std::to_string(c.buckets)}}};
+  };
+  d.definitions = [] {
+    return per_model([](const MoeModel& m) {
+      return moe_permute_definition(DType::kBF16, m.hidden, m.experts, m.top_k);
+    });
+  };
+  return d;
+}
+
+OpDef moe_finalize_op_def() {
+  OpDef d;
+  d.name = "moe_finalize";
+  d.summary = "MoE finalize: weighted sum over top-k of expert rows (+ shared expert), fp32";
+  d.axes = {{"dtype", kFloatTypes, true, "expert_out / out dtype"},
+            {"vec", {"1", "2", "4", "8"}, true, "elements per row access"}};
+  d.arch_families = {"sm_80+"};
+  d.make_spec = [d](const SetArgs& args) {
+    check_set_args(d, args);
+    const DType dtype = dtype_from_name(args.at("dtype"));
+    const MoeFinalizeConfig c{dtype, vec_arg("moe_finalize", args, dtype)};
+    return moe_finalize_spec(c);
+  };
+  d.catalog = [] {
+    return std::vector<SetArgs>{{{"dtype", "bf16"}, {"vec", "8"}},
+                                {{"dtype", "fp32"}, {"vec", "4"}}};
+  };
+  d.precompile_sets = [](const Definition& def, const VarAxes&) {
+    const MoeFinalizeConfig c =
+        select_moe_finalize(def.tensor_dtype("out"), 16, def.const_axis("hidden"));
+    return std::vector<SetArgs>{{{"dtype", dtype_name(c.dtype)}, {"vec", std::to_string(c.vec)}}};
+  };
+  d.definitions = [] {
+    return per_model([](const MoeModel& m) {
+      return moe_finalize_definition(DType::kBF16, m.hidden, m.top_k, m.sigmoid);
+    });
+  };
+  return d;
+}
+
+OpDef moe_grouped_gemm_op_def() {
+  OpDef d;
+  d.name = "moe_grouped_gemm";
+  d.summary = "grouped GEMM over experts (contiguous or masked rows), bf16/fp16 in";
+  d.axes = {{"path", {"sm90", "simt"}, true, "sm90: TMA + wgmma (sm_90a); simt: any arch"},
+            {"dtype", {"bf16", "fp16"}, true, "a and b dtype"},
+            {"out_dtype", {"bf16", "fp16", "fp32"}, true, "out dtype"},
+            {"bn", {"128", "256"}, false, "sm90: output tile width (default 128)"},
+            {"stages", {"2", "3", "4", "5", "6"}, false, "sm90: pipeline stages"}};
+  d.arch_families = {"sm_80+", "sm_90a"};
+  d.make_spec = [d](const SetArgs& args) {
+    check_set_args(d, args);
+    MoeGemmConfig c;
+    c.path = args.at("path") == "sm90" ? GemmPath::kSm90 : GemmPath::kSimt;
+    c.dtype = dtype_from_name(args.at("dtype"));
+    c.out_dtype = dtype_from_name(args.at("out_dtype"));
+    const bool tiles = args.count("bn") != 0 || args.count("stages") != 0;
+    if (c.path == GemmPath::kSimt) {
+      if (tiles)
+        fail(KJIT_ERROR_INVALID_ARGUMENT, "moe_grouped_gemm: bn, stages are sm90 settings");
+      return moe_gemm_spec(c);
+    }
+    c.bn = args.count("bn") != 0 ? std::stoi(args.at("bn")) : 128;
+    c.stages = args.count("stages") != 0 ? std::stoi(args.at("stages")) : (c.bn == 256 ? 4 : 6);
+    return moe_gemm_spec(c);
+  };
+  d.catalog = [] {
+    std::vector<SetArgs> out;
+    for (const char* dt : {"bf16", "fp16"}) {
+      for (const char* od : {dt, "fp32"}) {
+        out.push_back({{"path", "sm90"}, {"dtype", dt}, {"out_dtype", od}, {"bn", "128"}});
+        out.push_back({{"path", "sm90"}, {"dtype", dt}, {"out_dtype", od}, {"bn", "256"}});
+        out.push_back({{"path", "simt"}, {"dtype", dt}, {"out_dtype", od}});
+      }
+    }
+    return out;
+  };
+  // The fallback and both tile widths of the wgmma path (the width follows the routing, a
+  // run-time value).
+  d.precompile_sets = [](const Definition& def, const VarAxes&) {
+    const SetArgs types = {{"dtype", dtype_name(def.tensor_dtype("a"))},
+                           {"out_dtype", dtype_name(def.tensor_dtype("out"))}};
+    std::vector<SetArgs> out = {types};
+    out.back()["path"] = "simt";
+    GemmTarget hopper;
+    hopper.cc_major = 9;
+    hopper.max_smem_optin = kHopperSmemOptin;
+    hopper.tma_ok = true;
+    const int64_t experts = def.const_axis("experts");
+    for (int64_t avg : {1, 512}) {
+      const MoeGemmConfig c =
+          select_moe_gemm(def.tensor_dtype("a"), def.tensor_dtype("out"), avg * experts, avg,
+                          def.const_axis("n"), def.const_axis("k"), experts, hopper);
+      SetArgs a = types;
+      a["path"] = gemm_path_name(c.path);
+      if (c.path == GemmPath::kSm90) {
+        a["bn"] = std::to_string(c.bn);
+        a["stages"] = std::to_string(c.stages);
+      }
+      out.push_back(std::move(a));
+    }
+    return out;
+  };
+  d.definitions = [] {
+    std::vector<Definition> out = per_model([](const MoeModel& m) {
+      return moe_grouped_gemm_definition(false, DType::kBF16, DType::kBF16, m.experts, m.gate_up_n,
+                                         m.hidden);
+    });
+    const MoeModel& ds = kMoeModels[2];
+    out.push_back(moe_grouped_gemm_definition(true, DType::kBF16, DType::kBF16, ds.experts,
+                                              ds.gate_up_n, ds.hidden));
+    return out;
+  };
+  return d;
+}
+
+namespace trace {
+
+void moe_route(DType dtype, int64_t tokens, int64_t experts, int64_t top_k,
+               const kjit_moe_route_options& o) noexcept {
+  const bool sigmoid = o.scoring == KJIT_MOE_SCORING_SIGMOID;
+  record(route_name(dtype, experts, top_k, o.n_group, sigmoid), {{"tokens", tokens}}, nullptr, {},
+         [&] { return moe_route_definition(dtype, experts, top_k, o.n_group, sigmoid); });
+}
+
+void moe_permute(DType dtype, int64_t tokens, int64_t hidden, int64_t experts,
+                 int64_t top_k) noexcept {
+  record(permute_name(dtype, hidden, experts, top_k),
+         {{"tokens", tokens}, {"pairs", tokens * top_k}, {"experts_plus_one", experts + 1}},
+         nullptr, {}, [&] { return moe_permute_definition(dtype, hidden, experts, top_k); });
+}
+
+void moe_finalize(DType dtype, int64_t tokens, int64_t hidden, int64_t top_k,
+                  bool shared) noexcept {
+  record(finalize_name(dtype, hidden, top_k, shared),
+         {{"tokens", tokens}, {"pairs", tokens * top_k}}, nullptr, {},
+         [&] { return moe_finalize_definition(dtype, hidden, top_k, shared); });
+}
+
+void moe_grouped_gemm(const char* layout, DType dtype, DType out_dtype, int64_t rows, int64_t n,
+                      int64_t k, int64_t experts) noexcept {
+  const bool masked = std::string(layout) == "masked";
+  nlohmann::ordered_json axes = {{masked ? "max_rows" : "rows", masked ? rows / experts : rows}};
+  if (!masked) axes["experts_plus_one"] = experts + 1;
+  record(gemm_name(masked, dtype, out_dtype, experts, n, k), axes, nullptr, {},
+         [&] { return moe_grouped_gemm_definition(masked, dtype, out_dtype, experts, n, k); });
+}
+
+}  // namespace trace
+
+}  // namespace kjit::ops

@@ -1,0 +1,265 @@
+// The MoE family without a GPU: the C ABI's argument checks (rejected before any driver call),
+// the routing options struct, and the pure parts of the ops: limits, path and tile choices,
+// specs.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <string>
+
+#include "kjit/kjit.h"
+#include "moe/moe_params.h"
+#include "ops/moe/moe.hpp"
+#include "ops/registry.hpp"
+#include "support/gpu.hpp"
+#include "util/error.hpp"
+
+using kjit::test::dl_dtype;
+using kjit::test::make_tensor;
+using kjit::test::Tensor;
+namespace ops = kjit::ops;
+
+namespace {
+
+// Fake device addresses: never dereferenced, since every call here fails validation first.
+char* const kIn = reinterpret_cast<char*>(0x10000000);
+char* const kIn2 = reinterpret_cast<char*>(0x14000000);
+char* const kOut = reinterpret_cast<char*>(0x20000000);
+char* const kOut2 = reinterpret_cast<char*>(0x24000000);
+char* const kOut3 = reinterpret_cast<char*>(0x28000000);
+char* const kOut4 = reinterpret_cast<char*>(0x2c000000);
+
+void expect(kjit_status s, kjit_status want, const char* fragment, const char* api) {
+  const std::string err = kjit_last_error();
+  INFO("last error: " << err);
+  CHECK(s == want);
+  CHECK(err.find(fragment) != std::string::npos);
+  CHECK(err.find(api) == 0);  // the guard names the entry point
+}
+
+struct Route {
+  Tensor logits = make_tensor(kIn, {4, 64}, dl_dtype("fp32"));
+  Tensor bias = make_tensor(kIn2, {64}, dl_dtype("fp32"));
+  Tensor ids = make_tensor(kOut, {4, 8}, dl_dtype("int32"));
+  Tensor w = make_tensor(kOut2, {4, 8}, dl_dtype("fp32"));
+  kjit_moe_route_options o{};
+  Route() { kjit_moe_route_options_init(&o); }
+  kjit_status run() {
+    return kjit_moe_route(logits.get(), bias.get(), ids.get(), w.get(), &o, nullptr);
+  }
+};
+
+void route_invalid(Route& r, const char* fragment, kjit_status want = KJIT_ERROR_INVALID_ARGUMENT) {
+  expect(r.run(), want, fragment, "kjit_moe_route");
+}
+
+}  // namespace
+
+TEST_CASE("moe abi: routing options and arguments", "[moe]") {
+  kjit_moe_route_options o;
+  kjit_moe_route_options_init(&o);
+  CHECK(o.struct_size == sizeof o);
+  CHECK(o.scoring == KJIT_MOE_SCORING_SOFTMAX);
+  CHECK(o.n_group == 1);
+  CHECK(o.topk_group == 1);
+  CHECK(o.renormalize == 0);
+  CHECK(o.routed_scaling_factor == 1.0f);
+  kjit_moe_route_options_init(nullptr);  // ignored
+
+  {
+    Route r;
+    r.o.struct_size = 4;
+    route_invalid(r, "kjit_moe_route_options_init");
+  }
+  {
+    Route r;
+    r.o.scoring = 2;
+    route_invalid(r, "scoring");
+  }
+  {
+    Route r;
+    r.o.renormalize = 5;
+    route_invalid(r, "renormalize");
+  }
+  {
+    Route r;
+    r.o.routed_scaling_factor = NAN;
+    route_invalid(r, "routed_scaling_factor");
+  }
+  {
+    Route r;
+    r.o.n_group = 3;
+    route_invalid(r, "n_group");
+  }  // 64 % 3 != 0
+  {
+    Route r;
+    r.o.n_group = 64;
+    route_invalid(r, "n_group");
+  }  // groups of 1
+  {
+    Route r;
+    r.o.n_group = 8;
+    r.o.topk_group = 9;
+    route_invalid(r, "topk_group");
+  }
+  {
+    Route r;
+    r.o.n_group = 16;
+    r.o.topk_group = 1;
+    route_invalid(r, "topk_group");
+  }  // 8 > 1 x 4
+  {
+    Route r;
+    r.ids = make_tensor(kOut, {4, 9}, dl_dtype("int32"));
+    r.w = make_tensor(kOut2, {4, 9}, dl_dtype("fp32"));
+    route_invalid(r, "top 9", KJIT_ERROR_UNSUPPORTED);
+  }
+  {
+    Route r;
+    r.logits = make_tensor(kIn, {4, 300}, dl_dtype("fp32"));
+    r.bias = make_tensor(kIn2, {300}, dl_dtype("fp32"));
+    route_invalid(r, "300 experts", KJIT_ERROR_UNSUPPORTED);
+  }
+  {
+    Route r;
+    r.ids = make_tensor(kOut, {4, 8}, dl_dtype("int64"));
+    route_invalid(r, "topk_ids must be int32");
+  }
+  {
+    Route r;
+    r.w = make_tensor(kOut2, {5, 8}, dl_dtype("fp32"));
+    route_invalid(r, "topk_weights must be [4, 8]");
+  }
+  {
+    Route r;
+    r.bias = make_tensor(kIn2, {63}, dl_dtype("fp32"));
+    route_invalid(r, "bias must be [64]");
+  }
+  {
+    Route r;
+    r.w = make_tensor(kOut, {4, 8}, dl_dtype("fp32"));
+    route_invalid(r, "overlaps");
+  }
+  {
+    Route r;
+    r.logits = make_tensor(kIn, {4, 64}, dl_dtype("int32"));
+    route_invalid(r, "logits", KJIT_ERROR_UNSUPPORTED);
+  }
+}
+
+TEST_CASE("moe abi: permute, finalize and grouped GEMM arguments", "[moe]") {
+  auto permute = [](Tensor& x, Tensor& ids, Tensor& perm, Tensor& off, Tensor& p2s, Tensor& s2p) {
+    return kjit_moe_permute(x.get(), ids.get(), perm.get(), off.get(), p2s.get(), s2p.get(),
+                            nullptr);
+  };
+  Tensor x = make_tensor(kIn, {4, 64}, dl_dtype("bf16"));
+  Tensor ids = make_tensor(kIn2, {4, 2}, dl_dtype("int32"));
+  Tensor perm = make_tensor(kOut, {8, 64}, dl_dtype("bf16"));
+  Tensor off = make_tensor(kOut2, {9}, dl_dtype("int32"));
+  Tensor p2s = make_tensor(kOut3, {8}, dl_dtype("int32"));
+  Tensor s2p = make_tensor(kOut4, {4, 2}, dl_dtype("int32"));
+  Tensor bad_perm = make_tensor(kOut, {7, 64}, dl_dtype("bf16"));
+  expect(permute(x, ids, bad_perm, off, p2s, s2p), KJIT_ERROR_INVALID_ARGUMENT,
+         "permuted must be [tokens * top_k, hidden]", "kjit_moe_permute");
+  Tensor big_off = make_tensor(kOut2, {600}, dl_dtype("int32"));
+  expect(permute(x, ids, perm, big_off, p2s, s2p), KJIT_ERROR_UNSUPPORTED, "599 experts",
+         "kjit_moe_permute");
+  Tensor p2s_alias = make_tensor(kOut2 + 16, {8}, dl_dtype("int32"));
+  expect(permute(x, ids, perm, off, p2s_alias, s2p), KJIT_ERROR_INVALID_ARGUMENT, "overlaps",
+         "kjit_moe_permute");
+  Tensor perm_fp16 = make_tensor(kOut, {8, 64}, dl_dtype("fp16"));
+  expect(permute(x, ids, perm_fp16, off, p2s, s2p), KJIT_ERROR_INVALID_ARGUMENT, "permuted",
+         "kjit_moe_permute");
+
+  Tensor eo = make_tensor(kIn, {8, 64}, dl_dtype("bf16"));
+  Tensor w = make_tensor(kIn2, {4, 2}, dl_dtype("fp32"));
+  Tensor out = make_tensor(kOut, {4, 64}, dl_dtype("bf16"));
+  Tensor out_fp32 = make_tensor(kOut, {4, 64}, dl_dtype("fp32"));
+  expect(kjit_moe_finalize(eo.get(), s2p.get(), w.get(), nullptr, out_fp32.get(), nullptr),
+         KJIT_ERROR_INVALID_ARGUMENT, "out", "kjit_moe_finalize");
+  Tensor s2p9 = make_tensor(kOut4, {4, 9}, dl_dtype("int32"));
+  Tensor w9 = make_tensor(kIn2, {4, 9}, dl_dtype("fp32"));
+  expect(kjit_moe_finalize(eo.get(), s2p9.get(), w9.get(), nullptr, out.get(), nullptr),
+         KJIT_ERROR_UNSUPPORTED, "top_k 9", "kjit_moe_finalize");
+  Tensor shared_part = make_tensor(kOut + 2, {4, 64}, dl_dtype("bf16"));
+  expect(kjit_moe_finalize(eo.get(), s2p.get(), w.get(), shared_part.get(), out.get(), nullptr),
+         KJIT_ERROR_INVALID_ARGUMENT, "out overlaps shared_out", "kjit_moe_finalize");
+
+  Tensor a = make_tensor(kIn, {10, 64}, dl_dtype("bf16"));
+  Tensor b = make_tensor(kIn2, {4, 32, 64}, dl_dtype("bf16"));
+  Tensor offsets = make_tensor(kOut2, {5}, dl_dtype("int32"));
+  Tensor gout = make_tensor(kOut, {10, 32}, dl_dtype("bf16"));
+  Tensor offsets4 = make_tensor(kOut2, {4}, dl_dtype("int32"));
+  expect(kjit_moe_grouped_gemm(a.get(), b.get(), offsets4.get(), gout.get(), nullptr),
+         KJIT_ERROR_INVALID_ARGUMENT, "expert_offsets must be [5]", "kjit_moe_grouped_gemm");
+  Tensor b2 = make_tensor(kIn2, {128, 64}, dl_dtype("bf16"));
+  expect(kjit_moe_grouped_gemm(a.get(), b2.get(), offsets.get(), gout.get(), nullptr),
+         KJIT_ERROR_INVALID_ARGUMENT, "b must be [experts, n, k]", "kjit_moe_grouped_gemm");
+  Tensor a_k = make_tensor(kIn, {10, 48}, dl_dtype("bf16"));
+  expect(kjit_moe_grouped_gemm(a_k.get(), b.get(), offsets.get(), gout.get(), nullptr),
+         KJIT_ERROR_INVALID_ARGUMENT, "k", "kjit_moe_grouped_gemm");
+  Tensor gout_alias = make_tensor(kIn, {10, 32}, dl_dtype("bf16"));
+  expect(kjit_moe_grouped_gemm(a.get(), b.get(), offsets.get(), gout_alias.get(), nullptr),
+         KJIT_ERROR_INVALID_ARGUMENT, "out overlaps a", "kjit_moe_grouped_gemm");
+  Tensor a_fp32 = make_tensor(kIn, {10, 64}, dl_dtype("fp32"));
+  Tensor b_fp32 = make_tensor(kIn2, {4, 32, 64}, dl_dtype("fp32"));
+  expect(kjit_moe_grouped_gemm(a_fp32.get(), b_fp32.get(), offsets.get(), gout.get(), nullptr),
+         KJIT_ERROR_UNSUPPORTED, "bf16 and fp16", "kjit_moe_grouped_gemm");
+
+  Tensor am = make_tensor(kIn, {4, 16, 64}, dl_dtype("bf16"));
+  Tensor counts = make_tensor(kOut2, {4}, dl_dtype("int32"));
+  Tensor mout = make_tensor(kOut, {4, 16, 32}, dl_dtype("bf16"));
+  Tensor mout_bad = make_tensor(kOut, {4, 15, 32}, dl_dtype("bf16"));
+  expect(kjit_moe_grouped_gemm_masked(am.get(), b.get(), counts.get(), mout_bad.get(), nullptr),
+         KJIT_ERROR_INVALID_ARGUMENT, "out must be [experts, max_rows, n]",
+         "kjit_moe_grouped_gemm_masked");
+  Tensor am3 = make_tensor(kIn, {3, 16, 64}, dl_dtype("bf16"));
+  expect(kjit_moe_grouped_gemm_masked(am3.get(), b.get(), counts.get(), mout.get(), nullptr),
+         KJIT_ERROR_INVALID_ARGUMENT, "a has 3 experts but b has 4",
+         "kjit_moe_grouped_gemm_masked");
+  Tensor counts64 = make_tensor(kOut2, {4}, dl_dtype("int64"));
+  expect(kjit_moe_grouped_gemm_masked(am.get(), b.get(), counts64.get(), mout.get(), nullptr),
+         KJIT_ERROR_INVALID_ARGUMENT, "counts must be int32", "kjit_moe_grouped_gemm_masked");
+}
+
+TEST_CASE("moe abi: choices and specs", "[moe]") {
+  ops::GemmTarget h200;
+  h200.cc_major = 9;
+  h200.max_smem_optin = 232448;
+  h200.sm_count = 132;
+  h200.tma_ok = true;
+  using ops::DType;
+  const ops::MoeGemmConfig prefill =
+      ops::select_moe_gemm(DType::kBF16, DType::kBF16, 32768, 128, 4096, 7168, 256, h200);
+  CHECK(prefill.path == ops::GemmPath::kSm90);
+  CHECK(prefill.bn == 128);
+  CHECK(ops::select_moe_gemm(DType::kBF16, DType::kBF16, 4096, 1024, 4096, 4096, 4, h200).bn ==
+        256);
+  ops::GemmTarget ampere = h200;
+  ampere.cc_major = 8;
+  CHECK(ops::select_moe_gemm(DType::kBF16, DType::kF32, 64, 8, 256, 256, 8, ampere).path ==
+        ops::GemmPath::kSimt);
+  h200.tma_ok = false;
+  CHECK(ops::select_moe_gemm(DType::kF16, DType::kF16, 64, 8, 256, 67, 8, h200).path ==
+        ops::GemmPath::kSimt);
+  // Past the fallback grid's rows: a clear refusal, not a wrong launch.
+  CHECK_THROWS_AS(
+      ops::select_moe_gemm(DType::kBF16, DType::kBF16, int64_t{1} << 23, 8, 256, 256, 8, ampere),
+      kjit::Error);
+
+  CHECK(ops::select_moe_permute(DType::kBF16, 256, 16, 7168).buckets == 512);
+  CHECK(ops::select_moe_permute(DType::kBF16, 8, 16, 4096).buckets == 32);
+  CHECK(ops::select_moe_permute(DType::kBF16, 8, 16, 4096).vec == 8);
+  CHECK(ops::select_moe_permute(DType::kBF16, 8, 2, 4096).vec == 1);
+  CHECK(ops::select_moe_permute(DType::kF32, 8, 16, 6).vec == 2);
+  CHECK(ops::select_moe_finalize(DType::kBF16, 16, 7168).vec == 8);
+
+  const std::string uri = ops::moe_gemm_spec(prefill).uri;
+  CHECK(uri.find("moe_grouped_gemm") == 0);
+  CHECK(uri.find("sm90") != std::string::npos);
+  for (const char* op : {"moe_route", "moe_permute", "moe_finalize", "moe_grouped_gemm"}) {
+    const ops::OpDef& d = ops::op_or_throw(op);
+    INFO(op);
+    CHECK_FALSE(d.catalog().empty());
+    for (const auto& set : d.catalog()) CHECK_NOTHROW(d.make_spec(set));
+  }
+}
