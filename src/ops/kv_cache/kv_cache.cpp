@@ -104,10 +104,8 @@ AppendPagedKvConfig select_append_paged_kv(DType dtype, int64_t head_dim, int al
   c.cache_fp8 = cache_fp8 ? 1 : 0;
   c.vec = widest_vector(dtype, c.head_dim, align_bytes);
   // An e4m3 cache stores vec bytes per vector: its own alignment may narrow it further.
-  while (c.vec > 1 && c.vec * (cache_fp8 ? 1 : static_cast<int>(dtype_size(dtype))) >
-                          cache_align_bytes) {
-    c.vec /= 2;
-  }
+  const int cache_elem = cache_fp8 ? 1 : static_cast<int>(dtype_size(dtype));
+  while (c.vec > 1 && c.vec * cache_elem > cache_align_bytes) c.vec /= 2;
   c.early_indices = early_indices && tokens <= kAppendPagedKvEarlyMaxTokens ? 1 : 0;
   return c;
 }
