@@ -668,23 +668,39 @@ Api cos_sin_cache_api() {
   return api;
 }
 
+// The valid append call: 5 tokens, 2 kv heads of 128, 3 requests, 16 pages of 16 slots (NHD);
+// with `fp8`, e4m3 caches and per-head scales (kjit_append_paged_kv_cache_fp8's arguments).
+Call append_kv_call(bool fp8) {
+  Call c;
+  c.tensors.push_back(arg("append_k", 1, {5, 2, 128}, "bf16"));
+  c.tensors.push_back(arg("append_v", 2, {5, 2, 128}, "bf16"));
+  c.tensors.push_back(arg("batch_indices", 3, {5}, "int32"));
+  c.tensors.push_back(arg("positions", 4, {5}, "int32"));
+  c.tensors.push_back(arg("kv_indices", 7, {7}, "int32"));
+  c.tensors.push_back(arg("kv_indptr", 8, {4}, "int32"));
+  c.tensors.push_back(arg("kv_last_page_len", 9, {3}, "int32"));
+  if (fp8) {
+    c.tensors.push_back(arg("k_scale", 10, {2}, "fp32"));
+    c.tensors.push_back(arg("v_scale", 11, {2}, "fp32"));
+  }
+  const char* cache = fp8 ? "e4m3" : "bf16";
+  c.tensors.push_back(arg("paged_k_cache", 5, {16, 16, 2, 128}, cache));
+  c.tensors.push_back(arg("paged_v_cache", 6, {16, 16, 2, 128}, cache));
+  c.ints = {{"layout", KJIT_KV_LAYOUT_NHD}};
+  return c;
+}
+
+void append_kv_zero_size(Call& c) {
+  reshape(c.arg("append_k"), {0, 2, 128});
+  reshape(c.arg("append_v"), {0, 2, 128});
+  reshape(c.arg("batch_indices"), {0});
+  reshape(c.arg("positions"), {0});
+}
+
 Api append_kv_api() {
   Api api;
   api.name = "kjit_append_paged_kv_cache";
-  api.make = [] {
-    Call c;
-    c.tensors.push_back(arg("append_k", 1, {5, 2, 128}, "bf16"));
-    c.tensors.push_back(arg("append_v", 2, {5, 2, 128}, "bf16"));
-    c.tensors.push_back(arg("batch_indices", 3, {5}, "int32"));
-    c.tensors.push_back(arg("positions", 4, {5}, "int32"));
-    c.tensors.push_back(arg("kv_indices", 7, {7}, "int32"));
-    c.tensors.push_back(arg("kv_indptr", 8, {4}, "int32"));
-    c.tensors.push_back(arg("kv_last_page_len", 9, {3}, "int32"));
-    c.tensors.push_back(arg("paged_k_cache", 5, {16, 16, 2, 128}, "bf16"));
-    c.tensors.push_back(arg("paged_v_cache", 6, {16, 16, 2, 128}, "bf16"));
-    c.ints = {{"layout", KJIT_KV_LAYOUT_NHD}};
-    return c;
-  };
+  api.make = [] { return append_kv_call(false); };
   api.invoke = [](Call& c) {
     return kjit_append_paged_kv_cache(c.t(0), c.t(1), c.t(2), c.t(3), c.t(4), c.t(5), c.t(6),
                                       c.t(7), c.t(8), static_cast<kjit_kv_layout>(c.n(0)), nullptr);
@@ -740,12 +756,7 @@ Api append_kv_api() {
        },
        "paged_k_cache"},
   };
-  api.zero_size = [](Call& c) {
-    reshape(c.arg("append_k"), {0, 2, 128});
-    reshape(c.arg("append_v"), {0, 2, 128});
-    reshape(c.arg("batch_indices"), {0});
-    reshape(c.arg("positions"), {0});
-  };
+  api.zero_size = append_kv_zero_size;
   return api;
 }
 
@@ -753,22 +764,7 @@ Api append_kv_api() {
 Api append_kv_fp8_api() {
   Api api;
   api.name = "kjit_append_paged_kv_cache_fp8";
-  api.make = [] {
-    Call c;
-    c.tensors.push_back(arg("append_k", 1, {5, 2, 128}, "bf16"));
-    c.tensors.push_back(arg("append_v", 2, {5, 2, 128}, "bf16"));
-    c.tensors.push_back(arg("batch_indices", 3, {5}, "int32"));
-    c.tensors.push_back(arg("positions", 4, {5}, "int32"));
-    c.tensors.push_back(arg("kv_indices", 7, {7}, "int32"));
-    c.tensors.push_back(arg("kv_indptr", 8, {4}, "int32"));
-    c.tensors.push_back(arg("kv_last_page_len", 9, {3}, "int32"));
-    c.tensors.push_back(arg("k_scale", 10, {2}, "fp32"));
-    c.tensors.push_back(arg("v_scale", 11, {2}, "fp32"));
-    c.tensors.push_back(arg("paged_k_cache", 5, {16, 16, 2, 128}, "e4m3"));
-    c.tensors.push_back(arg("paged_v_cache", 6, {16, 16, 2, 128}, "e4m3"));
-    c.ints = {{"layout", KJIT_KV_LAYOUT_NHD}};
-    return c;
-  };
+  api.make = [] { return append_kv_call(true); };
   api.invoke = [](Call& c) {
     return kjit_append_paged_kv_cache_fp8(c.t(0), c.t(1), c.t(2), c.t(3), c.t(4), c.t(5), c.t(6),
                                           c.t(7), c.t(8), c.t(9), c.t(10),
@@ -789,12 +785,7 @@ Api append_kv_fp8_api() {
        [](Call& c) { c.arg("paged_v_cache").t.t.data = c.arg("v_scale").t.t.data; },
        "paged_v_cache"},
   };
-  api.zero_size = [](Call& c) {
-    reshape(c.arg("append_k"), {0, 2, 128});
-    reshape(c.arg("append_v"), {0, 2, 128});
-    reshape(c.arg("batch_indices"), {0});
-    reshape(c.arg("positions"), {0});
-  };
+  api.zero_size = append_kv_zero_size;
   return api;
 }
 
