@@ -7,6 +7,13 @@
 
 namespace kjit::cuda {
 
+// Limits the host ops size their launches against, defined once (the sanitizer CI's unity build
+// puts several ops' sources into one translation unit).
+inline constexpr long long kMaxInt32 = (1LL << 31) - 1;  // int32 indices, counts, TMA coordinates
+inline constexpr long long kMaxTmaSide = kMaxInt32;      // TMA coordinates are int32
+inline constexpr long long kMaxGridY = 65535;            // gridDim.y and gridDim.z
+inline constexpr int kHopperSmemOptin = 227 * 1024;      // sm_90 dynamic shared memory per block
+
 struct LaunchConfig {
   unsigned grid_x = 1, grid_y = 1, grid_z = 1;
   unsigned block_x = 1, block_y = 1, block_z = 1;

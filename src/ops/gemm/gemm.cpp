@@ -29,8 +29,8 @@ static_assert(sizeof(CUtensorMap) == sizeof(gemm::TensorMapBytes) &&
               "TensorMapBytes holds a CUtensorMap");
 
 // TMA coordinates are int32: larger sides go to the fallback.
-constexpr int64_t kMaxTmaSide = (int64_t{1} << 31) - 1;
-constexpr int64_t kMaxGridY = 65535;
+using cuda::kMaxGridY;
+using cuda::kMaxTmaSide;
 
 }  // namespace
 

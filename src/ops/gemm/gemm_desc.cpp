@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/launch.hpp"
 #include "ops/gemm/gemm.hpp"
 #include "util/error.hpp"
 
@@ -18,7 +19,7 @@ using namespace def;
 
 // Every compute capability 9.0 part (H100, H200, GH200) lets a block opt in to 227 KB: the
 // decode path's default depth where no device is at hand (--set, the catalog).
-constexpr int kHopperSmemOptin = 227 * 1024;
+using cuda::kHopperSmemOptin;
 
 std::string gemm_name(DType dtype, DType out_dtype, int64_t n, int64_t k, bool bias) {
   return fmt::format("gemm_n{}_k{}{}{}{}", n, k, dtype_suffix(dtype),

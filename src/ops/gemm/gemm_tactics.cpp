@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <unordered_map>
 
+#include "cuda/launch.hpp"
 #include "diag/call_log.hpp"
 #include "util/error.hpp"
 #include "util/hash.hpp"
@@ -23,7 +24,7 @@ using util::ceil_div;
 namespace {
 
 // TMA's coordinates are int32 (gemm.cpp's launch paths check the same bound).
-constexpr int64_t kMaxTmaSide = (int64_t{1} << 31) - 1;
+using cuda::kMaxTmaSide;
 
 // The sm90 kernel's tile widths and depths worth timing: the heuristic's two (128 x 6, 256 x 4)
 // and a shallower ring of each (the same tiles, less shared memory to fill before the first MMA).

@@ -21,7 +21,7 @@ using util::ceil_div;
 
 namespace {
 
-constexpr int64_t kMaxInt32 = (int64_t{1} << 31) - 1;
+using cuda::kMaxInt32;
 
 // `t` as a compact [rows, cols] (ndim 2) or [cols] (ndim 1, rows -1) matrix of `dtype`.
 RowMatrix compact(const DLTensor* t, const char* name, DType dtype, int64_t rows, int64_t cols) {

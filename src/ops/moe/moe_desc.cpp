@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/launch.hpp"
 #include "moe/moe_params.h"
 #include "ops/moe/moe.hpp"
 #include "util/error.hpp"
@@ -16,8 +17,7 @@ namespace kjit::ops {
 namespace {
 using namespace def;
 
-// Every compute capability 9.0 part lets a block opt in to 227 KB (as gemm_desc.cpp).
-constexpr int kHopperSmemOptin = 227 * 1024;
+using cuda::kHopperSmemOptin;
 
 // The models of issue 28: Mixtral 8x7B (8 experts, top 2, hidden 4096, gate_up n 28672),
 // Qwen3-30B-A3B (128, top 8, hidden 2048, gate_up n 1536) and DeepSeek-V3 (256 in 8 groups, top

@@ -17,8 +17,8 @@ using util::ceil_div;
 
 namespace {
 
-constexpr int64_t kMaxInt32 = (int64_t{1} << 31) - 1;
-constexpr int64_t kMaxGridY = 65535;
+using cuda::kMaxGridY;
+using cuda::kMaxInt32;
 
 // a, b, out and the schedule tensor of either layout, validated.
 struct GroupedOperands {
