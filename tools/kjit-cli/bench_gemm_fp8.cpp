@@ -114,7 +114,9 @@ int bench_gemm_fp8(const ops::SetArgs& args, const BenchOptions& opts) {
       return block ? sb[(j / 128) * kc + i / 128] : sb[mode == "row" ? j : 0];
     };
     std::vector<double> a_row(static_cast<size_t>(k)), b_row(static_cast<size_t>(k));
-    for (const auto& [r, j] : gemm_check_picks(m, n, k, rng)) {
+    for (const auto& pick : gemm_check_picks(m, n, k, rng)) {
+      // Plain locals: a C++17 lambda may not capture structured bindings (clang refuses).
+      const int64_t r = pick.first, j = pick.second;
       for (int64_t i = 0; i < k; ++i) {
         a_row[i] = ref::e4m3_value(in.host[a_at + r * k + i]) * scale_a(r, i);
         b_row[i] = ref::e4m3_value(in.host[b_at + j * k + i]) * scale_b(j, i);
