@@ -79,12 +79,18 @@ log="$build/ctest-output.log"
 rc=0
 ctest --test-dir "$build" --output-on-failure --no-tests=error -j "$(nproc)" -O "$log" \
   ${regex:+-R "$regex"} "$@" || rc=$?
-# LeakSanitizer's stop-the-world tracer itself crashes now and then at exit ("Tracer caught
-# signal 11", google/sanitizers#1353), after the test passed: not a leak and not ours. Only when
-# that signature is in the output are the failed tests run once more; a real failure fails again.
+# LeakSanitizer's stop-the-world tracer itself crashes at exit ("Tracer caught signal 11",
+# google/sanitizers#1353), after the test passed: not a leak and not ours. It dies while scanning
+# the main thread's TLS once the uninstrumented NVRTC has been loaded (on this runner the
+# corruption tests that recompile hit it every time). Only when that signature is in the output
+# are the failed tests run once more, with TLS not scanned as a root (use_tls=0): that can only
+# report more, never hide a leak, except glibc's own second-level pthread key block, which the
+# thread descriptor alone points to (suppressed). A real failure fails again.
 if ((rc != 0)) && grep -q 'LeakSanitizer has encountered a fatal error' "$log"; then
-  echo "tools/sanitize.sh: LeakSanitizer's tracer crashed; running the failed tests once more"
+  echo "tools/sanitize.sh: LeakSanitizer's tracer crashed; running the failed tests once more" \
+    "without scanning TLS"
+  printf 'leak:pthread_setspecific\n' >>"$supp"
   rc=0
-  ctest --test-dir "$build" --output-on-failure --rerun-failed || rc=$?
+  LSAN_OPTIONS+=":use_tls=0" ctest --test-dir "$build" --output-on-failure --rerun-failed || rc=$?
 fi
 exit "$rc"

@@ -98,10 +98,14 @@ TEST_CASE("compile: the embedding kernels compile for sm_90a", "[compile]") {
   compile_family("embedding");
 }
 
+TEST_CASE("compile: the moe kernels compile for sm_90a", "[compile]") {
+  compile_family("moe");
+}
+
 TEST_CASE("compile: every kernel family has a compile test", "[compile]") {
   // A new folder under kernels/ needs its TEST_CASE above.
-  const std::set<std::string> tested = {"activation", "attention", "gemm",     "kv_cache", "norm",
-                                        "quant",      "rope",      "sampling", "embedding"};
+  const std::set<std::string> tested = {"activation", "attention", "gemm",     "kv_cache",  "norm",
+                                        "quant",      "rope",      "sampling", "embedding", "moe"};
   std::set<std::string> used;
   for (const ops::OpDef& def : ops::op_registry()) {
     for (const ops::SetArgs& args : def.catalog()) {
