@@ -226,20 +226,16 @@ void run_case(const KvCase& c, std::mt19937_64& rng) {
   std::vector<std::unique_ptr<DeviceBuffer>> app_dev, cache_dev;
   for (auto& a : app) app_dev.push_back(upload(a.bytes));
   for (auto& h : caches) cache_dev.push_back(upload(h.bytes));
-  auto as_bytes = [](const std::vector<int32_t>& v) {
-    std::vector<unsigned char> b(v.size() * 4);
+  // The bytes of an int32 or fp32 host vector.
+  auto as_bytes = [](const auto& v) {
+    std::vector<unsigned char> b(v.size() * sizeof(v[0]));
     if (!v.empty()) std::memcpy(b.data(), v.data(), b.size());
     return b;
   };
   auto bi_dev = upload(as_bytes(bis)), pos_dev = upload(as_bytes(poss));
   auto idx_dev = upload(as_bytes(indices)), ptr_dev = upload(as_bytes(indptr));
   auto last_dev = upload(as_bytes(last));
-  auto floats = [](const std::vector<float>& v) {
-    std::vector<unsigned char> b(v.size() * 4);
-    if (!v.empty()) std::memcpy(b.data(), v.data(), b.size());
-    return b;
-  };
-  auto ks_dev = upload(floats(kscale)), vs_dev = upload(floats(vscale));
+  auto ks_dev = upload(as_bytes(kscale)), vs_dev = upload(as_bytes(vscale));
 
   auto at = [&](const std::unique_ptr<DeviceBuffer>& d, size_t elems) {
     return static_cast<char*>(d->get()) + elems * es;
