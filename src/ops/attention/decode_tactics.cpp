@@ -4,12 +4,15 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <map>
+#include <cstdint>
 #include <mutex>
 #include <shared_mutex>
+#include <type_traits>
+#include <unordered_map>
 
 #include "diag/call_log.hpp"
 #include "util/error.hpp"
+#include "util/hash.hpp"
 #include "util/log.hpp"
 
 namespace kjit::ops {
@@ -95,6 +98,13 @@ std::optional<DecodeTactic> DecodeTactic::parse(std::string_view name) {
   return t;
 }
 
+bool DecodeTactic::operator==(const DecodeTactic& o) const {
+  for (const IntField& f : kIntFields) {
+    if (this->*f.field != o.*f.field) return false;
+  }
+  return splits == o.splits && (splits == 1 || merge == o.merge) && addr == o.addr && pdl == o.pdl;
+}
+
 bool DecodeTactic::keeps_cta() const {
   for (const IntField& f : kIntFields) {
     if (this->*f.field != 0) return false;
@@ -161,13 +171,26 @@ std::vector<DecodeTactic> DecodePlanner::tactics(const std::vector<std::string>&
   return out;
 }
 
+std::array<int64_t, 11> DecodePlanner::bucket_fields() const {
+  return {static_cast<int64_t>(qd_),
+          fp8_ ? -1 : static_cast<int64_t>(qd_),
+          decode_len_bucket(batch_),
+          decode_len_bucket(max_eff_),
+          kv_heads_,
+          qo_heads_ / kv_heads_,
+          head_dim_,
+          page_size_,
+          layout_,
+          sms_,
+          num_splits_};
+}
+
 std::string DecodePlanner::bucket() const {
-  std::string kv = fp8_ ? "e4m3" : dtype_name(qd_);
+  const std::array<int64_t, 11> f = bucket_fields();
   std::string b = fmt::format(
       "q={},kv={},batch={},kv_len={},kv_heads={},group={},head_dim={},page={},layout={},sms={}",
-      dtype_name(qd_), kv, decode_len_bucket(batch_), decode_len_bucket(max_eff_), kv_heads_,
-      qo_heads_ / kv_heads_, head_dim_, page_size_, layout_ == KJIT_KV_LAYOUT_NHD ? "nhd" : "hnd",
-      sms_);
+      dtype_name(qd_), fp8_ ? "e4m3" : dtype_name(qd_), f[2], f[3], f[4], f[5], f[6], f[7],
+      layout_ == KJIT_KV_LAYOUT_NHD ? "nhd" : "hnd", f[9]);
   // The caller's split count narrows the candidates: its results are kept apart.
   if (num_splits_ > 0) b += fmt::format(",splits={}", num_splits_);
   return b;
@@ -175,10 +198,22 @@ std::string DecodePlanner::bucket() const {
 
 namespace {
 
-// The choices made so far, by tuner, fingerprint, key, mode and default: a plan of a known
-// bucket checks the one remembered tactic instead of planning every candidate again.
+// The choices made so far, by tuner, fingerprint, bucket, mode, timing and default: a plan of a
+// known bucket checks the one remembered tactic instead of planning every candidate again, and
+// pays a hash of these bytes (no padding: they are hashed as they lie), not the bucket's text.
+struct MemoKey {
+  int64_t tuner, fp, mode, timing;
+  std::array<int64_t, 11> bucket;
+  int64_t default_splits;  // the default is split{N}_kernel, or split1
+};
+static_assert(std::has_unique_object_representations_v<MemoKey>, "hashed as bytes");
+
+struct HashOf {
+  size_t operator()(const util::Hash128& h) const { return static_cast<size_t>(h.lo); }
+};
+
 std::shared_mutex g_memo_mu;
-std::map<std::string, DecodeTacticChoice> g_memo;
+std::unordered_map<util::Hash128, DecodeTacticChoice, HashOf> g_memo;
 
 // Without a driver there is no fingerprint to look records up under: the rules only.
 tune::Autotuner& rules_only_tuner() {
@@ -201,14 +236,18 @@ DecodeTacticChoice choose_decode_tactic(const DecodePlanner& planner, const Deco
       fp = &kNoDevice;
     }
   }
-  DecodeTacticChoice c;
-  c.key = tune::TuneKey{kDecodeTuneOp, kDecodeTacticSpace, planner.bucket(), r.req.timing.name()};
   const DecodeTactic dflt = planner.default_tactic();
-  // Only the process's tuners are remembered here (a test's tuner lives shorter than the map).
+  // Only the process's tuners are remembered here (a test's tuner lives shorter than the map);
+  // their fingerprints are the process's too (device_fingerprint's, kNoDevice).
   const bool remember = r.tuner == nullptr;
-  const std::string memo_key =
-      fmt::format("{}|{}|{}|{}|{}|{}", static_cast<const void*>(tuner), fp->id(), c.key.bucket,
-                  c.key.timing, r.req.mode ? static_cast<int>(*r.req.mode) : -1, dflt.name());
+  MemoKey mk{};
+  mk.tuner = static_cast<int64_t>(reinterpret_cast<uintptr_t>(tuner));
+  mk.fp = static_cast<int64_t>(reinterpret_cast<uintptr_t>(fp));
+  mk.mode = r.req.mode ? static_cast<int64_t>(*r.req.mode) : -1;
+  mk.timing = (r.req.timing.graph ? 2 : 0) + (r.req.timing.cold ? 1 : 0);
+  mk.bucket = planner.bucket_fields();
+  mk.default_splits = dflt.splits;
+  const util::Hash128 memo_key = util::xxh3_128({reinterpret_cast<const char*>(&mk), sizeof mk});
   if (remember) {
     std::shared_lock<std::shared_mutex> lock(g_memo_mu);
     auto it = g_memo.find(memo_key);
@@ -216,6 +255,8 @@ DecodeTacticChoice choose_decode_tactic(const DecodePlanner& planner, const Deco
       return it->second;
     }
   }
+  DecodeTacticChoice c;
+  c.key = tune::TuneKey{kDecodeTuneOp, kDecodeTacticSpace, planner.bucket(), r.req.timing.name()};
   const std::vector<DecodeTactic> tactics =
       planner.tactics(tuner->settings().rules.forced(kDecodeTuneOp));
   std::vector<std::string> names;

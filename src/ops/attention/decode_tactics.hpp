@@ -8,6 +8,7 @@
 
 #include <dlpack/dlpack.h>
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -58,7 +59,8 @@ struct DecodeTactic {
   static std::optional<DecodeTactic> parse(std::string_view name);
   // True when only the split count and the merge are set (the plan keeps its CTA).
   bool keeps_cta() const;
-  bool operator==(const DecodeTactic& o) const { return name() == o.name(); }
+  // The same tactic (the same name): every field equal, the merge ignored with one split.
+  bool operator==(const DecodeTactic& o) const;
 };
 
 // The longest attended length of a bucket: the next power of two.
@@ -92,6 +94,10 @@ class DecodePlanner {
   // "q=bf16,kv=bf16,batch=8,kv_len=4096,kv_heads=8,group=4,head_dim=128,page=16,layout=nhd,
   // sms=132": batch and the longest attended length to the next power of two, the rest exact.
   std::string bucket() const;
+  // The bucket's fields as numbers, in bucket()'s order (q and kv dtype codes, batch, kv_len,
+  // kv_heads, group, head_dim, page, layout, sms, num_splits): what a remembered choice is
+  // keyed by without formatting the text.
+  std::array<int64_t, 11> bucket_fields() const;
   bool have_driver() const { return have_driver_; }
   int device() const { return device_; }
 
