@@ -162,6 +162,14 @@ std::unique_ptr<DecodeInputs> make_decode_inputs(const ops::SetArgs& args) {
 namespace {
 
 int bench_decode_attention(const ops::SetArgs& args, const BenchOptions& opts) {
+  // A forced tactic (`--set tactic=split8_cluster`, docs/autotune.md names them) instead of the
+  // plan's choice: one device call can sweep tactics against the default plan. A name that is
+  // no tactic is refused before the inputs are built.
+  std::optional<ops::DecodeTactic> forced;
+  if (args.count("tactic")) {
+    forced = ops::DecodeTactic::parse(args.at("tactic"));
+    if (!forced) throw UsageError("tactic '" + args.at("tactic") + "' is not a decode tactic name");
+  }
   std::unique_ptr<DecodeInputs> xp = make_decode_inputs(args);
   DecodeInputs& x = *xp;
   const std::string &dtype = x.dtype, &kv_dtype = x.kv_dtype, &layout = x.layout;
@@ -175,18 +183,10 @@ int bench_decode_attention(const ops::SetArgs& args, const BenchOptions& opts) {
   const size_t kc_at = x.kc_at, vc_at = x.vc_at, q_at = x.q_at;
   std::mt19937_64& rng = x.rng;
 
-  // The plan as an engine gets it (the autotuner's choice), or a forced tactic (`--set
-  // tactic=split8_cluster`, docs/autotune.md names them): one device call can sweep tactics
-  // against the default plan.
+  // The plan as an engine gets it (the autotuner's choice), or the forced tactic's.
   kjit_decode_plan plan;
-  const bool tuned = args.count("tactic") != 0;
-  if (tuned) {
-    const std::optional<ops::DecodeTactic> t = ops::DecodeTactic::parse(args.at("tactic"));
-    if (!t) throw UsageError("tactic '" + args.at("tactic") + "' is not a decode tactic name");
-    plan.data = x.plan(&*t);
-  } else {
-    plan.data = x.plan(nullptr);
-  }
+  const bool tuned = forced.has_value();
+  plan.data = x.plan(tuned ? &*forced : nullptr);
   const kjit_decode_plan* raw_plan = &plan;
   const ops::DecodePlanData& pd = plan.data;
   const std::string variant = fmt::format(
