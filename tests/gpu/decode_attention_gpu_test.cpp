@@ -10,9 +10,13 @@
 // exceeds. tests/unit/reference_test.cpp simulates those bounds against lost positions.
 #include <catch2/catch.hpp>
 
+#include <sys/wait.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <memory>
 #include <numeric>
@@ -30,6 +34,7 @@
 #include "support/gpu.hpp"
 #include "support/temp_dir.hpp"
 #include "tune/process_tuner.hpp"
+#include "util/fs.hpp"
 
 using namespace kjit::test;
 namespace ref = kjit::ref;
@@ -1360,4 +1365,59 @@ TEST_CASE("decode gpu: a stored tactic is planned and replays in a graph",
   d.cuGraphExecDestroy(exec);
   d.cuGraphDestroy(graph);
   d.cuStreamDestroy(stream);
+}
+
+// `kjit-cli tune --from` on a decode line: every candidate of the plan's bucket is timed, the
+// record lands in the cache the child was given, names the heuristic's tactic as the default and
+// keeps the margin rule; a plan through a store over that cache runs the winner, correctly.
+TEST_CASE("decode gpu: kjit-cli tune --from stores a decode bucket's winner",
+          "[gpu][attention][tune]") {
+  kjit::test::TempDir dir;
+  const std::filesystem::path work = dir.path() / "decode.jsonl", out = dir.path() / "out.txt";
+  kjit::util::write_file_atomic(
+      work,
+      "{\"name\": \"decode-b4-l2048\", \"op\": \"decode_attention\", \"set\": {\"dtype\": "
+      "\"bf16\", \"batch\": 4, \"kv_len\": 2048, \"qo_heads\": 32, \"kv_heads\": 8, "
+      "\"head_dim\": 128, \"page_size\": 16}}\n");
+  const std::string cmd = "KJIT_CACHE_DIR='" + (dir.path() / "cache").string() +
+                          "' '" KJIT_CLI_PATH "' tune --from '" + work.string() +
+                          "' --timing graph-cold >'" + out.string() + "' 2>&1";
+  const int status = std::system(cmd.c_str());
+  INFO(kjit::util::read_file(out).value_or("(no output)"));
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+
+  DecodeCase c;
+  c.lens = {2048, 2048, 2048, 2048};
+  std::vector<int32_t> indptr;
+  const kjit::ops::DecodePlanner planner = planner_of(c, indptr);
+  const kjit::tune::Fingerprint& fp = kjit::tune::device_fingerprint(0);
+  kjit::tune::Autotuner tuner(kjit::tune::TuneSettings{}, std::make_unique<kjit::tune::TuneStore>(
+                                                              dir.path() / "cache" / "tuning"));
+  const auto rec = tuner.store()->find(fp, {kjit::ops::kDecodeTuneOp, kjit::ops::kDecodeTacticSpace,
+                                            planner.bucket(), "graph-cold"});
+  REQUIRE(rec);
+  INFO("default " << rec->default_tactic << ", chosen " << rec->tactic);
+  CHECK(rec->default_tactic == planner.default_tactic().name());
+  CHECK(rec->tried.size() == planner.tactics().size());  // every candidate ran
+  double dflt = 0, won = 0;
+  for (const kjit::tune::Measured& m : rec->tried) {
+    CHECK(m.median_us > 0);
+    CHECK(m.samples > 0);
+    if (m.tactic == rec->default_tactic) dflt = m.median_us;
+    if (m.tactic == rec->tactic) won = m.median_us;
+  }
+  REQUIRE(dflt > 0);
+  REQUIRE(won > 0);
+  if (rec->tactic != rec->default_tactic) CHECK(won <= 0.98 * dflt);
+
+  kjit::ops::DecodeTuneRequest r;
+  r.req.timing = {true, true};
+  r.tuner = &tuner;
+  r.fp = &fp;
+  c.tuned = true;
+  c.tune_req = &r;
+  std::mt19937_64 rng(1901);
+  CHECK(std::string(build(c, rng)->plan->data.tactic) == rec->tactic);
+  run_case(c, rng);
 }
