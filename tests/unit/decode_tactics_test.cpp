@@ -262,6 +262,11 @@ TEST_CASE("decode tactics: a plan runs the stored tactic of its bucket", "[tune]
   pl = plan_with(s, *tuner, tune::TuneMode::kOff);
   CHECK(std::string(pl.tactic) == dflt);
   CHECK(pl.cfg.cluster_merge == 0);
+  // The tuning modes (KJIT_AUTOTUNE=1, 2) measure nothing at plan time: the record runs.
+  for (tune::TuneMode m : {tune::TuneMode::kUnseen, tune::TuneMode::kRetune}) {
+    CHECK(std::string(plan_with(s, *tuner, m).tactic) == "split8_cluster");
+    CHECK(std::string(plan_with(s, *make_tuner(dir, "", "", m)).tactic) == "split8_cluster");
+  }
   // A stored tactic the call cannot run (16 tokens split at most 16 ways) gives the default.
   const Shape tiny{1, 1};
   store(*tuner, key_of(Planned(tiny).planner), "split32_kernel", "split1");

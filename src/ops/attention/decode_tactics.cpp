@@ -237,13 +237,18 @@ DecodeTacticChoice choose_decode_tactic(const DecodePlanner& planner, const Deco
     }
   }
   const DecodeTactic dflt = planner.default_tactic();
+  // A plan never measures: tuning modes (1, 2) read the store as the default mode does, and the
+  // answer is final for the process (a record another process stores is seen after a restart).
+  const tune::TuneMode mode = r.req.mode.value_or(tuner->settings().mode) == tune::TuneMode::kOff
+                                  ? tune::TuneMode::kOff
+                                  : tune::TuneMode::kStored;
   // Only the process's tuners are remembered here (a test's tuner lives shorter than the map);
   // their fingerprints are the process's too (device_fingerprint's, kNoDevice).
   const bool remember = r.tuner == nullptr;
   MemoKey mk{};
   mk.tuner = static_cast<int64_t>(reinterpret_cast<uintptr_t>(tuner));
   mk.fp = static_cast<int64_t>(reinterpret_cast<uintptr_t>(fp));
-  mk.mode = r.req.mode ? static_cast<int64_t>(*r.req.mode) : -1;
+  mk.mode = static_cast<int64_t>(mode);
   mk.timing = (r.req.timing.graph ? 2 : 0) + (r.req.timing.cold ? 1 : 0);
   mk.bucket = planner.bucket_fields();
   mk.default_splits = dflt.splits;
@@ -261,7 +266,7 @@ DecodeTacticChoice choose_decode_tactic(const DecodePlanner& planner, const Deco
       planner.tactics(tuner->settings().rules.forced(kDecodeTuneOp));
   std::vector<std::string> names;
   for (const DecodeTactic& t : tactics) names.push_back(t.name());
-  c.choice = tuner->choose(*fp, c.key, names, dflt.name(), nullptr, r.req.mode);
+  c.choice = tuner->choose(*fp, c.key, names, dflt.name(), nullptr, mode);
   c.tactic = *DecodeTactic::parse(c.choice.tactic);
   const bool chosen = c.choice.source != tune::Choice::Source::kDefault || !c.choice.note.empty();
   if (chosen || api::current_log_settings().level >= 1) {
@@ -269,7 +274,7 @@ DecodeTacticChoice choose_decode_tactic(const DecodePlanner& planner, const Deco
               tune::source_name(c.choice.source),
               c.choice.note.empty() ? "" : "; " + c.choice.note);
   }
-  if (remember && c.choice.final) {
+  if (remember) {
     std::unique_lock<std::shared_mutex> lock(g_memo_mu);
     g_memo[memo_key] = c;
   }
