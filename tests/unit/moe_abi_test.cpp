@@ -386,6 +386,12 @@ TEST_CASE("moe abi: forward rejects bad arguments before any launch", "[moe]") {
     f.rejects("w2 must be x's dtype bf16");
   }
   {
+    Forward f;  // rows of w2 padded to 40 elements
+    f.w2 = make_tensor(reinterpret_cast<char*>(0x34000000), {8, 64, 32}, dl_dtype("bf16"),
+                       {64 * 40, 40, 1});
+    f.rejects("w2 must be compact (row stride 40, 32 columns)");
+  }
+  {
     Forward f;
     f.logits = make_tensor(kIn2, {5, 8}, dl_dtype("fp32"));
     f.rejects("router_logits has 5 rows");

@@ -55,7 +55,7 @@ struct WorkspaceView {
 constexpr DLDataType kInt32{kDLInt, 32, 1};
 constexpr DLDataType kFloat32{kDLFloat, 32, 1};
 
-// `t` as [d0, d1, d2] of `dtype` (w13 and w2: one row stride over their d0 * d1 rows).
+// `t` as a compact [d0, d1, d2] of `dtype` (w13, w2).
 RowMatrix weights_3d(const DLTensor* t, const char* name, DType dtype, int64_t d0, int64_t d1,
                      int64_t d2) {
   const RowMatrix m = as_row_matrix(t, name);
@@ -65,6 +65,10 @@ RowMatrix weights_3d(const DLTensor* t, const char* name, DType dtype, int64_t d
   if (m.dtype != dtype) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be x's dtype {}, not {}", name, dtype_name(dtype),
          dtype_name(m.dtype));
+  }
+  if (m.rows > 1 && m.row_stride != d2) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be compact (row stride {}, {} columns)", name,
+         m.row_stride, d2);
   }
   return m;
 }
