@@ -87,7 +87,10 @@
   X(kjit_moe_finalize,                                                                         \
     "in:expert_out in:src_to_permuted in:topk_weights in:shared_out out:out stream")           \
   X(kjit_moe_grouped_gemm, "in:a in:b in:expert_offsets out:out stream")                       \
-  X(kjit_moe_grouped_gemm_masked, "in:a in:b in:counts out:out stream")
+  X(kjit_moe_grouped_gemm_masked, "in:a in:b in:counts out:out stream")                        \
+  X(kjit_moe_forward,                                                                          \
+    "in:x in:router_logits in:bias in:w13 in:w2 in:shared_out out:workspace out:out top_k "    \
+    "options:options stream")
 
 namespace kjit::api {
 
