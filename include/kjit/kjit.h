@@ -420,6 +420,16 @@ KJIT_API kjit_status kjit_append_paged_kv_cache_fp8(
  */
 typedef struct kjit_decode_plan kjit_decode_plan;
 
+/* How the autotuner times a tactic when a call measures (docs/autotune.md): one call per sample
+ * or one replay of a CUDA graph of calls, each sample after flushing the L2 (cold) or not (hot).
+ * Pick the way the call runs in deployment; results measured one way are kept apart. */
+typedef enum kjit_tune_timing {
+  KJIT_TUNE_EAGER_COLD = 0,
+  KJIT_TUNE_EAGER_HOT = 1,
+  KJIT_TUNE_GRAPH_COLD = 2,
+  KJIT_TUNE_GRAPH_HOT = 3
+} kjit_tune_timing;
+
 /* Options of a plan. Versioned by struct_size: kjit_decode_options_init fills the defaults for
  * this header's layout, and the library reads only the fields that struct_size covers. */
 typedef struct kjit_decode_options {
@@ -430,6 +440,12 @@ typedef struct kjit_decode_options {
   int num_splits;        /* 0 (default): chosen by the plan; n >= 1: split each request's
                             positions into at most n parts (1: never split) */
   int num_sms;           /* 0 (default): the device's SM count; n > 0: plan for n SMs */
+  int autotune;    /* -1 (default): as KJIT_AUTOTUNE says; 0: the heuristic (KJIT_FORCE_TACTIC and
+                      the blocklist still apply); 1, 2: use a stored tuning result of the plan's
+                      bucket when there is one (a plan never measures: kjit-cli tune --from
+                      stores results; docs/autotune.md) */
+  int tune_timing; /* kjit_tune_timing whose stored results the plan uses; KJIT_TUNE_EAGER_COLD
+                      (default) */
 } kjit_decode_options;
 
 /* Fills *options with the defaults (NULL is ignored). */
@@ -464,6 +480,9 @@ KJIT_API kjit_status kjit_batch_decode_plan(const int32_t* kv_indptr_host, int b
 KJIT_API size_t kjit_decode_plan_workspace_bytes(const kjit_decode_plan* plan);
 /* The largest number of parts the plan splits one request into (1: no split; NULL plan: 0). */
 KJIT_API int kjit_decode_plan_num_splits(const kjit_decode_plan* plan);
+/* The tactic the plan runs (docs/autotune.md: e.g. "split4_cluster"), as KJIT_FORCE_TACTIC and
+ * KJIT_TACTICS_BLOCKLIST spell it; "" for a NULL plan. Valid while the plan lives. */
+KJIT_API const char* kjit_decode_plan_tactic(const kjit_decode_plan* plan);
 /* Frees a plan; NULL is a no-op. Not while a kjit_batch_decode_run with it is in progress on
  * another thread (launched runs do not use the plan: destroying it after the call returns is
  * fine even before the GPU has run them). */
@@ -779,16 +798,6 @@ KJIT_API kjit_status kjit_chain_speculative_sampling(const DLTensor* draft_probs
                                                      DLTensor* emitted, void* stream);
 
 /* ---- GEMM (kernels/gemm, src/ops/gemm) ------------------------------------------------------ */
-
-/* How the autotuner times a tactic when a call measures (docs/autotune.md): one call per sample
- * or one replay of a CUDA graph of calls, each sample after flushing the L2 (cold) or not (hot).
- * Pick the way the call runs in deployment; results measured one way are kept apart. */
-typedef enum kjit_tune_timing {
-  KJIT_TUNE_EAGER_COLD = 0,
-  KJIT_TUNE_EAGER_HOT = 1,
-  KJIT_TUNE_GRAPH_COLD = 2,
-  KJIT_TUNE_GRAPH_HOT = 3
-} kjit_tune_timing;
 
 /* Options of kjit_gemm. Versioned by struct_size: kjit_gemm_options_init fills the defaults for
  * this header's layout, and the library reads only the fields that struct_size covers. */

@@ -6,8 +6,10 @@
 #include "api/entry.hpp"
 #include "api/options.hpp"
 #include "ops/attention/decode_attention.hpp"
+#include "ops/attention/decode_tactics.hpp"
 #include "ops/attention/merge_states.hpp"
 #include "ops/attention/prefill.hpp"
+#include "tune/process_tuner.hpp"
 #include "util/error.hpp"
 
 namespace {
@@ -97,6 +99,8 @@ KJIT_API void kjit_decode_options_init(kjit_decode_options* options) {
   options->window_left = -1;
   options->num_splits = 0;
   options->num_sms = 0;
+  options->autotune = -1;
+  options->tune_timing = KJIT_TUNE_EAGER_COLD;
 }
 
 KJIT_API kjit_status kjit_batch_decode_plan(const int32_t* kv_indptr_host, int batch,
@@ -109,10 +113,12 @@ KJIT_API kjit_status kjit_batch_decode_plan(const int32_t* kv_indptr_host, int b
       "kjit_batch_decode_plan", plan, options, &kjit::api::decode_options,
       PlanShape{batch, num_qo_heads, num_kv_heads, head_dim, page_size, layout, device_id},
       [&](const kjit_decode_options& o) {
+        kjit::ops::DecodeTuneRequest tune;
+        tune.req = kjit::tune::tune_request(o.autotune, o.tune_timing);
         return kjit::ops::plan_batch_decode(kv_indptr_host, batch, num_qo_heads, num_kv_heads,
                                             head_dim, page_size, layout, q_dtype, kv_dtype,
                                             o.sm_scale, o.logits_soft_cap, o.window_left,
-                                            o.num_splits, o.num_sms, device_id);
+                                            o.num_splits, o.num_sms, device_id, nullptr, &tune);
       });
 }
 
@@ -122,6 +128,10 @@ KJIT_API size_t kjit_decode_plan_workspace_bytes(const kjit_decode_plan* plan) {
 
 KJIT_API int kjit_decode_plan_num_splits(const kjit_decode_plan* plan) {
   return live(plan) ? plan->data.split.max_splits : 0;
+}
+
+KJIT_API const char* kjit_decode_plan_tactic(const kjit_decode_plan* plan) {
+  return live(plan) ? plan->data.tactic : "";
 }
 
 KJIT_API void kjit_decode_plan_destroy(kjit_decode_plan* plan) {

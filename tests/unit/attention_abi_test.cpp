@@ -11,6 +11,7 @@
 #include <limits>
 #include <memory>
 #include <set>
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -161,8 +162,8 @@ TEST_CASE("attention abi: libkjit.so exports the attention entry points", "[c_ab
   REQUIRE(lib != nullptr);
   for (const char* name :
        {"kjit_decode_options_init", "kjit_batch_decode_plan", "kjit_decode_plan_workspace_bytes",
-        "kjit_decode_plan_num_splits", "kjit_decode_plan_destroy", "kjit_batch_decode_run",
-        "kjit_merge_states", "kjit_merge_states_n"}) {
+        "kjit_decode_plan_num_splits", "kjit_decode_plan_tactic", "kjit_decode_plan_destroy",
+        "kjit_batch_decode_run", "kjit_merge_states", "kjit_merge_states_n"}) {
     INFO(name);
     CHECK(dlsym(lib, name) != nullptr);
   }
@@ -181,10 +182,44 @@ TEST_CASE("attention abi: options defaults, NULL-safe queries and destroy", "[c_
   CHECK(o.window_left == -1);
   CHECK(o.num_splits == 0);
   CHECK(o.num_sms == 0);
+  CHECK(o.autotune == -1);
+  CHECK(o.tune_timing == KJIT_TUNE_EAGER_COLD);
   kjit_decode_options_init(nullptr);
   kjit_decode_plan_destroy(nullptr);
   CHECK(kjit_decode_plan_workspace_bytes(nullptr) == 0);
   CHECK(kjit_decode_plan_num_splits(nullptr) == 0);
+  CHECK(std::string(kjit_decode_plan_tactic(nullptr)).empty());
+}
+
+TEST_CASE("attention abi: a plan names its tactic; autotune and tune_timing are checked",
+          "[c_abi][attention]") {
+  PlanArgs a;
+  a.o.autotune = 0;  // the heuristic: the same tactic whatever the store holds
+  PlanPtr p = make_plan(a);
+  const std::string tactic = kjit_decode_plan_tactic(p.get());
+  CHECK(tactic.rfind("split", 0) == 0);  // every decode tactic name starts with its split count
+  for (int autotune : {-1, 1, 2}) {
+    PlanArgs b;
+    b.o.autotune = autotune;
+    b.o.tune_timing = KJIT_TUNE_GRAPH_HOT;
+    make_plan(b);
+  }
+  PlanArgs bad;
+  bad.o.autotune = 3;
+  kjit_decode_plan* q = nullptr;
+  CHECK(bad.plan(&q) == KJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error().find("autotune") != std::string::npos);
+  CHECK(q == nullptr);
+  bad.o.autotune = -1;
+  bad.o.tune_timing = 4;
+  CHECK(bad.plan(&q) == KJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error().find("tune_timing") != std::string::npos);
+  // A caller built against the header before the two fields: struct_size stops short of them.
+  PlanArgs old;
+  old.o.autotune = 99;
+  old.o.struct_size = offsetof(kjit_decode_options, autotune);
+  PlanPtr r = make_plan(old);
+  CHECK(std::string(kjit_decode_plan_tactic(r.get())) == tactic);
 }
 
 TEST_CASE("attention abi: plans without a device when num_sms is given", "[c_abi][attention]") {
