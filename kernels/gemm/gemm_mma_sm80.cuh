@@ -113,9 +113,9 @@ KJIT_DEVICE KJIT_FORCEINLINE void mma_stage(
   }
 }
 
-// Two blocks share an SM (2 x 48 KB of stages, at most 128 registers a thread; ptxas gives 126
-// without a minimum-blocks bound, and spills with one), so one block's MMAs run while the other
-// waits at its barrier.
+// At the default depths two blocks share an SM (2 x 48 KB of stages; at most 128 registers a
+// thread: ptxas gives 126 at BN 128 without a minimum-blocks bound, and spills 8 bytes with one),
+// so one block's MMAs run while the other waits at its barrier.
 template <typename IN, typename OUT, int BN, int STAGES>
 __global__ void __launch_bounds__(kGemmMmaThreads)
     gemm_mma_sm80_kernel(const __grid_constant__ GemmParams p) {
