@@ -89,6 +89,21 @@ KJIT_DEVICE KJIT_FORCEINLINE void mma_16816(float (&d)[4], const u32 (&a)[4], u3
   MmaOp<T>::run(d, a, b0, b1);
 }
 
+// d += A * B for one m16n8k32 tile of e4m3 (mma.sync's fp8 form, sm_89+). Its fragments are
+// mma_16816's byte for byte (each register holds four consecutive k of one row or column), so the
+// same ldmatrix loads feed it.
+KJIT_DEVICE KJIT_FORCEINLINE void mma_16832_e4m3(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  __trap();  // the specs that call it are compiled for sm_89+ only
+#endif
+}
+
 // Two floats as one register of two 16-bit elements (lo in the low half), rounded to nearest.
 template <typename T>
 KJIT_DEVICE KJIT_FORCEINLINE u32 pack2(float lo, float hi);
