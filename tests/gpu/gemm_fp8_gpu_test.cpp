@@ -1,6 +1,7 @@
 // kjit_gemm_fp8 and kjit_quant_fp8 on the GPU against fp64 CPU references on fresh random
-// inputs: every scale mode on both paths (the sm90 tensor-core kernel where the device and the
-// operands allow it, the fallback forced by a k or an offset TMA cannot describe), odd sizes at
+// inputs: every scale mode on every path (the sm90 tensor-core kernel where the device and the
+// operands allow it, the mma.sync kernel on sm_89+ for 16-byte rows TMA refuses, the fallback
+// forced by rows cp.async cannot copy), odd sizes at
 // every tile edge, k = 16 and k = 8192, block scales 2^10 apart, alpha / beta over a preset out,
 // row-strided views, each output held to ref::gemm_fp8_error_bound (the tensor cores' documented
 // accumulation, promoted every 128 of K), and all-positive operands at k = 8192, which break that
