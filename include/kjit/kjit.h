@@ -829,7 +829,9 @@ KJIT_API void kjit_gemm_options_init(kjit_gemm_options* options);
  * options: NULL for the defaults (alpha 1, beta 0).
  * On an sm_90 device the call runs on tensor cores (TMA + wgmma) when a and b start at 16-byte
  * aligned addresses and their row strides are multiples of 16 bytes (k a multiple of 8 for
- * compact tensors); otherwise, and on other devices, a slower fp32 path serves it. With decode
+ * compact tensors); otherwise, and on other sm_80+ devices, mma.sync tensor-core tiles serve it
+ * when a's and b's bases and row strides are 16-byte aligned (any k), and a slower fp32 path
+ * when they are not. With decode
  * sizes (m <= 64, or m <= 128 where n / 128 is below the SM count) the tensor-core path streams b
  * over every SM, splitting k across a thread-block cluster; it needs no workspace either. k = 0
  * gives out = beta * out + bias. Other dtypes: KJIT_ERROR_UNSUPPORTED. Thread-safe.
@@ -865,8 +867,9 @@ KJIT_API kjit_status kjit_gemm(const DLTensor* a, const DLTensor* b, const DLTen
  * options: kjit_gemm_options (alpha, beta); NULL for the defaults (alpha 1, beta 0).
  * Any k >= 0 (k = 0 gives out = beta * out). On an sm_90 device the call runs on tensor cores
  * (TMA + wgmma) when a and b start at 16-byte aligned addresses with row strides multiples of 16
- * bytes (k a multiple of 16 for compact tensors); otherwise, and on other devices (sm_80+), an
- * fp32 fallback serves it. Thread-safe.
+ * bytes (k a multiple of 16 for compact tensors); otherwise, on sm_89+ devices, mma.sync e4m3
+ * tiles serve it when a's and b's bases and row strides are 16-byte aligned (any k), and an fp32
+ * fallback when they are not or the device is sm_80 / sm_86. Thread-safe.
  */
 KJIT_API kjit_status kjit_gemm_fp8(const DLTensor* a, const DLTensor* b, const DLTensor* scale_a,
                                    const DLTensor* scale_b, DLTensor* out,

@@ -24,8 +24,8 @@
 
 #include "attention/attention_params.h"
 #include "attention/merge_states.cuh"
-#include "attention/mma_sm80.cuh"
 #include "common/cluster.cuh"
+#include "common/mma_sm80.cuh"
 #include "common/prelude.cuh"
 
 namespace kjit {

@@ -22,7 +22,7 @@
 
 #include "attention/attention_params.h"
 #include "attention/merge_states.cuh"  // kLn2
-#include "attention/mma_sm80.cuh"
+#include "common/mma_sm80.cuh"
 #include "common/prelude.cuh"
 
 namespace kjit {

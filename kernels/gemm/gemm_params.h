@@ -1,6 +1,7 @@
-// Parameters and tile sizes of the GEMM kernels (kernels/gemm/gemm_sm90.cuh, gemm_simt.cuh),
-// shared by NVRTC and the host op (src/ops/gemm/): one definition, plain C types only. Strides
-// are in elements. The struct's name and namespace are part of the kernels' mangled names.
+// Parameters and tile sizes of the GEMM kernels (kernels/gemm/gemm_sm90.cuh, gemm_mma_sm80.cuh,
+// gemm_simt.cuh), shared by NVRTC and the host op (src/ops/gemm/): one definition, plain C types
+// only. Strides are in elements. The struct's name and namespace are part of the kernels' mangled
+// names.
 //
 //   out[m, n] = alpha * sum_k a[m, k] * b[n, k] + beta * out[m, n] + bias[n]
 //
@@ -57,6 +58,18 @@ constexpr int kGemmDecodeMaxSplit = 8;
 // slack and the barriers (the split's partial sums reuse the stages).
 constexpr int gemm_decode_smem_bytes(int tokens, int stages) {
   return stages * (kGemmDecodeRows + tokens) * kGemmBlockK * 2 + 1024 + stages * 2 * 8;
+}
+
+// The sm_80 tensor-core kernel (gemm_mma_sm80.cuh, any sm_80+ device): kGemmMmaBlockM x bn
+// output tiles (bn 64 or 128) over eight warps, K blocks of kGemmMmaBlockK (64-byte rows) in a
+// ring of cp.async stages.
+constexpr int kGemmMmaBlockM = 128;
+constexpr int kGemmMmaBlockK = 32;
+constexpr int kGemmMmaThreads = 256;
+
+// Dynamic shared memory of the sm_80 kernel: the stages' a and b tiles (2-byte elements).
+constexpr int gemm_mma_sm80_smem_bytes(int bn, int stages) {
+  return stages * (kGemmMmaBlockM + bn) * kGemmMmaBlockK * 2;
 }
 
 // The fallback's block tile and threads (each thread computes 4 x 4 outputs).

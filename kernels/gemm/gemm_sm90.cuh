@@ -24,6 +24,7 @@
 #include "common/wgmma.cuh"
 #include "gemm/epilogue.cuh"
 #include "gemm/gemm_params.h"
+#include "gemm/tile_order.cuh"
 
 namespace kjit {
 namespace gemm {
@@ -110,57 +111,20 @@ KJIT_DEVICE KJIT_FORCEINLINE void consume(unsigned char* tiles, u64* full, u64* 
 }
 
 // acc's register i at (row, col) of the warpgroup's 64 x BN block (common/wgmma.cuh): registers
-// 4j .. 4j+3 hold columns 8j + 2 (t % 4) + {0, 1} of two rows 8 apart. Adjacent columns go out in
-// one store when out's rows allow it.
+// 4j .. 4j+3 hold columns 8j + 2 (t % 4) + {0, 1} of two rows 8 apart, mma.sync's m16n8
+// accumulator layout (epilogue.cuh's store_fragment).
 template <typename IN, typename OUT, int BN>
 KJIT_DEVICE KJIT_FORCEINLINE void write_tile(const GemmParams& p, int half, int m_tile, int n_tile,
                                              const float (&acc)[BN / 2]) {
   const int t = static_cast<int>(threadIdx.x % 128);
   const i64 row0 = i64(m_tile) * kGemmBlockM + half * 64 + (t / 32) * 16 + (t % 32) / 4;
   const i64 col0 = i64(n_tile) * BN + (t % 4) * 2;
-  const bool pairs = reinterpret_cast<u64>(p.out) % (2 * sizeof(OUT)) == 0 && p.out_stride % 2 == 0;
+  const bool pairs = out_pairs_ok<OUT>(p);
 #pragma unroll
   for (int j = 0; j < BN / 8; ++j) {
-    const i64 col = col0 + 8 * j;
-    if (col >= p.n) break;
-    const bool both = col + 1 < p.n;
-    const float bias0 = bias_at<IN>(p, col);
-    const float bias1 = both ? bias_at<IN>(p, col + 1) : 0.0f;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const i64 row = row0 + 8 * h;
-      if (row >= p.m) continue;
-      OUT* o = static_cast<OUT*>(p.out) + row * p.out_stride + col;
-      const float v0 = output_value(p, acc[4 * j + 2 * h], o, bias0);
-      if (both) {
-        const float v1 = output_value(p, acc[4 * j + 2 * h + 1], o + 1, bias1);
-        if (pairs) {
-          *reinterpret_cast<OutPair<OUT>*>(o) =
-              OutPair<OUT>{from_float<OUT>(v0), from_float<OUT>(v1)};
-        } else {
-          o[0] = from_float<OUT>(v0);
-          o[1] = from_float<OUT>(v1);
-        }
-      } else {
-        o[0] = from_float<OUT>(v0);
-      }
-    }
+    if (col0 + 8 * j >= p.n) break;
+    store_fragment<IN, OUT>(p, row0, col0 + 8 * j, &acc[4 * j], pairs);
   }
-}
-
-// Block b's tile. Blocks run in index order, so consecutive blocks sweep bands of
-// kGemmGroupM row tiles down their columns: a wave of blocks then reads a band of a and a few
-// column tiles of b that both stay in L2, where a row-major order would stream all of b (larger
-// than L2 for an MLP weight) once per row tile.
-// (The grouped GEMM orders its tiles the same way over its own counts.)
-KJIT_DEVICE KJIT_FORCEINLINE void band_tile(int b, int tiles_m, int tiles_n, int& m_tile,
-                                            int& n_tile) {
-  const int band = b / (kGemmGroupM * tiles_n);
-  const int first = band * kGemmGroupM;
-  const int rows = tiles_m - first < kGemmGroupM ? tiles_m - first : kGemmGroupM;
-  const int in_band = b - band * kGemmGroupM * tiles_n;
-  m_tile = first + in_band % rows;
-  n_tile = in_band / rows;
 }
 
 template <int BN>

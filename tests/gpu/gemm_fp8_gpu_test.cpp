@@ -1,6 +1,7 @@
 // kjit_gemm_fp8 and kjit_quant_fp8 on the GPU against fp64 CPU references on fresh random
-// inputs: every scale mode on both paths (the sm90 tensor-core kernel where the device and the
-// operands allow it, the fallback forced by a k or an offset TMA cannot describe), odd sizes at
+// inputs: every scale mode on every path (the sm90 tensor-core kernel where the device and the
+// operands allow it, the mma.sync kernel on sm_89+ for 16-byte rows TMA refuses, the fallback
+// forced by rows cp.async cannot copy), odd sizes at
 // every tile edge, k = 16 and k = 8192, block scales 2^10 apart, alpha / beta over a preset out,
 // row-strided views, each output held to ref::gemm_fp8_error_bound (the tensor cores' documented
 // accumulation, promoted every 128 of K), and all-positive operands at k = 8192, which break that
@@ -46,21 +47,26 @@ struct Case {
   size_t a_offset = 0;             // bytes into a's buffer (misalignment)
   bool wide_block_scales = false;  // block scales alternate 2^-5 / 2^5 along k and n
   bool positive = false;           // codes in [1, 2): every product in [1, 4), none cancels
+  int64_t b_stride = 0;            // 0 = compact (k)
 };
 
 std::string describe(const Case& c) {
   return c.mode + "->" + c.out_dtype + " m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) +
          " k=" + std::to_string(c.k) + " alpha=" + std::to_string(c.alpha) +
          " beta=" + std::to_string(c.beta) + " a_stride=" + std::to_string(c.a_stride) +
-         " out_stride=" + std::to_string(c.out_stride) + " a_offset=" + std::to_string(c.a_offset);
+         " out_stride=" + std::to_string(c.out_stride) + " a_offset=" + std::to_string(c.a_offset) +
+         " b_stride=" + std::to_string(c.b_stride);
 }
 
 ops::GemmPath path_for(const Case& c) {
   const int64_t as = c.a_stride ? c.a_stride : c.k;
-  const bool tma_ok = c.k > 0 && c.a_offset % 16 == 0 && as % 16 == 0 && c.k % 16 == 0;
+  const int64_t bs = c.b_stride ? c.b_stride : c.k;
+  const bool rows_ok =
+      c.a_offset % 16 == 0 && (c.m == 1 || as % 16 == 0) && (c.n == 1 || bs % 16 == 0);
+  const bool tma_ok = rows_ok && c.k > 0 && c.k % 16 == 0;
   const auto scales = c.mode == "block" ? ops::Fp8Scales::kBlock : ops::Fp8Scales::kTensorRow;
   return ops::select_gemm_fp8(ops::dtype_from_name(c.out_dtype), scales, c.m, c.n, c.k,
-                              ops::gemm_target(0, tma_ok))
+                              ops::gemm_target(0, tma_ok, rows_ok))
       .path;
 }
 
@@ -125,9 +131,10 @@ double run_case(const Case& c, std::mt19937_64& rng) {
   INFO(describe(c) << " path " << ops::gemm_path_name(path_for(c)));
   const size_t os_bytes = ref::elem_size(c.out_dtype);
   const int64_t as = c.a_stride ? c.a_stride : c.k;
+  const int64_t bs = c.b_stride ? c.b_stride : c.k;
   const int64_t ys = c.out_stride ? c.out_stride : c.n;
   const size_t a_bytes = c.a_offset + static_cast<size_t>((c.m - 1) * as + c.k);
-  const size_t b_bytes = static_cast<size_t>(c.n * c.k);
+  const size_t b_bytes = static_cast<size_t>((c.n - 1) * bs + c.k);
   const size_t y_elems = static_cast<size_t>((c.m - 1) * ys + c.n);
 
   std::vector<uint8_t> a_host(a_bytes), b_host(b_bytes);
@@ -158,7 +165,7 @@ double run_case(const Case& c, std::mt19937_64& rng) {
   y_dev.upload(y_host.data(), y_host.size());
   auto a_t = make_tensor(static_cast<char*>(a_dev.get()) + c.a_offset, {c.m, c.k}, dl_dtype("e4m3"),
                          {as, 1});
-  auto b_t = make_tensor(b_dev.get(), {c.n, c.k}, dl_dtype("e4m3"));
+  auto b_t = make_tensor(b_dev.get(), {c.n, c.k}, dl_dtype("e4m3"), {bs, 1});
   auto sa_t = make_tensor(sa_dev.get(), s.a_shape, dl_dtype("fp32"));
   auto sb_t = make_tensor(sb_dev.get(), s.b_shape, dl_dtype("fp32"));
   auto y_t = make_tensor(y_dev.get(), {c.m, c.n}, dl_dtype(c.out_dtype), {ys, 1});
@@ -174,10 +181,10 @@ double run_case(const Case& c, std::mt19937_64& rng) {
   y_dev.download(y_host.data(), y_host.size());
 
   // The reference on the dequantized operands: e4m3 value times its scale, in fp64.
-  std::vector<double> b_deq(b_bytes);
+  std::vector<double> b_deq(static_cast<size_t>(c.n * c.k));
   for (int64_t j = 0; j < c.n; ++j) {
     for (int64_t kk = 0; kk < c.k; ++kk) {
-      b_deq[j * c.k + kk] = ref::e4m3_value(b_host[j * c.k + kk]) * s.at_b(c, j, kk);
+      b_deq[j * c.k + kk] = ref::e4m3_value(b_host[j * bs + kk]) * s.at_b(c, j, kk);
     }
   }
   const GemmOut o{c.m, c.n, c.k, c.alpha, c.beta, ys, c.out_dtype, &y_host, &y_old};
@@ -191,7 +198,7 @@ double run_case(const Case& c, std::mt19937_64& rng) {
       b_deq, {},
       [&](int64_t r, int64_t j, double want, double sum_abs) {
         return ref::gemm_fp8_error_bound(
-            a_host.data() + c.a_offset + r * as, b_host.data() + j * c.k, c.k,
+            a_host.data() + c.a_offset + r * as, b_host.data() + j * bs, c.k,
             [&](int64_t chunk) { return s.at_a(c, r, chunk * 128) * s.at_b(c, j, chunk * 128); },
             c.alpha, want, sum_abs, c.out_dtype);
       });
@@ -204,13 +211,20 @@ bool tensor_cores() {
   return gpu_caps().sm90a();
 }
 
+// mma.sync's e4m3 form: compute capability 8.9 and newer.
+bool e4m3_mma() {
+  return gpu_caps().major * 10 + gpu_caps().minor >= 89;
+}
+
 const char* const kModes[] = {"tensor", "row", "mixed", "block"};
 
 }  // namespace
 
 TEST_CASE("gemm_fp8 gpu: every scale mode, small and odd shapes, both paths", "[gpu][gemm][fp8]") {
   std::mt19937_64 rng(std::random_device{}());
-  const ops::GemmPath fast = tensor_cores() ? ops::GemmPath::kSm90 : ops::GemmPath::kSimt;
+  const ops::GemmPath fast = tensor_cores() ? ops::GemmPath::kSm90
+                             : e4m3_mma()   ? ops::GemmPath::kMmaSm80
+                                            : ops::GemmPath::kSimt;
   for (const char* mode : kModes) {
     for (const char* od : {"bf16", "fp16", "fp32"}) {
       // k a multiple of 16 (TMA-describable): the sm90 kernel on an H100 / H200. M, N and K off
@@ -288,6 +302,35 @@ TEST_CASE("gemm_fp8 gpu: all-positive k = 8192 stays inside the bound of promoti
     Case c{mode, "fp32", 130, 300, 8192};
     c.positive = true;
     CHECK(run_case(c, rng) <= 1.0);
+  }
+}
+
+TEST_CASE("gemm_fp8 gpu: the mma.sync kernel serves 16-byte rows TMA refuses, every scale mode",
+          "[gpu][gemm][fp8]") {
+  // k not a multiple of 16 in rows of a multiple of 16 bytes: TMA's rule refuses them, cp.async
+  // copies them; on sm_89+ (the H200 included) the mma.sync e4m3 kernel, elsewhere the fallback.
+  // M, N and K across its 128 x 64 tile and 128-wide scale chunks (a partial last chunk, a chunk
+  // of one K block), block scales 2^10 apart, a long K, beta and strided out.
+  std::mt19937_64 rng(std::random_device{}());
+  const ops::GemmPath want = e4m3_mma() ? ops::GemmPath::kMmaSm80 : ops::GemmPath::kSimt;
+  for (const char* mode : kModes) {
+    for (const char* od : {"bf16", "fp32"}) {
+      for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3>>{
+               {1, 72, 40}, {7, 8, 1000}, {129, 200, 136}, {130, 65, 200}, {64, 130, 8200}}) {
+        Case c{mode, od, m, n, k};
+        c.a_stride = c.b_stride = (k + 15) / 16 * 16 + 16;
+        c.wide_block_scales = std::string(mode) == "block" && k == 1000;
+        CHECK(path_for(c) == want);
+        run_case(c, rng);
+      }
+    }
+    Case c{mode, "bf16", 150, 260, 104};
+    c.a_stride = c.b_stride = 112;
+    c.alpha = 0.5f;
+    c.beta = -1.25f;
+    c.out_stride = 260 + 5;
+    CHECK(path_for(c) == want);
+    run_case(c, rng);
   }
 }
 

@@ -1,7 +1,8 @@
 // kjit_gemm on the GPU against the fp64 CPU reference, on fresh random inputs: every path (the
 // sm90 tensor-core kernel and the decode kernel for m <= 128 where the device and the operands
-// allow them, the fp32 fallback forced by a k that TMA cannot describe), odd sizes at every tile
-// edge, bias, alpha / beta over a preset out, row-strided a and out, every out dtype, and every K
+// allow them, the mma_sm80 kernel on other devices, for rows TMA refuses and forced through its
+// tactics, the fp32 fallback forced by rows cp.async cannot copy), odd sizes at every tile edge,
+// bias, alpha / beta over a preset out, row-strided a, b and out, every out dtype, and every K
 // split of the decode path.
 #include <catch2/catch.hpp>
 
@@ -14,6 +15,8 @@
 #include "cuda/device.hpp"
 #include "kjit/kjit.h"
 #include "ops/gemm/gemm.hpp"
+#include "ops/gemm/gemm_tactics.hpp"
+#include "runtime/jit_core.hpp"
 #include "reference/gemm_ref.hpp"
 #include "gemm_test_util.hpp"
 #include "reference/half.hpp"
@@ -35,6 +38,11 @@ struct Case {
   int64_t out_stride = 0;  // 0 = compact (n)
   size_t a_offset = 0;     // elements into a's buffer (misalignment)
   int split = 0;           // the decode path's K split (ops::GemmTuning); 0: kjit_gemm's choice
+  int64_t b_stride = 0;    // 0 = compact (k)
+  std::string tactic;      // a forced tactic (ops::GemmTuning); empty: kjit_gemm's choice
+  // Through ops::gemm with the default tuning instead of kjit_gemm: the kernel observer below
+  // then sees the call's kernels even when KJIT_LOG_LEVEL installs the call log's own.
+  bool ops_call = false;
 };
 
 std::string describe(const Case& c) {
@@ -42,20 +50,33 @@ std::string describe(const Case& c) {
          " k=" + std::to_string(c.k) + " bias=" + std::to_string(c.bias) +
          " alpha=" + std::to_string(c.alpha) + " beta=" + std::to_string(c.beta) +
          " a_stride=" + std::to_string(c.a_stride) + " out_stride=" + std::to_string(c.out_stride) +
-         " a_offset=" + std::to_string(c.a_offset) + " split=" + std::to_string(c.split);
+         " a_offset=" + std::to_string(c.a_offset) + " split=" + std::to_string(c.split) +
+         " b_stride=" + std::to_string(c.b_stride) + " tactic=" + c.tactic;
 }
 
-// The path select_gemm takes for this call on device 0 (the test states which one it expects).
+// The path select_gemm takes for this call on device 0 (the test states which one it expects),
+// or the forced tactic's.
 ops::GemmPath path_for(const Case& c) {
+  if (!c.tactic.empty()) return ops::GemmTactic::parse(c.tactic)->path;
   const size_t es = ref::elem_size(c.dtype);
   const int64_t as = c.a_stride ? c.a_stride : c.k;
+  const int64_t bs = c.b_stride ? c.b_stride : c.k;
   // The buffers come from cuMemAlloc (256-byte aligned): only the offset and strides matter.
-  const bool tma_ok =
-      c.k > 0 && (c.a_offset * es) % 16 == 0 && (as * es) % 16 == 0 && (c.k * es) % 16 == 0;
+  const bool rows_ok = (c.a_offset * es) % 16 == 0 && (c.m == 1 || (as * es) % 16 == 0) &&
+                       (c.n == 1 || (bs * es) % 16 == 0);
+  const bool tma_ok = rows_ok && c.k > 0 && (c.k * es) % 16 == 0;
   return ops::select_gemm(ops::dtype_from_name(c.dtype), ops::dtype_from_name(c.out_dtype), c.m,
-                          c.n, c.k, ops::gemm_target(0, tma_ok))
+                          c.n, c.k, ops::gemm_target(0, tma_ok, rows_ok))
       .path;
 }
+
+// The URIs of the kernels the calls in its scope run on this thread, as the API call log sees
+// them (KJIT_LOG_LEVEL=3 prints them as "kernel: <uri>").
+struct KernelUris : kjit::jit::KernelObserver {
+  std::vector<std::string> uris;
+  kjit::jit::ScopedKernelObserver scope{this};
+  void on_kernel(const kjit::jit::LoadedKernel& k) noexcept override { uris.push_back(k.uri); }
+};
 
 void run_case(const Case& c, std::mt19937_64& rng) {
   INFO(describe(c) << " path " << ops::gemm_path_name(path_for(c)));
@@ -63,8 +84,9 @@ void run_case(const Case& c, std::mt19937_64& rng) {
   const size_t os_bytes = ref::elem_size(c.out_dtype);
   const int64_t as = c.a_stride ? c.a_stride : c.k;
   const int64_t ys = c.out_stride ? c.out_stride : c.n;
+  const int64_t bs = c.b_stride ? c.b_stride : c.k;
   const size_t a_elems = c.a_offset + static_cast<size_t>((c.m - 1) * as + c.k);
-  const size_t b_elems = static_cast<size_t>(c.n * c.k);
+  const size_t b_elems = static_cast<size_t>((c.n - 1) * bs + c.k);
   const size_t y_elems = static_cast<size_t>((c.m - 1) * ys + c.n);
 
   std::uniform_real_distribution<double> dist(-1.0, 1.0);
@@ -92,12 +114,13 @@ void run_case(const Case& c, std::mt19937_64& rng) {
 
   char* a_ptr = static_cast<char*>(a_dev.get()) + c.a_offset * es;
   auto a_t = make_tensor(a_ptr, {c.m, c.k}, dl_dtype(c.dtype), {as, 1});
-  auto b_t = make_tensor(b_dev.get(), {c.n, c.k}, dl_dtype(c.dtype));
+  auto b_t = make_tensor(b_dev.get(), {c.n, c.k}, dl_dtype(c.dtype), {bs, 1});
   auto bias_t = make_tensor(bias_dev.get(), {c.n}, dl_dtype(c.dtype));
   auto y_t = make_tensor(y_dev.get(), {c.m, c.n}, dl_dtype(c.out_dtype), {ys, 1});
-  if (c.split != 0) {  // the ops layer takes the tuning the C entry point does not expose
+  if (c.split != 0 || !c.tactic.empty() || c.ops_call) {  // the ops layer's tuning
     ops::GemmTuning tuning;
     tuning.split = c.split;
+    tuning.tactic = c.tactic;
     REQUIRE_NOTHROW(ops::gemm(a_t.get(), b_t.get(), c.bias ? bias_t.get() : nullptr, y_t.get(),
                               c.alpha, c.beta, nullptr, tuning));
   } else {
@@ -114,7 +137,12 @@ void run_case(const Case& c, std::mt19937_64& rng) {
   y_dev.download(y_host.data(), y_host.size());
 
   std::vector<double> b_rows(static_cast<size_t>(c.n * c.k)), bias(static_cast<size_t>(c.n));
-  for (size_t i = 0; i < b_elems; ++i) b_rows[i] = ref::load_elem(b_host.data(), i, c.dtype);
+  for (int64_t j = 0; j < c.n; ++j) {
+    for (int64_t i = 0; i < c.k; ++i) {
+      b_rows[static_cast<size_t>(j * c.k + i)] =
+          ref::load_elem(b_host.data(), static_cast<size_t>(j * bs + i), c.dtype);
+    }
+  }
   for (int64_t j = 0; c.bias && j < c.n; ++j)
     bias[j] = ref::load_elem(bias_host.data(), j, c.dtype);
   const GemmOut o{c.m, c.n, c.k, c.alpha, c.beta, ys, c.out_dtype, &y_host, &y_old};
@@ -139,9 +167,12 @@ bool tensor_cores() {
 // The path a TMA-describable call of m rows takes on this device when n is small (at most a few
 // 128-row tiles, fewer than the SMs).
 ops::GemmPath fast_path(int64_t m) {
-  if (!tensor_cores()) return ops::GemmPath::kSimt;
+  if (!tensor_cores()) return ops::GemmPath::kMmaSm80;
   return m <= kjit::gemm::kGemmDecodeMaxTokens ? ops::GemmPath::kSm90Decode : ops::GemmPath::kSm90;
 }
+
+// The mma_sm80 kernel's tactics: both tile widths at both depths.
+const char* const kMmaTactics[] = {"mma_bn128_s3", "mma_bn64_s4", "mma_bn128_s4", "mma_bn64_s3"};
 
 }  // namespace
 
@@ -164,7 +195,8 @@ TEST_CASE("gemm gpu: small and odd shapes on both paths", "[gpu][gemm]") {
       }
     }
   }
-  // k odd or not a multiple of 8: the fallback on every device.
+  // Compact rows of k odd or not a multiple of 8 are not 16-byte aligned: the fallback on every
+  // device (m = 1 with n = 1 aside, whose single rows have no stride).
   for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3>>{
            {1, 64, 1}, {5, 77, 13}, {70, 130, 67}, {129, 65, 130}}) {
     Case c{"bf16", "bf16", m, n, k};
@@ -257,4 +289,102 @@ TEST_CASE("gemm gpu: the decode path at every token tile, split and epilogue",
       run_case(c, rng);
     }
   }
+}
+
+TEST_CASE("gemm gpu: the mma_sm80 kernel forced over odd shapes, both dtypes, every out dtype",
+          "[gpu][gemm]") {
+  // Its tactics are valid on any sm_80+ device, so on the H200 too. M, N and K across the block
+  // tile (128 x 64 / 128) and the 32-wide K block: one row, a few, one past a tile; N from one n8
+  // tile to past a 128 tile; k = 16 (half a K block), 40 (a block and a quarter), 8192 (256
+  // blocks, the ring wraps many times). Each shape under one of the four tactics in turn.
+  std::mt19937_64 rng(std::random_device{}());
+  int turn = 0;
+  for (const char* dt : {"bf16", "fp16"}) {
+    for (const char* od : {dt, "fp32"}) {
+      for (int64_t m : {1, 7, 129}) {
+        for (int64_t n : {8, 72, 200}) {
+          for (int64_t k : {16, 40, 8192}) {
+            Case c{dt, od, m, n, k};
+            c.tactic = kMmaTactics[turn++ % 4];
+            run_case(c, rng);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("gemm gpu: the mma_sm80 kernel's epilogue, strided views and K tails", "[gpu][gemm]") {
+  std::mt19937_64 rng(std::random_device{}());
+  for (const char* tactic : kMmaTactics) {
+    for (const char* od : {"bf16", "fp16", "fp32"}) {
+      const char* dt = std::string(od) == "fp16" ? "fp16" : "bf16";
+      // Bias and beta = 1 over a preset out; then alpha, a and b row-strided (16-byte rows) and
+      // out with an odd row stride (its columns go out one at a time).
+      Case c{dt, od, 150, 260, 200};
+      c.tactic = tactic;
+      c.bias = true;
+      c.beta = 1.0f;
+      run_case(c, rng);
+      c.alpha = -0.75f;
+      c.beta = 0.5f;
+      c.a_stride = 200 + 8;
+      c.b_stride = 200 + 24;
+      c.out_stride = 260 + 5;
+      run_case(c, rng);
+    }
+    // K not a multiple of 8 inside 16-byte rows: the last chunk of a row is partial (a copy of
+    // 2 .. 14 bytes, the rest zero-filled); k = 1 and k = 0 (out = beta * out + bias).
+    for (const auto& [k, stride] :
+         std::vector<std::array<int64_t, 2>>{{36, 40}, {13, 16}, {1, 8}, {33, 48}, {1001, 1008}}) {
+      Case c{"bf16", "fp32", 130, 70, k};
+      c.tactic = tactic;
+      c.a_stride = c.b_stride = stride;
+      c.bias = true;
+      run_case(c, rng);
+    }
+    Case zero{"fp16", "fp16", 9, 40, 0};
+    zero.tactic = tactic;
+    zero.bias = true;
+    zero.beta = 2.0f;
+    run_case(zero, rng);
+  }
+}
+
+TEST_CASE("gemm gpu: rows TMA refuses take the mma_sm80 kernel, visible in the call's kernels",
+          "[gpu][gemm]") {
+  // k = 36 in rows of 40 elements: 16-byte aligned rows (cp.async copies them) whose width TMA's
+  // rule refuses. On sm_90a this call went to the fp32 fallback before the mma_sm80 path; on
+  // every sm_80+ device it now runs the tensor-core kernel, at decode and at prefill sizes.
+  std::mt19937_64 rng(std::random_device{}());
+  for (int64_t m : {1, 16, 300}) {
+    Case c{"bf16", "bf16", m, 520, 36};
+    c.a_stride = c.b_stride = 40;
+    c.bias = true;
+    c.ops_call = true;
+    INFO(describe(c));
+    CHECK(path_for(c) == ops::GemmPath::kMmaSm80);
+    KernelUris seen;
+    run_case(c, rng);
+    REQUIRE_FALSE(seen.uris.empty());  // the call's own kernel last (after any tuning's)
+    CHECK(seen.uris.back().find("gemm_path_sm80_dtype_bf16_out_dtype_bf16_bn_") == 0);
+  }
+  // A TMA-ready call on an H200 still takes the wgmma kernels.
+  if (tensor_cores()) {
+    Case c{"bf16", "bf16", 300, 520, 40};
+    c.ops_call = true;
+    KernelUris seen;
+    run_case(c, rng);
+    REQUIRE_FALSE(seen.uris.empty());
+    CHECK(seen.uris.back().find("gemm_path_sm90_") == 0);
+  }
+  // Rows that are not 16-byte aligned: the fallback.
+  Case odd{"bf16", "bf16", 40, 72, 36};
+  odd.a_stride = 44;
+  odd.ops_call = true;
+  CHECK(path_for(odd) == ops::GemmPath::kSimt);
+  KernelUris seen;
+  run_case(odd, rng);
+  REQUIRE_FALSE(seen.uris.empty());
+  CHECK(seen.uris.back().find("gemm_path_simt_") == 0);
 }

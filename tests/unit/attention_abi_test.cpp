@@ -1093,7 +1093,7 @@ TEST_CASE("attention: catalogs are small, unique and build their specs", "[atten
 
 TEST_CASE("attention: the fp8 unpacking of the kernel is exact for every e4m3 value",
           "[attention]") {
-  // The bit moves of e4m3x4_to_half2x2_scaled (kernels/attention/mma_sm80.cuh) on one byte:
+  // The bit moves of e4m3x4_to_half2x2_scaled (kernels/common/mma_sm80.cuh) on one byte:
   // sign to bit 15, exponent and mantissa to bits 13..7 of an fp16, read as fp16 times 2^8.
   for (int b = 0; b < 256; ++b) {
     if ((b & 0x7F) == 0x7F) continue;  // NaN

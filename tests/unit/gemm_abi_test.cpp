@@ -53,13 +53,26 @@ void expect_invalid(Call& c, const char* fragment) {
   CHECK(err.find("kjit_gemm") == 0);  // the guard names the entry point
 }
 
-ops::GemmTarget h100(bool tma_ok) {
+ops::GemmTarget h100(bool tma_ok, bool cp_async_ok = false) {
   ops::GemmTarget t;
   t.cc_major = 9;
   t.cc_minor = 0;
   t.max_smem_optin = 232448;
   t.sm_count = 132;
   t.tma_ok = tma_ok;
+  t.cp_async_ok = tma_ok || cp_async_ok;
+  return t;
+}
+
+// An A100 (164 KB opt-in, 108 SMs), an RTX 4090 (sm_89, 100 KB, 128 SMs).
+ops::GemmTarget device(int major, int minor, int smem, int sms, bool cp_async_ok) {
+  ops::GemmTarget t;
+  t.cc_major = major;
+  t.cc_minor = minor;
+  t.max_smem_optin = smem;
+  t.sm_count = sms;
+  t.tma_ok = cp_async_ok;  // what TMA would accept on sm_90a: no path here reads it
+  t.cp_async_ok = cp_async_ok;
   return t;
 }
 
@@ -227,17 +240,106 @@ TEST_CASE("gemm: select_gemm takes the sm90 path only where TMA and wgmma can se
   CHECK(ops::select_gemm(bf16, bf16, 129, 4096, 4096, h100(true)).bn == 128);
   CHECK(ops::select_gemm(bf16, bf16, 4096, 4096, 4096, h100(true)).bn == 256);
   CHECK(ops::select_gemm(bf16, DType::kF32, 4096, 4096, 4096, h100(false)).path == GemmPath::kSimt);
+  // Other devices and sm_90a calls the wgmma paths cannot take go to mma_sm80 (next test case).
   ops::GemmTarget a100 = h100(true);
   a100.cc_major = 8;
-  CHECK(ops::select_gemm(bf16, bf16, 64, 64, 64, a100).path == GemmPath::kSimt);
+  CHECK(ops::select_gemm(bf16, bf16, 64, 64, 64, a100).path == GemmPath::kMmaSm80);
   ops::GemmTarget b200 = h100(true);
   b200.cc_major = 10;
-  CHECK(ops::select_gemm(bf16, bf16, 64, 64, 64, b200).path == GemmPath::kSimt);
+  CHECK(ops::select_gemm(bf16, bf16, 64, 64, 64, b200).path == GemmPath::kMmaSm80);
   ops::GemmTarget small = h100(true);
   small.max_smem_optin = 100 * 1024;
-  CHECK(ops::select_gemm(bf16, bf16, 200, 64, 64, small).path == GemmPath::kSimt);
+  CHECK(ops::select_gemm(bf16, bf16, 200, 64, 64, small).path == GemmPath::kMmaSm80);
   CHECK_THROWS_AS(ops::select_gemm(DType::kF32, bf16, 8, 8, 8, h100(true)), kjit::Error);
   CHECK_THROWS_AS(ops::select_gemm(bf16, DType::kI32, 8, 8, 8, h100(true)), kjit::Error);
+}
+
+TEST_CASE("gemm: select_gemm takes mma_sm80 on every sm_80+ call it can serve", "[gemm]") {
+  using ops::DType;
+  using ops::GemmPath;
+  const auto bf16 = DType::kBF16;
+  const ops::GemmTarget a100 = device(8, 0, 166912, 108, true);
+  const ops::GemmTarget ada = device(8, 9, 101376, 128, true);
+  const ops::GemmTarget sm86 = device(8, 6, 101376, 84, true);
+  for (const ops::GemmTarget& t : {a100, ada, sm86, device(12, 0, 101376, 84, true)}) {
+    INFO("sm_" << t.cc_major << t.cc_minor);
+    for (DType dt : {bf16, DType::kF16}) {
+      for (DType od : {dt, DType::kF32}) {
+        // Any m, n and k, K tails included: the kernel zero-fills every edge.
+        for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3>>{
+                 {1, 8, 16}, {7, 72, 40}, {129, 200, 8192}, {4096, 28672, 4096}, {3, 5, 13}}) {
+          const ops::GemmConfig c = ops::select_gemm(dt, od, m, n, k, t);
+          CHECK(c.path == GemmPath::kMmaSm80);
+          CHECK(c.stages == ops::gemm_mma_sm80_stages(c.bn));
+          CHECK(kjit::gemm::gemm_mma_sm80_smem_bytes(c.bn, c.stages) == 48 * 1024);
+          // Two blocks per SM on every part.
+          CHECK(2 * kjit::gemm::gemm_mma_sm80_smem_bytes(c.bn, c.stages) <= t.max_smem_optin);
+        }
+      }
+    }
+    // Rows cp.async cannot copy in 16 bytes: the fallback.
+    ops::GemmTarget unaligned = t;
+    unaligned.tma_ok = unaligned.cp_async_ok = false;
+    CHECK(ops::select_gemm(bf16, bf16, 512, 4096, 4096, unaligned).path == GemmPath::kSimt);
+  }
+  // The 128-wide tile where its tiles cover the SMs, else 64 (108 SMs: 7 x 16 = 112 tiles fill
+  // them, 6 x 16 = 96 do not).
+  CHECK(ops::select_gemm(bf16, bf16, 7 * 128, 2048, 4096, a100).bn == 128);
+  CHECK(ops::select_gemm(bf16, bf16, 6 * 128, 2048, 4096, a100).bn == 64);
+  CHECK(ops::select_gemm(bf16, bf16, 1, 4096, 4096, a100).bn == 64);
+  CHECK(ops::select_gemm(bf16, bf16, 8192, 8192, 8192, a100).bn == 128);
+  CHECK(ops::gemm_mma_sm80_stages(128) == 3);
+  CHECK(ops::gemm_mma_sm80_stages(64) == 4);
+  // sm_90a: TMA-ready calls keep the wgmma paths; a k TMA refuses (k * 2 not a multiple of 16)
+  // with 16-byte aligned rows takes mma_sm80, rows cp.async cannot copy the fallback.
+  CHECK(ops::select_gemm(bf16, bf16, 1, 4096, 4096, h100(true)).path == GemmPath::kSm90Decode);
+  CHECK(ops::select_gemm(bf16, bf16, 4096, 4096, 4096, h100(true)).path == GemmPath::kSm90);
+  CHECK(ops::select_gemm(bf16, bf16, 1, 4096, 4100, h100(false, true)).path == GemmPath::kMmaSm80);
+  CHECK(ops::select_gemm(bf16, bf16, 4096, 4096, 4100, h100(false, true)).path ==
+        GemmPath::kMmaSm80);
+  CHECK(ops::select_gemm(bf16, bf16, 4096, 4096, 4100, h100(false, false)).path == GemmPath::kSimt);
+  // mma.sync m16n8k16 on bf16 and cp.async are sm_80 instructions.
+  CHECK_FALSE(ops::mma_sm80_can_run(device(7, 5, 65536, 40, true), 64, 64, 64, 128, 3));
+}
+
+TEST_CASE("gemm: mma_sm80's validity: alignment, tiles, depth, shared memory, counts", "[gemm]") {
+  const ops::GemmTarget a100 = device(8, 0, 166912, 108, true);
+  CHECK(ops::mma_sm80_can_run(a100, 1, 1, 1, 64, 4));
+  CHECK(ops::mma_sm80_can_run(a100, 1, 1, 0, 128, 3));  // k = 0: beta * out + bias
+  CHECK_FALSE(ops::mma_sm80_can_run(device(8, 0, 166912, 108, false), 1, 1, 1, 64, 4));
+  for (int bn : {32, 96, 256}) CHECK_FALSE(ops::mma_sm80_can_run(a100, 64, 64, 64, bn, 3));
+  for (int st : {1, 7}) CHECK_FALSE(ops::mma_sm80_can_run(a100, 64, 64, 64, 128, st));
+  // 6 stages of 128 wide are 96 KB: an A100 holds them, a block limited to 64 KB does not.
+  CHECK(ops::mma_sm80_can_run(a100, 64, 64, 64, 128, 6));
+  CHECK(kjit::gemm::gemm_mma_sm80_smem_bytes(128, 6) == 96 * 1024);
+  CHECK_FALSE(ops::mma_sm80_can_run(device(8, 9, 65536, 128, true), 64, 64, 64, 128, 6));
+  // Tile and K block counts are int32 in the kernel.
+  const int64_t big = int64_t{1} << 40;
+  CHECK_FALSE(ops::mma_sm80_can_run(a100, big, big, 64, 128, 3));
+  CHECK_FALSE(ops::mma_sm80_can_run(a100, 64, 64, big, 128, 3));
+  CHECK_FALSE(ops::mma_sm80_can_run(a100, int64_t{1} << 31, 1, 64, 128, 3));
+  CHECK(ops::mma_sm80_can_run(a100, int64_t{1} << 30, 128, 64, 128, 3));
+}
+
+TEST_CASE("gemm: cp_async_ready and tma_describable read the rows' alignment", "[gemm]") {
+  auto rm = [](char* data, int64_t rows, int64_t cols, int64_t stride) {
+    ops::RowMatrix m;
+    m.data = data;
+    m.rows = rows;
+    m.cols = cols;
+    m.row_stride = stride;
+    m.dtype = ops::DType::kBF16;
+    return m;
+  };
+  CHECK(ops::cp_async_ready(rm(kA, 4, 64, 64)));
+  CHECK(ops::tma_describable(rm(kA, 4, 64, 64)));
+  // k = 36 in rows of 40: cp.async copies them, TMA's rule (k * 2 % 16) refuses.
+  CHECK(ops::cp_async_ready(rm(kA, 4, 36, 40)));
+  CHECK_FALSE(ops::tma_describable(rm(kA, 4, 36, 40)));
+  CHECK_FALSE(ops::cp_async_ready(rm(kA, 4, 36, 36)));  // 72-byte rows
+  CHECK_FALSE(ops::cp_async_ready(rm(kA + 8, 4, 64, 64)));
+  CHECK(ops::cp_async_ready(rm(kA, 1, 13, 13)));  // one row: its stride is never used
+  CHECK_FALSE(ops::cp_async_ready(rm(kA + 2, 1, 13, 13)));
 }
 
 TEST_CASE("gemm: the decode path's token tile, depth and split", "[gemm]") {
@@ -335,22 +437,47 @@ TEST_CASE("gemm: the wgmma descriptor has the PTX ISA's bit layout", "[gemm]") {
 TEST_CASE("gemm: specs and the catalog", "[gemm]") {
   const ops::OpDef& def = ops::op_or_throw("gemm");
   const auto catalog = def.catalog();
-  CHECK(catalog.size() == 28);
-  int sm90 = 0, decode = 0;
+  CHECK(catalog.size() == 36);
+  int sm90 = 0, decode = 0, mma = 0;
   for (const auto& args : catalog) {
     const kjit::jit::Spec s = def.make_spec(args);
     INFO(s.uri);
     const std::string& path = args.at("path");
     sm90 += path == "sm90";
     decode += path == "decode";
-    CHECK(s.arch_families == std::vector<std::string>{path == "simt" ? "sm_80+" : "sm_90a"});
+    mma += path == "sm80";
+    const bool any_arch = path == "simt" || path == "sm80";
+    CHECK(s.arch_families == std::vector<std::string>{any_arch ? "sm_80+" : "sm_90a"});
     const char* entry = path == "sm90"     ? "gemm_sm90_kernel"
                         : path == "decode" ? "gemm_decode_sm90_kernel"
+                        : path == "sm80"   ? "gemm_mma_sm80_kernel"
                                            : "gemm_simt_kernel";
     CHECK(s.entry_names.at(0).find(entry) != std::string::npos);
   }
   CHECK(sm90 == 8);
   CHECK(decode == 16);
+  CHECK(mma == 8);
+  // The URI reads as path, dtype and tile; stages default per width.
+  CHECK(def.make_spec({{"path", "sm80"}, {"dtype", "bf16"}, {"out_dtype", "bf16"}}).uri ==
+        "gemm_path_sm80_dtype_bf16_out_dtype_bf16_bn_128_stages_3");
+  CHECK(def.make_spec({{"path", "sm80"}, {"dtype", "fp16"}, {"out_dtype", "fp32"}, {"bn", "64"}})
+            .uri == "gemm_path_sm80_dtype_fp16_out_dtype_fp32_bn_64_stages_4");
+  CHECK(def.make_spec({{"path", "sm80"},
+                       {"dtype", "bf16"},
+                       {"out_dtype", "bf16"},
+                       {"bn", "64"},
+                       {"stages", "3"}})
+            .entry_names.at(0)
+            .find("gemm_mma_sm80_kernel") != std::string::npos);
+  CHECK_THROWS_AS(
+      def.make_spec({{"path", "sm80"}, {"dtype", "bf16"}, {"out_dtype", "bf16"}, {"bn", "256"}}),
+      kjit::Error);
+  CHECK_THROWS_AS(
+      def.make_spec({{"path", "sm80"}, {"dtype", "bf16"}, {"out_dtype", "bf16"}, {"tokens", "16"}}),
+      kjit::Error);
+  CHECK_THROWS_AS(
+      def.make_spec({{"path", "sm90"}, {"dtype", "bf16"}, {"out_dtype", "bf16"}, {"bn", "64"}}),
+      kjit::Error);
   CHECK(def.make_spec(
                {{"path", "decode"}, {"dtype", "fp16"}, {"out_dtype", "fp32"}, {"tokens", "32"}})
             .uri == "gemm_path_decode_dtype_fp16_out_dtype_fp32_tokens_32_stages_5");

@@ -294,19 +294,68 @@ TEST_CASE("gemm_fp8: select takes sm90 only where TMA and wgmma can serve", "[fp
   CHECK_THROWS_AS(ops::select_gemm_fp8(DType::kI32, tr, 8, 8, 8, h100(true)), kjit::Error);
 }
 
+TEST_CASE("gemm_fp8: select takes the mma.sync kernel on sm_89+ rows cp.async can copy", "[fp8]") {
+  using ops::DType;
+  using ops::Fp8Scales;
+  using ops::GemmPath;
+  const auto bf16 = DType::kBF16;
+  // sm_90a with rows TMA refuses (k not a multiple of 16) but cp.async copies; an sm_89 part with
+  // TMA-ready rows: the mma.sync kernel, 128 x 64 tiles, 4 stages, in every scale mode.
+  ops::GemmTarget hopper = h100(false);
+  hopper.cp_async_ok = true;
+  ops::GemmTarget ada = h100(true);
+  ada.cc_major = 8;
+  ada.cc_minor = 9;
+  ada.max_smem_optin = 101376;
+  ada.cp_async_ok = true;
+  for (const ops::GemmTarget& t : {hopper, ada}) {
+    for (Fp8Scales sc : {Fp8Scales::kTensorRow, Fp8Scales::kBlock}) {
+      for (DType od : {bf16, DType::kF32}) {
+        const ops::GemmFp8Config c = ops::select_gemm_fp8(od, sc, 7, 200, 136, t);
+        CHECK(c.path == GemmPath::kMmaSm80);
+        CHECK(c.bn == 64);
+        CHECK(c.stages == 4);
+        CHECK(c.scales == Fp8Scales::kTensorRow);  // one kernel for every mode
+      }
+    }
+  }
+  // sm_80 / sm_86 have no e4m3 mma.sync; rows cp.async cannot copy go to the fallback too.
+  ops::GemmTarget a100 = ada;
+  a100.cc_minor = 0;
+  CHECK(ops::select_gemm_fp8(bf16, Fp8Scales::kTensorRow, 7, 200, 136, a100).path ==
+        GemmPath::kSimt);
+  ops::GemmTarget sm86 = ada;
+  sm86.cc_minor = 6;
+  CHECK(ops::select_gemm_fp8(bf16, Fp8Scales::kTensorRow, 7, 200, 136, sm86).path ==
+        GemmPath::kSimt);
+  ops::GemmTarget unaligned = ada;
+  unaligned.tma_ok = unaligned.cp_async_ok = false;
+  CHECK(ops::select_gemm_fp8(bf16, Fp8Scales::kBlock, 7, 200, 136, unaligned).path ==
+        GemmPath::kSimt);
+}
+
 TEST_CASE("gemm_fp8 and quant_fp8: specs and catalogs", "[fp8]") {
   const ops::OpDef& def = ops::op_or_throw("gemm_fp8");
-  int sm90 = 0;
+  int sm90 = 0, mma = 0;
   for (const auto& args : def.catalog()) {
     const kjit::jit::Spec s = def.make_spec(args);
     INFO(s.uri);
-    const bool tc = args.at("path") == "sm90";
-    sm90 += tc;
-    CHECK(s.arch_families == std::vector<std::string>{tc ? "sm_90a" : "sm_80+"});
-    CHECK(s.entry_names.at(0).find(tc ? "gemm_fp8_sm90_kernel" : "gemm_fp8_simt_kernel") !=
-          std::string::npos);
+    const std::string& path = args.at("path");
+    sm90 += path == "sm90";
+    mma += path == "sm80";
+    CHECK(s.arch_families == std::vector<std::string>{path == "sm90"   ? "sm_90a"
+                                                      : path == "sm80" ? "sm_89+"
+                                                                       : "sm_80+"});
+    CHECK(s.entry_names.at(0).find(path == "sm90"   ? "gemm_fp8_sm90_kernel"
+                                   : path == "sm80" ? "gemm_fp8_mma_kernel"
+                                                    : "gemm_fp8_simt_kernel") != std::string::npos);
   }
   CHECK(sm90 == 4);
+  CHECK(mma == 2);
+  CHECK(def.make_spec({{"path", "sm80"}, {"out_dtype", "fp32"}}).uri ==
+        "gemm_fp8_path_sm80_out_dtype_fp32_bn_64_stages_4");
+  CHECK_THROWS_AS(def.make_spec({{"path", "sm80"}, {"out_dtype", "bf16"}, {"scales", "block"}}),
+                  kjit::Error);
   ops::GemmFp8Config c;
   c.path = ops::GemmPath::kSm90;
   c.scales = ops::Fp8Scales::kBlock;

@@ -25,6 +25,8 @@ namespace ops = kjit::ops;
 
 namespace {
 
+// cp_async_ok: the rows are 16-byte aligned even where TMA cannot describe the operands (a k
+// that is not a multiple of 8).
 ops::GemmTarget hopper(int smem = 232448, bool tma_ok = true) {
   ops::GemmTarget t;
   t.cc_major = 9;
@@ -32,6 +34,7 @@ ops::GemmTarget hopper(int smem = 232448, bool tma_ok = true) {
   t.max_smem_optin = smem;
   t.sm_count = 132;
   t.tma_ok = tma_ok;
+  t.cp_async_ok = true;
   return t;
 }
 
@@ -72,8 +75,8 @@ const tune::Fingerprint kH200{"NVIDIA H200", 132, 13000, "13.0", "0.4.0"};
 }  // namespace
 
 TEST_CASE("gemm tactics: names round-trip and only canonical spellings parse", "[gemm][tune]") {
-  for (const char* name :
-       {"simt", "sm90_bn128_s6", "sm90_bn256_s3", "decode_t16_split1", "decode_t128_split8"}) {
+  for (const char* name : {"simt", "sm90_bn128_s6", "sm90_bn256_s3", "decode_t16_split1",
+                           "decode_t128_split8", "mma_bn64_s4", "mma_bn128_s3"}) {
     INFO(name);
     const auto t = ops::GemmTactic::parse(name);
     REQUIRE(t);
@@ -81,8 +84,14 @@ TEST_CASE("gemm tactics: names round-trip and only canonical spellings parse", "
   }
   CHECK(ops::GemmTactic::parse("sm90_bn128_s6")->path == ops::GemmPath::kSm90);
   CHECK(ops::GemmTactic::parse("decode_t32_split4")->split == 4);
+  const auto mma = ops::GemmTactic::parse("mma_bn64_s3");
+  REQUIRE(mma);
+  CHECK(mma->path == ops::GemmPath::kMmaSm80);
+  CHECK(mma->bn == 64);
+  CHECK(mma->stages == 3);
   for (const char* bad : {"", "SIMT", "sm90_bn128", "sm90_bn0128_s6", "sm90_bn128_s6x",
-                          "decode_t16_split", "decode_t16_split4 ", "gemm:simt", "sm90-bn128-s6"}) {
+                          "decode_t16_split", "decode_t16_split4 ", "gemm:simt", "sm90-bn128-s6",
+                          "mma_bn064_s3", "mma_bn64", "mma_sm80_bn64_s3", "mma_bn64_s3_"}) {
     INFO("'" << bad << "'");
     CHECK_FALSE(ops::GemmTactic::parse(bad));
   }
@@ -90,14 +99,16 @@ TEST_CASE("gemm tactics: names round-trip and only canonical spellings parse", "
 
 TEST_CASE("gemm tactics: the candidates of decode and large shapes on sm_90", "[gemm][tune]") {
   const ops::GemmTarget t = hopper();
-  // m = 1: the decode kernel at every split, the four sm90 tiles and the fallback.
+  // m = 1: the decode kernel at every split, the four sm90 tiles, the four mma_sm80 ones and the
+  // fallback.
   const ops::GemmTactic d1 = default_of(1, 4096, 4096, t);
   CHECK(d1.name() == "decode_t16_split3");
   const auto one = names_of(ops::gemm_tactics(d1, ops::gemm_m_bucket(1), 4096, 4096, t));
   CHECK(one.front() == "decode_t16_split3");
-  CHECK(one.size() == 8 + 4 + 1);
+  CHECK(one.size() == 8 + 4 + 4 + 1);
   for (int s = 1; s <= 8; ++s) CHECK(has(one, "decode_t16_split" + std::to_string(s)));
-  for (const char* s : {"sm90_bn128_s4", "sm90_bn128_s6", "sm90_bn256_s3", "sm90_bn256_s4", "simt"})
+  for (const char* s : {"sm90_bn128_s4", "sm90_bn128_s6", "sm90_bn256_s3", "sm90_bn256_s4",
+                        "mma_bn64_s3", "mma_bn64_s4", "mma_bn128_s3", "mma_bn128_s4", "simt"})
     CHECK(has(one, s));
   CHECK(std::set<std::string>(one.begin(), one.end()).size() == one.size());
   // m = 100 rounds up to the 128-token tile; m = 4096 has no decode tactic.
@@ -109,7 +120,8 @@ TEST_CASE("gemm tactics: the candidates of decode and large shapes on sm_90", "[
   CHECK(big.name() == "sm90_bn256_s4");
   const auto large = names_of(ops::gemm_tactics(big, 4096, 28672, 4096, t));
   CHECK(large == std::vector<std::string>{"sm90_bn256_s4", "sm90_bn128_s4", "sm90_bn128_s6",
-                                          "sm90_bn256_s3", "simt"});
+                                          "sm90_bn256_s3", "mma_bn64_s4", "mma_bn128_s3",
+                                          "mma_bn64_s3", "mma_bn128_s4", "simt"});
 }
 
 TEST_CASE("gemm tactics: validity follows the launch paths' checks", "[gemm][tune]") {
@@ -134,18 +146,39 @@ TEST_CASE("gemm tactics: validity follows the launch paths' checks", "[gemm][tun
   CHECK_FALSE(valid("decode_t128_split4", 256, 4096, 4096, hopper()));
   CHECK_FALSE(valid("decode_t32_split9", 32, 4096, 4096, hopper()));
   CHECK_FALSE(valid("decode_t32_split0", 32, 4096, 4096, hopper()));
-  // TMA: operands it cannot describe, or another device, leave the fallback alone.
-  for (const ops::GemmTarget& t : {hopper(232448, false), [] {
-                                     ops::GemmTarget a = hopper();
-                                     a.cc_major = 8;
-                                     return a;
-                                   }()}) {
+  // TMA: operands it cannot describe, or another device, leave the mma_sm80 kernel (where the
+  // rows are 16-byte aligned) and the fallback.
+  const ops::GemmTarget a100 = [] {
+    ops::GemmTarget a = hopper();
+    a.cc_major = 8;
+    return a;
+  }();
+  const std::vector<std::string> mma_and_simt = {"mma_bn64_s4", "mma_bn128_s3", "mma_bn64_s3",
+                                                 "mma_bn128_s4", "simt"};
+  for (const ops::GemmTarget& t : {hopper(232448, false), a100}) {
     CHECK_FALSE(valid("sm90_bn128_s6", 512, 4096, 4096, t));
     CHECK_FALSE(valid("decode_t16_split1", 1, 4096, 4096, t));
     CHECK(valid("simt", 512, 4096, 4096, t));
+    CHECK(valid("mma_bn128_s4", 512, 4096, 4096, t));
     const ops::GemmTactic d = default_of(7, 4096, 4096, t);
-    CHECK(names_of(ops::gemm_tactics(d, 8, 4096, 4096, t)) == std::vector<std::string>{"simt"});
+    CHECK(d.name() == "mma_bn64_s4");  // 1 x 32 tiles of 128 leave SMs idle
+    CHECK(names_of(ops::gemm_tactics(d, 8, 4096, 4096, t)) == mma_and_simt);
   }
+  // Rows that are not 16-byte aligned: only the fallback.
+  ops::GemmTarget unaligned = hopper(232448, false);
+  unaligned.cp_async_ok = false;
+  CHECK_FALSE(valid("mma_bn64_s4", 512, 4096, 4096, unaligned));
+  CHECK(names_of(ops::gemm_tactics(default_of(7, 4096, 4096, unaligned), 8, 4096, 4096,
+                                   unaligned)) == std::vector<std::string>{"simt"});
+  // mma_sm80: the kernel's widths and depths, on any sm_80+ device, within its shared memory.
+  CHECK_FALSE(valid("mma_bn256_s3", 512, 4096, 4096, a100));
+  CHECK_FALSE(valid("mma_bn128_s1", 512, 4096, 4096, a100));
+  CHECK_FALSE(valid("mma_bn128_s7", 512, 4096, 4096, a100));
+  CHECK(valid("mma_bn128_s6", 512, 4096, 4096, a100));
+  CHECK_FALSE(valid("mma_bn128_s6", 512, 4096, 4096, hopper(65536)));
+  ops::GemmTarget turing = a100;
+  turing.cc_major = 7;
+  CHECK_FALSE(valid("mma_bn64_s4", 512, 4096, 4096, turing));
   // Past the fallback's grid nothing is valid.
   CHECK_FALSE(valid("simt", int64_t{1} << 23, 64, 64, hopper(232448, false)));
 }

@@ -34,12 +34,15 @@ using cuda::kMaxTmaSide;
 
 }  // namespace
 
-bool tma_describable(const RowMatrix& m) {
+bool cp_async_ready(const RowMatrix& m) {
   const auto addr = reinterpret_cast<uintptr_t>(m.data);
   const int64_t stride_bytes = m.row_stride * static_cast<int64_t>(dtype_size(m.dtype));
-  return addr % 16 == 0 && (m.rows == 1 || stride_bytes % 16 == 0) &&
-         (m.cols * static_cast<int64_t>(dtype_size(m.dtype))) % 16 == 0 && m.rows <= kMaxTmaSide &&
-         m.cols <= kMaxTmaSide;
+  return addr % 16 == 0 && (m.rows == 1 || stride_bytes % 16 == 0);
+}
+
+bool tma_describable(const RowMatrix& m) {
+  return cp_async_ready(m) && (m.cols * static_cast<int64_t>(dtype_size(m.dtype))) % 16 == 0 &&
+         m.rows <= kMaxTmaSide && m.cols <= kMaxTmaSide;
 }
 
 bool overlaps(const RowMatrix& x, const RowMatrix& y) {
@@ -67,12 +70,17 @@ const char* gemm_path_name(GemmPath p) {
   switch (p) {
     case GemmPath::kSm90: return "sm90";
     case GemmPath::kSm90Decode: return "decode";
+    case GemmPath::kMmaSm80: return "sm80";
     case GemmPath::kSimt: break;
   }
   return "simt";
 }
 
 GemmTarget gemm_target(int device, bool tma_ok) {
+  return gemm_target(device, tma_ok, tma_ok);
+}
+
+GemmTarget gemm_target(int device, bool tma_ok, bool cp_async_ok) {
   const cuda::DeviceInfo& dev = cuda::device_info(device);
   GemmTarget t;
   t.cc_major = dev.major;
@@ -80,6 +88,7 @@ GemmTarget gemm_target(int device, bool tma_ok) {
   t.max_smem_optin = dev.max_smem_optin;
   t.sm_count = dev.sm_count;
   t.tma_ok = tma_ok;
+  t.cp_async_ok = cp_async_ok;
   return t;
 }
 
@@ -104,6 +113,23 @@ bool sm90_can_run(const GemmTarget& target, int64_t m, int64_t n, int64_t k, int
          n <= kMaxTmaSide && k <= kMaxTmaSide &&
          gemm::gemm_sm90_smem_bytes(bn, stages) <= target.max_smem_optin &&
          ceil_div(m, gemm::kGemmBlockM) * ceil_div(n, bn) <= kMaxTmaSide;
+}
+
+bool mma_sm80_can_run(const GemmTarget& target, int64_t m, int64_t n, int64_t k, int bn,
+                      int stages) {
+  return target.cc_major >= 8 && target.cp_async_ok && (bn == 64 || bn == 128) && stages >= 2 &&
+         stages <= 6 && gemm::gemm_mma_sm80_smem_bytes(bn, stages) <= target.max_smem_optin &&
+         m <= cuda::kMaxInt32 && n <= cuda::kMaxInt32 &&  // no overflow in the product below
+         ceil_div(m, gemm::kGemmMmaBlockM) * ceil_div(n, bn) <= cuda::kMaxInt32 &&
+         ceil_div(k, gemm::kGemmMmaBlockK) <= cuda::kMaxInt32;
+}
+
+int gemm_mma_sm80_bn(const GemmTarget& target, int64_t m, int64_t n) {
+  return ceil_div(m, gemm::kGemmMmaBlockM) * ceil_div(n, 128) < target.sm_count ? 64 : 128;
+}
+
+int gemm_mma_sm80_stages(int bn) {
+  return bn == 64 ? 4 : 3;
 }
 
 void check_simt_grid(const char* op, int64_t m, int64_t n) {
@@ -156,6 +182,16 @@ GemmConfig select_gemm(DType dtype, DType out_dtype, int64_t m, int64_t n, int64
     c.stages = stages;
     return c;
   }
+  // Every other sm_80+ call whose rows cp.async can copy: tensor cores at about ten times the
+  // fallback's rate.
+  const int mma_bn = gemm_mma_sm80_bn(target, m, n);
+  const int mma_stages = gemm_mma_sm80_stages(mma_bn);
+  if (mma_sm80_can_run(target, m, n, k, mma_bn, mma_stages)) {
+    c.path = GemmPath::kMmaSm80;
+    c.bn = mma_bn;
+    c.stages = mma_stages;
+    return c;
+  }
   check_simt_grid("gemm", m, n);
   c.path = GemmPath::kSimt;
   return c;
@@ -164,8 +200,9 @@ GemmConfig select_gemm(DType dtype, DType out_dtype, int64_t m, int64_t n, int64
 jit::Spec gemm_spec(const GemmConfig& c) {
   const char* header = c.path == GemmPath::kSm90         ? "gemm/gemm_sm90.cuh"
                        : c.path == GemmPath::kSm90Decode ? "gemm/gemm_decode_sm90.cuh"
+                       : c.path == GemmPath::kMmaSm80    ? "gemm/gemm_mma_sm80.cuh"
                                                          : "gemm/gemm_simt.cuh";
-  const bool sm90a = c.path != GemmPath::kSimt;
+  const bool sm90a = c.path == GemmPath::kSm90 || c.path == GemmPath::kSm90Decode;
   jit::SpecBuilder b(
       "gemm", {"common", "gemm"}, header,
       sm90a ? std::vector<std::string>{"sm_90a"} : std::vector<std::string>{"sm_80+"});
@@ -178,6 +215,9 @@ jit::Spec gemm_spec(const GemmConfig& c) {
   } else if (c.path == GemmPath::kSm90Decode) {
     b.value("tokens", c.tokens).value("stages", c.stages);
     b.entry("kjit::gemm::gemm_decode_sm90_kernel", {"dtype", "out_dtype", "tokens", "stages"});
+  } else if (c.path == GemmPath::kMmaSm80) {
+    b.value("bn", c.bn).value("stages", c.stages);
+    b.entry("kjit::gemm::gemm_mma_sm80_kernel", {"dtype", "out_dtype", "bn", "stages"});
   } else {
     b.entry("kjit::gemm::gemm_simt_kernel", {"dtype", "out_dtype"});
   }
@@ -367,6 +407,10 @@ cuda::LaunchConfig gemm_launch_config(GemmPath path, int bn, int stages, int64_t
     lc.grid_x = static_cast<unsigned>(ceil_div(n, bn) * ceil_div(m, gemm::kGemmBlockM));
     lc.block_x = gemm::kGemmSm90Threads;
     lc.smem_bytes = static_cast<unsigned>(gemm::gemm_sm90_smem_bytes(bn, stages));
+  } else if (path == GemmPath::kMmaSm80) {
+    lc.grid_x = static_cast<unsigned>(ceil_div(n, bn) * ceil_div(m, gemm::kGemmMmaBlockM));
+    lc.block_x = gemm::kGemmMmaThreads;
+    lc.smem_bytes = static_cast<unsigned>(gemm::gemm_mma_sm80_smem_bytes(bn, stages));
   } else {
     lc.grid_x = static_cast<unsigned>(ceil_div(n, gemm::kGemmSimtTile));
     lc.grid_y = static_cast<unsigned>(ceil_div(m, gemm::kGemmSimtTile));
@@ -403,8 +447,8 @@ void gemm(const DLTensor* a, const DLTensor* b, const DLTensor* bias, DLTensor* 
   select_gemm(x.dtype, y.dtype, m, n, k, GemmTarget{});
   if (trace::enabled()) trace::gemm(x.dtype, y.dtype, m, n, k, bias != nullptr);
 
-  const GemmTarget target =
-      gemm_target(x.device, k > 0 && tma_describable(x) && tma_describable(w));
+  const GemmTarget target = gemm_target(x.device, k > 0 && tma_describable(x) && tma_describable(w),
+                                        cp_async_ready(x) && cp_async_ready(w));
   const GemmConfig dflt = select_gemm(x.dtype, y.dtype, m, n, k, target);
   gemm::GemmParams p = gemm_params(g, alpha, beta);
   p.bias = bias != nullptr ? bv.data : nullptr;

@@ -22,13 +22,15 @@ namespace kjit::ops {
 // kSimt: fp32 FMA tiles, any sm_80+ device and any element-aligned operands (gemm_simt.cuh).
 // kSm90Decode: m <= kGemmDecodeMaxTokens on sm_90a: the weight streams as wgmma's M side, K split
 // over a cluster (gemm_decode_sm90.cuh).
-enum class GemmPath { kSm90 = 0, kSimt = 1, kSm90Decode = 2 };
+// kMmaSm80: mma.sync + cp.async tiles, any sm_80+ device, operands with 16-byte aligned rows
+// (gemm_mma_sm80.cuh).
+enum class GemmPath { kSm90 = 0, kSimt = 1, kSm90Decode = 2, kMmaSm80 = 3 };
 
-const char* gemm_path_name(GemmPath p);  // "sm90", "simt", "decode"
+const char* gemm_path_name(GemmPath p);  // "sm90", "simt", "decode", "sm80"
 
-// One compiled GEMM variant; every field is in the URI. bn and stages are the sm90 kernel's tile
-// width and pipeline depth, tokens and stages the decode kernel's token tile and depth (0 where
-// unused).
+// One compiled GEMM variant; every field is in the URI. bn and stages are the sm90 and mma_sm80
+// kernels' tile width and pipeline depth, tokens and stages the decode kernel's token tile and
+// depth (0 where unused).
 struct GemmConfig {
   GemmPath path = GemmPath::kSimt;
   DType dtype = DType::kBF16;      // a, b and bias
@@ -44,6 +46,9 @@ struct GemmTarget {
   int max_smem_optin = 0;          // bytes of shared memory a block may opt in to
   int sm_count = 0;                // streaming multiprocessors
   bool tma_ok = false;  // a and b: 16-byte-aligned bases, row strides multiples of 16 bytes
+  // a and b: 16-byte-aligned bases and row strides (cp_async_ready), what the mma_sm80 path needs
+  // (k need not be a multiple of 8); true wherever tma_ok is.
+  bool cp_async_ok = false;
 };
 
 // Choices the bench and the tests override; the defaults are kjit_gemm's.
@@ -72,12 +77,15 @@ int gemm_decode_split(int64_t n, int64_t k, const GemmResidency& resident);
 
 // The target of a call on `device` (its compute capability and shared memory). Throws
 // KJIT_ERROR_NO_DEVICE without a driver.
+GemmTarget gemm_target(int device, bool tma_ok, bool cp_async_ok);
+// The same with cp_async_ok = tma_ok (the callers whose paths do not include mma_sm80).
 GemmTarget gemm_target(int device, bool tma_ok);
 
 // Support and dispatch in one place: on a compute capability 9.0 device where TMA can describe a
 // and b, the decode path for m <= 64, and for m <= kGemmDecodeMaxTokens where n has fewer
 // 128-row tiles than the device has SMs; else the sm90 path when its tiles fit the shared memory;
-// otherwise the fallback. Throws
+// else, on any sm_80+ device, the mma_sm80 path where mma_sm80_can_run (gemm_mma_sm80_bn and
+// gemm_mma_sm80_stages pick its tile); otherwise the fallback. Throws
 // KJIT_ERROR_UNSUPPORTED for input dtypes other than bf16 / fp16, out dtypes other than bf16 /
 // fp16 / fp32, and sizes past the grid's limits.
 GemmConfig select_gemm(DType dtype, DType out_dtype, int64_t m, int64_t n, int64_t k,
@@ -90,8 +98,24 @@ jit::Spec gemm_spec(const GemmConfig& cfg);
 // stages: a compute capability 9.0 device, operands TMA can describe (target.tma_ok), sides and
 // tile counts TMA's int32 coordinates reach, the stages in its shared memory.
 bool sm90_can_run(const GemmTarget& target, int64_t m, int64_t n, int64_t k, int bn, int stages);
+// The mma_sm80 path's one validity check, used by select_gemm and the tactics: a compute
+// capability 8.0+ device, a and b with 16-byte aligned rows (target.cp_async_ok), a tile width
+// (64 or 128) and depth (2 .. 6) the kernel has, the stages in the shared memory, tile and K block
+// counts in int32.
+bool mma_sm80_can_run(const GemmTarget& target, int64_t m, int64_t n, int64_t k, int bn,
+                      int stages);
+// The mma_sm80 tile width of an m x n call: 128, or 64 where the 128-wide tiles would leave some
+// of the device's SMs without a block.
+int gemm_mma_sm80_bn(const GemmTarget& target, int64_t m, int64_t n);
+// The mma_sm80 depth of a tile width: 48 KB of stages at either width (3 of 128 wide, 4 of 64),
+// so two blocks share an SM on every sm_80+ part (100 KB on sm_86 / sm_89) and a third K block is
+// in flight while one is computed on.
+int gemm_mma_sm80_stages(int bn);
 // Throws KJIT_ERROR_UNSUPPORTED (naming `op`) when the fallback's grid cannot cover m x n.
 void check_simt_grid(const char* op, int64_t m, int64_t n);
+// True when `m`'s rows start 16-byte aligned (base and row stride, or a single row): 16-byte
+// cp.async copies can read them.
+bool cp_async_ready(const RowMatrix& m);
 // True when `m` (rows x cols) meets TMA's rules (cuda/tensor_map.hpp) with sides TMA's int32
 // coordinates reach.
 bool tma_describable(const RowMatrix& m);
@@ -111,7 +135,8 @@ struct GemmOperands {
 GemmOperands gemm_operands(const DLTensor* a, const DLTensor* b, DLTensor* out);
 // The kernels' parameters of validated operands (no bias, no tensor maps yet).
 gemm::GemmParams gemm_params(const GemmOperands& g, float alpha, float beta);
-// The launch of the sm90 kernels (bn, stages) or the fallback for an m x n out on `stream`.
+// The launch of the sm90 or mma_sm80 kernels (bn, stages) or the fallback for an m x n out on
+// `stream`.
 cuda::LaunchConfig gemm_launch_config(GemmPath path, int bn, int stages, int64_t m, int64_t n,
                                       void* stream);
 

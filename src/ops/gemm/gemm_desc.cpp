@@ -53,19 +53,23 @@ OpDef gemm_op_def() {
   d.name = "gemm";
   d.summary = "out = alpha * a . b^T + beta * out + bias (a [m, k], b [n, k]), bf16/fp16 in";
   d.axes = {{"path",
-             {"sm90", "decode", "simt"},
+             {"sm90", "decode", "simt", "sm80"},
              true,
              "sm90: TMA + wgmma (sm_90a); decode: the weight-streaming kernel for m <= 128 "
-             "(sm_90a); simt: fp32 FMA, any arch"},
+             "(sm_90a); simt: fp32 FMA, any arch; sm80: mma.sync + cp.async (the mma_sm80 path), "
+             "any arch"},
             {"dtype", {"bf16", "fp16"}, true, "a, b and bias dtype"},
             {"out_dtype", {"bf16", "fp16", "fp32"}, true, "out dtype"},
-            {"bn", {"128", "256"}, false, "sm90: output tile width (default 128)"},
+            {"bn",
+             {"128", "256", "64"},
+             false,
+             "sm90: output tile width (default 128); sm80: 64 or 128 (default 128)"},
             {"tokens", {"16", "32", "64", "128"}, false, "decode: token tile (m <= tokens)"},
             {"stages",
              {"2", "3", "4", "5", "6"},
              false,
              "sm90: pipeline stages (default 6 at bn=128, 4 at bn=256); decode: default the most "
-             "that let two blocks share an SM"}};
+             "that let two blocks share an SM; sm80: default 3 at bn=128, 4 at bn=64"}};
   d.arch_families = {"sm_80+", "sm_90a"};
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
@@ -73,6 +77,7 @@ OpDef gemm_op_def() {
     const std::string& path = args.at("path");
     c.path = path == "sm90"     ? GemmPath::kSm90
              : path == "decode" ? GemmPath::kSm90Decode
+             : path == "sm80"   ? GemmPath::kMmaSm80
                                 : GemmPath::kSimt;
     c.dtype = dtype_from_name(args.at("dtype"));
     c.out_dtype = dtype_from_name(args.at("out_dtype"));
@@ -94,13 +99,21 @@ OpDef gemm_op_def() {
     }
     if (has_tokens) fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm: tokens is a decode setting");
     c.bn = args.count("bn") != 0 ? std::stoi(args.at("bn")) : 128;
+    if (c.path == GemmPath::kMmaSm80) {
+      if (c.bn != 64 && c.bn != 128) {
+        fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm: sm80's bn is 64 or 128");
+      }
+      c.stages = has_stages ? std::stoi(args.at("stages")) : gemm_mma_sm80_stages(c.bn);
+      return gemm_spec(c);
+    }
+    if (c.bn == 64) fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm: sm90's bn is 128 or 256");
     c.stages = args.count("stages") != 0 ? std::stoi(args.at("stages")) : (c.bn == 256 ? 4 : 6);
     return gemm_spec(c);
   };
   d.catalog = [] {
     // What select_gemm picks for bf16 / fp16 models: both tile widths of the sm90 path and every
     // token tile of the decode path with out in the input dtype or fp32, and the fallback for the
-    // same pairs.
+    // same pairs; then the mma_sm80 path's.
     std::vector<SetArgs> out;
     for (const char* dt : {"bf16", "fp16"}) {
       for (const char* od : {dt, "fp32"}) {
@@ -112,14 +125,22 @@ OpDef gemm_op_def() {
         out.push_back({{"path", "simt"}, {"dtype", dt}, {"out_dtype", od}});
       }
     }
+    // The mma_sm80 path at both tile widths and their default depths (every sm_80+ device).
+    for (const char* dt : {"bf16", "fp16"}) {
+      for (const char* od : {dt, "fp32"}) {
+        for (const char* bn : {"64", "128"}) {
+          out.push_back({{"path", "sm80"}, {"dtype", dt}, {"out_dtype", od}, {"bn", bn}});
+        }
+      }
+    }
     return out;
   };
   // The fallback, and what select_gemm gives the call's m (any: a decode, a 128-row and a
-  // prefill m) on an sm_90a device with TMA-ready operands, as make_spec's defaults size them.
-  // Between 64 and kGemmDecodeMaxTokens rows the decode path depends on the device's SM count,
-  // so both answers are taken (few SMs, and more than n has tiles); whether a device takes the
-  // wgmma paths at all (the operands' alignment) is known at the call. The bias is a launch
-  // argument.
+  // prefill m) on an sm_90a device with TMA-ready operands and on an sm_80 one, as make_spec's
+  // defaults size them. Between 64 and kGemmDecodeMaxTokens rows the decode path (and the mma_sm80
+  // tile width) depends on the device's SM count, so both answers are taken (few SMs, and more
+  // than n has tiles); which device, and whether it takes the wgmma paths at all (the operands'
+  // alignment), is known at the call. The bias is a launch argument.
   d.precompile_sets = [](const Definition& def, const VarAxes& axes) {
     const DType dtype = def.tensor_dtype("a");
     const DType od = def.tensor_dtype("out");
@@ -133,16 +154,23 @@ OpDef gemm_op_def() {
     hopper.cc_major = 9;
     hopper.max_smem_optin = kHopperSmemOptin;
     hopper.tma_ok = true;
+    hopper.cp_async_ok = true;
+    GemmTarget ampere = hopper;
+    ampere.cc_major = 8;
     for (int64_t m : ms) {
       for (int sms : {0, std::numeric_limits<int>::max()}) {
-        hopper.sm_count = sms;
-        const GemmConfig c = select_gemm(dtype, od, m, n, k, hopper);
-        SetArgs a = types;
-        a["path"] = gemm_path_name(c.path);
-        if (c.path == GemmPath::kSm90) a["bn"] = std::to_string(c.bn);
-        if (c.path == GemmPath::kSm90Decode) a["tokens"] = std::to_string(c.tokens);
-        if (c.path != GemmPath::kSimt) a["stages"] = std::to_string(c.stages);
-        out.push_back(std::move(a));
+        for (GemmTarget* t : {&hopper, &ampere}) {
+          t->sm_count = sms;
+          const GemmConfig c = select_gemm(dtype, od, m, n, k, *t);
+          SetArgs a = types;
+          a["path"] = gemm_path_name(c.path);
+          if (c.path == GemmPath::kSm90 || c.path == GemmPath::kMmaSm80) {
+            a["bn"] = std::to_string(c.bn);
+          }
+          if (c.path == GemmPath::kSm90Decode) a["tokens"] = std::to_string(c.tokens);
+          if (c.path != GemmPath::kSimt) a["stages"] = std::to_string(c.stages);
+          out.push_back(std::move(a));
+        }
       }
     }
     return out;

@@ -124,6 +124,15 @@ GemmFp8Config select_gemm_fp8(DType out_dtype, Fp8Scales scales, int64_t m, int6
     c.stages = stages;
     return c;
   }
+  // The mma.sync kernel's one width and depth (its chunk sums double the accumulators).
+  const bool e4m3_mma = target.cc_major * 10 + target.cc_minor >= 89;
+  if (e4m3_mma && mma_sm80_can_run(target, m, n, k, 64, 4)) {
+    c.path = GemmPath::kMmaSm80;
+    c.scales = Fp8Scales::kTensorRow;  // it promotes every chunk in every mode: one kernel
+    c.bn = 64;
+    c.stages = 4;
+    return c;
+  }
   check_simt_grid("gemm_fp8", m, n);
   c.path = GemmPath::kSimt;
   return c;
@@ -131,11 +140,21 @@ GemmFp8Config select_gemm_fp8(DType out_dtype, Fp8Scales scales, int64_t m, int6
 
 jit::Spec gemm_fp8_spec(const GemmFp8Config& c) {
   const bool sm90 = c.path == GemmPath::kSm90;
-  jit::SpecBuilder b(
-      "gemm_fp8", {"common", "gemm"}, sm90 ? "gemm/gemm_fp8_sm90.cuh" : "gemm/gemm_fp8_simt.cuh",
-      sm90 ? std::vector<std::string>{"sm_90a"} : std::vector<std::string>{"sm_80+"});
+  const bool mma = c.path == GemmPath::kMmaSm80;
+  jit::SpecBuilder b("gemm_fp8", {"common", "gemm"},
+                     sm90  ? "gemm/gemm_fp8_sm90.cuh"
+                     : mma ? "gemm/gemm_fp8_mma.cuh"
+                           : "gemm/gemm_fp8_simt.cuh",
+                     sm90  ? std::vector<std::string>{"sm_90a"}
+                     : mma ? std::vector<std::string>{"sm_89+"}
+                           : std::vector<std::string>{"sm_80+"});
   b.choice("path", gemm_path_name(c.path), static_cast<int>(c.path));
   b.type("out_dtype", dtype_name(c.out_dtype), device_type_name(c.out_dtype));
+  if (mma) {
+    b.value("bn", c.bn).value("stages", c.stages);
+    b.entry("kjit::gemm::gemm_fp8_mma_kernel", {"out_dtype", "bn", "stages"});
+    return b.build();
+  }
   if (!sm90) {
     b.entry("kjit::gemm::gemm_fp8_simt_kernel", {"out_dtype"});
     return b.build();
@@ -177,7 +196,8 @@ void gemm_fp8(const DLTensor* a, const DLTensor* b, const DLTensor* scale_a,
   }
 
   const GemmTarget target =
-      gemm_target(g.a.device, g.k > 0 && tma_describable(g.a) && tma_describable(g.b));
+      gemm_target(g.a.device, g.k > 0 && tma_describable(g.a) && tma_describable(g.b),
+                  cp_async_ready(g.a) && cp_async_ready(g.b));
   const GemmFp8Config cfg = select_gemm_fp8(g.out.dtype, l.scales, m, g.n, g.k, target);
   const jit::LoadedKernel& kern = jit::JitCore::global().kernel_for(
       "gemm_fp8", cfg, g.a.device, [&] { return gemm_fp8_spec(cfg); });

@@ -20,8 +20,9 @@ enum class Fp8Scales { kTensorRow = 0, kBlock = 1 };
 
 const char* fp8_scales_name(Fp8Scales s);  // "tensor_row", "block"
 
-// One compiled fp8 GEMM variant; every field is in the URI. bn (always 128) and stages as in
-// GemmConfig (0 on the fallback, which serves every scale mode with one kernel).
+// One compiled fp8 GEMM variant. bn (128 on sm90, 64 on the mma.sync path) and stages as in
+// GemmConfig (0 on the fallback, which serves every scale mode with one kernel; so does the
+// mma.sync path, whose scales is always kTensorRow).
 struct GemmFp8Config {
   GemmPath path = GemmPath::kSimt;
   DType out_dtype = DType::kBF16;
@@ -31,7 +32,9 @@ struct GemmFp8Config {
 };
 
 // Support and dispatch in one place: the sm90 kernel on a compute capability 9.0 device when TMA
-// can describe a and b (target.tma_ok) and the tiles fit its shared memory, else the fallback.
+// can describe a and b (target.tma_ok) and the tiles fit its shared memory; else, on a compute
+// capability 8.9+ device (mma.sync's e4m3 form), the mma.sync kernel (GemmPath::kMmaSm80) where
+// mma_sm80_can_run; else the fallback.
 // Throws KJIT_ERROR_UNSUPPORTED for out dtypes other than bf16 / fp16 / fp32 and sizes past the
 // grid's limits.
 GemmFp8Config select_gemm_fp8(DType out_dtype, Fp8Scales scales, int64_t m, int64_t n, int64_t k,

@@ -72,20 +72,37 @@ OpDef gemm_fp8_op_def() {
       "out = dequant(a) . dequant(b)^T (e4m3 a [m, k], b [n, k]; tensor, row or block "
       "scales)";
   d.axes = {
-      {"path", {"sm90", "simt"}, true, "sm90: TMA + wgmma (sm_90a); simt: fp32 FMA, any arch"},
+      {"path",
+       {"sm90", "simt", "sm80"},
+       true,
+       "sm90: TMA + wgmma (sm_90a); simt: fp32 FMA, any arch; sm80: mma.sync e4m3 (sm_89+)"},
       {"out_dtype", {"bf16", "fp16", "fp32"}, true, "out dtype"},
       {"scales",
        {"tensor_row", "block"},
        false,
        "sm90: tensor_row (per tensor / per row, default) or block (128-blocks, promoted per K "
        "chunk)"},
-      {"stages", {"2", "3", "4", "5", "6"}, false, "sm90: pipeline stages (default 6)"}};
-  d.arch_families = {"sm_80+", "sm_90a"};
+      {"stages",
+       {"2", "3", "4", "5", "6"},
+       false,
+       "sm90: pipeline stages (default 6); sm80: cp.async stages (default 4)"}};
+  d.arch_families = {"sm_80+", "sm_89+", "sm_90a"};
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
     GemmFp8Config c;
-    c.path = args.at("path") == "sm90" ? GemmPath::kSm90 : GemmPath::kSimt;
+    const std::string& path = args.at("path");
+    c.path = path == "sm90"   ? GemmPath::kSm90
+             : path == "sm80" ? GemmPath::kMmaSm80
+                              : GemmPath::kSimt;
     c.out_dtype = dtype_from_name(args.at("out_dtype"));
+    if (c.path == GemmPath::kMmaSm80) {
+      if (args.count("scales") != 0) {
+        fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm_fp8: scales is an sm90 setting");
+      }
+      c.bn = 64;  // select_gemm_fp8's
+      c.stages = args.count("stages") != 0 ? std::stoi(args.at("stages")) : 4;
+      return gemm_fp8_spec(c);
+    }
     if (c.path == GemmPath::kSimt) {
       if (args.count("stages") != 0 || args.count("scales") != 0) {
         fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm_fp8: scales and stages are sm90 settings");
@@ -107,16 +124,19 @@ OpDef gemm_fp8_op_def() {
       out.push_back({{"path", "sm90"}, {"out_dtype", od}, {"scales", "block"}});
       out.push_back({{"path", "simt"}, {"out_dtype", od}});
     }
+    for (const char* od : {"bf16", "fp32"}) out.push_back({{"path", "sm80"}, {"out_dtype", od}});
     return out;
   };
-  // The fallback, and the sm90 kernel with the definition's scales (block scales when it has
-  // k_blocks); whether a device takes the sm90 path (sm_90a, TMA-ready operands) is known at the
-  // call, so both are included. Sizes are launch arguments.
+  // The fallback, the sm90 kernel with the definition's scales (block scales when it has
+  // k_blocks) and the mma.sync kernel; whether a device takes the sm90 path (sm_90a, TMA-ready
+  // operands) or the mma.sync one (sm_89+, 16-byte rows) is known at the call, so all are
+  // included. Sizes are launch arguments.
   d.precompile_sets = [](const Definition& def, const VarAxes&) {
     const std::string od = dtype_name(def.tensor_dtype("out"));
     SetArgs sm90 = {{"path", "sm90"}, {"out_dtype", od}};
     if (def.axis("k_blocks") != nullptr) sm90["scales"] = "block";
-    return std::vector<SetArgs>{{{"path", "simt"}, {"out_dtype", od}}, sm90};
+    return std::vector<SetArgs>{
+        {{"path", "simt"}, {"out_dtype", od}}, sm90, {{"path", "sm80"}, {"out_dtype", od}}};
   };
   d.definitions = [] {
     std::vector<Definition> out;

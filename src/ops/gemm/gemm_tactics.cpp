@@ -29,6 +29,9 @@ using cuda::kMaxTmaSide;
 // The sm90 kernel's tile widths and depths worth timing: the heuristic's two (128 x 6, 256 x 4)
 // and a shallower ring of each (the same tiles, less shared memory to fill before the first MMA).
 constexpr int kSm90Tiles[][2] = {{128, 4}, {128, 6}, {256, 3}, {256, 4}};
+// The mma_sm80 kernel's: both widths at the default depths (48 KB, two blocks per SM anywhere) and
+// one stage deeper (64 / 60 KB: on parts with the shared memory for it, a longer ring per block).
+constexpr int kMmaTiles[][2] = {{64, 4}, {128, 3}, {64, 3}, {128, 4}};
 
 bool decode_sides_ok(const GemmTarget& t, int64_t n, int64_t k) {
   return t.cc_major == 9 && t.cc_minor == 0 && t.tma_ok && n <= kMaxTmaSide && k <= kMaxTmaSide &&
@@ -50,6 +53,7 @@ std::string GemmTactic::name() const {
   switch (path) {
     case GemmPath::kSm90: return fmt::format("sm90_bn{}_s{}", bn, stages);
     case GemmPath::kSm90Decode: return fmt::format("decode_t{}_split{}", tokens, split);
+    case GemmPath::kMmaSm80: return fmt::format("mma_bn{}_s{}", bn, stages);
     case GemmPath::kSimt: break;
   }
   return "simt";
@@ -63,6 +67,11 @@ std::optional<GemmTactic> GemmTactic::parse(std::string_view name) {
   if (std::sscanf(s.c_str(), "sm90_bn%d_s%d%n", &a, &b, &used) == 2 &&
       used == static_cast<int>(s.size())) {
     t.path = GemmPath::kSm90;
+    t.bn = a;
+    t.stages = b;
+  } else if (std::sscanf(s.c_str(), "mma_bn%d_s%d%n", &a, &b, &used) == 2 &&
+             used == static_cast<int>(s.size())) {
+    t.path = GemmPath::kMmaSm80;
     t.bn = a;
     t.stages = b;
   } else if (std::sscanf(s.c_str(), "decode_t%d_split%d%n", &a, &b, &used) == 2 &&
@@ -84,7 +93,7 @@ GemmConfig gemm_config_of(const GemmTactic& t, DType dtype, DType out_dtype,
   c.path = t.path;
   c.dtype = dtype;
   c.out_dtype = out_dtype;
-  if (t.path == GemmPath::kSm90) {
+  if (t.path == GemmPath::kSm90 || t.path == GemmPath::kMmaSm80) {
     c.bn = t.bn;
     c.stages = t.stages;
   } else if (t.path == GemmPath::kSm90Decode) {
@@ -97,7 +106,7 @@ GemmConfig gemm_config_of(const GemmTactic& t, DType dtype, DType out_dtype,
 GemmTactic gemm_tactic_of(const GemmConfig& c, int split) {
   GemmTactic t;
   t.path = c.path;
-  if (c.path == GemmPath::kSm90) {
+  if (c.path == GemmPath::kSm90 || c.path == GemmPath::kMmaSm80) {
     t.bn = c.bn;
     t.stages = c.stages;
   } else if (c.path == GemmPath::kSm90Decode) {
@@ -138,6 +147,7 @@ bool gemm_tactic_valid(const GemmTactic& t, int64_t m_bucket, int64_t n, int64_t
                                           gemm_decode_stages(t.tokens, target.max_smem_optin)) <=
              target.max_smem_optin;
     }
+    case GemmPath::kMmaSm80: return mma_sm80_can_run(target, m_bucket, n, k, t.bn, t.stages);
     case GemmPath::kSimt: break;
   }
   return simt_grid_ok(m_bucket, n);
@@ -158,13 +168,17 @@ std::vector<GemmTactic> gemm_tactics(const GemmTactic& dflt, int64_t m, int64_t 
       add(d);
     }
   }
-  for (const auto& [bn, stages] : kSm90Tiles) {
-    GemmTactic t;
-    t.path = GemmPath::kSm90;
-    t.bn = bn;
-    t.stages = stages;
-    add(t);
-  }
+  const auto add_tiles = [&](GemmPath path, const auto& tiles) {
+    for (const auto& [bn, stages] : tiles) {
+      GemmTactic t;
+      t.path = path;
+      t.bn = bn;
+      t.stages = stages;
+      add(t);
+    }
+  };
+  add_tiles(GemmPath::kSm90, kSm90Tiles);
+  add_tiles(GemmPath::kMmaSm80, kMmaTiles);
   add(GemmTactic{});
   return out;
 }
@@ -177,7 +191,7 @@ struct ChoiceKey {
   int32_t path, bn, stages, tokens;  // the default's kernel
   int32_t mode;                      // the call's own, -1: the process's
   int32_t timing;                    // graph * 2 + cold
-  int32_t flags;                     // tma_ok, bias, beta
+  int32_t flags;                     // tma_ok, bias, beta, cp_async_ok
   int64_t m_bucket, n, k;
 };
 static_assert(std::has_unique_object_representations_v<ChoiceKey>, "hashed as bytes");
@@ -206,7 +220,8 @@ util::Hash128 choice_hash(const GemmCall& call, const GemmConfig& dflt,
   ck.tokens = dflt.tokens;
   ck.mode = req.mode ? static_cast<int32_t>(*req.mode) : -1;
   ck.timing = (req.timing.graph ? 2 : 0) + (req.timing.cold ? 1 : 0);
-  ck.flags = (call.target.tma_ok ? 1 : 0) | (call.bias ? 2 : 0) | (call.beta ? 4 : 0);
+  ck.flags = (call.target.tma_ok ? 1 : 0) | (call.bias ? 2 : 0) | (call.beta ? 4 : 0) |
+             (call.target.cp_async_ok ? 8 : 0);
   ck.m_bucket = gemm_m_bucket(call.m);
   ck.n = call.n;
   ck.k = call.k;

@@ -20,16 +20,18 @@ namespace kjit::ops {
 
 inline constexpr const char* kGemmTuneOp = "gemm";
 // Bumped when a tactic's name changes meaning (stored results of the old space are then misses).
-inline constexpr int kGemmTacticSpace = 1;
+// 2: the mma_sm80 path's tactics joined the space.
+inline constexpr int kGemmTacticSpace = 2;
 
 // One way to run a call: a path and its parameters.
 //   "sm90_bn128_s6"     the TMA + wgmma kernel, 128 x bn tiles, 6 pipeline stages
+//   "mma_bn64_s4"       the mma.sync + cp.async kernel (any sm_80+), 128 x bn tiles, 4 stages
 //   "decode_t16_split4" the weight-streaming kernel, a 16-token tile, K split over 4 blocks of a
 //                       cluster (its stages follow from the tile and the device)
 //   "simt"              the fp32 fallback
 struct GemmTactic {
   GemmPath path = GemmPath::kSimt;
-  int bn = 0, stages = 0;     // sm90
+  int bn = 0, stages = 0;     // sm90, mma_sm80
   int tokens = 0, split = 0;  // decode
   std::string name() const;
   // The tactic a name spells, or nullopt for anything else.
@@ -54,7 +56,8 @@ std::string gemm_bucket(DType dtype, DType out_dtype, int64_t m, int64_t n, int6
 
 // Whether `t` can serve every m of the bucket of m_bucket rows: the launch paths' own checks (a
 // compute capability 9.0 device, operands TMA can describe, sides TMA's coordinates reach, the
-// stages in shared memory, token tile and cluster split within the kernel's limits, grid sizes).
+// stages in shared memory, token tile and cluster split within the kernel's limits, grid sizes;
+// mma_sm80_can_run for the mma tactics).
 bool gemm_tactic_valid(const GemmTactic& t, int64_t m_bucket, int64_t n, int64_t k,
                        const GemmTarget& target);
 

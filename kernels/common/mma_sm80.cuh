@@ -1,6 +1,7 @@
 // Warp-level tensor-core and async-copy primitives of sm_80+ as inline PTX: mma.sync m16n8k16
 // (bf16 / fp16 in, fp32 accumulate), ldmatrix, a register transpose, cp.async, and fp8 e4m3
-// unpacking.
+// unpacking. Shared by the attention kernels (kernels/attention/) and the sm_80 GEMM
+// (kernels/gemm/gemm_mma_sm80.cuh).
 //
 // Fragment layouts (PTX ISA, "mma.m16n8k16"), with g = lane / 4 and c = lane % 4:
 //   A 16x16 row-major: a0 = (g, 2c..2c+1), a1 = (g+8, 2c..), a2 = (g, 2c+8..), a3 = (g+8, 2c+8..)
@@ -12,17 +13,21 @@
 #include "common/prelude.cuh"
 
 namespace kjit {
-namespace attention {
 
 KJIT_DEVICE KJIT_FORCEINLINE u32 smem_addr(const void* p) {
   return static_cast<u32>(__cvta_generic_to_shared(p));
 }
 
 // 16-byte chunk `chunk` of row `row` in a tile of ROW_BYTES-byte rows, XOR-swizzled so the eight
-// rows an ldmatrix reads at one logical chunk fall in eight different bank groups.
+// rows an ldmatrix reads at one logical chunk fall in eight different bank groups. Rows of 64
+// bytes (the GEMM's 32-element K blocks) pair up in one 128-byte line: row & 1 picks the line's
+// half and (row >> 1) & 3 permutes the row's four chunks, which again spreads eight consecutive
+// rows (and the two rows eight threads' 16-byte copies fill) over the eight bank groups.
 template <int ROW_BYTES>
 KJIT_DEVICE KJIT_FORCEINLINE int swz(int row, int chunk) {
-  static_assert(ROW_BYTES % 128 == 0, "swizzled rows must hold at least 8 chunks");
+  static_assert(ROW_BYTES == 64 || ROW_BYTES % 128 == 0,
+                "swizzled rows are 64 bytes or hold at least 8 chunks");
+  if constexpr (ROW_BYTES == 64) return row * 64 + ((chunk ^ ((row >> 1) & 3)) << 4);
   return row * ROW_BYTES + ((chunk ^ (row & 7)) << 4);
 }
 
@@ -84,6 +89,21 @@ KJIT_DEVICE KJIT_FORCEINLINE void mma_16816(float (&d)[4], const u32 (&a)[4], u3
   MmaOp<T>::run(d, a, b0, b1);
 }
 
+// d += A * B for one m16n8k32 tile of e4m3 (mma.sync's fp8 form, sm_89+). Its fragments are
+// mma_16816's byte for byte (each register holds four consecutive k of one row or column), so the
+// same ldmatrix loads feed it.
+KJIT_DEVICE KJIT_FORCEINLINE void mma_16832_e4m3(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  __trap();  // the specs that call it are compiled for sm_89+ only
+#endif
+}
+
 // Two floats as one register of two 16-bit elements (lo in the low half), rounded to nearest.
 template <typename T>
 KJIT_DEVICE KJIT_FORCEINLINE u32 pack2(float lo, float hi);
@@ -104,7 +124,7 @@ KJIT_DEVICE KJIT_FORCEINLINE u32 pack2<__half>(float lo, float hi) {
 
 // BYTES from global to shared, bypassing registers. src_bytes = 0 reads nothing and fills the
 // destination with zeros (the source address is then not dereferenced). 16-byte copies skip L1
-// (.cg): the KV cache is streamed once per CTA.
+// (.cg): the KV cache and the GEMM's operand tiles are streamed once per CTA.
 template <int BYTES>
 KJIT_DEVICE KJIT_FORCEINLINE void cp_async(u32 dst, const void* src, int src_bytes) {
   static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "cp.async copies 4, 8 or 16 bytes");
@@ -141,5 +161,4 @@ KJIT_DEVICE KJIT_FORCEINLINE void e4m3x4_to_half2x2_scaled(u32 x, u32& lo, u32& 
   hi = (t1 & 0x80008000u) | ((t1 >> 1) & 0x3F803F80u);
 }
 
-}  // namespace attention
 }  // namespace kjit
