@@ -1,5 +1,5 @@
 // The elementwise ops launched as programmatic dependents (KJIT_PDL, src/ops/pdl.hpp): a chain of
-// eight ops on one stream, each reading what the one before it wrote, gives bit for bit what plain
+// ten ops on one stream, each reading what the one before it wrote, gives bit for bit what plain
 // launches give, eagerly and replayed from a captured graph, with and without the early index
 // reads (KJIT_PDL_EARLY_INDICES: the chain's positions and page table are written once, before
 // it, as that contract asks). Every intermediate is poisoned (NaN) before each run, so a kernel
@@ -22,7 +22,9 @@
 #include "ops/norm/layernorm.hpp"
 #include "ops/norm/norm.hpp"
 #include "ops/pdl.hpp"
+#include "ops/rope/qk_norm_rope.hpp"
 #include "ops/rope/rope.hpp"
+#include "ops/rope/rope_append.hpp"
 #include "reference/half.hpp"
 #include "support/gpu.hpp"
 
@@ -58,7 +60,7 @@ struct Chain {
   std::vector<int32_t> pos_h, bi_h, zero_h, idx_h, ptr_h;
   DeviceBuffer x, res, k, w, g, b, w2, pos, y, z, u, v, bi, zero, idx, ptr, kc, vc, e;
   Tensor xt, rest, kt, wt, gt, bt, w2t, post, yt, zt, zq, ut, vt, bit, zerot, idxt, ptrt, kct, vct,
-      et;
+      et, wht;
 
   Chain(int64_t rows_, std::mt19937_64& rng)
       : rows(rows_),
@@ -132,6 +134,7 @@ struct Chain {
     kct = make_tensor(kc.get(), {rows, 1, kKv, kHeadDim}, bf);
     vct = make_tensor(vc.get(), {rows, 1, kKv, kHeadDim}, bf);
     et = make_tensor(e.get(), {rows, kHidden / 2}, bf);
+    wht = make_tensor(w.get(), {kHeadDim}, bf);  // the q / k norm weight: w's first head_dim
   }
 
   // The inputs the chain updates in place come back; every intermediate is poisoned.
@@ -141,7 +144,7 @@ struct Chain {
     for (DeviceBuffer* d : {&y, &z, &u, &v, &kc, &vc, &e}) d->fill(0xFF);
   }
 
-  // Enqueues the eight ops on `s` (the ops-layer calls behind the C entry points), launched as
+  // Enqueues the ten ops on `s` (the ops-layer calls behind the C entry points), launched as
   // `l` says; throws kjit::Error.
   void run(CUstream s, const kjit::ops::ElementwiseLaunch& l) {
     namespace ops = kjit::ops;
@@ -155,6 +158,12 @@ struct Chain {
     ops::act_and_mul(ops::Act::kSilu, zt.get(), ut.get(), s, l);
     ops::rmsnorm(ut.get(), w2t.get(), vt.get(), 1e-6f, s, 0.0f, l);
     ops::embedding(vt.get(), idxt.get(), et.get(), s, l);
+    ops::rope_append_paged_kv_cache(zq.get(), kt.get(), kt.get(), post.get(), bit.get(),
+                                    zerot.get(), idxt.get(), ptrt.get(), zerot.get(), {}, zq.get(),
+                                    kct.get(), vct.get(), {static_cast<int>(kHeadDim), 0, 1, 1e4f},
+                                    KJIT_KV_LAYOUT_NHD, s, l);
+    ops::qk_rmsnorm_rope(wht.get(), wht.get(), post.get(), zq.get(), kt.get(), 1e-6f, 0, 0, 1.0f,
+                         1e4f, s, l);
   }
 
   // Every buffer the chain wrote, in one image.

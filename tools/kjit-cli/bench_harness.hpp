@@ -106,6 +106,16 @@ struct Packed {
 
 size_t add_int32s(Packed& p, const std::vector<int32_t>& v);
 
+// The paged KV appends' batch (bench_kv_cache.cpp; `bench append_paged_kv` and `bench
+// rope_append`): `batch` requests each append their share of `tokens` after an existing prefix
+// of up to 1024 tokens, on distinct pages in random order.
+struct BenchAppendBatch {
+  std::vector<int32_t> batch_indices, positions, indptr{0}, last_page_len, indices;
+  int64_t num_pages = 0;
+};
+BenchAppendBatch bench_append_batch(int64_t tokens, int64_t batch, int64_t page_size,
+                                    std::mt19937_64& rng);
+
 // A "0" / "1" flag, "0" when absent; UsageError otherwise.
 bool flag_arg(const ops::SetArgs& args, const std::string& name);
 
@@ -142,5 +152,6 @@ void add_gemm_fp8_benches(std::vector<BenchEntry>& out);    // bench_gemm_fp8.cp
 void add_moe_benches(std::vector<BenchEntry>& out);         // bench_moe.cpp
 void add_empty_bench(std::vector<BenchEntry>& out);         // bench_harness.cpp
 void add_embedding_benches(std::vector<BenchEntry>& out);   // bench_embedding.cpp
+void add_rope_fused_benches(std::vector<BenchEntry>& out);  // bench_rope_fused.cpp
 
 }  // namespace kjit::cli
