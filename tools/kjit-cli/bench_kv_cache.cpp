@@ -37,18 +37,12 @@ namespace {
 
 int bench_append_paged_kv(const ops::SetArgs& args, const BenchOptions& opts) {
   const std::string dtype = args.at("dtype");
-  const int64_t tokens = ops::positive_int_arg(args, "tokens", 1 << 24);
-  const int64_t H = ops::positive_int_arg(args, "kv_heads", 1024);
-  const int64_t D = ops::positive_int_arg(args, "head_dim", ops::kAppendPagedKvMaxHeadDim);
-  const int64_t ps = ops::positive_int_arg(args, "page_size", 1024);
-  const int64_t batch = args.count("batch") ? ops::positive_int_arg(args, "batch", tokens)
-                                            : std::max<int64_t>(1, tokens / 512);
-  const std::string layout = args.count("layout") ? args.at("layout") : "nhd";
-  if (layout != "nhd" && layout != "hnd") throw UsageError("layout must be nhd or hnd");
-  const bool nhd = layout == "nhd";
-  const std::string cache = args.count("cache") ? args.at("cache") : "same";
-  if (cache != "same" && cache != "e4m3") throw UsageError("cache must be same or e4m3");
-  const bool fp8 = cache == "e4m3";
+  const BenchAppendArgs a = bench_append_args(args, 1 << 24, ops::kAppendPagedKvMaxHeadDim);
+  const int64_t tokens = a.tokens, H = a.kv_heads, D = a.head_dim, ps = a.page_size,
+                batch = a.batch;
+  const std::string& layout = a.layout;
+  const std::string& cache = a.cache;
+  const bool nhd = a.nhd, fp8 = a.fp8;
   const std::string scales = args.count("scales") ? args.at("scales") : "tensor";
   if (scales != "tensor" && scales != "head") throw UsageError("scales must be tensor or head");
   if (!fp8 && args.count("scales")) throw UsageError("scales needs cache=e4m3");
@@ -177,6 +171,24 @@ int bench_append_paged_kv(const ops::SetArgs& args, const BenchOptions& opts) {
 }
 
 }  // namespace
+
+BenchAppendArgs bench_append_args(const ops::SetArgs& args, int64_t max_tokens,
+                                  int64_t max_head_dim) {
+  BenchAppendArgs a;
+  a.tokens = ops::positive_int_arg(args, "tokens", max_tokens);
+  a.kv_heads = ops::positive_int_arg(args, "kv_heads", 1024);
+  a.head_dim = ops::positive_int_arg(args, "head_dim", max_head_dim);
+  a.page_size = ops::positive_int_arg(args, "page_size", 1024);
+  a.batch = args.count("batch") ? ops::positive_int_arg(args, "batch", a.tokens)
+                                : std::max<int64_t>(1, a.tokens / 512);
+  a.layout = args.count("layout") ? args.at("layout") : "nhd";
+  if (a.layout != "nhd" && a.layout != "hnd") throw UsageError("layout must be nhd or hnd");
+  a.nhd = a.layout == "nhd";
+  a.cache = args.count("cache") ? args.at("cache") : "same";
+  if (a.cache != "same" && a.cache != "e4m3") throw UsageError("cache must be same or e4m3");
+  a.fp8 = a.cache == "e4m3";
+  return a;
+}
 
 BenchAppendBatch bench_append_batch(int64_t tokens, int64_t batch, int64_t page_size,
                                     std::mt19937_64& rng) {

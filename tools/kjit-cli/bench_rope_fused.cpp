@@ -28,19 +28,12 @@ namespace {
 
 int bench_rope_append(const ops::SetArgs& args, const BenchOptions& opts) {
   const std::string dtype = args.at("dtype");
-  const int64_t tokens = ops::positive_int_arg(args, "tokens", 1 << 22);
+  const BenchAppendArgs a = bench_append_args(args, 1 << 22, ops::kRopeMaxHeadDim);
+  const int64_t tokens = a.tokens, H = a.kv_heads, D = a.head_dim, ps = a.page_size,
+                batch = a.batch;
+  const std::string& layout = a.layout;
+  const bool nhd = a.nhd, fp8 = a.fp8;
   const int64_t Hq = ops::positive_int_arg(args, "qo_heads", 1024);
-  const int64_t H = ops::positive_int_arg(args, "kv_heads", 1024);
-  const int64_t D = ops::positive_int_arg(args, "head_dim", ops::kRopeMaxHeadDim);
-  const int64_t ps = ops::positive_int_arg(args, "page_size", 1024);
-  const int64_t batch = args.count("batch") ? ops::positive_int_arg(args, "batch", tokens)
-                                            : std::max<int64_t>(1, tokens / 512);
-  const std::string layout = args.count("layout") ? args.at("layout") : "nhd";
-  if (layout != "nhd" && layout != "hnd") throw UsageError("layout must be nhd or hnd");
-  const bool nhd = layout == "nhd";
-  const std::string cache = args.count("cache") ? args.at("cache") : "same";
-  if (cache != "same" && cache != "e4m3") throw UsageError("cache must be same or e4m3");
-  const bool fp8 = cache == "e4m3";
   const bool interleave = flag_arg(args, "interleave");
   const int rot = args.count("rotary_dim")
                       ? static_cast<int>(ops::positive_int_arg(args, "rotary_dim", D))
@@ -107,7 +100,7 @@ int bench_rope_append(const ops::SetArgs& args, const BenchOptions& opts) {
   c.shape = {{"tokens", tokens}, {"qo_heads", Hq},    {"kv_heads", H},
              {"head_dim", D},    {"rotary_dim", rot}, {"page_size", ps},
              {"batch", batch},   {"layout", layout},  {"interleave", interleave ? 1 : 0}};
-  if (fp8) c.shape["cache"] = cache;
+  if (fp8) c.shape["cache"] = a.cache;
   c.label =
       fmt::format("rope_append {} {} tokens={} batch={} heads={}/{} head_dim={} rot={}{} page={}{}",
                   dtype, layout, tokens, batch, Hq, H, D, rot, interleave ? " gptj" : "", ps,

@@ -5,8 +5,6 @@
 #include <initializer_list>
 #include <utility>
 
-#include "cuda/device.hpp"
-#include "cuda/launch.hpp"
 #include "ops/norm/norm.hpp"
 #include "ops/pdl.hpp"
 #include "ops/rope/rope.hpp"
@@ -130,12 +128,7 @@ void qk_rmsnorm_rope(const DLTensor* q_weight, const DLTensor* k_weight, const D
   p.k_weight = kw.data;
   p.eps = eps;
 
-  cuda::LaunchConfig lc;
-  lc.grid_x = fr.grid;
-  lc.block_x = fr.block;
-  lc.stream = static_cast<CUstream>(stream);
-  cuda::ScopedDevice scope(dev);
-  launch_elementwise(kernel.functions.at(0), lc, &p, dev, launch);
+  launch_fused(fr, kernel.functions.at(0), &p, stream, dev, launch);
 }
 
 }  // namespace kjit::ops

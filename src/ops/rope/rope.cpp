@@ -326,6 +326,16 @@ FusedRope fused_rope(const QkViews& v, const StridedView& pos, DType dtype, int 
   return f;
 }
 
+void launch_fused(const FusedRope& f, CUfunction fn, const void* params, void* stream, int device,
+                  const ElementwiseLaunch& launch) {
+  cuda::LaunchConfig lc;
+  lc.grid_x = f.grid;
+  lc.block_x = f.block;
+  lc.stream = static_cast<CUstream>(stream);
+  cuda::ScopedDevice scope(device);
+  launch_elementwise(fn, lc, params, device, launch);
+}
+
 }  // namespace rope_detail
 
 using namespace rope_detail;

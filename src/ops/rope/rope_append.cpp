@@ -5,8 +5,6 @@
 #include <initializer_list>
 #include <vector>
 
-#include "cuda/device.hpp"
-#include "cuda/launch.hpp"
 #include "ops/fastdiv.hpp"
 #include "ops/pdl.hpp"
 #include "ops/rope/rope.hpp"
@@ -148,12 +146,7 @@ void rope_append_paged_kv_cache(const DLTensor* q, const DLTensor* k, const DLTe
   p.kv.av_sh = vv.strides[1];
   p.kv.num_heads = static_cast<int>(w.k_heads);
 
-  cuda::LaunchConfig lc;
-  lc.grid_x = fr.grid;
-  lc.block_x = fr.block;
-  lc.stream = static_cast<CUstream>(stream);
-  cuda::ScopedDevice scope(dev);
-  launch_elementwise(kernel.functions.at(0), lc, &p, dev, launch);
+  launch_fused(fr, kernel.functions.at(0), &p, stream, dev, launch);
 }
 
 }  // namespace kjit::ops

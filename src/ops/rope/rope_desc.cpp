@@ -256,6 +256,20 @@ OpDef rope_op_def() {
   return d;
 }
 
+namespace {
+
+// The `kjit-cli bench` set of a RoPE call: the sizes `bench rope`, `bench rope_append` and
+// `bench qk_norm_rope` share.
+ojson rope_bench_set(DType dtype, int64_t tokens, int64_t qo_heads, int64_t kv_heads,
+                     int64_t head_dim, int64_t rotary_dim, bool interleave) {
+  return {{"dtype", dtype_name(dtype)},           {"tokens", std::to_string(tokens)},
+          {"qo_heads", std::to_string(qo_heads)}, {"kv_heads", std::to_string(kv_heads)},
+          {"head_dim", std::to_string(head_dim)}, {"rotary_dim", std::to_string(rotary_dim)},
+          {"interleave", interleave ? "1" : "0"}};
+}
+
+}  // namespace
+
 namespace trace {
 
 void rope(const RopeDefAxes& a, int64_t tokens, int64_t max_position) noexcept {
@@ -266,13 +280,8 @@ void rope(const RopeDefAxes& a, int64_t tokens, int64_t max_position) noexcept {
   // `bench rope` times both; the cos/sin-cache kernel has no bench yet.
   const bool benchable = a.kind != RopeKind::kCosSinCache;
   record(d.name, axes, benchable ? "rope" : nullptr,
-         {{"dtype", dtype_name(a.dtype)},
-          {"tokens", std::to_string(tokens)},
-          {"qo_heads", std::to_string(a.qo_heads)},
-          {"kv_heads", std::to_string(a.kv_heads)},
-          {"head_dim", std::to_string(a.head_dim)},
-          {"rotary_dim", std::to_string(a.rotary_dim)},
-          {"interleave", a.interleave ? "1" : "0"}},
+         rope_bench_set(a.dtype, tokens, a.qo_heads, a.kv_heads, a.head_dim, a.rotary_dim,
+                        a.interleave),
          [&] { return d; });
 }
 
@@ -459,12 +468,11 @@ void rope_append(const RopeAppendDefAxes& a, int64_t tokens, int64_t batch, int6
                 {"num_kv_indices", num_kv_indices},
                 {"num_pages", num_pages}};
   if (a.num_scales > 0) axes["num_scales"] = a.num_scales;
-  ojson set = {
-      {"dtype", dtype_name(a.dtype)},           {"tokens", std::to_string(tokens)},
-      {"qo_heads", std::to_string(a.qo_heads)}, {"kv_heads", std::to_string(a.kv_heads)},
-      {"head_dim", std::to_string(a.head_dim)}, {"rotary_dim", std::to_string(a.rotary_dim)},
-      {"interleave", a.interleave ? "1" : "0"}, {"page_size", std::to_string(a.page_size)},
-      {"batch", std::to_string(batch)},         {"layout", a.nhd ? "nhd" : "hnd"}};
+  ojson set = rope_bench_set(a.dtype, tokens, a.qo_heads, a.kv_heads, a.head_dim, a.rotary_dim,
+                             a.interleave);
+  set["page_size"] = std::to_string(a.page_size);
+  set["batch"] = std::to_string(batch);
+  set["layout"] = a.nhd ? "nhd" : "hnd";
   // `bench rope_append` times e4m3 caches with one scale per tensor (the same bytes moved).
   if (a.num_scales > 0) set["cache"] = "e4m3";
   record(d.name, axes, "rope_append", set, [&] { return d; });
@@ -557,13 +565,8 @@ namespace trace {
 void qk_norm_rope(const QkNormRopeDefAxes& a, int64_t tokens) noexcept {
   const Definition d = qk_norm_rope_definition(a);
   record(d.name, {{"num_tokens", tokens}}, "qk_norm_rope",
-         {{"dtype", dtype_name(a.dtype)},
-          {"tokens", std::to_string(tokens)},
-          {"qo_heads", std::to_string(a.qo_heads)},
-          {"kv_heads", std::to_string(a.kv_heads)},
-          {"head_dim", std::to_string(a.head_dim)},
-          {"rotary_dim", std::to_string(a.rotary_dim)},
-          {"interleave", a.interleave ? "1" : "0"}},
+         rope_bench_set(a.dtype, tokens, a.qo_heads, a.kv_heads, a.head_dim, a.rotary_dim,
+                        a.interleave),
          [&] { return d; });
 }
 

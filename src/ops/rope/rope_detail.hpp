@@ -89,4 +89,9 @@ FusedRope fused_rope(const QkViews& v, const StridedView& pos, DType dtype, int 
                      int rot_dim, int interleave, int vec, float rope_scale, float rope_theta,
                      int64_t h_total, int device);
 
+// Launches a fused kernel with f's grid and block and its full params (which begin with f's)
+// on `stream`, as `launch` says.
+void launch_fused(const FusedRope& f, CUfunction fn, const void* params, void* stream, int device,
+                  const ElementwiseLaunch& launch);
+
 }  // namespace kjit::ops::rope_detail
