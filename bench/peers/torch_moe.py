@@ -6,11 +6,22 @@ of each expert (kjit's expert_offsets[1:]). Routing as `kjit-cli bench moe_group
 (token t's slot j to expert (t * top_k + j) % experts) or skew (90% of first slots to expert 0).
 Timed under the same TIMER/FLUSH runs as kjit-cli bench (peer_timing.py; --runs). PyTorch is the
 reference implementation here, so it is not checked. One JSON line per result, with TFLOP/s and
-the GB/s of the bytes moved (a, the active experts' weights, out)."""
+the GB/s of the bytes moved (a, the active experts' weights, out).
+
+--swiglu: the peer of kjit's gate_up GEMM with silu_and_mul in its epilogue (kjit-cli bench
+moe_grouped_gemm --set swiglu=1): b is w13 [experts, n = 2 I, k] (gate rows, then up rows), timed as
+_grouped_mm then F.silu(gate) * up, out [rows, I].
+
+--forward: the peer of kjit_moe_forward (kjit-cli bench moe_forward), --shapes
+EXPERTSxTOP_KxTOKENSxHIDDENxINTER: the same layer composed from PyTorch pieces, softmax top-k
+renormalized (torch.topk), a stable argsort by expert with bincount offsets, _grouped_mm gate_up,
+F.silu(gate) * up, _grouped_mm down, and the weighted sum over top-k with index_add_ in fp32; even
+logits (uniform) or skew (expert 0 favoured for 90% of the tokens)."""
 import argparse
 import sys
 
 import torch
+import torch.nn.functional as F
 
 from peer_timing import add_runs_argument, timed_row
 
@@ -26,15 +37,79 @@ def routed_rows(tokens, top_k, experts, skew):
     return rows
 
 
+def time_rows(args, out, op, backend, sh, fn, nbytes, label, flops):
+    """fn timed under each of args.runs, one JSON row each (TFLOP/s from `flops`)."""
+    for timer, flush in args.runs:
+        row = {"op": op, "backend": backend, "shape": sh, "dtype": "bf16",
+               "gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
+        try:
+            row = timed_row(row, fn, timer, flush, nbytes, label, out, warm=True)
+        except RuntimeError as err:  # an unsupported shape or build: say so, keep going
+            print(f"{label}: {err}", flush=True)
+            continue
+        if "median_us" in row:
+            row["tflops"] = flops / (row["median_us"] * 1e6)
+            print(f"  {row['tflops']:8.1f} TFLOP/s", flush=True)
+
+
+def moe_forward(x, logits, w13_t, w2_t, top_k):
+    """The whole layer from PyTorch pieces; w13_t [E, H, 2 I] and w2_t [E, I, H] (transposed)."""
+    experts, inter = w13_t.shape[0], w2_t.shape[1]
+    scores = torch.softmax(logits, dim=-1, dtype=torch.float32)
+    weights, ids = torch.topk(scores, top_k, dim=-1)
+    weights = weights / weights.sum(dim=-1, keepdim=True)
+    flat = ids.flatten()
+    order = torch.argsort(flat, stable=True)
+    offs = torch.bincount(flat, minlength=experts).cumsum(0).to(torch.int32)
+    src = order // top_k
+    gate_up = torch._grouped_mm(x[src], w13_t, offs=offs)
+    h = F.silu(gate_up[:, :inter]) * gate_up[:, inter:]
+    y = torch._grouped_mm(h, w2_t, offs=offs)
+    out = torch.zeros(x.shape, device=x.device, dtype=torch.float32)
+    out.index_add_(0, src, y.float() * weights.flatten()[order].unsqueeze(1))
+    return out.to(x.dtype)
+
+
+def run_forward(args, out):
+    for shape in args.shapes.split(","):
+        experts, top_k, tokens, hidden, inter = map(int, shape.split("x"))
+        x = (torch.rand(tokens, hidden, device="cuda") * 2 - 1).to(torch.bfloat16)
+        logits = torch.rand(tokens, experts, device="cuda") * 2 - 1
+        if args.routing == "skew":
+            logits[torch.arange(tokens, device="cuda") % 10 != 9, 0] += 8.0
+        s13, s2 = 2.0 / hidden ** 0.5, 2.0 / inter ** 0.5
+        w13 = ((torch.rand(experts, 2 * inter, hidden, device="cuda") * 2 - 1) * s13).to(
+            torch.bfloat16)
+        w2 = ((torch.rand(experts, hidden, inter, device="cuda") * 2 - 1) * s2).to(torch.bfloat16)
+        w13_t, w2_t = w13.transpose(-2, -1), w2.transpose(-2, -1)
+        fn = lambda: moe_forward(x, logits, w13_t, w2_t, top_k)
+        active = int(torch.topk(logits, top_k, dim=-1).indices.unique().numel())
+        pairs = tokens * top_k
+        nbytes = ((2 * tokens * hidden + active * 3 * inter * hidden +
+                   2 * pairs * (2 * hidden + inter)) * 2 + tokens * experts * 4)
+        sh = {"experts": experts, "top_k": top_k, "tokens": tokens, "hidden": hidden,
+              "inter": inter, "routing": args.routing, "active_experts": active}
+        time_rows(args, out, "moe_forward", "torch-composed", sh, fn, nbytes,
+                  f"moe_forward torch e={experts} top{top_k} tokens={tokens} hidden={hidden} "
+                  f"inter={inter}", 6.0 * pairs * inter * hidden)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="8x2x64x28672x4096",
                     help="comma-separated EXPERTSxTOP_KxTOKENSxNxK")
     ap.add_argument("--routing", default="even", choices=["even", "skew"])
+    ap.add_argument("--swiglu", action="store_true",
+                    help="b is w13 (n = 2 I); time _grouped_mm then F.silu(gate) * up")
+    ap.add_argument("--forward", action="store_true",
+                    help="the whole layer; --shapes EXPERTSxTOP_KxTOKENSxHIDDENxINTER")
     ap.add_argument("--json", default="")
     add_runs_argument(ap)
     args = ap.parse_args()
     out = open(args.json, "a") if args.json else None
+    if args.forward:
+        run_forward(args, out)
+        return 0
     for shape in args.shapes.split(","):
         experts, top_k, tokens, n, k = map(int, shape.split("x"))
         counts = routed_rows(tokens, top_k, experts, args.routing == "skew")
@@ -44,24 +119,20 @@ def main():
         b_t = b.transpose(-2, -1)
         offs = torch.tensor(counts, device="cuda", dtype=torch.int32).cumsum(0).to(torch.int32)
         fn = lambda: torch._grouped_mm(a, b_t, offs=offs)
+        if args.swiglu:
+            half = n // 2
+            gemm = fn
+            fn = lambda: (lambda gu: F.silu(gu[:, :half]) * gu[:, half:])(gemm())
+        out_n = n // 2 if args.swiglu else n
         active = sum(1 for c in counts if c > 0)
-        nbytes = (rows * k + active * n * k + rows * n) * 2
+        nbytes = (rows * k + active * n * k + rows * out_n) * 2
         sh = {"experts": experts, "top_k": top_k, "tokens": tokens, "n": n, "k": k,
               "routing": args.routing, "active_experts": active}
-        for timer, flush in args.runs:
-            row = {"op": "moe_grouped_gemm", "backend": "torch-grouped_mm", "shape": sh,
-                   "dtype": "bf16", "gpu": torch.cuda.get_device_name(),
-                   "torch": torch.__version__}
-            try:
-                row = timed_row(row, fn, timer, flush, nbytes,
-                                f"moe_grouped_gemm torch e={experts} top{top_k} tokens={tokens} "
-                                f"n={n} k={k}", out, warm=True)
-            except RuntimeError as err:  # an unsupported shape or build: say so, keep going
-                print(f"moe_grouped_gemm torch {shape}: {err}", flush=True)
-                continue
-            if "median_us" in row:
-                row["tflops"] = 2.0 * rows * n * k / (row["median_us"] * 1e6)
-                print(f"  {row['tflops']:8.1f} TFLOP/s", flush=True)
+        if args.swiglu:
+            sh["swiglu"] = 1
+        time_rows(args, out, "moe_grouped_gemm", "torch-grouped_mm", sh, fn, nbytes,
+                  f"moe_grouped_gemm torch e={experts} top{top_k} tokens={tokens} n={n} k={k}"
+                  + (" swiglu" if args.swiglu else ""), 2.0 * rows * n * k)
     return 0
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""PyTorch peers (rmsnorm, fused add + rmsnorm, layernorm, silu / gelu / gelu-tanh and mul, and
-RoPE written in torch ops), timed under the same TIMER/FLUSH runs as `kjit-cli bench` times kjit
+"""PyTorch peers (rmsnorm, fused add + rmsnorm, layernorm, silu / gelu / gelu-tanh and mul, RoPE
+written in torch ops, and those norms / silu-and-mul followed by an fp8 e4m3 quantization with
+per-row / 1 x 128 group scales), timed under the same TIMER/FLUSH runs as `kjit-cli bench` times kjit
 (peer_timing.py; --runs). PyTorch is the reference implementation here, so it is not checked;
 kjit's results are (kjit-cli bench). One JSON line per result, naming its timer and flush."""
 import argparse
@@ -36,6 +37,34 @@ def make_case(op, rows, hidden, dt, eps):
         approx = "tanh" if op == "gelu_tanh_and_mul" else "none"
         return ((lambda: f.gelu(x[:, :hidden], approximate=approx) * x[:, hidden:]),
                 x.nbytes * 3 // 2, x)
+    if op in ("rmsnorm_quant_fp8", "fused_add_rmsnorm_quant_fp8"):
+        # What an engine writes without a fused kernel: the norm in the dtype, then the per-row
+        # amax / 448 scale and the e4m3 cast (two more passes over the row).
+        x, r, w = rnd(rows, hidden), rnd(rows, hidden), rnd(hidden)
+        q = torch.empty(rows, hidden, device="cuda", dtype=torch.float8_e4m3fn)
+        s = torch.empty(rows, 1, device="cuda", dtype=torch.float32)
+        residual = op.startswith("fused_add")
+
+        def norm_quant():
+            if residual:
+                r.add_(x)
+            y = f.rms_norm(r if residual else x, (hidden,), w, eps).float()
+            s.copy_(y.abs().amax(dim=1, keepdim=True) / 448.0)
+            q.copy_((y / s).to(torch.float8_e4m3fn))
+        moved = x.nbytes * (3 if residual else 1) + w.nbytes + q.nbytes + s.nbytes
+        return norm_quant, moved, torch.cat([x, r]) if residual else x
+    if op == "silu_and_mul_quant_fp8":
+        x = rnd(rows, 2 * hidden)
+        groups = (hidden + 127) // 128
+        q = torch.empty(rows, hidden, device="cuda", dtype=torch.float8_e4m3fn)
+        s = torch.empty(rows, groups, device="cuda", dtype=torch.float32)
+
+        def silu_quant():
+            y = (f.silu(x[:, :hidden]) * x[:, hidden:]).float()
+            pad = f.pad(y, (0, groups * 128 - hidden)).view(rows, groups, 128)
+            s.copy_(pad.abs().amax(dim=2) / 448.0)
+            q.copy_((pad / s[:, :, None]).view(rows, -1)[:, :hidden].to(torch.float8_e4m3fn))
+        return silu_quant, x.nbytes + q.nbytes + s.nbytes, x
     if op == "rope":
         # NeoX RoPE in place on q [rows, 32, hidden] and k [rows, 8, hidden] (GQA 32/8, the kjit
         # bench's shape) at positions 0..rows-1, theta 1e4, angles in fp32: PyTorch has no RoPE
@@ -92,7 +121,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--op", default="rmsnorm",
                     help="rmsnorm, fused_add_rmsnorm, layernorm, silu_and_mul, gelu_and_mul, "
-                         "gelu_tanh_and_mul, rope, rope_append (shapes: tokens x head_dim)")
+                         "gelu_tanh_and_mul, rope, rope_append (shapes: tokens x head_dim), "
+                         "rmsnorm_quant_fp8, fused_add_rmsnorm_quant_fp8, "
+                         "silu_and_mul_quant_fp8 (shapes: rows x d)")
     ap.add_argument("--shapes", default="1x4096,64x4096,4096x4096,16384x4096,16384x8192")
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--json", default="")

@@ -11,6 +11,9 @@ norm, tied embeddings) with transformers, saves them (safetensors, bf16), and fo
   - greedy continuation: the engine's tokens against transformers' generate(), token for token;
     a first divergence is excused only where transformers' top-2 margin there is within the
     tolerance;
+  - continuous batching: requests with their own token budgets through fewer slots than
+    requests (they join as others leave), each against generate() as above; then with an
+    end-of-sequence id, each output ends at its first one or at its budget;
   - sampling: top-k / top-p with one seed twice (the same tokens) and with another seed.
 Prints a report and exits 1 when a check fails.
 
@@ -80,10 +83,11 @@ def run_engine(engine, args, what):
     return r.stdout
 
 
-def write_prompts(path, seqs):
+def write_prompts(path, seqs, budgets=None):
     with open(path, "w") as f:
-        for s in seqs:
-            f.write(" ".join(str(t) for t in s) + "\n")
+        for i, s in enumerate(seqs):
+            head = f"{budgets[i]}: " if budgets else ""
+            f.write(head + " ".join(str(t) for t in s) + "\n")
 
 
 @torch.no_grad()
@@ -154,37 +158,86 @@ def teacher_forcing(kind, model, model32, folder, engine, work, batch, vocab, rn
 
 
 @torch.no_grad()
+def generate(model, seq, n):
+    """transformers' greedy continuation of `seq` (n tokens) and its scores per step."""
+    ids = torch.tensor([seq], device="cuda")
+    gen = model.generate(ids, max_new_tokens=n, do_sample=False, top_k=None, top_p=None,
+                         temperature=None, output_scores=True, return_dict_in_generate=True)
+    return gen.sequences[0, len(seq):].tolist(), gen.scores
+
+
+def agrees(what, want, scores, got):
+    """`got` equals `want` (as long as `got` is), or first differs where transformers' top-2
+    margin is within the tolerance."""
+    same = 0
+    while same < len(want) and same < len(got) and want[same] == got[same]:
+        same += 1
+    if same == len(got):
+        log(f"  {what}: {same}/{len(want)} tokens agree")
+        return True
+    if same == len(want):
+        log(f"  {what}: {len(got)} tokens where transformers made {len(want)}")
+        return False
+    top2 = torch.topk(scores[same][0].float(), 2).values
+    margin = float(top2[0] - top2[1])
+    log(f"  {what}: first {same}/{len(want)} tokens agree; at token {same} transformers' "
+        f"top-2 margin is {margin:.4g}")
+    return margin <= 0.05
+
+
+def no_eos(model):
+    # No end-of-sequence token: both sides generate their whole budget whatever they draw.
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+
+
 def greedy(kind, model, folder, engine, work, vocab, rng):
     seqs = [list(map(int, rng.integers(0, vocab, size=int(n)))) for n in (9, 33, 70, 5)]
     prompts = os.path.join(work, f"{kind}_greedy.txt")
     out = os.path.join(work, f"{kind}_greedy_out.txt")
     write_prompts(prompts, seqs)
-    # No end-of-sequence token: both sides generate GREEDY_TOKENS whatever they draw.
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 0
+    no_eos(model)
     run_engine(engine, [folder, "--prompts", prompts, "--max-new-tokens", str(GREEDY_TOKENS),
-                        "--out-tokens", out, "--stats"], f"{kind} greedy")
+                        "--ignore-eos", "--out-tokens", out, "--stats"], f"{kind} greedy")
     got = [list(map(int, l.split())) for l in open(out)]
-    ok = True
+    ok = len(got) == len(seqs)
     for r, (s, g) in enumerate(zip(seqs, got)):
-        ids = torch.tensor([s], device="cuda")
-        gen = model.generate(ids, max_new_tokens=GREEDY_TOKENS, do_sample=False, top_k=None,
-                             top_p=None, temperature=None, output_scores=True,
-                             return_dict_in_generate=True)
-        want = gen.sequences[0, len(s):].tolist()
-        same = 0
-        while same < len(want) and same < len(g) and want[same] == g[same]:
-            same += 1
-        if same == len(want):
-            log(f"  {kind} greedy request {r}: {same}/{len(want)} tokens agree")
-            continue
-        sc = gen.scores[same][0].float()
-        top2 = torch.topk(sc, 2).values
-        margin = float(top2[0] - top2[1])
-        log(f"  {kind} greedy request {r}: first {same}/{len(want)} tokens agree; at token "
-            f"{same} transformers' top-2 margin is {margin:.4g}")
-        ok = ok and margin <= 0.05
+        want, scores = generate(model, s, GREEDY_TOKENS)
+        ok = agrees(f"{kind} greedy request {r}", want, scores, g) and len(g) == len(want) and ok
     check(ok, f"{kind} greedy continuations agree wherever transformers' top-2 margin > 0.05")
+
+
+def continuous(kind, model, folder, engine, work, vocab, rng):
+    lens, budgets = (21, 5, 64, 9, 33, 2, 47), (24, 3, 17, 24, 1, 12, 20)
+    seqs = [list(map(int, rng.integers(0, vocab, size=n))) for n in lens]
+    prompts = os.path.join(work, f"{kind}_continuous.txt")
+    write_prompts(prompts, seqs, budgets)
+    no_eos(model)
+    refs = [generate(model, s, n) for s, n in zip(seqs, budgets)]
+    runs = {}
+    for name, extra in (("no eos", ["--ignore-eos"]), ("eos", None)):
+        if extra is None:
+            # An id the first run produced mid-way through request 3: some requests end early.
+            eos = runs["no eos"][3][3]
+            extra = ["--eos", str(eos)]
+        out = os.path.join(work, f"{kind}_continuous_{len(runs)}.txt")
+        run_engine(engine, [folder, "--prompts", prompts, "--max-batch", "3",
+                            "--max-new-tokens", "99", "--out-tokens", out] + extra,
+                   f"{kind} continuous, {name}")
+        got = [list(map(int, l.split())) for l in open(out)]
+        runs[name] = got
+        ok = len(got) == len(seqs)
+        for r, g in enumerate(got):
+            want, scores = refs[r]
+            ok = agrees(f"{kind} continuous ({name}) request {r}", want, scores, g) and ok
+            if name == "no eos":
+                ok = ok and len(g) == budgets[r]
+            else:
+                ends = len(g) == budgets[r] or (len(g) > 0 and g[-1] == eos)
+                ok = ok and ends and eos not in g[:-1]
+        check(ok, f"{kind} continuous batching ({name}): 7 requests with their own budgets "
+              "through 3 slots, each as generate() wherever transformers' top-2 margin > 0.05"
+              + ("" if name == "no eos" else ", each ending at its first eos or its budget"))
 
 
 def sampling(kind, folder, engine, work, vocab, rng):
@@ -195,7 +248,7 @@ def sampling(kind, folder, engine, work, vocab, rng):
     for seed in (1, 1, 2):
         out = os.path.join(work, f"{kind}_sample_{len(runs)}.txt")
         run_engine(engine, [folder, "--prompts", prompts, "--max-new-tokens", "16",
-                            "--top-k", "50", "--top-p", "0.9", "--temperature", "1.5",
+                            "--ignore-eos", "--top-k", "50", "--top-p", "0.9", "--temperature", "1.5",
                             "--seed", str(seed), "--out-tokens", out], f"{kind} sampling")
         runs.append(open(out).read())
     check(runs[0] == runs[1] and runs[0] != runs[2],
@@ -223,6 +276,7 @@ def main():
             summary[f"{kind}_b{batch}"] = teacher_forcing(kind, model, model32, folder, a.engine,
                                                           a.work, batch, a.vocab, rng)
         greedy(kind, model, folder, a.engine, a.work, a.vocab, rng)
+        continuous(kind, model, folder, a.engine, a.work, a.vocab, rng)
         sampling(kind, folder, a.engine, a.work, a.vocab, rng)
         del model, model32
         torch.cuda.empty_cache()

@@ -62,6 +62,14 @@ ModelConfig read_config(const std::string& dir) {
       c.high_freq_factor = s.at("high_freq_factor").get<float>();
       c.original_max_position = s.at("original_max_position_embeddings").get<float>();
     }
+    if (j.contains("eos_token_id") && !j.at("eos_token_id").is_null()) {
+      const auto& e = j.at("eos_token_id");
+      if (e.is_array()) {
+        for (const auto& id : e) c.eos_token_ids.push_back(id.get<int32_t>());
+      } else {
+        c.eos_token_ids.push_back(e.get<int32_t>());
+      }
+    }
   } catch (const nlohmann::json::exception& e) {
     throw LoadError(path + ": " + e.what());
   }

@@ -3,7 +3,9 @@
 // embeddings) and Qwen3 (Qwen3ForCausalLM: the same plus a per-head RMSNorm of q and k).
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace engine {
 
@@ -26,6 +28,8 @@ struct ModelConfig {
   float low_freq_factor = 1.0f;
   float high_freq_factor = 4.0f;
   float original_max_position = 8192.0f;
+  // eos_token_id: one id or a list (generation ends after any of them); empty when absent/null.
+  std::vector<int32_t> eos_token_ids;
 };
 
 // Reads `dir`/config.json. Throws engine::LoadError (checkpoint.hpp) for an architecture other

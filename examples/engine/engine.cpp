@@ -144,23 +144,21 @@ void Engine::upload_meta(int64_t from, int64_t to) {
                              cudaMemcpyHostToDevice, stream_));
 }
 
-void Engine::prefill(const std::vector<std::vector<int32_t>>& prompts, const RunOptions& opt) {
-  if (batch_ != 0) throw std::runtime_error("Engine::prefill: one batch per engine");
-  opt_ = opt;
-  batch_ = static_cast<int>(prompts.size());
-  int total = 0;
-  for (const auto& p : prompts) {
-    if (p.empty()) throw std::runtime_error("a prompt has no tokens");
-    total += static_cast<int>(p.size());
-    opt_.max_total_len = std::max(opt_.max_total_len, static_cast<int>(p.size()));
+void Engine::reserve(const RunOptions& opt) {
+  if (batch_ != 0) throw std::runtime_error("Engine::reserve: once per engine");
+  if (opt.max_batch < 1 || opt.max_total_len < 1 || opt.max_prefill_tokens < 1 ||
+      opt.page_size < 1) {
+    throw std::runtime_error("Engine::reserve: sizes must be >= 1");
   }
-  max_tokens_ = std::max(total, batch_);
+  opt_ = opt;
+  batch_ = opt.max_batch;
+  max_tokens_ = std::max(opt.max_prefill_tokens, batch_);
   pages_per_req_ = ceil_div(opt_.max_total_len, opt_.page_size);
   const int64_t B = batch_, T = max_tokens_, H = cfg_.hidden_size, I = cfg_.intermediate_size;
   const int64_t Nq = int64_t{cfg_.num_q_heads} * cfg_.head_dim;
   const int64_t Nkv = int64_t{cfg_.num_kv_heads} * cfg_.head_dim;
 
-  // Activations for the longest pass (the prefill), bf16; logits fp32.
+  // Activations for the longest pass (a full prefill), bf16; logits fp32.
   residual_ = alloc(static_cast<size_t>(T * H * 2));
   hidden_ = alloc(static_cast<size_t>(T * H * 2));
   qkv_ = alloc(static_cast<size_t>(T * (Nq + 2 * Nkv) * 2));
@@ -169,7 +167,8 @@ void Engine::prefill(const std::vector<std::vector<int32_t>>& prompts, const Run
   act_ = alloc(static_cast<size_t>(T * I * 2));
   last_hidden_ = alloc(static_cast<size_t>(B * H * 2));
   logits_ = alloc(static_cast<size_t>((opt_.all_logits ? T : B) * cfg_.vocab_size * 4));
-  // The paged KV cache, NHD: [pages, page_size, kv heads, head_dim] per layer for K and for V.
+  // The paged KV cache, NHD: [pages, page_size, kv heads, head_dim] per layer for K and for V;
+  // slot b owns pages [b * pages_per_req_, (b + 1) * pages_per_req_).
   const size_t cache_bytes = static_cast<size_t>(B * pages_per_req_) * opt_.page_size * Nkv * 2;
   for (Layer& L : layers_) {
     L.k_cache = alloc(cache_bytes);
@@ -193,15 +192,49 @@ void Engine::prefill(const std::vector<std::vector<int32_t>>& prompts, const Run
   seed_ = alloc(8);
   offset_ = alloc(8);
   CUDA_CHECK(cudaMemcpy(seed_, &opt_.sampling.seed, 8, cudaMemcpyHostToDevice));
-  CUDA_CHECK(cudaMemcpy(offset_, offset_host_, 8, cudaMemcpyHostToDevice));
+  lens_.assign(static_cast<size_t>(batch_), 0);
+  active_.assign(static_cast<size_t>(batch_), false);
+}
 
-  // The prompts' metadata: tokens, positions, owners, row offsets and their pages.
+// The Philox offset of the next sampling pass, in device memory where the pass (or the graph)
+// reads it.
+void Engine::set_offset() {
+  *offset_host_ = draws_++;
+  CUDA_CHECK(cudaMemcpyAsync(offset_, offset_host_, 8, cudaMemcpyHostToDevice, stream_));
+}
+
+std::vector<int32_t> Engine::admit(const std::vector<int>& slots,
+                                   const std::vector<std::vector<int32_t>>& prompts) {
+  if (batch_ == 0) throw std::runtime_error("Engine::admit before reserve");
+  const int n = static_cast<int>(slots.size());
+  if (n == 0 || prompts.size() != slots.size()) {
+    throw std::runtime_error("Engine::admit: one prompt per slot, at least one");
+  }
+  int total = 0;
+  for (int i = 0; i < n; ++i) {
+    const int slot = slots[static_cast<size_t>(i)];
+    const auto& p = prompts[static_cast<size_t>(i)];
+    if (slot < 0 || slot >= batch_ || active_[static_cast<size_t>(slot)]) {
+      throw std::runtime_error("Engine::admit: slot " + std::to_string(slot) + " is not free");
+    }
+    if (p.empty() || static_cast<int>(p.size()) > opt_.max_total_len) {
+      throw std::runtime_error("Engine::admit: a prompt of " + std::to_string(p.size()) +
+                               " tokens (1.." + std::to_string(opt_.max_total_len) + ")");
+    }
+    total += static_cast<int>(p.size());
+  }
+  if (total > max_tokens_) {
+    throw std::runtime_error("Engine::admit: " + std::to_string(total) +
+                             " prompt tokens exceed max_prefill_tokens");
+  }
+  // The prompts' metadata: tokens, positions, owners (the i-th admitted request), row offsets
+  // and their slots' pages.
   int32_t* m = meta_host_;
   int row = 0, page_row = 0;
-  lens_.assign(prompts.size(), 0);
   m[meta_.qo_indptr] = 0;
   m[meta_.kv_indptr] = 0;
-  for (int b = 0; b < batch_; ++b) {
+  for (int b = 0; b < n; ++b) {
+    const int slot = slots[static_cast<size_t>(b)];
     const auto& p = prompts[static_cast<size_t>(b)];
     const int len = static_cast<int>(p.size());
     for (int i = 0; i < len; ++i, ++row) {
@@ -212,36 +245,50 @@ void Engine::prefill(const std::vector<std::vector<int32_t>>& prompts, const Run
     m[meta_.qo_indptr + b + 1] = row;
     m[meta_.last_rows + b] = row - 1;
     const int pages = ceil_div(len, opt_.page_size);
-    for (int i = 0; i < pages; ++i) m[meta_.kv_indices + page_row++] = b * pages_per_req_ + i;
+    for (int i = 0; i < pages; ++i) m[meta_.kv_indices + page_row++] = slot * pages_per_req_ + i;
     m[meta_.kv_indptr + b + 1] = page_row;
     m[meta_.last_len + b] = len - (pages - 1) * opt_.page_size;
-    lens_[static_cast<size_t>(b)] = len;
+    lens_[static_cast<size_t>(slot)] = len;
+    active_[static_cast<size_t>(slot)] = true;
   }
   upload_meta(0, meta_.total);
 
-  // A ragged prefill: each prompt attends its own rows (causal), the cache being empty.
+  // A ragged prefill: each prompt attends its own rows (causal), its slot's cache being empty.
   const int32_t* rows = m + meta_.qo_indptr;
-  KJIT_CHECK(kjit_batch_prefill_plan(rows, rows, batch_, cfg_.num_q_heads, cfg_.num_kv_heads,
+  kjit_prefill_plan_destroy(prefill_plan_);
+  prefill_plan_ = nullptr;
+  KJIT_CHECK(kjit_batch_prefill_plan(rows, rows, n, cfg_.num_q_heads, cfg_.num_kv_heads,
                                      cfg_.head_dim, 0, KJIT_KV_LAYOUT_NHD, kBF16, kBF16, nullptr,
                                      device_, &prefill_plan_));
-  forward(total, /*prefill=*/true, opt_.all_logits, /*sample=*/!opt_.all_logits);
-  logits_rows_ = opt_.all_logits ? total : batch_;
+  if (!opt_.all_logits) set_offset();
+  forward(total, n, /*prefill=*/true, opt_.all_logits, /*sample=*/!opt_.all_logits);
+  logits_rows_ = opt_.all_logits ? total : n;
+  std::vector<int32_t> first;
   if (!opt_.all_logits) {
-    first_tokens_.resize(prompts.size());
-    CUDA_CHECK(cudaMemcpyAsync(first_tokens_.data(), meta_dev_ + meta_.ids, B * sizeof(int32_t),
+    first.resize(static_cast<size_t>(n));
+    CUDA_CHECK(cudaMemcpyAsync(first.data(), meta_dev_ + meta_.ids, first.size() * sizeof(int32_t),
                                cudaMemcpyDeviceToHost, stream_));
   }
   CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return first;
 }
 
-// The page table after appending one token to every request: positions, dense page counts,
-// last-page lengths; the owners are the requests themselves.
-void Engine::set_decode_meta(bool with_ids) {
+void Engine::release(int slot) {
+  if (slot < 0 || slot >= batch_ || !active_[static_cast<size_t>(slot)]) {
+    throw std::runtime_error("Engine::release: slot " + std::to_string(slot) + " is not busy");
+  }
+  active_[static_cast<size_t>(slot)] = false;
+  lens_[static_cast<size_t>(slot)] = 0;
+}
+
+// The page table after appending one token to every slot: positions, dense page counts,
+// last-page lengths; the owners are the slots themselves. A free slot appends at position 0.
+void Engine::set_decode_meta() {
   int32_t* m = meta_host_;
   int page_row = 0;
   m[meta_.kv_indptr] = 0;
   for (int b = 0; b < batch_; ++b) {
-    const int len = lens_[static_cast<size_t>(b)];  // before this step's token
+    const int len = lens_[static_cast<size_t>(b)];  // before this step's token; 0 when free
     if (len + 1 > opt_.max_total_len) {
       throw std::runtime_error("decode past max_total_len " + std::to_string(opt_.max_total_len));
     }
@@ -252,19 +299,20 @@ void Engine::set_decode_meta(bool with_ids) {
     m[meta_.kv_indptr + b + 1] = page_row;
     m[meta_.last_len + b] = len + 1 - (pages - 1) * opt_.page_size;
   }
-  upload_meta(with_ids ? meta_.ids : meta_.pos, meta_.total);
+  // The whole table from ids on: one copy (the ids, positions and owners of rows >= batch_ ride
+  // along unread).
+  upload_meta(meta_.ids, meta_.total);
 }
 
-std::vector<int32_t> Engine::decode(const std::vector<int32_t>& forced) {
-  const bool teacher = !forced.empty();
-  if (teacher && static_cast<int>(forced.size()) != batch_) {
-    throw std::runtime_error("decode: one forced token per request");
+std::vector<int32_t> Engine::decode(const std::vector<int32_t>& tokens) {
+  if (batch_ == 0) throw std::runtime_error("Engine::decode before reserve");
+  if (static_cast<int>(tokens.size()) != batch_) {
+    throw std::runtime_error("decode: one token per slot");
   }
-  if (teacher) std::copy(forced.begin(), forced.end(), meta_host_ + meta_.ids);
-  set_decode_meta(teacher);
-  *offset_host_ = decode_steps_ + 1;  // fresh draws each step (the prefill drew with 0)
-  CUDA_CHECK(cudaMemcpyAsync(offset_, offset_host_, 8, cudaMemcpyHostToDevice, stream_));
+  std::copy(tokens.begin(), tokens.end(), meta_host_ + meta_.ids);
+  set_decode_meta();
   const bool sample_step = !opt_.all_logits;
+  if (sample_step) set_offset();
   if (decode_plan_ == nullptr) {
     // Planned once for the first step's lengths: runs are correct for any lengths, only the
     // split-KV partition follows the planned ones.
@@ -279,14 +327,14 @@ std::vector<int32_t> Engine::decode(const std::vector<int32_t>& forced) {
     // below compiles and loads nothing (kjit refuses a cold load under capture with
     // KJIT_ERROR_CAPTURING, which would end the run here).
     const int before = calls_;
-    forward(batch_, /*prefill=*/false, false, sample_step);
+    forward(batch_, batch_, /*prefill=*/false, false, sample_step);
     stats_.kjit_calls = calls_ - before;
     if (opt_.use_graph) {
       cudaGraph_t graph = nullptr;
       CUDA_CHECK(cudaStreamSynchronize(stream_));
       CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
       try {
-        forward(batch_, /*prefill=*/false, false, sample_step);
+        forward(batch_, batch_, /*prefill=*/false, false, sample_step);
       } catch (...) {
         cudaStreamEndCapture(stream_, &graph);
         if (graph != nullptr) cudaGraphDestroy(graph);
@@ -310,7 +358,9 @@ std::vector<int32_t> Engine::decode(const std::vector<int32_t>& forced) {
     CUDA_CHECK(cudaGraphLaunch(graph_, stream_));
   }
   ++decode_steps_;
-  for (int& len : lens_) ++len;
+  for (int b = 0; b < batch_; ++b) {
+    if (active_[static_cast<size_t>(b)]) ++lens_[static_cast<size_t>(b)];
+  }
   logits_rows_ = batch_;
   std::vector<int32_t> out;
   if (sample_step) {
@@ -328,11 +378,11 @@ std::vector<float> Engine::logits() const {
   return out;
 }
 
-// One forward pass over `tokens` rows of the metadata: the prompts' tokens (prefill, ragged
-// attention over their own keys) or one token per request (decode, paged attention over the
-// cache). Both append the new keys and values to the cache.
-void Engine::forward(int tokens, bool prefill, bool all_logits, bool do_sample) {
-  const int64_t T = tokens, B = batch_, H = cfg_.hidden_size, I = cfg_.intermediate_size;
+// One forward pass over `tokens` rows of the metadata and `batch` requests: the admitted
+// prompts' tokens (prefill, ragged attention over their own keys) or one token per slot (decode,
+// paged attention over the cache). Both append the new keys and values to the cache.
+void Engine::forward(int tokens, int batch, bool prefill, bool all_logits, bool do_sample) {
+  const int64_t T = tokens, B = batch, H = cfg_.hidden_size, I = cfg_.intermediate_size;
   const int64_t V = cfg_.vocab_size, hd = cfg_.head_dim;
   const int64_t nq = cfg_.num_q_heads, nkv = cfg_.num_kv_heads;
   const int64_t Nq = nq * hd, Nkv = nkv * hd, Nqkv = Nq + 2 * Nkv;
@@ -343,8 +393,10 @@ void Engine::forward(int tokens, bool prefill, bool all_logits, bool do_sample) 
   Dl ids = ints(meta_.ids, T), pos = ints(meta_.pos, T), owner = ints(meta_.batch_idx, T);
   Dl qo_indptr = ints(meta_.qo_indptr, B + 1), kv_indptr = ints(meta_.kv_indptr, B + 1);
   Dl last_len = ints(meta_.last_len, B);
-  // The whole capacity: a captured graph keeps this shape while the used prefix grows.
-  Dl kv_indices = ints(meta_.kv_indices, B * pages_per_req_);
+  // The whole cache: pages are numbered by slot, and a captured graph keeps this shape while
+  // the used prefix grows.
+  const int64_t pages = int64_t{batch_} * pages_per_req_;
+  Dl kv_indices = ints(meta_.kv_indices, pages);
   Dl residual = tensor(residual_, kBF16, {T, H}, {}, d);
   Dl hidden = tensor(hidden_, kBF16, {T, H}, {}, d);
 
@@ -401,7 +453,6 @@ void Engine::forward(int tokens, bool prefill, bool all_logits, bool do_sample) 
       KJIT_CHECK(kjit_apply_rope_pos_ids(q.get(), k.get(), pos.get(), q.get(), k.get(), 0,
                                          KJIT_ROPE_NEOX, 1.0f, cfg_.rope_theta, s));
     }
-    const int64_t pages = B * pages_per_req_;
     Dl kc = tensor(L.k_cache, kBF16, {pages, opt_.page_size, nkv, hd}, {}, d);
     Dl vc = tensor(L.v_cache, kBF16, {pages, opt_.page_size, nkv, hd}, {}, d);
     KJIT_CHECK(kjit_append_paged_kv_cache(k.get(), v.get(), owner.get(), pos.get(),

@@ -1,7 +1,8 @@
-// A dense Llama-3 / Qwen3 decoder on kjit alone: weights uploaded from a checkpoint, a ragged
-// prefill over a batch of prompts that fills a paged KV cache, and decode steps captured once into
-// a CUDA graph and replayed. Every kernel is kjit's; the CUDA runtime only allocates, copies and
-// runs the graph.
+// A dense Llama-3 / Qwen3 decoder on kjit alone: weights uploaded from a checkpoint, a fixed
+// number of request slots over a paged KV cache, ragged prefills that admit prompts into free
+// slots, and decode steps over every slot captured once into a CUDA graph and replayed. Every
+// kernel is kjit's; the CUDA runtime only allocates, copies and runs the graph. The engine is a
+// scheduler::Backend: run_requests (scheduler.hpp) drives it for continuous batching.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -12,6 +13,7 @@
 
 #include "config.hpp"
 #include "kjit/kjit.h"
+#include "scheduler.hpp"
 
 namespace engine {
 
@@ -26,7 +28,9 @@ struct SamplingConfig {
 };
 
 struct RunOptions {
-  int max_total_len = 0;  // the longest prompt plus the decode steps: sizes the KV cache
+  int max_batch = 1;           // request slots: the decode batch
+  int max_total_len = 0;       // tokens one request may hold: its prompt and generated tokens
+  int max_prefill_tokens = 0;  // prompt tokens of one admit (sizes the activations)
   int page_size = 16;
   bool all_logits = false;  // prefill writes logits of every prompt token (teacher forcing)
   bool use_graph = true;    // replay the decode step from a CUDA graph
@@ -40,27 +44,34 @@ struct StepStats {
   int graph_kernels = 0;         // kernel nodes of the captured graph (0 without a graph)
 };
 
-class Engine {
+class Engine : public Backend {
  public:
   Engine(const Checkpoint& ckpt, const ModelConfig& cfg, int device);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Sizes buffers and the KV cache for `prompts` (their lengths, batch and the options) and runs
-  // the prefill: the logits of every prompt token (all_logits) or of each prompt's last token
-  // into logits(), and, unless all_logits, the first sampled token of each request into tokens.
-  void prefill(const std::vector<std::vector<int32_t>>& prompts, const RunOptions& opt);
-  // One decode step per request. `forced` (one id per request) feeds those tokens (teacher
-  // forcing); empty feeds the tokens the previous step sampled. The step's sampled tokens are
-  // returned (empty when forced). The first call runs eagerly (it loads every kernel the step
-  // uses) and captures the graph; later calls replay it.
-  std::vector<int32_t> decode(const std::vector<int32_t>& forced);
+  // Allocates the activations, the metadata and a paged KV cache of max_total_len tokens for
+  // each of max_batch slots. Once per engine, before the first admit.
+  void reserve(const RunOptions& opt);
+  // Prefills prompts[i] into the free slot slots[i] in one ragged pass (each prompt attends its
+  // own keys, which land in its slot's pages): the logits of every prompt token (all_logits) or
+  // of each prompt's last token into logits(), and, unless all_logits, each one's first sampled
+  // token, returned.
+  std::vector<int32_t> admit(const std::vector<int>& slots,
+                             const std::vector<std::vector<int32_t>>& prompts) override;
+  // One decode step over every slot, fed tokens[slot] (teacher forcing feeds the forced ones); a
+  // free slot decodes its token at position 0 of its own first page, and its result means
+  // nothing. Returns every slot's sampled next token (empty under all_logits). The first call
+  // runs eagerly (it loads every kernel the step uses) and captures the graph; later calls
+  // replay it.
+  std::vector<int32_t> decode(const std::vector<int32_t>& tokens) override;
+  // Frees a slot for the next admit.
+  void release(int slot) override;
 
   // The last forward pass's logits, fp32 rows of vocab_size, copied to the host.
   std::vector<float> logits() const;
   int logits_rows() const { return logits_rows_; }
-  const std::vector<int32_t>& first_tokens() const { return first_tokens_; }
   const StepStats& step_stats() const { return stats_; }
   size_t weight_bytes() const { return weight_bytes_; }
   cudaStream_t stream() const { return stream_; }
@@ -78,9 +89,10 @@ class Engine {
   void* alloc(size_t bytes);
   void* upload(const Checkpoint& ckpt, const std::string& name, std::vector<int64_t> shape,
                void* dst = nullptr);
-  void forward(int tokens, bool prefill, bool all_logits, bool sample);
+  void forward(int tokens, int batch, bool prefill, bool all_logits, bool sample);
   void sample(int rows);
-  void set_decode_meta(bool with_ids);
+  void set_decode_meta();
+  void set_offset();
   void upload_meta(int64_t from, int64_t to);
   void check(kjit_status s, const char* what);
 
@@ -94,7 +106,8 @@ class Engine {
 
   RunOptions opt_;
   int batch_ = 0, max_tokens_ = 0, pages_per_req_ = 0;
-  std::vector<int> lens_;  // tokens of each request in the cache
+  std::vector<int> lens_;     // tokens of each slot's request in the cache
+  std::vector<bool> active_;  // the slot holds a request
   void *residual_ = nullptr, *hidden_ = nullptr, *qkv_ = nullptr, *attn_ = nullptr;
   void *gate_up_ = nullptr, *act_ = nullptr, *last_hidden_ = nullptr, *logits_ = nullptr;
   void *workspace_ = nullptr, *seed_ = nullptr, *offset_ = nullptr;
@@ -103,7 +116,7 @@ class Engine {
   int64_t* offset_host_ = nullptr;  // pinned
   Meta meta_{};
   int logits_rows_ = 0;
-  std::vector<int32_t> first_tokens_;
+  int64_t draws_ = 0;  // sampling passes so far: each draws with its own Philox offset
   kjit_prefill_plan* prefill_plan_ = nullptr;
   kjit_decode_plan* decode_plan_ = nullptr;
   size_t workspace_bytes_ = 0;

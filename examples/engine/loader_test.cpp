@@ -169,7 +169,7 @@ int main() {
     "architectures": ["LlamaForCausalLM"], "vocab_size": 3, "hidden_size": 4,
     "intermediate_size": 8, "num_hidden_layers": 2, "num_attention_heads": 2,
     "num_key_value_heads": 1, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
-    "tie_word_embeddings": true,
+    "tie_word_embeddings": true, "eos_token_id": [128001, 128009],
     "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}})");
   {
@@ -178,15 +178,17 @@ int main() {
     check(c.llama3_rope && c.rope_factor == 8.0f && c.original_max_position == 8192.0f,
           "llama: rope scaling");
     check(c.tie_word_embeddings && c.rope_theta == 500000.0f, "llama: tied, theta");
+    check(c.eos_token_ids == std::vector<int32_t>{128001, 128009}, "llama: eos list");
   }
   write_text(root / "sharded" / "config.json", R"({
     "architectures": ["Qwen3ForCausalLM"], "vocab_size": 3, "hidden_size": 4,
     "intermediate_size": 8, "num_hidden_layers": 1, "num_attention_heads": 4,
     "num_key_value_heads": 2, "head_dim": 128, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
-    "rope_scaling": null, "tie_word_embeddings": false})");
+    "rope_scaling": null, "tie_word_embeddings": false, "eos_token_id": 151645})");
   {
     const engine::ModelConfig c = engine::read_config((root / "sharded").string());
     check(c.qk_norm && c.head_dim == 128 && !c.llama3_rope, "qwen3: qk norm, head_dim");
+    check(c.eos_token_ids == std::vector<int32_t>{151645}, "qwen3: one eos id");
   }
   // transformers 5's spelling: rope_theta and the scaling in "rope_parameters".
   write_text(root / "bad" / "config.json", R"({
@@ -207,6 +209,7 @@ int main() {
   {
     const engine::ModelConfig c = engine::read_config((root / "bad").string());
     check(!c.llama3_rope && c.rope_theta == 1000000.0f, "rope_parameters: default type");
+    check(c.eos_token_ids.empty(), "no eos_token_id");
   }
   write_text(root / "bad" / "config.json",
              R"({"architectures": ["MistralForCausalLM"], "vocab_size": 3})");

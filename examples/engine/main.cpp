@@ -1,15 +1,23 @@
-// kjit-engine: runs a Llama-3 / Qwen3 checkpoint on kjit over a batch of token-id prompts.
+// kjit-engine: runs a Llama-3 / Qwen3 checkpoint on kjit over token-id prompts.
 //
-//   kjit-engine MODEL_DIR --prompts FILE [--max-new-tokens N] [sampling] [--stats] [--no-graph]
+//   kjit-engine MODEL_DIR --prompts FILE [--max-new-tokens N] [--max-batch B] [sampling]
+//               [--eos ID ... | --ignore-eos] [--stats] [--no-graph]
 //   kjit-engine MODEL_DIR --prompts FILE --decode-steps S --dump-logits OUT   (teacher forcing)
 //
-// FILE holds one request per line, its token ids separated by spaces. Generating, each line is a
-// prompt and N tokens follow it (greedy, or --top-k / --top-p / --temperature / --seed); they
-// are printed, one line per request, and with --out-tokens written to a file the same way.
-// Teacher forcing, the last S ids of each line are fed as S decode steps after a prefill of the
-// rest, and OUT receives the fp32 logits of every position: the prefill's rows (request after
-// request, each prompt's tokens in order), then each decode step's rows (one per request).
+// FILE holds one request per line, its token ids separated by spaces; generating, a line may
+// start with "K:" to give that request its own token budget. Generating is continuous batching
+// (scheduler.hpp): B slots (default: every request at once) decode together, a request leaves
+// at an end-of-sequence id (config.json's eos_token_id, or --eos) or after its budget, and the
+// next waiting one is prefilled into its slot. The tokens (greedy, or --top-k / --top-p /
+// --temperature / --seed) are printed one line per request, and with --out-tokens written to a
+// file the same way. Teacher forcing, the last S ids of each line are fed as S decode steps after
+// a prefill of the rest, and OUT receives the fp32 logits of every position: the prefill's rows
+// (request after request, each prompt's tokens in order), then each decode step's rows (one per
+// request).
+#include <algorithm>
 #include <chrono>
+#include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -21,13 +29,16 @@
 #include "checkpoint.hpp"
 #include "config.hpp"
 #include "engine.hpp"
+#include "scheduler.hpp"
 
 namespace {
 
 struct Args {
   std::string model, prompts, dump_logits, out_tokens;
   int max_new_tokens = 16, decode_steps = -1, page_size = 16, device = 0;
-  bool stats = false, graph = true;
+  int max_batch = 0, max_prefill_tokens = 0;  // 0: every request at once / what that needs
+  std::vector<int32_t> eos;
+  bool eos_given = false, ignore_eos = false, stats = false, graph = true;
   engine::SamplingConfig sampling;
 };
 
@@ -35,6 +46,7 @@ struct Args {
   std::cerr << "kjit-engine: " << why << "\n"
             << "usage: kjit-engine MODEL_DIR --prompts FILE [--max-new-tokens N] [--top-k K]\n"
             << "         [--top-p P] [--temperature T] [--seed S] [--out-tokens FILE]\n"
+            << "         [--max-batch B] [--max-prefill-tokens N] [--eos ID]... [--ignore-eos]\n"
             << "         [--decode-steps S --dump-logits FILE] [--page-size N] [--device N]\n"
             << "         [--stats] [--no-graph]\n";
   std::exit(2);
@@ -77,6 +89,14 @@ Args parse(int argc, char** argv) {
       a.decode_steps = int_value(i);
     else if (o == "--page-size")
       a.page_size = int_value(i);
+    else if (o == "--max-batch")
+      a.max_batch = int_value(i);
+    else if (o == "--max-prefill-tokens")
+      a.max_prefill_tokens = int_value(i);
+    else if (o == "--eos")
+      a.eos.push_back(int_value(i)), a.eos_given = true;
+    else if (o == "--ignore-eos")
+      a.ignore_eos = true;
     else if (o == "--device")
       a.device = int_value(i);
     else if (o == "--top-k")
@@ -101,20 +121,42 @@ Args parse(int argc, char** argv) {
   if (a.model.empty() || a.prompts.empty()) usage("MODEL_DIR and --prompts are required");
   if (!a.dump_logits.empty() && a.decode_steps < 0) usage("--dump-logits needs --decode-steps");
   if (a.page_size < 1 || a.max_new_tokens < 0) usage("bad --page-size or --max-new-tokens");
+  if (a.max_batch < 0 || a.max_prefill_tokens < 0) usage("bad --max-batch or --max-prefill-tokens");
+  if (a.eos_given && a.ignore_eos) usage("--eos and --ignore-eos together");
   return a;
 }
 
-std::vector<std::vector<int32_t>> read_prompts(const std::string& path) {
+// One request per line: token ids, optionally after "K:" (that request's token budget; -1 when
+// absent).
+std::vector<engine::Request> read_prompts(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw std::runtime_error(path + ": cannot open");
-  std::vector<std::vector<int32_t>> out;
+  std::vector<engine::Request> out;
   std::string line;
-  while (std::getline(in, line)) {
+  for (int n = 1; std::getline(in, line); ++n) {
+    engine::Request q;
+    q.max_new_tokens = -1;
     std::istringstream ss(line);
-    std::vector<int32_t> ids;
-    long long id = 0;
-    while (ss >> id) ids.push_back(static_cast<int32_t>(id));
-    if (!ids.empty()) out.push_back(std::move(ids));
+    std::string word;
+    while (ss >> word) {
+      const bool budget = q.prompt.empty() && q.max_new_tokens < 0 && word.back() == ':';
+      size_t used = 0;
+      long long v = -1;
+      try {
+        v = std::stoll(budget ? word.substr(0, word.size() - 1) : word, &used);
+      } catch (const std::exception&) {
+      }
+      if (used != word.size() - (budget ? 1 : 0) || v < 0 || v > INT32_MAX) {
+        throw std::runtime_error(path + ":" + std::to_string(n) + ": '" + word +
+                                 "' is not a token id (or a leading 'K:' budget)");
+      }
+      if (budget) {
+        q.max_new_tokens = static_cast<int>(v);
+      } else {
+        q.prompt.push_back(static_cast<int32_t>(v));
+      }
+    }
+    if (!q.prompt.empty()) out.push_back(std::move(q));
   }
   if (out.empty()) throw std::runtime_error(path + ": no prompts");
   return out;
@@ -122,6 +164,87 @@ std::vector<std::vector<int32_t>> read_prompts(const std::string& path) {
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The engine behind the scheduler, timed: admits (prefills, first-use kernel loads included) and
+// decode steps (the first one holds the eager pass and the capture).
+class TimedEngine : public engine::Backend {
+ public:
+  explicit TimedEngine(engine::Engine& e) : e_(e) {}
+  std::vector<int32_t> admit(const std::vector<int>& slots,
+                             const std::vector<std::vector<int32_t>>& prompts) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto out = e_.admit(slots, prompts);
+    admit_ms += ms_since(t0);
+    for (const auto& p : prompts) prompt_tokens += static_cast<int64_t>(p.size());
+    return out;
+  }
+  std::vector<int32_t> decode(const std::vector<int32_t>& tokens) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto out = e_.decode(tokens);
+    if (steps++ > 0) step_ms += ms_since(t0);
+    return out;
+  }
+  void release(int slot) override { e_.release(slot); }
+  double admit_ms = 0, step_ms = 0;
+  int64_t prompt_tokens = 0;
+  int steps = 0;
+
+ private:
+  engine::Engine& e_;
+};
+
+// Teacher forcing: every request admitted at once, then the forced decode steps; the logits of
+// every position to `dump`.
+void teacher_forcing(engine::Engine& eng, const Args& a, const std::vector<engine::Request>& seqs,
+                     engine::RunOptions opt) {
+  const int steps = a.decode_steps;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<int> slots;
+  int total = 0, longest = 0;
+  for (const engine::Request& q : seqs) {
+    if (static_cast<int>(q.prompt.size()) <= steps) {
+      throw std::runtime_error("a line has no more tokens than --decode-steps");
+    }
+    prompts.emplace_back(q.prompt.begin(), q.prompt.end() - steps);
+    slots.push_back(static_cast<int>(slots.size()));
+    total += static_cast<int>(prompts.back().size());
+    longest = std::max(longest, static_cast<int>(prompts.back().size()));
+  }
+  opt.max_batch = static_cast<int>(seqs.size());
+  opt.max_total_len = longest + steps;
+  opt.max_prefill_tokens = total;
+  opt.all_logits = true;
+  eng.reserve(opt);
+  std::FILE* dump = std::fopen(a.dump_logits.c_str(), "wb");
+  if (dump == nullptr) throw std::runtime_error(a.dump_logits + ": cannot write");
+  auto write_logits = [&] {
+    const std::vector<float> l = eng.logits();
+    if (std::fwrite(l.data(), sizeof(float), l.size(), dump) != l.size()) {
+      std::fclose(dump);
+      throw std::runtime_error(a.dump_logits + ": write failed");
+    }
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  eng.admit(slots, prompts);
+  std::printf("prefill: %zu requests, %d tokens in %.2f ms (includes first-use kernel loads)\n",
+              prompts.size(), total, ms_since(t0));
+  write_logits();
+  double replay_ms = 0;
+  for (int s = 0; s < steps; ++s) {
+    std::vector<int32_t> forced;
+    for (size_t b = 0; b < seqs.size(); ++b)
+      forced.push_back(seqs[b].prompt[prompts[b].size() + s]);
+    t0 = std::chrono::steady_clock::now();
+    eng.decode(forced);
+    if (s > 0) replay_ms += ms_since(t0);
+    write_logits();
+  }
+  std::fclose(dump);
+  if (steps > 1) {
+    std::printf("decode: %d steps at batch %zu, %.3f ms per step (%s, host-timed)\n", steps - 1,
+                seqs.size(), replay_ms / (steps - 1), a.graph ? "graph replay" : "eager");
+  }
 }
 
 int run(const Args& a) {
@@ -135,78 +258,62 @@ int run(const Args& a) {
       cfg.architecture.c_str(), cfg.num_layers, cfg.hidden_size, cfg.num_q_heads, cfg.num_kv_heads,
       cfg.head_dim, cfg.vocab_size, eng.weight_bytes() / 1e6, ms_since(t0));
 
-  std::vector<std::vector<int32_t>> seqs = read_prompts(a.prompts);
-  const bool teacher = !a.dump_logits.empty();
-  const int steps = teacher ? a.decode_steps : a.max_new_tokens;
-  std::vector<std::vector<int32_t>> prompts = seqs;
-  int longest = 0;
-  for (auto& p : prompts) {
-    if (teacher) {
-      if (static_cast<int>(p.size()) <= steps) {
-        throw std::runtime_error("a line has no more tokens than --decode-steps");
-      }
-      p.resize(p.size() - static_cast<size_t>(steps));
-    }
-    longest = std::max(longest, static_cast<int>(p.size()));
-  }
+  std::vector<engine::Request> reqs = read_prompts(a.prompts);
   engine::RunOptions opt;
-  opt.max_total_len = longest + steps;
   opt.page_size = a.page_size;
-  opt.all_logits = teacher;
   opt.use_graph = a.graph;
   opt.sampling = a.sampling;
-
-  std::FILE* dump = nullptr;
+  const bool teacher = !a.dump_logits.empty();
   if (teacher) {
-    dump = std::fopen(a.dump_logits.c_str(), "wb");
-    if (dump == nullptr) throw std::runtime_error(a.dump_logits + ": cannot write");
-  }
-  auto write_logits = [&] {
-    const std::vector<float> l = eng.logits();
-    if (std::fwrite(l.data(), sizeof(float), l.size(), dump) != l.size()) {
-      throw std::runtime_error(a.dump_logits + ": write failed");
+    teacher_forcing(eng, a, reqs, opt);
+  } else {
+    int longest = 0, total = 0;
+    for (engine::Request& q : reqs) {
+      if (q.max_new_tokens < 0) q.max_new_tokens = a.max_new_tokens;
+      longest = std::max(longest, static_cast<int>(q.prompt.size()) + q.max_new_tokens);
+      total += static_cast<int>(q.prompt.size());
     }
-  };
-
-  int prompt_tokens = 0;
-  for (const auto& p : prompts) prompt_tokens += static_cast<int>(p.size());
-  t0 = std::chrono::steady_clock::now();
-  eng.prefill(prompts, opt);
-  const double prefill_ms = ms_since(t0);
-  std::printf(
-      "prefill: %zu requests, %d tokens in %.2f ms (%.0f tokens/s; includes first-use "
-      "kernel loads)\n",
-      prompts.size(), prompt_tokens, prefill_ms, prompt_tokens / prefill_ms * 1e3);
-  if (teacher) write_logits();
-
-  std::vector<std::vector<int32_t>> generated(prompts.size());
-  if (!teacher) {
-    for (size_t b = 0; b < prompts.size(); ++b) generated[b].push_back(eng.first_tokens()[b]);
-  }
-  double replay_ms = 0;
-  for (int s = 0; s < steps; ++s) {
-    if (!teacher && s + 1 == steps) break;  // the prefill sampled the first of the N tokens
-    std::vector<int32_t> forced;
-    if (teacher) {
-      for (size_t b = 0; b < seqs.size(); ++b) forced.push_back(seqs[b][prompts[b].size() + s]);
+    engine::SchedulerOptions so;
+    so.slots = a.max_batch > 0 ? a.max_batch : static_cast<int>(reqs.size());
+    int longest_prompt = 0;
+    for (const engine::Request& q : reqs) {
+      longest_prompt = std::max(longest_prompt, static_cast<int>(q.prompt.size()));
     }
-    t0 = std::chrono::steady_clock::now();
-    const std::vector<int32_t> next = eng.decode(forced);
-    if (s > 0) replay_ms += ms_since(t0);
-    if (teacher) write_logits();
-    for (size_t b = 0; b < next.size(); ++b) generated[b].push_back(next[b]);
-  }
-  const int timed = teacher ? steps - 1 : steps - 2;
-  if (timed > 0) {
-    const double step_ms = replay_ms / timed;
+    so.max_prefill_tokens =
+        a.max_prefill_tokens > 0
+            ? a.max_prefill_tokens
+            : (a.max_batch > 0 ? std::max(longest_prompt, std::min(total, 8192)) : total);
+    so.eos = a.ignore_eos ? std::vector<int32_t>{} : a.eos_given ? a.eos : cfg.eos_token_ids;
+    opt.max_batch = so.slots;
+    opt.max_total_len = longest;
+    opt.max_prefill_tokens = so.max_prefill_tokens;
+    eng.reserve(opt);
+    TimedEngine timed(eng);
+    engine::SchedulerStats st;
+    const std::vector<std::vector<int32_t>> generated = engine::run_requests(timed, reqs, so, &st);
     std::printf(
-        "decode: %d steps at batch %zu, %.3f ms per step (%s, host-timed with the token "
-        "copy back), %.0f tokens/s\n",
-        timed, prompts.size(), step_ms, a.graph ? "graph replay" : "eager",
-        prompts.size() / step_ms * 1e3);
+        "prefill: %d passes, %lld prompt tokens in %.2f ms (%.0f tokens/s; includes first-use "
+        "kernel loads)\n",
+        st.admits, static_cast<long long>(timed.prompt_tokens), timed.admit_ms,
+        timed.prompt_tokens / std::max(timed.admit_ms, 1e-9) * 1e3);
+    if (timed.steps > 1) {
+      const double step_ms = timed.step_ms / (timed.steps - 1);
+      const double occupancy = static_cast<double>(st.slot_steps) / st.decode_steps;
+      std::printf(
+          "decode: %d steps over %d slots (%.1f busy on average, at most %d), %.3f ms per step "
+          "(%s, host-timed with the token copy back), %.0f tokens/s\n",
+          timed.steps - 1, so.slots, occupancy, st.max_active, step_ms,
+          a.graph ? "graph replay" : "eager", occupancy / step_ms * 1e3);
+    }
+    std::ofstream out;
+    if (!a.out_tokens.empty()) out.open(a.out_tokens);
+    for (size_t r = 0; r < generated.size(); ++r) {
+      std::string line;
+      for (int32_t t : generated[r]) line += (line.empty() ? "" : " ") + std::to_string(t);
+      std::printf("request %zu: %s\n", r, line.c_str());
+      if (out.is_open()) out << line << "\n";
+    }
   }
-  if (dump != nullptr) std::fclose(dump);
-
   if (a.stats) {
     const engine::StepStats& st = eng.step_stats();
     std::printf(
@@ -215,16 +322,6 @@ int run(const Args& a) {
         st.kjit_calls, st.kjit_calls_per_layer, cfg.num_layers,
         st.kjit_calls - st.kjit_calls_per_layer * cfg.num_layers, st.graph_kernels,
         static_cast<double>(st.graph_kernels) / cfg.num_layers);
-  }
-  if (!teacher) {
-    std::ofstream out;
-    if (!a.out_tokens.empty()) out.open(a.out_tokens);
-    for (size_t b = 0; b < generated.size(); ++b) {
-      std::string line;
-      for (int32_t t : generated[b]) line += (line.empty() ? "" : " ") + std::to_string(t);
-      std::printf("request %zu: %s\n", b, line.c_str());
-      if (out.is_open()) out << line << "\n";
-    }
   }
   return 0;
 }

@@ -1114,6 +1114,59 @@ KJIT_API kjit_status kjit_moe_grouped_gemm_masked(const DLTensor* a, const DLTen
                                                   const DLTensor* counts, DLTensor* out,
                                                   void* stream);
 
+/* Options of kjit_moe_forward. Versioned by struct_size: kjit_moe_forward_options_init fills the
+ * defaults for this header's layout (route included, with its own struct_size), and the library
+ * reads only the fields struct_size covers. */
+typedef struct kjit_moe_forward_options {
+  size_t struct_size;           /* sizeof(kjit_moe_forward_options) */
+  kjit_moe_route_options route; /* the routing (kjit_moe_route's options); its defaults */
+} kjit_moe_forward_options;
+
+/* Fills *options with the defaults (NULL is ignored). */
+KJIT_API void kjit_moe_forward_options_init(kjit_moe_forward_options* options);
+
+/*
+ * The workspace kjit_moe_forward needs, in bytes, for tokens tokens routed to top_k of experts
+ * experts, x [tokens, hidden] and experts of intermediate size intermediate, of dtype bf16 or
+ * fp16 (kDLBfloat 16 / kDLFloat 16). Pure host arithmetic: no device, no compile. Rejects
+ * (KJIT_ERROR_INVALID_ARGUMENT) negative sizes, top_k outside 1 .. experts, a NULL bytes and a
+ * size that overflows; bytes is then left as it was. Thread-safe.
+ */
+KJIT_API kjit_status kjit_moe_forward_workspace_bytes(int64_t tokens, int64_t experts,
+                                                      int64_t top_k, int64_t hidden,
+                                                      int64_t intermediate, DLDataType dtype,
+                                                      size_t* bytes);
+
+/*
+ * A whole MoE layer (SwiGLU experts) in one call:
+ *   kjit_moe_route(router_logits, bias, options->route) -> top_k ids and weights per token;
+ *   kjit_moe_permute(x) -> rows sorted by expert;
+ *   gate_up = rows . w13[e]^T ([rows, 2 intermediate]), h = silu(gate_up[:, :I]) *
+ *     gate_up[:, I:] ([rows, intermediate]) (on sm_90a in the gate_up GEMM's epilogue, in fp32,
+ *     rounded once; elsewhere kjit_silu_and_mul of the rounded gate_up);
+ *   y = h . w2[e]^T ([rows, hidden]);
+ *   out = kjit_moe_finalize(y, topk weights, shared_out).
+ * Intermediates are rounded to x's dtype between steps (as the separate ops round them).
+ * x: [tokens, hidden] bf16 / fp16, last dim contiguous. router_logits: [tokens, experts] fp32 /
+ *   bf16 / fp16 (kjit_moe_route's logits); bias: [experts] fp32 or NULL (its correction bias).
+ * w13: [experts, 2 intermediate, hidden] x's dtype, gate rows 0 .. I - 1 then up rows I .. 2I - 1
+ *   (vLLM / transformers layout), compact. w2: [experts, hidden, intermediate], compact.
+ * shared_out: [tokens, hidden] x's dtype (the shared expert's output, added) or NULL.
+ * workspace: at least kjit_moe_forward_workspace_bytes(...) bytes of device memory, 1-D,
+ *   contiguous, any dtype, 16-byte aligned; overwritten (two calls in flight at once need two).
+ * out: [tokens, hidden] x's dtype, may be shared_out itself, overlapping nothing else.
+ * top_k: 1 .. 8, at most experts (experts 1 .. 256; top_k <= topk_group * experts / n_group).
+ * options: NULL for the defaults. Graph-safe: no host sync, no allocation, launches sized by the
+ * shapes only (routing that changes between replays is served); the first call of a shape may
+ * compile or load, so run it once before capturing. Zero tokens: no-op after validation.
+ * Every argument is checked before the first launch. Thread-safe.
+ */
+KJIT_API kjit_status kjit_moe_forward(const DLTensor* x, const DLTensor* router_logits,
+                                      const DLTensor* bias, const DLTensor* w13, const DLTensor* w2,
+                                      const DLTensor* shared_out, DLTensor* workspace,
+                                      DLTensor* out, int top_k,
+                                      const kjit_moe_forward_options* options, void* stream);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -47,10 +47,14 @@ KJIT_DEVICE KJIT_FORCEINLINE void init_ring(u64* full, u64* empty) {
 }
 
 // The producer's loop over the K blocks of a's rows a_row.. + 127 and b's rows b_row.. + BN - 1
-// (the grouped GEMM's tiles start at any row).
+// (the grouped GEMM's tiles start at any row). With b_row2 >= 0 the b tile is two boxes of BN / 2
+// rows, b_row.. and b_row2.. (p.tma_b's box is BN / 2 rows then: the MoE gate / up GEMM loads a
+// gate slice and the matching up slice); both land as one BN-row tile, since BN / 2 rows are whole
+// periods of the 128-byte swizzle.
 template <typename IN, int BN, int STAGES>
 KJIT_DEVICE KJIT_FORCEINLINE void produce_rows(const GemmParams& p, unsigned char* tiles, u64* full,
-                                               u64* empty, int k_blocks, int a_row, int b_row) {
+                                               u64* empty, int k_blocks, int a_row, int b_row,
+                                               int b_row2 = -1) {
   constexpr u32 kABytes = kGemmBlockM * kGemmBlockK * sizeof(IN);
   constexpr u32 kStageBytes = (kGemmBlockM + BN) * kGemmBlockK * sizeof(IN);
   for (int kb = 0; kb < k_blocks; ++kb) {
@@ -60,6 +64,10 @@ KJIT_DEVICE KJIT_FORCEINLINE void produce_rows(const GemmParams& p, unsigned cha
     hopper::mbarrier_arrive_expect_tx(&full[s], kStageBytes);
     hopper::tma_load_2d(stage, &p.tma_a, &full[s], kb * kGemmBlockK, a_row);
     hopper::tma_load_2d(stage + kABytes, &p.tma_b, &full[s], kb * kGemmBlockK, b_row);
+    if (b_row2 >= 0) {
+      hopper::tma_load_2d(stage + kABytes + BN / 2 * kGemmBlockK * sizeof(IN), &p.tma_b, &full[s],
+                          kb * kGemmBlockK, b_row2);
+    }
   }
 }
 

@@ -6,17 +6,63 @@
 // at the end of n reads rows of the next expert's weight. Both only add to accumulators the
 // epilogue never writes: it masks rows at the expert's end and columns at n.
 //
+// SWIGLU (the gate / up GEMM of a SwiGLU expert, w13 [experts, n = 2 I, k]: gate rows 0 .. I - 1,
+// up rows I .. 2I - 1): a block's BN columns are BN / 2 gate rows and the matching BN / 2 up
+// rows (two TMA boxes, produce_rows' b_row2), so gate and up of one output sit in one thread's
+// accumulators BN / 2 columns apart, and the epilogue writes silu(gate) * up, in fp32 and rounded
+// once, as out [rows, I]. A gate box at the end of I reads up rows, an up box at the end of 2 I
+// the next expert's (or TMA's zero fill): columns the epilogue masks at I.
+//
 // Launch contract: gemm_sm90.cuh's, with a grid of p.tiles_m * p.tiles_n blocks (p.tiles_m >=
-// the schedule's 128-row tiles), p.g.tma_a over a [g.m, k] and p.g.tma_b over b [experts * n, k].
+// the schedule's 128-row tiles; p.tiles_n = ceil(n / BN), SWIGLU: ceil(I / (BN / 2))),
+// p.g.tma_a over a [g.m, k] and p.g.tma_b over b [experts * n, k] with boxes of BN rows (SWIGLU:
+// BN / 2).
 #pragma once
 
+#include "activation/act_and_mul.cuh"
 #include "gemm/gemm_sm90.cuh"
 #include "moe/moe_schedule.cuh"
 
 namespace kjit {
 namespace moe {
 
-template <typename IN, typename OUT, int BN, int STAGES>
+// The SWIGLU epilogue: gemm::write_tile's register layout (registers 4j .. 4j + 3 hold columns
+// 8j + 2 (t % 4) + {0, 1} of two rows 8 apart), gate column c and up column c + BN / 2 in
+// registers BN / 4 apart; out column n_tile * BN / 2 + c, masked at I = p.n / 2 and p.m rows.
+template <typename OUT, int BN>
+KJIT_DEVICE KJIT_FORCEINLINE void write_swiglu_tile(const gemm::GemmParams& p, int half, int n_tile,
+                                                    const float (&acc)[BN / 2]) {
+  const int t = static_cast<int>(threadIdx.x % 128);
+  const i64 row0 = half * 64 + (t / 32) * 16 + (t % 32) / 4;
+  const i64 col0 = i64(n_tile) * (BN / 2) + (t % 4) * 2;
+  const i64 inter = p.n / 2;
+  const bool pairs = reinterpret_cast<u64>(p.out) % (2 * sizeof(OUT)) == 0 && p.out_stride % 2 == 0;
+#pragma unroll
+  for (int j = 0; j < BN / 16; ++j) {
+    const i64 col = col0 + 8 * j;
+    if (col >= inter) break;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const i64 row = row0 + 8 * h;
+      if (row >= p.m) continue;
+      const int g = 4 * j + 2 * h;  // the gate's register; the up's is BN / 4 further
+      const float v0 = activation::Silu::apply(acc[g]) * acc[g + BN / 4];
+      const float v1 = activation::Silu::apply(acc[g + 1]) * acc[g + 1 + BN / 4];
+      OUT* o = static_cast<OUT*>(p.out) + row * p.out_stride + col;
+      if (col + 1 >= inter) {
+        o[0] = from_float<OUT>(v0);
+      } else if (pairs) {
+        *reinterpret_cast<gemm::OutPair<OUT>*>(o) =
+            gemm::OutPair<OUT>{from_float<OUT>(v0), from_float<OUT>(v1)};
+      } else {
+        o[0] = from_float<OUT>(v0);
+        o[1] = from_float<OUT>(v1);
+      }
+    }
+  }
+}
+
+template <typename IN, typename OUT, int BN, int STAGES, bool SWIGLU>
 __global__ void __launch_bounds__(gemm::kGemmSm90Threads, 1)
     moe_gemm_sm90_kernel(const __grid_constant__ MoeGemmParams p) {
   using namespace gemm;
@@ -35,8 +81,15 @@ __global__ void __launch_bounds__(gemm::kGemmSm90Threads, 1)
   if (wg == 0) {
     hopper::regs_dealloc<kProducerRegs>();
     if (threadIdx.x == 0) {
-      produce_rows<IN, BN, STAGES>(p.g, tiles, full, empty, k_blocks, static_cast<int>(t.row0),
-                                   static_cast<int>(t.expert * p.g.n) + n_tile * BN);
+      const int b_first = static_cast<int>(t.expert * p.g.n);  // the expert's first row of b
+      if (SWIGLU) {
+        const int gate = b_first + n_tile * (BN / 2);
+        produce_rows<IN, BN, STAGES>(p.g, tiles, full, empty, k_blocks, static_cast<int>(t.row0),
+                                     gate, gate + static_cast<int>(p.g.n / 2));
+      } else {
+        produce_rows<IN, BN, STAGES>(p.g, tiles, full, empty, k_blocks, static_cast<int>(t.row0),
+                                     b_first + n_tile * BN);
+      }
     }
   } else {
     hopper::regs_alloc<kConsumerRegs>();
@@ -44,7 +97,12 @@ __global__ void __launch_bounds__(gemm::kGemmSm90Threads, 1)
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
     consume<IN, BN, STAGES>(tiles, full, empty, k_blocks, wg - 1, acc);
-    write_tile<IN, OUT, BN>(expert_view(p, t, sizeof(IN), sizeof(OUT)), wg - 1, 0, n_tile, acc);
+    const GemmParams view = expert_view(p, t, sizeof(IN), sizeof(OUT));
+    if (SWIGLU) {
+      write_swiglu_tile<OUT, BN>(view, wg - 1, n_tile, acc);
+    } else {
+      write_tile<IN, OUT, BN>(view, wg - 1, 0, n_tile, acc);
+    }
   }
 }
 

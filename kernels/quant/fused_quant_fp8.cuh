@@ -32,6 +32,9 @@ KJIT_DEVICE KJIT_FORCEINLINE void store_codes(u8* dst, const u8 (&c)[VEC]) {
   }
 }
 
+// Both kernels may be launched as programmatic dependents (src/ops/pdl.hpp), like the norm and
+// activation they fuse.
+//
 // Launch: grid = rows, kQuantThreads threads, no dynamic shared memory. input, residual, weight,
 // out and their row strides aligned to VEC elements (out: VEC bytes); hidden a multiple of VEC.
 // input and residual must not overlap each other or out; RESIDUAL: p.residual is read and
@@ -40,6 +43,7 @@ KJIT_DEVICE KJIT_FORCEINLINE void store_codes(u8* dst, const u8 (&c)[VEC]) {
 template <typename DTYPE, int VEC, bool RESIDUAL>
 __global__ void __launch_bounds__(kQuantThreads)
     rmsnorm_quant_fp8_kernel(const __grid_constant__ RmsNormQuantFp8Params p) {
+  pdl_enter();  // before any global access: see prelude.cuh
   using V = Vec<DTYPE, VEC>;
   const i64 row = blockIdx.x;
   const int vecs = static_cast<int>(p.hidden / VEC);
@@ -100,6 +104,7 @@ __global__ void __launch_bounds__(kQuantThreads)
 template <typename DTYPE>
 __global__ void __launch_bounds__(kQuantThreads)
     silu_and_mul_quant_fp8_kernel(const __grid_constant__ ActQuantFp8Params p) {
+  pdl_enter();  // before any global access: see prelude.cuh
   constexpr int kPerLane = kQuantGroup / 32;
   GroupLane g;
   if (!group_lane(p.rows, p.groups, g)) return;

@@ -27,8 +27,8 @@
 // The exact-mass variant (mass = 1) sums significands per bin instead, which are exact masses
 // within a binade (see filter_kernel). On a cluster, once the first level has narrowed the search
 // to a few thousand keys, the blocks send those keys to the leader (list modes: the exact-mass
-// top-p window, and a top-k row's candidates, which the leader finishes by ranking when they are
-// few), so the later levels need no cluster barriers, merges or redundant searches.
+// top-p window, and a top-k row's candidates when they are few, which the leader finishes by
+// ranking), so the later levels need no cluster barriers, merges or redundant searches.
 //
 // Sampling then draws one uniform u (Philox, seed / offset from device memory) and inverts the
 // CDF of the kept weights in index order: one pass sums kept weight per 32 * VEC * U-element
@@ -853,11 +853,13 @@ struct FilterRow {
   // ---- Top-k: radix select on counts ----
   // Top-k list mode (clusters): after the first level the keys at or above the k-th largest's
   // bin are few on a language model's row (above + in_above + c, the same in every block: a few
-  // hundred for k = 50). When they fit, every block sends them to the leader, which finishes
-  // the top-k search on that list and runs top-p on the top-k set there too (by exact
-  // significand sums, see mass = 1), then sends both thresholds back: the later levels' walks,
-  // merges and the other blocks' redundant searches go. The other blocks (followers) skip to
-  // the thresholds' arrival.
+  // hundred for k = 50). When at most kRankCap, every block sends them to the leader, which
+  // finishes top-k and top-p on that list by ranking (rank_finish) and sends both thresholds
+  // back: the later levels' walks, merges and the other blocks' redundant searches go. The other
+  // blocks (followers) skip to the thresholds' arrival. More candidates take the levels below on
+  // every block: a list the leader searched level by level (top-k, then top-p by significand
+  // sums) was a second copy of both searches in the kernel, which doubled its compile time for
+  // rows with an unusually large k.
   KJIT_DEVICE KJIT_FORCEINLINE void topk_search() {
     if (!prm.use_k) return;
     u32 lo = 0, hi = input == kInputProbs ? 0x7fffffffu : 0xffffffffu;
@@ -871,13 +873,12 @@ struct FilterRow {
       const bool done = sh == 0 || above + in_above + c == k;
       if constexpr (cluster) {
         // A list when a search is left: top-k's next levels, or top-p on the top-k set.
-        if (level == 0 && (!done || prm.use_p) && above + in_above + c <= kListCap) {
+        if (level == 0 && (!done || prm.use_p) && above + in_above + c <= kRankCap) {
           const u32 klo = lo + (u32(b) << sh);
           double unused;
           klist = send_list([&](float x) { return topk_key(x); }, klo, ~klo, unused);
-          if (klist && !leader) break;
-          if (klist && list_n <= kRankCap) {
-            rank_finish(k);
+          if (klist) {
+            if (leader) rank_finish(k);
             break;
           }
         }
@@ -896,15 +897,6 @@ struct FilterRow {
       __syncthreads();
       const u32 wlo = lo, wspan = hi - lo;
       const int bsh = sh;
-      if (klist) {
-        // The leader counts the list alone: no walk, no merge.
-        for (u32 i = threadIdx.x; i < list_n; i += blockDim.x) {
-          const u32 d = s.own[i] - wlo;
-          if (d <= wspan) atomicAdd(&s.cnt[d >> bsh], 1u);
-        }
-        __syncthreads();
-        continue;
-      }
       walk.run([&](int, float x) {
         const u32 d = topk_key(x) - wlo;  // wraps for keys below the window
         if (d <= wspan) atomicAdd(&s.cnt[d >> bsh], 1u);
@@ -989,32 +981,6 @@ struct FilterRow {
   // which the first level's pass sums (topp_levels); returns a negative target then.
   KJIT_DEVICE KJIT_FORCEINLINE double topp_first_window(Window& w) {
     w.kmax = kmax;
-    if (cluster && klist) {
-      // The top-k list's leader: the list's keys that top-k keeps become weight keys (0 for the
-      // others: no mass, below every window); the first level is their significand sums per
-      // 2^20-key bin, exact as mass = 1's, and the top-k set's mass is those bins' masses summed
-      // in bin order (the list's order varies from run to run; integer bins do not).
-      clear_bins(s.mhi);
-      clear_bins(s.mlo);
-      __syncthreads();
-      const u32 kk = input == kInputLogits ? kx : threshold;
-      for (u32 i = threadIdx.x; i < list_n; i += blockDim.x) {
-        const u32 key = s.own[i];
-        u32 wk = 0u;
-        if (key >= kk) wk = weight_key_of(key);
-        s.own[i] = wk;
-        if (wk != 0u) add_significand(s.mhi, s.mlo, int(wk >> 20), wk);
-      }
-      __syncthreads();
-      w.whole();
-      double mass_k = 0.0;
-      for (int b = int(threadIdx.x); b < kBins; b += int(blockDim.x)) {
-        mass_k += exact_bin_mass(s.mhi, s.mlo, w, b);
-      }
-      mass_k = block_sum<double>(mass_k, s.red_d);
-      list_mode = true;
-      return double(prm.top_p) * mass_k;
-    }
     if (prm.use_k) {
       // Top-k first: p is relative to the top-k set's mass, the first window is that set (for
       // logits: every weight, counting only the tokens the logit threshold keeps).
@@ -1038,15 +1004,6 @@ struct FilterRow {
   // search (the leader sends the threshold); kWalk: the level pass over the row follows.
   KJIT_DEVICE KJIT_FORCEINLINE ListStep topp_list_level(Window& w, int level,
                                                         double& above_outside) {
-    if (klist && level == 0) {
-      // The list keeps the window's keys only: the list levels below take every key in it
-      // to share the window's binade (the mass above is above_outside).
-      const u32 wlo = w.lo, wspan = w.hi - w.lo;
-      for (u32 i = threadIdx.x; i < list_n; i += blockDim.x) {
-        if (s.own[i] - wlo > wspan) s.own[i] = 0u;
-      }
-      __syncthreads();
-    }
     if (exact && level == 0) {
       // The window is one first-level bin: a few thousand keys on a language model's row.
       // Every block sends its share of them and the mass above the window to the leader
@@ -1087,10 +1044,8 @@ struct FilterRow {
   // built it; target < 0: the first pass also gives the target (top-k first). One call site of
   // the pass, so the kernel holds one copy of it.
   KJIT_DEVICE KJIT_FORCEINLINE u32 topp_levels(Window& w, double target) {
-    // The exact search: mass = 1's, or the top-k list's.
-    const bool exact_search = exact || klist;
     u32 kp = w.lo;
-    double above_outside = 0.0;  // list modes: the mass above the first window
+    double above_outside = 0.0;  // list mode: the mass above the first window
     bool walk_level = target < 0.0;
     for (int level = 0;; ++level) {
       if (walk_level) {
@@ -1100,18 +1055,10 @@ struct FilterRow {
       }
       int b0, b1;
       const int nb = bins_of(w.lo, w.hi, w.s);
-      if (exact_search) {
+      if (exact) {
         find_mass_bins<true>(s.cnt, s.mhi, s.mlo, w, nb, target, s.red_d, s.found, b0, b1);
       } else {
         find_mass_bins<false>(s.cnt, s.mhi, s.mlo, w, nb, target, s.red_d, s.found, b0, b1);
-      }
-      if (cluster && klist && level == 0) {
-        // The top-k set's mass above the bin the window becomes, in bin order.
-        double a = 0.0;
-        for (int b = b1 + 1 + int(threadIdx.x); b < nb; b += int(blockDim.x)) {
-          a += exact_bin_mass(s.mhi, s.mlo, w, b);
-        }
-        above_outside = block_sum<double>(a, s.red_d);
       }
       if (w.s == 0) {
         // Single-key bins: the bounds are exact, so b0 == b1 unless nothing reaches the target.

@@ -1,6 +1,7 @@
 #include "aot/package.hpp"
 
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "aot/sha256.hpp"
 #include "jit/compiler.hpp"
@@ -48,6 +49,25 @@ void check_entry_fields(const PackageEntry& e) {
   if (e.metadata != stem + ".json") bad("metadata must be " + stem + ".json");
 }
 
+void check_tuning_fields(const PackageTuning& t) {
+  auto bad = [&](const std::string& what) {
+    fail(KJIT_ERROR_CACHE, "invalid package index: tuning record '{}': {}", t.file, what);
+  };
+  if (!is_uri(t.op)) bad("op must be [a-z0-9_.]");
+  if (!is_hex(t.sha256, 64)) bad("sha256 must be 64 hex digits");
+  // tuning/v1/<16 hex>/<op>/<16 hex>.json: the store's own layout, nothing else.
+  const std::string prefix = "tuning/v1/";
+  const std::string rest = t.file.size() > prefix.size() ? t.file.substr(prefix.size()) : "";
+  const size_t slash = rest.find('/');
+  const std::string name = "/" + t.op + "/";
+  if (t.file.compare(0, prefix.size(), prefix) != 0 || slash != 16 ||
+      !is_hex(rest.substr(0, 16), 16) || rest.compare(16, name.size(), name) != 0 ||
+      rest.size() != 16 + name.size() + 16 + 5 || !is_hex(rest.substr(16 + name.size(), 16), 16) ||
+      rest.substr(rest.size() - 5) != ".json") {
+    bad("file must be tuning/v1/<16 hex digits>/" + t.op + "/<16 hex digits>.json");
+  }
+}
+
 }  // namespace
 
 std::string entry_stem(const std::string& arch, const std::string& uri, const std::string& key) {
@@ -93,6 +113,16 @@ std::string PackageIndex::to_json() const {
                             {"metadata_size", e.metadata_size},
                             {"metadata_sha256", e.metadata_sha256}});
   }
+  if (!tuning.empty()) {
+    j["tuning"] = ordered_json::array();
+    for (const auto& t : tuning) {
+      j["tuning"].push_back({{"file", t.file},
+                             {"op", t.op},
+                             {"device", t.device},
+                             {"size", t.size},
+                             {"sha256", t.sha256}});
+    }
+  }
   return j.dump(2) + "\n";
 }
 
@@ -130,6 +160,21 @@ PackageIndex PackageIndex::from_json(const std::string& text) {
       e.metadata_sha256 = je.at("metadata_sha256").get<std::string>();
       check_entry_fields(e);
       idx.entries.push_back(std::move(e));
+    }
+    std::set<std::string> tuning_files;
+    for (const auto& jt : j.value("tuning", nlohmann::json::array())) {
+      PackageTuning t;
+      t.file = jt.at("file").get<std::string>();
+      t.op = jt.at("op").get<std::string>();
+      t.device = jt.value("device", std::string());
+      const std::string at = fmt::format("tuning[{}].size", idx.tuning.size());
+      t.size = util::integer_field<uint64_t>(jt.at("size"), at.c_str());
+      t.sha256 = jt.at("sha256").get<std::string>();
+      check_tuning_fields(t);
+      if (!tuning_files.insert(t.file).second) {
+        fail(KJIT_ERROR_CACHE, "invalid package index: tuning record {} appears twice", t.file);
+      }
+      idx.tuning.push_back(std::move(t));
     }
   } catch (const Error&) {
     throw;

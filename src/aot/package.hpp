@@ -46,6 +46,17 @@ struct PackageEntry {
   std::string metadata_sha256;  // of the metadata file
 };
 
+// A tuning record shipped in the package (docs/aot.md, docs/autotune.md): a copy of one record of
+// <cache_dir>/tuning/ at the same path under the package's tuning/ folder, so that a read-only
+// inference host starts tuned.
+struct PackageTuning {
+  std::string file;    // "tuning/v1/<fingerprint16>/<op>/<key16>.json", relative to the package
+  std::string op;      // the record's op
+  std::string device;  // the GPU it was measured on
+  uint64_t size = 0;
+  std::string sha256;
+};
+
 struct PackageIndex {
   int format_version = kPackageFormatVersion;
   std::string kjit_version;
@@ -53,11 +64,13 @@ struct PackageIndex {
   std::string created;             // ISO-8601 UTC
   std::vector<std::string> archs;  // the targets the package was built for
   std::vector<PackageEntry> entries;
+  std::vector<PackageTuning> tuning;  // "tuning" in index.json; absent when empty
 
   std::string to_json() const;
   // Throws kjit::Error(KJIT_ERROR_CACHE) with the reason when `text` is not a valid index: bad
   // JSON, another format version, a malformed field, a file path that is not exactly
-  // "<arch>/<uri>-<key16>.cubin|json" (so no entry can point outside the package), a duplicate.
+  // "<arch>/<uri>-<key16>.cubin|json" or "tuning/v1/<16 hex>/<op>/<16 hex>.json" (so no entry
+  // can point outside the package), a duplicate.
   static PackageIndex from_json(const std::string& text);
 
   const PackageEntry* find(const std::string& uri, const std::string& arch) const;

@@ -88,6 +88,22 @@ void log_options(CallLog& log, const kjit_moe_route_options* options) {
   KJIT_MOE_ROUTE_OPTION_FIELDS(KJIT_LOG_OPTION_FIELD)
 }
 
+// The embedded route as "options.route.<field>", or its struct_size alone when unreadable.
+void log_options(CallLog& log, const kjit_moe_forward_options* options) {
+  kjit_moe_forward_options outer;
+  kjit_moe_forward_options_init(&outer);
+  if (log_struct_size_if_unreadable(log, options, &outer)) return;
+  kjit_moe_route_options o;
+  kjit_moe_route_options_init(&o);
+  if (!read_options(&outer.route, &o)) {
+    log.scalar("options.route.struct_size", static_cast<int64_t>(outer.route.struct_size));
+    return;
+  }
+#define KJIT_LOG_ROUTE_FIELD(f) log.scalar("options.route." #f, o.f);
+  KJIT_MOE_ROUTE_OPTION_FIELDS(KJIT_LOG_ROUTE_FIELD)
+#undef KJIT_LOG_ROUTE_FIELD
+}
+
 #undef KJIT_LOG_OPTION_FIELD
 
 }  // namespace kjit::api

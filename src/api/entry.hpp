@@ -40,6 +40,7 @@ void log_options(CallLog& log, const kjit_decode_options* options);
 void log_options(CallLog& log, const kjit_gemm_options* options);
 void log_options(CallLog& log, const kjit_prefill_options* options);
 void log_options(CallLog& log, const kjit_moe_route_options* options);
+void log_options(CallLog& log, const kjit_moe_forward_options* options);
 
 namespace entry_detail {
 
@@ -57,7 +58,8 @@ void log_arg(CallLog& log, const RowArg& a, T v) {
     log.scalar(a.name.c_str(), static_cast<int>(v));
   } else if constexpr (std::is_same_v<T, const kjit_sampling_options*> ||
                        std::is_same_v<T, const kjit_gemm_options*> ||
-                       std::is_same_v<T, const kjit_moe_route_options*>) {
+                       std::is_same_v<T, const kjit_moe_route_options*> ||
+                       std::is_same_v<T, const kjit_moe_forward_options*>) {
     log_options(log, v);
   }  // handles (pointers to kjit objects) are not logged
 }

@@ -88,6 +88,9 @@
     "in:expert_out in:src_to_permuted in:topk_weights in:shared_out out:out stream")           \
   X(kjit_moe_grouped_gemm, "in:a in:b in:expert_offsets out:out stream")                       \
   X(kjit_moe_grouped_gemm_masked, "in:a in:b in:counts out:out stream")                        \
+  X(kjit_moe_forward,                                                                          \
+    "in:x in:router_logits in:bias in:w13 in:w2 in:shared_out out:workspace out:out top_k "    \
+    "options:options stream")                                                                  \
   X(kjit_rope_append_paged_kv_cache,                                                           \
     "in:q in:k in:v in:pos_ids in:batch_indices in:positions in:kv_indices in:kv_indptr "      \
     "in:kv_last_page_len in:k_scale in:v_scale out:q_out inout:paged_k_cache "                 \

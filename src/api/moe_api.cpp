@@ -1,7 +1,10 @@
 // C entry points of the mixture-of-experts family.
+#include <optional>
+
 #include "api/entry.hpp"
 #include "api/options.hpp"
 #include "ops/moe/moe.hpp"
+#include "util/error.hpp"
 
 extern "C" {
 
@@ -63,6 +66,50 @@ KJIT_API kjit_status kjit_moe_grouped_gemm_masked(const DLTensor* a, const DLTen
   return kjit::api::entry<&kjit_moe_grouped_gemm_masked>(
       [&] { kjit::ops::moe_grouped_gemm_masked(a, b, counts, out, stream); }, a, b, counts, out,
       stream);
+}
+
+KJIT_API void kjit_moe_forward_options_init(kjit_moe_forward_options* options) {
+  if (options == nullptr) return;
+  *options = kjit_moe_forward_options{};
+  options->struct_size = sizeof(kjit_moe_forward_options);
+  kjit_moe_route_options_init(&options->route);
+}
+
+KJIT_API kjit_status kjit_moe_forward_workspace_bytes(int64_t tokens, int64_t experts,
+                                                      int64_t top_k, int64_t hidden,
+                                                      int64_t intermediate, DLDataType dtype,
+                                                      size_t* bytes) {
+  return kjit::api::guarded(
+      "kjit_moe_forward_workspace_bytes",
+      [&](kjit::api::CallLog& log) {
+        log.scalar("tokens", tokens).scalar("experts", experts).scalar("top_k", top_k);
+        log.scalar("hidden", hidden).scalar("intermediate", intermediate);
+      },
+      [&] {
+        if (bytes == nullptr) kjit::fail(KJIT_ERROR_INVALID_ARGUMENT, "bytes is NULL");
+        const std::optional<kjit::ops::DType> dt = kjit::ops::dtype_of(dtype);
+        if (!dt) {
+          kjit::fail(KJIT_ERROR_UNSUPPORTED,
+                     "dtype (code {}, {} bits, {} lanes) is not bf16 or fp16", dtype.code,
+                     dtype.bits, dtype.lanes);
+        }
+        *bytes =
+            kjit::ops::moe_forward_layout(tokens, experts, top_k, hidden, intermediate, *dt).bytes;
+      });
+}
+
+KJIT_API kjit_status kjit_moe_forward(const DLTensor* x, const DLTensor* router_logits,
+                                      const DLTensor* bias, const DLTensor* w13, const DLTensor* w2,
+                                      const DLTensor* shared_out, DLTensor* workspace,
+                                      DLTensor* out, int top_k,
+                                      const kjit_moe_forward_options* options, void* stream) {
+  return kjit::api::entry<&kjit_moe_forward>(
+      [&] {
+        const kjit_moe_forward_options o = kjit::api::moe_forward_options(options);
+        kjit::ops::moe_forward(x, router_logits, bias, w13, w2, shared_out, workspace, out, top_k,
+                               o.route, stream);
+      },
+      x, router_logits, bias, w13, w2, shared_out, workspace, out, top_k, options, stream);
 }
 
 }  // extern "C"

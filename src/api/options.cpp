@@ -87,4 +87,24 @@ kjit_moe_route_options moe_route_options(const kjit_moe_route_options* given) {
   return checked(given, &kjit_moe_route_options_init, "kjit_moe_route_options_init");
 }
 
+#define KJIT_MEMBER_OF_MOE_FORWARD(f) , &kjit_moe_forward_options::f
+bool read_options(const kjit_moe_forward_options* given, kjit_moe_forward_options* out) noexcept {
+  return read_versioned(given, out KJIT_MOE_FORWARD_OPTION_FIELDS(KJIT_MEMBER_OF_MOE_FORWARD));
+}
+#undef KJIT_MEMBER_OF_MOE_FORWARD
+
+kjit_moe_forward_options moe_forward_options(const kjit_moe_forward_options* given) {
+  kjit_moe_forward_options r =
+      checked(given, &kjit_moe_forward_options_init, "kjit_moe_forward_options_init");
+  kjit_moe_route_options route;
+  kjit_moe_route_options_init(&route);
+  if (!read_options(&r.route, &route)) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT,
+         "options->route.struct_size is {} (call kjit_moe_forward_options_init first)",
+         r.route.struct_size);
+  }
+  r.route = route;
+  return r;
+}
+
 }  // namespace kjit::api

@@ -14,6 +14,8 @@
 #define KJIT_PREFILL_OPTION_FIELDS(X) X(causal) X(sm_scale) X(logits_soft_cap) X(window_left)
 #define KJIT_MOE_ROUTE_OPTION_FIELDS(X) \
   X(scoring) X(renormalize) X(n_group) X(topk_group) X(routed_scaling_factor)
+// route, itself versioned, is logged and replayed as "options.route.<field>".
+#define KJIT_MOE_FORWARD_OPTION_FIELDS(X) X(route)
 
 namespace kjit::api {
 
@@ -26,6 +28,7 @@ bool read_options(const kjit_decode_options* given, kjit_decode_options* out) no
 bool read_options(const kjit_gemm_options* given, kjit_gemm_options* out) noexcept;
 bool read_options(const kjit_prefill_options* given, kjit_prefill_options* out) noexcept;
 bool read_options(const kjit_moe_route_options* given, kjit_moe_route_options* out) noexcept;
+bool read_options(const kjit_moe_forward_options* given, kjit_moe_forward_options* out) noexcept;
 
 // The options a call uses: the defaults `init` fills, then the fields of *given that its
 // struct_size covers. Throws KJIT_ERROR_INVALID_ARGUMENT naming `init` for a bad struct_size.
@@ -34,5 +37,7 @@ kjit_decode_options decode_options(const kjit_decode_options* given);
 kjit_gemm_options gemm_options(const kjit_gemm_options* given);
 kjit_prefill_options prefill_options(const kjit_prefill_options* given);
 kjit_moe_route_options moe_route_options(const kjit_moe_route_options* given);
+// The embedded route is read by its own struct_size as well.
+kjit_moe_forward_options moe_forward_options(const kjit_moe_forward_options* given);
 
 }  // namespace kjit::api

@@ -1,4 +1,5 @@
-// Programmatic dependent launch of the elementwise ops (norms, activations, RoPE, KV append).
+// Programmatic dependent launch of the elementwise ops (norms, activations, RoPE, KV append,
+// embedding, the fused fp8 quantizations).
 //
 // On sm_90+ (unless KJIT_PDL=0), these kernels launch with programmatic stream serialization: a
 // kernel's blocks may be scheduled while the kernel before it on the stream still runs, and wait

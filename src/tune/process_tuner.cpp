@@ -9,6 +9,7 @@
 #include "jit/nvrtc.hpp"
 #include "kjit/kjit.h"
 #include "runtime/jit_core.hpp"
+#include "tune/packaged_records.hpp"
 #include "util/error.hpp"
 
 namespace kjit::tune {
@@ -38,9 +39,9 @@ TuneRequest tune_request(int autotune, int timing) {
 
 Autotuner& process_autotuner() {
   // Built under the static's own guard; a throw (a malformed variable) leaves it to the next call.
-  static Autotuner tuner(
-      TuneSettings::from_env(),
-      std::make_unique<TuneStore>(jit::JitCore::global().settings().cache_dir / "tuning"));
+  static Autotuner tuner(TuneSettings::from_env(),
+                         make_store(jit::JitCore::global().settings().cache_dir,
+                                    jit::JitCore::global().settings().aot_dirs));
   return tuner;
 }
 

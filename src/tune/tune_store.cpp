@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <system_error>
 
+#include "aot/sha256.hpp"
 #include "util/fs.hpp"
 #include "util/glob.hpp"
 #include "util/hash.hpp"
@@ -99,20 +100,16 @@ fs::path TuneStore::path_of(const Fingerprint& fp, const TuneKey& key) const {
   return root_ / "v1" / fp.id() / key.op / name;
 }
 
-std::optional<TuneRecord> TuneStore::find(const Fingerprint& fp, const TuneKey& key) const {
-  const fs::path path = path_of(fp, key);
-  std::error_code ec;
-  if (!fs::exists(path, ec)) return std::nullopt;
-  const std::optional<std::string> text = util::read_file(path);
-  if (!text) {
-    util::log("tuning record {} unreadable: ignored", path.string());
-    return std::nullopt;
-  }
+namespace {
+
+// The record in `text` (read from `path`) when it answers (fp, key); else a log line and nullopt.
+std::optional<TuneRecord> trusted(const fs::path& path, const std::string& text,
+                                  const Fingerprint& fp, const TuneKey& key) {
   Fingerprint f;
   TuneKey k;
   TuneRecord r;
   try {
-    parse_record(*text, f, k, r);
+    parse_record(text, f, k, r);
   } catch (const std::exception& e) {
     util::log("tuning record {} malformed ({}): ignored", path.string(), e.what());
     return std::nullopt;
@@ -126,6 +123,72 @@ std::optional<TuneRecord> TuneStore::find(const Fingerprint& fp, const TuneKey& 
   return r;
 }
 
+// A package record's bytes, or the reason they must not be used.
+std::optional<std::string> package_bytes(const fs::path& path, const RecordPackage::File& f,
+                                         std::string* why) {
+  const std::optional<std::string> text = util::read_file(path);
+  if (!text) {
+    *why = "unreadable";
+  } else if (text->size() != f.size) {
+    *why = fmt::format("{} bytes, the package index says {}", text->size(), f.size);
+  } else if (aot::sha256_hex(*text) != f.sha256) {
+    *why = "its SHA-256 does not match the package index";
+  } else {
+    return text;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+void TuneStore::read_entry(const std::optional<std::string>& text, const std::string& rel,
+                           Entry& e) const {
+  if (!text) return;
+  try {
+    parse_record(*text, e.fp, e.key, e.rec);
+    e.valid = path_of(e.fp, e.key).lexically_relative(root_).generic_string() == rel;
+    if (!e.valid) e.why = "not at the path its key names";
+  } catch (const std::exception& ex) {
+    e.why = std::string("malformed: ") + ex.what();
+  }
+}
+
+void TuneStore::add_package(RecordPackage p) {
+  packages_.push_back(std::move(p));
+}
+
+std::optional<TuneRecord> TuneStore::find(const Fingerprint& fp, const TuneKey& key,
+                                          std::string* origin) const {
+  const fs::path path = path_of(fp, key);
+  std::error_code ec;
+  if (fs::exists(path, ec)) {
+    const std::optional<std::string> text = util::read_file(path);
+    if (!text) {
+      util::log("tuning record {} unreadable: ignored", path.string());
+    } else if (std::optional<TuneRecord> r = trusted(path, *text, fp, key)) {
+      if (origin != nullptr) origin->clear();
+      return r;
+    }
+  }
+  const std::string rel = path.lexically_relative(root_).generic_string();
+  for (const RecordPackage& p : packages_) {
+    auto it = p.records.find(rel);
+    if (it == p.records.end()) continue;
+    const fs::path file = p.dir / "tuning" / rel;
+    std::string why;
+    const std::optional<std::string> text = package_bytes(file, it->second, &why);
+    if (!text) {
+      util::log("packaged tuning record {} ({}): ignored", file.string(), why);
+      continue;
+    }
+    if (std::optional<TuneRecord> r = trusted(file, *text, fp, key)) {
+      if (origin != nullptr) *origin = p.dir.string();
+      return r;
+    }
+  }
+  return std::nullopt;
+}
+
 void TuneStore::put(const Fingerprint& fp, const TuneKey& key, const TuneRecord& rec) const {
   const fs::path path = path_of(fp, key);
   util::make_dirs(path.parent_path());
@@ -135,26 +198,25 @@ void TuneStore::put(const Fingerprint& fp, const TuneKey& key, const TuneRecord&
 std::vector<TuneStore::Entry> TuneStore::list() const {
   std::vector<Entry> out;
   std::error_code ec;
-  if (!fs::is_directory(root_, ec)) return out;
   for (fs::recursive_directory_iterator it(root_, ec), end; !ec && it != end; it.increment(ec)) {
     if (!it->is_regular_file(ec) || it->path().extension() != ".json") continue;
     Entry e;
     e.path = it->path();
     const std::optional<std::string> text = util::read_file(e.path);
-    if (!text) {
-      e.why = "unreadable";
-    } else {
-      try {
-        parse_record(*text, e.fp, e.key, e.rec);
-        e.valid = path_of(e.fp, e.key) == e.path;
-        if (!e.valid) e.why = "not at the path its key names";
-      } catch (const std::exception& ex) {
-        e.why = std::string("malformed: ") + ex.what();
-      }
-    }
+    if (!text) e.why = "unreadable";
+    read_entry(text, e.path.lexically_relative(root_).generic_string(), e);
     out.push_back(std::move(e));
   }
   std::sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) { return a.path < b.path; });
+  for (const RecordPackage& p : packages_) {
+    for (const auto& [rel, f] : p.records) {
+      Entry e;
+      e.path = p.dir / "tuning" / rel;
+      e.origin = p.dir.string();
+      read_entry(package_bytes(e.path, f, &e.why), rel, e);
+      out.push_back(std::move(e));
+    }
+  }
   return out;
 }
 

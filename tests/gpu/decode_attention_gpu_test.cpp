@@ -10,9 +10,13 @@
 // exceeds. tests/unit/reference_test.cpp simulates those bounds against lost positions.
 #include <catch2/catch.hpp>
 
+#include <sys/wait.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <memory>
 #include <numeric>
@@ -24,9 +28,13 @@
 #include "cuda/driver.hpp"
 #include "kjit/kjit.h"
 #include "ops/attention/decode_attention.hpp"
+#include "ops/attention/decode_tactics.hpp"
 #include "reference/attention_ref.hpp"
 #include "reference/half.hpp"
 #include "support/gpu.hpp"
+#include "support/temp_dir.hpp"
+#include "tune/process_tuner.hpp"
+#include "util/fs.hpp"
 
 using namespace kjit::test;
 namespace ref = kjit::ref;
@@ -58,8 +66,10 @@ struct DecodeCase {
   int64_t q_head_pad = 0, out_head_pad = 0;
   bool invalid_pages = false;          // page ids past the pool and negative ones in the table
   std::vector<int32_t> last_override;  // kv_last_page_len values as given (clamping is tested)
-  bool tuned = false;                  // re-plan with `tune` (the internal tuning path)
-  kjit::ops::DecodeTuning tune;
+  bool tuned = false;                  // re-plan with `tune` forced (plan_batch_decode)
+  kjit::ops::DecodeTactic tune;
+  // With tuned: re-plan through this tuner request instead (forced, blocklist, stored record).
+  const kjit::ops::DecodeTuneRequest* tune_req = nullptr;
 };
 
 std::string describe(const DecodeCase& c) {
@@ -303,7 +313,8 @@ std::unique_ptr<Problem> build(const DecodeCase& c, std::mt19937_64& rng) {
       plan->data = kjit::ops::plan_batch_decode(
           p.indptr.data(), static_cast<int>(p.batch), static_cast<int>(c.qo_heads),
           static_cast<int>(H), static_cast<int>(D), static_cast<int>(P), c.layout, qdt, kvdt,
-          o.sm_scale, o.logits_soft_cap, o.window_left, o.num_splits, o.num_sms, 0, &c.tune);
+          o.sm_scale, o.logits_soft_cap, o.window_left, o.num_splits, o.num_sms, 0,
+          c.tune_req != nullptr ? nullptr : &c.tune, c.tune_req);
     } catch (const std::exception& e) {
       FAIL("tuned plan: " << e.what());
     }
@@ -444,6 +455,16 @@ void run_case(const DecodeCase& c, std::mt19937_64& rng) {
     if (!lse.empty()) p->lse_dev->download(lse.data(), lse.size() * 4);
     for (uint32_t x : lse) CHECK(x == 0xFFFFFFFFu);
   }
+}
+
+// `c` with fp16 q and an fp8 cache with scales, two n-tiles (group 16) over 8 kv heads.
+DecodeCase fp8_group16(DecodeCase c) {
+  c.q_dtype = "fp16";
+  c.fp8 = true;
+  c.k_scale = 0.7f;
+  c.v_scale = 1.3f;
+  c.qo_heads = 128;
+  return c;
 }
 
 std::vector<int64_t> random_lens(std::mt19937_64& rng, int n, int64_t lo, int64_t hi) {
@@ -690,7 +711,7 @@ TEST_CASE("decode gpu: a device kv_indptr other than the plan's", "[gpu][attenti
       c.lens = {100, 37, 600, 1, 250};
       c.num_splits = splits;
       c.tuned = cluster == 1;
-      c.tune.cluster_merge = cluster;
+      c.tune.merge = cluster ? kjit::ops::DecodeMerge::kCluster : kjit::ops::DecodeMerge::kPlanned;
       auto p = build(c, rng);
       const std::vector<int32_t> planned = p->indptr;
       const int32_t nnz = planned.back();
@@ -809,7 +830,7 @@ DecodeCase tuned_case(const Variant& v, int fused) {
   c.tune.stage_tokens = v.stage_tokens;
   c.tune.stages = v.stages;
   c.tune.heads_per_cta = v.heads_per_cta;
-  c.tune.fused_merge = fused;
+  c.tune.merge = fused ? kjit::ops::DecodeMerge::kFused : kjit::ops::DecodeMerge::kKernel;
   return c;
 }
 
@@ -841,13 +862,7 @@ TEST_CASE("decode gpu: tuning variants (heads per CTA, pipelines, fused merge)",
         run_case(c, rng);
       }
       {
-        // fp16 q, fp8 cache with scales, two n-tiles (group 16) over 8 kv heads.
-        DecodeCase c = tuned_case(v, fused);
-        c.q_dtype = "fp16";
-        c.fp8 = true;
-        c.k_scale = 0.7f;
-        c.v_scale = 1.3f;
-        c.qo_heads = 128;
+        DecodeCase c = fp8_group16(tuned_case(v, fused));
         c.num_splits = 3;
         c.lens = {33, 700, 5};
         run_case(c, rng);
@@ -898,7 +913,7 @@ TEST_CASE("decode gpu: the cluster merge", "[gpu][attention][sm90]") {
   auto cm = [](int splits) {
     DecodeCase c;
     c.tuned = true;
-    c.tune.cluster_merge = 1;
+    c.tune.merge = kjit::ops::DecodeMerge::kCluster;
     c.num_splits = splits;
     return c;
   };
@@ -917,12 +932,7 @@ TEST_CASE("decode gpu: the cluster merge", "[gpu][attention][sm90]") {
     run_case(c, rng);
   }
   {
-    DecodeCase c = cm(3);
-    c.q_dtype = "fp16";
-    c.fp8 = true;
-    c.k_scale = 0.7f;
-    c.v_scale = 1.3f;
-    c.qo_heads = 128;  // group 16: two n-tiles
+    DecodeCase c = fp8_group16(cm(3));
     c.lens = {33, 700, 5};
     run_case(c, rng);
   }
@@ -1039,7 +1049,7 @@ DecodeCase tuned_case9(const Variant9& v) {
   c.tune.stages = v.stages;
   c.tune.joint_tiles = v.joint;
   c.tune.pdl = v.pdl;
-  c.tune.fused_merge = 0;  // the merge kernel, which pdl launches
+  c.tune.merge = kjit::ops::DecodeMerge::kKernel;  // the merge kernel, which pdl launches
   return c;
 }
 
@@ -1094,12 +1104,7 @@ TEST_CASE("decode gpu: lookup forms, joint tiles and the dependent merge launch"
       run_case(c, rng);
     }
     if (g16) {  // else rejected, as group16_fits checked
-      DecodeCase c = tuned_case9(v);
-      c.q_dtype = "fp16";
-      c.fp8 = true;
-      c.k_scale = 0.7f;
-      c.v_scale = 1.3f;
-      c.qo_heads = 128;
+      DecodeCase c = fp8_group16(tuned_case9(v));
       c.num_splits = 3;
       c.lens = {33, 700, 5};
       run_case(c, rng);
@@ -1205,14 +1210,14 @@ TEST_CASE("decode gpu: dependent merge launch under graph replay", "[gpu][attent
   }
 }
 
-TEST_CASE("decode gpu: invalid tuning overrides are refused", "[gpu][attention]") {
+TEST_CASE("decode gpu: invalid forced tactics are refused", "[gpu][attention]") {
   const std::vector<int32_t> indptr = {0, 1};  // 16 positions: too short to split
   const DLDataType bf16{kDLBfloat, 16, 1};
-  auto plan = [&](kjit::ops::DecodeTuning t) {
+  auto plan = [&](kjit::ops::DecodeTactic t) {
     return kjit::ops::plan_batch_decode(indptr.data(), 1, 32, 8, 128, 16, KJIT_KV_LAYOUT_NHD, bf16,
                                         bf16, 0.0f, 0.0f, -1, 0, 132, 0, &t);
   };
-  kjit::ops::DecodeTuning t;
+  kjit::ops::DecodeTactic t;
   t.heads_per_cta = 3;
   CHECK_THROWS(plan(t));
   t.heads_per_cta = 8;  // more heads than the planned 4 warps
@@ -1246,8 +1251,173 @@ TEST_CASE("decode gpu: invalid tuning overrides are refused", "[gpu][attention]"
   CHECK(plan(t).pdl == 0);
   t = {};
   t.heads_per_cta = 2;
-  t.fused_merge = 1;
+  t.merge = kjit::ops::DecodeMerge::kFused;
   const auto ok = plan(t);
   CHECK(ok.cfg.heads_per_cta == 2);
   CHECK(ok.fused_merge == 0);  // nothing split, nothing to merge
+}
+
+// ---- The autotuner's tactics (docs/autotune.md)
+// ---------------------------------------------------
+
+namespace {
+
+// The planner of a case's page counts (what build() plans with: the device's SMs, device 0).
+kjit::ops::DecodePlanner planner_of(const DecodeCase& c, std::vector<int32_t>& indptr) {
+  indptr = {0};
+  for (int64_t len : c.lens) {
+    indptr.push_back(indptr.back() + static_cast<int32_t>((len + c.page_size - 1) / c.page_size));
+  }
+  const DLDataType qdt = dl_dtype(c.q_dtype);
+  return kjit::ops::DecodePlanner(indptr.data(), static_cast<int>(c.lens.size()),
+                                  static_cast<int>(c.qo_heads), static_cast<int>(c.kv_heads),
+                                  static_cast<int>(c.head_dim), static_cast<int>(c.page_size),
+                                  c.layout, qdt, c.fp8 ? DLDataType{10, 8, 1} : qdt, c.sm_scale,
+                                  c.soft_cap, c.window_left, c.num_splits, 0, 0);
+}
+
+}  // namespace
+
+// Every tactic the autotuner may pick for a bucket (splits with each merge, pipeline depths),
+// forced one by one, against the fp64 reference: a tuned plan is as correct as the default.
+TEST_CASE("decode gpu: every candidate tactic against the reference", "[gpu][attention][tune]") {
+  std::mt19937_64 rng(1701);
+  DecodeCase bf16;
+  bf16.lens = {1, 17, 300, 1000, 4097};
+  DecodeCase fp8 = fp8_group16(bf16);
+  fp8.lens = {2000, 5, 64};
+  for (DecodeCase c : {bf16, fp8}) {
+    std::vector<int32_t> indptr;
+    const kjit::ops::DecodePlanner planner = planner_of(c, indptr);
+    const std::vector<kjit::ops::DecodeTactic> tactics = planner.tactics();
+    CHECK(tactics.size() >= 10);
+    for (const kjit::ops::DecodeTactic& t : tactics) {
+      INFO("tactic " << t.name());
+      c.tuned = true;
+      c.tune = t;
+      run_case(c, rng);
+    }
+  }
+}
+
+// A record in a tuning store is what a plan runs (planned on the host, outside any capture);
+// the run then captures and replays in a CUDA graph with the reference result.
+TEST_CASE("decode gpu: a stored tactic is planned and replays in a graph",
+          "[gpu][attention][tune]") {
+  const auto& d = kjit::cuda::driver();
+  std::mt19937_64 rng(1801);
+  kjit::test::TempDir dir;
+  DecodeCase c;
+  c.lens = {300, 17, 1200, 64, 4000};
+  std::vector<int32_t> indptr;
+  const kjit::ops::DecodePlanner planner = planner_of(c, indptr);
+  const std::string dflt = planner.default_tactic().name();
+  // The stored winner: the first candidate that merges another way than the default.
+  std::string winner;
+  for (const kjit::ops::DecodeTactic& t : planner.tactics()) {
+    if (t.splits > 1 && t.merge != kjit::ops::DecodeMerge::kKernel) {
+      winner = t.name();
+      break;
+    }
+  }
+  REQUIRE_FALSE(winner.empty());
+  INFO("default " << dflt << ", stored " << winner);
+  kjit::tune::Autotuner tuner(kjit::tune::TuneSettings{},
+                              std::make_unique<kjit::tune::TuneStore>(dir.path() / "tuning"));
+  const kjit::tune::Fingerprint& fp = kjit::tune::device_fingerprint(0);
+  kjit::ops::DecodeTuneRequest r;
+  r.req.timing = {true, true};  // graph-cold: the record is looked up under the request's timing
+  r.tuner = &tuner;
+  r.fp = &fp;
+  kjit::tune::TuneRecord rec;
+  rec.tactic = winner;
+  rec.default_tactic = dflt;
+  rec.when = "2026-12-05T00:00:00Z";
+  tuner.store()->put(fp,
+                     {kjit::ops::kDecodeTuneOp, kjit::ops::kDecodeTacticSpace, planner.bucket(),
+                      r.req.timing.name()},
+                     rec);
+  c.tuned = true;
+  c.tune_req = &r;
+  auto p = build(c, rng);
+  REQUIRE(std::string(p->plan->data.tactic) == winner);
+  CHECK(std::string(p->plan->data.tactic_source) == "stored");
+
+  CUstream stream = nullptr;
+  REQUIRE(d.cuStreamCreate(&stream, CU_STREAM_DEFAULT) == CUDA_SUCCESS);
+  REQUIRE(p->run(stream) == KJIT_SUCCESS);  // loads outside the capture
+  REQUIRE(d.cuStreamSynchronize(stream) == CUDA_SUCCESS);
+  CUgraph graph = nullptr;
+  CUgraphExec exec = nullptr;
+  REQUIRE(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
+  const kjit_status captured = p->run(stream);
+  REQUIRE(d.cuStreamEndCapture(stream, &graph) == CUDA_SUCCESS);
+  REQUIRE(captured == KJIT_SUCCESS);
+  REQUIRE(d.cuGraphInstantiateWithFlags(&exec, graph, 0) == CUDA_SUCCESS);
+  for (int round = 0; round < 2; ++round) {
+    INFO("replay " << round);
+    p->poison_outputs();
+    REQUIRE(d.cuGraphLaunch(exec, stream) == CUDA_SUCCESS);
+    REQUIRE(d.cuStreamSynchronize(stream) == CUDA_SUCCESS);
+    CHECK(check(*p, reference(*p), download(*p)) == 0);
+    for (int32_t x : p->counters()) CHECK(x == 0);
+  }
+  d.cuGraphExecDestroy(exec);
+  d.cuGraphDestroy(graph);
+  d.cuStreamDestroy(stream);
+}
+
+// `kjit-cli tune --from` on a decode line: every candidate of the plan's bucket is timed, the
+// record lands in the cache the child was given, names the heuristic's tactic as the default and
+// keeps the margin rule; a plan through a store over that cache runs the winner, correctly.
+TEST_CASE("decode gpu: kjit-cli tune --from stores a decode bucket's winner",
+          "[gpu][attention][tune]") {
+  kjit::test::TempDir dir;
+  const std::filesystem::path work = dir.path() / "decode.jsonl", out = dir.path() / "out.txt";
+  kjit::util::write_file_atomic(
+      work,
+      "{\"name\": \"decode-b4-l2048\", \"op\": \"decode_attention\", \"set\": {\"dtype\": "
+      "\"bf16\", \"batch\": 4, \"kv_len\": 2048, \"qo_heads\": 32, \"kv_heads\": 8, "
+      "\"head_dim\": 128, \"page_size\": 16}}\n");
+  const std::string cmd = "KJIT_CACHE_DIR='" + (dir.path() / "cache").string() +
+                          "' '" KJIT_CLI_PATH "' tune --from '" + work.string() +
+                          "' --timing graph-cold >'" + out.string() + "' 2>&1";
+  const int status = std::system(cmd.c_str());
+  INFO(kjit::util::read_file(out).value_or("(no output)"));
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+
+  DecodeCase c;
+  c.lens = {2048, 2048, 2048, 2048};
+  std::vector<int32_t> indptr;
+  const kjit::ops::DecodePlanner planner = planner_of(c, indptr);
+  const kjit::tune::Fingerprint& fp = kjit::tune::device_fingerprint(0);
+  kjit::tune::Autotuner tuner(kjit::tune::TuneSettings{}, std::make_unique<kjit::tune::TuneStore>(
+                                                              dir.path() / "cache" / "tuning"));
+  const auto rec = tuner.store()->find(fp, {kjit::ops::kDecodeTuneOp, kjit::ops::kDecodeTacticSpace,
+                                            planner.bucket(), "graph-cold"});
+  REQUIRE(rec);
+  INFO("default " << rec->default_tactic << ", chosen " << rec->tactic);
+  CHECK(rec->default_tactic == planner.default_tactic().name());
+  CHECK(rec->tried.size() == planner.tactics().size());  // every candidate ran
+  double dflt = 0, won = 0;
+  for (const kjit::tune::Measured& m : rec->tried) {
+    CHECK(m.median_us > 0);
+    CHECK(m.samples > 0);
+    if (m.tactic == rec->default_tactic) dflt = m.median_us;
+    if (m.tactic == rec->tactic) won = m.median_us;
+  }
+  REQUIRE(dflt > 0);
+  REQUIRE(won > 0);
+  if (rec->tactic != rec->default_tactic) CHECK(won <= 0.98 * dflt);
+
+  kjit::ops::DecodeTuneRequest r;
+  r.req.timing = {true, true};
+  r.tuner = &tuner;
+  r.fp = &fp;
+  c.tuned = true;
+  c.tune_req = &r;
+  std::mt19937_64 rng(1901);
+  CHECK(std::string(build(c, rng)->plan->data.tactic) == rec->tactic);
+  run_case(c, rng);
 }

@@ -57,8 +57,7 @@ struct GroupCheck {
     for (double v : y) unfused_amax = std::max(unfused_amax, std::fabs(round_to(v, dtype)));
     for (size_t i = 0; i < y.size(); ++i) {
       const double q = want_scale > 0.0 ? y[i] / want_scale : 0.0;
-      const uint8_t lo = ref::e4m3_code(static_cast<float>(q * (1.0 - kMidpointSlack)));
-      const uint8_t hi = ref::e4m3_code(static_cast<float>(q * (1.0 + kMidpointSlack)));
+      const auto [lo, hi] = ref::e4m3_code_range(q, kMidpointSlack);
       ambiguous += lo != hi;
       saturated += (got_codes[i] & 0x7F) == 0x7E;
       if (got_codes[i] != lo && got_codes[i] != hi && bad_codes++ < 5) {

@@ -89,6 +89,52 @@ struct RouteCase {
   bool integer_logits = false;  // values in {0, 1, 2}: exact ties everywhere
 };
 
+// Tokens whose routing (ids [tokens, top_k], weights) differs from the fp64 reference's on
+// logits [tokens, experts]; the first three are reported.
+long route_mismatches(const Elems& logits, const double* bias, int tokens, int experts, int top_k,
+                      const ref::MoeRouteOptions& o, bool exact_ties, const int32_t* ids,
+                      const float* w) {
+  long bad = 0;
+  std::vector<double> row(experts);
+  for (int t = 0; t < tokens; ++t) {
+    for (int e = 0; e < experts; ++e) row[e] = logits.at(static_cast<size_t>(t) * experts + e);
+    const ref::MoeRouteToken r = ref::moe_route_token(row.data(), bias, experts, top_k, o);
+    const int* got = &ids[static_cast<size_t>(t) * top_k];
+    bool ok = true;
+    if (exact_ties) {
+      // Exact ties: the order must be torch.topk's, id for id.
+      ok = std::equal(r.ids.begin(), r.ids.end(), got);
+    } else {
+      // Near-ties may resolve either way between fp32 and fp64: each place must hold a distinct,
+      // eligible expert whose reference choice value is the reference's at that place.
+      for (int j = 0; j < top_k && ok; ++j) {
+        const int id = got[j];
+        ok = id >= 0 && id < experts && r.eligible[id] && std::count(got, got + top_k, id) == 1 &&
+             std::fabs(r.choice[id] - r.choice[r.ids[j]]) <= 1e-5;
+      }
+    }
+    // Weights from the GPU's own ids (the reference's scores), so a near-tie does not fail them.
+    double sum = 0.0;
+    for (int j = 0; ok && j < top_k; ++j) sum += r.score[got[j]];
+    for (int j = 0; ok && j < top_k; ++j) {
+      const double want =
+          (o.renormalize ? r.score[got[j]] / sum : r.score[got[j]]) * o.routed_scaling_factor;
+      const double g = w[static_cast<size_t>(t) * top_k + j];
+      ok = std::fabs(g - want) <= 1e-5 * std::fabs(want) + 1e-7;  // NaN fails
+    }
+    if (!ok && bad++ < 3) {
+      std::string gs, ws;
+      for (int j = 0; j < top_k; ++j) {
+        gs += std::to_string(got[j]) + ":" + std::to_string(w[static_cast<size_t>(t) * top_k + j]) +
+              " ";
+        ws += std::to_string(r.ids[j]) + ":" + std::to_string(r.weights[j]) + " ";
+      }
+      UNSCOPED_INFO("token " << t << " got " << gs << " want " << ws);
+    }
+  }
+  return bad;
+}
+
 void run_route(const RouteCase& c, std::mt19937_64& rng) {
   INFO(c.dtype << " tokens " << c.tokens << " experts " << c.experts << " top_k " << c.top_k
                << " sigmoid " << c.o.sigmoid << " renorm " << c.o.renormalize << " groups "
@@ -126,47 +172,9 @@ void run_route(const RouteCase& c, std::mt19937_64& rng) {
   const auto& ids = ids_d.download();
   const auto& w = w_d.download();
 
-  long bad = 0;
-  std::vector<double> row(c.experts), bias_row(bias.begin(), bias.end());
-  for (int t = 0; t < c.tokens; ++t) {
-    for (int e = 0; e < c.experts; ++e) row[e] = logits.at(static_cast<size_t>(t) * c.experts + e);
-    const ref::MoeRouteToken r = ref::moe_route_token(
-        row.data(), c.bias ? bias_row.data() : nullptr, c.experts, c.top_k, c.o);
-    const int* got = &ids[static_cast<size_t>(t) * c.top_k];
-    bool ok = true;
-    if (c.integer_logits) {
-      // Exact ties: the order must be torch.topk's, id for id.
-      ok = std::equal(r.ids.begin(), r.ids.end(), got);
-    } else {
-      // Near-ties may resolve either way between fp32 and fp64: each place must hold a distinct,
-      // eligible expert whose reference choice value is the reference's at that place.
-      for (int j = 0; j < c.top_k && ok; ++j) {
-        const int id = got[j];
-        ok = id >= 0 && id < c.experts && r.eligible[id] &&
-             std::count(got, got + c.top_k, id) == 1 &&
-             std::fabs(r.choice[id] - r.choice[r.ids[j]]) <= 1e-5;
-      }
-    }
-    // Weights from the GPU's own ids (the reference's scores), so a near-tie does not fail them.
-    double sum = 0.0;
-    for (int j = 0; ok && j < c.top_k; ++j) sum += r.score[got[j]];
-    for (int j = 0; ok && j < c.top_k; ++j) {
-      const double want =
-          (c.o.renormalize ? r.score[got[j]] / sum : r.score[got[j]]) * c.o.routed_scaling_factor;
-      const double g = w[static_cast<size_t>(t) * c.top_k + j];
-      ok = std::fabs(g - want) <= 1e-5 * std::fabs(want) + 1e-7;  // NaN fails
-    }
-    if (!ok && bad++ < 3) {
-      std::string gs, ws;
-      for (int j = 0; j < c.top_k; ++j) {
-        gs += std::to_string(got[j]) + ":" +
-              std::to_string(w[static_cast<size_t>(t) * c.top_k + j]) + " ";
-        ws += std::to_string(r.ids[j]) + ":" + std::to_string(r.weights[j]) + " ";
-      }
-      UNSCOPED_INFO("token " << t << " got " << gs << " want " << ws);
-    }
-  }
-  CHECK(bad == 0);
+  std::vector<double> bias_row(bias.begin(), bias.end());
+  CHECK(route_mismatches(logits, c.bias ? bias_row.data() : nullptr, c.tokens, c.experts, c.top_k,
+                         c.o, c.integer_logits, ids.data(), w.data()) == 0);
 }
 
 // ---- permutation and finalize -----------------------------------------------------------------
@@ -329,21 +337,42 @@ void check_grouped(const GroupedCase& c, const Elems& a, const Elems& b, const E
   CHECK(touched == 0);
 }
 
-void run_grouped(const GroupedCase& c, std::mt19937_64& rng) {
-  const int experts = static_cast<int>(c.counts.size());
-  std::vector<int64_t> first(experts), used(experts);
+// Where each expert's rows sit in a grouped GEMM's a / out (first, and used: the counts as the
+// kernel clamps them), a's rows, and the schedule tensor (masked: the counts as given;
+// contiguous: the offsets, with spare_rows past the last).
+struct GroupedRows {
+  std::vector<int64_t> first, used;
   int64_t rows = 0;
+  std::vector<int32_t> sched;
+};
+
+GroupedRows grouped_rows(const std::vector<int>& counts, bool masked, int max_rows,
+                         int spare_rows) {
+  const int experts = static_cast<int>(counts.size());
+  GroupedRows g;
+  g.first.resize(experts);
+  g.used.resize(experts);
+  if (!masked) g.sched.push_back(0);
   for (int e = 0; e < experts; ++e) {
-    if (c.masked) {
-      first[e] = int64_t{e} * c.max_rows;
-      used[e] = std::clamp<int64_t>(c.counts[e], 0, c.max_rows);
+    if (masked) {
+      g.first[e] = int64_t{e} * max_rows;
+      g.used[e] = std::clamp<int64_t>(counts[e], 0, max_rows);
+      g.sched.push_back(counts[e]);
     } else {
-      first[e] = rows;
-      used[e] = c.counts[e];
-      rows += c.counts[e];
+      g.first[e] = g.rows;
+      g.used[e] = counts[e];
+      g.rows += counts[e];
+      g.sched.push_back(g.sched.back() + counts[e]);
     }
   }
-  rows = c.masked ? int64_t{experts} * c.max_rows : rows + c.spare_rows;
+  g.rows = masked ? int64_t{experts} * max_rows : g.rows + spare_rows;
+  return g;
+}
+
+void run_grouped(const GroupedCase& c, std::mt19937_64& rng) {
+  const int experts = static_cast<int>(c.counts.size());
+  const GroupedRows layout = grouped_rows(c.counts, c.masked, c.max_rows, c.spare_rows);
+  const int64_t rows = layout.rows;
   INFO((c.masked ? "masked " : "contiguous ")
        << c.dtype << "->" << c.out_dtype << " experts " << experts << " rows " << rows << " n "
        << c.n << " k " << c.k);
@@ -357,14 +386,7 @@ void run_grouped(const GroupedCase& c, std::mt19937_64& rng) {
   const Elems a = random_elems(c.dtype, static_cast<size_t>(rows) * c.k, rng);
   const Elems b = random_elems(c.dtype, static_cast<size_t>(experts) * c.n * c.k, rng);
   DevElems a_d(a), b_d(b), out_d(Elems(c.out_dtype, static_cast<size_t>(rows) * c.n));
-  std::vector<int32_t> sched;
-  if (c.masked) {
-    sched.assign(c.counts.begin(), c.counts.end());
-  } else {
-    sched.push_back(0);
-    for (int e = 0; e < experts; ++e) sched.push_back(sched.back() + c.counts[e]);
-  }
-  Buf<int32_t> sched_d(sched);
+  Buf<int32_t> sched_d(layout.sched);
   auto bt = make_tensor(b_d.dev.get(), {experts, c.n, c.k}, dl_dtype(c.dtype));
   kjit_status st;
   if (c.masked) {
@@ -381,7 +403,7 @@ void run_grouped(const GroupedCase& c, std::mt19937_64& rng) {
   INFO("kjit_last_error: " << kjit_last_error());
   REQUIRE(st == KJIT_SUCCESS);
   device_synchronize();
-  check_grouped(c, a, b, out_d.download(), first, used, rows);
+  check_grouped(c, a, b, out_d.download(), layout.first, layout.used, rows);
 }
 
 // Rows per expert: `experts` experts over `rows` rows, with experts of 0 and 1 rows and the rest
@@ -598,4 +620,366 @@ TEST_CASE("moe gpu: the wgmma path serves TMA-ready grouped calls", "[gpu][moe][
             .path == ops::GemmPath::kSm90);
   CHECK(ops::select_moe_gemm(ops::DType::kBF16, ops::DType::kBF16, 8, 1, 1536, 2048, 128, t).path ==
         ops::GemmPath::kSm90);
+}
+
+// ---- the whole layer --------------------------------------------------------------------------
+
+namespace {
+
+struct ForwardCase {
+  std::string dtype = "bf16";
+  int tokens = 1, experts = 8, top_k = 2, hidden = 64, inter = 32;
+  ref::MoeRouteOptions o;
+  bool bias = false, shared = false;
+  bool in_place = false;  // out is shared_out itself
+  double skew = 0.0;      // share of the tokens whose logits favour expert 3 by 8
+};
+
+ForwardCase forward_case(const char* dtype, int tokens, int experts, int top_k, int hidden,
+                         int inter) {
+  ForwardCase c;
+  c.dtype = dtype;
+  c.tokens = tokens;
+  c.experts = experts;
+  c.top_k = top_k;
+  c.hidden = hidden;
+  c.inter = inter;
+  return c;
+}
+
+// The layer's inputs, as the reference sees them.
+struct ForwardData {
+  ForwardCase c;
+  Elems x, logits, w13, w2, shared;
+  std::vector<float> bias;
+  ForwardData(const ForwardCase& fc, std::mt19937_64& rng)
+      : c(fc),
+        x(random_elems(fc.dtype, static_cast<size_t>(fc.tokens) * fc.hidden, rng)),
+        logits(random_logits(fc, rng)),
+        // Weights scaled so that every intermediate stays near 1 in magnitude.
+        w13(random_elems(fc.dtype, static_cast<size_t>(fc.experts) * 2 * fc.inter * fc.hidden, rng,
+                         -2.0 / std::sqrt(fc.hidden), 2.0 / std::sqrt(fc.hidden))),
+        w2(random_elems(fc.dtype, static_cast<size_t>(fc.experts) * fc.hidden * fc.inter, rng,
+                        -2.0 / std::sqrt(fc.inter), 2.0 / std::sqrt(fc.inter))),
+        shared(random_elems(fc.dtype, static_cast<size_t>(fc.tokens) * fc.hidden, rng)),
+        bias(fc.experts) {
+    std::uniform_real_distribution<double> b(-0.3, 0.3);
+    for (float& v : bias) v = static_cast<float>(b(rng));
+  }
+  static Elems random_logits(const ForwardCase& c, std::mt19937_64& rng) {
+    Elems l = random_elems("fp32", static_cast<size_t>(c.tokens) * c.experts, rng, -3.0, 3.0);
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    for (int t = 0; t < c.tokens; ++t) {
+      const size_t i = static_cast<size_t>(t) * c.experts + 3 % c.experts;
+      if (u(rng) < c.skew) l.set(i, l.at(i) + 8.0);
+    }
+    return l;
+  }
+};
+
+// Checks out [tokens, hidden] of kjit_moe_forward, and the routing it left in the workspace
+// (`ws`, downloaded), against the fp64 composition of the references: route, each selected
+// expert's SwiGLU FFN, the weighted sum and the shared expert.
+void check_forward(const ForwardData& d, const std::vector<unsigned char>& ws, const Elems& out) {
+  const ForwardCase& c = d.c;
+  const ops::MoeForwardLayout l = ops::moe_forward_layout(c.tokens, c.experts, c.top_k, c.hidden,
+                                                          c.inter, ops::dtype_from_name(c.dtype));
+  const size_t pairs = static_cast<size_t>(c.tokens) * c.top_k;
+  std::vector<int32_t> ids(pairs);
+  std::vector<float> w(pairs);
+  std::memcpy(ids.data(), ws.data() + l.topk_ids, pairs * 4);
+  std::memcpy(w.data(), ws.data() + l.topk_weights, pairs * 4);
+  std::vector<double> bias(d.bias.begin(), d.bias.end());
+  REQUIRE(route_mismatches(d.logits, c.bias ? bias.data() : nullptr, c.tokens, c.experts, c.top_k,
+                           c.o, false, ids.data(), w.data()) == 0);
+  auto doubles = [](const Elems& e) {
+    std::vector<double> v(e.size());
+    for (size_t i = 0; i < v.size(); ++i) v[i] = e.at(i);
+    return v;
+  };
+  const std::vector<double> x = doubles(d.x), w13 = doubles(d.w13), w2 = doubles(d.w2);
+  const double u = ref::unit_roundoff(c.dtype);
+  const size_t h = static_cast<size_t>(c.hidden), i2 = 2 * static_cast<size_t>(c.inter);
+  long bad = 0;
+  for (int t = 0; t < c.tokens; ++t) {
+    std::vector<double> want(h, 0.0), err(h, 0.0), mag(h, 0.0);
+    for (size_t col = 0; col < h; ++col) {
+      if (c.shared) want[col] = mag[col] = d.shared.at(t * h + col);
+      mag[col] = std::fabs(mag[col]);
+    }
+    for (int j = 0; j < c.top_k; ++j) {
+      const size_t e = static_cast<size_t>(ids[static_cast<size_t>(t) * c.top_k + j]);
+      const double wt = w[static_cast<size_t>(t) * c.top_k + j];
+      const ref::MoeValues y = ref::moe_swiglu_expert(
+          &x[t * h], &w13[e * i2 * h], &w2[e * h * c.inter], c.hidden, c.inter, u, u);
+      for (size_t col = 0; col < h; ++col) {
+        want[col] += wt * y.v[col];
+        err[col] += std::fabs(wt) * y.err[col];
+        mag[col] += std::fabs(wt * y.v[col]);
+      }
+    }
+    for (size_t col = 0; col < h; ++col) {
+      const double tol =
+          err[col] + u * (std::fabs(want[col]) + err[col]) + 0x1p-22 * (c.top_k + 1) * mag[col];
+      const double g = out.at(t * h + col);
+      if (!(std::fabs(g - want[col]) <= tol) && bad++ < 5) {  // NaN fails
+        UNSCOPED_INFO("token " << t << " col " << col << " got " << g << " want " << want[col]
+                               << " tol " << tol);
+      }
+    }
+  }
+  CHECK(bad == 0);
+}
+
+// The layer's device buffers: inputs uploaded, out and the workspace poisoned.
+struct ForwardRun {
+  const ForwardData& d;
+  DevElems x, logits, w13, w2, shared, out;
+  Buf<float> bias;
+  size_t ws_bytes = 0;
+  std::unique_ptr<DeviceBuffer> ws;
+  Tensor xt, lt, bt, w13t, w2t, st, wst, ot;
+  kjit_moe_forward_options o{};
+  explicit ForwardRun(const ForwardData& data)
+      : d(data),
+        x(d.x),
+        logits(d.logits),
+        w13(d.w13),
+        w2(d.w2),
+        shared(d.shared),
+        out(Elems(d.c.dtype, static_cast<size_t>(d.c.tokens) * d.c.hidden)),
+        bias(d.bias) {
+    const ForwardCase& c = d.c;
+    REQUIRE(kjit_moe_forward_workspace_bytes(c.tokens, c.experts, c.top_k, c.hidden, c.inter,
+                                             dl_dtype(c.dtype), &ws_bytes) == KJIT_SUCCESS);
+    ws = std::make_unique<DeviceBuffer>(ws_bytes);
+    ws->fill(0xFF);
+    const DLDataType dt = dl_dtype(c.dtype);
+    xt = make_tensor(x.dev.get(), {c.tokens, c.hidden}, dt);
+    lt = make_tensor(logits.dev.get(), {c.tokens, c.experts}, dl_dtype("fp32"));
+    bt = make_tensor(bias.dev.get(), {c.experts}, dl_dtype("fp32"));
+    w13t = make_tensor(w13.dev.get(), {c.experts, 2 * c.inter, c.hidden}, dt);
+    w2t = make_tensor(w2.dev.get(), {c.experts, c.hidden, c.inter}, dt);
+    st = make_tensor(shared.dev.get(), {c.tokens, c.hidden}, dt);
+    wst = make_tensor(ws->get(), {static_cast<int64_t>(ws_bytes)}, DLDataType{kDLUInt, 8, 1});
+    ot = make_tensor(c.in_place ? shared.dev.get() : out.dev.get(), {c.tokens, c.hidden}, dt);
+    kjit_moe_forward_options_init(&o);
+    o.route.scoring = c.o.sigmoid ? KJIT_MOE_SCORING_SIGMOID : KJIT_MOE_SCORING_SOFTMAX;
+    o.route.renormalize = c.o.renormalize ? 1 : 0;
+    o.route.n_group = c.o.n_group;
+    o.route.topk_group = c.o.topk_group;
+    o.route.routed_scaling_factor = static_cast<float>(c.o.routed_scaling_factor);
+  }
+  kjit_status call(CUstream stream) {
+    return kjit_moe_forward(xt.get(), lt.get(), d.c.bias ? bt.get() : nullptr, w13t.get(),
+                            w2t.get(), d.c.shared ? st.get() : nullptr, wst.get(), ot.get(),
+                            d.c.top_k, &o, stream);
+  }
+  void check() {
+    std::vector<unsigned char> host(ws_bytes);
+    ws->download(host.data(), ws_bytes);
+    check_forward(d, host, d.c.in_place ? shared.download() : out.download());
+  }
+};
+
+void run_forward(const ForwardCase& c, std::mt19937_64& rng) {
+  INFO("forward " << c.dtype << " tokens " << c.tokens << " experts " << c.experts << " top_k "
+                  << c.top_k << " hidden " << c.hidden << " inter " << c.inter << " sigmoid "
+                  << c.o.sigmoid << " groups " << c.o.n_group << " bias " << c.bias << " shared "
+                  << c.shared << " in place " << c.in_place << " skew " << c.skew);
+  const ForwardData d(c, rng);
+  ForwardRun r(d);
+  const kjit_status st = r.call(nullptr);
+  INFO("kjit_last_error: " << kjit_last_error());
+  REQUIRE(st == KJIT_SUCCESS);
+  device_synchronize();
+  r.check();
+}
+
+}  // namespace
+
+TEST_CASE("moe gpu: the whole layer against the fp64 composition of the references", "[gpu][moe]") {
+  std::mt19937_64 rng(std::random_device{}());
+  for (const char* dt : {"bf16", "fp16"}) {
+    // T = 1: most experts get no token; shared expert added.
+    ForwardCase one = forward_case(dt, 1, 8, 2, 64, 32);
+    one.shared = true;
+    one.o.renormalize = true;
+    run_forward(one, rng);
+    // T = 7, DeepSeek-style routing: sigmoid, correction bias, 4 groups keep 2, scaled.
+    ForwardCase ds = forward_case(dt, 7, 16, 4, 136, 72);
+    ds.o = {true, true, 4, 2, 2.5};
+    ds.bias = true;
+    run_forward(ds, rng);
+    // T = 300, skewed: expert 3 takes ~90% of the tokens; out written over shared_out.
+    ForwardCase skew = forward_case(dt, 300, 16, 2, 128, 96);
+    skew.skew = 0.9;
+    skew.shared = skew.in_place = true;
+    run_forward(skew, rng);
+  }
+  // Odd hidden and intermediate sizes: TMA cannot describe the rows, the fallback GEMM serves.
+  ForwardCase odd = forward_case("bf16", 37, 8, 2, 67, 33);
+  odd.shared = true;
+  run_forward(odd, rng);
+  // Qwen3-like: 128 experts, top 8, many with one token or none.
+  ForwardCase qwen = forward_case("bf16", 33, 128, 8, 256, 64);
+  qwen.o.renormalize = true;
+  run_forward(qwen, rng);
+}
+
+TEST_CASE("moe gpu: the whole layer replays in a CUDA graph with new routing", "[gpu][moe]") {
+  const auto& drv = kjit::cuda::driver();
+  std::mt19937_64 rng(std::random_device{}());
+  ForwardCase c = forward_case("bf16", 64, 8, 2, 128, 64);
+  c.shared = true;
+  ForwardData d(c, rng);
+  ForwardRun r(d);
+  CUstream stream = nullptr;
+  REQUIRE(drv.cuStreamCreate(&stream, CU_STREAM_DEFAULT) == CUDA_SUCCESS);
+  // Warm-up: the first call may compile and load; capture must not.
+  REQUIRE(r.call(stream) == KJIT_SUCCESS);
+  REQUIRE(drv.cuStreamSynchronize(stream) == CUDA_SUCCESS);
+  CUgraph graph = nullptr;
+  CUgraphExec exec = nullptr;
+  REQUIRE(drv.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
+  const kjit_status captured = r.call(stream);
+  REQUIRE(drv.cuStreamEndCapture(stream, &graph) == CUDA_SUCCESS);
+  INFO("kjit_last_error: " << kjit_last_error());
+  REQUIRE(captured == KJIT_SUCCESS);
+  REQUIRE(drv.cuGraphInstantiateWithFlags(&exec, graph, 0) == CUDA_SUCCESS);
+  for (int round = 0; round < 3; ++round) {
+    INFO("round " << round);
+    // New routing (round 1 skewed onto expert 3), new tokens; outputs and workspace poisoned.
+    d.c.skew = round == 1 ? 1.0 : 0.0;
+    d.logits = ForwardData::random_logits(d.c, rng);
+    d.x = random_elems(c.dtype, static_cast<size_t>(c.tokens) * c.hidden, rng);
+    r.logits.dev.upload(d.logits.bytes.data(), d.logits.bytes.size());
+    r.x.dev.upload(d.x.bytes.data(), d.x.bytes.size());
+    r.out.dev.fill(0xFF);
+    r.ws->fill(0xFF);
+    REQUIRE(drv.cuGraphLaunch(exec, stream) == CUDA_SUCCESS);
+    REQUIRE(drv.cuStreamSynchronize(stream) == CUDA_SUCCESS);
+    r.check();
+  }
+  drv.cuGraphExecDestroy(exec);
+  drv.cuGraphDestroy(graph);
+  drv.cuStreamDestroy(stream);
+}
+
+// ---- the gate / up GEMM with silu_and_mul in its epilogue -------------------------------------
+
+namespace {
+
+struct SwigluCase {
+  std::string dtype = "bf16";
+  std::vector<int> counts;  // rows per expert (masked: clamped into [0, max_rows])
+  int inter = 0, k = 0;
+  bool masked = false;
+  int max_rows = 0;
+};
+
+// Runs ops::moe_grouped_gemm_swiglu (or _masked) on fresh random operands, out poisoned, and checks
+// every expert's rows against fp64 silu(a . gate^T) * (a . up^T), every other row untouched.
+// Returns whether the fused path served the call (false: nothing may have been written).
+bool run_swiglu(const SwigluCase& c, std::mt19937_64& rng) {
+  const int experts = static_cast<int>(c.counts.size());
+  const GroupedRows layout = grouped_rows(c.counts, c.masked, c.max_rows, 0);
+  const int64_t rows = layout.rows;
+  INFO((c.masked ? "masked " : "contiguous ") << c.dtype << " experts " << experts << " rows "
+                                              << rows << " inter " << c.inter << " k " << c.k);
+  const size_t i2 = 2 * static_cast<size_t>(c.inter);
+  const Elems a = random_elems(c.dtype, static_cast<size_t>(rows) * c.k, rng);
+  const double scale = 2.0 / std::sqrt(c.k);
+  const Elems w13 = random_elems(c.dtype, experts * i2 * c.k, rng, -scale, scale);
+  DevElems a_d(a), w_d(w13), out_d(Elems(c.dtype, static_cast<size_t>(rows) * c.inter));
+  Buf<int32_t> sched_d(layout.sched);
+  const DLDataType dt = dl_dtype(c.dtype);
+  auto wt = make_tensor(w_d.dev.get(), {experts, 2 * c.inter, c.k}, dt);
+  bool ran = false;
+  if (c.masked) {
+    auto at = make_tensor(a_d.dev.get(), {experts, c.max_rows, c.k}, dt);
+    auto ct = make_tensor(sched_d.dev.get(), {experts}, dl_dtype("int32"));
+    auto ot = make_tensor(out_d.dev.get(), {experts, c.max_rows, c.inter}, dt);
+    ran = ops::moe_grouped_gemm_swiglu_masked(at.get(), wt.get(), ct.get(), ot.get(), nullptr);
+  } else {
+    auto at = make_tensor(a_d.dev.get(), {rows, c.k}, dt);
+    auto ct = make_tensor(sched_d.dev.get(), {experts + 1}, dl_dtype("int32"));
+    auto ot = make_tensor(out_d.dev.get(), {rows, c.inter}, dt);
+    ran = ops::moe_grouped_gemm_swiglu(at.get(), wt.get(), ct.get(), ot.get(), nullptr);
+  }
+  device_synchronize();
+  const Elems& out = out_d.download();
+  std::vector<int> expert_of(static_cast<size_t>(rows), -1);
+  for (int e = 0; e < experts && ran; ++e) {
+    for (int64_t r = layout.first[e]; r < layout.first[e] + layout.used[e]; ++r) expert_of[r] = e;
+  }
+  std::vector<double> arow(c.k), w(i2 * c.k);
+  long bad = 0, touched = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int e = expert_of[r];
+    if (e < 0) {
+      for (int j = 0; j < c.inter; ++j)
+        touched += !std::isnan(out.at(static_cast<size_t>(r) * c.inter + j));
+      continue;
+    }
+    for (int i = 0; i < c.k; ++i) arow[i] = a.at(static_cast<size_t>(r) * c.k + i);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = w13.at(e * i2 * c.k + i);
+    const ref::MoeValues h =
+        ref::moe_swiglu_act(arow.data(), w.data(), c.k, c.inter, 0.0, ref::unit_roundoff(c.dtype));
+    for (int j = 0; j < c.inter; ++j) {
+      const double g = out.at(static_cast<size_t>(r) * c.inter + j);
+      if (!(std::fabs(g - h.v[j]) <= h.err[j]) && bad++ < 5) {
+        UNSCOPED_INFO("expert " << e << " row " << r << " col " << j << " got " << g << " want "
+                                << h.v[j] << " tol " << h.err[j]);
+      }
+    }
+  }
+  CHECK(bad == 0);
+  CHECK(touched == 0);
+  return ran;
+}
+
+}  // namespace
+
+TEST_CASE("moe gpu: gate / up GEMM with silu_and_mul fused, against fp64", "[gpu][moe][sm90a]") {
+  REQUIRE(tensor_cores());
+  std::mt19937_64 rng(std::random_device{}());
+  for (const char* dt : {"bf16", "fp16"}) {
+    // I off the 64-wide gate slices (136 = 2 x 64 + 8), experts of 0, 1 and many rows.
+    SwigluCase c;
+    c.dtype = dt;
+    c.counts = uneven_counts(8, 700, rng);
+    c.inter = 136;
+    c.k = 72;
+    CHECK(run_swiglu(c, rng));
+    // Many experts with a row or two each (decode).
+    SwigluCase d;
+    d.dtype = dt;
+    for (int e = 0; e < 128; ++e) d.counts.push_back(e % 3 == 0 ? 1 : e % 3 == 1 ? 0 : 2);
+    d.inter = 96;
+    d.k = 128;
+    CHECK(run_swiglu(d, rng));
+    // Skewed, wide tiles (bn 256: 128 gate and 128 up rows per block); I = 200 ends mid-slice.
+    SwigluCase s;
+    s.dtype = dt;
+    s.counts = {0, 2100, 1, 300};
+    s.inter = 200;
+    s.k = 128;
+    CHECK(run_swiglu(s, rng));
+    // Masked, counts clamped.
+    SwigluCase m;
+    m.dtype = dt;
+    m.masked = true;
+    m.max_rows = 130;
+    m.counts = {0, 1, 130, 77, 500, -3};
+    m.inter = 80;
+    m.k = 64;
+    CHECK(run_swiglu(m, rng));
+  }
+  // Rows TMA cannot describe (odd k): not served, nothing written (the caller runs it unfused).
+  SwigluCase odd;
+  odd.counts = {3, 5};
+  odd.inter = 32;
+  odd.k = 67;
+  CHECK_FALSE(run_swiglu(odd, rng));
 }

@@ -1,5 +1,5 @@
 // The elementwise ops launched as programmatic dependents (KJIT_PDL, src/ops/pdl.hpp): a chain of
-// ten ops on one stream, each reading what the one before it wrote, gives bit for bit what plain
+// twelve ops on one stream, each reading what the one before it wrote, gives bit for bit what plain
 // launches give, eagerly and replayed from a captured graph, with and without the early index
 // reads (KJIT_PDL_EARLY_INDICES: the chain's positions and page table are written once, before
 // it, as that contract asks). Every intermediate is poisoned (NaN) before each run, so a kernel
@@ -22,6 +22,7 @@
 #include "ops/norm/layernorm.hpp"
 #include "ops/norm/norm.hpp"
 #include "ops/pdl.hpp"
+#include "ops/quant/fused_quant_fp8.hpp"
 #include "ops/rope/qk_norm_rope.hpp"
 #include "ops/rope/rope.hpp"
 #include "ops/rope/rope_append.hpp"
@@ -52,15 +53,19 @@ std::vector<unsigned char> random_bf16(std::mt19937_64& rng, size_t n, double lo
 // rmsnorm(x) -> y; fused_add_rmsnorm(y, res); layernorm(y) -> z; RoPE in place on z (as q,
 // 32 heads of 128) and k (8 heads); KV append of k (as keys and values) into a paged cache of
 // one-slot pages, token t to page rows - 1 - t (one request a token); silu_and_mul(z) -> u;
-// rmsnorm(u) -> v; the embedding gather of v's rows in reverse order -> e. bf16 throughout.
+// rmsnorm(u) -> v; rmsnorm of v quantized to fp8 per row -> vq, vs; silu_and_mul of z quantized
+// per 1 x 128 group -> uq, us; the embedding gather of v's rows in reverse order -> e. bf16
+// throughout, but for the fp8 codes and fp32 scales.
 struct Chain {
   static constexpr int64_t kHidden = 4096, kHeadDim = 128, kQo = 32, kKv = 8;
   int64_t rows;
   std::vector<unsigned char> x_h, res_h, k_h, w_h, g_h, b_h, w2_h;
   std::vector<int32_t> pos_h, bi_h, zero_h, idx_h, ptr_h;
-  DeviceBuffer x, res, k, w, g, b, w2, pos, y, z, u, v, bi, zero, idx, ptr, kc, vc, e;
+  static constexpr int64_t kGroups = kHidden / 2 / 128;
+  DeviceBuffer x, res, k, w, g, b, w2, pos, y, z, u, v, bi, zero, idx, ptr, kc, vc, e, vq, vs, uq,
+      us;
   Tensor xt, rest, kt, wt, gt, bt, w2t, post, yt, zt, zq, ut, vt, bit, zerot, idxt, ptrt, kct, vct,
-      et, wht;
+      et, vqt, vst, uqt, ust, wht;
 
   Chain(int64_t rows_, std::mt19937_64& rng)
       : rows(rows_),
@@ -94,7 +99,11 @@ struct Chain {
         ptr(ptr_h.size() * 4),
         kc(k_h.size()),
         vc(k_h.size()),
-        e(x_h.size() / 2) {
+        e(x_h.size() / 2),
+        vq(x_h.size() / 4),
+        vs(static_cast<size_t>(rows_) * 4),
+        uq(x_h.size() / 4),
+        us(static_cast<size_t>(rows_ * kGroups) * 4) {
     std::uniform_int_distribution<int32_t> p(0, 100000);
     for (auto& e : pos_h) e = p(rng);
     for (int64_t t = 0; t < rows; ++t) {
@@ -134,6 +143,10 @@ struct Chain {
     kct = make_tensor(kc.get(), {rows, 1, kKv, kHeadDim}, bf);
     vct = make_tensor(vc.get(), {rows, 1, kKv, kHeadDim}, bf);
     et = make_tensor(e.get(), {rows, kHidden / 2}, bf);
+    vqt = make_tensor(vq.get(), {rows, kHidden / 2}, dl_dtype("e4m3"));
+    vst = make_tensor(vs.get(), {rows}, dl_dtype("fp32"));
+    uqt = make_tensor(uq.get(), {rows, kHidden / 2}, dl_dtype("e4m3"));
+    ust = make_tensor(us.get(), {rows, kGroups}, dl_dtype("fp32"));
     wht = make_tensor(w.get(), {kHeadDim}, bf);  // the q / k norm weight: w's first head_dim
   }
 
@@ -141,10 +154,10 @@ struct Chain {
   void reset() {
     res.upload(res_h.data(), res_h.size());
     k.upload(k_h.data(), k_h.size());
-    for (DeviceBuffer* d : {&y, &z, &u, &v, &kc, &vc, &e}) d->fill(0xFF);
+    for (DeviceBuffer* d : {&y, &z, &u, &v, &kc, &vc, &e, &vq, &vs, &uq, &us}) d->fill(0xFF);
   }
 
-  // Enqueues the ten ops on `s` (the ops-layer calls behind the C entry points), launched as
+  // Enqueues the twelve ops on `s` (the ops-layer calls behind the C entry points), launched as
   // `l` says; throws kjit::Error.
   void run(CUstream s, const kjit::ops::ElementwiseLaunch& l) {
     namespace ops = kjit::ops;
@@ -157,6 +170,8 @@ struct Chain {
                                idxt.get(), ptrt.get(), zerot.get(), KJIT_KV_LAYOUT_NHD, s, l);
     ops::act_and_mul(ops::Act::kSilu, zt.get(), ut.get(), s, l);
     ops::rmsnorm(ut.get(), w2t.get(), vt.get(), 1e-6f, s, 0.0f, l);
+    ops::rmsnorm_quant_fp8(vt.get(), w2t.get(), nullptr, vqt.get(), vst.get(), 1e-6f, s, l);
+    ops::silu_and_mul_quant_fp8(zt.get(), uqt.get(), ust.get(), s, l);
     ops::embedding(vt.get(), idxt.get(), et.get(), s, l);
     ops::rope_append_paged_kv_cache(zq.get(), kt.get(), kt.get(), post.get(), bit.get(),
                                     zerot.get(), idxt.get(), ptrt.get(), zerot.get(), {}, zq.get(),
@@ -166,10 +181,16 @@ struct Chain {
                          1e4f, s, l);
   }
 
-  // Every buffer the chain wrote, in one image.
+  // Every buffer the chain wrote, in one image: the bf16 ones first (bf16_bytes() of them), then
+  // the fp8 codes and their scales.
+  size_t bf16_bytes() const {
+    size_t n = 0;
+    for (const DeviceBuffer* d : {&res, &k, &y, &z, &u, &v, &kc, &vc, &e}) n += d->size();
+    return n;
+  }
   std::vector<unsigned char> outputs() const {
     std::vector<unsigned char> out;
-    for (const DeviceBuffer* d : {&res, &k, &y, &z, &u, &v, &kc, &vc, &e}) {
+    for (const DeviceBuffer* d : {&res, &k, &y, &z, &u, &v, &kc, &vc, &e, &vq, &vs, &uq, &us}) {
       std::vector<unsigned char> h(d->size());
       d->download(h.data(), h.size());
       out.insert(out.end(), h.begin(), h.end());
@@ -178,10 +199,16 @@ struct Chain {
   }
 };
 
-size_t nan_count(const std::vector<unsigned char>& img) {
+// NaNs among the bf16 values and the fp8 codes (e4m3's NaN is 0x7F / 0xFF: the poison, which a
+// saturating encoder never writes) of a chain's image.
+size_t nan_count(const std::vector<unsigned char>& img, const Chain& c) {
   size_t n = 0;
-  for (size_t i = 0; i < img.size() / 2; ++i)
-    n += std::isnan(ref::load_elem(img.data(), i, "bf16"));
+  const size_t bf16 = c.bf16_bytes(), codes = static_cast<size_t>(c.rows * Chain::kHidden / 2);
+  for (size_t i = 0; i < bf16 / 2; ++i) n += std::isnan(ref::load_elem(img.data(), i, "bf16"));
+  const size_t vq_at = bf16, uq_at = bf16 + codes + static_cast<size_t>(c.rows) * 4;
+  for (size_t at : {vq_at, uq_at}) {
+    for (size_t i = 0; i < codes; ++i) n += (img[at + i] & 0x7F) == 0x7F;
+  }
   return n;
 }
 
@@ -211,7 +238,7 @@ TEST_CASE("pdl gpu: a chain of elementwise ops as programmatic dependents matche
       return c.outputs();
     };
     const auto plain = run_eager(0, 3);
-    CHECK(nan_count(plain) == 0);
+    CHECK(nan_count(plain, c) == 0);
     const auto pdl = run_eager(1, 3);
     CHECK(pdl == plain);
     const auto early = run_eager(1, 3, 1);

@@ -1,5 +1,6 @@
 # Builds examples/engine against the prefix the install test just filled (FIXTURES_REQUIRED), as a
-# user of the installed package would, and runs its checkpoint-loader test, which needs no GPU.
+# user of the installed package would, and runs its checkpoint-loader and scheduler tests, which
+# need no GPU.
 set(prefix "${WORK}/prefix")
 if(NOT EXISTS "${prefix}")
   message(FATAL_ERROR "no install prefix at ${prefix}: the install test runs first")
@@ -36,4 +37,10 @@ execute_process(COMMAND "${WORK}/engine/engine_loader_test" RESULT_VARIABLE rc
 message(STATUS "${out}${err}")
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "engine_loader_test failed: ${rc}")
+endif()
+execute_process(COMMAND "${WORK}/engine/engine_scheduler_test" RESULT_VARIABLE rc
+                OUTPUT_VARIABLE out ERROR_VARIABLE err)
+message(STATUS "${out}${err}")
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "engine_scheduler_test failed: ${rc}")
 endif()

@@ -2125,6 +2125,106 @@ Api moe_finalize_api() {
   return api;
 }
 
+// kjit_moe_forward (tokens 4, hidden 64, experts 8, intermediate 32, top 2) with DeepSeek-style
+// routing options (its fields, and top_k, are the scalars).
+Api moe_forward_api() {
+  Api api;
+  api.name = "kjit_moe_forward";
+  api.make = [] {
+    Call c;
+    c.tensors.push_back(arg("x", 1, {4, 64}, "bf16"));
+    c.tensors.push_back(arg("router_logits", 2, {4, 8}, "fp32"));
+    c.tensors.push_back(arg("bias", 3, {8}, "fp32", true));
+    c.tensors.push_back(arg("w13", 4, {8, 64, 64}, "bf16"));
+    c.tensors.push_back(arg("w2", 5, {8, 64, 32}, "bf16"));
+    c.tensors.push_back(arg("shared_out", 6, {4, 64}, "bf16", true));
+    c.tensors.push_back(arg("workspace", 7, {1 << 20}, "int32"));
+    c.tensors.back().any_dtype = true;
+    c.tensors.push_back(arg("out", 8, {4, 64}, "bf16"));
+    c.ints = {{"top_k", 2},
+              {"scoring", KJIT_MOE_SCORING_SIGMOID},
+              {"renormalize", 1},
+              {"n_group", 4},
+              {"topk_group", 2},
+              {"struct_size", static_cast<int>(sizeof(kjit_moe_forward_options))},
+              {"route.struct_size", static_cast<int>(sizeof(kjit_moe_route_options))}};
+    c.floats = {{"routed_scaling_factor", 2.5f}};
+    return c;
+  };
+  api.invoke = [](Call& c) {
+    kjit_moe_forward_options o;
+    kjit_moe_forward_options_init(&o);
+    o.route.scoring = c.integer("scoring");
+    o.route.renormalize = c.integer("renormalize");
+    o.route.n_group = c.integer("n_group");
+    o.route.topk_group = c.integer("topk_group");
+    o.route.routed_scaling_factor = c.scalar("routed_scaling_factor");
+    o.route.struct_size = static_cast<size_t>(c.integer("route.struct_size"));
+    o.struct_size = static_cast<size_t>(c.integer("struct_size"));
+    return kjit_moe_forward(c.t(0), c.t(1), c.t(2), c.t(3), c.t(4), c.t(5), c.t(6), c.t(7),
+                            c.integer("top_k"), &o, nullptr);
+  };
+  api.specific = {
+      set_int("top_k", 0),
+      set_int("top_k", 9),
+      set_int("top_k", INT_MIN),
+      set_int("scoring", 2),
+      set_int("n_group", 3),
+      set_int("topk_group", 5),
+      {"options struct_size 0", [](Call& c) { c.integer("struct_size") = 0; }, "struct_size"},
+      {"route struct_size 0", [](Call& c) { c.integer("route.struct_size") = 0; },
+       "route.struct_size"},
+      {"w13 of an odd row count",
+       [](Call& c) {
+         reshape(c.arg("w13"), {8, 63, 64});
+       },
+       "w13"},
+      {"w13 of another hidden",
+       [](Call& c) {
+         reshape(c.arg("w13"), {8, 64, 32});
+       },
+       "w13"},
+      {"w2 transposed",
+       [](Call& c) {
+         reshape(c.arg("w2"), {8, 32, 64});
+       },
+       "w2"},
+      {"w2 fp16", [](Call& c) { c.arg("w2").t.t.dtype = dl_dtype("fp16"); }, "w2"},
+      {"router_logits of another token count",
+       [](Call& c) {
+         reshape(c.arg("router_logits"), {5, 8});
+       },
+       "router_logits"},
+      {"bias of another length", [](Call& c) { reshape(c.arg("bias"), {7}); }, "bias"},
+      {"shared_out of another shape",
+       [](Call& c) {
+         reshape(c.arg("shared_out"), {4, 32});
+       },
+       "shared_out"},
+      {"workspace one word short", [](Call& c) { reshape(c.arg("workspace"), {100}); },
+       "workspace"},
+      {"out inside the workspace",
+       [](Call& c) { c.arg("out").t.t.data = c.arg("workspace").t.t.data; }, "out"},
+      {"workspace over w13", [](Call& c) { c.arg("workspace").t.t.data = c.arg("w13").t.t.data; },
+       "workspace"},
+      {"out inside x", [](Call& c) { c.arg("out").t.t.data = c.arg("x").t.t.data; }, "out"},
+      {"fp32 layer",
+       [](Call& c) {
+         for (const char* n : {"x", "w13", "w2", "shared_out", "out"}) {
+           c.arg(n).t.t.dtype = dl_dtype("fp32");
+         }
+       },
+       "x"},
+  };
+  api.zero_size = [](Call& c) {
+    reshape(c.arg("x"), {0, 64});
+    reshape(c.arg("router_logits"), {0, 8});
+    reshape(c.arg("shared_out"), {0, 64});
+    reshape(c.arg("out"), {0, 64});
+  };
+  return api;
+}
+
 // Both layouts of the grouped GEMM: a, b, the schedule tensor, out.
 Api moe_grouped_gemm_api(bool masked) {
   Api api;
@@ -2209,6 +2309,7 @@ std::vector<Api> table() {
       moe_finalize_api(),
       moe_grouped_gemm_api(false),
       moe_grouped_gemm_api(true),
+      moe_forward_api(),
       rope_append_api(false),
       rope_append_api(true),
       qk_norm_rope_api(),
@@ -2241,7 +2342,9 @@ const std::set<std::string> kCoveredElsewhere = {"kjit_version_string",
                                                  "kjit_precompile_file",
                                                  "kjit_op_supported",
                                                  "kjit_gemm_options_init",
-                                                 "kjit_moe_route_options_init"};
+                                                 "kjit_moe_route_options_init",
+                                                 "kjit_moe_forward_options_init",
+                                                 "kjit_moe_forward_workspace_bytes"};
 
 bool is_argument_error(kjit_status s) {
   return s == KJIT_ERROR_INVALID_ARGUMENT || s == KJIT_ERROR_UNSUPPORTED;

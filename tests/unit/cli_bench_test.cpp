@@ -47,6 +47,9 @@ Run cli(const fs::path& cache, const std::string& args, bool with_stderr = false
 }
 
 const std::string kRms = "bench rmsnorm --set dtype=bf16 --set hidden=4096 --set rows=1 ";
+const std::string kDecode =
+    "bench decode_attention --set dtype=bf16 --set batch=1 --set kv_len=64 --set qo_heads=32 "
+    "--set kv_heads=8 --set head_dim=128 --set page_size=16 ";
 
 }  // namespace
 
@@ -99,6 +102,7 @@ TEST_CASE("cli bench: bad options are usage errors (exit 2), before any GPU work
       "bench rmsnorm --set dtype=int8 --set hidden=8 --set rows=1",
       kRms + "--set gema=1",  // a knob rmsnorm does not read (gemma is one)
       "bench top_p_sampling --set batch=1 --set vocab=4096 --set threds=256",
+      kDecode + "--set warps=2",  // the old knob: a tactic names it now (w2)
       "bench act_and_mul --set act=silu --set dtype=bf16 --set d=64 --set rows=1 --set vec=4",
       "bench act_and_mul --set act=relu --set dtype=bf16 --set d=64 --set rows=1",
       "bench empty --set read=4096",                   // the move floor: write missing

@@ -9,6 +9,7 @@
 
 #include "kjit/kjit.h"
 #include "ops/attention/decode_attention.hpp"
+#include "ops/attention/decode_tactics.hpp"
 #include "ops/registry.hpp"
 #include "util/error.hpp"
 
@@ -17,7 +18,7 @@ namespace ops = kjit::ops;
 namespace {
 
 // B1 x L8192 and B64 x L4096 style tables, planned for 132 SMs (no device needed).
-ops::DecodePlanData plan(const ops::DecodeTuning* t, int batch = 1, int pages = 512,
+ops::DecodePlanData plan(const ops::DecodeTactic* t, int batch = 1, int pages = 512,
                          int num_splits = 0) {
   std::vector<int32_t> indptr(static_cast<size_t>(batch) + 1);
   for (int b = 0; b <= batch; ++b) indptr[static_cast<size_t>(b)] = b * pages;
@@ -83,11 +84,11 @@ TEST_CASE("decode variants: 64-bit lookups take 8 more bytes per token and still
 
 TEST_CASE("decode variants: tuning picks the lookup form, joint tiles and PDL", "[attention]") {
   for (int a : {1, 2}) {
-    ops::DecodeTuning t;
+    ops::DecodeTactic t;
     t.addr = a;
     CHECK(plan(&t).cfg.addr == a);
   }
-  ops::DecodeTuning t;
+  ops::DecodeTactic t;
   t.pdl = 0;
   CHECK(plan(&t).pdl == 0);
   t = {};
@@ -110,7 +111,7 @@ TEST_CASE("decode variants: tuning picks the lookup form, joint tiles and PDL", 
 }
 
 TEST_CASE("decode variants: invalid lookup forms and tile groups are refused", "[attention]") {
-  ops::DecodeTuning t;
+  ops::DecodeTactic t;
   t.addr = 3;
   CHECK_THROWS_AS(plan(&t), kjit::Error);
   t.addr = 0;  // the (page, slot) lookups are gone
@@ -146,9 +147,8 @@ TEST_CASE("decode variants: the catalog keeps the 64-bit form compiling", "[atte
 
 TEST_CASE("decode variants: the cluster merge takes 2..16 splits and names its spec",
           "[attention]") {
-  ops::DecodeTuning t;
-  t.cluster_merge = 1;
-  t.fused_merge = 1;  // the cluster merge replaces it
+  ops::DecodeTactic t;
+  t.merge = ops::DecodeMerge::kCluster;
   const ops::DecodePlanData d = plan(&t, 1, 512, 16);
   CHECK(d.cfg.cluster_merge == 1);
   CHECK(d.fused_merge == 0);
@@ -179,14 +179,14 @@ TEST_CASE("decode variants: a cluster merge whose partial does not fit is refuse
   // after the warps' merge scratch for the cluster's [64][128] partial. The plain merge fits.
   const std::vector<int32_t> indptr = {0, 40};
   const DLDataType fp16{kDLFloat, 16, 1}, e4m3{10, 8, 1};
-  ops::DecodeTuning t;
+  ops::DecodeTactic t;
   t.heads_per_cta = 4;
   auto make = [&] {
     return ops::plan_batch_decode(indptr.data(), 1, 128, 8, 128, 16, KJIT_KV_LAYOUT_NHD, fp16, e4m3,
                                   0.0f, 0.0f, -1, 3, 132, 0, &t);
   };
   CHECK(make().cfg.heads_per_cta == 4);
-  t.cluster_merge = 1;
+  t.merge = ops::DecodeMerge::kCluster;
   try {
     make();
     FAIL("a cluster merge without room for its partial was planned");

@@ -263,3 +263,230 @@ TEST_CASE("moe abi: choices and specs", "[moe]") {
     for (const auto& set : d.catalog()) CHECK_NOTHROW(d.make_spec(set));
   }
 }
+
+namespace {
+
+// A valid kjit_moe_forward call on fake addresses (tokens 4, hidden 64, experts 8, I 32, top 2):
+// every test breaks one argument, so validation stops the call before any driver call.
+struct Forward {
+  static constexpr int64_t kTokens = 4, kHidden = 64, kExperts = 8, kInter = 32;
+  int top_k = 2;
+  size_t ws_bytes =
+      ops::moe_forward_layout(kTokens, kExperts, 2, kHidden, kInter, ops::DType::kBF16).bytes;
+  Tensor x = make_tensor(kIn, {kTokens, kHidden}, dl_dtype("bf16"));
+  Tensor logits = make_tensor(kIn2, {kTokens, kExperts}, dl_dtype("fp32"));
+  Tensor w13 = make_tensor(reinterpret_cast<char*>(0x30000000), {kExperts, 2 * kInter, kHidden},
+                           dl_dtype("bf16"));
+  Tensor w2 = make_tensor(reinterpret_cast<char*>(0x34000000), {kExperts, kHidden, kInter},
+                          dl_dtype("bf16"));
+  Tensor shared = make_tensor(kOut2, {kTokens, kHidden}, dl_dtype("bf16"));
+  Tensor ws = make_tensor(kOut3, {static_cast<int64_t>(ws_bytes)}, DLDataType{kDLUInt, 8, 1});
+  Tensor out = make_tensor(kOut, {kTokens, kHidden}, dl_dtype("bf16"));
+  kjit_moe_forward_options o{};
+  Forward() { kjit_moe_forward_options_init(&o); }
+  kjit_status run() {
+    return kjit_moe_forward(x.get(), logits.get(), nullptr, w13.get(), w2.get(), shared.get(),
+                            ws.get(), out.get(), top_k, &o, nullptr);
+  }
+  void rejects(const char* fragment, kjit_status want = KJIT_ERROR_INVALID_ARGUMENT) {
+    expect(run(), want, fragment, "kjit_moe_forward");
+  }
+};
+
+}  // namespace
+
+TEST_CASE("moe abi: forward options and workspace query", "[moe]") {
+  kjit_moe_forward_options o;
+  kjit_moe_forward_options_init(&o);
+  CHECK(o.struct_size == sizeof o);
+  CHECK(o.route.struct_size == sizeof o.route);
+  CHECK(o.route.n_group == 1);
+  CHECK(o.route.routed_scaling_factor == 1.0f);
+  kjit_moe_forward_options_init(nullptr);  // ignored
+
+  const DLDataType bf16 = dl_dtype("bf16");
+  size_t bytes = 7;
+  REQUIRE(kjit_moe_forward_workspace_bytes(300, 128, 8, 2048, 768, bf16, &bytes) == KJIT_SUCCESS);
+  const ops::MoeForwardLayout l =
+      ops::moe_forward_layout(300, 128, 8, 2048, 768, ops::DType::kBF16);
+  CHECK(bytes == l.bytes);
+  // Regions in order, 256-byte aligned, each as large as its tensor.
+  const size_t pairs = 2400;
+  const std::vector<std::pair<size_t, size_t>> regions = {
+      {l.topk_ids, pairs * 4},        {l.topk_weights, pairs * 4},    {l.offsets, 129 * 4},
+      {l.permuted_to_src, pairs * 4}, {l.src_to_permuted, pairs * 4}, {l.rows, pairs * 2048 * 2},
+      {l.gate_up, pairs * 1536 * 2},  {l.act, pairs * 768 * 2}};
+  for (size_t i = 0; i < regions.size(); ++i) {
+    INFO("region " << i);
+    CHECK(regions[i].first % 256 == 0);
+    const size_t end = i + 1 < regions.size() ? regions[i + 1].first : l.bytes;
+    CHECK(end >= regions[i].first + regions[i].second);
+    CHECK(end - regions[i].first < regions[i].second + 256);
+  }
+  // fp16 sizes as bf16; zero tokens still need the offsets.
+  size_t h = 0;
+  REQUIRE(kjit_moe_forward_workspace_bytes(300, 128, 8, 2048, 768, dl_dtype("fp16"), &h) ==
+          KJIT_SUCCESS);
+  CHECK(h == bytes);
+  REQUIRE(kjit_moe_forward_workspace_bytes(0, 8, 2, 64, 32, bf16, &h) == KJIT_SUCCESS);
+  CHECK(h == 256);
+
+  bytes = 7;
+  const char* api = "kjit_moe_forward_workspace_bytes";
+  expect(kjit_moe_forward_workspace_bytes(4, 8, 0, 64, 32, bf16, &bytes),
+         KJIT_ERROR_INVALID_ARGUMENT, "top_k (0)", api);
+  expect(kjit_moe_forward_workspace_bytes(4, 8, 9, 64, 32, bf16, &bytes),
+         KJIT_ERROR_INVALID_ARGUMENT, "top_k (9)", api);
+  expect(kjit_moe_forward_workspace_bytes(-1, 8, 2, 64, 32, bf16, &bytes),
+         KJIT_ERROR_INVALID_ARGUMENT, "tokens -1", api);
+  expect(kjit_moe_forward_workspace_bytes(4, 8, 2, 64, -32, bf16, &bytes),
+         KJIT_ERROR_INVALID_ARGUMENT, "intermediate -32", api);
+  expect(kjit_moe_forward_workspace_bytes(4, 8, 2, 64, 32, dl_dtype("fp32"), &bytes),
+         KJIT_ERROR_UNSUPPORTED, "bf16 or fp16", api);
+  expect(kjit_moe_forward_workspace_bytes(4, 8, 2, 64, 32, DLDataType{kDLUInt, 8, 1}, &bytes),
+         KJIT_ERROR_UNSUPPORTED, "not bf16 or fp16", api);
+  expect(kjit_moe_forward_workspace_bytes(int64_t{1} << 30, 8, 4, 64, 32, bf16, &bytes),
+         KJIT_ERROR_INVALID_ARGUMENT, "below 2^31", api);
+  expect(kjit_moe_forward_workspace_bytes(1 << 20, 8, 8, int64_t{1} << 50, 32, bf16, &bytes),
+         KJIT_ERROR_INVALID_ARGUMENT, "overflows", api);
+  CHECK(bytes == 7);  // untouched by a rejected query
+  expect(kjit_moe_forward_workspace_bytes(4, 8, 2, 64, 32, bf16, nullptr),
+         KJIT_ERROR_INVALID_ARGUMENT, "bytes is NULL", api);
+}
+
+TEST_CASE("moe abi: forward rejects bad arguments before any launch", "[moe]") {
+  {
+    Forward f;
+    f.top_k = 9;
+    f.rejects("top_k (9)");
+  }
+  {
+    Forward f;
+    f.top_k = 0;
+    f.rejects("top_k (0)");
+  }
+  {
+    Forward f;
+    f.w13 = make_tensor(kIn2, {8, 63, 64}, dl_dtype("bf16"));
+    f.rejects("w13 must be [experts, 2 intermediate, hidden]");
+  }
+  {
+    Forward f;
+    f.w13 = make_tensor(reinterpret_cast<char*>(0x30000000), {7, 64, 64}, dl_dtype("bf16"));
+    f.rejects("w13 must be [8, 64, 64]");
+  }
+  {
+    Forward f;
+    f.w2 = make_tensor(reinterpret_cast<char*>(0x34000000), {8, 32, 64}, dl_dtype("bf16"));
+    f.rejects("w2 must be [8, 64, 32]");
+  }
+  {
+    Forward f;
+    f.w2 = make_tensor(reinterpret_cast<char*>(0x34000000), {8, 64, 32}, dl_dtype("fp16"));
+    f.rejects("w2 must be x's dtype bf16");
+  }
+  {
+    Forward f;  // rows of w2 padded to 40 elements
+    f.w2 = make_tensor(reinterpret_cast<char*>(0x34000000), {8, 64, 32}, dl_dtype("bf16"),
+                       {64 * 40, 40, 1});
+    f.rejects("w2 must be compact (row stride 40, 32 columns)");
+  }
+  {
+    Forward f;
+    f.logits = make_tensor(kIn2, {5, 8}, dl_dtype("fp32"));
+    f.rejects("router_logits has 5 rows");
+  }
+  {
+    Forward f;
+    f.out = make_tensor(kOut, {4, 63}, dl_dtype("bf16"));
+    f.rejects("out must be x's shape");
+  }
+  {
+    Forward f;
+    f.shared = make_tensor(kOut2, {4, 64}, dl_dtype("fp16"));
+    f.rejects("shared_out");
+  }
+  {
+    Forward f;
+    f.ws = make_tensor(kOut3, {static_cast<int64_t>(f.ws_bytes) - 1}, DLDataType{kDLUInt, 8, 1});
+    f.rejects("bytes but the call needs");
+  }
+  {
+    Forward f;  // a workspace of int32 words is counted in bytes
+    f.ws = make_tensor(kOut3, {static_cast<int64_t>(f.ws_bytes / 4) - 1}, dl_dtype("int32"));
+    f.rejects("bytes but the call needs");
+  }
+  {
+    Forward f;
+    f.ws = make_tensor(kOut3 + 8, {static_cast<int64_t>(f.ws_bytes)}, DLDataType{kDLUInt, 8, 1});
+    f.rejects("16-byte aligned");
+  }
+  {
+    Forward f;
+    f.ws = make_tensor(kOut3, {static_cast<int64_t>(f.ws_bytes)}, DLDataType{kDLUInt, 8, 1});
+    f.ws.t.device.device_id = 1;
+    f.rejects("workspace is on cuda:1 but the call is for cuda:0");
+  }
+  {
+    Forward f;
+    f.ws = make_tensor(kOut3, {2, static_cast<int64_t>(f.ws_bytes)}, DLDataType{kDLUInt, 8, 1});
+    f.rejects("workspace must be 1-D");
+  }
+  {
+    Forward f;
+    f.ws.t.device.device_type = kDLCPU;
+    f.rejects("workspace is on device type");
+  }
+  {
+    Forward f;
+    f.ws = make_tensor(kIn, {static_cast<int64_t>(f.ws_bytes)}, DLDataType{kDLUInt, 8, 1});
+    f.rejects("workspace overlaps x");
+  }
+  {
+    Forward f;
+    f.out = make_tensor(kOut3 + 512, {4, 64}, dl_dtype("bf16"));
+    f.rejects("out overlaps workspace");
+  }
+  {
+    Forward f;
+    f.out = make_tensor(reinterpret_cast<char*>(0x34000000), {4, 64}, dl_dtype("bf16"));
+    f.rejects("out overlaps w2");
+  }
+  {
+    Forward f;
+    f.out = make_tensor(kOut2 + 2, {4, 64}, dl_dtype("bf16"));
+    f.rejects("out overlaps shared_out");
+  }
+  {
+    Forward f;
+    f.o.struct_size = 0;
+    f.rejects("kjit_moe_forward_options_init");
+  }
+  {
+    Forward f;
+    f.o.route.struct_size = 0;
+    f.rejects("options->route.struct_size is 0");
+  }
+  {
+    Forward f;
+    f.o.route.scoring = 5;
+    f.rejects("options->scoring is 5");
+  }
+  {
+    Forward f;  // fp32 everywhere: the layer runs bf16 / fp16 experts only
+    f.x = make_tensor(kIn, {4, 64}, dl_dtype("fp32"));
+    f.w13 = make_tensor(reinterpret_cast<char*>(0x30000000), {8, 64, 64}, dl_dtype("fp32"));
+    f.w2 = make_tensor(reinterpret_cast<char*>(0x34000000), {8, 64, 32}, dl_dtype("fp32"));
+    f.out = make_tensor(kOut, {4, 64}, dl_dtype("fp32"));
+    f.shared = make_tensor(kOut2, {4, 64}, dl_dtype("fp32"));
+    f.rejects("bf16 or fp16", KJIT_ERROR_UNSUPPORTED);
+  }
+  {
+    Forward f;  // zero tokens: validated, then nothing to do (no driver call)
+    f.x = make_tensor(kIn, {0, 64}, dl_dtype("bf16"));
+    f.logits = make_tensor(kIn2, {0, 8}, dl_dtype("fp32"));
+    f.out = make_tensor(kOut, {0, 64}, dl_dtype("bf16"));
+    f.shared = make_tensor(kOut2, {0, 64}, dl_dtype("bf16"));
+    CHECK(f.run() == KJIT_SUCCESS);
+  }
+}

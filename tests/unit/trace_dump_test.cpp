@@ -23,6 +23,7 @@
 #include "ops/gemm/gemm_desc.hpp"
 #include "ops/kv_cache/kv_cache_desc.hpp"
 #include "ops/norm/norm_desc.hpp"
+#include "ops/quant/fused_quant_desc.hpp"
 #include "ops/rope/rope_desc.hpp"
 #include "ops/sampling/sampling_desc.hpp"
 #include "support/gpu.hpp"
@@ -137,8 +138,15 @@ TEST_CASE("trace dump: every hook writes under its definition's name", "[trace]"
   trace::append_paged_kv(DType::kBF16, 8, 8, 128, 16, true, 64, 64, 70, 100);  // e4m3, per head
   trace::gemm(DType::kBF16, DType::kBF16, 16, 4096, 14336, false);
   trace::gemm(DType::kF16, DType::kF32, 3, 64, 40, true);
+  trace::rmsnorm_quant_fp8(DType::kBF16, false, 16, 4096);
+  trace::rmsnorm_quant_fp8(DType::kBF16, true, 16, 4096);
+  trace::silu_and_mul_quant_fp8(DType::kBF16, 5, 14336);
 
-  CHECK(check_one_line_each(t.dir.path()) == 11);
+  CHECK(check_one_line_each(t.dir.path()) == 14);
+  const auto fused_line = lines(t.work("fused_add_rmsnorm_quant_fp8_h4096")).at(0);
+  CHECK(fused_line.at("op") == "rmsnorm_quant_fp8");
+  CHECK(fused_line.at("set").at("residual") == "1");
+  CHECK(lines(t.work("silu_and_mul_quant_fp8_d14336")).at(0).at("axes").at("groups") == 112);
   const auto gemm_line = lines(t.work("gemm_n4096_k14336")).at(0);
   CHECK(gemm_line.at("axes").at("m") == 16);
   CHECK(gemm_line.at("op") == "gemm");

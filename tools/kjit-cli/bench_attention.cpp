@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "bench_harness.hpp"
 #include "bench_probe.hpp"
 #include "commands.hpp"
+#include "decode_inputs.hpp"
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
 #include "runtime/jit_core.hpp"
@@ -32,10 +34,6 @@
 
 namespace kjit::cli {
 namespace {
-
-struct PlanDeleter {
-  void operator()(kjit_decode_plan* p) const { kjit_decode_plan_destroy(p); }
-};
 
 // Fills n elements fast (the caches run to gigabytes): 12 random bits index a table of values
 // uniform in [-1, 1) (16-bit dtypes) or of e4m3 bytes with exponent field 0..9 (|x| <= 7.5).
@@ -67,139 +65,148 @@ void fill_fast(unsigned char* dst, size_t n, const std::string& dtype, bool fp8,
   }
 }
 
-int bench_decode_attention(const ops::SetArgs& args, const BenchOptions& opts) {
-  const std::string dtype = args.at("dtype");
-  if (dtype == "fp32") throw UsageError("decode_attention supports dtype bf16 or fp16");
-  const std::string kv_dtype = args.count("kv_dtype") ? args.at("kv_dtype") : dtype;
-  if (kv_dtype != dtype && kv_dtype != "e4m3") {
+}  // namespace
+
+ops::DecodePlanner DecodeInputs::planner() const {
+  return ops::DecodePlanner(indptr.data(), static_cast<int>(B), static_cast<int>(hq),
+                            static_cast<int>(hk), static_cast<int>(D), static_cast<int>(P),
+                            nhd ? KJIT_KV_LAYOUT_NHD : KJIT_KV_LAYOUT_HND, qdt, kvdt, 0.0f, 0.0f,
+                            -1, num_splits, 0, 0);
+}
+
+ops::DecodePlanData DecodeInputs::plan(const ops::DecodeTactic* forced,
+                                       const ops::DecodeTuneRequest* tune) const {
+  return ops::plan_batch_decode(indptr.data(), static_cast<int>(B), static_cast<int>(hq),
+                                static_cast<int>(hk), static_cast<int>(D), static_cast<int>(P),
+                                nhd ? KJIT_KV_LAYOUT_NHD : KJIT_KV_LAYOUT_HND, qdt, kvdt, 0.0f,
+                                0.0f, -1, num_splits, 0, 0, forced, tune);
+}
+
+void DecodeInputs::run(const kjit_decode_plan* plan, DLTensor* ws, CUstream stream) {
+  const kjit_status s =
+      kjit_batch_decode_run(plan, qt.get(), kct.get(), vct.get(), it.get(), pt.get(), lt.get(), ws,
+                            ot.get(), nullptr, 1.0f, 1.0f, stream);
+  if (s != KJIT_SUCCESS) throw Error(s, kjit_last_error());
+}
+
+std::unique_ptr<DecodeInputs> make_decode_inputs(const ops::SetArgs& args) {
+  auto x = std::make_unique<DecodeInputs>();
+  x->dtype = args.at("dtype");
+  if (x->dtype == "fp32") throw UsageError("decode_attention supports dtype bf16 or fp16");
+  x->kv_dtype = args.count("kv_dtype") ? args.at("kv_dtype") : x->dtype;
+  if (x->kv_dtype != x->dtype && x->kv_dtype != "e4m3") {
     throw UsageError("kv_dtype must be the q dtype or e4m3");
   }
-  const bool fp8 = kv_dtype == "e4m3";
-  const int64_t B = ops::positive_int_arg(args, "batch", 1 << 16);
-  const int64_t L = ops::positive_int_arg(args, "kv_len", 1 << 24);
-  const int64_t hq = ops::positive_int_arg(args, "qo_heads", 1024);
-  const int64_t hk = ops::positive_int_arg(args, "kv_heads", 1024);
-  const int64_t D = ops::positive_int_arg(args, "head_dim", 256);
-  const int64_t P = ops::positive_int_arg(args, "page_size", 1024);
-  const int splits = args.count("num_splits")
-                         ? static_cast<int>(ops::positive_int_arg(args, "num_splits", 256))
-                         : 0;
-  const std::string layout = args.count("layout") ? args.at("layout") : "nhd";
-  if (layout != "nhd" && layout != "hnd") throw UsageError("layout must be nhd or hnd");
-  const bool nhd = layout == "nhd";
-  const size_t es_q = ref::elem_size(dtype), es_kv = fp8 ? 1 : es_q;
+  x->fp8 = x->kv_dtype == "e4m3";
+  x->B = ops::positive_int_arg(args, "batch", 1 << 16);
+  x->L = ops::positive_int_arg(args, "kv_len", 1 << 24);
+  x->hq = ops::positive_int_arg(args, "qo_heads", 1024);
+  x->hk = ops::positive_int_arg(args, "kv_heads", 1024);
+  x->D = ops::positive_int_arg(args, "head_dim", 256);
+  x->P = ops::positive_int_arg(args, "page_size", 1024);
+  x->num_splits = args.count("num_splits")
+                      ? static_cast<int>(ops::positive_int_arg(args, "num_splits", 256))
+                      : 0;
+  x->layout = args.count("layout") ? args.at("layout") : "nhd";
+  if (x->layout != "nhd" && x->layout != "hnd") throw UsageError("layout must be nhd or hnd");
+  x->nhd = x->layout == "nhd";
+  const size_t es_q = ref::elem_size(x->dtype), es_kv = x->fp8 ? 1 : es_q;
   check_gpu();
+  const int64_t B = x->B, L = x->L, hq = x->hq, hk = x->hk, D = x->D, P = x->P;
 
   // Every request has kv_len positions on distinct pages in random order (a fragmented pool).
-  std::mt19937_64 rng(std::random_device{}());
-  const int64_t pages_per = (L + P - 1) / P, num_pages = B * pages_per;
-  std::vector<int32_t> indices(static_cast<size_t>(num_pages)), indptr{0}, last;
-  std::iota(indices.begin(), indices.end(), 0);
-  std::shuffle(indices.begin(), indices.end(), rng);
+  x->rng.seed(std::random_device{}());
+  x->pages_per = (L + P - 1) / P;
+  x->num_pages = B * x->pages_per;
+  x->indices.resize(static_cast<size_t>(x->num_pages));
+  std::iota(x->indices.begin(), x->indices.end(), 0);
+  std::shuffle(x->indices.begin(), x->indices.end(), x->rng);
+  x->indptr = {0};
   for (int64_t b = 0; b < B; ++b) {
-    indptr.push_back(static_cast<int32_t>((b + 1) * pages_per));
-    last.push_back(static_cast<int32_t>(L - (pages_per - 1) * P));
+    x->indptr.push_back(static_cast<int32_t>((b + 1) * x->pages_per));
+    x->last.push_back(static_cast<int32_t>(L - (x->pages_per - 1) * P));
   }
 
-  // Caches k | v in one buffer (the copy baseline and the probe read it), q and the page table
-  // in another, out (poisoned) and the workspace apart.
-  const size_t cache_elems = static_cast<size_t>(num_pages * P * hk * D);
-  Packed caches;
-  const size_t kc_at = caches.add(cache_elems * es_kv), vc_at = caches.add(cache_elems * es_kv);
-  fill_fast(caches.host.data() + kc_at, cache_elems, dtype, fp8, rng);
-  fill_fast(caches.host.data() + vc_at, cache_elems, dtype, fp8, rng);
-  caches.upload();
-  Packed in;
+  // Caches k | v in one buffer, q and the page table in another, out (poisoned) apart.
+  const size_t cache_elems = static_cast<size_t>(x->num_pages * P * hk * D);
+  x->kc_at = x->caches.add(cache_elems * es_kv);
+  x->vc_at = x->caches.add(cache_elems * es_kv);
+  fill_fast(x->caches.host.data() + x->kc_at, cache_elems, x->dtype, x->fp8, x->rng);
+  fill_fast(x->caches.host.data() + x->vc_at, cache_elems, x->dtype, x->fp8, x->rng);
+  x->caches.upload();
   const size_t nq = static_cast<size_t>(B * hq * D);
-  const size_t q_at = in.add(nq * es_q);
-  fill_uniform(in.host.data() + q_at, nq, dtype, rng, -2.0, 2.0);
-  const size_t idx_at = add_int32s(in, indices), ptr_at = add_int32s(in, indptr);
-  const size_t last_at = add_int32s(in, last);
-  in.upload();
-  test::DeviceBuffer out(nq * es_q);
-  out.fill(0xFF);
+  x->q_at = x->in.add(nq * es_q);
+  fill_uniform(x->in.host.data() + x->q_at, nq, x->dtype, x->rng, -2.0, 2.0);
+  x->idx_at = add_int32s(x->in, x->indices);
+  x->ptr_at = add_int32s(x->in, x->indptr);
+  x->last_at = add_int32s(x->in, x->last);
+  x->in.upload();
+  x->out = std::make_unique<test::DeviceBuffer>(nq * es_q);
+  x->out->fill(0xFF);
 
-  const DLDataType qdt = test::dl_dtype(dtype), i32 = test::dl_dtype("int32");
-  const DLDataType kvdt = fp8 ? DLDataType{10, 8, 1} : qdt;  // kDLFloat8_e4m3fn
-  kjit_decode_options o;
-  kjit_decode_options_init(&o);
-  o.num_splits = splits;
-  kjit_decode_plan* raw_plan = nullptr;
-  kjit_status st = kjit_batch_decode_plan(
-      indptr.data(), static_cast<int>(B), static_cast<int>(hq), static_cast<int>(hk),
-      static_cast<int>(D), static_cast<int>(P), nhd ? KJIT_KV_LAYOUT_NHD : KJIT_KV_LAYOUT_HND, qdt,
-      kvdt, &o, 0, &raw_plan);
-  if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
-  std::unique_ptr<kjit_decode_plan, PlanDeleter> plan(raw_plan);
-  // Tuning overrides (internal, not the C ABI): the same problem planned again with them, so one
-  // device call can sweep variants against the default plan.
-  ops::DecodeTuning tune;
-  bool tuned = false;
-  for (const auto& [key, field] :
-       {std::pair{"warps", &tune.warps}, std::pair{"stage_tokens", &tune.stage_tokens},
-        std::pair{"stages", &tune.stages}, std::pair{"heads_per_cta", &tune.heads_per_cta},
-        std::pair{"ctas_per_sm", &tune.ctas_per_sm}, std::pair{"joint_tiles", &tune.joint_tiles}}) {
-    if (args.count(key)) {
-      *field = static_cast<int>(ops::positive_int_arg(args, key, 64));
-      tuned = true;
-    }
+  x->qdt = test::dl_dtype(x->dtype);
+  x->kvdt = x->fp8 ? DLDataType{10, 8, 1} : x->qdt;  // kDLFloat8_e4m3fn
+  const DLDataType i32 = test::dl_dtype("int32");
+  const std::vector<int64_t> cshape = x->nhd ? std::vector<int64_t>{x->num_pages, P, hk, D}
+                                             : std::vector<int64_t>{x->num_pages, hk, P, D};
+  x->qt = test::make_tensor(x->in.at(x->q_at), {B, hq, D}, x->qdt);
+  x->kct = test::make_tensor(x->caches.at(x->kc_at), cshape, x->kvdt);
+  x->vct = test::make_tensor(x->caches.at(x->vc_at), cshape, x->kvdt);
+  x->it = test::make_tensor(x->in.at(x->idx_at), {x->num_pages}, i32);
+  x->pt = test::make_tensor(x->in.at(x->ptr_at), {B + 1}, i32);
+  x->lt = test::make_tensor(x->in.at(x->last_at), {B}, i32);
+  x->ot = test::make_tensor(x->out->get(), {B, hq, D}, x->qdt);
+  return x;
+}
+
+namespace {
+
+int bench_decode_attention(const ops::SetArgs& args, const BenchOptions& opts) {
+  // A forced tactic (`--set tactic=split8_cluster`, docs/autotune.md names them) instead of the
+  // plan's choice: one device call can sweep tactics against the default plan. A name that is
+  // no tactic is refused before the inputs are built.
+  std::optional<ops::DecodeTactic> forced;
+  if (args.count("tactic")) {
+    forced = ops::DecodeTactic::parse(args.at("tactic"));
+    if (!forced) throw UsageError("tactic '" + args.at("tactic") + "' is not a decode tactic name");
   }
-  if (args.count("merge")) {
-    const std::string m = args.at("merge");
-    if (m != "fused" && m != "kernel" && m != "cluster") {
-      throw UsageError("merge must be fused, kernel or cluster");
-    }
-    tune.fused_merge = m == "fused" ? 1 : 0;
-    tune.cluster_merge = m == "cluster" ? 1 : 0;
-    tuned = true;
-  }
-  if (args.count("addr")) {
-    const std::string a = args.at("addr");
-    if (a != "64" && a != "32") throw UsageError("addr must be 64 or 32");
-    tune.addr = a == "64" ? 1 : 2;
-    tuned = true;
-  }
-  if (args.count("pdl")) {
-    const std::string v = args.at("pdl");
-    if (v != "0" && v != "1") throw UsageError("pdl must be 0 or 1");
-    tune.pdl = v == "1" ? 1 : 0;
-    tuned = true;
-  }
-  if (tuned) {
-    raw_plan->data = ops::plan_batch_decode(
-        indptr.data(), static_cast<int>(B), static_cast<int>(hq), static_cast<int>(hk),
-        static_cast<int>(D), static_cast<int>(P), nhd ? KJIT_KV_LAYOUT_NHD : KJIT_KV_LAYOUT_HND,
-        qdt, kvdt, o.sm_scale, o.logits_soft_cap, o.window_left, o.num_splits, o.num_sms, 0, &tune);
-  }
-  const ops::DecodePlanData& pd = raw_plan->data;
-  const std::string variant =
-      fmt::format("w{} ts{} st{} hp{} cps{} merge={} addr={} jt{}{}", pd.cfg.warps,
-                  pd.cfg.stage_tokens, pd.cfg.stages, pd.cfg.heads_per_cta, pd.ctas_per_sm,
-                  pd.split.max_splits <= 1
-                      ? "none"
-                      : (pd.cfg.cluster_merge ? "cluster" : (pd.fused_merge ? "fused" : "kernel")),
-                  pd.cfg.addr == 1 ? "64" : "32", pd.cfg.joint_tiles, pd.pdl ? " pdl" : "");
+  std::unique_ptr<DecodeInputs> xp = make_decode_inputs(args);
+  DecodeInputs& x = *xp;
+  const std::string &dtype = x.dtype, &kv_dtype = x.kv_dtype, &layout = x.layout;
+  const bool fp8 = x.fp8, nhd = x.nhd;
+  const int64_t B = x.B, L = x.L, hq = x.hq, hk = x.hk, D = x.D, P = x.P;
+  const int64_t pages_per = x.pages_per, num_pages = x.num_pages;
+  const size_t es_q = ref::elem_size(dtype), es_kv = fp8 ? 1 : es_q;
+  const size_t nq = static_cast<size_t>(B * hq * D);
+  const std::vector<int32_t>&indices = x.indices, &last = x.last, &indptr = x.indptr;
+  const Packed &caches = x.caches, &in = x.in;
+  const size_t kc_at = x.kc_at, vc_at = x.vc_at, q_at = x.q_at;
+  std::mt19937_64& rng = x.rng;
+
+  // The plan as an engine gets it (the autotuner's choice), or the forced tactic's.
+  kjit_decode_plan plan;
+  const bool tuned = forced.has_value();
+  plan.data = x.plan(tuned ? &*forced : nullptr);
+  const kjit_decode_plan* raw_plan = &plan;
+  const ops::DecodePlanData& pd = plan.data;
+  const std::string variant = fmt::format(
+      "{} ({}): w{} ts{} st{} hp{} cps{} merge={} addr={} jt{}{}", pd.tactic, pd.tactic_source,
+      pd.cfg.warps, pd.cfg.stage_tokens, pd.cfg.stages, pd.cfg.heads_per_cta, pd.ctas_per_sm,
+      pd.split.max_splits <= 1
+          ? "none"
+          : (pd.cfg.cluster_merge ? "cluster" : (pd.fused_merge ? "fused" : "kernel")),
+      pd.cfg.addr == 1 ? "64" : "32", pd.cfg.joint_tiles, pd.pdl ? " pdl" : "");
   const size_t ws_bytes = kjit_decode_plan_workspace_bytes(raw_plan);
   const int plan_splits = kjit_decode_plan_num_splits(raw_plan);
   test::DeviceBuffer ws(std::max<size_t>(ws_bytes, 16));
   ws.fill(0);  // the fused merge's counters start at zero (every run leaves them zero)
-
-  const std::vector<int64_t> cshape =
-      nhd ? std::vector<int64_t>{num_pages, P, hk, D} : std::vector<int64_t>{num_pages, hk, P, D};
-  auto qt = test::make_tensor(in.at(q_at), {B, hq, D}, qdt);
-  auto kct = test::make_tensor(caches.at(kc_at), cshape, kvdt);
-  auto vct = test::make_tensor(caches.at(vc_at), cshape, kvdt);
-  auto it = test::make_tensor(in.at(idx_at), {num_pages}, i32);
-  auto pt = test::make_tensor(in.at(ptr_at), {B + 1}, i32);
-  auto lt = test::make_tensor(in.at(last_at), {B}, i32);
   auto wt =
       test::make_tensor(ws.get(), {static_cast<int64_t>(ws.size())}, DLDataType{kDLUInt, 8, 1});
-  auto ot = test::make_tensor(out.get(), {B, hq, D}, qdt);
 
   const double kv_bytes = 2.0 * static_cast<double>(B * L * hk * D) * es_kv;
   BenchCase c;
   c.op = "decode_attention";
-  c.uri = ops::decode_uri(raw_plan->data.cfg);
+  c.uri = ops::decode_uri(pd.cfg);
   c.dtype = dtype;
   c.shape = {{"batch", B},         {"kv_len", L},          {"qo_heads", hq},
              {"kv_heads", hk},     {"head_dim", D},        {"page_size", P},
@@ -209,12 +216,7 @@ int bench_decode_attention(const ops::SetArgs& args, const BenchOptions& opts) {
       "decode_attention {} kv={} {} batch={} kv_len={} heads={}/{} head_dim={} "
       "page={} splits={} [{}{}]",
       dtype, kv_dtype, layout, B, L, hq, hk, D, P, plan_splits, variant, tuned ? ", tuned" : "");
-  c.launch = [&](CUstream stream) {
-    const kjit_status s =
-        kjit_batch_decode_run(raw_plan, qt.get(), kct.get(), vct.get(), it.get(), pt.get(),
-                              lt.get(), wt.get(), ot.get(), nullptr, 1.0f, 1.0f, stream);
-    if (s != KJIT_SUCCESS) throw Error(s, kjit_last_error());
-  };
+  c.launch = [&](CUstream stream) { x.run(raw_plan, wt.get(), stream); };
   // Reads every K and V byte of the requests once, q and the page table; writes out.
   c.bytes = kv_bytes + 2.0 * static_cast<double>(nq * es_q) +
             4.0 * static_cast<double>(indices.size() + indptr.size() + last.size());
@@ -228,7 +230,7 @@ int bench_decode_attention(const ops::SetArgs& args, const BenchOptions& opts) {
   Check chk;
   if (opts.check) {
     std::vector<unsigned char> got(nq * es_q);
-    out.download(got.data(), got.size());
+    x.out->download(got.data(), got.size());
     std::vector<int64_t> picks = {0, B - 1};
     std::uniform_int_distribution<int64_t> pick(0, B - 1);
     for (int k = 0; k < 2; ++k) picks.push_back(pick(rng));
@@ -513,13 +515,11 @@ void add_attention_benches(std::vector<BenchEntry>& out) {
   out.push_back(
       {"decode_attention",
        {"dtype", "batch", "kv_len", "qo_heads", "kv_heads", "head_dim", "page_size"},
-       {"kv_dtype", "layout", "num_splits", "warps", "stage_tokens", "stages", "heads_per_cta",
-        "ctas_per_sm", "merge", "addr", "joint_tiles", "pdl"},
+       {"kv_dtype", "layout", "num_splits", "tactic"},
        bench_decode_attention,
        "dtype (q), batch, kv_len, qo_heads, kv_heads, head_dim, page_size, optional "
-       "kv_dtype (e4m3), layout (nhd|hnd), num_splits; tuning overrides warps, "
-       "stage_tokens, stages, heads_per_cta, ctas_per_sm, merge (fused|kernel|cluster), addr "
-       "(64|32), joint_tiles (1|2), pdl (0|1); "
+       "kv_dtype (e4m3), layout (nhd|hnd), num_splits; tactic (a forced tactic: split8_cluster, "
+       "split4_kernel_s3, w2_ts64_jt2, ...; docs/autotune.md); "
        "checked on up to 4 requests, then a read-only probe of the same bytes"});
   out.push_back(
       {"batch_prefill",

@@ -163,6 +163,8 @@ void add_gemm_fp8_benches(std::vector<BenchEntry>& out);    // bench_gemm_fp8.cp
 void add_moe_benches(std::vector<BenchEntry>& out);         // bench_moe.cpp
 void add_empty_bench(std::vector<BenchEntry>& out);         // bench_harness.cpp
 void add_embedding_benches(std::vector<BenchEntry>& out);   // bench_embedding.cpp
+// bench_fused_quant.cpp
+void add_fused_quant_benches(std::vector<BenchEntry>& out);
 void add_rope_fused_benches(std::vector<BenchEntry>& out);  // bench_rope_fused.cpp
 
 }  // namespace kjit::cli

@@ -1,8 +1,9 @@
 // `kjit-cli bench` cases of the MoE family: the grouped GEMM (contiguous layout) over routed
-// tokens.
+// tokens, its SwiGLU form (silu_and_mul in the epilogue), and the whole layer (kjit_moe_forward).
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <set>
 #include <string>
@@ -11,9 +12,12 @@
 #include "bench_harness.hpp"
 #include "commands.hpp"
 #include "kjit/kjit.h"
+#include "moe/moe_params.h"
 #include "ops/moe/moe.hpp"
+#include "util/error.hpp"
 #include "reference/gemm_ref.hpp"
 #include "reference/half.hpp"
+#include "reference/moe_ref.hpp"
 #include "support/gpu.hpp"
 
 namespace kjit::cli {
@@ -42,6 +46,10 @@ int bench_moe_grouped_gemm(const ops::SetArgs& args, const BenchOptions& opts) {
   const int64_t n = ops::positive_int_arg(args, "n", 1 << 20);
   const int64_t k = ops::positive_int_arg(args, "k", 1 << 20);
   const std::string routing = args.count("routing") != 0 ? args.at("routing") : "even";
+  // swiglu: b is w13 [experts, n = 2 I, k], out [rows, I] = silu(gate) * up from the epilogue.
+  const bool swiglu = flag_arg(args, "swiglu");
+  if (swiglu && n % 2 != 0) throw UsageError("moe_grouped_gemm: swiglu takes an even n (2 I)");
+  const int64_t out_n = swiglu ? n / 2 : n;
   if (dtype != "bf16" && dtype != "fp16")
     throw UsageError("moe_grouped_gemm: dtype is bf16 or fp16");
   if (routing != "even" && routing != "skew") {
@@ -65,15 +73,21 @@ int bench_moe_grouped_gemm(const ops::SetArgs& args, const BenchOptions& opts) {
   fill_uniform(in.host.data() + a_at, static_cast<size_t>(rows * k), dtype, rng, -1.0, 1.0);
   fill_uniform(in.host.data() + b_at, static_cast<size_t>(experts * n * k), dtype, rng, -1.0, 1.0);
   in.upload();
-  test::DeviceBuffer y(static_cast<size_t>(rows * n) * es);
+  test::DeviceBuffer y(static_cast<size_t>(rows * out_n) * es);
   y.fill(0xFF);
   auto at = test::make_tensor(in.at(a_at), {rows, k}, test::dl_dtype(dtype));
   auto bt = test::make_tensor(in.at(b_at), {experts, n, k}, test::dl_dtype(dtype));
   auto ot = test::make_tensor(in.at(off_at), {experts + 1}, test::dl_dtype("int32"));
-  auto yt = test::make_tensor(y.get(), {rows, n}, test::dl_dtype(dtype));
-  const ops::MoeGemmConfig cfg = ops::select_moe_gemm(
+  auto yt = test::make_tensor(y.get(), {rows, out_n}, test::dl_dtype(dtype));
+  ops::MoeGemmConfig cfg = ops::select_moe_gemm(
       ops::dtype_from_name(dtype), ops::dtype_from_name(dtype), rows, rows / experts, n, k, experts,
       ops::gemm_target(0, (k * static_cast<int64_t>(es)) % 16 == 0));
+  cfg.swiglu = swiglu ? 1 : 0;
+  if (swiglu && cfg.path != ops::GemmPath::kSm90) {
+    throw UsageError(
+        "moe_grouped_gemm: swiglu runs on the sm90 path only (sm_90a, k * 2 bytes "
+        "a multiple of 16)");
+  }
 
   BenchCase c;
   c.op = "moe_grouped_gemm";
@@ -82,13 +96,19 @@ int bench_moe_grouped_gemm(const ops::SetArgs& args, const BenchOptions& opts) {
   c.shape = {
       {"experts", experts}, {"top_k", top_k},          {"tokens", tokens}, {"n", n}, {"k", k},
       {"routing", routing}, {"active_experts", active}};
-  c.label = fmt::format("moe_grouped_gemm {} e={} top{} tokens={} n={} k={} {} ({})", dtype,
-                        experts, top_k, tokens, n, k, routing, ops::gemm_path_name(cfg.path));
+  if (swiglu) c.shape["swiglu"] = 1;
+  c.label = fmt::format("moe_grouped_gemm {} e={} top{} tokens={} n={} k={} {}{} ({})", dtype,
+                        experts, top_k, tokens, n, k, routing, swiglu ? " swiglu" : "",
+                        ops::gemm_path_name(cfg.path));
   c.launch = [&](CUstream stream) {
-    ops::moe_grouped_gemm(at.get(), bt.get(), ot.get(), yt.get(), stream);
+    if (!swiglu) {
+      ops::moe_grouped_gemm(at.get(), bt.get(), ot.get(), yt.get(), stream);
+    } else if (!ops::moe_grouped_gemm_swiglu(at.get(), bt.get(), ot.get(), yt.get(), stream)) {
+      fail(KJIT_ERROR_UNSUPPORTED, "moe_grouped_gemm: the SwiGLU epilogue did not serve the call");
+    }
   };
   // The active experts' weights are read once; a and out once.
-  c.bytes = static_cast<double>((rows * k + active * n * k + rows * n) * es);
+  c.bytes = static_cast<double>((rows * k + active * n * k + rows * out_n) * es);
   c.flops = 2.0 * static_cast<double>(rows) * n * k;
   c.copy_src = in.at(0);
   c.copy_bytes = std::min(static_cast<size_t>(c.bytes / 2), in.host.size());
@@ -96,16 +116,26 @@ int bench_moe_grouped_gemm(const ops::SetArgs& args, const BenchOptions& opts) {
   const double first_ms = first_call_ms(c);
   Check chk;
   if (opts.check) {
-    std::vector<unsigned char> yh(static_cast<size_t>(rows * n) * es);
+    std::vector<unsigned char> yh(static_cast<size_t>(rows * out_n) * es);
     y.download(yh.data(), yh.size());
-    std::vector<double> a_row(static_cast<size_t>(k)), b_row(static_cast<size_t>(k));
-    for (const auto& [r, j] : gemm_check_picks(rows, n, k, rng)) {
+    // b_row: the output's row of b; swiglu: its gate row, then its up row.
+    std::vector<double> a_row(static_cast<size_t>(k)), b_row(static_cast<size_t>(2 * k));
+    for (const auto& [r, j] : gemm_check_picks(rows, out_n, k, rng)) {
       const int64_t e = std::upper_bound(offsets.begin(), offsets.end(), static_cast<int32_t>(r)) -
                         offsets.begin() - 1;
       for (int64_t i = 0; i < k; ++i) {
         a_row[i] = ref::load_elem(in.host.data() + a_at, static_cast<size_t>(r * k + i), dtype);
-        b_row[i] =
-            ref::load_elem(in.host.data() + b_at, static_cast<size_t>((e * n + j) * k + i), dtype);
+        for (int64_t h = 0; h < (swiglu ? 2 : 1); ++h) {
+          b_row[h * k + i] = ref::load_elem(
+              in.host.data() + b_at, static_cast<size_t>((e * n + h * out_n + j) * k + i), dtype);
+        }
+      }
+      if (swiglu) {
+        const ref::MoeValues v =
+            ref::moe_swiglu_act(a_row.data(), b_row.data(), k, 1, 0.0, ref::unit_roundoff(dtype));
+        chk.add(ref::load_elem(yh.data(), static_cast<size_t>(r * out_n + j), dtype), v.v[0],
+                v.err[0]);
+        continue;
       }
       double sum_abs = 0.0;
       const double want =
@@ -117,15 +147,175 @@ int bench_moe_grouped_gemm(const ops::SetArgs& args, const BenchOptions& opts) {
   return report(c, chk, first_ms, opts);
 }
 
+// The whole layer: softmax routing (renormalized, as Mixtral and Qwen3), permutation, the gate_up
+// GEMM with silu_and_mul, the down GEMM and finalize, one kjit_moe_forward call.
+int bench_moe_forward(const ops::SetArgs& args, const BenchOptions& opts) {
+  const std::string dtype = args.count("dtype") != 0 ? args.at("dtype") : "bf16";
+  const int64_t experts = ops::positive_int_arg(args, "experts", moe::kMoeMaxExperts);
+  const int64_t top_k = ops::positive_int_arg(args, "top_k", moe::kMoeMaxTopK);
+  const int64_t tokens = ops::positive_int_arg(args, "tokens", 1 << 20);
+  const int64_t hidden = ops::positive_int_arg(args, "hidden", 1 << 16);
+  const int64_t inter = ops::positive_int_arg(args, "inter", 1 << 16);
+  const std::string routing = args.count("routing") != 0 ? args.at("routing") : "even";
+  if (dtype != "bf16" && dtype != "fp16") throw UsageError("moe_forward: dtype is bf16 or fp16");
+  if (routing != "even" && routing != "skew") {
+    throw UsageError("moe_forward: routing is even or skew");
+  }
+  if (top_k > experts) throw UsageError("moe_forward: top_k exceeds experts");
+  check_gpu();
+  const size_t es = ref::elem_size(dtype);
+  const ops::DType dt = ops::dtype_from_name(dtype);
+  std::mt19937_64 rng(std::random_device{}());
+  const int64_t pairs = tokens * top_k;
+  const ops::MoeForwardLayout layout =
+      ops::moe_forward_layout(tokens, experts, top_k, hidden, inter, dt);
+
+  Packed in;
+  const size_t x_at = in.add(static_cast<size_t>(tokens * hidden) * es);
+  const size_t l_at = in.add(static_cast<size_t>(tokens * experts) * 4);
+  const size_t w13_at = in.add(static_cast<size_t>(experts * 2 * inter * hidden) * es);
+  const size_t w2_at = in.add(static_cast<size_t>(experts * hidden * inter) * es);
+  fill_uniform(in.host.data() + x_at, static_cast<size_t>(tokens * hidden), dtype, rng, -1.0, 1.0);
+  std::vector<double> logits(static_cast<size_t>(tokens * experts));
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t e = 0; e < experts; ++e) {
+      double v = u(rng) + (routing == "skew" && e == 0 && t % 10 != 9 ? 8.0 : 0.0);
+      ref::store_elem(in.host.data() + l_at, static_cast<size_t>(t * experts + e), v, "fp32");
+      logits[static_cast<size_t>(t * experts + e)] = v;
+    }
+  }
+  const double s13 = 2.0 / std::sqrt(static_cast<double>(hidden));
+  const double s2 = 2.0 / std::sqrt(static_cast<double>(inter));
+  fill_uniform(in.host.data() + w13_at, static_cast<size_t>(experts * 2 * inter * hidden), dtype,
+               rng, -s13, s13);
+  fill_uniform(in.host.data() + w2_at, static_cast<size_t>(experts * hidden * inter), dtype, rng,
+               -s2, s2);
+  in.upload();
+  test::DeviceBuffer y(static_cast<size_t>(tokens * hidden) * es);
+  y.fill(0xFF);
+  test::DeviceBuffer ws(layout.bytes);
+  const DLDataType ddt = test::dl_dtype(dtype);
+  auto xt = test::make_tensor(in.at(x_at), {tokens, hidden}, ddt);
+  auto lt = test::make_tensor(in.at(l_at), {tokens, experts}, test::dl_dtype("fp32"));
+  auto w13t = test::make_tensor(in.at(w13_at), {experts, 2 * inter, hidden}, ddt);
+  auto w2t = test::make_tensor(in.at(w2_at), {experts, hidden, inter}, ddt);
+  auto wst =
+      test::make_tensor(ws.get(), {static_cast<int64_t>(layout.bytes)}, DLDataType{kDLUInt, 8, 1});
+  auto yt = test::make_tensor(y.get(), {tokens, hidden}, ddt);
+  kjit_moe_route_options route;
+  kjit_moe_route_options_init(&route);
+  route.renormalize = 1;
+
+  BenchCase c;
+  c.op = "moe_forward";
+  c.dtype = dtype;
+  c.launch = [&](CUstream stream) {
+    ops::moe_forward(xt.get(), lt.get(), nullptr, w13t.get(), w2t.get(), nullptr, wst.get(),
+                     yt.get(), static_cast<int>(top_k), route, stream);
+  };
+  const double first_ms = first_call_ms(c);
+  // The routing the call chose, from its workspace: the active experts set the weight bytes.
+  std::vector<int32_t> ids(static_cast<size_t>(pairs));
+  std::vector<float> weights(static_cast<size_t>(pairs));
+  ws.download(ids.data(), ids.size() * 4, layout.topk_ids);
+  ws.download(weights.data(), weights.size() * 4, layout.topk_weights);
+  const std::set<int32_t> active(ids.begin(), ids.end());
+  const ops::MoeGemmConfig gate_up =
+      ops::select_moe_gemm(dt, dt, pairs, pairs / experts, 2 * inter, hidden, experts,
+                           ops::gemm_target(0, (hidden * static_cast<int64_t>(es)) % 16 == 0));
+  c.uri = ops::moe_gemm_spec(gate_up).uri;
+  c.shape = {{"experts", experts},
+             {"top_k", top_k},
+             {"tokens", tokens},
+             {"hidden", hidden},
+             {"inter", inter},
+             {"routing", routing},
+             {"active_experts", static_cast<int64_t>(active.size())}};
+  c.label = fmt::format("moe_forward {} e={} top{} tokens={} hidden={} inter={} {} (gate_up {})",
+                        dtype, experts, top_k, tokens, hidden, inter, routing,
+                        ops::gemm_path_name(gate_up.path));
+  // x, logits and out once, the active experts' weights once, and the rows between the steps
+  // (permuted x, silu(gate) * up and the experts' out, each written and read once).
+  c.bytes = static_cast<double>((2 * tokens * hidden +
+                                 static_cast<int64_t>(active.size()) * 3 * inter * hidden +
+                                 2 * pairs * (2 * hidden + inter)) *
+                                    static_cast<int64_t>(es) +
+                                tokens * experts * 4);
+  c.flops = 6.0 * static_cast<double>(pairs) * static_cast<double>(inter) * hidden;
+  c.copy_src = in.at(0);
+  c.copy_bytes = std::min(static_cast<size_t>(c.bytes / 2), in.host.size());
+
+  Check chk;
+  if (opts.check) {
+    std::vector<unsigned char> yh(static_cast<size_t>(tokens * hidden) * es);
+    y.download(yh.data(), yh.size());
+    // A few whole tokens (each a top_k of full expert FFNs in fp64), through the call's own
+    // routing, whose weights are checked against the reference's scores first.
+    std::set<int64_t> picks = {0, tokens - 1};
+    std::uniform_int_distribution<int64_t> pick(0, tokens - 1);
+    while (static_cast<int64_t>(picks.size()) < std::min<int64_t>(tokens, 6))
+      picks.insert(pick(rng));
+    ref::MoeRouteOptions ro;
+    ro.renormalize = true;
+    const double ur = ref::unit_roundoff(dtype);
+    std::vector<double> x(static_cast<size_t>(hidden)),
+        w13(static_cast<size_t>(2 * inter * hidden)), w2(static_cast<size_t>(hidden * inter));
+    for (int64_t t : picks) {
+      const ref::MoeRouteToken r =
+          ref::moe_route_token(&logits[static_cast<size_t>(t * experts)], nullptr,
+                               static_cast<int>(experts), static_cast<int>(top_k), ro);
+      double sum = 0.0;
+      for (int64_t j = 0; j < top_k; ++j) sum += r.score[ids[static_cast<size_t>(t * top_k + j)]];
+      for (int64_t i = 0; i < hidden; ++i) {
+        x[i] = ref::load_elem(in.host.data() + x_at, static_cast<size_t>(t * hidden + i), dtype);
+      }
+      std::vector<double> want(static_cast<size_t>(hidden), 0.0), err(want.size(), 0.0),
+          mag(want.size(), 0.0);
+      for (int64_t j = 0; j < top_k; ++j) {
+        const int32_t e = ids[static_cast<size_t>(t * top_k + j)];
+        const double w = weights[static_cast<size_t>(t * top_k + j)];
+        chk.add(w, r.score[e] / sum, 1e-5);
+        for (size_t i = 0; i < w13.size(); ++i) {
+          w13[i] = ref::load_elem(in.host.data() + w13_at, e * w13.size() + i, dtype);
+        }
+        for (size_t i = 0; i < w2.size(); ++i) {
+          w2[i] = ref::load_elem(in.host.data() + w2_at, e * w2.size() + i, dtype);
+        }
+        const ref::MoeValues v =
+            ref::moe_swiglu_expert(x.data(), w13.data(), w2.data(), hidden, inter, ur, ur);
+        for (int64_t i = 0; i < hidden; ++i) {
+          want[i] += w * v.v[i];
+          err[i] += std::fabs(w) * v.err[i];
+          mag[i] += std::fabs(w * v.v[i]);
+        }
+      }
+      for (int64_t i = 0; i < hidden; ++i) {
+        chk.add(ref::load_elem(yh.data(), static_cast<size_t>(t * hidden + i), dtype), want[i],
+                err[i] + ur * (std::fabs(want[i]) + err[i]) + 0x1p-22 * (top_k + 1) * mag[i]);
+      }
+    }
+  }
+  return report(c, chk, first_ms, opts);
+}
+
 }  // namespace
 
 void add_moe_benches(std::vector<BenchEntry>& out) {
   out.push_back({"moe_grouped_gemm",
                  {"experts", "top_k", "tokens", "n", "k"},
-                 {"dtype", "routing"},
+                 {"dtype", "routing", "swiglu"},
                  bench_moe_grouped_gemm,
                  "experts, top_k, tokens, n, k (b is [experts, n, k]); dtype (bf16|fp16, default "
-                 "bf16), routing (even|skew: 90% of first slots to expert 0; default even)"});
+                 "bf16), routing (even|skew: 90% of first slots to expert 0; default even), swiglu "
+                 "(0|1: b is w13 with n = 2 I, out silu(gate) * up [rows, I]; default 0)"});
+  out.push_back({"moe_forward",
+                 {"experts", "top_k", "tokens", "hidden", "inter"},
+                 {"dtype", "routing"},
+                 bench_moe_forward,
+                 "experts, top_k, tokens, hidden, inter (w13 [experts, 2 inter, hidden], w2 "
+                 "[experts, hidden, inter]); dtype (bf16|fp16, default bf16), routing (even|skew: "
+                 "logits favour expert 0 for 90% of the tokens; default even)"});
 }
 
 }  // namespace kjit::cli

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <stdexcept>
 
@@ -23,9 +24,11 @@
 #include "runtime/jit_core.hpp"
 #include "jit/sources.hpp"
 #include "ops/registry.hpp"
+#include "tune/packaged_records.hpp"
 #include "util/env.hpp"
 #include "util/error.hpp"
 #include "util/fs.hpp"
+#include "util/glob.hpp"
 #include "workers.hpp"
 
 namespace kjit::cli {
@@ -111,6 +114,8 @@ struct BuildOptions {
   std::vector<std::string> ops;
   int jobs = 1;
   bool json = false;
+  std::string tuning_device = "*";  // the tuning records packed: of devices matching this glob
+  bool no_tuning = false;
 };
 
 // The core that builds package entries: the JIT cache may serve a compile it already has (same
@@ -231,15 +236,31 @@ int run_build(const BuildOptions& o) {
     return std::tie(a.arch, a.uri) < std::tie(b.arch, b.uri);
   });
   index.reindex();
+  // The tuning records this kjit and NVRTC measured (a record of another version is a miss
+  // anyway), of the devices asked for: a host that loads the package starts tuned.
+  if (!o.no_tuning) {
+    const jit::Settings settings = jit::Settings::from_env();
+    index.tuning = tune::pack_records(tune::TuneStore(settings.cache_dir / "tuning"), o.out,
+                                      [&](const tune::TuneStore::Entry& e) {
+                                        return e.fp.kjit == index.kjit_version &&
+                                               e.fp.nvrtc == index.nvrtc_version &&
+                                               util::glob_match(o.tuning_device, e.fp.device);
+                                      });
+  }
   // The index goes last: until it is written the folder is not a (new) package.
   util::write_file_atomic(o.out / aot::kIndexName, index.to_json());
   std::chrono::duration<double> wall = std::chrono::steady_clock::now() - t0;
 
   if (o.json) {
-    json out = {
-        {"dir", o.out.string()}, {"archs", index.archs},     {"entries", index.entries.size()},
-        {"compiled", compiled},  {"cached", cached},         {"skipped", skipped},
-        {"bytes", bytes},        {"failures", json::array()}};
+    json out = {{"dir", o.out.string()},
+                {"archs", index.archs},
+                {"entries", index.entries.size()},
+                {"compiled", compiled},
+                {"cached", cached},
+                {"skipped", skipped},
+                {"bytes", bytes},
+                {"failures", json::array()},
+                {"tuning_records", index.tuning.size()}};
     for (const auto& [name, error] : failures) {
       out["failures"].push_back({{"name", name}, {"error", error}});
     }
@@ -250,9 +271,10 @@ int run_build(const BuildOptions& o) {
     }
     fmt::print(
         "package {}: {} entries for {} ({} compiled, {} from the JIT cache), {:.1f} MiB; {} "
-        "failed; {} spec/arch pairs outside the specs' arch families skipped; {:.1f} s (-j {})\n",
+        "failed; {} spec/arch pairs outside the specs' arch families skipped; {} tuning records; "
+        "{:.1f} s (-j {})\n",
         o.out.string(), index.entries.size(), fmt::join(index.archs, " "), compiled, cached,
-        bytes / double(1 << 20), failures.size(), skipped, wall.count(), jobs);
+        bytes / double(1 << 20), failures.size(), skipped, index.tuning.size(), wall.count(), jobs);
   }
   return failures.empty() ? kExitOk : kExitFailure;
 }
@@ -331,6 +353,17 @@ int run_verify(const fs::path& dir, bool as_json) {
                               "(this kjit would not load it)");
       }
     }
+    // The tuning records: their size and SHA-256, and a record that names its own path.
+    tune::TuneStore records(dir / "tuning");
+    std::string why;
+    if (std::optional<tune::RecordPackage> p = tune::read_record_package(dir, &why)) {
+      records.add_package(std::move(*p));
+    }
+    for (const tune::TuneStore::Entry& e : records.list()) {
+      if (e.origin.empty()) continue;  // the files themselves, listed again as the index has them
+      ++checked;
+      if (!e.valid) problems.emplace_back(e.path.lexically_relative(dir).string(), e.why);
+    }
     if (uncatalogued > 0) {
       notes.push_back(
           fmt::format("{} entries are not in this kjit's catalogs: their sources were not compared",
@@ -370,6 +403,9 @@ int run_list(const fs::path& dir, bool as_json) {
              fmt::join(idx.archs, " "), bytes / double(1 << 20));
   for (const auto& e : idx.entries) {
     fmt::print("{:<7}  {:>9} B  {}  {}\n", e.arch, e.size, e.sha256.substr(0, 12), e.uri);
+  }
+  for (const auto& t : idx.tuning) {
+    fmt::print("tuning   {:>9} B  {}  {} ({})\n", t.size, t.sha256.substr(0, 12), t.file, t.device);
   }
   return kExitOk;
 }
@@ -551,6 +587,10 @@ void add_aot_commands(CLI::App& app, int& exit_code) {
   build->add_option("-j,--jobs", b->jobs, "Worker processes, clamped to cores and memory")
       ->capture_default_str();
   build->add_flag("--json", b->json, "Print one JSON document on stdout");
+  build->add_option("--tuning-device", b->tuning_device,
+                    "Pack the cache's tuning records of devices matching this glob (default: "
+                    "every device; records of this kjit and NVRTC only)");
+  build->add_flag("--no-tuning", b->no_tuning, "Pack no tuning records");
   build->callback([b, &exit_code] { exit_code = run_build(*b); });
 
   auto v = std::make_shared<std::pair<std::string, bool>>();

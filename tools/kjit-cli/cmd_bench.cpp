@@ -41,6 +41,7 @@ const std::vector<BenchEntry>& benches() {
     add_sampling_benches(v);
     add_gemm_benches(v);
     add_gemm_fp8_benches(v);
+    add_fused_quant_benches(v);
     add_moe_benches(v);
     add_empty_bench(v);
     add_embedding_benches(v);

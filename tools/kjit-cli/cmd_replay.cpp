@@ -138,6 +138,18 @@ class Call {
     return &o;
   }
 #undef KJIT_REPLAY_OPTION_FIELD
+  // kjit_moe_forward's: the outer struct_size as above, the route's from "options.route.<field>".
+  const kjit_moe_forward_options* moe_forward_options() {
+    auto& o = options_init(&moe_forward_options_, &kjit_moe_forward_options_init);
+    if (args_.count("options.route.struct_size")) {
+      o.route.struct_size = static_cast<size_t>(i64("options.route.struct_size"));
+    }
+#define KJIT_REPLAY_ROUTE_FIELD(f) \
+  if (args_.count("options.route." #f)) read_field("options.route." #f, &o.route.f);
+    KJIT_MOE_ROUTE_OPTION_FIELDS(KJIT_REPLAY_ROUTE_FIELD)
+#undef KJIT_REPLAY_ROUTE_FIELD
+    return &o;
+  }
 
  private:
   Arg& get(const char* name) {
@@ -170,6 +182,7 @@ class Call {
   kjit_sampling_options sampling_options_{};
   kjit_gemm_options gemm_options_{};
   kjit_moe_route_options moe_route_options_{};
+  kjit_moe_forward_options moe_forward_options_{};
 };
 
 // The recorded argument `a` as the entry point's parameter type P.
@@ -194,6 +207,8 @@ P recorded(Call& c, const api::RowArg& a) {
     return c.gemm_options();
   } else if constexpr (std::is_same_v<P, const kjit_moe_route_options*>) {
     return c.moe_route_options();
+  } else if constexpr (std::is_same_v<P, const kjit_moe_forward_options*>) {
+    return c.moe_forward_options();
   } else if constexpr (std::is_same_v<P, void*>) {
     return c.stream();
   } else {

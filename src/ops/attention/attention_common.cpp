@@ -37,9 +37,10 @@ void check_device(const StridedView& v, const char* name, int device) {
   }
 }
 
-StridedView workspace_view(const DLTensor* t, size_t workspace_bytes, int device) {
+StridedView workspace_view(const DLTensor* t, size_t workspace_bytes, int device,
+                           const char* user) {
   if (t == nullptr) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "workspace is NULL but the plan needs {} bytes",
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "workspace is NULL but {} needs {} bytes", user,
          workspace_bytes);
   }
   if (t->device.device_type != kDLCUDA && t->device.device_type != kDLCUDAManaged) {
@@ -47,8 +48,8 @@ StridedView workspace_view(const DLTensor* t, size_t workspace_bytes, int device
          static_cast<int>(t->device.device_type));
   }
   if (t->device.device_id != device) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "workspace is on cuda:{} but the plan is for cuda:{}",
-         t->device.device_id, device);
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "workspace is on cuda:{} but {} is for cuda:{}",
+         t->device.device_id, user, device);
   }
   if (t->ndim < 1 || t->ndim > kMaxDims || t->shape == nullptr) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "workspace has ndim {} (expected 1..{})", t->ndim, kMaxDims);
@@ -72,7 +73,7 @@ StridedView workspace_view(const DLTensor* t, size_t workspace_bytes, int device
   if (!compact) fail(KJIT_ERROR_INVALID_ARGUMENT, "workspace must be contiguous");
   const uint64_t bytes = static_cast<uint64_t>(numel) * (t->dtype.bits / 8);
   if (bytes < workspace_bytes) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "workspace has {} bytes but the plan needs {}", bytes,
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "workspace has {} bytes but {} needs {}", bytes, user,
          workspace_bytes);
   }
   if (t->data == nullptr) fail(KJIT_ERROR_INVALID_ARGUMENT, "workspace data is NULL");

@@ -21,8 +21,10 @@ StridedView int_vector(const DLTensor* t, const char* name, int device);
 // Refuses a tensor on another device than the plan's.
 void check_device(const StridedView& v, const char* name, int device);
 // The workspace as the int32 view of the workspace_bytes a plan uses: any dtype, contiguous,
-// 16-byte aligned, on `device`.
-StridedView workspace_view(const DLTensor* t, size_t workspace_bytes, int device);
+// 16-byte aligned, on `device`. `user` names what needs it in the messages (kjit_moe_forward
+// takes its workspace by the same rules).
+StridedView workspace_view(const DLTensor* t, size_t workspace_bytes, int device,
+                           const char* user = "the plan");
 // The view of an absent optional tensor: no elements, so it overlaps nothing.
 StridedView no_view();
 // A finite scale > 0 (k_scale, v_scale).

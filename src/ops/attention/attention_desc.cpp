@@ -35,7 +35,7 @@ SmemBudget budget_for_class(int per_sm_kb) {
 }
 
 // `kjit-cli compile decode_attention --set ...`: the planner's choice for these arguments, with the
-// tuning variants the axes name.
+// tactic fields the axes name.
 jit::Spec decode_spec_from_args(const OpDef& d, const SetArgs& args) {
   check_set_args(d, args);
   const DType q = args.at("q_dtype") == "fp16" ? DType::kF16 : DType::kBF16;
@@ -51,10 +51,10 @@ jit::Spec decode_spec_from_args(const OpDef& d, const SetArgs& args) {
   pl.cfg = select_decode(q, kv == "e4m3", std::stoi(args.at("head_dim")), group, budget);
   const int hp = int_arg_or(args, "heads_per_cta", 1);
   if (hp != 1) {
-    DecodeTuning t;
+    DecodeTactic t;
     t.heads_per_cta = hp;
     pl.num_kv_heads = hp;
-    decode_detail::apply_tuning(pl, t, budget);
+    decode_detail::apply_tactic(pl, t, budget);
   }
   pl.cfg.cp_bytes = int_arg_or(args, "align", 16);
   if (args.count("addr")) pl.cfg.addr = args.at("addr") == "64" ? 1 : 2;

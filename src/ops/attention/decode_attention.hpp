@@ -1,6 +1,6 @@
-// Paged batch decode attention: planning (variant, tuning, split-KV partition: decode_plan.cpp),
-// the spec and registry entry (decode_spec.cpp) and the checked launch (decode_run.cpp). Device
-// code: kernels/attention/decode.cuh.
+// Paged batch decode attention: planning (variant, split-KV partition: decode_plan.cpp; the
+// autotuner's tactics: decode_tactics.cpp), the spec and registry entry (decode_spec.cpp) and the
+// checked launch (decode_run.cpp). Device code: kernels/attention/decode.cuh.
 #pragma once
 
 #include <dlpack/dlpack.h>
@@ -40,22 +40,8 @@ struct DecodeConfig {
   int cluster_merge = 0;
 };
 
-// Internal (not C ABI) overrides of the planned variant, for tuning sweeps (`kjit-cli bench
-// decode_attention --set ...`) and tests; 0 (or -1 for fused_merge) keeps the planned value.
-struct DecodeTuning {
-  int warps = 0;
-  int stage_tokens = 0;    // default with heads_per_cta: the planned stage bytes kept
-  int stages = 0;          // default: the deepest that fits ctas_per_sm (2, else 1) per SM
-  int heads_per_cta = 0;   // 1, 2, 4 or 8; must divide num_kv_heads and warps
-  int ctas_per_sm = 0;     // residency the wave model assumes (default: from shared memory)
-  int fused_merge = -1;    // 1: the last CTA of each (request, heads) merges the splits; the
-                           // plan's workspace then holds counters that must be zero before
-                           // the first run (every run leaves them zero)
-  int cluster_merge = -1;  // 1: DecodeConfig::cluster_merge (needs 2..16 splits and sm_90)
-  int addr = -1;           // DecodeConfig::addr: 1 64-bit, 2 32-bit if the caches allow
-  int joint_tiles = 0;     // 1 or 2; stage_tokens / (16 x warps per head) must be a multiple
-  int pdl = -1;            // 1: the merge kernel is a programmatic dependent launch (sm_90+)
-};
+struct DecodeTactic;  // decode_tactics.hpp: one way to run a plan
+struct DecodeTuneRequest;
 
 inline constexpr int kDecodeMaxGroup = 16;
 inline constexpr int kDecodeMaxSplits = 256;
@@ -120,14 +106,21 @@ struct DecodePlanData {
   int64_t kv_pages = 0;        // the requests' pages as planned (KJIT_TRACE_DUMP's kv_len)
   size_t ws_lse_offset = 0;    // bytes; the partial outputs start at 0
   size_t workspace_bytes = 0;
+  // The tactic the plan runs (DecodeTactic::name()) and how it was chosen: "default", "forced",
+  // "stored" (tune::source_name).
+  char tactic[64] = {};
+  const char* tactic_source = "default";
 };
 
-// Validates and plans (see kjit_batch_decode_plan). Throws kjit::Error.
+// Validates and plans (see kjit_batch_decode_plan). `forced`: the tactic to run, as the caller
+// names it (tests, `kjit-cli bench` and `tune`); else the autotuner's choice for `tune` (null:
+// the process's mode, timing eager-cold). Throws kjit::Error.
 DecodePlanData plan_batch_decode(const int32_t* kv_indptr_host, int batch, int num_qo_heads,
                                  int num_kv_heads, int head_dim, int page_size, int layout,
                                  DLDataType q_dtype, DLDataType kv_dtype, float sm_scale,
                                  float logits_soft_cap, int window_left, int num_splits,
-                                 int num_sms, int device_id, const DecodeTuning* tuning = nullptr);
+                                 int num_sms, int device_id, const DecodeTactic* forced = nullptr,
+                                 const DecodeTuneRequest* tune = nullptr);
 
 // Validates, then launches on `stream`. Throws kjit::Error.
 void batch_decode_run(const DecodePlanData& plan, const DLTensor* q, const DLTensor* k_cache,

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "ops/attention/decode_attention.hpp"
+#include "ops/attention/decode_tactics.hpp"
 
 namespace kjit::ops::decode_detail {
 
@@ -17,8 +18,9 @@ bool is_e4m3(DLDataType t);
 // "bf16", "fp8 e4m3", or the raw code for messages.
 std::string dl_name(DLDataType t);
 
-// Applies the tuning overrides to the selected variant (pl.cfg, pl.ctas_per_sm), checking that
-// the kernel's static requirements hold and that the CTA fits the device.
-void apply_tuning(DecodePlanData& pl, const DecodeTuning& t, const SmemBudget& budget);
+// Applies a tactic's CTA fields and merge to the selected variant (pl.cfg, pl.ctas_per_sm,
+// pl.fused_merge, pl.pdl), checking that the kernel's static requirements hold and that the CTA
+// fits the device.
+void apply_tactic(DecodePlanData& pl, const DecodeTactic& t, const SmemBudget& budget);
 
 }  // namespace kjit::ops::decode_detail

@@ -1,9 +1,10 @@
-// Decode attention's planning: the variant for the dtypes and sizes (select_decode), the tuning
-// overrides, the split-KV partition and the workspace (plan_batch_decode). Pure host code apart
-// from the device queries.
+// Decode attention's planning: the variant for the dtypes and sizes (select_decode), a tactic's
+// changes to it, the split-KV partition and the workspace (DecodePlanner, plan_batch_decode). Pure
+// host code apart from the device queries.
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "ops/attention/attention_common.hpp"
 #include "ops/attention/decode_attention.hpp"
 #include "ops/attention/decode_internal.hpp"
+#include "ops/attention/decode_tactics.hpp"
 #include "util/error.hpp"
 
 namespace kjit::ops {
@@ -51,9 +53,9 @@ bool one_of_1248(int x) {
   return x == 1 || x == 2 || x == 4 || x == 8;
 }
 
-// The tuned shape of the CTA (warps, heads, lookups, joint tiles, stage tokens, merge), checked
+// A tactic's shape of the CTA (warps, heads, lookups, joint tiles, stage tokens, merge), checked
 // against the kernel's static requirements.
-DecodeConfig tuned_shape(const DecodePlanData& pl, const DecodeTuning& t) {
+DecodeConfig tuned_shape(const DecodePlanData& pl, const DecodeTactic& t) {
   DecodeConfig c = pl.cfg;
   const DecodeConfig planned = c;
   if (t.warps != 0) {
@@ -114,7 +116,7 @@ DecodeConfig tuned_shape(const DecodePlanData& pl, const DecodeTuning& t) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "tuning: a stage's copies do not split over {} threads",
          32 * c.warps);
   }
-  if (t.cluster_merge >= 0) c.cluster_merge = t.cluster_merge != 0 ? 1 : 0;
+  if (t.merge != DecodeMerge::kPlanned) c.cluster_merge = t.merge == DecodeMerge::kCluster ? 1 : 0;
   return c;
 }
 
@@ -129,9 +131,9 @@ bool merge_scratch_fits(const DecodeConfig& c) {
   return (c.cluster_merge != 0 ? cm_end : warp_merge) <= stage_bytes;
 }
 
-// Sets c.stages (the tuning's, else the deepest that fits) and returns the CTAs per SM the wave
+// Sets c.stages (the tactic's, else the deepest that fits) and returns the CTAs per SM the wave
 // model assumes; throws when the CTA does not fit the device.
-int tuned_stages(DecodeConfig& c, const DecodeTuning& t, const SmemBudget& budget) {
+int tuned_stages(DecodeConfig& c, const DecodeTactic& t, const SmemBudget& budget) {
   const int want_per_sm = t.ctas_per_sm > 0 ? t.ctas_per_sm : 2;
   // Sized for the 64-bit lookups a run falls back to from 32-bit ones (caches past 4 GB).
   const int addr = c.addr;
@@ -279,10 +281,10 @@ void plan_merge(DecodePlanData& pl, bool have_driver) {
 
 namespace decode_detail {
 
-void apply_tuning(DecodePlanData& pl, const DecodeTuning& t, const SmemBudget& budget) {
+void apply_tactic(DecodePlanData& pl, const DecodeTactic& t, const SmemBudget& budget) {
   DecodeConfig c = tuned_shape(pl, t);
   const int per_sm = tuned_stages(c, t, budget);
-  if (t.fused_merge >= 0) pl.fused_merge = t.fused_merge != 0 ? 1 : 0;
+  if (t.merge != DecodeMerge::kPlanned) pl.fused_merge = t.merge == DecodeMerge::kFused ? 1 : 0;
   if (t.pdl >= 0) pl.pdl = t.pdl != 0 ? 1 : 0;
   pl.cfg = c;
   pl.ctas_per_sm = per_sm;
@@ -399,51 +401,108 @@ DecodeSplit choose_decode_split(const std::vector<int64_t>& eff, int kv_heads, i
   return best_n <= 1 ? out : finish(best_chunk);
 }
 
+DecodePlanner::DecodePlanner(const int32_t* kv_indptr_host, int batch, int num_qo_heads,
+                             int num_kv_heads, int head_dim, int page_size, int layout,
+                             DLDataType q_dtype, DLDataType kv_dtype, float sm_scale,
+                             float logits_soft_cap, int window_left, int num_splits, int num_sms,
+                             int device_id)
+    : indptr_(kv_indptr_host),
+      batch_(batch),
+      qo_heads_(num_qo_heads),
+      kv_heads_(num_kv_heads),
+      head_dim_(head_dim),
+      page_size_(page_size),
+      layout_(layout),
+      q_dtype_(q_dtype),
+      kv_dtype_(kv_dtype),
+      sm_scale_(sm_scale),
+      soft_cap_(logits_soft_cap),
+      window_left_(window_left),
+      num_splits_(num_splits),
+      device_(device_id) {
+  check_plan_shape(kv_indptr_host, batch, num_qo_heads, num_kv_heads, head_dim, page_size, layout);
+  qd_ = check_plan_dtypes(q_dtype, kv_dtype);
+  fp8_ = is_e4m3(kv_dtype);
+  check_plan_scalars(sm_scale, logits_soft_cap, window_left, num_splits, num_sms, device_id);
+  eff_ = attended_lengths(kv_indptr_host, batch, page_size, window_left);
+  for (int64_t e : eff_) max_eff_ = std::max(max_eff_, e);
+  have_driver_ = device_budget(device_id, num_sms, &budget_, &sms_);
+  heuristic_ = finish(base(), num_splits_);
+}
+
+DecodePlanData DecodePlanner::base() const {
+  DecodePlanData pl;
+  pl.cfg = select_decode(qd_, fp8_, head_dim_, qo_heads_ / kv_heads_, budget_, &pl.ctas_per_sm);
+  pl.batch = batch_;
+  pl.num_qo_heads = qo_heads_;
+  pl.num_kv_heads = kv_heads_;
+  pl.group = qo_heads_ / kv_heads_;
+  pl.head_dim = head_dim_;
+  pl.page_size = page_size_;
+  pl.layout = layout_;
+  pl.device = device_;
+  pl.kv_dtype = kv_dtype_;
+  pl.sm_scale = sm_scale_ > 0.0f ? sm_scale_ : 1.0f / std::sqrt(static_cast<float>(head_dim_));
+  pl.soft_cap = soft_cap_;
+  pl.window_left = window_left_;
+  pl.num_sms = sms_;
+  return pl;
+}
+
+DecodePlanData DecodePlanner::finish(DecodePlanData pl, int forced_splits) const {
+  const int hp = pl.cfg.heads_per_cta;
+  // A CTA streams the rows of all its heads: its "row" is hp heads wide.
+  const int row_bytes = 2 * head_dim_ * (fp8_ ? 1 : 2) * hp;
+  pl.split =
+      choose_decode_split(eff_, kv_heads_ / hp, sms_ * pl.ctas_per_sm, row_bytes, forced_splits);
+  if (batch_ > 0) pl.kv_pages = static_cast<int64_t>(indptr_[batch_]) - indptr_[0];
+  if (static_cast<int64_t>(batch_) * kv_heads_ * pl.split.max_splits > INT_MAX ||
+      static_cast<int64_t>(batch_) * qo_heads_ > INT_MAX) {
+    fail(KJIT_ERROR_UNSUPPORTED,
+         "decode attention supports up to {} (request, kv head, split) CTAs and (request, qo "
+         "head) rows, got {} x {} x {} and {} x {}",
+         INT_MAX, batch_, kv_heads_, pl.split.max_splits, batch_, qo_heads_);
+  }
+  plan_merge(pl, have_driver_);
+  return pl;
+}
+
+DecodePlanData DecodePlanner::with(const DecodeTactic& t) const {
+  DecodePlanData pl = base();
+  // A cluster merge needs its partial's room after the warps' merge scratch: its stages are
+  // sized again. A tactic of only a split and a merge kernel keeps the planned CTA.
+  if (!t.keeps_cta() || t.merge == DecodeMerge::kCluster) {
+    decode_detail::apply_tactic(pl, t, budget_);
+  } else if (t.merge != DecodeMerge::kPlanned) {
+    pl.fused_merge = t.merge == DecodeMerge::kFused ? 1 : 0;
+  }
+  return finish(pl, t.splits > 0 ? t.splits : num_splits_);
+}
+
 DecodePlanData plan_batch_decode(const int32_t* kv_indptr_host, int batch, int num_qo_heads,
                                  int num_kv_heads, int head_dim, int page_size, int layout,
                                  DLDataType q_dtype, DLDataType kv_dtype, float sm_scale,
                                  float logits_soft_cap, int window_left, int num_splits,
-                                 int num_sms, int device_id, const DecodeTuning* tuning) {
-  check_plan_shape(kv_indptr_host, batch, num_qo_heads, num_kv_heads, head_dim, page_size, layout);
-  const DType qd = check_plan_dtypes(q_dtype, kv_dtype);
-  const bool fp8 = is_e4m3(kv_dtype);
-  check_plan_scalars(sm_scale, logits_soft_cap, window_left, num_splits, num_sms, device_id);
-  const std::vector<int64_t> eff = attended_lengths(kv_indptr_host, batch, page_size, window_left);
-  const int64_t group = num_qo_heads / num_kv_heads;
-  SmemBudget budget;
-  int sms = 0;
-  const bool have_driver = device_budget(device_id, num_sms, &budget, &sms);
-
+                                 int num_sms, int device_id, const DecodeTactic* forced,
+                                 const DecodeTuneRequest* tune) {
+  const DecodePlanner planner(kv_indptr_host, batch, num_qo_heads, num_kv_heads, head_dim,
+                              page_size, layout, q_dtype, kv_dtype, sm_scale, logits_soft_cap,
+                              window_left, num_splits, num_sms, device_id);
+  DecodeTactic tactic;
   DecodePlanData pl;
-  pl.cfg = select_decode(qd, fp8, head_dim, group, budget, &pl.ctas_per_sm);
-  pl.batch = batch;
-  pl.num_qo_heads = num_qo_heads;
-  pl.num_kv_heads = num_kv_heads;
-  pl.group = static_cast<int>(group);
-  pl.head_dim = head_dim;
-  pl.page_size = page_size;
-  pl.layout = layout;
-  pl.device = device_id;
-  pl.kv_dtype = kv_dtype;
-  pl.sm_scale = sm_scale > 0.0f ? sm_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
-  pl.soft_cap = logits_soft_cap;
-  pl.window_left = window_left;
-  pl.num_sms = sms;
-  if (tuning != nullptr) decode_detail::apply_tuning(pl, *tuning, budget);
-  const int hp = pl.cfg.heads_per_cta;
-  // A CTA streams the rows of all its heads: its "row" is hp heads wide.
-  const int row_bytes = 2 * head_dim * (fp8 ? 1 : 2) * hp;
-  pl.split =
-      choose_decode_split(eff, num_kv_heads / hp, sms * pl.ctas_per_sm, row_bytes, num_splits);
-  if (batch > 0) pl.kv_pages = static_cast<int64_t>(kv_indptr_host[batch]) - kv_indptr_host[0];
-  if (static_cast<int64_t>(batch) * num_kv_heads * pl.split.max_splits > INT_MAX ||
-      static_cast<int64_t>(batch) * num_qo_heads > INT_MAX) {
-    fail(KJIT_ERROR_UNSUPPORTED,
-         "decode attention supports up to {} (request, kv head, split) CTAs and (request, qo "
-         "head) rows, got {} x {} x {} and {} x {}",
-         INT_MAX, batch, num_kv_heads, pl.split.max_splits, batch, num_qo_heads);
+  if (forced != nullptr) {
+    tactic = *forced;
+    pl = planner.with(tactic);
+    pl.tactic_source = tune::source_name(tune::Choice::Source::kForced);
+  } else {
+    const DecodeTacticChoice c = choose_decode_tactic(planner, tune ? *tune : DecodeTuneRequest{});
+    tactic = c.tactic;
+    // The default keeps the wave model's own partition (a forced split count rounds differently).
+    pl = tactic == planner.default_tactic() ? planner.heuristic() : planner.with(tactic);
+    pl.tactic_source = tune::source_name(c.choice.source);
   }
-  plan_merge(pl, have_driver);
+  const std::string name = tactic.name();
+  std::snprintf(pl.tactic, sizeof pl.tactic, "%s", name.c_str());
   return pl;
 }
 

@@ -9,6 +9,7 @@
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
 #include "moe/moe_params.h"
+#include "ops/moe/moe_checks.hpp"
 #include "ops/moe/moe_desc.hpp"
 #include "ops/tensor.hpp"
 #include "runtime/jit_core.hpp"
@@ -20,61 +21,12 @@ namespace kjit::ops {
 using util::ceil_div;
 
 namespace {
-
 using cuda::kMaxInt32;
-
-// `t` as a compact [rows, cols] (ndim 2) or [cols] (ndim 1, rows -1) matrix of `dtype`.
-RowMatrix compact(const DLTensor* t, const char* name, DType dtype, int64_t rows, int64_t cols) {
-  const RowMatrix m = as_row_matrix(t, name);
-  const int ndim = rows < 0 ? 1 : 2;
-  if (t->ndim != ndim || (rows >= 0 && t->shape[0] != rows) || t->shape[ndim - 1] != cols) {
-    if (rows < 0) fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be [{}]", name, cols);
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be [{}, {}]", name, rows, cols);
-  }
-  if (m.dtype != dtype) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be {}, not {}", name, dtype_name(dtype),
-         dtype_name(m.dtype));
-  }
-  if (m.rows > 1 && m.row_stride != m.cols) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be compact (row stride {}, {} columns)", name,
-         m.row_stride, m.cols);
-  }
-  return m;
-}
-
-// `t` as a compact int32 [tokens, top_k] (top_k from its shape, read once `t` is known valid).
-std::pair<RowMatrix, int64_t> per_slot_ids(const DLTensor* t, const char* name, int64_t tokens) {
-  as_row_matrix(t, name);
-  if (t->ndim != 2) fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be [tokens, top_k]", name);
-  const int64_t top_k = t->shape[1];
-  return {compact(t, name, DType::kI32, tokens, top_k), top_k};
-}
-
-RowMatrix matrix_2d(const DLTensor* t, const char* name) {
-  const RowMatrix m = as_row_matrix(t, name);
-  if (t->ndim != 2) fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be 2-D, has ndim {}", name, t->ndim);
-  return m;
-}
-
-// Rejects any two of `views` sharing a byte (outputs among themselves and with the inputs).
-void check_disjoint(std::initializer_list<std::pair<const RowMatrix*, const char*>> views) {
-  for (auto i = views.begin(); i != views.end(); ++i) {
-    for (auto j = std::next(i); j != views.end(); ++j) {
-      if (i->first != nullptr && j->first != nullptr && overlaps(*i->first, *j->first)) {
-        fail(KJIT_ERROR_INVALID_ARGUMENT, "{} overlaps {}", i->second, j->second);
-      }
-    }
-  }
-}
-
-// Elements per access: the widest power of two up to 16 bytes that the rows' alignment allows
-// and that divides the row.
-int vector_width(DType dtype, int alignment, int64_t hidden) {
-  int vec = std::max(1, alignment / static_cast<int>(dtype_size(dtype)));
-  while (vec > 1 && hidden % vec != 0) vec /= 2;
-  return vec;
-}
-
+using moe_detail::check_disjoint;
+using moe_detail::compact;
+using moe_detail::matrix_2d;
+using moe_detail::per_slot_ids;
+using moe_detail::vector_width;
 }  // namespace
 
 // ---- routing ----------------------------------------------------------------------------------
@@ -98,24 +50,7 @@ jit::Spec moe_route_spec(const MoeRouteConfig& c) {
   return b.build();
 }
 
-void moe_route(const DLTensor* logits, const DLTensor* bias, DLTensor* topk_ids,
-               DLTensor* topk_weights, const kjit_moe_route_options& o, void* stream) {
-  const RowMatrix x = matrix_2d(logits, "logits");
-  const int64_t tokens = logits->shape[0];
-  const int64_t experts = logits->shape[1];
-  const auto [ids, top_k] = per_slot_ids(topk_ids, "topk_ids", tokens);
-  const RowMatrix w = compact(topk_weights, "topk_weights", DType::kF32, tokens, top_k);
-  RowMatrix bv;
-  if (bias != nullptr) {
-    bv = compact(bias, "bias", DType::kF32, -1, experts);
-    check_same_device(x, "logits", bv, "bias");
-  }
-  check_same_device(x, "logits", ids, "topk_ids");
-  check_same_device(x, "logits", w, "topk_weights");
-  check_disjoint({{&x, "logits"},
-                  {&ids, "topk_ids"},
-                  {&w, "topk_weights"},
-                  {bias != nullptr ? &bv : nullptr, "bias"}});
+void check_moe_route_options(const kjit_moe_route_options& o, int64_t experts, int64_t top_k) {
   if (o.scoring != KJIT_MOE_SCORING_SOFTMAX && o.scoring != KJIT_MOE_SCORING_SIGMOID) {
     fail(KJIT_ERROR_INVALID_ARGUMENT,
          "options->scoring is {} (KJIT_MOE_SCORING_SOFTMAX or _SIGMOID)", o.scoring);
@@ -142,6 +77,27 @@ void moe_route(const DLTensor* logits, const DLTensor* bias, DLTensor* topk_ids,
          "groups",
          o.topk_group, o.n_group, top_k);
   }
+}
+
+void moe_route(const DLTensor* logits, const DLTensor* bias, DLTensor* topk_ids,
+               DLTensor* topk_weights, const kjit_moe_route_options& o, void* stream) {
+  const RowMatrix x = matrix_2d(logits, "logits");
+  const int64_t tokens = logits->shape[0];
+  const int64_t experts = logits->shape[1];
+  const auto [ids, top_k] = per_slot_ids(topk_ids, "topk_ids", tokens);
+  const RowMatrix w = compact(topk_weights, "topk_weights", DType::kF32, tokens, top_k);
+  RowMatrix bv;
+  if (bias != nullptr) {
+    bv = compact(bias, "bias", DType::kF32, -1, experts);
+    check_same_device(x, "logits", bv, "bias");
+  }
+  check_same_device(x, "logits", ids, "topk_ids");
+  check_same_device(x, "logits", w, "topk_weights");
+  check_disjoint({{&x, "logits"},
+                  {&ids, "topk_ids"},
+                  {&w, "topk_weights"},
+                  {bias != nullptr ? &bv : nullptr, "bias"}});
+  check_moe_route_options(o, experts, top_k);
   const MoeRouteConfig cfg = select_moe_route(x.dtype, experts, top_k);
   if (tokens == 0) return;  // after validation: a zero-size call is still checked
   if (ceil_div(tokens, int64_t{moe::kMoeRouteThreads / 32}) > kMaxInt32) {

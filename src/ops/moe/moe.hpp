@@ -24,6 +24,10 @@ struct MoeRouteConfig {
 MoeRouteConfig select_moe_route(DType dtype, int64_t experts, int64_t top_k);
 jit::Spec moe_route_spec(const MoeRouteConfig& cfg);
 
+// Throws KJIT_ERROR_INVALID_ARGUMENT naming the field when the routing options (or top_k) do
+// not fit `experts` experts (kjit.h's rules for kjit_moe_route).
+void check_moe_route_options(const kjit_moe_route_options& o, int64_t experts, int64_t top_k);
+
 // kjit_moe_route (kjit.h), the options already read. Throws kjit::Error.
 void moe_route(const DLTensor* logits, const DLTensor* bias, DLTensor* topk_ids,
                DLTensor* topk_weights, const kjit_moe_route_options& options, void* stream);
@@ -64,6 +68,9 @@ struct MoeGemmConfig {
   DType out_dtype = DType::kBF16;
   int bn = 0;
   int stages = 0;
+  // kSm90 only, 0 or 1: silu(gate) * up in the epilogue (moe_grouped_gemm_swiglu). An int: the
+  // config's bytes are its cache key, so it has no padding.
+  int swiglu = 0;
 };
 
 // The wgmma path on a compute capability 9.0 device where TMA can describe a and b (k > 0); the
@@ -79,5 +86,41 @@ void moe_grouped_gemm(const DLTensor* a, const DLTensor* b, const DLTensor* expe
 // kjit_moe_grouped_gemm_masked: a [experts, max_rows, k], counts [experts] int32.
 void moe_grouped_gemm_masked(const DLTensor* a, const DLTensor* b, const DLTensor* counts,
                              DLTensor* out, void* stream);
+// The gate / up GEMM of SwiGLU experts with silu_and_mul in its epilogue: w13 [experts, 2 I, k]
+// (gate rows 0 .. I - 1, up rows I .. 2I - 1), out [rows, I] (masked: [experts, max_rows, I]) =
+// silu(a . gate^T) * (a . up^T), in fp32, rounded once. Only the wgmma path (sm_90a, TMA-ready
+// operands) has this epilogue: where it cannot serve the call, returns false after validation
+// and launches nothing (the caller runs moe_grouped_gemm and act_and_mul instead).
+bool moe_grouped_gemm_swiglu(const DLTensor* a, const DLTensor* w13, const DLTensor* expert_offsets,
+                             DLTensor* out, void* stream);
+bool moe_grouped_gemm_swiglu_masked(const DLTensor* a, const DLTensor* w13, const DLTensor* counts,
+                                    DLTensor* out, void* stream);
+
+// ---- the whole layer (moe_forward.cpp) ---------------------------------------------------------
+// Byte offsets of kjit_moe_forward's workspace regions, each 256-byte aligned, and its size.
+// pairs = tokens * top_k rows flow through the experts.
+struct MoeForwardLayout {
+  size_t topk_ids = 0;         // [tokens, top_k] int32
+  size_t topk_weights = 0;     // [tokens, top_k] fp32
+  size_t offsets = 0;          // [experts + 1] int32
+  size_t permuted_to_src = 0;  // [pairs] int32
+  size_t src_to_permuted = 0;  // [tokens, top_k] int32
+  size_t rows = 0;     // [pairs, hidden]: the permuted x, then (x no longer read) the experts' out
+  size_t gate_up = 0;  // [pairs, 2 intermediate]: the unfused path's gate_up GEMM output
+  size_t act = 0;      // [pairs, intermediate]: silu(gate) * up, the down GEMM's a
+  size_t bytes = 0;
+};
+
+// Throws KJIT_ERROR_INVALID_ARGUMENT for negative sizes, top_k outside 1 .. experts or a size
+// that overflows (pairs must stay below 2^31), KJIT_ERROR_UNSUPPORTED for a dtype other than
+// bf16 / fp16. Pure host arithmetic.
+MoeForwardLayout moe_forward_layout(int64_t tokens, int64_t experts, int64_t top_k, int64_t hidden,
+                                    int64_t intermediate, DType dtype);
+
+// kjit_moe_forward (kjit.h), the routing options already read. Throws kjit::Error.
+void moe_forward(const DLTensor* x, const DLTensor* router_logits, const DLTensor* bias,
+                 const DLTensor* w13, const DLTensor* w2, const DLTensor* shared_out,
+                 DLTensor* workspace, DLTensor* out, int top_k, const kjit_moe_route_options& route,
+                 void* stream);
 
 }  // namespace kjit::ops

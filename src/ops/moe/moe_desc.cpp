@@ -274,7 +274,11 @@ OpDef moe_grouped_gemm_op_def() {
             {"dtype", {"bf16", "fp16"}, true, "a and b dtype"},
             {"out_dtype", {"bf16", "fp16", "fp32"}, true, "out dtype"},
             {"bn", {"128", "256"}, false, "sm90: output tile width (default 128)"},
-            {"stages", {"2", "3", "4", "5", "6"}, false, "sm90: pipeline stages"}};
+            {"stages", {"2", "3", "4", "5", "6"}, false, "sm90: pipeline stages"},
+            {"swiglu",
+             {"0", "1"},
+             false,
+             "sm90: silu(gate) * up in the epilogue, b = w13 [experts, 2 I, k] (default 0)"}};
   d.arch_families = {"sm_80+", "sm_90a"};
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
@@ -282,14 +286,18 @@ OpDef moe_grouped_gemm_op_def() {
     c.path = args.at("path") == "sm90" ? GemmPath::kSm90 : GemmPath::kSimt;
     c.dtype = dtype_from_name(args.at("dtype"));
     c.out_dtype = dtype_from_name(args.at("out_dtype"));
-    const bool tiles = args.count("bn") != 0 || args.count("stages") != 0;
+    const bool tiles =
+        args.count("bn") != 0 || args.count("stages") != 0 || args.count("swiglu") != 0;
     if (c.path == GemmPath::kSimt) {
-      if (tiles)
-        fail(KJIT_ERROR_INVALID_ARGUMENT, "moe_grouped_gemm: bn, stages are sm90 settings");
+      if (tiles) {
+        fail(KJIT_ERROR_INVALID_ARGUMENT,
+             "moe_grouped_gemm: bn, stages and swiglu are sm90 settings");
+      }
       return moe_gemm_spec(c);
     }
     c.bn = args.count("bn") != 0 ? std::stoi(args.at("bn")) : 128;
     c.stages = args.count("stages") != 0 ? std::stoi(args.at("stages")) : (c.bn == 256 ? 4 : 6);
+    c.swiglu = args.count("swiglu") != 0 && args.at("swiglu") == "1" ? 1 : 0;
     return moe_gemm_spec(c);
   };
   d.catalog = [] {
@@ -299,6 +307,11 @@ OpDef moe_grouped_gemm_op_def() {
         out.push_back({{"path", "sm90"}, {"dtype", dt}, {"out_dtype", od}, {"bn", "128"}});
         out.push_back({{"path", "sm90"}, {"dtype", dt}, {"out_dtype", od}, {"bn", "256"}});
         out.push_back({{"path", "simt"}, {"dtype", dt}, {"out_dtype", od}});
+      }
+      // kjit_moe_forward's gate_up GEMM with silu_and_mul fused (out in a's dtype).
+      for (const char* bn : {"128", "256"}) {
+        out.push_back(
+            {{"path", "sm90"}, {"dtype", dt}, {"out_dtype", dt}, {"bn", bn}, {"swiglu", "1"}});
       }
     }
     return out;

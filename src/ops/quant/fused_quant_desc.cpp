@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <nlohmann/json.hpp>
+
 #include <string>
 #include <vector>
 
@@ -19,10 +21,22 @@ using namespace def;
 constexpr int64_t kDefinitionHidden[] = {4096, 8192};
 constexpr int64_t kDefinitionD[] = {14336};
 
+const char* rmsnorm_quant_op_type(bool residual) {
+  return residual ? "fused_add_rmsnorm_quant_fp8" : "rmsnorm_quant_fp8";
+}
+
+std::string rmsnorm_quant_name(DType dtype, int64_t hidden, bool residual) {
+  return fmt::format("{}_h{}{}", rmsnorm_quant_op_type(residual), hidden, dtype_suffix(dtype));
+}
+
+std::string silu_quant_name(DType dtype, int64_t dd) {
+  return fmt::format("silu_and_mul_quant_fp8_d{}{}", dd, dtype_suffix(dtype));
+}
+
 Definition rmsnorm_quant_definition(DType dtype, int64_t hidden, bool residual) {
   Definition d;
-  d.op_type = residual ? "fused_add_rmsnorm_quant_fp8" : "rmsnorm_quant_fp8";
-  d.name = fmt::format("{}_h{}{}", d.op_type, hidden, dtype_suffix(dtype));
+  d.op_type = rmsnorm_quant_op_type(residual);
+  d.name = rmsnorm_quant_name(dtype, hidden, residual);
   d.op = "rmsnorm_quant_fp8";
   d.entry = residual ? "kjit_fused_add_rmsnorm_quant_fp8" : "kjit_rmsnorm_quant_fp8";
   d.description = fmt::format(
@@ -49,7 +63,7 @@ Definition rmsnorm_quant_definition(DType dtype, int64_t hidden, bool residual) 
 Definition silu_quant_definition(DType dtype, int64_t dd) {
   Definition d;
   d.op_type = "silu_and_mul_quant_fp8";
-  d.name = fmt::format("{}_d{}{}", d.op_type, dd, dtype_suffix(dtype));
+  d.name = silu_quant_name(dtype, dd);
   d.op = "silu_and_mul_quant_fp8";
   d.entry = "kjit_silu_and_mul_quant_fp8";
   d.description =
@@ -143,5 +157,27 @@ OpDef silu_and_mul_quant_fp8_op_def() {
   };
   return d;
 }
+
+namespace trace {
+
+void rmsnorm_quant_fp8(DType dtype, bool residual, int64_t m, int64_t hidden) noexcept {
+  const nlohmann::ordered_json axes = {{"m", m}};
+  const nlohmann::ordered_json set = {{"dtype", dtype_name(dtype)},
+                                      {"residual", residual ? "1" : "0"},
+                                      {"m", std::to_string(m)},
+                                      {"hidden", std::to_string(hidden)}};
+  record(rmsnorm_quant_name(dtype, hidden, residual), axes, "rmsnorm_quant_fp8", set,
+         [&] { return rmsnorm_quant_definition(dtype, hidden, residual); });
+}
+
+void silu_and_mul_quant_fp8(DType dtype, int64_t m, int64_t d) noexcept {
+  const nlohmann::ordered_json axes = {{"m", m}, {"groups", (d + 127) / 128}};
+  const nlohmann::ordered_json set = {
+      {"dtype", dtype_name(dtype)}, {"m", std::to_string(m)}, {"d", std::to_string(d)}};
+  record(silu_quant_name(dtype, d), axes, "silu_and_mul_quant_fp8", set,
+         [&] { return silu_quant_definition(dtype, d); });
+}
+
+}  // namespace trace
 
 }  // namespace kjit::ops

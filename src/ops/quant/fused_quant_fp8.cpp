@@ -9,6 +9,7 @@
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
 #include "ops/norm/norm.hpp"
+#include "ops/quant/fused_quant_desc.hpp"
 #include "ops/tensor.hpp"
 #include "quant/quant_params.h"
 #include "runtime/jit_core.hpp"
@@ -108,7 +109,8 @@ void check_silu_and_mul_quant_fp8(DType dtype, int64_t rows, int64_t d) {
 }
 
 void rmsnorm_quant_fp8(const DLTensor* input, const DLTensor* weight, DLTensor* residual,
-                       DLTensor* out, DLTensor* scale, float eps, void* stream) {
+                       DLTensor* out, DLTensor* scale, float eps, void* stream,
+                       const ElementwiseLaunch& launch) {
   const RowMatrix x = as_row_matrix(input, "input");
   const RowMatrix w = as_row_matrix(weight, "weight");
   const RowMatrix y = as_row_matrix(out, "out");
@@ -142,6 +144,7 @@ void rmsnorm_quant_fp8(const DLTensor* input, const DLTensor* weight, DLTensor* 
   if (residual != nullptr) align = std::min(align, row_alignment(r));
   const RmsNormQuantConfig cfg =
       select_rmsnorm_quant_fp8(x.dtype, x.rows, x.cols, align, residual != nullptr);
+  if (trace::enabled()) trace::rmsnorm_quant_fp8(x.dtype, residual != nullptr, x.rows, x.cols);
   const jit::LoadedKernel& kern = jit::JitCore::global().kernel_for(
       "rmsnorm_quant_fp8", cfg, x.device, [&] { return rmsnorm_quant_fp8_spec(cfg); });
   quant::RmsNormQuantFp8Params p{};
@@ -157,10 +160,11 @@ void rmsnorm_quant_fp8(const DLTensor* input, const DLTensor* weight, DLTensor* 
   p.out_stride = y.row_stride;
   p.eps = eps;
   cuda::ScopedDevice scope(x.device);
-  cuda::launch(kern.functions.at(0), launch_config(stream, x.rows), &p);
+  launch_elementwise(kern.functions.at(0), launch_config(stream, x.rows), &p, x.device, launch);
 }
 
-void silu_and_mul_quant_fp8(const DLTensor* input, DLTensor* out, DLTensor* scale, void* stream) {
+void silu_and_mul_quant_fp8(const DLTensor* input, DLTensor* out, DLTensor* scale, void* stream,
+                            const ElementwiseLaunch& launch) {
   const RowMatrix x = as_row_matrix(input, "input");
   const RowMatrix y = as_row_matrix(out, "out");
   const RowMatrix s = as_row_matrix(scale, "scale");
@@ -184,6 +188,7 @@ void silu_and_mul_quant_fp8(const DLTensor* input, DLTensor* out, DLTensor* scal
   }
   if (x.numel() == 0) return;  // after validation: a zero-size call is still checked
   check_silu_and_mul_quant_fp8(x.dtype, x.rows, d);
+  if (trace::enabled()) trace::silu_and_mul_quant_fp8(x.dtype, x.rows, d);
   const jit::LoadedKernel& kern =
       jit::JitCore::global().kernel_for("silu_and_mul_quant_fp8", x.dtype, x.device,
                                         [&] { return silu_and_mul_quant_fp8_spec(x.dtype); });
@@ -197,8 +202,9 @@ void silu_and_mul_quant_fp8(const DLTensor* input, DLTensor* out, DLTensor* scal
   p.out_stride = y.row_stride;
   p.groups = groups;
   cuda::ScopedDevice scope(x.device);
-  cuda::launch(kern.functions.at(0),
-               launch_config(stream, ceil_div(x.rows * groups, quant::kQuantThreads / 32)), &p);
+  launch_elementwise(kern.functions.at(0),
+                     launch_config(stream, ceil_div(x.rows * groups, quant::kQuantThreads / 32)),
+                     &p, x.device, launch);
 }
 
 }  // namespace kjit::ops

@@ -10,6 +10,7 @@
 
 #include "jit/spec.hpp"
 #include "ops/dtype.hpp"
+#include "ops/pdl.hpp"
 
 namespace kjit::ops {
 
@@ -33,9 +34,11 @@ jit::Spec silu_and_mul_quant_fp8_spec(DType dtype);
 void check_silu_and_mul_quant_fp8(DType dtype, int64_t rows, int64_t d);
 
 // The C entry points' ops (kjit.h); residual is null for kjit_rmsnorm_quant_fp8. Throw
-// kjit::Error.
+// kjit::Error. `launch`: as the other elementwise ops (programmatic dependent launch).
 void rmsnorm_quant_fp8(const DLTensor* input, const DLTensor* weight, DLTensor* residual,
-                       DLTensor* out, DLTensor* scale, float eps, void* stream);
-void silu_and_mul_quant_fp8(const DLTensor* input, DLTensor* out, DLTensor* scale, void* stream);
+                       DLTensor* out, DLTensor* scale, float eps, void* stream,
+                       const ElementwiseLaunch& launch = elementwise_launch_from_env());
+void silu_and_mul_quant_fp8(const DLTensor* input, DLTensor* out, DLTensor* scale, void* stream,
+                            const ElementwiseLaunch& launch = elementwise_launch_from_env());
 
 }  // namespace kjit::ops

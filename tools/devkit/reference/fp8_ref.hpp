@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace kjit::ref {
@@ -48,6 +49,14 @@ inline float fp8_scale(float amax) {
 // One quantized element: e4m3(x / scale) in fp32, zeros under a zero scale.
 inline uint8_t quantize_e4m3(float x, float scale) {
   return e4m3_code(scale > 0.0f ? x / scale : 0.0f);
+}
+
+// The codes a fused quantizer may write for q = y / scale, y the fp64 image of a value the
+// kernel computes in fp32: e4m3(q), or within `slack` (relative) of a rounding midpoint either
+// neighbour, since fp32's last bits may land on either side. {lo, hi}, equal away from midpoints.
+inline std::pair<uint8_t, uint8_t> e4m3_code_range(double q, double slack = 0x1p-16) {
+  return {e4m3_code(static_cast<float>(q * (1.0 - slack))),
+          e4m3_code(static_cast<float>(q * (1.0 + slack)))};
 }
 
 }  // namespace kjit::ref

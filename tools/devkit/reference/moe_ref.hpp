@@ -112,4 +112,64 @@ inline MoePermutation moe_permute(const std::vector<int>& ids, int experts) {
   return r;
 }
 
+// The SwiGLU activation of one token through one expert, in fp64: with w13 [2 I, H] (gate rows,
+// then up rows), row-major,
+//   g_i = w13[i] . x, u_i = w13[I + i] . x, h_i = silu(g_i) * u_i.
+// err[i] bounds how far a GPU's h_i may land: g and u each rounded to a format of unit roundoff
+// u_gu (0: kept in fp32, as the fused epilogue does), h rounded to u_h, and the fp32
+// accumulations (as ref::gemm_tolerance counts them; silu in fp32 likewise), carried through the
+// formula with |silu'| <= 1.1 everywhere.
+struct MoeValues {
+  std::vector<double> v, err;
+};
+
+inline constexpr double kMoeFp32Acc = 0x1p-20;  // per sqrt(k) of the magnitude sum
+
+inline MoeValues moe_swiglu_act(const double* x, const double* w13, int64_t hidden, int64_t inter,
+                                double u_gu, double u_h) {
+  MoeValues r;
+  r.v.resize(inter);
+  r.err.resize(inter);
+  const double sq = std::sqrt(static_cast<double>(hidden) + 1.0);
+  for (int64_t i = 0; i < inter; ++i) {
+    double g = 0.0, u = 0.0, mg = 0.0, mu = 0.0;
+    for (int64_t c = 0; c < hidden; ++c) {
+      g += w13[i * hidden + c] * x[c];
+      mg += std::fabs(w13[i * hidden + c] * x[c]);
+      u += w13[(inter + i) * hidden + c] * x[c];
+      mu += std::fabs(w13[(inter + i) * hidden + c] * x[c]);
+    }
+    const double dg = u_gu * std::fabs(g) + kMoeFp32Acc * sq * mg;
+    const double du = u_gu * std::fabs(u) + kMoeFp32Acc * sq * mu;
+    const double silu = g / (1.0 + std::exp(-g));
+    r.v[i] = silu * u;
+    const double carried = 1.1 * dg * (std::fabs(u) + du) + std::fabs(silu) * du;
+    r.err[i] = carried + (u_h + kMoeFp32Acc) * (std::fabs(r.v[i]) + carried);
+  }
+  return r;
+}
+
+// One SwiGLU expert on one token (kjit_moe_forward's expert step): h as moe_swiglu_act gives it
+// (g, u and h rounded to u_mid), then y[c] = w2[c] . h with w2 [H, I] row-major, rounded to
+// u_out; err[c] carries h's errors through w2 and adds y's own.
+inline MoeValues moe_swiglu_expert(const double* x, const double* w13, const double* w2,
+                                   int64_t hidden, int64_t inter, double u_mid, double u_out) {
+  const MoeValues h = moe_swiglu_act(x, w13, hidden, inter, u_mid, u_mid);
+  MoeValues r;
+  r.v.resize(hidden);
+  r.err.resize(hidden);
+  const double sq = std::sqrt(static_cast<double>(inter) + 1.0);
+  for (int64_t c = 0; c < hidden; ++c) {
+    double y = 0.0, m = 0.0, carried = 0.0;
+    for (int64_t i = 0; i < inter; ++i) {
+      y += w2[c * inter + i] * h.v[i];
+      m += std::fabs(w2[c * inter + i] * h.v[i]);
+      carried += std::fabs(w2[c * inter + i]) * h.err[i];
+    }
+    r.v[c] = y;
+    r.err[c] = carried + kMoeFp32Acc * sq * (m + carried) + u_out * (std::fabs(y) + carried);
+  }
+  return r;
+}
+
 }  // namespace kjit::ref
