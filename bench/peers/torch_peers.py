@@ -81,6 +81,60 @@ def make_case(op, rows, hidden, dt, eps):
                 x1, x2 = t[..., :half].float(), t[..., half:].float()
                 t.copy_(torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1).to(dt))
         return rope, 2 * (q.nbytes + k.nbytes) + pos.nbytes, torch.cat([q.flatten(), k.flatten()])
+    if op == "rope_append":
+        # The fused RoPE + paged KV append in torch ops (what an engine without the kernel
+        # writes): the RoPE above into q_out and a rotated k, then k and v scattered into NHD
+        # caches of 16-slot pages, one request per 512 tokens after a prefix, pages shuffled.
+        half, ps = hidden // 2, 16
+        q, k, v = rnd(rows, 32, hidden), rnd(rows, 8, hidden), rnd(rows, 8, hidden)
+        q_out = torch.empty_like(q)
+        batch = max(1, rows // 512)
+        req = torch.arange(rows, device="cuda") * batch // rows
+        prefix = torch.randint(0, 1024, (batch,), device="cuda")
+        start = torch.searchsorted(req, torch.arange(batch, device="cuda"))
+        pos = (prefix[req] + torch.arange(rows, device="cuda") - start[req]).to(torch.int32)
+        pages_per = (prefix + torch.bincount(req, minlength=batch) + ps - 1) // ps
+        first_page = torch.cumsum(pages_per, 0) - pages_per
+        num_pages = int(pages_per.sum())
+        perm = torch.randperm(num_pages, device="cuda")
+        slot = (perm[first_page[req] + pos.long() // ps] * ps + pos.long() % ps)
+        k_cache = torch.empty(num_pages * ps, 8, hidden, device="cuda", dtype=dt)
+        v_cache = torch.empty_like(k_cache)
+        inv = 1.0 / (1e4 ** (torch.arange(0, hidden, 2, device="cuda", dtype=torch.float32) / hidden))
+
+        def rope_append():
+            ang = pos[:, None].float() * inv[None, :]
+            c, s = ang.cos()[:, None, :], ang.sin()[:, None, :]
+            rot = []
+            for t in (q, k):
+                x1, x2 = t[..., :half].float(), t[..., half:].float()
+                rot.append(torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1).to(dt))
+            q_out.copy_(rot[0])
+            k_cache[slot] = rot[1]
+            v_cache[slot] = v
+        nbytes = 2 * (q.nbytes + k.nbytes + v.nbytes) + 3 * pos.nbytes
+        return rope_append, nbytes, torch.cat([q.flatten(), k.flatten(), v.flatten()])
+    if op == "qk_norm_rope":
+        # Qwen3's per-head q / k RMSNorm then NeoX RoPE, in place on the q and k views of a fused
+        # qkv row (32 / 8 / 8 heads of `hidden`), positions 0..rows-1, theta 1e6: rms_norm over
+        # the last dim, then the rotation above.
+        half, nq, nkv = hidden // 2, 32, 8
+        qkv = rnd(rows, (nq + 2 * nkv) * hidden)
+        q = qkv[:, : nq * hidden].view(rows, nq, hidden)
+        k = qkv[:, nq * hidden : (nq + nkv) * hidden].view(rows, nkv, hidden)
+        qw, kw = rnd(hidden) + 1, rnd(hidden) + 1
+        pos = torch.arange(rows, device="cuda", dtype=torch.int32)
+        inv = 1.0 / (1e6 ** (torch.arange(0, hidden, 2, device="cuda", dtype=torch.float32) / hidden))
+
+        def qk_norm_rope():
+            ang = pos[:, None].float() * inv[None, :]
+            c, s = ang.cos()[:, None, :], ang.sin()[:, None, :]
+            for t, w in ((q, qw), (k, kw)):
+                n = f.rms_norm(t.float(), (hidden,), w.float(), 1e-6)
+                x1, x2 = n[..., :half], n[..., half:]
+                t.copy_(torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1).to(dt))
+        nbytes = 2 * (q.numel() + k.numel()) * q.element_size() + pos.nbytes
+        return qk_norm_rope, nbytes, torch.cat([q.flatten(), k.flatten()])
     raise ValueError(op)
 
 
@@ -88,7 +142,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--op", default="rmsnorm",
                     help="rmsnorm, fused_add_rmsnorm, layernorm, silu_and_mul, gelu_and_mul, "
-                         "gelu_tanh_and_mul, rope (shapes: tokens x head_dim), "
+                         "gelu_tanh_and_mul, rope, rope_append, qk_norm_rope (shapes: tokens x head_dim), "
                          "rmsnorm_quant_fp8, fused_add_rmsnorm_quant_fp8, "
                          "silu_and_mul_quant_fp8 (shapes: rows x d)")
     ap.add_argument("--shapes", default="1x4096,64x4096,4096x4096,16384x4096,16384x8192")

@@ -340,6 +340,30 @@ KJIT_API kjit_status kjit_apply_rope_with_cos_sin_cache(const DLTensor* position
                                                         DLTensor* k, int head_size,
                                                         kjit_rope_layout layout, void* stream);
 
+/*
+ * Per-head RMSNorm of q and k, then RoPE, in place, in one launch (Qwen3's q_norm / k_norm and
+ * rotary embedding over the q and k heads of a fused qkv projection). For every token and head
+ * of q (weight q_weight) and of k (weight k_weight), in fp32:
+ *   n[d] = x[d] / sqrt(mean over d of x[d]^2 + eps) * weight[d]   (all head_dim dims)
+ * then n's first rotary_dim dims are rotated as kjit_apply_rope_pos_ids rotates them, and the
+ * head is rounded once to its dtype.
+ *
+ * q: [tokens, num_qo_heads, head_dim]; k: [tokens, num_kv_heads, head_dim]; bf16 / fp16, one
+ *   dtype and CUDA device; last dim contiguous, token and head strides free (the q and k parts
+ *   of a [tokens, (num_qo_heads + 2 num_kv_heads) * head_dim] qkv GEMM output); q and k must not
+ *   overlap.
+ * q_weight, k_weight: [head_dim], q's dtype, contiguous. Must not overlap q or k.
+ * pos_ids: [tokens], int32 or int64, contiguous. eps: finite, >= 0.
+ * rotary_dim, layout, rope_scale, rope_theta: as kjit_apply_rope_pos_ids.
+ * head_dim up to 1024, rotary_dim up to 512; any alignment works (narrower vectors). Zero tokens
+ *   is a successful no-op after validation.
+ * Thread-safety: safe from any thread; launches on `stream` and returns without waiting.
+ */
+KJIT_API kjit_status kjit_qk_rmsnorm_rope(const DLTensor* q_weight, const DLTensor* k_weight,
+                                          const DLTensor* pos_ids, DLTensor* q, DLTensor* k,
+                                          float eps, int rotary_dim, kjit_rope_layout layout,
+                                          float rope_scale, float rope_theta, void* stream);
+
 /* ---- Paged KV cache (kernels/kv_cache, src/ops/kv_cache) ----------------------------------- */
 
 /* The dims of a paged KV cache tensor. */
@@ -395,6 +419,38 @@ KJIT_API kjit_status kjit_append_paged_kv_cache_fp8(
     const DLTensor* positions, const DLTensor* kv_indices, const DLTensor* kv_indptr,
     const DLTensor* kv_last_page_len, const DLTensor* k_scale, const DLTensor* v_scale,
     DLTensor* paged_k_cache, DLTensor* paged_v_cache, kjit_kv_layout layout, void* stream);
+
+/*
+ * RoPE and the paged KV append in one launch (FlashInfer's fused rope + append): q is rotated
+ * into q_out, k is rotated on its way into paged_k_cache and v is appended to paged_v_cache.
+ * The result is bit for bit kjit_apply_rope_pos_ids(q, k, pos_ids -> q_out, k_rot, rotary_dim,
+ * rope_layout, rope_scale, rope_theta) followed by kjit_append_paged_kv_cache(k_rot, v, ...)
+ * (no scales) or kjit_append_paged_kv_cache_fp8(k_rot, v, ..., k_scale, v_scale) (scales).
+ *
+ * q, q_out: [nnz, num_qo_heads, head_dim]; k, v: [nnz, num_kv_heads, head_dim]; bf16 / fp16,
+ *   one dtype, one CUDA device; last dim contiguous, token and head strides free (views of a
+ *   fused qkv tensor are fine). q_out may be q itself (in place), else it must not overlap
+ *   any other argument.
+ * pos_ids: [nnz], int32 or int64: the RoPE position of each token (as kjit_apply_rope_pos_ids).
+ * batch_indices, positions, kv_indices, kv_indptr, kv_last_page_len, paged_k_cache,
+ *   paged_v_cache, kv_layout: as kjit_append_paged_kv_cache (positions place the token in its
+ *   request's pages; a skipped token's q is still rotated). The caches must not overlap any
+ *   other argument.
+ * k_scale, v_scale: both NULL (the caches hold q's dtype) or both given (float8_e4m3fn caches,
+ *   each element stored as e4m3(x / scale) as kjit_append_paged_kv_cache_fp8: [1] or
+ *   [num_kv_heads] fp32 on the device).
+ * rotary_dim, rope_layout, rope_scale, rope_theta: as kjit_apply_rope_pos_ids.
+ * head_dim up to 1024, rotary_dim up to 512; any alignment works (narrower vectors). nnz = 0 is
+ *   a successful no-op after validation.
+ * Thread-safety: safe from any thread; launches on `stream` and returns without waiting.
+ */
+KJIT_API kjit_status kjit_rope_append_paged_kv_cache(
+    const DLTensor* q, const DLTensor* k, const DLTensor* v, const DLTensor* pos_ids,
+    const DLTensor* batch_indices, const DLTensor* positions, const DLTensor* kv_indices,
+    const DLTensor* kv_indptr, const DLTensor* kv_last_page_len, const DLTensor* k_scale,
+    const DLTensor* v_scale, DLTensor* q_out, DLTensor* paged_k_cache, DLTensor* paged_v_cache,
+    int rotary_dim, kjit_rope_layout rope_layout, float rope_scale, float rope_theta,
+    kjit_kv_layout kv_layout, void* stream);
 
 /* ---- Attention (kernels/attention, src/ops/decode_attention, src/ops/merge_states) ---------- */
 

@@ -66,6 +66,34 @@ KJIT_DEVICE KJIT_FORCEINLINE void fast_sincos_of_position(float pos, float g_hi,
   __sincosf(3.14159265358979f * t, s, c);
 }
 
+// For the fused kernels (rope_append.cuh, qk_norm_rope.cuh): a block's token and chunk and a
+// thread's head slot and unit, slot-major; then the sin / cos of the unit's FREQS frequencies at
+// the token's position, as rope_kernel's 16-bit path computes them (so the rotation is its).
+struct SlotMajorThread {
+  int token, chunk, slots, unit, slot;
+};
+template <int UNITS>
+KJIT_DEVICE KJIT_FORCEINLINE SlotMajorThread slot_major_thread(const RopeArgs& a) {
+  SlotMajorThread t;
+  t.token = fast_div(int(blockIdx.x), a.chunks_div);
+  t.chunk = int(blockIdx.x) - t.token * a.chunks;
+  t.slots = int(blockDim.x) / UNITS;
+  t.unit = int(threadIdx.x) % UNITS;
+  t.slot = int(threadIdx.x) / UNITS;
+  return t;
+}
+template <int FREQS>
+KJIT_DEVICE KJIT_FORCEINLINE void unit_angles(const RopeArgs& a, const float* freq, int token,
+                                              int unit, float (&cs)[FREQS], float (&sn)[FREQS]) {
+  const long long pos = a.pos_bytes == 8 ? __ldg(static_cast<const long long*>(a.pos) + token)
+                                         : __ldg(static_cast<const int*>(a.pos) + token);
+  const int f0 = unit * FREQS;
+#pragma unroll
+  for (int e = 0; e < FREQS; ++e) {
+    fast_sincos_of_position(float(pos), freq[2 * (f0 + e)], freq[2 * (f0 + e) + 1], &sn[e], &cs[e]);
+  }
+}
+
 KJIT_DEVICE KJIT_FORCEINLINE float load_cache(const void* row, long long i, int dtype) {
   if (dtype == kCacheF32) return __ldg(static_cast<const float*>(row) + i);
   if (dtype == kCacheF16) return to_float(__ldg(static_cast<const __half*>(row) + i));
@@ -83,17 +111,12 @@ KJIT_DEVICE KJIT_FORCEINLINE HeadChunk head_chunk(const RopeArgs& a, int chunk) 
   return {begin, min(begin + a.heads_per_chunk, total)};
 }
 
-// One head's rotated slice in fp32: v = the N / VEC vectors of x (VEC elements each) with each of
-// the FREQS pairs rotated by its (cos, sin). NeoX pairs element f of each half; GPT-J the f-th
-// adjacent pair.
-template <bool INTERLEAVE, typename T, int VEC, int FREQS, int N>
-KJIT_DEVICE KJIT_FORCEINLINE void rotate(const Vec<T, VEC>* x, const float (&cs)[FREQS],
-                                         const float (&sn)[FREQS], float (&v)[N]) {
-#pragma unroll
-  for (int j = 0; j < N / VEC; ++j) {
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) v[j * VEC + e] = to_float(x[j][e]);
-  }
+// One head's rotated slice in fp32, in place: v holds N / VEC vectors of VEC elements, and each
+// of the FREQS pairs is rotated by its (cos, sin). NeoX pairs element f of each half; GPT-J the
+// f-th adjacent pair.
+template <bool INTERLEAVE, int VEC, int FREQS, int N>
+KJIT_DEVICE KJIT_FORCEINLINE void rotate_pairs(const float (&cs)[FREQS], const float (&sn)[FREQS],
+                                               float (&v)[N]) {
 #pragma unroll
   for (int f = 0; f < FREQS; ++f) {
     const int i1 = INTERLEAVE ? 2 * f : f;
@@ -102,6 +125,18 @@ KJIT_DEVICE KJIT_FORCEINLINE void rotate(const Vec<T, VEC>* x, const float (&cs)
     v[i1] = fmaf(a, cs[f], -b * sn[f]);
     v[i2] = fmaf(b, cs[f], a * sn[f]);
   }
+}
+
+// rotate_pairs of the vectors x, converted to fp32 into v.
+template <bool INTERLEAVE, typename T, int VEC, int FREQS, int N>
+KJIT_DEVICE KJIT_FORCEINLINE void rotate(const Vec<T, VEC>* x, const float (&cs)[FREQS],
+                                         const float (&sn)[FREQS], float (&v)[N]) {
+#pragma unroll
+  for (int j = 0; j < N / VEC; ++j) {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) v[j * VEC + e] = to_float(x[j][e]);
+  }
+  rotate_pairs<INTERLEAVE, VEC>(cs, sn, v);
 }
 
 // What both RoPE kernels share: the shape's checks and sizes, and a token's heads (q heads first,

@@ -90,7 +90,14 @@
   X(kjit_moe_grouped_gemm_masked, "in:a in:b in:counts out:out stream")                        \
   X(kjit_moe_forward,                                                                          \
     "in:x in:router_logits in:bias in:w13 in:w2 in:shared_out out:workspace out:out top_k "    \
-    "options:options stream")
+    "options:options stream")                                                                  \
+  X(kjit_rope_append_paged_kv_cache,                                                           \
+    "in:q in:k in:v in:pos_ids in:batch_indices in:positions in:kv_indices in:kv_indptr "      \
+    "in:kv_last_page_len in:k_scale in:v_scale out:q_out inout:paged_k_cache "                 \
+    "inout:paged_v_cache rotary_dim rope_layout rope_scale rope_theta kv_layout stream")       \
+  X(kjit_qk_rmsnorm_rope,                                                                      \
+    "in:q_weight in:k_weight in:pos_ids inout:q inout:k eps rotary_dim layout rope_scale "     \
+    "rope_theta stream")
 
 namespace kjit::api {
 

@@ -43,7 +43,9 @@ const std::vector<OpDef>& op_registry() {
                                           moe_route_op_def(),
                                           moe_permute_op_def(),
                                           moe_finalize_op_def(),
-                                          moe_grouped_gemm_op_def()};
+                                          moe_grouped_gemm_op_def(),
+                                          rope_append_op_def(),
+                                          qk_norm_rope_op_def()};
   return defs;
 }
 

@@ -89,34 +89,13 @@ void run_case(const KvCase& c, std::mt19937_64& rng) {
   }
   if (kscale.size() > 1) kscale[1] = vscale[1] = 0.0f;
 
-  // Requests and their page tables (distinct random pages).
-  std::uniform_int_distribution<int64_t> seq_dist(1, c.max_seq);
-  std::vector<int64_t> seq(static_cast<size_t>(c.batch)), napp(seq.size()), npages(seq.size());
-  int64_t used_pages = 0;
-  for (size_t b = 0; b < seq.size(); ++b) {
-    seq[b] = seq_dist(rng);
-    napp[b] = std::uniform_int_distribution<int64_t>(1, std::min(c.max_append, seq[b]))(rng);
-    npages[b] = (seq[b] + ps - 1) / ps;
-    used_pages += npages[b];
-  }
-  const int64_t num_pages = used_pages + c.spare_pages;
-  std::vector<int32_t> perm(static_cast<size_t>(num_pages));
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), rng);
-  std::vector<int32_t> indptr{0}, indices, last;
-  for (size_t b = 0; b < seq.size(); ++b) {
-    for (int64_t i = 0; i < npages[b]; ++i) indices.push_back(perm[indices.size()]);
-    indptr.push_back(static_cast<int32_t>(indices.size()));
-    last.push_back(static_cast<int32_t>(seq[b] - (npages[b] - 1) * ps));
-  }
-  // Tokens: each request appends the last napp[b] positions of its sequence; shuffled.
-  std::vector<int32_t> bi, pos;
-  for (size_t b = 0; b < seq.size(); ++b) {
-    for (int64_t p = seq[b] - napp[b]; p < seq[b]; ++p) {
-      bi.push_back(static_cast<int32_t>(b));
-      pos.push_back(static_cast<int32_t>(p));
-    }
-  }
+  // Requests, their page tables (distinct random pages) and tokens, shuffled below.
+  ref::AppendBatch ab =
+      ref::random_append_batch(c.batch, c.max_seq, c.max_append, ps, c.spare_pages, rng);
+  std::vector<int32_t>& indptr = ab.indptr;
+  std::vector<int32_t>& indices = ab.indices;
+  std::vector<int32_t>& last = ab.last_page_len;
+  const int64_t num_pages = ab.num_pages;
   if (c.invalid) {
     const auto batch = static_cast<int32_t>(c.batch);
     // Three extra requests with broken tables: a page id past the pool, a negative page id, and
@@ -127,24 +106,19 @@ void run_case(const KvCase& c, std::mt19937_64& rng) {
     indptr.push_back(static_cast<int32_t>(indices.size()));
     indptr.push_back(static_cast<int32_t>(indices.size() + 2));
     for (int i = 0; i < 3; ++i) last.push_back(1);
-    const int32_t tail = static_cast<int32_t>(npages[0] * ps);
+    const int32_t tail = static_cast<int32_t>(ab.pages[0] * ps);
     const std::vector<std::pair<int32_t, int32_t>> bad = {
         {batch + 3, 0}, {-1, 0},        {0, -3},
         {0, tail + 1},  {0, tail},      {batch, 0},
         {batch + 1, 1}, {batch + 2, 0}, {batch + 2, static_cast<int32_t>(ps)}};
     for (auto [b, p] : bad) {
-      bi.push_back(b);
-      pos.push_back(p);
+      ab.batch_indices.push_back(b);
+      ab.positions.push_back(p);
     }
   }
-  std::vector<size_t> order(bi.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::shuffle(order.begin(), order.end(), rng);
-  std::vector<int32_t> bis(bi.size()), poss(pos.size());
-  for (size_t i = 0; i < order.size(); ++i) {
-    bis[i] = bi[order[i]];
-    poss[i] = pos[order[i]];
-  }
+  ref::shuffle_tokens(ab, rng);
+  const std::vector<int32_t>& bis = ab.batch_indices;
+  const std::vector<int32_t>& poss = ab.positions;
   const auto nnz = static_cast<int64_t>(bis.size());
 
   // Append tensors.

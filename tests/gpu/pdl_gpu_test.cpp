@@ -1,5 +1,5 @@
 // The elementwise ops launched as programmatic dependents (KJIT_PDL, src/ops/pdl.hpp): a chain of
-// eight ops on one stream, each reading what the one before it wrote, gives bit for bit what plain
+// twelve ops on one stream, each reading what the one before it wrote, gives bit for bit what plain
 // launches give, eagerly and replayed from a captured graph, with and without the early index
 // reads (KJIT_PDL_EARLY_INDICES: the chain's positions and page table are written once, before
 // it, as that contract asks). Every intermediate is poisoned (NaN) before each run, so a kernel
@@ -23,7 +23,9 @@
 #include "ops/norm/norm.hpp"
 #include "ops/pdl.hpp"
 #include "ops/quant/fused_quant_fp8.hpp"
+#include "ops/rope/qk_norm_rope.hpp"
 #include "ops/rope/rope.hpp"
+#include "ops/rope/rope_append.hpp"
 #include "reference/half.hpp"
 #include "support/gpu.hpp"
 
@@ -63,7 +65,7 @@ struct Chain {
   DeviceBuffer x, res, k, w, g, b, w2, pos, y, z, u, v, bi, zero, idx, ptr, kc, vc, e, vq, vs, uq,
       us;
   Tensor xt, rest, kt, wt, gt, bt, w2t, post, yt, zt, zq, ut, vt, bit, zerot, idxt, ptrt, kct, vct,
-      et, vqt, vst, uqt, ust;
+      et, vqt, vst, uqt, ust, wht;
 
   Chain(int64_t rows_, std::mt19937_64& rng)
       : rows(rows_),
@@ -145,6 +147,7 @@ struct Chain {
     vst = make_tensor(vs.get(), {rows}, dl_dtype("fp32"));
     uqt = make_tensor(uq.get(), {rows, kHidden / 2}, dl_dtype("e4m3"));
     ust = make_tensor(us.get(), {rows, kGroups}, dl_dtype("fp32"));
+    wht = make_tensor(w.get(), {kHeadDim}, bf);  // the q / k norm weight: w's first head_dim
   }
 
   // The inputs the chain updates in place come back; every intermediate is poisoned.
@@ -154,7 +157,7 @@ struct Chain {
     for (DeviceBuffer* d : {&y, &z, &u, &v, &kc, &vc, &e, &vq, &vs, &uq, &us}) d->fill(0xFF);
   }
 
-  // Enqueues the ten ops on `s` (the ops-layer calls behind the C entry points), launched as
+  // Enqueues the twelve ops on `s` (the ops-layer calls behind the C entry points), launched as
   // `l` says; throws kjit::Error.
   void run(CUstream s, const kjit::ops::ElementwiseLaunch& l) {
     namespace ops = kjit::ops;
@@ -170,6 +173,12 @@ struct Chain {
     ops::rmsnorm_quant_fp8(vt.get(), w2t.get(), nullptr, vqt.get(), vst.get(), 1e-6f, s, l);
     ops::silu_and_mul_quant_fp8(zt.get(), uqt.get(), ust.get(), s, l);
     ops::embedding(vt.get(), idxt.get(), et.get(), s, l);
+    ops::rope_append_paged_kv_cache(zq.get(), kt.get(), kt.get(), post.get(), bit.get(),
+                                    zerot.get(), idxt.get(), ptrt.get(), zerot.get(), {}, zq.get(),
+                                    kct.get(), vct.get(), {static_cast<int>(kHeadDim), 0, 1, 1e4f},
+                                    KJIT_KV_LAYOUT_NHD, s, l);
+    ops::qk_rmsnorm_rope(wht.get(), wht.get(), post.get(), zq.get(), kt.get(), 1e-6f, 0, 0, 1.0f,
+                         1e4f, s, l);
   }
 
   // Every buffer the chain wrote, in one image: the bf16 ones first (bf16_bytes() of them), then

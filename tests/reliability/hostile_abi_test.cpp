@@ -507,19 +507,25 @@ Call rope_call(bool llama31) {
   return c;
 }
 
+// The RoPE scalars' breakages (head_dim 128), for every entry point that takes them; `layout`
+// names its kjit_rope_layout argument.
+std::vector<Mutation> rope_scalar_mutations(const std::string& layout) {
+  return {set_int("rotary_dim", -2),
+          set_int("rotary_dim", 3),
+          set_int("rotary_dim", 130),
+          set_int("rotary_dim", INT_MAX),
+          set_int("rotary_dim", INT_MIN),
+          set_int(layout, 2),
+          set_int(layout, -1),
+          set_float("rope_scale", 0.0f),
+          set_float("rope_scale", -1.0f),
+          set_float("rope_theta", 0.0f),
+          set_float("rope_theta", -10000.0f)};
+}
+
 std::vector<Mutation> rope_mutations() {
-  return {
-      set_int("rotary_dim", -2),
-      set_int("rotary_dim", 3),
-      set_int("rotary_dim", 130),
-      set_int("rotary_dim", INT_MAX),
-      set_int("rotary_dim", INT_MIN),
-      set_int("layout", 2),
-      set_int("layout", -1),
-      set_float("rope_scale", 0.0f),
-      set_float("rope_scale", -1.0f),
-      set_float("rope_theta", 0.0f),
-      set_float("rope_theta", -10000.0f),
+  std::vector<Mutation> m = rope_scalar_mutations("layout");
+  const std::vector<Mutation> own = {
       {"q_out of another shape",
        [](Call& c) {
          reshape(c.arg("q_out"), {4, 8, 64});
@@ -565,6 +571,8 @@ std::vector<Mutation> rope_mutations() {
        },
        "q_out"},
   };
+  m.insert(m.end(), own.begin(), own.end());
+  return m;
 }
 
 Api rope_api() {
@@ -786,6 +794,187 @@ Api append_kv_fp8_api() {
        "paged_v_cache"},
   };
   api.zero_size = append_kv_zero_size;
+  return api;
+}
+
+// The valid fused RoPE + append call: 5 tokens, 8 q heads and 2 kv heads of 128, the append
+// call's page table and caches; with `fp8`, e4m3 caches and per-head scales, else no scales.
+Call rope_append_call(bool fp8) {
+  Call c;
+  c.tensors.push_back(arg("q", 12, {5, 8, 128}, "bf16"));
+  c.tensors.push_back(arg("k", 1, {5, 2, 128}, "bf16"));
+  c.tensors.push_back(arg("v", 2, {5, 2, 128}, "bf16"));
+  c.tensors.push_back(arg("pos_ids", 13, {5}, "int64"));
+  c.tensors.push_back(arg("batch_indices", 3, {5}, "int32"));
+  c.tensors.push_back(arg("positions", 4, {5}, "int32"));
+  c.tensors.push_back(arg("kv_indices", 7, {7}, "int32"));
+  c.tensors.push_back(arg("kv_indptr", 8, {4}, "int32"));
+  c.tensors.push_back(arg("kv_last_page_len", 9, {3}, "int32"));
+  c.tensors.push_back(arg("k_scale", 10, {2}, "fp32", /*nullable=*/true));
+  c.tensors.push_back(arg("v_scale", 11, {2}, "fp32", /*nullable=*/true));
+  c.tensors.back().null = c.tensors[c.tensors.size() - 2].null = !fp8;
+  c.tensors.push_back(arg("q_out", 14, {5, 8, 128}, "bf16"));
+  const char* cache = fp8 ? "e4m3" : "bf16";
+  c.tensors.push_back(arg("paged_k_cache", 5, {16, 16, 2, 128}, cache));
+  c.tensors.push_back(arg("paged_v_cache", 6, {16, 16, 2, 128}, cache));
+  c.ints = {{"rotary_dim", 0}, {"rope_layout", KJIT_ROPE_NEOX}, {"kv_layout", KJIT_KV_LAYOUT_NHD}};
+  c.floats = {{"rope_scale", 1.0f}, {"rope_theta", 10000.0f}};
+  return c;
+}
+
+Api rope_append_api(bool fp8) {
+  Api api;
+  api.name = "kjit_rope_append_paged_kv_cache";
+  api.make = [fp8] { return rope_append_call(fp8); };
+  api.invoke = [](Call& c) {
+    return kjit_rope_append_paged_kv_cache(
+        c.t(0), c.t(1), c.t(2), c.t(3), c.t(4), c.t(5), c.t(6), c.t(7), c.t(8), c.t(9), c.t(10),
+        c.t(11), c.t(12), c.t(13), c.n(0), static_cast<kjit_rope_layout>(c.n(1)), c.f(0), c.f(1),
+        static_cast<kjit_kv_layout>(c.n(2)), nullptr);
+  };
+  api.specific = rope_scalar_mutations("rope_layout");
+  const std::vector<Mutation> own = {
+      set_int("kv_layout", 2),
+      set_int("kv_layout", -1),
+      {"v of another shape",
+       [](Call& c) {
+         reshape(c.arg("v"), {5, 3, 128});
+       },
+       "v"},
+      {"k of another head_dim",
+       [](Call& c) {
+         reshape(c.arg("k"), {5, 2, 64});
+       },
+       "k"},
+      {"q of another token count",
+       [](Call& c) {
+         reshape(c.arg("q"), {4, 8, 128});
+       },
+       ""},
+      {"q_out of another shape",
+       [](Call& c) {
+         reshape(c.arg("q_out"), {5, 4, 128});
+       },
+       "q_out"},
+      {"v fp16 beside bf16 q", [](Call& c) { c.arg("v").t.t.dtype = dl_dtype("fp16"); }, "v"},
+      {"pos_ids of another length", [](Call& c) { reshape(c.arg("pos_ids"), {4}); }, "pos_ids"},
+      {"positions of another length", [](Call& c) { reshape(c.arg("positions"), {4}); },
+       "positions"},
+      {"kv_last_page_len of another batch",
+       [](Call& c) { reshape(c.arg("kv_last_page_len"), {4}); }, "kv_last_page_len"},
+      {"fp32 q, k, v and outputs",
+       [](Call& c) {
+         for (const char* n : {"q", "k", "v", "q_out"}) c.arg(n).t.t.dtype = dl_dtype("fp32");
+       },
+       ""},
+      {"q_out overlaps v", [](Call& c) { c.arg("q_out").t.t.data = c.arg("v").t.t.data; }, "q_out"},
+      {"q_out overlaps kv_indptr",
+       [](Call& c) { c.arg("q_out").t.t.data = c.arg("kv_indptr").t.t.data; }, "q_out"},
+      {"paged_k_cache overlaps q",
+       [](Call& c) { c.arg("paged_k_cache").t.t.data = c.arg("q").t.t.data; }, "paged_k_cache"},
+      {"paged_v_cache overlaps q_out",
+       [](Call& c) { c.arg("paged_v_cache").t.t.data = c.arg("q_out").t.t.data; }, "paged_v_cache"},
+      {"paged caches of another head count",
+       [](Call& c) {
+         reshape(c.arg("paged_k_cache"), {16, 16, 4, 128});
+         reshape(c.arg("paged_v_cache"), {16, 16, 4, 128});
+       },
+       "paged_k_cache"},
+  };
+  api.specific.insert(api.specific.end(), own.begin(), own.end());
+  if (fp8) {
+    api.specific.push_back(
+        {"k_scale NULL alone", [](Call& c) { c.arg("k_scale").null = true; }, "k_scale"});
+    api.specific.push_back(
+        {"v_scale NULL alone", [](Call& c) { c.arg("v_scale").null = true; }, "v_scale"});
+    api.specific.push_back({"bf16 caches with scales",
+                            [](Call& c) {
+                              c.arg("paged_k_cache").t.t.dtype = dl_dtype("bf16");
+                              c.arg("paged_v_cache").t.t.dtype = dl_dtype("bf16");
+                            },
+                            "paged_k_cache"});
+    api.specific.push_back(
+        {"v_scale of 3", [](Call& c) { reshape(c.arg("v_scale"), {3}); }, "v_scale"});
+  } else {
+    api.specific.push_back({"e4m3 caches without scales",
+                            [](Call& c) {
+                              c.arg("paged_k_cache").t.t.dtype = dl_dtype("e4m3");
+                              c.arg("paged_v_cache").t.t.dtype = dl_dtype("e4m3");
+                            },
+                            "paged_k_cache"});
+  }
+  api.zero_size = [](Call& c) {
+    reshape(c.arg("q"), {0, 8, 128});
+    reshape(c.arg("k"), {0, 2, 128});
+    reshape(c.arg("v"), {0, 2, 128});
+    reshape(c.arg("q_out"), {0, 8, 128});
+    for (const char* n : {"pos_ids", "batch_indices", "positions"}) reshape(c.arg(n), {0});
+  };
+  return api;
+}
+
+// kjit_qk_rmsnorm_rope: q and k as the views of a fused qkv row (4 tokens, 8 q heads and 2 kv
+// heads of 128: rows of 12 heads).
+Api qk_norm_rope_api() {
+  Api api;
+  api.name = "kjit_qk_rmsnorm_rope";
+  api.make = [] {
+    Call c;
+    c.tensors.push_back(arg("q_weight", 2, {128}, "bf16"));
+    c.tensors.push_back(arg("k_weight", 3, {128}, "bf16"));
+    c.tensors.push_back(arg("pos_ids", 4, {4}, "int32"));
+    c.tensors.push_back(arg("q", 1, {4, 8, 128}, "bf16"));
+    set_strides(c.tensors.back(), {12 * 128, 128, 1});
+    c.tensors.push_back(arg("k", 1, {4, 2, 128}, "bf16"));
+    c.tensors.back().t.t.data = static_cast<char*>(c.tensors.back().t.t.data) + 8 * 128 * 2;
+    set_strides(c.tensors.back(), {12 * 128, 128, 1});
+    c.ints = {{"rotary_dim", 0}, {"layout", KJIT_ROPE_NEOX}};
+    c.floats = {{"eps", 1e-6f}, {"rope_scale", 1.0f}, {"rope_theta", 1e6f}};
+    return c;
+  };
+  api.invoke = [](Call& c) {
+    return kjit_qk_rmsnorm_rope(c.t(0), c.t(1), c.t(2), c.t(3), c.t(4), c.f(0), c.n(0),
+                                static_cast<kjit_rope_layout>(c.n(1)), c.f(1), c.f(2), nullptr);
+  };
+  api.specific = rope_scalar_mutations("layout");
+  const std::vector<Mutation> own = {
+      set_float("eps", -1.0f),
+      {"q_weight of another length", [](Call& c) { reshape(c.arg("q_weight"), {64}); }, "q_weight"},
+      {"k_weight fp16", [](Call& c) { c.arg("k_weight").t.t.dtype = dl_dtype("fp16"); },
+       "k_weight"},
+      {"k of another head_dim",
+       [](Call& c) {
+         reshape(c.arg("k"), {4, 2, 64});
+       },
+       "k"},
+      {"k of another token count",
+       [](Call& c) {
+         reshape(c.arg("k"), {5, 2, 128});
+       },
+       "k"},
+      {"k overlaps q", [](Call& c) { c.arg("k").t.t.data = c.arg("q").t.t.data; }, "k"},
+      {"q overlaps q_weight", [](Call& c) { c.arg("q_weight").t.t.data = c.arg("q").t.t.data; },
+       "q"},
+      {"pos_ids of another length", [](Call& c) { reshape(c.arg("pos_ids"), {3}); }, "pos_ids"},
+      {"fp32 q, k and weights",
+       [](Call& c) {
+         for (const char* n : {"q", "k", "q_weight", "k_weight"}) {
+           c.arg(n).t.t.dtype = dl_dtype("fp32");
+         }
+       },
+       ""},
+      {"q heads overlap each other",
+       [](Call& c) {
+         set_strides(c.arg("q"), {12 * 128, 64, 1});
+       },
+       "q"},
+  };
+  api.specific.insert(api.specific.end(), own.begin(), own.end());
+  api.zero_size = [](Call& c) {
+    reshape(c.arg("q"), {0, 8, 128});
+    reshape(c.arg("k"), {0, 2, 128});
+    reshape(c.arg("pos_ids"), {0});
+  };
   return api;
 }
 
@@ -2121,6 +2310,9 @@ std::vector<Api> table() {
       moe_grouped_gemm_api(false),
       moe_grouped_gemm_api(true),
       moe_forward_api(),
+      rope_append_api(false),
+      rope_append_api(true),
+      qk_norm_rope_api(),
   };
   add_activations(t);
   add_samplers(t);

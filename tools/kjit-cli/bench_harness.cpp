@@ -58,9 +58,9 @@ using ojson = nlohmann::ordered_json;
 // (events-batched, graph) mean anything there: the other timers time these ops as plain launches
 // (PlainLaunchUnlessBatched).
 bool elementwise_op(const std::string& op) {
-  static const char* const kElementwise[] = {"empty",           "rmsnorm",     "fused_add_rmsnorm",
-                                             "layernorm",       "act_and_mul", "rope",
-                                             "append_paged_kv", "embedding"};
+  static const char* const kElementwise[] = {
+      "empty", "rmsnorm",         "fused_add_rmsnorm", "layernorm",   "act_and_mul",
+      "rope",  "append_paged_kv", "embedding",         "rope_append", "qk_norm_rope"};
   return std::find(std::begin(kElementwise), std::end(kElementwise), op) != std::end(kElementwise);
 }
 

@@ -106,6 +106,27 @@ struct Packed {
 
 size_t add_int32s(Packed& p, const std::vector<int32_t>& v);
 
+// The paged KV appends' --set sizes (bench_kv_cache.cpp; `bench append_paged_kv` and `bench
+// rope_append`): tokens, kv_heads, head_dim, page_size, batch (default max(1, tokens / 512)),
+// layout (nhd | hnd), cache (same | e4m3); UsageError otherwise.
+struct BenchAppendArgs {
+  int64_t tokens = 0, kv_heads = 0, head_dim = 0, page_size = 0, batch = 0;
+  std::string layout, cache;
+  bool nhd = true, fp8 = false;
+};
+BenchAppendArgs bench_append_args(const ops::SetArgs& args, int64_t max_tokens,
+                                  int64_t max_head_dim);
+
+// The paged KV appends' batch (bench_kv_cache.cpp; `bench append_paged_kv` and `bench
+// rope_append`): `batch` requests each append their share of `tokens` after an existing prefix
+// of up to 1024 tokens, on distinct pages in random order.
+struct BenchAppendBatch {
+  std::vector<int32_t> batch_indices, positions, indptr{0}, last_page_len, indices;
+  int64_t num_pages = 0;
+};
+BenchAppendBatch bench_append_batch(int64_t tokens, int64_t batch, int64_t page_size,
+                                    std::mt19937_64& rng);
+
 // A "0" / "1" flag, "0" when absent; UsageError otherwise.
 bool flag_arg(const ops::SetArgs& args, const std::string& name);
 
@@ -144,5 +165,6 @@ void add_empty_bench(std::vector<BenchEntry>& out);         // bench_harness.cpp
 void add_embedding_benches(std::vector<BenchEntry>& out);   // bench_embedding.cpp
 // bench_fused_quant.cpp
 void add_fused_quant_benches(std::vector<BenchEntry>& out);
+void add_rope_fused_benches(std::vector<BenchEntry>& out);  // bench_rope_fused.cpp
 
 }  // namespace kjit::cli

@@ -37,18 +37,12 @@ namespace {
 
 int bench_append_paged_kv(const ops::SetArgs& args, const BenchOptions& opts) {
   const std::string dtype = args.at("dtype");
-  const int64_t tokens = ops::positive_int_arg(args, "tokens", 1 << 24);
-  const int64_t H = ops::positive_int_arg(args, "kv_heads", 1024);
-  const int64_t D = ops::positive_int_arg(args, "head_dim", ops::kAppendPagedKvMaxHeadDim);
-  const int64_t ps = ops::positive_int_arg(args, "page_size", 1024);
-  const int64_t batch = args.count("batch") ? ops::positive_int_arg(args, "batch", tokens)
-                                            : std::max<int64_t>(1, tokens / 512);
-  const std::string layout = args.count("layout") ? args.at("layout") : "nhd";
-  if (layout != "nhd" && layout != "hnd") throw UsageError("layout must be nhd or hnd");
-  const bool nhd = layout == "nhd";
-  const std::string cache = args.count("cache") ? args.at("cache") : "same";
-  if (cache != "same" && cache != "e4m3") throw UsageError("cache must be same or e4m3");
-  const bool fp8 = cache == "e4m3";
+  const BenchAppendArgs a = bench_append_args(args, 1 << 24, ops::kAppendPagedKvMaxHeadDim);
+  const int64_t tokens = a.tokens, H = a.kv_heads, D = a.head_dim, ps = a.page_size,
+                batch = a.batch;
+  const std::string& layout = a.layout;
+  const std::string& cache = a.cache;
+  const bool nhd = a.nhd, fp8 = a.fp8;
   const std::string scales = args.count("scales") ? args.at("scales") : "tensor";
   if (scales != "tensor" && scales != "head") throw UsageError("scales must be tensor or head");
   if (!fp8 && args.count("scales")) throw UsageError("scales needs cache=e4m3");
@@ -57,27 +51,14 @@ int bench_append_paged_kv(const ops::SetArgs& args, const BenchOptions& opts) {
   const size_t n = static_cast<size_t>(tokens * H * D);  // elements of append_k (and append_v)
   check_gpu();
 
-  // Requests: each appends its share of the tokens after an existing prefix of up to 1024
-  // tokens, on distinct pages in random order.
   std::mt19937_64 rng(std::random_device{}());
-  std::uniform_int_distribution<int32_t> prefix_dist(0, 1023);
-  std::vector<int32_t> bi, pos, indptr{0}, last;
-  int64_t num_pages = 0;
-  for (int64_t b = 0; b < batch; ++b) {
-    const int32_t prefix = prefix_dist(rng);
-    const int64_t share = tokens / batch + (b < tokens % batch ? 1 : 0);
-    for (int64_t i = 0; i < share; ++i) {
-      bi.push_back(static_cast<int32_t>(b));
-      pos.push_back(static_cast<int32_t>(prefix + i));
-    }
-    const int64_t len = prefix + share, pages = (len + ps - 1) / ps;
-    num_pages += pages;
-    indptr.push_back(static_cast<int32_t>(num_pages));
-    last.push_back(static_cast<int32_t>(len - (pages - 1) * ps));
-  }
-  std::vector<int32_t> indices(static_cast<size_t>(num_pages));
-  std::iota(indices.begin(), indices.end(), 0);
-  std::shuffle(indices.begin(), indices.end(), rng);
+  const BenchAppendBatch ab = bench_append_batch(tokens, batch, ps, rng);
+  const std::vector<int32_t>& bi = ab.batch_indices;
+  const std::vector<int32_t>& pos = ab.positions;
+  const std::vector<int32_t>& indptr = ab.indptr;
+  const std::vector<int32_t>& last = ab.last_page_len;
+  const std::vector<int32_t>& indices = ab.indices;
+  const int64_t num_pages = ab.num_pages;
 
   // Inputs append_k | append_v | index arrays in one buffer; the caches poisoned.
   Packed in;
@@ -190,6 +171,48 @@ int bench_append_paged_kv(const ops::SetArgs& args, const BenchOptions& opts) {
 }
 
 }  // namespace
+
+BenchAppendArgs bench_append_args(const ops::SetArgs& args, int64_t max_tokens,
+                                  int64_t max_head_dim) {
+  BenchAppendArgs a;
+  a.tokens = ops::positive_int_arg(args, "tokens", max_tokens);
+  a.kv_heads = ops::positive_int_arg(args, "kv_heads", 1024);
+  a.head_dim = ops::positive_int_arg(args, "head_dim", max_head_dim);
+  a.page_size = ops::positive_int_arg(args, "page_size", 1024);
+  a.batch = args.count("batch") ? ops::positive_int_arg(args, "batch", a.tokens)
+                                : std::max<int64_t>(1, a.tokens / 512);
+  a.layout = args.count("layout") ? args.at("layout") : "nhd";
+  if (a.layout != "nhd" && a.layout != "hnd") throw UsageError("layout must be nhd or hnd");
+  a.nhd = a.layout == "nhd";
+  a.cache = args.count("cache") ? args.at("cache") : "same";
+  if (a.cache != "same" && a.cache != "e4m3") throw UsageError("cache must be same or e4m3");
+  a.fp8 = a.cache == "e4m3";
+  return a;
+}
+
+BenchAppendBatch bench_append_batch(int64_t tokens, int64_t batch, int64_t page_size,
+                                    std::mt19937_64& rng) {
+  // Each request appends its share of the tokens after an existing prefix of up to 1024 tokens,
+  // on distinct pages in random order.
+  BenchAppendBatch a;
+  std::uniform_int_distribution<int32_t> prefix_dist(0, 1023);
+  for (int64_t b = 0; b < batch; ++b) {
+    const int32_t prefix = prefix_dist(rng);
+    const int64_t share = tokens / batch + (b < tokens % batch ? 1 : 0);
+    for (int64_t i = 0; i < share; ++i) {
+      a.batch_indices.push_back(static_cast<int32_t>(b));
+      a.positions.push_back(static_cast<int32_t>(prefix + i));
+    }
+    const int64_t len = prefix + share, pages = (len + page_size - 1) / page_size;
+    a.num_pages += pages;
+    a.indptr.push_back(static_cast<int32_t>(a.num_pages));
+    a.last_page_len.push_back(static_cast<int32_t>(len - (pages - 1) * page_size));
+  }
+  a.indices.resize(static_cast<size_t>(a.num_pages));
+  std::iota(a.indices.begin(), a.indices.end(), 0);
+  std::shuffle(a.indices.begin(), a.indices.end(), rng);
+  return a;
+}
 
 void add_kv_cache_benches(std::vector<BenchEntry>& out) {
   out.push_back({"append_paged_kv",

@@ -45,6 +45,7 @@ const std::vector<BenchEntry>& benches() {
     add_moe_benches(v);
     add_empty_bench(v);
     add_embedding_benches(v);
+    add_rope_fused_benches(v);
     return v;
   }();
   return all;

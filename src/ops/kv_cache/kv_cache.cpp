@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <climits>
+#include <initializer_list>
 #include <utility>
+#include <vector>
 
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
@@ -40,14 +42,15 @@ StridedView cache_view(const DLTensor* t, const char* name, bool fp8) {
 
 // An fp8 cache's scales: fp32 on the append's device, [1] (per tensor) or [heads] (per kv head),
 // contiguous.
-StridedView scale_vector(const DLTensor* t, const char* name, int device, int64_t heads) {
+StridedView scale_vector(const DLTensor* t, const char* name, int device, const char* rows_name,
+                         int64_t heads) {
   StridedView v = as_strided_view(t, name);
   if (v.dtype != DType::kF32) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be fp32, got {}", name, dtype_name(v.dtype));
   }
   if (v.device != device) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is on cuda:{} but append_k is on cuda:{}", name, v.device,
-         device);
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is on cuda:{} but {} is on cuda:{}", name, v.device,
+         rows_name, device);
   }
   if (v.ndim != 1 || (v.shape[0] != 1 && v.shape[0] != heads)) {
     fail(KJIT_ERROR_INVALID_ARGUMENT,
@@ -58,15 +61,15 @@ StridedView scale_vector(const DLTensor* t, const char* name, int device, int64_
   return v;
 }
 
-StridedView int_vector(const DLTensor* t, const char* name, int device) {
+StridedView int_vector(const DLTensor* t, const char* name, int device, const char* rows_name) {
   StridedView v = as_strided_view(t, name);
   if (v.ndim != 1) fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be 1-D, got ndim {}", name, v.ndim);
   if (v.dtype != DType::kI32) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be int32, got {}", name, dtype_name(v.dtype));
   }
   if (v.device != device) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is on cuda:{} but append_k is on cuda:{}", name, v.device,
-         device);
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is on cuda:{} but {} is on cuda:{}", name, v.device,
+         rows_name, device);
   }
   return v;
 }
@@ -125,6 +128,149 @@ jit::Spec append_paged_kv_spec(const AppendPagedKvConfig& c) {
   return b.build();
 }
 
+PagedKvTarget check_paged_kv_target(const StridedView& rows, const char* rows_name,
+                                    const DLTensor* batch_indices, const DLTensor* positions,
+                                    DLTensor* paged_k_cache, DLTensor* paged_v_cache,
+                                    const DLTensor* kv_indices, const DLTensor* kv_indptr,
+                                    const DLTensor* kv_last_page_len, int layout,
+                                    const char* layout_name, const AppendKvScales& scales) {
+  const int64_t nnz = rows.shape[0], heads = rows.shape[1], head_dim = rows.shape[2];
+  const int dev = rows.device;
+  PagedKvTarget t;
+  t.batch_indices = int_vector(batch_indices, "batch_indices", dev, rows_name);
+  t.positions = int_vector(positions, "positions", dev, rows_name);
+  for (const auto& [v, name] :
+       {std::pair{&t.batch_indices, "batch_indices"}, std::pair{&t.positions, "positions"}}) {
+    if (v->shape[0] != nnz) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "{} has {} elements but {} has {} tokens", name,
+           v->shape[0], rows_name, nnz);
+    }
+  }
+
+  if (layout != KJIT_KV_LAYOUT_NHD && layout != KJIT_KV_LAYOUT_HND) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be KJIT_KV_LAYOUT_NHD (0) or _HND (1), got {}",
+         layout_name, layout);
+  }
+  t.fp8 = scales.k_scale != nullptr || scales.v_scale != nullptr;
+  t.k_cache = cache_view(paged_k_cache, "paged_k_cache", t.fp8);
+  t.v_cache = cache_view(paged_v_cache, "paged_v_cache", t.fp8);
+  const StridedView& kc = t.k_cache;
+  t.nhd = layout == KJIT_KV_LAYOUT_NHD;
+  if (kc.ndim != 4) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "paged_k_cache must be {}, got ndim {}",
+         t.nhd ? "[num_pages, page_size, num_kv_heads, head_dim] (NHD)"
+               : "[num_pages, num_kv_heads, page_size, head_dim] (HND)",
+         kc.ndim);
+  }
+  if (t.fp8) {
+    if (kc.device != dev) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "paged_k_cache is on cuda:{} but {} is on cuda:{}",
+           kc.device, rows_name, dev);
+    }
+  } else {
+    check_same_dtype_device(rows, rows_name, kc, "paged_k_cache");
+  }
+  check_like(kc, "paged_k_cache", t.v_cache, "paged_v_cache");
+  t.slot_dim = t.nhd ? 1 : 2;
+  t.head_dim_index = t.nhd ? 2 : 1;
+  t.num_pages = kc.shape[0];
+  t.page_size = kc.shape[t.slot_dim];
+  if (kc.shape[t.head_dim_index] != heads || kc.shape[3] != head_dim) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT,
+         "paged_k_cache has {} heads of {} ({} layout) but {} has {} heads of {}",
+         kc.shape[t.head_dim_index], kc.shape[3], t.nhd ? "NHD" : "HND", rows_name, heads,
+         head_dim);
+  }
+  if (t.page_size < 1) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "page_size (paged_k_cache dim {}) must be >= 1, got {}",
+         t.slot_dim, t.page_size);
+  }
+
+  if (t.fp8) {
+    t.k_scale = scale_vector(scales.k_scale, "k_scale", dev, rows_name, heads);
+    t.v_scale = scale_vector(scales.v_scale, "v_scale", dev, rows_name, heads);
+    // The kernel reads both with one head stride.
+    if (t.k_scale.shape[0] != t.v_scale.shape[0]) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT,
+           "k_scale has {} elements but v_scale has {}: both per tensor or both per head",
+           t.k_scale.shape[0], t.v_scale.shape[0]);
+    }
+  }
+
+  t.kv_indices = int_vector(kv_indices, "kv_indices", dev, rows_name);
+  t.kv_indptr = int_vector(kv_indptr, "kv_indptr", dev, rows_name);
+  t.kv_last_page_len = int_vector(kv_last_page_len, "kv_last_page_len", dev, rows_name);
+  if (t.kv_indptr.shape[0] < 1) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "kv_indptr must have batch + 1 >= 1 elements, got 0");
+  }
+  t.batch = t.kv_indptr.shape[0] - 1;
+  if (t.kv_last_page_len.shape[0] != t.batch) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT,
+         "kv_last_page_len has {} elements but kv_indptr says batch = {}",
+         t.kv_last_page_len.shape[0], t.batch);
+  }
+  return t;
+}
+
+void check_caches_disjoint(const PagedKvTarget& t, std::initializer_list<NamedView> inputs) {
+  for (const auto& [c, cn] :
+       {std::pair{&t.k_cache, "paged_k_cache"}, std::pair{&t.v_cache, "paged_v_cache"}}) {
+    if (self_overlaps(*c)) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "{} has strides under which elements overlap", cn);
+    }
+    std::vector<NamedView> read(inputs);
+    read.insert(read.end(), {{&t.batch_indices, "batch_indices"},
+                             {&t.positions, "positions"},
+                             {&t.kv_indices, "kv_indices"},
+                             {&t.kv_indptr, "kv_indptr"},
+                             {&t.kv_last_page_len, "kv_last_page_len"}});
+    if (t.fp8) read.insert(read.end(), {{&t.k_scale, "k_scale"}, {&t.v_scale, "v_scale"}});
+    for (const auto& [in, in_name] : read) {
+      if (views_overlap(*c, *in)) fail(KJIT_ERROR_INVALID_ARGUMENT, "{} overlaps {}", cn, in_name);
+    }
+  }
+  if (views_overlap(t.k_cache, t.v_cache)) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "paged_v_cache overlaps paged_k_cache");
+  }
+}
+
+void check_paged_kv_sizes(const PagedKvTarget& t, int64_t rows, const char* op) {
+  if (rows > INT_MAX || t.page_size > INT_MAX || t.kv_indices.shape[0] > INT_MAX ||
+      t.batch > INT_MAX) {
+    fail(KJIT_ERROR_UNSUPPORTED,
+         "{} supports up to {} (token, head) rows, page slots, pages and requests", op, INT_MAX);
+  }
+}
+
+int cache_alignment(const PagedKvTarget& t) {
+  return std::min({16, view_alignment(t.k_cache), view_alignment(t.v_cache)});
+}
+
+void fill_paged_kv_params(const PagedKvTarget& t, kv_cache::AppendPagedKvParams* p) {
+  p->batch_indices = reinterpret_cast<const int*>(t.batch_indices.data);
+  p->positions = reinterpret_cast<const int*>(t.positions.data);
+  p->k_cache = t.k_cache.data;
+  p->v_cache = t.v_cache.data;
+  p->kv_indices = reinterpret_cast<const int*>(t.kv_indices.data);
+  p->kv_indptr = reinterpret_cast<const int*>(t.kv_indptr.data);
+  p->kc_sp = t.k_cache.strides[0];
+  p->kc_ss = t.k_cache.strides[t.slot_dim];
+  p->kc_sh = t.k_cache.strides[t.head_dim_index];
+  p->vc_sp = t.v_cache.strides[0];
+  p->vc_ss = t.v_cache.strides[t.slot_dim];
+  p->vc_sh = t.v_cache.strides[t.head_dim_index];
+  p->num_pages = t.num_pages;
+  p->page_size = static_cast<int>(t.page_size);
+  p->batch = static_cast<int>(t.batch);
+  p->nnz_pages = static_cast<int>(t.kv_indices.shape[0]);
+  if (t.fp8) {
+    p->k_scale = reinterpret_cast<const float*>(t.k_scale.data);
+    p->v_scale = reinterpret_cast<const float*>(t.v_scale.data);
+    p->scale_head_stride = t.k_scale.shape[0] == 1 ? 0 : 1;
+  }
+  p->page_size_div = make_fast_div(static_cast<uint32_t>(t.page_size));
+}
+
 void append_paged_kv_cache(const DLTensor* append_k, const DLTensor* append_v,
                            const DLTensor* batch_indices, const DLTensor* positions,
                            DLTensor* paged_k_cache, DLTensor* paged_v_cache,
@@ -141,154 +287,41 @@ void append_paged_kv_cache(const DLTensor* append_k, const DLTensor* append_v,
   const int64_t nnz = ak.shape[0], heads = ak.shape[1], head_dim = ak.shape[2];
   const int dev = ak.device;
 
-  const StridedView bi = int_vector(batch_indices, "batch_indices", dev);
-  const StridedView pos = int_vector(positions, "positions", dev);
-  for (const auto& [v, name] : {std::pair{&bi, "batch_indices"}, std::pair{&pos, "positions"}}) {
-    if (v->shape[0] != nnz) {
-      fail(KJIT_ERROR_INVALID_ARGUMENT, "{} has {} elements but append_k has {} tokens", name,
-           v->shape[0], nnz);
-    }
-  }
-
-  if (layout != KJIT_KV_LAYOUT_NHD && layout != KJIT_KV_LAYOUT_HND) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "layout must be KJIT_KV_LAYOUT_NHD (0) or _HND (1), got {}",
-         layout);
-  }
-  const bool fp8 = scales.k_scale != nullptr || scales.v_scale != nullptr;
-  const StridedView kc = cache_view(paged_k_cache, "paged_k_cache", fp8);
-  const StridedView vc = cache_view(paged_v_cache, "paged_v_cache", fp8);
-  const bool nhd = layout == KJIT_KV_LAYOUT_NHD;
-  if (kc.ndim != 4) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "paged_k_cache must be {}, got ndim {}",
-         nhd ? "[num_pages, page_size, num_kv_heads, head_dim] (NHD)"
-             : "[num_pages, num_kv_heads, page_size, head_dim] (HND)",
-         kc.ndim);
-  }
-  if (fp8) {
-    if (kc.device != dev) {
-      fail(KJIT_ERROR_INVALID_ARGUMENT, "paged_k_cache is on cuda:{} but append_k is on cuda:{}",
-           kc.device, dev);
-    }
-  } else {
-    check_same_dtype_device(ak, "append_k", kc, "paged_k_cache");
-  }
-  check_like(kc, "paged_k_cache", vc, "paged_v_cache");
-  const int slot_dim = nhd ? 1 : 2, head_dim_index = nhd ? 2 : 1;
-  const int64_t num_pages = kc.shape[0], page_size = kc.shape[slot_dim];
-  if (kc.shape[head_dim_index] != heads || kc.shape[3] != head_dim) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT,
-         "paged_k_cache has {} heads of {} ({} layout) but append_k has {} heads of {}",
-         kc.shape[head_dim_index], kc.shape[3], nhd ? "NHD" : "HND", heads, head_dim);
-  }
-  if (page_size < 1) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "page_size (paged_k_cache dim {}) must be >= 1, got {}",
-         slot_dim, page_size);
-  }
-
-  StridedView ks, vs;
-  if (fp8) {
-    ks = scale_vector(scales.k_scale, "k_scale", dev, heads);
-    vs = scale_vector(scales.v_scale, "v_scale", dev, heads);
-    // The kernel reads both with one head stride.
-    if (ks.shape[0] != vs.shape[0]) {
-      fail(KJIT_ERROR_INVALID_ARGUMENT,
-           "k_scale has {} elements but v_scale has {}: both per tensor or both per head",
-           ks.shape[0], vs.shape[0]);
-    }
-  }
-
-  const StridedView indices = int_vector(kv_indices, "kv_indices", dev);
-  const StridedView indptr = int_vector(kv_indptr, "kv_indptr", dev);
-  const StridedView last = int_vector(kv_last_page_len, "kv_last_page_len", dev);
-  if (indptr.shape[0] < 1) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "kv_indptr must have batch + 1 >= 1 elements, got 0");
-  }
-  const int64_t batch = indptr.shape[0] - 1;
-  if (last.shape[0] != batch) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT,
-         "kv_last_page_len has {} elements but kv_indptr says batch = {}", last.shape[0], batch);
-  }
-
-  for (const auto& [c, cn] : {std::pair{&kc, "paged_k_cache"}, std::pair{&vc, "paged_v_cache"}}) {
-    if (self_overlaps(*c)) {
-      fail(KJIT_ERROR_INVALID_ARGUMENT, "{} has strides under which elements overlap", cn);
-    }
-    const std::pair<const StridedView*, const char*> inputs[] = {
-        {&ak, "append_k"},          {&av, "append_v"},        {&bi, "batch_indices"},
-        {&pos, "positions"},        {&indices, "kv_indices"}, {&indptr, "kv_indptr"},
-        {&last, "kv_last_page_len"}};
-    for (const auto& [in, in_name] : inputs) {
-      if (views_overlap(*c, *in)) fail(KJIT_ERROR_INVALID_ARGUMENT, "{} overlaps {}", cn, in_name);
-    }
-    if (fp8) {
-      for (const auto& [in, in_name] : {std::pair{&ks, "k_scale"}, std::pair{&vs, "v_scale"}}) {
-        if (views_overlap(*c, *in)) {
-          fail(KJIT_ERROR_INVALID_ARGUMENT, "{} overlaps {}", cn, in_name);
-        }
-      }
-    }
-  }
-  if (views_overlap(kc, vc)) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "paged_v_cache overlaps paged_k_cache");
-  }
+  const PagedKvTarget t =
+      check_paged_kv_target(ak, "append_k", batch_indices, positions, paged_k_cache, paged_v_cache,
+                            kv_indices, kv_indptr, kv_last_page_len, layout, "layout", scales);
+  check_caches_disjoint(t, {{&ak, "append_k"}, {&av, "append_v"}});
 
   if (nnz == 0 || heads == 0 || head_dim == 0) return;  // after validation
   if (!is_float(ak.dtype)) {
     fail(KJIT_ERROR_UNSUPPORTED, "append_paged_kv supports bf16, fp16 and fp32, not {}",
          dtype_name(ak.dtype));
   }
-  if (nnz * heads > INT_MAX || page_size > INT_MAX || indices.shape[0] > INT_MAX ||
-      batch > INT_MAX) {
-    fail(KJIT_ERROR_UNSUPPORTED,
-         "append_paged_kv supports up to {} (token, head) rows, page slots, pages and requests",
-         INT_MAX);
-  }
-  int align = 16, cache_align = 16;
-  for (const StridedView* t : {&ak, &av}) align = std::min(align, view_alignment(*t));
-  for (const StridedView* t : {&kc, &vc}) cache_align = std::min(cache_align, view_alignment(*t));
-  if (!fp8) align = cache_align = std::min(align, cache_align);
+  check_paged_kv_sizes(t, nnz * heads, "append_paged_kv");
+  int align = std::min({16, view_alignment(ak), view_alignment(av)});
+  int cache_align = cache_alignment(t);
+  if (!t.fp8) align = cache_align = std::min(align, cache_align);
   const AppendPagedKvConfig cfg = select_append_paged_kv(
-      ak.dtype, head_dim, align, nnz, pdl_early_indices(dev, launch), fp8, cache_align);
+      ak.dtype, head_dim, align, nnz, pdl_early_indices(dev, launch), t.fp8, cache_align);
   if (trace::enabled()) {
-    trace::append_paged_kv(ak.dtype, fp8 ? ks.shape[0] : 0, heads, head_dim, page_size, nhd, nnz,
-                           batch, indices.shape[0], num_pages);
+    trace::append_paged_kv(ak.dtype, t.fp8 ? t.k_scale.shape[0] : 0, heads, head_dim, t.page_size,
+                           t.nhd, nnz, t.batch, t.kv_indices.shape[0], t.num_pages);
   }
 
   const jit::LoadedKernel& kernel = jit::JitCore::global().kernel_for(
       "append_paged_kv", cfg, dev, [&] { return append_paged_kv_spec(cfg); });
 
   kv_cache::AppendPagedKvParams p{};
+  fill_paged_kv_params(t, &p);
   p.append_k = ak.data;
   p.append_v = av.data;
-  p.batch_indices = reinterpret_cast<const int*>(bi.data);
-  p.positions = reinterpret_cast<const int*>(pos.data);
-  p.k_cache = kc.data;
-  p.v_cache = vc.data;
-  p.kv_indices = reinterpret_cast<const int*>(indices.data);
-  p.kv_indptr = reinterpret_cast<const int*>(indptr.data);
   p.ak_st = ak.strides[0];
   p.ak_sh = ak.strides[1];
   p.av_st = av.strides[0];
   p.av_sh = av.strides[1];
-  p.kc_sp = kc.strides[0];
-  p.kc_ss = kc.strides[slot_dim];
-  p.kc_sh = kc.strides[head_dim_index];
-  p.vc_sp = vc.strides[0];
-  p.vc_ss = vc.strides[slot_dim];
-  p.vc_sh = vc.strides[head_dim_index];
-  p.num_pages = num_pages;
   p.rows = static_cast<int>(nnz * heads);
   p.num_heads = static_cast<int>(heads);
-  p.page_size = static_cast<int>(page_size);
-  p.batch = static_cast<int>(batch);
-  p.nnz_pages = static_cast<int>(indices.shape[0]);
-  if (fp8) {
-    p.k_scale = reinterpret_cast<const float*>(ks.data);
-    p.v_scale = reinterpret_cast<const float*>(vs.data);
-    p.scale_head_stride = ks.shape[0] == 1 ? 0 : 1;
-  }
   p.heads_div = make_fast_div(static_cast<uint32_t>(heads));
-  p.page_size_div = make_fast_div(static_cast<uint32_t>(page_size));
 
   const int vecs = cfg.head_dim / cfg.vec;
   const int threads_per_row = std::min(vecs, 32);

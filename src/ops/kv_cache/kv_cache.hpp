@@ -5,12 +5,18 @@
 #include <dlpack/dlpack.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
+#include <utility>
 
 #include "jit/spec.hpp"
 #include "ops/pdl.hpp"
 #include "ops/registry.hpp"
 #include "ops/tensor.hpp"
+
+namespace kjit::kv_cache {
+struct AppendPagedKvParams;
+}
 
 namespace kjit::ops {
 
@@ -61,5 +67,41 @@ void append_paged_kv_cache(const DLTensor* append_k, const DLTensor* append_v,
                            const DLTensor* kv_last_page_len, int layout, void* stream,
                            const ElementwiseLaunch& launch = elementwise_launch_from_env(),
                            const AppendKvScales& scales = {});
+
+// The destination of an append, shared with the fused RoPE + append (src/ops/rope/rope_append.cpp):
+// the page table, the caches and (e4m3 caches) their scales, as views.
+struct PagedKvTarget {
+  StridedView batch_indices, positions, k_cache, v_cache, k_scale, v_scale;
+  StridedView kv_indices, kv_indptr, kv_last_page_len;
+  bool fp8 = false;  // e4m3 caches (scales given)
+  bool nhd = true;
+  int slot_dim = 1, head_dim_index = 2;  // the caches' dims of the page slot and the head
+  int64_t num_pages = 0, page_size = 0, batch = 0;
+};
+
+// Validates the destination of the rows `rows` ([nnz, num_kv_heads, head_dim], named rows_name
+// in messages: its device, and its dtype for 16/32-bit caches): everything
+// kjit_append_paged_kv_cache(_fp8) checks about its page table, caches, layout (the argument
+// layout_name) and scales.
+PagedKvTarget check_paged_kv_target(const StridedView& rows, const char* rows_name,
+                                    const DLTensor* batch_indices, const DLTensor* positions,
+                                    DLTensor* paged_k_cache, DLTensor* paged_v_cache,
+                                    const DLTensor* kv_indices, const DLTensor* kv_indptr,
+                                    const DLTensor* kv_last_page_len, int layout,
+                                    const char* layout_name, const AppendKvScales& scales);
+
+// Fails unless each cache is writable and overlaps neither the other, nor the target's tables and
+// scales, nor any of `inputs` (the call's other tensors, checked first, in order).
+using NamedView = std::pair<const StridedView*, const char*>;
+void check_caches_disjoint(const PagedKvTarget& t, std::initializer_list<NamedView> inputs);
+
+// KJIT_ERROR_UNSUPPORTED (naming `op`) past the kernels' int32 rows, slots, pages or requests.
+void check_paged_kv_sizes(const PagedKvTarget& t, int64_t rows, const char* op);
+
+// The caches' byte alignment, at most 16.
+int cache_alignment(const PagedKvTarget& t);
+
+// The page table's, caches' and scales' fields of the append kernels' params.
+void fill_paged_kv_params(const PagedKvTarget& t, kv_cache::AppendPagedKvParams* p);
 
 }  // namespace kjit::ops

@@ -15,28 +15,20 @@
 #include "ops/fastdiv.hpp"
 #include "ops/pdl.hpp"
 #include "ops/rope/rope_desc.hpp"
+#include "ops/rope/rope_detail.hpp"
 #include "rope/rope_params.h"
 #include "util/error.hpp"
 
 namespace kjit::ops {
 
-namespace {
-
-// The host fills the table at its largest; the launch copies only the kernel's own parameter
-// size (kernels/rope/rope_params.h).
-using RopeParams = rope::RopeParams<kRopeMaxRotDim / 2>;
+// Shared with the fused RoPE + append (rope_append.cpp) through rope_detail.hpp.
+namespace rope_detail {
 
 constexpr double kPi = 3.14159265358979323846;
 
 const char* mode_name(RopeMode m) {
   return m == RopeMode::kFreq ? "freq" : "cache";
 }
-
-// q, k and their outputs as [tokens, heads, head_dim] views, checked against each other.
-struct QkViews {
-  StridedView q, k, q_out, k_out;
-  int64_t tokens = 0, q_heads = 0, k_heads = 0, head_dim = 0;
-};
 
 void check_ndim3(const StridedView& v, const char* name, const char* what) {
   if (v.ndim != 3) {
@@ -143,25 +135,9 @@ void check_supported(DType dtype, int64_t head_dim) {
   }
 }
 
-// Everything the launch needs beyond the views.
-struct RopeLaunch {
-  RopeMode mode = RopeMode::kFreq;
-  bool interleave = false;
-  int rot_dim = 0;
-  const StridedView* pos = nullptr;
-  const StridedView* cache = nullptr;              // kCache
-  const std::vector<float>* freq_pairs = nullptr;  // kFreq: see freq_pairs()
-  const ElementwiseLaunch* launch = nullptr;
-  const RopeTuning* tuning = nullptr;
-};
-
-// What determines a frequency table: the entry point and its scalars, compared bit for bit.
-struct FreqKey {
-  int rot_dim = 0;
-  int llama31 = 0;
-  float scale = 0, theta = 0, low = 0, high = 0, old_ctx = 0;
-  bool operator==(const FreqKey& o) const { return std::memcmp(this, &o, sizeof o) == 0; }
-};
+bool FreqKey::operator==(const FreqKey& o) const {
+  return std::memcmp(this, &o, sizeof o) == 0;
+}
 
 // inv_freq[f] / pi as unevaluated float pairs (hi + lo): 48 significant bits, so the kernel's
 // angle does not inherit fp32 rounding of the frequency (see kernels/rope/rope.cuh).
@@ -190,13 +166,6 @@ const std::vector<float>& freq_pairs(const FreqKey& key,
   memo.push_back({key, std::move(pairs)});
   return memo.back().pairs;
 }
-
-// How a call spreads over the GPU: head slots per block, blocks per token and the heads a block
-// covers.
-struct RopeGrid {
-  int slots = 1;
-  int64_t chunks = 1, heads_per_chunk = 1;
-};
 
 RopeGrid rope_grid(const RopeConfig& cfg, int64_t tokens, int64_t h_total, int sm_count) {
   RopeGrid g;
@@ -330,7 +299,46 @@ std::pair<QkViews, int> check_pos_ids_call(const DLTensor* q, const DLTensor* k,
   return {v, rot};
 }
 
-}  // namespace
+FusedRope fused_rope(const QkViews& v, const StridedView& pos, DType dtype, int head_dim,
+                     int rot_dim, int interleave, int vec, float rope_scale, float rope_theta,
+                     int64_t h_total, int device) {
+  RopeConfig geometry;
+  geometry.dtype = dtype;
+  geometry.head_dim = head_dim;
+  geometry.rot_dim = rot_dim;
+  geometry.interleave = interleave;
+  geometry.vec = vec;
+  const RopeGrid g = rope_grid(geometry, v.tokens, h_total, cuda::device_info(device).sm_count);
+  FreqKey key;
+  key.rot_dim = rot_dim;
+  key.scale = rope_scale;
+  key.theta = rope_theta;
+  RopeLaunch l;
+  l.mode = RopeMode::kFreq;
+  l.interleave = interleave != 0;
+  l.rot_dim = rot_dim;
+  l.pos = &pos;
+  l.freq_pairs = &freq_pairs(key, [&] { return rope_inv_freq(rot_dim, rope_scale, rope_theta); });
+  FusedRope f;
+  f.params = rope_params(v, l, g);
+  f.grid = static_cast<unsigned>(v.tokens * g.chunks);
+  f.block = static_cast<unsigned>(rope_units(geometry) * g.slots);
+  return f;
+}
+
+void launch_fused(const FusedRope& f, CUfunction fn, const void* params, void* stream, int device,
+                  const ElementwiseLaunch& launch) {
+  cuda::LaunchConfig lc;
+  lc.grid_x = f.grid;
+  lc.block_x = f.block;
+  lc.stream = static_cast<CUstream>(stream);
+  cuda::ScopedDevice scope(device);
+  launch_elementwise(fn, lc, params, device, launch);
+}
+
+}  // namespace rope_detail
+
+using namespace rope_detail;
 
 int rope_units(const RopeConfig& c) {
   return c.interleave ? c.rot_dim / std::max(c.vec, 2) : c.rot_dim / 2 / c.vec;

@@ -10,7 +10,9 @@
 
 #include "diag/trace_dump.hpp"
 #include "ops/pdl.hpp"
+#include "ops/rope/qk_norm_rope.hpp"
 #include "ops/rope/rope.hpp"
+#include "ops/rope/rope_append.hpp"
 #include "util/error.hpp"
 
 namespace kjit::ops {
@@ -254,6 +256,20 @@ OpDef rope_op_def() {
   return d;
 }
 
+namespace {
+
+// The `kjit-cli bench` set of a RoPE call: the sizes `bench rope`, `bench rope_append` and
+// `bench qk_norm_rope` share.
+ojson rope_bench_set(DType dtype, int64_t tokens, int64_t qo_heads, int64_t kv_heads,
+                     int64_t head_dim, int64_t rotary_dim, bool interleave) {
+  return {{"dtype", dtype_name(dtype)},           {"tokens", std::to_string(tokens)},
+          {"qo_heads", std::to_string(qo_heads)}, {"kv_heads", std::to_string(kv_heads)},
+          {"head_dim", std::to_string(head_dim)}, {"rotary_dim", std::to_string(rotary_dim)},
+          {"interleave", interleave ? "1" : "0"}};
+}
+
+}  // namespace
+
 namespace trace {
 
 void rope(const RopeDefAxes& a, int64_t tokens, int64_t max_position) noexcept {
@@ -264,13 +280,293 @@ void rope(const RopeDefAxes& a, int64_t tokens, int64_t max_position) noexcept {
   // `bench rope` times both; the cos/sin-cache kernel has no bench yet.
   const bool benchable = a.kind != RopeKind::kCosSinCache;
   record(d.name, axes, benchable ? "rope" : nullptr,
-         {{"dtype", dtype_name(a.dtype)},
-          {"tokens", std::to_string(tokens)},
-          {"qo_heads", std::to_string(a.qo_heads)},
-          {"kv_heads", std::to_string(a.kv_heads)},
-          {"head_dim", std::to_string(a.head_dim)},
-          {"rotary_dim", std::to_string(a.rotary_dim)},
-          {"interleave", a.interleave ? "1" : "0"}},
+         rope_bench_set(a.dtype, tokens, a.qo_heads, a.kv_heads, a.head_dim, a.rotary_dim,
+                        a.interleave),
+         [&] { return d; });
+}
+
+}  // namespace trace
+
+namespace {
+
+// The --set axes, values and warm-up sets the fused RoPE ops (rope_append, qk_norm_rope) share:
+// the q / k dtype, the head and rotary sizes, the pair layout and the alignment.
+std::vector<AxisDef> fused_rope_axes() {
+  return {{"dtype", {"bf16", "fp16"}, true, "q/k dtype"},
+          {"head_dim", {}, true, "head size (1..1024)"},
+          {"rotary_dim", {}, false, "rotated dims, even, <= head_dim and 512 (default head_dim)"},
+          {"interleave", {"0", "1"}, false, "1: GPT-J pairs (2i, 2i+1); 0: NeoX halves (default)"},
+          {"align",
+           {"16", "8", "4", "2"},
+           false,
+           "byte alignment of pointers and strides (default 16)"}};
+}
+
+struct FusedRopeSet {
+  DType dtype = DType::kBF16;
+  int64_t head_dim = 0, rot_dim = 0;
+  bool interleave = false;
+  int align = 16;
+};
+
+FusedRopeSet fused_rope_set(const SetArgs& args) {
+  FusedRopeSet f;
+  f.dtype = dtype_from_name(args.at("dtype"));
+  f.head_dim = positive_int_arg(args, "head_dim", kRopeMaxHeadDim);
+  f.rot_dim =
+      args.count("rotary_dim") ? positive_int_arg(args, "rotary_dim", f.head_dim) : f.head_dim;
+  f.interleave = args.count("interleave") && args.at("interleave") == "1";
+  f.align = args.count("align") ? std::stoi(args.at("align")) : 16;
+  return f;
+}
+
+// What a call of the definition compiles: its dtype and const axes (16-byte aligned tensors).
+SetArgs fused_rope_precompile_set(const Definition& def) {
+  return {{"dtype", dtype_name(def.tensor_dtype("q"))},
+          {"head_dim", std::to_string(def.const_axis("head_dim"))},
+          {"rotary_dim", std::to_string(def.const_axis("rotary_dim"))},
+          {"interleave", def.const_axis("layout") != 0 ? "1" : "0"}};
+}
+
+}  // namespace
+
+Definition rope_append_definition(const RopeAppendDefAxes& a) {
+  Definition d;
+  const bool fp8 = a.num_scales > 0;
+  d.name = fmt::format("rope_append_paged_kv_q{}_k{}_d{}", a.qo_heads, a.kv_heads, a.head_dim);
+  if (a.rotary_dim != a.head_dim) d.name += fmt::format("_r{}", a.rotary_dim);
+  if (a.interleave) d.name += "_gptj";
+  if (a.pos_dtype == DType::kI64) d.name += "_pos64";
+  d.name += fmt::format("_ps{}{}{}{}", a.page_size, a.nhd ? "" : "_hnd", fp8 ? "_e4m3" : "",
+                        dtype_suffix(a.dtype));
+  d.op_type = "rope_append_paged_kv";
+  d.op = "rope_append";
+  d.entry = "kjit_rope_append_paged_kv_cache";
+  d.description = std::string(
+                      "RoPE of q (into q_out) and k, then k and v appended to the paged "
+                      "caches at (kv_indices[kv_indptr[b] + pos / page_size], pos % "
+                      "page_size), ") +
+                  (a.interleave ? "GPT-J pairs" : "NeoX halves") + ", " + (a.nhd ? "NHD" : "HND") +
+                  " caches" + (fp8 ? " of float8 e4m3 (x / scale, saturated)" : "");
+  d.axes = {var("num_tokens", "appended tokens"),
+            var("batch_size", "requests"),
+            var("len_indptr", "batch_size + 1"),
+            var("num_kv_indices", "entries of the page table"),
+            var("num_pages", "pages in the caches"),
+            constant("num_qo_heads", a.qo_heads, "query heads"),
+            constant("num_kv_heads", a.kv_heads, "key / value heads"),
+            constant("head_dim", a.head_dim, "elements per head"),
+            constant("rotary_dim", a.rotary_dim, "leading dims of each head rotated"),
+            constant("layout", a.interleave ? 1 : 0,
+                     "kjit_rope_layout: 0 NeoX halves (KJIT_ROPE_NEOX), 1 GPT-J pairs "
+                     "(KJIT_ROPE_INTERLEAVED)"),
+            constant("page_size", a.page_size, "token slots per page")};
+  const std::vector<std::string> cache_shape =
+      a.nhd ? std::vector<std::string>{"num_pages", "page_size", "num_kv_heads", "head_dim"}
+            : std::vector<std::string>{"num_pages", "num_kv_heads", "page_size", "head_dim"};
+  d.inputs = {
+      tensor("q", {"num_tokens", "num_qo_heads", "head_dim"}, a.dtype, "queries"),
+      tensor("k", {"num_tokens", "num_kv_heads", "head_dim"}, a.dtype,
+             "keys, rotated into the cache"),
+      tensor("v", {"num_tokens", "num_kv_heads", "head_dim"}, a.dtype, "values"),
+      tensor("pos_ids", {"num_tokens"}, a.pos_dtype, "RoPE position of each token"),
+      tensor("batch_indices", {"num_tokens"}, DType::kI32, "request of each token"),
+      tensor("positions", {"num_tokens"}, DType::kI32, "position of each token in its request"),
+      tensor("kv_indices", {"num_kv_indices"}, DType::kI32, "page ids, request by request"),
+      tensor("kv_indptr", {"len_indptr"}, DType::kI32, "each request's range in kv_indices"),
+      tensor("kv_last_page_len", {"batch_size"}, DType::kI32, "tokens in each last page"),
+      scalar("rope_scale", "divides the frequencies"),
+      scalar("rope_theta", "frequency base")};
+  if (fp8) {
+    d.axes.push_back(var("num_scales", "1 (per tensor) or num_kv_heads (per head)"));
+    d.inputs.push_back(tensor("k_scale", {"num_scales"}, DType::kF32, "key dequantization scales"));
+    d.inputs.push_back(
+        tensor("v_scale", {"num_scales"}, DType::kF32, "value dequantization scales"));
+  }
+  const DType cache_dtype = fp8 ? DType::kE4M3 : a.dtype;
+  d.outputs = {
+      tensor("q_out", {"num_tokens", "num_qo_heads", "head_dim"}, a.dtype, "may be q"),
+      tensor("paged_k_cache", cache_shape, cache_dtype, "written at the appended slots only"),
+      tensor("paged_v_cache", cache_shape, cache_dtype, "written at the appended slots only")};
+  d.reference =
+      "tools/devkit/reference/rope_ref.hpp: ref::rope_inv_freq, ref::rope_head (the slot: "
+      "kv_cache_ref.hpp's append_target)";
+  return d;
+}
+
+OpDef rope_append_op_def() {
+  OpDef d;
+  d.name = "rope_append";
+  d.summary = "RoPE of q and k fused with the paged KV append of k and v (16-bit or e4m3 caches)";
+  d.axes = fused_rope_axes();
+  d.axes.push_back({"cache",
+                    {"same", "e4m3"},
+                    false,
+                    "cache dtype: q's dtype (default) or float8 e4m3 with scales"});
+  d.arch_families = {"sm_80+"};
+  d.make_spec = [d](const SetArgs& args) {
+    check_set_args(d, args);
+    const FusedRopeSet f = fused_rope_set(args);
+    const bool fp8 = args.count("cache") && args.at("cache") == "e4m3";
+    return rope_append_spec(
+        select_rope_append(f.dtype, f.head_dim, f.rot_dim, f.interleave, f.align, fp8, f.align));
+  };
+  d.catalog = [] {
+    std::vector<SetArgs> out;
+    auto add = [&](const char* dt, int hd, int rd, int il, const char* cache) {
+      out.push_back({{"dtype", dt},
+                     {"head_dim", std::to_string(hd)},
+                     {"rotary_dim", std::to_string(rd)},
+                     {"interleave", std::to_string(il)},
+                     {"cache", cache}});
+    };
+    // Llama / Mistral / Qwen (128), Falcon (64), Gemma (256), GLM (128 with 64 rotated, GPT-J
+    // pairs), into 16-bit and e4m3 caches.
+    for (const char* dt : {"bf16", "fp16"}) {
+      for (const char* cache : {"same", "e4m3"}) {
+        add(dt, 64, 64, 0, cache);
+        add(dt, 128, 128, 0, cache);
+        add(dt, 256, 256, 0, cache);
+        add(dt, 128, 64, 1, cache);
+      }
+    }
+    add("bf16", 128, 128, 1, "same");
+    add("bf16", 80, 32, 0, "same");
+    return out;
+  };
+  // The page size, layout, head counts and scale count are launch arguments.
+  d.precompile_sets = [](const Definition& def, const VarAxes&) {
+    SetArgs set = fused_rope_precompile_set(def);
+    set["cache"] = def.tensor_dtype("paged_k_cache") == DType::kE4M3 ? "e4m3" : "same";
+    return std::vector<SetArgs>{set};
+  };
+  d.definitions = [] {
+    std::vector<Definition> out;
+    RopeAppendDefAxes a;  // Llama 3 8B: 32 q heads, 8 kv heads of 128, page 16
+    a.qo_heads = 32;
+    a.kv_heads = 8;
+    a.head_dim = a.rotary_dim = 128;
+    out.push_back(rope_append_definition(a));
+    a.num_scales = 1;
+    out.push_back(rope_append_definition(a));
+    a.num_scales = 0;
+    a.page_size = 1;
+    out.push_back(rope_append_definition(a));
+    return out;
+  };
+  return d;
+}
+
+namespace trace {
+
+void rope_append(const RopeAppendDefAxes& a, int64_t tokens, int64_t batch, int64_t num_kv_indices,
+                 int64_t num_pages) noexcept {
+  const Definition d = rope_append_definition(a);
+  ojson axes = {{"num_tokens", tokens},
+                {"batch_size", batch},
+                {"len_indptr", batch + 1},
+                {"num_kv_indices", num_kv_indices},
+                {"num_pages", num_pages}};
+  if (a.num_scales > 0) axes["num_scales"] = a.num_scales;
+  ojson set = rope_bench_set(a.dtype, tokens, a.qo_heads, a.kv_heads, a.head_dim, a.rotary_dim,
+                             a.interleave);
+  set["page_size"] = std::to_string(a.page_size);
+  set["batch"] = std::to_string(batch);
+  set["layout"] = a.nhd ? "nhd" : "hnd";
+  // `bench rope_append` times e4m3 caches with one scale per tensor (the same bytes moved).
+  if (a.num_scales > 0) set["cache"] = "e4m3";
+  record(d.name, axes, "rope_append", set, [&] { return d; });
+}
+
+}  // namespace trace
+
+Definition qk_norm_rope_definition(const QkNormRopeDefAxes& a) {
+  Definition d;
+  d.name = fmt::format("qk_norm_rope_q{}_k{}_d{}", a.qo_heads, a.kv_heads, a.head_dim);
+  if (a.rotary_dim != a.head_dim) d.name += fmt::format("_r{}", a.rotary_dim);
+  if (a.interleave) d.name += "_gptj";
+  if (a.pos_dtype == DType::kI64) d.name += "_pos64";
+  d.name += dtype_suffix(a.dtype);
+  d.op_type = "qk_norm_rope";
+  d.op = "qk_norm_rope";
+  d.entry = "kjit_qk_rmsnorm_rope";
+  d.description = std::string("per-head RMSNorm of q and k (weights q_weight, k_weight), then ") +
+                  (a.interleave ? "GPT-J" : "NeoX") + " RoPE, in place (Qwen3)";
+  d.axes = {var("num_tokens", "tokens"),
+            constant("num_qo_heads", a.qo_heads, "query heads"),
+            constant("num_kv_heads", a.kv_heads, "key heads"),
+            constant("head_dim", a.head_dim, "elements per head"),
+            constant("rotary_dim", a.rotary_dim, "leading dims of each head rotated"),
+            constant("layout", a.interleave ? 1 : 0,
+                     "kjit_rope_layout: 0 NeoX halves (KJIT_ROPE_NEOX), 1 GPT-J pairs "
+                     "(KJIT_ROPE_INTERLEAVED)")};
+  d.inputs = {tensor("q_weight", {"head_dim"}, a.dtype, "q RMSNorm weight"),
+              tensor("k_weight", {"head_dim"}, a.dtype, "k RMSNorm weight"),
+              tensor("pos_ids", {"num_tokens"}, a.pos_dtype, "position of each token"),
+              tensor("q", {"num_tokens", "num_qo_heads", "head_dim"}, a.dtype, "queries"),
+              tensor("k", {"num_tokens", "num_kv_heads", "head_dim"}, a.dtype, "keys"),
+              scalar("eps", "added to the mean square"),
+              scalar("rope_scale", "divides the frequencies"),
+              scalar("rope_theta", "frequency base")};
+  d.outputs = {tensor("q", {"num_tokens", "num_qo_heads", "head_dim"}, a.dtype, "in place"),
+               tensor("k", {"num_tokens", "num_kv_heads", "head_dim"}, a.dtype, "in place")};
+  d.reference =
+      "tools/devkit/reference/rope_ref.hpp: ref::rope_inv_freq, ref::rope_head (after "
+      "norm_ref.hpp's rmsnorm per head)";
+  return d;
+}
+
+OpDef qk_norm_rope_op_def() {
+  OpDef d;
+  d.name = "qk_norm_rope";
+  d.summary = "per-head RMSNorm of q and k fused with RoPE, in place (Qwen3)";
+  d.axes = fused_rope_axes();
+  d.arch_families = {"sm_80+"};
+  d.make_spec = [d](const SetArgs& args) {
+    check_set_args(d, args);
+    const FusedRopeSet f = fused_rope_set(args);
+    return qk_norm_rope_spec(
+        select_qk_norm_rope(f.dtype, f.head_dim, f.rot_dim, f.interleave, f.align));
+  };
+  d.catalog = [] {
+    std::vector<SetArgs> out;
+    // Qwen3 (128, NeoX, full rotary) in both 16-bit dtypes, plus the shapes the tests cover.
+    for (const char* dt : {"bf16", "fp16"}) {
+      out.push_back(
+          {{"dtype", dt}, {"head_dim", "128"}, {"rotary_dim", "128"}, {"interleave", "0"}});
+    }
+    out.push_back(
+        {{"dtype", "bf16"}, {"head_dim", "64"}, {"rotary_dim", "64"}, {"interleave", "0"}});
+    out.push_back(
+        {{"dtype", "bf16"}, {"head_dim", "256"}, {"rotary_dim", "256"}, {"interleave", "0"}});
+    out.push_back(
+        {{"dtype", "bf16"}, {"head_dim", "128"}, {"rotary_dim", "64"}, {"interleave", "1"}});
+    return out;
+  };
+  d.precompile_sets = [](const Definition& def, const VarAxes&) {
+    return std::vector<SetArgs>{fused_rope_precompile_set(def)};
+  };
+  d.definitions = [] {
+    std::vector<Definition> out;
+    QkNormRopeDefAxes a;  // Qwen3 8B: 32 q heads, 8 kv heads of 128; Qwen3 32B: 64 / 8
+    a.qo_heads = 32;
+    a.kv_heads = 8;
+    a.head_dim = a.rotary_dim = 128;
+    out.push_back(qk_norm_rope_definition(a));
+    a.qo_heads = 64;
+    out.push_back(qk_norm_rope_definition(a));
+    return out;
+  };
+  return d;
+}
+
+namespace trace {
+
+void qk_norm_rope(const QkNormRopeDefAxes& a, int64_t tokens) noexcept {
+  const Definition d = qk_norm_rope_definition(a);
+  record(d.name, {{"num_tokens", tokens}}, "qk_norm_rope",
+         rope_bench_set(a.dtype, tokens, a.qo_heads, a.kv_heads, a.head_dim, a.rotary_dim,
+                        a.interleave),
          [&] { return d; });
 }
 

@@ -32,4 +32,38 @@ namespace trace {
 void rope(const RopeDefAxes& axes, int64_t tokens, int64_t max_position) noexcept;
 }  // namespace trace
 
+// The fused RoPE + paged KV append (kjit_rope_append_paged_kv_cache).
+OpDef rope_append_op_def();
+
+struct RopeAppendDefAxes {
+  DType dtype = DType::kBF16;
+  int64_t qo_heads = 0, kv_heads = 0, head_dim = 0, rotary_dim = 0;
+  bool interleave = false;
+  DType pos_dtype = DType::kI32;  // pos_ids
+  int64_t page_size = 16;
+  bool nhd = true;
+  int64_t num_scales = 0;  // e4m3 caches: 1 (per tensor) or kv_heads (per head); 0: 16-bit caches
+};
+Definition rope_append_definition(const RopeAppendDefAxes& a);
+
+namespace trace {
+void rope_append(const RopeAppendDefAxes& axes, int64_t tokens, int64_t batch,
+                 int64_t num_kv_indices, int64_t num_pages) noexcept;
+}  // namespace trace
+
+// The fused per-head QK RMSNorm + RoPE (kjit_qk_rmsnorm_rope).
+OpDef qk_norm_rope_op_def();
+
+struct QkNormRopeDefAxes {
+  DType dtype = DType::kBF16;
+  int64_t qo_heads = 0, kv_heads = 0, head_dim = 0, rotary_dim = 0;
+  bool interleave = false;
+  DType pos_dtype = DType::kI32;
+};
+Definition qk_norm_rope_definition(const QkNormRopeDefAxes& a);
+
+namespace trace {
+void qk_norm_rope(const QkNormRopeDefAxes& axes, int64_t tokens) noexcept;
+}  // namespace trace
+
 }  // namespace kjit::ops
