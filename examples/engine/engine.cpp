@@ -93,6 +93,10 @@ void* Engine::upload(const Checkpoint& ckpt, const std::string& name, std::vecto
 
 Engine::Engine(const Checkpoint& ckpt, const ModelConfig& cfg, int device)
     : cfg_(cfg), device_(device) {
+  if (cfg.qk_norm && cfg.llama3_rope) {
+    throw std::runtime_error(
+        "q / k norm with llama3 rope scaling: kjit_qk_rmsnorm_rope has no Llama 3.1 frequencies");
+  }
   CUDA_CHECK(cudaSetDevice(device));
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   const int64_t H = cfg.hidden_size, I = cfg.intermediate_size, V = cfg.vocab_size;
@@ -413,38 +417,19 @@ void Engine::forward(int tokens, int batch, bool prefill, bool all_logits, bool 
       KJIT_CHECK(
           kjit_fused_add_rmsnorm(ln1.get(), hidden.get(), residual.get(), cfg_.rms_norm_eps, s));
     }
-    // q, k, v: views of one GEMM's [T, Nq + 2 Nkv] output, or for Qwen3, whose per-head norm
-    // kjit_rmsnorm takes only over rows of one stride, three GEMMs into compact [T, heads, hd].
-    Dl q, k, v;
-    if (!cfg_.qk_norm) {
-      KJIT_CHECK(kjit_gemm(hidden.get(), tensor(L.qkv, kBF16, {Nqkv, H}, {}, d).get(), nullptr,
-                           tensor(qkv_, kBF16, {T, Nqkv}, {}, d).get(), nullptr, s));
-      q = tensor(qkv_, kBF16, {T, nq, hd}, {Nqkv, hd, 1}, d);
-      k = tensor(at(qkv_, Nq, 2), kBF16, {T, nkv, hd}, {Nqkv, hd, 1}, d);
-      v = tensor(at(qkv_, Nq + Nkv, 2), kBF16, {T, nkv, hd}, {Nqkv, hd, 1}, d);
-    } else {
-      const char* qp = at(qkv_, 0, 2);
-      const char* kp = at(qkv_, T * Nq, 2);
-      const char* vp = at(qkv_, T * (Nq + Nkv), 2);
-      const struct {
-        const char* out;
-        int64_t row, n;
-      } parts[] = {{qp, 0, Nq}, {kp, Nq, Nkv}, {vp, Nq + Nkv, Nkv}};
-      for (const auto& part : parts) {
-        KJIT_CHECK(kjit_gemm(
-            hidden.get(), tensor(at(L.qkv, part.row * H, 2), kBF16, {part.n, H}, {}, d).get(),
-            nullptr, tensor(part.out, kBF16, {T, part.n}, {}, d).get(), nullptr, s));
-      }
-      Dl qn = tensor(qp, kBF16, {T * nq, hd}, {}, d), kn = tensor(kp, kBF16, {T * nkv, hd}, {}, d);
-      KJIT_CHECK(kjit_rmsnorm(qn.get(), tensor(L.q_norm, kBF16, {hd}, {}, d).get(), qn.get(),
-                              cfg_.rms_norm_eps, s));
-      KJIT_CHECK(kjit_rmsnorm(kn.get(), tensor(L.k_norm, kBF16, {hd}, {}, d).get(), kn.get(),
-                              cfg_.rms_norm_eps, s));
-      q = tensor(qp, kBF16, {T, nq, hd}, {}, d);
-      k = tensor(kp, kBF16, {T, nkv, hd}, {}, d);
-      v = tensor(vp, kBF16, {T, nkv, hd}, {}, d);
-    }
-    if (cfg_.llama3_rope) {
+    // q, k, v: views of one GEMM's [T, Nq + 2 Nkv] output. Qwen3 normalizes q and k per head
+    // before RoPE: one launch over the views does both.
+    KJIT_CHECK(kjit_gemm(hidden.get(), tensor(L.qkv, kBF16, {Nqkv, H}, {}, d).get(), nullptr,
+                         tensor(qkv_, kBF16, {T, Nqkv}, {}, d).get(), nullptr, s));
+    Dl q = tensor(qkv_, kBF16, {T, nq, hd}, {Nqkv, hd, 1}, d);
+    Dl k = tensor(at(qkv_, Nq, 2), kBF16, {T, nkv, hd}, {Nqkv, hd, 1}, d);
+    Dl v = tensor(at(qkv_, Nq + Nkv, 2), kBF16, {T, nkv, hd}, {Nqkv, hd, 1}, d);
+    if (cfg_.qk_norm) {
+      KJIT_CHECK(kjit_qk_rmsnorm_rope(tensor(L.q_norm, kBF16, {hd}, {}, d).get(),
+                                      tensor(L.k_norm, kBF16, {hd}, {}, d).get(), pos.get(),
+                                      q.get(), k.get(), cfg_.rms_norm_eps, 0, KJIT_ROPE_NEOX, 1.0f,
+                                      cfg_.rope_theta, s));
+    } else if (cfg_.llama3_rope) {
       KJIT_CHECK(kjit_apply_llama31_rope_pos_ids(q.get(), k.get(), pos.get(), q.get(), k.get(), 0,
                                                  KJIT_ROPE_NEOX, cfg_.rope_factor, cfg_.rope_theta,
                                                  cfg_.low_freq_factor, cfg_.high_freq_factor,
