@@ -2331,6 +2331,7 @@ const std::set<std::string> kCoveredElsewhere = {"kjit_version_string",
                                                  "kjit_batch_decode_plan",
                                                  "kjit_decode_plan_workspace_bytes",
                                                  "kjit_decode_plan_num_splits",
+                                                 "kjit_decode_plan_tactic",
                                                  "kjit_decode_plan_destroy",
                                                  "kjit_prefill_options_init",
                                                  "kjit_batch_prefill_plan",
@@ -2528,6 +2529,10 @@ TEST_CASE("hostile abi: kjit_batch_decode_plan rejects every broken argument",
       {"NULL kv_indptr with requests", [](Plan& p) { p.null_indptr = true; }},
       {"negative batch", [](Plan& p) { p.batch = -1; }},
       {"batch INT_MIN", [](Plan& p) { p.batch = INT_MIN; }},
+      {"autotune 3", [](Plan& p) { p.o.autotune = 3; }},
+      {"autotune INT_MIN", [](Plan& p) { p.o.autotune = INT_MIN; }},
+      {"tune_timing -1", [](Plan& p) { p.o.tune_timing = -1; }},
+      {"tune_timing 4", [](Plan& p) { p.o.tune_timing = 4; }},
       {"kv_indptr decreasing",
        [](Plan& p) {
          p.indptr = {0, 3, 2, 7};
@@ -2597,6 +2602,7 @@ TEST_CASE("hostile abi: kjit_batch_decode_plan rejects every broken argument",
   kjit_sampling_options_init(nullptr);
   CHECK(kjit_decode_plan_workspace_bytes(nullptr) == 0);
   CHECK(kjit_decode_plan_num_splits(nullptr) == 0);
+  CHECK(std::string(kjit_decode_plan_tactic(nullptr)).empty());
   kjit_decode_plan_destroy(nullptr);
 }
 

@@ -191,7 +191,7 @@ TEST_CASE("attention abi: options defaults, NULL-safe queries and destroy", "[c_
   CHECK(std::string(kjit_decode_plan_tactic(nullptr)).empty());
 }
 
-TEST_CASE("attention abi: a plan names its tactic; autotune and tune_timing are checked",
+TEST_CASE("attention abi: a plan names its tactic and autotune and tune_timing are checked",
           "[c_abi][attention]") {
   PlanArgs a;
   a.o.autotune = 0;  // the heuristic: the same tactic whatever the store holds
