@@ -17,13 +17,10 @@
 #include "reference/fp8_ref.hpp"
 #include "reference/half.hpp"
 #include "support/gpu.hpp"
+#include "util/math.hpp"
 
 namespace kjit::cli {
 namespace {
-
-int64_t ceil_div(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
 
 // One quantization group against the fp64 values `y` the op quantizes: its scale, and its
 // codes (all of them: the encoder is a search over 127 magnitudes, fine at bench sizes only on a
@@ -139,7 +136,7 @@ int bench_silu_and_mul_quant_fp8(const ops::SetArgs& args, const BenchOptions& o
     throw UsageError("silu_and_mul_quant_fp8: dtype is bf16 or fp16");
   }
   check_gpu();
-  const int64_t groups = ceil_div(d, 128);
+  const int64_t groups = util::ceil_div(d, 128);
   const size_t n = static_cast<size_t>(m * 2 * d), es = ref::elem_size(dtype);
   std::mt19937_64 rng(std::random_device{}());
   Packed in;
