@@ -267,18 +267,16 @@ int run(const Args& a) {
   if (teacher) {
     teacher_forcing(eng, a, reqs, opt);
   } else {
-    int longest = 0, total = 0;
+    int longest = 0, longest_prompt = 0, total = 0;
     for (engine::Request& q : reqs) {
       if (q.max_new_tokens < 0) q.max_new_tokens = a.max_new_tokens;
-      longest = std::max(longest, static_cast<int>(q.prompt.size()) + q.max_new_tokens);
-      total += static_cast<int>(q.prompt.size());
+      const int len = static_cast<int>(q.prompt.size());
+      longest = std::max(longest, len + q.max_new_tokens);
+      longest_prompt = std::max(longest_prompt, len);
+      total += len;
     }
     engine::SchedulerOptions so;
     so.slots = a.max_batch > 0 ? a.max_batch : static_cast<int>(reqs.size());
-    int longest_prompt = 0;
-    for (const engine::Request& q : reqs) {
-      longest_prompt = std::max(longest_prompt, static_cast<int>(q.prompt.size()));
-    }
     so.max_prefill_tokens =
         a.max_prefill_tokens > 0
             ? a.max_prefill_tokens

@@ -32,13 +32,6 @@ int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
-// v rounded to the dtype (through fp32), as a kernel storing it would.
-double round_to(double v, const std::string& dtype) {
-  uint16_t h = 0;
-  ref::store_elem(&h, 0, v, dtype);
-  return ref::load_elem(&h, 0, dtype);
-}
-
 // What the fused op must give for one group: y (fp64 of the fp32 computation), the scale, and
 // the codes, compared with the kernel's. Returns how many codes the dtype-rounded path would
 // have changed (the unfused op's rounding).
@@ -54,7 +47,7 @@ struct GroupCheck {
       UNSCOPED_INFO(what << " scale " << got_scale << " want " << want_scale);
     }
     double unfused_amax = 0.0;
-    for (double v : y) unfused_amax = std::max(unfused_amax, std::fabs(round_to(v, dtype)));
+    for (double v : y) unfused_amax = std::max(unfused_amax, std::fabs(ref::round_elem(v, dtype)));
     for (size_t i = 0; i < y.size(); ++i) {
       const double q = want_scale > 0.0 ? y[i] / want_scale : 0.0;
       const auto [lo, hi] = ref::e4m3_code_range(q, kMidpointSlack);
@@ -65,7 +58,7 @@ struct GroupCheck {
                            << " want " << int(lo));
       }
       const double unfused_q =
-          unfused_amax > 0.0 ? round_to(y[i], dtype) / (unfused_amax / 448.0) : 0.0;
+          unfused_amax > 0.0 ? ref::round_elem(y[i], dtype) / (unfused_amax / 448.0) : 0.0;
       unfused_differs += lo == hi && ref::e4m3_code(static_cast<float>(unfused_q)) != lo;
     }
   }
@@ -216,7 +209,7 @@ void run_rmsnorm_quant(const std::string& dtype, int64_t m, int64_t hidden, bool
       s[j] = x.v[i * hidden + j];
       if (residual) {
         // The fp32 add, rounded to the dtype: kjit_fused_add_rmsnorm's new residual.
-        s[j] = round_to(
+        s[j] = ref::round_elem(
             static_cast<float>(x.v[i * hidden + j]) + static_cast<float>(r0.v[i * hidden + j]),
             dtype);
         const size_t at = static_cast<size_t>(i * stride + j);

@@ -38,13 +38,6 @@ void check_group(Check& chk, const std::vector<double>& y, float got_scale, cons
   }
 }
 
-// The value a kernel stores as the dtype (an fp32 sum rounded once).
-double round_to(double v, const std::string& dtype) {
-  uint16_t h = 0;
-  ref::store_elem(&h, 0, v, dtype);
-  return ref::load_elem(&h, 0, dtype);
-}
-
 // Codes checked per row / group at most: the whole of a decode-size call, a sample of a big one.
 size_t code_stride(int64_t elements) {
   return static_cast<size_t>(std::max<int64_t>(1, elements / (1 << 18)));
@@ -115,8 +108,9 @@ int bench_rmsnorm_quant_fp8(const ops::SetArgs& args, const BenchOptions& opts) 
       double ss = 0.0;
       for (int64_t j = 0; j < hidden; ++j) {
         const size_t e = static_cast<size_t>(i * hidden + j);
-        src[j] =
-            residual ? round_to(static_cast<float>(x[e]) + static_cast<float>(r0[e]), dtype) : x[e];
+        src[j] = residual
+                     ? ref::round_elem(static_cast<float>(x[e]) + static_cast<float>(r0[e]), dtype)
+                     : x[e];
         if (residual) chk.add(ref::load_elem(rh.data(), e, dtype), src[j], 0.0);
         ss += src[j] * src[j];
       }

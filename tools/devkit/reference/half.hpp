@@ -83,6 +83,13 @@ inline void store_elem(void* base, size_t i, double v, const std::string& dtype)
   }
 }
 
+// v as a kernel stores it in `dtype` (through fp32, nearest even).
+inline double round_elem(double v, const std::string& dtype) {
+  uint32_t buf = 0;
+  store_elem(&buf, 0, v, dtype);
+  return load_elem(&buf, 0, dtype);
+}
+
 // Unit roundoff of the dtype (half an ulp at 1.0).
 inline double unit_roundoff(const std::string& dtype) {
   return dtype == "fp32" ? 0x1p-24 : dtype == "fp16" ? 0x1p-11 : 0x1p-8;
