@@ -99,17 +99,18 @@ TEST_CASE("gemm tactics: names round-trip and only canonical spellings parse", "
 
 TEST_CASE("gemm tactics: the candidates of decode and large shapes on sm_90", "[gemm][tune]") {
   const ops::GemmTarget t = hopper();
-  // m = 1: the decode kernel at every split, the four sm90 tiles, the four mma_sm80 ones and the
-  // fallback.
+  // m = 1: the decode kernel at every split, the four sm90 tiles and the fallback; the mma_sm80
+  // tiles only where no sm90 tile runs.
   const ops::GemmTactic d1 = default_of(1, 4096, 4096, t);
   CHECK(d1.name() == "decode_t16_split3");
   const auto one = names_of(ops::gemm_tactics(d1, ops::gemm_m_bucket(1), 4096, 4096, t));
   CHECK(one.front() == "decode_t16_split3");
-  CHECK(one.size() == 8 + 4 + 4 + 1);
+  CHECK(one.size() == 8 + 4 + 1);
   for (int s = 1; s <= 8; ++s) CHECK(has(one, "decode_t16_split" + std::to_string(s)));
-  for (const char* s : {"sm90_bn128_s4", "sm90_bn128_s6", "sm90_bn256_s3", "sm90_bn256_s4",
-                        "mma_bn64_s3", "mma_bn64_s4", "mma_bn128_s3", "mma_bn128_s4", "simt"})
+  for (const char* s : {"sm90_bn128_s4", "sm90_bn128_s6", "sm90_bn256_s3", "sm90_bn256_s4", "simt"})
     CHECK(has(one, s));
+  for (const char* s : {"mma_bn64_s3", "mma_bn64_s4", "mma_bn128_s3", "mma_bn128_s4"})
+    CHECK_FALSE(has(one, s));
   CHECK(std::set<std::string>(one.begin(), one.end()).size() == one.size());
   // m = 100 rounds up to the 128-token tile; m = 4096 has no decode tactic.
   const auto mid =
@@ -120,8 +121,7 @@ TEST_CASE("gemm tactics: the candidates of decode and large shapes on sm_90", "[
   CHECK(big.name() == "sm90_bn256_s4");
   const auto large = names_of(ops::gemm_tactics(big, 4096, 28672, 4096, t));
   CHECK(large == std::vector<std::string>{"sm90_bn256_s4", "sm90_bn128_s4", "sm90_bn128_s6",
-                                          "sm90_bn256_s3", "mma_bn64_s4", "mma_bn128_s3",
-                                          "mma_bn64_s3", "mma_bn128_s4", "simt"});
+                                          "sm90_bn256_s3", "simt"});
 }
 
 TEST_CASE("gemm tactics: validity follows the launch paths' checks", "[gemm][tune]") {
