@@ -1,7 +1,7 @@
 // kjit-engine: runs a Llama-3 / Qwen3 checkpoint on kjit over token-id prompts.
 //
 //   kjit-engine MODEL_DIR --prompts FILE [--max-new-tokens N] [--max-batch B] [sampling]
-//               [--eos ID ... | --ignore-eos] [--stats] [--no-graph]
+//               [--eos ID ... | --ignore-eos] [--stats] [--no-graph] [--fp8]
 //   kjit-engine MODEL_DIR --prompts FILE --decode-steps S --dump-logits OUT   (teacher forcing)
 //   kjit-engine MODEL_DIR --speed B,L,N   (timing: B requests of L random ids, N decode steps)
 //
@@ -43,7 +43,7 @@ struct Args {
   int max_batch = 0, max_prefill_tokens = 0;  // 0: every request at once / what that needs
   int speed_batch = 0, speed_context = 0, speed_steps = 0;  // --speed B,L,N
   std::vector<int32_t> eos;
-  bool eos_given = false, ignore_eos = false, stats = false, graph = true;
+  bool eos_given = false, ignore_eos = false, stats = false, graph = true, fp8 = false;
   engine::SamplingConfig sampling;
 };
 
@@ -54,7 +54,7 @@ struct Args {
       << "         [--top-p P] [--temperature T] [--seed S] [--out-tokens FILE]\n"
       << "         [--max-batch B] [--max-prefill-tokens N] [--eos ID]... [--ignore-eos]\n"
       << "         [--decode-steps S --dump-logits FILE] [--page-size N] [--device N]\n"
-      << "         [--stats] [--no-graph]\n"
+      << "         [--stats] [--no-graph] [--fp8]\n"
       << "       kjit-engine MODEL_DIR --speed B,L,N [--max-prefill-tokens N] [--page-size N]\n";
   std::exit(2);
 }
@@ -118,6 +118,8 @@ Args parse(int argc, char** argv) {
       a.stats = true;
     else if (o == "--no-graph")
       a.graph = false;
+    else if (o == "--fp8")
+      a.fp8 = true;
     else if (o == "--speed") {
       const std::string text = value(i);
       char tail = 0;
@@ -320,7 +322,7 @@ int run(const Args& a) {
   const engine::ModelConfig cfg = engine::read_config(a.model);
   const engine::Checkpoint ckpt(a.model);
   auto t0 = std::chrono::steady_clock::now();
-  engine::Engine eng(ckpt, cfg, a.device);
+  engine::Engine eng(ckpt, cfg, a.device, a.fp8);
   std::printf(
       "model: %s, %d layers, hidden %d, heads %d/%d x %d, vocab %d; %.1f MB of weights "
       "uploaded in %.0f ms\n",
