@@ -8,7 +8,8 @@ bf16 weights (fixed seed), saved with safetensors; then, on the same GPU and the
     KV cache at the step's context) over the bandwidth of a 1 GiB device-to-device copy
     (read + write counted);
   - kjit-engine --speed B,L,N: warm prefill of B random prompts of L tokens, then the per-step
-    time of N greedy decode steps replayed from its CUDA graph;
+    time of N greedy decode steps replayed from its CUDA graph; also with --fp8 (the layers'
+    weights quantized to e4m3 at load) at a few shapes;
   - transformers: generate() with a static cache, which compiles the decode step with
     torch.compile (mode reduce-overhead); the per-step time is the difference of two warm
     generate() calls of N and 2N new tokens over N; the prefill is one eager forward of the
@@ -60,12 +61,15 @@ def build(folder):
     return cfg
 
 
-def step_bytes(cfg):
-    """The bytes a decode step reads: every weight but the embedding table (one row a token)."""
+def step_bytes(cfg, fp8=False):
+    """The bytes a decode step reads: every weight but the embedding table (one row a token);
+    fp8: the layers' linear weights at one byte and a 4-byte scale per output channel."""
     h, i, v = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
     q, kv = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
-    layer = h * (q + 2 * kv) + q * h + 3 * h * i + 2 * h
-    return 2 * (cfg.num_hidden_layers * layer + h + v * h)
+    linear = h * (q + 2 * kv) + q * h + 3 * h * i
+    channels = (q + 2 * kv) + h + 2 * i + h
+    per_layer = (linear + 4 * channels if fp8 else 2 * linear) + 2 * 2 * h
+    return cfg.num_hidden_layers * per_layer + 2 * (h + v * h)
 
 
 def kv_bytes(cfg, batch, context):
@@ -90,8 +94,8 @@ def copy_bandwidth():
     return 2 * (1 << 30) / (ms * 1e-3) / 1e9
 
 
-def kjit_run(engine, folder, batch, context, steps):
-    args = [engine, folder, "--speed", f"{batch},{context},{steps}"]
+def kjit_run(engine, folder, batch, context, steps, fp8=False):
+    args = [engine, folder, "--speed", f"{batch},{context},{steps}"] + (["--fp8"] if fp8 else [])
     r = subprocess.run(args, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(args)} failed ({r.returncode}):\n{r.stdout}{r.stderr}")
@@ -144,6 +148,8 @@ def main():
                     help="kjit decode shapes, BATCHxCONTEXT")
     ap.add_argument("--hf-decode", default="1x1024,64x1024,1x4096,64x4096",
                     help="transformers decode shapes (each compiles its own step)")
+    ap.add_argument("--fp8-decode", default="1x1024,64x1024",
+                    help="kjit --fp8 decode shapes (weights quantized at load)")
     ap.add_argument("--prefill", type=int, default=8192, help="one prompt of this many tokens")
     ap.add_argument("--steps", type=int, default=32)
     ap.add_argument("--only", choices=("kjit", "transformers", "both"), default="both")
@@ -161,8 +167,9 @@ def main():
 
     def add(row, batch, context):
         if row.get("step_ms"):
-            floor_w = weights / (bw * 1e9) * 1e3
-            floor_kv = (weights + kv_bytes(cfg, batch, context)) / (bw * 1e9) * 1e3
+            w = step_bytes(cfg, fp8=row["who"] == "kjit-fp8")
+            floor_w = w / (bw * 1e9) * 1e3
+            floor_kv = (w + kv_bytes(cfg, batch, context)) / (bw * 1e9) * 1e3
             row.update(floor_weights_ms=floor_w, floor_weights_kv_ms=floor_kv,
                        x_floor_weights=row["step_ms"] / floor_w,
                        x_floor_weights_kv=row["step_ms"] / floor_kv,
@@ -178,6 +185,10 @@ def main():
         r = kjit_run(a.engine, folder, 1, a.prefill, 0)
         add({"who": "kjit", "phase": "prefill", "batch": 1, "context": a.prefill,
              "prefill_ms": r["prefill_ms"], "engine": r}, 1, a.prefill)
+        for batch, context in shapes(a.fp8_decode):
+            r = kjit_run(a.engine, folder, batch, context, a.steps, fp8=True)
+            add({"who": "kjit-fp8", "phase": "decode", "batch": batch, "context": context,
+                 "step_ms": r["step_ms"], "engine": r}, batch, context)
     if a.only in ("transformers", "both"):
         model = LlamaForCausalLM.from_pretrained(folder, dtype=torch.bfloat16).cuda().eval()
         for batch, context in shapes(a.hf_decode):
