@@ -70,13 +70,6 @@ ops::GemmPath path_for(const Case& c) {
       .path;
 }
 
-// A random e4m3 code of magnitude 2^-3 .. 2^3 (exponent field 4 .. 10), never NaN.
-uint8_t random_code(std::mt19937_64& rng) {
-  std::uniform_int_distribution<int> bits(0, 255), exp(4, 10);
-  const int r = bits(rng);
-  return static_cast<uint8_t>((r & 0x80) | exp(rng) << 3 | (r & 7));
-}
-
 float random_scale(std::mt19937_64& rng) {
   std::uniform_real_distribution<float> u(-3.0f, 3.0f);
   return std::exp2(u(rng));
@@ -140,7 +133,7 @@ double run_case(const Case& c, std::mt19937_64& rng) {
   std::vector<uint8_t> a_host(a_bytes), b_host(b_bytes);
   std::uniform_int_distribution<int> mantissa(0, 7);
   auto code = [&] {
-    return c.positive ? static_cast<uint8_t>(7 << 3 | mantissa(rng)) : random_code(rng);
+    return c.positive ? static_cast<uint8_t>(7 << 3 | mantissa(rng)) : random_e4m3_code(rng);
   };
   for (auto& x : a_host) x = code();
   for (auto& x : b_host) x = code();
