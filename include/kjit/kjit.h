@@ -364,6 +364,35 @@ KJIT_API kjit_status kjit_qk_rmsnorm_rope(const DLTensor* q_weight, const DLTens
                                           float eps, int rotary_dim, kjit_rope_layout layout,
                                           float rope_scale, float rope_theta, void* stream);
 
+/*
+ * kjit_apply_rope_pos_ids with the positions of a ragged batch (FlashInfer's apply_rope): the
+ * tokens [indptr[b], indptr[b + 1]) belong to request b, and token t of request b is at
+ * position offsets[b] + t - indptr[b]. Rotation, accuracy and everything else as
+ * kjit_apply_rope_pos_ids.
+ *
+ * indptr: [batch + 1]; offsets: [batch]; both int32 or both int64, contiguous, on q's device;
+ *   q_out / k_out must not overlap them. batch 0 takes zero tokens only.
+ * The caller's contract (not checked: the data is on the device): indptr is non-decreasing,
+ *   indptr[0] = 0 and indptr[batch] = tokens; empty requests are fine. Otherwise each token still
+ *   takes the position of some request (never a read or a write out of bounds).
+ * The request of each token is found on the device (a bisection of indptr: no host
+ *   synchronization; the call can be captured in a CUDA graph).
+ */
+KJIT_API kjit_status kjit_apply_rope(const DLTensor* q, const DLTensor* k, const DLTensor* indptr,
+                                     const DLTensor* offsets, DLTensor* q_out, DLTensor* k_out,
+                                     int rotary_dim, kjit_rope_layout layout, float rope_scale,
+                                     float rope_theta, void* stream);
+
+/* kjit_apply_rope with Llama 3.1's frequency scaling (FlashInfer's apply_llama31_rope): the
+ * frequencies of kjit_apply_llama31_rope_pos_ids, the positions of kjit_apply_rope. */
+KJIT_API kjit_status kjit_apply_llama31_rope(const DLTensor* q, const DLTensor* k,
+                                             const DLTensor* indptr, const DLTensor* offsets,
+                                             DLTensor* q_out, DLTensor* k_out, int rotary_dim,
+                                             kjit_rope_layout layout, float rope_scale,
+                                             float rope_theta, float low_freq_factor,
+                                             float high_freq_factor, float old_context_len,
+                                             void* stream);
+
 /* ---- Paged KV cache (kernels/kv_cache, src/ops/kv_cache) ----------------------------------- */
 
 /* The dims of a paged KV cache tensor. */

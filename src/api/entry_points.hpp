@@ -97,7 +97,13 @@
     "inout:paged_v_cache rotary_dim rope_layout rope_scale rope_theta kv_layout stream")       \
   X(kjit_qk_rmsnorm_rope,                                                                      \
     "in:q_weight in:k_weight in:pos_ids inout:q inout:k eps rotary_dim layout rope_scale "     \
-    "rope_theta stream")
+    "rope_theta stream")                                                                       \
+  X(kjit_apply_rope,                                                                           \
+    "in:q in:k in:indptr in:offsets out:q_out out:k_out rotary_dim layout rope_scale "         \
+    "rope_theta stream")                                                                       \
+  X(kjit_apply_llama31_rope,                                                                   \
+    "in:q in:k in:indptr in:offsets out:q_out out:k_out rotary_dim layout rope_scale "         \
+    "rope_theta low_freq_factor high_freq_factor old_context_len stream")
 
 namespace kjit::api {
 
