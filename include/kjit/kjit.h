@@ -882,6 +882,22 @@ KJIT_API kjit_status kjit_chain_speculative_sampling(const DLTensor* draft_probs
                                                      DLTensor* output_token_ids, DLTensor* accepted,
                                                      DLTensor* emitted, void* stream);
 
+/*
+ * The k largest elements of each row and their indices (torch.topk(input, k, largest=True,
+ * sorted=True) with int32 indices): values[b] descending, indices[b][j] the position of
+ * values[b][j] in input[b]. Equal values come in ascending index order (torch documents no order
+ * for ties; this one is deterministic); NaN counts as larger than +Inf, as torch.topk and
+ * torch.sort order it, and -0 as equal to +0. A value is the input element itself (its sign of
+ * zero and NaN payload kept).
+ * input: [batch, vocab] fp32 / bf16 / fp16, last dim contiguous, row stride free; vocab up to
+ *   2^24. values: [batch, k], input's dtype; indices: [batch, k] int32; each last dim
+ *   contiguous; neither may overlap the other or input.
+ * k: 1..vocab; above 1024 it is KJIT_ERROR_UNSUPPORTED. batch = 0: a successful no-op after
+ *   validation. Graph-safe: one launch, no host synchronization.
+ */
+KJIT_API kjit_status kjit_top_k(const DLTensor* input, DLTensor* values, DLTensor* indices, int k,
+                                void* stream);
+
 /* ---- GEMM (kernels/gemm, src/ops/gemm) ------------------------------------------------------ */
 
 /* Options of kjit_gemm. Versioned by struct_size: kjit_gemm_options_init fills the defaults for

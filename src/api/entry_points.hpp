@@ -103,7 +103,8 @@
     "rope_theta stream")                                                                       \
   X(kjit_apply_llama31_rope,                                                                   \
     "in:q in:k in:indptr in:offsets out:q_out out:k_out rotary_dim layout rope_scale "         \
-    "rope_theta low_freq_factor high_freq_factor old_context_len stream")
+    "rope_theta low_freq_factor high_freq_factor old_context_len stream")                      \
+  X(kjit_top_k, "in:input out:values out:indices k stream")
 
 namespace kjit::api {
 

@@ -1054,6 +1054,58 @@ Api rope_indptr_api(bool llama31) {
   return api;
 }
 
+// kjit_top_k: 4 rows of 1000 bf16, k = 8.
+Api top_k_api() {
+  Api api;
+  api.name = "kjit_top_k";
+  api.make = [] {
+    Call c;
+    c.tensors.push_back(arg("input", 1, {4, 1000}, "bf16"));
+    c.tensors.push_back(arg("values", 2, {4, 8}, "bf16"));
+    c.tensors.push_back(arg("indices", 3, {4, 8}, "int32"));
+    c.ints = {{"k", 8}};
+    return c;
+  };
+  api.invoke = [](Call& c) { return kjit_top_k(c.t(0), c.t(1), c.t(2), c.n(0), nullptr); };
+  api.specific = {
+      set_int("k", 0),
+      set_int("k", -8),
+      set_int("k", 1001),  // above the row length
+      {"k above 1024 in a longer row",
+       [](Call& c) {
+         reshape(c.arg("input"), {4, 2000});
+         reshape(c.arg("values"), {4, 1025});
+         reshape(c.arg("indices"), {4, 1025});
+         c.integer("k") = 1025;
+       },
+       "k"},
+      {"values of another k",
+       [](Call& c) {
+         reshape(c.arg("values"), {4, 9});
+       },
+       "values"},
+      {"indices of another batch",
+       [](Call& c) {
+         reshape(c.arg("indices"), {3, 8});
+       },
+       "indices"},
+      {"values fp32", [](Call& c) { c.arg("values").t.t.dtype = dl_dtype("fp32"); }, "values"},
+      {"indices int64", [](Call& c) { c.arg("indices").t.t.dtype = dl_dtype("int64"); }, "indices"},
+      {"values 1-D", [](Call& c) { reshape(c.arg("values"), {32}); }, "values"},
+      {"values inside input", [](Call& c) { c.arg("values").t.t.data = c.arg("input").t.t.data; },
+       "values"},
+      {"indices inside values",
+       [](Call& c) { c.arg("indices").t.t.data = c.arg("values").t.t.data; }, "indices"},
+      {"input int32", [](Call& c) { c.arg("input").t.t.dtype = dl_dtype("int32"); }, ""},
+  };
+  api.zero_size = [](Call& c) {
+    reshape(c.arg("input"), {0, 1000});
+    reshape(c.arg("values"), {0, 8});
+    reshape(c.arg("indices"), {0, 8});
+  };
+  return api;
+}
+
 // ---- Attention
 // -----------------------------------------------------------------------------------
 
@@ -2391,6 +2443,7 @@ std::vector<Api> table() {
       qk_norm_rope_api(),
       rope_indptr_api(false),
       rope_indptr_api(true),
+      top_k_api(),
   };
   add_activations(t);
   add_samplers(t);

@@ -13,6 +13,7 @@
 #include "ops/registry.hpp"
 #include "ops/tensor.hpp"
 #include "sampling/sampling_params.h"
+#include "sampling/top_k_params.h"
 
 namespace kjit::ops {
 
@@ -164,6 +165,17 @@ void sample(const char* input_name, FilterInput input, const DLTensor* x, const 
 void top_k_renorm_probs(const DLTensor* probs, RowParam<int> top_k, DLTensor* out, void* stream);
 void top_p_renorm_probs(const DLTensor* probs, RowParam<float> top_p, DLTensor* out, void* stream);
 void top_k_mask_logits(const DLTensor* logits, RowParam<int> top_k, DLTensor* out, void* stream);
+
+// ---- kjit_top_k (kernels/sampling/top_k.cuh): one block per row --------------------------------
+
+inline constexpr int64_t kTopKMaxK = sampling::kTopKMax;
+// Support and dispatch: KJIT_ERROR_UNSUPPORTED for a dtype, row length or k (above kTopKMaxK)
+// no variant serves. The config is a RowConfig (dtype, vec, unroll; no cluster).
+RowConfig select_top_k(DType dtype, int64_t vocab, int64_t k, bool vec_ok);
+jit::Spec top_k_spec(const RowConfig& cfg);
+std::string top_k_uri(const RowConfig& cfg);
+// Validate, then launch on `stream`; throws kjit::Error (kjit.h documents the arguments).
+void top_k(const DLTensor* input, DLTensor* values, DLTensor* indices, int k, void* stream);
 
 // The filter bits of SampleArgs::filters (the kernels' SamplingParams::filters).
 inline constexpr int kFilterTopK = sampling::kFilterTopK, kFilterTopP = sampling::kFilterTopP,

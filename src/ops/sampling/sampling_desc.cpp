@@ -501,4 +501,77 @@ void sampling(SamplingKind kind, DType dtype, int64_t vocab, int64_t batch) noex
 
 }  // namespace trace
 
+// ---- kjit_top_k ---------------------------------------------------------------------------------
+
+Definition top_k_definition(DType dtype, int64_t vocab, int64_t k) {
+  Definition d;
+  d.op_type = "top_k";
+  d.name = fmt::format("top_k_v{}_k{}{}", vocab, k, dtype_suffix(dtype));
+  d.op = "top_k";
+  d.entry = "kjit_top_k";
+  d.description =
+      "the k largest elements of each row and their indices, in descending order (equal values "
+      "by ascending index, NaN above +inf)";
+  d.axes = {var("batch_size", "rows"), constant("vocab_size", vocab, "row length"),
+            constant("k", k, "elements kept per row")};
+  d.inputs = {tensor("input", {"batch_size", "vocab_size"}, dtype, "scores or logits")};
+  d.outputs = {tensor("values", {"batch_size", "k"}, dtype, "the k largest, descending"),
+               tensor("indices", {"batch_size", "k"}, DType::kI32, "their indices in the row")};
+  d.reference = "tools/devkit/reference/sampling_ref.hpp: ref::top_k";
+  return d;
+}
+
+OpDef top_k_op_def() {
+  OpDef d;
+  d.name = "top_k";
+  d.summary = "top-k values and indices per row (sorted, ties by index, NaN largest)";
+  d.axes = {{"dtype", {"fp32", "bf16", "fp16"}, true, "input dtype"},
+            align_axis(),
+            vocab_axis(),
+            {"k", {}, false, "elements kept (default 1; a run-time value up to 1024)"}};
+  d.arch_families = {"sm_80+"};
+  d.make_spec = [d](const SetArgs& args) {
+    check_set_args(d, args);
+    const DType dtype = dtype_from_name(args.at("dtype"));
+    const int64_t vocab =
+        args.count("vocab") ? positive_int_arg(args, "vocab", kRowKernelMaxVocab) : 128256;
+    const int64_t k = args.count("k") ? positive_int_arg(args, "k", kTopKMaxK) : 1;
+    return top_k_spec(select_top_k(dtype, vocab, k, vec_ok_arg(args, dtype, vocab)));
+  };
+  d.catalog = [] {
+    std::vector<SetArgs> out;
+    for (const char* dt : {"fp32", "bf16", "fp16"}) out.push_back({{"dtype", dt}});
+    out.push_back({{"dtype", "fp32"}, {"align", "4"}});
+    return out;
+  };
+  d.precompile_sets = [](const Definition& def, const VarAxes&) {
+    return std::vector<SetArgs>{{{"dtype", dtype_name(def.tensor_dtype("input"))},
+                                 {"vocab", std::to_string(def.const_axis("vocab_size"))},
+                                 {"k", std::to_string(def.const_axis("k"))}}};
+  };
+  d.definitions = [] {
+    // Speculative decoding's draft candidates and MoE-style score selection at Llama 3's and
+    // Qwen 2.5's vocabularies, on fp32 logits as engines keep them for sampling.
+    std::vector<Definition> out;
+    for (int64_t v : {128256, 151936}) {
+      for (int64_t k : {8, 64}) out.push_back(top_k_definition(DType::kF32, v, k));
+    }
+    return out;
+  };
+  return d;
+}
+
+namespace trace {
+
+void top_k(DType dtype, int64_t vocab, int64_t k, int64_t batch) noexcept {
+  const Definition d = top_k_definition(dtype, vocab, k);
+  const ojson set = {{"dtype", dtype_name(dtype)},
+                     {"batch", std::to_string(batch)},
+                     {"vocab", std::to_string(vocab)},
+                     {"k", std::to_string(k)}};
+  record(d.name, {{"batch_size", batch}}, "top_k", set, [&] { return d; });
+}
+
+}  // namespace trace
+
 }  // namespace kjit::ops

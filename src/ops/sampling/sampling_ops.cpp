@@ -84,13 +84,6 @@ const float* float_param(const RowParam<float>& f, const char* arr_name, const B
   return reinterpret_cast<const float*>(v.data);
 }
 
-// Whether every row of `m` (and of `out`, when given) allows 16-byte vectors of `dtype`.
-bool vec_ok(const Batch& b, const RowMatrix* out = nullptr) {
-  const int64_t vec = 16 / static_cast<int64_t>(dtype_size(b.m.dtype));
-  if (b.vocab % vec != 0 || row_alignment(b.m) < 16) return false;
-  return out == nullptr || row_alignment(*out) >= 16;
-}
-
 // Dynamic shared memory for a cluster of n blocks: room for each block's share of the row, which
 // it then reads from global memory once, when that fits beside the kernel's static shared memory
 // (under 48 KB); else 0 and every pass reads the share from L2.
