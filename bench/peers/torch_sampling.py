@@ -66,7 +66,12 @@ def make_case(op, batch, vocab, dt, args):
         peers["torch"] = lambda: torch.argmax(x, dim=-1)
         return peers, x.nbytes
     if op == "softmax":
-        peers["torch"] = lambda: torch.softmax(x.float() / args.temperature, dim=-1)
+        eager = lambda: torch.softmax(x.float() / args.temperature, dim=-1)
+        peers["torch"] = eager
+        # Issue 30's target: a fresh static-shape compile per shape (one function reused across
+        # shapes would turn dynamic after the second).
+        torch._dynamo.reset()
+        peers["torch-compile"] = torch.compile(eager, dynamic=False)
         return peers, x.nbytes + batch * vocab * 4
     if op == "top_k":
         peers["torch"] = lambda: torch.topk(x, args.k, dim=-1)

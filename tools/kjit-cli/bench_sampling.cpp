@@ -386,17 +386,26 @@ int bench_softmax(const ops::SetArgs& args, const BenchOptions& opts) {
   out.fill(0xFF);
   auto ot = test::make_tensor(out.get(), {batch, vocab}, test::dl_dtype("fp32"));
   const ops::DType dt = *ops::dtype_of(test::dl_dtype(dtype));
+  // --set cluster=1|2|4|8: blocks per row forced (an ops::SoftmaxTuning), else the plan's.
+  ops::SoftmaxTuning tuning;
+  tuning.cluster =
+      args.count("cluster") ? static_cast<int>(ops::positive_int_arg(args, "cluster", 8)) : 0;
+  ops::RowConfig cfg = ops::select_softmax(dt, vocab, in.aligned());
+  const cuda::DeviceInfo& info = cuda::device_info(0);
+  cfg.cluster = tuning.cluster > 0
+                    ? tuning.cluster
+                    : ops::softmax_cluster_size(batch, vocab, info.sm_count, info.major);
   BenchCase c;
   c.op = "softmax";
-  c.uri = ops::softmax_uri(ops::select_softmax(dt, vocab, in.aligned()));
+  c.uri = ops::softmax_uri(cfg);
   c.dtype = dtype;
   c.shape = {{"batch", batch}, {"vocab", vocab}, {"temperature", temperature}};
-  c.label = fmt::format("softmax {} batch={} vocab={} T={}", dtype, batch, vocab, temperature);
+  c.label = fmt::format("softmax {} batch={} vocab={} T={} blocks/row={}", dtype, batch, vocab,
+                        temperature, cfg.cluster);
+  // The ops-layer call: what kjit_softmax runs, with the bench's tuning.
   c.launch = [&](CUstream stream) {
-    kjit_status st =
-        kjit_softmax(in.xt.get(), nullptr, ot.get(),
-                     test::SamplingOptions().temperature(static_cast<float>(temperature)), stream);
-    if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
+    ops::softmax(in.xt.get(), ot.get(),
+                 ops::RowParam<float>{nullptr, static_cast<float>(temperature)}, stream, tuning);
   };
   // Two reads of the logits (the second mostly from L2) count once: HBM traffic is one read and
   // the fp32 write.
@@ -604,9 +613,10 @@ void add_sampling_benches(std::vector<BenchEntry>& out) {
                  "bytes"});
   out.push_back({"softmax",
                  {"dtype", "batch", "vocab"},
-                 {"temperature"},
+                 {"temperature", "cluster"},
                  bench_softmax,
-                 "dtype, batch, vocab, optional temperature (1)"});
+                 "dtype, batch, vocab, optional temperature (1), cluster (blocks per row: 1, 2, "
+                 "4 or 8; default the plan's)"});
   out.push_back(
       {"top_k_renorm_probs",
        {"batch", "vocab"},

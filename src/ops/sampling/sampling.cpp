@@ -258,6 +258,15 @@ int argmax_cluster_size(ArgmaxPath path, int forced_cluster, int64_t batch, int6
   return c;
 }
 
+int softmax_cluster_size(int64_t batch, int64_t vocab, int sm_count, int cc_major) {
+  if (cc_major < 9) return 1;
+  // One 1024-thread block a row reads at one SM's pace (a 128256-token row alone leaves the
+  // other SMs idle); a cluster splits the row while batch x blocks still fits one block per SM.
+  int c = 1;
+  while (c < 8 && batch * c * 2 <= sm_count && vocab / (2 * c) >= 4096) c *= 2;
+  return c;
+}
+
 RowConfig select_top_k(DType dtype, int64_t vocab, int64_t k, bool vec_ok) {
   check_row_kernel("top_k", dtype, vocab);
   if (k > kTopKMaxK) {

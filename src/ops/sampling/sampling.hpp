@@ -38,7 +38,7 @@ struct RowConfig {
   DType dtype = DType::kF32;
   int vec = 1;
   int unroll = 8;
-  int cluster = 1;  // argmax only: blocks per row, a sm_90 thread-block cluster when > 1
+  int cluster = 1;  // argmax, softmax: blocks per row, a sm_90 thread-block cluster when > 1
 };
 
 inline constexpr int64_t kFilterMaxVocab = 262144;      // 1024 segments of >= 256 elements
@@ -149,7 +149,16 @@ struct RowParam {
 
 // Validate, then launch on `stream`. Throw kjit::Error. The C entry points (kjit.h) document
 // the arguments; seed and offset are device tensors so the launch never reads device memory.
-void softmax(const DLTensor* logits, DLTensor* out, RowParam<float> temperature, void* stream);
+// Blocks per softmax row: on sm_90+ a cluster of 2, 4 or 8 while the batch leaves SMs idle and
+// each part keeps >= 4096 elements, else 1.
+int softmax_cluster_size(int64_t batch, int64_t vocab, int sm_count, int cc_major);
+// An override of softmax's blocks per row, for the bench and the tests (0: the plan's,
+// softmax_cluster_size; 1: one block per row; 2, 4, 8: a cluster, sm_90+).
+struct SoftmaxTuning {
+  int cluster = 0;
+};
+void softmax(const DLTensor* logits, DLTensor* out, RowParam<float> temperature, void* stream,
+             const SoftmaxTuning& tuning = {});
 void argmax(const DLTensor* input, DLTensor* out, void* stream, const ArgmaxTuning& tuning = {});
 
 struct SampleArgs {
