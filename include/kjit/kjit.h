@@ -364,6 +364,35 @@ KJIT_API kjit_status kjit_qk_rmsnorm_rope(const DLTensor* q_weight, const DLTens
                                           float eps, int rotary_dim, kjit_rope_layout layout,
                                           float rope_scale, float rope_theta, void* stream);
 
+/*
+ * kjit_apply_rope_pos_ids with the positions of a ragged batch (FlashInfer's apply_rope): the
+ * tokens [indptr[b], indptr[b + 1]) belong to request b, and token t of request b is at
+ * position offsets[b] + t - indptr[b]. Rotation, accuracy and everything else as
+ * kjit_apply_rope_pos_ids.
+ *
+ * indptr: [batch + 1]; offsets: [batch]; both int32 or both int64, contiguous, on q's device;
+ *   q_out / k_out must not overlap them. batch 0 takes zero tokens only.
+ * The caller's contract (not checked: the data is on the device): indptr is non-decreasing,
+ *   indptr[0] = 0 and indptr[batch] = tokens; empty requests are fine. Otherwise each token still
+ *   takes the position of some request (never a read or a write out of bounds).
+ * The request of each token is found on the device (a bisection of indptr: no host
+ *   synchronization; the call can be captured in a CUDA graph).
+ */
+KJIT_API kjit_status kjit_apply_rope(const DLTensor* q, const DLTensor* k, const DLTensor* indptr,
+                                     const DLTensor* offsets, DLTensor* q_out, DLTensor* k_out,
+                                     int rotary_dim, kjit_rope_layout layout, float rope_scale,
+                                     float rope_theta, void* stream);
+
+/* kjit_apply_rope with Llama 3.1's frequency scaling (FlashInfer's apply_llama31_rope): the
+ * frequencies of kjit_apply_llama31_rope_pos_ids, the positions of kjit_apply_rope. */
+KJIT_API kjit_status kjit_apply_llama31_rope(const DLTensor* q, const DLTensor* k,
+                                             const DLTensor* indptr, const DLTensor* offsets,
+                                             DLTensor* q_out, DLTensor* k_out, int rotary_dim,
+                                             kjit_rope_layout layout, float rope_scale,
+                                             float rope_theta, float low_freq_factor,
+                                             float high_freq_factor, float old_context_len,
+                                             void* stream);
+
 /* ---- Paged KV cache (kernels/kv_cache, src/ops/kv_cache) ----------------------------------- */
 
 /* The dims of a paged KV cache tensor. */
@@ -852,6 +881,22 @@ KJIT_API kjit_status kjit_chain_speculative_sampling(const DLTensor* draft_probs
                                                      const DLTensor* seed, const DLTensor* offset,
                                                      DLTensor* output_token_ids, DLTensor* accepted,
                                                      DLTensor* emitted, void* stream);
+
+/*
+ * The k largest elements of each row and their indices (torch.topk(input, k, largest=True,
+ * sorted=True) with int32 indices): values[b] descending, indices[b][j] the position of
+ * values[b][j] in input[b]. Equal values come in ascending index order (torch documents no order
+ * for ties; this one is deterministic); NaN counts as larger than +Inf, as torch.topk and
+ * torch.sort order it, and -0 as equal to +0. A value is the input element itself (its sign of
+ * zero and NaN payload kept).
+ * input: [batch, vocab] fp32 / bf16 / fp16, last dim contiguous, row stride free; vocab up to
+ *   2^24. values: [batch, k], input's dtype; indices: [batch, k] int32; each last dim
+ *   contiguous; neither may overlap the other or input.
+ * k: 1..vocab; above 1024 it is KJIT_ERROR_UNSUPPORTED. batch = 0: a successful no-op after
+ *   validation. Graph-safe: one launch, no host synchronization.
+ */
+KJIT_API kjit_status kjit_top_k(const DLTensor* input, DLTensor* values, DLTensor* indices, int k,
+                                void* stream);
 
 /* ---- GEMM (kernels/gemm, src/ops/gemm) ------------------------------------------------------ */
 

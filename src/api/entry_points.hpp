@@ -106,7 +106,14 @@
     "out:out stream")                                                                          \
   X(kjit_moe_forward_fp8,                                                                      \
     "in:x in:router_logits in:bias in:w13 in:w13_scale in:w2 in:w2_scale in:shared_out "       \
-    "out:workspace out:out top_k options:options stream")
+    "out:workspace out:out top_k options:options stream")                                      \
+  X(kjit_apply_rope,                                                                           \
+    "in:q in:k in:indptr in:offsets out:q_out out:k_out rotary_dim layout rope_scale "         \
+    "rope_theta stream")                                                                       \
+  X(kjit_apply_llama31_rope,                                                                   \
+    "in:q in:k in:indptr in:offsets out:q_out out:k_out rotary_dim layout rope_scale "         \
+    "rope_theta low_freq_factor high_freq_factor old_context_len stream")                      \
+  X(kjit_top_k, "in:input out:values out:indices k stream")
 
 namespace kjit::api {
 

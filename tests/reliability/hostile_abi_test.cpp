@@ -978,6 +978,134 @@ Api qk_norm_rope_api() {
   return api;
 }
 
+// kjit_apply_rope / kjit_apply_llama31_rope: 4 tokens of 2 requests (indptr [3], offsets [2]),
+// 8 q heads and 2 kv heads of 128.
+Api rope_indptr_api(bool llama31) {
+  Api api;
+  api.name = llama31 ? "kjit_apply_llama31_rope" : "kjit_apply_rope";
+  api.make = [llama31] {
+    Call c = rope_call(llama31);
+    c.tensors.erase(c.tensors.begin() + 2);  // pos_ids
+    c.tensors.insert(c.tensors.begin() + 2, arg("indptr", 5, {3}, "int32"));
+    c.tensors.insert(c.tensors.begin() + 3, arg("offsets", 6, {2}, "int32"));
+    return c;
+  };
+  api.invoke = [llama31](Call& c) {
+    const auto layout = static_cast<kjit_rope_layout>(c.n(1));
+    if (llama31) {
+      return kjit_apply_llama31_rope(c.t(0), c.t(1), c.t(2), c.t(3), c.t(4), c.t(5), c.n(0), layout,
+                                     c.f(0), c.f(1), c.f(2), c.f(3), c.f(4), nullptr);
+    }
+    return kjit_apply_rope(c.t(0), c.t(1), c.t(2), c.t(3), c.t(4), c.t(5), c.n(0), layout, c.f(0),
+                           c.f(1), nullptr);
+  };
+  api.specific = rope_scalar_mutations("layout");
+  const std::vector<Mutation> own = {
+      {"q_out of another shape",
+       [](Call& c) {
+         reshape(c.arg("q_out"), {4, 8, 64});
+       },
+       "q_out"},
+      {"k of another token count",
+       [](Call& c) {
+         reshape(c.arg("k"), {5, 2, 128});
+       },
+       "k"},
+      {"indptr empty", [](Call& c) { reshape(c.arg("indptr"), {0}); }, "indptr"},
+      {"indptr 2-D",
+       [](Call& c) {
+         reshape(c.arg("indptr"), {3, 1});
+       },
+       "indptr"},
+      {"indptr fp32", [](Call& c) { c.arg("indptr").t.t.dtype = dl_dtype("fp32"); }, "indptr"},
+      {"indptr strided", [](Call& c) { set_strides(c.arg("indptr"), {2}); }, "indptr"},
+      {"offsets of another length", [](Call& c) { reshape(c.arg("offsets"), {3}); }, "offsets"},
+      {"offsets int64, indptr int32",
+       [](Call& c) { c.arg("offsets").t.t.dtype = dl_dtype("int64"); }, "offsets"},
+      {"no request but tokens",
+       [](Call& c) {
+         reshape(c.arg("indptr"), {1});
+         reshape(c.arg("offsets"), {0});
+       },
+       "indptr"},
+      {"q_out overlaps indptr", [](Call& c) { c.arg("q_out").t.t.data = c.arg("indptr").t.t.data; },
+       "q_out"},
+      {"k_out overlaps offsets",
+       [](Call& c) { c.arg("k_out").t.t.data = c.arg("offsets").t.t.data; }, "k_out"},
+      {"fp32 q, k and outputs",
+       [](Call& c) {
+         for (const char* n : {"q", "k", "q_out", "k_out"}) c.arg(n).t.t.dtype = dl_dtype("fp32");
+       },
+       ""},
+  };
+  api.specific.insert(api.specific.end(), own.begin(), own.end());
+  if (llama31) {
+    api.specific.push_back(set_float("high_freq_factor", 0.5f));
+    api.specific.push_back(set_float("old_context_len", 0.0f));
+  }
+  api.zero_size = [](Call& c) {
+    reshape(c.arg("q"), {0, 8, 128});
+    reshape(c.arg("k"), {0, 2, 128});
+    reshape(c.arg("q_out"), {0, 8, 128});
+    reshape(c.arg("k_out"), {0, 2, 128});
+    reshape(c.arg("indptr"), {1});
+    reshape(c.arg("offsets"), {0});
+  };
+  return api;
+}
+
+// kjit_top_k: 4 rows of 1000 bf16, k = 8.
+Api top_k_api() {
+  Api api;
+  api.name = "kjit_top_k";
+  api.make = [] {
+    Call c;
+    c.tensors.push_back(arg("input", 1, {4, 1000}, "bf16"));
+    c.tensors.push_back(arg("values", 2, {4, 8}, "bf16"));
+    c.tensors.push_back(arg("indices", 3, {4, 8}, "int32"));
+    c.ints = {{"k", 8}};
+    return c;
+  };
+  api.invoke = [](Call& c) { return kjit_top_k(c.t(0), c.t(1), c.t(2), c.n(0), nullptr); };
+  api.specific = {
+      set_int("k", 0),
+      set_int("k", -8),
+      set_int("k", 1001),  // above the row length
+      {"k above 1024 in a longer row",
+       [](Call& c) {
+         reshape(c.arg("input"), {4, 2000});
+         reshape(c.arg("values"), {4, 1025});
+         reshape(c.arg("indices"), {4, 1025});
+         c.integer("k") = 1025;
+       },
+       "k"},
+      {"values of another k",
+       [](Call& c) {
+         reshape(c.arg("values"), {4, 9});
+       },
+       "values"},
+      {"indices of another batch",
+       [](Call& c) {
+         reshape(c.arg("indices"), {3, 8});
+       },
+       "indices"},
+      {"values fp32", [](Call& c) { c.arg("values").t.t.dtype = dl_dtype("fp32"); }, "values"},
+      {"indices int64", [](Call& c) { c.arg("indices").t.t.dtype = dl_dtype("int64"); }, "indices"},
+      {"values 1-D", [](Call& c) { reshape(c.arg("values"), {32}); }, "values"},
+      {"values inside input", [](Call& c) { c.arg("values").t.t.data = c.arg("input").t.t.data; },
+       "values"},
+      {"indices inside values",
+       [](Call& c) { c.arg("indices").t.t.data = c.arg("values").t.t.data; }, "indices"},
+      {"input int32", [](Call& c) { c.arg("input").t.t.dtype = dl_dtype("int32"); }, ""},
+  };
+  api.zero_size = [](Call& c) {
+    reshape(c.arg("input"), {0, 1000});
+    reshape(c.arg("values"), {0, 8});
+    reshape(c.arg("indices"), {0, 8});
+  };
+  return api;
+}
+
 // ---- Attention
 // -----------------------------------------------------------------------------------
 
@@ -2441,6 +2569,9 @@ std::vector<Api> table() {
       moe_grouped_gemm_fp8_api(false),
       moe_grouped_gemm_fp8_api(true),
       moe_forward_fp8_api(),
+      rope_indptr_api(false),
+      rope_indptr_api(true),
+      top_k_api(),
   };
   add_activations(t);
   add_samplers(t);
