@@ -106,7 +106,9 @@
     "out:out stream")                                                                          \
   X(kjit_moe_forward_fp8,                                                                      \
     "in:x in:router_logits in:bias in:w13 in:w13_scale in:w2 in:w2_scale in:shared_out "       \
-    "out:workspace out:out top_k options:options stream")
+    "out:workspace out:out top_k options:options stream")                                      \
+  X(kjit_all_reduce, "handle:comm in:in out:out stream")                                       \
+  X(kjit_all_reduce_add_rmsnorm, "handle:comm in:in in:weight inout:residual out:out eps stream")
 
 namespace kjit::api {
 
