@@ -78,7 +78,7 @@ TEST_CASE("comm gpu: two processes on one device all-reduce through CUDA IPC", "
   run_group("ipc", 2, true, id);
 }
 
-TEST_CASE("comm gpu: three processes on one device (an odd group), NCCL's id, NCCL left out",
+TEST_CASE("comm gpu: three processes on one device (an odd group): an NCCL id, NCCL left out",
           "[gpu][comm]") {
   // With NCCL loadable the id is NCCL's, and KJIT_COMM_NCCL_AUTO must still come up: ranks that
   // share a GPU agree to go without NCCL (which would refuse them).

@@ -291,6 +291,9 @@ int main(int argc, char** argv) {
   // A rank that fails leaves the others spinning in a kernel for an arrival that never comes:
   // every rank ends itself after this long, so a broken run fails instead of hanging the suite.
   alarm(300);
+  // Whole lines on stdout, so a digest line is never split by a failure written to stderr (the
+  // parent reads both through one pipe).
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   const std::string mode = argv[1];
   g_rank = std::atoi(argv[2]);
   g_world = std::atoi(argv[3]);

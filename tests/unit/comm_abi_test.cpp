@@ -467,7 +467,7 @@ TEST_CASE("comm: all_reduce rejects each bad argument", "[comm]") {
   }
 }
 
-TEST_CASE("comm: valid all-reduce calls get past validation; zero size is a no-op", "[comm]") {
+TEST_CASE("comm: valid all-reduce calls get past validation, and zero size is a no-op", "[comm]") {
   KJIT_RUN_WITHOUT_GPU();
   Reduce c;
   CHECK(c.run() == KJIT_ERROR_NO_DEVICE);
@@ -558,7 +558,7 @@ TEST_CASE("comm: all_reduce_add_rmsnorm rejects each bad argument", "[comm]") {
       KJIT_ERROR_UNSUPPORTED, "needs NCCL");
 }
 
-TEST_CASE("comm: valid fused calls get past validation; zero rows are a no-op", "[comm]") {
+TEST_CASE("comm: valid fused calls get past validation, and zero rows are a no-op", "[comm]") {
   KJIT_RUN_WITHOUT_GPU();
   Fused c;
   CHECK(c.run() == KJIT_ERROR_NO_DEVICE);
