@@ -1285,6 +1285,123 @@ KJIT_API kjit_status kjit_moe_forward_fp8(const DLTensor* x, const DLTensor* rou
                                           DLTensor* workspace, DLTensor* out, int top_k,
                                           const kjit_moe_forward_options* options, void* stream);
 
+/* ---- Tensor-parallel communication (kernels/comm, src/ops/comm) ----------------------------- */
+
+/*
+ * A communicator: one process's rank among world_size processes, each with one GPU (several
+ * ranks may share a GPU), on one host. Small messages take a one-shot kernel that reads every
+ * rank's staging buffer directly (mapped once at init through CUDA IPC, no NVLink multicast);
+ * larger ones take NCCL's all-reduce. NCCL is dlopen'ed (libnccl.so.2, or KJIT_NCCL_PATH): kjit
+ * loads and runs without it, and a communicator then serves small messages only. One process per
+ * rank: CUDA IPC does not map a buffer into the process that made it. docs/comm.md has the
+ * protocol and how to set a group up.
+ */
+typedef struct kjit_comm kjit_comm;
+
+#define KJIT_COMM_ID_BYTES 128
+/* What every rank of a group passes to kjit_comm_init: made by one rank
+ * (kjit_comm_get_unique_id) and sent to the others by the engine, as NCCL's ncclUniqueId (it is
+ * one, byte for byte, when NCCL loads). */
+typedef struct kjit_comm_id {
+  char bytes[KJIT_COMM_ID_BYTES];
+} kjit_comm_id;
+
+/* An engine's all-gather of small host buffers over its own process group: copies `bytes` bytes
+ * from `mine` of every rank into `all` (rank r's at all + r * bytes) of every rank, and returns 0
+ * (any other value fails kjit_comm_init). Called once per kjit_comm_init, from its thread. */
+typedef int (*kjit_comm_allgather_fn)(const void* mine, void* all, size_t bytes, void* user);
+
+/* Whether a communicator creates an NCCL communicator (the path of messages over
+ * small_max_bytes). */
+typedef enum kjit_comm_nccl {
+  KJIT_COMM_NCCL_AUTO = 0,    /* when NCCL loads, the id is NCCL's, world_size > 1 and no two
+                               * ranks share a GPU (NCCL refuses them) (default) */
+  KJIT_COMM_NCCL_OFF = 1,     /* never: larger messages are KJIT_ERROR_UNSUPPORTED */
+  KJIT_COMM_NCCL_REQUIRED = 2 /* kjit_comm_init fails (KJIT_ERROR_UNSUPPORTED) without it */
+} kjit_comm_nccl;
+
+/* Options of a communicator. Versioned by struct_size: kjit_comm_options_init fills the defaults
+ * for this header's layout, and the library reads only the fields struct_size covers. Every rank
+ * must pass the same small_max_bytes and nccl (kjit_comm_init checks). */
+typedef struct kjit_comm_options {
+  size_t struct_size;     /* sizeof(kjit_comm_options) */
+  size_t small_max_bytes; /* messages of at most this many bytes take the one-shot kernel, larger
+                           * ones NCCL; 0 .. 64 MiB; default 1 MiB. Each rank allocates twice this
+                           * (plus 4.25 KiB) of device memory at init. */
+  int nccl;               /* a kjit_comm_nccl; KJIT_COMM_NCCL_AUTO (default) */
+  kjit_comm_allgather_fn allgather; /* the exchange at init; NULL (default): kjit's own, through
+                                     * a file in /dev/shm named after the id (one host only) */
+  void* allgather_user;             /* passed to allgather */
+  int timeout_ms; /* kjit's own exchange: how long to wait for every rank, >= 0; default 60000 */
+} kjit_comm_options;
+
+/* Fills *options with the defaults (NULL is ignored). */
+KJIT_API void kjit_comm_options_init(kjit_comm_options* options);
+
+/*
+ * A new id for one group: NCCL's ncclGetUniqueId when NCCL loads (it starts NCCL's bootstrap
+ * listener in this process, which must stay alive until every rank's kjit_comm_init has
+ * returned), else random bytes that kjit tags as its own (such a group has no NCCL path). Make it
+ * on one rank and send its bytes to the others. Thread-safe.
+ */
+KJIT_API kjit_status kjit_comm_get_unique_id(kjit_comm_id* id);
+
+/*
+ * Joins the group `id` names as rank `rank` (0 .. world_size - 1) of world_size (1 .. 8), on
+ * device `device`; blocks until every rank has joined (collective: every rank calls it, with the
+ * same id, world_size and options). Allocates and clears this rank's staging region, exchanges
+ * its CUDA IPC handle with the others (options->allgather, else the /dev/shm file; ranks that do
+ * not arrive within options->timeout_ms fail the call, naming them), maps theirs, and creates the
+ * NCCL communicator (options->nccl). On success *comm owns the communicator (free it with
+ * kjit_comm_destroy); on failure *comm is NULL.
+ * Errors: KJIT_ERROR_INVALID_ARGUMENT (NULL id or comm, rank, world_size, a negative device, an
+ * option out of range, ranks that disagree or never arrive), KJIT_ERROR_UNSUPPORTED (NCCL
+ * required but not found: "NCCL not found"), KJIT_ERROR_NO_DEVICE, KJIT_ERROR_CUDA (the driver,
+ * CUDA IPC or NCCL failed). Thread-safety: safe; each call makes its own communicator.
+ */
+KJIT_API kjit_status kjit_comm_init(const kjit_comm_id* id, int rank, int world_size, int device,
+                                    const kjit_comm_options* options, kjit_comm** comm);
+
+/*
+ * Frees a communicator (NULL is ignored). Collective like init: call it on every rank once no
+ * rank has work of this communicator pending (their streams synchronized), since the other ranks
+ * read this rank's staging region. Not concurrently with a call on the same communicator.
+ */
+KJIT_API void kjit_comm_destroy(kjit_comm* comm);
+
+/*
+ * out = the sum over the group's ranks of in (every rank calls it with the same shape and dtype,
+ * and the calls on one communicator in the same order on every rank).
+ * in: any shape, bf16 / fp16 / fp32, compact (contiguous). out: in's shape and dtype, compact;
+ * may be in itself, else overlapping nothing. Messages of at most small_max_bytes: the one-shot
+ * kernel, which sums in fp32 in rank order, so every rank gets the same bits; larger: NCCL's
+ * all-reduce (its order and precision), KJIT_ERROR_UNSUPPORTED when the communicator has no NCCL.
+ * Graph-safe: no host synchronization; the one-shot kernel keeps its epoch counters in device
+ * memory, so a replayed graph synchronizes correctly (capture the same calls on every rank). The
+ * first call of a dtype may compile or load: make one before capturing.
+ * Zero-size: no-op after validation (on every rank alike). Thread-safety: calls on one
+ * communicator must come from one thread at a time; different communicators are independent.
+ */
+KJIT_API kjit_status kjit_all_reduce(kjit_comm* comm, const DLTensor* in, DLTensor* out,
+                                     void* stream);
+
+/*
+ * The all-reduce fused with the residual add and RMSNorm that follow it in a decoder block:
+ *   a = the sum over ranks of in, rounded to the dtype (as kjit_all_reduce writes it);
+ *   residual = residual + a (rounded to the dtype), in place;
+ *   out = rmsnorm(residual) * weight (as kjit_fused_add_rmsnorm computes it).
+ * in: [..., hidden] bf16 / fp16 / fp32, last dim contiguous, leading dims collapsing into rows
+ *   with one row stride. residual: in's shape and dtype, last dim contiguous, overlapping nothing
+ *   else. weight: [hidden], in's dtype, contiguous. out: in's shape and dtype; may be in itself,
+ *   else overlapping nothing. eps: finite, >= 0.
+ * Messages (rows * hidden * element size) of at most small_max_bytes: one kernel; larger: NCCL's
+ * all-reduce into out, then kjit_fused_add_rmsnorm over out and residual. Other rules as
+ * kjit_all_reduce (collective, graph-safe, same thread rule).
+ */
+KJIT_API kjit_status kjit_all_reduce_add_rmsnorm(kjit_comm* comm, const DLTensor* in,
+                                                 const DLTensor* weight, DLTensor* residual,
+                                                 DLTensor* out, float eps, void* stream);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -113,7 +113,9 @@
   X(kjit_apply_llama31_rope,                                                                   \
     "in:q in:k in:indptr in:offsets out:q_out out:k_out rotary_dim layout rope_scale "         \
     "rope_theta low_freq_factor high_freq_factor old_context_len stream")                      \
-  X(kjit_top_k, "in:input out:values out:indices k stream")
+  X(kjit_top_k, "in:input out:values out:indices k stream")                                    \
+  X(kjit_all_reduce, "handle:comm in:in out:out stream")                                       \
+  X(kjit_all_reduce_add_rmsnorm, "handle:comm in:in in:weight inout:residual out:out eps stream")
 
 namespace kjit::api {
 

@@ -15,6 +15,7 @@
 #include "ops/quant/quant_desc.hpp"
 #include "ops/rope/rope_desc.hpp"
 #include "ops/sampling/sampling_desc.hpp"
+#include "ops/comm/comm_desc.hpp"
 #include "util/error.hpp"
 
 namespace kjit::ops {
@@ -47,7 +48,9 @@ const std::vector<OpDef>& op_registry() {
                                           rope_append_op_def(),
                                           qk_norm_rope_op_def(),
                                           moe_grouped_gemm_fp8_op_def(),
-                                          top_k_op_def()};
+                                          top_k_op_def(),
+                                          all_reduce_op_def(),
+                                          all_reduce_add_rmsnorm_op_def()};
   return defs;
 }
 

@@ -27,6 +27,7 @@
 
 #include "api/entry_points.hpp"
 #include "kjit/kjit.h"
+#include "ops/comm/communicator.hpp"
 #include "support/gpu.hpp"
 #include "support/no_gpu.hpp"
 
@@ -58,6 +59,7 @@ using PlanPtr = std::shared_ptr<kjit_decode_plan>;
 struct Call {
   PlanPtr plan;                                // for kjit_batch_decode_run
   std::shared_ptr<kjit_prefill_plan> prefill;  // for the prefill runs
+  std::shared_ptr<kjit_comm> comm;             // for the all-reduces
   std::vector<Arg> tensors;
   std::vector<std::pair<std::string, float>> floats;
   std::vector<std::pair<std::string, int>> ints;
@@ -2010,6 +2012,91 @@ Api embedding_api() {
   return api;
 }
 
+// ---- Communication
+// A communicator as the host knows it (two ranks on cuda:0, no NCCL, 1 MiB one-shot limit),
+// without device resources: kjit_comm_init needs a device, and every call here stops before any.
+std::shared_ptr<kjit_comm> host_comm() {
+  auto c = std::make_shared<kjit_comm>();
+  c->world = 2;
+  c->small_max_bytes = size_t{1} << 20;
+  c->no_nccl = "NCCL not found (host-only communicator)";
+  return c;
+}
+
+// kjit_all_reduce, and with `fused` kjit_all_reduce_add_rmsnorm.
+Api all_reduce_api(bool fused) {
+  Api api;
+  api.name = fused ? "kjit_all_reduce_add_rmsnorm" : "kjit_all_reduce";
+  api.make = [fused] {
+    Call c;
+    c.comm = host_comm();
+    c.tensors.push_back(arg("in", 1, {64, 4096}, "bf16"));
+    if (fused) {
+      c.tensors.push_back(arg("weight", 2, {4096}, "bf16"));
+      c.tensors.push_back(arg("residual", 3, {64, 4096}, "bf16"));
+      c.floats = {{"eps", 1e-6f}};
+    }
+    c.tensors.push_back(arg("out", 4, {64, 4096}, "bf16"));
+    return c;
+  };
+  api.invoke = [fused](Call& c) {
+    if (fused) {
+      return kjit_all_reduce_add_rmsnorm(c.comm.get(), c.t(0), c.t(1), c.t(2), c.t(3), c.f(0),
+                                         nullptr);
+    }
+    return kjit_all_reduce(c.comm.get(), c.t(0), c.t(1), nullptr);
+  };
+  api.specific = {
+      {"NULL comm", [](Call& c) { c.comm.reset(); }, "comm"},
+      {"out of another shape",
+       [](Call& c) {
+         reshape(c.arg("out"), {64, 4095});
+       },
+       "out"},
+      {"out fp16", [](Call& c) { c.arg("out").t.t.dtype = dl_dtype("fp16"); }, "out"},
+      {"in and out int32",
+       [](Call& c) {
+         for (auto& a : c.tensors) a.t.t.dtype = dl_dtype("int32");
+       },
+       ""},
+      {"out inside in",
+       [](Call& c) { c.arg("out").t.t.data = static_cast<char*>(c.arg("in").t.t.data) + 512; },
+       "out"},
+      {"on cuda:1, the communicator on cuda:0",
+       [](Call& c) {
+         for (auto& a : c.tensors) a.t.t.device.device_id = 1;
+       },
+       "device"},
+      {"4 MiB: over the one-shot limit, no NCCL",
+       [](Call& c) {
+         for (auto& a : c.tensors) {
+           if (a.t.shape.size() == 2) reshape(a, {512, 4096});
+         }
+       },
+       "NCCL"},
+  };
+  if (fused) {
+    api.specific.push_back({"residual is in",
+                            [](Call& c) { c.arg("residual").t.t.data = c.arg("in").t.t.data; },
+                            "residual"});
+    api.specific.push_back(
+        {"weight of another length", [](Call& c) { reshape(c.arg("weight"), {4095}); }, "weight"});
+    api.specific.push_back(set_float("eps", -1.0f));
+  } else {
+    api.specific.push_back({"in with padded rows (not compact)",
+                            [](Call& c) {
+                              set_strides(c.arg("in"), {4104, 1});
+                            },
+                            "in"});
+  }
+  api.zero_size = [](Call& c) {
+    for (auto& a : c.tensors) {
+      if (a.t.shape.size() == 2) reshape(a, {0, 4096});
+    }
+  };
+  return api;
+}
+
 // The fused fp8 quantizations: rmsnorm (with the residual add when `residual`) and silu_and_mul.
 Api rmsnorm_quant_fp8_api(bool residual) {
   Api api;
@@ -2572,6 +2659,8 @@ std::vector<Api> table() {
       rope_indptr_api(false),
       rope_indptr_api(true),
       top_k_api(),
+      all_reduce_api(false),
+      all_reduce_api(true),
   };
   add_activations(t);
   add_samplers(t);
@@ -2579,7 +2668,8 @@ std::vector<Api> table() {
   return t;
 }
 
-// Entry points without tensor arguments: the last two tests below cover them.
+// Entry points without tensor arguments: the last two tests below cover them (the communicators'
+// life cycle, which needs a device and peers: tests/unit/comm_abi_test.cpp).
 const std::set<std::string> kCoveredElsewhere = {"kjit_version_string",
                                                  "kjit_version_number",
                                                  "kjit_abi_version",
@@ -2604,7 +2694,11 @@ const std::set<std::string> kCoveredElsewhere = {"kjit_version_string",
                                                  "kjit_gemm_options_init",
                                                  "kjit_moe_route_options_init",
                                                  "kjit_moe_forward_options_init",
-                                                 "kjit_moe_forward_workspace_bytes"};
+                                                 "kjit_moe_forward_workspace_bytes",
+                                                 "kjit_comm_options_init",
+                                                 "kjit_comm_get_unique_id",
+                                                 "kjit_comm_init",
+                                                 "kjit_comm_destroy"};
 
 bool is_argument_error(kjit_status s) {
   return s == KJIT_ERROR_INVALID_ARGUMENT || s == KJIT_ERROR_UNSUPPORTED;

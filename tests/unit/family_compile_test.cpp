@@ -102,10 +102,15 @@ TEST_CASE("compile: the moe kernels compile for sm_90a", "[compile]") {
   compile_family("moe");
 }
 
+TEST_CASE("compile: the comm kernels compile for sm_90a", "[compile]") {
+  compile_family("comm");
+}
+
 TEST_CASE("compile: every kernel family has a compile test", "[compile]") {
   // A new folder under kernels/ needs its TEST_CASE above.
-  const std::set<std::string> tested = {"activation", "attention", "gemm",     "kv_cache",  "norm",
-                                        "quant",      "rope",      "sampling", "embedding", "moe"};
+  const std::set<std::string> tested = {"activation", "attention", "gemm", "kv_cache",
+                                        "norm",       "quant",     "rope", "sampling",
+                                        "embedding",  "moe",       "comm"};
   std::set<std::string> used;
   for (const ops::OpDef& def : ops::op_registry()) {
     for (const ops::SetArgs& args : def.catalog()) {

@@ -16,6 +16,7 @@ const GpuCaps& gpu_caps() {
       c.why = "no CUDA device";
       return c;
     }
+    c.devices = cuda::device_count();
     const auto& info = cuda::device_info(0);
     c.major = info.major;
     c.minor = info.minor;
@@ -41,6 +42,9 @@ std::string missing_capability(const std::vector<std::string>& tags) {
   for (const auto& t : tags) {
     if (t == "sm90" && !c.sm90()) return "needs sm_90 or newer (clusters, PDL); " + here;
     if (t == "sm90a" && !c.sm90a()) return "needs sm_90a (compute capability 9.0); " + here;
+    if (t == "multi_gpu" && !c.multi_gpu()) {
+      return "needs two or more GPUs; this process sees " + std::to_string(c.devices);
+    }
   }
   return "";
 }

@@ -19,6 +19,9 @@ struct GpuCaps {
   bool sm90() const { return usable && major >= 9; }
   // sm_90a cubins (wgmma, setmaxnreg): compute capability 9.0 exactly, nothing newer runs them.
   bool sm90a() const { return usable && major == 9 && minor == 0; }
+  // Devices the process sees (all of them, not only device 0), for multi-GPU tests.
+  int devices = 0;
+  bool multi_gpu() const { return usable && devices >= 2; }
 };
 const GpuCaps& gpu_caps();
 
@@ -26,7 +29,8 @@ const GpuCaps& gpu_caps();
 // GPU" to the tests (they skip) and to the bench.
 bool gpu_available(std::string* why = nullptr);
 
-// The capability tags of GPU tests: "sm90" (gpu_caps().sm90()) and "sm90a" (.sm90a()). Given a
+// The capability tags of GPU tests: "sm90" (gpu_caps().sm90()), "sm90a" (.sm90a()) and
+// "multi_gpu" (.multi_gpu()). Given a
 // test's tags (without brackets), the reason it cannot run on this device, or "" when it can.
 std::string missing_capability(const std::vector<std::string>& tags);
 
