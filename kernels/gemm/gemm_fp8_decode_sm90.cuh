@@ -20,7 +20,7 @@
 
 #include "gemm/fp8_scales.cuh"
 #include "gemm/gemm_decode_sm90.cuh"
-#include "gemm/gemm_fp8_sm90.cuh"  // mma_stage(): one chunk's MMAs
+#include "gemm/gemm_fp8_sm90.cuh"  // mma_chunk(): one chunk's MMAs
 
 namespace kjit {
 namespace gemm {
@@ -36,7 +36,6 @@ KJIT_DEVICE KJIT_FORCEINLINE void consume_fp8_decode(const GemmFp8Params& p, uns
   constexpr u32 kStageBytes = decode_stage_bytes<TOKENS>();
   constexpr u32 kWeightBytes = kGemmDecodeRows * kFp8ChunkK;
   const i64 m0 = (threadIdx.x % 4) * 2;
-  const bool arrives = threadIdx.x % 32 == 0;
   for (int kb = kb_begin; kb < kb_end; ++kb) {
     const int i = kb - kb_begin;
     const int s = i % STAGES;
@@ -47,14 +46,10 @@ KJIT_DEVICE KJIT_FORCEINLINE void consume_fp8_decode(const GemmFp8Params& p, uns
 #pragma unroll
       for (int j = 0; j < TOKENS / 4; ++j) sc[j] = scale_a_at(p, m0 + 8 * (j / 2) + j % 2, kb) * sb;
     }
-    hopper::mbarrier_wait(&full[s], (i / STAGES) & 1);
     const u32 w_base = hopper::smem_addr(tiles + s * kStageBytes) + half * 64 * 128;
     const u32 x_base = hopper::smem_addr(tiles + s * kStageBytes + kWeightBytes);
     float part[TOKENS / 2];
-    mma_stage<TOKENS>(part, w_base, x_base);
-    wgmma::wait_group<0>();
-    wgmma::fence_operands(part);
-    if (arrives) hopper::mbarrier_arrive(&empty[s]);
+    mma_chunk<TOKENS>(part, full, empty, s, (i / STAGES) & 1, w_base, x_base);
 #pragma unroll
     for (int r = 0; r < TOKENS / 2; ++r) {
       if constexpr (BLOCK) {

@@ -38,6 +38,18 @@ KJIT_DEVICE KJIT_FORCEINLINE void mma_stage(float (&d)[BN / 2], u32 a_base, u32 
   wgmma::commit_group();
 }
 
+// Waits for ring stage s (in phase `phase`), multiplies its chunk into part from zero, waits for
+// the MMAs and hands the stage back to the producer (one arrival per warp).
+template <int BN>
+KJIT_DEVICE KJIT_FORCEINLINE void mma_chunk(float (&part)[BN / 2], u64* full, u64* empty, int s,
+                                            int phase, u32 a_base, u32 b_base) {
+  hopper::mbarrier_wait(&full[s], phase);
+  mma_stage<BN>(part, a_base, b_base);
+  wgmma::wait_group<0>();
+  wgmma::fence_operands(part);
+  if (threadIdx.x % 32 == 0) hopper::mbarrier_arrive(&empty[s]);
+}
+
 // Consumer `half` (0 or 1): rows 64 * half .. + 63 of the tile into acc, scaled per chunk when
 // BLOCK. Register i of a thread is at row row0 + 8 ((i / 2) % 2) (common/wgmma.cuh).
 template <int BN, int STAGES, bool BLOCK>
@@ -48,7 +60,6 @@ KJIT_DEVICE KJIT_FORCEINLINE void consume_fp8(const GemmFp8Params& p, unsigned c
   constexpr u32 kStageBytes = (kGemmBlockM + BN) * kFp8ChunkK;
   const int t = static_cast<int>(threadIdx.x % 128);
   const i64 row0 = i64(m_tile) * kGemmBlockM + half * 64 + (t / 32) * 16 + (t % 32) / 4;
-  const bool arrives = threadIdx.x % 32 == 0;
   for (int kb = 0; kb < k_blocks; ++kb) {
     const int s = kb % STAGES;
     // Issued before the wait so their latency hides behind it.
@@ -58,14 +69,10 @@ KJIT_DEVICE KJIT_FORCEINLINE void consume_fp8(const GemmFp8Params& p, unsigned c
       s0 = scale_a_at(p, row0, kb) * sb;
       s1 = scale_a_at(p, row0 + 8, kb) * sb;
     }
-    hopper::mbarrier_wait(&full[s], (kb / STAGES) & 1);
     const u32 a_base = hopper::smem_addr(tiles + s * kStageBytes) + half * 64 * 128;
     const u32 b_base = hopper::smem_addr(tiles + s * kStageBytes + kABytes);
     float part[BN / 2];
-    mma_stage<BN>(part, a_base, b_base);
-    wgmma::wait_group<0>();
-    wgmma::fence_operands(part);
-    if (arrives) hopper::mbarrier_arrive(&empty[s]);
+    mma_chunk<BN>(part, full, empty, s, (kb / STAGES) & 1, a_base, b_base);
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = fmaf(part[i], (i / 2) % 2 ? s1 : s0, acc[i]);
   }

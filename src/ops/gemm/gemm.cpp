@@ -140,9 +140,10 @@ void check_simt_grid(const char* op, int64_t m, int64_t n) {
   }
 }
 
-int gemm_decode_tokens(const GemmTarget& target, int64_t m, int64_t n, int64_t k) {
+GemmDecodeTile gemm_decode_tile(const GemmTarget& target, int64_t m, int64_t n, int64_t k2,
+                                int (*blocks_per_sm)(int tokens)) {
   const bool hopper = target.cc_major == 9 && target.cc_minor == 0 && target.tma_ok &&
-                      m <= kMaxTmaSide && n <= kMaxTmaSide && k <= kMaxTmaSide &&
+                      m <= kMaxTmaSide && n <= kMaxTmaSide && k2 <= kMaxTmaSide &&
                       ceil_div(n, gemm::kGemmDecodeRows) * gemm::kGemmDecodeMaxSplit <= kMaxTmaSide;
   // Few rows: the product is a stream of the weight, which the decode kernel spreads over every
   // SM (the 128 x bn tiles leave most SMs idle at n = 4096). Past 64 rows every decode block
@@ -151,10 +152,13 @@ int gemm_decode_tokens(const GemmTarget& target, int64_t m, int64_t n, int64_t k
   // H200 (bench/results/2026-12-04-h200-gemm-decode*), 128 x 4096 x 14336 79 us and 51 us.
   const bool decode = m <= 64 || (m <= gemm::kGemmDecodeMaxTokens &&
                                   ceil_div(n, gemm::kGemmDecodeRows) < target.sm_count);
-  if (!hopper || !decode) return 0;
-  int tokens = 16;  // the narrowest wgmma form kjit instantiates
-  while (tokens < m) tokens *= 2;
-  return tokens;
+  if (!hopper || !decode) return {};
+  GemmDecodeTile t;
+  t.tokens = 16;  // the narrowest wgmma form kjit instantiates
+  while (t.tokens < m) t.tokens *= 2;
+  t.stages = gemm_decode_stages(t.tokens, target.max_smem_optin, blocks_per_sm(t.tokens));
+  if (gemm::gemm_decode_smem_bytes(t.tokens, t.stages) > target.max_smem_optin) return {};
+  return t;
 }
 
 GemmConfig select_gemm(DType dtype, DType out_dtype, int64_t m, int64_t n, int64_t k,
@@ -168,14 +172,13 @@ GemmConfig select_gemm(DType dtype, DType out_dtype, int64_t m, int64_t n, int64
   GemmConfig c;
   c.dtype = dtype;
   c.out_dtype = out_dtype;
-  if (const int tokens = gemm_decode_tokens(target, m, n, k)) {
-    const int stages = gemm_decode_stages(tokens, target.max_smem_optin);
-    if (gemm::gemm_decode_smem_bytes(tokens, stages) <= target.max_smem_optin) {
-      c.path = GemmPath::kSm90Decode;
-      c.tokens = tokens;
-      c.stages = stages;
-      return c;
-    }
+  // Two blocks an SM at every token tile (gemm_decode_sm90.cuh's launch bound).
+  const GemmDecodeTile tile = gemm_decode_tile(target, m, n, k, [](int) { return 2; });
+  if (tile.tokens != 0) {
+    c.path = GemmPath::kSm90Decode;
+    c.tokens = tile.tokens;
+    c.stages = tile.stages;
+    return c;
   }
   // Wide tiles halve the reads of a per output once there are rows enough to fill them.
   const int bn = m >= 512 ? 256 : 128;

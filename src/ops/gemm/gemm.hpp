@@ -75,10 +75,15 @@ using GemmResidency = std::array<int, gemm::kGemmDecodeMaxSplit + 1>;
 // block; 1 when even that leaves a second wave.
 int gemm_decode_split(int64_t n, int64_t k, const GemmResidency& resident);
 
-// The decode path's token tile for an m x n x k call on `target` (either operand type): the
-// narrowest wgmma width (16 .. kGemmDecodeMaxTokens) that holds m where the path runs and is the
-// choice (select_gemm's rule), else 0. Its stages' shared memory is the caller's check.
-int gemm_decode_tokens(const GemmTarget& target, int64_t m, int64_t n, int64_t k);
+// The decode path's tile for an m x n x k call on `target` (either operand type; k2: K in 16-bit
+// elements, an e4m3 pair is one) where the path runs and is the choice (select_gemm's rule), else
+// tokens = 0: the narrowest wgmma width (16 .. kGemmDecodeMaxTokens) that holds m, and the stages
+// of gemm_decode_stages for the kernel's blocks_per_sm(tokens).
+struct GemmDecodeTile {
+  int tokens = 0, stages = 0;
+};
+GemmDecodeTile gemm_decode_tile(const GemmTarget& target, int64_t m, int64_t n, int64_t k2,
+                                int (*blocks_per_sm)(int tokens));
 
 // The launch of a decode kernel (bf16 or e4m3) for n weight rows with K split over `split`
 // blocks; throws KJIT_ERROR_INVALID_ARGUMENT for a split outside 1 .. kGemmDecodeMaxSplit.

@@ -119,14 +119,13 @@ GemmFp8Config select_gemm_fp8(DType out_dtype, Fp8Scales scales, int64_t m, int6
   c.out_dtype = out_dtype;
   c.scales = scales;
   // Few rows: a stream of the weight, as kjit_gemm's decode path (its k in 16-bit elements).
-  if (const int tokens = gemm_decode_tokens(target, m, n, (k + 1) / 2)) {
-    const int stages = gemm_fp8_decode_stages(tokens, target.max_smem_optin);
-    if (gemm::gemm_decode_smem_bytes(tokens, stages) <= target.max_smem_optin) {
-      c.path = GemmPath::kSm90Decode;
-      c.tokens = tokens;
-      c.stages = stages;
-      return c;
-    }
+  const GemmDecodeTile tile =
+      gemm_decode_tile(target, m, n, (k + 1) / 2, gemm::gemm_fp8_decode_blocks_per_sm);
+  if (tile.tokens != 0) {
+    c.path = GemmPath::kSm90Decode;
+    c.tokens = tile.tokens;
+    c.stages = tile.stages;
+    return c;
   }
   // One tile width: the promotion's second set of accumulators leaves no registers for 256
   // (kernels/gemm/gemm_fp8_sm90.cuh); the bf16 kernel's 6 stages at that width.
@@ -188,7 +187,8 @@ jit::Spec gemm_fp8_spec(const GemmFp8Config& c) {
 }
 
 void gemm_fp8(const DLTensor* a, const DLTensor* b, const DLTensor* scale_a,
-              const DLTensor* scale_b, DLTensor* out, float alpha, float beta, void* stream) {
+              const DLTensor* scale_b, DLTensor* out, float alpha, float beta, void* stream,
+              int split) {
   const GemmOperands g = gemm_operands(a, b, out);
   if (g.a.dtype != DType::kE4M3) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "a and b must be float8_e4m3fn, not {}",
@@ -236,7 +236,7 @@ void gemm_fp8(const DLTensor* a, const DLTensor* b, const DLTensor* scale_a,
   cuda::ScopedDevice scope(g.a.device);
   const CUfunction fn = kern.functions.at(0);
   if (cfg.path == GemmPath::kSm90Decode) {
-    const int split = gemm_decode_split_for(fn, cfg.tokens, cfg.stages, g.n, (g.k + 1) / 2);
+    if (split == 0) split = gemm_decode_split_for(fn, cfg.tokens, cfg.stages, g.n, (g.k + 1) / 2);
     p.g.tma_a = tensor_map(as_pairs(g.a), static_cast<uint32_t>(cfg.tokens));
     p.g.tma_b = tensor_map(as_pairs(g.b), gemm::kGemmDecodeRows);
     cuda::launch_cluster(fn, gemm_decode_launch_config(cfg.tokens, cfg.stages, split, g.n, stream),

@@ -38,7 +38,7 @@ int gemm_fp8_decode_stages(int tokens, int max_smem_optin);
 
 // Support and dispatch in one place: on a compute capability 9.0 device when TMA can describe a
 // and b (target.tma_ok), the decode kernel (GemmPath::kSm90Decode) where kjit_gemm takes its
-// decode path (gemm_decode_tokens: m <= 64, or m <= 128 with fewer 128-row tiles of n than SMs),
+// decode path (gemm_decode_tile: m <= 64, or m <= 128 with fewer 128-row tiles of n than SMs),
 // else the sm90 kernel when its tiles fit the shared memory; else, on a compute
 // capability 8.9+ device (mma.sync's e4m3 form), the mma.sync kernel (GemmPath::kMmaSm80) where
 // mma_sm80_can_run; else the fallback.
@@ -49,8 +49,11 @@ GemmFp8Config select_gemm_fp8(DType out_dtype, Fp8Scales scales, int64_t m, int6
 
 jit::Spec gemm_fp8_spec(const GemmFp8Config& cfg);
 
-// kjit_gemm_fp8 (kjit.h): validates, then launches on `stream`. Throws kjit::Error.
+// kjit_gemm_fp8 (kjit.h): validates, then launches on `stream`. Throws kjit::Error. split: the
+// decode path's K split over a cluster (1 .. kGemmDecodeMaxSplit), which the bench overrides; 0:
+// gemm_decode_split's (ignored by the other paths).
 void gemm_fp8(const DLTensor* a, const DLTensor* b, const DLTensor* scale_a,
-              const DLTensor* scale_b, DLTensor* out, float alpha, float beta, void* stream);
+              const DLTensor* scale_b, DLTensor* out, float alpha, float beta, void* stream,
+              int split = 0);
 
 }  // namespace kjit::ops
