@@ -16,7 +16,15 @@ _grouped_mm then F.silu(gate) * up, out [rows, I].
 EXPERTSxTOP_KxTOKENSxHIDDENxINTER: the same layer composed from PyTorch pieces, softmax top-k
 renormalized (torch.topk), a stable argsort by expert with bincount offsets, _grouped_mm gate_up,
 F.silu(gate) * up, _grouped_mm down, and the weighted sum over top-k with index_add_ in fp32; even
-logits (uniform) or skew (expert 0 favoured for 90% of the tokens)."""
+logits (uniform) or skew (expert 0 favoured for 90% of the tokens).
+
+--fp8: the peers of kjit_moe_grouped_gemm_fp8 (kjit-cli bench moe_grouped_gemm_fp8; with
+--swiglu, its SwiGLU form), two rows per shape. PyTorch has no grouped GEMM with DeepSeek-V3's
+block scales, so: "torch-scaled_grouped_mm-rowwise", torch._scaled_grouped_mm over the same e4m3
+operands with one scale per row of a and per column of each expert's b (a coarser scaling, the
+nearest fp8 grouped GEMM PyTorch has; skipped with a message where this build or GPU lacks it),
+and "torch-grouped_mm-dequant-bf16", the bf16 _grouped_mm of the operands dequantized once
+outside the timing (what an engine without an fp8 grouped kernel would run)."""
 import argparse
 import sys
 
@@ -37,10 +45,10 @@ def routed_rows(tokens, top_k, experts, skew):
     return rows
 
 
-def time_rows(args, out, op, backend, sh, fn, nbytes, label, flops):
+def time_rows(args, out, op, backend, sh, fn, nbytes, label, flops, dtype="bf16"):
     """fn timed under each of args.runs, one JSON row each (TFLOP/s from `flops`)."""
     for timer, flush in args.runs:
-        row = {"op": op, "backend": backend, "shape": sh, "dtype": "bf16",
+        row = {"op": op, "backend": backend, "shape": sh, "dtype": dtype,
                "gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
         try:
             row = timed_row(row, fn, timer, flush, nbytes, label, out, warm=True)
@@ -94,6 +102,60 @@ def run_forward(args, out):
                   f"inter={inter}", 6.0 * pairs * inter * hidden)
 
 
+def run_fp8(args, out):
+    for shape in args.shapes.split(","):
+        experts, top_k, tokens, n, k = map(int, shape.split("x"))
+        counts = routed_rows(tokens, top_k, experts, args.routing == "skew")
+        rows = tokens * top_k
+        a32 = torch.rand(rows, k, device="cuda") * 2 - 1
+        offs = torch.tensor(counts, device="cuda", dtype=torch.int32).cumsum(0).to(torch.int32)
+        active = sum(1 for c in counts if c > 0)
+        out_n = n // 2 if args.swiglu else n
+        sh = {"experts": experts, "top_k": top_k, "tokens": tokens, "n": n, "k": k,
+              "routing": args.routing, "active_experts": active}
+        if args.swiglu:
+            sh["swiglu"] = 1
+        tail = f"e={experts} top{top_k} tokens={tokens} n={n} k={k}" + (
+            " swiglu" if args.swiglu else "")
+
+        def swiglu(gemm):
+            if not args.swiglu:
+                return gemm
+            return lambda: (lambda gu: F.silu(gu[:, :out_n]) * gu[:, out_n:])(gemm())
+
+        # Rowwise e4m3: scale_a [rows], scale_b [experts, n]; b passed as [experts, k, n]
+        # column-major (b.transpose), as _scaled_grouped_mm wants.
+        sa = a32.abs().amax(dim=1).clamp(min=1e-12) / 448
+        a8 = (a32 / sa[:, None]).to(torch.float8_e4m3fn)
+        # One expert at a time: DeepSeek-V3's weights in fp32 would not fit beside the rest.
+        sb = torch.empty(experts, n, device="cuda")
+        b8 = torch.empty(experts, n, k, device="cuda", dtype=torch.float8_e4m3fn)
+        for e in range(experts):
+            b32 = (torch.rand(n, k, device="cuda") * 2 - 1) / 16
+            sb[e] = b32.abs().amax(dim=1).clamp(min=1e-12) / 448
+            b8[e] = (b32 / sb[e][:, None]).to(torch.float8_e4m3fn)
+        if hasattr(torch, "_scaled_grouped_mm"):
+            b8_t = b8.transpose(-2, -1)
+            fn = swiglu(lambda: torch._scaled_grouped_mm(a8, b8_t, sa, sb, offs=offs,
+                                                         out_dtype=torch.bfloat16))
+            nbytes = rows * k + active * n * k + (rows + active * n) * 4 + rows * out_n * 2
+            time_rows(args, out, "moe_grouped_gemm_fp8", "torch-scaled_grouped_mm-rowwise", sh,
+                      fn, nbytes, f"moe_grouped_gemm_fp8 torch _scaled_grouped_mm {tail}",
+                      2.0 * rows * n * k, dtype="e4m3")
+        else:
+            print("torch._scaled_grouped_mm: not in this PyTorch build", flush=True)
+        a16 = (a8.float() * sa[:, None]).to(torch.bfloat16)
+        b16 = torch.empty(experts, n, k, device="cuda", dtype=torch.bfloat16)
+        for e in range(experts):
+            b16[e] = (b8[e].float() * sb[e][:, None]).to(torch.bfloat16)
+        b16_t = b16.transpose(-2, -1)
+        fn = swiglu(lambda: torch._grouped_mm(a16, b16_t, offs=offs))
+        nbytes = (rows * k + active * n * k + rows * out_n) * 2
+        time_rows(args, out, "moe_grouped_gemm_fp8", "torch-grouped_mm-dequant-bf16", sh, fn,
+                  nbytes, f"moe_grouped_gemm_fp8 torch bf16 _grouped_mm dequantized {tail}",
+                  2.0 * rows * n * k, dtype="e4m3")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="8x2x64x28672x4096",
@@ -105,8 +167,14 @@ def main():
                     help="the whole layer; --shapes EXPERTSxTOP_KxTOKENSxHIDDENxINTER")
     ap.add_argument("--json", default="")
     add_runs_argument(ap)
+    ap.add_argument("--fp8", action="store_true",
+                    help="kjit_moe_grouped_gemm_fp8's peers (rowwise _scaled_grouped_mm and the "
+                         "bf16 _grouped_mm of the dequantized operands)")
     args = ap.parse_args()
     out = open(args.json, "a") if args.json else None
+    if args.fp8:
+        run_fp8(args, out)
+        return 0
     if args.forward:
         run_forward(args, out)
         return 0

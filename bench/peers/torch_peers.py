@@ -65,22 +65,37 @@ def make_case(op, rows, hidden, dt, eps):
             s.copy_(pad.abs().amax(dim=2) / 448.0)
             q.copy_((pad / s[:, :, None]).view(rows, -1)[:, :hidden].to(torch.float8_e4m3fn))
         return silu_quant, x.nbytes + q.nbytes + s.nbytes, x
-    if op == "rope":
+    if op in ("rope", "rope_indptr"):
         # NeoX RoPE in place on q [rows, 32, hidden] and k [rows, 8, hidden] (GQA 32/8, the kjit
         # bench's shape) at positions 0..rows-1, theta 1e4, angles in fp32: PyTorch has no RoPE
-        # op, so this is what an engine without a kernel writes.
+        # op, so this is what an engine without a kernel writes. rope_indptr: FlashInfer's
+        # apply_rope positions (offsets[b] + t - indptr[b]) formed in torch ops each call, for
+        # one token a request up to 128 rows (decode) and requests of 4096 tokens beyond
+        # (`kjit-cli bench rope --set batch=...` with the same split).
         half = hidden // 2
         q, k = rnd(rows, 32, hidden), rnd(rows, 8, hidden)
         pos = torch.arange(rows, device="cuda", dtype=torch.int32)
         inv = 1.0 / (1e4 ** (torch.arange(0, hidden, 2, device="cuda", dtype=torch.float32) / hidden))
+        batch = rows if rows <= 128 else max(1, rows // 4096)
+        lens = torch.full((batch,), rows // batch, device="cuda", dtype=torch.int32)
+        lens[: rows % batch] += 1
+        indptr = torch.cat([torch.zeros(1, device="cuda", dtype=torch.int32), lens.cumsum(0)])
+        offsets = torch.randint(0, 65536, (batch,), device="cuda", dtype=torch.int32)
+
+        def positions():
+            if op == "rope":
+                return pos
+            start = (offsets - indptr[:-1]).repeat_interleave(lens, output_size=rows)
+            return start + pos
 
         def rope():
-            ang = pos[:, None].float() * inv[None, :]
+            ang = positions()[:, None].float() * inv[None, :]
             c, s = ang.cos()[:, None, :], ang.sin()[:, None, :]
             for t in (q, k):
                 x1, x2 = t[..., :half].float(), t[..., half:].float()
                 t.copy_(torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1).to(dt))
-        return rope, 2 * (q.nbytes + k.nbytes) + pos.nbytes, torch.cat([q.flatten(), k.flatten()])
+        index_bytes = pos.nbytes if op == "rope" else indptr.nbytes + offsets.nbytes
+        return rope, 2 * (q.nbytes + k.nbytes) + index_bytes, torch.cat([q.flatten(), k.flatten()])
     if op == "rope_append":
         # The fused RoPE + paged KV append in torch ops (what an engine without the kernel
         # writes): the RoPE above into q_out and a rotated k, then k and v scattered into NHD
@@ -142,7 +157,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--op", default="rmsnorm",
                     help="rmsnorm, fused_add_rmsnorm, layernorm, silu_and_mul, gelu_and_mul, "
-                         "gelu_tanh_and_mul, rope, rope_append, qk_norm_rope (shapes: tokens x head_dim), "
+                         "gelu_tanh_and_mul, rope, rope_indptr, rope_append, qk_norm_rope (shapes: tokens x "
+                         "head_dim), "
                          "rmsnorm_quant_fp8, fused_add_rmsnorm_quant_fp8, "
                          "silu_and_mul_quant_fp8 (shapes: rows x d)")
     ap.add_argument("--shapes", default="1x4096,64x4096,4096x4096,16384x4096,16384x8192")

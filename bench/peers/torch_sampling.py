@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """PyTorch peers of kjit's sampling ops (`kjit-cli bench top_p_sampling | top_k_top_p_sampling |
-argmax | softmax`), timed under the same TIMER/FLUSH runs as `kjit-cli bench` times kjit
+argmax | softmax | top_k`: torch.topk), timed under the same TIMER/FLUSH runs as `kjit-cli bench` times kjit
 (peer_timing.py; --runs). One JSON line per result, naming its timer and flush.
 
 The samplers are the usual sort-based implementations engines fall back to (vLLM's
@@ -66,15 +66,23 @@ def make_case(op, batch, vocab, dt, args):
         peers["torch"] = lambda: torch.argmax(x, dim=-1)
         return peers, x.nbytes
     if op == "softmax":
-        peers["torch"] = lambda: torch.softmax(x.float() / args.temperature, dim=-1)
+        eager = lambda: torch.softmax(x.float() / args.temperature, dim=-1)
+        peers["torch"] = eager
+        # Issue 30's target: a fresh static-shape compile per shape (one function reused across
+        # shapes would turn dynamic after the second).
+        torch._dynamo.reset()
+        peers["torch-compile"] = torch.compile(eager, dynamic=False)
         return peers, x.nbytes + batch * vocab * 4
+    if op == "top_k":
+        peers["torch"] = lambda: torch.topk(x, args.k, dim=-1)
+        return peers, x.nbytes
     raise ValueError(op)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--op", default="top_p_sampling",
-                    choices=["top_p_sampling", "top_k_top_p_sampling", "argmax", "softmax"])
+                    choices=["top_p_sampling", "top_k_top_p_sampling", "argmax", "softmax", "top_k"])
     ap.add_argument("--shapes", default="1x128256,64x128256,128x128256",
                     help="batch x vocab, comma-separated")
     ap.add_argument("--dtype", default="bf16", help="logits dtype (probabilities are fp32)")
@@ -95,7 +103,7 @@ def main():
         shape_row = {"batch": batch, "vocab": vocab}
         if args.op in ("top_p_sampling", "top_k_top_p_sampling"):
             shape_row["p"] = args.p
-        if args.op == "top_k_top_p_sampling":
+        if args.op in ("top_k_top_p_sampling", "top_k"):
             shape_row["k"] = args.k
         if args.op in ("top_k_top_p_sampling", "softmax"):
             shape_row["temperature"] = args.temperature

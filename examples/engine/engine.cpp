@@ -22,6 +22,7 @@ constexpr DLDataType kBF16{kDLBfloat, 16, 1};
 constexpr DLDataType kF32{kDLFloat, 32, 1};
 constexpr DLDataType kI32{kDLInt, 32, 1};
 constexpr DLDataType kI64{kDLInt, 64, 1};
+constexpr DLDataType kE4M3{KJIT_DL_FLOAT8_E4M3FN, 8, 1};
 
 // A DLTensor that owns its shape and strides. get() points the tensor at them, so a Dl may be
 // returned by value and still hand kjit a consistent tensor.
@@ -80,6 +81,48 @@ void* Engine::alloc(size_t bytes) {
   return p;
 }
 
+void Engine::free_allocation(void* p) {
+  allocations_.erase(std::find(allocations_.begin(), allocations_.end(), p));
+  CUDA_CHECK(cudaFree(p));
+}
+
+// fp8: replaces the bf16 weight [n, k] at w by its e4m3 quantization, one scale per row (output
+// channel) into `scale`.
+void Engine::quantize_weight(void*& w, void*& scale, int64_t n, int64_t k) {
+  void* q = alloc(static_cast<size_t>(n * k));
+  scale = alloc(static_cast<size_t>(n * 4));
+  KJIT_CHECK(kjit_quant_fp8(
+      tensor(w, kBF16, {n, k}, {}, device_).get(), tensor(q, kE4M3, {n, k}, {}, device_).get(),
+      tensor(scale, kF32, {n}, {}, device_).get(), KJIT_FP8_PER_ROW, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  free_allocation(w);
+  weight_bytes_ -= static_cast<size_t>(n * k) * 2;
+  weight_bytes_ += static_cast<size_t>(n * k + n * 4);
+  w = q;
+}
+
+// fp8: x's rows quantized per row into the GEMM input buffer and its scales.
+void Engine::quantize_rows(DLTensor* x, int64_t rows, int64_t k) {
+  KJIT_CHECK(kjit_quant_fp8(x, tensor(x8_, kE4M3, {rows, k}, {}, device_).get(),
+                            tensor(x_scale_, kF32, {rows}, {}, device_).get(), KJIT_FP8_PER_ROW,
+                            stream_));
+}
+
+// out [rows, n] = in [rows, k] . w [n, k]^T. fp8: the input is the quantized rows in x8_ (written
+// by a fused norm or by quantize_rows before the call), `in` is not read.
+void Engine::linear(DLTensor* in, int64_t rows, int64_t k, const void* w, const void* w_scale,
+                    int64_t n, DLTensor* out) {
+  if (!fp8_) {
+    KJIT_CHECK(
+        kjit_gemm(in, tensor(w, kBF16, {n, k}, {}, device_).get(), nullptr, out, nullptr, stream_));
+    return;
+  }
+  KJIT_CHECK(kjit_gemm_fp8(tensor(x8_, kE4M3, {rows, k}, {}, device_).get(),
+                           tensor(w, kE4M3, {n, k}, {}, device_).get(),
+                           tensor(x_scale_, kF32, {rows}, {}, device_).get(),
+                           tensor(w_scale, kF32, {n}, {}, device_).get(), out, nullptr, stream_));
+}
+
 // Copies a checkpoint tensor straight from its mmap'ed bytes to the device (into `dst` when
 // given: a slice of a fused weight).
 void* Engine::upload(const Checkpoint& ckpt, const std::string& name, std::vector<int64_t> shape,
@@ -91,8 +134,8 @@ void* Engine::upload(const Checkpoint& ckpt, const std::string& name, std::vecto
   return dst;
 }
 
-Engine::Engine(const Checkpoint& ckpt, const ModelConfig& cfg, int device)
-    : cfg_(cfg), device_(device) {
+Engine::Engine(const Checkpoint& ckpt, const ModelConfig& cfg, int device, bool fp8)
+    : cfg_(cfg), device_(device), fp8_(fp8) {
   if (cfg.qk_norm && cfg.llama3_rope) {
     throw std::runtime_error(
         "q / k norm with llama3 rope scaling: kjit_qk_rmsnorm_rope has no Llama 3.1 frequencies");
@@ -127,6 +170,12 @@ Engine::Engine(const Checkpoint& ckpt, const ModelConfig& cfg, int device)
     if (cfg.qk_norm) {
       L.q_norm = upload(ckpt, p + "self_attn.q_norm.weight", {cfg.head_dim});
       L.k_norm = upload(ckpt, p + "self_attn.k_norm.weight", {cfg.head_dim});
+    }
+    if (fp8_) {
+      quantize_weight(L.qkv, L.qkv_scale, Nq + 2 * Nkv, H);
+      quantize_weight(L.o, L.o_scale, H, Nq);
+      quantize_weight(L.gate_up, L.gate_up_scale, 2 * I, H);
+      quantize_weight(L.down, L.down_scale, H, I);
     }
     layers_.push_back(L);
   }
@@ -170,6 +219,10 @@ void Engine::reserve(const RunOptions& opt) {
   gate_up_ = alloc(static_cast<size_t>(T * 2 * I * 2));
   act_ = alloc(static_cast<size_t>(T * I * 2));
   last_hidden_ = alloc(static_cast<size_t>(B * H * 2));
+  if (fp8_) {
+    x8_ = alloc(static_cast<size_t>(T * std::max({H, Nq, I})));
+    x_scale_ = alloc(static_cast<size_t>(T * 4));
+  }
   logits_ = alloc(static_cast<size_t>((opt_.all_logits ? T : B) * cfg_.vocab_size * 4));
   // The paged KV cache, NHD: [pages, page_size, kv heads, head_dim] per layer for K and for V;
   // slot b owns pages [b * pages_per_req_, (b + 1) * pages_per_req_).
@@ -410,17 +463,25 @@ void Engine::forward(int tokens, int batch, bool prefill, bool all_logits, bool 
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& L = layers_[l];
     Dl ln1 = tensor(L.ln1, kBF16, {H}, {}, d);
+    // fp8: the norms write the next GEMM's quantized input and its row scales instead of hidden.
+    Dl x8 = tensor(x8_, kE4M3, {T, H}, {}, d), x_scale = tensor(x_scale_, kF32, {T}, {}, d);
     if (l == 0) {
-      KJIT_CHECK(kjit_rmsnorm(residual.get(), ln1.get(), hidden.get(), cfg_.rms_norm_eps, s));
+      KJIT_CHECK(fp8_
+                     ? kjit_rmsnorm_quant_fp8(residual.get(), ln1.get(), x8.get(), x_scale.get(),
+                                              cfg_.rms_norm_eps, s)
+                     : kjit_rmsnorm(residual.get(), ln1.get(), hidden.get(), cfg_.rms_norm_eps, s));
     } else {
       // residual += the last MLP's output; hidden = norm(residual).
-      KJIT_CHECK(
-          kjit_fused_add_rmsnorm(ln1.get(), hidden.get(), residual.get(), cfg_.rms_norm_eps, s));
+      KJIT_CHECK(fp8_ ? kjit_fused_add_rmsnorm_quant_fp8(hidden.get(), ln1.get(), residual.get(),
+                                                         x8.get(), x_scale.get(), cfg_.rms_norm_eps,
+                                                         s)
+                      : kjit_fused_add_rmsnorm(ln1.get(), hidden.get(), residual.get(),
+                                               cfg_.rms_norm_eps, s));
     }
     // q, k, v: views of one GEMM's [T, Nq + 2 Nkv] output. Qwen3 normalizes q and k per head
     // before RoPE: one launch over the views does both.
-    KJIT_CHECK(kjit_gemm(hidden.get(), tensor(L.qkv, kBF16, {Nqkv, H}, {}, d).get(), nullptr,
-                         tensor(qkv_, kBF16, {T, Nqkv}, {}, d).get(), nullptr, s));
+    linear(hidden.get(), T, H, L.qkv, L.qkv_scale, Nqkv,
+           tensor(qkv_, kBF16, {T, Nqkv}, {}, d).get());
     Dl q = tensor(qkv_, kBF16, {T, nq, hd}, {Nqkv, hd, 1}, d);
     Dl k = tensor(at(qkv_, Nq, 2), kBF16, {T, nkv, hd}, {Nqkv, hd, 1}, d);
     Dl v = tensor(at(qkv_, Nq + Nkv, 2), kBF16, {T, nkv, hd}, {Nqkv, hd, 1}, d);
@@ -455,18 +516,23 @@ void Engine::forward(int tokens, int batch, bool prefill, bool all_logits, bool 
                                        workspace_bytes_ > 0 ? ws.get() : nullptr, attn.get(),
                                        nullptr, 1.0f, 1.0f, s));
     }
-    KJIT_CHECK(kjit_gemm(tensor(attn_, kBF16, {T, Nq}, {}, d).get(),
-                         tensor(L.o, kBF16, {H, Nq}, {}, d).get(), nullptr, hidden.get(), nullptr,
-                         s));
-    KJIT_CHECK(kjit_fused_add_rmsnorm(tensor(L.ln2, kBF16, {H}, {}, d).get(), hidden.get(),
-                                      residual.get(), cfg_.rms_norm_eps, s));
+    Dl attn_rows = tensor(attn_, kBF16, {T, Nq}, {}, d);
+    if (fp8_) quantize_rows(attn_rows.get(), T, Nq);
+    linear(attn_rows.get(), T, Nq, L.o, L.o_scale, H, hidden.get());
+    Dl ln2 = tensor(L.ln2, kBF16, {H}, {}, d);
+    KJIT_CHECK(fp8_
+                   ? kjit_fused_add_rmsnorm_quant_fp8(hidden.get(), ln2.get(), residual.get(),
+                                                      x8.get(), x_scale.get(), cfg_.rms_norm_eps, s)
+                   : kjit_fused_add_rmsnorm(ln2.get(), hidden.get(), residual.get(),
+                                            cfg_.rms_norm_eps, s));
     Dl gate_up = tensor(gate_up_, kBF16, {T, 2 * I}, {}, d);
     Dl act = tensor(act_, kBF16, {T, I}, {}, d);
-    KJIT_CHECK(kjit_gemm(hidden.get(), tensor(L.gate_up, kBF16, {2 * I, H}, {}, d).get(), nullptr,
-                         gate_up.get(), nullptr, s));
+    linear(hidden.get(), T, H, L.gate_up, L.gate_up_scale, 2 * I, gate_up.get());
+    // fp8: silu_and_mul then a per-row quantization (kjit_silu_and_mul_quant_fp8 scales per
+    // 1 x 128 group, which pairs with 128 x 128 weight blocks, not per-channel weight scales).
     KJIT_CHECK(kjit_silu_and_mul(gate_up.get(), act.get(), s));
-    KJIT_CHECK(kjit_gemm(act.get(), tensor(L.down, kBF16, {H, I}, {}, d).get(), nullptr,
-                         hidden.get(), nullptr, s));
+    if (fp8_) quantize_rows(act.get(), T, I);
+    linear(act.get(), T, I, L.down, L.down_scale, H, hidden.get());
   }
   stats_.kjit_calls_per_layer = (calls_ - before_layers) / static_cast<int>(layers_.size());
   KJIT_CHECK(kjit_fused_add_rmsnorm(tensor(final_norm_, kBF16, {H}, {}, d).get(), hidden.get(),

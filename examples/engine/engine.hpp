@@ -46,7 +46,11 @@ struct StepStats {
 
 class Engine : public Backend {
  public:
-  Engine(const Checkpoint& ckpt, const ModelConfig& cfg, int device);
+  // fp8: the decoder layers' linear weights are quantized at load to e4m3 with one scale per
+  // output channel (kjit_quant_fp8 per row), their inputs per token on the way (fused into the
+  // norms where kjit has the fused op), and the GEMMs run as kjit_gemm_fp8; the embedding, the
+  // norms, attention and the LM head stay bf16.
+  Engine(const Checkpoint& ckpt, const ModelConfig& cfg, int device, bool fp8 = false);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -80,6 +84,8 @@ class Engine : public Backend {
   struct Layer {
     void *ln1, *ln2, *qkv, *o, *gate_up, *down, *q_norm = nullptr, *k_norm = nullptr;
     void *k_cache = nullptr, *v_cache = nullptr;
+    // fp8: the per-output-channel fp32 scales of qkv, o, gate_up and down (e4m3 weights then).
+    void *qkv_scale = nullptr, *o_scale = nullptr, *gate_up_scale = nullptr, *down_scale = nullptr;
   };
   // The int32 metadata of a forward pass: one device array, uploaded from a pinned mirror.
   struct Meta {
@@ -87,6 +93,11 @@ class Engine : public Backend {
   };
 
   void* alloc(size_t bytes);
+  void free_allocation(void* p);
+  void quantize_weight(void*& w, void*& scale, int64_t n, int64_t k);
+  void quantize_rows(DLTensor* x, int64_t rows, int64_t k);
+  void linear(DLTensor* in, int64_t rows, int64_t k, const void* w, const void* w_scale, int64_t n,
+              DLTensor* out);
   void* upload(const Checkpoint& ckpt, const std::string& name, std::vector<int64_t> shape,
                void* dst = nullptr);
   void forward(int tokens, int batch, bool prefill, bool all_logits, bool sample);
@@ -101,6 +112,7 @@ class Engine : public Backend {
   cudaStream_t stream_ = nullptr;
   std::vector<void*> allocations_;
   size_t weight_bytes_ = 0;
+  bool fp8_ = false;
   void *embed_ = nullptr, *final_norm_ = nullptr, *lm_head_ = nullptr;
   std::vector<Layer> layers_;
 
@@ -110,6 +122,7 @@ class Engine : public Backend {
   std::vector<bool> active_;  // the slot holds a request
   void *residual_ = nullptr, *hidden_ = nullptr, *qkv_ = nullptr, *attn_ = nullptr;
   void *gate_up_ = nullptr, *act_ = nullptr, *last_hidden_ = nullptr, *logits_ = nullptr;
+  void *x8_ = nullptr, *x_scale_ = nullptr;  // fp8: a GEMM's quantized input and its row scales
   void *workspace_ = nullptr, *seed_ = nullptr, *offset_ = nullptr;
   int32_t* meta_dev_ = nullptr;
   int32_t* meta_host_ = nullptr;    // pinned

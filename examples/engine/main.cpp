@@ -1,8 +1,9 @@
 // kjit-engine: runs a Llama-3 / Qwen3 checkpoint on kjit over token-id prompts.
 //
 //   kjit-engine MODEL_DIR --prompts FILE [--max-new-tokens N] [--max-batch B] [sampling]
-//               [--eos ID ... | --ignore-eos] [--stats] [--no-graph]
+//               [--eos ID ... | --ignore-eos] [--stats] [--no-graph] [--fp8]
 //   kjit-engine MODEL_DIR --prompts FILE --decode-steps S --dump-logits OUT   (teacher forcing)
+//   kjit-engine MODEL_DIR --speed B,L,N   (timing: B requests of L random ids, N decode steps)
 //
 // FILE holds one request per line, its token ids separated by spaces; generating, a line may
 // start with "K:" to give that request its own token budget. Generating is continuous batching
@@ -13,7 +14,9 @@
 // file the same way. Teacher forcing, the last S ids of each line are fed as S decode steps after
 // a prefill of the rest, and OUT receives the fp32 logits of every position: the prefill's rows
 // (request after request, each prompt's tokens in order), then each decode step's rows (one per
-// request).
+// request). Timing, B random prompts of L ids are prefilled (after one untimed admit of the same
+// shape loads the kernels) and N greedy decode steps run over them (after the step that captures
+// the graph); one JSON line gives the prefill and per-step times.
 #include <algorithm>
 #include <chrono>
 #include <climits>
@@ -22,6 +25,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -37,18 +41,21 @@ struct Args {
   std::string model, prompts, dump_logits, out_tokens;
   int max_new_tokens = 16, decode_steps = -1, page_size = 16, device = 0;
   int max_batch = 0, max_prefill_tokens = 0;  // 0: every request at once / what that needs
+  int speed_batch = 0, speed_context = 0, speed_steps = 0;  // --speed B,L,N
   std::vector<int32_t> eos;
-  bool eos_given = false, ignore_eos = false, stats = false, graph = true;
+  bool eos_given = false, ignore_eos = false, stats = false, graph = true, fp8 = false;
   engine::SamplingConfig sampling;
 };
 
 [[noreturn]] void usage(const std::string& why) {
-  std::cerr << "kjit-engine: " << why << "\n"
-            << "usage: kjit-engine MODEL_DIR --prompts FILE [--max-new-tokens N] [--top-k K]\n"
-            << "         [--top-p P] [--temperature T] [--seed S] [--out-tokens FILE]\n"
-            << "         [--max-batch B] [--max-prefill-tokens N] [--eos ID]... [--ignore-eos]\n"
-            << "         [--decode-steps S --dump-logits FILE] [--page-size N] [--device N]\n"
-            << "         [--stats] [--no-graph]\n";
+  std::cerr
+      << "kjit-engine: " << why << "\n"
+      << "usage: kjit-engine MODEL_DIR --prompts FILE [--max-new-tokens N] [--top-k K]\n"
+      << "         [--top-p P] [--temperature T] [--seed S] [--out-tokens FILE]\n"
+      << "         [--max-batch B] [--max-prefill-tokens N] [--eos ID]... [--ignore-eos]\n"
+      << "         [--decode-steps S --dump-logits FILE] [--page-size N] [--device N]\n"
+      << "         [--stats] [--no-graph] [--fp8]\n"
+      << "       kjit-engine MODEL_DIR --speed B,L,N [--max-prefill-tokens N] [--page-size N]\n";
   std::exit(2);
 }
 
@@ -111,14 +118,28 @@ Args parse(int argc, char** argv) {
       a.stats = true;
     else if (o == "--no-graph")
       a.graph = false;
-    else if (!o.empty() && o[0] == '-')
+    else if (o == "--fp8")
+      a.fp8 = true;
+    else if (o == "--speed") {
+      const std::string text = value(i);
+      char tail = 0;
+      if (std::sscanf(text.c_str(), "%d,%d,%d%c", &a.speed_batch, &a.speed_context, &a.speed_steps,
+                      &tail) != 3 ||
+          a.speed_batch < 1 || a.speed_context < 1 || a.speed_steps < 0) {
+        usage("--speed: '" + text + "' is not B,L,N (B, L >= 1, N >= 0)");
+      }
+    } else if (!o.empty() && o[0] == '-')
       usage("unknown option " + o);
     else if (a.model.empty())
       a.model = o;
     else
       usage("more than one model folder");
   }
-  if (a.model.empty() || a.prompts.empty()) usage("MODEL_DIR and --prompts are required");
+  if (a.model.empty()) usage("MODEL_DIR is required");
+  if (a.prompts.empty() == (a.speed_batch == 0)) usage("one of --prompts and --speed is required");
+  if (a.speed_batch > 0 && (!a.dump_logits.empty() || !a.out_tokens.empty() || !a.graph)) {
+    usage("--speed times graph replay and writes no tokens or logits");
+  }
   if (!a.dump_logits.empty() && a.decode_steps < 0) usage("--dump-logits needs --decode-steps");
   if (a.page_size < 1 || a.max_new_tokens < 0) usage("bad --page-size or --max-new-tokens");
   if (a.max_batch < 0 || a.max_prefill_tokens < 0) usage("bad --max-batch or --max-prefill-tokens");
@@ -247,22 +268,76 @@ void teacher_forcing(engine::Engine& eng, const Args& a, const std::vector<engin
   }
 }
 
+// --speed: prefill of B random prompts of L ids in admits of at most --max-prefill-tokens tokens
+// (default 8192, and one prompt at least), after an untimed admit of the same shape that loads
+// the kernels; then N greedy decode steps over the B slots, after the step that captures the
+// graph. Host-timed: each admit and step returns its sampled tokens to the host.
+void speed(engine::Engine& eng, const engine::ModelConfig& cfg, const Args& a,
+           engine::RunOptions opt) {
+  const int B = a.speed_batch, L = a.speed_context, N = a.speed_steps;
+  const int budget = a.max_prefill_tokens > 0 ? a.max_prefill_tokens : 8192;
+  const int per_admit = std::max(1, std::min(B, budget / L));
+  std::mt19937 rng(1);
+  std::uniform_int_distribution<int32_t> id(0, cfg.vocab_size - 1);
+  std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(B), std::vector<int32_t>(L));
+  for (auto& p : prompts)
+    for (int32_t& t : p) t = id(rng);
+  opt.max_batch = B;
+  opt.max_total_len = L + N + 1;
+  opt.max_prefill_tokens = per_admit * L;
+  opt.sampling = engine::SamplingConfig{};
+  eng.reserve(opt);
+  auto admit = [&](int first, int n) {
+    std::vector<int> slots;
+    for (int b = first; b < first + n; ++b) slots.push_back(b);
+    return eng.admit(slots, std::vector<std::vector<int32_t>>(prompts.begin() + first,
+                                                              prompts.begin() + first + n));
+  };
+  admit(0, per_admit);
+  for (int b = 0; b < per_admit; ++b) eng.release(b);
+  std::vector<int32_t> tokens;
+  auto t0 = std::chrono::steady_clock::now();
+  for (int b = 0; b < B; b += per_admit) {
+    const std::vector<int32_t> first = admit(b, std::min(per_admit, B - b));
+    tokens.insert(tokens.end(), first.begin(), first.end());
+  }
+  const double prefill_ms = ms_since(t0);
+  double step_ms = 0;
+  if (N > 0) {
+    tokens = eng.decode(tokens);
+    t0 = std::chrono::steady_clock::now();
+    for (int s = 0; s < N; ++s) tokens = eng.decode(tokens);
+    step_ms = ms_since(t0) / N;
+  }
+  std::printf(
+      "{\"batch\": %d, \"context\": %d, \"prefill_tokens\": %lld, \"prefill_admits\": %d, "
+      "\"prefill_ms\": %.3f, \"prefill_tokens_per_s\": %.1f, \"decode_steps\": %d, "
+      "\"step_ms\": %.4f, \"decode_tokens_per_s\": %.1f, \"weight_bytes\": %zu}\n",
+      B, L, static_cast<long long>(B) * L, (B + per_admit - 1) / per_admit, prefill_ms,
+      static_cast<double>(B) * L / prefill_ms * 1e3, N, step_ms, N > 0 ? B / step_ms * 1e3 : 0.0,
+      eng.weight_bytes());
+}
+
 int run(const Args& a) {
   const engine::ModelConfig cfg = engine::read_config(a.model);
   const engine::Checkpoint ckpt(a.model);
   auto t0 = std::chrono::steady_clock::now();
-  engine::Engine eng(ckpt, cfg, a.device);
+  engine::Engine eng(ckpt, cfg, a.device, a.fp8);
   std::printf(
       "model: %s, %d layers, hidden %d, heads %d/%d x %d, vocab %d; %.1f MB of weights "
       "uploaded in %.0f ms\n",
       cfg.architecture.c_str(), cfg.num_layers, cfg.hidden_size, cfg.num_q_heads, cfg.num_kv_heads,
       cfg.head_dim, cfg.vocab_size, eng.weight_bytes() / 1e6, ms_since(t0));
 
-  std::vector<engine::Request> reqs = read_prompts(a.prompts);
   engine::RunOptions opt;
   opt.page_size = a.page_size;
   opt.use_graph = a.graph;
   opt.sampling = a.sampling;
+  if (a.speed_batch > 0) {
+    speed(eng, cfg, a, opt);
+    return 0;
+  }
+  std::vector<engine::Request> reqs = read_prompts(a.prompts);
   const bool teacher = !a.dump_logits.empty();
   if (teacher) {
     teacher_forcing(eng, a, reqs, opt);

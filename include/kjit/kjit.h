@@ -364,6 +364,35 @@ KJIT_API kjit_status kjit_qk_rmsnorm_rope(const DLTensor* q_weight, const DLTens
                                           float eps, int rotary_dim, kjit_rope_layout layout,
                                           float rope_scale, float rope_theta, void* stream);
 
+/*
+ * kjit_apply_rope_pos_ids with the positions of a ragged batch (FlashInfer's apply_rope): the
+ * tokens [indptr[b], indptr[b + 1]) belong to request b, and token t of request b is at
+ * position offsets[b] + t - indptr[b]. Rotation, accuracy and everything else as
+ * kjit_apply_rope_pos_ids.
+ *
+ * indptr: [batch + 1]; offsets: [batch]; both int32 or both int64, contiguous, on q's device;
+ *   q_out / k_out must not overlap them. batch 0 takes zero tokens only.
+ * The caller's contract (not checked: the data is on the device): indptr is non-decreasing,
+ *   indptr[0] = 0 and indptr[batch] = tokens; empty requests are fine. Otherwise each token still
+ *   takes the position of some request (never a read or a write out of bounds).
+ * The request of each token is found on the device (a bisection of indptr: no host
+ *   synchronization; the call can be captured in a CUDA graph).
+ */
+KJIT_API kjit_status kjit_apply_rope(const DLTensor* q, const DLTensor* k, const DLTensor* indptr,
+                                     const DLTensor* offsets, DLTensor* q_out, DLTensor* k_out,
+                                     int rotary_dim, kjit_rope_layout layout, float rope_scale,
+                                     float rope_theta, void* stream);
+
+/* kjit_apply_rope with Llama 3.1's frequency scaling (FlashInfer's apply_llama31_rope): the
+ * frequencies of kjit_apply_llama31_rope_pos_ids, the positions of kjit_apply_rope. */
+KJIT_API kjit_status kjit_apply_llama31_rope(const DLTensor* q, const DLTensor* k,
+                                             const DLTensor* indptr, const DLTensor* offsets,
+                                             DLTensor* q_out, DLTensor* k_out, int rotary_dim,
+                                             kjit_rope_layout layout, float rope_scale,
+                                             float rope_theta, float low_freq_factor,
+                                             float high_freq_factor, float old_context_len,
+                                             void* stream);
+
 /* ---- Paged KV cache (kernels/kv_cache, src/ops/kv_cache) ----------------------------------- */
 
 /* The dims of a paged KV cache tensor. */
@@ -853,6 +882,22 @@ KJIT_API kjit_status kjit_chain_speculative_sampling(const DLTensor* draft_probs
                                                      DLTensor* output_token_ids, DLTensor* accepted,
                                                      DLTensor* emitted, void* stream);
 
+/*
+ * The k largest elements of each row and their indices (torch.topk(input, k, largest=True,
+ * sorted=True) with int32 indices): values[b] descending, indices[b][j] the position of
+ * values[b][j] in input[b]. Equal values come in ascending index order (torch documents no order
+ * for ties; this one is deterministic); NaN counts as larger than +Inf, as torch.topk and
+ * torch.sort order it, and -0 as equal to +0. A value is the input element itself (its sign of
+ * zero and NaN payload kept).
+ * input: [batch, vocab] fp32 / bf16 / fp16, last dim contiguous, row stride free; vocab up to
+ *   2^24. values: [batch, k], input's dtype; indices: [batch, k] int32; each last dim
+ *   contiguous; neither may overlap the other or input.
+ * k: 1..vocab; above 1024 it is KJIT_ERROR_UNSUPPORTED. batch = 0: a successful no-op after
+ *   validation. Graph-safe: one launch, no host synchronization.
+ */
+KJIT_API kjit_status kjit_top_k(const DLTensor* input, DLTensor* values, DLTensor* indices, int k,
+                                void* stream);
+
 /* ---- GEMM (kernels/gemm, src/ops/gemm) ------------------------------------------------------ */
 
 /* Options of kjit_gemm. Versioned by struct_size: kjit_gemm_options_init fills the defaults for
@@ -1142,9 +1187,11 @@ KJIT_API void kjit_moe_forward_options_init(kjit_moe_forward_options* options);
 /*
  * The workspace kjit_moe_forward needs, in bytes, for tokens tokens routed to top_k of experts
  * experts, x [tokens, hidden] and experts of intermediate size intermediate, of dtype bf16 or
- * fp16 (kDLBfloat 16 / kDLFloat 16). Pure host arithmetic: no device, no compile. Rejects
- * (KJIT_ERROR_INVALID_ARGUMENT) negative sizes, top_k outside 1 .. experts, a NULL bytes and a
- * size that overflows; bytes is then left as it was. Thread-safe.
+ * fp16 (kDLBfloat 16 / kDLFloat 16): the experts' weights' dtype, x's too; float8_e4m3fn
+ * ({KJIT_DL_FLOAT8_E4M3FN, 8, 1}) sizes kjit_moe_forward_fp8's (x bf16 or fp16 either way). Pure
+ * host arithmetic: no device, no compile. Rejects (KJIT_ERROR_INVALID_ARGUMENT) negative sizes,
+ * top_k outside 1 .. experts, a NULL bytes and a size that overflows; bytes is then left as it was.
+ * Thread-safe.
  */
 KJIT_API kjit_status kjit_moe_forward_workspace_bytes(int64_t tokens, int64_t experts,
                                                       int64_t top_k, int64_t hidden,
@@ -1180,6 +1227,65 @@ KJIT_API kjit_status kjit_moe_forward(const DLTensor* x, const DLTensor* router_
                                       const DLTensor* shared_out, DLTensor* workspace,
                                       DLTensor* out, int top_k,
                                       const kjit_moe_forward_options* options, void* stream);
+
+/*
+ * fp8 block-scaled grouped GEMM, contiguous layout (DeepSeek-V3's scaling): for each expert e,
+ * rows expert_offsets[e] .. expert_offsets[e + 1] - 1 of out = the same rows of a . b[e]^T with
+ * every product dequantized by its scales, each 128-wide K chunk summed on its own and added to
+ * an fp32 result (kjit_gemm_fp8's block mode, per expert):
+ *   out[i, j] = sum_c scale_a[i, c] * scale_b[e, j / 128, c] * sum_{k in chunk c} a[i, k] b[e, j,
+ * k]. a: [rows, k] float8_e4m3fn, last dim contiguous; scale_a: [rows, ceil(k / 128)] fp32 compact,
+ *   one per 1 x 128 group of a row. kjit_quant_fp8(permuted, ..., KJIT_FP8_PER_GROUP_128) of
+ *   kjit_moe_permute's rows writes both.
+ * b: [experts, n, k] float8_e4m3fn (each expert's weight as a Linear's), last dim contiguous, one
+ *   row stride over experts * n rows; scale_b: [experts, ceil(n / 128), ceil(k / 128)] fp32
+ *   compact, one per 128 x 128 block of b[e] (the checkpoints' weight_scale_inv).
+ * expert_offsets, out: as kjit_moe_grouped_gemm's (out bf16 / fp16 / fp32, not overlapping a, b,
+ *   the scales or expert_offsets; rows outside [offsets[0], offsets[experts]) are not written).
+ * sm_90a only: a compute capability 9.0 device and a, b TMA can read (16-byte aligned bases and
+ * row strides, k > 0 a multiple of 16); elsewhere KJIT_ERROR_UNSUPPORTED (no fallback). Rows = 0
+ * or n = 0: no-op after validation. Graph-safe. Thread-safe.
+ */
+KJIT_API kjit_status kjit_moe_grouped_gemm_fp8(const DLTensor* a, const DLTensor* b,
+                                               const DLTensor* scale_a, const DLTensor* scale_b,
+                                               const DLTensor* expert_offsets, DLTensor* out,
+                                               void* stream);
+
+/*
+ * fp8 block-scaled grouped GEMM, masked layout: out[e, i] = a[e, i] . b[e]^T dequantized as
+ * kjit_moe_grouped_gemm_fp8's, for i < counts[e]; a: [experts, max_rows, k] float8_e4m3fn,
+ * scale_a: [experts, max_rows, ceil(k / 128)] fp32 compact, counts: [experts] int32 on the device
+ * (clamped into [0, max_rows]), out: [experts, max_rows, n]; rows at or past counts[e] are not
+ * written. Otherwise as kjit_moe_grouped_gemm_fp8.
+ */
+KJIT_API kjit_status kjit_moe_grouped_gemm_fp8_masked(const DLTensor* a, const DLTensor* b,
+                                                      const DLTensor* scale_a,
+                                                      const DLTensor* scale_b,
+                                                      const DLTensor* counts, DLTensor* out,
+                                                      void* stream);
+
+/*
+ * kjit_moe_forward with fp8 experts (DeepSeek-V3 checkpoints): w13 [experts, 2 intermediate,
+ * hidden] and w2 [experts, hidden, intermediate] float8_e4m3fn, compact, with w13_scale
+ * [experts, ceil(2 intermediate / 128), ceil(hidden / 128)] and w2_scale [experts,
+ * ceil(hidden / 128), ceil(intermediate / 128)] fp32 compact (one per 128 x 128 block). The
+ * layer is kjit_moe_forward's with each expert GEMM an fp8 one:
+ *   rows = kjit_moe_permute(x), quantized per 1 x 128 group (kjit_quant_fp8);
+ *   h = silu(gate) * up from kjit_moe_grouped_gemm_fp8(rows, w13) (in its epilogue, in fp32,
+ *     rounded once to x's dtype, when intermediate is a multiple of 64; else gate_up rounded to
+ *     x's dtype, then kjit_silu_and_mul_quant_fp8), quantized per 1 x 128 group;
+ *   y = kjit_moe_grouped_gemm_fp8(h, w2), rounded to x's dtype; out = kjit_moe_finalize(y).
+ * x, shared_out and out bf16 / fp16. workspace: kjit_moe_forward_workspace_bytes(..., dtype =
+ * float8_e4m3fn, ...) bytes. sm_90a only, with hidden and intermediate multiples of 16 (the
+ * quantized rows TMA reads): elsewhere KJIT_ERROR_UNSUPPORTED before any launch (zero tokens:
+ * a no-op after validation). Otherwise as kjit_moe_forward (graph-safe, thread-safe).
+ */
+KJIT_API kjit_status kjit_moe_forward_fp8(const DLTensor* x, const DLTensor* router_logits,
+                                          const DLTensor* bias, const DLTensor* w13,
+                                          const DLTensor* w13_scale, const DLTensor* w2,
+                                          const DLTensor* w2_scale, const DLTensor* shared_out,
+                                          DLTensor* workspace, DLTensor* out, int top_k,
+                                          const kjit_moe_forward_options* options, void* stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -311,19 +311,32 @@ KJIT_DEVICE KJIT_FORCEINLINE void softmax_scores(const PrefillParams& p, float (
                                                  float (&alpha)[2]) {
   const float kNegInf = -__int_as_float(0x7f800000);
   const int c = lane & 3;
+  // The soft cap and the mask are tested once per tile, outside the unrolled element loops: a
+  // test per element made every element its own basic block, and the common tile (no cap, no
+  // mask) paid two branches per score.
+  if (p.cap_out != 0.0f) {
 #pragma unroll
-  for (int n = 0; n < kv_tile / 8; ++n) {
+    for (int n = 0; n < kv_tile / 8; ++n) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      float x = s[n][e] * p.score_scale;
-      if (p.cap_out != 0.0f) x = p.cap_out * tanhf(x);
-      if (masked) {
+      for (int e = 0; e < 4; ++e) s[n][e] = p.cap_out * tanhf(s[n][e] * p.score_scale);
+    }
+  } else {
+#pragma unroll
+    for (int n = 0; n < kv_tile / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[n][e] *= p.score_scale;
+    }
+  }
+  if (masked) {
+#pragma unroll
+    for (int n = 0; n < kv_tile / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
         const int kl = n * 8 + 2 * c + (e & 1);
         const int key = tile_start + kl;
         const int j = e >> 1;
-        if (key < rb.lo[j] || key >= rb.hi[j] || valid[kl] == 0) x = kNegInf;
+        if (key < rb.lo[j] || key >= rb.hi[j] || valid[kl] == 0) s[n][e] = kNegInf;
       }
-      s[n][e] = x;
     }
   }
 #pragma unroll
@@ -335,12 +348,12 @@ KJIT_DEVICE KJIT_FORCEINLINE void softmax_scores(const PrefillParams& p, float (
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float m_new = fmaxf(m_run[j], mx);
     const float m_use = m_new == kNegInf ? 0.0f : m_new;  // a row with no key yet: p = 0
-    alpha[j] = exp2f(m_run[j] - m_use);
+    alpha[j] = ex2_approx(m_run[j] - m_use);
     float l = 0.0f;
 #pragma unroll
     for (int n = 0; n < kv_tile / 8; ++n) {
-      s[n][2 * j] = exp2f(s[n][2 * j] - m_use);
-      s[n][2 * j + 1] = exp2f(s[n][2 * j + 1] - m_use);
+      s[n][2 * j] = ex2_approx(s[n][2 * j] - m_use);
+      s[n][2 * j + 1] = ex2_approx(s[n][2 * j + 1] - m_use);
       l += s[n][2 * j] + s[n][2 * j + 1];
     }
     l_run[j] = l_run[j] * alpha[j] + l;

@@ -68,6 +68,16 @@ KJIT_DEVICE KJIT_FORCEINLINE __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);
 }
 
+// exp2 on the SFU, flushing results below 2^-126 to zero (exp2f without fast math adds a range
+// check and two scalings around the same instruction). Written out as asm so that it is never
+// contracted or reassociated: a value computed twice is bit-identical, which the samplers'
+// threshold searches rely on.
+KJIT_DEVICE KJIT_FORCEINLINE float ex2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Programmatic dependent launch (sm_90+; the host's KJIT_PDL, src/ops/pdl.hpp). Waits until the
 // kernel before this one on the stream has finished and its writes are visible, then lets the
 // kernel after this one start launching (its own wait still holds it until this grid is done).

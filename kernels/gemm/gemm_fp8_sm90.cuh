@@ -50,38 +50,72 @@ KJIT_DEVICE KJIT_FORCEINLINE void mma_chunk(float (&part)[BN / 2], u64* full, u6
   if (threadIdx.x % 32 == 0) hopper::mbarrier_arrive(&empty[s]);
 }
 
-// Consumer `half` (0 or 1): rows 64 * half .. + 63 of the tile into acc, scaled per chunk when
-// BLOCK. Register i of a thread is at row row0 + 8 ((i / 2) % 2) (common/wgmma.cuh).
-template <int BN, int STAGES, bool BLOCK>
-KJIT_DEVICE KJIT_FORCEINLINE void consume_fp8(const GemmFp8Params& p, unsigned char* tiles,
-                                              u64* full, u64* empty, int k_blocks, int half,
-                                              int m_tile, int n_tile, float (&acc)[BN / 2]) {
+// The first of the two rows of a consumer thread's registers in tile m_tile (the other is 8
+// further: register i is at row row0 + 8 ((i / 2) % 2), common/wgmma.cuh).
+KJIT_DEVICE KJIT_FORCEINLINE i64 fragment_row0(int m_tile, int half) {
+  const int t = static_cast<int>(threadIdx.x % 128);
+  return i64(m_tile) * kGemmBlockM + half * 64 + (t / 32) * 16 + (t % 32) / 4;
+}
+
+// The scales of one K chunk for a consumer thread's registers: s[r][h] multiplies the chunk's sum
+// at row row0 + 8 r (fragment_row0) in column half h of the tile (columns 0 .. BN / 2 - 1 and
+// BN / 2 .. BN - 1: register i is in half i >= BN / 4). The halves differ only in the MoE SwiGLU
+// tile, whose halves are gate and up rows of b in different 128-row scale blocks.
+struct ChunkScales {
+  float s[2][2];
+};
+
+// DeepSeek-V3 block scales of chunk `chunk` for rows row0, row0 + 8 and b scales sb_lo / sb_hi
+// of the two column halves.
+KJIT_DEVICE KJIT_FORCEINLINE ChunkScales block_scales(const GemmFp8Params& p, i64 row0, i64 chunk,
+                                                      float sb_lo, float sb_hi) {
+  const float sa0 = scale_a_at(p, row0, chunk);
+  const float sa1 = scale_a_at(p, row0 + 8, chunk);
+  return ChunkScales{{{sa0 * sb_lo, sa0 * sb_hi}, {sa1 * sb_lo, sa1 * sb_hi}}};
+}
+
+// The promotion loop of consumer `half` (0 or 1): per stage (one 128-wide K chunk) the MMAs from
+// zero into a second set of registers, then acc += part * scales(kb) (a ChunkScales; called
+// before the stage's wait so the scale loads' latency hides behind it).
+template <int BN, int STAGES, typename Scales>
+KJIT_DEVICE KJIT_FORCEINLINE void consume_fp8_chunks(unsigned char* tiles, u64* full, u64* empty,
+                                                     int k_blocks, int half, float (&acc)[BN / 2],
+                                                     Scales scales) {
   constexpr u32 kABytes = kGemmBlockM * kFp8ChunkK;
   constexpr u32 kStageBytes = (kGemmBlockM + BN) * kFp8ChunkK;
-  const int t = static_cast<int>(threadIdx.x % 128);
-  const i64 row0 = i64(m_tile) * kGemmBlockM + half * 64 + (t / 32) * 16 + (t % 32) / 4;
   for (int kb = 0; kb < k_blocks; ++kb) {
     const int s = kb % STAGES;
-    // Issued before the wait so their latency hides behind it.
-    float s0 = 1.0f, s1 = 1.0f;
-    if constexpr (BLOCK) {
-      const float sb = scale_b_at(p, i64(n_tile) * BN, kb);
-      s0 = scale_a_at(p, row0, kb) * sb;
-      s1 = scale_a_at(p, row0 + 8, kb) * sb;
-    }
+    const ChunkScales c = scales(kb);
     const u32 a_base = hopper::smem_addr(tiles + s * kStageBytes) + half * 64 * 128;
     const u32 b_base = hopper::smem_addr(tiles + s * kStageBytes + kABytes);
     float part[BN / 2];
     mma_chunk<BN>(part, full, empty, s, (kb / STAGES) & 1, a_base, b_base);
 #pragma unroll
-    for (int i = 0; i < BN / 2; ++i) acc[i] = fmaf(part[i], (i / 2) % 2 ? s1 : s0, acc[i]);
+    for (int i = 0; i < BN / 2; ++i) acc[i] = fmaf(part[i], c.s[(i / 2) % 2][i >= BN / 4], acc[i]);
   }
+}
+
+// Consumer `half` (0 or 1): rows 64 * half .. + 63 of the tile into acc, scaled per chunk when
+// BLOCK (a 128-wide tile's columns share one scale of b).
+template <int BN, int STAGES, bool BLOCK>
+KJIT_DEVICE KJIT_FORCEINLINE void consume_fp8(const GemmFp8Params& p, unsigned char* tiles,
+                                              u64* full, u64* empty, int k_blocks, int half,
+                                              int m_tile, int n_tile, float (&acc)[BN / 2]) {
+  const i64 row0 = fragment_row0(m_tile, half);
+  consume_fp8_chunks<BN, STAGES>(tiles, full, empty, k_blocks, half, acc, [&](int kb) {
+    if constexpr (BLOCK) {
+      const float sb = scale_b_at(p, i64(n_tile) * BN, kb);
+      return block_scales(p, row0, kb, sb, sb);
+    } else {
+      return ChunkScales{{{1.0f, 1.0f}, {1.0f, 1.0f}}};
+    }
+  });
   if constexpr (!BLOCK) {
     // Per tensor / per row, once: registers 4j .. 4j+3 hold columns 8j + 2 (t % 4) + {0, 1} of
     // rows row0 and row0 + 8 (common/wgmma.cuh). One scale of b per 128 rows never applies here.
     const float sa0 = scale_a_at(p, row0, 0);
     const float sa1 = scale_a_at(p, row0 + 8, 0);
-    const i64 col0 = i64(n_tile) * BN + (t % 4) * 2;
+    const i64 col0 = i64(n_tile) * BN + (threadIdx.x % 4) * 2;
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
       const i64 col = col0 + 8 * j;

@@ -33,6 +33,24 @@ namespace gemm {
 constexpr u32 kProducerRegs = 40;
 constexpr u32 kConsumerRegs = 232;
 
+// The ring in dynamic shared memory: STAGES stages of stage_bytes from a 1024-byte boundary (the
+// 128-byte swizzle repeats every 1024 bytes and the descriptors assume tiles start on it), then
+// the stages' full and empty barriers.
+struct Ring {
+  unsigned char* tiles;
+  u64* full;
+  u64* empty;
+};
+
+template <int STAGES>
+KJIT_DEVICE KJIT_FORCEINLINE Ring ring_in(unsigned char* smem, u32 stage_bytes) {
+  Ring r;
+  r.tiles = smem + ((1024 - (hopper::smem_addr(smem) & 1023)) & 1023);
+  r.full = reinterpret_cast<u64*>(r.tiles + STAGES * stage_bytes);
+  r.empty = r.full + STAGES;
+  return r;
+}
+
 // Thread 0 initializes the ring's barriers (the caller's __syncthreads() publishes them): a
 // stage's full barrier takes the producer's arrive_expect_tx, its empty barrier one arrival per
 // consumer warp (two warpgroups).

@@ -62,47 +62,60 @@ KJIT_DEVICE KJIT_FORCEINLINE void write_swiglu_tile(const gemm::GemmParams& p, i
   }
 }
 
+// The producer of a grouped tile (one thread): the K blocks of a's rows t.row0 .. + 127 and of
+// b's rows for column tile n_tile of expert t.expert (SWIGLU: its gate slice and the matching up
+// slice). IN is the element TMA moves (16-bit: e4m3 pairs for the fp8 kernel).
+template <typename IN, int BN, int STAGES, bool SWIGLU>
+KJIT_DEVICE KJIT_FORCEINLINE void produce_expert(const gemm::GemmParams& g, const gemm::Ring& r,
+                                                 int k_blocks, const GroupTile& t, int n_tile) {
+  const int b_first = static_cast<int>(t.expert * g.n);  // the expert's first row of b
+  const int a_row = static_cast<int>(t.row0);
+  if (SWIGLU) {
+    const int gate = b_first + n_tile * (BN / 2);
+    gemm::produce_rows<IN, BN, STAGES>(g, r.tiles, r.full, r.empty, k_blocks, a_row, gate,
+                                       gate + static_cast<int>(g.n / 2));
+  } else {
+    gemm::produce_rows<IN, BN, STAGES>(g, r.tiles, r.full, r.empty, k_blocks, a_row,
+                                       b_first + n_tile * BN);
+  }
+}
+
+// The epilogue of a grouped tile on the expert's view (expert_view): SWIGLU's or the GEMM's
+// (E types the GEMM's bias, null here).
+template <typename E, typename OUT, int BN, bool SWIGLU>
+KJIT_DEVICE KJIT_FORCEINLINE void write_expert_tile(const gemm::GemmParams& view, int half,
+                                                    int n_tile, const float (&acc)[BN / 2]) {
+  if (SWIGLU) {
+    write_swiglu_tile<OUT, BN>(view, half, n_tile, acc);
+  } else {
+    gemm::write_tile<E, OUT, BN>(view, half, 0, n_tile, acc);
+  }
+}
+
 template <typename IN, typename OUT, int BN, int STAGES, bool SWIGLU>
 __global__ void __launch_bounds__(gemm::kGemmSm90Threads, 1)
     moe_gemm_sm90_kernel(const __grid_constant__ MoeGemmParams p) {
   using namespace gemm;
-  constexpr u32 kStageBytes = (kGemmBlockM + BN) * kGemmBlockK * sizeof(IN);
   extern __shared__ unsigned char smem_raw[];
-  unsigned char* tiles = smem_raw + ((1024 - (hopper::smem_addr(smem_raw) & 1023)) & 1023);
-  u64* full = reinterpret_cast<u64*>(tiles + STAGES * kStageBytes);
-  u64* empty = full + STAGES;
+  const Ring r = ring_in<STAGES>(smem_raw, (kGemmBlockM + BN) * kGemmBlockK * sizeof(IN));
   const int k_blocks = static_cast<int>((p.g.k + kGemmBlockK - 1) / kGemmBlockK);
   int m_tile, n_tile;
   band_tile(static_cast<int>(blockIdx.x), p.tiles_m, p.tiles_n, m_tile, n_tile);
-  init_ring<STAGES>(full, empty);
+  init_ring<STAGES>(r.full, r.empty);
   const GroupTile t = block_tile<kGemmBlockM>(p, m_tile);  // its __syncthreads publishes the ring
   if (t.expert < 0) return;
   const int wg = static_cast<int>(threadIdx.x / 128);
   if (wg == 0) {
     hopper::regs_dealloc<kProducerRegs>();
-    if (threadIdx.x == 0) {
-      const int b_first = static_cast<int>(t.expert * p.g.n);  // the expert's first row of b
-      if (SWIGLU) {
-        const int gate = b_first + n_tile * (BN / 2);
-        produce_rows<IN, BN, STAGES>(p.g, tiles, full, empty, k_blocks, static_cast<int>(t.row0),
-                                     gate, gate + static_cast<int>(p.g.n / 2));
-      } else {
-        produce_rows<IN, BN, STAGES>(p.g, tiles, full, empty, k_blocks, static_cast<int>(t.row0),
-                                     b_first + n_tile * BN);
-      }
-    }
+    if (threadIdx.x == 0) produce_expert<IN, BN, STAGES, SWIGLU>(p.g, r, k_blocks, t, n_tile);
   } else {
     hopper::regs_alloc<kConsumerRegs>();
     float acc[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
-    consume<IN, BN, STAGES>(tiles, full, empty, k_blocks, wg - 1, acc);
-    const GemmParams view = expert_view(p, t, sizeof(IN), sizeof(OUT));
-    if (SWIGLU) {
-      write_swiglu_tile<OUT, BN>(view, wg - 1, n_tile, acc);
-    } else {
-      write_tile<IN, OUT, BN>(view, wg - 1, 0, n_tile, acc);
-    }
+    consume<IN, BN, STAGES>(r.tiles, r.full, r.empty, k_blocks, wg - 1, acc);
+    write_expert_tile<IN, OUT, BN, SWIGLU>(expert_view(p, t, sizeof(IN), sizeof(OUT)), wg - 1,
+                                           n_tile, acc);
   }
 }
 

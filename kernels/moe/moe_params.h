@@ -80,5 +80,19 @@ struct MoeGemmParams {
 
 constexpr int kMoeGemmSchedThreads = 32;  // one warp finds a block's expert
 
+// fp8 block-scaled grouped GEMM (moe_gemm_fp8_sm90.cuh): `grouped` over e4m3 a and b (its g's
+// m, n, k and row strides in e4m3 elements; tma_a / tma_b over e4m3 pairs, as the fp8 GEMM's),
+// and DeepSeek-V3's scales, fp32, compact:
+//   scale_a [rows, chunks]: one per 1 x 128 group of a row of a (kjit_quant_fp8's per-group
+//     layout; masked: [experts, max_rows, chunks], the same rows);
+//   scale_b [experts, n_blocks, chunks]: one per 128 x 128 block of each expert's b,
+// with chunks = ceil(k / 128) and n_blocks = ceil(n / 128).
+struct MoeGemmFp8Params {
+  MoeGemmParams grouped;
+  const float* scale_a;
+  const float* scale_b;
+  long long chunks, n_blocks;
+};
+
 }  // namespace moe
 }  // namespace kjit

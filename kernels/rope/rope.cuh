@@ -9,6 +9,8 @@
 //   - kModeFreq: a = pos * inv_freq[f], with inv_freq computed on the host in double (it holds
 //     the rope_scale and the Llama 3.1 band scaling) and passed in the params, or
 //   - kModeCache: cos(a) = cache[pos][f] and sin(a) = cache[pos][ROT_DIM / 2 + f].
+// and pos is pos_ids[t], or (kModeIndptr, kModeFreq's angles) offsets[b] + t - indptr[b] for
+// token t of request b (indptr_position).
 //
 // Accuracy of kModeFreq. inv_freq[f] / pi travels as two floats (hi + lo, 48 bits), and
 // pos * hi is formed exactly as a float pair with an fma, so the angle, reduced modulo 2 pi
@@ -94,6 +96,29 @@ KJIT_DEVICE KJIT_FORCEINLINE void unit_angles(const RopeArgs& a, const float* fr
   }
 }
 
+KJIT_DEVICE KJIT_FORCEINLINE long long load_index(const void* p, int i, int bytes) {
+  return bytes == 8 ? static_cast<const long long*>(p)[i] : static_cast<const int*>(p)[i];
+}
+
+// kModeIndptr: the position of `token`, offsets[b] + token - indptr[b] for the last b < batch
+// with indptr[b] <= token (b = 0 when there is none), found by bisection: ceil(log2(batch))
+// dependent loads, each the same address across the block (one request per warp). It reads
+// indptr[0, batch) and offsets[0, batch) only, so an indptr that is not non-decreasing (the
+// caller's contract) gives wrong positions, never an out-of-bounds read. Plain loads: the decode
+// kernel relies on ptxas keeping them where they are written (see rope_decode_kernel).
+KJIT_DEVICE KJIT_FORCEINLINE long long indptr_position(const RopeArgs& a, int token) {
+  int lo = 0, hi = a.batch;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) >> 1;
+    if (load_index(a.indptr, mid, a.pos_bytes) <= token) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  return load_index(a.pos, lo, a.pos_bytes) + token - load_index(a.indptr, lo, a.pos_bytes);
+}
+
 KJIT_DEVICE KJIT_FORCEINLINE float load_cache(const void* row, long long i, int dtype) {
   if (dtype == kCacheF32) return __ldg(static_cast<const float*>(row) + i);
   if (dtype == kCacheF16) return to_float(__ldg(static_cast<const __half*>(row) + i));
@@ -147,7 +172,7 @@ struct RopeShape {
   static_assert(VEC >= 1 && (VEC & (VEC - 1)) == 0 && VEC * sizeof(DTYPE) <= 16, "bad VEC");
   static_assert(HEAD_DIM % VEC == 0 && ROT_DIM % VEC == 0, "dims must be multiples of VEC");
   static_assert(INTERLEAVE || (ROT_DIM / 2) % VEC == 0, "NeoX halves must be multiples of VEC");
-  static_assert(MODE == kModeFreq || MODE == kModeCache, "bad MODE");
+  static_assert(MODE == kModeFreq || MODE == kModeCache || MODE == kModeIndptr, "bad MODE");
 
   using V = Vec<DTYPE, VEC>;
   static constexpr int kHalf = ROT_DIM / 2;
@@ -215,7 +240,7 @@ struct RopeShape {
 template <typename DTYPE, int HEAD_DIM, int ROT_DIM, bool INTERLEAVE, int VEC, int MODE,
           bool UNIT_MAJOR>
 __global__ void __launch_bounds__(256, UNIT_MAJOR ? 2 : 3)
-rope_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DIM / 2 : 1> p) {
+rope_kernel(const __grid_constant__ RopeParams<MODE != kModeCache ? ROT_DIM / 2 : 1> p) {
   // clang-format on
   pdl_enter();  // before any global access: see prelude.cuh
   using Shape = detail::RopeShape<DTYPE, HEAD_DIM, ROT_DIM, INTERLEAVE, VEC, MODE>;
@@ -250,15 +275,19 @@ rope_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DIM / 2 :
   // at decode sizes instead of one.
   long long pos = 0;
   auto load_position = [&] {
-    pos = p.a.pos_bytes == 8 ? __ldg(static_cast<const long long*>(p.a.pos) + token)
-                             : __ldg(static_cast<const int*>(p.a.pos) + token);
+    if constexpr (MODE == kModeIndptr) {
+      pos = detail::indptr_position(p.a, token);
+    } else {
+      pos = p.a.pos_bytes == 8 ? __ldg(static_cast<const long long*>(p.a.pos) + token)
+                               : __ldg(static_cast<const int*>(p.a.pos) + token);
+    }
   };
   // Computed after the first heads' loads are issued (below), so sincospif / the cache reads
   // overlap their DRAM latency instead of preceding it: at prefill sizes each block is one
   // token's ~10 KB and lives for about one DRAM round trip.
   float cs[kFreqs], sn[kFreqs];
   auto compute_angles = [&] {
-    if constexpr (MODE == kModeFreq) {
+    if constexpr (MODE != kModeCache) {
       const float pf = float(pos);
 #pragma unroll
       for (int e = 0; e < kFreqs; ++e) {
@@ -349,14 +378,15 @@ rope_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DIM / 2 :
 // at once, beside the head's loads. Only the load goes early: computing the angles before the
 // wait too was 0.25 us slower back to back on the H200 than the default (a dependent
 // block's time before its wait is on the chain when it exceeds the predecessor's time after
-// its own). The caller promises that the kernel just before does not write pos_ids.
+// its own). The caller promises that the kernel just before does not write pos_ids (kModeIndptr:
+// indptr and offsets, whose whole search then runs before the wait).
 // Launch with grid = tokens * p.a.chunks and block = kUnits * slots threads, a multiple of 32,
 // at most 256; the rest as rope_kernel.
 // clang-format off
 template <typename DTYPE, int HEAD_DIM, int ROT_DIM, bool INTERLEAVE, int VEC, int MODE,
           bool EARLY_POS>
 __global__ void __launch_bounds__(256)
-rope_decode_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DIM / 2 : 1> p) {
+rope_decode_kernel(const __grid_constant__ RopeParams<MODE != kModeCache ? ROT_DIM / 2 : 1> p) {
   // clang-format on
   using Shape = detail::RopeShape<DTYPE, HEAD_DIM, ROT_DIM, INTERLEAVE, VEC, MODE>;
   static_assert(sizeof(DTYPE) == 2, "16-bit q / k only (as the host serves)");
@@ -390,8 +420,8 @@ rope_decode_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DI
   int fl[kA];
 #pragma unroll
   for (int r = 0; r < kA; ++r) fl[r] = min(lane * kA + r, kHalf - 1);
-  float g_hi[MODE == kModeFreq ? kA : 1], g_lo[MODE == kModeFreq ? kA : 1];
-  if constexpr (MODE == kModeFreq) {
+  float g_hi[MODE != kModeCache ? kA : 1], g_lo[MODE != kModeCache ? kA : 1];
+  if constexpr (MODE != kModeCache) {
 #pragma unroll
     for (int r = 0; r < kA; ++r) {
       g_hi[r] = p.freq[2 * fl[r]];
@@ -405,14 +435,18 @@ rope_decode_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DI
   auto load_position = [&] {
     // Plain loads: ptxas keeps them where they are written (a read-only-path load it may sink
     // past the wait).
-    pos = p.a.pos_bytes == 8 ? static_cast<const long long*>(p.a.pos)[token]
-                             : static_cast<const int*>(p.a.pos)[token];
+    if constexpr (MODE == kModeIndptr) {
+      pos = detail::indptr_position(p.a, token);
+    } else {
+      pos = p.a.pos_bytes == 8 ? static_cast<const long long*>(p.a.pos)[token]
+                               : static_cast<const int*>(p.a.pos)[token];
+    }
   };
   auto compute_angles = [&] {
     float ms[kA], mc[kA];
-    if constexpr (MODE == kModeFreq) {
+    if constexpr (MODE != kModeCache) {
       // The int32 positions convert from 32 bits (the value is the same).
-      const float pf = p.a.pos_bytes == 8 ? float(pos) : float(int(pos));
+      const float pf = p.a.pos_bytes == 8 || MODE == kModeIndptr ? float(pos) : float(int(pos));
 #pragma unroll
       for (int r = 0; r < kA; ++r) {
         detail::fast_sincos_of_position(pf, g_hi[r], g_lo[r], &ms[r], &mc[r]);
@@ -434,14 +468,16 @@ rope_decode_kernel(const __grid_constant__ RopeParams<MODE == kModeFreq ? ROT_DI
     }
   };
 
-  const int* pos_word = static_cast<const int*>(p.a.pos) + token * (p.a.pos_bytes / 4);
+  const int* pos_word = MODE == kModeIndptr
+                            ? static_cast<const int*>(p.a.indptr)
+                            : static_cast<const int*>(p.a.pos) + token * (p.a.pos_bytes / 4);
   // The first head's addresses (aligned: their OR is never 1).
   pdl_pin_before_wait(
       reinterpret_cast<unsigned long long>(src) | reinterpret_cast<unsigned long long>(dst),
       pos_word);
   // Issued here, consumed after the wait (ptxas keeps a plain load where it is written).
   if constexpr (EARLY_POS) load_position();
-  if constexpr (MODE == kModeFreq) {
+  if constexpr (MODE != kModeCache) {
     float sum = 0.0f;
 #pragma unroll
     for (int r = 0; r < kA; ++r) sum += g_hi[r] + g_lo[r];

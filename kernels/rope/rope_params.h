@@ -11,6 +11,9 @@ namespace rope {
 // Where the angles come from: the kernels' MODE template argument.
 constexpr int kModeFreq = 0;   // a = pos * inv_freq[f], the table in RopeParams::freq
 constexpr int kModeCache = 1;  // cos(a) = cache[pos][f], sin(a) = cache[pos][ROT_DIM / 2 + f]
+// As kModeFreq, with each token's position found from its request (FlashInfer's apply_rope):
+// offsets[b] + t - indptr[b] for the b with indptr[b] <= t < indptr[b + 1].
+constexpr int kModeIndptr = 2;
 
 // cos_sin cache element types (RopeArgs::cache_dtype).
 constexpr int kCacheF32 = 0;
@@ -23,7 +26,7 @@ struct RopeArgs {
   void* q_out;          // may be q_in (same strides): in place
   const void* k_in;     // [tokens, k_heads, HEAD_DIM]
   void* k_out;          // may be k_in (same strides): in place
-  const void* pos;      // [tokens], int32 or int64 (pos_bytes)
+  const void* pos;      // [tokens], int32 or int64 (pos_bytes); kModeIndptr: offsets [batch]
   const void* cos_sin;  // kModeCache: [max_pos, ROT_DIM], row stride cache_stride
   long long q_in_st, q_in_sh, q_out_st, q_out_sh;
   long long k_in_st, k_in_sh, k_out_st, k_out_sh;
@@ -38,6 +41,8 @@ struct RopeArgs {
   int cache_dtype;     // kCache*
   FastDiv chunks_div;  // blockIdx.x / chunks
   FastDiv slots_div;   // threadIdx.x / slots (slots = blockDim.x / kUnits)
+  const void* indptr;  // kModeIndptr: [batch + 1], pos's dtype
+  int batch;           // kModeIndptr: requests, >= 1
 };
 
 // Passed by value as the kernels' __grid_constant__ argument: the args and, for kModeFreq,

@@ -44,14 +44,6 @@ KJIT_DEVICE KJIT_FORCEINLINE u32 signed_key(float x) {
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
-// exp2 on the SFU. Written out so that every pass computes bit-identical weights: the threshold
-// search compares keys of the weights across passes, so no pass may contract or reassociate.
-KJIT_DEVICE KJIT_FORCEINLINE float ex2_approx(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
 // exp((x - m) / T) with c = log2(e) / T.
 KJIT_DEVICE KJIT_FORCEINLINE float exp_weight(float x, float m, float c) {
   return ex2_approx(__fmul_rn(__fsub_rn(x, m), c));

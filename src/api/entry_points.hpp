@@ -97,7 +97,23 @@
     "inout:paged_v_cache rotary_dim rope_layout rope_scale rope_theta kv_layout stream")       \
   X(kjit_qk_rmsnorm_rope,                                                                      \
     "in:q_weight in:k_weight in:pos_ids inout:q inout:k eps rotary_dim layout rope_scale "     \
-    "rope_theta stream")
+    "rope_theta stream")                                                                       \
+  X(kjit_moe_grouped_gemm_fp8,                                                                 \
+    "in:a in:b in:scale_a in:scale_b in:expert_offsets "                                       \
+    "out:out stream")                                                                          \
+  X(kjit_moe_grouped_gemm_fp8_masked,                                                          \
+    "in:a in:b in:scale_a in:scale_b in:counts "                                               \
+    "out:out stream")                                                                          \
+  X(kjit_moe_forward_fp8,                                                                      \
+    "in:x in:router_logits in:bias in:w13 in:w13_scale in:w2 in:w2_scale in:shared_out "       \
+    "out:workspace out:out top_k options:options stream")                                      \
+  X(kjit_apply_rope,                                                                           \
+    "in:q in:k in:indptr in:offsets out:q_out out:k_out rotary_dim layout rope_scale "         \
+    "rope_theta stream")                                                                       \
+  X(kjit_apply_llama31_rope,                                                                   \
+    "in:q in:k in:indptr in:offsets out:q_out out:k_out rotary_dim layout rope_scale "         \
+    "rope_theta low_freq_factor high_freq_factor old_context_len stream")                      \
+  X(kjit_top_k, "in:input out:values out:indices k stream")
 
 namespace kjit::api {
 

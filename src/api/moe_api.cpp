@@ -68,6 +68,25 @@ KJIT_API kjit_status kjit_moe_grouped_gemm_masked(const DLTensor* a, const DLTen
       stream);
 }
 
+KJIT_API kjit_status kjit_moe_grouped_gemm_fp8(const DLTensor* a, const DLTensor* b,
+                                               const DLTensor* scale_a, const DLTensor* scale_b,
+                                               const DLTensor* expert_offsets, DLTensor* out,
+                                               void* stream) {
+  return kjit::api::entry<&kjit_moe_grouped_gemm_fp8>(
+      [&] { kjit::ops::moe_grouped_gemm_fp8(a, b, scale_a, scale_b, expert_offsets, out, stream); },
+      a, b, scale_a, scale_b, expert_offsets, out, stream);
+}
+
+KJIT_API kjit_status kjit_moe_grouped_gemm_fp8_masked(const DLTensor* a, const DLTensor* b,
+                                                      const DLTensor* scale_a,
+                                                      const DLTensor* scale_b,
+                                                      const DLTensor* counts, DLTensor* out,
+                                                      void* stream) {
+  return kjit::api::entry<&kjit_moe_grouped_gemm_fp8_masked>(
+      [&] { kjit::ops::moe_grouped_gemm_fp8_masked(a, b, scale_a, scale_b, counts, out, stream); },
+      a, b, scale_a, scale_b, counts, out, stream);
+}
+
 KJIT_API void kjit_moe_forward_options_init(kjit_moe_forward_options* options) {
   if (options == nullptr) return;
   *options = kjit_moe_forward_options{};
@@ -90,8 +109,9 @@ KJIT_API kjit_status kjit_moe_forward_workspace_bytes(int64_t tokens, int64_t ex
         const std::optional<kjit::ops::DType> dt = kjit::ops::dtype_of(dtype);
         if (!dt) {
           kjit::fail(KJIT_ERROR_UNSUPPORTED,
-                     "dtype (code {}, {} bits, {} lanes) is not bf16 or fp16", dtype.code,
-                     dtype.bits, dtype.lanes);
+                     "dtype (code {}, {} bits, {} lanes) is not bf16 or fp16 (or float8_e4m3fn: "
+                     "fp8 experts)",
+                     dtype.code, dtype.bits, dtype.lanes);
         }
         *bytes =
             kjit::ops::moe_forward_layout(tokens, experts, top_k, hidden, intermediate, *dt).bytes;
@@ -110,6 +130,22 @@ KJIT_API kjit_status kjit_moe_forward(const DLTensor* x, const DLTensor* router_
                                o.route, stream);
       },
       x, router_logits, bias, w13, w2, shared_out, workspace, out, top_k, options, stream);
+}
+
+KJIT_API kjit_status kjit_moe_forward_fp8(const DLTensor* x, const DLTensor* router_logits,
+                                          const DLTensor* bias, const DLTensor* w13,
+                                          const DLTensor* w13_scale, const DLTensor* w2,
+                                          const DLTensor* w2_scale, const DLTensor* shared_out,
+                                          DLTensor* workspace, DLTensor* out, int top_k,
+                                          const kjit_moe_forward_options* options, void* stream) {
+  return kjit::api::entry<&kjit_moe_forward_fp8>(
+      [&] {
+        const kjit_moe_forward_options o = kjit::api::moe_forward_options(options);
+        kjit::ops::moe_forward_fp8(x, router_logits, bias, w13, w13_scale, w2, w2_scale, shared_out,
+                                   workspace, out, top_k, o.route, stream);
+      },
+      x, router_logits, bias, w13, w13_scale, w2, w2_scale, shared_out, workspace, out, top_k,
+      options, stream);
 }
 
 }  // extern "C"

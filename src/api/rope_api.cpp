@@ -60,4 +60,33 @@ KJIT_API kjit_status kjit_apply_rope_with_cos_sin_cache(const DLTensor* position
       positions, cos_sin_cache, q, k, head_size, layout, stream);
 }
 
+KJIT_API kjit_status kjit_apply_rope(const DLTensor* q, const DLTensor* k, const DLTensor* indptr,
+                                     const DLTensor* offsets, DLTensor* q_out, DLTensor* k_out,
+                                     int rotary_dim, kjit_rope_layout layout, float rope_scale,
+                                     float rope_theta, void* stream) {
+  return kjit::api::entry<&kjit_apply_rope>(
+      [&] {
+        kjit::ops::apply_rope_indptr(q, k, q_out, k_out, indptr, offsets, rotary_dim,
+                                     interleave_of(layout), rope_scale, rope_theta, stream);
+      },
+      q, k, indptr, offsets, q_out, k_out, rotary_dim, layout, rope_scale, rope_theta, stream);
+}
+
+KJIT_API kjit_status kjit_apply_llama31_rope(const DLTensor* q, const DLTensor* k,
+                                             const DLTensor* indptr, const DLTensor* offsets,
+                                             DLTensor* q_out, DLTensor* k_out, int rotary_dim,
+                                             kjit_rope_layout layout, float rope_scale,
+                                             float rope_theta, float low_freq_factor,
+                                             float high_freq_factor, float old_context_len,
+                                             void* stream) {
+  return kjit::api::entry<&kjit_apply_llama31_rope>(
+      [&] {
+        kjit::ops::apply_llama31_rope_indptr(
+            q, k, q_out, k_out, indptr, offsets, rotary_dim, interleave_of(layout), rope_scale,
+            rope_theta, low_freq_factor, high_freq_factor, old_context_len, stream);
+      },
+      q, k, indptr, offsets, q_out, k_out, rotary_dim, layout, rope_scale, rope_theta,
+      low_freq_factor, high_freq_factor, old_context_len, stream);
+}
+
 }  // extern "C"

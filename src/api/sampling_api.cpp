@@ -187,4 +187,10 @@ KJIT_API kjit_status kjit_chain_speculative_sampling(const DLTensor* draft_probs
       stream);
 }
 
+KJIT_API kjit_status kjit_top_k(const DLTensor* input, DLTensor* values, DLTensor* indices, int k,
+                                void* stream) {
+  return kjit::api::entry<&kjit_top_k>([&] { kjit::ops::top_k(input, values, indices, k, stream); },
+                                       input, values, indices, k, stream);
+}
+
 }  // extern "C"

@@ -45,7 +45,9 @@ const std::vector<OpDef>& op_registry() {
                                           moe_finalize_op_def(),
                                           moe_grouped_gemm_op_def(),
                                           rope_append_op_def(),
-                                          qk_norm_rope_op_def()};
+                                          qk_norm_rope_op_def(),
+                                          moe_grouped_gemm_fp8_op_def(),
+                                          top_k_op_def()};
   return defs;
 }
 

@@ -71,13 +71,6 @@ ops::GemmPath path_for(const Case& c) {
       .path;
 }
 
-// A random e4m3 code of magnitude 2^-3 .. 2^3 (exponent field 4 .. 10), never NaN.
-uint8_t random_code(std::mt19937_64& rng) {
-  std::uniform_int_distribution<int> bits(0, 255), exp(4, 10);
-  const int r = bits(rng);
-  return static_cast<uint8_t>((r & 0x80) | exp(rng) << 3 | (r & 7));
-}
-
 float random_scale(std::mt19937_64& rng) {
   std::uniform_real_distribution<float> u(-3.0f, 3.0f);
   return std::exp2(u(rng));
@@ -141,7 +134,7 @@ double run_case(const Case& c, std::mt19937_64& rng) {
   std::vector<uint8_t> a_host(a_bytes), b_host(b_bytes);
   std::uniform_int_distribution<int> mantissa(0, 7);
   auto code = [&] {
-    return c.positive ? static_cast<uint8_t>(7 << 3 | mantissa(rng)) : random_code(rng);
+    return c.positive ? static_cast<uint8_t>(7 << 3 | mantissa(rng)) : random_e4m3_code(rng);
   };
   for (auto& x : a_host) x = code();
   for (auto& x : b_host) x = code();
@@ -400,8 +393,8 @@ TEST_CASE("gemm_fp8 gpu: the decode kernel replays in a CUDA graph", "[gpu][gemm
   const int64_t m = 5, n = 1000, k = 4112;
   REQUIRE(path_for({"block", "bf16", m, n, k}) == ops::GemmPath::kSm90Decode);
   std::vector<uint8_t> a_h(static_cast<size_t>(m * k)), b_h(static_cast<size_t>(n * k));
-  for (auto& x : a_h) x = random_code(rng);
-  for (auto& x : b_h) x = random_code(rng);
+  for (auto& x : a_h) x = random_e4m3_code(rng);
+  for (auto& x : b_h) x = random_e4m3_code(rng);
   const int64_t kc = ceil_div(k, 128);
   std::vector<float> sa(static_cast<size_t>(m * kc)),
       sb(static_cast<size_t>(ceil_div(n, 128) * kc));
@@ -439,7 +432,7 @@ TEST_CASE("gemm_fp8 gpu: the decode kernel replays in a CUDA graph", "[gpu][gemm
   std::vector<unsigned char> got(static_cast<size_t>(m * n) * 2), want(got.size());
   for (int round = 0; round < 2; ++round) {
     if (round == 1) {  // new activations: the graph reads them at replay
-      for (auto& x : a_h) x = random_code(rng);
+      for (auto& x : a_h) x = random_e4m3_code(rng);
       a.upload(a_h.data(), a_h.size());
       eager();
     }

@@ -1,6 +1,6 @@
-// The output check both GEMM GPU tests share: every element of out against the fp64 reference
-// on the operands as the reference sees them (bf16 / fp16 values, or e4m3 values times their
-// scales), and the NaN poison between strided rows left alone.
+// What the GEMM GPU tests share: random e4m3 codes, and the output check: every element of out
+// against the fp64 reference on the operands as the reference sees them (bf16 / fp16 values, or
+// e4m3 values times their scales), and the NaN poison between strided rows left alone.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <random>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -16,6 +17,13 @@
 #include "reference/half.hpp"
 
 namespace kjit::test {
+
+// A random e4m3 code of magnitude 2^-3 .. 2^3 (exponent field 4 .. 10), never NaN.
+inline uint8_t random_e4m3_code(std::mt19937_64& rng) {
+  std::uniform_int_distribution<int> bits(0, 255), exp(4, 10);
+  const int r = bits(rng);
+  return static_cast<uint8_t>((r & 0x80) | exp(rng) << 3 | (r & 7));
+}
 
 struct GemmOut {
   int64_t m = 0, n = 0, k = 0;

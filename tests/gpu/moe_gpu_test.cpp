@@ -18,6 +18,7 @@
 
 #include "cuda/driver.hpp"
 #include "kjit/kjit.h"
+#include "moe_test_util.hpp"
 #include "ops/moe/moe.hpp"
 #include "reference/gemm_ref.hpp"
 #include "reference/half.hpp"
@@ -404,16 +405,6 @@ void run_grouped(const GroupedCase& c, std::mt19937_64& rng) {
   REQUIRE(st == KJIT_SUCCESS);
   device_synchronize();
   check_grouped(c, a, b, out_d.download(), layout.first, layout.used, rows);
-}
-
-// Rows per expert: `experts` experts over `rows` rows, with experts of 0 and 1 rows and the rest
-// random.
-std::vector<int> uneven_counts(int experts, int rows, std::mt19937_64& rng) {
-  std::vector<int> counts(experts, 0);
-  counts[1 % experts] = 1;
-  std::uniform_int_distribution<int> pick(2, experts - 1);
-  for (int r = 1; r < rows; ++r) ++counts[experts > 2 ? pick(rng) : 0];
-  return counts;
 }
 
 bool tensor_cores() {

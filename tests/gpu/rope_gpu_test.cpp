@@ -49,6 +49,10 @@ struct Case {
   bool two_d = false;         // kCache: q and k as [tokens, heads * head_size]
   bool no_k = false;          // kCache: k = NULL
   int64_t bad_positions = 0;  // kCache: tokens given a position outside [0, max_pos)
+  // kPosIds / kLlama31 with requests: the positions come from indptr and offsets
+  // (kjit_apply_rope / kjit_apply_llama31_rope; pos_dtype is theirs), one request per entry of
+  // this many tokens (0: an empty request); they must add up to tokens.
+  std::vector<int64_t> requests;
 };
 
 std::string describe(const Case& c) {
@@ -64,7 +68,8 @@ std::string describe(const Case& c) {
          std::to_string(c.out_head_pad) + "/" + std::to_string(c.out_token_pad) +
          " offset=" + std::to_string(c.offset) + " max_pos=" + std::to_string(c.max_pos) +
          (c.api == Api::kCache ? " cache=" + c.cache_dtype : "") + (c.two_d ? " 2d" : "") +
-         (c.no_k ? " no-k" : "") + " bad=" + std::to_string(c.bad_positions);
+         (c.no_k ? " no-k" : "") + " bad=" + std::to_string(c.bad_positions) +
+         (c.requests.empty() ? "" : " requests=" + std::to_string(c.requests.size()));
 }
 
 // A [tokens, heads, head_dim] view into one of the host/device buffer pairs.
@@ -139,6 +144,20 @@ void run_case(const Case& c, std::mt19937_64& rng) {
   if (c.tokens > 1) pos[1] = 0;
   for (int64_t i = 0; i < c.bad_positions && i < c.tokens; ++i) {
     pos[static_cast<size_t>(c.tokens - 1 - i)] = i % 2 ? -1 - i : c.max_pos + i;
+  }
+  // indptr / offsets: each request at a random offset that keeps it in range, the first one
+  // ending at max_pos - 1 and the second (where there is one) starting at 0.
+  std::vector<int64_t> indptr = {0}, offsets;
+  for (size_t b = 0; b < c.requests.size(); ++b) {
+    const int64_t n = c.requests[b];
+    indptr.push_back(indptr.back() + n);
+    offsets.push_back(b == 0   ? c.max_pos - n
+                      : b == 1 ? 0
+                               : std::uniform_int_distribution<int64_t>(0, c.max_pos - n)(rng));
+  }
+  if (!c.requests.empty()) {
+    REQUIRE(indptr.back() == c.tokens);
+    pos = ref::indptr_positions(indptr, offsets);
   }
 
   // cos / sin per (token, frequency), as the kernel will see them.
@@ -220,18 +239,23 @@ void run_case(const Case& c, std::mt19937_64& rng) {
   // shape; else the layout the token count picks) with the position read after and before the
   // PDL wait (KJIT_PDL_EARLY_INDICES; before it only on sm_90 with PDL on), each on fresh
   // buffers, through the ops-layer calls with an explicit layout and launch mode. They compute the
-  // same angles the same way: every output is bitwise the first's.
+  // same angles the same way: every output is bitwise the first's. With requests, a last run
+  // gives the same positions as pos_ids (the pos_ids entry point), which must be bitwise equal.
   using kjit::ops::RopeLayout;
   std::vector<std::vector<unsigned char>> first_outputs;
   const std::pair<RopeLayout, int> runs[] = {{RopeLayout::kSlotMajor, 0},
                                              {RopeLayout::kUnitMajor, 0},
                                              {RopeLayout::kDecode, 0},
-                                             {RopeLayout::kDecode, 1}};
+                                             {RopeLayout::kDecode, 1},
+                                             {RopeLayout::kAuto, 0}};
+  const bool by_indptr = !c.requests.empty();
   for (const auto& [layout, early] : runs) {
-    INFO((layout == RopeLayout::kSlotMajor ? "slot-major"
-          : layout == RopeLayout::kUnitMajor
-              ? "unit-major"
-              : (early ? "decode kernel, early position" : "decode kernel")));
+    const bool as_pos_ids = layout == RopeLayout::kAuto;
+    if (as_pos_ids && !by_indptr) continue;
+    INFO((layout == RopeLayout::kSlotMajor   ? "slot-major"
+          : layout == RopeLayout::kUnitMajor ? "unit-major"
+          : as_pos_ids                       ? "the same positions as pos_ids"
+                       : (early ? "decode kernel, early position" : "decode kernel")));
     kjit::ops::RopeTuning tuning;
     tuning.layout = layout;
     kjit::ops::ElementwiseLaunch launch = kjit::ops::elementwise_launch_from_env();
@@ -242,17 +266,24 @@ void run_case(const Case& c, std::mt19937_64& rng) {
       if (!b.before.empty()) dev.back()->upload(b.before.data(), b.before.size());
     }
     const size_t pes = c.pos_dtype == "int64" ? 8 : 4;
-    std::vector<unsigned char> pos_host(pos.size() * pes);
-    for (size_t i = 0; i < pos.size(); ++i) {
-      if (pes == 8) {
-        std::memcpy(pos_host.data() + i * 8, &pos[i], 8);
-      } else {
-        const auto v = static_cast<int32_t>(pos[i]);
-        std::memcpy(pos_host.data() + i * 4, &v, 4);
+    // An index vector on the device in pos_dtype.
+    auto upload_indices = [&](const std::vector<int64_t>& idx) {
+      std::vector<unsigned char> host(idx.size() * pes);
+      for (size_t i = 0; i < idx.size(); ++i) {
+        if (pes == 8) {
+          std::memcpy(host.data() + i * 8, &idx[i], 8);
+        } else {
+          const auto v = static_cast<int32_t>(idx[i]);
+          std::memcpy(host.data() + i * 4, &v, 4);
+        }
       }
-    }
-    DeviceBuffer pos_dev(pos_host.size());
-    pos_dev.upload(pos_host.data(), pos_host.size());
+      auto d = std::make_unique<DeviceBuffer>(host.size());
+      if (!host.empty()) d->upload(host.data(), host.size());
+      return d;
+    };
+    const auto pos_dev = upload_indices(pos);
+    const auto indptr_dev = upload_indices(indptr);
+    const auto offsets_dev = upload_indices(offsets);
     DeviceBuffer cache_dev(cache_host.size());
     if (!cache_host.empty()) cache_dev.upload(cache_host.data(), cache_host.size());
 
@@ -264,23 +295,38 @@ void run_case(const Case& c, std::mt19937_64& rng) {
                          {v.token_stride, v.head_stride, 1});
     };
     Tensor qt = tensor(q), kt = tensor(k), qot = tensor(qo), kot = tensor(ko);
-    Tensor pt = make_tensor(pos_dev.get(), {c.tokens}, dl_dtype(c.pos_dtype));
-    switch (c.api) {
-      case Api::kPosIds:
-        REQUIRE_NOTHROW(kjit::ops::apply_rope_pos_ids(qt.get(), kt.get(), qot.get(), kot.get(),
-                                                      pt.get(), c.rot, c.interleave, c.scale,
-                                                      c.theta, nullptr, launch, tuning));
-        break;
-      case Api::kLlama31:
-        REQUIRE_NOTHROW(kjit::ops::apply_llama31_rope_pos_ids(
-            qt.get(), kt.get(), qot.get(), kot.get(), pt.get(), c.rot, c.interleave, c.scale,
-            c.theta, c.low, c.high, c.old_ctx, nullptr, launch, tuning));
-        break;
-      default: {
-        Tensor ct = make_tensor(cache_dev.get(), {c.max_pos, rot}, dl_dtype(c.cache_dtype));
-        REQUIRE_NOTHROW(kjit::ops::apply_rope_with_cos_sin_cache(
-            pt.get(), qt.get(), c.no_k ? nullptr : kt.get(), static_cast<int>(D), ct.get(),
-            c.interleave ? 0 : 1, nullptr, launch, tuning));
+    Tensor pt = make_tensor(pos_dev->get(), {c.tokens}, dl_dtype(c.pos_dtype));
+    const auto batch = static_cast<int64_t>(offsets.size());
+    Tensor it = make_tensor(indptr_dev->get(), {batch + 1}, dl_dtype(c.pos_dtype));
+    Tensor ot = make_tensor(offsets_dev->get(), {batch}, dl_dtype(c.pos_dtype));
+    if (by_indptr && !as_pos_ids) {
+      if (c.api == Api::kPosIds) {
+        REQUIRE_NOTHROW(kjit::ops::apply_rope_indptr(qt.get(), kt.get(), qot.get(), kot.get(),
+                                                     it.get(), ot.get(), c.rot, c.interleave,
+                                                     c.scale, c.theta, nullptr, launch, tuning));
+      } else {
+        REQUIRE_NOTHROW(kjit::ops::apply_llama31_rope_indptr(
+            qt.get(), kt.get(), qot.get(), kot.get(), it.get(), ot.get(), c.rot, c.interleave,
+            c.scale, c.theta, c.low, c.high, c.old_ctx, nullptr, launch, tuning));
+      }
+    } else {
+      switch (c.api) {
+        case Api::kPosIds:
+          REQUIRE_NOTHROW(kjit::ops::apply_rope_pos_ids(qt.get(), kt.get(), qot.get(), kot.get(),
+                                                        pt.get(), c.rot, c.interleave, c.scale,
+                                                        c.theta, nullptr, launch, tuning));
+          break;
+        case Api::kLlama31:
+          REQUIRE_NOTHROW(kjit::ops::apply_llama31_rope_pos_ids(
+              qt.get(), kt.get(), qot.get(), kot.get(), pt.get(), c.rot, c.interleave, c.scale,
+              c.theta, c.low, c.high, c.old_ctx, nullptr, launch, tuning));
+          break;
+        default: {
+          Tensor ct = make_tensor(cache_dev.get(), {c.max_pos, rot}, dl_dtype(c.cache_dtype));
+          REQUIRE_NOTHROW(kjit::ops::apply_rope_with_cos_sin_cache(
+              pt.get(), qt.get(), c.no_k ? nullptr : kt.get(), static_cast<int>(D), ct.get(),
+              c.interleave ? 0 : 1, nullptr, launch, tuning));
+        }
       }
     }
     device_synchronize();
@@ -519,6 +565,59 @@ TEST_CASE("rope gpu: cos_sin_cache, vLLM layouts, optional k, out-of-range posit
   full.max_pos = 131072;
   full.head_dim = 64;
   run_case(full, rng);
+}
+
+TEST_CASE("rope gpu: positions from indptr and offsets, ragged and empty requests", "[gpu][rope]") {
+  std::mt19937_64 rng(std::random_device{}());
+  // Every kernel (slot-major, unit-major, the decode kernel with the search after and before the
+  // PDL wait) against the reference and bitwise against pos_ids at the same positions.
+  struct Batch {
+    std::vector<int64_t> requests;
+  };
+  const Batch batches[] = {
+      {{1}},                             // one token, one request
+      {{0, 3, 0, 0, 5, 1, 0}},           // empty requests first, between and last
+      {{7, 1, 1, 1, 1, 1, 1, 1, 1, 2}},  // decode-like, a prefill head
+      {{300, 0, 37, 129, 1}},            // prefill sizes
+  };
+  for (const char* dt : {"bf16", "fp16"}) {
+    for (const char* pdt : {"int32", "int64"}) {
+      for (const Batch& b : batches) {
+        for (Api api : {Api::kPosIds, Api::kLlama31}) {
+          Case c;
+          c.api = api;
+          c.dtype = dt;
+          c.pos_dtype = pdt;
+          c.requests = b.requests;
+          c.tokens = 0;
+          for (int64_t n : b.requests) c.tokens += n;
+          c.hq = 7;
+          c.hk = 3;
+          if (api == Api::kLlama31) {
+            c.scale = 8.0f;
+            c.theta = 500000.0f;
+          }
+          run_case(c, rng);
+        }
+      }
+    }
+  }
+  // 256 requests of one token (a decode batch: an 8-step search), GPT-J pairs, partial rotary,
+  // in place on a fused qkv row.
+  Case d;
+  d.requests.assign(256, 1);
+  d.tokens = 256;
+  d.hq = 32;
+  d.hk = 8;
+  d.fused = true;
+  d.in_place = true;
+  run_case(d, rng);
+  d.interleave = true;
+  d.rot = 64;
+  d.requests.assign(255, 1);
+  d.requests.push_back(0);
+  d.requests[17] = 2;
+  run_case(d, rng);
 }
 
 TEST_CASE("rope gpu: a device id that does not exist is an argument error", "[gpu][rope]") {

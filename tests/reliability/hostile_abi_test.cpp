@@ -978,6 +978,134 @@ Api qk_norm_rope_api() {
   return api;
 }
 
+// kjit_apply_rope / kjit_apply_llama31_rope: 4 tokens of 2 requests (indptr [3], offsets [2]),
+// 8 q heads and 2 kv heads of 128.
+Api rope_indptr_api(bool llama31) {
+  Api api;
+  api.name = llama31 ? "kjit_apply_llama31_rope" : "kjit_apply_rope";
+  api.make = [llama31] {
+    Call c = rope_call(llama31);
+    c.tensors.erase(c.tensors.begin() + 2);  // pos_ids
+    c.tensors.insert(c.tensors.begin() + 2, arg("indptr", 5, {3}, "int32"));
+    c.tensors.insert(c.tensors.begin() + 3, arg("offsets", 6, {2}, "int32"));
+    return c;
+  };
+  api.invoke = [llama31](Call& c) {
+    const auto layout = static_cast<kjit_rope_layout>(c.n(1));
+    if (llama31) {
+      return kjit_apply_llama31_rope(c.t(0), c.t(1), c.t(2), c.t(3), c.t(4), c.t(5), c.n(0), layout,
+                                     c.f(0), c.f(1), c.f(2), c.f(3), c.f(4), nullptr);
+    }
+    return kjit_apply_rope(c.t(0), c.t(1), c.t(2), c.t(3), c.t(4), c.t(5), c.n(0), layout, c.f(0),
+                           c.f(1), nullptr);
+  };
+  api.specific = rope_scalar_mutations("layout");
+  const std::vector<Mutation> own = {
+      {"q_out of another shape",
+       [](Call& c) {
+         reshape(c.arg("q_out"), {4, 8, 64});
+       },
+       "q_out"},
+      {"k of another token count",
+       [](Call& c) {
+         reshape(c.arg("k"), {5, 2, 128});
+       },
+       "k"},
+      {"indptr empty", [](Call& c) { reshape(c.arg("indptr"), {0}); }, "indptr"},
+      {"indptr 2-D",
+       [](Call& c) {
+         reshape(c.arg("indptr"), {3, 1});
+       },
+       "indptr"},
+      {"indptr fp32", [](Call& c) { c.arg("indptr").t.t.dtype = dl_dtype("fp32"); }, "indptr"},
+      {"indptr strided", [](Call& c) { set_strides(c.arg("indptr"), {2}); }, "indptr"},
+      {"offsets of another length", [](Call& c) { reshape(c.arg("offsets"), {3}); }, "offsets"},
+      {"offsets int64, indptr int32",
+       [](Call& c) { c.arg("offsets").t.t.dtype = dl_dtype("int64"); }, "offsets"},
+      {"no request but tokens",
+       [](Call& c) {
+         reshape(c.arg("indptr"), {1});
+         reshape(c.arg("offsets"), {0});
+       },
+       "indptr"},
+      {"q_out overlaps indptr", [](Call& c) { c.arg("q_out").t.t.data = c.arg("indptr").t.t.data; },
+       "q_out"},
+      {"k_out overlaps offsets",
+       [](Call& c) { c.arg("k_out").t.t.data = c.arg("offsets").t.t.data; }, "k_out"},
+      {"fp32 q, k and outputs",
+       [](Call& c) {
+         for (const char* n : {"q", "k", "q_out", "k_out"}) c.arg(n).t.t.dtype = dl_dtype("fp32");
+       },
+       ""},
+  };
+  api.specific.insert(api.specific.end(), own.begin(), own.end());
+  if (llama31) {
+    api.specific.push_back(set_float("high_freq_factor", 0.5f));
+    api.specific.push_back(set_float("old_context_len", 0.0f));
+  }
+  api.zero_size = [](Call& c) {
+    reshape(c.arg("q"), {0, 8, 128});
+    reshape(c.arg("k"), {0, 2, 128});
+    reshape(c.arg("q_out"), {0, 8, 128});
+    reshape(c.arg("k_out"), {0, 2, 128});
+    reshape(c.arg("indptr"), {1});
+    reshape(c.arg("offsets"), {0});
+  };
+  return api;
+}
+
+// kjit_top_k: 4 rows of 1000 bf16, k = 8.
+Api top_k_api() {
+  Api api;
+  api.name = "kjit_top_k";
+  api.make = [] {
+    Call c;
+    c.tensors.push_back(arg("input", 1, {4, 1000}, "bf16"));
+    c.tensors.push_back(arg("values", 2, {4, 8}, "bf16"));
+    c.tensors.push_back(arg("indices", 3, {4, 8}, "int32"));
+    c.ints = {{"k", 8}};
+    return c;
+  };
+  api.invoke = [](Call& c) { return kjit_top_k(c.t(0), c.t(1), c.t(2), c.n(0), nullptr); };
+  api.specific = {
+      set_int("k", 0),
+      set_int("k", -8),
+      set_int("k", 1001),  // above the row length
+      {"k above 1024 in a longer row",
+       [](Call& c) {
+         reshape(c.arg("input"), {4, 2000});
+         reshape(c.arg("values"), {4, 1025});
+         reshape(c.arg("indices"), {4, 1025});
+         c.integer("k") = 1025;
+       },
+       "k"},
+      {"values of another k",
+       [](Call& c) {
+         reshape(c.arg("values"), {4, 9});
+       },
+       "values"},
+      {"indices of another batch",
+       [](Call& c) {
+         reshape(c.arg("indices"), {3, 8});
+       },
+       "indices"},
+      {"values fp32", [](Call& c) { c.arg("values").t.t.dtype = dl_dtype("fp32"); }, "values"},
+      {"indices int64", [](Call& c) { c.arg("indices").t.t.dtype = dl_dtype("int64"); }, "indices"},
+      {"values 1-D", [](Call& c) { reshape(c.arg("values"), {32}); }, "values"},
+      {"values inside input", [](Call& c) { c.arg("values").t.t.data = c.arg("input").t.t.data; },
+       "values"},
+      {"indices inside values",
+       [](Call& c) { c.arg("indices").t.t.data = c.arg("values").t.t.data; }, "indices"},
+      {"input int32", [](Call& c) { c.arg("input").t.t.dtype = dl_dtype("int32"); }, ""},
+  };
+  api.zero_size = [](Call& c) {
+    reshape(c.arg("input"), {0, 1000});
+    reshape(c.arg("values"), {0, 8});
+    reshape(c.arg("indices"), {0, 8});
+  };
+  return api;
+}
+
 // ---- Attention
 // -----------------------------------------------------------------------------------
 
@@ -2127,6 +2255,20 @@ Api moe_finalize_api() {
 
 // kjit_moe_forward (tokens 4, hidden 64, experts 8, intermediate 32, top 2) with DeepSeek-style
 // routing options (its fields, and top_k, are the scalars).
+// The layer's options from a call's scalars (kjit_moe_forward and _fp8).
+kjit_moe_forward_options moe_forward_options(Call& c) {
+  kjit_moe_forward_options o;
+  kjit_moe_forward_options_init(&o);
+  o.route.scoring = c.integer("scoring");
+  o.route.renormalize = c.integer("renormalize");
+  o.route.n_group = c.integer("n_group");
+  o.route.topk_group = c.integer("topk_group");
+  o.route.routed_scaling_factor = c.scalar("routed_scaling_factor");
+  o.route.struct_size = static_cast<size_t>(c.integer("route.struct_size"));
+  o.struct_size = static_cast<size_t>(c.integer("struct_size"));
+  return o;
+}
+
 Api moe_forward_api() {
   Api api;
   api.name = "kjit_moe_forward";
@@ -2152,15 +2294,7 @@ Api moe_forward_api() {
     return c;
   };
   api.invoke = [](Call& c) {
-    kjit_moe_forward_options o;
-    kjit_moe_forward_options_init(&o);
-    o.route.scoring = c.integer("scoring");
-    o.route.renormalize = c.integer("renormalize");
-    o.route.n_group = c.integer("n_group");
-    o.route.topk_group = c.integer("topk_group");
-    o.route.routed_scaling_factor = c.scalar("routed_scaling_factor");
-    o.route.struct_size = static_cast<size_t>(c.integer("route.struct_size"));
-    o.struct_size = static_cast<size_t>(c.integer("struct_size"));
+    const kjit_moe_forward_options o = moe_forward_options(c);
     return kjit_moe_forward(c.t(0), c.t(1), c.t(2), c.t(3), c.t(4), c.t(5), c.t(6), c.t(7),
                             c.integer("top_k"), &o, nullptr);
   };
@@ -2278,6 +2412,125 @@ Api moe_grouped_gemm_api(bool masked) {
   return api;
 }
 
+// Both layouts of the fp8 block-scaled grouped GEMM: the bf16 row's call and breakages with e4m3
+// a and b (k 64, n 32: one scale block each way) and their scales after them.
+Api moe_grouped_gemm_fp8_api(bool masked) {
+  Api api = moe_grouped_gemm_api(masked);
+  api.name = masked ? "kjit_moe_grouped_gemm_fp8_masked" : "kjit_moe_grouped_gemm_fp8";
+  const auto bf16_call = api.make;
+  api.make = [bf16_call, masked] {
+    Call c = bf16_call();
+    c.arg("a").t.t.dtype = c.arg("b").t.t.dtype = dl_dtype("e4m3");
+    const auto at = c.tensors.begin() + 2;  // a, b, scale_a, scale_b, the schedule, out
+    c.tensors.insert(at, arg("scale_b", 6, {4, 1, 1}, "fp32"));
+    c.tensors.insert(
+        c.tensors.begin() + 2,
+        arg("scale_a", 5, masked ? std::vector<int64_t>{4, 16, 1} : std::vector<int64_t>{10, 1},
+            "fp32"));
+    return c;
+  };
+  api.invoke = [masked](Call& c) {
+    return masked
+               ? kjit_moe_grouped_gemm_fp8_masked(c.t(0), c.t(1), c.t(2), c.t(3), c.t(4), c.t(5),
+                                                  nullptr)
+               : kjit_moe_grouped_gemm_fp8(c.t(0), c.t(1), c.t(2), c.t(3), c.t(4), c.t(5), nullptr);
+  };
+  const std::vector<Mutation> fp8 = {
+      {"b of another dtype", [](Call& c) { c.arg("b").t.t.dtype = dl_dtype("bf16"); }, "b"},
+      {"e4m3 out", [](Call& c) { c.arg("out").t.t.dtype = dl_dtype("e4m3"); }, "out"},
+      {"scale_a one chunk long",
+       [masked](Call& c) {
+         reshape(c.arg("scale_a"),
+                 masked ? std::vector<int64_t>{4, 16, 2} : std::vector<int64_t>{10, 2});
+       },
+       "scale_a"},
+      {"scale_b without its experts dim",
+       [](Call& c) {
+         reshape(c.arg("scale_b"), {1, 1});
+       },
+       "scale_b"},
+      {"scale_b one expert short",
+       [](Call& c) {
+         reshape(c.arg("scale_b"), {3, 1, 1});
+       },
+       "scale_b"},
+      {"bf16 scale_b", [](Call& c) { c.arg("scale_b").t.t.dtype = dl_dtype("bf16"); }, "scale_b"},
+      {"out inside scale_a", [](Call& c) { c.arg("out").t.t.data = c.arg("scale_a").t.t.data; },
+       "out"},
+  };
+  api.specific.insert(api.specific.end(), fp8.begin(), fp8.end());
+  const auto bf16_zero = api.zero_size;
+  api.zero_size = [bf16_zero, masked](Call& c) {
+    bf16_zero(c);
+    reshape(c.arg("scale_a"), masked ? std::vector<int64_t>{4, 0, 1} : std::vector<int64_t>{0, 1});
+  };
+  return api;
+}
+
+// kjit_moe_forward_fp8: hidden 128, intermediate 64 (one scale block each way), 8 experts.
+Api moe_forward_fp8_api() {
+  Api api = moe_forward_api();
+  api.name = "kjit_moe_forward_fp8";
+  const auto bf16_call = api.make;
+  api.make = [bf16_call] {
+    Call c = bf16_call();
+    c.tensors.clear();
+    c.tensors.push_back(arg("x", 1, {4, 128}, "bf16"));
+    c.tensors.push_back(arg("router_logits", 2, {4, 8}, "fp32"));
+    c.tensors.push_back(arg("bias", 3, {8}, "fp32", true));
+    c.tensors.push_back(arg("w13", 4, {8, 128, 128}, "e4m3"));
+    c.tensors.push_back(arg("w13_scale", 10, {8, 1, 1}, "fp32"));
+    c.tensors.push_back(arg("w2", 5, {8, 128, 64}, "e4m3"));
+    c.tensors.push_back(arg("w2_scale", 11, {8, 1, 1}, "fp32"));
+    c.tensors.push_back(arg("shared_out", 6, {4, 128}, "bf16", true));
+    c.tensors.push_back(arg("workspace", 7, {1 << 20}, "int32"));
+    c.tensors.back().any_dtype = true;
+    c.tensors.push_back(arg("out", 8, {4, 128}, "bf16"));
+    return c;
+  };
+  api.invoke = [](Call& c) {
+    const kjit_moe_forward_options o = moe_forward_options(c);
+    return kjit_moe_forward_fp8(c.t(0), c.t(1), c.t(2), c.t(3), c.t(4), c.t(5), c.t(6), c.t(7),
+                                c.t(8), c.t(9), c.integer("top_k"), &o, nullptr);
+  };
+  api.specific = {
+      set_int("top_k", 0),
+      set_int("n_group", 3),
+      {"bf16 experts", [](Call& c) { c.arg("w13").t.t.dtype = dl_dtype("bf16"); }, "w13"},
+      {"w2 of another intermediate",
+       [](Call& c) {
+         reshape(c.arg("w2"), {8, 128, 32});
+       },
+       "w2"},
+      {"w13_scale per tensor", [](Call& c) { reshape(c.arg("w13_scale"), {1}); }, "w13_scale"},
+      {"w2_scale one expert short",
+       [](Call& c) {
+         reshape(c.arg("w2_scale"), {7, 1, 1});
+       },
+       "w2_scale"},
+      {"bf16 w2_scale", [](Call& c) { c.arg("w2_scale").t.t.dtype = dl_dtype("bf16"); },
+       "w2_scale"},
+      {"workspace sized for bf16 experts", [](Call& c) { reshape(c.arg("workspace"), {1600}); },
+       "workspace"},
+      {"workspace over w13_scale",
+       [](Call& c) { c.arg("workspace").t.t.data = c.arg("w13_scale").t.t.data; }, "workspace"},
+      {"out inside w2_scale", [](Call& c) { c.arg("out").t.t.data = c.arg("w2_scale").t.t.data; },
+       "out"},
+      {"fp32 x",
+       [](Call& c) {
+         for (const char* n : {"x", "shared_out", "out"}) c.arg(n).t.t.dtype = dl_dtype("fp32");
+       },
+       "x"},
+  };
+  api.zero_size = [](Call& c) {
+    reshape(c.arg("x"), {0, 128});
+    reshape(c.arg("router_logits"), {0, 8});
+    reshape(c.arg("shared_out"), {0, 128});
+    reshape(c.arg("out"), {0, 128});
+  };
+  return api;
+}
+
 std::vector<Api> table() {
   std::vector<Api> t = {
       rmsnorm_api("kjit_rmsnorm", kjit_rmsnorm),
@@ -2313,6 +2566,12 @@ std::vector<Api> table() {
       rope_append_api(false),
       rope_append_api(true),
       qk_norm_rope_api(),
+      moe_grouped_gemm_fp8_api(false),
+      moe_grouped_gemm_fp8_api(true),
+      moe_forward_fp8_api(),
+      rope_indptr_api(false),
+      rope_indptr_api(true),
+      top_k_api(),
   };
   add_activations(t);
   add_samplers(t);

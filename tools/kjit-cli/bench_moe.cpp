@@ -38,33 +38,58 @@ std::vector<int64_t> routed_rows(int64_t tokens, int64_t top_k, int64_t experts,
   return rows;
 }
 
+// The grouped GEMM benches' shared arguments (experts, top_k, tokens, n, k, routing, swiglu) and
+// the routing they imply: rows per expert as offsets, the active experts.
+struct GroupedBench {
+  int64_t experts = 0, top_k = 0, tokens = 0, n = 0, k = 0, rows = 0, active = 0;
+  std::string routing;
+  bool swiglu = false;
+  std::vector<int32_t> offsets;
+  int64_t out_n() const { return swiglu ? n / 2 : n; }
+  // The expert of permuted row r.
+  int64_t expert_of(int64_t r) const {
+    return std::upper_bound(offsets.begin(), offsets.end(), static_cast<int32_t>(r)) -
+           offsets.begin() - 1;
+  }
+};
+
+GroupedBench grouped_bench(const std::string& op, const ops::SetArgs& args) {
+  GroupedBench g;
+  g.experts = ops::positive_int_arg(args, "experts", 1024);
+  g.top_k = ops::positive_int_arg(args, "top_k", 64);
+  g.tokens = ops::positive_int_arg(args, "tokens", 1 << 20);
+  g.n = ops::positive_int_arg(args, "n", 1 << 20);
+  g.k = ops::positive_int_arg(args, "k", 1 << 20);
+  g.routing = args.count("routing") != 0 ? args.at("routing") : "even";
+  // swiglu: b is w13 [experts, n = 2 I, k], out [rows, I] = silu(gate) * up from the epilogue.
+  g.swiglu = flag_arg(args, "swiglu");
+  if (g.swiglu && g.n % 2 != 0) throw UsageError(op + ": swiglu takes an even n (2 I)");
+  if (g.routing != "even" && g.routing != "skew") {
+    throw UsageError(op + ": routing is even or skew");
+  }
+  if (g.top_k > g.experts) throw UsageError(op + ": top_k exceeds experts");
+  const std::vector<int64_t> counts =
+      routed_rows(g.tokens, g.top_k, g.experts, g.routing == "skew");
+  g.offsets = {0};
+  for (int64_t c : counts) g.offsets.push_back(g.offsets.back() + static_cast<int32_t>(c));
+  g.rows = g.tokens * g.top_k;
+  g.active = std::count_if(counts.begin(), counts.end(), [](int64_t c) { return c > 0; });
+  return g;
+}
+
 int bench_moe_grouped_gemm(const ops::SetArgs& args, const BenchOptions& opts) {
   const std::string dtype = args.count("dtype") != 0 ? args.at("dtype") : "bf16";
-  const int64_t experts = ops::positive_int_arg(args, "experts", 1024);
-  const int64_t top_k = ops::positive_int_arg(args, "top_k", 64);
-  const int64_t tokens = ops::positive_int_arg(args, "tokens", 1 << 20);
-  const int64_t n = ops::positive_int_arg(args, "n", 1 << 20);
-  const int64_t k = ops::positive_int_arg(args, "k", 1 << 20);
-  const std::string routing = args.count("routing") != 0 ? args.at("routing") : "even";
-  // swiglu: b is w13 [experts, n = 2 I, k], out [rows, I] = silu(gate) * up from the epilogue.
-  const bool swiglu = flag_arg(args, "swiglu");
-  if (swiglu && n % 2 != 0) throw UsageError("moe_grouped_gemm: swiglu takes an even n (2 I)");
-  const int64_t out_n = swiglu ? n / 2 : n;
+  const GroupedBench g = grouped_bench("moe_grouped_gemm", args);
+  const int64_t experts = g.experts, top_k = g.top_k, tokens = g.tokens, n = g.n, k = g.k;
+  const int64_t rows = g.rows, active = g.active, out_n = g.out_n();
+  const std::string& routing = g.routing;
+  const std::vector<int32_t>& offsets = g.offsets;
+  const bool swiglu = g.swiglu;
   if (dtype != "bf16" && dtype != "fp16")
     throw UsageError("moe_grouped_gemm: dtype is bf16 or fp16");
-  if (routing != "even" && routing != "skew") {
-    throw UsageError("moe_grouped_gemm: routing is even or skew");
-  }
-  if (top_k > experts) throw UsageError("moe_grouped_gemm: top_k exceeds experts");
   check_gpu();
   const size_t es = ref::elem_size(dtype);
   std::mt19937_64 rng(std::random_device{}());
-  const std::vector<int64_t> counts = routed_rows(tokens, top_k, experts, routing == "skew");
-  std::vector<int32_t> offsets = {0};
-  for (int64_t c : counts) offsets.push_back(offsets.back() + static_cast<int32_t>(c));
-  const int64_t rows = tokens * top_k;
-  const int64_t active =
-      std::count_if(counts.begin(), counts.end(), [](int64_t c) { return c > 0; });
 
   Packed in;
   const size_t a_at = in.add(static_cast<size_t>(rows * k) * es);
@@ -121,8 +146,7 @@ int bench_moe_grouped_gemm(const ops::SetArgs& args, const BenchOptions& opts) {
     // b_row: the output's row of b; swiglu: its gate row, then its up row.
     std::vector<double> a_row(static_cast<size_t>(k)), b_row(static_cast<size_t>(2 * k));
     for (const auto& [r, j] : gemm_check_picks(rows, out_n, k, rng)) {
-      const int64_t e = std::upper_bound(offsets.begin(), offsets.end(), static_cast<int32_t>(r)) -
-                        offsets.begin() - 1;
+      const int64_t e = g.expert_of(r);
       for (int64_t i = 0; i < k; ++i) {
         a_row[i] = ref::load_elem(in.host.data() + a_at, static_cast<size_t>(r * k + i), dtype);
         for (int64_t h = 0; h < (swiglu ? 2 : 1); ++h) {
@@ -299,6 +323,106 @@ int bench_moe_forward(const ops::SetArgs& args, const BenchOptions& opts) {
   return report(c, chk, first_ms, opts);
 }
 
+// The fp8 block-scaled grouped GEMM (kjit_moe_grouped_gemm_fp8): random e4m3 a and b, a's
+// scales per 1 x 128 group, b's per 128 x 128 block of each expert (DeepSeek-V3's layout).
+int bench_moe_grouped_gemm_fp8(const ops::SetArgs& args, const BenchOptions& opts) {
+  const GroupedBench g = grouped_bench("moe_grouped_gemm_fp8", args);
+  const int64_t experts = g.experts, n = g.n, k = g.k, rows = g.rows, active = g.active;
+  const int64_t out_n = g.out_n();
+  const bool swiglu = g.swiglu;
+  if (swiglu && n % 128 != 0) {
+    throw UsageError("moe_grouped_gemm_fp8: swiglu takes n = 2 I with I a multiple of 64");
+  }
+  check_gpu();
+  const int64_t chunks = (k + 127) / 128, n_blocks = (n + 127) / 128;
+  std::mt19937_64 rng(std::random_device{}());
+  const std::vector<int32_t>& offsets = g.offsets;
+
+  Packed in;
+  const size_t a_at = in.add(static_cast<size_t>(rows * k));
+  const size_t b_at = in.add(static_cast<size_t>(experts * n * k));
+  const size_t sa_at = in.add(static_cast<size_t>(rows * chunks) * 4);
+  const size_t sb_at = in.add(static_cast<size_t>(experts * n_blocks * chunks) * 4);
+  const size_t off_at = add_int32s(in, offsets);
+  // Codes of magnitude 2^-3 .. 2^3 (exponent field 4 .. 10, never NaN) from 8 random bytes a
+  // draw (DeepSeek-V3's 7.5 GB of weights fill in seconds), scales 2^-4 .. 2^-2.
+  const size_t codes = static_cast<size_t>(rows * k + experts * n * k);
+  for (size_t i = 0; i < codes; i += 8) {
+    uint64_t r = rng();
+    for (size_t j = i; j < std::min(i + 8, codes); ++j, r >>= 8) {
+      const unsigned byte = static_cast<unsigned>(r & 0xff);
+      in.host[a_at + j] = static_cast<unsigned char>((byte & 0x87) | (4 + (byte >> 3) % 7) << 3);
+    }
+  }
+  std::uniform_real_distribution<float> su(-4.0f, -2.0f);
+  auto* sa = reinterpret_cast<float*>(in.host.data() + sa_at);
+  auto* sb = reinterpret_cast<float*>(in.host.data() + sb_at);
+  for (int64_t i = 0; i < rows * chunks; ++i) sa[i] = std::exp2(su(rng));
+  for (int64_t i = 0; i < experts * n_blocks * chunks; ++i) sb[i] = std::exp2(su(rng));
+  in.upload();
+  test::DeviceBuffer y(static_cast<size_t>(rows * out_n) * 2);
+  y.fill(0xFF);
+  const DLDataType f8 = test::dl_dtype("e4m3"), f32 = test::dl_dtype("fp32");
+  auto at = test::make_tensor(in.at(a_at), {rows, k}, f8);
+  auto bt = test::make_tensor(in.at(b_at), {experts, n, k}, f8);
+  auto sat = test::make_tensor(in.at(sa_at), {rows, chunks}, f32);
+  auto sbt = test::make_tensor(in.at(sb_at), {experts, n_blocks, chunks}, f32);
+  auto ot = test::make_tensor(in.at(off_at), {experts + 1}, test::dl_dtype("int32"));
+  auto yt = test::make_tensor(y.get(), {rows, out_n}, test::dl_dtype("bf16"));
+  const ops::MoeGemmFp8Config cfg = ops::select_moe_gemm_fp8(
+      ops::DType::kBF16, rows, n, k, experts, swiglu, ops::gemm_target(0, k % 16 == 0));
+
+  BenchCase c;
+  c.op = "moe_grouped_gemm_fp8";
+  c.uri = ops::moe_gemm_fp8_spec(cfg).uri;
+  c.dtype = "e4m3";
+  c.shape = {
+      {"experts", experts},   {"top_k", g.top_k},        {"tokens", g.tokens}, {"n", n}, {"k", k},
+      {"routing", g.routing}, {"active_experts", active}};
+  if (swiglu) c.shape["swiglu"] = 1;
+  c.label = fmt::format("moe_grouped_gemm_fp8 e={} top{} tokens={} n={} k={} {}{}", experts,
+                        g.top_k, g.tokens, n, k, g.routing, swiglu ? " swiglu" : "");
+  c.launch = [&](CUstream stream) {
+    if (!swiglu) {
+      ops::moe_grouped_gemm_fp8(at.get(), bt.get(), sat.get(), sbt.get(), ot.get(), yt.get(),
+                                stream);
+    } else if (!ops::moe_grouped_gemm_fp8_swiglu(at.get(), bt.get(), sat.get(), sbt.get(), ot.get(),
+                                                 yt.get(), stream)) {
+      fail(KJIT_ERROR_UNSUPPORTED, "moe_grouped_gemm_fp8: the SwiGLU epilogue did not serve");
+    }
+  };
+  // The active experts' weights (and their scales) are read once; a, its scales and out once.
+  c.bytes = static_cast<double>(rows * k + active * n * k + rows * chunks * 4 +
+                                active * n_blocks * chunks * 4 + rows * out_n * 2);
+  c.flops = 2.0 * static_cast<double>(rows) * n * k;
+  c.copy_src = in.at(0);
+  c.copy_bytes = std::min(static_cast<size_t>(c.bytes / 2), in.host.size());
+
+  const double first_ms = first_call_ms(c);
+  Check chk;
+  if (opts.check) {
+    std::vector<unsigned char> yh(static_cast<size_t>(rows * out_n) * 2);
+    y.download(yh.data(), yh.size());
+    const auto* a = reinterpret_cast<const uint8_t*>(in.host.data() + a_at);
+    const auto* b = reinterpret_cast<const uint8_t*>(in.host.data() + b_at);
+    for (const auto& [r, j] : gemm_check_picks(rows, out_n, k, rng)) {
+      const int64_t e = g.expert_of(r);
+      // Output j's row of b (swiglu: its gate row, then its up row I further).
+      const auto element = [&](int64_t brow, const std::string& od) {
+        return ref::moe_gemm_fp8_element(a + r * k, sa + r * chunks, b + (e * n + brow) * k,
+                                         sb + (e * n_blocks + brow / 128) * chunks, k, od);
+      };
+      const ref::Fp8Element want =
+          swiglu ? ref::moe_swiglu_of(element(j, "fp32"), element(out_n + j, "fp32"),
+                                      ref::unit_roundoff("bf16"))
+                 : element(j, "bf16");
+      chk.add(ref::load_elem(yh.data(), static_cast<size_t>(r * out_n + j), "bf16"), want.want,
+              want.bound);
+    }
+  }
+  return report(c, chk, first_ms, opts);
+}
+
 }  // namespace
 
 void add_moe_benches(std::vector<BenchEntry>& out) {
@@ -316,6 +440,14 @@ void add_moe_benches(std::vector<BenchEntry>& out) {
                  "experts, top_k, tokens, hidden, inter (w13 [experts, 2 inter, hidden], w2 "
                  "[experts, hidden, inter]); dtype (bf16|fp16, default bf16), routing (even|skew: "
                  "logits favour expert 0 for 90% of the tokens; default even)"});
+  out.push_back({"moe_grouped_gemm_fp8",
+                 {"experts", "top_k", "tokens", "n", "k"},
+                 {"routing", "swiglu"},
+                 bench_moe_grouped_gemm_fp8,
+                 "experts, top_k, tokens, n, k (e4m3 b [experts, n, k] with 128 x 128 block "
+                 "scales, a with 1 x 128 group scales, bf16 out; sm_90a); routing (even|skew; "
+                 "default even), swiglu (0|1: b is w13 with n = 2 I, I a multiple of 64; default "
+                 "0)"});
 }
 
 }  // namespace kjit::cli

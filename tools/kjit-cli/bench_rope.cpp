@@ -61,7 +61,18 @@ int bench_rope(const ops::SetArgs& args, const BenchOptions& opts) {
   for (auto& p : pos) p = pos_dist(rng);
   pos[0] = max_pos - 1;
   if (tokens > 1) pos[1] = 0;
+  // --set batch=N: positions from indptr and offsets (kjit_apply_rope) for N requests of
+  // tokens / N tokens each (the first ones one longer), at random offsets.
+  const int64_t batch = args.count("batch") ? ops::positive_int_arg(args, "batch", tokens) : 0;
+  std::vector<int32_t> indptr = {0}, offsets;
+  for (int64_t b = 0; b < batch; ++b) {
+    const int32_t n = static_cast<int32_t>(tokens / batch + (b < tokens % batch ? 1 : 0));
+    indptr.push_back(indptr.back() + n);
+    offsets.push_back(std::uniform_int_distribution<int32_t>(0, std::max(0, max_pos - n))(rng));
+    for (int32_t t = 0; t < n; ++t) pos[static_cast<size_t>(indptr[b] + t)] = offsets.back() + t;
+  }
   const size_t pos_at = add_int32s(in, pos);
+  const size_t indptr_at = add_int32s(in, indptr), offsets_at = add_int32s(in, offsets);
   in.upload();
   Packed out;
   const size_t qo_at = out.add(nq * es), ko_at = out.add(nk * es);
@@ -73,6 +84,8 @@ int bench_rope(const ops::SetArgs& args, const BenchOptions& opts) {
   auto qot = test::make_tensor(out.at(qo_at), {tokens, hq, D}, dl);
   auto kot = test::make_tensor(out.at(ko_at), {tokens, hk, D}, dl);
   auto pt = test::make_tensor(in.at(pos_at), {tokens}, test::dl_dtype("int32"));
+  auto it = test::make_tensor(in.at(indptr_at), {batch + 1}, test::dl_dtype("int32"));
+  auto ot = test::make_tensor(in.at(offsets_at), {batch}, test::dl_dtype("int32"));
   const float scale = 1.0f, theta = 10000.0f;
 
   // --set layout=auto|slot|unit|decode: the kernel the op would pick by token count, or one forced
@@ -87,27 +100,38 @@ int bench_rope(const ops::SetArgs& args, const BenchOptions& opts) {
                   : layout == "slot" ? ops::RopeLayout::kSlotMajor
                   : layout == "unit" ? ops::RopeLayout::kUnitMajor
                                      : ops::RopeLayout::kDecode;
-  const ops::RopeConfig cfg = ops::plan_rope(
-      ops::select_rope(ops::RopeMode::kFreq, *ops::dtype_of(dl), D, rot, interleave, 16), tokens,
-      ops::pdl_early_indices(0, bench_elementwise_launch()), tuning);
+  const ops::RopeConfig cfg =
+      ops::plan_rope(ops::select_rope(batch > 0 ? ops::RopeMode::kIndptr : ops::RopeMode::kFreq,
+                                      *ops::dtype_of(dl), D, rot, interleave, 16),
+                     tokens, ops::pdl_early_indices(0, bench_elementwise_launch()), tuning);
   BenchCase c;
   c.op = "rope";
   c.uri = ops::rope_uri(cfg);
   c.dtype = dtype;
   c.shape = {{"tokens", tokens}, {"qo_heads", hq},    {"kv_heads", hk},
              {"head_dim", D},    {"rotary_dim", rot}, {"interleave", interleave}};
-  c.label = fmt::format("rope {} tokens={} qo_heads={} kv_heads={} head_dim={} rot={} {} {}", dtype,
-                        tokens, hq, hk, D, rot, interleave ? "gptj" : "neox",
+  if (batch > 0) c.shape["batch"] = batch;
+  c.label = fmt::format("rope {} tokens={}{} qo_heads={} kv_heads={} head_dim={} rot={} {} {}",
+                        dtype, tokens, batch > 0 ? fmt::format(" indptr batch={}", batch) : "", hq,
+                        hk, D, rot, interleave ? "gptj" : "neox",
                         cfg.decode       ? (cfg.early_pos ? "decode early-pos" : "decode")
                         : cfg.unit_major ? "unit-major"
                                          : "slot-major");
-  // The ops-layer call: what kjit_apply_rope_pos_ids runs, in the bench's launch mode and layout.
+  // The ops-layer call: what kjit_apply_rope_pos_ids (kjit_apply_rope with batch) runs, in the
+  // bench's launch mode and layout.
   c.launch = [&](CUstream stream) {
-    ops::apply_rope_pos_ids(qt.get(), kt.get(), qot.get(), kot.get(), pt.get(),
-                            static_cast<int>(rot), interleave ? 1 : 0, scale, theta, stream,
-                            bench_elementwise_launch(), tuning);
+    if (batch > 0) {
+      ops::apply_rope_indptr(qt.get(), kt.get(), qot.get(), kot.get(), it.get(), ot.get(),
+                             static_cast<int>(rot), interleave ? 1 : 0, scale, theta, stream,
+                             bench_elementwise_launch(), tuning);
+    } else {
+      ops::apply_rope_pos_ids(qt.get(), kt.get(), qot.get(), kot.get(), pt.get(),
+                              static_cast<int>(rot), interleave ? 1 : 0, scale, theta, stream,
+                              bench_elementwise_launch(), tuning);
+    }
   };
-  c.bytes = 2.0 * (nq + nk) * es + 4.0 * tokens;  // reads q, k, pos_ids; writes q_out, k_out
+  // Reads q, k and pos_ids (or indptr and offsets); writes q_out, k_out.
+  c.bytes = 2.0 * (nq + nk) * es + (batch > 0 ? 8.0 * batch + 4.0 : 4.0 * tokens);
   // Two multiplies and an add per rotated element (the angles are per token, not counted).
   c.flops = 3.0 * static_cast<double>(tokens) * static_cast<double>(hq + hk) * rot;
   c.copy_src = in.dev->get();
@@ -157,9 +181,10 @@ int bench_rope(const ops::SetArgs& args, const BenchOptions& opts) {
 void add_rope_benches(std::vector<BenchEntry>& out) {
   out.push_back({"rope",
                  {"dtype", "tokens", "qo_heads", "kv_heads", "head_dim"},
-                 {"rotary_dim", "interleave", "layout"},
+                 {"rotary_dim", "interleave", "layout", "batch"},
                  bench_rope,
                  "dtype, tokens, qo_heads, kv_heads, head_dim, optional rotary_dim, interleave, "
-                 "layout=auto|slot|unit|decode"});
+                 "layout=auto|slot|unit|decode, batch (positions from indptr and offsets of that "
+                 "many requests: kjit_apply_rope)"});
 }
 }  // namespace kjit::cli

@@ -386,17 +386,26 @@ int bench_softmax(const ops::SetArgs& args, const BenchOptions& opts) {
   out.fill(0xFF);
   auto ot = test::make_tensor(out.get(), {batch, vocab}, test::dl_dtype("fp32"));
   const ops::DType dt = *ops::dtype_of(test::dl_dtype(dtype));
+  // --set cluster=1|2|4|8: blocks per row forced (an ops::SoftmaxTuning), else the plan's.
+  ops::SoftmaxTuning tuning;
+  tuning.cluster =
+      args.count("cluster") ? static_cast<int>(ops::positive_int_arg(args, "cluster", 8)) : 0;
+  ops::RowConfig cfg = ops::select_softmax(dt, vocab, in.aligned());
+  const cuda::DeviceInfo& info = cuda::device_info(0);
+  cfg.cluster = tuning.cluster > 0
+                    ? tuning.cluster
+                    : ops::softmax_cluster_size(batch, vocab, info.sm_count, info.major);
   BenchCase c;
   c.op = "softmax";
-  c.uri = ops::softmax_uri(ops::select_softmax(dt, vocab, in.aligned()));
+  c.uri = ops::softmax_uri(cfg);
   c.dtype = dtype;
   c.shape = {{"batch", batch}, {"vocab", vocab}, {"temperature", temperature}};
-  c.label = fmt::format("softmax {} batch={} vocab={} T={}", dtype, batch, vocab, temperature);
+  c.label = fmt::format("softmax {} batch={} vocab={} T={} blocks/row={}", dtype, batch, vocab,
+                        temperature, cfg.cluster);
+  // The ops-layer call: what kjit_softmax runs, with the bench's tuning.
   c.launch = [&](CUstream stream) {
-    kjit_status st =
-        kjit_softmax(in.xt.get(), nullptr, ot.get(),
-                     test::SamplingOptions().temperature(static_cast<float>(temperature)), stream);
-    if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
+    ops::softmax(in.xt.get(), ot.get(),
+                 ops::RowParam<float>{nullptr, static_cast<float>(temperature)}, stream, tuning);
   };
   // Two reads of the logits (the second mostly from L2) count once: HBM traffic is one read and
   // the fp32 write.
@@ -537,6 +546,48 @@ int bench_renorm_probs(const ops::SetArgs& args, const BenchOptions& opts, bool 
 
 }  // namespace
 
+// kjit_top_k over fresh N(0, sigma) logits: the indices checked exactly against ref::top_k
+// (their values are the input's), then timed beside a copy of the logits' bytes.
+int bench_top_k(const ops::SetArgs& args, const BenchOptions& opts) {
+  LogitRows in(args, ops::kRowKernelMaxVocab, 2.0);
+  const int64_t k = args.count("k") ? ops::positive_int_arg(args, "k", in.vocab) : 50;
+  const int64_t batch = in.batch, vocab = in.vocab;
+  test::DeviceBuffer vals(static_cast<size_t>(batch * k) * in.es),
+      idx(static_cast<size_t>(batch * k) * 4);
+  vals.fill(0xFF);
+  idx.fill(0xFF);
+  auto vt = test::make_tensor(vals.get(), {batch, k}, test::dl_dtype(in.dtype));
+  auto it = test::make_tensor(idx.get(), {batch, k}, test::dl_dtype("int32"));
+  const ops::RowConfig cfg =
+      ops::select_top_k(*ops::dtype_of(test::dl_dtype(in.dtype)), vocab, k, in.aligned());
+  BenchCase c;
+  c.op = "top_k";
+  c.uri = ops::top_k_uri(cfg);
+  c.dtype = in.dtype;
+  c.shape = {{"batch", batch}, {"vocab", vocab}, {"k", k}};
+  c.label = fmt::format("top_k {} batch={} vocab={} k={}", in.dtype, batch, vocab, k);
+  c.launch = [&](CUstream stream) {
+    ops::top_k(in.xt.get(), vt.get(), it.get(), static_cast<int>(k), stream);
+  };
+  // The passes after the first read the row from L2: HBM traffic is one read and the outputs.
+  c.bytes = static_cast<double>(in.n * in.es) + static_cast<double>(batch * k) * (in.es + 4);
+  c.copy_src = in.x->get();
+  c.copy_bytes = in.n * in.es / 2;
+  const double first_ms = first_call_ms(c);
+  std::vector<int32_t> got(static_cast<size_t>(batch * k));
+  idx.download(got.data(), got.size() * 4);
+  Check chk;
+  for (int64_t r = 0; r < batch; ++r) {
+    const std::vector<double> row(in.v.begin() + r * vocab, in.v.begin() + (r + 1) * vocab);
+    const std::vector<int64_t> want = ref::top_k(row, k);
+    for (int64_t j = 0; j < k; ++j) {
+      chk.add(static_cast<double>(got[static_cast<size_t>(r * k + j)]),
+              static_cast<double>(want[static_cast<size_t>(j)]), 0.0);
+    }
+  }
+  return report(c, chk, first_ms, opts);
+}
+
 void add_sampling_benches(std::vector<BenchEntry>& out) {
   out.push_back(
       {"top_p_sampling",
@@ -562,9 +613,10 @@ void add_sampling_benches(std::vector<BenchEntry>& out) {
                  "bytes"});
   out.push_back({"softmax",
                  {"dtype", "batch", "vocab"},
-                 {"temperature"},
+                 {"temperature", "cluster"},
                  bench_softmax,
-                 "dtype, batch, vocab, optional temperature (1)"});
+                 "dtype, batch, vocab, optional temperature (1), cluster (blocks per row: 1, 2, "
+                 "4 or 8; default the plan's)"});
   out.push_back(
       {"top_k_renorm_probs",
        {"batch", "vocab"},
@@ -582,6 +634,11 @@ void add_sampling_benches(std::vector<BenchEntry>& out) {
                  {"k"},
                  bench_top_k_mask_logits,
                  "dtype, batch, vocab, optional k (50)"});
+  out.push_back({"top_k",
+                 {"dtype", "batch", "vocab"},
+                 {"k"},
+                 bench_top_k,
+                 "dtype, batch, vocab, optional k (50): kjit_top_k's values and int32 indices"});
 }
 
 }  // namespace kjit::cli

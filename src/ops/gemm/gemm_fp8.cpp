@@ -16,12 +16,6 @@ namespace kjit::ops {
 
 using util::ceil_div;
 
-namespace {
-
-// The e4m3 matrix `m` as rows of 16-bit elements (pairs of e4m3), the element the sm90 kernels'
-// tensor maps and producer move: TMA copies bytes, and this keeps the bf16 kernel's box (64
-// elements, one 128-byte swizzle row) for 128 e4m3 of K. tma_describable(m) makes cols and the
-// stride even.
 RowMatrix as_pairs(RowMatrix m) {
   m.dtype = DType::kBF16;
   m.cols /= 2;
@@ -29,16 +23,14 @@ RowMatrix as_pairs(RowMatrix m) {
   return m;
 }
 
-// The scale tensor `t` (fp32, compact, on `device`) as a RowMatrix; its shape is checked by the
-// caller.
-RowMatrix scale_matrix(const DLTensor* t, const char* name, int device) {
+RowMatrix scale_matrix(const DLTensor* t, const char* name, int device, const char* operand) {
   const RowMatrix s = as_row_matrix(t, name);
   if (s.dtype != DType::kF32) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be fp32, not {}", name, dtype_name(s.dtype));
   }
   if (s.device != device) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is on cuda:{} but a is on cuda:{}", name, s.device,
-         device);
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is on cuda:{} but {} is on cuda:{}", name, s.device,
+         operand, device);
   }
   if (s.rows > 1 && s.row_stride != s.cols) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be compact (row stride {}, {} columns)", name,
@@ -46,6 +38,8 @@ RowMatrix scale_matrix(const DLTensor* t, const char* name, int device) {
   }
   return s;
 }
+
+namespace {
 
 std::string shape_text(const DLTensor* t) {
   std::string s = "[";

@@ -49,6 +49,16 @@ GemmFp8Config select_gemm_fp8(DType out_dtype, Fp8Scales scales, int64_t m, int6
 
 jit::Spec gemm_fp8_spec(const GemmFp8Config& cfg);
 
+// Shared with the MoE fp8 grouped GEMM (src/ops/moe/moe_gemm.cpp):
+// The e4m3 matrix `m` as rows of 16-bit elements (pairs of e4m3), the element the sm90 kernels'
+// tensor maps and producer move: TMA copies bytes, and this keeps the bf16 kernel's box (64
+// elements, one 128-byte swizzle row) for 128 e4m3 of K. tma_describable(m) makes cols and the
+// stride even.
+RowMatrix as_pairs(RowMatrix m);
+// The scale tensor `t` (fp32, compact, on `device`: `operand`'s) as a RowMatrix; its shape is
+// checked by the caller.
+RowMatrix scale_matrix(const DLTensor* t, const char* name, int device, const char* operand = "a");
+
 // kjit_gemm_fp8 (kjit.h): validates, then launches on `stream`. Throws kjit::Error. split: the
 // decode path's K split over a cluster (1 .. kGemmDecodeMaxSplit), which the bench overrides; 0:
 // gemm_decode_split's (ignored by the other paths).

@@ -96,6 +96,44 @@ bool moe_grouped_gemm_swiglu(const DLTensor* a, const DLTensor* w13, const DLTen
 bool moe_grouped_gemm_swiglu_masked(const DLTensor* a, const DLTensor* w13, const DLTensor* counts,
                                     DLTensor* out, void* stream);
 
+// ---- fp8 block-scaled grouped GEMM (moe_gemm.cpp; device code moe_gemm_fp8_sm90.cuh) ----------
+// The sm_90a kernel only (bn 128, the fp8 GEMM's tile). swiglu: an int for the key's bytes.
+struct MoeGemmFp8Config {
+  DType out_dtype = DType::kBF16;
+  int stages = 0;
+  int swiglu = 0;
+};
+
+// Support and dispatch in one place: the wgmma kernel on a compute capability 9.0 device with
+// TMA-ready e4m3 a and b (target.tma_ok: 16-byte aligned bases and row strides, k > 0 a multiple
+// of 16), within the grid's and TMA's limits; with swiglu, n = 2 I with I a multiple of 64 (a
+// gate / up slice in one 128-row scale block). Throws KJIT_ERROR_UNSUPPORTED otherwise, saying
+// why (there is no fallback).
+MoeGemmFp8Config select_moe_gemm_fp8(DType out_dtype, int64_t rows, int64_t n, int64_t k,
+                                     int64_t experts, bool swiglu, const GemmTarget& target);
+jit::Spec moe_gemm_fp8_spec(const MoeGemmFp8Config& cfg);
+
+// kjit_moe_grouped_gemm_fp8: a [rows, k] e4m3, b [experts, n, k] e4m3, scale_a [rows,
+// ceil(k / 128)], scale_b [experts, ceil(n / 128), ceil(k / 128)] fp32, expert_offsets
+// [experts + 1] int32.
+void moe_grouped_gemm_fp8(const DLTensor* a, const DLTensor* b, const DLTensor* scale_a,
+                          const DLTensor* scale_b, const DLTensor* expert_offsets, DLTensor* out,
+                          void* stream);
+// kjit_moe_grouped_gemm_fp8_masked: a [experts, max_rows, k], scale_a [experts, max_rows,
+// ceil(k / 128)], counts [experts] int32.
+void moe_grouped_gemm_fp8_masked(const DLTensor* a, const DLTensor* b, const DLTensor* scale_a,
+                                 const DLTensor* scale_b, const DLTensor* counts, DLTensor* out,
+                                 void* stream);
+// The fp8 gate / up GEMM with silu_and_mul in its epilogue (as moe_grouped_gemm_swiglu; w13_scale
+// [experts, ceil(2 I / 128), ceil(k / 128)]). False after validation, launching nothing, when I
+// is not a multiple of 64.
+bool moe_grouped_gemm_fp8_swiglu(const DLTensor* a, const DLTensor* w13, const DLTensor* scale_a,
+                                 const DLTensor* w13_scale, const DLTensor* expert_offsets,
+                                 DLTensor* out, void* stream);
+bool moe_grouped_gemm_fp8_swiglu_masked(const DLTensor* a, const DLTensor* w13,
+                                        const DLTensor* scale_a, const DLTensor* w13_scale,
+                                        const DLTensor* counts, DLTensor* out, void* stream);
+
 // ---- the whole layer (moe_forward.cpp) ---------------------------------------------------------
 // Byte offsets of kjit_moe_forward's workspace regions, each 256-byte aligned, and its size.
 // pairs = tokens * top_k rows flow through the experts.
@@ -108,14 +146,26 @@ struct MoeForwardLayout {
   size_t rows = 0;     // [pairs, hidden]: the permuted x, then (x no longer read) the experts' out
   size_t gate_up = 0;  // [pairs, 2 intermediate]: the unfused path's gate_up GEMM output
   size_t act = 0;      // [pairs, intermediate]: silu(gate) * up, the down GEMM's a
+  // fp8 experts only (0 otherwise): the rows and the activation quantized per 1 x 128 group.
+  size_t rows_fp8 = 0;    // [pairs, hidden] e4m3
+  size_t rows_scale = 0;  // [pairs, ceil(hidden / 128)] fp32
+  size_t act_fp8 = 0;     // [pairs, intermediate] e4m3
+  size_t act_scale = 0;   // [pairs, ceil(intermediate / 128)] fp32
   size_t bytes = 0;
 };
 
-// Throws KJIT_ERROR_INVALID_ARGUMENT for negative sizes, top_k outside 1 .. experts or a size
-// that overflows (pairs must stay below 2^31), KJIT_ERROR_UNSUPPORTED for a dtype other than
-// bf16 / fp16. Pure host arithmetic.
+// dtype: the experts' weights, bf16 / fp16 (x's dtype too) or e4m3 (x bf16 or fp16: the layout
+// is the same for both). Throws KJIT_ERROR_INVALID_ARGUMENT for negative sizes, top_k outside
+// 1 .. experts or a size that overflows (pairs must stay below 2^31), KJIT_ERROR_UNSUPPORTED for
+// another dtype. Pure host arithmetic.
 MoeForwardLayout moe_forward_layout(int64_t tokens, int64_t experts, int64_t top_k, int64_t hidden,
                                     int64_t intermediate, DType dtype);
+
+// kjit_moe_forward_fp8 (kjit.h): w13 / w2 e4m3 with their 128 x 128 block scales.
+void moe_forward_fp8(const DLTensor* x, const DLTensor* router_logits, const DLTensor* bias,
+                     const DLTensor* w13, const DLTensor* w13_scale, const DLTensor* w2,
+                     const DLTensor* w2_scale, const DLTensor* shared_out, DLTensor* workspace,
+                     DLTensor* out, int top_k, const kjit_moe_route_options& route, void* stream);
 
 // kjit_moe_forward (kjit.h), the routing options already read. Throws kjit::Error.
 void moe_forward(const DLTensor* x, const DLTensor* router_logits, const DLTensor* bias,

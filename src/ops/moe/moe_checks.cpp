@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <string>
 
 #include "ops/gemm/gemm.hpp"
 #include "util/error.hpp"
@@ -34,6 +35,18 @@ std::pair<RowMatrix, int64_t> per_slot_ids(const DLTensor* t, const char* name, 
   if (t->ndim != 2) fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be [tokens, top_k]", name);
   const int64_t top_k = t->shape[1];
   return {compact(t, name, DType::kI32, tokens, top_k), top_k};
+}
+
+void check_shape(const DLTensor* t, const char* name, std::initializer_list<int64_t> shape,
+                 const char* what) {
+  const bool ok =
+      t->ndim == static_cast<int>(shape.size()) && std::equal(shape.begin(), shape.end(), t->shape);
+  if (!ok) {
+    std::string have, want;
+    for (int i = 0; i < t->ndim; ++i) have += (i ? ", " : "") + std::to_string(t->shape[i]);
+    for (const int64_t d : shape) want += (want.empty() ? "" : ", ") + std::to_string(d);
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is [{}] but must be {} = [{}]", name, have, what, want);
+  }
 }
 
 RowMatrix matrix_2d(const DLTensor* t, const char* name) {

@@ -19,6 +19,11 @@ RowMatrix compact(const DLTensor* t, const char* name, DType dtype, int64_t rows
 // `t` as a compact int32 [tokens, top_k] (top_k from its shape, read once `t` is known valid).
 std::pair<RowMatrix, int64_t> per_slot_ids(const DLTensor* t, const char* name, int64_t tokens);
 
+// Throws KJIT_ERROR_INVALID_ARGUMENT unless `t` has exactly `shape` (what: its formula, for the
+// message).
+void check_shape(const DLTensor* t, const char* name, std::initializer_list<int64_t> shape,
+                 const char* what);
+
 // `t` as a row matrix that must be 2-D.
 RowMatrix matrix_2d(const DLTensor* t, const char* name);
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cuda/launch.hpp"
+#include "gemm/gemm_fp8_params.h"
 #include "moe/moe_params.h"
 #include "ops/moe/moe.hpp"
 #include "util/error.hpp"
@@ -46,6 +47,10 @@ std::string gemm_name(bool masked, DType dtype, DType out_dtype, int64_t experts
   return fmt::format("moe_grouped_gemm{}_e{}_n{}_k{}{}{}", masked ? "_masked" : "", experts, n, k,
                      dtype_suffix(dtype),
                      out_dtype == dtype ? "" : std::string("_out_") + dtype_name(out_dtype));
+}
+std::string gemm_fp8_name(bool masked, DType out_dtype, int64_t experts, int64_t n, int64_t k) {
+  return fmt::format("moe_grouped_gemm_fp8{}_e{}_n{}_k{}{}", masked ? "_masked" : "", experts, n, k,
+                     dtype_suffix(out_dtype));
 }
 
 // One definition per model of kMoeModels.
@@ -355,6 +360,85 @@ OpDef moe_grouped_gemm_op_def() {
   return d;
 }
 
+Definition moe_grouped_gemm_fp8_definition(bool masked, DType out_dtype, int64_t experts, int64_t n,
+                                           int64_t k) {
+  Definition d;
+  d.name = gemm_fp8_name(masked, out_dtype, experts, n, k);
+  d.op_type = "moe";
+  d.op = "moe_grouped_gemm_fp8";
+  d.entry = masked ? "kjit_moe_grouped_gemm_fp8_masked" : "kjit_moe_grouped_gemm_fp8";
+  d.description =
+      "the grouped GEMM over e4m3 a and b with DeepSeek-V3 block scales (a per 1 x 128 group, "
+      "b[e] per 128 x 128 block), each 128-wide K chunk promoted into fp32 times its scales";
+  d.axes = {constant("experts", experts, "experts"), constant("n", n, "output features"),
+            constant("k", k, "input features"), var("k_chunks", "ceil(k / 128): fixed by k"),
+            var("n_blocks", "ceil(n / 128): fixed by n")};
+  const DefTensor b = tensor("b", {"experts", "n", "k"}, DType::kE4M3, "experts' weights");
+  const DefTensor scale_b = tensor("scale_b", {"experts", "n_blocks", "k_chunks"}, DType::kF32,
+                                   "b's scale per 128 x 128 block");
+  if (masked) {
+    d.axes.push_back(var("max_rows", "rows per expert's slot"));
+    d.inputs = {tensor("a", {"experts", "max_rows", "k"}, DType::kE4M3, "activations per expert"),
+                b,
+                tensor("scale_a", {"experts", "max_rows", "k_chunks"}, DType::kF32,
+                       "a's scale per 1 x 128 group"),
+                scale_b, tensor("counts", {"experts"}, DType::kI32, "rows used per expert")};
+    d.outputs = {tensor("out", {"experts", "max_rows", "n"}, out_dtype, "the products")};
+  } else {
+    d.axes.push_back(var("rows", "permuted rows: tokens * top_k"));
+    d.axes.push_back(var("experts_plus_one", "offsets' length: experts + 1, fixed by experts"));
+    d.inputs = {tensor("a", {"rows", "k"}, DType::kE4M3, "kjit_moe_permute's rows, quantized"), b,
+                tensor("scale_a", {"rows", "k_chunks"}, DType::kF32, "a's scale per 1 x 128 group"),
+                scale_b,
+                tensor("expert_offsets", {"experts_plus_one"}, DType::kI32, "expert e's rows")};
+    d.outputs = {tensor("out", {"rows", "n"}, out_dtype, "the products")};
+  }
+  d.reference = "tools/devkit/reference/moe_ref.hpp: ref::moe_gemm_fp8_element (per expert)";
+  return d;
+}
+
+OpDef moe_grouped_gemm_fp8_op_def() {
+  OpDef d;
+  d.name = "moe_grouped_gemm_fp8";
+  d.summary = "fp8 block-scaled grouped GEMM over experts (contiguous or masked rows), sm_90a";
+  d.axes = {{"out_dtype", {"bf16", "fp16", "fp32"}, true, "out dtype"},
+            {"stages", {"2", "3", "4", "5", "6"}, false, "pipeline stages (default 6)"},
+            {"swiglu",
+             {"0", "1"},
+             false,
+             "silu(gate) * up in the epilogue, b = w13 [experts, 2 I, k] (default 0)"}};
+  d.arch_families = {"sm_90a"};
+  d.make_spec = [d](const SetArgs& args) {
+    check_set_args(d, args);
+    MoeGemmFp8Config c;
+    c.out_dtype = dtype_from_name(args.at("out_dtype"));
+    c.stages = args.count("stages") != 0 ? std::stoi(args.at("stages")) : 6;
+    c.swiglu = args.count("swiglu") != 0 && args.at("swiglu") == "1" ? 1 : 0;
+    return moe_gemm_fp8_spec(c);
+  };
+  // bf16 out for the entry points; the SwiGLU form in both 16-bit dtypes for the layer's gate_up.
+  d.catalog = [] {
+    return std::vector<SetArgs>{{{"out_dtype", "bf16"}},
+                                {{"out_dtype", "bf16"}, {"swiglu", "1"}},
+                                {{"out_dtype", "fp16"}, {"swiglu", "1"}}};
+  };
+  d.precompile_sets = [](const Definition& def, const VarAxes&) {
+    return std::vector<SetArgs>{{{"out_dtype", dtype_name(def.tensor_dtype("out"))}}};
+  };
+  d.definitions = [] {
+    std::vector<Definition> out;
+    for (const MoeModel& m : {kMoeModels[1], kMoeModels[2]}) {
+      out.push_back(
+          moe_grouped_gemm_fp8_definition(false, DType::kBF16, m.experts, m.gate_up_n, m.hidden));
+    }
+    const MoeModel& ds = kMoeModels[2];
+    out.push_back(
+        moe_grouped_gemm_fp8_definition(true, DType::kBF16, ds.experts, ds.gate_up_n, ds.hidden));
+    return out;
+  };
+  return d;
+}
+
 namespace trace {
 
 void moe_route(DType dtype, int64_t tokens, int64_t experts, int64_t top_k,
@@ -385,6 +469,16 @@ void moe_grouped_gemm(const char* layout, DType dtype, DType out_dtype, int64_t 
   if (!masked) axes["experts_plus_one"] = experts + 1;
   record(gemm_name(masked, dtype, out_dtype, experts, n, k), axes, nullptr, {},
          [&] { return moe_grouped_gemm_definition(masked, dtype, out_dtype, experts, n, k); });
+}
+
+void moe_grouped_gemm_fp8(bool masked, DType out_dtype, int64_t rows, int64_t n, int64_t k,
+                          int64_t experts) noexcept {
+  nlohmann::ordered_json axes = {{masked ? "max_rows" : "rows", masked ? rows / experts : rows}};
+  if (!masked) axes["experts_plus_one"] = experts + 1;
+  axes["k_chunks"] = (k + gemm::kFp8ChunkK - 1) / gemm::kFp8ChunkK;
+  axes["n_blocks"] = (n + gemm::kFp8ChunkK - 1) / gemm::kFp8ChunkK;
+  record(gemm_fp8_name(masked, out_dtype, experts, n, k), axes, nullptr, {},
+         [&] { return moe_grouped_gemm_fp8_definition(masked, out_dtype, experts, n, k); });
 }
 
 }  // namespace trace

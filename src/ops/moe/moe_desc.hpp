@@ -17,6 +17,7 @@ OpDef moe_route_op_def();
 OpDef moe_permute_op_def();
 OpDef moe_finalize_op_def();
 OpDef moe_grouped_gemm_op_def();
+OpDef moe_grouped_gemm_fp8_op_def();
 
 // kjit_moe_route of logits [tokens, experts] (tokens the var axis) with `n_group` groups
 // (1: none) and scoring `sigmoid` or softmax.
@@ -28,6 +29,9 @@ Definition moe_finalize_definition(DType dtype, int64_t hidden, int64_t top_k, b
 // kjit_moe_grouped_gemm (masked: kjit_moe_grouped_gemm_masked) with b [experts, n, k].
 Definition moe_grouped_gemm_definition(bool masked, DType dtype, DType out_dtype, int64_t experts,
                                        int64_t n, int64_t k);
+// kjit_moe_grouped_gemm_fp8 (masked: _masked) with b [experts, n, k] e4m3 and block scales.
+Definition moe_grouped_gemm_fp8_definition(bool masked, DType out_dtype, int64_t experts, int64_t n,
+                                           int64_t k);
 
 namespace trace {
 void moe_route(DType dtype, int64_t tokens, int64_t experts, int64_t top_k,
@@ -37,6 +41,8 @@ void moe_permute(DType dtype, int64_t tokens, int64_t hidden, int64_t experts,
 void moe_finalize(DType dtype, int64_t tokens, int64_t hidden, int64_t top_k, bool shared) noexcept;
 void moe_grouped_gemm(const char* layout, DType dtype, DType out_dtype, int64_t rows, int64_t n,
                       int64_t k, int64_t experts) noexcept;
+void moe_grouped_gemm_fp8(bool masked, DType out_dtype, int64_t rows, int64_t n, int64_t k,
+                          int64_t experts) noexcept;
 }  // namespace trace
 
 }  // namespace kjit::ops

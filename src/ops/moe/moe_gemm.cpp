@@ -1,10 +1,14 @@
-// The grouped GEMM of the MoE family (kjit_moe_grouped_gemm and its masked form).
+// The grouped GEMMs of the MoE family: kjit_moe_grouped_gemm, kjit_moe_grouped_gemm_fp8 and
+// their masked forms.
 #include <algorithm>
 
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
+#include "gemm/gemm_fp8_params.h"
 #include "moe/moe_params.h"
+#include "ops/gemm/gemm_fp8.hpp"
 #include "ops/moe/moe.hpp"
+#include "ops/moe/moe_checks.hpp"
 #include "ops/moe/moe_desc.hpp"
 #include "ops/tensor.hpp"
 #include "runtime/jit_core.hpp"
@@ -20,11 +24,32 @@ namespace {
 using cuda::kMaxGridY;
 using cuda::kMaxInt32;
 
+// The fp8 kernel's tile width and depth: the fp8 GEMM's (gemm_fp8.cpp, gemm_fp8_sm90.cuh).
+constexpr int kMoeGemmFp8Bn = 128;
+constexpr int kMoeGemmFp8Stages = 6;
+
+// Throws KJIT_ERROR_UNSUPPORTED for an out dtype other than fp32 / fp16 / bf16 and sizes whose
+// schedule (one partial tile per expert at most) would not fit one launch.
+void check_grouped_limits(const char* op, DType out_dtype, int64_t rows, int64_t n,
+                          int64_t experts) {
+  if (!is_float(out_dtype)) {
+    fail(KJIT_ERROR_UNSUPPORTED, "{}'s out is fp32, fp16 or bf16, not {}", op,
+         dtype_name(out_dtype));
+  }
+  const int64_t simt_tiles = ceil_div(rows, int64_t{gemm::kGemmSimtTile}) + std::min(experts, rows);
+  if (experts > kMaxInt32 / std::max<int64_t>(n, 1) || simt_tiles > kMaxGridY ||
+      ceil_div(n, int64_t{gemm::kGemmSimtTile}) > kMaxInt32) {
+    fail(KJIT_ERROR_UNSUPPORTED, "{}: {} rows, {} experts of n = {} exceed one launch", op, rows,
+         experts, n);
+  }
+}
+
 // a, b, out and the schedule tensor of either layout, validated.
 struct GroupedOperands {
   RowMatrix a, b, out, sched;
   int64_t rows = 0, n = 0, k = 0, experts = 0;
   int64_t rows_per_expert = 0;  // masked layout
+  bool masked = false;          // sched: counts (masked layout), else offsets
   bool swiglu = false;          // out is [.., n / 2]: silu(gate) * up
   int64_t out_cols() const { return swiglu ? n / 2 : n; }
 };
@@ -62,26 +87,17 @@ void check_common(GroupedOperands& g, const DLTensor* b, const DLTensor* sched,
   if (overlaps(g.out, g.sched)) fail(KJIT_ERROR_INVALID_ARGUMENT, "out overlaps {}", sched_name);
 }
 
-// Runs a validated call: `tiles_m(tile_rows)` is the grid's bound on the schedule's row tiles.
-// False, launching nothing, for a SwiGLU call the wgmma path cannot serve.
-template <typename TilesM>
-bool run_grouped(const char* layout, const GroupedOperands& g, const moe::MoeGemmParams& base,
-                 TilesM tiles_m, void* stream) {
-  if (g.rows == 0 || g.n == 0) return true;  // after validation: a zero-size call is checked
-  select_moe_gemm(g.a.dtype, g.out.dtype, g.rows, 0, g.n, g.k, g.experts, GemmTarget{});
-  if (trace::enabled() && !g.swiglu) {  // the SwiGLU form has no entry point of its own
-    trace::moe_grouped_gemm(layout, g.a.dtype, g.out.dtype, g.rows, g.n, g.k, g.experts);
-  }
-  const bool tma_ok = g.k > 0 && tma_describable(g.a) && tma_describable(g.b);
-  const GemmTarget target = gemm_target(g.a.device, tma_ok);
-  const int64_t avg_rows = g.rows_per_expert > 0 ? g.rows_per_expert : g.rows / g.experts;
-  MoeGemmConfig cfg =
-      select_moe_gemm(g.a.dtype, g.out.dtype, g.rows, avg_rows, g.n, g.k, g.experts, target);
-  if (g.swiglu && cfg.path != GemmPath::kSm90) return false;
-  cfg.swiglu = g.swiglu ? 1 : 0;
-  const jit::LoadedKernel& kern = jit::JitCore::global().kernel_for(
-      "moe_grouped_gemm", cfg, g.a.device, [&] { return moe_gemm_spec(cfg); });
-  moe::MoeGemmParams p = base;
+// The schedule's bound on row tiles of `tile_rows` rows (one partial tile per expert at most),
+// for either layout.
+int64_t grouped_tiles_m(const GroupedOperands& g, int64_t tile_rows) {
+  if (g.masked) return g.experts * ceil_div(g.rows_per_expert, tile_rows);
+  return ceil_div(g.rows, tile_rows) + std::min(g.experts, g.rows);
+}
+
+// The parameters every path shares: the whole a, b and out, the schedule (offsets or counts).
+moe::MoeGemmParams grouped_params(const GroupedOperands& g) {
+  moe::MoeGemmParams p{};
+  (g.masked ? p.counts : p.offsets) = static_cast<const int*>(g.sched.data);
   p.g.a = g.a.data;
   p.g.b = g.b.data;
   p.g.out = g.out.data;
@@ -95,24 +111,52 @@ bool run_grouped(const char* layout, const GroupedOperands& g, const moe::MoeGem
   p.g.beta = 0.0f;
   p.experts = static_cast<int>(g.experts);
   p.rows_per_expert = g.rows_per_expert;
+  return p;
+}
+
+// The wgmma kernels' grid, tensor maps and shared memory (bf16 and fp8 stages hold the same
+// bytes); `a_tma` / `b_tma` are a and b as TMA moves them (e4m3 as 16-bit pairs).
+void sm90_geometry(const GroupedOperands& g, RowMatrix a_tma, RowMatrix b_tma, int bn, int stages,
+                   bool swiglu, moe::MoeGemmParams& p, cuda::LaunchConfig& lc) {
+  p.tiles_m = static_cast<int>(grouped_tiles_m(g, gemm::kGemmBlockM));
+  // A SwiGLU block covers bn / 2 outputs: bn / 2 gate rows and as many up rows of b.
+  const int b_box = swiglu ? bn / 2 : bn;
+  p.tiles_n = static_cast<int>(ceil_div(g.out_cols(), int64_t{b_box}));
+  // b as [experts * n, k]: a column tile past n reads the next expert's rows (masked).
+  b_tma.rows = g.experts * g.n;
+  p.g.tma_a = tensor_map(a_tma, gemm::kGemmBlockM);
+  p.g.tma_b = tensor_map(b_tma, static_cast<uint32_t>(b_box));
+  lc.grid_x = static_cast<unsigned>(int64_t{p.tiles_m} * p.tiles_n);
+  lc.block_x = gemm::kGemmSm90Threads;
+  lc.smem_bytes = static_cast<unsigned>(gemm::gemm_sm90_smem_bytes(bn, stages));
+}
+
+// Runs a validated call. False, launching nothing, for a SwiGLU call the wgmma path cannot
+// serve.
+bool run_grouped(const GroupedOperands& g, void* stream) {
+  if (g.rows == 0 || g.n == 0) return true;  // after validation: a zero-size call is checked
+  select_moe_gemm(g.a.dtype, g.out.dtype, g.rows, 0, g.n, g.k, g.experts, GemmTarget{});
+  if (trace::enabled() && !g.swiglu) {  // the SwiGLU form has no entry point of its own
+    trace::moe_grouped_gemm(g.masked ? "masked" : "contiguous", g.a.dtype, g.out.dtype, g.rows, g.n,
+                            g.k, g.experts);
+  }
+  const bool tma_ok = g.k > 0 && tma_describable(g.a) && tma_describable(g.b);
+  const GemmTarget target = gemm_target(g.a.device, tma_ok);
+  const int64_t avg_rows = g.masked ? g.rows_per_expert : g.rows / g.experts;
+  MoeGemmConfig cfg =
+      select_moe_gemm(g.a.dtype, g.out.dtype, g.rows, avg_rows, g.n, g.k, g.experts, target);
+  if (g.swiglu && cfg.path != GemmPath::kSm90) return false;
+  cfg.swiglu = g.swiglu ? 1 : 0;
+  const jit::LoadedKernel& kern = jit::JitCore::global().kernel_for(
+      "moe_grouped_gemm", cfg, g.a.device, [&] { return moe_gemm_spec(cfg); });
+  moe::MoeGemmParams p = grouped_params(g);
   cuda::LaunchConfig lc;
   lc.stream = static_cast<CUstream>(stream);
   cuda::ScopedDevice scope(g.a.device);
   if (cfg.path == GemmPath::kSm90) {
-    p.tiles_m = static_cast<int>(tiles_m(gemm::kGemmBlockM));
-    // A SwiGLU block covers bn / 2 outputs: bn / 2 gate rows and as many up rows of b.
-    const int b_box = cfg.swiglu ? cfg.bn / 2 : cfg.bn;
-    p.tiles_n = static_cast<int>(ceil_div(g.out_cols(), int64_t{b_box}));
-    // b as [experts * n, k]: a column tile past n reads the next expert's rows (masked).
-    RowMatrix b_rows = g.b;
-    b_rows.rows = g.experts * g.n;
-    p.g.tma_a = tensor_map(g.a, gemm::kGemmBlockM);
-    p.g.tma_b = tensor_map(b_rows, static_cast<uint32_t>(b_box));
-    lc.grid_x = static_cast<unsigned>(int64_t{p.tiles_m} * p.tiles_n);
-    lc.block_x = gemm::kGemmSm90Threads;
-    lc.smem_bytes = static_cast<unsigned>(gemm::gemm_sm90_smem_bytes(cfg.bn, cfg.stages));
+    sm90_geometry(g, g.a, g.b, cfg.bn, cfg.stages, g.swiglu, p, lc);
   } else {
-    p.tiles_m = static_cast<int>(tiles_m(gemm::kGemmSimtTile));
+    p.tiles_m = static_cast<int>(grouped_tiles_m(g, gemm::kGemmSimtTile));
     p.tiles_n = static_cast<int>(ceil_div(g.n, int64_t{gemm::kGemmSimtTile}));
     lc.grid_x = static_cast<unsigned>(p.tiles_n);
     lc.grid_y = static_cast<unsigned>(p.tiles_m);
@@ -141,18 +185,11 @@ GroupedOperands contiguous_operands(const DLTensor* a, const DLTensor* b,
   return g;
 }
 
-bool run_contiguous(const GroupedOperands& g, void* stream) {
-  moe::MoeGemmParams p{};
-  p.offsets = static_cast<const int*>(g.sched.data);
-  return run_grouped(
-      "contiguous", g, p,
-      [&](int64_t tile) { return ceil_div(g.rows, tile) + std::min(g.experts, g.rows); }, stream);
-}
-
 // kjit_moe_grouped_gemm_masked's operands, validated.
 GroupedOperands masked_operands(const DLTensor* a, const DLTensor* b, const DLTensor* counts,
                                 DLTensor* out, bool swiglu) {
   GroupedOperands g;
+  g.masked = true;
   g.swiglu = swiglu;
   g.a = as_row_matrix(a, "a");
   g.out = as_row_matrix(out, "out");
@@ -175,12 +212,64 @@ GroupedOperands masked_operands(const DLTensor* a, const DLTensor* b, const DLTe
   return g;
 }
 
-bool run_masked(const GroupedOperands& g, void* stream) {
-  moe::MoeGemmParams p{};
-  p.counts = static_cast<const int*>(g.sched.data);
-  return run_grouped(
-      "masked", g, p, [&](int64_t tile) { return g.experts * ceil_div(g.rows_per_expert, tile); },
-      stream);
+// An fp8 call's scales (moe_params.h, MoeGemmFp8Params), validated beside its operands.
+struct GroupedScales {
+  RowMatrix a, b;
+  int64_t chunks = 0, n_blocks = 0;
+};
+
+GroupedScales grouped_scales(const GroupedOperands& g, const DLTensor* scale_a,
+                             const DLTensor* scale_b) {
+  if (g.a.dtype != DType::kE4M3) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "a and b must be float8_e4m3fn, not {}",
+         dtype_name(g.a.dtype));
+  }
+  GroupedScales s;
+  s.chunks = ceil_div(g.k, int64_t{gemm::kFp8ChunkK});
+  s.n_blocks = ceil_div(g.n, int64_t{gemm::kFp8ChunkK});
+  s.a = scale_matrix(scale_a, "scale_a", g.a.device);
+  s.b = scale_matrix(scale_b, "scale_b", g.a.device);
+  if (g.masked) {
+    moe_detail::check_shape(scale_a, "scale_a", {g.experts, g.rows_per_expert, s.chunks},
+                            "[experts, max_rows, ceil(k / 128)]");
+  } else {
+    moe_detail::check_shape(scale_a, "scale_a", {g.rows, s.chunks}, "[rows, ceil(k / 128)]");
+  }
+  moe_detail::check_shape(scale_b, "scale_b", {g.experts, s.n_blocks, s.chunks},
+                          "[experts, ceil(n / 128), ceil(k / 128)]");
+  if (overlaps(g.out, s.a)) fail(KJIT_ERROR_INVALID_ARGUMENT, "out overlaps scale_a");
+  if (overlaps(g.out, s.b)) fail(KJIT_ERROR_INVALID_ARGUMENT, "out overlaps scale_b");
+  return s;
+}
+
+// Runs a validated fp8 call. False, launching nothing, for a SwiGLU call whose gate / up slices
+// would straddle scale blocks (I not a multiple of 64).
+bool run_grouped_fp8(const GroupedOperands& g, const GroupedScales& s, void* stream) {
+  if (g.swiglu && g.out_cols() % (gemm::kFp8ChunkK / 2) != 0) return false;
+  if (g.rows == 0 || g.n == 0) return true;  // after validation: a zero-size call is checked
+  // What needs no device (out's dtype, the launch's limits) before any driver call.
+  check_grouped_limits("moe_grouped_gemm_fp8", g.out.dtype, g.rows, g.n, g.experts);
+  if (trace::enabled() && !g.swiglu) {
+    trace::moe_grouped_gemm_fp8(g.masked, g.out.dtype, g.rows, g.n, g.k, g.experts);
+  }
+  const bool tma_ok = g.k > 0 && tma_describable(g.a) && tma_describable(g.b);
+  const MoeGemmFp8Config cfg = select_moe_gemm_fp8(g.out.dtype, g.rows, g.n, g.k, g.experts,
+                                                   g.swiglu, gemm_target(g.a.device, tma_ok));
+  const jit::LoadedKernel& kern = jit::JitCore::global().kernel_for(
+      "moe_grouped_gemm_fp8", cfg, g.a.device, [&] { return moe_gemm_fp8_spec(cfg); });
+  moe::MoeGemmFp8Params p{};
+  p.grouped = grouped_params(g);
+  p.scale_a = static_cast<const float*>(s.a.data);
+  p.scale_b = static_cast<const float*>(s.b.data);
+  p.chunks = s.chunks;
+  p.n_blocks = s.n_blocks;
+  cuda::LaunchConfig lc;
+  lc.stream = static_cast<CUstream>(stream);
+  cuda::ScopedDevice scope(g.a.device);
+  sm90_geometry(g, as_pairs(g.a), as_pairs(g.b), kMoeGemmFp8Bn, cfg.stages, g.swiglu, p.grouped,
+                lc);
+  cuda::launch(kern.functions.at(0), lc, &p);
+  return true;
 }
 
 }  // namespace
@@ -191,17 +280,7 @@ MoeGemmConfig select_moe_gemm(DType dtype, DType out_dtype, int64_t rows, int64_
     fail(KJIT_ERROR_UNSUPPORTED, "moe_grouped_gemm supports bf16 and fp16 a and b, not {}",
          dtype_name(dtype));
   }
-  if (!is_float(out_dtype)) {
-    fail(KJIT_ERROR_UNSUPPORTED, "moe_grouped_gemm's out is fp32, fp16 or bf16, not {}",
-         dtype_name(out_dtype));
-  }
-  // The schedule's bound on row tiles (one partial tile per expert at most) must fit a grid.
-  const int64_t simt_tiles = ceil_div(rows, int64_t{gemm::kGemmSimtTile}) + std::min(experts, rows);
-  if (experts > kMaxInt32 / std::max<int64_t>(n, 1) || simt_tiles > kMaxGridY ||
-      ceil_div(n, int64_t{gemm::kGemmSimtTile}) > kMaxInt32) {
-    fail(KJIT_ERROR_UNSUPPORTED,
-         "moe_grouped_gemm: {} rows, {} experts of n = {} exceed one launch", rows, experts, n);
-  }
+  check_grouped_limits("moe_grouped_gemm", out_dtype, rows, n, experts);
   MoeGemmConfig c;
   c.dtype = dtype;
   c.out_dtype = out_dtype;
@@ -240,22 +319,82 @@ jit::Spec moe_gemm_spec(const MoeGemmConfig& c) {
 
 void moe_grouped_gemm(const DLTensor* a, const DLTensor* b, const DLTensor* expert_offsets,
                       DLTensor* out, void* stream) {
-  run_contiguous(contiguous_operands(a, b, expert_offsets, out, false), stream);
+  run_grouped(contiguous_operands(a, b, expert_offsets, out, false), stream);
 }
 
 void moe_grouped_gemm_masked(const DLTensor* a, const DLTensor* b, const DLTensor* counts,
                              DLTensor* out, void* stream) {
-  run_masked(masked_operands(a, b, counts, out, false), stream);
+  run_grouped(masked_operands(a, b, counts, out, false), stream);
 }
 
 bool moe_grouped_gemm_swiglu(const DLTensor* a, const DLTensor* w13, const DLTensor* expert_offsets,
                              DLTensor* out, void* stream) {
-  return run_contiguous(contiguous_operands(a, w13, expert_offsets, out, true), stream);
+  return run_grouped(contiguous_operands(a, w13, expert_offsets, out, true), stream);
 }
 
 bool moe_grouped_gemm_swiglu_masked(const DLTensor* a, const DLTensor* w13, const DLTensor* counts,
                                     DLTensor* out, void* stream) {
-  return run_masked(masked_operands(a, w13, counts, out, true), stream);
+  return run_grouped(masked_operands(a, w13, counts, out, true), stream);
+}
+
+MoeGemmFp8Config select_moe_gemm_fp8(DType out_dtype, int64_t rows, int64_t n, int64_t k,
+                                     int64_t experts, bool swiglu, const GemmTarget& target) {
+  check_grouped_limits("moe_grouped_gemm_fp8", out_dtype, rows, n, experts);
+  if (swiglu && (n % 2 != 0 || (n / 2) % (gemm::kFp8ChunkK / 2) != 0)) {
+    fail(KJIT_ERROR_UNSUPPORTED,
+         "moe_grouped_gemm_fp8: the SwiGLU epilogue needs n = 2 I with I a multiple of 64, not "
+         "n = {}",
+         n);
+  }
+  if (!sm90_can_run(target, rows, experts * n, k, kMoeGemmFp8Bn, kMoeGemmFp8Stages)) {
+    fail(KJIT_ERROR_UNSUPPORTED,
+         "moe_grouped_gemm_fp8 runs on sm_90a tensor cores only: it needs a compute capability "
+         "9.0 device (this one: {}.{}) and e4m3 a and b TMA can read (16-byte aligned bases and "
+         "row strides, k > 0 a multiple of 16; here {})",
+         target.cc_major, target.cc_minor, target.tma_ok ? "yes" : "no");
+  }
+  MoeGemmFp8Config c;
+  c.out_dtype = out_dtype;
+  c.stages = kMoeGemmFp8Stages;
+  c.swiglu = swiglu ? 1 : 0;
+  return c;
+}
+
+jit::Spec moe_gemm_fp8_spec(const MoeGemmFp8Config& c) {
+  jit::SpecBuilder b("moe_grouped_gemm_fp8", {"common", "activation", "gemm", "moe"},
+                     "moe/moe_gemm_fp8_sm90.cuh", {"sm_90a"});
+  b.type("out_dtype", dtype_name(c.out_dtype), device_type_name(c.out_dtype));
+  b.value("bn", kMoeGemmFp8Bn).value("stages", c.stages).flag("swiglu", c.swiglu != 0, true);
+  b.entry("kjit::moe::moe_gemm_fp8_sm90_kernel", {"out_dtype", "bn", "stages", "swiglu"});
+  return b.build();
+}
+
+void moe_grouped_gemm_fp8(const DLTensor* a, const DLTensor* b, const DLTensor* scale_a,
+                          const DLTensor* scale_b, const DLTensor* expert_offsets, DLTensor* out,
+                          void* stream) {
+  const GroupedOperands g = contiguous_operands(a, b, expert_offsets, out, false);
+  run_grouped_fp8(g, grouped_scales(g, scale_a, scale_b), stream);
+}
+
+void moe_grouped_gemm_fp8_masked(const DLTensor* a, const DLTensor* b, const DLTensor* scale_a,
+                                 const DLTensor* scale_b, const DLTensor* counts, DLTensor* out,
+                                 void* stream) {
+  const GroupedOperands g = masked_operands(a, b, counts, out, false);
+  run_grouped_fp8(g, grouped_scales(g, scale_a, scale_b), stream);
+}
+
+bool moe_grouped_gemm_fp8_swiglu(const DLTensor* a, const DLTensor* w13, const DLTensor* scale_a,
+                                 const DLTensor* w13_scale, const DLTensor* expert_offsets,
+                                 DLTensor* out, void* stream) {
+  const GroupedOperands g = contiguous_operands(a, w13, expert_offsets, out, true);
+  return run_grouped_fp8(g, grouped_scales(g, scale_a, w13_scale), stream);
+}
+
+bool moe_grouped_gemm_fp8_swiglu_masked(const DLTensor* a, const DLTensor* w13,
+                                        const DLTensor* scale_a, const DLTensor* w13_scale,
+                                        const DLTensor* counts, DLTensor* out, void* stream) {
+  const GroupedOperands g = masked_operands(a, w13, counts, out, true);
+  return run_grouped_fp8(g, grouped_scales(g, scale_a, w13_scale), stream);
 }
 
 }  // namespace kjit::ops

@@ -27,7 +27,7 @@ namespace rope_detail {
 constexpr double kPi = 3.14159265358979323846;
 
 const char* mode_name(RopeMode m) {
-  return m == RopeMode::kFreq ? "freq" : "cache";
+  return m == RopeMode::kFreq ? "freq" : m == RopeMode::kCache ? "cache" : "indptr";
 }
 
 void check_ndim3(const StridedView& v, const char* name, const char* what) {
@@ -62,23 +62,30 @@ void check_writable(const StridedView& v, const char* name) {
   }
 }
 
-StridedView positions_view(const DLTensor* t, const char* name, int64_t tokens,
-                           const StridedView& q) {
+// A 1-D int32 / int64 tensor on q's device (shape[0]'s meaning in `dims`, for the message).
+StridedView index_vector(const DLTensor* t, const char* name, const char* dims,
+                         const StridedView& q) {
   StridedView p = as_strided_view(t, name);
   if (p.ndim != 1) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be [tokens], got ndim {}", name, p.ndim);
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be [{}], got ndim {}", name, dims, p.ndim);
   }
   if (p.dtype != DType::kI32 && p.dtype != DType::kI64) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be int32 or int64, got {}", name,
          dtype_name(p.dtype));
   }
-  if (p.shape[0] != tokens) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} has {} elements but q has {} tokens", name, p.shape[0],
-         tokens);
-  }
   if (p.device != q.device) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is on cuda:{} but q is on cuda:{}", name, p.device,
          q.device);
+  }
+  return p;
+}
+
+StridedView positions_view(const DLTensor* t, const char* name, int64_t tokens,
+                           const StridedView& q) {
+  StridedView p = index_vector(t, name, "tokens", q);
+  if (p.shape[0] != tokens) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} has {} elements but q has {} tokens", name, p.shape[0],
+         tokens);
   }
   return p;
 }
@@ -210,6 +217,10 @@ RopeParams rope_params(const QkViews& v, const RopeLaunch& l, const RopeGrid& g)
   p.a.copy_q_pass = !same_view(v.q, v.q_out);
   p.a.copy_k_pass = !same_view(v.k, v.k_out);
   p.a.pos_bytes = static_cast<int>(l.pos->elem_bytes());
+  if (l.mode == RopeMode::kIndptr) {
+    p.a.indptr = l.indptr->data;
+    p.a.batch = static_cast<int>(l.pos->shape[0]);
+  }
   if (l.mode == RopeMode::kCache) {
     p.a.cos_sin = l.cache->data;
     p.a.cache_stride = l.cache->strides[0];
@@ -254,13 +265,16 @@ void launch_rope(const QkViews& v, const RopeLaunch& l, void* stream) {
   launch_elementwise(kernel.functions.at(0), lc, &p, v.q.device, *l.launch);
 }
 
-// The pos_ids entry points' launch: angles from the frequency table `key` names (memoized;
-// inv_freq computes it the first time).
-void launch_freq_rope(const QkViews& v, const StridedView& pos, const FreqKey& key, bool interleave,
-                      const ElementwiseLaunch& launch, const RopeTuning& tuning, void* stream,
+// The pos_ids and indptr entry points' launch: angles from the frequency table `key` names
+// (memoized; inv_freq computes it the first time) at the positions pos_ids hold (indptr NULL) or
+// the request offsets `pos` and `indptr` give.
+void launch_freq_rope(const QkViews& v, const StridedView& pos, const StridedView* indptr,
+                      const FreqKey& key, bool interleave, const ElementwiseLaunch& launch,
+                      const RopeTuning& tuning, void* stream,
                       const std::function<std::vector<double>()>& inv_freq) {
   RopeLaunch l;
-  l.mode = RopeMode::kFreq;
+  l.mode = indptr != nullptr ? RopeMode::kIndptr : RopeMode::kFreq;
+  l.indptr = indptr;
   l.interleave = interleave;
   l.rot_dim = key.rot_dim;
   l.pos = &pos;
@@ -283,20 +297,105 @@ void check_flag(int v, const char* name) {
   if (v != 0 && v != 1) fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be 0 or 1, got {}", name, v);
 }
 
-// The checks both pos_ids entry points share; returns the views and the rotary dim.
-std::pair<QkViews, int> check_pos_ids_call(const DLTensor* q, const DLTensor* k, DLTensor* q_out,
-                                           DLTensor* k_out, const DLTensor* pos_ids, int rotary_dim,
-                                           int interleave, float rope_scale, float rope_theta,
-                                           StridedView* pos) {
+// The checks every frequency-table entry point shares but those of its position tensors;
+// returns the views and the rotary dim.
+std::pair<QkViews, int> check_freq_call(const DLTensor* q, const DLTensor* k, DLTensor* q_out,
+                                        DLTensor* k_out, int rotary_dim, int interleave,
+                                        float rope_scale, float rope_theta) {
   QkViews v = check_qk(q, k, q_out, k_out);
-  *pos = positions_view(pos_ids, "pos_ids", v.tokens, v.q);
-  check_no_alias(v.q_out, "q_out", *pos, "pos_ids", false);
-  check_no_alias(v.k_out, "k_out", *pos, "pos_ids", false);
   const int rot = resolve_rotary_dim(rotary_dim, v.head_dim, "rotary_dim");
   check_flag(interleave, "interleave");
   check_positive_finite(rope_scale, "rope_scale");
   check_positive_finite(rope_theta, "rope_theta");
   return {v, rot};
+}
+
+void check_outputs_disjoint(const QkViews& v, const StridedView& t, const char* name) {
+  check_no_alias(v.q_out, "q_out", t, name, false);
+  check_no_alias(v.k_out, "k_out", t, name, false);
+}
+
+// The checks both pos_ids entry points share; returns the views and the rotary dim.
+std::pair<QkViews, int> check_pos_ids_call(const DLTensor* q, const DLTensor* k, DLTensor* q_out,
+                                           DLTensor* k_out, const DLTensor* pos_ids, int rotary_dim,
+                                           int interleave, float rope_scale, float rope_theta,
+                                           StridedView* pos) {
+  auto [v, rot] =
+      check_freq_call(q, k, q_out, k_out, rotary_dim, interleave, rope_scale, rope_theta);
+  *pos = positions_view(pos_ids, "pos_ids", v.tokens, v.q);
+  check_outputs_disjoint(v, *pos, "pos_ids");
+  return {v, rot};
+}
+
+// The checks both indptr entry points share: indptr [batch + 1] and offsets [batch], one int
+// dtype. Their contents are on the device and not checked (indptr non-decreasing from 0 to
+// tokens is the caller's contract: rope.cuh's indptr_position reads in bounds whatever they hold).
+std::pair<QkViews, int> check_indptr_call(const DLTensor* q, const DLTensor* k, DLTensor* q_out,
+                                          DLTensor* k_out, const DLTensor* indptr_t,
+                                          const DLTensor* offsets_t, int rotary_dim, int interleave,
+                                          float rope_scale, float rope_theta, StridedView* indptr,
+                                          StridedView* offsets) {
+  auto [v, rot] =
+      check_freq_call(q, k, q_out, k_out, rotary_dim, interleave, rope_scale, rope_theta);
+  *indptr = index_vector(indptr_t, "indptr", "batch + 1", v.q);
+  *offsets = index_vector(offsets_t, "offsets", "batch", v.q);
+  if (indptr->shape[0] < 1) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "indptr must have batch + 1 >= 1 elements, got 0");
+  }
+  const int64_t batch = indptr->shape[0] - 1;
+  if (offsets->shape[0] != batch) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "offsets has {} elements but indptr has {} (batch {})",
+         offsets->shape[0], indptr->shape[0], batch);
+  }
+  if (offsets->dtype != indptr->dtype) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "offsets is {} but indptr is {}", dtype_name(offsets->dtype),
+         dtype_name(indptr->dtype));
+  }
+  if (batch == 0 && v.tokens > 0) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "indptr has no request (batch 0) but q has {} tokens",
+         v.tokens);
+  }
+  if (batch > INT_MAX) {
+    fail(KJIT_ERROR_UNSUPPORTED, "rope supports up to {} requests, got {}", INT_MAX, batch);
+  }
+  check_outputs_disjoint(v, *indptr, "indptr");
+  check_outputs_disjoint(v, *offsets, "offsets");
+  return {v, rot};
+}
+
+// Llama 3.1's scalars, checked, as the frequency table's key.
+FreqKey llama31_key(int rot, float rope_scale, float rope_theta, float low_freq_factor,
+                    float high_freq_factor, float old_context_len) {
+  check_positive_finite(low_freq_factor, "low_freq_factor");
+  check_positive_finite(old_context_len, "old_context_len");
+  if (!std::isfinite(high_freq_factor) || !(high_freq_factor > low_freq_factor)) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT,
+         "high_freq_factor must be finite and > low_freq_factor ({}), got {}", low_freq_factor,
+         high_freq_factor);
+  }
+  FreqKey key;
+  key.rot_dim = rot;
+  key.llama31 = 1;
+  key.scale = rope_scale;
+  key.theta = rope_theta;
+  key.low = low_freq_factor;
+  key.high = high_freq_factor;
+  key.old_ctx = old_context_len;
+  return key;
+}
+
+FreqKey plain_key(int rot, float rope_scale, float rope_theta) {
+  FreqKey key;
+  key.rot_dim = rot;
+  key.scale = rope_scale;
+  key.theta = rope_theta;
+  return key;
+}
+
+// The table a key names, computed in double (freq_pairs memoizes it).
+std::vector<double> inv_freq_of(const FreqKey& k) {
+  return k.llama31 != 0 ? llama31_inv_freq(k.rot_dim, k.scale, k.theta, k.low, k.high, k.old_ctx)
+                        : rope_inv_freq(k.rot_dim, k.scale, k.theta);
 }
 
 FusedRope fused_rope(const QkViews& v, const StridedView& pos, DType dtype, int head_dim,
@@ -309,16 +408,13 @@ FusedRope fused_rope(const QkViews& v, const StridedView& pos, DType dtype, int 
   geometry.interleave = interleave;
   geometry.vec = vec;
   const RopeGrid g = rope_grid(geometry, v.tokens, h_total, cuda::device_info(device).sm_count);
-  FreqKey key;
-  key.rot_dim = rot_dim;
-  key.scale = rope_scale;
-  key.theta = rope_theta;
+  const FreqKey key = plain_key(rot_dim, rope_scale, rope_theta);
   RopeLaunch l;
   l.mode = RopeMode::kFreq;
   l.interleave = interleave != 0;
   l.rot_dim = rot_dim;
   l.pos = &pos;
-  l.freq_pairs = &freq_pairs(key, [&] { return rope_inv_freq(rot_dim, rope_scale, rope_theta); });
+  l.freq_pairs = &freq_pairs(key, [&] { return inv_freq_of(key); });
   FusedRope f;
   f.params = rope_params(v, l, g);
   f.grid = static_cast<unsigned>(v.tokens * g.chunks);
@@ -390,7 +486,7 @@ RopeConfig plan_rope(RopeConfig cfg, int64_t tokens, bool early_indices, const R
     // Only the frequency table (constant memory) gains from the unit-major layout; cos_sin_cache
     // rows are coalesced global reads in either.
     cfg.unit_major =
-        by_size ? cfg.mode == RopeMode::kFreq && decode_size : layout == RopeLayout::kUnitMajor;
+        by_size ? cfg.mode != RopeMode::kCache && decode_size : layout == RopeLayout::kUnitMajor;
   }
   return cfg;
 }
@@ -404,7 +500,9 @@ std::string rope_uri(const RopeConfig& c) {
 jit::Spec rope_spec(const RopeConfig& c) {
   jit::SpecBuilder b("rope", {"common", "rope"}, "rope/rope.cuh");
   b.choice("mode", mode_name(c.mode),
-           c.mode == RopeMode::kFreq ? rope::kModeFreq : rope::kModeCache);
+           c.mode == RopeMode::kFreq    ? rope::kModeFreq
+           : c.mode == RopeMode::kCache ? rope::kModeCache
+                                        : rope::kModeIndptr);
   b.type("dtype", dtype_name(c.dtype), device_type_name(c.dtype));
   b.value("head_dim", c.head_dim).value("rot_dim", c.rot_dim);
   b.flag("interleave", c.interleave != 0).value("vec", c.vec);
@@ -445,6 +543,20 @@ std::vector<double> llama31_inv_freq(int rot_dim, double scale, double theta,
   return f;
 }
 
+namespace {
+
+// A frequency-table call's trace line: the definition of `kind` (pos_ids or llama31) in the
+// position source `indptr` gives (NULL: pos_ids).
+void trace_freq_rope(RopeKind kind, const QkViews& v, int rot, int interleave,
+                     const StridedView& pos, const StridedView* indptr) {
+  if (!trace::enabled() || v.tokens == 0 || v.q_heads + v.k_heads == 0) return;
+  RopeDefAxes a{kind, v.q.dtype, v.q_heads, v.k_heads, v.head_dim, rot, interleave != 0, pos.dtype};
+  a.indptr = indptr != nullptr;
+  trace::rope(a, v.tokens, 0, indptr != nullptr ? pos.shape[0] : 0);
+}
+
+}  // namespace
+
 void apply_rope_pos_ids(const DLTensor* q, const DLTensor* k, DLTensor* q_out, DLTensor* k_out,
                         const DLTensor* pos_ids, int rotary_dim, int interleave, float rope_scale,
                         float rope_theta, void* stream, const ElementwiseLaunch& launch,
@@ -452,18 +564,10 @@ void apply_rope_pos_ids(const DLTensor* q, const DLTensor* k, DLTensor* q_out, D
   StridedView pos;
   auto [v, rot] = check_pos_ids_call(q, k, q_out, k_out, pos_ids, rotary_dim, interleave,
                                      rope_scale, rope_theta, &pos);
-  if (trace::enabled() && v.tokens > 0 && v.q_heads + v.k_heads > 0) {
-    trace::rope({RopeKind::kPosIds, v.q.dtype, v.q_heads, v.k_heads, v.head_dim, rot,
-                 interleave != 0, pos.dtype},
-                v.tokens, 0);
-  }
-  FreqKey key;
-  key.rot_dim = rot;
-  key.scale = rope_scale;
-  key.theta = rope_theta;
-  // rot = rot: clang before 16 cannot capture a structured binding.
-  launch_freq_rope(v, pos, key, interleave != 0, launch, tuning, stream,
-                   [&, rot = rot] { return rope_inv_freq(rot, rope_scale, rope_theta); });
+  trace_freq_rope(RopeKind::kPosIds, v, rot, interleave, pos, nullptr);
+  const FreqKey key = plain_key(rot, rope_scale, rope_theta);
+  launch_freq_rope(v, pos, nullptr, key, interleave != 0, launch, tuning, stream,
+                   [&] { return inv_freq_of(key); });
 }
 
 void apply_llama31_rope_pos_ids(const DLTensor* q, const DLTensor* k, DLTensor* q_out,
@@ -475,30 +579,40 @@ void apply_llama31_rope_pos_ids(const DLTensor* q, const DLTensor* k, DLTensor* 
   StridedView pos;
   auto [v, rot] = check_pos_ids_call(q, k, q_out, k_out, pos_ids, rotary_dim, interleave,
                                      rope_scale, rope_theta, &pos);
-  check_positive_finite(low_freq_factor, "low_freq_factor");
-  check_positive_finite(old_context_len, "old_context_len");
-  if (!std::isfinite(high_freq_factor) || !(high_freq_factor > low_freq_factor)) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT,
-         "high_freq_factor must be finite and > low_freq_factor ({}), got {}", low_freq_factor,
-         high_freq_factor);
-  }
-  if (trace::enabled() && v.tokens > 0 && v.q_heads + v.k_heads > 0) {
-    trace::rope({RopeKind::kLlama31, v.q.dtype, v.q_heads, v.k_heads, v.head_dim, rot,
-                 interleave != 0, pos.dtype},
-                v.tokens, 0);
-  }
-  FreqKey key;
-  key.rot_dim = rot;
-  key.llama31 = 1;
-  key.scale = rope_scale;
-  key.theta = rope_theta;
-  key.low = low_freq_factor;
-  key.high = high_freq_factor;
-  key.old_ctx = old_context_len;
-  launch_freq_rope(v, pos, key, interleave != 0, launch, tuning, stream, [&, rot = rot] {
-    return llama31_inv_freq(rot, rope_scale, rope_theta, low_freq_factor, high_freq_factor,
-                            old_context_len);
-  });
+  const FreqKey key =
+      llama31_key(rot, rope_scale, rope_theta, low_freq_factor, high_freq_factor, old_context_len);
+  trace_freq_rope(RopeKind::kLlama31, v, rot, interleave, pos, nullptr);
+  launch_freq_rope(v, pos, nullptr, key, interleave != 0, launch, tuning, stream,
+                   [&] { return inv_freq_of(key); });
+}
+
+void apply_rope_indptr(const DLTensor* q, const DLTensor* k, DLTensor* q_out, DLTensor* k_out,
+                       const DLTensor* indptr, const DLTensor* offsets, int rotary_dim,
+                       int interleave, float rope_scale, float rope_theta, void* stream,
+                       const ElementwiseLaunch& launch, const RopeTuning& tuning) {
+  StridedView ind, off;
+  auto [v, rot] = check_indptr_call(q, k, q_out, k_out, indptr, offsets, rotary_dim, interleave,
+                                    rope_scale, rope_theta, &ind, &off);
+  trace_freq_rope(RopeKind::kPosIds, v, rot, interleave, off, &ind);
+  const FreqKey key = plain_key(rot, rope_scale, rope_theta);
+  launch_freq_rope(v, off, &ind, key, interleave != 0, launch, tuning, stream,
+                   [&] { return inv_freq_of(key); });
+}
+
+void apply_llama31_rope_indptr(const DLTensor* q, const DLTensor* k, DLTensor* q_out,
+                               DLTensor* k_out, const DLTensor* indptr, const DLTensor* offsets,
+                               int rotary_dim, int interleave, float rope_scale, float rope_theta,
+                               float low_freq_factor, float high_freq_factor, float old_context_len,
+                               void* stream, const ElementwiseLaunch& launch,
+                               const RopeTuning& tuning) {
+  StridedView ind, off;
+  auto [v, rot] = check_indptr_call(q, k, q_out, k_out, indptr, offsets, rotary_dim, interleave,
+                                    rope_scale, rope_theta, &ind, &off);
+  const FreqKey key =
+      llama31_key(rot, rope_scale, rope_theta, low_freq_factor, high_freq_factor, old_context_len);
+  trace_freq_rope(RopeKind::kLlama31, v, rot, interleave, off, &ind);
+  launch_freq_rope(v, off, &ind, key, interleave != 0, launch, tuning, stream,
+                   [&] { return inv_freq_of(key); });
 }
 
 namespace {

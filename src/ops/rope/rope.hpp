@@ -15,7 +15,9 @@
 
 namespace kjit::ops {
 
-enum class RopeMode { kFreq, kCache };  // angles from a frequency table / from a cos-sin cache
+// Angles from a frequency table at pos_ids[t] / from a cos-sin cache / from the frequency table
+// at the position a request's indptr and offsets give (FlashInfer's apply_rope).
+enum class RopeMode { kFreq, kCache, kIndptr };
 
 // One compiled RoPE variant. Every field is in the URI.
 struct RopeConfig {
@@ -94,6 +96,20 @@ void apply_llama31_rope_pos_ids(const DLTensor* q, const DLTensor* k, DLTensor* 
                                 float old_context_len, void* stream,
                                 const ElementwiseLaunch& launch = elementwise_launch_from_env(),
                                 const RopeTuning& tuning = {});
+// FlashInfer's apply_rope / apply_llama31_rope: token t of request b (indptr[b] <= t <
+// indptr[b + 1]) is at position offsets[b] + t - indptr[b].
+void apply_rope_indptr(const DLTensor* q, const DLTensor* k, DLTensor* q_out, DLTensor* k_out,
+                       const DLTensor* indptr, const DLTensor* offsets, int rotary_dim,
+                       int interleave, float rope_scale, float rope_theta, void* stream,
+                       const ElementwiseLaunch& launch = elementwise_launch_from_env(),
+                       const RopeTuning& tuning = {});
+void apply_llama31_rope_indptr(const DLTensor* q, const DLTensor* k, DLTensor* q_out,
+                               DLTensor* k_out, const DLTensor* indptr, const DLTensor* offsets,
+                               int rotary_dim, int interleave, float rope_scale, float rope_theta,
+                               float low_freq_factor, float high_freq_factor, float old_context_len,
+                               void* stream,
+                               const ElementwiseLaunch& launch = elementwise_launch_from_env(),
+                               const RopeTuning& tuning = {});
 void apply_rope_with_cos_sin_cache(const DLTensor* positions, DLTensor* q, DLTensor* k,
                                    int head_size, const DLTensor* cos_sin_cache, int is_neox,
                                    void* stream,

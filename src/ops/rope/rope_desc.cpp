@@ -30,6 +30,7 @@ Definition rope_definition(const RopeDefAxes& a) {
   d.op_type = a.kind == RopeKind::kPosIds    ? "rope"
               : a.kind == RopeKind::kLlama31 ? "llama31_rope"
                                              : "rope_cos_sin_cache";
+  if (a.indptr && !cache) d.op_type += "_indptr";
   d.name = fmt::format("{}_q{}_k{}_d{}", d.op_type, a.qo_heads, a.kv_heads, a.head_dim);
   if (a.rotary_dim != a.head_dim) d.name += fmt::format("_r{}", a.rotary_dim);
   if (a.interleave) d.name += "_gptj";
@@ -40,14 +41,23 @@ Definition rope_definition(const RopeDefAxes& a) {
   d.entry = a.kind == RopeKind::kPosIds    ? "kjit_apply_rope_pos_ids"
             : a.kind == RopeKind::kLlama31 ? "kjit_apply_llama31_rope_pos_ids"
                                            : "kjit_apply_rope_with_cos_sin_cache";
+  if (a.indptr && !cache) {
+    d.entry = a.kind == RopeKind::kPosIds ? "kjit_apply_rope" : "kjit_apply_llama31_rope";
+  }
   const char* head = cache ? "head_size" : "head_dim";
-  d.description = std::string("rotary embedding of q and k per token, ") +
-                  (a.interleave ? "GPT-J pairs (2i, 2i+1)" : "NeoX halves (i, i + rotary_dim/2)") +
-                  (a.kind == RopeKind::kPosIds    ? "; angles pos / (theta^(2i/rotary_dim) * scale)"
-                   : a.kind == RopeKind::kLlama31 ? "; Llama 3.1 frequency scaling"
-                                                  : "; cos and sin from the cache row of pos");
+  d.description =
+      std::string("rotary embedding of q and k per token") +
+      (a.indptr ? " at position offsets[b] + t - indptr[b] (token t of request b), " : ", ") +
+      (a.interleave ? "GPT-J pairs (2i, 2i+1)" : "NeoX halves (i, i + rotary_dim/2)") +
+      (a.kind == RopeKind::kPosIds    ? "; angles pos / (theta^(2i/rotary_dim) * scale)"
+       : a.kind == RopeKind::kLlama31 ? "; Llama 3.1 frequency scaling"
+                                      : "; cos and sin from the cache row of pos");
   d.axes = {var("num_tokens", "tokens")};
   if (cache) d.axes.push_back(var("max_position", "rows of cos_sin_cache"));
+  if (a.indptr && !cache) {
+    d.axes.push_back(var("batch_size", "requests"));
+    d.axes.push_back(var("len_indptr", "batch_size + 1"));
+  }
   d.axes.push_back(constant("num_qo_heads", a.qo_heads, "query heads"));
   d.axes.push_back(constant("num_kv_heads", a.kv_heads, "key heads"));
   d.axes.push_back(constant(head, a.head_dim, "elements per head"));
@@ -69,10 +79,17 @@ Definition rope_definition(const RopeDefAxes& a) {
     return d;
   }
   d.inputs = {tensor("q", {q_shape[0], q_shape[1], q_shape[2]}, a.dtype, "queries"),
-              tensor("k", {k_shape[0], k_shape[1], k_shape[2]}, a.dtype, "keys"),
-              tensor("pos_ids", {"num_tokens"}, a.pos_dtype, "position of each token"),
-              scalar("rope_scale", "divides the frequencies"),
-              scalar("rope_theta", "frequency base")};
+              tensor("k", {k_shape[0], k_shape[1], k_shape[2]}, a.dtype, "keys")};
+  if (a.indptr) {
+    d.inputs.push_back(tensor("indptr", {"len_indptr"}, a.pos_dtype,
+                              "tokens [indptr[b], indptr[b+1]) belong to request b"));
+    d.inputs.push_back(
+        tensor("offsets", {"batch_size"}, a.pos_dtype, "position of request b's first token"));
+  } else {
+    d.inputs.push_back(tensor("pos_ids", {"num_tokens"}, a.pos_dtype, "position of each token"));
+  }
+  d.inputs.push_back(scalar("rope_scale", "divides the frequencies"));
+  d.inputs.push_back(scalar("rope_theta", "frequency base"));
   if (a.kind == RopeKind::kLlama31) {
     d.inputs.push_back(scalar("low_freq_factor", "Llama 3.1 scaling"));
     d.inputs.push_back(scalar("high_freq_factor", "Llama 3.1 scaling"));
@@ -94,7 +111,8 @@ namespace {
 // dtypes are launch arguments.
 std::vector<SetArgs> rope_precompile_sets(const Definition& def, const VarAxes& axes) {
   const bool cache = def.op_type == "rope_cos_sin_cache";
-  if (!cache && def.op_type != "rope" && def.op_type != "llama31_rope") {
+  const bool indptr = def.op_type == "rope_indptr" || def.op_type == "llama31_rope_indptr";
+  if (!cache && !indptr && def.op_type != "rope" && def.op_type != "llama31_rope") {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "definition {}: op type {} is no rope", def.name,
          def.op_type);
   }
@@ -102,15 +120,17 @@ std::vector<SetArgs> rope_precompile_sets(const Definition& def, const VarAxes& 
   const int64_t hd = def.const_axis(cache ? "head_size" : "head_dim");
   const int64_t rd = def.const_axis("rotary_dim");
   const bool il = def.const_axis("layout") != 0;
-  const RopeConfig base =
-      select_rope(cache ? RopeMode::kCache : RopeMode::kFreq, dtype, hd, rd, il, 16);
+  const RopeMode mode = cache ? RopeMode::kCache : indptr ? RopeMode::kIndptr : RopeMode::kFreq;
+  const RopeConfig base = select_rope(mode, dtype, hd, rd, il, 16);
   std::vector<int64_t> tokens = {1, kRopeUnitMajorMaxTokens + 1};
   if (auto t = var_axis(axes, "num_tokens")) tokens = {*t};
   std::vector<SetArgs> out;
   for (int64_t t : tokens) {
     for (bool early : {false, pdl_early_indices_requested()}) {
       const RopeConfig c = plan_rope(base, t, early, RopeTuning{});
-      SetArgs a = {{"mode", cache ? "cache" : "freq"},
+      SetArgs a = {{"mode", cache    ? "cache"
+                            : indptr ? "indptr"
+                                     : "freq"},
                    {"dtype", dtype_name(dtype)},
                    {"head_dim", std::to_string(hd)},
                    {"rotary_dim", std::to_string(rd)},
@@ -133,9 +153,10 @@ OpDef rope_op_def() {
   d.summary = "rotary position embedding of q and k (pos_ids / llama31 / cos_sin_cache)";
   d.axes = {
       {"mode",
-       {"freq", "cache"},
+       {"freq", "cache", "indptr"},
        true,
-       "freq: angles from positions (pos_ids and llama31); cache: cos/sin cache"},
+       "freq: angles from positions (pos_ids and llama31); cache: cos/sin cache; indptr: angles "
+       "from the positions a request's indptr and offsets give"},
       {"dtype", {"bf16", "fp16"}, true, "q/k dtype"},
       {"head_dim", {}, true, "head size (1..1024)"},
       {"rotary_dim", {}, false, "rotated dims, even, <= head_dim and 512 (default head_dim)"},
@@ -156,7 +177,10 @@ OpDef rope_op_def() {
   d.arch_families = {"sm_80+"};
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
-    const RopeMode mode = args.at("mode") == "freq" ? RopeMode::kFreq : RopeMode::kCache;
+    const std::string& m = args.at("mode");
+    const RopeMode mode = m == "freq"    ? RopeMode::kFreq
+                          : m == "cache" ? RopeMode::kCache
+                                         : RopeMode::kIndptr;
     const DType dtype = dtype_from_name(args.at("dtype"));
     const int64_t hd = positive_int_arg(args, "head_dim", kRopeMaxHeadDim);
     const int64_t rd = args.count("rotary_dim") ? positive_int_arg(args, "rotary_dim", hd) : hd;
@@ -228,6 +252,15 @@ OpDef rope_op_def() {
       out.back()["layout"] = "decode";
       out.back()["early"] = early;
     }
+    // Positions from indptr and offsets (kjit_apply_rope, NeoX 128) at prefill and decode sizes.
+    for (const char* dt : {"bf16", "fp16"}) {
+      add("indptr", dt, 128, 128, 0);
+      add("indptr", dt, 128, 128, 0);
+      out.back()["layout"] = "decode";
+    }
+    add("indptr", "bf16", 128, 128, 0);
+    out.back()["layout"] = "decode";
+    out.back()["early"] = "1";
     return out;
   };
   d.precompile_sets = rope_precompile_sets;
@@ -247,6 +280,11 @@ OpDef rope_op_def() {
       if (h.q == 28) continue;  // Qwen 2.5: plain RoPE only
       a.kind = RopeKind::kLlama31;
       out.push_back(rope_definition(a));
+      a.indptr = true;  // FlashInfer's apply_rope / apply_llama31_rope
+      out.push_back(rope_definition(a));
+      a.kind = RopeKind::kPosIds;
+      out.push_back(rope_definition(a));
+      a.indptr = false;
       a.kind = RopeKind::kCosSinCache;
       a.cache_dtype = bf;
       out.push_back(rope_definition(a));
@@ -272,17 +310,21 @@ ojson rope_bench_set(DType dtype, int64_t tokens, int64_t qo_heads, int64_t kv_h
 
 namespace trace {
 
-void rope(const RopeDefAxes& a, int64_t tokens, int64_t max_position) noexcept {
+void rope(const RopeDefAxes& a, int64_t tokens, int64_t max_position, int64_t batch) noexcept {
   const Definition d = rope_definition(a);
   ojson axes = {{"num_tokens", tokens}};
   if (a.kind == RopeKind::kCosSinCache) axes["max_position"] = max_position;
+  ojson set = rope_bench_set(a.dtype, tokens, a.qo_heads, a.kv_heads, a.head_dim, a.rotary_dim,
+                             a.interleave);
+  if (a.indptr) {
+    axes["batch_size"] = batch;
+    axes["len_indptr"] = batch + 1;
+    set["batch"] = std::to_string(batch);
+  }
   // pos_ids and llama31 run the same kernel on the same bytes (only the frequencies differ), so
   // `bench rope` times both; the cos/sin-cache kernel has no bench yet.
   const bool benchable = a.kind != RopeKind::kCosSinCache;
-  record(d.name, axes, benchable ? "rope" : nullptr,
-         rope_bench_set(a.dtype, tokens, a.qo_heads, a.kv_heads, a.head_dim, a.rotary_dim,
-                        a.interleave),
-         [&] { return d; });
+  record(d.name, axes, benchable ? "rope" : nullptr, set, [&] { return d; });
 }
 
 }  // namespace trace

@@ -22,14 +22,18 @@ struct RopeDefAxes {
   DType dtype = DType::kBF16;
   int64_t qo_heads = 0, kv_heads = 0, head_dim = 0, rotary_dim = 0;
   bool interleave = false;           // GPT-J pairs (for kCosSinCache: !is_neox)
-  DType pos_dtype = DType::kI32;     // pos_ids / positions
+  DType pos_dtype = DType::kI32;     // pos_ids / positions (indptr: indptr and offsets)
   DType cache_dtype = DType::kBF16;  // kCosSinCache: the cos_sin_cache dtype
+  // kPosIds / kLlama31: positions from indptr and offsets (kjit_apply_rope /
+  // kjit_apply_llama31_rope) instead of pos_ids.
+  bool indptr = false;
 };
 Definition rope_definition(const RopeDefAxes& a);
 
 namespace trace {
-// max_position: rows of the cos/sin cache (kCosSinCache only).
-void rope(const RopeDefAxes& axes, int64_t tokens, int64_t max_position) noexcept;
+// max_position: rows of the cos/sin cache (kCosSinCache only); batch: requests (indptr only).
+void rope(const RopeDefAxes& axes, int64_t tokens, int64_t max_position,
+          int64_t batch = 0) noexcept;
 }  // namespace trace
 
 // The fused RoPE + paged KV append (kjit_rope_append_paged_kv_cache).

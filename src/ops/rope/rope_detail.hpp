@@ -46,7 +46,8 @@ struct RopeLaunch {
   RopeMode mode = RopeMode::kFreq;
   bool interleave = false;
   int rot_dim = 0;
-  const StridedView* pos = nullptr;
+  const StridedView* pos = nullptr;                // kIndptr: the offsets
+  const StridedView* indptr = nullptr;             // kIndptr
   const StridedView* cache = nullptr;              // kCache
   const std::vector<float>* freq_pairs = nullptr;  // kFreq: see freq_pairs()
   const ElementwiseLaunch* launch = nullptr;

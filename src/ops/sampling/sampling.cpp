@@ -258,4 +258,35 @@ int argmax_cluster_size(ArgmaxPath path, int forced_cluster, int64_t batch, int6
   return c;
 }
 
+int softmax_cluster_size(int64_t batch, int64_t vocab, int sm_count, int cc_major) {
+  if (cc_major < 9) return 1;
+  // One 1024-thread block a row reads at one SM's pace (a 128256-token row alone leaves the
+  // other SMs idle); a cluster splits the row while batch x blocks still fits one block per SM.
+  int c = 1;
+  while (c < 8 && batch * c * 2 <= sm_count && vocab / (2 * c) >= 4096) c *= 2;
+  return c;
+}
+
+RowConfig select_top_k(DType dtype, int64_t vocab, int64_t k, bool vec_ok) {
+  check_row_kernel("top_k", dtype, vocab);
+  if (k > kTopKMaxK) {
+    fail(KJIT_ERROR_UNSUPPORTED,
+         "top_k supports k up to {} (the candidates sit in shared memory), "
+         "not {}",
+         kTopKMaxK, k);
+  }
+  RowConfig c;
+  c.dtype = dtype;
+  // Up to five passes over the row, each as argmax's read (four 16-byte loads in flight a lane).
+  choose_vec(dtype, vec_ok, 4, c.vec, c.unroll);
+  return c;
+}
+
+jit::Spec top_k_spec(const RowConfig& c) {
+  return row_spec("top_k", "sampling/top_k.cuh", "top_k", c);
+}
+std::string top_k_uri(const RowConfig& c) {
+  return top_k_spec(c).uri;
+}
+
 }  // namespace kjit::ops

@@ -13,6 +13,7 @@
 #include "ops/registry.hpp"
 #include "ops/tensor.hpp"
 #include "sampling/sampling_params.h"
+#include "sampling/top_k_params.h"
 
 namespace kjit::ops {
 
@@ -37,7 +38,7 @@ struct RowConfig {
   DType dtype = DType::kF32;
   int vec = 1;
   int unroll = 8;
-  int cluster = 1;  // argmax only: blocks per row, a sm_90 thread-block cluster when > 1
+  int cluster = 1;  // argmax, softmax: blocks per row, a sm_90 thread-block cluster when > 1
 };
 
 inline constexpr int64_t kFilterMaxVocab = 262144;      // 1024 segments of >= 256 elements
@@ -148,7 +149,16 @@ struct RowParam {
 
 // Validate, then launch on `stream`. Throw kjit::Error. The C entry points (kjit.h) document
 // the arguments; seed and offset are device tensors so the launch never reads device memory.
-void softmax(const DLTensor* logits, DLTensor* out, RowParam<float> temperature, void* stream);
+// Blocks per softmax row: on sm_90+ a cluster of 2, 4 or 8 while the batch leaves SMs idle and
+// each part keeps >= 4096 elements, else 1.
+int softmax_cluster_size(int64_t batch, int64_t vocab, int sm_count, int cc_major);
+// An override of softmax's blocks per row, for the bench and the tests (0: the plan's,
+// softmax_cluster_size; 1: one block per row; 2, 4, 8: a cluster, sm_90+).
+struct SoftmaxTuning {
+  int cluster = 0;
+};
+void softmax(const DLTensor* logits, DLTensor* out, RowParam<float> temperature, void* stream,
+             const SoftmaxTuning& tuning = {});
 void argmax(const DLTensor* input, DLTensor* out, void* stream, const ArgmaxTuning& tuning = {});
 
 struct SampleArgs {
@@ -164,6 +174,17 @@ void sample(const char* input_name, FilterInput input, const DLTensor* x, const 
 void top_k_renorm_probs(const DLTensor* probs, RowParam<int> top_k, DLTensor* out, void* stream);
 void top_p_renorm_probs(const DLTensor* probs, RowParam<float> top_p, DLTensor* out, void* stream);
 void top_k_mask_logits(const DLTensor* logits, RowParam<int> top_k, DLTensor* out, void* stream);
+
+// ---- kjit_top_k (kernels/sampling/top_k.cuh): one block per row --------------------------------
+
+inline constexpr int64_t kTopKMaxK = sampling::kTopKMax;
+// Support and dispatch: KJIT_ERROR_UNSUPPORTED for a dtype, row length or k (above kTopKMaxK)
+// no variant serves. The config is a RowConfig (dtype, vec, unroll; no cluster).
+RowConfig select_top_k(DType dtype, int64_t vocab, int64_t k, bool vec_ok);
+jit::Spec top_k_spec(const RowConfig& cfg);
+std::string top_k_uri(const RowConfig& cfg);
+// Validate, then launch on `stream`; throws kjit::Error (kjit.h documents the arguments).
+void top_k(const DLTensor* input, DLTensor* values, DLTensor* indices, int k, void* stream);
 
 // The filter bits of SampleArgs::filters (the kernels' SamplingParams::filters).
 inline constexpr int kFilterTopK = sampling::kFilterTopK, kFilterTopP = sampling::kFilterTopP,

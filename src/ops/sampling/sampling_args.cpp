@@ -151,4 +151,10 @@ void check_no_overlap(const std::vector<Span>& written, const std::vector<Span>&
   }
 }
 
+bool vec_ok(const Batch& b, const RowMatrix* out) {
+  const int64_t vec = 16 / static_cast<int64_t>(dtype_size(b.m.dtype));
+  if (b.vocab % vec != 0 || row_alignment(b.m) < 16) return false;
+  return out == nullptr || row_alignment(*out) >= 16;
+}
+
 }  // namespace kjit::ops::sampling_args

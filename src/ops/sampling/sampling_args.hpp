@@ -23,6 +23,9 @@ struct Batch {
   int64_t vocab = 0;
 };
 Batch as_batch(const DLTensor* t, const char* name);
+// Whether the rows (and out's, when given) take 16-byte vectors: the vocabulary a multiple of
+// the vector and every row 16-byte aligned.
+bool vec_ok(const Batch& b, const RowMatrix* out = nullptr);
 
 // A 1-D device tensor of a few accepted element types.
 struct Vector {

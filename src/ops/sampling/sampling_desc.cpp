@@ -49,6 +49,17 @@ AxisDef vocab_axis() {
           "with the vector width matters"};
 }
 
+// Every dtype at 16-byte alignment (the vector path) and at 4 (the scalar path).
+std::vector<SetArgs> row_catalog() {
+  std::vector<SetArgs> out;
+  for (const char* align : {"16", "4"}) {
+    for (const char* dt : {"fp32", "bf16", "fp16"}) {
+      out.push_back({{"dtype", dt}, {"align", align}});
+    }
+  }
+  return out;
+}
+
 OpDef row_op_def(const char* name, const char* summary, jit::Spec (*spec)(const RowConfig&),
                  RowConfig (*select)(DType, int64_t, bool)) {
   OpDef d;
@@ -63,15 +74,7 @@ OpDef row_op_def(const char* name, const char* summary, jit::Spec (*spec)(const 
         args.count("vocab") ? positive_int_arg(args, "vocab", kRowKernelMaxVocab) : 128256;
     return spec(select(dtype, vocab, vec_ok_arg(args, dtype, vocab)));
   };
-  d.catalog = [] {
-    std::vector<SetArgs> out;
-    for (const char* align : {"16", "4"}) {
-      for (const char* dt : {"fp32", "bf16", "fp16"}) {
-        out.push_back({{"dtype", dt}, {"align", align}});
-      }
-    }
-    return out;
-  };
+  d.catalog = row_catalog;
   d.precompile_sets = [](const Definition& def, const VarAxes&) {
     return std::vector<SetArgs>{row_set(def)};
   };
@@ -85,6 +88,42 @@ std::vector<Definition> sampling_definitions(std::initializer_list<SamplingKind>
     for (int v : {128256, 151936, 32000}) out.push_back(sampling_definition(k, DType::kF32, v));
   }
   return out;
+}
+
+// A row op with a `cluster` axis (blocks per row; > 1 a sm_90 thread-block cluster): its axis,
+// the config of a --set (the select function's, with cluster and, where the op has the axis,
+// unroll applied), the warm-up sets (one block a row and each cluster size the plan may give a
+// row of the definition's vocabulary on sm_90: `most`) and the catalog's cluster entries (the
+// usual logits dtypes at 16-byte alignment).
+AxisDef cluster_axis(const char* values_note) {
+  return {"cluster", {"1", "2", "4", "8"}, false, values_note};
+}
+
+RowConfig cluster_row_config(const SetArgs& args, RowConfig (*select)(DType, int64_t, bool)) {
+  const DType dtype = dtype_from_name(args.at("dtype"));
+  const int64_t vocab =
+      args.count("vocab") ? positive_int_arg(args, "vocab", kRowKernelMaxVocab) : 128256;
+  RowConfig c = select(dtype, vocab, vec_ok_arg(args, dtype, vocab));
+  if (args.count("cluster")) c.cluster = static_cast<int>(positive_int_arg(args, "cluster", 8));
+  if (args.count("unroll")) c.unroll = static_cast<int>(positive_int_arg(args, "unroll", 8));
+  return c;
+}
+
+std::vector<SetArgs> cluster_precompile_sets(const Definition& def, int most) {
+  std::vector<SetArgs> out = {row_set(def)};
+  for (int c = 2; c <= most; c *= 2) {
+    out.push_back(row_set(def));
+    out.back()["cluster"] = std::to_string(c);
+  }
+  return out;
+}
+
+void add_cluster_catalog(std::vector<SetArgs>& out, std::initializer_list<const char*> sizes) {
+  for (const char* dt : {"fp32", "bf16"}) {
+    for (const char* c : sizes) {
+      out.push_back({{"dtype", dt}, {"align", "16"}, {"cluster", c}});
+    }
+  }
 }
 
 }  // namespace
@@ -358,6 +397,24 @@ OpDef sampling_filter_op_def() {
 OpDef softmax_op_def() {
   OpDef d = row_op_def("softmax", "softmax(x / T) over the last dim, fp32 out", softmax_spec,
                        select_softmax);
+  d.axes.push_back(cluster_axis(
+      "blocks per row (default 1); > 1 is a sm_90+ thread-block cluster, which batches that "
+      "leave SMs idle get"));
+  d.make_spec = [d](const SetArgs& args) {
+    check_set_args(d, args);
+    return softmax_spec(cluster_row_config(args, select_softmax));
+  };
+  d.precompile_sets = [](const Definition& def, const VarAxes&) {
+    return cluster_precompile_sets(
+        def, softmax_cluster_size(1, def.const_axis("vocab_size"), 1 << 20, 9));
+  };
+  d.catalog = [] {
+    std::vector<SetArgs> out = row_catalog();
+    // Batches up to SMs / 8 rows on sm_90 (clusters of 2 and 4 compile on first use: the three
+    // sampling catalogs share a budget).
+    add_cluster_catalog(out, {"8"});
+    return out;
+  };
   d.definitions = [] {
     // Llama 3 (128256), Qwen 2 / 2.5 (151936), Llama 2 / Mistral (32000). Engines upcast the
     // logits to fp32 before sampling, so the logits definitions are fp32.
@@ -369,52 +426,30 @@ OpDef softmax_op_def() {
 OpDef argmax_op_def() {
   OpDef d = row_op_def("argmax", "index of the row maximum (first on ties, NaN largest)",
                        argmax_spec, select_argmax);
-  d.axes.push_back({"cluster",
-                    {"1", "2", "4", "8"},
-                    false,
-                    "blocks per row (default 1); > 1 is a sm_90+ thread-block cluster, which "
-                    "small batches get"});
+  d.axes.push_back(cluster_axis(
+      "blocks per row (default 1); > 1 is a sm_90+ thread-block cluster, which small batches "
+      "get"));
   d.axes.push_back({"unroll",
                     {"1", "2", "4", "8"},
                     false,
                     "vector loads in flight per lane (default: the plan's)"});
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
-    const DType dtype = dtype_from_name(args.at("dtype"));
-    const int64_t vocab =
-        args.count("vocab") ? positive_int_arg(args, "vocab", kRowKernelMaxVocab) : 128256;
-    RowConfig c = select_argmax(dtype, vocab, vec_ok_arg(args, dtype, vocab));
-    if (args.count("cluster")) c.cluster = static_cast<int>(positive_int_arg(args, "cluster", 8));
-    if (args.count("unroll")) c.unroll = static_cast<int>(positive_int_arg(args, "unroll", 8));
-    return argmax_spec(c);
+    return argmax_spec(cluster_row_config(args, select_argmax));
   };
   // One block a row, and each cluster size the plan may give a row of this vocabulary on sm_90
   // (which one depends on the batch and the device's SM count).
   d.precompile_sets = [](const Definition& def, const VarAxes&) {
-    std::vector<SetArgs> out = {row_set(def)};
-    const int most =
-        argmax_cluster_size(ArgmaxPath::kAuto, 0, 1, def.const_axis("vocab_size"), 1 << 20, 9);
-    for (int c = 2; c <= most; c *= 2) {
-      out.push_back(row_set(def));
-      out.back()["cluster"] = std::to_string(c);
-    }
-    return out;
+    return cluster_precompile_sets(
+        def,
+        argmax_cluster_size(ArgmaxPath::kAuto, 0, 1, def.const_axis("vocab_size"), 1 << 20, 9));
   };
   d.catalog = [] {
-    std::vector<SetArgs> out;
-    for (const char* align : {"16", "4"}) {
-      for (const char* dt : {"fp32", "bf16", "fp16"}) {
-        out.push_back({{"dtype", dt}, {"align", align}});
-      }
-    }
+    std::vector<SetArgs> out = row_catalog();
     // Batches below 4 * SMs rows on sm_90 (on 132 SMs: clusters of 8 up to 66 rows, of 4 up to
     // 132, of 2 up to 264), for the usual logits dtypes; fp16 compiles on first use (the three
     // sampling catalogs share a budget of 40).
-    for (const char* dt : {"fp32", "bf16"}) {
-      for (const char* c : {"8", "4", "2"}) {
-        out.push_back({{"dtype", dt}, {"align", "16"}, {"cluster", c}});
-      }
-    }
+    add_cluster_catalog(out, {"8", "4", "2"});
     return out;
   };
   d.definitions = [] {
@@ -497,6 +532,79 @@ void sampling(SamplingKind kind, DType dtype, int64_t vocab, int64_t batch) noex
   }
   if (bench_op != nullptr && sampling_reads_logits(kind)) set["dtype"] = dtype_name(dtype);
   record(d.name, {{"batch_size", batch}}, bench_op, set, [&] { return d; });
+}
+
+}  // namespace trace
+
+// ---- kjit_top_k ---------------------------------------------------------------------------------
+
+Definition top_k_definition(DType dtype, int64_t vocab, int64_t k) {
+  Definition d;
+  d.op_type = "top_k";
+  d.name = fmt::format("top_k_v{}_k{}{}", vocab, k, dtype_suffix(dtype));
+  d.op = "top_k";
+  d.entry = "kjit_top_k";
+  d.description =
+      "the k largest elements of each row and their indices, in descending order (equal values "
+      "by ascending index, NaN above +inf)";
+  d.axes = {var("batch_size", "rows"), constant("vocab_size", vocab, "row length"),
+            constant("k", k, "elements kept per row")};
+  d.inputs = {tensor("input", {"batch_size", "vocab_size"}, dtype, "scores or logits")};
+  d.outputs = {tensor("values", {"batch_size", "k"}, dtype, "the k largest, descending"),
+               tensor("indices", {"batch_size", "k"}, DType::kI32, "their indices in the row")};
+  d.reference = "tools/devkit/reference/sampling_ref.hpp: ref::top_k";
+  return d;
+}
+
+OpDef top_k_op_def() {
+  OpDef d;
+  d.name = "top_k";
+  d.summary = "top-k values and indices per row (sorted, ties by index, NaN largest)";
+  d.axes = {{"dtype", {"fp32", "bf16", "fp16"}, true, "input dtype"},
+            align_axis(),
+            vocab_axis(),
+            {"k", {}, false, "elements kept (default 1; a run-time value up to 1024)"}};
+  d.arch_families = {"sm_80+"};
+  d.make_spec = [d](const SetArgs& args) {
+    check_set_args(d, args);
+    const DType dtype = dtype_from_name(args.at("dtype"));
+    const int64_t vocab =
+        args.count("vocab") ? positive_int_arg(args, "vocab", kRowKernelMaxVocab) : 128256;
+    const int64_t k = args.count("k") ? positive_int_arg(args, "k", kTopKMaxK) : 1;
+    return top_k_spec(select_top_k(dtype, vocab, k, vec_ok_arg(args, dtype, vocab)));
+  };
+  d.catalog = [] {
+    std::vector<SetArgs> out;
+    for (const char* dt : {"fp32", "bf16", "fp16"}) out.push_back({{"dtype", dt}});
+    out.push_back({{"dtype", "fp32"}, {"align", "4"}});
+    return out;
+  };
+  d.precompile_sets = [](const Definition& def, const VarAxes&) {
+    return std::vector<SetArgs>{{{"dtype", dtype_name(def.tensor_dtype("input"))},
+                                 {"vocab", std::to_string(def.const_axis("vocab_size"))},
+                                 {"k", std::to_string(def.const_axis("k"))}}};
+  };
+  d.definitions = [] {
+    // Speculative decoding's draft candidates and MoE-style score selection at Llama 3's and
+    // Qwen 2.5's vocabularies, on fp32 logits as engines keep them for sampling.
+    std::vector<Definition> out;
+    for (int64_t v : {128256, 151936}) {
+      for (int64_t k : {8, 64}) out.push_back(top_k_definition(DType::kF32, v, k));
+    }
+    return out;
+  };
+  return d;
+}
+
+namespace trace {
+
+void top_k(DType dtype, int64_t vocab, int64_t k, int64_t batch) noexcept {
+  const Definition d = top_k_definition(dtype, vocab, k);
+  const ojson set = {{"dtype", dtype_name(dtype)},
+                     {"batch", std::to_string(batch)},
+                     {"vocab", std::to_string(vocab)},
+                     {"k", std::to_string(k)}};
+  record(d.name, {{"batch_size", batch}}, "top_k", set, [&] { return d; });
 }
 
 }  // namespace trace

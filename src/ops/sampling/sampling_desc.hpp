@@ -48,4 +48,11 @@ void sampling(SamplingKind kind, DType dtype, int64_t vocab, int64_t batch) noex
 void chain_speculative(int64_t vocab, int64_t num_draft, int64_t batch) noexcept;
 }  // namespace trace
 
+// kjit_top_k: values and indices of the k largest elements per row.
+OpDef top_k_op_def();
+Definition top_k_definition(DType dtype, int64_t vocab, int64_t k);
+namespace trace {
+void top_k(DType dtype, int64_t vocab, int64_t k, int64_t batch) noexcept;
+}  // namespace trace
+
 }  // namespace kjit::ops

@@ -84,13 +84,6 @@ const float* float_param(const RowParam<float>& f, const char* arr_name, const B
   return reinterpret_cast<const float*>(v.data);
 }
 
-// Whether every row of `m` (and of `out`, when given) allows 16-byte vectors of `dtype`.
-bool vec_ok(const Batch& b, const RowMatrix* out = nullptr) {
-  const int64_t vec = 16 / static_cast<int64_t>(dtype_size(b.m.dtype));
-  if (b.vocab % vec != 0 || row_alignment(b.m) < 16) return false;
-  return out == nullptr || row_alignment(*out) >= 16;
-}
-
 // Dynamic shared memory for a cluster of n blocks: room for each block's share of the row, which
 // it then reads from global memory once, when that fits beside the kernel's static shared memory
 // (under 48 KB); else 0 and every pass reads the share from L2.
@@ -345,7 +338,8 @@ void top_k_mask_logits(const DLTensor* logits, RowParam<int> top_k, DLTensor* ou
   renorm_or_mask(FilterOp::kMask, logits, &top_k, nullptr, out, stream);
 }
 
-void softmax(const DLTensor* logits, DLTensor* out, RowParam<float> temperature, void* stream) {
+void softmax(const DLTensor* logits, DLTensor* out, RowParam<float> temperature, void* stream,
+             const SoftmaxTuning& tuning) {
   const Batch b = as_batch(logits, "logits");
   std::vector<Span> spans;
   SoftmaxParams p{};
@@ -358,7 +352,23 @@ void softmax(const DLTensor* logits, DLTensor* out, RowParam<float> temperature,
   }
   check_no_overlap({span_of(o, "out")}, spans);
   if (b.m.numel() == 0) return;  // after validation: a zero-size call is still checked
-  const RowConfig cfg = select_softmax(b.m.dtype, b.vocab, vec_ok(b, &o));
+  RowConfig cfg = select_softmax(b.m.dtype, b.vocab, vec_ok(b, &o));
+  if (tuning.cluster != 0 && tuning.cluster != 1 && tuning.cluster != 2 && tuning.cluster != 4 &&
+      tuning.cluster != 8) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "softmax: blocks per row must be 0, 1, 2, 4 or 8, not {}",
+         tuning.cluster);
+  }
+  const cuda::DeviceInfo& info = cuda::device_info(b.m.device);
+  cfg.cluster = tuning.cluster > 0
+                    ? tuning.cluster
+                    : softmax_cluster_size(b.batch, b.vocab, info.sm_count, info.major);
+  if (cfg.cluster > 1 && info.major < 9) {
+    fail(KJIT_ERROR_UNSUPPORTED, "softmax: a cluster per row needs sm_90 or newer, not sm_{}{}",
+         info.major, info.minor);
+  }
+  if (b.batch * cfg.cluster > INT_MAX) {
+    fail(KJIT_ERROR_UNSUPPORTED, "softmax: {} rows exceed the grid", b.batch);
+  }
   if (trace::enabled()) trace::sampling(SamplingKind::kSoftmax, b.m.dtype, b.vocab, b.batch);
   p.input = b.m.data;
   p.out = static_cast<float*>(o.data);
@@ -368,9 +378,11 @@ void softmax(const DLTensor* logits, DLTensor* out, RowParam<float> temperature,
   p.vocab = static_cast<int>(b.vocab);
   const jit::LoadedKernel& k = jit::JitCore::global().kernel_for("softmax", cfg, b.m.device,
                                                                  [&] { return softmax_spec(cfg); });
+  // A cluster's blocks each take a contiguous part of the row (softmax_cluster_kernel).
+  const int64_t part = (b.vocab + cfg.cluster - 1) / cfg.cluster;
   cuda::LaunchConfig lc;
-  lc.grid_x = static_cast<unsigned>(b.batch);
-  lc.block_x = static_cast<unsigned>(sampling_block_threads(b.vocab, cfg.vec, cfg.unroll));
+  lc.grid_x = static_cast<unsigned>(b.batch * cfg.cluster);
+  lc.block_x = static_cast<unsigned>(sampling_block_threads(part, cfg.vec, cfg.unroll));
   lc.stream = static_cast<CUstream>(stream);
   cuda::ScopedDevice scope(b.m.device);
   cuda::launch(k.functions.at(0), lc, &p);

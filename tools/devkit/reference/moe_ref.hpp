@@ -1,5 +1,6 @@
 // fp64 CPU reference for the mixture-of-experts family: routing (scores, grouped top-k in
-// torch.topk's order, weights), the stable permutation by expert, and finalize. Written from the
+// torch.topk's order, weights), the stable permutation by expert, finalize, SwiGLU experts and
+// the fp8 block-scaled grouped GEMM's outputs. Written from the
 // definitions in kjit.h, not from the kernels.
 #pragma once
 
@@ -7,7 +8,11 @@
 #include <cmath>
 #include <cstdint>
 #include <numeric>
+#include <string>
 #include <vector>
+
+#include "reference/fp8_ref.hpp"
+#include "reference/gemm_ref.hpp"
 
 namespace kjit::ref {
 
@@ -170,6 +175,39 @@ inline MoeValues moe_swiglu_expert(const double* x, const double* w13, const dou
     r.err[c] = carried + kMoeFp32Acc * sq * (m + carried) + u_out * (std::fabs(y) + carried);
   }
   return r;
+}
+
+// One output of the fp8 block-scaled grouped GEMM (kjit_moe_grouped_gemm_fp8): a row of a (k e4m3
+// codes, scale sa[c] per 128-wide K chunk c) times a row of b[e] (k codes, its 128 x 128 block's
+// scales sb[c]), in fp64 on the dequantized operands (code value times scale), and the bound
+// ref::gemm_fp8_error_bound gives it in out_dtype (the tensor cores' fp8 accumulation per chunk,
+// fp32's, one rounding to out_dtype; "fp32" where the result stays in registers).
+struct Fp8Element {
+  double want = 0.0, bound = 0.0;
+};
+
+inline Fp8Element moe_gemm_fp8_element(const uint8_t* a, const float* sa, const uint8_t* b,
+                                       const float* sb, int64_t k, const std::string& out_dtype) {
+  double want = 0.0, sum_abs = 0.0;
+  for (int64_t i = 0; i < k; ++i) {
+    const double p = e4m3_value(a[i]) * sa[i / 128] * (e4m3_value(b[i]) * sb[i / 128]);
+    want += p;
+    sum_abs += std::fabs(p);
+  }
+  const double bound = gemm_fp8_error_bound(
+      a, b, k, [&](int64_t c) { return static_cast<double>(sa[c]) * sb[c]; }, 1.0, want, sum_abs,
+      out_dtype);
+  return Fp8Element{want, bound};
+}
+
+// silu(g) * u from a gate and an up output of the fp8 GEMM kept in fp32 (the SwiGLU epilogue),
+// rounded once to a format of unit roundoff u_h: the value and how far a GPU's may land, each
+// input's bound carried through the formula as moe_swiglu_act does (|silu'| <= 1.1).
+inline Fp8Element moe_swiglu_of(const Fp8Element& g, const Fp8Element& u, double u_h) {
+  const double silu = g.want / (1.0 + std::exp(-g.want));
+  const double v = silu * u.want;
+  const double carried = 1.1 * g.bound * (std::fabs(u.want) + u.bound) + std::fabs(silu) * u.bound;
+  return Fp8Element{v, carried + (u_h + kMoeFp32Acc) * (std::fabs(v) + carried)};
 }
 
 }  // namespace kjit::ref

@@ -63,4 +63,15 @@ inline int rope_partner(int d, int rot_dim, bool interleave) {
   return d < rot_dim / 2 ? d + rot_dim / 2 : d - rot_dim / 2;
 }
 
+// FlashInfer's apply_rope positions: token t of request b (indptr[b] <= t < indptr[b + 1]) is at
+// offsets[b] + t - indptr[b]; one entry per token, request by request.
+inline std::vector<int64_t> indptr_positions(const std::vector<int64_t>& indptr,
+                                             const std::vector<int64_t>& offsets) {
+  std::vector<int64_t> pos;
+  for (size_t b = 0; b + 1 < indptr.size(); ++b) {
+    for (int64_t t = indptr[b]; t < indptr[b + 1]; ++t) pos.push_back(offsets[b] + t - indptr[b]);
+  }
+  return pos;
+}
+
 }  // namespace kjit::ref

@@ -220,6 +220,19 @@ inline std::vector<double> softmax(const std::vector<double>& x, double t) {
   return p;
 }
 
+// torch.topk(x, k, sorted=True)'s indices with kjit_top_k's order: descending values, NaN above
+// +inf, equal values (-0 and +0 included) by ascending index.
+inline std::vector<int64_t> top_k(const std::vector<double>& x, int64_t k) {
+  std::vector<int64_t> idx(x.size());
+  std::iota(idx.begin(), idx.end(), int64_t{0});
+  std::stable_sort(idx.begin(), idx.end(), [&](int64_t a, int64_t b) {
+    const bool na = std::isnan(x[a]), nb = std::isnan(x[b]);
+    return na || nb ? na && !nb : x[a] > x[b];
+  });
+  idx.resize(static_cast<size_t>(k));
+  return idx;
+}
+
 // torch.argmax: the first maximum, NaN the largest.
 inline int64_t argmax(const std::vector<double>& x) {
   int64_t best = 0;
