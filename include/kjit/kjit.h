@@ -967,10 +967,12 @@ KJIT_API kjit_status kjit_gemm(const DLTensor* a, const DLTensor* b, const DLTen
  *   accumulation (14 significant bits) stays that of one chunk however long k is.
  * options: kjit_gemm_options (alpha, beta); NULL for the defaults (alpha 1, beta 0).
  * Any k >= 0 (k = 0 gives out = beta * out). On an sm_90 device the call runs on tensor cores
- * (TMA + wgmma) when a and b start at 16-byte aligned addresses with row strides multiples of 16
- * bytes (k a multiple of 16 for compact tensors); otherwise, on sm_89+ devices, mma.sync e4m3
- * tiles serve it when a's and b's bases and row strides are 16-byte aligned (any k), and an fp32
- * fallback when they are not or the device is sm_80 / sm_86. Thread-safe.
+ * (TMA + wgmma; at decode sizes, up to 128 rows of a, a kernel that streams the weight with K
+ * split over a thread-block cluster) when a and b start at 16-byte aligned addresses with row
+ * strides multiples of 16 bytes (k a multiple of 16 for compact tensors); otherwise, on sm_89+
+ * devices, mma.sync e4m3 tiles serve it when a's and b's bases and row strides are 16-byte
+ * aligned (any k), and an fp32 fallback when they are not or the device is sm_80 / sm_86.
+ * Thread-safe.
  */
 KJIT_API kjit_status kjit_gemm_fp8(const DLTensor* a, const DLTensor* b, const DLTensor* scale_a,
                                    const DLTensor* scale_b, DLTensor* out,

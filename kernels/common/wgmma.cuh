@@ -154,13 +154,6 @@ KJIT_WGMMA_FORM_RS(mma_rs_m64n128k16_bf16, 128, "bf16", KJIT_WGMMA_REGS_0_63, KJ
 KJIT_WGMMA_FORM_RS(mma_rs_m64n128k16_f16, 128, "f16", KJIT_WGMMA_REGS_0_63, KJIT_WGMMA_D_0_63,
                    "{%64, %65, %66, %67}", "%68", "%69")
 #undef KJIT_WGMMA_FORM_RS
-#undef KJIT_WGMMA_REGS_0_7
-#undef KJIT_WGMMA_REGS_0_15
-#undef KJIT_WGMMA_REGS_0_31
-#undef KJIT_WGMMA_REGS_16_31
-#undef KJIT_WGMMA_D_0_7
-#undef KJIT_WGMMA_D_0_15
-#undef KJIT_WGMMA_D_0_31
 
 // The e4m3 forms: d (+)= a[64 x 32] * b[N x 32]^T, fp8 operands both K-major (fp8 wgmma has no
 // transpose operands), fp32 accumulators. A k32 step of e4m3 spans the same 32 bytes of a
@@ -183,8 +176,22 @@ KJIT_WGMMA_FORM_E4M3(mma_m64n128k32_e4m3, 128, KJIT_WGMMA_REGS_0_63, KJIT_WGMMA_
                      "%65", "%66")
 KJIT_WGMMA_FORM_E4M3(mma_m64n256k32_e4m3, 256, KJIT_WGMMA_REGS_0_63 ", " KJIT_WGMMA_REGS_64_127,
                      KJIT_WGMMA_D_0_127, "%128", "%129", "%130")
+// The decode GEMM's narrow e4m3 forms (kernels/gemm/gemm_fp8_decode_sm90.cuh).
+KJIT_WGMMA_FORM_E4M3(mma_m64n16k32_e4m3, 16, KJIT_WGMMA_REGS_0_7, KJIT_WGMMA_D_0_7, "%8", "%9",
+                     "%10")
+KJIT_WGMMA_FORM_E4M3(mma_m64n32k32_e4m3, 32, KJIT_WGMMA_REGS_0_15, KJIT_WGMMA_D_0_15, "%16", "%17",
+                     "%18")
+KJIT_WGMMA_FORM_E4M3(mma_m64n64k32_e4m3, 64, KJIT_WGMMA_REGS_0_31, KJIT_WGMMA_D_0_31, "%32", "%33",
+                     "%34")
 
 #undef KJIT_WGMMA_FORM_E4M3
+#undef KJIT_WGMMA_REGS_0_7
+#undef KJIT_WGMMA_REGS_0_15
+#undef KJIT_WGMMA_REGS_0_31
+#undef KJIT_WGMMA_REGS_16_31
+#undef KJIT_WGMMA_D_0_7
+#undef KJIT_WGMMA_D_0_15
+#undef KJIT_WGMMA_D_0_31
 #undef KJIT_WGMMA_FORM
 #undef KJIT_WGMMA_REGS_0_63
 #undef KJIT_WGMMA_REGS_64_127
@@ -239,12 +246,19 @@ KJIT_DEVICE KJIT_FORCEINLINE void mma(float (&d)[N / 2], u64 desc_a, u64 desc_b,
   }
 }
 
-// The e4m3 form of width N (128 or 256).
+// The e4m3 form of width N (16, 32, 64, 128 or 256).
 template <int N>
 KJIT_DEVICE KJIT_FORCEINLINE void mma_e4m3(float (&d)[N / 2], u64 desc_a, u64 desc_b,
                                            int accumulate) {
-  static_assert(N == 128 || N == 256, "wgmma widths kjit instantiates: 128, 256");
-  if constexpr (N == 128) {
+  static_assert(N == 16 || N == 32 || N == 64 || N == 128 || N == 256,
+                "wgmma widths kjit instantiates: 16, 32, 64, 128, 256");
+  if constexpr (N == 16) {
+    mma_m64n16k32_e4m3(d, desc_a, desc_b, accumulate);
+  } else if constexpr (N == 32) {
+    mma_m64n32k32_e4m3(d, desc_a, desc_b, accumulate);
+  } else if constexpr (N == 64) {
+    mma_m64n64k32_e4m3(d, desc_a, desc_b, accumulate);
+  } else if constexpr (N == 128) {
     mma_m64n128k32_e4m3(d, desc_a, desc_b, accumulate);
   } else {
     mma_m64n256k32_e4m3(d, desc_a, desc_b, accumulate);

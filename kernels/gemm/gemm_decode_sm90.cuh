@@ -84,9 +84,9 @@ KJIT_DEVICE KJIT_FORCEINLINE int part_slot(int n, int m) {
 // Block `rank` of the cluster writes the tokens m % split == rank: each output summed over the
 // blocks' partials (distributed shared memory), a warp's threads on adjacent n so the stores
 // coalesce.
-template <typename IN, typename OUT>
+template <typename IN, typename OUT, typename OutScale>
 KJIT_DEVICE KJIT_FORCEINLINE void decode_write(const GemmParams& p, int n_tile, u32 rank, u32 split,
-                                               const float* parts) {
+                                               const float* parts, OutScale out_scale) {
   // The cluster's partials, mapped once; the sum's loads are unrolled so they are in flight
   // together rather than one remote latency each.
   const float* src[kGemmDecodeMaxSplit];
@@ -106,14 +106,23 @@ KJIT_DEVICE KJIT_FORCEINLINE void decode_write(const GemmParams& p, int n_tile, 
       if (q < split) acc += src[q][slot];
     }
     OUT* o = static_cast<OUT*>(p.out) + m * p.out_stride + n;
-    *o = from_float<OUT>(output_value(p, acc, o, bias_at<IN>(p, n)));
+    *o = from_float<OUT>(output_value(p, out_scale(m, n) * acc, o, bias_at<IN>(p, n)));
   }
 }
 
-template <typename IN, typename OUT, int TOKENS, int STAGES>
-__global__ void __launch_bounds__(kGemmDecodeThreads, 2)
-    gemm_decode_sm90_kernel(const __grid_constant__ GemmParams p) {
-  static_assert(sizeof(IN) == 2, "wgmma operands here are bf16 or fp16");
+// One block of a decode kernel: the ring, the producer, the split's partial sums and the write,
+// around the consumers' K loop. The bf16 / fp16 kernel below and the e4m3 one
+// (gemm_fp8_decode_sm90.cuh) share it: their stages hold the same bytes (128 weight rows and TOKENS
+// token rows, one 128-byte swizzle row each: 64 of K in 16-bit elements or 128 in e4m3), so only
+// the multiply differs.
+//   consume_k(tiles, full, empty, kb_begin, kb_end, half, n_tile, acc): consumer warpgroup
+//     `half`'s loop over stages kb_begin .. kb_end - 1 (ring slot (kb - kb_begin) % STAGES) into
+//     acc (wgmma's layout, rows n and columns m);
+//   out_scale(m, n): the factor of output (m, n)'s sum before alpha (1 where there is none).
+// BIAS types p.bias. k_blocks: K's stages.
+template <typename BIAS, typename OUT, int TOKENS, int STAGES, typename ConsumeK, typename OutScale>
+KJIT_DEVICE KJIT_FORCEINLINE void decode_block(const GemmParams& p, int k_blocks,
+                                               ConsumeK consume_k, OutScale out_scale) {
   static_assert(TOKENS == 16 || TOKENS == 32 || TOKENS == 64 || TOKENS == 128,
                 "TOKENS is a wgmma width kjit instantiates");
   constexpr u32 kStageBytes = decode_stage_bytes<TOKENS>();
@@ -126,7 +135,6 @@ __global__ void __launch_bounds__(kGemmDecodeThreads, 2)
   const u32 split = cluster_size();
   const u32 rank = cluster_rank();
   const int n_tile = static_cast<int>(blockIdx.x / split);
-  const int k_blocks = static_cast<int>((p.k + kGemmBlockK - 1) / kGemmBlockK);
   const int kb_begin = static_cast<int>(i64(k_blocks) * rank / split);
   const int kb_end = static_cast<int>(i64(k_blocks) * (rank + 1) / split);
   init_ring<STAGES>(full, empty);
@@ -137,8 +145,8 @@ __global__ void __launch_bounds__(kGemmDecodeThreads, 2)
     float acc[TOKENS / 2];
 #pragma unroll
     for (int i = 0; i < TOKENS / 2; ++i) acc[i] = 0.0f;
-    consume<IN, TOKENS, STAGES>(tiles, full, empty, kb_end - kb_begin,
-                                static_cast<int>(threadIdx.x / 128), acc);
+    consume_k(tiles, full, empty, kb_begin, kb_end, static_cast<int>(threadIdx.x / 128), n_tile,
+              acc);
     // Both warpgroups' MMAs are done with the ring (and every TMA write landed: each stage was
     // waited for) before it holds the partial sums.
     consumers_sync();
@@ -157,8 +165,21 @@ __global__ void __launch_bounds__(kGemmDecodeThreads, 2)
   } else {
     __syncthreads();
   }
-  if (consumer) decode_write<IN, OUT>(p, n_tile, rank, split, parts);
+  if (consumer) decode_write<BIAS, OUT>(p, n_tile, rank, split, parts, out_scale);
   if (split > 1) cluster_sync();  // no block leaves while another reads its partials
+}
+
+template <typename IN, typename OUT, int TOKENS, int STAGES>
+__global__ void __launch_bounds__(kGemmDecodeThreads, 2)
+    gemm_decode_sm90_kernel(const __grid_constant__ GemmParams p) {
+  static_assert(sizeof(IN) == 2, "wgmma operands here are bf16 or fp16");
+  decode_block<IN, OUT, TOKENS, STAGES>(
+      p, static_cast<int>((p.k + kGemmBlockK - 1) / kGemmBlockK),
+      [](unsigned char* tiles, u64* full, u64* empty, int kb_begin, int kb_end, int half, int,
+         float(&acc)[TOKENS / 2]) {
+        consume<IN, TOKENS, STAGES>(tiles, full, empty, kb_end - kb_begin, half, acc);
+      },
+      [](int, i64) { return 1.0f; });
 }
 
 }  // namespace gemm

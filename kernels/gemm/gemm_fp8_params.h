@@ -30,5 +30,12 @@ struct GemmFp8Params {
 constexpr int kFp8ChunkK = 128;
 static_assert(kFp8ChunkK == 2 * kGemmBlockK, "a stage of e4m3 pairs is a bf16 stage's bytes");
 
+// Blocks per SM of the e4m3 decode kernel (gemm_fp8_decode_sm90.cuh) at a token tile: a consumer
+// thread holds two sets of tokens / 2 accumulators (the sum and one chunk's part), and at 128
+// tokens those alone exceed the 112 registers two blocks of kGemmDecodeThreads leave a thread.
+constexpr int gemm_fp8_decode_blocks_per_sm(int tokens) {
+  return tokens == 128 ? 1 : 2;
+}
+
 }  // namespace gemm
 }  // namespace kjit

@@ -38,6 +38,18 @@ KJIT_DEVICE KJIT_FORCEINLINE void mma_stage(float (&d)[BN / 2], u32 a_base, u32 
   wgmma::commit_group();
 }
 
+// Waits for ring stage s (in phase `phase`), multiplies its chunk into part from zero, waits for
+// the MMAs and hands the stage back to the producer (one arrival per warp).
+template <int BN>
+KJIT_DEVICE KJIT_FORCEINLINE void mma_chunk(float (&part)[BN / 2], u64* full, u64* empty, int s,
+                                            int phase, u32 a_base, u32 b_base) {
+  hopper::mbarrier_wait(&full[s], phase);
+  mma_stage<BN>(part, a_base, b_base);
+  wgmma::wait_group<0>();
+  wgmma::fence_operands(part);
+  if (threadIdx.x % 32 == 0) hopper::mbarrier_arrive(&empty[s]);
+}
+
 // The first of the two rows of a consumer thread's registers in tile m_tile (the other is 8
 // further: register i is at row row0 + 8 ((i / 2) % 2), common/wgmma.cuh).
 KJIT_DEVICE KJIT_FORCEINLINE i64 fragment_row0(int m_tile, int half) {
@@ -71,18 +83,13 @@ KJIT_DEVICE KJIT_FORCEINLINE void consume_fp8_chunks(unsigned char* tiles, u64* 
                                                      Scales scales) {
   constexpr u32 kABytes = kGemmBlockM * kFp8ChunkK;
   constexpr u32 kStageBytes = (kGemmBlockM + BN) * kFp8ChunkK;
-  const bool arrives = threadIdx.x % 32 == 0;
   for (int kb = 0; kb < k_blocks; ++kb) {
     const int s = kb % STAGES;
     const ChunkScales c = scales(kb);
-    hopper::mbarrier_wait(&full[s], (kb / STAGES) & 1);
     const u32 a_base = hopper::smem_addr(tiles + s * kStageBytes) + half * 64 * 128;
     const u32 b_base = hopper::smem_addr(tiles + s * kStageBytes + kABytes);
     float part[BN / 2];
-    mma_stage<BN>(part, a_base, b_base);
-    wgmma::wait_group<0>();
-    wgmma::fence_operands(part);
-    if (arrives) hopper::mbarrier_arrive(&empty[s]);
+    mma_chunk<BN>(part, full, empty, s, (kb / STAGES) & 1, a_base, b_base);
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = fmaf(part[i], c.s[(i / 2) % 2][i >= BN / 4], acc[i]);
   }

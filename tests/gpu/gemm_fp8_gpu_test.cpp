@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/driver.hpp"
 #include "gemm_test_util.hpp"
 #include "kjit/kjit.h"
 #include "ops/gemm/gemm_fp8.hpp"
@@ -220,8 +221,9 @@ TEST_CASE("gemm_fp8 gpu: every scale mode, small and odd shapes, both paths", "[
                                             : ops::GemmPath::kSimt;
   for (const char* mode : kModes) {
     for (const char* od : {"bf16", "fp16", "fp32"}) {
-      // k a multiple of 16 (TMA-describable): the sm90 kernel on an H100 / H200. M, N and K off
-      // every tile edge (128 rows, 128 / 256 columns, 128 of K), k = 16 (an eighth of a stage).
+      // k a multiple of 16 (TMA-describable): the sm90 kernels on an H100 / H200 (the decode one
+      // up to 128 rows). M, N and K off every tile edge (128 rows, 128 / 256 columns, 128 of K),
+      // k = 16 (an eighth of a stage).
       for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3>>{{1, 128, 128},
                                                                        {1, 200, 16},
                                                                        {7, 136, 144},
@@ -229,7 +231,9 @@ TEST_CASE("gemm_fp8 gpu: every scale mode, small and odd shapes, both paths", "[
                                                                        {128, 256, 16},
                                                                        {129, 129, 528}}) {
         Case c{mode, od, m, n, k};
-        CHECK(path_for(c) == fast);
+        const ops::GemmPath want =
+            fast == ops::GemmPath::kSm90 && m <= 128 ? ops::GemmPath::kSm90Decode : fast;
+        CHECK(path_for(c) == want);
         run_case(c, rng);
       }
     }
@@ -327,13 +331,125 @@ TEST_CASE("gemm_fp8 gpu: the mma.sync kernel serves 16-byte rows TMA refuses, ev
   }
 }
 
-TEST_CASE("gemm_fp8 gpu: the tensor-core path takes every TMA-ready shape",
+TEST_CASE("gemm_fp8 gpu: the tensor-core paths take every TMA-ready shape",
           "[gpu][gemm][fp8][sm90a]") {
   for (const char* mode : kModes) {
-    for (int64_t m : {int64_t{1}, int64_t{64}, int64_t{4096}}) {
-      CHECK(path_for({mode, "bf16", m, 4096, 4096}) == ops::GemmPath::kSm90);
+    for (int64_t m : {int64_t{1}, int64_t{64}, int64_t{128}}) {
+      CHECK(path_for({mode, "bf16", m, 4096, 4096}) == ops::GemmPath::kSm90Decode);
     }
+    CHECK(path_for({mode, "bf16", 4096, 4096, 4096}) == ops::GemmPath::kSm90);
+    // 224 weight tiles: past 64 rows the 128-wide tiles already cover the SMs.
+    CHECK(path_for({mode, "bf16", 128, 28672, 4096}) == ops::GemmPath::kSm90);
   }
+}
+
+TEST_CASE("gemm_fp8 gpu: the decode kernel, every scale mode and token tile, split K",
+          "[gpu][gemm][fp8][sm90a]") {
+  // Every token tile (m = 1, 7, 16 | 17 | 64 | 65, 128), n off the 128-row weight tile, k a
+  // multiple of 16 (TMA's rule for e4m3 rows) but not of 128 where it can be (the last chunk
+  // partial; block scales have ceil(k / 128) chunks, so every mode takes such k), long enough
+  // that the cluster splits K (unevenly: 65 chunks over up to 8 blocks) and short enough that it
+  // does not; block scales 2^10 apart along K and n; alpha / beta over a preset out and a strided
+  // out; each output held to ref::gemm_fp8_error_bound after a NaN-poisoned out.
+  std::mt19937_64 rng(std::random_device{}());
+  for (const char* mode : kModes) {
+    for (const char* od : {"bf16", "fp16", "fp32"}) {
+      for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3>>{{1, 1000, 8208},
+                                                                       {7, 389, 1040},
+                                                                       {16, 136, 144},
+                                                                       {17, 1000, 4112},
+                                                                       {64, 257, 3088},
+                                                                       {65, 1000, 8208},
+                                                                       {128, 129, 1024}}) {
+        Case c{mode, od, m, n, k};
+        c.wide_block_scales = std::string(mode) == "block" && k > 1024;
+        CHECK(path_for(c) == ops::GemmPath::kSm90Decode);
+        run_case(c, rng);
+      }
+    }
+    Case b{mode, "bf16", 33, 777, 2064};
+    b.alpha = 0.5f;
+    b.beta = -1.25f;
+    b.out_stride = 777 + 3;
+    CHECK(path_for(b) == ops::GemmPath::kSm90Decode);
+    run_case(b, rng);
+  }
+  // All-positive operands at k = 8192: the promotion every 128 of K happens on this path too
+  // (summed over all of K the error would be about 15 times the bound).
+  for (const char* mode : {"tensor", "block"}) {
+    Case c{mode, "fp32", 16, 300, 8192};
+    c.positive = true;
+    CHECK(path_for(c) == ops::GemmPath::kSm90Decode);
+    CHECK(run_case(c, rng) <= 1.0);
+  }
+}
+
+TEST_CASE("gemm_fp8 gpu: the decode kernel replays in a CUDA graph", "[gpu][gemm][fp8][sm90a]") {
+  // Captured after an eager call (which compiles the kernel and asks the driver for its
+  // residency): the replay must write what an eager call writes, byte for byte (the split's
+  // reduction is fixed, so the kernel is deterministic), and read a's contents at replay time.
+  const auto& d = kjit::cuda::driver();
+  std::mt19937_64 rng(std::random_device{}());
+  const int64_t m = 5, n = 1000, k = 4112;
+  REQUIRE(path_for({"block", "bf16", m, n, k}) == ops::GemmPath::kSm90Decode);
+  std::vector<uint8_t> a_h(static_cast<size_t>(m * k)), b_h(static_cast<size_t>(n * k));
+  for (auto& x : a_h) x = random_e4m3_code(rng);
+  for (auto& x : b_h) x = random_e4m3_code(rng);
+  const int64_t kc = ceil_div(k, 128);
+  std::vector<float> sa(static_cast<size_t>(m * kc)),
+      sb(static_cast<size_t>(ceil_div(n, 128) * kc));
+  for (auto& x : sa) x = random_scale(rng);
+  for (auto& x : sb) x = random_scale(rng);
+  DeviceBuffer a(a_h.size()), b(b_h.size()), sa_d(sa.size() * 4), sb_d(sb.size() * 4),
+      y(static_cast<size_t>(m * n) * 2), y_eager(static_cast<size_t>(m * n) * 2);
+  a.upload(a_h.data(), a_h.size());
+  b.upload(b_h.data(), b_h.size());
+  sa_d.upload(sa.data(), sa.size() * 4);
+  sb_d.upload(sb.data(), sb.size() * 4);
+  auto a_t = make_tensor(a.get(), {m, k}, dl_dtype("e4m3"));
+  auto b_t = make_tensor(b.get(), {n, k}, dl_dtype("e4m3"));
+  auto sa_t = make_tensor(sa_d.get(), {m, kc}, dl_dtype("fp32"));
+  auto sb_t = make_tensor(sb_d.get(), {ceil_div(n, 128), kc}, dl_dtype("fp32"));
+  auto y_t = make_tensor(y.get(), {m, n}, dl_dtype("bf16"));
+  auto e_t = make_tensor(y_eager.get(), {m, n}, dl_dtype("bf16"));
+  CUstream s = nullptr;
+  REQUIRE(d.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS);
+  const auto eager = [&] {
+    y_eager.fill(0xFF);
+    REQUIRE(kjit_gemm_fp8(a_t.get(), b_t.get(), sa_t.get(), sb_t.get(), e_t.get(), nullptr, s) ==
+            KJIT_SUCCESS);
+  };
+  eager();
+  CUgraph g = nullptr;
+  REQUIRE(d.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
+  const kjit_status st =
+      kjit_gemm_fp8(a_t.get(), b_t.get(), sa_t.get(), sb_t.get(), y_t.get(), nullptr, s);
+  INFO("kjit_last_error: " << kjit_last_error());
+  REQUIRE(d.cuStreamEndCapture(s, &g) == CUDA_SUCCESS);
+  REQUIRE(st == KJIT_SUCCESS);
+  CUgraphExec exec = nullptr;
+  REQUIRE(d.cuGraphInstantiateWithFlags(&exec, g, 0) == CUDA_SUCCESS);
+  std::vector<unsigned char> got(static_cast<size_t>(m * n) * 2), want(got.size());
+  for (int round = 0; round < 2; ++round) {
+    if (round == 1) {  // new activations: the graph reads them at replay
+      for (auto& x : a_h) x = random_e4m3_code(rng);
+      a.upload(a_h.data(), a_h.size());
+      eager();
+    }
+    y.fill(0xFF);
+    REQUIRE(d.cuGraphLaunch(exec, s) == CUDA_SUCCESS);
+    REQUIRE(d.cuStreamSynchronize(s) == CUDA_SUCCESS);
+    y.download(got.data(), got.size());
+    y_eager.download(want.data(), want.size());
+    CHECK(got == want);
+    // Not NaN (the poison) anywhere: the replay wrote every output.
+    bool poisoned = false;
+    for (size_t i = 0; i < got.size(); i += 2) poisoned |= got[i] == 0xFF && got[i + 1] == 0xFF;
+    CHECK(!poisoned);
+  }
+  d.cuGraphExecDestroy(exec);
+  d.cuGraphDestroy(g);
+  d.cuStreamDestroy(s);
 }
 
 // ---- kjit_quant_fp8 --------------------------------------------------------------------------

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <string>
 
+#include "gemm/gemm_fp8_params.h"
 #include "kjit/kjit.h"
 #include "ops/gemm/gemm_fp8.hpp"
 #include "ops/quant/quant_fp8.hpp"
@@ -283,7 +284,7 @@ TEST_CASE("gemm_fp8: select takes sm90 only where TMA and wgmma can serve", "[fp
   using ops::GemmPath;
   const auto bf16 = DType::kBF16;
   const auto tr = Fp8Scales::kTensorRow;
-  CHECK(ops::select_gemm_fp8(bf16, tr, 1, 4096, 4096, h100(true)).path == GemmPath::kSm90);
+  CHECK(ops::select_gemm_fp8(bf16, tr, 129, 4096, 4096, h100(true)).path == GemmPath::kSm90);
   // One 128-wide tile (promotion needs the registers a 256-wide one would take).
   CHECK(ops::select_gemm_fp8(bf16, tr, 4096, 4096, 4096, h100(true)).bn == 128);
   CHECK(ops::select_gemm_fp8(bf16, Fp8Scales::kBlock, 4096, 4096, 4096, h100(true)).bn == 128);
@@ -334,24 +335,96 @@ TEST_CASE("gemm_fp8: select takes the mma.sync kernel on sm_89+ rows cp.async ca
         GemmPath::kSimt);
 }
 
+TEST_CASE("gemm_fp8: select takes the decode kernel where kjit_gemm takes its decode path",
+          "[fp8]") {
+  using ops::DType;
+  using ops::Fp8Scales;
+  using ops::GemmPath;
+  const auto bf16 = DType::kBF16;
+  for (const Fp8Scales sc : {Fp8Scales::kTensorRow, Fp8Scales::kBlock}) {
+    for (const DType od : {DType::kBF16, DType::kF16, DType::kF32}) {
+      // m -> the token tile, its depth (two blocks an SM below 128 tokens, one at 128).
+      const int cases[][3] = {{1, 16, 6},  {7, 16, 6},  {16, 16, 6},  {17, 32, 5},
+                              {33, 64, 4}, {64, 64, 4}, {65, 128, 7}, {128, 128, 7}};
+      for (const auto& c : cases) {
+        INFO("m " << c[0]);
+        const ops::GemmFp8Config cfg = ops::select_gemm_fp8(od, sc, c[0], 4096, 14336, h100(true));
+        CHECK(cfg.path == GemmPath::kSm90Decode);
+        CHECK(cfg.tokens == c[1]);
+        CHECK(cfg.stages == c[2]);
+        CHECK(cfg.scales == sc);
+        CHECK(cfg.out_dtype == od);
+        // Every selected depth fits the shared memory its blocks per SM share.
+        const int blocks = kjit::gemm::gemm_fp8_decode_blocks_per_sm(cfg.tokens);
+        CHECK(blocks * (kjit::gemm::gemm_decode_smem_bytes(cfg.tokens, cfg.stages) + 1024) <=
+              232448 + 1024);
+        CHECK(kjit::gemm::gemm_decode_smem_bytes(cfg.tokens, cfg.stages + 1) * blocks >
+              232448 + 1024 - 1024 * blocks);
+      }
+    }
+  }
+  // Past 64 rows only where n has fewer 128-row tiles than SMs (kjit_gemm's rule): 28672 rows
+  // are 224 tiles on 132 SMs.
+  CHECK(ops::select_gemm_fp8(bf16, Fp8Scales::kTensorRow, 64, 28672, 4096, h100(true)).path ==
+        GemmPath::kSm90Decode);
+  CHECK(ops::select_gemm_fp8(bf16, Fp8Scales::kTensorRow, 65, 28672, 4096, h100(true)).path ==
+        GemmPath::kSm90);
+  CHECK(ops::select_gemm_fp8(bf16, Fp8Scales::kBlock, 128, 6144, 4096, h100(true)).path ==
+        GemmPath::kSm90Decode);
+  CHECK(ops::select_gemm_fp8(bf16, Fp8Scales::kBlock, 129, 6144, 4096, h100(true)).path ==
+        GemmPath::kSm90);
+  // Not without TMA-ready operands, nor on plain sm_90 or sm_89.
+  ops::GemmTarget no_tma = h100(false);
+  no_tma.cp_async_ok = true;
+  CHECK(ops::select_gemm_fp8(bf16, Fp8Scales::kTensorRow, 1, 4096, 4096, no_tma).path ==
+        GemmPath::kMmaSm80);
+  ops::GemmTarget ada = h100(true);
+  ada.cc_major = 8;
+  ada.cc_minor = 9;
+  ada.max_smem_optin = 101376;
+  ada.cp_async_ok = true;
+  CHECK(ops::select_gemm_fp8(bf16, Fp8Scales::kTensorRow, 1, 4096, 4096, ada).path ==
+        GemmPath::kMmaSm80);
+  // A device whose shared memory holds no two decode stages takes the tiles' path (or none).
+  ops::GemmTarget small = h100(true);
+  small.max_smem_optin = 32 * 1024;
+  CHECK(ops::select_gemm_fp8(bf16, Fp8Scales::kTensorRow, 1, 4096, 4096, small).path !=
+        GemmPath::kSm90Decode);
+  // The URI names every setting.
+  CHECK(ops::gemm_fp8_spec(
+            ops::select_gemm_fp8(DType::kF32, Fp8Scales::kBlock, 33, 4096, 14336, h100(true)))
+            .uri == "gemm_fp8_path_decode_out_dtype_fp32_tokens_64_stages_4_block_1");
+}
+
 TEST_CASE("gemm_fp8 and quant_fp8: specs and catalogs", "[fp8]") {
   const ops::OpDef& def = ops::op_or_throw("gemm_fp8");
-  int sm90 = 0, mma = 0;
+  int sm90 = 0, mma = 0, decode = 0;
   for (const auto& args : def.catalog()) {
     const kjit::jit::Spec s = def.make_spec(args);
     INFO(s.uri);
     const std::string& path = args.at("path");
     sm90 += path == "sm90";
     mma += path == "sm80";
-    CHECK(s.arch_families == std::vector<std::string>{path == "sm90"   ? "sm_90a"
-                                                      : path == "sm80" ? "sm_89+"
+    decode += path == "decode";
+    CHECK(s.arch_families == std::vector<std::string>{path == "sm90" || path == "decode" ? "sm_90a"
+                                                      : path == "sm80"                   ? "sm_89+"
                                                                        : "sm_80+"});
-    CHECK(s.entry_names.at(0).find(path == "sm90"   ? "gemm_fp8_sm90_kernel"
-                                   : path == "sm80" ? "gemm_fp8_mma_kernel"
+    CHECK(s.entry_names.at(0).find(path == "sm90"     ? "gemm_fp8_sm90_kernel"
+                                   : path == "decode" ? "gemm_fp8_decode_sm90_kernel"
+                                   : path == "sm80"   ? "gemm_fp8_mma_kernel"
                                                     : "gemm_fp8_simt_kernel") != std::string::npos);
   }
   CHECK(sm90 == 4);
   CHECK(mma == 2);
+  CHECK(decode == 16);  // 4 token tiles x 2 scale forms x 2 outs
+  // make_spec's default depth is select_gemm_fp8's on the H100 / H200.
+  CHECK(def.make_spec(
+               {{"path", "decode"}, {"out_dtype", "bf16"}, {"tokens", "128"}, {"scales", "block"}})
+            .uri == "gemm_fp8_path_decode_out_dtype_bf16_tokens_128_stages_7_block_1");
+  CHECK(def.make_spec({{"path", "decode"}, {"out_dtype", "fp32"}, {"tokens", "16"}}).uri ==
+        "gemm_fp8_path_decode_out_dtype_fp32_tokens_16_stages_6_block_0");
+  CHECK_THROWS_AS(def.make_spec({{"path", "sm90"}, {"out_dtype", "bf16"}, {"tokens", "16"}}),
+                  kjit::Error);
   CHECK(def.make_spec({{"path", "sm80"}, {"out_dtype", "fp32"}}).uri ==
         "gemm_fp8_path_sm80_out_dtype_fp32_bn_64_stages_4");
   CHECK_THROWS_AS(def.make_spec({{"path", "sm80"}, {"out_dtype", "bf16"}, {"scales", "block"}}),

@@ -39,6 +39,11 @@ int bench_gemm_fp8(const ops::SetArgs& args, const BenchOptions& opts) {
   if (out_dtype != "bf16" && out_dtype != "fp16" && out_dtype != "fp32") {
     throw UsageError("gemm_fp8: out_dtype is bf16, fp16 or fp32");
   }
+  // The decode path's K split (default: the library's).
+  const int split =
+      args.count("split") != 0
+          ? static_cast<int>(ops::positive_int_arg(args, "split", gemm::kGemmDecodeMaxSplit))
+          : 0;
   check_gpu();
   const bool block = mode == "block";
   const int64_t kc = ceil_div(k, 128);
@@ -91,10 +96,12 @@ int bench_gemm_fp8(const ops::SetArgs& args, const BenchOptions& opts) {
   c.uri = ops::gemm_fp8_spec(cfg).uri;
   c.dtype = "e4m3";
   c.shape = {{"m", m}, {"n", n}, {"k", k}, {"scales", mode}, {"out_dtype", out_dtype}};
-  c.label = fmt::format("gemm_fp8 {} ->{} m={} n={} k={} ({})", mode, out_dtype, m, n, k,
-                        ops::gemm_path_name(cfg.path));
+  if (split != 0) c.shape["split"] = split;
+  c.label = fmt::format("gemm_fp8 {} ->{} m={} n={} k={} ({}{})", mode, out_dtype, m, n, k,
+                        ops::gemm_path_name(cfg.path),
+                        split != 0 ? fmt::format(", split {}", split) : "");
   c.launch = [&](CUstream stream) {
-    ops::gemm_fp8(at.get(), bt.get(), sat.get(), sbt.get(), yt.get(), 1.0f, 0.0f, stream);
+    ops::gemm_fp8(at.get(), bt.get(), sat.get(), sbt.get(), yt.get(), 1.0f, 0.0f, stream, split);
   };
   c.bytes = static_cast<double>(m * k + n * k + m * n * static_cast<int64_t>(os) +
                                 static_cast<int64_t>((sa_count + sb_count) * sizeof(float)));
@@ -214,9 +221,10 @@ int bench_quant_fp8(const ops::SetArgs& args, const BenchOptions& opts) {
 void add_gemm_fp8_benches(std::vector<BenchEntry>& out) {
   out.push_back({"gemm_fp8",
                  {"scales", "m", "n", "k"},
-                 {"out_dtype"},
+                 {"out_dtype", "split"},
                  bench_gemm_fp8,
-                 "scales (tensor|row|block), m, n, k; out_dtype (bf16|fp16|fp32, default bf16)"});
+                 "scales (tensor|row|block), m, n, k; out_dtype (bf16|fp16|fp32, default bf16), "
+                 "split (the decode path's K split, 1..8; default the library's)"});
   out.push_back({"quant_fp8",
                  {"dtype", "scaling", "m", "k"},
                  {},

@@ -92,8 +92,8 @@ GemmTarget gemm_target(int device, bool tma_ok, bool cp_async_ok) {
   return t;
 }
 
-int gemm_decode_stages(int tokens, int max_smem_optin) {
-  const int per_block = (max_smem_optin + 1024) / 2 - 1024;
+int gemm_decode_stages(int tokens, int max_smem_optin, int blocks_per_sm) {
+  const int per_block = (max_smem_optin + 1024) / blocks_per_sm - 1024;
   int stages = 2;
   while (gemm::gemm_decode_smem_bytes(tokens, stages + 1) <= per_block) ++stages;
   return stages;
@@ -140,6 +140,27 @@ void check_simt_grid(const char* op, int64_t m, int64_t n) {
   }
 }
 
+GemmDecodeTile gemm_decode_tile(const GemmTarget& target, int64_t m, int64_t n, int64_t k2,
+                                int (*blocks_per_sm)(int tokens)) {
+  const bool hopper = target.cc_major == 9 && target.cc_minor == 0 && target.tma_ok &&
+                      m <= kMaxTmaSide && n <= kMaxTmaSide && k2 <= kMaxTmaSide &&
+                      ceil_div(n, gemm::kGemmDecodeRows) * gemm::kGemmDecodeMaxSplit <= kMaxTmaSide;
+  // Few rows: the product is a stream of the weight, which the decode kernel spreads over every
+  // SM (the 128 x bn tiles leave most SMs idle at n = 4096). Past 64 rows every decode block
+  // rereads as many token bytes as weight bytes, and where the 128-wide tiles already cover the
+  // SMs they win: 128 x 28672 x 4096 took 73 us on them and 83-88 us on the decode kernel on the
+  // H200 (bench/results/2026-12-04-h200-gemm-decode*), 128 x 4096 x 14336 79 us and 51 us.
+  const bool decode = m <= 64 || (m <= gemm::kGemmDecodeMaxTokens &&
+                                  ceil_div(n, gemm::kGemmDecodeRows) < target.sm_count);
+  if (!hopper || !decode) return {};
+  GemmDecodeTile t;
+  t.tokens = 16;  // the narrowest wgmma form kjit instantiates
+  while (t.tokens < m) t.tokens *= 2;
+  t.stages = gemm_decode_stages(t.tokens, target.max_smem_optin, blocks_per_sm(t.tokens));
+  if (gemm::gemm_decode_smem_bytes(t.tokens, t.stages) > target.max_smem_optin) return {};
+  return t;
+}
+
 GemmConfig select_gemm(DType dtype, DType out_dtype, int64_t m, int64_t n, int64_t k,
                        const GemmTarget& target) {
   if (dtype != DType::kBF16 && dtype != DType::kF16) {
@@ -151,27 +172,13 @@ GemmConfig select_gemm(DType dtype, DType out_dtype, int64_t m, int64_t n, int64
   GemmConfig c;
   c.dtype = dtype;
   c.out_dtype = out_dtype;
-  const bool hopper = target.cc_major == 9 && target.cc_minor == 0 && target.tma_ok &&
-                      m <= kMaxTmaSide && n <= kMaxTmaSide && k <= kMaxTmaSide;
-  // Few rows: the product is a stream of the weight, which the decode kernel spreads over every
-  // SM (the 128 x bn tiles below leave most SMs idle at n = 4096). Past 64 rows every decode
-  // block rereads as many token bytes as weight bytes, and where the 128-wide tiles already
-  // cover the SMs they win: 128 x 28672 x 4096 took 73 us on them and 83-88 us on the decode
-  // kernel on the H200 (bench/results/2026-12-04-h200-gemm-decode*), 128 x 4096 x 14336 79 us
-  // and 51 us.
-  const bool decode = m <= 64 || (m <= gemm::kGemmDecodeMaxTokens &&
-                                  ceil_div(n, gemm::kGemmDecodeRows) < target.sm_count);
-  if (hopper && decode) {
-    int tokens = 16;  // the narrowest wgmma form kjit instantiates
-    while (tokens < m) tokens *= 2;
-    const int stages = gemm_decode_stages(tokens, target.max_smem_optin);
-    if (gemm::gemm_decode_smem_bytes(tokens, stages) <= target.max_smem_optin &&
-        ceil_div(n, gemm::kGemmDecodeRows) * gemm::kGemmDecodeMaxSplit <= kMaxTmaSide) {
-      c.path = GemmPath::kSm90Decode;
-      c.tokens = tokens;
-      c.stages = stages;
-      return c;
-    }
+  // Two blocks an SM at every token tile (gemm_decode_sm90.cuh's launch bound).
+  const GemmDecodeTile tile = gemm_decode_tile(target, m, n, k, [](int) { return 2; });
+  if (tile.tokens != 0) {
+    c.path = GemmPath::kSm90Decode;
+    c.tokens = tile.tokens;
+    c.stages = tile.stages;
+    return c;
   }
   // Wide tiles halve the reads of a per output once there are rows enough to fill them.
   const int bn = m >= 512 ? 256 : 128;
@@ -243,12 +250,6 @@ const GemmResidency& decode_residency(CUfunction fn, unsigned block, unsigned sm
   return it->second;
 }
 
-// The decode path's split of K for cfg's loaded kernel (gemm_decode_split on its residency).
-int decode_split(CUfunction fn, const GemmConfig& cfg, int64_t n, int64_t k) {
-  const auto smem = static_cast<unsigned>(gemm::gemm_decode_smem_bytes(cfg.tokens, cfg.stages));
-  return gemm_decode_split(n, k, decode_residency(fn, gemm::kGemmDecodeThreads, smem));
-}
-
 // The launch of cfg's kernel over p (whose pointers, sizes and scalars are set): the tensor maps
 // and the grid of its path; `split` is the decode path's.
 void launch_gemm(CUfunction fn, const GemmConfig& cfg, int split, const RowMatrix& x,
@@ -256,15 +257,9 @@ void launch_gemm(CUfunction fn, const GemmConfig& cfg, int split, const RowMatri
   cuda::LaunchConfig lc;
   lc.stream = stream;
   if (cfg.path == GemmPath::kSm90Decode) {
-    lc.block_x = gemm::kGemmDecodeThreads;
-    lc.smem_bytes = static_cast<unsigned>(gemm::gemm_decode_smem_bytes(cfg.tokens, cfg.stages));
-    if (split < 1 || split > gemm::kGemmDecodeMaxSplit) {
-      fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm: split {} is not in 1 .. {}", split,
-           gemm::kGemmDecodeMaxSplit);
-    }
+    lc = gemm_decode_launch_config(cfg.tokens, cfg.stages, split, p.n, stream);
     p.tma_a = tensor_map(x, static_cast<uint32_t>(cfg.tokens));
     p.tma_b = tensor_map(w, gemm::kGemmDecodeRows);
-    lc.grid_x = static_cast<unsigned>(ceil_div(p.n, gemm::kGemmDecodeRows) * split);
     cuda::launch_cluster(fn, lc, static_cast<unsigned>(split), &p);
     return;
   }
@@ -337,12 +332,32 @@ GemmTactic call_tactic(const GemmCall& call, const GemmConfig& dflt, const GemmT
     return measure_gemm(t, dflt, call.target, x, w, y, p, stream, tuning.tune.timing);
   };
   const GemmDefaultSplit default_split = [&](const GemmConfig& c) {
-    return decode_split(gemm_kernel(c, call.device).functions.at(0), c, call.n, call.k);
+    return gemm_decode_split_for(gemm_kernel(c, call.device).functions.at(0), c.tokens, c.stages,
+                                 call.n, call.k);
   };
   return choose_gemm_tactic(call, dflt, tuning.tune, stream, default_split, measure).tactic;
 }
 
 }  // namespace
+
+int gemm_decode_split_for(CUfunction fn, int tokens, int stages, int64_t n, int64_t k2) {
+  const auto smem = static_cast<unsigned>(gemm::gemm_decode_smem_bytes(tokens, stages));
+  return gemm_decode_split(n, k2, decode_residency(fn, gemm::kGemmDecodeThreads, smem));
+}
+
+cuda::LaunchConfig gemm_decode_launch_config(int tokens, int stages, int split, int64_t n,
+                                             void* stream) {
+  if (split < 1 || split > gemm::kGemmDecodeMaxSplit) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm: split {} is not in 1 .. {}", split,
+         gemm::kGemmDecodeMaxSplit);
+  }
+  cuda::LaunchConfig lc;
+  lc.stream = static_cast<CUstream>(stream);
+  lc.block_x = gemm::kGemmDecodeThreads;
+  lc.smem_bytes = static_cast<unsigned>(gemm::gemm_decode_smem_bytes(tokens, stages));
+  lc.grid_x = static_cast<unsigned>(ceil_div(n, gemm::kGemmDecodeRows) * split);
+  return lc;
+}
 
 GemmOperands gemm_operands(const DLTensor* a, const DLTensor* b, DLTensor* out) {
   GemmOperands g;

@@ -62,9 +62,9 @@ struct GemmTuning {
   tune::TuneRequest tune;
 };
 
-// The decode kernel's pipeline depth for a token tile: as many stages as leave room for two
-// blocks per SM (an SM has the opt-in size plus the 1 KB a block reserves).
-int gemm_decode_stages(int tokens, int max_smem_optin);
+// The decode kernel's pipeline depth for a token tile: as many stages as leave room for
+// blocks_per_sm blocks per SM (an SM has the opt-in size plus the 1 KB a block reserves).
+int gemm_decode_stages(int tokens, int max_smem_optin, int blocks_per_sm = 2);
 
 // resident[s]: how many clusters of s decode blocks the device runs at once (s = 1 ..
 // kGemmDecodeMaxSplit; index 0 unused), as cuOccupancyMaxActiveClusters reports it.
@@ -74,6 +74,26 @@ using GemmResidency = std::array<int, gemm::kGemmDecodeMaxSplit + 1>;
 // (a cluster left for a second wave doubles the time), with at least 4 K blocks (256 of K) per
 // block; 1 when even that leaves a second wave.
 int gemm_decode_split(int64_t n, int64_t k, const GemmResidency& resident);
+
+// The decode path's tile for an m x n x k call on `target` (either operand type; k2: K in 16-bit
+// elements, an e4m3 pair is one) where the path runs and is the choice (select_gemm's rule), else
+// tokens = 0: the narrowest wgmma width (16 .. kGemmDecodeMaxTokens) that holds m, and the stages
+// of gemm_decode_stages for the kernel's blocks_per_sm(tokens).
+struct GemmDecodeTile {
+  int tokens = 0, stages = 0;
+};
+GemmDecodeTile gemm_decode_tile(const GemmTarget& target, int64_t m, int64_t n, int64_t k2,
+                                int (*blocks_per_sm)(int tokens));
+
+// The launch of a decode kernel (bf16 or e4m3) for n weight rows with K split over `split`
+// blocks; throws KJIT_ERROR_INVALID_ARGUMENT for a split outside 1 .. kGemmDecodeMaxSplit.
+cuda::LaunchConfig gemm_decode_launch_config(int tokens, int stages, int split, int64_t n,
+                                             void* stream);
+
+// The split of K for a loaded decode kernel `fn` of `tokens` x `stages` (gemm_decode_split on its
+// residency, asked of the driver once per kernel). k2: K in 16-bit elements (an e4m3 pair is one:
+// both kernels' stages hold 64 of them).
+int gemm_decode_split_for(CUfunction fn, int tokens, int stages, int64_t n, int64_t k2);
 
 // The target of a call on `device` (its compute capability and shared memory). Throws
 // KJIT_ERROR_NO_DEVICE without a driver.

@@ -99,6 +99,10 @@ const char* fp8_scales_name(Fp8Scales s) {
   return s == Fp8Scales::kBlock ? "block" : "tensor_row";
 }
 
+int gemm_fp8_decode_stages(int tokens, int max_smem_optin) {
+  return gemm_decode_stages(tokens, max_smem_optin, gemm::gemm_fp8_decode_blocks_per_sm(tokens));
+}
+
 GemmFp8Config select_gemm_fp8(DType out_dtype, Fp8Scales scales, int64_t m, int64_t n, int64_t k,
                               const GemmTarget& target) {
   if (!is_float(out_dtype)) {
@@ -108,6 +112,15 @@ GemmFp8Config select_gemm_fp8(DType out_dtype, Fp8Scales scales, int64_t m, int6
   GemmFp8Config c;
   c.out_dtype = out_dtype;
   c.scales = scales;
+  // Few rows: a stream of the weight, as kjit_gemm's decode path (its k in 16-bit elements).
+  const GemmDecodeTile tile =
+      gemm_decode_tile(target, m, n, (k + 1) / 2, gemm::gemm_fp8_decode_blocks_per_sm);
+  if (tile.tokens != 0) {
+    c.path = GemmPath::kSm90Decode;
+    c.tokens = tile.tokens;
+    c.stages = tile.stages;
+    return c;
+  }
   // One tile width: the promotion's second set of accumulators leaves no registers for 256
   // (kernels/gemm/gemm_fp8_sm90.cuh); the bf16 kernel's 6 stages at that width.
   const int bn = 128;
@@ -134,19 +147,27 @@ GemmFp8Config select_gemm_fp8(DType out_dtype, Fp8Scales scales, int64_t m, int6
 
 jit::Spec gemm_fp8_spec(const GemmFp8Config& c) {
   const bool sm90 = c.path == GemmPath::kSm90;
+  const bool decode = c.path == GemmPath::kSm90Decode;
   const bool mma = c.path == GemmPath::kMmaSm80;
   jit::SpecBuilder b("gemm_fp8", {"common", "gemm"},
-                     sm90  ? "gemm/gemm_fp8_sm90.cuh"
-                     : mma ? "gemm/gemm_fp8_mma.cuh"
-                           : "gemm/gemm_fp8_simt.cuh",
-                     sm90  ? std::vector<std::string>{"sm_90a"}
-                     : mma ? std::vector<std::string>{"sm_89+"}
-                           : std::vector<std::string>{"sm_80+"});
+                     sm90     ? "gemm/gemm_fp8_sm90.cuh"
+                     : decode ? "gemm/gemm_fp8_decode_sm90.cuh"
+                     : mma    ? "gemm/gemm_fp8_mma.cuh"
+                              : "gemm/gemm_fp8_simt.cuh",
+                     sm90 || decode ? std::vector<std::string>{"sm_90a"}
+                     : mma          ? std::vector<std::string>{"sm_89+"}
+                                    : std::vector<std::string>{"sm_80+"});
   b.choice("path", gemm_path_name(c.path), static_cast<int>(c.path));
   b.type("out_dtype", dtype_name(c.out_dtype), device_type_name(c.out_dtype));
   if (mma) {
     b.value("bn", c.bn).value("stages", c.stages);
     b.entry("kjit::gemm::gemm_fp8_mma_kernel", {"out_dtype", "bn", "stages"});
+    return b.build();
+  }
+  if (decode) {
+    b.value("tokens", c.tokens).value("stages", c.stages);
+    b.flag("block", c.scales == Fp8Scales::kBlock);
+    b.entry("kjit::gemm::gemm_fp8_decode_sm90_kernel", {"out_dtype", "tokens", "stages", "block"});
     return b.build();
   }
   if (!sm90) {
@@ -160,7 +181,8 @@ jit::Spec gemm_fp8_spec(const GemmFp8Config& c) {
 }
 
 void gemm_fp8(const DLTensor* a, const DLTensor* b, const DLTensor* scale_a,
-              const DLTensor* scale_b, DLTensor* out, float alpha, float beta, void* stream) {
+              const DLTensor* scale_b, DLTensor* out, float alpha, float beta, void* stream,
+              int split) {
   const GemmOperands g = gemm_operands(a, b, out);
   if (g.a.dtype != DType::kE4M3) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "a and b must be float8_e4m3fn, not {}",
@@ -205,13 +227,22 @@ void gemm_fp8(const DLTensor* a, const DLTensor* b, const DLTensor* scale_a,
   p.sb_row = l.sb_row;
   p.sb_chunk = l.sb_chunk;
   p.sb_rows = l.sb_rows;
+  cuda::ScopedDevice scope(g.a.device);
+  const CUfunction fn = kern.functions.at(0);
+  if (cfg.path == GemmPath::kSm90Decode) {
+    if (split == 0) split = gemm_decode_split_for(fn, cfg.tokens, cfg.stages, g.n, (g.k + 1) / 2);
+    p.g.tma_a = tensor_map(as_pairs(g.a), static_cast<uint32_t>(cfg.tokens));
+    p.g.tma_b = tensor_map(as_pairs(g.b), gemm::kGemmDecodeRows);
+    cuda::launch_cluster(fn, gemm_decode_launch_config(cfg.tokens, cfg.stages, split, g.n, stream),
+                         static_cast<unsigned>(split), &p);
+    return;
+  }
   const cuda::LaunchConfig lc = gemm_launch_config(cfg.path, cfg.bn, cfg.stages, m, g.n, stream);
   if (cfg.path == GemmPath::kSm90) {
     p.g.tma_a = tensor_map(as_pairs(g.a), gemm::kGemmBlockM);
     p.g.tma_b = tensor_map(as_pairs(g.b), static_cast<uint32_t>(cfg.bn));
   }
-  cuda::ScopedDevice scope(g.a.device);
-  cuda::launch(kern.functions.at(0), lc, &p);
+  cuda::launch(fn, lc, &p);
 }
 
 }  // namespace kjit::ops

@@ -20,19 +20,26 @@ enum class Fp8Scales { kTensorRow = 0, kBlock = 1 };
 
 const char* fp8_scales_name(Fp8Scales s);  // "tensor_row", "block"
 
-// One compiled fp8 GEMM variant. bn (128 on sm90, 64 on the mma.sync path) and stages as in
-// GemmConfig (0 on the fallback, which serves every scale mode with one kernel; so does the
-// mma.sync path, whose scales is always kTensorRow).
+// One compiled fp8 GEMM variant. bn (128 on sm90, 64 on the mma.sync path), tokens (the decode
+// path's token tile) and stages as in GemmConfig (0 on the fallback, which serves every scale
+// mode with one kernel; so does the mma.sync path, whose scales is always kTensorRow).
 struct GemmFp8Config {
   GemmPath path = GemmPath::kSimt;
   DType out_dtype = DType::kBF16;
   Fp8Scales scales = Fp8Scales::kTensorRow;
   int bn = 0;
   int stages = 0;
+  int tokens = 0;
 };
 
-// Support and dispatch in one place: the sm90 kernel on a compute capability 9.0 device when TMA
-// can describe a and b (target.tma_ok) and the tiles fit its shared memory; else, on a compute
+// The e4m3 decode kernel's depth for a token tile (as many stages as its blocks per SM leave room
+// for, gemm_fp8_decode_blocks_per_sm).
+int gemm_fp8_decode_stages(int tokens, int max_smem_optin);
+
+// Support and dispatch in one place: on a compute capability 9.0 device when TMA can describe a
+// and b (target.tma_ok), the decode kernel (GemmPath::kSm90Decode) where kjit_gemm takes its
+// decode path (gemm_decode_tile: m <= 64, or m <= 128 with fewer 128-row tiles of n than SMs),
+// else the sm90 kernel when its tiles fit the shared memory; else, on a compute
 // capability 8.9+ device (mma.sync's e4m3 form), the mma.sync kernel (GemmPath::kMmaSm80) where
 // mma_sm80_can_run; else the fallback.
 // Throws KJIT_ERROR_UNSUPPORTED for out dtypes other than bf16 / fp16 / fp32 and sizes past the
@@ -52,8 +59,11 @@ RowMatrix as_pairs(RowMatrix m);
 // checked by the caller.
 RowMatrix scale_matrix(const DLTensor* t, const char* name, int device, const char* operand = "a");
 
-// kjit_gemm_fp8 (kjit.h): validates, then launches on `stream`. Throws kjit::Error.
+// kjit_gemm_fp8 (kjit.h): validates, then launches on `stream`. Throws kjit::Error. split: the
+// decode path's K split over a cluster (1 .. kGemmDecodeMaxSplit), which the bench overrides; 0:
+// gemm_decode_split's (ignored by the other paths).
 void gemm_fp8(const DLTensor* a, const DLTensor* b, const DLTensor* scale_a,
-              const DLTensor* scale_b, DLTensor* out, float alpha, float beta, void* stream);
+              const DLTensor* scale_b, DLTensor* out, float alpha, float beta, void* stream,
+              int split = 0);
 
 }  // namespace kjit::ops

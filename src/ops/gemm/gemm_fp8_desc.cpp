@@ -73,9 +73,10 @@ OpDef gemm_fp8_op_def() {
       "scales)";
   d.axes = {
       {"path",
-       {"sm90", "simt", "sm80"},
+       {"sm90", "simt", "sm80", "decode"},
        true,
-       "sm90: TMA + wgmma (sm_90a); simt: fp32 FMA, any arch; sm80: mma.sync e4m3 (sm_89+)"},
+       "sm90: TMA + wgmma (sm_90a); simt: fp32 FMA, any arch; sm80: mma.sync e4m3 (sm_89+); "
+       "decode: the weight streamed as wgmma's M side, K split over a cluster (sm_90a, m <= 128)"},
       {"out_dtype", {"bf16", "fp16", "fp32"}, true, "out dtype"},
       {"scales",
        {"tensor_row", "block"},
@@ -83,18 +84,32 @@ OpDef gemm_fp8_op_def() {
        "sm90: tensor_row (per tensor / per row, default) or block (128-blocks, promoted per K "
        "chunk)"},
       {"stages",
-       {"2", "3", "4", "5", "6"},
+       {"2", "3", "4", "5", "6", "7"},
        false,
-       "sm90: pipeline stages (default 6); sm80: cp.async stages (default 4)"}};
+       "sm90: pipeline stages (default 6); sm80: cp.async stages (default 4); decode: default "
+       "the most its blocks per SM leave room for"},
+      {"tokens", {"16", "32", "64", "128"}, false, "decode: token tile (m <= tokens)"}};
   d.arch_families = {"sm_80+", "sm_89+", "sm_90a"};
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
     GemmFp8Config c;
     const std::string& path = args.at("path");
-    c.path = path == "sm90"   ? GemmPath::kSm90
-             : path == "sm80" ? GemmPath::kMmaSm80
-                              : GemmPath::kSimt;
+    c.path = path == "sm90"     ? GemmPath::kSm90
+             : path == "sm80"   ? GemmPath::kMmaSm80
+             : path == "decode" ? GemmPath::kSm90Decode
+                                : GemmPath::kSimt;
     c.out_dtype = dtype_from_name(args.at("out_dtype"));
+    const bool has_tokens = args.count("tokens") != 0;
+    if (c.path == GemmPath::kSm90Decode) {
+      c.scales = args.count("scales") != 0 && args.at("scales") == "block" ? Fp8Scales::kBlock
+                                                                           : Fp8Scales::kTensorRow;
+      c.tokens = has_tokens ? std::stoi(args.at("tokens")) : 16;
+      c.stages = args.count("stages") != 0
+                     ? std::stoi(args.at("stages"))
+                     : gemm_fp8_decode_stages(c.tokens, cuda::kHopperSmemOptin);
+      return gemm_fp8_spec(c);
+    }
+    if (has_tokens) fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm_fp8: tokens is a decode setting");
     if (c.path == GemmPath::kMmaSm80) {
       if (args.count("scales") != 0) {
         fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm_fp8: scales is an sm90 setting");
@@ -125,18 +140,44 @@ OpDef gemm_fp8_op_def() {
       out.push_back({{"path", "simt"}, {"out_dtype", od}});
     }
     for (const char* od : {"bf16", "fp32"}) out.push_back({{"path", "sm80"}, {"out_dtype", od}});
+    // The decode path's every token tile in both scale forms.
+    for (const char* od : {"bf16", "fp32"}) {
+      for (const char* tokens : {"16", "32", "64", "128"}) {
+        out.push_back({{"path", "decode"}, {"out_dtype", od}, {"tokens", tokens}});
+        out.push_back(
+            {{"path", "decode"}, {"out_dtype", od}, {"tokens", tokens}, {"scales", "block"}});
+      }
+    }
     return out;
   };
   // The fallback, the sm90 kernel with the definition's scales (block scales when it has
-  // k_blocks) and the mma.sync kernel; whether a device takes the sm90 path (sm_90a, TMA-ready
-  // operands) or the mma.sync one (sm_89+, 16-byte rows) is known at the call, so all are
-  // included. Sizes are launch arguments.
-  d.precompile_sets = [](const Definition& def, const VarAxes&) {
+  // k_blocks), the mma.sync kernel and the decode kernel's token tiles; whether a device takes
+  // the sm90 paths (sm_90a, TMA-ready operands) or the mma.sync one (sm_89+, 16-byte rows), and
+  // between 64 and 128 rows whether the decode path (the SM count), is known at the call, so all
+  // are included. Sizes are launch arguments.
+  d.precompile_sets = [](const Definition& def, const VarAxes& axes) {
     const std::string od = dtype_name(def.tensor_dtype("out"));
     SetArgs sm90 = {{"path", "sm90"}, {"out_dtype", od}};
     if (def.axis("k_blocks") != nullptr) sm90["scales"] = "block";
-    return std::vector<SetArgs>{
+    std::vector<SetArgs> out = {
         {{"path", "simt"}, {"out_dtype", od}}, sm90, {{"path", "sm80"}, {"out_dtype", od}}};
+    // The decode path's token tiles for the call's m (any: every one), at make_spec's depth.
+    std::vector<int> tiles = {16, 32, 64, 128};
+    if (auto m = var_axis(axes, "m")) {
+      tiles.clear();
+      if (*m >= 1 && *m <= gemm::kGemmDecodeMaxTokens) {
+        int t = 16;
+        while (t < *m) t *= 2;
+        tiles.push_back(t);
+      }
+    }
+    for (int t : tiles) {
+      SetArgs a = sm90;
+      a["path"] = "decode";
+      a["tokens"] = std::to_string(t);
+      out.push_back(std::move(a));
+    }
+    return out;
   };
   d.definitions = [] {
     std::vector<Definition> out;
