@@ -405,7 +405,9 @@ int bench_moe_grouped_gemm_fp8(const ops::SetArgs& args, const BenchOptions& opt
     y.download(yh.data(), yh.size());
     const auto* a = reinterpret_cast<const uint8_t*>(in.host.data() + a_at);
     const auto* b = reinterpret_cast<const uint8_t*>(in.host.data() + b_at);
-    for (const auto& [r, j] : gemm_check_picks(rows, out_n, k, rng)) {
+    for (const auto& pick : gemm_check_picks(rows, out_n, k, rng)) {
+      // Named, not a structured binding: C++17 lambdas cannot capture bindings (clang refuses).
+      const int64_t r = pick.first, j = pick.second;
       const int64_t e = g.expert_of(r);
       // Output j's row of b (swiglu: its gate row, then its up row I further).
       const auto element = [&](int64_t brow, const std::string& od) {
