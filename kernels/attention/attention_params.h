@@ -1,10 +1,12 @@
 // Parameters of the attention kernels (kernels/attention/*.cuh), each passed by value as the
 // kernel's one __grid_constant__ argument. The host ops (src/ops/attention/) fill these same
 // structs: this header is the one definition both NVRTC and the host compiler include, so it holds
-// plain C types only (pointers, long long, int, float) and includes nothing. Strides are in
-// elements of their tensor. The names and namespace are part of the kernels' mangled names (and
-// so of the cached cubins' entry points): keep them.
+// plain C types only (pointers, long long, int, float, TMA descriptors' bytes) and includes
+// nothing else. Strides are in elements of their tensor. The names and namespace are part of the
+// kernels' mangled names (and so of the cached cubins' entry points): keep them.
 #pragma once
+
+#include "common/tma_desc.h"
 
 namespace kjit {
 namespace attention {
@@ -97,10 +99,24 @@ struct MergeStatesParams {
   int n;  // merge_n: number of states
 };
 
-// prefill_sm90_kernel (kernels/attention/prefill_sm90.cuh), which takes PrefillParams: the query
-// rows a CTA owns (two consumer warpgroups of 64) and its threads (a producer warpgroup besides).
+// prefill_sm90_kernel (kernels/attention/prefill_sm90.cuh): the query rows a CTA owns (two
+// consumer warpgroups of 64) and its threads (a producer warpgroup besides).
 constexpr int kPrefillSm90Rows = 128;
 constexpr int kPrefillSm90Threads = 384;
+
+// prefill_sm90_kernel's argument: PrefillParams, and K and V as TMA tensors where the host could
+// describe them (kv_tma). The maps are 4-D, innermost first: (head_dim, x1, x2, page) with
+// (x1, x2) = (kv head, slot) for NHD pages and for ragged keys (one "page" holding every row) and
+// (slot, kv head) for HND pages (slot_major), so each dimension's stride grows; a box is 64
+// elements x box_rows keys of one kv head. Pages are box_rows-aligned: a power of two >= 8.
+struct PrefillSm90Params {
+  TmaDescriptor k_map;
+  TmaDescriptor v_map;
+  PrefillParams p;
+  int kv_tma;      // 1: the key tiles below kv_len load by TMA boxes; 0: cp.async everywhere
+  int box_rows;    // keys per box: min(page_size, kv_tile); ragged: kv_tile
+  int slot_major;  // 1: HND coordinates (slot in x1, kv head in x2)
+};
 
 }  // namespace attention
 }  // namespace kjit

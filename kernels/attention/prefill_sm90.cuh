@@ -4,11 +4,10 @@
 //
 // One CTA owns kSm90Rows = 128 packed (token, group member) rows of one (request, kv head), as
 // the mma.sync kernel does with 8 warps, and three warpgroups:
-//   warpgroup 0 (producer): streams the CTA's Q rows once and its K / V tiles of kv_tile keys
-//     through a ring of `stages` shared-memory stages. The rows come from a page table or a
-//     ragged layout, one key at a time, so the copies are cp.async (16 bytes per thread, zero
-//     fill for rows past the request or without a valid page) rather than TMA boxes, which need
-//     a regular tensor; it arrives on the stage's full barrier once its copies have landed.
+//   warpgroup 0 (producer, attention/prefill_sm90_load.cuh): streams the CTA's Q rows once and
+//     its K / V tiles of kv_tile keys through a ring of `stages` shared-memory stages, by TMA
+//     boxes where the host could describe K and V as tensors (ragged keys; pages of a power-of-two
+//     size >= 8), else by cp.async one key row at a time.
 //   warpgroups 1 and 2 (consumers): rows 0-63 and 64-127. Per tile S = Q K^T by wgmma with both
 //     operands in shared memory, the online softmax in registers (fp32, exp2), P rounded to the
 //     input type in registers and O += P V by wgmma with A from registers and V read N-major.
@@ -22,6 +21,7 @@
 #pragma once
 
 #include "attention/prefill.cuh"
+#include "attention/prefill_sm90_load.cuh"
 #include "common/hopper.cuh"
 #include "common/wgmma.cuh"
 
@@ -46,76 +46,6 @@ struct PrefillSm90Smem {
   static constexpr int kVAt = kKAt + stages * kTileBytes;
   static constexpr int kTotal = kVAt + stages * kTileBytes + 1024;
 };
-
-// Byte offset of 16-byte chunk `chunk` of row `row` in a tile of `rows` rows of head_dim
-// elements, stored as blocks of 64 columns (rows x 128 bytes each), 128-byte swizzled.
-template <int rows>
-KJIT_DEVICE KJIT_FORCEINLINE int sw128_offset(int row, int chunk) {
-  return (chunk >> 3) * (rows * 128) + row * 128 + (((chunk & 7) ^ (row & 7)) << 4);
-}
-
-KJIT_DEVICE KJIT_FORCEINLINE void fence_proxy_async() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
-// The producer's copies of the Q tile: rows past the request's are zeros.
-template <typename dtype, int head_dim>
-KJIT_DEVICE KJIT_FORCEINLINE void produce_q(const PrefillParams& p, const PrefillWork& w, int h,
-                                            int tid, unsigned char* q_s) {
-  constexpr int kChunks = head_dim / 8;
-  const int q_rows = w.q_len * p.group;
-  for (int i = tid; i < kSm90Rows * kChunks; i += 128) {
-    const int r = i / kChunks, ch = i % kChunks;
-    const int m = w.m0 + r;
-    const dtype* src = static_cast<const dtype*>(p.q);
-    int bytes = 0;
-    if (m < q_rows) {
-      src += (long long)(w.q_begin + m / p.group) * p.q_sn +
-             (long long)(h * p.group + m % p.group) * p.q_sh + ch * 8;
-      bytes = 16;
-    }
-    cp_async<16>(smem_addr(q_s + sw128_offset<kSm90Rows>(r, ch)), src, bytes);
-  }
-}
-
-// The producer's copies of one K or V tile (`v`: V): kChunks threads per key row. For K, each
-// key's validity goes to valid[] (keys past kv_len count as valid: the row bounds mask them) and
-// whether all of the warp's keys are valid to ok[warp].
-template <typename dtype, int head_dim, int kv_tile>
-KJIT_DEVICE KJIT_FORCEINLINE void produce_kv(const PrefillParams& p, const PrefillWork& w, int h,
-                                             int tid, int tile_start, bool v, unsigned char* dst,
-                                             unsigned char* valid, int* ok) {
-  constexpr int kChunks = head_dim / 8;
-  constexpr int kRowsPerPass = 128 / kChunks;
-  const int ch = tid % kChunks;
-  const dtype* base = static_cast<const dtype*>(v ? p.v : p.k);
-  bool all = true;
-  // Four rows' page-table reads in flight at a time rather than one after another.
-#pragma unroll 4
-  for (int r = tid / kChunks; r < kv_tile; r += kRowsPerPass) {
-    const int t = tile_start + r;
-    long long k_off = 0, v_off = 0;
-    const bool row_ok = t < w.kv_len && key_row(p, w, h, t, k_off, v_off);
-    const bool key_ok = row_ok || t >= w.kv_len;
-    all = all && key_ok;
-    if (!v && ch == 0) valid[r] = key_ok ? 1 : 0;
-    const long long off = row_ok ? (v ? v_off : k_off) : 0;
-    cp_async<16>(smem_addr(dst + sw128_offset<kv_tile>(r, ch)), base + off + ch * 8,
-                 row_ok ? 16 : 0);
-  }
-  if (!v) {
-    const bool warp_all = __all_sync(0xffffffffu, all);
-    if (tid % 32 == 0) ok[tid / 32] = warp_all ? 1 : 0;
-  }
-}
-
-// Publishes the copies of the groups before the newest one: they have landed, and the fence
-// orders them before the consumers' wgmma reads (the async proxy).
-KJIT_DEVICE KJIT_FORCEINLINE void publish_previous(u64* bar) {
-  cp_async_wait<1>();
-  fence_proxy_async();
-  hopper::mbarrier_arrive(bar);
-}
 
 // Keeps P's registers from being reused while a wgmma that reads them may still run: called after
 // the wait, it makes the compiler treat them as live until then.
@@ -175,17 +105,16 @@ KJIT_DEVICE KJIT_FORCEINLINE void pv_issue(const u32 (&a)[kv_tile / 16][4], u32 
 // threads, PrefillSm90Smem::kTotal bytes of dynamic shared memory; the rest as prefill_kernel.
 template <typename dtype, int head_dim, int kv_tile, int stages>
 __global__ void __launch_bounds__(kSm90Threads, 1)
-    prefill_sm90_kernel(const __grid_constant__ PrefillParams p) {
+    prefill_sm90_kernel(const __grid_constant__ PrefillSm90Params args) {
   static_assert(head_dim == 64 || head_dim == 128, "wgmma prefill serves head_dim 64 and 128");
   static_assert(kv_tile == 64 || kv_tile == 128, "kv_tile is a wgmma width kjit instantiates");
   using Smem = PrefillSm90Smem<head_dim, kv_tile, stages>;
+  const PrefillParams& p = args.p;
   extern __shared__ unsigned char smem_raw[];
   __shared__ int work_s[2];
   // K and V stages have barriers of their own: a K stage goes back to the producer once its
   // tile's scores are done, a V stage a tile later, after P V.
-  __shared__ __align__(8) u64 full_k[stages], empty_k[stages], full_v[stages], empty_v[stages];
-  __shared__ unsigned char valid_s[stages][kv_tile];
-  __shared__ int ok_s[stages][4];
+  __shared__ PrefillRing<kv_tile, stages> ring;
   // The 128-byte swizzle repeats every 1024 bytes and the descriptors assume tiles start on it.
   unsigned char* q_s = smem_raw + ((1024 - (hopper::smem_addr(smem_raw) & 1023)) & 1023);
   unsigned char* k_s = q_s + Smem::kKAt;
@@ -194,10 +123,10 @@ __global__ void __launch_bounds__(kSm90Threads, 1)
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int s = 0; s < stages; ++s) {
-      hopper::mbarrier_init(&full_k[s], 128);
-      hopper::mbarrier_init(&empty_k[s], 8);
-      hopper::mbarrier_init(&full_v[s], 128);
-      hopper::mbarrier_init(&empty_v[s], 8);
+      hopper::mbarrier_init(&ring.full_k[s], 128);
+      hopper::mbarrier_init(&ring.empty_k[s], 8);
+      hopper::mbarrier_init(&ring.full_v[s], 128);
+      hopper::mbarrier_init(&ring.empty_v[s], 8);
     }
     hopper::fence_barrier_init();
   }
@@ -212,27 +141,15 @@ __global__ void __launch_bounds__(kSm90Threads, 1)
   if (wg == 0) {
     hopper::regs_dealloc<kSm90ProducerRegs>();
     const int tid = int(threadIdx.x);
-    // Q rides with the first K tile's copies, so the first K barrier covers it too. Each K or V
-    // tile is published once the copies after it are in flight.
-    if (first_tile < end_tile) produce_q<dtype, head_dim>(p, w, h, tid, q_s);
-    for (int t = first_tile; t < end_tile; ++t) {
-      const int i = t - first_tile, s = i % stages;
-      const u32 parity = ((i / stages) & 1) ^ 1;
-      hopper::mbarrier_wait(&empty_k[s], parity);
-      produce_kv<dtype, head_dim, kv_tile>(p, w, h, tid, t * kv_tile, false,
-                                           k_s + s * Smem::kTileBytes, valid_s[s], ok_s[s]);
-      cp_async_commit();
-      if (i > 0) publish_previous(&full_v[(i - 1) % stages]);
-      hopper::mbarrier_wait(&empty_v[s], parity);
-      produce_kv<dtype, head_dim, kv_tile>(p, w, h, tid, t * kv_tile, true,
-                                           v_s + s * Smem::kTileBytes, nullptr, nullptr);
-      cp_async_commit();
-      publish_previous(&full_k[s]);
-    }
     if (first_tile < end_tile) {
-      cp_async_wait<0>();
-      fence_proxy_async();
-      hopper::mbarrier_arrive(&full_v[(end_tile - 1 - first_tile) % stages]);
+      produce_q<dtype, head_dim>(p, w, h, tid, q_s);
+      if (args.kv_tma) {
+        produce_tma<dtype, head_dim, kv_tile, stages>(args, w, h, tid, first_tile, end_tile, k_s,
+                                                      v_s, ring);
+      } else {
+        produce_cp_async<dtype, head_dim, kv_tile, stages>(p, w, h, tid, first_tile, end_tile, k_s,
+                                                           v_s, ring);
+      }
     }
     return;
   }
@@ -259,13 +176,13 @@ __global__ void __launch_bounds__(kSm90Threads, 1)
   };
   for (int t = first_tile; t < end_tile; ++t) {
     const int i = t - first_tile, st = i % stages, prev = (i + stages - 1) % stages;
-    hopper::mbarrier_wait(&full_k[st], (i / stages) & 1);
-    const bool all_ok = ok_s[st][0] && ok_s[st][1] && ok_s[st][2] && ok_s[st][3];
+    hopper::mbarrier_wait(&ring.full_k[st], (i / stages) & 1);
+    const bool all_ok = ring.ok[st][0] && ring.ok[st][1] && ring.ok[st][2] && ring.ok[st][3];
     const long long start = (long long)t * kv_tile;
     const bool masked = !all_ok || tr.masked(start, kv_tile);
     qk_issue<dtype, head_dim, kv_tile>(q_base, hopper::smem_addr(k_s + st * Smem::kTileBytes), s);
     if (i > 0) {
-      hopper::mbarrier_wait(&full_v[prev], ((i - 1) / stages) & 1);
+      hopper::mbarrier_wait(&ring.full_v[prev], ((i - 1) / stages) & 1);
       pv_issue<dtype, head_dim, kv_tile>(a, hopper::smem_addr(v_s + prev * Smem::kTileBytes), o);
       wgmma::wait_group<1>();
     } else {
@@ -274,18 +191,18 @@ __global__ void __launch_bounds__(kSm90Threads, 1)
     wgmma::fence_operands(s);
     float alpha[2];
     softmax_scores<kv_tile>(p, reinterpret_cast<float(&)[kv_tile / 8][4]>(s), masked, rb,
-                            valid_s[st], int(start), lane, m_run, l_run, alpha);
-    if (lane == 0) hopper::mbarrier_arrive(&empty_k[st]);
+                            ring.valid[st], int(start), lane, m_run, l_run, alpha);
+    if (lane == 0) hopper::mbarrier_arrive(&ring.empty_k[st]);
     wgmma::wait_group<0>();
     wgmma::fence_operands(o);
     keep_operands(a);
-    if (i > 0 && lane == 0) hopper::mbarrier_arrive(&empty_v[prev]);
+    if (i > 0 && lane == 0) hopper::mbarrier_arrive(&ring.empty_v[prev]);
     rescale_rows<head_dim>(alpha, o4());
     pack_p<dtype, kv_tile>(s, a);
   }
   if (first_tile < end_tile) {
     const int i = end_tile - first_tile, prev = (i - 1) % stages;
-    hopper::mbarrier_wait(&full_v[prev], ((i - 1) / stages) & 1);
+    hopper::mbarrier_wait(&ring.full_v[prev], ((i - 1) / stages) & 1);
     pv_issue<dtype, head_dim, kv_tile>(a, hopper::smem_addr(v_s + prev * Smem::kTileBytes), o);
     wgmma::wait_group<0>();
     wgmma::fence_operands(o);

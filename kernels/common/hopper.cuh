@@ -40,6 +40,13 @@ KJIT_DEVICE KJIT_FORCEINLINE void mbarrier_arrive(u64* bar) {
   cuda::ptx::mbarrier_arrive(ptx_bar(bar));
 }
 
+// Adds `bytes` to the transaction count of the barrier's current phase without arriving: a thread
+// that issues TMA loads into a phase other threads also arrive on says so before its first load.
+KJIT_DEVICE KJIT_FORCEINLINE void mbarrier_expect_tx(u64* bar, u32 bytes) {
+  cuda::ptx::mbarrier_expect_tx(cuda::ptx::sem_relaxed, cuda::ptx::scope_cta,
+                                cuda::ptx::space_shared, ptx_bar(bar), bytes);
+}
+
 // Waits until the phase of parity `parity` has completed. A fresh barrier is in phase 0, and
 // waiting for parity 1 returns at once (the phase before it counts as complete), which is how a
 // producer passes the empty barriers of its first round.
@@ -56,6 +63,21 @@ KJIT_DEVICE KJIT_FORCEINLINE void tma_load_2d(void* dst, const void* tensor_map,
   const int coords[2] = {x, y};
   cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, dst,
                                   tensor_map, coords, ptx_bar(bar));
+}
+
+// A 4-D TMA load of the box at coordinates (c0 innermost .. c3) of `tensor_map` into `dst`, as
+// tma_load_2d. Coordinates outside the tensor (negative ones too) load zeros.
+KJIT_DEVICE KJIT_FORCEINLINE void tma_load_4d(void* dst, const void* tensor_map, u64* bar, int c0,
+                                              int c1, int c2, int c3) {
+  const int coords[4] = {c0, c1, c2, c3};
+  cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, dst,
+                                  tensor_map, coords, ptx_bar(bar));
+}
+
+// Synchronizes the `threads` threads (a multiple of 32) that use named barrier `id` (1..15; 0 is
+// __syncthreads'), e.g. one warpgroup of a warp-specialized block.
+KJIT_DEVICE KJIT_FORCEINLINE void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 // Moves registers between warpgroups of a warp-specialized block: the producer gives up what it

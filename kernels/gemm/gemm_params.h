@@ -8,15 +8,13 @@
 // a is [m, k] and b is [n, k] (PyTorch Linear's weight), both row-major (K-major).
 #pragma once
 
+#include "common/tma_desc.h"
+
 namespace kjit {
 namespace gemm {
 
-// A CUtensorMap's 128 opaque bytes (cuda.h aligns it to 64 bytes before CUDA 13 and to 128
-// since; TMA needs 64), filled by the host through cuTensorMapEncodeTiled; TMA reads it from the
-// kernel's parameter space.
-struct alignas(128) TensorMapBytes {
-  unsigned long long words[16];
-};
+// A CUtensorMap's 128 opaque bytes (common/tma_desc.h).
+using TensorMapBytes = TmaDescriptor;
 
 // Passed by value as the kernels' __grid_constant__ argument.
 struct GemmParams {

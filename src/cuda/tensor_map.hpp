@@ -5,6 +5,7 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <string>
 
 namespace kjit::cuda {
 
@@ -29,5 +30,26 @@ void check_tensor_map_2d(const TensorMap2d& t);
 // check_tensor_map_2d, then the driver's encoding. Throws KJIT_ERROR_NO_DEVICE without a driver
 // and KJIT_ERROR_CUDA when the driver refuses it.
 CUtensorMap make_tensor_map_2d(const TensorMap2d& t);
+
+// A tensor of 2..5 dimensions as TMA sees it, innermost first: dims[0] elements are contiguous,
+// dimension i > 0 steps strides_bytes[i - 1] bytes; boxes of box[0] x ... x box[rank - 1]
+// elements. Coordinates outside the dims load as zeros (negative ones too).
+struct TensorMapNd {
+  const void* ptr = nullptr;
+  int elem_bytes = 2;
+  int rank = 0;
+  uint64_t dims[5] = {};
+  uint64_t strides_bytes[4] = {};
+  uint32_t box[5] = {};
+  CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_NONE;
+};
+
+// The rules of check_tensor_map_2d for every dimension (a stride per outer dimension, a multiple
+// of 16 below 2^40; box sides 1..256, the innermost a multiple of 16 bytes within the swizzle
+// span); rank 2..5. Pure: no driver call. Returns the first rule broken, or an empty string.
+std::string tensor_map_problem(const TensorMapNd& t);
+
+// tensor_map_problem (KJIT_ERROR_INVALID_ARGUMENT when it finds one), then the driver's encoding.
+CUtensorMap make_tensor_map(const TensorMapNd& t);
 
 }  // namespace kjit::cuda

@@ -52,6 +52,9 @@ struct PrefillCase {
   bool lse = true;
   bool invalid_pages = false;  // a page id past the pool and a negative one in the table
   int64_t spare_pages = 3;
+  // NaN in every cache slot no request's keys cover (a last page's tail, spare pages; ragged:
+  // spare rows after the last request): a kernel must not let them reach out (P = 0 x NaN).
+  bool nan_unused = false;
   int kernel = -1;  // a kjit::ops::PrefillKernel to re-plan with (the internal tuning path)
 };
 
@@ -66,7 +69,7 @@ std::string describe(const PrefillCase& c) {
          " q/kv=" + lens + (c.causal ? " causal" : " full") +
          " window=" + std::to_string(c.window_left) + " cap=" + std::to_string(c.soft_cap) +
          " scale=" + std::to_string(c.sm_scale) + (c.lse ? "" : " no-lse") +
-         (c.invalid_pages ? " invalid-pages" : "") +
+         (c.invalid_pages ? " invalid-pages" : "") + (c.nan_unused ? " nan-unused" : "") +
          (c.kernel >= 0 ? " kernel=" + std::to_string(c.kernel) : "");
 }
 
@@ -130,6 +133,34 @@ void fill(std::vector<unsigned char>& b, const std::string& dtype, double lo, do
   for (size_t i = 0; i < b.size() / 2; ++i) ref::store_elem(b.data(), i, dist(rng), dtype);
 }
 
+// Sets every k / v element of a slot no request's keys use to NaN (all bits set).
+void poison_unused(Problem& p) {
+  const PrefillCase& c = p.c;
+  const int64_t P = c.page_size, rows = P > 0 ? P : 1;
+  std::vector<char> used(static_cast<size_t>(p.num_pages * rows), 0);
+  for (size_t b = 0; b < c.kv_lens.size(); ++b) {
+    for (int64_t t = 0; t < c.kv_lens[b]; ++t) {
+      int64_t page = p.kv_indptr[b] + t, slot = 0;  // ragged: the key's row
+      if (P > 0) {
+        page = p.indices[static_cast<size_t>(p.kv_indptr[b] + t / P)];
+        slot = t % P;
+      }
+      if (page >= 0 && page < p.num_pages) used[static_cast<size_t>(page * rows + slot)] = 1;
+    }
+  }
+  for (int64_t page = 0; page < p.num_pages; ++page) {
+    for (int64_t slot = 0; slot < rows; ++slot) {
+      if (used[static_cast<size_t>(page * rows + slot)]) continue;
+      for (int64_t h = 0; h < c.kv_heads; ++h) {
+        const int64_t at = page * p.page_stride + slot * p.slot_stride + h * p.head_stride;
+        for (auto* host : {&p.k_host, &p.v_host}) {
+          std::memset(host->data() + at * 2, 0xFF, static_cast<size_t>(c.head_dim) * 2);
+        }
+      }
+    }
+  }
+}
+
 std::unique_ptr<Problem> build(const PrefillCase& c, std::mt19937_64& rng) {
   auto pp = std::make_unique<Problem>();
   Problem& p = *pp;
@@ -177,7 +208,7 @@ std::unique_ptr<Problem> build(const PrefillCase& c, std::mt19937_64& rng) {
     p.page_stride = P * H * D;
   } else {
     for (int64_t l : c.kv_lens) p.kv_indptr.push_back(static_cast<int32_t>(p.kv_indptr.back() + l));
-    p.num_pages = p.kv_indptr.back();
+    p.num_pages = p.kv_indptr.back() + (c.nan_unused ? c.spare_pages : 0);
     p.slot_stride = 0;
     p.head_stride = D;
     p.page_stride = H * D;
@@ -187,6 +218,7 @@ std::unique_ptr<Problem> build(const PrefillCase& c, std::mt19937_64& rng) {
   p.v_host.resize(kv_elems * 2);
   fill(p.k_host, c.dtype, -0.5, 1.5, rng);
   fill(p.v_host, c.dtype, -0.5, 1.5, rng);
+  if (c.nan_unused) poison_unused(p);
   p.q_host.resize(static_cast<size_t>(p.total_q * c.qo_heads * D) * 2);
   fill(p.q_host, c.dtype, -2.0, 2.0, rng);
 
@@ -447,6 +479,29 @@ TEST_CASE("prefill gpu: page sizes 1 and 16, NHD and HND, ragged KV", "[gpu][att
         c.causal = causal;
         run_case(c, rng);
       }
+    }
+  }
+}
+
+// Page sizes the wgmma kernel loads by TMA boxes (powers of two >= 8: one box per page, or one
+// box inside a page larger than a key tile) beside one it copies key by key (24), with NaN in
+// every slot no key uses, so a tile that reaches past kv_len must zero its tail.
+TEST_CASE("prefill gpu: page sizes 8 to 256 and 24, NaN in unused slots",
+          "[gpu][attention][prefill]") {
+  std::mt19937_64 rng(2712);
+  for (int64_t ps : {8, 32, 256, 24, 0}) {
+    for (int layout : {KJIT_KV_LAYOUT_NHD, KJIT_KV_LAYOUT_HND}) {
+      if (ps == 0 && layout == KJIT_KV_LAYOUT_HND) continue;
+      PrefillCase c;
+      c.page_size = ps;
+      c.layout = layout;
+      c.nan_unused = true;
+      c.qo_heads = 8;
+      c.kv_heads = 2;
+      c.q_lens = {300, 1, 70, 0};
+      c.kv_lens = {700, 129, 200, 33};
+      c.causal = ps != 32;
+      run_case(c, rng);
     }
   }
 }

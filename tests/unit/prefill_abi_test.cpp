@@ -128,6 +128,62 @@ TEST_CASE("prefill abi: the sm_90a kernel on request, and its limits", "[c_abi][
   CHECK_THROWS(ops::select_prefill(kjit::ops::DType::kBF16, 128, 8, small, true, kWgmma));
 }
 
+// The wgmma kernel's TMA view of K and V (kernels/attention/attention_params.h): 4-D maps whose
+// boxes are one kv head's box_rows keys x 64 columns, the dimensions ordered by growing stride.
+TEST_CASE("prefill abi: the wgmma kernel's TMA view of the KV", "[c_abi][attention]") {
+  ops::PrefillPlanData pl;
+  pl.cfg = ops::select_prefill(kjit::ops::DType::kBF16, 128, 4, {}, true,
+                               static_cast<int>(ops::PrefillKernel::kWgmmaSm90a));
+  pl.head_dim = 128;
+  pl.num_kv_heads = 8;
+  alignas(16) static unsigned char base[16];
+  kjit::cuda::TensorMapNd m;
+  // NHD pages of 16: [pages, 16, 8, 128].
+  pl.page_size = 16;
+  pl.layout = KJIT_KV_LAYOUT_NHD;
+  CHECK(ops::prefill_box_rows(pl) == 16);
+  const int64_t nhd_shape[4] = {1000, 16, 8, 128}, nhd_strides[4] = {16 * 8 * 128, 8 * 128, 128, 1};
+  REQUIRE(ops::prefill_kv_tma_view(pl, base, nhd_shape, nhd_strides, m));
+  CHECK(m.rank == 4);
+  CHECK((m.dims[0] == 128 && m.dims[1] == 8 && m.dims[2] == 16 && m.dims[3] == 1000));
+  CHECK(
+      (m.strides_bytes[0] == 256 && m.strides_bytes[1] == 2048 && m.strides_bytes[2] == 16 * 2048));
+  CHECK((m.box[0] == 64 && m.box[1] == 1 && m.box[2] == 16 && m.box[3] == 1));
+  // HND pages of 256 (larger than a 128-key tile: one box inside a page): [pages, 8, 256, 128].
+  pl.page_size = 256;
+  pl.layout = KJIT_KV_LAYOUT_HND;
+  CHECK(ops::prefill_box_rows(pl) == 128);
+  const int64_t hnd_shape[4] = {10, 8, 256, 128},
+                hnd_strides[4] = {8 * 256 * 128, 256 * 128, 128, 1};
+  REQUIRE(ops::prefill_kv_tma_view(pl, base, hnd_shape, hnd_strides, m));
+  CHECK((m.dims[1] == 256 && m.dims[2] == 8 && m.dims[3] == 10));
+  CHECK((m.strides_bytes[0] == 256 && m.strides_bytes[1] == 256 * 256 &&
+         m.strides_bytes[2] == 8 * 256 * 256));
+  CHECK((m.box[1] == 128 && m.box[2] == 1));
+  // Ragged [rows, 8, 128]: one page of every row; a single kv head's stride is made up.
+  pl.page_size = 0;
+  pl.layout = KJIT_KV_LAYOUT_NHD;
+  CHECK(ops::prefill_box_rows(pl) == 128);
+  const int64_t rag_shape[3] = {5000, 1, 128}, rag_strides[3] = {128, 7, 1};
+  REQUIRE(ops::prefill_kv_tma_view(pl, base, rag_shape, rag_strides, m));
+  CHECK((m.dims[1] == 1 && m.dims[2] == 5000 && m.dims[3] == 1));
+  CHECK(
+      (m.strides_bytes[0] == 256 && m.strides_bytes[1] == 256 && m.strides_bytes[2] == 256 * 5000));
+  CHECK((m.box[1] == 1 && m.box[2] == 128));
+  // Key by key: fewer ragged rows than a box, pages not a power of two or under 8 keys, a row
+  // stride TMA cannot step.
+  const int64_t short_shape[3] = {100, 8, 128}, short_strides[3] = {8 * 128, 128, 1};
+  CHECK_FALSE(ops::prefill_kv_tma_view(pl, base, short_shape, short_strides, m));
+  const int64_t odd_strides[3] = {8 * 128 + 4, 128, 1};
+  CHECK_FALSE(ops::prefill_kv_tma_view(pl, base, rag_shape, odd_strides, m));
+  CHECK_FALSE(ops::prefill_kv_tma_view(pl, base + 8, rag_shape, rag_strides, m));
+  for (int ps : {1, 4, 24}) {
+    pl.page_size = ps;
+    CHECK(ops::prefill_box_rows(pl) == 0);
+    CHECK_FALSE(ops::prefill_kv_tma_view(pl, base, nhd_shape, nhd_strides, m));
+  }
+}
+
 TEST_CASE("prefill abi: a run refuses a plan of the other KV kind", "[c_abi][attention]") {
   const std::vector<int32_t> qo = {0, 4}, kv = {0, 4};
   const DLDataType bf = dl_dtype("bf16");

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "cuda/tensor_map.hpp"
 #include "jit/spec.hpp"
 #include "ops/attention/decode_attention.hpp"
 #include "ops/dtype.hpp"
@@ -83,6 +84,19 @@ PrefillPlanData plan_batch_prefill(const int32_t* qo_indptr_host, const int32_t*
                                    DLDataType kv_dtype, int causal, float sm_scale,
                                    float logits_soft_cap, int window_left, int device_id,
                                    const PrefillTuning* tuning = nullptr);
+
+// How the wgmma kernel loads K / V (attention_params.h, PrefillSm90Params): TMA boxes of
+// box_rows keys for a ragged KV and for pages of a power-of-two size >= 8, else key by key.
+int prefill_box_rows(const PrefillPlanData& plan);
+
+// One of K / V (`shape` / `strides` in elements: [rows, heads, head_dim] ragged, [pages, slots,
+// heads, head_dim] NHD or [pages, heads, slots, head_dim] HND, as checked by the run) as the
+// wgmma kernel's 4-D TMA tensor: (head_dim, kv head, slot, page) for NHD and ragged keys (one page
+// of all rows), (head_dim, slot, kv head, page) for HND; boxes of 64 x box_rows keys. False where
+// the kernel cannot load it by boxes (page size, a box larger than the tensor, TMA's stride and
+// alignment rules). Pure: no driver call.
+bool prefill_kv_tma_view(const PrefillPlanData& plan, const void* data, const int64_t* shape,
+                         const int64_t* strides, cuda::TensorMapNd& out);
 
 // Validates, then launches on `stream` (kjit_batch_prefill_run). Throws kjit::Error.
 void batch_prefill_run(const PrefillPlanData& plan, const DLTensor* q, const DLTensor* k_cache,

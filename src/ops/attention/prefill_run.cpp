@@ -2,11 +2,13 @@
 // launch (device code: kernels/attention/prefill.cuh).
 #include <algorithm>
 #include <climits>
+#include <cstring>
 #include <utility>
 
 #include "attention/attention_params.h"
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
+#include "cuda/tensor_map.hpp"
 #include "ops/attention/attention_common.hpp"
 #include "ops/attention/prefill.hpp"
 #include "diag/trace_dump.hpp"
@@ -200,6 +202,30 @@ PrefillParams prefill_params(const PrefillPlanData& pl, const PrefillViews& w, f
   return p;
 }
 
+// The wgmma kernel's argument: K and V as TMA tensors where prefill_kv_tma_view describes both
+// and the driver encodes them, else cp.async (kv_tma 0).
+attention::PrefillSm90Params prefill_sm90_params(const PrefillPlanData& pl, const PrefillViews& w,
+                                                 const PrefillParams& p) {
+  attention::PrefillSm90Params a{};
+  a.p = p;
+  a.box_rows = prefill_box_rows(pl);
+  a.slot_major = pl.page_size != 0 && pl.layout == KJIT_KV_LAYOUT_HND ? 1 : 0;
+  cuda::TensorMapNd km, vm;
+  if (a.box_rows == 0 || !prefill_kv_tma_view(pl, w.k.data, w.k.shape, w.k.strides, km) ||
+      !prefill_kv_tma_view(pl, w.v.data, w.v.shape, w.v.strides, vm)) {
+    return a;
+  }
+  try {
+    const CUtensorMap k_map = cuda::make_tensor_map(km), v_map = cuda::make_tensor_map(vm);
+    std::memcpy(&a.k_map, &k_map, sizeof a.k_map);
+    std::memcpy(&a.v_map, &v_map, sizeof a.v_map);
+    a.kv_tma = 1;
+  } catch (const Error&) {
+    // A driver that refuses a map the rules allow: the cp.async path serves any tensor.
+  }
+  return a;
+}
+
 void launch_prefill(const PrefillPlanData& pl, const PrefillViews& w, const PrefillParams& p,
                     void* stream) {
   if (pl.batch == 0 || pl.tiles == 0 || w.q.shape[0] == 0) return;  // after validation
@@ -221,10 +247,59 @@ void launch_prefill(const PrefillPlanData& pl, const PrefillViews& w, const Pref
   lc.stream = static_cast<CUstream>(stream);
   cuda::ScopedDevice scope(pl.device);
   attention_detail::prefer_max_shared(kernel.functions.at(0));
-  cuda::launch(kernel.functions.at(0), lc, &p);
+  if (cfg.kernel == PrefillKernel::kWgmmaSm90a) {
+    const attention::PrefillSm90Params a = prefill_sm90_params(pl, w, p);
+    cuda::launch(kernel.functions.at(0), lc, &a);
+  } else {
+    cuda::launch(kernel.functions.at(0), lc, &p);
+  }
 }
 
 }  // namespace
+
+int prefill_box_rows(const PrefillPlanData& pl) {
+  const int ps = pl.page_size;
+  if (ps == 0) return pl.cfg.kv_tile;
+  // A box fills whole 8-row groups of the 128-byte swizzle and a key tile holds whole boxes.
+  if (ps < 8 || (ps & (ps - 1)) != 0) return 0;
+  return std::min(ps, pl.cfg.kv_tile);
+}
+
+bool prefill_kv_tma_view(const PrefillPlanData& pl, const void* data, const int64_t* shape,
+                         const int64_t* strides, cuda::TensorMapNd& m) {
+  const int box_rows = prefill_box_rows(pl);
+  if (box_rows == 0) return false;
+  const bool ragged = pl.page_size == 0, hnd = !ragged && pl.layout == KJIT_KV_LAYOUT_HND;
+  const int slot_dim = ragged ? 0 : (hnd ? 2 : 1), head_dim_index = ragged ? 1 : (hnd ? 1 : 2);
+  const int64_t slots = shape[slot_dim], heads = shape[head_dim_index];
+  const int64_t pages = ragged ? 1 : shape[0];
+  const int64_t x1 = hnd ? slots : heads, x2 = hnd ? heads : slots;
+  int64_t s1 = (hnd ? strides[slot_dim] : strides[head_dim_index]) * 2;
+  int64_t s2 = (hnd ? strides[head_dim_index] : strides[slot_dim]) * 2;
+  // A dimension of one element has no meaningful stride in a view; TMA still wants a valid one.
+  if (x1 == 1) s1 = int64_t{pl.head_dim} * 2;
+  if (x2 == 1) s2 = s1 * x1;
+  const int64_t s3 = pages == 1 ? s2 * x2 : strides[0] * 2;
+  // A box no larger than the tensor (TMA leaves that case to the driver; kjit avoids it).
+  if (heads < 1 || pages < 1 || slots < box_rows || s1 <= 0 || s2 <= 0 || s3 <= 0) return false;
+  m = cuda::TensorMapNd{};
+  m.ptr = data;
+  m.elem_bytes = 2;
+  m.rank = 4;
+  m.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
+  m.dims[0] = static_cast<uint64_t>(pl.head_dim);
+  m.dims[1] = static_cast<uint64_t>(x1);
+  m.dims[2] = static_cast<uint64_t>(x2);
+  m.dims[3] = static_cast<uint64_t>(pages);
+  m.strides_bytes[0] = static_cast<uint64_t>(s1);
+  m.strides_bytes[1] = static_cast<uint64_t>(s2);
+  m.strides_bytes[2] = static_cast<uint64_t>(s3);
+  m.box[0] = 64;
+  m.box[1] = hnd ? static_cast<uint32_t>(box_rows) : 1;
+  m.box[2] = hnd ? 1 : static_cast<uint32_t>(box_rows);
+  m.box[3] = 1;
+  return cuda::tensor_map_problem(m).empty();
+}
 
 void batch_prefill_run(const PrefillPlanData& pl, const DLTensor* q, const DLTensor* k_cache,
                        const DLTensor* v_cache, const DLTensor* qo_indptr,
