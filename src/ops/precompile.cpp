@@ -158,4 +158,32 @@ std::vector<PrecompileSpec> precompile_specs_from(const std::string& path) {
   return std::move(out.specs);
 }
 
+std::vector<TacticSpec> tactic_specs_for(const std::string& op, int space_version,
+                                         const std::string& bucket, const std::string& tactic,
+                                         const std::vector<jit::ArchTarget>& archs) {
+  const OpDef* def = find_op(op);
+  if (def == nullptr || !def->tactic_specs) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is not an op with tactics", op);
+  }
+  if (space_version != def->tactic_space) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "tactic space v{}, this kjit's {} tactics are v{}",
+         space_version, op, def->tactic_space);
+  }
+  std::vector<TacticSpec> out;
+  std::set<std::string> seen;
+  for (const jit::ArchTarget& target : archs) {
+    for (jit::Spec& spec : def->tactic_specs(bucket, tactic, target)) {
+      if (jit::family_supports(spec.arch_families, target) &&
+          seen.insert(target.sm() + "/" + spec.uri).second) {
+        out.push_back({std::move(spec), target});
+      }
+    }
+  }
+  if (out.empty()) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} {} is not valid for {} on {}", op, tactic, bucket,
+         jit::format_arch_list(archs));
+  }
+  return out;
+}
+
 }  // namespace kjit::ops

@@ -35,4 +35,20 @@ std::pair<const OpDef*, std::vector<SetArgs>> precompile_sets_for(const Definiti
 // is not JSON, a definition that cannot be found or read, and a line no op maps.
 std::vector<PrecompileSpec> precompile_specs_from(const std::string& path);
 
+// One kernel a tuned tactic runs: its spec and a target to build it for.
+struct TacticSpec {
+  jit::Spec spec;
+  jit::ArchTarget target;
+};
+
+// The kernels a stored tuning record's tactic runs (its op, tactic-space version, bucket and
+// tactic, as the record holds them) on each of `archs`: the op's tactic_specs facet, each spec
+// kept to the targets its arch families include, each (URI, target) once. What `kjit-cli aot
+// build` packs for the records it packs (docs/aot.md). Throws KJIT_ERROR_INVALID_ARGUMENT naming
+// why there are none: an op without tactics, another tactic-space version than this kjit's, a
+// bucket or tactic the op does not know, a tactic valid on none of `archs`.
+std::vector<TacticSpec> tactic_specs_for(const std::string& op, int space_version,
+                                         const std::string& bucket, const std::string& tactic,
+                                         const std::vector<jit::ArchTarget>& archs);
+
 }  // namespace kjit::ops

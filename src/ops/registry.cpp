@@ -134,4 +134,10 @@ long long positive_int_arg(const SetArgs& args, const std::string& name, long lo
   return v;
 }
 
+int arch_smem_per_sm_kb(const jit::ArchTarget& target) {
+  if (target.major == 8) return target.minor == 0 || target.minor == 7 ? 164 : 100;
+  if (target.major == 12) return 100;
+  return 228;
+}
+
 }  // namespace kjit::ops

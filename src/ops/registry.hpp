@@ -10,8 +10,9 @@
 #include <string_view>
 #include <vector>
 
-#include "jit/spec.hpp"
 #include "diag/definition.hpp"
+#include "jit/arch.hpp"
+#include "jit/spec.hpp"
 
 namespace kjit::ops {
 
@@ -47,6 +48,18 @@ struct OpDef {
   // budget) are included for every arch; each spec's arch families keep it to the targets that
   // can use it. Throws KJIT_ERROR_INVALID_ARGUMENT when `d` is not a definition this op serves.
   std::function<std::vector<SetArgs>(const Definition& d, const VarAxes& axes)> precompile_sets;
+  // Ops with autotuner tactics (docs/autotune.md): the tactic-space version a stored record must
+  // carry (0: the op has none), and the specializations a record's tactic runs for its bucket on
+  // a device of `target`'s arch, exactly the specs the op's run-time path asks for there (through
+  // the op's own tactic -> config mapping; a few when the run picks among them, as decode
+  // attention's 32- or 64-bit row offsets by the caches' size). What `kjit-cli aot build` packs
+  // beside the catalog for the tuning records it packs (tactic_specs_for in precompile.hpp).
+  // Empty when the tactic is not valid for the bucket on that arch; throws
+  // KJIT_ERROR_INVALID_ARGUMENT when the bucket or the tactic is not one of this op's.
+  int tactic_space = 0;
+  std::function<std::vector<jit::Spec>(const std::string& bucket, const std::string& tactic,
+                                       const jit::ArchTarget& target)>
+      tactic_specs;
 };
 
 // A var axis of a call, when the workload line gives it.
@@ -64,5 +77,11 @@ SetArgs parse_set_list(std::string_view text);
 // Helpers for make_spec implementations: reject names not in `def.axes`, check values.
 void check_set_args(const OpDef& def, const SetArgs& args);
 long long positive_int_arg(const SetArgs& args, const std::string& name, long long max);
+
+// Shared memory per SM, in KiB, of the devices of `target`'s compute capability (the CUDA
+// programming guide's table: 164 for 8.0 / 8.7, 100 for 8.6 / 8.9 / 12.x, 228 for 9.0 and 10.x);
+// a block may opt in to 1 KiB less. For mappings that size a kernel for a device without one at
+// hand (tactic_specs).
+int arch_smem_per_sm_kb(const jit::ArchTarget& target);
 
 }  // namespace kjit::ops

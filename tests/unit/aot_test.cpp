@@ -6,11 +6,14 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <memory>
+#include <optional>
 #include <random>
 #include <string>
 
@@ -19,6 +22,12 @@
 #include "aot/sha256.hpp"
 #include "jit/compiler.hpp"
 #include "runtime/jit_core.hpp"
+#include "cuda/launch.hpp"
+#include "kjit/kjit.h"
+#include "ops/attention/decode_attention.hpp"
+#include "ops/attention/decode_tactics.hpp"
+#include "ops/gemm/gemm.hpp"
+#include "ops/gemm/gemm_tactics.hpp"
 #include "ops/kv_cache/kv_cache.hpp"
 #include "ops/norm/norm.hpp"
 #include "ops/registry.hpp"
@@ -27,6 +36,8 @@
 #include "support/gpu.hpp"
 #include "support/shell.hpp"
 #include "support/temp_dir.hpp"
+#include "tune/packaged_records.hpp"
+#include "tune/tune_store.hpp"
 #include "util/error.hpp"
 #include "util/fs.hpp"
 
@@ -539,6 +550,159 @@ TEST_CASE("aot: a read-only package dir serves loads and is never written", "[ao
   CHECK(core.stats().compiles == 0);
   CHECK(cli("", "aot verify '" + pkg.string() + "'").code == 0);
   CHECK(snapshot(pkg) == before);  // root ignores permission bits: check nothing was written
+}
+
+namespace {
+
+// The kernels a read-only host asks for when it runs decode attention with `tactic` at the
+// bucket below (fp16, GQA 32 / 8, head_dim 64, 8 x 4096 tokens, 132 SMs): the plan of the tactic,
+// as kjit_batch_decode_plan makes it, run with 16-byte rows and 32- or 64-bit offsets.
+std::vector<jit::Spec> decode_run_specs(const std::string& tactic) {
+  const DLDataType f16{kDLFloat, 16, 1};
+  std::vector<int32_t> ptr(9);
+  for (int b = 0; b <= 8; ++b) ptr[static_cast<size_t>(b)] = b * 256;
+  const std::optional<ops::DecodeTactic> t = ops::DecodeTactic::parse(tactic);
+  REQUIRE(t.has_value());
+  ops::DecodeConfig cfg = ops::plan_batch_decode(ptr.data(), 8, 32, 8, 64, 16, KJIT_KV_LAYOUT_NHD,
+                                                 f16, f16, 0.0f, 0.0f, -1, 0, 132, 0, &*t)
+                              .cfg;
+  cfg.cp_bytes = 16;
+  std::vector<jit::Spec> out{ops::decode_spec(cfg)};
+  cfg.addr = 1;
+  out.push_back(ops::decode_spec(cfg));
+  return out;
+}
+
+// The kernel kjit_gemm runs for `tactic` on an H200.
+jit::Spec gemm_run_spec(const std::string& tactic) {
+  const std::optional<ops::GemmTactic> t = ops::GemmTactic::parse(tactic);
+  REQUIRE(t.has_value());
+  ops::GemmTarget h200;
+  h200.cc_major = 9;
+  h200.max_smem_optin = cuda::kHopperSmemOptin;
+  h200.tma_ok = h200.cp_async_ok = true;
+  return ops::gemm_spec(ops::gemm_config_of(*t, ops::DType::kBF16, ops::DType::kBF16, h200));
+}
+
+}  // namespace
+
+TEST_CASE("aot: a package carries the kernels its tuning records' tactics run", "[aot][tune]") {
+  // A cache of its own (its records must not reach the packages other tests build), beside
+  // kjit-cli so the kernels compile once per build tree.
+  const fs::path cache = fs::path(KJIT_CLI_PATH).parent_path() / "aot-tactic-test-cache";
+  const tune::TuneStore store(cache / "tuning");
+  store.clear();
+  const tune::Fingerprint fp{"NVIDIA H200", 132, 13000, jit::nvrtc_version(), jit::kjit_version()};
+  auto put = [&](const char* op, int space, const std::string& bucket, const std::string& tactic,
+                 const char* timing) {
+    const tune::TuneKey key{op, space, bucket, timing};
+    tune::TuneRecord rec;
+    rec.tactic = tactic;
+    rec.default_tactic = tactic;
+    rec.when = "2026-12-05T00:00:00Z";
+    rec.tried = {{tactic, 10.0, 9.9, 10.1, 15}};
+    store.put(fp, key, rec);
+    return key;
+  };
+  const std::string decode_bucket =
+      "q=fp16,kv=fp16,batch=8,kv_len=4096,kv_heads=8,group=4,head_dim=64,page=16,layout=nhd,"
+      "sms=132";
+  // Outside the catalogs: the cluster merge at fp16 / head_dim 64, a 3-stage 256-wide wgmma tile.
+  const tune::TuneKey decode_key = put("decode_attention", ops::kDecodeTacticSpace, decode_bucket,
+                                       "split4_cluster", "eager-cold");
+  const tune::TuneKey gemm_key =
+      put("gemm", ops::kGemmTacticSpace,
+          ops::gemm_bucket(ops::DType::kBF16, ops::DType::kBF16, 16, 4096, 4096, false, false),
+          "sm90_bn256_s3", "eager-cold");
+  const tune::TuneKey bad_key =
+      put("decode_attention", ops::kDecodeTacticSpace, decode_bucket, "split4_warp", "graph-cold");
+  std::vector<jit::Spec> wanted = decode_run_specs("split4_cluster");
+  wanted.push_back(gemm_run_spec("sm90_bn256_s3"));
+
+  TempDir dir;
+  const fs::path pkg = dir.path() / "pkg";
+  const std::string env = "KJIT_CACHE_DIR='" + cache.string() + "'";
+  Run b = cli(env, "aot build --arch 9.0a --out '" + pkg.string() +
+                       "' --ops chain_speculative_sampling -j 2 --json");
+  INFO(b.out << b.err);
+  REQUIRE(b.code == 0);
+  const json j = json::parse(b.out);
+  CHECK(j.at("tactic_kernels") == wanted.size());
+  CHECK(j.at("tuning_records") == 2);
+  // (d) The record whose tactic does not map is reported and left out; the others are packed.
+  REQUIRE(j.at("tuning_skipped").size() == 1);
+  const json& skipped = j.at("tuning_skipped")[0];
+  CHECK(skipped.at("op") == "decode_attention");
+  CHECK(skipped.at("tactic") == "split4_warp");
+  CHECK(skipped.at("why").get<std::string>().find("not a decode_attention tactic") !=
+        std::string::npos);
+  CHECK(skipped.at("file") ==
+        "tuning/" + store.path_of(fp, bad_key).lexically_relative(store.root()).generic_string());
+
+  // (a) The index lists the tactics' kernels.
+  const aot::PackageIndex idx = aot::PackageIndex::from_json(*util::read_file(pkg / "index.json"));
+  for (const jit::Spec& s : wanted) {
+    INFO(s.uri);
+    CHECK(idx.find(s.uri, "sm_90a") != nullptr);
+  }
+  CHECK(idx.tuning.size() == 2);
+  // (b) verify passes, comparing those entries' sources too.
+  Run v = cli("", "aot verify --json '" + pkg.string() + "'");
+  INFO(v.out);
+  CHECK(v.code == 0);
+  CHECK(v.out.find("not in this kjit's catalogs") == std::string::npos);
+
+  {  // A package whose index lost a record's kernel fails verify, naming the record and kernel.
+    TempDir copy;
+    const fs::path lacking = copy.path() / "pkg";
+    fs::copy(pkg, lacking, fs::copy_options::recursive);
+    aot::PackageIndex edited = idx;
+    const std::string gemm_uri = wanted.back().uri;
+    edited.entries.erase(
+        std::remove_if(edited.entries.begin(), edited.entries.end(),
+                       [&](const aot::PackageEntry& e) { return e.uri == gemm_uri; }),
+        edited.entries.end());
+    util::write_file_atomic(lacking / "index.json", edited.to_json());
+    Run bad = cli("", "aot verify '" + lacking.string() + "'");
+    INFO(bad.out);
+    CHECK(bad.code == 1);
+    CHECK(bad.out.find("runs " + gemm_uri + " on sm_90a, which the package lacks") !=
+          std::string::npos);
+  }
+
+  // (c) A read-only host with a fresh cache: the records come from the package, and the kernels
+  // of their tactics load from it with JIT disabled, no compile.
+  std::unique_ptr<tune::TuneStore> host = tune::make_store(dir.path() / "fresh", {pkg});
+  const std::optional<tune::TuneRecord> dr = host->find(fp, decode_key);
+  const std::optional<tune::TuneRecord> gr = host->find(fp, gemm_key);
+  REQUIRE(dr.has_value());
+  REQUIRE(gr.has_value());
+  CHECK_FALSE(host->find(fp, bad_key).has_value());
+  std::vector<jit::Spec> asked = decode_run_specs(dr->tactic);
+  asked.push_back(gemm_run_spec(gr->tactic));
+  jit::JitCore core(settings_for(dir, pkg, true));
+  for (const jit::Spec& s : asked) {
+    INFO(s.uri);
+    CHECK(core.build(s, kSm90a).source == jit::ArtifactSource::kPackage);
+  }
+  CHECK(core.stats().compiles == 0);
+  CHECK(core.stats().package_hits == static_cast<long>(asked.size()));
+
+  // The summary line says what was added and what was left out.
+  Run text = cli(env, "aot build --arch 9.0a --out '" + (dir.path() / "pkg2").string() +
+                          "' --ops chain_speculative_sampling");
+  INFO(text.out << text.err);
+  CHECK(text.code == 0);
+  CHECK(text.out.find("2 tuning records (3 tactic kernels added beside the catalogs, 1 records "
+                      "not packed)") != std::string::npos);
+  CHECK(text.err.find("split4_warp) not packed: 'split4_warp' is not a decode_attention tactic") !=
+        std::string::npos);
+  // --no-tuning packs neither the records nor their kernels.
+  Run none = cli(env, "aot build --arch 9.0a --out '" + (dir.path() / "pkg3").string() +
+                          "' --ops chain_speculative_sampling --no-tuning --json");
+  REQUIRE(none.code == 0);
+  CHECK(json::parse(none.out).at("tactic_kernels") == 0);
+  CHECK(json::parse(none.out).at("tuning_records") == 0);
 }
 
 TEST_CASE("aot: command-line mistakes are usage errors and a missing package fails", "[aot][cli]") {

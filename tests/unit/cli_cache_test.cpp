@@ -264,3 +264,31 @@ TEST_CASE("cli: an unknown command is named", "[cli]") {
   CHECK(out.find("unknown command 'nosuchcmd'") != std::string::npos);
   CHECK(out.find("compile") != std::string::npos);  // lists the commands
 }
+
+TEST_CASE("cli: compile into a cache it cannot write warns and exits 1 saying so", "[cli]") {
+  kjit::test::TempDir dir;
+  // A file where the cache's folder would be: nothing can be made under it, also as root.
+  kjit::util::write_file_atomic(dir.path() / "file", "x");
+  const std::string cmd = "KJIT_CACHE_DIR='" + (dir.path() / "file" / "cache").string() +
+                          "' '" KJIT_CLI_PATH
+                          "' compile rmsnorm --set dtype=bf16 --set hidden=128 --arch sm_90 2>&1";
+  const kjit::test::ShellRun sh = kjit::test::run_shell(cmd);
+  INFO(sh.out);
+  CHECK(sh.code == 1);
+  CHECK(sh.out.find("warning: cannot create directory") != std::string::npos);
+  CHECK(sh.out.find("1 compiled specializations were not saved") != std::string::npos);
+  CHECK(sh.out.find("(not on disk)") != std::string::npos);
+}
+
+TEST_CASE("cli: a cache hit's row shows the hit's time and the original compile's apart", "[cli]") {
+  kjit::test::TempDir dir;
+  compile(dir.path(), 128);
+  const Run hit = cli(dir.path(),
+                      "compile rmsnorm --set dtype=bf16 --set hidden=128 --arch sm_90 "
+                      "--json");
+  REQUIRE(hit.code == 0);
+  const auto row = nlohmann::json::parse(hit.out).at("results").at(0);
+  CHECK(row.at("source") == "disk");
+  // A load takes milliseconds at most, the compile it saved hundreds.
+  CHECK(row.at("ms").get<double>() < row.at("compile_ms").get<double>());
+}

@@ -7,6 +7,7 @@
 #include <dlpack/dlpack.h>
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -15,6 +16,7 @@
 #include "kjit/kjit.h"
 #include "ops/attention/decode_attention.hpp"
 #include "ops/attention/decode_tactics.hpp"
+#include "ops/precompile.hpp"
 #include "support/temp_dir.hpp"
 #include "tune/autotuner.hpp"
 #include "tune/tune_store.hpp"
@@ -348,4 +350,81 @@ TEST_CASE("decode tactics: a record of another tactic space is a miss", "[tune][
                           tune::record_json(fake_gpu(), old, rec));
   CHECK_FALSE(tuner->store()->find(fake_gpu(), now).has_value());
   CHECK(std::string(plan_with(s, *make_tuner(dir)).tactic) == dflt);
+}
+
+TEST_CASE("decode tactics: a record's tactic maps to the kernels its run asks for",
+          "[tune][attention][aot]") {
+  // fp16, GQA 32 / 8 of head_dim 64: the catalog has no cluster merge and no 2-stage ring there.
+  const DLDataType kF16{kDLFloat, 16, 1};
+  const int batch = 8, pages = 256;  // 4096 tokens each
+  std::vector<int32_t> ptr(batch + 1);
+  for (int b = 0; b <= batch; ++b) ptr[static_cast<size_t>(b)] = b * pages;
+  const DecodePlanner planner(ptr.data(), batch, 32, 8, 64, 16, KJIT_KV_LAYOUT_NHD, kF16, kF16,
+                              0.0f, 0.0f, -1, 0, 132, 0);
+  const std::string bucket = planner.bucket();
+  const jit::ArchTarget sm80{8, 0, false}, sm90a{9, 0, true};
+  for (const char* name :
+       {"split4_cluster", "split8_kernel_s2", "split1", "split16_fused", "split4_cluster_addr64"}) {
+    INFO(name);
+    const DecodeTactic t = tactic(name);
+    REQUIRE(planner.valid(t));
+    // The run's kernel: the plan of the forced tactic, 16-byte rows, 32- or 64-bit offsets.
+    const ops::DecodePlanData pl =
+        ops::plan_batch_decode(ptr.data(), batch, 32, 8, 64, 16, KJIT_KV_LAYOUT_NHD, kF16, kF16,
+                               0.0f, 0.0f, -1, 0, 132, 0, &t);
+    ops::DecodeConfig cfg = pl.cfg;
+    cfg.cp_bytes = 16;
+    const std::vector<jit::Spec> specs = ops::decode_tactic_specs(bucket, name, sm90a);
+    REQUIRE(specs.size() == (t.addr == 1 ? 1u : 2u));
+    CHECK(specs[0].uri == ops::decode_spec(cfg).uri);
+    if (t.addr != 1) {
+      cfg.addr = 1;
+      CHECK(specs[1].uri == ops::decode_spec(cfg).uri);
+    }
+  }
+  CHECK(ops::decode_tactic_specs(bucket, "split4_cluster", sm90a)[0].uri.find("cluster") !=
+        std::string::npos);
+  // Not valid for the bucket: a cluster of 32; a split the lengths never reach.
+  CHECK(ops::decode_tactic_specs(bucket, "split32_cluster", sm90a).empty());
+  CHECK(ops::decode_tactic_specs(bucket, "split3_kernel_s9", sm90a).empty());
+  // The cluster kernels are sm_90's: tactic_specs_for keeps them to sm_90a; a merge kernel plan
+  // runs on both (each at its arch's shared memory).
+  const auto cluster = ops::tactic_specs_for("decode_attention", ops::kDecodeTacticSpace, bucket,
+                                             "split4_cluster", {sm80, sm90a});
+  REQUIRE(cluster.size() == 2);
+  for (const ops::TacticSpec& k : cluster) CHECK(k.target == sm90a);
+  const auto kernel = ops::tactic_specs_for("decode_attention", ops::kDecodeTacticSpace, bucket,
+                                            "split4_kernel_s2", {sm80, sm90a});
+  CHECK(kernel.size() == 4);
+  // What does not map is an error naming why.
+  auto error_of = [&](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      CHECK(e.status() == KJIT_ERROR_INVALID_ARGUMENT);
+      return std::string(e.what());
+    }
+    FAIL("no error");
+    return std::string();
+  };
+  CHECK_THAT(error_of([&] { ops::decode_tactic_specs(bucket, "split4_warp", sm90a); }),
+             Catch::Contains("not a decode_attention tactic"));
+  CHECK_THAT(error_of([&] { ops::decode_tactic_specs("q=fp16,batch=8", "split1", sm90a); }),
+             Catch::Contains("has no"));
+  std::string odd = bucket;
+  odd.replace(odd.find("batch=8"), 7, "batch=6");  // not a power of two: no bucket reads so
+  CHECK_THAT(error_of([&] { ops::decode_tactic_specs(odd, "split1", sm90a); }),
+             Catch::Contains("reads back as"));
+  CHECK_THAT(error_of([&] {
+               ops::tactic_specs_for("decode_attention", ops::kDecodeTacticSpace + 1, bucket,
+                                     "split1", {sm90a});
+             }),
+             Catch::Contains("tactic space"));
+  CHECK_THAT(error_of([&] {
+               ops::tactic_specs_for("decode_attention", ops::kDecodeTacticSpace, bucket,
+                                     "split32_cluster", {sm80, sm90a});
+             }),
+             Catch::Contains("not valid"));
+  CHECK_THAT(error_of([&] { ops::tactic_specs_for("rmsnorm", 1, "x=1", "a", {sm90a}); }),
+             Catch::Contains("not an op with tactics"));
 }

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -16,9 +17,11 @@
 #include "kjit/kjit.h"
 #include "ops/gemm/gemm.hpp"
 #include "ops/gemm/gemm_tactics.hpp"
+#include "ops/precompile.hpp"
 #include "support/gpu.hpp"
 #include "support/temp_dir.hpp"
 #include "tune/autotuner.hpp"
+#include "util/error.hpp"
 
 using namespace kjit;
 namespace ops = kjit::ops;
@@ -320,4 +323,37 @@ TEST_CASE("gemm abi: the tuning options default to the process's and are checked
   CHECK(err.find("out") != std::string::npos);
   CHECK(err.find("autotune") == std::string::npos);
   CHECK(err.find("tune_timing") == std::string::npos);
+}
+
+TEST_CASE("gemm tactics: a record's tactic maps to the kernel its call runs", "[gemm][tune][aot]") {
+  const auto bf16 = ops::DType::kBF16;
+  const std::string bucket = ops::gemm_bucket(bf16, bf16, 16, 4096, 4096, false, false);
+  const jit::ArchTarget sm80{8, 0, false}, sm90{9, 0, false}, sm90a{9, 0, true};
+  // On an H200 (227 KB per block): the config kjit_gemm builds for the tactic.
+  for (const char* name : {"sm90_bn256_s3", "decode_t16_split4", "mma_bn64_s3", "simt"}) {
+    INFO(name);
+    const std::optional<ops::GemmTactic> t = ops::GemmTactic::parse(name);
+    REQUIRE(t.has_value());
+    const std::vector<jit::Spec> specs = ops::gemm_tactic_specs(bucket, name, sm90a);
+    REQUIRE(specs.size() == 1);
+    CHECK(specs[0].uri == ops::gemm_spec(ops::gemm_config_of(*t, bf16, bf16, hopper())).uri);
+  }
+  // Not valid there: wgmma on sm_80, a token tile wider than the bucket's rows.
+  CHECK(ops::gemm_tactic_specs(bucket, "sm90_bn256_s3", sm80).empty());
+  CHECK(ops::gemm_tactic_specs(bucket, "decode_t32_split4", sm90a).empty());
+  CHECK(ops::gemm_tactic_specs(bucket, "mma_bn64_s3", sm80).size() == 1);
+  // tactic_specs_for keeps each spec to its arch families: the wgmma kernel is sm_90a's only.
+  const auto k = ops::tactic_specs_for("gemm", ops::kGemmTacticSpace, bucket, "sm90_bn256_s3",
+                                       {sm80, sm90, sm90a});
+  REQUIRE(k.size() == 1);
+  CHECK(k[0].target == sm90a);
+  CHECK(ops::tactic_specs_for("gemm", ops::kGemmTacticSpace, bucket, "mma_bn64_s3", {sm80, sm90a})
+            .size() == 2);
+  CHECK_THROWS_AS(ops::gemm_tactic_specs(bucket, "sm90_bn0256_s3", sm90a), kjit::Error);
+  CHECK_THROWS_AS(ops::gemm_tactic_specs(bucket, "tile128", sm90a), kjit::Error);
+  const std::string m12 = "dtype=bf16,out=bf16,m=12,n=4096,k=4096,bias=0,beta=0";
+  CHECK_THROWS_AS(ops::gemm_tactic_specs(m12, "simt", sm90a), kjit::Error);
+  CHECK_THROWS_AS(
+      ops::tactic_specs_for("gemm", ops::kGemmTacticSpace, bucket, "sm90_bn512_s4", {sm80, sm90a}),
+      kjit::Error);
 }

@@ -23,6 +23,7 @@
 #include "jit/compiler.hpp"
 #include "runtime/jit_core.hpp"
 #include "jit/sources.hpp"
+#include "ops/precompile.hpp"
 #include "ops/registry.hpp"
 #include "tune/packaged_records.hpp"
 #include "util/env.hpp"
@@ -180,6 +181,119 @@ aot::PackageEntry entry_from_json(const json& r) {
   return e;
 }
 
+// What a package build compiles: specs, and the (spec, target) items to build, each once.
+struct BuildPlan {
+  std::vector<jit::Spec> specs;
+  std::vector<std::pair<size_t, jit::ArchTarget>> items;
+  size_t catalog_items = 0;  // the catalogs' items come first, then the tactics' kernels
+  size_t skipped = 0;        // catalog (spec, arch) pairs outside the spec's arch families
+
+  // The item of (spec, target), added when new.
+  size_t add(jit::Spec spec, const jit::ArchTarget& target) {
+    auto known = spec_of_.find(spec.uri);
+    if (known == spec_of_.end()) {
+      known = spec_of_.emplace(spec.uri, specs.size()).first;
+      specs.push_back(std::move(spec));
+    }
+    const std::string name = target.sm() + "/" + specs[known->second].uri;
+    auto it = item_of_.find(name);
+    if (it == item_of_.end()) {
+      it = item_of_.emplace(name, items.size()).first;
+      items.emplace_back(known->second, target);
+    }
+    return it->second;
+  }
+
+ private:
+  std::map<std::string, size_t> spec_of_;  // uri -> spec
+  std::map<std::string, size_t> item_of_;  // "<arch>/<uri>" -> item
+};
+
+// A tuning record the package takes, with the items of the kernels its tactic runs.
+struct PackedRecord {
+  fs::path path;
+  std::string file;  // as the index lists it
+  std::string op, tactic;
+  std::vector<size_t> items;
+};
+
+// A record left out of the package, and why.
+struct SkippedRecord {
+  std::string file, op, tactic, why;
+};
+
+// The cache's tuning records the package takes (this kjit's and NVRTC's: a record of another
+// version is a miss anyway; of the devices asked for), each with the kernels its tactic runs on
+// the package's archs added to `plan` (the op's own tactic -> spec mapping, so a read-only host
+// that reads the record finds them). A record whose tactic does not map (an op without tactics,
+// another tactic space, a tactic unknown or not valid for its bucket) goes to `skipped`.
+std::vector<PackedRecord> plan_records(const tune::TuneStore& store, const BuildOptions& o,
+                                       const std::vector<jit::ArchTarget>& archs, BuildPlan& plan,
+                                       std::vector<SkippedRecord>& skipped) {
+  std::vector<PackedRecord> out;
+  for (const tune::TuneStore::Entry& e : store.list()) {
+    if (!e.origin.empty() || !e.valid || e.fp.kjit != jit::kjit_version() ||
+        e.fp.nvrtc != jit::nvrtc_version() || !util::glob_match(o.tuning_device, e.fp.device)) {
+      continue;
+    }
+    PackedRecord r{e.path,
+                   "tuning/" + e.path.lexically_relative(store.root()).generic_string(),
+                   e.key.op,
+                   e.rec.tactic,
+                   {}};
+    try {
+      for (ops::TacticSpec& k : ops::tactic_specs_for(e.key.op, e.key.space_version, e.key.bucket,
+                                                      e.rec.tactic, archs)) {
+        r.items.push_back(plan.add(std::move(k.spec), k.target));
+      }
+    } catch (const std::exception& ex) {
+      skipped.push_back({r.file, e.key.op, e.rec.tactic, ex.what()});
+      continue;
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+int report_build(const BuildOptions& o, const aot::PackageIndex& index, const json& counts,
+                 const std::vector<std::pair<std::string, std::string>>& failures,
+                 const std::vector<SkippedRecord>& skipped_records) {
+  if (o.json) {
+    json out = {{"dir", o.out.string()}, {"archs", index.archs}};
+    out.update(counts);
+    out["failures"] = json::array();
+    for (const auto& [name, error] : failures) {
+      out["failures"].push_back({{"name", name}, {"error", error}});
+    }
+    out["tuning_records"] = index.tuning.size();
+    out["tuning_skipped"] = json::array();
+    for (const SkippedRecord& r : skipped_records) {
+      out["tuning_skipped"].push_back(
+          {{"file", r.file}, {"op", r.op}, {"tactic", r.tactic}, {"why", r.why}});
+    }
+    fmt::print("{}\n", out.dump(2, ' ', false, json::error_handler_t::replace));
+  } else {
+    for (const auto& [name, error] : failures) {
+      fmt::print(stderr, "kjit-cli: failed: {}: {}\n", name, error);
+    }
+    for (const SkippedRecord& r : skipped_records) {
+      fmt::print(stderr, "kjit-cli: tuning record {} ({} {}) not packed: {}\n", r.file, r.op,
+                 r.tactic, r.why);
+    }
+    fmt::print(
+        "package {}: {} entries for {} ({} compiled, {} from the JIT cache), {:.1f} MiB; {} "
+        "failed; {} spec/arch pairs outside the specs' arch families skipped; {} tuning records "
+        "({} tactic kernels added beside the catalogs, {} records not packed); {:.1f} s (-j {})\n",
+        o.out.string(), index.entries.size(), fmt::join(index.archs, " "),
+        counts["compiled"].get<size_t>(), counts["cached"].get<size_t>(),
+        counts["bytes"].get<unsigned long long>() / double(1 << 20), failures.size(),
+        counts["skipped"].get<size_t>(), index.tuning.size(),
+        counts["tactic_kernels"].get<size_t>(), skipped_records.size(),
+        counts["seconds"].get<double>(), counts["jobs"].get<int>());
+  }
+  return failures.empty() ? kExitOk : kExitFailure;
+}
+
 int run_build(const BuildOptions& o) {
   auto t0 = std::chrono::steady_clock::now();
   std::vector<jit::ArchTarget> archs = parse_archs(o.archs);
@@ -188,19 +302,25 @@ int run_build(const BuildOptions& o) {
   util::make_dirs(o.out);
 
   std::vector<std::pair<std::string, std::string>> failures;  // name, error
-  std::vector<jit::Spec> specs = catalog_specs(defs, &failures);
-  std::vector<std::pair<size_t, jit::ArchTarget>> items;
-  size_t skipped = 0;  // (spec, arch) pairs outside the spec's arch families
-  for (size_t i = 0; i < specs.size(); ++i) {
+  BuildPlan plan;
+  for (jit::Spec& spec : catalog_specs(defs, &failures)) {
     for (const auto& t : archs) {
-      if (jit::family_supports(specs[i].arch_families, t)) {
-        items.emplace_back(i, t);
+      if (jit::family_supports(spec.arch_families, t)) {
+        plan.add(spec, t);
       } else {
-        ++skipped;
+        ++plan.skipped;
       }
     }
   }
+  plan.catalog_items = plan.items.size();
+  // The tuning records, with the kernels their tactics run: a host that loads the package
+  // starts tuned, also with KJIT_DISABLE_JIT=1.
+  const tune::TuneStore store(jit::Settings::from_env().cache_dir / "tuning");
+  std::vector<SkippedRecord> skipped_records;
+  std::vector<PackedRecord> records;
+  if (!o.no_tuning) records = plan_records(store, o, archs, plan, skipped_records);
 
+  const auto& items = plan.items;
   std::string why;
   int jobs = clamp_jobs(o.jobs, items.size(), &why);
   if (!why.empty()) fmt::print(stderr, "kjit-cli: {}\n", why);
@@ -208,10 +328,10 @@ int run_build(const BuildOptions& o) {
   Progress progress(items.size());
   run_items(
       items.size(), jobs,
-      [&](size_t i) { return build_entry(specs[items[i].first], items[i].second, o.out); },
+      [&](size_t i) { return build_entry(plan.specs[items[i].first], items[i].second, o.out); },
       [&](size_t i, const json& r) {
         results[i] = r;
-        progress.step(specs[items[i].first].uri + " " + items[i].second.sm());
+        progress.step(plan.specs[items[i].first].uri + " " + items[i].second.sm());
       });
 
   aot::PackageIndex index;
@@ -219,16 +339,17 @@ int run_build(const BuildOptions& o) {
   index.nvrtc_version = jit::nvrtc_version();
   index.created = jit::utc_now_iso();
   for (const auto& t : archs) index.archs.push_back(t.sm());
-  size_t compiled = 0, cached = 0;
+  size_t compiled = 0, cached = 0, tactic_kernels = 0;
   unsigned long long bytes = 0;
   for (size_t i = 0; i < items.size(); ++i) {
     const json& r = results[i];
     if (!r.value("ok", false)) {
-      failures.emplace_back(specs[items[i].first].uri + " " + items[i].second.sm(),
+      failures.emplace_back(plan.specs[items[i].first].uri + " " + items[i].second.sm(),
                             r.value("error", "no result"));
       continue;
     }
     (r["source"] == "cache" ? cached : compiled)++;
+    tactic_kernels += i >= plan.catalog_items ? 1 : 0;
     index.entries.push_back(entry_from_json(r));
     bytes += index.entries.back().size;
   }
@@ -236,47 +357,30 @@ int run_build(const BuildOptions& o) {
     return std::tie(a.arch, a.uri) < std::tie(b.arch, b.uri);
   });
   index.reindex();
-  // The tuning records this kjit and NVRTC measured (a record of another version is a miss
-  // anyway), of the devices asked for: a host that loads the package starts tuned.
-  if (!o.no_tuning) {
-    const jit::Settings settings = jit::Settings::from_env();
-    index.tuning = tune::pack_records(tune::TuneStore(settings.cache_dir / "tuning"), o.out,
-                                      [&](const tune::TuneStore::Entry& e) {
-                                        return e.fp.kjit == index.kjit_version &&
-                                               e.fp.nvrtc == index.nvrtc_version &&
-                                               util::glob_match(o.tuning_device, e.fp.device);
-                                      });
+  // A record is packed only with every kernel its tactic runs.
+  std::set<fs::path> packed;
+  for (const PackedRecord& r : records) {
+    auto failed = std::find_if(r.items.begin(), r.items.end(),
+                               [&](size_t i) { return !results[i].value("ok", false); });
+    if (failed == r.items.end()) {
+      packed.insert(r.path);
+    } else {
+      skipped_records.push_back(
+          {r.file, r.op, r.tactic,
+           fmt::format("its kernel {} {} failed to build", plan.specs[items[*failed].first].uri,
+                       items[*failed].second.sm())});
+    }
   }
+  index.tuning = tune::pack_records(
+      store, o.out, [&](const tune::TuneStore::Entry& e) { return packed.count(e.path) != 0; });
   // The index goes last: until it is written the folder is not a (new) package.
   util::write_file_atomic(o.out / aot::kIndexName, index.to_json());
   std::chrono::duration<double> wall = std::chrono::steady_clock::now() - t0;
-
-  if (o.json) {
-    json out = {{"dir", o.out.string()},
-                {"archs", index.archs},
-                {"entries", index.entries.size()},
-                {"compiled", compiled},
-                {"cached", cached},
-                {"skipped", skipped},
-                {"bytes", bytes},
-                {"failures", json::array()},
-                {"tuning_records", index.tuning.size()}};
-    for (const auto& [name, error] : failures) {
-      out["failures"].push_back({{"name", name}, {"error", error}});
-    }
-    fmt::print("{}\n", out.dump(2, ' ', false, json::error_handler_t::replace));
-  } else {
-    for (const auto& [name, error] : failures) {
-      fmt::print(stderr, "kjit-cli: failed: {}: {}\n", name, error);
-    }
-    fmt::print(
-        "package {}: {} entries for {} ({} compiled, {} from the JIT cache), {:.1f} MiB; {} "
-        "failed; {} spec/arch pairs outside the specs' arch families skipped; {} tuning records; "
-        "{:.1f} s (-j {})\n",
-        o.out.string(), index.entries.size(), fmt::join(index.archs, " "), compiled, cached,
-        bytes / double(1 << 20), failures.size(), skipped, index.tuning.size(), wall.count(), jobs);
-  }
-  return failures.empty() ? kExitOk : kExitFailure;
+  const json counts = {
+      {"entries", index.entries.size()}, {"compiled", compiled}, {"cached", cached},
+      {"skipped", plan.skipped},         {"bytes", bytes},       {"tactic_kernels", tactic_kernels},
+      {"seconds", wall.count()},         {"jobs", jobs}};
+  return report_build(o, index, counts, failures, skipped_records);
 }
 
 // ---- aot verify / list
@@ -286,6 +390,47 @@ aot::PackageIndex read_index(const fs::path& dir) {
   auto text = util::read_file(dir / aot::kIndexName);
   if (!text) fail(KJIT_ERROR_CACHE, "{}: no readable {}", dir.string(), aot::kIndexName);
   return aot::PackageIndex::from_json(*text);
+}
+
+// The kernels the package's valid tuning records' tactics run on its archs that it lacks (a
+// read-only host reading the record would refuse them); a record whose tactic maps to none is a
+// note. Each kernel's spec goes to `by_uri`, so its entry's sources are compared like a catalog
+// one's.
+std::vector<std::pair<std::string, std::string>> record_kernel_problems(
+    const fs::path& dir, const aot::PackageIndex& idx, const tune::TuneStore& records,
+    std::map<std::string, jit::Spec>& by_uri, std::vector<std::string>* notes) {
+  std::vector<jit::ArchTarget> archs;
+  for (const std::string& a : idx.archs) {
+    if (auto t = jit::ArchTarget::parse(a)) archs.push_back(*t);
+  }
+  std::vector<std::pair<std::string, std::string>> problems;
+  for (const tune::TuneStore::Entry& e : records.list()) {
+    // Only the index's records, those that can be read; the others are reported below. A record
+    // of another kjit or NVRTC is a miss on every host: it needs no kernel.
+    if (e.origin.empty() || !e.valid || e.fp.kjit != idx.kjit_version ||
+        e.fp.nvrtc != idx.nvrtc_version) {
+      continue;
+    }
+    const std::string name = e.path.lexically_relative(dir).generic_string();
+    std::vector<ops::TacticSpec> kernels;
+    try {
+      kernels =
+          ops::tactic_specs_for(e.key.op, e.key.space_version, e.key.bucket, e.rec.tactic, archs);
+    } catch (const std::exception& ex) {
+      // A miss on this kjit's hosts (another tactic space, ...), never a refused kernel.
+      notes->push_back(fmt::format("{}: this kjit would not use it ({})", name, ex.what()));
+      continue;
+    }
+    for (ops::TacticSpec& k : kernels) {
+      if (!idx.find(k.spec.uri, k.target.sm())) {
+        problems.emplace_back(name, fmt::format("its tactic {} runs {} on {}, which the package "
+                                                "lacks",
+                                                e.rec.tactic, k.spec.uri, k.target.sm()));
+      }
+      by_uri.emplace(k.spec.uri, std::move(k.spec));
+    }
+  }
+  return problems;
 }
 
 int run_verify(const fs::path& dir, bool as_json) {
@@ -314,6 +459,15 @@ int run_verify(const fs::path& dir, bool as_json) {
     std::vector<std::pair<std::string, std::string>> ignored;
     std::map<std::string, jit::Spec> by_uri;
     for (auto& s : catalog_specs(selected_ops({}), &ignored)) by_uri.emplace(s.uri, std::move(s));
+    // The tuning records, with the kernels their tactics run: those must be in the package too.
+    tune::TuneStore records(dir / "tuning");
+    std::string no_records;
+    if (std::optional<tune::RecordPackage> p = tune::read_record_package(dir, &no_records)) {
+      records.add_package(std::move(*p));
+    }
+    for (const auto& [what, why] : record_kernel_problems(dir, idx, records, by_uri, &notes)) {
+      problems.emplace_back(what, why);
+    }
     jit::Settings settings = jit::Settings::from_env();
     size_t uncatalogued = 0;
     for (const auto& e : idx.entries) {
@@ -354,11 +508,6 @@ int run_verify(const fs::path& dir, bool as_json) {
       }
     }
     // The tuning records: their size and SHA-256, and a record that names its own path.
-    tune::TuneStore records(dir / "tuning");
-    std::string why;
-    if (std::optional<tune::RecordPackage> p = tune::read_record_package(dir, &why)) {
-      records.add_package(std::move(*p));
-    }
     for (const tune::TuneStore::Entry& e : records.list()) {
       if (e.origin.empty()) continue;  // the files themselves, listed again as the index has them
       ++checked;
@@ -366,7 +515,8 @@ int run_verify(const fs::path& dir, bool as_json) {
     }
     if (uncatalogued > 0) {
       notes.push_back(
-          fmt::format("{} entries are not in this kjit's catalogs: their sources were not compared",
+          fmt::format("{} entries are not in this kjit's catalogs or the package's tuning records: "
+                      "their sources were not compared",
                       uncatalogued));
     }
   }
@@ -588,9 +738,10 @@ void add_aot_commands(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   build->add_flag("--json", b->json, "Print one JSON document on stdout");
   build->add_option("--tuning-device", b->tuning_device,
-                    "Pack the cache's tuning records of devices matching this glob (default: "
-                    "every device; records of this kjit and NVRTC only)");
-  build->add_flag("--no-tuning", b->no_tuning, "Pack no tuning records");
+                    "Pack the cache's tuning records of devices matching this glob, with the "
+                    "kernels their tactics run (default: every device; records of this kjit and "
+                    "NVRTC only)");
+  build->add_flag("--no-tuning", b->no_tuning, "Pack no tuning records (nor their kernels)");
   build->callback([b, &exit_code] { exit_code = run_build(*b); });
 
   auto v = std::make_shared<std::pair<std::string, bool>>();

@@ -11,6 +11,7 @@
 #include "diag/trace_dump.hpp"
 #include "ops/attention/decode_attention.hpp"
 #include "ops/attention/decode_internal.hpp"
+#include "ops/attention/decode_tactics.hpp"
 #include "ops/attention/merge_states.hpp"
 #include "util/error.hpp"
 
@@ -254,6 +255,8 @@ OpDef decode_attention_op_def() {
     }
     return out;
   };
+  d.tactic_space = kDecodeTacticSpace;
+  d.tactic_specs = decode_tactic_specs;
   d.definitions = [] {
     // Llama 3 8B / Mistral 7B (32 / 8), Llama 3 70B / Qwen 2.5 72B (64 / 8), Qwen 2.5 7B (28 / 4)
     // at the page sizes of paged engines (16) and of token-granular ones (1); the 8B shape also

@@ -405,7 +405,7 @@ DecodePlanner::DecodePlanner(const int32_t* kv_indptr_host, int batch, int num_q
                              int num_kv_heads, int head_dim, int page_size, int layout,
                              DLDataType q_dtype, DLDataType kv_dtype, float sm_scale,
                              float logits_soft_cap, int window_left, int num_splits, int num_sms,
-                             int device_id)
+                             int device_id, const SmemBudget* budget)
     : indptr_(kv_indptr_host),
       batch_(batch),
       qo_heads_(num_qo_heads),
@@ -426,7 +426,13 @@ DecodePlanner::DecodePlanner(const int32_t* kv_indptr_host, int batch, int num_q
   check_plan_scalars(sm_scale, logits_soft_cap, window_left, num_splits, num_sms, device_id);
   eff_ = attended_lengths(kv_indptr_host, batch, page_size, window_left);
   for (int64_t e : eff_) max_eff_ = std::max(max_eff_, e);
-  have_driver_ = device_budget(device_id, num_sms, &budget_, &sms_);
+  if (budget != nullptr) {
+    if (num_sms <= 0) fail(KJIT_ERROR_INVALID_ARGUMENT, "a plan for a given budget needs num_sms");
+    budget_ = *budget;
+    sms_ = num_sms;
+  } else {
+    have_driver_ = device_budget(device_id, num_sms, &budget_, &sms_);
+  }
   heuristic_ = finish(base(), num_splits_);
 }
 

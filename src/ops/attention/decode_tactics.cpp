@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <type_traits>
 #include <unordered_map>
 
 #include "diag/call_log.hpp"
+#include "ops/attention/decode_internal.hpp"
 #include "util/error.hpp"
 #include "util/hash.hpp"
 #include "util/log.hpp"
@@ -279,6 +281,78 @@ DecodeTacticChoice choose_decode_tactic(const DecodePlanner& planner, const Deco
     g_memo[memo_key] = c;
   }
   return c;
+}
+
+namespace {
+
+// A bucket's q dtype ("bf16", "fp16") and cache dtype (that, or "e4m3") as a plan takes them.
+DLDataType decode_bucket_dtype(const std::string& name, const std::string& bucket) {
+  if (name == "bf16") return DLDataType{kDLBfloat, 16, 1};
+  if (name == "fp16") return DLDataType{kDLFloat, 16, 1};
+  if (name == "e4m3") return DLDataType{decode_detail::kDLFloat8E4m3fn, 8, 1};
+  fail(KJIT_ERROR_INVALID_ARGUMENT, "decode_attention bucket '{}': no dtype '{}'", bucket, name);
+}
+
+}  // namespace
+
+std::vector<jit::Spec> decode_tactic_specs(const std::string& bucket, const std::string& tactic,
+                                           const jit::ArchTarget& arch) {
+  const std::optional<DecodeTactic> t = DecodeTactic::parse(tactic);
+  if (!t) fail(KJIT_ERROR_INVALID_ARGUMENT, "'{}' is not a decode_attention tactic", tactic);
+  const SetArgs f = parse_set_list(bucket);
+  auto field = [&](const char* name) -> const std::string& {
+    const auto it = f.find(name);
+    if (it == f.end()) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "decode_attention bucket '{}' has no {}", bucket, name);
+    }
+    return it->second;
+  };
+  auto number = [&](const char* name, int max = 1 << 30) {
+    field(name);
+    return static_cast<int>(positive_int_arg(f, name, max));
+  };
+  const int batch = number("batch", 1 << 20);
+  const int kv_len = number("kv_len"), page = number("page");
+  const int kv_heads = number("kv_heads"), group = number("group");
+  // Every request at the bucket's longest length, in whole pages (pages x page is what a plan
+  // attends): the lengths reach each split count the bucket's plans reach.
+  const int64_t pages = std::max(1, kv_len / page);
+  if (pages * batch > INT32_MAX) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "decode_attention bucket '{}': too many pages", bucket);
+  }
+  std::vector<int32_t> indptr(static_cast<size_t>(batch) + 1);
+  for (size_t b = 0; b < indptr.size(); ++b) indptr[b] = static_cast<int32_t>(pages * b);
+  const int kb = arch_smem_per_sm_kb(arch);
+  const SmemBudget budget{kb * 1024, (kb - 1) * 1024, 1024};
+  const int splits = f.count("splits") != 0 ? number("splits") : 0;
+  std::optional<DecodePlanner> planner;
+  try {
+    planner.emplace(indptr.data(), batch, kv_heads * group, kv_heads, number("head_dim"), page,
+                    field("layout") == "hnd" ? KJIT_KV_LAYOUT_HND : KJIT_KV_LAYOUT_NHD,
+                    decode_bucket_dtype(field("q"), bucket),
+                    decode_bucket_dtype(field("kv"), bucket), 0.0f, 0.0f, -1, splits, number("sms"),
+                    0, &budget);
+  } catch (const Error& e) {
+    if (e.status() == KJIT_ERROR_UNSUPPORTED) return {};  // no variant fits this arch's memory
+    throw;
+  }
+  // The text must read back as itself: a bucket of another layout maps nothing.
+  if (planner->bucket() != bucket) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT,
+         "'{}' is not a decode_attention bucket (it reads back as '{}')", bucket,
+         planner->bucket());
+  }
+  if (!planner->valid(*t)) return {};
+  // As plan_batch_decode plans it and batch_decode_run's run_config compiles it.
+  DecodeConfig cfg =
+      *t == planner->default_tactic() ? planner->heuristic().cfg : planner->with(*t).cfg;
+  cfg.cp_bytes = 16;
+  std::vector<jit::Spec> out{decode_spec(cfg)};
+  if (cfg.addr == 2) {
+    cfg.addr = 1;
+    out.push_back(decode_spec(cfg));
+  }
+  return out;
 }
 
 }  // namespace kjit::ops

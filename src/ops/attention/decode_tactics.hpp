@@ -15,6 +15,8 @@
 #include <string_view>
 #include <vector>
 
+#include "jit/arch.hpp"
+#include "jit/spec.hpp"
 #include "ops/attention/decode_attention.hpp"
 #include "tune/autotuner.hpp"
 #include "tune/process_tuner.hpp"
@@ -70,11 +72,13 @@ int64_t decode_len_bucket(int64_t len);
 class DecodePlanner {
  public:
   // Validates the arguments (throws kjit::Error as kjit_batch_decode_plan documents) and queries
-  // the device (or assumes an H100 / H200-class one without a driver when num_sms > 0).
+  // the device (or assumes an H100 / H200-class one without a driver when num_sms > 0). With
+  // `budget`, plans for a device of that shared memory and num_sms SMs (> 0) without querying
+  // one (decode_tactic_specs).
   DecodePlanner(const int32_t* kv_indptr_host, int batch, int num_qo_heads, int num_kv_heads,
                 int head_dim, int page_size, int layout, DLDataType q_dtype, DLDataType kv_dtype,
                 float sm_scale, float logits_soft_cap, int window_left, int num_splits, int num_sms,
-                int device_id);
+                int device_id, const SmemBudget* budget = nullptr);
 
   // The heuristic's plan: select_decode's variant, the wave model's (or num_splits') partition,
   // the merge kernel.
@@ -140,5 +144,14 @@ struct DecodeTacticChoice {
   tune::TuneKey key;
 };
 DecodeTacticChoice choose_decode_tactic(const DecodePlanner& planner, const DecodeTuneRequest& r);
+
+// The kernels tactic `tactic` runs for plans of `bucket` (a DecodePlanner::bucket() text) on a
+// device of `arch`, as kjit_batch_decode_run asks for them there: the plan of the tactic at that
+// arch's shared memory (arch_smem_per_sm_kb), 16-byte rows, with the 32-bit row offsets it plans
+// and the 64-bit ones a run takes for caches past 4 GB. None when the tactic is not valid for the
+// bucket there. Throws KJIT_ERROR_INVALID_ARGUMENT when the tactic or the bucket is not decode
+// attention's. OpDef's tactic_specs facet (docs/aot.md, "Tuning records").
+std::vector<jit::Spec> decode_tactic_specs(const std::string& bucket, const std::string& tactic,
+                                           const jit::ArchTarget& arch);
 
 }  // namespace kjit::ops

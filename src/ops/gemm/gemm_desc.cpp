@@ -10,6 +10,7 @@
 
 #include "cuda/launch.hpp"
 #include "ops/gemm/gemm.hpp"
+#include "ops/gemm/gemm_tactics.hpp"
 #include "util/error.hpp"
 
 namespace kjit::ops {
@@ -175,6 +176,8 @@ OpDef gemm_op_def() {
     }
     return out;
   };
+  d.tactic_space = kGemmTacticSpace;
+  d.tactic_specs = gemm_tactic_specs;
   d.definitions = [] {
     std::vector<Definition> out;
     for (const auto& s : kGemmDefinitionShapes) {

@@ -153,6 +153,44 @@ bool gemm_tactic_valid(const GemmTactic& t, int64_t m_bucket, int64_t n, int64_t
   return simt_grid_ok(m_bucket, n);
 }
 
+std::vector<jit::Spec> gemm_tactic_specs(const std::string& bucket, const std::string& tactic,
+                                         const jit::ArchTarget& arch) {
+  const std::optional<GemmTactic> t = GemmTactic::parse(tactic);
+  if (!t) fail(KJIT_ERROR_INVALID_ARGUMENT, "'{}' is not a gemm tactic", tactic);
+  const SetArgs f = parse_set_list(bucket);
+  auto flag = [&](const char* name) {
+    const auto it = f.find(name);
+    return it != f.end() && it->second == "1";
+  };
+  auto field = [&](const char* name) -> const std::string& {
+    const auto it = f.find(name);
+    if (it == f.end())
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm bucket '{}' has no {}", bucket, name);
+    return it->second;
+  };
+  auto number = [&](const char* name) {
+    field(name);
+    return static_cast<int64_t>(positive_int_arg(f, name, 1ll << 40));
+  };
+  const DType dtype = dtype_from_name(field("dtype"));
+  const DType out = dtype_from_name(field("out"));
+  const int64_t m = number("m"), n = number("n"), k = number("k");
+  // The text must read back as itself: a bucket of another layout (or tactic space) maps nothing.
+  if (gemm_bucket(dtype, out, m, n, k, flag("bias"), flag("beta")) != bucket) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "'{}' is not a gemm bucket (it reads back as '{}')", bucket,
+         gemm_bucket(dtype, out, m, n, k, flag("bias"), flag("beta")));
+  }
+  select_gemm(dtype, out, m, n, k, GemmTarget{});  // the dtypes gemm serves
+  GemmTarget target;
+  target.cc_major = arch.major;
+  target.cc_minor = arch.minor;
+  target.max_smem_optin = (arch_smem_per_sm_kb(arch) - 1) * 1024;
+  target.tma_ok = true;
+  target.cp_async_ok = true;
+  if (!gemm_tactic_valid(*t, m, n, k, target)) return {};
+  return {gemm_spec(gemm_config_of(*t, dtype, out, target))};
+}
+
 std::vector<GemmTactic> gemm_tactics(const GemmTactic& dflt, int64_t m, int64_t n, int64_t k,
                                      const GemmTarget& target) {
   std::vector<GemmTactic> out{dflt};

@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include "jit/arch.hpp"
+#include "jit/spec.hpp"
 #include "ops/gemm/gemm.hpp"
 #include "tune/autotuner.hpp"
 #include "tune/process_tuner.hpp"
@@ -64,6 +66,14 @@ bool gemm_tactic_valid(const GemmTactic& t, int64_t m_bucket, int64_t n, int64_t
 // The valid tactics of a call, `dflt` (the heuristic's pick) first and always among them.
 std::vector<GemmTactic> gemm_tactics(const GemmTactic& dflt, int64_t m, int64_t n, int64_t k,
                                      const GemmTarget& target);
+
+// The kernel tactic `tactic` runs for calls of `bucket` (a gemm_bucket text) on a device of
+// `arch`, as kjit_gemm asks for it there (gemm_config_of at that device's shared memory, operands
+// TMA can describe): one spec, or none when the tactic is not valid for the bucket on that arch.
+// Throws KJIT_ERROR_INVALID_ARGUMENT when the tactic or the bucket is not gemm's. OpDef's
+// tactic_specs facet (docs/aot.md, "Tuning records").
+std::vector<jit::Spec> gemm_tactic_specs(const std::string& bucket, const std::string& tactic,
+                                         const jit::ArchTarget& arch);
 
 // Everything the choice for a call depends on.
 struct GemmCall {
