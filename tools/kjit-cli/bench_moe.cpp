@@ -44,6 +44,10 @@ struct GroupedBench {
   int64_t experts = 0, top_k = 0, tokens = 0, n = 0, k = 0, rows = 0, active = 0;
   std::string routing;
   bool swiglu = false;
+  // path: auto (the selection's), decode or sm90 (the 128-row tile kernel) forced; split: the
+  // decode kernel's split of K (0: chosen).
+  std::string path;
+  ops::MoeGemmTuning tuning;
   std::vector<int32_t> offsets;
   int64_t out_n() const { return swiglu ? n / 2 : n; }
   // The expert of permuted row r.
@@ -68,6 +72,16 @@ GroupedBench grouped_bench(const std::string& op, const ops::SetArgs& args) {
     throw UsageError(op + ": routing is even or skew");
   }
   if (g.top_k > g.experts) throw UsageError(op + ": top_k exceeds experts");
+  g.path = args.count("path") != 0 ? args.at("path") : "auto";
+  if (g.path != "auto" && g.path != "decode" && g.path != "sm90") {
+    throw UsageError(op + ": path is auto, decode or sm90");
+  }
+  g.tuning.force = g.path == "decode" ? ops::MoeGemmForce::kDecode
+                   : g.path == "sm90" ? ops::MoeGemmForce::kTiles
+                                      : ops::MoeGemmForce::kNone;
+  if (args.count("split") != 0) {
+    g.tuning.split = static_cast<int>(ops::positive_int_arg(args, "split", 8));
+  }
   const std::vector<int64_t> counts =
       routed_rows(g.tokens, g.top_k, g.experts, g.routing == "skew");
   g.offsets = {0};
@@ -75,6 +89,16 @@ GroupedBench grouped_bench(const std::string& op, const ops::SetArgs& args) {
   g.rows = g.tokens * g.top_k;
   g.active = std::count_if(counts.begin(), counts.end(), [](int64_t c) { return c > 0; });
   return g;
+}
+
+// The host's bound on an expert's rows for the decode kernel's choice, as the op computes it
+// (contiguous layout) or as the forced path sets it.
+int64_t bench_decode_rows(const GroupedBench& g) {
+  if (g.tuning.force == ops::MoeGemmForce::kTiles) return 0;
+  if (g.tuning.force == ops::MoeGemmForce::kDecode) {
+    return std::clamp<int64_t>(g.rows, 1, moe::kMoeDecodeMaxTokens);
+  }
+  return ops::moe_decode_rows(false, g.rows, 0, g.experts);
 }
 
 int bench_moe_grouped_gemm(const ops::SetArgs& args, const BenchOptions& opts) {
@@ -106,9 +130,9 @@ int bench_moe_grouped_gemm(const ops::SetArgs& args, const BenchOptions& opts) {
   auto yt = test::make_tensor(y.get(), {rows, out_n}, test::dl_dtype(dtype));
   ops::MoeGemmConfig cfg = ops::select_moe_gemm(
       ops::dtype_from_name(dtype), ops::dtype_from_name(dtype), rows, rows / experts, n, k, experts,
-      ops::gemm_target(0, (k * static_cast<int64_t>(es)) % 16 == 0));
+      ops::gemm_target(0, (k * static_cast<int64_t>(es)) % 16 == 0), bench_decode_rows(g));
   cfg.swiglu = swiglu ? 1 : 0;
-  if (swiglu && cfg.path != ops::GemmPath::kSm90) {
+  if (swiglu && cfg.path == ops::GemmPath::kSimt) {
     throw UsageError(
         "moe_grouped_gemm: swiglu runs on the sm90 path only (sm_90a, k * 2 bytes "
         "a multiple of 16)");
@@ -122,13 +146,18 @@ int bench_moe_grouped_gemm(const ops::SetArgs& args, const BenchOptions& opts) {
       {"experts", experts}, {"top_k", top_k},          {"tokens", tokens}, {"n", n}, {"k", k},
       {"routing", routing}, {"active_experts", active}};
   if (swiglu) c.shape["swiglu"] = 1;
-  c.label = fmt::format("moe_grouped_gemm {} e={} top{} tokens={} n={} k={} {}{} ({})", dtype,
+  c.shape["path"] = ops::gemm_path_name(cfg.path);
+  if (g.tuning.split != 0) c.shape["split"] = g.tuning.split;
+  c.label = fmt::format("moe_grouped_gemm {} e={} top{} tokens={} n={} k={} {}{} ({}{})", dtype,
                         experts, top_k, tokens, n, k, routing, swiglu ? " swiglu" : "",
-                        ops::gemm_path_name(cfg.path));
+                        ops::gemm_path_name(cfg.path),
+                        cfg.tokens != 0 ? fmt::format(" {} tokens", cfg.tokens) : std::string());
+  const ops::MoeGemmTuning tuning = g.tuning;
   c.launch = [&](CUstream stream) {
     if (!swiglu) {
-      ops::moe_grouped_gemm(at.get(), bt.get(), ot.get(), yt.get(), stream);
-    } else if (!ops::moe_grouped_gemm_swiglu(at.get(), bt.get(), ot.get(), yt.get(), stream)) {
+      ops::moe_grouped_gemm(at.get(), bt.get(), ot.get(), yt.get(), stream, tuning);
+    } else if (!ops::moe_grouped_gemm_swiglu(at.get(), bt.get(), ot.get(), yt.get(), stream,
+                                             tuning)) {
       fail(KJIT_ERROR_UNSUPPORTED, "moe_grouped_gemm: the SwiGLU epilogue did not serve the call");
     }
   };
@@ -369,8 +398,10 @@ int bench_moe_grouped_gemm_fp8(const ops::SetArgs& args, const BenchOptions& opt
   auto sbt = test::make_tensor(in.at(sb_at), {experts, n_blocks, chunks}, f32);
   auto ot = test::make_tensor(in.at(off_at), {experts + 1}, test::dl_dtype("int32"));
   auto yt = test::make_tensor(y.get(), {rows, out_n}, test::dl_dtype("bf16"));
-  const ops::MoeGemmFp8Config cfg = ops::select_moe_gemm_fp8(
-      ops::DType::kBF16, rows, n, k, experts, swiglu, ops::gemm_target(0, k % 16 == 0));
+  const ops::MoeGemmFp8Config cfg =
+      ops::select_moe_gemm_fp8(ops::DType::kBF16, rows, n, k, experts, swiglu,
+                               ops::gemm_target(0, k % 16 == 0), bench_decode_rows(g));
+  const ops::MoeGemmTuning tuning = g.tuning;
 
   BenchCase c;
   c.op = "moe_grouped_gemm_fp8";
@@ -380,14 +411,17 @@ int bench_moe_grouped_gemm_fp8(const ops::SetArgs& args, const BenchOptions& opt
       {"experts", experts},   {"top_k", g.top_k},        {"tokens", g.tokens}, {"n", n}, {"k", k},
       {"routing", g.routing}, {"active_experts", active}};
   if (swiglu) c.shape["swiglu"] = 1;
-  c.label = fmt::format("moe_grouped_gemm_fp8 e={} top{} tokens={} n={} k={} {}{}", experts,
-                        g.top_k, g.tokens, n, k, g.routing, swiglu ? " swiglu" : "");
+  c.shape["path"] = cfg.tokens != 0 ? "decode" : "sm90";
+  if (g.tuning.split != 0) c.shape["split"] = g.tuning.split;
+  c.label = fmt::format("moe_grouped_gemm_fp8 e={} top{} tokens={} n={} k={} {}{} ({})", experts,
+                        g.top_k, g.tokens, n, k, g.routing, swiglu ? " swiglu" : "",
+                        cfg.tokens != 0 ? fmt::format("decode {} tokens", cfg.tokens) : "sm90");
   c.launch = [&](CUstream stream) {
     if (!swiglu) {
       ops::moe_grouped_gemm_fp8(at.get(), bt.get(), sat.get(), sbt.get(), ot.get(), yt.get(),
-                                stream);
+                                stream, tuning);
     } else if (!ops::moe_grouped_gemm_fp8_swiglu(at.get(), bt.get(), sat.get(), sbt.get(), ot.get(),
-                                                 yt.get(), stream)) {
+                                                 yt.get(), stream, tuning)) {
       fail(KJIT_ERROR_UNSUPPORTED, "moe_grouped_gemm_fp8: the SwiGLU epilogue did not serve");
     }
   };
@@ -430,11 +464,13 @@ int bench_moe_grouped_gemm_fp8(const ops::SetArgs& args, const BenchOptions& opt
 void add_moe_benches(std::vector<BenchEntry>& out) {
   out.push_back({"moe_grouped_gemm",
                  {"experts", "top_k", "tokens", "n", "k"},
-                 {"dtype", "routing", "swiglu"},
+                 {"dtype", "routing", "swiglu", "path", "split"},
                  bench_moe_grouped_gemm,
                  "experts, top_k, tokens, n, k (b is [experts, n, k]); dtype (bf16|fp16, default "
                  "bf16), routing (even|skew: 90% of first slots to expert 0; default even), swiglu "
-                 "(0|1: b is w13 with n = 2 I, out silu(gate) * up [rows, I]; default 0)"});
+                 "(0|1: b is w13 with n = 2 I, out silu(gate) * up [rows, I]; default 0), path "
+                 "(auto|decode|sm90: the weight-streaming decode kernel or the 128-row tiles "
+                 "forced; default auto), split (the decode kernel's K split, 1 .. 8)"});
   out.push_back({"moe_forward",
                  {"experts", "top_k", "tokens", "hidden", "inter"},
                  {"dtype", "routing"},
@@ -444,12 +480,13 @@ void add_moe_benches(std::vector<BenchEntry>& out) {
                  "logits favour expert 0 for 90% of the tokens; default even)"});
   out.push_back({"moe_grouped_gemm_fp8",
                  {"experts", "top_k", "tokens", "n", "k"},
-                 {"routing", "swiglu"},
+                 {"routing", "swiglu", "path", "split"},
                  bench_moe_grouped_gemm_fp8,
                  "experts, top_k, tokens, n, k (e4m3 b [experts, n, k] with 128 x 128 block "
                  "scales, a with 1 x 128 group scales, bf16 out; sm_90a); routing (even|skew; "
                  "default even), swiglu (0|1: b is w13 with n = 2 I, I a multiple of 64; default "
-                 "0)"});
+                 "0), path (auto|decode|sm90; default auto), split (the decode kernel's K split, "
+                 "1 .. 8)"});
 }
 
 }  // namespace kjit::cli
