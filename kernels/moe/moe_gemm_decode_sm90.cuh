@@ -76,9 +76,10 @@ KJIT_DEVICE KJIT_FORCEINLINE void moe_decode_blocks(const MoeGemmParams& p, int 
   static_assert(TOKENS / 2 * kDecodeConsumerThreads * 4 <= STAGES * kStageBytes,
                 "the partial accumulators reuse the ring");
   extern __shared__ unsigned char smem_raw[];
-  unsigned char* tiles = smem_raw + ((1024 - (hopper::smem_addr(smem_raw) & 1023)) & 1023);
-  u64* full = reinterpret_cast<u64*>(tiles + STAGES * kStageBytes);
-  u64* empty = full + STAGES;
+  const Ring ring = ring_in<STAGES>(smem_raw, kStageBytes);  // the dense decode kernel's layout
+  unsigned char* tiles = ring.tiles;
+  u64* full = ring.full;
+  u64* empty = ring.empty;
   float* parts = reinterpret_cast<float*>(tiles);
   const u32 split = cluster_size();
   const u32 rank = cluster_rank();

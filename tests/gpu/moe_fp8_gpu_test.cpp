@@ -353,51 +353,6 @@ TEST_CASE("moe fp8 gpu: gate / up GEMM with silu_and_mul fused, against fp64",
   CHECK_FALSE(run_fp8(odd, rng));
 }
 
-TEST_CASE("moe fp8 gpu: masked grouped GEMM replays in a CUDA graph with new counts",
-          "[gpu][moe][fp8][sm90a]") {
-  REQUIRE(gpu_caps().sm90a());
-  const auto& drv = kjit::cuda::driver();
-  std::mt19937_64 rng(std::random_device{}());
-  Fp8Case c;
-  c.masked = true;
-  c.max_rows = 64;
-  c.counts.assign(8, 1);
-  c.n = 256;
-  c.k = 384;
-  Fp8Operands o(c, rng);
-  Fp8Tensors t(c, o);
-  CUstream stream = nullptr;
-  REQUIRE(drv.cuStreamCreate(&stream, CU_STREAM_DEFAULT) == CUDA_SUCCESS);
-  call(c, t, stream);  // warm-up: the first call may compile and load; capture must not
-  REQUIRE(drv.cuStreamSynchronize(stream) == CUDA_SUCCESS);
-  CUgraph graph = nullptr;
-  CUgraphExec exec = nullptr;
-  REQUIRE(drv.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
-  const kjit_status captured = kjit_moe_grouped_gemm_fp8_masked(
-      t.a.get(), t.b.get(), t.sa.get(), t.sb.get(), t.sched.get(), t.out.get(), stream);
-  REQUIRE(drv.cuStreamEndCapture(stream, &graph) == CUDA_SUCCESS);
-  REQUIRE(captured == KJIT_SUCCESS);
-  REQUIRE(drv.cuGraphInstantiateWithFlags(&exec, graph, 0) == CUDA_SUCCESS);
-  std::uniform_int_distribution<int> pick(0, c.max_rows);
-  for (int round = 0; round < 3; ++round) {
-    INFO("round " << round);
-    for (int e = 0; e < c.experts(); ++e) c.counts[e] = pick(rng);
-    c.counts[round] = 0;
-    const Layout l = layout_of(c);
-    o.l = l;
-    o.upload_sched();
-    o.out_d.fill(0xFF);
-    REQUIRE(drv.cuGraphLaunch(exec, stream) == CUDA_SUCCESS);
-    REQUIRE(drv.cuStreamSynchronize(stream) == CUDA_SUCCESS);
-    std::vector<unsigned char> out(static_cast<size_t>(l.rows) * c.n * 2);
-    o.out_d.download(out.data(), out.size());
-    check(c, o, out);
-  }
-  drv.cuGraphExecDestroy(exec);
-  drv.cuGraphDestroy(graph);
-  drv.cuStreamDestroy(stream);
-}
-
 TEST_CASE("moe fp8 gpu: the decode kernel against fp64", "[gpu][moe][fp8][sm90a]") {
   REQUIRE(gpu_caps().sm90a());
   std::mt19937_64 rng(std::random_device{}());
@@ -470,10 +425,72 @@ TEST_CASE("moe fp8 gpu: the decode kernel against fp64", "[gpu][moe][fp8][sm90a]
   CHECK(run_fp8(wm, rng));
 }
 
+namespace {
+
+// Captures case c's call (masked) in a CUDA graph, then replays it `rounds` times with the counts
+// counts_of(round) uploaded before each (the graph is never rebuilt), checking every replay
+// against fp64 and every row past the counts untouched.
+template <typename CountsOf>
+void replay_masked(Fp8Case c, int rounds, CountsOf counts_of, std::mt19937_64& rng) {
+  const auto& drv = kjit::cuda::driver();
+  Fp8Operands o(c, rng);
+  Fp8Tensors t(c, o);
+  CUstream stream = nullptr;
+  REQUIRE(drv.cuStreamCreate(&stream, CU_STREAM_DEFAULT) == CUDA_SUCCESS);
+  call(c, t, stream);  // warm-up: the first call may compile and load; capture must not
+  REQUIRE(drv.cuStreamSynchronize(stream) == CUDA_SUCCESS);
+  CUgraph graph = nullptr;
+  CUgraphExec exec = nullptr;
+  REQUIRE(drv.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
+  call(c, t, stream);
+  REQUIRE(drv.cuStreamEndCapture(stream, &graph) == CUDA_SUCCESS);
+  REQUIRE(drv.cuGraphInstantiateWithFlags(&exec, graph, 0) == CUDA_SUCCESS);
+  for (int round = 0; round < rounds; ++round) {
+    INFO("round " << round);
+    c.counts = counts_of(round);
+    const Layout l = layout_of(c);
+    o.l = l;
+    o.upload_sched();
+    o.out_d.fill(0xFF);
+    REQUIRE(drv.cuGraphLaunch(exec, stream) == CUDA_SUCCESS);
+    REQUIRE(drv.cuStreamSynchronize(stream) == CUDA_SUCCESS);
+    std::vector<unsigned char> out(static_cast<size_t>(l.rows) * c.out_cols() * 2);
+    o.out_d.download(out.data(), out.size());
+    check(c, o, out);
+  }
+  drv.cuGraphExecDestroy(exec);
+  drv.cuGraphDestroy(graph);
+  drv.cuStreamDestroy(stream);
+}
+
+}  // namespace
+
+TEST_CASE("moe fp8 gpu: masked grouped GEMM replays in a CUDA graph with new counts",
+          "[gpu][moe][fp8][sm90a]") {
+  REQUIRE(gpu_caps().sm90a());
+  std::mt19937_64 rng(std::random_device{}());
+  Fp8Case c;
+  c.masked = true;
+  c.max_rows = 64;
+  c.counts.assign(8, 1);
+  c.n = 256;
+  c.k = 384;
+  std::uniform_int_distribution<int> pick(0, c.max_rows);
+  const auto counts_of = [&](int round) {
+    std::vector<int> counts;
+    for (int e = 0; e < 8; ++e) counts.push_back(pick(rng));
+    counts[round] = 0;
+    return counts;
+  };
+  // The selection's kernel (the decode kernel at max_rows 64), then the 128-row tiles forced.
+  replay_masked(c, 3, counts_of, rng);
+  c.tuning.force = ops::MoeGemmForce::kTiles;
+  replay_masked(c, 3, counts_of, rng);
+}
+
 TEST_CASE("moe fp8 gpu: the decode kernel replays in a CUDA graph with new counts",
           "[gpu][moe][fp8][sm90a]") {
   REQUIRE(gpu_caps().sm90a());
-  const auto& drv = kjit::cuda::driver();
   std::mt19937_64 rng(std::random_device{}());
   // Many experts, a row or two each, most empty: the masked decode form of a graph engine.
   Fp8Case c;
@@ -486,41 +503,21 @@ TEST_CASE("moe fp8 gpu: the decode kernel replays in a CUDA graph with new count
                                    ops::gemm_target(0, true),
                                    ops::moe_decode_rows(true, 128, 2, 64))
               .tokens == 16);
-  Fp8Operands o(c, rng);
-  Fp8Tensors t(c, o);
-  CUstream stream = nullptr;
-  REQUIRE(drv.cuStreamCreate(&stream, CU_STREAM_DEFAULT) == CUDA_SUCCESS);
-  call(c, t, stream);  // warm-up: the first call may compile and load; capture must not
-  REQUIRE(drv.cuStreamSynchronize(stream) == CUDA_SUCCESS);
-  CUgraph graph = nullptr;
-  CUgraphExec exec = nullptr;
-  REQUIRE(drv.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
-  const kjit_status captured = kjit_moe_grouped_gemm_fp8_masked(
-      t.a.get(), t.b.get(), t.sa.get(), t.sb.get(), t.sched.get(), t.out.get(), stream);
-  REQUIRE(drv.cuStreamEndCapture(stream, &graph) == CUDA_SUCCESS);
-  REQUIRE(captured == KJIT_SUCCESS);
-  REQUIRE(drv.cuGraphInstantiateWithFlags(&exec, graph, 0) == CUDA_SUCCESS);
   std::uniform_int_distribution<int> pick(0, 7);
-  for (int round = 0; round < 4; ++round) {
-    INFO("round " << round);
-    // Round 0: one active expert; then about a quarter active; round 3: none.
-    for (int e = 0; e < c.experts(); ++e) {
+  // Round 0: one active expert; then about a quarter active; round 3: none.
+  const auto counts_of = [&](int round) {
+    std::vector<int> counts;
+    for (int e = 0; e < 64; ++e) {
       const int r = pick(rng);
-      c.counts[e] = round == 0 ? (e == 17 ? 1 : 0) : round == 3 ? 0 : r < 2 ? r + 1 : 0;
+      counts.push_back(round == 0 ? (e == 17 ? 1 : 0) : round == 3 ? 0 : r < 2 ? r + 1 : 0);
     }
-    const Layout l = layout_of(c);
-    o.l = l;
-    o.upload_sched();
-    o.out_d.fill(0xFF);
-    REQUIRE(drv.cuGraphLaunch(exec, stream) == CUDA_SUCCESS);
-    REQUIRE(drv.cuStreamSynchronize(stream) == CUDA_SUCCESS);
-    std::vector<unsigned char> out(static_cast<size_t>(l.rows) * c.n * 2);
-    o.out_d.download(out.data(), out.size());
-    check(c, o, out);
-  }
-  drv.cuGraphExecDestroy(exec);
-  drv.cuGraphDestroy(graph);
-  drv.cuStreamDestroy(stream);
+    return counts;
+  };
+  replay_masked(c, 4, counts_of, rng);
+  // SwiGLU (I = 192), a split K forced.
+  c.swiglu = true;
+  c.tuning.split = 3;
+  replay_masked(c, 4, counts_of, rng);
 }
 
 TEST_CASE("moe fp8 gpu: calls the sm_90a kernel cannot take are refused", "[gpu][moe][fp8]") {

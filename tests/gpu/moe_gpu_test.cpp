@@ -569,10 +569,28 @@ TEST_CASE("moe gpu: masked grouped GEMM, counts clamped", "[gpu][moe]") {
   }
 }
 
-TEST_CASE("moe gpu: masked grouped GEMM replays in a CUDA graph with new counts", "[gpu][moe]") {
+namespace {
+
+// One masked grouped GEMM call (bf16, [experts, max_rows, k] . [n, k]^T) through the C entry
+// point, or the ops layer where the tuning forces a kernel.
+void call_masked(Tensor& at, Tensor& bt, Tensor& ct, Tensor& ot, const ops::MoeGemmTuning& tuning,
+                 CUstream stream) {
+  if (tuning.force != ops::MoeGemmForce::kNone || tuning.split != 0) {
+    REQUIRE_NOTHROW(
+        ops::moe_grouped_gemm_masked(at.get(), bt.get(), ct.get(), ot.get(), stream, tuning));
+  } else {
+    REQUIRE(kjit_moe_grouped_gemm_masked(at.get(), bt.get(), ct.get(), ot.get(), stream) ==
+            KJIT_SUCCESS);
+  }
+}
+
+// Captures one masked call in a CUDA graph, then replays it `rounds` times with the counts
+// counts_of(round) uploaded before each (the graph is never rebuilt), checking every replay
+// against fp64 and every row past the counts untouched.
+template <typename CountsOf>
+void replay_masked(int experts, int max_rows, int n, int k, const ops::MoeGemmTuning& tuning,
+                   int rounds, CountsOf counts_of, std::mt19937_64& rng) {
   const auto& d = kjit::cuda::driver();
-  std::mt19937_64 rng(std::random_device{}());
-  const int experts = 8, max_rows = 64, n = 256, k = 128;
   const Elems a = random_elems("bf16", static_cast<size_t>(experts) * max_rows * k, rng);
   const Elems b = random_elems("bf16", static_cast<size_t>(experts) * n * k, rng);
   DevElems a_d(a), b_d(b), out_d(Elems("bf16", static_cast<size_t>(experts) * max_rows * n));
@@ -584,27 +602,22 @@ TEST_CASE("moe gpu: masked grouped GEMM replays in a CUDA graph with new counts"
   CUstream stream = nullptr;
   REQUIRE(d.cuStreamCreate(&stream, CU_STREAM_DEFAULT) == CUDA_SUCCESS);
   // Warm-up: the first call may compile and load; capture must not.
-  REQUIRE(kjit_moe_grouped_gemm_masked(at.get(), bt.get(), ct.get(), ot.get(), stream) ==
-          KJIT_SUCCESS);
+  call_masked(at, bt, ct, ot, tuning, stream);
   REQUIRE(d.cuStreamSynchronize(stream) == CUDA_SUCCESS);
   CUgraph graph = nullptr;
   CUgraphExec exec = nullptr;
   REQUIRE(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
-  const kjit_status captured =
-      kjit_moe_grouped_gemm_masked(at.get(), bt.get(), ct.get(), ot.get(), stream);
+  call_masked(at, bt, ct, ot, tuning, stream);
   REQUIRE(d.cuStreamEndCapture(stream, &graph) == CUDA_SUCCESS);
-  REQUIRE(captured == KJIT_SUCCESS);
   REQUIRE(d.cuGraphInstantiateWithFlags(&exec, graph, 0) == CUDA_SUCCESS);
-  std::uniform_int_distribution<int> pick(0, max_rows);
-  for (int round = 0; round < 3; ++round) {
+  for (int round = 0; round < rounds; ++round) {
     INFO("round " << round);
     GroupedCase c;
     c.masked = true;
     c.max_rows = max_rows;
     c.n = n;
     c.k = k;
-    for (int e = 0; e < experts; ++e) c.counts.push_back(pick(rng));
-    c.counts[round] = 0;
+    c.counts = counts_of(round);
     counts.host.assign(c.counts.begin(), c.counts.end());
     counts.upload();
     out_d.dev.fill(0xFF);
@@ -620,6 +633,28 @@ TEST_CASE("moe gpu: masked grouped GEMM replays in a CUDA graph with new counts"
   d.cuGraphExecDestroy(exec);
   d.cuGraphDestroy(graph);
   d.cuStreamDestroy(stream);
+}
+
+}  // namespace
+
+TEST_CASE("moe gpu: masked grouped GEMM replays in a CUDA graph with new counts", "[gpu][moe]") {
+  std::mt19937_64 rng(std::random_device{}());
+  const int experts = 8, max_rows = 64;
+  std::uniform_int_distribution<int> pick(0, max_rows);
+  const auto counts_of = [&](int round) {
+    std::vector<int> counts;
+    for (int e = 0; e < experts; ++e) counts.push_back(pick(rng));
+    counts[round] = 0;
+    return counts;
+  };
+  // The kernel the selection picks (on an H200 the decode kernel: max_rows 64), and on sm_90a
+  // the 128-row tile kernel forced.
+  replay_masked(experts, max_rows, 256, 128, {}, 3, counts_of, rng);
+  if (tensor_cores()) {
+    ops::MoeGemmTuning tiles;
+    tiles.force = ops::MoeGemmForce::kTiles;
+    replay_masked(experts, max_rows, 256, 128, tiles, 3, counts_of, rng);
+  }
 }
 
 TEST_CASE("moe gpu: the wgmma path serves TMA-ready grouped calls", "[gpu][moe][sm90a]") {
@@ -696,7 +731,6 @@ TEST_CASE("moe gpu: the decode kernel per expert against fp64", "[gpu][moe][sm90
 TEST_CASE("moe gpu: the decode kernel replays in a CUDA graph with new counts",
           "[gpu][moe][sm90a]") {
   REQUIRE(tensor_cores());
-  const auto& d = kjit::cuda::driver();
   std::mt19937_64 rng(std::random_device{}());
   // The decode form of a CUDA-graph engine: many experts, a row or two each, most empty.
   const int experts = 64, max_rows = 2, n = 320, k = 192;
@@ -704,55 +738,21 @@ TEST_CASE("moe gpu: the decode kernel replays in a CUDA graph with new counts",
                                n, k, experts, ops::gemm_target(0, true),
                                ops::moe_decode_rows(true, experts * max_rows, max_rows, experts))
               .path == ops::GemmPath::kSm90Decode);
-  const Elems a = random_elems("bf16", static_cast<size_t>(experts) * max_rows * k, rng);
-  const Elems b = random_elems("bf16", static_cast<size_t>(experts) * n * k, rng);
-  DevElems a_d(a), b_d(b), out_d(Elems("bf16", static_cast<size_t>(experts) * max_rows * n));
-  Buf<int32_t> counts(std::vector<int32_t>(experts, 1));
-  auto at = make_tensor(a_d.dev.get(), {experts, max_rows, k}, dl_dtype("bf16"));
-  auto bt = make_tensor(b_d.dev.get(), {experts, n, k}, dl_dtype("bf16"));
-  auto ct = make_tensor(counts.dev.get(), {experts}, dl_dtype("int32"));
-  auto ot = make_tensor(out_d.dev.get(), {experts, max_rows, n}, dl_dtype("bf16"));
-  CUstream stream = nullptr;
-  REQUIRE(d.cuStreamCreate(&stream, CU_STREAM_DEFAULT) == CUDA_SUCCESS);
-  REQUIRE(kjit_moe_grouped_gemm_masked(at.get(), bt.get(), ct.get(), ot.get(), stream) ==
-          KJIT_SUCCESS);  // warm-up: the first call may compile and load; capture must not
-  REQUIRE(d.cuStreamSynchronize(stream) == CUDA_SUCCESS);
-  CUgraph graph = nullptr;
-  CUgraphExec exec = nullptr;
-  REQUIRE(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
-  const kjit_status captured =
-      kjit_moe_grouped_gemm_masked(at.get(), bt.get(), ct.get(), ot.get(), stream);
-  REQUIRE(d.cuStreamEndCapture(stream, &graph) == CUDA_SUCCESS);
-  REQUIRE(captured == KJIT_SUCCESS);
-  REQUIRE(d.cuGraphInstantiateWithFlags(&exec, graph, 0) == CUDA_SUCCESS);
   std::uniform_int_distribution<int> pick(0, 7);
-  for (int round = 0; round < 4; ++round) {
-    INFO("round " << round);
-    GroupedCase c;
-    c.masked = true;
-    c.max_rows = max_rows;
-    c.n = n;
-    c.k = k;
-    // Round 0: one active expert; then about a quarter active; round 3: none.
+  // Round 0: one active expert; then about a quarter active; round 3: none.
+  const auto counts_of = [&](int round) {
+    std::vector<int> counts;
     for (int e = 0; e < experts; ++e) {
       const int r = pick(rng);
-      c.counts.push_back(round == 0 ? (e == 17 ? 1 : 0) : round == 3 ? 0 : r < 2 ? r + 1 : 0);
+      counts.push_back(round == 0 ? (e == 17 ? 1 : 0) : round == 3 ? 0 : r < 2 ? r + 1 : 0);
     }
-    counts.host.assign(c.counts.begin(), c.counts.end());
-    counts.upload();
-    out_d.dev.fill(0xFF);
-    REQUIRE(d.cuGraphLaunch(exec, stream) == CUDA_SUCCESS);
-    REQUIRE(d.cuStreamSynchronize(stream) == CUDA_SUCCESS);
-    std::vector<int64_t> first, used;
-    for (int e = 0; e < experts; ++e) {
-      first.push_back(int64_t{e} * max_rows);
-      used.push_back(c.counts[e]);
-    }
-    check_grouped(c, a, b, out_d.download(), first, used, int64_t{experts} * max_rows);
-  }
-  d.cuGraphExecDestroy(exec);
-  d.cuGraphDestroy(graph);
-  d.cuStreamDestroy(stream);
+    return counts;
+  };
+  replay_masked(experts, max_rows, n, k, {}, 4, counts_of, rng);
+  // A split K forced: every block of a cluster leaves the loop on the same item.
+  ops::MoeGemmTuning split;
+  split.split = 3;
+  replay_masked(experts, max_rows, n, k, split, 4, counts_of, rng);
 }
 
 // ---- the whole layer --------------------------------------------------------------------------

@@ -162,15 +162,10 @@ int local_memory_ops(const std::string& code) {
 // each block's 9 warps over 4 schedulers: 96 a thread at two blocks).
 void check_decode_catalog(const char* op, const char* key, const char* value,
                           int (*blocks_per_sm)(int tokens)) {
-  test::TempDir dir;
-  jit::Settings s = jit::Settings::from_env();
+  test::TempDir dir;  // a fresh cache: every spec compiles here
+  jit::Settings s;
   s.cache_dir = dir.path() / "cache";
-  s.gen_dir = dir.path() / "gen";
-  s.artifact_dir = dir.path() / "artifacts";
-  s.aot_dirs.clear();
-  s.artifact_url.clear();
-  s.disk_cache = false;
-  s.disable_jit = false;
+  s.gen_dir = s.cache_dir / "generated";
   jit::JitCore core(s);
   const ops::OpDef& d = ops::op_or_throw(op);
   int built = 0;
