@@ -142,6 +142,36 @@ TEST_CASE("moe decode: specs and registry entries", "[moe]") {
         ops::moe_gemm_fp8_spec(f1).uri);
 }
 
+TEST_CASE("moe decode: warm-up sets follow the rows a workload gives", "[moe]") {
+  // A set with its tokens, or none, among what the definition's call may take.
+  const auto decode_tokens = [](const ops::OpDef& d, const ops::Definition& def,
+                                const ops::VarAxes& axes) {
+    std::vector<std::string> tokens;
+    for (const ops::SetArgs& set : d.precompile_sets(def, axes)) {
+      if (set.count("tokens") != 0) tokens.push_back(set.at("tokens"));
+    }
+    return tokens;
+  };
+  using V = std::vector<std::string>;
+  for (const char* op : {"moe_grouped_gemm", "moe_grouped_gemm_fp8"}) {
+    INFO(op);
+    const ops::OpDef& d = ops::op_or_throw(op);
+    for (const ops::Definition& def : d.definitions()) {
+      INFO(def.name);
+      const bool masked = def.entry.find("masked") != std::string::npos;
+      const char* axis = masked ? "max_rows" : "rows";
+      CHECK(decode_tokens(d, def, {}) == V{"16", "32", "64"});  // no rows given: every tile
+      CHECK(decode_tokens(d, def, {{axis, 1}}) == V{"16"});
+      CHECK(decode_tokens(d, def, {{axis, 33}}) == V{"64"});
+      CHECK(decode_tokens(d, def, {{axis, 4096}}).empty());
+      // Every set is one the catalog compiles (what kjit_precompile_file warms).
+      for (const ops::SetArgs& set : d.precompile_sets(def, {{axis, 20}})) {
+        CHECK_NOTHROW(d.make_spec(set));
+      }
+    }
+  }
+}
+
 namespace {
 
 // Hopper SASS is 16 bytes an instruction, the opcode in the low 12 bits of the first 8

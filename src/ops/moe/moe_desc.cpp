@@ -74,6 +74,27 @@ int vec_arg(const char* op, const SetArgs& args, DType dtype) {
 const std::vector<std::string> kFloatTypes = {"fp32", "fp16", "bf16"};
 // The decode kernels' token tiles (moe_gemm_decode_sm90.cuh).
 const std::vector<std::string> kDecodeTokens = {"16", "32", "64"};
+
+// The decode kernel's token tiles a call of grouped GEMM definition `def` may take on an sm_90a
+// device: with its rows var axis given (a workload line's rows or max_rows), the one the
+// selection's host bound picks (none where the call takes the tile kernel); else every tile.
+std::vector<std::string> decode_tiles(const Definition& def, const VarAxes& axes) {
+  const bool masked = def.entry.find("masked") != std::string::npos;
+  const std::optional<int64_t> given = var_axis(axes, masked ? "max_rows" : "rows");
+  if (!given) return kDecodeTokens;
+  const int64_t experts = def.const_axis("experts");
+  const int64_t rows = masked ? *given * experts : *given;
+  const int64_t bound = moe_decode_rows(masked, rows, *given, experts);
+  if (bound == 0) return {};
+  GemmTarget hopper;
+  hopper.cc_major = 9;
+  hopper.max_smem_optin = kHopperSmemOptin;
+  hopper.tma_ok = true;
+  // The narrowest tile that holds the bound (select_moe_gemm's and select_moe_gemm_fp8's: it
+  // depends on neither n, k nor the blocks per SM, which set only the stages).
+  const GemmDecodeTile t = gemm_decode_tile(hopper, bound, 1, 64, [](int) { return 2; });
+  return {std::to_string(t.tokens)};
+}
 }  // namespace
 
 Definition moe_route_definition(DType dtype, int64_t experts, int64_t top_k, int64_t n_group,
@@ -360,7 +381,7 @@ OpDef moe_grouped_gemm_op_def() {
   };
   // The fallback and both tile widths of the wgmma path (the width follows the routing, a
   // run-time value).
-  d.precompile_sets = [](const Definition& def, const VarAxes&) {
+  d.precompile_sets = [](const Definition& def, const VarAxes& axes) {
     const SetArgs types = {{"dtype", dtype_name(def.tensor_dtype("a"))},
                            {"out_dtype", dtype_name(def.tensor_dtype("out"))}};
     std::vector<SetArgs> out = {types};
@@ -382,8 +403,8 @@ OpDef moe_grouped_gemm_op_def() {
       }
       out.push_back(std::move(a));
     }
-    // The decode kernel's token tiles (the rows per expert, a run-time value, pick one).
-    for (const std::string& tokens : kDecodeTokens) {
+    // The decode kernel's token tiles (the rows per expert pick one).
+    for (const std::string& tokens : decode_tiles(def, axes)) {
       SetArgs a = types;
       a["path"] = "decode";
       a["tokens"] = tokens;
@@ -483,10 +504,10 @@ OpDef moe_grouped_gemm_fp8_op_def() {
     }
     return out;
   };
-  d.precompile_sets = [](const Definition& def, const VarAxes&) {
+  d.precompile_sets = [](const Definition& def, const VarAxes& axes) {
     const std::string od = dtype_name(def.tensor_dtype("out"));
     std::vector<SetArgs> out = {{{"out_dtype", od}}};
-    for (const std::string& tokens : kDecodeTokens) {
+    for (const std::string& tokens : decode_tiles(def, axes)) {
       out.push_back({{"out_dtype", od}, {"tokens", tokens}});
     }
     return out;

@@ -138,8 +138,11 @@ void sm90_geometry(const GroupedOperands& g, RowMatrix a_tma, RowMatrix b_tma, i
 GemmDecodeTile moe_decode_tile(const GemmTarget& target, int64_t decode_rows, int64_t rows,
                                int64_t n, int64_t k2, int64_t experts, bool fp8) {
   if (decode_rows < 1 || decode_rows > moe::kMoeDecodeMaxTokens || rows > kMaxTmaSide) return {};
-  // The kernel counts its (row tile, column tile) items in int32: tiles_m <= rows + experts.
-  if ((rows + experts) * ceil_div(n, int64_t{gemm::kGemmDecodeRows / 2}) > kMaxInt32) return {};
+  // The kernel counts its (row tile, column tile) items in int32, with the grid's clusters
+  // added: tiles_m <= rows + experts, tiles_n <= ceil(n / 64).
+  if ((rows + experts) * ceil_div(n, int64_t{gemm::kGemmDecodeRows / 2}) > kMaxInt32 / 2) {
+    return {};
+  }
   return fp8 ? gemm_decode_tile(target, decode_rows, experts * n, k2,
                                 [](int t) { return moe::moe_fp8_decode_blocks_per_sm(t); })
              : gemm_decode_tile(target, decode_rows, experts * n, k2, [](int) { return 2; });
