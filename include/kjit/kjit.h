@@ -1156,8 +1156,9 @@ KJIT_API kjit_status kjit_moe_finalize(const DLTensor* expert_out, const DLTenso
  * out: [rows, n] bf16 / fp16 / fp32, not overlapping a, b or expert_offsets; rows outside
  *   [offsets[0], offsets[experts]) are not written.
  * On an sm_90 device with TMA-ready a and b (16-byte aligned bases and row strides) the call runs
- * on tensor cores (wgmma, a tile schedule per expert); otherwise an fp32 fallback serves it.
- * Thread-safe.
+ * on tensor cores (wgmma, a tile schedule per expert; at decode sizes, chosen from the shapes, a
+ * weight-streaming kernel that reads only the active experts' weights); otherwise an fp32
+ * fallback serves it. Thread-safe.
  */
 KJIT_API kjit_status kjit_moe_grouped_gemm(const DLTensor* a, const DLTensor* b,
                                            const DLTensor* expert_offsets, DLTensor* out,

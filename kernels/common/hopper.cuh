@@ -29,6 +29,13 @@ KJIT_DEVICE KJIT_FORCEINLINE void fence_barrier_init() {
   cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
 }
 
+// Orders the block's generic-proxy accesses of shared memory before the async proxy's (TMA)
+// later writes to it: a persistent block that kept other data in its ring calls it (after the
+// barrier that ends those accesses) before refilling the ring.
+KJIT_DEVICE KJIT_FORCEINLINE void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
 // Arrives once and adds `bytes` to the transaction count the phase waits for (the producer's
 // arrival for a stage whose TMA loads complete those bytes).
 KJIT_DEVICE KJIT_FORCEINLINE void mbarrier_arrive_expect_tx(u64* bar, u32 bytes) {

@@ -54,20 +54,28 @@ KJIT_DEVICE KJIT_FORCEINLINE void consumers_sync() {
   asm volatile("bar.sync 1, %0;\n" ::"n"(kDecodeConsumerThreads) : "memory");
 }
 
+// The producer: K blocks kb_begin .. kb_end - 1 of weight rows n0 .. + 127 and of token rows
+// a_row .. + TOKENS - 1. With n0_2 >= 0 the weight tile is two boxes of 64 rows, n0.. and n0_2..
+// (p.tma_b's box is 64 rows then: the MoE gate / up slices). it0: the ring's running stage count
+// at kb_begin (a persistent block's later tiles continue the barriers' phases).
 template <int TOKENS, int STAGES>
 KJIT_DEVICE KJIT_FORCEINLINE void decode_produce(const GemmParams& p, unsigned char* tiles,
                                                  u64* full, u64* empty, int kb_begin, int kb_end,
-                                                 int n0) {
+                                                 int n0, int a_row = 0, int n0_2 = -1,
+                                                 int it0 = 0) {
   constexpr u32 kStageBytes = decode_stage_bytes<TOKENS>();
   constexpr u32 kWeightBytes = kGemmDecodeRows * kGemmBlockK * 2;
   for (int kb = kb_begin; kb < kb_end; ++kb) {
-    const int i = kb - kb_begin;
+    const int i = it0 + kb - kb_begin;
     const int s = i % STAGES;
     hopper::mbarrier_wait(&empty[s], ((i / STAGES) & 1) ^ 1);
     unsigned char* stage = tiles + s * kStageBytes;
     hopper::mbarrier_arrive_expect_tx(&full[s], kStageBytes);
     hopper::tma_load_2d(stage, &p.tma_b, &full[s], kb * kGemmBlockK, n0);
-    hopper::tma_load_2d(stage + kWeightBytes, &p.tma_a, &full[s], kb * kGemmBlockK, 0);
+    if (n0_2 >= 0) {
+      hopper::tma_load_2d(stage + kWeightBytes / 2, &p.tma_b, &full[s], kb * kGemmBlockK, n0_2);
+    }
+    hopper::tma_load_2d(stage + kWeightBytes, &p.tma_a, &full[s], kb * kGemmBlockK, a_row);
   }
 }
 
@@ -81,17 +89,33 @@ KJIT_DEVICE KJIT_FORCEINLINE int part_slot(int n, int m) {
   return i * kDecodeConsumerThreads + t;
 }
 
+// The cluster's partials (each block's `parts`), mapped once, and the sum of one slot over them:
+// the loads are unrolled so they are in flight together rather than one remote latency each.
+struct ClusterParts {
+  const float* src[kGemmDecodeMaxSplit];
+};
+KJIT_DEVICE KJIT_FORCEINLINE ClusterParts map_cluster_parts(const float* parts, u32 split) {
+  ClusterParts c;
+#pragma unroll
+  for (u32 q = 0; q < kGemmDecodeMaxSplit; ++q) c.src[q] = cluster_map(parts, q < split ? q : 0);
+  return c;
+}
+KJIT_DEVICE KJIT_FORCEINLINE float cluster_part_sum(const ClusterParts& c, u32 split, int slot) {
+  float acc = 0.0f;
+#pragma unroll
+  for (u32 q = 0; q < kGemmDecodeMaxSplit; ++q) {
+    if (q < split) acc += c.src[q][slot];
+  }
+  return acc;
+}
+
 // Block `rank` of the cluster writes the tokens m % split == rank: each output summed over the
 // blocks' partials (distributed shared memory), a warp's threads on adjacent n so the stores
 // coalesce.
 template <typename IN, typename OUT, typename OutScale>
 KJIT_DEVICE KJIT_FORCEINLINE void decode_write(const GemmParams& p, int n_tile, u32 rank, u32 split,
                                                const float* parts, OutScale out_scale) {
-  // The cluster's partials, mapped once; the sum's loads are unrolled so they are in flight
-  // together rather than one remote latency each.
-  const float* src[kGemmDecodeMaxSplit];
-#pragma unroll
-  for (u32 q = 0; q < kGemmDecodeMaxSplit; ++q) src[q] = cluster_map(parts, q < split ? q : 0);
+  const ClusterParts src = map_cluster_parts(parts, split);
   const int m_count = p.m > rank ? static_cast<int>((p.m - rank + split - 1) / split) : 0;
   for (int f = static_cast<int>(threadIdx.x); f < m_count * kGemmDecodeRows;
        f += kDecodeConsumerThreads) {
@@ -99,12 +123,7 @@ KJIT_DEVICE KJIT_FORCEINLINE void decode_write(const GemmParams& p, int n_tile, 
     const i64 n = i64(n_tile) * kGemmDecodeRows + nr;
     if (n >= p.n) continue;
     const int m = static_cast<int>(rank) + (f / kGemmDecodeRows) * static_cast<int>(split);
-    const int slot = part_slot(nr, m);
-    float acc = 0.0f;
-#pragma unroll
-    for (u32 q = 0; q < kGemmDecodeMaxSplit; ++q) {
-      if (q < split) acc += src[q][slot];
-    }
+    const float acc = cluster_part_sum(src, split, part_slot(nr, m));
     OUT* o = static_cast<OUT*>(p.out) + m * p.out_stride + n;
     *o = from_float<OUT>(output_value(p, out_scale(m, n) * acc, o, bias_at<IN>(p, n)));
   }

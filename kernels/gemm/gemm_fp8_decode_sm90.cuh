@@ -25,24 +25,25 @@
 namespace kjit {
 namespace gemm {
 
-// Consumer `half` (0 or 1): weight rows 64 * half .. + 63 of tile n_tile over chunks kb_begin ..
-// kb_end - 1 into acc. Register i of a thread holds token 8 (i / 4) + 2 (t % 4) + i % 2
-// (common/wgmma.cuh's column).
+// Consumer `half` (0 or 1): weight rows 64 * half .. + 63 of the tile over chunks kb_begin ..
+// kb_end - 1 into acc. b_row: a row of b in the 128-row scale block of those 64 rows (BLOCK).
+// it0: the ring's running stage count at kb_begin (gemm_decode_sm90.cuh's decode_produce).
+// Register i of a thread holds token 8 (i / 4) + 2 (t % 4) + i % 2 (common/wgmma.cuh's column).
 template <int TOKENS, int STAGES, bool BLOCK>
 KJIT_DEVICE KJIT_FORCEINLINE void consume_fp8_decode(const GemmFp8Params& p, unsigned char* tiles,
                                                      u64* full, u64* empty, int kb_begin,
-                                                     int kb_end, int half, int n_tile,
-                                                     float (&acc)[TOKENS / 2]) {
+                                                     int kb_end, int half, i64 b_row,
+                                                     float (&acc)[TOKENS / 2], int it0 = 0) {
   constexpr u32 kStageBytes = decode_stage_bytes<TOKENS>();
   constexpr u32 kWeightBytes = kGemmDecodeRows * kFp8ChunkK;
   const i64 m0 = (threadIdx.x % 4) * 2;
   for (int kb = kb_begin; kb < kb_end; ++kb) {
-    const int i = kb - kb_begin;
+    const int i = it0 + kb - kb_begin;
     const int s = i % STAGES;
     // Issued before the wait so their latency hides behind it.
     float sc[TOKENS / 4];
     if constexpr (BLOCK) {
-      const float sb = scale_b_at(p, i64(n_tile) * kGemmDecodeRows, kb);
+      const float sb = scale_b_at(p, b_row, kb);
 #pragma unroll
       for (int j = 0; j < TOKENS / 4; ++j) sc[j] = scale_a_at(p, m0 + 8 * (j / 2) + j % 2, kb) * sb;
     }
@@ -70,7 +71,7 @@ __global__ void __launch_bounds__(kGemmDecodeThreads, gemm_fp8_decode_blocks_per
       [&p](unsigned char* tiles, u64* full, u64* empty, int kb_begin, int kb_end, int half,
            int n_tile, float(&acc)[TOKENS / 2]) {
         consume_fp8_decode<TOKENS, STAGES, BLOCK>(p, tiles, full, empty, kb_begin, kb_end, half,
-                                                  n_tile, acc);
+                                                  i64(n_tile) * kGemmDecodeRows, acc);
       },
       [&p](int m, i64 n) {
         // Block scales were applied per chunk.

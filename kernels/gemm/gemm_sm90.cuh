@@ -96,17 +96,22 @@ KJIT_DEVICE KJIT_FORCEINLINE void produce(const GemmParams& p, unsigned char* ti
   produce_rows<IN, BN, STAGES>(p, tiles, full, empty, k_blocks, m_tile * kGemmBlockM, n_tile * BN);
 }
 
-// Consumer `half` (0 or 1) accumulates rows 64 * half .. + 63 of the tile into acc.
+// Consumer `half` (0 or 1) accumulates rows 64 * half .. + 63 of the tile into acc. it0: the
+// ring's running stage count at the first K block (a persistent block's later tiles continue the
+// barriers' phases: stage (it0 + kb) % STAGES); release_last: give the last stage back too (a
+// block whose producer goes on to another tile).
 template <typename IN, int BN, int STAGES>
 KJIT_DEVICE KJIT_FORCEINLINE void consume(unsigned char* tiles, u64* full, u64* empty, int k_blocks,
-                                          int half, float (&acc)[BN / 2]) {
+                                          int half, float (&acc)[BN / 2], int it0 = 0,
+                                          bool release_last = false) {
   constexpr u32 kABytes = kGemmBlockM * kGemmBlockK * sizeof(IN);
   constexpr u32 kStageBytes = (kGemmBlockM + BN) * kGemmBlockK * sizeof(IN);
   constexpr u32 kK16Bytes = 16 * sizeof(IN);  // one k16 step inside a 128-byte swizzle row
   const bool arrives = threadIdx.x % 32 == 0;
   for (int kb = 0; kb < k_blocks; ++kb) {
-    const int s = kb % STAGES;
-    hopper::mbarrier_wait(&full[s], (kb / STAGES) & 1);
+    const int i = it0 + kb;
+    const int s = i % STAGES;
+    hopper::mbarrier_wait(&full[s], (i / STAGES) & 1);
     const u32 a_base = hopper::smem_addr(tiles + s * kStageBytes) + half * 64 * 128;
     const u32 b_base = hopper::smem_addr(tiles + s * kStageBytes + kABytes);
     wgmma::fence_operands(acc);
@@ -119,13 +124,16 @@ KJIT_DEVICE KJIT_FORCEINLINE void consume(unsigned char* tiles, u64* full, u64* 
     wgmma::commit_group();
     // One stage's MMAs stay in flight while the next stage's are issued: once the previous
     // group is done (each warp's own wait retires its reads), its stage goes back to the
-    // producer. The last stage is never refilled, so it is not released.
+    // producer. The last stage is released only on request (a single tile's is never refilled).
     wgmma::wait_group<1>();
     wgmma::fence_operands(acc);
-    if (kb > 0 && arrives) hopper::mbarrier_arrive(&empty[(kb - 1) % STAGES]);
+    if (kb > 0 && arrives) hopper::mbarrier_arrive(&empty[(i - 1) % STAGES]);
   }
   wgmma::wait_group<0>();
   wgmma::fence_operands(acc);
+  if (release_last && k_blocks > 0 && arrives) {
+    hopper::mbarrier_arrive(&empty[(it0 + k_blocks - 1) % STAGES]);
+  }
 }
 
 // acc's register i at (row, col) of the warpgroup's 64 x BN block (common/wgmma.cuh): registers

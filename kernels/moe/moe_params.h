@@ -94,5 +94,15 @@ struct MoeGemmFp8Params {
   long long chunks, n_blocks;
 };
 
+// The decode-shape grouped GEMM (moe_gemm_decode_sm90.cuh): clusters of decode blocks
+// (gemm_decode_sm90.cuh's geometry) looping over the schedule's (row tile, column tile) items.
+// Its blocks per SM at a token tile, e4m3: the dense decode kernel's two (gemm_fp8_params.h)
+// below 64 tokens; at 64, the loop's state beside the two accumulator sets spilled under the 96
+// registers two blocks leave a thread (ptxas, sm_90a), so one (bf16: two at every tile).
+constexpr int moe_fp8_decode_blocks_per_sm(int tokens) {
+  return tokens >= 64 ? 1 : 2;
+}
+constexpr int kMoeDecodeMaxTokens = 64;  // the widest token tile of the decode path
+
 }  // namespace moe
 }  // namespace kjit

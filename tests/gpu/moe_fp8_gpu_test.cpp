@@ -41,9 +41,10 @@ struct Fp8Case {
   int n = 0, k = 0;         // swiglu: n = 2 I
   bool masked = false;
   int max_rows = 0;
-  int spare_rows = 0;        // contiguous: rows of a past offsets[experts] (must stay poisoned)
-  bool swiglu = false;       // ops::moe_grouped_gemm_fp8_swiglu{,_masked}: out [rows, n / 2]
-  bool wide_scales = false;  // neighbouring scale blocks 2^10 apart
+  int spare_rows = 0;         // contiguous: rows of a past offsets[experts] (must stay poisoned)
+  bool swiglu = false;        // ops::moe_grouped_gemm_fp8_swiglu{,_masked}: out [rows, n / 2]
+  bool wide_scales = false;   // neighbouring scale blocks 2^10 apart
+  ops::MoeGemmTuning tuning;  // a forced kernel or split: through the ops layer
   int experts() const { return static_cast<int>(counts.size()); }
   int out_cols() const { return swiglu ? n / 2 : n; }
 };
@@ -147,11 +148,23 @@ struct Fp8Tensors {
 // calls). False: the SwiGLU form declined the call.
 bool call(const Fp8Case& c, Fp8Tensors& t, void* stream) {
   if (c.swiglu) {
-    return c.masked ? ops::moe_grouped_gemm_fp8_swiglu_masked(t.a.get(), t.b.get(), t.sa.get(),
-                                                              t.sb.get(), t.sched.get(),
-                                                              t.out.get(), stream)
-                    : ops::moe_grouped_gemm_fp8_swiglu(t.a.get(), t.b.get(), t.sa.get(), t.sb.get(),
-                                                       t.sched.get(), t.out.get(), stream);
+    return c.masked
+               ? ops::moe_grouped_gemm_fp8_swiglu_masked(t.a.get(), t.b.get(), t.sa.get(),
+                                                         t.sb.get(), t.sched.get(), t.out.get(),
+                                                         stream, c.tuning)
+               : ops::moe_grouped_gemm_fp8_swiglu(t.a.get(), t.b.get(), t.sa.get(), t.sb.get(),
+                                                  t.sched.get(), t.out.get(), stream, c.tuning);
+  }
+  if (c.tuning.force != ops::MoeGemmForce::kNone || c.tuning.split != 0) {
+    if (c.masked) {
+      REQUIRE_NOTHROW(ops::moe_grouped_gemm_fp8_masked(t.a.get(), t.b.get(), t.sa.get(), t.sb.get(),
+                                                       t.sched.get(), t.out.get(), stream,
+                                                       c.tuning));
+    } else {
+      REQUIRE_NOTHROW(ops::moe_grouped_gemm_fp8(t.a.get(), t.b.get(), t.sa.get(), t.sb.get(),
+                                                t.sched.get(), t.out.get(), stream, c.tuning));
+    }
+    return true;
   }
   const kjit_status st =
       c.masked ? kjit_moe_grouped_gemm_fp8_masked(t.a.get(), t.b.get(), t.sa.get(), t.sb.get(),
@@ -212,7 +225,11 @@ double check(const Fp8Case& c, const Fp8Operands& o, const std::vector<unsigned 
 std::string describe(const Fp8Case& c) {
   return std::string(c.masked ? "masked" : "contiguous") + (c.swiglu ? " swiglu" : "") + " ->" +
          c.out_dtype + " experts " + std::to_string(c.experts()) + " n " + std::to_string(c.n) +
-         " k " + std::to_string(c.k) + (c.wide_scales ? " wide scales" : "");
+         " k " + std::to_string(c.k) + (c.wide_scales ? " wide scales" : "") +
+         (c.tuning.force == ops::MoeGemmForce::kDecode  ? " forced decode"
+          : c.tuning.force == ops::MoeGemmForce::kTiles ? " forced tiles"
+                                                        : "") +
+         (c.tuning.split != 0 ? " split " + std::to_string(c.tuning.split) : "");
 }
 
 // Runs one case on fresh operands and checks it; returns whether the call was served.
@@ -336,17 +353,86 @@ TEST_CASE("moe fp8 gpu: gate / up GEMM with silu_and_mul fused, against fp64",
   CHECK_FALSE(run_fp8(odd, rng));
 }
 
-TEST_CASE("moe fp8 gpu: masked grouped GEMM replays in a CUDA graph with new counts",
-          "[gpu][moe][fp8][sm90a]") {
+TEST_CASE("moe fp8 gpu: the decode kernel against fp64", "[gpu][moe][fp8][sm90a]") {
   REQUIRE(gpu_caps().sm90a());
-  const auto& drv = kjit::cuda::driver();
   std::mt19937_64 rng(std::random_device{}());
-  Fp8Case c;
-  c.masked = true;
-  c.max_rows = 64;
-  c.counts.assign(8, 1);
-  c.n = 256;
-  c.k = 384;
+  const ops::MoeGemmForce decode = ops::MoeGemmForce::kDecode;
+  // Experts of 0, 1 and many rows; n off the 128-row tile (and scale block); k = 1040, a short
+  // last chunk; every split of K and the chosen one; scales 2^10 apart between blocks.
+  for (const int split : {0, 1, 3, 8}) {
+    Fp8Case c;
+    c.counts = {0, 1, 17, 0, 5, 2};
+    c.n = 200;
+    c.k = 1040;
+    c.spare_rows = 3;
+    c.wide_scales = split == 3;
+    c.tuning.force = decode;
+    c.tuning.split = split;
+    CHECK(run_fp8(c, rng));
+  }
+  // fp32 out; the 64-token tile (one block an SM, more stages); skewed past the tile: expert 0's
+  // 150 rows take three 64-row tiles.
+  Fp8Case f;
+  f.out_dtype = "fp32";
+  f.counts = {40, 3, 0, 1};
+  f.n = 256;
+  f.k = 384;
+  f.tuning.force = decode;
+  CHECK(run_fp8(f, rng));
+  Fp8Case s;
+  s.counts = {150, 2, 0, 7};
+  s.n = 136;
+  s.k = 272;
+  s.wide_scales = true;
+  s.tuning.force = decode;
+  CHECK(run_fp8(s, rng));
+  // The selection's own choice at decode shapes: 128 experts with 0 - 2 rows each; masked with
+  // counts clamped to max_rows (a 16-token tile).
+  Fp8Case q;
+  for (int e = 0; e < 128; ++e) q.counts.push_back(e % 3 == 0 ? 1 : e % 3 == 1 ? 0 : 2);
+  q.n = 192;
+  q.k = 272;
+  CHECK(run_fp8(q, rng));
+  Fp8Case m;
+  m.masked = true;
+  m.max_rows = 5;
+  m.counts = {0, 1, 5, 9, -2, 3};
+  m.n = 320;
+  m.k = 256;
+  m.wide_scales = true;
+  CHECK(run_fp8(m, rng));
+  // SwiGLU: I = 192 (up slices start mid-block, scales 2^10 apart), I = 64 (one slice), split K,
+  // masked.
+  for (const int inter : {192, 64}) {
+    Fp8Case w;
+    w.swiglu = true;
+    w.counts = {0, 1, 9, 0, 3};
+    w.n = 2 * inter;
+    w.k = 400;
+    w.wide_scales = inter == 192;
+    w.tuning.force = decode;
+    w.tuning.split = inter == 64 ? 2 : 0;
+    CHECK(run_fp8(w, rng));
+  }
+  Fp8Case wm;
+  wm.swiglu = true;
+  wm.masked = true;
+  wm.max_rows = 40;
+  wm.counts = {0, 1, 40, 33, 99};
+  wm.n = 256;
+  wm.k = 256;
+  wm.tuning.force = decode;
+  CHECK(run_fp8(wm, rng));
+}
+
+namespace {
+
+// Captures case c's call (masked) in a CUDA graph, then replays it `rounds` times with the counts
+// counts_of(round) uploaded before each (the graph is never rebuilt), checking every replay
+// against fp64 and every row past the counts untouched.
+template <typename CountsOf>
+void replay_masked(Fp8Case c, int rounds, CountsOf counts_of, std::mt19937_64& rng) {
+  const auto& drv = kjit::cuda::driver();
   Fp8Operands o(c, rng);
   Fp8Tensors t(c, o);
   CUstream stream = nullptr;
@@ -356,29 +442,82 @@ TEST_CASE("moe fp8 gpu: masked grouped GEMM replays in a CUDA graph with new cou
   CUgraph graph = nullptr;
   CUgraphExec exec = nullptr;
   REQUIRE(drv.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
-  const kjit_status captured = kjit_moe_grouped_gemm_fp8_masked(
-      t.a.get(), t.b.get(), t.sa.get(), t.sb.get(), t.sched.get(), t.out.get(), stream);
+  call(c, t, stream);
   REQUIRE(drv.cuStreamEndCapture(stream, &graph) == CUDA_SUCCESS);
-  REQUIRE(captured == KJIT_SUCCESS);
   REQUIRE(drv.cuGraphInstantiateWithFlags(&exec, graph, 0) == CUDA_SUCCESS);
-  std::uniform_int_distribution<int> pick(0, c.max_rows);
-  for (int round = 0; round < 3; ++round) {
+  for (int round = 0; round < rounds; ++round) {
     INFO("round " << round);
-    for (int e = 0; e < c.experts(); ++e) c.counts[e] = pick(rng);
-    c.counts[round] = 0;
+    c.counts = counts_of(round);
     const Layout l = layout_of(c);
     o.l = l;
     o.upload_sched();
     o.out_d.fill(0xFF);
     REQUIRE(drv.cuGraphLaunch(exec, stream) == CUDA_SUCCESS);
     REQUIRE(drv.cuStreamSynchronize(stream) == CUDA_SUCCESS);
-    std::vector<unsigned char> out(static_cast<size_t>(l.rows) * c.n * 2);
+    std::vector<unsigned char> out(static_cast<size_t>(l.rows) * c.out_cols() * 2);
     o.out_d.download(out.data(), out.size());
     check(c, o, out);
   }
   drv.cuGraphExecDestroy(exec);
   drv.cuGraphDestroy(graph);
   drv.cuStreamDestroy(stream);
+}
+
+}  // namespace
+
+TEST_CASE("moe fp8 gpu: masked grouped GEMM replays in a CUDA graph with new counts",
+          "[gpu][moe][fp8][sm90a]") {
+  REQUIRE(gpu_caps().sm90a());
+  std::mt19937_64 rng(std::random_device{}());
+  Fp8Case c;
+  c.masked = true;
+  c.max_rows = 64;
+  c.counts.assign(8, 1);
+  c.n = 256;
+  c.k = 384;
+  std::uniform_int_distribution<int> pick(0, c.max_rows);
+  const auto counts_of = [&](int round) {
+    std::vector<int> counts;
+    for (int e = 0; e < 8; ++e) counts.push_back(pick(rng));
+    counts[round] = 0;
+    return counts;
+  };
+  // The selection's kernel (the decode kernel at max_rows 64), then the 128-row tiles forced.
+  replay_masked(c, 3, counts_of, rng);
+  c.tuning.force = ops::MoeGemmForce::kTiles;
+  replay_masked(c, 3, counts_of, rng);
+}
+
+TEST_CASE("moe fp8 gpu: the decode kernel replays in a CUDA graph with new counts",
+          "[gpu][moe][fp8][sm90a]") {
+  REQUIRE(gpu_caps().sm90a());
+  std::mt19937_64 rng(std::random_device{}());
+  // Many experts, a row or two each, most empty: the masked decode form of a graph engine.
+  Fp8Case c;
+  c.masked = true;
+  c.max_rows = 2;
+  c.counts.assign(64, 1);
+  c.n = 384;
+  c.k = 512;
+  REQUIRE(ops::select_moe_gemm_fp8(ops::DType::kBF16, 128, c.n, c.k, 64, false,
+                                   ops::gemm_target(0, true),
+                                   ops::moe_decode_rows(true, 128, 2, 64))
+              .tokens == 16);
+  std::uniform_int_distribution<int> pick(0, 7);
+  // Round 0: one active expert; then about a quarter active; round 3: none.
+  const auto counts_of = [&](int round) {
+    std::vector<int> counts;
+    for (int e = 0; e < 64; ++e) {
+      const int r = pick(rng);
+      counts.push_back(round == 0 ? (e == 17 ? 1 : 0) : round == 3 ? 0 : r < 2 ? r + 1 : 0);
+    }
+    return counts;
+  };
+  replay_masked(c, 4, counts_of, rng);
+  // SwiGLU (I = 192), a split K forced.
+  c.swiglu = true;
+  c.tuning.split = 3;
+  replay_masked(c, 4, counts_of, rng);
 }
 
 TEST_CASE("moe fp8 gpu: calls the sm_90a kernel cannot take are refused", "[gpu][moe][fp8]") {

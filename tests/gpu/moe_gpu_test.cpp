@@ -299,6 +299,10 @@ struct GroupedCase {
   bool masked = false;
   int max_rows = 0;    // masked: rows per expert's slot (counts may exceed it: clamped)
   int spare_rows = 0;  // contiguous: rows of a past offsets[experts] (must stay poisoned)
+  // A forced kernel or split: the call goes through the ops layer (kjit's entry points pass the
+  // default).
+  ops::MoeGemmTuning tuning;
+  bool tuned() const { return tuning.force != ops::MoeGemmForce::kNone || tuning.split != 0; }
 };
 
 // Checks out (poisoned before the call) against fp64: rows of each expert's range, and poison
@@ -381,8 +385,10 @@ void run_grouped(const GroupedCase& c, std::mt19937_64& rng) {
   const bool tma = c.k % 8 == 0 && c.k > 0;
   const ops::MoeGemmConfig cfg = ops::select_moe_gemm(
       ops::dtype_from_name(c.dtype), ops::dtype_from_name(c.out_dtype), rows,
-      c.masked ? c.max_rows : rows / experts, c.n, c.k, experts, ops::gemm_target(0, tma));
-  INFO("path " << ops::gemm_path_name(cfg.path) << " bn " << cfg.bn);
+      c.masked ? c.max_rows : rows / experts, c.n, c.k, experts, ops::gemm_target(0, tma),
+      ops::moe_decode_rows(c.masked, rows, c.max_rows, experts));
+  INFO("path " << ops::gemm_path_name(cfg.path) << " bn " << cfg.bn << " tokens " << cfg.tokens
+               << " force " << static_cast<int>(c.tuning.force) << " split " << c.tuning.split);
   (void)es;
   const Elems a = random_elems(c.dtype, static_cast<size_t>(rows) * c.k, rng);
   const Elems b = random_elems(c.dtype, static_cast<size_t>(experts) * c.n * c.k, rng);
@@ -394,12 +400,24 @@ void run_grouped(const GroupedCase& c, std::mt19937_64& rng) {
     auto at = make_tensor(a_d.dev.get(), {experts, c.max_rows, c.k}, dl_dtype(c.dtype));
     auto ct = make_tensor(sched_d.dev.get(), {experts}, dl_dtype("int32"));
     auto ot = make_tensor(out_d.dev.get(), {experts, c.max_rows, c.n}, dl_dtype(c.out_dtype));
-    st = kjit_moe_grouped_gemm_masked(at.get(), bt.get(), ct.get(), ot.get(), nullptr);
+    if (c.tuned()) {
+      REQUIRE_NOTHROW(
+          ops::moe_grouped_gemm_masked(at.get(), bt.get(), ct.get(), ot.get(), nullptr, c.tuning));
+      st = KJIT_SUCCESS;
+    } else {
+      st = kjit_moe_grouped_gemm_masked(at.get(), bt.get(), ct.get(), ot.get(), nullptr);
+    }
   } else {
     auto at = make_tensor(a_d.dev.get(), {rows, c.k}, dl_dtype(c.dtype));
     auto ct = make_tensor(sched_d.dev.get(), {experts + 1}, dl_dtype("int32"));
     auto ot = make_tensor(out_d.dev.get(), {rows, c.n}, dl_dtype(c.out_dtype));
-    st = kjit_moe_grouped_gemm(at.get(), bt.get(), ct.get(), ot.get(), nullptr);
+    if (c.tuned()) {
+      REQUIRE_NOTHROW(
+          ops::moe_grouped_gemm(at.get(), bt.get(), ct.get(), ot.get(), nullptr, c.tuning));
+      st = KJIT_SUCCESS;
+    } else {
+      st = kjit_moe_grouped_gemm(at.get(), bt.get(), ct.get(), ot.get(), nullptr);
+    }
   }
   INFO("kjit_last_error: " << kjit_last_error());
   REQUIRE(st == KJIT_SUCCESS);
@@ -551,10 +569,28 @@ TEST_CASE("moe gpu: masked grouped GEMM, counts clamped", "[gpu][moe]") {
   }
 }
 
-TEST_CASE("moe gpu: masked grouped GEMM replays in a CUDA graph with new counts", "[gpu][moe]") {
+namespace {
+
+// One masked grouped GEMM call (bf16, [experts, max_rows, k] . [n, k]^T) through the C entry
+// point, or the ops layer where the tuning forces a kernel.
+void call_masked(Tensor& at, Tensor& bt, Tensor& ct, Tensor& ot, const ops::MoeGemmTuning& tuning,
+                 CUstream stream) {
+  if (tuning.force != ops::MoeGemmForce::kNone || tuning.split != 0) {
+    REQUIRE_NOTHROW(
+        ops::moe_grouped_gemm_masked(at.get(), bt.get(), ct.get(), ot.get(), stream, tuning));
+  } else {
+    REQUIRE(kjit_moe_grouped_gemm_masked(at.get(), bt.get(), ct.get(), ot.get(), stream) ==
+            KJIT_SUCCESS);
+  }
+}
+
+// Captures one masked call in a CUDA graph, then replays it `rounds` times with the counts
+// counts_of(round) uploaded before each (the graph is never rebuilt), checking every replay
+// against fp64 and every row past the counts untouched.
+template <typename CountsOf>
+void replay_masked(int experts, int max_rows, int n, int k, const ops::MoeGemmTuning& tuning,
+                   int rounds, CountsOf counts_of, std::mt19937_64& rng) {
   const auto& d = kjit::cuda::driver();
-  std::mt19937_64 rng(std::random_device{}());
-  const int experts = 8, max_rows = 64, n = 256, k = 128;
   const Elems a = random_elems("bf16", static_cast<size_t>(experts) * max_rows * k, rng);
   const Elems b = random_elems("bf16", static_cast<size_t>(experts) * n * k, rng);
   DevElems a_d(a), b_d(b), out_d(Elems("bf16", static_cast<size_t>(experts) * max_rows * n));
@@ -566,27 +602,22 @@ TEST_CASE("moe gpu: masked grouped GEMM replays in a CUDA graph with new counts"
   CUstream stream = nullptr;
   REQUIRE(d.cuStreamCreate(&stream, CU_STREAM_DEFAULT) == CUDA_SUCCESS);
   // Warm-up: the first call may compile and load; capture must not.
-  REQUIRE(kjit_moe_grouped_gemm_masked(at.get(), bt.get(), ct.get(), ot.get(), stream) ==
-          KJIT_SUCCESS);
+  call_masked(at, bt, ct, ot, tuning, stream);
   REQUIRE(d.cuStreamSynchronize(stream) == CUDA_SUCCESS);
   CUgraph graph = nullptr;
   CUgraphExec exec = nullptr;
   REQUIRE(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
-  const kjit_status captured =
-      kjit_moe_grouped_gemm_masked(at.get(), bt.get(), ct.get(), ot.get(), stream);
+  call_masked(at, bt, ct, ot, tuning, stream);
   REQUIRE(d.cuStreamEndCapture(stream, &graph) == CUDA_SUCCESS);
-  REQUIRE(captured == KJIT_SUCCESS);
   REQUIRE(d.cuGraphInstantiateWithFlags(&exec, graph, 0) == CUDA_SUCCESS);
-  std::uniform_int_distribution<int> pick(0, max_rows);
-  for (int round = 0; round < 3; ++round) {
+  for (int round = 0; round < rounds; ++round) {
     INFO("round " << round);
     GroupedCase c;
     c.masked = true;
     c.max_rows = max_rows;
     c.n = n;
     c.k = k;
-    for (int e = 0; e < experts; ++e) c.counts.push_back(pick(rng));
-    c.counts[round] = 0;
+    c.counts = counts_of(round);
     counts.host.assign(c.counts.begin(), c.counts.end());
     counts.upload();
     out_d.dev.fill(0xFF);
@@ -604,6 +635,28 @@ TEST_CASE("moe gpu: masked grouped GEMM replays in a CUDA graph with new counts"
   d.cuStreamDestroy(stream);
 }
 
+}  // namespace
+
+TEST_CASE("moe gpu: masked grouped GEMM replays in a CUDA graph with new counts", "[gpu][moe]") {
+  std::mt19937_64 rng(std::random_device{}());
+  const int experts = 8, max_rows = 64;
+  std::uniform_int_distribution<int> pick(0, max_rows);
+  const auto counts_of = [&](int round) {
+    std::vector<int> counts;
+    for (int e = 0; e < experts; ++e) counts.push_back(pick(rng));
+    counts[round] = 0;
+    return counts;
+  };
+  // The kernel the selection picks (on an H200 the decode kernel: max_rows 64), and on sm_90a
+  // the 128-row tile kernel forced.
+  replay_masked(experts, max_rows, 256, 128, {}, 3, counts_of, rng);
+  if (tensor_cores()) {
+    ops::MoeGemmTuning tiles;
+    tiles.force = ops::MoeGemmForce::kTiles;
+    replay_masked(experts, max_rows, 256, 128, tiles, 3, counts_of, rng);
+  }
+}
+
 TEST_CASE("moe gpu: the wgmma path serves TMA-ready grouped calls", "[gpu][moe][sm90a]") {
   REQUIRE(tensor_cores());
   const ops::GemmTarget t = ops::gemm_target(0, true);
@@ -611,6 +664,95 @@ TEST_CASE("moe gpu: the wgmma path serves TMA-ready grouped calls", "[gpu][moe][
             .path == ops::GemmPath::kSm90);
   CHECK(ops::select_moe_gemm(ops::DType::kBF16, ops::DType::kBF16, 8, 1, 1536, 2048, 128, t).path ==
         ops::GemmPath::kSm90);
+}
+
+// ---- the decode kernel (moe_gemm_decode_sm90.cuh) ----------------------------------------------
+
+TEST_CASE("moe gpu: the decode kernel per expert against fp64", "[gpu][moe][sm90a]") {
+  REQUIRE(tensor_cores());
+  std::mt19937_64 rng(std::random_device{}());
+  const ops::MoeGemmForce decode = ops::MoeGemmForce::kDecode;
+  // Experts of 0, 1 and many rows; n off the 128-row weight tiles, k off the 64-wide K blocks;
+  // every split of K (1 .. 8, and the chosen one), bf16 and fp32 out.
+  for (const char* od : {"bf16", "fp32"}) {
+    for (const int split : {0, 1, 2, 3, 8}) {
+      GroupedCase c;
+      c.out_dtype = od;
+      c.counts = {0, 1, 17, 0, 5, 2};
+      c.n = 200;
+      c.k = 584;
+      c.spare_rows = 3;
+      c.tuning.force = decode;
+      c.tuning.split = split;
+      run_grouped(c, rng);
+    }
+  }
+  // fp16; the 32- and 64-token tiles (every routed row in one tile).
+  for (const int rows : {20, 60}) {
+    GroupedCase h;
+    h.dtype = h.out_dtype = "fp16";
+    h.counts = uneven_counts(4, rows, rng);
+    h.n = 384;
+    h.k = 256;
+    h.tuning.force = decode;
+    run_grouped(h, rng);
+  }
+  // Skewed past the tile: expert 0's 150 rows take three 64-row tiles (its weight streamed once
+  // per tile), the others one each.
+  GroupedCase s;
+  s.counts = {150, 2, 0, 7};
+  s.n = 136;
+  s.k = 128;
+  s.tuning.force = decode;
+  run_grouped(s, rng);
+  // What the selection itself sends to the decode kernel: many experts with 0 - 2 rows each (Qwen3
+  // at 16 tokens), and Mixtral's shape at 64 tokens (smaller n and k).
+  GroupedCase q;
+  for (int e = 0; e < 128; ++e) q.counts.push_back(e % 3 == 0 ? 1 : e % 3 == 1 ? 0 : 2);
+  q.n = 192;
+  q.k = 128;
+  CHECK(ops::moe_decode_rows(false, 127, 0, 128) == 4);
+  run_grouped(q, rng);
+  GroupedCase m;
+  m.counts = uneven_counts(8, 128, rng);
+  m.n = 512;
+  m.k = 256;
+  run_grouped(m, rng);
+  // Masked: counts clamped to max_rows (a 32-token tile), a slot of garbage rows past each count.
+  GroupedCase k;
+  k.masked = true;
+  k.max_rows = 20;
+  k.counts = {0, 1, 20, 77, -3, 9};
+  k.n = 130;
+  k.k = 200;
+  run_grouped(k, rng);
+}
+
+TEST_CASE("moe gpu: the decode kernel replays in a CUDA graph with new counts",
+          "[gpu][moe][sm90a]") {
+  REQUIRE(tensor_cores());
+  std::mt19937_64 rng(std::random_device{}());
+  // The decode form of a CUDA-graph engine: many experts, a row or two each, most empty.
+  const int experts = 64, max_rows = 2, n = 320, k = 192;
+  REQUIRE(ops::select_moe_gemm(ops::DType::kBF16, ops::DType::kBF16, experts * max_rows, max_rows,
+                               n, k, experts, ops::gemm_target(0, true),
+                               ops::moe_decode_rows(true, experts * max_rows, max_rows, experts))
+              .path == ops::GemmPath::kSm90Decode);
+  std::uniform_int_distribution<int> pick(0, 7);
+  // Round 0: one active expert; then about a quarter active; round 3: none.
+  const auto counts_of = [&](int round) {
+    std::vector<int> counts;
+    for (int e = 0; e < experts; ++e) {
+      const int r = pick(rng);
+      counts.push_back(round == 0 ? (e == 17 ? 1 : 0) : round == 3 ? 0 : r < 2 ? r + 1 : 0);
+    }
+    return counts;
+  };
+  replay_masked(experts, max_rows, n, k, {}, 4, counts_of, rng);
+  // A split K forced: every block of a cluster leaves the loop on the same item.
+  ops::MoeGemmTuning split;
+  split.split = 3;
+  replay_masked(experts, max_rows, n, k, split, 4, counts_of, rng);
 }
 
 // ---- the whole layer --------------------------------------------------------------------------
@@ -867,6 +1009,7 @@ struct SwigluCase {
   int inter = 0, k = 0;
   bool masked = false;
   int max_rows = 0;
+  ops::MoeGemmTuning tuning;  // a forced kernel or split
 };
 
 // Runs ops::moe_grouped_gemm_swiglu (or _masked) on fresh random operands, out poisoned, and checks
@@ -891,12 +1034,13 @@ bool run_swiglu(const SwigluCase& c, std::mt19937_64& rng) {
     auto at = make_tensor(a_d.dev.get(), {experts, c.max_rows, c.k}, dt);
     auto ct = make_tensor(sched_d.dev.get(), {experts}, dl_dtype("int32"));
     auto ot = make_tensor(out_d.dev.get(), {experts, c.max_rows, c.inter}, dt);
-    ran = ops::moe_grouped_gemm_swiglu_masked(at.get(), wt.get(), ct.get(), ot.get(), nullptr);
+    ran = ops::moe_grouped_gemm_swiglu_masked(at.get(), wt.get(), ct.get(), ot.get(), nullptr,
+                                              c.tuning);
   } else {
     auto at = make_tensor(a_d.dev.get(), {rows, c.k}, dt);
     auto ct = make_tensor(sched_d.dev.get(), {experts + 1}, dl_dtype("int32"));
     auto ot = make_tensor(out_d.dev.get(), {rows, c.inter}, dt);
-    ran = ops::moe_grouped_gemm_swiglu(at.get(), wt.get(), ct.get(), ot.get(), nullptr);
+    ran = ops::moe_grouped_gemm_swiglu(at.get(), wt.get(), ct.get(), ot.get(), nullptr, c.tuning);
   }
   device_synchronize();
   const Elems& out = out_d.download();
@@ -967,6 +1111,31 @@ TEST_CASE("moe gpu: gate / up GEMM with silu_and_mul fused, against fp64", "[gpu
     m.k = 64;
     CHECK(run_swiglu(m, rng));
   }
+  // The decode kernel's SwiGLU write (64 gate and 64 up rows a block): I off the 64-wide slices
+  // (136, 200), a split K, a 64-token tile, masked; and the selection's own decode choice.
+  for (const int split : {0, 1, 4}) {
+    SwigluCase c;
+    c.counts = {0, 1, 9, 0, 3};
+    c.inter = 136;
+    c.k = 392;
+    c.tuning.force = ops::MoeGemmForce::kDecode;
+    c.tuning.split = split;
+    CHECK(run_swiglu(c, rng));
+  }
+  SwigluCase w;
+  w.dtype = "fp16";
+  w.counts = {40, 0, 17, 2};
+  w.inter = 200;
+  w.k = 128;
+  w.tuning.force = ops::MoeGemmForce::kDecode;
+  CHECK(run_swiglu(w, rng));
+  SwigluCase dm;
+  dm.masked = true;
+  dm.max_rows = 3;
+  dm.counts = {0, 1, 3, 8, 0, 2, -1};
+  dm.inter = 96;
+  dm.k = 256;
+  CHECK(run_swiglu(dm, rng));
   // Rows TMA cannot describe (odd k): not served, nothing written (the caller runs it unfused).
   SwigluCase odd;
   odd.counts = {3, 5};

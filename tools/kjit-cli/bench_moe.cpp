@@ -44,12 +44,34 @@ struct GroupedBench {
   int64_t experts = 0, top_k = 0, tokens = 0, n = 0, k = 0, rows = 0, active = 0;
   std::string routing;
   bool swiglu = false;
+  // path: auto (the selection's), decode or sm90 (the 128-row tile kernel) forced; split: the
+  // decode kernel's split of K (0: chosen).
+  std::string path;
+  ops::MoeGemmTuning tuning;
+  // layout masked (kjit_moe_grouped_gemm_masked, the CUDA-graph decode form): a and out
+  // [experts, max_rows, ..] with max_rows = tokens (no expert gets more), counts on the device.
+  bool masked = false;
+  int64_t max_rows = 0;
   std::vector<int32_t> offsets;
   int64_t out_n() const { return swiglu ? n / 2 : n; }
   // The expert of permuted row r.
   int64_t expert_of(int64_t r) const {
     return std::upper_bound(offsets.begin(), offsets.end(), static_cast<int32_t>(r)) -
            offsets.begin() - 1;
+  }
+  // Rows of a and out in the call's layout, and the one routed row r sits in.
+  int64_t call_rows() const { return masked ? experts * max_rows : rows; }
+  int64_t call_row(int64_t r) const {
+    if (!masked) return r;
+    const int64_t e = expert_of(r);
+    return e * max_rows + (r - offsets[static_cast<size_t>(e)]);
+  }
+  // The schedule tensor: counts (masked) or offsets.
+  std::vector<int32_t> sched() const {
+    if (!masked) return offsets;
+    std::vector<int32_t> counts;
+    for (size_t e = 0; e + 1 < offsets.size(); ++e) counts.push_back(offsets[e + 1] - offsets[e]);
+    return counts;
   }
 };
 
@@ -68,6 +90,22 @@ GroupedBench grouped_bench(const std::string& op, const ops::SetArgs& args) {
     throw UsageError(op + ": routing is even or skew");
   }
   if (g.top_k > g.experts) throw UsageError(op + ": top_k exceeds experts");
+  g.path = args.count("path") != 0 ? args.at("path") : "auto";
+  if (g.path != "auto" && g.path != "decode" && g.path != "sm90") {
+    throw UsageError(op + ": path is auto, decode or sm90");
+  }
+  g.tuning.force = g.path == "decode" ? ops::MoeGemmForce::kDecode
+                   : g.path == "sm90" ? ops::MoeGemmForce::kTiles
+                                      : ops::MoeGemmForce::kNone;
+  if (args.count("split") != 0) {
+    g.tuning.split = static_cast<int>(ops::positive_int_arg(args, "split", 8));
+  }
+  const std::string layout = args.count("layout") != 0 ? args.at("layout") : "contiguous";
+  if (layout != "contiguous" && layout != "masked") {
+    throw UsageError(op + ": layout is contiguous or masked");
+  }
+  g.masked = layout == "masked";
+  g.max_rows = g.tokens;
   const std::vector<int64_t> counts =
       routed_rows(g.tokens, g.top_k, g.experts, g.routing == "skew");
   g.offsets = {0};
@@ -75,6 +113,16 @@ GroupedBench grouped_bench(const std::string& op, const ops::SetArgs& args) {
   g.rows = g.tokens * g.top_k;
   g.active = std::count_if(counts.begin(), counts.end(), [](int64_t c) { return c > 0; });
   return g;
+}
+
+// The host's bound on an expert's rows for the decode kernel's choice, as the op computes it
+// (contiguous layout) or as the forced path sets it.
+int64_t bench_decode_rows(const GroupedBench& g) {
+  if (g.tuning.force == ops::MoeGemmForce::kTiles) return 0;
+  if (g.tuning.force == ops::MoeGemmForce::kDecode) {
+    return std::clamp<int64_t>(g.masked ? g.max_rows : g.rows, 1, moe::kMoeDecodeMaxTokens);
+  }
+  return ops::moe_decode_rows(g.masked, g.call_rows(), g.max_rows, g.experts);
 }
 
 int bench_moe_grouped_gemm(const ops::SetArgs& args, const BenchOptions& opts) {
@@ -91,24 +139,31 @@ int bench_moe_grouped_gemm(const ops::SetArgs& args, const BenchOptions& opts) {
   const size_t es = ref::elem_size(dtype);
   std::mt19937_64 rng(std::random_device{}());
 
+  const bool masked = g.masked;
+  const int64_t call_rows = g.call_rows(), max_rows = g.max_rows;
   Packed in;
-  const size_t a_at = in.add(static_cast<size_t>(rows * k) * es);
+  const size_t a_at = in.add(static_cast<size_t>(call_rows * k) * es);
   const size_t b_at = in.add(static_cast<size_t>(experts * n * k) * es);
-  const size_t off_at = add_int32s(in, offsets);
-  fill_uniform(in.host.data() + a_at, static_cast<size_t>(rows * k), dtype, rng, -1.0, 1.0);
+  const size_t off_at = add_int32s(in, g.sched());
+  fill_uniform(in.host.data() + a_at, static_cast<size_t>(call_rows * k), dtype, rng, -1.0, 1.0);
   fill_uniform(in.host.data() + b_at, static_cast<size_t>(experts * n * k), dtype, rng, -1.0, 1.0);
   in.upload();
-  test::DeviceBuffer y(static_cast<size_t>(rows * out_n) * es);
+  test::DeviceBuffer y(static_cast<size_t>(call_rows * out_n) * es);
   y.fill(0xFF);
-  auto at = test::make_tensor(in.at(a_at), {rows, k}, test::dl_dtype(dtype));
-  auto bt = test::make_tensor(in.at(b_at), {experts, n, k}, test::dl_dtype(dtype));
-  auto ot = test::make_tensor(in.at(off_at), {experts + 1}, test::dl_dtype("int32"));
-  auto yt = test::make_tensor(y.get(), {rows, out_n}, test::dl_dtype(dtype));
+  const DLDataType dt = test::dl_dtype(dtype);
+  auto at = masked ? test::make_tensor(in.at(a_at), {experts, max_rows, k}, dt)
+                   : test::make_tensor(in.at(a_at), {rows, k}, dt);
+  auto bt = test::make_tensor(in.at(b_at), {experts, n, k}, dt);
+  auto ot =
+      test::make_tensor(in.at(off_at), {masked ? experts : experts + 1}, test::dl_dtype("int32"));
+  auto yt = masked ? test::make_tensor(y.get(), {experts, max_rows, out_n}, dt)
+                   : test::make_tensor(y.get(), {rows, out_n}, dt);
   ops::MoeGemmConfig cfg = ops::select_moe_gemm(
-      ops::dtype_from_name(dtype), ops::dtype_from_name(dtype), rows, rows / experts, n, k, experts,
-      ops::gemm_target(0, (k * static_cast<int64_t>(es)) % 16 == 0));
+      ops::dtype_from_name(dtype), ops::dtype_from_name(dtype), call_rows,
+      masked ? max_rows : rows / experts, n, k, experts,
+      ops::gemm_target(0, (k * static_cast<int64_t>(es)) % 16 == 0), bench_decode_rows(g));
   cfg.swiglu = swiglu ? 1 : 0;
-  if (swiglu && cfg.path != ops::GemmPath::kSm90) {
+  if (swiglu && cfg.path == ops::GemmPath::kSimt) {
     throw UsageError(
         "moe_grouped_gemm: swiglu runs on the sm90 path only (sm_90a, k * 2 bytes "
         "a multiple of 16)");
@@ -122,13 +177,29 @@ int bench_moe_grouped_gemm(const ops::SetArgs& args, const BenchOptions& opts) {
       {"experts", experts}, {"top_k", top_k},          {"tokens", tokens}, {"n", n}, {"k", k},
       {"routing", routing}, {"active_experts", active}};
   if (swiglu) c.shape["swiglu"] = 1;
-  c.label = fmt::format("moe_grouped_gemm {} e={} top{} tokens={} n={} k={} {}{} ({})", dtype,
+  if (masked) c.shape["layout"] = "masked";
+  c.shape["path"] = ops::gemm_path_name(cfg.path);
+  if (g.tuning.split != 0) c.shape["split"] = g.tuning.split;
+  c.label = fmt::format("moe_grouped_gemm {} e={} top{} tokens={} n={} k={} {}{}{} ({}{})", dtype,
                         experts, top_k, tokens, n, k, routing, swiglu ? " swiglu" : "",
-                        ops::gemm_path_name(cfg.path));
+                        masked ? " masked" : "", ops::gemm_path_name(cfg.path),
+                        cfg.tokens != 0 ? fmt::format(" {} tokens", cfg.tokens) : std::string());
+  const ops::MoeGemmTuning tuning = g.tuning;
   c.launch = [&](CUstream stream) {
-    if (!swiglu) {
-      ops::moe_grouped_gemm(at.get(), bt.get(), ot.get(), yt.get(), stream);
-    } else if (!ops::moe_grouped_gemm_swiglu(at.get(), bt.get(), ot.get(), yt.get(), stream)) {
+    bool served = true;
+    if (masked) {
+      if (swiglu) {
+        served = ops::moe_grouped_gemm_swiglu_masked(at.get(), bt.get(), ot.get(), yt.get(), stream,
+                                                     tuning);
+      } else {
+        ops::moe_grouped_gemm_masked(at.get(), bt.get(), ot.get(), yt.get(), stream, tuning);
+      }
+    } else if (swiglu) {
+      served = ops::moe_grouped_gemm_swiglu(at.get(), bt.get(), ot.get(), yt.get(), stream, tuning);
+    } else {
+      ops::moe_grouped_gemm(at.get(), bt.get(), ot.get(), yt.get(), stream, tuning);
+    }
+    if (!served) {
       fail(KJIT_ERROR_UNSUPPORTED, "moe_grouped_gemm: the SwiGLU epilogue did not serve the call");
     }
   };
@@ -141,12 +212,13 @@ int bench_moe_grouped_gemm(const ops::SetArgs& args, const BenchOptions& opts) {
   const double first_ms = first_call_ms(c);
   Check chk;
   if (opts.check) {
-    std::vector<unsigned char> yh(static_cast<size_t>(rows * out_n) * es);
+    std::vector<unsigned char> yh(static_cast<size_t>(call_rows * out_n) * es);
     y.download(yh.data(), yh.size());
     // b_row: the output's row of b; swiglu: its gate row, then its up row.
     std::vector<double> a_row(static_cast<size_t>(k)), b_row(static_cast<size_t>(2 * k));
-    for (const auto& [r, j] : gemm_check_picks(rows, out_n, k, rng)) {
-      const int64_t e = g.expert_of(r);
+    for (const auto& pick : gemm_check_picks(rows, out_n, k, rng)) {
+      // The routed row's expert, then its row of a / out in the call's layout.
+      const int64_t e = g.expert_of(pick.first), j = pick.second, r = g.call_row(pick.first);
       for (int64_t i = 0; i < k; ++i) {
         a_row[i] = ref::load_elem(in.host.data() + a_at, static_cast<size_t>(r * k + i), dtype);
         for (int64_t h = 0; h < (swiglu ? 2 : 1); ++h) {
@@ -369,8 +441,10 @@ int bench_moe_grouped_gemm_fp8(const ops::SetArgs& args, const BenchOptions& opt
   auto sbt = test::make_tensor(in.at(sb_at), {experts, n_blocks, chunks}, f32);
   auto ot = test::make_tensor(in.at(off_at), {experts + 1}, test::dl_dtype("int32"));
   auto yt = test::make_tensor(y.get(), {rows, out_n}, test::dl_dtype("bf16"));
-  const ops::MoeGemmFp8Config cfg = ops::select_moe_gemm_fp8(
-      ops::DType::kBF16, rows, n, k, experts, swiglu, ops::gemm_target(0, k % 16 == 0));
+  const ops::MoeGemmFp8Config cfg =
+      ops::select_moe_gemm_fp8(ops::DType::kBF16, rows, n, k, experts, swiglu,
+                               ops::gemm_target(0, k % 16 == 0), bench_decode_rows(g));
+  const ops::MoeGemmTuning tuning = g.tuning;
 
   BenchCase c;
   c.op = "moe_grouped_gemm_fp8";
@@ -380,14 +454,17 @@ int bench_moe_grouped_gemm_fp8(const ops::SetArgs& args, const BenchOptions& opt
       {"experts", experts},   {"top_k", g.top_k},        {"tokens", g.tokens}, {"n", n}, {"k", k},
       {"routing", g.routing}, {"active_experts", active}};
   if (swiglu) c.shape["swiglu"] = 1;
-  c.label = fmt::format("moe_grouped_gemm_fp8 e={} top{} tokens={} n={} k={} {}{}", experts,
-                        g.top_k, g.tokens, n, k, g.routing, swiglu ? " swiglu" : "");
+  c.shape["path"] = cfg.tokens != 0 ? "decode" : "sm90";
+  if (g.tuning.split != 0) c.shape["split"] = g.tuning.split;
+  c.label = fmt::format("moe_grouped_gemm_fp8 e={} top{} tokens={} n={} k={} {}{} ({})", experts,
+                        g.top_k, g.tokens, n, k, g.routing, swiglu ? " swiglu" : "",
+                        cfg.tokens != 0 ? fmt::format("decode {} tokens", cfg.tokens) : "sm90");
   c.launch = [&](CUstream stream) {
     if (!swiglu) {
       ops::moe_grouped_gemm_fp8(at.get(), bt.get(), sat.get(), sbt.get(), ot.get(), yt.get(),
-                                stream);
+                                stream, tuning);
     } else if (!ops::moe_grouped_gemm_fp8_swiglu(at.get(), bt.get(), sat.get(), sbt.get(), ot.get(),
-                                                 yt.get(), stream)) {
+                                                 yt.get(), stream, tuning)) {
       fail(KJIT_ERROR_UNSUPPORTED, "moe_grouped_gemm_fp8: the SwiGLU epilogue did not serve");
     }
   };
@@ -430,11 +507,15 @@ int bench_moe_grouped_gemm_fp8(const ops::SetArgs& args, const BenchOptions& opt
 void add_moe_benches(std::vector<BenchEntry>& out) {
   out.push_back({"moe_grouped_gemm",
                  {"experts", "top_k", "tokens", "n", "k"},
-                 {"dtype", "routing", "swiglu"},
+                 {"dtype", "routing", "swiglu", "path", "split", "layout"},
                  bench_moe_grouped_gemm,
                  "experts, top_k, tokens, n, k (b is [experts, n, k]); dtype (bf16|fp16, default "
                  "bf16), routing (even|skew: 90% of first slots to expert 0; default even), swiglu "
-                 "(0|1: b is w13 with n = 2 I, out silu(gate) * up [rows, I]; default 0)"});
+                 "(0|1: b is w13 with n = 2 I, out silu(gate) * up [rows, I]; default 0), path "
+                 "(auto|decode|sm90: the weight-streaming decode kernel or the 128-row tiles "
+                 "forced; default auto), split (the decode kernel's K split, 1 .. 8), layout "
+                 "(contiguous|masked: [experts, tokens, k] with device counts, the CUDA-graph "
+                 "decode form; default contiguous)"});
   out.push_back({"moe_forward",
                  {"experts", "top_k", "tokens", "hidden", "inter"},
                  {"dtype", "routing"},
@@ -444,12 +525,13 @@ void add_moe_benches(std::vector<BenchEntry>& out) {
                  "logits favour expert 0 for 90% of the tokens; default even)"});
   out.push_back({"moe_grouped_gemm_fp8",
                  {"experts", "top_k", "tokens", "n", "k"},
-                 {"routing", "swiglu"},
+                 {"routing", "swiglu", "path", "split"},
                  bench_moe_grouped_gemm_fp8,
                  "experts, top_k, tokens, n, k (e4m3 b [experts, n, k] with 128 x 128 block "
                  "scales, a with 1 x 128 group scales, bf16 out; sm_90a); routing (even|skew; "
                  "default even), swiglu (0|1: b is w13 with n = 2 I, I a multiple of 64; default "
-                 "0)"});
+                 "0), path (auto|decode|sm90; default auto), split (the decode kernel's K split, "
+                 "1 .. 8)"});
 }
 
 }  // namespace kjit::cli

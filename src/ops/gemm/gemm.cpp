@@ -100,7 +100,10 @@ int gemm_decode_stages(int tokens, int max_smem_optin, int blocks_per_sm) {
 }
 
 int gemm_decode_split(int64_t n, int64_t k, const GemmResidency& resident) {
-  const int64_t tiles = ceil_div(n, gemm::kGemmDecodeRows);
+  return gemm_decode_split_tiles(ceil_div(n, gemm::kGemmDecodeRows), k, resident);
+}
+
+int gemm_decode_split_tiles(int64_t tiles, int64_t k, const GemmResidency& resident) {
   const int64_t by_k = std::max<int64_t>(1, ceil_div(k, gemm::kGemmBlockK) / 4);
   for (int64_t s = std::min<int64_t>(by_k, gemm::kGemmDecodeMaxSplit); s > 1; --s) {
     if (tiles <= resident[s]) return static_cast<int>(s);
@@ -341,8 +344,12 @@ GemmTactic call_tactic(const GemmCall& call, const GemmConfig& dflt, const GemmT
 }  // namespace
 
 int gemm_decode_split_for(CUfunction fn, int tokens, int stages, int64_t n, int64_t k2) {
+  return gemm_decode_split(n, k2, gemm_decode_residency(fn, tokens, stages));
+}
+
+const GemmResidency& gemm_decode_residency(CUfunction fn, int tokens, int stages) {
   const auto smem = static_cast<unsigned>(gemm::gemm_decode_smem_bytes(tokens, stages));
-  return gemm_decode_split(n, k2, decode_residency(fn, gemm::kGemmDecodeThreads, smem));
+  return decode_residency(fn, gemm::kGemmDecodeThreads, smem);
 }
 
 cuda::LaunchConfig gemm_decode_launch_config(int tokens, int stages, int split, int64_t n,

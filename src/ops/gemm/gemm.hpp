@@ -74,6 +74,9 @@ using GemmResidency = std::array<int, gemm::kGemmDecodeMaxSplit + 1>;
 // (a cluster left for a second wave doubles the time), with at least 4 K blocks (256 of K) per
 // block; 1 when even that leaves a second wave.
 int gemm_decode_split(int64_t n, int64_t k, const GemmResidency& resident);
+// The same rule for `tiles` weight tiles (clusters) expected to stream at once: the MoE decode
+// path's active (expert, column tile) items.
+int gemm_decode_split_tiles(int64_t tiles, int64_t k, const GemmResidency& resident);
 
 // The decode path's tile for an m x n x k call on `target` (either operand type; k2: K in 16-bit
 // elements, an e4m3 pair is one) where the path runs and is the choice (select_gemm's rule), else
@@ -94,6 +97,11 @@ cuda::LaunchConfig gemm_decode_launch_config(int tokens, int stages, int split, 
 // residency, asked of the driver once per kernel). k2: K in 16-bit elements (an e4m3 pair is one:
 // both kernels' stages hold 64 of them).
 int gemm_decode_split_for(CUfunction fn, int tokens, int stages, int64_t n, int64_t k2);
+
+// The residency of a loaded decode-geometry kernel `fn` (kGemmDecodeThreads threads,
+// gemm_decode_smem_bytes(tokens, stages)): clusters of each split the device runs at once, asked
+// of the driver once per kernel.
+const GemmResidency& gemm_decode_residency(CUfunction fn, int tokens, int stages);
 
 // The target of a call on `device` (its compute capability and shared memory). Throws
 // KJIT_ERROR_NO_DEVICE without a driver.

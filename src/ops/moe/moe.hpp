@@ -61,40 +61,66 @@ void moe_finalize(const DLTensor* expert_out, const DLTensor* src_to_permuted,
                   void* stream);
 
 // ---- grouped GEMM
-// path kSm90 (moe_gemm_sm90.cuh, bn and stages as the GEMM's) or kSimt (moe_gemm_simt.cuh).
+// path kSm90 (moe_gemm_sm90.cuh, bn and stages as the GEMM's), kSm90Decode (the decode-shape
+// kernel, moe_gemm_decode_sm90.cuh: tokens and stages as the dense decode kernel's) or kSimt
+// (moe_gemm_simt.cuh).
 struct MoeGemmConfig {
   GemmPath path = GemmPath::kSimt;
   DType dtype = DType::kBF16;
   DType out_dtype = DType::kBF16;
   int bn = 0;
   int stages = 0;
-  // kSm90 only, 0 or 1: silu(gate) * up in the epilogue (moe_grouped_gemm_swiglu). An int: the
-  // config's bytes are its cache key, so it has no padding.
+  // kSm90 and kSm90Decode, 0 or 1: silu(gate) * up in the epilogue (moe_grouped_gemm_swiglu). An
+  // int: the config's bytes are its cache key, so it has no padding.
   int swiglu = 0;
+  int tokens = 0;  // kSm90Decode: the token tile (16, 32 or 64)
 };
 
-// The wgmma path on a compute capability 9.0 device where TMA can describe a and b (k > 0); the
-// fallback otherwise. rows: a's rows (sum of M, or experts x max rows); avg_rows: rows per expert
-// in an even routing, which picks the tile width.
+// The decode path's bound on one row tile's rows (the token tile holds them), from what the host
+// knows, or 0 where that path is not the choice: masked, max_rows (rows_per_expert) up to 64;
+// contiguous, all the rows up to 64 (no expert can have more), else, up to 512 rows (64 tokens of
+// top 8), 4 x the even share rows / experts where that is at most 64 (an expert with more rows
+// than the tile takes a second tile: correct, its weight streamed twice).
+int64_t moe_decode_rows(bool masked, int64_t rows, int64_t rows_per_expert, int64_t experts);
+
+// A grouped GEMM kernel the bench and the tests force: kDecode, the decode kernel (its token
+// tile from the host's bound on an expert's rows, capped at 64); kTiles, the 128-row tile wgmma
+// kernel.
+enum class MoeGemmForce { kNone = 0, kDecode = 1, kTiles = 2 };
+
+// Choices the bench and the tests override; the defaults are the C entry points'.
+struct MoeGemmTuning {
+  // A forced kernel that cannot serve the call is KJIT_ERROR_INVALID_ARGUMENT.
+  MoeGemmForce force = MoeGemmForce::kNone;
+  // The decode kernel's split of K over a cluster (1 .. kGemmDecodeMaxSplit); 0: chosen from
+  // the device's residency and the active items expected. Unused by the other kernels.
+  int split = 0;
+};
+
+// The decode path where decode_rows (moe_decode_rows) is 1 .. 64 and gemm_decode_tile serves it
+// on `target` (sm_90a, TMA-ready a and b); else the wgmma path on a compute capability 9.0 device
+// where TMA can describe a and b (k > 0); the fallback otherwise. rows: a's rows (sum of M, or
+// experts x max rows); avg_rows: rows per expert in an even routing, which picks the tile width.
 MoeGemmConfig select_moe_gemm(DType dtype, DType out_dtype, int64_t rows, int64_t avg_rows,
-                              int64_t n, int64_t k, int64_t experts, const GemmTarget& target);
+                              int64_t n, int64_t k, int64_t experts, const GemmTarget& target,
+                              int64_t decode_rows = 0);
 jit::Spec moe_gemm_spec(const MoeGemmConfig& cfg);
 
 // kjit_moe_grouped_gemm: a [rows, k], b [experts, n, k], expert_offsets [experts + 1] int32.
 void moe_grouped_gemm(const DLTensor* a, const DLTensor* b, const DLTensor* expert_offsets,
-                      DLTensor* out, void* stream);
+                      DLTensor* out, void* stream, const MoeGemmTuning& tuning = {});
 // kjit_moe_grouped_gemm_masked: a [experts, max_rows, k], counts [experts] int32.
 void moe_grouped_gemm_masked(const DLTensor* a, const DLTensor* b, const DLTensor* counts,
-                             DLTensor* out, void* stream);
+                             DLTensor* out, void* stream, const MoeGemmTuning& tuning = {});
 // The gate / up GEMM of SwiGLU experts with silu_and_mul in its epilogue: w13 [experts, 2 I, k]
 // (gate rows 0 .. I - 1, up rows I .. 2I - 1), out [rows, I] (masked: [experts, max_rows, I]) =
 // silu(a . gate^T) * (a . up^T), in fp32, rounded once. Only the wgmma path (sm_90a, TMA-ready
 // operands) has this epilogue: where it cannot serve the call, returns false after validation
 // and launches nothing (the caller runs moe_grouped_gemm and act_and_mul instead).
 bool moe_grouped_gemm_swiglu(const DLTensor* a, const DLTensor* w13, const DLTensor* expert_offsets,
-                             DLTensor* out, void* stream);
+                             DLTensor* out, void* stream, const MoeGemmTuning& tuning = {});
 bool moe_grouped_gemm_swiglu_masked(const DLTensor* a, const DLTensor* w13, const DLTensor* counts,
-                                    DLTensor* out, void* stream);
+                                    DLTensor* out, void* stream, const MoeGemmTuning& tuning = {});
 
 // ---- fp8 block-scaled grouped GEMM (moe_gemm.cpp; device code moe_gemm_fp8_sm90.cuh) ----------
 // The sm_90a kernel only (bn 128, the fp8 GEMM's tile). swiglu: an int for the key's bytes.
@@ -102,6 +128,7 @@ struct MoeGemmFp8Config {
   DType out_dtype = DType::kBF16;
   int stages = 0;
   int swiglu = 0;
+  int tokens = 0;  // 0: the 128-row tile kernel; else the decode kernel's token tile (16 .. 64)
 };
 
 // Support and dispatch in one place: the wgmma kernel on a compute capability 9.0 device with
@@ -109,8 +136,10 @@ struct MoeGemmFp8Config {
 // of 16), within the grid's and TMA's limits; with swiglu, n = 2 I with I a multiple of 64 (a
 // gate / up slice in one 128-row scale block). Throws KJIT_ERROR_UNSUPPORTED otherwise, saying
 // why (there is no fallback).
+// decode_rows: moe_decode_rows's bound; 1 .. 64 picks the decode kernel where it can run.
 MoeGemmFp8Config select_moe_gemm_fp8(DType out_dtype, int64_t rows, int64_t n, int64_t k,
-                                     int64_t experts, bool swiglu, const GemmTarget& target);
+                                     int64_t experts, bool swiglu, const GemmTarget& target,
+                                     int64_t decode_rows = 0);
 jit::Spec moe_gemm_fp8_spec(const MoeGemmFp8Config& cfg);
 
 // kjit_moe_grouped_gemm_fp8: a [rows, k] e4m3, b [experts, n, k] e4m3, scale_a [rows,
@@ -118,21 +147,22 @@ jit::Spec moe_gemm_fp8_spec(const MoeGemmFp8Config& cfg);
 // [experts + 1] int32.
 void moe_grouped_gemm_fp8(const DLTensor* a, const DLTensor* b, const DLTensor* scale_a,
                           const DLTensor* scale_b, const DLTensor* expert_offsets, DLTensor* out,
-                          void* stream);
+                          void* stream, const MoeGemmTuning& tuning = {});
 // kjit_moe_grouped_gemm_fp8_masked: a [experts, max_rows, k], scale_a [experts, max_rows,
 // ceil(k / 128)], counts [experts] int32.
 void moe_grouped_gemm_fp8_masked(const DLTensor* a, const DLTensor* b, const DLTensor* scale_a,
                                  const DLTensor* scale_b, const DLTensor* counts, DLTensor* out,
-                                 void* stream);
+                                 void* stream, const MoeGemmTuning& tuning = {});
 // The fp8 gate / up GEMM with silu_and_mul in its epilogue (as moe_grouped_gemm_swiglu; w13_scale
 // [experts, ceil(2 I / 128), ceil(k / 128)]). False after validation, launching nothing, when I
 // is not a multiple of 64.
 bool moe_grouped_gemm_fp8_swiglu(const DLTensor* a, const DLTensor* w13, const DLTensor* scale_a,
                                  const DLTensor* w13_scale, const DLTensor* expert_offsets,
-                                 DLTensor* out, void* stream);
+                                 DLTensor* out, void* stream, const MoeGemmTuning& tuning = {});
 bool moe_grouped_gemm_fp8_swiglu_masked(const DLTensor* a, const DLTensor* w13,
                                         const DLTensor* scale_a, const DLTensor* w13_scale,
-                                        const DLTensor* counts, DLTensor* out, void* stream);
+                                        const DLTensor* counts, DLTensor* out, void* stream,
+                                        const MoeGemmTuning& tuning = {});
 
 // ---- the whole layer (moe_forward.cpp) ---------------------------------------------------------
 // Byte offsets of kjit_moe_forward's workspace regions, each 256-byte aligned, and its size.

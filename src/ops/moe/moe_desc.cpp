@@ -72,6 +72,29 @@ int vec_arg(const char* op, const SetArgs& args, DType dtype) {
 }
 
 const std::vector<std::string> kFloatTypes = {"fp32", "fp16", "bf16"};
+// The decode kernels' token tiles (moe_gemm_decode_sm90.cuh).
+const std::vector<std::string> kDecodeTokens = {"16", "32", "64"};
+
+// The decode kernel's token tiles a call of grouped GEMM definition `def` may take on an sm_90a
+// device: with its rows var axis given (a workload line's rows or max_rows), the one the
+// selection's host bound picks (none where the call takes the tile kernel); else every tile.
+std::vector<std::string> decode_tiles(const Definition& def, const VarAxes& axes) {
+  const bool masked = def.entry.find("masked") != std::string::npos;
+  const std::optional<int64_t> given = var_axis(axes, masked ? "max_rows" : "rows");
+  if (!given) return kDecodeTokens;
+  const int64_t experts = def.const_axis("experts");
+  const int64_t rows = masked ? *given * experts : *given;
+  const int64_t bound = moe_decode_rows(masked, rows, *given, experts);
+  if (bound == 0) return {};
+  GemmTarget hopper;
+  hopper.cc_major = 9;
+  hopper.max_smem_optin = kHopperSmemOptin;
+  hopper.tma_ok = true;
+  // The narrowest tile that holds the bound (select_moe_gemm's and select_moe_gemm_fp8's: it
+  // depends on neither n, k nor the blocks per SM, which set only the stages).
+  const GemmDecodeTile t = gemm_decode_tile(hopper, bound, 1, 64, [](int) { return 2; });
+  return {std::to_string(t.tokens)};
+}
 }  // namespace
 
 Definition moe_route_definition(DType dtype, int64_t experts, int64_t top_k, int64_t n_group,
@@ -275,24 +298,39 @@ OpDef moe_grouped_gemm_op_def() {
   OpDef d;
   d.name = "moe_grouped_gemm";
   d.summary = "grouped GEMM over experts (contiguous or masked rows), bf16/fp16 in";
-  d.axes = {{"path", {"sm90", "simt"}, true, "sm90: TMA + wgmma (sm_90a); simt: any arch"},
+  d.axes = {{"path",
+             {"sm90", "decode", "simt"},
+             true,
+             "sm90: TMA + wgmma, 128-row tiles (sm_90a); decode: the weight-streaming kernel for "
+             "few rows per expert (sm_90a); simt: any arch"},
             {"dtype", {"bf16", "fp16"}, true, "a and b dtype"},
             {"out_dtype", {"bf16", "fp16", "fp32"}, true, "out dtype"},
             {"bn", {"128", "256"}, false, "sm90: output tile width (default 128)"},
-            {"stages", {"2", "3", "4", "5", "6"}, false, "sm90: pipeline stages"},
+            {"tokens", kDecodeTokens, false, "decode: token tile (default 16)"},
+            {"stages",
+             {"2", "3", "4", "5", "6", "7", "8", "9"},
+             false,
+             "sm90 (2 .. 6) and decode: pipeline stages (default: the path's)"},
             {"swiglu",
              {"0", "1"},
              false,
-             "sm90: silu(gate) * up in the epilogue, b = w13 [experts, 2 I, k] (default 0)"}};
+             "sm90 and decode: silu(gate) * up in the epilogue, b = w13 [experts, 2 I, k] "
+             "(default 0)"}};
   d.arch_families = {"sm_80+", "sm_90a"};
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
     MoeGemmConfig c;
-    c.path = args.at("path") == "sm90" ? GemmPath::kSm90 : GemmPath::kSimt;
+    const std::string& path = args.at("path");
+    c.path = path == "sm90"     ? GemmPath::kSm90
+             : path == "decode" ? GemmPath::kSm90Decode
+                                : GemmPath::kSimt;
     c.dtype = dtype_from_name(args.at("dtype"));
     c.out_dtype = dtype_from_name(args.at("out_dtype"));
     const bool tiles =
         args.count("bn") != 0 || args.count("stages") != 0 || args.count("swiglu") != 0;
+    if (c.path != GemmPath::kSm90Decode && args.count("tokens") != 0) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "moe_grouped_gemm: tokens is a decode setting");
+    }
     if (c.path == GemmPath::kSimt) {
       if (tiles) {
         fail(KJIT_ERROR_INVALID_ARGUMENT,
@@ -300,9 +338,18 @@ OpDef moe_grouped_gemm_op_def() {
       }
       return moe_gemm_spec(c);
     }
+    c.swiglu = args.count("swiglu") != 0 && args.at("swiglu") == "1" ? 1 : 0;
+    if (c.path == GemmPath::kSm90Decode) {
+      if (args.count("bn") != 0)
+        fail(KJIT_ERROR_INVALID_ARGUMENT, "moe_grouped_gemm: bn is sm90's");
+      c.tokens = args.count("tokens") != 0 ? std::stoi(args.at("tokens")) : 16;
+      c.stages = args.count("stages") != 0 ? std::stoi(args.at("stages"))
+                                           : gemm_decode_stages(c.tokens, kHopperSmemOptin);
+      return moe_gemm_spec(c);
+    }
     c.bn = args.count("bn") != 0 ? std::stoi(args.at("bn")) : 128;
     c.stages = args.count("stages") != 0 ? std::stoi(args.at("stages")) : (c.bn == 256 ? 4 : 6);
-    c.swiglu = args.count("swiglu") != 0 && args.at("swiglu") == "1" ? 1 : 0;
+    if (c.stages > 6) fail(KJIT_ERROR_INVALID_ARGUMENT, "moe_grouped_gemm: sm90 stages are 2 .. 6");
     return moe_gemm_spec(c);
   };
   d.catalog = [] {
@@ -318,12 +365,23 @@ OpDef moe_grouped_gemm_op_def() {
         out.push_back(
             {{"path", "sm90"}, {"dtype", dt}, {"out_dtype", dt}, {"bn", bn}, {"swiglu", "1"}});
       }
+      // The decode kernel at every token tile, plain and (out in a's dtype) SwiGLU.
+      for (const std::string& tokens : kDecodeTokens) {
+        for (const char* od : {dt, "fp32"}) {
+          out.push_back({{"path", "decode"}, {"dtype", dt}, {"out_dtype", od}, {"tokens", tokens}});
+        }
+        out.push_back({{"path", "decode"},
+                       {"dtype", dt},
+                       {"out_dtype", dt},
+                       {"tokens", tokens},
+                       {"swiglu", "1"}});
+      }
     }
     return out;
   };
   // The fallback and both tile widths of the wgmma path (the width follows the routing, a
   // run-time value).
-  d.precompile_sets = [](const Definition& def, const VarAxes&) {
+  d.precompile_sets = [](const Definition& def, const VarAxes& axes) {
     const SetArgs types = {{"dtype", dtype_name(def.tensor_dtype("a"))},
                            {"out_dtype", dtype_name(def.tensor_dtype("out"))}};
     std::vector<SetArgs> out = {types};
@@ -343,6 +401,13 @@ OpDef moe_grouped_gemm_op_def() {
         a["bn"] = std::to_string(c.bn);
         a["stages"] = std::to_string(c.stages);
       }
+      out.push_back(std::move(a));
+    }
+    // The decode kernel's token tiles (the rows per expert pick one).
+    for (const std::string& tokens : decode_tiles(def, axes)) {
+      SetArgs a = types;
+      a["path"] = "decode";
+      a["tokens"] = tokens;
       out.push_back(std::move(a));
     }
     return out;
@@ -402,7 +467,13 @@ OpDef moe_grouped_gemm_fp8_op_def() {
   d.name = "moe_grouped_gemm_fp8";
   d.summary = "fp8 block-scaled grouped GEMM over experts (contiguous or masked rows), sm_90a";
   d.axes = {{"out_dtype", {"bf16", "fp16", "fp32"}, true, "out dtype"},
-            {"stages", {"2", "3", "4", "5", "6"}, false, "pipeline stages (default 6)"},
+            {"tokens", kDecodeTokens, false,
+             "the decode kernel (weight streaming, few rows per expert) at this token tile; "
+             "absent: 128-row tiles"},
+            {"stages",
+             {"2", "3", "4", "5", "6", "7", "8", "9"},
+             false,
+             "pipeline stages (default 6; decode: as many as fit its blocks per SM)"},
             {"swiglu",
              {"0", "1"},
              false,
@@ -412,18 +483,34 @@ OpDef moe_grouped_gemm_fp8_op_def() {
     check_set_args(d, args);
     MoeGemmFp8Config c;
     c.out_dtype = dtype_from_name(args.at("out_dtype"));
-    c.stages = args.count("stages") != 0 ? std::stoi(args.at("stages")) : 6;
+    c.tokens = args.count("tokens") != 0 ? std::stoi(args.at("tokens")) : 0;
+    const int dflt = c.tokens != 0 ? gemm_decode_stages(c.tokens, kHopperSmemOptin,
+                                                        moe::moe_fp8_decode_blocks_per_sm(c.tokens))
+                                   : 6;
+    c.stages = args.count("stages") != 0 ? std::stoi(args.at("stages")) : dflt;
     c.swiglu = args.count("swiglu") != 0 && args.at("swiglu") == "1" ? 1 : 0;
     return moe_gemm_fp8_spec(c);
   };
-  // bf16 out for the entry points; the SwiGLU form in both 16-bit dtypes for the layer's gate_up.
+  // bf16 out for the entry points; the SwiGLU form in both 16-bit dtypes for the layer's gate_up;
+  // the same with the decode kernel at every token tile.
   d.catalog = [] {
-    return std::vector<SetArgs>{{{"out_dtype", "bf16"}},
+    std::vector<SetArgs> out = {{{"out_dtype", "bf16"}},
                                 {{"out_dtype", "bf16"}, {"swiglu", "1"}},
                                 {{"out_dtype", "fp16"}, {"swiglu", "1"}}};
+    for (const std::string& tokens : kDecodeTokens) {
+      out.push_back({{"out_dtype", "bf16"}, {"tokens", tokens}});
+      out.push_back({{"out_dtype", "bf16"}, {"tokens", tokens}, {"swiglu", "1"}});
+      out.push_back({{"out_dtype", "fp16"}, {"tokens", tokens}, {"swiglu", "1"}});
+    }
+    return out;
   };
-  d.precompile_sets = [](const Definition& def, const VarAxes&) {
-    return std::vector<SetArgs>{{{"out_dtype", dtype_name(def.tensor_dtype("out"))}}};
+  d.precompile_sets = [](const Definition& def, const VarAxes& axes) {
+    const std::string od = dtype_name(def.tensor_dtype("out"));
+    std::vector<SetArgs> out = {{{"out_dtype", od}}};
+    for (const std::string& tokens : decode_tiles(def, axes)) {
+      out.push_back({{"out_dtype", od}, {"tokens", tokens}});
+    }
+    return out;
   };
   d.definitions = [] {
     std::vector<Definition> out;

@@ -23,6 +23,7 @@ namespace {
 
 using cuda::kMaxGridY;
 using cuda::kMaxInt32;
+using cuda::kMaxTmaSide;
 
 // The fp8 kernel's tile width and depth: the fp8 GEMM's (gemm_fp8.cpp, gemm_fp8_sm90.cuh).
 constexpr int kMoeGemmFp8Bn = 128;
@@ -131,9 +132,70 @@ void sm90_geometry(const GroupedOperands& g, RowMatrix a_tma, RowMatrix b_tma, i
   lc.smem_bytes = static_cast<unsigned>(gemm::gemm_sm90_smem_bytes(bn, stages));
 }
 
-// Runs a validated call. False, launching nothing, for a SwiGLU call the wgmma path cannot
+// The decode kernel's token tile and stages for decode_rows (moe_decode_rows) on `target`, or
+// tokens 0 where it cannot run (not sm_90a, operands TMA cannot read, sides past its limits).
+// k2: K in 16-bit elements (an e4m3 pair is one).
+GemmDecodeTile moe_decode_tile(const GemmTarget& target, int64_t decode_rows, int64_t rows,
+                               int64_t n, int64_t k2, int64_t experts, bool fp8) {
+  if (decode_rows < 1 || decode_rows > moe::kMoeDecodeMaxTokens || rows > kMaxTmaSide) return {};
+  // The kernel counts its (row tile, column tile) items in int32, with the grid's clusters
+  // added: tiles_m <= rows + experts, tiles_n <= ceil(n / 64).
+  if ((rows + experts) * ceil_div(n, int64_t{gemm::kGemmDecodeRows / 2}) > kMaxInt32 / 2) {
+    return {};
+  }
+  return fp8 ? gemm_decode_tile(target, decode_rows, experts * n, k2,
+                                [](int t) { return moe::moe_fp8_decode_blocks_per_sm(t); })
+             : gemm_decode_tile(target, decode_rows, experts * n, k2, [](int) { return 2; });
+}
+
+// decode_rows of a call: moe_decode_rows, or what the tuning forces (the host's bound on an
+// expert's rows, capped at the widest tile, for the decode kernel; 0 for the tile kernel).
+int64_t call_decode_rows(const GroupedOperands& g, const MoeGemmTuning& t) {
+  if (t.force == MoeGemmForce::kTiles) return 0;
+  if (t.force == MoeGemmForce::kDecode) {
+    return std::clamp<int64_t>(g.masked ? g.rows_per_expert : g.rows, 1, moe::kMoeDecodeMaxTokens);
+  }
+  return moe_decode_rows(g.masked, g.rows, g.rows_per_expert, g.experts);
+}
+
+// Throws KJIT_ERROR_INVALID_ARGUMENT when the tuning forces a kernel the call did not get.
+void check_forced(const char* op, const MoeGemmTuning& t, bool decode, bool tiles) {
+  if ((t.force == MoeGemmForce::kDecode && !decode) ||
+      (t.force == MoeGemmForce::kTiles && !tiles)) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{}: the forced {} kernel cannot serve this call", op,
+         t.force == MoeGemmForce::kDecode ? "decode" : "128-row tile");
+  }
+}
+
+// The decode kernel's tensor maps, schedule bounds and launch (bf16 and fp8 stages hold the same
+// bytes; `a_tma` / `b_tma` as TMA moves them, k2 in 16-bit elements): persistent clusters, as
+// many as the device runs at once or the schedule's items where fewer. The split of K is the
+// dense decode rule's for the items expected to be active at once: an expert per row at most
+// (contiguous), at most kMoeMaxTopK experts per token of a masked slot's max_rows.
+void launch_moe_decode(const GroupedOperands& g, RowMatrix a_tma, RowMatrix b_tma, int tokens,
+                       int stages, int64_t k2, CUfunction fn, int forced_split,
+                       moe::MoeGemmParams& p, const void* params, void* stream) {
+  const int b_box = g.swiglu ? gemm::kGemmDecodeRows / 2 : gemm::kGemmDecodeRows;
+  p.tiles_m = static_cast<int>(grouped_tiles_m(g, tokens));
+  p.tiles_n = static_cast<int>(ceil_div(g.out_cols(), int64_t{b_box}));
+  b_tma.rows = g.experts * g.n;
+  p.g.tma_a = tensor_map(a_tma, static_cast<uint32_t>(tokens));
+  p.g.tma_b = tensor_map(b_tma, static_cast<uint32_t>(b_box));
+  const GemmResidency& resident = gemm_decode_residency(fn, tokens, stages);
+  const int64_t active =
+      std::min(g.experts, g.masked ? moe::kMoeMaxTopK * g.rows_per_expert : g.rows);
+  const int split =
+      forced_split != 0 ? forced_split : gemm_decode_split_tiles(active * p.tiles_n, k2, resident);
+  cuda::LaunchConfig lc = gemm_decode_launch_config(tokens, stages, split, 0, stream);
+  const int64_t items = int64_t{p.tiles_m} * p.tiles_n;
+  const int64_t clusters = std::max<int64_t>(1, std::min<int64_t>(items, resident[split]));
+  lc.grid_x = static_cast<unsigned>(clusters * split);
+  cuda::launch_cluster(fn, lc, static_cast<unsigned>(split), params);
+}
+
+// Runs a validated call. False, launching nothing, for a SwiGLU call the wgmma paths cannot
 // serve.
-bool run_grouped(const GroupedOperands& g, void* stream) {
+bool run_grouped(const GroupedOperands& g, void* stream, const MoeGemmTuning& tuning) {
   if (g.rows == 0 || g.n == 0) return true;  // after validation: a zero-size call is checked
   select_moe_gemm(g.a.dtype, g.out.dtype, g.rows, 0, g.n, g.k, g.experts, GemmTarget{});
   if (trace::enabled() && !g.swiglu) {  // the SwiGLU form has no entry point of its own
@@ -143,9 +205,11 @@ bool run_grouped(const GroupedOperands& g, void* stream) {
   const bool tma_ok = g.k > 0 && tma_describable(g.a) && tma_describable(g.b);
   const GemmTarget target = gemm_target(g.a.device, tma_ok);
   const int64_t avg_rows = g.masked ? g.rows_per_expert : g.rows / g.experts;
-  MoeGemmConfig cfg =
-      select_moe_gemm(g.a.dtype, g.out.dtype, g.rows, avg_rows, g.n, g.k, g.experts, target);
-  if (g.swiglu && cfg.path != GemmPath::kSm90) return false;
+  MoeGemmConfig cfg = select_moe_gemm(g.a.dtype, g.out.dtype, g.rows, avg_rows, g.n, g.k, g.experts,
+                                      target, call_decode_rows(g, tuning));
+  check_forced("moe_grouped_gemm", tuning, cfg.path == GemmPath::kSm90Decode,
+               cfg.path == GemmPath::kSm90);
+  if (g.swiglu && cfg.path == GemmPath::kSimt) return false;
   cfg.swiglu = g.swiglu ? 1 : 0;
   const jit::LoadedKernel& kern = jit::JitCore::global().kernel_for(
       "moe_grouped_gemm", cfg, g.a.device, [&] { return moe_gemm_spec(cfg); });
@@ -153,6 +217,11 @@ bool run_grouped(const GroupedOperands& g, void* stream) {
   cuda::LaunchConfig lc;
   lc.stream = static_cast<CUstream>(stream);
   cuda::ScopedDevice scope(g.a.device);
+  if (cfg.path == GemmPath::kSm90Decode) {
+    launch_moe_decode(g, g.a, g.b, cfg.tokens, cfg.stages, g.k, kern.functions.at(0), tuning.split,
+                      p, &p, stream);
+    return true;
+  }
   if (cfg.path == GemmPath::kSm90) {
     sm90_geometry(g, g.a, g.b, cfg.bn, cfg.stages, g.swiglu, p, lc);
   } else {
@@ -244,7 +313,8 @@ GroupedScales grouped_scales(const GroupedOperands& g, const DLTensor* scale_a,
 
 // Runs a validated fp8 call. False, launching nothing, for a SwiGLU call whose gate / up slices
 // would straddle scale blocks (I not a multiple of 64).
-bool run_grouped_fp8(const GroupedOperands& g, const GroupedScales& s, void* stream) {
+bool run_grouped_fp8(const GroupedOperands& g, const GroupedScales& s, void* stream,
+                     const MoeGemmTuning& tuning) {
   if (g.swiglu && g.out_cols() % (gemm::kFp8ChunkK / 2) != 0) return false;
   if (g.rows == 0 || g.n == 0) return true;  // after validation: a zero-size call is checked
   // What needs no device (out's dtype, the launch's limits) before any driver call.
@@ -253,8 +323,10 @@ bool run_grouped_fp8(const GroupedOperands& g, const GroupedScales& s, void* str
     trace::moe_grouped_gemm_fp8(g.masked, g.out.dtype, g.rows, g.n, g.k, g.experts);
   }
   const bool tma_ok = g.k > 0 && tma_describable(g.a) && tma_describable(g.b);
-  const MoeGemmFp8Config cfg = select_moe_gemm_fp8(g.out.dtype, g.rows, g.n, g.k, g.experts,
-                                                   g.swiglu, gemm_target(g.a.device, tma_ok));
+  const MoeGemmFp8Config cfg =
+      select_moe_gemm_fp8(g.out.dtype, g.rows, g.n, g.k, g.experts, g.swiglu,
+                          gemm_target(g.a.device, tma_ok), call_decode_rows(g, tuning));
+  check_forced("moe_grouped_gemm_fp8", tuning, cfg.tokens != 0, cfg.tokens == 0);
   const jit::LoadedKernel& kern = jit::JitCore::global().kernel_for(
       "moe_grouped_gemm_fp8", cfg, g.a.device, [&] { return moe_gemm_fp8_spec(cfg); });
   moe::MoeGemmFp8Params p{};
@@ -266,6 +338,11 @@ bool run_grouped_fp8(const GroupedOperands& g, const GroupedScales& s, void* str
   cuda::LaunchConfig lc;
   lc.stream = static_cast<CUstream>(stream);
   cuda::ScopedDevice scope(g.a.device);
+  if (cfg.tokens != 0) {
+    launch_moe_decode(g, as_pairs(g.a), as_pairs(g.b), cfg.tokens, cfg.stages, g.k / 2,
+                      kern.functions.at(0), tuning.split, p.grouped, &p, stream);
+    return true;
+  }
   sm90_geometry(g, as_pairs(g.a), as_pairs(g.b), kMoeGemmFp8Bn, cfg.stages, g.swiglu, p.grouped,
                 lc);
   cuda::launch(kern.functions.at(0), lc, &p);
@@ -274,8 +351,20 @@ bool run_grouped_fp8(const GroupedOperands& g, const GroupedScales& s, void* str
 
 }  // namespace
 
+int64_t moe_decode_rows(bool masked, int64_t rows, int64_t rows_per_expert, int64_t experts) {
+  const int64_t widest = moe::kMoeDecodeMaxTokens;
+  if (masked) return rows_per_expert <= widest ? rows_per_expert : 0;
+  if (rows <= widest) return rows;
+  if (rows > moe::kMoeMaxTopK * widest || experts < 1) return 0;
+  // Few rows an expert: 4 x the even share leaves a second tile to rare experts (Qwen3-30B-A3B at
+  // 64 tokens: 512 rows of 128 experts, 4 each, a 16-token tile; Mixtral at 64: 128 of 8, 64).
+  const int64_t share = 4 * ceil_div(rows, experts);
+  return share <= widest ? share : 0;
+}
+
 MoeGemmConfig select_moe_gemm(DType dtype, DType out_dtype, int64_t rows, int64_t avg_rows,
-                              int64_t n, int64_t k, int64_t experts, const GemmTarget& target) {
+                              int64_t n, int64_t k, int64_t experts, const GemmTarget& target,
+                              int64_t decode_rows) {
   if (dtype != DType::kBF16 && dtype != DType::kF16) {
     fail(KJIT_ERROR_UNSUPPORTED, "moe_grouped_gemm supports bf16 and fp16 a and b, not {}",
          dtype_name(dtype));
@@ -284,6 +373,15 @@ MoeGemmConfig select_moe_gemm(DType dtype, DType out_dtype, int64_t rows, int64_
   MoeGemmConfig c;
   c.dtype = dtype;
   c.out_dtype = out_dtype;
+  // Decode shapes: the weight streams through the decode kernel (each active expert's bytes read
+  // once, the tokens as wgmma's narrow side) instead of 128-row tiles of mostly padding.
+  const GemmDecodeTile tile = moe_decode_tile(target, decode_rows, rows, n, k, experts, false);
+  if (tile.tokens != 0) {
+    c.path = GemmPath::kSm90Decode;
+    c.tokens = tile.tokens;
+    c.stages = tile.stages;
+    return c;
+  }
   // The GEMM's rule on its m, here per expert: wide tiles once experts have rows to fill them.
   c.bn = avg_rows >= 512 ? 256 : 128;
   c.stages = c.bn == 256 ? 4 : 6;
@@ -298,17 +396,23 @@ MoeGemmConfig select_moe_gemm(DType dtype, DType out_dtype, int64_t rows, int64_
 }
 
 jit::Spec moe_gemm_spec(const MoeGemmConfig& c) {
-  const bool sm90 = c.path == GemmPath::kSm90;
+  const bool decode = c.path == GemmPath::kSm90Decode;
+  const bool sm90 = c.path == GemmPath::kSm90 || decode;
   jit::SpecBuilder b(
       "moe_grouped_gemm",
       sm90 ? std::vector<std::string>{"common", "activation", "gemm", "moe"}
            : std::vector<std::string>{"common", "gemm", "moe"},
-      sm90 ? "moe/moe_gemm_sm90.cuh" : "moe/moe_gemm_simt.cuh",
+      decode ? "moe/moe_gemm_decode_sm90.cuh"
+             : (sm90 ? "moe/moe_gemm_sm90.cuh" : "moe/moe_gemm_simt.cuh"),
       sm90 ? std::vector<std::string>{"sm_90a"} : std::vector<std::string>{"sm_80+"});
   b.choice("path", gemm_path_name(c.path), static_cast<int>(c.path));
   b.type("dtype", dtype_name(c.dtype), device_type_name(c.dtype));
   b.type("out_dtype", dtype_name(c.out_dtype), device_type_name(c.out_dtype));
-  if (sm90) {
+  if (decode) {
+    b.value("tokens", c.tokens).value("stages", c.stages).flag("swiglu", c.swiglu != 0, true);
+    b.entry("kjit::moe::moe_gemm_decode_sm90_kernel",
+            {"dtype", "out_dtype", "tokens", "stages", "swiglu"});
+  } else if (sm90) {
     b.value("bn", c.bn).value("stages", c.stages).flag("swiglu", c.swiglu != 0, true);
     b.entry("kjit::moe::moe_gemm_sm90_kernel", {"dtype", "out_dtype", "bn", "stages", "swiglu"});
   } else {
@@ -318,27 +422,28 @@ jit::Spec moe_gemm_spec(const MoeGemmConfig& c) {
 }
 
 void moe_grouped_gemm(const DLTensor* a, const DLTensor* b, const DLTensor* expert_offsets,
-                      DLTensor* out, void* stream) {
-  run_grouped(contiguous_operands(a, b, expert_offsets, out, false), stream);
+                      DLTensor* out, void* stream, const MoeGemmTuning& tuning) {
+  run_grouped(contiguous_operands(a, b, expert_offsets, out, false), stream, tuning);
 }
 
 void moe_grouped_gemm_masked(const DLTensor* a, const DLTensor* b, const DLTensor* counts,
-                             DLTensor* out, void* stream) {
-  run_grouped(masked_operands(a, b, counts, out, false), stream);
+                             DLTensor* out, void* stream, const MoeGemmTuning& tuning) {
+  run_grouped(masked_operands(a, b, counts, out, false), stream, tuning);
 }
 
 bool moe_grouped_gemm_swiglu(const DLTensor* a, const DLTensor* w13, const DLTensor* expert_offsets,
-                             DLTensor* out, void* stream) {
-  return run_grouped(contiguous_operands(a, w13, expert_offsets, out, true), stream);
+                             DLTensor* out, void* stream, const MoeGemmTuning& tuning) {
+  return run_grouped(contiguous_operands(a, w13, expert_offsets, out, true), stream, tuning);
 }
 
 bool moe_grouped_gemm_swiglu_masked(const DLTensor* a, const DLTensor* w13, const DLTensor* counts,
-                                    DLTensor* out, void* stream) {
-  return run_grouped(masked_operands(a, w13, counts, out, true), stream);
+                                    DLTensor* out, void* stream, const MoeGemmTuning& tuning) {
+  return run_grouped(masked_operands(a, w13, counts, out, true), stream, tuning);
 }
 
 MoeGemmFp8Config select_moe_gemm_fp8(DType out_dtype, int64_t rows, int64_t n, int64_t k,
-                                     int64_t experts, bool swiglu, const GemmTarget& target) {
+                                     int64_t experts, bool swiglu, const GemmTarget& target,
+                                     int64_t decode_rows) {
   check_grouped_limits("moe_grouped_gemm_fp8", out_dtype, rows, n, experts);
   if (swiglu && (n % 2 != 0 || (n / 2) % (gemm::kFp8ChunkK / 2) != 0)) {
     fail(KJIT_ERROR_UNSUPPORTED,
@@ -357,13 +462,27 @@ MoeGemmFp8Config select_moe_gemm_fp8(DType out_dtype, int64_t rows, int64_t n, i
   c.out_dtype = out_dtype;
   c.stages = kMoeGemmFp8Stages;
   c.swiglu = swiglu ? 1 : 0;
+  // Decode shapes: the decode kernel (k / 2: its stages count e4m3 pairs).
+  const GemmDecodeTile tile = moe_decode_tile(target, decode_rows, rows, n, k / 2, experts, true);
+  if (tile.tokens != 0) {
+    c.tokens = tile.tokens;
+    c.stages = tile.stages;
+  }
   return c;
 }
 
 jit::Spec moe_gemm_fp8_spec(const MoeGemmFp8Config& c) {
+  const bool decode = c.tokens != 0;
   jit::SpecBuilder b("moe_grouped_gemm_fp8", {"common", "activation", "gemm", "moe"},
-                     "moe/moe_gemm_fp8_sm90.cuh", {"sm_90a"});
+                     decode ? "moe/moe_gemm_decode_sm90.cuh" : "moe/moe_gemm_fp8_sm90.cuh",
+                     {"sm_90a"});
   b.type("out_dtype", dtype_name(c.out_dtype), device_type_name(c.out_dtype));
+  if (decode) {
+    b.value("tokens", c.tokens).value("stages", c.stages).flag("swiglu", c.swiglu != 0, true);
+    b.entry("kjit::moe::moe_gemm_fp8_decode_sm90_kernel",
+            {"out_dtype", "tokens", "stages", "swiglu"});
+    return b.build();
+  }
   b.value("bn", kMoeGemmFp8Bn).value("stages", c.stages).flag("swiglu", c.swiglu != 0, true);
   b.entry("kjit::moe::moe_gemm_fp8_sm90_kernel", {"out_dtype", "bn", "stages", "swiglu"});
   return b.build();
@@ -371,30 +490,31 @@ jit::Spec moe_gemm_fp8_spec(const MoeGemmFp8Config& c) {
 
 void moe_grouped_gemm_fp8(const DLTensor* a, const DLTensor* b, const DLTensor* scale_a,
                           const DLTensor* scale_b, const DLTensor* expert_offsets, DLTensor* out,
-                          void* stream) {
+                          void* stream, const MoeGemmTuning& tuning) {
   const GroupedOperands g = contiguous_operands(a, b, expert_offsets, out, false);
-  run_grouped_fp8(g, grouped_scales(g, scale_a, scale_b), stream);
+  run_grouped_fp8(g, grouped_scales(g, scale_a, scale_b), stream, tuning);
 }
 
 void moe_grouped_gemm_fp8_masked(const DLTensor* a, const DLTensor* b, const DLTensor* scale_a,
                                  const DLTensor* scale_b, const DLTensor* counts, DLTensor* out,
-                                 void* stream) {
+                                 void* stream, const MoeGemmTuning& tuning) {
   const GroupedOperands g = masked_operands(a, b, counts, out, false);
-  run_grouped_fp8(g, grouped_scales(g, scale_a, scale_b), stream);
+  run_grouped_fp8(g, grouped_scales(g, scale_a, scale_b), stream, tuning);
 }
 
 bool moe_grouped_gemm_fp8_swiglu(const DLTensor* a, const DLTensor* w13, const DLTensor* scale_a,
                                  const DLTensor* w13_scale, const DLTensor* expert_offsets,
-                                 DLTensor* out, void* stream) {
+                                 DLTensor* out, void* stream, const MoeGemmTuning& tuning) {
   const GroupedOperands g = contiguous_operands(a, w13, expert_offsets, out, true);
-  return run_grouped_fp8(g, grouped_scales(g, scale_a, w13_scale), stream);
+  return run_grouped_fp8(g, grouped_scales(g, scale_a, w13_scale), stream, tuning);
 }
 
 bool moe_grouped_gemm_fp8_swiglu_masked(const DLTensor* a, const DLTensor* w13,
                                         const DLTensor* scale_a, const DLTensor* w13_scale,
-                                        const DLTensor* counts, DLTensor* out, void* stream) {
+                                        const DLTensor* counts, DLTensor* out, void* stream,
+                                        const MoeGemmTuning& tuning) {
   const GroupedOperands g = masked_operands(a, w13, counts, out, true);
-  return run_grouped_fp8(g, grouped_scales(g, scale_a, w13_scale), stream);
+  return run_grouped_fp8(g, grouped_scales(g, scale_a, w13_scale), stream, tuning);
 }
 
 }  // namespace kjit::ops
