@@ -30,10 +30,6 @@ KJIT_DEVICE KJIT_FORCEINLINE int sw128_offset(int row, int chunk) {
   return (chunk >> 3) * (rows * 128) + row * 128 + (((chunk & 7) ^ (row & 7)) << 4);
 }
 
-KJIT_DEVICE KJIT_FORCEINLINE void fence_proxy_async() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
 // The ring a producer fills and its consumers drain: `stages` K and V tiles with their barriers,
 // the keys' validity (keys past kv_len count as valid: the row bounds mask them) and whether each
 // producer warp's keys are all valid (ok: the consumers skip the per-key test when all are).
@@ -174,18 +170,18 @@ KJIT_DEVICE void produce_cp_async(const PrefillParams& p, const PrefillWork& w, 
     if (i > 0) {
       // V of the tile before landed (all but the newest group), visible to the async proxy.
       cp_async_wait<1>();
-      fence_proxy_async();
+      hopper::fence_proxy_async_smem();
       hopper::mbarrier_arrive(&ring.full_v[(i - 1) % stages]);
     }
     hopper::mbarrier_wait(&ring.empty_v[s], parity);
     copy_rows<dtype, head_dim, kv_tile>(p.v, ring.v_off[i & 1], tid, v_s + s * kTileBytes);
     cp_async_commit();
     cp_async_wait<1>();
-    fence_proxy_async();
+    hopper::fence_proxy_async_smem();
     hopper::mbarrier_arrive(&ring.full_k[s]);
   }
   cp_async_wait<0>();
-  fence_proxy_async();
+  hopper::fence_proxy_async_smem();
   hopper::mbarrier_arrive(&ring.full_v[(end_tile - 1 - first_tile) % stages]);
 }
 
@@ -209,7 +205,7 @@ KJIT_DEVICE void produce_tma(const PrefillSm90Params& a, const PrefillWork& w, i
       issue_boxes<head_dim, kv_tile>(a, a.k_map, c, h, tid, k_dst, &ring.full_k[s]);
       if (i == 0) {
         cp_async_wait<0>();
-        fence_proxy_async();
+        hopper::fence_proxy_async_smem();
       }
       hopper::mbarrier_arrive(&ring.full_k[s]);
       hopper::mbarrier_wait(&ring.empty_v[s], parity);
@@ -220,13 +216,13 @@ KJIT_DEVICE void produce_tma(const PrefillSm90Params& a, const PrefillWork& w, i
       copy_rows<dtype, head_dim, kv_tile>(a.p.k, ring.k_off[i & 1], tid, k_dst);
       cp_async_commit();
       cp_async_wait<0>();
-      fence_proxy_async();
+      hopper::fence_proxy_async_smem();
       hopper::mbarrier_arrive(&ring.full_k[s]);
       hopper::mbarrier_wait(&ring.empty_v[s], parity);
       copy_rows<dtype, head_dim, kv_tile>(a.p.v, ring.v_off[i & 1], tid, v_dst);
       cp_async_commit();
       cp_async_wait<0>();
-      fence_proxy_async();
+      hopper::fence_proxy_async_smem();
       hopper::mbarrier_arrive(&ring.full_v[s]);
     }
   }

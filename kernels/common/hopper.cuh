@@ -29,9 +29,10 @@ KJIT_DEVICE KJIT_FORCEINLINE void fence_barrier_init() {
   cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
 }
 
-// Orders the block's generic-proxy accesses of shared memory before the async proxy's (TMA)
-// later writes to it: a persistent block that kept other data in its ring calls it (after the
-// barrier that ends those accesses) before refilling the ring.
+// Orders the block's generic-proxy accesses of shared memory with the async proxy's (TMA, wgmma):
+// a persistent block that kept other data in its ring calls it (after the barrier that ends those
+// accesses) before refilling the ring; a cp.async producer calls it after its copies land, before
+// the barrier that hands them to wgmma.
 KJIT_DEVICE KJIT_FORCEINLINE void fence_proxy_async_smem() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
