@@ -106,6 +106,17 @@ KJIT_DEVICE KJIT_FORCEINLINE void copy_rows(const void* base, const long long* o
   }
 }
 
+// cp.async tiles of the TMA path: copy_rows, waited for at once and published on `bar`.
+template <typename dtype, int head_dim, int kv_tile>
+KJIT_DEVICE KJIT_FORCEINLINE void copy_rows_now(const void* base, const long long* off, int tid,
+                                                unsigned char* dst, u64* bar) {
+  copy_rows<dtype, head_dim, kv_tile>(base, off, tid, dst);
+  cp_async_commit();
+  cp_async_wait<0>();
+  hopper::fence_proxy_async_smem();
+  hopper::mbarrier_arrive(bar);
+}
+
 // TMA tiles: the box coordinates of key tile_start + tid when it starts a box (owner), and every
 // key's validity. Ragged: the "page" is 0 and the slot is the key's row; paged: pages past the
 // request's or outside the cache get page -1 (zeros).
@@ -213,17 +224,11 @@ KJIT_DEVICE void produce_tma(const PrefillSm90Params& a, const PrefillWork& w, i
       hopper::mbarrier_arrive(&ring.full_v[s]);
     } else {
       look_up_keys(a.p, w, h, tid, t * kv_tile, s, i & 1, ring);
-      copy_rows<dtype, head_dim, kv_tile>(a.p.k, ring.k_off[i & 1], tid, k_dst);
-      cp_async_commit();
-      cp_async_wait<0>();
-      hopper::fence_proxy_async_smem();
-      hopper::mbarrier_arrive(&ring.full_k[s]);
+      copy_rows_now<dtype, head_dim, kv_tile>(a.p.k, ring.k_off[i & 1], tid, k_dst,
+                                              &ring.full_k[s]);
       hopper::mbarrier_wait(&ring.empty_v[s], parity);
-      copy_rows<dtype, head_dim, kv_tile>(a.p.v, ring.v_off[i & 1], tid, v_dst);
-      cp_async_commit();
-      cp_async_wait<0>();
-      hopper::fence_proxy_async_smem();
-      hopper::mbarrier_arrive(&ring.full_v[s]);
+      copy_rows_now<dtype, head_dim, kv_tile>(a.p.v, ring.v_off[i & 1], tid, v_dst,
+                                              &ring.full_v[s]);
     }
   }
 }
