@@ -151,33 +151,34 @@ KJIT_DEVICE void find_mass_bins(const u32* cnt, const u32* mhi, const u32* mlo, 
   const int per = (nb + int(blockDim.x) - 1) / int(blockDim.x);
   const int r0 = int(threadIdx.x) * per;
   const int r1 = r0 + per < nb ? r0 + per : nb;
-  double sum_lo = 0.0, sum_hi = 0.0;
-  for (int r = r0; r < r1; ++r) {
-    double lo, hi;
-    bounds(nb - 1 - r, lo, hi);
-    sum_lo += lo;
-    sum_hi += hi;
-  }
-  double run_lo = sum_lo, run_hi = sum_hi;
-  if constexpr (EXACT) {
-    // The two bounds are one value: one scan (half the shuffles of the pair).
-    double total;
-    run_lo = block_exclusive_scan<double>(sum_lo, scratch, &total);
-    run_hi = run_lo;
-  } else {
-    block_exclusive_scan2<double>(run_lo, run_hi, scratch);
-  }
-  run_lo = w.above + run_lo;
-  run_hi = w.above + run_hi;
-  for (int r = r0; r < r1; ++r) {
-    const int b = nb - 1 - r;
-    double lo, hi;
-    bounds(b, lo, hi);
-    const double next_lo = run_lo + lo, next_hi = run_hi + hi;
-    if (run_hi < target && next_hi >= target) atomicMax(&found[0], b);
-    if (run_lo < target && next_lo >= target) atomicMin(&found[1], b);
-    run_lo = next_lo;
-    run_hi = next_hi;
+  // Two walks over the thread's bins, the thread's sums then (after the block scan) the
+  // crossings; one loop runs both so that `bounds` (fp64 divisions) is in the kernel once.
+  double run_lo = 0.0, run_hi = 0.0;
+#pragma unroll 1
+  for (int walk = 0; walk < 2; ++walk) {
+    for (int r = r0; r < r1; ++r) {
+      const int b = nb - 1 - r;
+      double lo, hi;
+      bounds(b, lo, hi);
+      const double next_lo = run_lo + lo, next_hi = run_hi + hi;
+      if (walk == 1) {
+        if (run_hi < target && next_hi >= target) atomicMax(&found[0], b);
+        if (run_lo < target && next_lo >= target) atomicMin(&found[1], b);
+      }
+      run_lo = next_lo;
+      run_hi = next_hi;
+    }
+    if (walk == 1) break;
+    if constexpr (EXACT) {
+      // The two bounds are one value: one scan (half the shuffles of the pair).
+      double total;
+      run_lo = block_exclusive_scan<double>(run_lo, scratch, &total);
+      run_hi = run_lo;
+    } else {
+      block_exclusive_scan2<double>(run_lo, run_hi, scratch);
+    }
+    run_lo = w.above + run_lo;
+    run_hi = w.above + run_hi;
   }
   __syncthreads();
   b1 = found[0] < 0 ? nb - 1 : found[0];
@@ -255,6 +256,9 @@ KJIT_DEVICE void cluster_gather(ClusterRed& v, ClusterRed* slots, ClusterRed* st
   acc.m = -__int_as_float(0x7f800000);
   acc.flag = 0u;
   acc.best = 0ull;
+  // Rolled: the sums are one dependent chain anyway, and the exchange is inlined at every
+  // phase that ends on one, where an unrolled copy cost NVRTC time for nothing.
+#pragma unroll 1
   for (u32 q = 0; q < n; ++q) {
     const ClusterRed o = staged[q];
     acc.s0 += o.s0;
@@ -283,25 +287,26 @@ constexpr u32 kListCap = 3 * kOwnBins;
 // A top-k list of at most kRankCap keys is finished by ranking (see rank_finish).
 constexpr u32 kRankCap = 512;
 
-// Replaces bins [0, nb) of the NARR u32 arrays (a0, a1, a2) by their sums over the cluster, in
-// two steps through `own` ([3][kOwnBins] words): block q sums its share of the bins from every
-// block, then every block gathers the shares. Each block moves about 2 * nb words per array instead
-// of (cluster size) * nb. Integer sums, so the order of additions does not matter. Every access is
-// a 16-byte quad of bins: distributed shared memory costs per request far more than per byte (one
-// 4-byte request per bin made this merge the largest fixed cost of a level at batch 1), so the
-// arrays and `own` must be 16-byte aligned. Bins [nb, 4 * ceil(nb / 4)) ride along;
-// they are zero in every block (or past the caller's window), so their sums change nothing the
-// caller reads.
+// Replaces bins [0, nb) of the first narr (1..3) u32 arrays of (a0, a1, a2) by their sums over
+// the cluster, in two steps through `own` ([3][kOwnBins] words): block q sums its share of the
+// bins from every block, then every block gathers the shares. Each block moves about 2 * nb words
+// per array instead of (cluster size) * nb. Integer sums, so the order of additions does not
+// matter. Every access is a 16-byte quad of bins: distributed shared memory costs per request far
+// more than per byte (one 4-byte request per bin made this merge the largest fixed cost of a level
+// at batch 1), so the arrays and `own` must be 16-byte aligned. Bins [nb, 4 * ceil(nb / 4)) ride
+// along; they are zero in every block (or past the caller's window), so their sums change nothing
+// the caller reads. narr is a run-time value so that a caller choosing between one and three
+// arrays holds one copy of the merge (each copy is among the kernel's largest pieces of code).
 //
 // `synced`: a cluster barrier has passed since every block's histogram was complete (an exchange
 // right before), which then serves as the merge's first.
-template <int NARR>
-KJIT_DEVICE void cluster_merge(u32* a0, u32* a1, u32* a2, int nb, u32* own, bool synced = false) {
+KJIT_DEVICE void cluster_merge(int narr, u32* a0, u32* a1, u32* a2, int nb, u32* own,
+                               bool synced = false) {
   if (!synced) cluster_sync();  // every block's histogram is complete
   const u32 n = cluster_size(), me = cluster_rank();
   const int nq = (nb + 3) >> 2;                  // quads holding bins [0, nb)
   const int chunk = (nq + int(n) - 1) / int(n);  // quads per owner, at most kOwnBins / 4
-  for (int it = int(threadIdx.x); it < NARR * chunk; it += int(blockDim.x)) {
+  for (int it = int(threadIdx.x); it < narr * chunk; it += int(blockDim.x)) {
     const int a = it / chunk, j = it - a * chunk, quad = int(me) * chunk + j;
     if (quad < nq) {
       u32* arr = a == 0 ? a0 : (a == 1 ? a1 : a2);
@@ -316,7 +321,7 @@ KJIT_DEVICE void cluster_merge(u32* a0, u32* a1, u32* a2, int nb, u32* own, bool
     }
   }
   cluster_sync();  // every share is summed, and no block reads the histograms any more
-  for (int it = int(threadIdx.x); it < NARR * nq; it += int(blockDim.x)) {
+  for (int it = int(threadIdx.x); it < narr * nq; it += int(blockDim.x)) {
     const int a = it / nq, quad = it - a * nq;
     const int q = quad / chunk;
     u32* arr = a == 0 ? a0 : (a == 1 ? a1 : a2);
@@ -460,13 +465,10 @@ struct FilterRow {
 
   // ---- Cluster combinations; no-ops on the one-block path. `synced`: see cluster_merge ----
   KJIT_DEVICE KJIT_FORCEINLINE void cl_merge1(int nb, bool synced = false) {
-    if (cluster) cluster_merge<1>(s.cnt, s.cnt, s.cnt, nb, s.own, synced);
-  }
-  KJIT_DEVICE KJIT_FORCEINLINE void cl_merge3(int nb) {
-    if (cluster) cluster_merge<3>(s.cnt, s.mhi, s.mlo, nb, s.own);
+    if (cluster) cluster_merge(1, s.cnt, s.cnt, s.cnt, nb, s.own, synced);
   }
   KJIT_DEVICE KJIT_FORCEINLINE void cl_merge_sig(int nb, bool synced = false) {
-    if (cluster) cluster_merge<2>(s.mhi, s.mlo, s.mlo, nb, s.own, synced);
+    if (cluster) cluster_merge(2, s.mhi, s.mlo, s.mlo, nb, s.own, synced);
   }
   KJIT_DEVICE KJIT_FORCEINLINE void cl_sum(double& a, double& b) {
     if (cluster) {
@@ -902,10 +904,10 @@ struct FilterRow {
     if (cluster) cluster_publish(v, s.xch, xpar);
     if (exact) {
       cl_merge_sig(bins_of(w.lo, w.hi, w.s));
-    } else if (w.have_mass && w.s > 0) {
-      cl_merge3(bins_of(w.lo, w.hi, w.s));
-    } else {
-      cl_merge1(bins_of(w.lo, w.hi, w.s));
+    } else if (cluster) {
+      // One call site for both forms: the merge's code is the kernel's largest per copy.
+      cluster_merge(w.have_mass && w.s > 0 ? 3 : 1, s.cnt, s.mhi, s.mlo, bins_of(w.lo, w.hi, w.s),
+                    s.own);
     }
     if (cluster) {
       cluster_gather(v, s.xch, s.xin, xpar);
@@ -1117,52 +1119,50 @@ struct FilterRow {
   // real thread v % blockDim.x in round v / blockDim.x, so a virtual warp is one real warp's,
   // and every fp64 addition is the one the one-block path's scan makes (it has a thread per
   // segment; its threads past the last segment, like the virtual ones, add zeros). The leader
-  // therefore picks the segment one block picks at any cluster block size.
+  // therefore picks the segment one block picks at any cluster block size. Each virtual warp's
+  // inclusive prefixes are computed once and kept in shared memory (the histograms' room, free
+  // by now), so the segments' starts need no second scan.
   KJIT_DEVICE KJIT_FORCEINLINE SegmentChoice choose_segment_cluster(double u) {
     const int lane = int(threadIdx.x) & 31;
     constexpr int kV = kMaxSegments;
     static_assert(kV == 32 * 32, "one scan stage per virtual warp, one over the 32 warp totals");
-    const int rounds = (kV + int(blockDim.x) - 1) / int(blockDim.x);
-    auto vwarp_incl = [&](int v) {  // inclusive prefix in virtual warp v / 32 (warp-uniform)
+    static_assert(kV * sizeof(double) <= kBins * sizeof(u32), "the prefixes fit s.cnt");
+    double* incl_v = reinterpret_cast<double*>(s.cnt);  // [kV] inclusive, per virtual warp
+    double* wscan_s = s.red_d + 32;                     // [32] inclusive over warp totals
+    for (int v = int(threadIdx.x); v < kV; v += int(blockDim.x)) {  // warp-uniform
       double incl = v < nseg ? double(s.seg[v]) : 0.0;
 #pragma unroll
       for (int o = 1; o < 32; o <<= 1) {
         const double n = __shfl_up_sync(kFullMask, incl, o);
         if (lane >= o) incl += n;
       }
-      return incl;
-    };
-    for (int i = 0; i < rounds; ++i) {
-      const int v = int(threadIdx.x) + i * int(blockDim.x);
-      if (v < kV) {
-        const double incl = vwarp_incl(v);
-        if (lane == 31) s.red_d[v >> 5] = incl;
-      }
+      incl_v[v] = incl;
+      if (lane == 31) s.red_d[v >> 5] = incl;
     }
     __syncthreads();
-    double wscan = s.red_d[lane];
+    {
+      // Every warp scans (a branch around the shuffles would make them divergent code, which
+      // compiles to a collective loop per shuffle); warp 0 stores.
+      double wscan = s.red_d[lane];
 #pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const double n = __shfl_up_sync(kFullMask, wscan, o);
-      if (lane >= o) wscan += n;
+      for (int o = 1; o < 32; o <<= 1) {
+        const double n = __shfl_up_sync(kFullMask, wscan, o);
+        if (lane >= o) wscan += n;
+      }
+      if (threadIdx.x < 32) wscan_s[lane] = wscan;
     }
-    auto vstart = [&](int v) {  // exclusive prefix of segment v (warp-uniform)
-      const double incl = vwarp_incl(v);
-      double excl = __shfl_up_sync(kFullMask, incl, 1);
-      if (lane == 0) excl = 0.0;
+    __syncthreads();
+    auto vstart = [&](int v) {  // exclusive prefix of segment v
+      const double excl = (v & 31) != 0 ? incl_v[v - 1] : 0.0;
       const int vw = v >> 5;
-      const double before = __shfl_sync(kFullMask, wscan, vw == 0 ? 0 : vw - 1);
-      return vw == 0 ? excl : before + excl;
+      return vw == 0 ? excl : wscan_s[vw - 1] + excl;
     };
-    const double target = u * __shfl_sync(kFullMask, wscan, 31);
-    for (int i = 0; i < rounds; ++i) {
-      const int v = int(threadIdx.x) + i * int(blockDim.x);
-      if (v < kV) {
+    const double target = u * wscan_s[31];
+    for (int v = int(threadIdx.x); v < nseg; v += int(blockDim.x)) {
+      if (s.seg[v] > 0.0f) {
         const double start = vstart(v);
-        if (v < nseg && s.seg[v] > 0.0f) {
-          atomicMax(&s.found[1], v);
-          if (start <= target && target < start + double(s.seg[v])) atomicMin(&s.found[0], v);
-        }
+        atomicMax(&s.found[1], v);
+        if (start <= target && target < start + double(s.seg[v])) atomicMin(&s.found[0], v);
       }
     }
     __syncthreads();
@@ -1170,14 +1170,8 @@ struct FilterRow {
     c.sel = s.found[0];
     c.found = c.sel != 0x7fffffff;
     if (!c.found) c.sel = s.found[1];
-    for (int i = 0; c.found && i < rounds; ++i) {
-      // The remainder within the chosen segment, by its virtual thread.
-      const int v = int(threadIdx.x) + i * int(blockDim.x);
-      if (v < kV && (v >> 5) == (c.sel >> 5)) {
-        const double start = vstart(v);
-        if (v == c.sel) *s.rem = target - start;
-      }
-    }
+    // The remainder within the chosen segment.
+    if (c.found && threadIdx.x == 0) *s.rem = target - vstart(c.sel);
     return c;
   }
 
