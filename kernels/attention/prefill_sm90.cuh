@@ -14,6 +14,10 @@
 //     The softmax of tile i runs while the tensor cores do P V of tile i - 1 (the next S is
 //     issued before it): K and V stages have barriers of their own, so a K stage goes back to
 //     the producer after its scores, a V stage after its P V.
+//   pingpong = 1: the two consumer warpgroups also take turns issuing a tile's MMAs (named
+//     barriers 2 and 3, FlashAttention-3's inter-warpgroup schedule), so one warpgroup's softmax
+//     runs while the other's MMAs keep the tensor cores busy instead of both softmaxes running
+//     at once. A tactic the bench can force until the H200 says which is faster.
 // Tiles and masks as the mma.sync kernel: tiles past the causal diagonal or before the window
 // are never loaded, only tiles that cross a bound evaluate the mask per element. Shared memory
 // tiles use TMA's 128-byte swizzle layout (rows of 64 elements, 8-row groups of 1024 bytes), the
@@ -103,7 +107,7 @@ KJIT_DEVICE KJIT_FORCEINLINE void pv_issue(const u32 (&a)[kv_tile / 16][4], u32 
 
 // Launch contract: grid (the plan's CTA tiles of kSm90Rows rows, num_kv_heads), kSm90Threads
 // threads, PrefillSm90Smem::kTotal bytes of dynamic shared memory; the rest as prefill_kernel.
-template <typename dtype, int head_dim, int kv_tile, int stages>
+template <typename dtype, int head_dim, int kv_tile, int stages, int pingpong>
 __global__ void __launch_bounds__(kSm90Threads, 1)
     prefill_sm90_kernel(const __grid_constant__ PrefillSm90Params args) {
   static_assert(head_dim == 64 || head_dim == 128, "wgmma prefill serves head_dim 64 and 128");
@@ -174,16 +178,26 @@ __global__ void __launch_bounds__(kSm90Threads, 1)
   auto o4 = [&]() -> float(&)[head_dim / 8][4] {
     return reinterpret_cast<float(&)[head_dim / 8][4]>(o);
   };
+  // Ping-pong turns: consumer c waits on barrier 2 + c before issuing a tile's MMAs and then
+  // lets the other one go (barrier 3 - c). Both run the same tiles, so the arrivals pair up:
+  // consumer 1 opens consumer 0's first turn and leaves out its own last arrival, which no turn
+  // would consume (a barrier must not be left with arrivals pending).
+  const int cwg = ct / 128;
+  if (pingpong && cwg == 1 && first_tile < end_tile) hopper::named_barrier_arrive(2, 256);
   for (int t = first_tile; t < end_tile; ++t) {
     const int i = t - first_tile, st = i % stages, prev = (i + stages - 1) % stages;
     hopper::mbarrier_wait(&ring.full_k[st], (i / stages) & 1);
     const bool all_ok = ring.ok[st][0] && ring.ok[st][1] && ring.ok[st][2] && ring.ok[st][3];
     const long long start = (long long)t * kv_tile;
     const bool masked = !all_ok || tr.masked(start, kv_tile);
+    if (pingpong) hopper::named_barrier_sync(2 + cwg, 256);
     qk_issue<dtype, head_dim, kv_tile>(q_base, hopper::smem_addr(k_s + st * Smem::kTileBytes), s);
     if (i > 0) {
       hopper::mbarrier_wait(&ring.full_v[prev], ((i - 1) / stages) & 1);
       pv_issue<dtype, head_dim, kv_tile>(a, hopper::smem_addr(v_s + prev * Smem::kTileBytes), o);
+    }
+    if (pingpong && !(cwg == 1 && t + 1 == end_tile)) hopper::named_barrier_arrive(3 - cwg, 256);
+    if (i > 0) {
       wgmma::wait_group<1>();
     } else {
       wgmma::wait_group<0>();

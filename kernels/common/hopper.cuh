@@ -103,6 +103,12 @@ KJIT_DEVICE KJIT_FORCEINLINE void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// Counts the calling warp's threads as arrived at named barrier `id` (of `threads`, the same count
+// its bar.sync callers give) without waiting: the signalling half of a turn-taking handshake.
+KJIT_DEVICE KJIT_FORCEINLINE void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // Moves registers between warpgroups of a warp-specialized block: the producer gives up what it
 // does not need, the consumers take it. Every warp of the warpgroup must execute it.
 template <u32 REGS>

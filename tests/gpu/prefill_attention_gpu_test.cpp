@@ -8,8 +8,8 @@
 // probabilities fed to P.V rounded to the input type, fp32 accumulation, one output rounding.
 //
 // run_case runs each case on the kernel the plan picks or, on an H100 / H200 at head_dim 64 and
-// 128, on the mma.sync and the sm_90a wgmma kernels in turn (asked for through
-// ops::PrefillTuning), so both kernels meet every case.
+// 128, on the mma.sync and the sm_90a wgmma kernels in turn, the latter with and without its
+// ping-pong schedule (asked for through ops::PrefillTuning), so every kernel meets every case.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -55,8 +55,12 @@ struct PrefillCase {
   // NaN in every cache slot no request's keys cover (a last page's tail, spare pages; ragged:
   // spare rows after the last request): a kernel must not let them reach out (P = 0 x NaN).
   bool nan_unused = false;
-  int kernel = -1;  // a kjit::ops::PrefillKernel to re-plan with (the internal tuning path)
+  // A kjit::ops::PrefillKernel to re-plan with (the internal tuning path), or kPingPong: the wgmma
+  // kernel with its ping-pong schedule.
+  int kernel = -1;
 };
+
+constexpr int kPingPong = 2;
 
 std::string describe(const PrefillCase& c) {
   std::string lens;
@@ -268,8 +272,11 @@ std::unique_ptr<Problem> build(const PrefillCase& c, std::mt19937_64& rng) {
   REQUIRE(st == KJIT_SUCCESS);
   p.plan.reset(plan);
   if (c.kernel >= 0) {
+    const int kernel =
+        c.kernel == kPingPong ? static_cast<int>(kjit::ops::PrefillKernel::kWgmmaSm90a) : c.kernel;
     kjit::ops::PrefillTuning t;
-    t.kernel = c.kernel;
+    t.kernel = kernel;
+    t.pingpong = c.kernel == kPingPong ? 1 : 0;
     try {
       plan->data = kjit::ops::plan_batch_prefill(
           p.qo_indptr.data(), p.kv_indptr.data(), static_cast<int>(p.batch),
@@ -279,7 +286,8 @@ std::unique_ptr<Problem> build(const PrefillCase& c, std::mt19937_64& rng) {
     } catch (const std::exception& e) {
       FAIL("tuned plan: " << e.what());
     }
-    REQUIRE(static_cast<int>(plan->data.cfg.kernel) == c.kernel);
+    REQUIRE(static_cast<int>(plan->data.cfg.kernel) == kernel);
+    REQUIRE(plan->data.cfg.pingpong == t.pingpong);
   }
   CHECK(kjit_prefill_plan_workspace_bytes(plan) == 0);
   return pp;
@@ -372,12 +380,13 @@ void run_one(const PrefillCase& c, std::mt19937_64& rng) {
   CHECK(check(*p, reference(*p)) == 0);
 }
 
-// The kernels a case runs on: on sm_90a at head_dim 64 and 128 both (asked for by name, whatever
-// the plan's default), elsewhere the plan's choice (-1).
+// The kernels a case runs on: on sm_90a at head_dim 64 and 128 the mma.sync kernel and the wgmma
+// one with either schedule (asked for by name, whatever the plan's default), elsewhere the plan's
+// choice (-1).
 std::vector<int> kernels_for(const PrefillCase& c) {
   if (c.kernel < 0 && gpu_caps().sm90a() && (c.head_dim == 64 || c.head_dim == 128)) {
     return {static_cast<int>(kjit::ops::PrefillKernel::kMmaSm80),
-            static_cast<int>(kjit::ops::PrefillKernel::kWgmmaSm90a)};
+            static_cast<int>(kjit::ops::PrefillKernel::kWgmmaSm90a), kPingPong};
   }
   return {c.kernel};
 }

@@ -17,6 +17,7 @@
 #include "ops/attention/prefill.hpp"
 #include "reference/prefill_ref.hpp"
 #include "support/gpu.hpp"
+#include "util/error.hpp"
 
 using kjit::test::dl_dtype;
 namespace ops = kjit::ops;
@@ -126,6 +127,37 @@ TEST_CASE("prefill abi: the sm_90a kernel on request, and its limits", "[c_abi][
   kjit::ops::SmemBudget small;
   small.per_block = 160 * 1024;
   CHECK_THROWS(ops::select_prefill(kjit::ops::DType::kBF16, 128, 8, small, true, kWgmma));
+}
+
+// The wgmma kernel's ping-pong schedule is a tuning choice of that kernel alone: its own URI, the
+// same sizes, and a clear refusal on the mma.sync kernel (a plan without a device never picks
+// wgmma) or for a value other than 0 / 1.
+TEST_CASE("prefill abi: the ping-pong schedule is the wgmma kernel's", "[c_abi][attention]") {
+  ops::PrefillConfig c = ops::select_prefill(kjit::ops::DType::kBF16, 128, 4, {}, true,
+                                             static_cast<int>(ops::PrefillKernel::kWgmmaSm90a));
+  const std::string plain = ops::prefill_spec(c).uri;
+  c.pingpong = 1;
+  const kjit::jit::Spec s = ops::prefill_spec(c);
+  CHECK(s.uri == plain + "_pingpong_1");
+  CHECK(ops::prefill_smem_bytes(c) == (128 + 4 * 128) * 128 * 2 + 1024);
+  const int32_t qo[2] = {0, 64}, kv[2] = {0, 64};
+  const DLDataType bf{kDLBfloat, 16, 1};
+  for (int kernel : {-1, static_cast<int>(ops::PrefillKernel::kMmaSm80)}) {
+    for (int pingpong : {1, 2}) {
+      INFO("kernel " << kernel << " pingpong " << pingpong);
+      ops::PrefillTuning t;
+      t.kernel = kernel;
+      t.pingpong = pingpong;
+      try {
+        ops::plan_batch_prefill(qo, kv, 1, 8, 2, 128, 16, KJIT_KV_LAYOUT_NHD, bf, bf, 1, 0.0f, 0.0f,
+                                -1, 0, &t);
+        FAIL("planned");
+      } catch (const kjit::Error& e) {
+        CHECK(e.status() == KJIT_ERROR_INVALID_ARGUMENT);
+        CHECK(std::string(e.what()).find("ping-pong") != std::string::npos);
+      }
+    }
+  }
 }
 
 // The wgmma kernel's TMA view of K and V (kernels/attention/attention_params.h): 4-D maps whose

@@ -30,6 +30,9 @@ struct PrefillConfig {
   int warps = 4;     // 16 query rows per warp (kWgmmaSm90a: its consumer warps)
   int kv_tile = 64;  // keys per pipeline stage
   int stages = 2;    // kWgmmaSm90a: K / V stages of its ring (the mma.sync kernel: always 2)
+  // kWgmmaSm90a: 1 makes its consumer warpgroups take turns issuing their MMAs (prefill_sm90.cuh);
+  // in the URI only when 1.
+  int pingpong = 0;
 };
 
 // Query rows (packed (token, group member) pairs) one CTA owns.
@@ -39,7 +42,8 @@ int prefill_rows(const PrefillConfig& c);
 // batch_prefill --set kernel=...`: -1 keeps the planned one; a kernel that cannot serve the plan
 // is KJIT_ERROR_UNSUPPORTED.
 struct PrefillTuning {
-  int kernel = -1;  // a PrefillKernel
+  int kernel = -1;   // a PrefillKernel
+  int pingpong = 0;  // 1: the wgmma kernel's ping-pong schedule (kernel must be kWgmmaSm90a)
 };
 
 inline constexpr int kPrefillMaxGroup = 16;

@@ -26,9 +26,13 @@ jit::Spec prefill_spec_from_args(const OpDef& d, const SetArgs& args) {
   const DType dt = args.at("dtype") == "fp16" ? DType::kF16 : DType::kBF16;
   const int64_t group = args.count("group") ? positive_int_arg(args, "group", 1 << 20) : 1;
   // Without a kernel named, the default (the mma.sync kernel every arch runs).
-  const bool wgmma = args.count("kernel") && args.at("kernel") == "wgmma_sm90a";
-  return prefill_spec(select_prefill(dt, std::stoi(args.at("head_dim")), group, SmemBudget{}, wgmma,
-                                     wgmma ? 1 : 0));
+  const std::string kernel = args.count("kernel") ? args.at("kernel") : "mma_sm80";
+  const bool pingpong = kernel == "wgmma_pingpong_sm90a";
+  const bool wgmma = pingpong || kernel == "wgmma_sm90a";
+  PrefillConfig c =
+      select_prefill(dt, std::stoi(args.at("head_dim")), group, SmemBudget{}, wgmma, wgmma ? 1 : 0);
+  c.pingpong = pingpong ? 1 : 0;
+  return prefill_spec(c);
 }
 
 }  // namespace
@@ -110,9 +114,10 @@ OpDef prefill_attention_op_def() {
             {"head_dim", {"64", "128", "256"}, true, "head size"},
             {"group", {}, false, "query heads per kv head (1..16; default 1)"},
             {"kernel",
-             {"mma_sm80", "wgmma_sm90a"},
+             {"mma_sm80", "wgmma_sm90a", "wgmma_pingpong_sm90a"},
              false,
-             "mma_sm80 (default, sm_80+) or wgmma_sm90a (the Hopper kernel, head_dim 64 / 128)"}};
+             "mma_sm80 (default, sm_80+), wgmma_sm90a (the Hopper kernel, head_dim 64 / 128) or "
+             "wgmma_pingpong_sm90a (the same with its consumer warpgroups taking turns)"}};
   d.arch_families = {"sm_80+", "sm_90a"};
   d.make_spec = [d](const SetArgs& args) { return prefill_spec_from_args(d, args); };
   d.catalog = [] {
@@ -123,6 +128,7 @@ OpDef prefill_attention_op_def() {
     for (const char* dt : {"bf16", "fp16"}) {
       for (const char* hd : {"64", "128"}) {
         out.push_back({{"dtype", dt}, {"head_dim", hd}, {"kernel", "wgmma_sm90a"}});
+        out.push_back({{"dtype", dt}, {"head_dim", hd}, {"kernel", "wgmma_pingpong_sm90a"}});
       }
     }
     return out;

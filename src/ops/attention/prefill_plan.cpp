@@ -126,7 +126,9 @@ jit::Spec prefill_spec(const PrefillConfig& c) {
     b.choice("kernel", "wgmma", static_cast<int>(c.kernel));
     b.type("dtype", dtype_name(c.dtype), device_type_name(c.dtype));
     b.value("head_dim", c.head_dim).value("kv_tile", c.kv_tile).value("stages", c.stages);
-    b.entry("kjit::attention::prefill_sm90_kernel", {"dtype", "head_dim", "kv_tile", "stages"});
+    b.value("pingpong", c.pingpong, /*uri_default=*/0);
+    b.entry("kjit::attention::prefill_sm90_kernel",
+            {"dtype", "head_dim", "kv_tile", "stages", "pingpong"});
     return b.build();
   }
   jit::SpecBuilder b("prefill_attention", {"common", "attention"}, "attention/prefill.cuh",
@@ -175,6 +177,14 @@ PrefillPlanData plan_batch_prefill(const int32_t* qo_indptr_host, const int32_t*
   const int64_t group = num_qo_heads / num_kv_heads;
   PrefillPlanData pl;
   pl.cfg = select_prefill(dt, head_dim, group, budget, sm90a, tuning ? tuning->kernel : -1);
+  if (tuning != nullptr && tuning->pingpong != 0) {
+    if (tuning->pingpong != 1 || pl.cfg.kernel != PrefillKernel::kWgmmaSm90a) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT,
+           "the ping-pong schedule (1) is the wgmma prefill kernel's, not pingpong {} on {}",
+           tuning->pingpong, pl.cfg.kernel == PrefillKernel::kWgmmaSm90a ? "wgmma" : "mma.sync");
+    }
+    pl.cfg.pingpong = 1;
+  }
   pl.batch = batch;
   pl.num_qo_heads = num_qo_heads;
   pl.num_kv_heads = num_kv_heads;
