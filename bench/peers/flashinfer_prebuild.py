@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""Pre-builds, with FlashInfer's own JIT (nvcc, ninja), the FlashInfer modules the FlashInfer
+peers call on an sm_90a GPU, here on a machine without one, and installs each as FlashInfer's
+package-local AOT module: <site>/flashinfer/data/aot/<name>/<name>.so. flashinfer.jit.env's
+get_aot_artifacts() looks there first, and a module found there is loaded as it is (no arch or
+version check, no ninja, no sources), so the GPU machine compiles nothing. Run by
+flashinfer_pack.sh with .whl/site-packages first on sys.path, FLASHINFER_CUDA_ARCH_LIST=9.0a and
+FLASHINFER_WORKSPACE_BASE in a scratch folder (the build tree: generated sources, objects).
+
+--list prints the module names without building (what `flashinfer_peers.py --check` also reports
+on the GPU machine: prebuilt or not). The names are FlashInfer's URIs for the calls the peers
+make: bf16 q / kv / out, int32 indices, head_dim 128, no RoPE in the kernel, no sliding window,
+no soft cap; the prefill wrappers' backend="auto" resolves to fa3 on sm_90a, the decode
+wrapper's CUDA-core kernel (use_tensor_cores=False) is the batch_decode module."""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+
+def specs():
+    """[(family, JitSpec)] for every module a FlashInfer peer call loads on sm_90a."""
+    import torch
+    from flashinfer.jit import activation, cascade, norm, page, rope, sampling, topk
+    from flashinfer.jit.attention import modules as attn
+
+    bf16, i32 = torch.bfloat16, torch.int32
+    # (dtype_q, dtype_kv, dtype_o, dtype_idx, head_dim_qk, head_dim_vo, pos_encoding_mode,
+    #  use_sliding_window, use_logits_soft_cap): what the wrappers' plan() passes
+    decode_args = (bf16, bf16, bf16, i32, 128, 128, 0, False, False)
+    out = [
+        ("norm", norm.gen_norm_module()),
+        ("activation", activation.gen_act_and_mul_module("silu")),
+        ("activation", activation.gen_act_and_mul_module("gelu")),
+        ("activation", activation.gen_act_and_mul_module("gelu_tanh")),
+        ("rope", rope.gen_rope_module()),
+        ("kv_cache", page.gen_page_module()),
+        ("cascade", cascade.gen_cascade_module()),
+        ("sampling", sampling.gen_sampling_module()),
+        ("sampling", topk.gen_topk_module()),
+        ("decode", attn.gen_batch_decode_module(*decode_args)),
+        # + use_fp16_qk_reduction: the prefill wrappers (ragged, paged) on sm_90a.
+        ("prefill", attn.gen_batch_prefill_module("fa3", *decode_args, False)),
+    ]
+    if os.environ.get("FI_PREBUILD_FA2", "0") == "1":
+        # The fa2 prefill kernel (backend="fa2", and the decode wrapper with
+        # use_tensor_cores=True): FlashInfer's equal-stride primary module.
+        out.append(("prefill-fa2",
+                    attn._gen_batch_prefill_primary_module("fa2", *decode_args, False)))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--list", action="store_true", help="print the module names and exit")
+    ap.add_argument("--strip", default="strip", help="strip(1) for the installed .so files")
+    args = ap.parse_args()
+    import flashinfer
+    from flashinfer.jit import env as jit_env
+
+    todo = specs()
+    if args.list:
+        for family, spec in todo:
+            print(f"{family:10s} {spec.name}")
+        return 0
+    arch = os.environ.get("FLASHINFER_CUDA_ARCH_LIST")
+    print(f"flashinfer {flashinfer.__version__} from {os.path.dirname(flashinfer.__file__)}; "
+          f"FLASHINFER_CUDA_ARCH_LIST={arch}; build tree {jit_env.FLASHINFER_JIT_DIR}; "
+          f"AOT folder {jit_env.FLASHINFER_AOT_DIR}", flush=True)
+    if arch != "9.0a":
+        print("flashinfer_prebuild: set FLASHINFER_CUDA_ARCH_LIST=9.0a", file=sys.stderr)
+        return 2
+    failed = []
+    for family, spec in todo:
+        dst = jit_env.FLASHINFER_AOT_DIR / spec.name / f"{spec.name}.so"
+        if dst.exists():
+            print(f"{family:10s} {spec.name}: prebuilt ({dst.stat().st_size / 1e6:.1f} MB)",
+                  flush=True)
+            continue
+        t0 = time.time()
+        try:
+            spec.build(verbose=os.environ.get("FLASHINFER_JIT_VERBOSE") == "1")
+        except Exception as e:  # report it, build the rest
+            failed.append(spec.name)
+            print(f"{family:10s} {spec.name}: BUILD FAILED after {time.time() - t0:.0f} s: "
+                  f"{str(e).splitlines()[0] if str(e) else type(e).__name__}", flush=True)
+            continue
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dst.with_suffix(".so.tmp")
+        shutil.copyfile(spec.jit_library_path, tmp)
+        subprocess.run([args.strip, "--strip-unneeded", str(tmp)], check=True)
+        os.replace(tmp, dst)
+        print(f"{family:10s} {spec.name}: built in {time.time() - t0:.0f} s, "
+              f"{dst.stat().st_size / 1e6:.1f} MB stripped", flush=True)
+    if failed:
+        print(f"flashinfer_prebuild: {len(failed)} modules failed: {', '.join(failed)}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
