@@ -25,7 +25,8 @@ the packed copy load() also wants a compute capability 9.0 device.
 `python3 bench/peers/flashinfer_env.py` prints where flashinfer comes from, its version and, for
 each module the peers use (flashinfer_prebuild.py), whether it is prebuilt; --load also loads
 every prebuilt .so (tvm_ffi.load_module; a machine without a driver needs a libcuda.so.1 on the
-library path for that, see flashinfer_pack.sh)."""
+library path for that, see flashinfer_pack.sh); --version prints the version alone, or nothing
+(bench/run.py's meta.json)."""
 import os
 import sys
 
@@ -124,6 +125,14 @@ def module_status():
 
 
 def main(argv):
+    if "--version" in argv:  # for meta.json: the version, or nothing
+        import contextlib
+        import io
+
+        with contextlib.redirect_stdout(io.StringIO()):
+            v = version()
+        print(v)
+        return 0
     fi = load(need_gpu=False)
     if fi is None:
         return 1

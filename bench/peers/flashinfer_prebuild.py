@@ -8,7 +8,12 @@ flashinfer_pack.sh with .whl/site-packages first on sys.path, FLASHINFER_CUDA_AR
 FLASHINFER_WORKSPACE_BASE in a scratch folder (the build tree: generated sources, objects).
 
 --list prints the module names without building (what `flashinfer_peers.py --check` also reports
-on the GPU machine: prebuilt or not). The names are FlashInfer's URIs for the calls the peers
+on the GPU machine: prebuilt or not). --keep-list FILE writes the package's files the peers need
+on the GPU machine, for flashinfer_pack.sh to drop the rest: the Python modules loaded by
+`import flashinfer`, by the public functions the peers call and by the module specs below (the
+peers' first call of a module runs its gen_*() again, which reads csrc templates and copies host
+sources into the workspace before finding the prebuilt .so), and every package file those
+gen_*() calls open. The names are FlashInfer's URIs for the calls the peers
 make: bf16 q / kv / out, int32 indices, head_dim 128, no RoPE in the kernel, no sliding window,
 no soft cap; the prefill wrappers' backend="auto" resolves to fa3 on sm_90a, the decode
 wrapper's CUDA-core kernel (use_tensor_cores=False) is the batch_decode module."""
@@ -52,14 +57,66 @@ def specs():
     return out
 
 
+# The public functions the peers call (torch_peers.py, torch_sampling.py, flashinfer_peers.py).
+API = ("rmsnorm", "fused_add_rmsnorm", "layernorm", "silu_and_mul", "gelu_and_mul",
+       "gelu_tanh_and_mul", "apply_rope_pos_ids", "apply_rope", "apply_llama31_rope_pos_ids",
+       "append_paged_kv_cache", "merge_state", "top_k", "BatchDecodeWithPagedKVCacheWrapper",
+       "BatchPrefillWithPagedKVCacheWrapper", "BatchPrefillWithRaggedKVCacheWrapper")
+SAMPLING_API = ("top_p_sampling_from_probs", "top_k_top_p_sampling_from_logits", "softmax",
+                "top_k_renorm_probs", "top_p_renorm_probs", "top_k_mask_logits",
+                "min_p_sampling_from_probs", "top_k_sampling_from_probs",
+                "top_k_top_p_sampling_from_probs", "chain_speculative_sampling")
+
+
+def keep_list():
+    """Package-relative paths (flashinfer/...) the peers need besides data/aot (see --keep-list)."""
+    import builtins
+    import flashinfer
+
+    root = os.path.dirname(os.path.abspath(flashinfer.__file__))
+    opened = set()
+    real_open = builtins.open
+
+    def spy(file, *a, **k):
+        path = os.path.abspath(os.fspath(file)) if isinstance(file, (str, os.PathLike)) else ""
+        if path.startswith(root + os.sep):
+            opened.add(path)
+        return real_open(file, *a, **k)
+
+    builtins.open = spy
+    try:
+        for name in API:
+            getattr(flashinfer, name)
+        for name in SAMPLING_API:
+            getattr(flashinfer.sampling, name)
+        import flashinfer.triton.page  # noqa: F401  get_batch_indices_positions's kernel
+        specs()
+    finally:
+        builtins.open = real_open
+    files = set(opened)
+    for m in list(sys.modules.values()):
+        f = getattr(m, "__file__", None)
+        if f and os.path.abspath(f).startswith(root + os.sep):
+            files.add(os.path.abspath(f))
+    return sorted("flashinfer/" + os.path.relpath(f, root) for f in files)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--list", action="store_true", help="print the module names and exit")
+    ap.add_argument("--keep-list", metavar="FILE",
+                    help="write the package files the peers need to FILE and exit")
     ap.add_argument("--strip", default="strip", help="strip(1) for the installed .so files")
     args = ap.parse_args()
     import flashinfer
     from flashinfer.jit import env as jit_env
 
+    if args.keep_list:
+        files = keep_list()
+        with open(args.keep_list, "w") as f:
+            f.write("\n".join(files) + "\n")
+        print(f"flashinfer_prebuild: {len(files)} package files kept in {args.keep_list}")
+        return 0
     todo = specs()
     if args.list:
         for family, spec in todo:
