@@ -81,6 +81,7 @@ rm -rf "$WHL"
 mkdir -p "$SITE" "$WHL/bin"
 unzip -q "$W/flashinfer_python-$FI_VERSION-py3-none-any.whl" 'flashinfer/*' \
   'flashinfer_python-*.dist-info/*' -d "$SITE"
+rm -f "$SITE"/flashinfer_python-*.dist-info/RECORD  # 1.4 MB of file hashes; METADATA, licenses stay
 unzip -q "$tvm312" -d "$SITE"
 unzip -q -o "$tvm311" 'tvm_ffi/core.cpython-311-*' -d "$SITE"
 for d in $DEPS; do unzip -q -o "$W"/$(echo $d | tr - _)-*-py3-none-any.whl -d "$SITE"; done
@@ -110,7 +111,7 @@ rm -rf "$WHL/jit-workspace"
   sort "$CACHE/keep.txt" | comm -23 "$CACHE/all.txt" - | xargs -r rm -f
   find flashinfer -depth -type d -empty -delete
   rm -rf tvm_ffi/3rdparty tvm_ffi/src tvm_ffi/cython tvm_ffi/include tvm_ffi/share \
-    tvm_ffi/lib/libtvm_ffi_testing.so tvm_ffi/CMakeLists.txt
+    tvm_ffi/CMakeLists.txt  # (lib/libtvm_ffi_testing.so stays: core links it)
   find . -name __pycache__ -type d -prune -exec rm -rf {} +
   rm -rf ninja-*.data
 )
@@ -120,8 +121,14 @@ STUB=$CACHE/libcuda-stub
 mkdir -p "$STUB"
 ln -sf "$CUDA_HOME/lib64/stubs/libcuda.so" "$STUB/libcuda.so.1"
 unset FLASHINFER_WORKSPACE_BASE PYTHONPATH
-env -u FLASHINFER_CUDA_ARCH_LIST LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$STUB" \
-  "$VENV/bin/python" bench/peers/flashinfer_env.py --load
+# Every venv with torch in the cache (venv-cp312 made above; a venv-cp311 made by hand checks the
+# cp311 tvm_ffi core too).
+for v in "$CACHE"/venv-cp3*; do
+  "$v/bin/python" -c "import torch" 2>/dev/null || continue
+  say "check with $("$v/bin/python" --version)"
+  env -u FLASHINFER_CUDA_ARCH_LIST LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$STUB" \
+    "$v/bin/python" bench/peers/flashinfer_env.py --load
+done
 rm -rf "$WHL/workspace"
 find "$SITE" -name __pycache__ -type d -prune -exec rm -rf {} +
 

@@ -9,7 +9,8 @@ first); one that does not load prints one line and the script writes no row and 
   --op decode_attention  BatchDecodeWithPagedKVCacheWrapper (backend fa2: the CUDA-core decode
                          kernel; --tensor-cores: its tensor-core path) on kjit-cli's shapes:
                          --shapes BATCHxKV_LEN, GQA 32 / 8, head_dim 128, NHD pages of 16 drawn
-                         from a shuffled pool; planned once, run() timed. bytes as kjit counts
+                         from a shuffled pool; planned once, run() timed (under the graph timer
+                         the wrapper built with use_cuda_graph=True, as FlashInfer captures it). bytes as kjit counts
                          them: K and V once, q read and out written, the page table.
   --op batch_prefill     BatchPrefillWithRaggedKVCacheWrapper (--page-size 0) or
                          BatchPrefillWithPagedKVCacheWrapper (--page-size N, NHD, shuffled pages),
@@ -85,9 +86,17 @@ def decode_attention(fi, args, out, dt, gen):
                                             "kv_heads": hk, "head_dim": d, "page_size": ps,
                                             "layout": "NHD", "kernel": name}, args.dtype, fi)
         label = f"decode_attention flashinfer-{name:7s} {shape:>10s}"
+        # Under the graph timer, the wrapper FlashInfer offers for capture (fixed buffers).
+        graph = any(t == "graph" for t, _ in args.runs)
+        bufs = {}
+        if graph:
+            row["shape"]["cuda_graph"] = True
+            bufs = dict(use_cuda_graph=True, paged_kv_indptr_buffer=indptr.clone(),
+                        paged_kv_indices_buffer=indices.clone(),
+                        paged_kv_last_page_len_buffer=last.clone())
         try:
             w = fi.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=args.tensor_cores,
-                                                      backend="fa2")
+                                                      backend="fa2", **bufs)
             w.plan(indptr, indices, last, hq, hk, d, ps, q_data_type=dt, kv_data_type=dt)
         except Exception as e:  # the plan (or the module load) refused: one row says so
             row["error"] = f"plan: {str(e).splitlines()[0][:300] if str(e) else type(e).__name__}"
