@@ -101,6 +101,10 @@ grep -v '^\[\|Building JIT module' "$CACHE/prebuild.log" || true
 say "modules built in $(($(date +%s) - t0)) s (MAX_JOBS=$MAX_JOBS); log $CACHE/prebuild.log"
 [ $rc = 0 ] || { say "a module failed to build (see the log); .whl/ is not slimmed"; exit 1; }
 
+# The peers' calls, traced on the CPU, ask for exactly these modules (flashinfer_prebuild.py).
+FLASHINFER_USE_CUDA_NORM=1 "$VENV/bin/python" bench/peers/flashinfer_prebuild.py --verify-names \
+  2>&1 | grep -v -i 'warn'
+
 # 5. Slim: of flashinfer keep what the peers load (flashinfer_prebuild.py --keep-list) and
 # data/aot; of tvm_ffi drop the sources, headers and test library (no compiling there).
 "$VENV/bin/python" bench/peers/flashinfer_prebuild.py --keep-list "$CACHE/keep.txt"

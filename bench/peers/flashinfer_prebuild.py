@@ -13,10 +13,13 @@ on the GPU machine, for flashinfer_pack.sh to drop the rest: the Python modules 
 `import flashinfer`, by the public functions the peers call and by the module specs below (the
 peers' first call of a module runs its gen_*() again, which reads csrc templates and copies host
 sources into the workspace before finding the prebuilt .so), and every package file those
-gen_*() calls open. The names are FlashInfer's URIs for the calls the peers
-make: bf16 q / kv / out, int32 indices, head_dim 128, no RoPE in the kernel, no sliding window,
-no soft cap; the prefill wrappers' backend="auto" resolves to fa3 on sm_90a, the decode
-wrapper's CUDA-core kernel (use_tensor_cores=False) is the batch_decode module."""
+gen_*() calls open. --verify-names calls the peers' FlashInfer functions on CPU tensors with the
+module loads intercepted and checks that each asks for a module built here.
+
+The names are FlashInfer's URIs for the calls the peers make: bf16 q / kv / out, int32 indices,
+head_dim 128, no RoPE in the kernel, no sliding window, no soft cap; the prefill wrappers run
+backend fa3 (what "auto" resolves to on sm_90a), the decode wrapper backend fa2 without tensor
+cores (its CUDA-core kernel: the batch_decode module)."""
 import argparse
 import os
 import shutil
@@ -101,8 +104,110 @@ def keep_list():
     return sorted("flashinfer/" + os.path.relpath(f, root) for f in files)
 
 
+def verify_names():
+    """Calls the peers' public FlashInfer functions on small CPU tensors with every module load
+    intercepted, and says which module each asks for and whether specs() builds it: a check,
+    without a GPU, that the prebuilt names are the ones the calls want. The capability queries
+    answer sm_90 and pinned memory is plain; a call that stops before asking for a module (a
+    device check on the CPU tensor) says so. Returns the number of modules asked for and not
+    built."""
+    import torch
+    import flashinfer
+    import flashinfer.topk
+    import flashinfer.utils
+    from flashinfer.jit import core
+
+    class Asked(Exception):
+        pass
+
+    def intercept(spec):
+        raise Asked(spec.name)
+
+    core.JitSpecNvcc.build_and_load = intercept
+    torch.cuda.get_device_capability = lambda *a, **k: (9, 0)
+    torch.cuda.is_available = lambda: True
+    flashinfer.utils.get_compute_capability = lambda dev: (9, 0)
+    flashinfer.topk.get_compute_capability = lambda dev: (9, 0)
+    for fn in ("empty", "zeros"):
+        real = getattr(torch, fn)
+        setattr(torch, fn, lambda *a, real=real, **k: real(*a, **{x: y for x, y in k.items()
+                                                                   if x != "pin_memory"}))
+    torch.Tensor.pin_memory = lambda self, *a, **k: self
+    built = {spec.name for _, spec in specs()}
+    bf16, i32 = torch.bfloat16, torch.int32
+    ws = torch.zeros(1 << 20, dtype=torch.uint8)
+    indptr, idx = torch.tensor([0, 4], dtype=i32), torch.arange(4, dtype=i32)
+    last, qo = torch.tensor([16], dtype=i32), torch.tensor([0, 64], dtype=i32)
+    x, w = torch.randn(4, 256, dtype=bf16), torch.randn(256, dtype=bf16)
+    q, k = torch.randn(4, 32, 128, dtype=bf16), torch.randn(4, 8, 128, dtype=bf16)
+    pos = torch.arange(4, dtype=i32)
+    probs = torch.softmax(torch.randn(2, 1000), -1)
+    s = flashinfer.sampling
+
+    def decode():
+        d = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", backend="fa2")
+        d.plan(indptr, idx, last, 32, 8, 128, 16, q_data_type=bf16, kv_data_type=bf16)
+
+    def ragged():
+        r = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(ws, "NHD", backend="fa3")
+        r.plan(qo, qo, 32, 8, 128, causal=True, q_data_type=bf16, kv_data_type=bf16)
+
+    def paged():
+        p = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD", backend="fa3")
+        p.plan(qo, indptr, idx, last, 32, 8, 128, 16, causal=True, q_data_type=bf16,
+               kv_data_type=bf16)
+
+    kc = torch.zeros(8, 16, 8, 128, dtype=bf16)
+    calls = {
+        "rmsnorm": lambda: flashinfer.rmsnorm(x, w),
+        "fused_add_rmsnorm": lambda: flashinfer.fused_add_rmsnorm(x, x.clone(), w),
+        "layernorm": lambda: flashinfer.layernorm(x, w.float(), w.float()),
+        "silu_and_mul": lambda: flashinfer.silu_and_mul(x),
+        "gelu_and_mul": lambda: flashinfer.gelu_and_mul(x),
+        "gelu_tanh_and_mul": lambda: flashinfer.gelu_tanh_and_mul(x),
+        "apply_rope_pos_ids": lambda: flashinfer.apply_rope_pos_ids(q, k, pos),
+        "apply_rope": lambda: flashinfer.apply_rope(q, k, indptr, torch.tensor([7], dtype=i32)),
+        "apply_llama31_rope_pos_ids": lambda: flashinfer.apply_llama31_rope_pos_ids(q, k, pos),
+        "append_paged_kv_cache": lambda: flashinfer.append_paged_kv_cache(
+            k, k, torch.zeros(4, dtype=i32), pos, (kc, kc), idx, indptr, last),
+        "merge_state": lambda: flashinfer.merge_state(q, torch.randn(4, 32), q,
+                                                      torch.randn(4, 32)),
+        "decode wrapper (fa2)": decode,
+        "ragged prefill wrapper (fa3)": ragged,
+        "paged prefill wrapper (fa3)": paged,
+        "top_p_sampling_from_probs": lambda: s.top_p_sampling_from_probs(probs, 0.9),
+        "top_k_top_p_sampling_from_logits": lambda: s.top_k_top_p_sampling_from_logits(
+            torch.randn(2, 1000), 50, 0.9),
+        "top_k_renorm_probs": lambda: s.top_k_renorm_probs(probs, 50),
+        "top_p_renorm_probs": lambda: s.top_p_renorm_probs(probs, 0.9),
+        "top_k_mask_logits": lambda: s.top_k_mask_logits(torch.randn(2, 1000), 50),
+        "min_p_sampling_from_probs": lambda: s.min_p_sampling_from_probs(probs, 0.1),
+        "top_k_sampling_from_probs": lambda: s.top_k_sampling_from_probs(probs, 50),
+        "top_k_top_p_sampling_from_probs": lambda: s.top_k_top_p_sampling_from_probs(
+            probs, 50, 0.9),
+        "chain_speculative_sampling": lambda: s.chain_speculative_sampling(
+            torch.softmax(torch.randn(2, 4, 1000), -1), torch.zeros(2, 4, dtype=i32),
+            torch.softmax(torch.randn(2, 5, 1000), -1)),
+    }
+    missing = 0
+    for label, call in calls.items():
+        try:
+            call()
+            state = "asked for no module"
+        except Asked as e:
+            ok = str(e) in built
+            missing += not ok
+            state = f"{e} ({'built here' if ok else 'NOT BUILT: add it to specs()'})"
+        except Exception as e:  # stopped on the CPU before asking: nothing to compare
+            state = f"not traced on the CPU ({type(e).__name__})"
+        print(f"  {label:34s} -> {state}", flush=True)
+    return missing
+
+
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--verify-names", action="store_true",
+                    help="check, on the CPU, that the peers' calls ask for the modules built")
     ap.add_argument("--list", action="store_true", help="print the module names and exit")
     ap.add_argument("--keep-list", metavar="FILE",
                     help="write the package files the peers need to FILE and exit")
@@ -111,6 +216,10 @@ def main():
     import flashinfer
     from flashinfer.jit import env as jit_env
 
+    if args.verify_names:
+        missing = verify_names()
+        print(f"flashinfer_prebuild: {missing} module names asked for and not built")
+        return 1 if missing else 0
     if args.keep_list:
         files = keep_list()
         with open(args.keep_list, "w") as f:
