@@ -11,9 +11,9 @@ first on sys.path, and unless already set:
   FLASHINFER_CUDA_ARCH_LIST  9.0a: what the packed modules were built for (and no CUDA call at
                              import to ask the device)
   FLASHINFER_DISABLE_JIT     1: a module that is not prebuilt fails at once with FlashInfer's
-                             MissingJITCacheError, instead of an nvcc build of minutes inside the
-                             run's deadline; set it to "" to let FlashInfer compile it (the csrc
-                             is not packed for the attention modules; see docs/gpu-runs.md)
+                             MissingJITCacheError, instead of an nvcc build inside the run's
+                             deadline (the pack holds no sources to build from: a module the
+                             peers need is added to flashinfer_prebuild.py's specs() and packed)
   FLASHINFER_USE_CUDA_NORM   1: the norms through the prebuilt CUDA module (FlashInfer would pick
                              its CuTe DSL kernels if nvidia-cutlass-dsl were installed)
 
@@ -55,10 +55,6 @@ def setup():
     os.environ.setdefault("FLASHINFER_DISABLE_JIT", "1")
     os.environ.setdefault("FLASHINFER_USE_CUDA_NORM", "1")
     os.environ.setdefault("FLASHINFER_LOGGING_LEVEL", "warning")
-    # ninja, for a module FlashInfer has to compile after all (FLASHINFER_DISABLE_JIT="").
-    bin_dir = os.path.join(WHL, "bin")
-    if os.path.isdir(bin_dir) and bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
-        os.environ["PATH"] = os.environ.get("PATH", "") + os.pathsep + bin_dir
     return True
 
 

@@ -9,7 +9,6 @@
 #                        either Python imports it), and the import-time dependencies torch does
 #                        not bring: packaging, requests (urllib3, idna, certifi,
 #                        charset_normalizer), nvidia-ml-py (pynvml), tqdm
-#   .whl/bin/ninja       for a module FlashInfer would have to compile after all
 #   .whl/MANIFEST.txt    versions, modules, sizes
 #
 # The modules are built here by FlashInfer's own JIT (flashinfer_prebuild.py: nvcc for sm_90a,
@@ -40,7 +39,10 @@ clean=0
 say() { echo "[flashinfer_pack] $*"; }
 
 # 1. A venv with the GPU machine's torch, for FlashInfer's JIT to import (not system-wide).
-PY=${FI_PACK_PYTHON:-$(command -v python3.12 || command -v python3)}
+PY=${FI_PACK_PYTHON:-}
+if [ -z "$PY" ]; then
+  for c in python3.12 python3; do "$c" -c "import venv" 2>/dev/null && { PY=$c; break; }; done
+fi
 pyver=$("$PY" -c 'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")')
 VENV=$CACHE/venv-cp$pyver
 mkdir -p "$CACHE/wheels"
@@ -49,6 +51,7 @@ if ! "$VENV/bin/python" -c "import torch, numpy" 2>/dev/null; then
   "$PY" -m venv "$VENV"
   "$VENV/bin/pip" install -q "torch==$TORCH_VERSION" numpy
 fi
+[ -x "$VENV/bin/ninja" ] || "$VENV/bin/pip" install -q ninja  # FlashInfer's JIT runs `ninja`
 
 # 2. The wheels: flashinfer (no deps), apache-tvm-ffi for cp311 and cp312, the import-time deps.
 W=$CACHE/wheels
@@ -64,8 +67,6 @@ for d in $DEPS; do
   ls "$W"/$(echo $d | tr - _)-*-py3-none-any.whl >/dev/null 2>&1 ||
     dl --python-version 3.12 --implementation py --platform any "$d"
 done
-ls "$W"/ninja-*.whl >/dev/null 2>&1 ||
-  dl --python-version 3.12 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 ninja
 tvm311=$(ls "$W"/apache_tvm_ffi-*-cp311-*.whl | sort -V | tail -1)
 tvm312=$(ls "$W"/apache_tvm_ffi-*-cp312-*.whl | sort -V | tail -1)
 [ "$(basename "$tvm311" | cut -d- -f2)" = "$(basename "$tvm312" | cut -d- -f2)" ] ||
@@ -78,22 +79,19 @@ if [ $clean = 0 ] && [ -d "$SITE/flashinfer/data/aot" ]; then
   mv "$SITE/flashinfer/data/aot" "$KEEP_AOT"
 fi
 rm -rf "$WHL"
-mkdir -p "$SITE" "$WHL/bin"
+mkdir -p "$SITE"
 unzip -q "$W/flashinfer_python-$FI_VERSION-py3-none-any.whl" 'flashinfer/*' \
   'flashinfer_python-*.dist-info/*' -d "$SITE"
 rm -f "$SITE"/flashinfer_python-*.dist-info/RECORD  # 1.4 MB of file hashes; METADATA, licenses stay
 unzip -q "$tvm312" -d "$SITE"
 unzip -q -o "$tvm311" 'tvm_ffi/core.cpython-311-*' -d "$SITE"
 for d in $DEPS; do unzip -q -o "$W"/$(echo $d | tr - _)-*-py3-none-any.whl -d "$SITE"; done
-nj=$(ls "$W"/ninja-*.whl | tail -1)
-unzip -q -o -j "$nj" 'ninja-*.data/scripts/ninja' -d "$WHL/bin"
-chmod +x "$WHL/bin/ninja"
 [ -d "$KEEP_AOT" ] && mv "$KEEP_AOT" "$SITE/flashinfer/data/aot"
 
 # 4. Build the modules the peers use (FlashInfer's JIT, sm_90a), strip, install under data/aot.
 export PYTHONPATH=$SITE PYTHONNOUSERSITE=1
 export FLASHINFER_CUDA_ARCH_LIST=9.0a FLASHINFER_WORKSPACE_BASE=$WHL/jit-workspace
-export PATH=$CUDA_HOME/bin:$PATH:$WHL/bin
+export PATH=$VENV/bin:$CUDA_HOME/bin:$PATH
 t0=$(date +%s)
 rc=0
 "$VENV/bin/python" bench/peers/flashinfer_prebuild.py > "$CACHE/prebuild.log" 2>&1 || rc=$?
@@ -117,7 +115,6 @@ rm -rf "$WHL/jit-workspace"
   rm -rf tvm_ffi/3rdparty tvm_ffi/src tvm_ffi/cython tvm_ffi/include tvm_ffi/share \
     tvm_ffi/CMakeLists.txt  # (lib/libtvm_ffi_testing.so stays: core links it)
   find . -name __pycache__ -type d -prune -exec rm -rf {} +
-  rm -rf ninja-*.data
 )
 
 # 6. Check it from .whl/ alone: the import, the modules prebuilt, each .so loading.
@@ -141,7 +138,7 @@ find "$SITE" -name __pycache__ -type d -prune -exec rm -rf {} +
   echo "flashinfer-python $FI_VERSION, $(basename "$tvm312" | cut -d- -f1-2) (cp311 + cp312), packed $(date -u +%Y-%m-%dT%H:%M:%SZ) by bench/peers/flashinfer_pack.sh"
   echo "nvcc: $("$CUDA_HOME/bin/nvcc" --version | tail -1); torch for the build: $("$VENV/bin/python" -c 'import torch; print(torch.__version__)' 2>/dev/null)"
   echo "prebuilt sm_90a modules (site-packages/flashinfer/data/aot):"
-  (cd "$SITE/flashinfer/data/aot" && du -b */*.so | awk '{printf "  %-90s %6.2f MB\n", $2, $1 / 1e6}')
+  (cd "$SITE/flashinfer/data/aot" && du -b */*.so | awk '{sub(/\/.*/, "", $2); printf "  %6.2f MB  %s\n", $1 / 1e6, $2}')
   echo "total: $(du -sb "$WHL" | cut -f1) bytes ($(du -sh "$WHL" | cut -f1)), $(find "$WHL" -type f | wc -l) files"
 } > "$WHL/MANIFEST.txt"
 cat "$WHL/MANIFEST.txt"
