@@ -10,8 +10,9 @@ first); one that does not load prints one line and the script writes no row and 
                          kernel; --tensor-cores: its tensor-core path) on kjit-cli's shapes:
                          --shapes BATCHxKV_LEN, GQA 32 / 8, head_dim 128, NHD pages of 16 drawn
                          from a shuffled pool; planned once, run() timed (under the graph timer
-                         the wrapper built with use_cuda_graph=True, as FlashInfer captures it). bytes as kjit counts
-                         them: K and V once, q read and out written, the page table.
+                         the wrapper built with use_cuda_graph=True, as FlashInfer captures it).
+                         bytes as kjit counts them: K and V once, q read and out written, the
+                         page table.
   --op batch_prefill     BatchPrefillWithRaggedKVCacheWrapper (--page-size 0) or
                          BatchPrefillWithPagedKVCacheWrapper (--page-size N, NHD, shuffled pages),
                          backend fa3 (what "auto" picks on sm_90a) unless --backend says: --cases
@@ -99,7 +100,8 @@ def decode_attention(fi, args, out, dt, gen):
                                                       backend="fa2", **bufs)
             w.plan(indptr, indices, last, hq, hk, d, ps, q_data_type=dt, kv_data_type=dt)
         except Exception as e:  # the plan (or the module load) refused: one row says so
-            row["error"] = f"plan: {str(e).splitlines()[0][:300] if str(e) else type(e).__name__}"
+            why = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
+            row["error"] = f"plan: {why}"
             print(f"{label}: {row['error']}", flush=True)
             if out:
                 for timer, flush in args.runs:
@@ -170,7 +172,8 @@ def batch_prefill(fi, args, out, dt, gen):
                            kv_data_type=dt)
                     fn = lambda w=w: w.run(q, k, v, out=o)
             except Exception as e:
-                row["error"] = f"plan: {str(e).splitlines()[0][:300] if str(e) else type(e).__name__}"
+                why = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
+                row["error"] = f"plan: {why}"
                 print(f"{label}: {row['error']}", flush=True)
                 if out:
                     for timer, flush in args.runs:
