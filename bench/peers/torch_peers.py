@@ -160,7 +160,9 @@ FLASHINFER_OPS = ("rmsnorm", "fused_add_rmsnorm", "layernorm", "silu_and_mul", "
 
 def flashinfer_case(fi, op, rows, hidden, dt, eps):
     """FlashInfer's call of `op` on inputs of make_case's shapes (its own tensors), or None when
-    FlashInfer has no such op. Outputs are allocated by the call, as FlashInfer's API does."""
+    FlashInfer has no such op. Outputs go to preallocated tensors where the API takes `out`
+    (rmsnorm, the activations); fused_add_rmsnorm works in place; layernorm and RoPE return new
+    tensors from torch's caching allocator."""
     rnd = lambda *shape: (torch.rand(*shape, device="cuda") * 4 - 2).to(dt)
     if op == "rmsnorm":
         x, w = rnd(rows, hidden), rnd(hidden)
