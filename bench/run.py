@@ -3,7 +3,8 @@
 machine, runs its rows through `kjit-cli bench --suite` and its peers (bench/peers/), and writes
 bench/results/<date>-<gpu>-<suite>/:
 
-  meta.json    date, GPU, driver, max SM clock, commit, kjit-cli and torch versions, the
+  meta.json    date, GPU, driver, max SM clock, commit, kjit-cli, torch and flashinfer versions
+               (flashinfer: the copy the peers load, bench/peers/flashinfer_env.py), the
                TIMER/FLUSH runs and what each means, exit codes, seconds taken
   bench.jsonl  kjit-cli's rows (each names its timer, flush, suite and whether it is a headline)
   peers.jsonl  the peers' rows (each names its timer and flush)
@@ -173,7 +174,7 @@ def run_suite(name, cli, results, info, clock):
                ["--runs", ",".join(p["runs"]), "--json", os.path.join(folder, "peers.jsonl")])
               for p in peers]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    torch_version = ""
+    torch_version = flashinfer_version = ""
     for label, cmd in steps:
         box = clock.left() - RESERVE_S
         if box < 5:
@@ -183,6 +184,9 @@ def run_suite(name, cli, results, info, clock):
         codes[label] = run(cmd, box, env)
         if label.startswith("peer") and not torch_version:
             torch_version = capture(["python3", "-c", "import torch; print(torch.__version__)"])
+            flashinfer_version = capture(["python3", os.path.join("bench", "peers",
+                                                                  "flashinfer_env.py"),
+                                          "--version"])
     meta = {
         "suite": plan["suite"],
         "about": plan.get("about", ""),
@@ -193,6 +197,7 @@ def run_suite(name, cli, results, info, clock):
                   capture(["git", "rev-parse", "--short", "HEAD"]).strip() or "unknown",
         "kjit_cli": capture([cli, "--version"]).strip() or cli,
         "torch": torch_version.strip() or None,
+        "flashinfer": flashinfer_version.strip() or None,
         "runs": runs,
         "peer_runs": sorted({r for p in peers for r in p["runs"]}),
         "timing": {t: TIMING[t] for t in sorted(timers | {r.split("/")[0] for p in peers

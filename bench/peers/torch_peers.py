@@ -153,6 +153,51 @@ def make_case(op, rows, hidden, dt, eps):
     raise ValueError(op)
 
 
+# Ops FlashInfer has a kernel for; the others get no flashinfer row.
+FLASHINFER_OPS = ("rmsnorm", "fused_add_rmsnorm", "layernorm", "silu_and_mul", "gelu_and_mul",
+                  "gelu_tanh_and_mul", "rope", "rope_indptr")
+
+
+def flashinfer_case(fi, op, rows, hidden, dt, eps):
+    """FlashInfer's call of `op` on inputs of make_case's shapes (its own tensors), or None when
+    FlashInfer has no such op. Outputs go to preallocated tensors where the API takes `out`
+    (rmsnorm, the activations); fused_add_rmsnorm works in place; layernorm and RoPE return new
+    tensors from torch's caching allocator."""
+    rnd = lambda *shape: (torch.rand(*shape, device="cuda") * 4 - 2).to(dt)
+    if op == "rmsnorm":
+        x, w = rnd(rows, hidden), rnd(hidden)
+        out = torch.empty_like(x)
+        return lambda: fi.rmsnorm(x, w, eps, out=out)
+    if op == "fused_add_rmsnorm":
+        x, r, w = rnd(rows, hidden), rnd(rows, hidden), rnd(hidden)
+        return lambda: fi.fused_add_rmsnorm(x, r, w, eps)
+    if op == "layernorm":
+        # FlashInfer's layernorm takes bf16 input and fp32 gamma / beta.
+        x = rnd(rows, hidden)
+        g, b = rnd(hidden).float(), rnd(hidden).float()
+        return lambda: fi.layernorm(x, g, b, eps)
+    if op in ("silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul"):
+        x = rnd(rows, 2 * hidden)
+        out = torch.empty(rows, hidden, device="cuda", dtype=dt)
+        f = getattr(fi, op)
+        return lambda: f(x, out=out)
+    if op in ("rope", "rope_indptr"):
+        # make_case's RoPE: NeoX (interleave=False), theta 1e4, q [rows, 32, hidden] and
+        # k [rows, 8, hidden]; q_rope / k_rope written to new tensors (kjit writes q_out / k_out).
+        q, k = rnd(rows, 32, hidden), rnd(rows, 8, hidden)
+        if op == "rope":
+            pos = torch.arange(rows, device="cuda", dtype=torch.int32)
+            return lambda: fi.apply_rope_pos_ids(q, k, pos, interleave=False, rope_theta=1e4)
+        batch = rows if rows <= 128 else max(1, rows // 4096)
+        lens = torch.full((batch,), rows // batch, device="cuda", dtype=torch.int32)
+        lens[: rows % batch] += 1
+        indptr = torch.cat([torch.zeros(1, device="cuda", dtype=torch.int32),
+                            lens.cumsum(0).to(torch.int32)])
+        offsets = torch.randint(0, 65536, (batch,), device="cuda", dtype=torch.int32)
+        return lambda: fi.apply_rope(q, k, indptr, offsets, interleave=False, rope_theta=1e4)
+    return None
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--op", default="rmsnorm",
@@ -168,10 +213,14 @@ def main():
     # Small shapes are launch-bound and torch.compile adds Python guard time per call there;
     # compile only where bandwidth is what is compared.
     ap.add_argument("--compile-min-bytes", type=int, default=16 << 20)
+    ap.add_argument("--no-flashinfer", action="store_true", help="no flashinfer rows")
     args = ap.parse_args()
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
     eps = 1e-6
     out = open(args.json, "a") if args.json else None
+    fi = None
+    if args.op in FLASHINFER_OPS and not args.no_flashinfer:
+        fi = flashinfer_env.load()
     for shape in args.shapes.split(","):
         rows, hidden = map(int, shape.split("x"))
         eager, nbytes, copy_src = make_case(args.op, rows, hidden, dt, eps)
@@ -183,18 +232,32 @@ def main():
             # dynamic after the second shape and loses its specialized kernel.
             torch._dynamo.reset()
             peers["torch-compile"] = torch.compile(eager, dynamic=False)
+        if fi is not None:
+            try:
+                fi_fn = flashinfer_case(fi, args.op, rows, hidden, dt, eps)
+            except Exception as e:  # inputs FlashInfer refuses: its rows only are skipped
+                print(f"{args.op} flashinfer rows={rows} hidden={hidden}: {e}", flush=True)
+            else:
+                if fi_fn is not None:
+                    peers["flashinfer"] = fi_fn
         for timer, flush in args.runs:
             # The copy of the same bytes, timed the same way in the same process.
             copy = time_fn(lambda: dst.copy_(half), timer, flush)
             copy_gbps = 2 * half.nbytes / (copy["median_us"] * 1e3)
             for name, fn in peers.items():
-                fn()
+                flashinfer = name == "flashinfer"
+                if not flashinfer:
+                    fn()
                 row = {"op": args.op, "backend": name, "shape": {"rows": rows, "hidden": hidden},
                        "dtype": args.dtype, "gpu": torch.cuda.get_device_name(),
                        "torch": torch.__version__}
+                if flashinfer:
+                    row["flashinfer"] = fi.__version__
+                # FlashInfer's first call (module load, a refused shape) inside the row's error
+                # handling: a failure is its row's error, not the script's.
                 timed_row(row, fn, timer, flush, nbytes,
                           f"{args.op:18s} {name:14s} rows={rows:6d} hidden={hidden:6d}", out,
-                          copy_gbps)
+                          copy_gbps, warm=flashinfer)
     return 0
 
 
