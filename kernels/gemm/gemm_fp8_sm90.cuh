@@ -76,40 +76,46 @@ KJIT_DEVICE KJIT_FORCEINLINE ChunkScales block_scales(const GemmFp8Params& p, i6
 
 // The promotion loop of consumer `half` (0 or 1): per stage (one 128-wide K chunk) the MMAs from
 // zero into a second set of registers, then acc += part * scales(kb) (a ChunkScales; called
-// before the stage's wait so the scale loads' latency hides behind it).
+// before the stage's wait so the scale loads' latency hides behind it). it0: the ring's running
+// stage count at chunk 0, as gemm::consume's (every stage is released, the last one too).
 template <int BN, int STAGES, typename Scales>
 KJIT_DEVICE KJIT_FORCEINLINE void consume_fp8_chunks(unsigned char* tiles, u64* full, u64* empty,
                                                      int k_blocks, int half, float (&acc)[BN / 2],
-                                                     Scales scales) {
+                                                     Scales scales, int it0 = 0) {
   constexpr u32 kABytes = kGemmBlockM * kFp8ChunkK;
   constexpr u32 kStageBytes = (kGemmBlockM + BN) * kFp8ChunkK;
   for (int kb = 0; kb < k_blocks; ++kb) {
-    const int s = kb % STAGES;
+    const int use = it0 + kb;  // the ring's running count
+    const int s = use % STAGES;
     const ChunkScales c = scales(kb);
     const u32 a_base = hopper::smem_addr(tiles + s * kStageBytes) + half * 64 * 128;
     const u32 b_base = hopper::smem_addr(tiles + s * kStageBytes + kABytes);
     float part[BN / 2];
-    mma_chunk<BN>(part, full, empty, s, (kb / STAGES) & 1, a_base, b_base);
+    mma_chunk<BN>(part, full, empty, s, (use / STAGES) & 1, a_base, b_base);
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = fmaf(part[i], c.s[(i / 2) % 2][i >= BN / 4], acc[i]);
   }
 }
 
 // Consumer `half` (0 or 1): rows 64 * half .. + 63 of the tile into acc, scaled per chunk when
-// BLOCK (a 128-wide tile's columns share one scale of b).
+// BLOCK (a 128-wide tile's columns share one scale of b); it0 as consume_fp8_chunks'.
 template <int BN, int STAGES, bool BLOCK>
 KJIT_DEVICE KJIT_FORCEINLINE void consume_fp8(const GemmFp8Params& p, unsigned char* tiles,
                                               u64* full, u64* empty, int k_blocks, int half,
-                                              int m_tile, int n_tile, float (&acc)[BN / 2]) {
+                                              int m_tile, int n_tile, float (&acc)[BN / 2],
+                                              int it0 = 0) {
   const i64 row0 = fragment_row0(m_tile, half);
-  consume_fp8_chunks<BN, STAGES>(tiles, full, empty, k_blocks, half, acc, [&](int kb) {
-    if constexpr (BLOCK) {
-      const float sb = scale_b_at(p, i64(n_tile) * BN, kb);
-      return block_scales(p, row0, kb, sb, sb);
-    } else {
-      return ChunkScales{{{1.0f, 1.0f}, {1.0f, 1.0f}}};
-    }
-  });
+  consume_fp8_chunks<BN, STAGES>(
+      tiles, full, empty, k_blocks, half, acc,
+      [&](int kb) {
+        if constexpr (BLOCK) {
+          const float sb = scale_b_at(p, i64(n_tile) * BN, kb);
+          return block_scales(p, row0, kb, sb, sb);
+        } else {
+          return ChunkScales{{{1.0f, 1.0f}, {1.0f, 1.0f}}};
+        }
+      },
+      it0);
   if constexpr (!BLOCK) {
     // Per tensor / per row, once: registers 4j .. 4j+3 hold columns 8j + 2 (t % 4) + {0, 1} of
     // rows row0 and row0 + 8 (common/wgmma.cuh). One scale of b per 128 rows never applies here.
@@ -162,6 +168,40 @@ __global__ void __launch_bounds__(kGemmSm90Threads, 1)
     consume_fp8<BN, STAGES, BLOCK>(p, tiles, full, empty, k_blocks, wg - 1, m_tile, n_tile, acc);
     // No bias: write_tile's input type only types the (null) bias.
     write_tile<__nv_bfloat16, OUT, BN>(p.g, wg - 1, m_tile, n_tile, acc);
+  }
+}
+
+// The persistent form (gemm_sm90.cuh's gemm_sm90_persistent_kernel: a fixed grid, each block
+// over for_each_tile's tiles, the ring's stages and phases running on across them, so the next
+// tile's first chunks load during this tile's epilogue). Every chunk's MMAs are already waited
+// for before its stage is released, so the consumers need only the running stage count.
+template <typename OUT, int BN, int STAGES, bool BLOCK>
+__global__ void __launch_bounds__(kGemmSm90Threads, 1)
+    gemm_fp8_sm90_persistent_kernel(const __grid_constant__ GemmFp8Params p) {
+  static_assert(BN == 128, "the fp8 kernel's tile is 128 wide");
+  extern __shared__ unsigned char smem_raw[];
+  const Ring r = ring_in<STAGES>(smem_raw, (kGemmBlockM + BN) * kFp8ChunkK);
+  init_ring<STAGES>(r.full, r.empty);
+  __syncthreads();
+  const int k_blocks = static_cast<int>((p.g.k + kFp8ChunkK - 1) / kFp8ChunkK);
+  const int wg = static_cast<int>(threadIdx.x / 128);
+  if (wg == 0) {
+    hopper::regs_dealloc<kProducerRegs>();
+    if (threadIdx.x != 0) return;
+    for_each_tile<BN, STAGES>(p.g, k_blocks, [&](int m_tile, int n_tile, int it0, bool) {
+      produce_rows<u16, BN, STAGES>(p.g, r.tiles, r.full, r.empty, k_blocks, m_tile * kGemmBlockM,
+                                    n_tile * BN, -1, it0);
+    });
+  } else {
+    hopper::regs_alloc<kConsumerRegs>();
+    for_each_tile<BN, STAGES>(p.g, k_blocks, [&](int m_tile, int n_tile, int it0, bool) {
+      float acc[BN / 2];
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+      consume_fp8<BN, STAGES, BLOCK>(p, r.tiles, r.full, r.empty, k_blocks, wg - 1, m_tile, n_tile,
+                                     acc, it0);
+      write_tile<__nv_bfloat16, OUT, BN>(p.g, wg - 1, m_tile, n_tile, acc);
+    });
   }
 }
 

@@ -12,6 +12,9 @@
 // setmaxnreg moves registers from the producer (which needs a few) to the consumers (BN / 2
 // accumulators each).
 //
+// gemm_sm90_persistent_kernel (below) is the same pipeline over a fixed grid whose blocks loop
+// over the tiles, the ring running on from one tile into the next.
+//
 // Launch contract: grid ceil(m / 128) * ceil(n / BN) blocks (tile_of maps them), kGemmSm90Threads
 // threads, gemm_sm90_smem_bytes(BN, STAGES) bytes of dynamic shared memory. p.tma_a / p.tma_b
 // describe a and b with boxes of 64 x 128 and 64 x BN elements and 128-byte swizzling (TMA's
@@ -69,16 +72,21 @@ KJIT_DEVICE KJIT_FORCEINLINE void init_ring(u64* full, u64* empty) {
 // (the grouped GEMM's tiles start at any row). With b_row2 >= 0 the b tile is two boxes of BN / 2
 // rows, b_row.. and b_row2.. (p.tma_b's box is BN / 2 rows then: the MoE gate / up GEMM loads a
 // gate slice and the matching up slice); both land as one BN-row tile, since BN / 2 rows are whole
-// periods of the 128-byte swizzle.
+// periods of the 128-byte swizzle. it0: the ring's running stage count at the first K block, as
+// consume's (a persistent block's producer runs on into its next tile's stages).
 template <typename IN, int BN, int STAGES>
 KJIT_DEVICE KJIT_FORCEINLINE void produce_rows(const GemmParams& p, unsigned char* tiles, u64* full,
                                                u64* empty, int k_blocks, int a_row, int b_row,
-                                               int b_row2 = -1) {
+                                               int b_row2 = -1, int it0 = 0) {
   constexpr u32 kABytes = kGemmBlockM * kGemmBlockK * sizeof(IN);
   constexpr u32 kStageBytes = (kGemmBlockM + BN) * kGemmBlockK * sizeof(IN);
   for (int kb = 0; kb < k_blocks; ++kb) {
-    const int s = kb % STAGES;
-    hopper::mbarrier_wait(&empty[s], ((kb / STAGES) & 1) ^ 1);
+    const int i = it0 + kb;
+    const int s = i % STAGES;
+    // Use i of stage s waits for the consumers' release of use i - STAGES, the (i / STAGES)-th
+    // completion of its empty barrier; the first STAGES uses wait on parity 1, which a fresh
+    // barrier reports complete.
+    hopper::mbarrier_wait(&empty[s], ((i / STAGES) & 1) ^ 1);
     unsigned char* stage = tiles + s * kStageBytes;
     hopper::mbarrier_arrive_expect_tx(&full[s], kStageBytes);
     hopper::tma_load_2d(stage, &p.tma_a, &full[s], kb * kGemmBlockK, a_row);
@@ -186,6 +194,65 @@ __global__ void __launch_bounds__(kGemmSm90Threads, 1)
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
     consume<IN, BN, STAGES>(tiles, full, empty, k_blocks, wg - 1, acc);
     write_tile<IN, OUT, BN>(p, wg - 1, m_tile, n_tile, acc);
+  }
+}
+
+// The tiles of a persistent block (gemm_sm90_persistent_kernel, gemm_fp8_sm90_persistent_kernel):
+// blockIdx.x, + gridDim.x, ... of the band order (tile_of's), so the grid's blocks together sweep
+// the same bands a wave of the one-tile kernel does. f(m_tile, n_tile, it0, more): it0 is the
+// ring's running stage count at the tile's first K block, more whether the block has another tile.
+// The producer thread and the consumers each walk the same list, so their counts agree.
+template <int BN, int STAGES, typename F>
+KJIT_DEVICE KJIT_FORCEINLINE void for_each_tile(const GemmParams& p, int k_blocks, F f) {
+  const int tiles_m = static_cast<int>((p.m + kGemmBlockM - 1) / kGemmBlockM);
+  const int tiles_n = static_cast<int>((p.n + BN - 1) / BN);
+  const i64 tiles = i64(tiles_m) * tiles_n;
+  int it = 0;
+  for (i64 t = blockIdx.x; t < tiles; t += gridDim.x) {
+    int m_tile, n_tile;
+    band_tile(static_cast<int>(t), tiles_m, tiles_n, m_tile, n_tile);
+    f(m_tile, n_tile, it, t + gridDim.x < tiles);
+    // Kept modulo 2 STAGES: a use's stage (it % STAGES) and barrier parity ((it / STAGES) & 1)
+    // are all the ring needs, and the count cannot overflow however many tiles a block takes.
+    it = (it + k_blocks) % (2 * STAGES);
+  }
+}
+
+// The persistent form of gemm_sm90_kernel: a fixed grid of at most one block per SM (the host's
+// min(tiles, SMs); setmaxnreg's split takes all of an SM's registers, so one block fits anyway),
+// each looping over for_each_tile's tiles. The producer streams every tile's K blocks through the
+// ring without a break, so the next tile's first stages load while the consumers run this tile's
+// epilogue, which the one-tile kernel pays as an empty pipeline at each block's start. The
+// consumers release every stage but the block's very last (nothing refills it), and rezero
+// their accumulators per tile. Launch contract: gemm_sm90_kernel's, with any grid of at least
+// one block (fewer blocks than tiles take several each).
+template <typename IN, typename OUT, int BN, int STAGES>
+__global__ void __launch_bounds__(kGemmSm90Threads, 1)
+    gemm_sm90_persistent_kernel(const __grid_constant__ GemmParams p) {
+  static_assert(sizeof(IN) == 2, "wgmma operands here are bf16 or fp16");
+  static_assert(BN == 128 || BN == 256, "BN is a wgmma width kjit instantiates");
+  extern __shared__ unsigned char smem_raw[];
+  const Ring r = ring_in<STAGES>(smem_raw, (kGemmBlockM + BN) * kGemmBlockK * sizeof(IN));
+  const int k_blocks = static_cast<int>((p.k + kGemmBlockK - 1) / kGemmBlockK);
+  init_ring<STAGES>(r.full, r.empty);
+  __syncthreads();
+  const int wg = static_cast<int>(threadIdx.x / 128);
+  if (wg == 0) {
+    hopper::regs_dealloc<kProducerRegs>();
+    if (threadIdx.x != 0) return;
+    for_each_tile<BN, STAGES>(p, k_blocks, [&](int m_tile, int n_tile, int it0, bool) {
+      produce_rows<IN, BN, STAGES>(p, r.tiles, r.full, r.empty, k_blocks, m_tile * kGemmBlockM,
+                                   n_tile * BN, -1, it0);
+    });
+  } else {
+    hopper::regs_alloc<kConsumerRegs>();
+    for_each_tile<BN, STAGES>(p, k_blocks, [&](int m_tile, int n_tile, int it0, bool more) {
+      float acc[BN / 2];
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+      consume<IN, BN, STAGES>(r.tiles, r.full, r.empty, k_blocks, wg - 1, acc, it0, more);
+      write_tile<IN, OUT, BN>(p, wg - 1, m_tile, n_tile, acc);
+    });
   }
 }
 

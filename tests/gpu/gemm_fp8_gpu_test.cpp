@@ -3,7 +3,8 @@
 // operands allow it, the mma.sync kernel on sm_89+ for 16-byte rows TMA refuses, the fallback
 // forced by rows cp.async cannot copy), odd sizes at
 // every tile edge, k = 16 and k = 8192, block scales 2^10 apart, alpha / beta over a preset out,
-// row-strided views, each output held to ref::gemm_fp8_error_bound (the tensor cores' documented
+// row-strided views, the persistent sm90 kernel (forced) over more tiles than SMs, each output
+// held to ref::gemm_fp8_error_bound (the tensor cores' documented
 // accumulation, promoted every 128 of K), and all-positive operands at k = 8192, which break that
 // bound about 15-fold unless the kernel promotes; the quantization element by element (codes and
 // scales exactly), and the round trip quant -> GEMM.
@@ -17,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/device.hpp"
 #include "cuda/driver.hpp"
 #include "gemm_test_util.hpp"
 #include "kjit/kjit.h"
@@ -49,6 +51,7 @@ struct Case {
   bool wide_block_scales = false;  // block scales alternate 2^-5 / 2^5 along k and n
   bool positive = false;           // codes in [1, 2): every product in [1, 4), none cancels
   int64_t b_stride = 0;            // 0 = compact (k)
+  std::string tactic;              // a forced sm90 tactic (ops::GemmFp8Tuning); empty: the choice
 };
 
 std::string describe(const Case& c) {
@@ -56,10 +59,11 @@ std::string describe(const Case& c) {
          " k=" + std::to_string(c.k) + " alpha=" + std::to_string(c.alpha) +
          " beta=" + std::to_string(c.beta) + " a_stride=" + std::to_string(c.a_stride) +
          " out_stride=" + std::to_string(c.out_stride) + " a_offset=" + std::to_string(c.a_offset) +
-         " b_stride=" + std::to_string(c.b_stride);
+         " b_stride=" + std::to_string(c.b_stride) + " tactic=" + c.tactic;
 }
 
 ops::GemmPath path_for(const Case& c) {
+  if (!c.tactic.empty()) return ops::GemmPath::kSm90;  // the only tactics gemm_fp8 takes
   const int64_t as = c.a_stride ? c.a_stride : c.k;
   const int64_t bs = c.b_stride ? c.b_stride : c.k;
   const bool rows_ok =
@@ -163,14 +167,21 @@ double run_case(const Case& c, std::mt19937_64& rng) {
   auto sa_t = make_tensor(sa_dev.get(), s.a_shape, dl_dtype("fp32"));
   auto sb_t = make_tensor(sb_dev.get(), s.b_shape, dl_dtype("fp32"));
   auto y_t = make_tensor(y_dev.get(), {c.m, c.n}, dl_dtype(c.out_dtype), {ys, 1});
-  kjit_gemm_options opt;
-  kjit_gemm_options_init(&opt);
-  opt.alpha = c.alpha;
-  opt.beta = c.beta;
-  const kjit_status st =
-      kjit_gemm_fp8(a_t.get(), b_t.get(), sa_t.get(), sb_t.get(), y_t.get(), &opt, nullptr);
-  INFO("kjit_last_error: " << kjit_last_error());
-  REQUIRE(st == KJIT_SUCCESS);
+  if (!c.tactic.empty()) {
+    ops::GemmFp8Tuning tuning;
+    tuning.tactic = c.tactic;
+    REQUIRE_NOTHROW(ops::gemm_fp8(a_t.get(), b_t.get(), sa_t.get(), sb_t.get(), y_t.get(), c.alpha,
+                                  c.beta, nullptr, tuning));
+  } else {
+    kjit_gemm_options opt;
+    kjit_gemm_options_init(&opt);
+    opt.alpha = c.alpha;
+    opt.beta = c.beta;
+    const kjit_status st =
+        kjit_gemm_fp8(a_t.get(), b_t.get(), sa_t.get(), sb_t.get(), y_t.get(), &opt, nullptr);
+    INFO("kjit_last_error: " << kjit_last_error());
+    REQUIRE(st == KJIT_SUCCESS);
+  }
   device_synchronize();
   y_dev.download(y_host.data(), y_host.size());
 
@@ -286,6 +297,50 @@ TEST_CASE("gemm_fp8 gpu: long k, block scales 2^10 apart, many tiles", "[gpu][ge
   run_case(long_k, rng);
   run_case({"row", "bf16", 1000, 1000, 1024}, rng);
   run_case({"tensor", "fp32", 520, 1024, 2048}, rng);  // fp32 out: the accumulation error bare
+}
+
+TEST_CASE("gemm_fp8 gpu: the persistent sm90 kernel over more tiles than SMs, every scale mode",
+          "[gpu][gemm][fp8][sm90a]") {
+  // Forced (tactic sm90_bn128_s6_p, and a 4-stage ring): each block takes two or more 128 x 128
+  // tiles, so the ring's running stage count crosses tiles at every offset; k a multiple of 16
+  // but not of the 128-wide chunk (TMA zero-fills the last one), from one partial chunk to 9.
+  std::mt19937_64 rng(std::random_device{}());
+  const int sms = kjit::cuda::device_info(0).sm_count;
+  const auto run_persistent = [&](const Case& c) {
+    const int64_t tiles = ceil_div(c.m, 128) * ceil_div(c.n, 128);
+    INFO(describe(c) << " tiles " << tiles << " SMs " << sms);
+    CHECK(tiles > sms);  // else a block has one tile and the loop is not exercised
+    run_case(c, rng);
+  };
+  const char* const kOuts[] = {"bf16", "fp16", "fp32"};
+  int turn = 0;
+  for (const char* mode : kModes) {
+    // 8 x 24 = 192 tiles, 3 chunks.
+    Case c{mode, kOuts[turn++ % 3], 1000, 3000, 272};
+    c.tactic = "sm90_bn128_s6_p";
+    run_persistent(c);
+    // 17 x 17 = 289 tiles of one partial chunk: every tile a single stage.
+    Case one{mode, kOuts[turn++ % 3], 2049, 2051, 16};
+    one.tactic = "sm90_bn128_s6_p";
+    run_persistent(one);
+  }
+  // Block scales 2^10 apart over 9 chunks (a tile's stages wrap the ring), both ring depths.
+  for (const char* tactic : {"sm90_bn128_s6_p", "sm90_bn128_s4_p"}) {
+    Case wide{"block", "fp32", 1100, 2200, 1040};
+    wide.wide_block_scales = true;
+    wide.tactic = tactic;
+    run_persistent(wide);
+  }
+  // alpha and beta over a preset out, row-strided a and out.
+  for (const char* mode : {"row", "block"}) {
+    Case c{mode, "bf16", 1000, 3000, 144};
+    c.tactic = "sm90_bn128_s6_p";
+    c.alpha = 0.5f;
+    c.beta = -1.25f;
+    c.a_stride = 144 + 32;
+    c.out_stride = 3000 + 5;
+    run_persistent(c);
+  }
 }
 
 TEST_CASE("gemm_fp8 gpu: all-positive k = 8192 stays inside the bound of promotion every 128",

@@ -2,12 +2,13 @@
 // sm90 tensor-core kernel and the decode kernel for m <= 128 where the device and the operands
 // allow them, the mma_sm80 kernel on other devices, for rows TMA refuses and forced through its
 // tactics, the fp32 fallback forced by rows cp.async cannot copy), odd sizes at every tile edge,
-// bias, alpha / beta over a preset out, row-strided a, b and out, every out dtype, and every K
-// split of the decode path.
+// bias, alpha / beta over a preset out, row-strided a, b and out, every out dtype, every K
+// split of the decode path, and the persistent sm90 kernel (forced) over more tiles than SMs.
 #include <catch2/catch.hpp>
 
 #include <array>
 #include <cmath>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -387,4 +388,63 @@ TEST_CASE("gemm gpu: rows TMA refuses take the mma_sm80 kernel, visible in the c
   run_case(odd, rng);
   REQUIRE_FALSE(seen.uris.empty());
   CHECK(seen.uris.back().find("gemm_path_simt_") == 0);
+}
+
+TEST_CASE("gemm gpu: the persistent sm90 kernel over more tiles than SMs", "[gpu][gemm][sm90a]") {
+  // Forced through its tactics: every block takes two to five tiles, so the ring's running stage
+  // count crosses tiles at every offset. M and N off the tile edges; k not a multiple of the
+  // 64-wide K block (TMA zero-fills the last one), from less than one K block (each tile a single
+  // stage: the barriers' parity turns every STAGES tiles) to 12; rings of 2 to 6 stages.
+  std::mt19937_64 rng(std::random_device{}());
+  const int sms = kjit::cuda::device_info(0).sm_count;
+  const auto tiles = [](const Case& c, int bn) {
+    return ((c.m + 127) / 128) * ((c.n + bn - 1) / bn);
+  };
+  const auto run_persistent = [&](Case c) {
+    const std::optional<ops::GemmTactic> t = ops::GemmTactic::parse(c.tactic);
+    REQUIRE(t);
+    REQUIRE(t->persistent);
+    INFO(describe(c) << " tiles " << tiles(c, t->bn) << " SMs " << sms);
+    CHECK(tiles(c, t->bn) > sms);  // else a block has one tile and the loop is not exercised
+    KernelUris seen;
+    run_case(c, rng);
+    REQUIRE_FALSE(seen.uris.empty());
+    CHECK(seen.uris.back().find("_persistent_1") != std::string::npos);
+  };
+  const char* const kOuts[][2] = {
+      {"bf16", "bf16"}, {"fp16", "fp16"}, {"bf16", "fp32"}, {"fp16", "fp32"}};
+  int turn = 0;
+  for (const char* tactic : {"sm90_bn128_s6_p", "sm90_bn256_s4_p"}) {
+    for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3>>{
+             {2000, 3000, 520}, {2000, 3000, 200}, {2049, 4100, 40}, {1100, 3900, 712}}) {
+      const auto& io = kOuts[turn++ % 4];
+      Case c{io[0], io[1], m, n, k};
+      c.tactic = tactic;
+      run_persistent(c);
+    }
+  }
+  // The brief's shape on the 128-wide tile (8 x 24 = 192 tiles), every out dtype.
+  for (const auto& io : kOuts) {
+    Case c{io[0], io[1], 1000, 3000, 520};
+    c.tactic = "sm90_bn128_s6_p";
+    run_persistent(c);
+  }
+  // Other ring depths: the stage count wraps at 4, 6 and 8.
+  for (const char* tactic : {"sm90_bn128_s2_p", "sm90_bn128_s3_p", "sm90_bn256_s3_p"}) {
+    Case c{"bf16", "bf16", 2000, 3000, 200};
+    c.tactic = tactic;
+    run_persistent(c);
+  }
+  // The epilogue: bias, beta = 1 over a preset out, alpha, row-strided a and out, every out dtype.
+  for (const char* od : {"bf16", "fp16", "fp32"}) {
+    const char* dt = std::string(od) == "fp16" ? "fp16" : "bf16";
+    Case c{dt, od, 1000, 3000, 264};
+    c.tactic = "sm90_bn128_s6_p";
+    c.bias = true;
+    c.beta = 1.0f;
+    c.alpha = -0.75f;
+    c.a_stride = 264 + 64;
+    c.out_stride = 3000 + 7;
+    run_persistent(c);
+  }
 }

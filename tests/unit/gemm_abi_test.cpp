@@ -437,8 +437,8 @@ TEST_CASE("gemm: the wgmma descriptor has the PTX ISA's bit layout", "[gemm]") {
 TEST_CASE("gemm: specs and the catalog", "[gemm]") {
   const ops::OpDef& def = ops::op_or_throw("gemm");
   const auto catalog = def.catalog();
-  CHECK(catalog.size() == 36);
-  int sm90 = 0, decode = 0, mma = 0;
+  CHECK(catalog.size() == 44);
+  int sm90 = 0, decode = 0, mma = 0, persistent = 0;
   for (const auto& args : catalog) {
     const kjit::jit::Spec s = def.make_spec(args);
     INFO(s.uri);
@@ -448,13 +448,17 @@ TEST_CASE("gemm: specs and the catalog", "[gemm]") {
     mma += path == "sm80";
     const bool any_arch = path == "simt" || path == "sm80";
     CHECK(s.arch_families == std::vector<std::string>{any_arch ? "sm_80+" : "sm_90a"});
-    const char* entry = path == "sm90"     ? "gemm_sm90_kernel"
+    const bool p = args.count("persistent") != 0;
+    persistent += p;
+    CHECK((s.uri.find("persistent_1") != std::string::npos) == p);
+    const char* entry = path == "sm90" ? (p ? "gemm_sm90_persistent_kernel" : "gemm_sm90_kernel")
                         : path == "decode" ? "gemm_decode_sm90_kernel"
                         : path == "sm80"   ? "gemm_mma_sm80_kernel"
                                            : "gemm_simt_kernel";
     CHECK(s.entry_names.at(0).find(entry) != std::string::npos);
   }
-  CHECK(sm90 == 8);
+  CHECK(sm90 == 16);
+  CHECK(persistent == 8);  // both tiles, both dtypes, out in the input dtype or fp32
   CHECK(decode == 16);
   CHECK(mma == 8);
   // The URI reads as path, dtype and tile; stages default per width.
@@ -492,6 +496,36 @@ TEST_CASE("gemm: specs and the catalog", "[gemm]") {
   c.bn = 256;
   c.stages = 4;
   CHECK(ops::gemm_spec(c).uri == "gemm_path_sm90_dtype_bf16_out_dtype_bf16_bn_256_stages_4");
+  CHECK(ops::gemm_spec(c).entry_names.at(0).find("gemm_sm90_kernel<") != std::string::npos);
+  // The persistent form: the same URI plus persistent_1 (the one-tile URIs are unchanged), its
+  // own entry with the same template arguments.
+  c.persistent = 1;
+  const kjit::jit::Spec ps = ops::gemm_spec(c);
+  CHECK(ps.uri == "gemm_path_sm90_dtype_bf16_out_dtype_bf16_bn_256_stages_4_persistent_1");
+  CHECK(ps.entry_names.at(0).find("gemm_sm90_persistent_kernel<") != std::string::npos);
+  CHECK(def.make_spec({{"path", "sm90"},
+                       {"dtype", "bf16"},
+                       {"out_dtype", "bf16"},
+                       {"bn", "256"},
+                       {"persistent", "1"}})
+            .uri == ps.uri);
+  CHECK(def.make_spec({{"path", "sm90"},
+                       {"dtype", "bf16"},
+                       {"out_dtype", "bf16"},
+                       {"bn", "256"},
+                       {"persistent", "0"}})
+            .uri == "gemm_path_sm90_dtype_bf16_out_dtype_bf16_bn_256_stages_4");
+  for (const char* path : {"decode", "sm80", "simt"}) {
+    INFO(path);
+    CHECK_THROWS_AS(
+        def.make_spec(
+            {{"path", path}, {"dtype", "bf16"}, {"out_dtype", "bf16"}, {"persistent", "1"}}),
+        kjit::Error);
+  }
+  CHECK_THROWS_AS(
+      def.make_spec(
+          {{"path", "sm90"}, {"dtype", "bf16"}, {"out_dtype", "bf16"}, {"persistent", "2"}}),
+      kjit::Error);
   CHECK_THROWS_AS(
       def.make_spec({{"path", "simt"}, {"dtype", "bf16"}, {"out_dtype", "bf16"}, {"bn", "128"}}),
       kjit::Error);

@@ -295,6 +295,48 @@ TEST_CASE("gemm_fp8: select takes sm90 only where TMA and wgmma can serve", "[fp
   CHECK_THROWS_AS(ops::select_gemm_fp8(DType::kI32, tr, 8, 8, 8, h100(true)), kjit::Error);
 }
 
+TEST_CASE("gemm_fp8: a forced sm90 tactic keeps the call's scales and needs the sm90 kernel",
+          "[fp8]") {
+  using ops::GemmPath;
+  const auto bf16 = ops::DType::kBF16;
+  for (const auto scales : {ops::Fp8Scales::kTensorRow, ops::Fp8Scales::kBlock}) {
+    // A decode-size call forced onto the persistent sm90 kernel, and a large one.
+    for (int64_t m : {int64_t{16}, int64_t{1000}}) {
+      INFO("m " << m << " block " << (scales == ops::Fp8Scales::kBlock));
+      const ops::GemmFp8Config sel = ops::select_gemm_fp8(bf16, scales, m, 3000, 272, h100(true));
+      const ops::GemmFp8Config c =
+          ops::gemm_fp8_forced_config("sm90_bn128_s6_p", sel, m, 3000, 272, h100(true));
+      CHECK(c.path == GemmPath::kSm90);
+      CHECK(c.scales == scales);
+      CHECK(c.bn == 128);
+      CHECK(c.stages == 6);
+      CHECK(c.tokens == 0);
+      CHECK(c.persistent == 1);
+      const ops::GemmFp8Config one =
+          ops::gemm_fp8_forced_config("sm90_bn128_s4", sel, m, 3000, 272, h100(true));
+      CHECK(one.persistent == 0);
+      CHECK(one.stages == 4);
+    }
+  }
+  const ops::GemmFp8Config sel =
+      ops::select_gemm_fp8(bf16, ops::Fp8Scales::kTensorRow, 1000, 3000, 272, h100(true));
+  // Not an sm90 tactic of the fp8 kernel's width, a ring past the shared memory, a device or
+  // operands the sm90 kernel cannot take.
+  for (const char* bad : {"sm90_bn256_s4_p", "sm90_bn128_s9_p", "sm90_bn128_s1", "mma_bn64_s4",
+                          "decode_t16_split2", "simt", "sm90_bn128_s6_q", ""}) {
+    INFO("'" << bad << "'");
+    CHECK_THROWS_AS(ops::gemm_fp8_forced_config(bad, sel, 1000, 3000, 272, h100(true)),
+                    kjit::Error);
+  }
+  ops::GemmTarget small = h100(true);
+  small.max_smem_optin = 150000;
+  CHECK_THROWS_AS(ops::gemm_fp8_forced_config("sm90_bn128_s6_p", sel, 1000, 3000, 272, small),
+                  kjit::Error);
+  CHECK(ops::gemm_fp8_forced_config("sm90_bn128_s4_p", sel, 1000, 3000, 272, small).stages == 4);
+  CHECK_THROWS_AS(ops::gemm_fp8_forced_config("sm90_bn128_s6_p", sel, 1000, 3000, 272, h100(false)),
+                  kjit::Error);
+}
+
 TEST_CASE("gemm_fp8: select takes the mma.sync kernel on sm_89+ rows cp.async can copy", "[fp8]") {
   using ops::DType;
   using ops::Fp8Scales;
@@ -398,7 +440,7 @@ TEST_CASE("gemm_fp8: select takes the decode kernel where kjit_gemm takes its de
 
 TEST_CASE("gemm_fp8 and quant_fp8: specs and catalogs", "[fp8]") {
   const ops::OpDef& def = ops::op_or_throw("gemm_fp8");
-  int sm90 = 0, mma = 0, decode = 0;
+  int sm90 = 0, mma = 0, decode = 0, persistent = 0;
   for (const auto& args : def.catalog()) {
     const kjit::jit::Spec s = def.make_spec(args);
     INFO(s.uri);
@@ -409,12 +451,17 @@ TEST_CASE("gemm_fp8 and quant_fp8: specs and catalogs", "[fp8]") {
     CHECK(s.arch_families == std::vector<std::string>{path == "sm90" || path == "decode" ? "sm_90a"
                                                       : path == "sm80"                   ? "sm_89+"
                                                                        : "sm_80+"});
-    CHECK(s.entry_names.at(0).find(path == "sm90"     ? "gemm_fp8_sm90_kernel"
-                                   : path == "decode" ? "gemm_fp8_decode_sm90_kernel"
-                                   : path == "sm80"   ? "gemm_fp8_mma_kernel"
-                                                    : "gemm_fp8_simt_kernel") != std::string::npos);
+    const bool p = args.count("persistent") != 0;
+    persistent += p;
+    CHECK((s.uri.find("persistent_1") != std::string::npos) == p);
+    CHECK(s.entry_names.at(0).find(
+              path == "sm90"     ? (p ? "gemm_fp8_sm90_persistent_kernel" : "gemm_fp8_sm90_kernel")
+              : path == "decode" ? "gemm_fp8_decode_sm90_kernel"
+              : path == "sm80"   ? "gemm_fp8_mma_kernel"
+                                 : "gemm_fp8_simt_kernel") != std::string::npos);
   }
-  CHECK(sm90 == 4);
+  CHECK(sm90 == 8);
+  CHECK(persistent == 4);  // bf16 / fp32 out, both scale forms
   CHECK(mma == 2);
   CHECK(decode == 16);  // 4 token tiles x 2 scale forms x 2 outs
   // make_spec's default depth is select_gemm_fp8's on the H100 / H200.
@@ -435,6 +482,17 @@ TEST_CASE("gemm_fp8 and quant_fp8: specs and catalogs", "[fp8]") {
   c.bn = 128;
   c.stages = 6;
   CHECK(ops::gemm_fp8_spec(c).uri == "gemm_fp8_path_sm90_out_dtype_bf16_bn_128_stages_6_block_1");
+  c.persistent = 1;
+  const kjit::jit::Spec ps = ops::gemm_fp8_spec(c);
+  CHECK(ps.uri == "gemm_fp8_path_sm90_out_dtype_bf16_bn_128_stages_6_block_1_persistent_1");
+  CHECK(ps.entry_names.at(0).find("gemm_fp8_sm90_persistent_kernel<") != std::string::npos);
+  CHECK(def.make_spec(
+               {{"path", "sm90"}, {"out_dtype", "bf16"}, {"scales", "block"}, {"persistent", "1"}})
+            .uri == ps.uri);
+  CHECK_THROWS_AS(def.make_spec({{"path", "decode"}, {"out_dtype", "bf16"}, {"persistent", "1"}}),
+                  kjit::Error);
+  CHECK_THROWS_AS(def.make_spec({{"path", "sm80"}, {"out_dtype", "bf16"}, {"persistent", "1"}}),
+                  kjit::Error);
   CHECK_THROWS_AS(def.make_spec({{"path", "sm90"}, {"out_dtype", "bf16"}, {"bn", "256"}}),
                   kjit::Error);
   CHECK_THROWS_AS(def.make_spec({{"path", "simt"}, {"out_dtype", "bf16"}, {"scales", "block"}}),

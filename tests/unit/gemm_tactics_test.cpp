@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <map>
 #include <optional>
@@ -78,23 +79,53 @@ const tune::Fingerprint kH200{"NVIDIA H200", 132, 13000, "13.0", "0.4.0"};
 }  // namespace
 
 TEST_CASE("gemm tactics: names round-trip and only canonical spellings parse", "[gemm][tune]") {
-  for (const char* name : {"simt", "sm90_bn128_s6", "sm90_bn256_s3", "decode_t16_split1",
-                           "decode_t128_split8", "mma_bn64_s4", "mma_bn128_s3"}) {
+  for (const char* name :
+       {"simt", "sm90_bn128_s6", "sm90_bn256_s3", "sm90_bn128_s6_p", "sm90_bn256_s4_p",
+        "decode_t16_split1", "decode_t128_split8", "mma_bn64_s4", "mma_bn128_s3"}) {
     INFO(name);
     const auto t = ops::GemmTactic::parse(name);
     REQUIRE(t);
     CHECK(t->name() == name);
   }
   CHECK(ops::GemmTactic::parse("sm90_bn128_s6")->path == ops::GemmPath::kSm90);
+  CHECK_FALSE(ops::GemmTactic::parse("sm90_bn128_s6")->persistent);
+  const auto p = ops::GemmTactic::parse("sm90_bn256_s4_p");
+  REQUIRE(p);
+  CHECK(p->path == ops::GemmPath::kSm90);
+  CHECK(p->bn == 256);
+  CHECK(p->stages == 4);
+  CHECK(p->persistent);
+  CHECK_FALSE(*p == *ops::GemmTactic::parse("sm90_bn256_s4"));
   CHECK(ops::GemmTactic::parse("decode_t32_split4")->split == 4);
   const auto mma = ops::GemmTactic::parse("mma_bn64_s3");
   REQUIRE(mma);
   CHECK(mma->path == ops::GemmPath::kMmaSm80);
   CHECK(mma->bn == 64);
   CHECK(mma->stages == 3);
-  for (const char* bad : {"", "SIMT", "sm90_bn128", "sm90_bn0128_s6", "sm90_bn128_s6x",
-                          "decode_t16_split", "decode_t16_split4 ", "gemm:simt", "sm90-bn128-s6",
-                          "mma_bn064_s3", "mma_bn64", "mma_sm80_bn64_s3", "mma_bn64_s3_"}) {
+  for (const char* bad : {"",
+                          "SIMT",
+                          "sm90_bn128",
+                          "sm90_bn0128_s6",
+                          "sm90_bn128_s6x",
+                          "decode_t16_split",
+                          "decode_t16_split4 ",
+                          "gemm:simt",
+                          "sm90-bn128-s6",
+                          "mma_bn064_s3",
+                          "mma_bn64",
+                          "mma_sm80_bn64_s3",
+                          "mma_bn64_s3_",
+                          "sm90_bn128_s6_P",
+                          "sm90_bn128_s6__p",
+                          "sm90_bn128_s6_p_p",
+                          "sm90_bn128_s6p",
+                          "sm90_bn128_p",
+                          "sm90_bn0128_s6_p",
+                          "_p",
+                          "sm90_bn128_s6_p ",
+                          "mma_bn64_s4_p",
+                          "decode_t16_split1_p",
+                          "simt_p"}) {
     INFO("'" << bad << "'");
     CHECK_FALSE(ops::GemmTactic::parse(bad));
   }
@@ -123,8 +154,16 @@ TEST_CASE("gemm tactics: the candidates of decode and large shapes on sm_90", "[
   const ops::GemmTactic big = default_of(4096, 28672, 4096, t);
   CHECK(big.name() == "sm90_bn256_s4");
   const auto large = names_of(ops::gemm_tactics(big, 4096, 28672, 4096, t));
+  // 32 x 224 tiles of 128 on 132 SMs: the persistent forms join the candidates.
   CHECK(large == std::vector<std::string>{"sm90_bn256_s4", "sm90_bn128_s4", "sm90_bn128_s6",
-                                          "sm90_bn256_s3", "simt"});
+                                          "sm90_bn256_s3", "sm90_bn128_s6_p", "sm90_bn256_s4_p",
+                                          "simt"});
+  // Where every block has one 128-wide tile at most they would time the same work: not timed.
+  const auto few =
+      names_of(ops::gemm_tactics(default_of(1024, 2048, 4096, t), 1024, 2048, 4096, t));
+  CHECK_FALSE(has(few, "sm90_bn128_s6_p"));
+  CHECK_FALSE(has(few, "sm90_bn256_s4_p"));
+  CHECK(has(few, "sm90_bn128_s6"));
 }
 
 TEST_CASE("gemm tactics: validity follows the launch paths' checks", "[gemm][tune]") {
@@ -149,6 +188,28 @@ TEST_CASE("gemm tactics: validity follows the launch paths' checks", "[gemm][tun
   CHECK_FALSE(valid("decode_t128_split4", 256, 4096, 4096, hopper()));
   CHECK_FALSE(valid("decode_t32_split9", 32, 4096, 4096, hopper()));
   CHECK_FALSE(valid("decode_t32_split0", 32, 4096, 4096, hopper()));
+  // The persistent form is valid exactly where the one-tile kernel is: any shape (odd edges, one
+  // tile, more tiles than SMs), the same shared memory, the same devices and operands.
+  for (const char* tile : {"sm90_bn128_s4", "sm90_bn128_s6", "sm90_bn256_s3", "sm90_bn256_s4"}) {
+    for (const ops::GemmTarget& t : {hopper(), hopper(150000), hopper(232448, false)}) {
+      for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3>>{
+               {1, 8, 8}, {1024, 3000, 1000}, {8192, 28672, 4096}, {4096, 1 << 20, 72}}) {
+        INFO(tile << " m " << m << " n " << n << " k " << k << " smem " << t.max_smem_optin);
+        CHECK(valid(tile, m, n, k, t) == valid((std::string(tile) + "_p").c_str(), m, n, k, t));
+      }
+    }
+  }
+  CHECK(valid("sm90_bn128_s6_p", 1024, 3000, 1000, hopper()));
+  // No other path has a persistent form, however the tactic was built.
+  ops::GemmTactic mma_p = *ops::GemmTactic::parse("mma_bn64_s4");
+  mma_p.persistent = true;
+  CHECK_FALSE(ops::gemm_tactic_valid(mma_p, 512, 4096, 4096, hopper()));
+  // The config a persistent tactic runs, and back.
+  const ops::GemmConfig pc = ops::gemm_config_of(*ops::GemmTactic::parse("sm90_bn128_s6_p"),
+                                                 ops::DType::kBF16, ops::DType::kF32, hopper());
+  CHECK(pc.path == ops::GemmPath::kSm90);
+  CHECK(pc.persistent == 1);
+  CHECK(ops::gemm_tactic_of(pc, 0).name() == "sm90_bn128_s6_p");
   // TMA: operands it cannot describe, or another device, leave the mma_sm80 kernel (where the
   // rows are 16-byte aligned) and the fallback.
   const ops::GemmTarget a100 = [] {
@@ -221,6 +282,9 @@ TEST_CASE("gemm tactics: the default is a valid candidate and names the untuned 
           CHECK(back.bn == c.bn);
           CHECK(back.stages == c.stages);
           CHECK(back.tokens == c.tokens);
+          // The heuristic never picks the persistent kernel (not yet measured on a GPU).
+          CHECK(c.persistent == 0);
+          CHECK_FALSE(d.persistent);
         }
       }
     }
@@ -330,7 +394,8 @@ TEST_CASE("gemm tactics: a record's tactic maps to the kernel its call runs", "[
   const std::string bucket = ops::gemm_bucket(bf16, bf16, 16, 4096, 4096, false, false);
   const jit::ArchTarget sm80{8, 0, false}, sm90{9, 0, false}, sm90a{9, 0, true};
   // On an H200 (227 KB per block): the config kjit_gemm builds for the tactic.
-  for (const char* name : {"sm90_bn256_s3", "decode_t16_split4", "mma_bn64_s3", "simt"}) {
+  for (const char* name :
+       {"sm90_bn256_s3", "sm90_bn256_s4_p", "decode_t16_split4", "mma_bn64_s3", "simt"}) {
     INFO(name);
     const std::optional<ops::GemmTactic> t = ops::GemmTactic::parse(name);
     REQUIRE(t.has_value());
@@ -338,8 +403,13 @@ TEST_CASE("gemm tactics: a record's tactic maps to the kernel its call runs", "[
     REQUIRE(specs.size() == 1);
     CHECK(specs[0].uri == ops::gemm_spec(ops::gemm_config_of(*t, bf16, bf16, hopper())).uri);
   }
+  CHECK(ops::gemm_tactic_specs(bucket, "sm90_bn256_s4_p", sm90a).at(0).uri.find("persistent_1") !=
+        std::string::npos);
+  CHECK(ops::gemm_tactic_specs(bucket, "sm90_bn256_s4", sm90a).at(0).uri.find("persistent") ==
+        std::string::npos);
   // Not valid there: wgmma on sm_80, a token tile wider than the bucket's rows.
   CHECK(ops::gemm_tactic_specs(bucket, "sm90_bn256_s3", sm80).empty());
+  CHECK(ops::gemm_tactic_specs(bucket, "sm90_bn256_s4_p", sm80).empty());
   CHECK(ops::gemm_tactic_specs(bucket, "decode_t32_split4", sm90a).empty());
   CHECK(ops::gemm_tactic_specs(bucket, "mma_bn64_s3", sm80).size() == 1);
   // tactic_specs_for keeps each spec to its arch families: the wgmma kernel is sm_90a's only.

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "commands.hpp"
 #include "kjit/kjit.h"
 #include "ops/gemm/gemm_fp8.hpp"
+#include "ops/gemm/gemm_tactics.hpp"
 #include "ops/quant/quant_fp8.hpp"
 #include "reference/fp8_ref.hpp"
 #include "reference/gemm_ref.hpp"
@@ -39,11 +41,21 @@ int bench_gemm_fp8(const ops::SetArgs& args, const BenchOptions& opts) {
   if (out_dtype != "bf16" && out_dtype != "fp16" && out_dtype != "fp32") {
     throw UsageError("gemm_fp8: out_dtype is bf16, fp16 or fp32");
   }
-  // The decode path's K split (default: the library's).
-  const int split =
-      args.count("split") != 0
-          ? static_cast<int>(ops::positive_int_arg(args, "split", gemm::kGemmDecodeMaxSplit))
-          : 0;
+  // The decode path's K split (default: the library's) and a forced sm90 tactic.
+  ops::GemmFp8Tuning tuning;
+  if (args.count("split") != 0) {
+    tuning.split =
+        static_cast<int>(ops::positive_int_arg(args, "split", gemm::kGemmDecodeMaxSplit));
+  }
+  if (args.count("tactic") != 0) {
+    tuning.tactic = args.at("tactic");
+    const std::optional<ops::GemmTactic> t = ops::GemmTactic::parse(tuning.tactic);
+    if (!t || t->path != ops::GemmPath::kSm90 || t->bn != 128) {
+      throw UsageError("gemm_fp8: tactic '" + tuning.tactic +
+                       "' is not an sm90 tactic of the fp8 kernel's width (sm90_bn128_s6_p)");
+    }
+  }
+  const int split = tuning.split;
   check_gpu();
   const bool block = mode == "block";
   const int64_t kc = ceil_div(k, 128);
@@ -89,19 +101,25 @@ int bench_gemm_fp8(const ops::SetArgs& args, const BenchOptions& opts) {
   auto yt = test::make_tensor(y.get(), {m, n}, test::dl_dtype(out_dtype));
 
   const auto scales = block ? ops::Fp8Scales::kBlock : ops::Fp8Scales::kTensorRow;
-  const ops::GemmFp8Config cfg = ops::select_gemm_fp8(ops::dtype_from_name(out_dtype), scales, m, n,
-                                                      k, ops::gemm_target(0, k % 16 == 0));
+  const ops::GemmTarget target = ops::gemm_target(0, k % 16 == 0);
+  const ops::GemmFp8Config selected =
+      ops::select_gemm_fp8(ops::dtype_from_name(out_dtype), scales, m, n, k, target);
+  const ops::GemmFp8Config cfg =
+      tuning.tactic.empty() ? selected
+                            : ops::gemm_fp8_forced_config(tuning.tactic, selected, m, n, k, target);
   BenchCase c;
   c.op = "gemm_fp8";
   c.uri = ops::gemm_fp8_spec(cfg).uri;
   c.dtype = "e4m3";
   c.shape = {{"m", m}, {"n", n}, {"k", k}, {"scales", mode}, {"out_dtype", out_dtype}};
   if (split != 0) c.shape["split"] = split;
-  c.label = fmt::format("gemm_fp8 {} ->{} m={} n={} k={} ({}{})", mode, out_dtype, m, n, k,
-                        ops::gemm_path_name(cfg.path),
-                        split != 0 ? fmt::format(", split {}", split) : "");
+  if (!tuning.tactic.empty()) c.shape["tactic"] = tuning.tactic;
+  c.label =
+      fmt::format("gemm_fp8 {} ->{} m={} n={} k={} ({}{}{})", mode, out_dtype, m, n, k,
+                  ops::gemm_path_name(cfg.path), split != 0 ? fmt::format(", split {}", split) : "",
+                  tuning.tactic.empty() ? "" : ", tactic " + tuning.tactic);
   c.launch = [&](CUstream stream) {
-    ops::gemm_fp8(at.get(), bt.get(), sat.get(), sbt.get(), yt.get(), 1.0f, 0.0f, stream, split);
+    ops::gemm_fp8(at.get(), bt.get(), sat.get(), sbt.get(), yt.get(), 1.0f, 0.0f, stream, tuning);
   };
   c.bytes = static_cast<double>(m * k + n * k + m * n * static_cast<int64_t>(os) +
                                 static_cast<int64_t>((sa_count + sb_count) * sizeof(float)));
@@ -221,10 +239,12 @@ int bench_quant_fp8(const ops::SetArgs& args, const BenchOptions& opts) {
 void add_gemm_fp8_benches(std::vector<BenchEntry>& out) {
   out.push_back({"gemm_fp8",
                  {"scales", "m", "n", "k"},
-                 {"out_dtype", "split"},
+                 {"out_dtype", "split", "tactic"},
                  bench_gemm_fp8,
                  "scales (tensor|row|block), m, n, k; out_dtype (bf16|fp16|fp32, default bf16), "
-                 "split (the decode path's K split, 1..8; default the library's)"});
+                 "split (the decode path's K split, 1..8; default the library's), tactic (the "
+                 "sm90 kernel forced: sm90_bn128_s<stages>, or sm90_bn128_s6_p for its "
+                 "persistent form)"});
   out.push_back({"quant_fp8",
                  {"dtype", "scaling", "m", "k"},
                  {},

@@ -184,6 +184,14 @@ GemmConfig select_gemm(DType dtype, DType out_dtype, int64_t m, int64_t n, int64
     return c;
   }
   // Wide tiles halve the reads of a per output once there are rows enough to fill them.
+  // The one-tile kernel, not its persistent form (tactic sm90_bn*_s*_p), which has not run on a
+  // GPU yet: the autotuner or a forced tactic picks it until it is measured. The prediction, from
+  // a per-tile bubble of about 1.5-2 us (block start, barrier init, the first TMA round trip)
+  // that persistence hides behind the previous tile's epilogue, and no change to the waves (a
+  // block takes ceil or floor of tiles / SMs): the gain is that bubble over the per-tile time,
+  // largest where tiles > SMs and K is short. 8192^3 (bn 256, 2048 tiles, ~91 us each): ~2%,
+  // 1462 -> ~1430 us; 4096 x 28672 x 4096 (3584 tiles, ~49 us each): ~3.5%, 1366 -> ~1320 us.
+  // fp8 (select_gemm_fp8) about twice that per tile, its mainloop being twice as fast.
   const int bn = m >= 512 ? 256 : 128;
   const int stages = bn == 256 ? 4 : 6;
   if (sm90_can_run(target, m, n, k, bn, stages)) {
@@ -221,7 +229,10 @@ jit::Spec gemm_spec(const GemmConfig& c) {
   b.type("out_dtype", dtype_name(c.out_dtype), device_type_name(c.out_dtype));
   if (c.path == GemmPath::kSm90) {
     b.value("bn", c.bn).value("stages", c.stages);
-    b.entry("kjit::gemm::gemm_sm90_kernel", {"dtype", "out_dtype", "bn", "stages"});
+    b.flag("persistent", c.persistent != 0, /*omit_false=*/true);
+    b.entry(c.persistent != 0 ? "kjit::gemm::gemm_sm90_persistent_kernel"
+                              : "kjit::gemm::gemm_sm90_kernel",
+            {"dtype", "out_dtype", "bn", "stages"});
   } else if (c.path == GemmPath::kSm90Decode) {
     b.value("tokens", c.tokens).value("stages", c.stages);
     b.entry("kjit::gemm::gemm_decode_sm90_kernel", {"dtype", "out_dtype", "tokens", "stages"});
@@ -270,7 +281,8 @@ void launch_gemm(CUfunction fn, const GemmConfig& cfg, int split, const RowMatri
     p.tma_a = tensor_map(x, gemm::kGemmBlockM);
     p.tma_b = tensor_map(w, static_cast<uint32_t>(cfg.bn));
   }
-  cuda::launch(fn, gemm_launch_config(cfg.path, cfg.bn, cfg.stages, p.m, p.n, stream), &p);
+  const int sms = cfg.persistent != 0 ? cuda::device_info(x.device).sm_count : 0;
+  cuda::launch(fn, gemm_launch_config(cfg.path, cfg.bn, cfg.stages, p.m, p.n, stream, sms), &p);
 }
 
 const jit::LoadedKernel& gemm_kernel(const GemmConfig& cfg, int device) {
@@ -422,11 +434,15 @@ gemm::GemmParams gemm_params(const GemmOperands& g, float alpha, float beta) {
 }
 
 cuda::LaunchConfig gemm_launch_config(GemmPath path, int bn, int stages, int64_t m, int64_t n,
-                                      void* stream) {
+                                      void* stream, int persistent_sms) {
   cuda::LaunchConfig lc;
   lc.stream = static_cast<CUstream>(stream);
   if (path == GemmPath::kSm90) {
-    lc.grid_x = static_cast<unsigned>(ceil_div(n, bn) * ceil_div(m, gemm::kGemmBlockM));
+    const int64_t tiles = ceil_div(n, bn) * ceil_div(m, gemm::kGemmBlockM);
+    // Persistent: one block per SM at most (setmaxnreg's split holds all of an SM's registers, so
+    // a second would not be resident anyway); fewer where there are fewer tiles.
+    lc.grid_x = static_cast<unsigned>(persistent_sms > 0 ? std::min<int64_t>(tiles, persistent_sms)
+                                                         : tiles);
     lc.block_x = gemm::kGemmSm90Threads;
     lc.smem_bytes = static_cast<unsigned>(gemm::gemm_sm90_smem_bytes(bn, stages));
   } else if (path == GemmPath::kMmaSm80) {

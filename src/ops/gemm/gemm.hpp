@@ -30,7 +30,9 @@ const char* gemm_path_name(GemmPath p);  // "sm90", "simt", "decode", "sm80"
 
 // One compiled GEMM variant; every field is in the URI. bn and stages are the sm90 and mma_sm80
 // kernels' tile width and pipeline depth, tokens and stages the decode kernel's token tile and
-// depth (0 where unused).
+// depth (0 where unused). persistent (sm90 only): 1 for gemm_sm90_persistent_kernel, a grid of
+// min(tiles, SMs) blocks that loop over the tiles (in the URI only when 1, so the one-tile
+// kernel's URIs are unchanged).
 struct GemmConfig {
   GemmPath path = GemmPath::kSimt;
   DType dtype = DType::kBF16;      // a, b and bias
@@ -38,6 +40,7 @@ struct GemmConfig {
   int bn = 0;
   int stages = 0;
   int tokens = 0;
+  int persistent = 0;
 };
 
 // What select_gemm needs to know about a call besides dtypes and sizes.
@@ -164,9 +167,10 @@ GemmOperands gemm_operands(const DLTensor* a, const DLTensor* b, DLTensor* out);
 // The kernels' parameters of validated operands (no bias, no tensor maps yet).
 gemm::GemmParams gemm_params(const GemmOperands& g, float alpha, float beta);
 // The launch of the sm90 or mma_sm80 kernels (bn, stages) or the fallback for an m x n out on
-// `stream`.
+// `stream`. persistent_sms > 0 (the sm90 persistent kernels): min(tiles, persistent_sms) blocks
+// instead of one per tile.
 cuda::LaunchConfig gemm_launch_config(GemmPath path, int bn, int stages, int64_t m, int64_t n,
-                                      void* stream);
+                                      void* stream, int persistent_sms = 0);
 
 // out[..., n] = alpha * a[..., k] . b[n, k]^T + beta * out + bias[n] (bias may be null). a and
 // out may have leading dims (collapsed into m rows) and row strides; b and bias are compact.

@@ -70,7 +70,12 @@ OpDef gemm_op_def() {
              {"2", "3", "4", "5", "6"},
              false,
              "sm90: pipeline stages (default 6 at bn=128, 4 at bn=256); decode: default the most "
-             "that let two blocks share an SM; sm80: default 3 at bn=128, 4 at bn=64"}};
+             "that let two blocks share an SM; sm80: default 3 at bn=128, 4 at bn=64"},
+            {"persistent",
+             {"0", "1"},
+             false,
+             "sm90: 1 = persistent blocks (min(tiles, SMs) blocks looping over the tiles; the "
+             "sm90_*_p tactics), default 0"}};
   d.arch_families = {"sm_80+", "sm_90a"};
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
@@ -85,6 +90,11 @@ OpDef gemm_op_def() {
     const bool has_stages = args.count("stages") != 0;
     const bool has_bn = args.count("bn") != 0;
     const bool has_tokens = args.count("tokens") != 0;
+    const bool persistent = args.count("persistent") != 0 && args.at("persistent") == "1";
+    if (persistent && c.path != GemmPath::kSm90) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm: persistent is an sm90 setting");
+    }
+    c.persistent = persistent ? 1 : 0;
     if (c.path == GemmPath::kSimt) {
       if (has_bn || has_stages || has_tokens) {
         fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm: bn, tokens and stages are sm90 settings");
@@ -112,9 +122,9 @@ OpDef gemm_op_def() {
     return gemm_spec(c);
   };
   d.catalog = [] {
-    // What select_gemm picks for bf16 / fp16 models: both tile widths of the sm90 path and every
-    // token tile of the decode path with out in the input dtype or fp32, and the fallback for the
-    // same pairs; then the mma_sm80 path's.
+    // What select_gemm picks for bf16 / fp16 models: both tile widths of the sm90 path (and their
+    // persistent forms) and every token tile of the decode path with out in the input dtype or
+    // fp32, and the fallback for the same pairs; then the mma_sm80 path's.
     std::vector<SetArgs> out;
     for (const char* dt : {"bf16", "fp16"}) {
       for (const char* od : {dt, "fp32"}) {
@@ -123,6 +133,15 @@ OpDef gemm_op_def() {
         }
         out.push_back({{"path", "sm90"}, {"dtype", dt}, {"out_dtype", od}, {"bn", "128"}});
         out.push_back({{"path", "sm90"}, {"dtype", dt}, {"out_dtype", od}, {"bn", "256"}});
+        // The persistent tactics' kernels (gemm_tactics.cpp: both tiles at their default depths),
+        // so a tuning run times them without compiling.
+        for (const char* bn : {"128", "256"}) {
+          out.push_back({{"path", "sm90"},
+                         {"dtype", dt},
+                         {"out_dtype", od},
+                         {"bn", bn},
+                         {"persistent", "1"}});
+        }
         out.push_back({{"path", "simt"}, {"dtype", dt}, {"out_dtype", od}});
       }
     }

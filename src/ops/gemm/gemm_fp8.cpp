@@ -1,12 +1,14 @@
 #include "ops/gemm/gemm_fp8.hpp"
 
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
 #include "gemm/gemm_fp8_params.h"
 #include "ops/gemm/gemm_fp8_desc.hpp"
+#include "ops/gemm/gemm_tactics.hpp"
 #include "ops/tensor.hpp"
 #include "runtime/jit_core.hpp"
 #include "util/error.hpp"
@@ -122,7 +124,11 @@ GemmFp8Config select_gemm_fp8(DType out_dtype, Fp8Scales scales, int64_t m, int6
     return c;
   }
   // One tile width: the promotion's second set of accumulators leaves no registers for 256
-  // (kernels/gemm/gemm_fp8_sm90.cuh); the bf16 kernel's 6 stages at that width.
+  // (kernels/gemm/gemm_fp8_sm90.cuh); the bf16 kernel's 6 stages at that width. The one-tile
+  // kernel: the persistent form (GemmFp8Tuning::tactic sm90_bn128_s6_p) is unmeasured. Predicted
+  // with select_gemm's model (a ~1.5-2 us bubble per tile hidden): 8192^3 (4096 tiles of ~31 us,
+  // 32 waves) ~6%, 983 -> ~925 us (~1190 TFLOP/s); 4096 x 28672 x 4096 (7168 tiles of ~16 us)
+  // ~10%.
   const int bn = 128;
   const int stages = 6;
   if (sm90_can_run(target, m, n, k, bn, stages)) {
@@ -176,13 +182,37 @@ jit::Spec gemm_fp8_spec(const GemmFp8Config& c) {
   }
   b.value("bn", c.bn).value("stages", c.stages);
   b.flag("block", c.scales == Fp8Scales::kBlock);
-  b.entry("kjit::gemm::gemm_fp8_sm90_kernel", {"out_dtype", "bn", "stages", "block"});
+  b.flag("persistent", c.persistent != 0, /*omit_false=*/true);
+  b.entry(c.persistent != 0 ? "kjit::gemm::gemm_fp8_sm90_persistent_kernel"
+                            : "kjit::gemm::gemm_fp8_sm90_kernel",
+          {"out_dtype", "bn", "stages", "block"});
   return b.build();
+}
+
+GemmFp8Config gemm_fp8_forced_config(const std::string& tactic, const GemmFp8Config& selected,
+                                     int64_t m, int64_t n, int64_t k, const GemmTarget& target) {
+  const std::optional<GemmTactic> t = GemmTactic::parse(tactic);
+  // The e4m3 stage holds the bytes of a bf16 stage of the same tile, so sm90_can_run's shared
+  // memory check is the fp8 kernel's too (k in bytes is at least its pairs).
+  if (!t || t->path != GemmPath::kSm90 || t->bn != 128 || t->stages < 2 || t->stages > 8 ||
+      !sm90_can_run(target, m, n, k, t->bn, t->stages)) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT,
+         "gemm_fp8: tactic '{}' is not valid for this call (sm90_bn128_s<2..8>[_p] where the sm90 "
+         "kernel runs)",
+         tactic);
+  }
+  GemmFp8Config c = selected;
+  c.path = GemmPath::kSm90;  // the scales stay the call's (only the mma.sync path folds them)
+  c.bn = t->bn;
+  c.stages = t->stages;
+  c.tokens = 0;
+  c.persistent = t->persistent ? 1 : 0;
+  return c;
 }
 
 void gemm_fp8(const DLTensor* a, const DLTensor* b, const DLTensor* scale_a,
               const DLTensor* scale_b, DLTensor* out, float alpha, float beta, void* stream,
-              int split) {
+              const GemmFp8Tuning& tuning) {
   const GemmOperands g = gemm_operands(a, b, out);
   if (g.a.dtype != DType::kE4M3) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "a and b must be float8_e4m3fn, not {}",
@@ -214,7 +244,10 @@ void gemm_fp8(const DLTensor* a, const DLTensor* b, const DLTensor* scale_a,
   const GemmTarget target =
       gemm_target(g.a.device, g.k > 0 && tma_describable(g.a) && tma_describable(g.b),
                   cp_async_ready(g.a) && cp_async_ready(g.b));
-  const GemmFp8Config cfg = select_gemm_fp8(g.out.dtype, l.scales, m, g.n, g.k, target);
+  const GemmFp8Config selected = select_gemm_fp8(g.out.dtype, l.scales, m, g.n, g.k, target);
+  const GemmFp8Config cfg =
+      tuning.tactic.empty() ? selected
+                            : gemm_fp8_forced_config(tuning.tactic, selected, m, g.n, g.k, target);
   const jit::LoadedKernel& kern = jit::JitCore::global().kernel_for(
       "gemm_fp8", cfg, g.a.device, [&] { return gemm_fp8_spec(cfg); });
 
@@ -230,14 +263,18 @@ void gemm_fp8(const DLTensor* a, const DLTensor* b, const DLTensor* scale_a,
   cuda::ScopedDevice scope(g.a.device);
   const CUfunction fn = kern.functions.at(0);
   if (cfg.path == GemmPath::kSm90Decode) {
-    if (split == 0) split = gemm_decode_split_for(fn, cfg.tokens, cfg.stages, g.n, (g.k + 1) / 2);
+    const int split = tuning.split != 0
+                          ? tuning.split
+                          : gemm_decode_split_for(fn, cfg.tokens, cfg.stages, g.n, (g.k + 1) / 2);
     p.g.tma_a = tensor_map(as_pairs(g.a), static_cast<uint32_t>(cfg.tokens));
     p.g.tma_b = tensor_map(as_pairs(g.b), gemm::kGemmDecodeRows);
     cuda::launch_cluster(fn, gemm_decode_launch_config(cfg.tokens, cfg.stages, split, g.n, stream),
                          static_cast<unsigned>(split), &p);
     return;
   }
-  const cuda::LaunchConfig lc = gemm_launch_config(cfg.path, cfg.bn, cfg.stages, m, g.n, stream);
+  const int sms = cfg.persistent != 0 ? cuda::device_info(g.a.device).sm_count : 0;
+  const cuda::LaunchConfig lc =
+      gemm_launch_config(cfg.path, cfg.bn, cfg.stages, m, g.n, stream, sms);
   if (cfg.path == GemmPath::kSm90) {
     p.g.tma_a = tensor_map(as_pairs(g.a), gemm::kGemmBlockM);
     p.g.tma_b = tensor_map(as_pairs(g.b), static_cast<uint32_t>(cfg.bn));

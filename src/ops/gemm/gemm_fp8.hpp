@@ -6,6 +6,7 @@
 #include <dlpack/dlpack.h>
 
 #include <cstdint>
+#include <string>
 
 #include "jit/spec.hpp"
 #include "ops/dtype.hpp"
@@ -21,8 +22,9 @@ enum class Fp8Scales { kTensorRow = 0, kBlock = 1 };
 const char* fp8_scales_name(Fp8Scales s);  // "tensor_row", "block"
 
 // One compiled fp8 GEMM variant. bn (128 on sm90, 64 on the mma.sync path), tokens (the decode
-// path's token tile) and stages as in GemmConfig (0 on the fallback, which serves every scale
-// mode with one kernel; so does the mma.sync path, whose scales is always kTensorRow).
+// path's token tile), stages and persistent (sm90: gemm_fp8_sm90_persistent_kernel) as in
+// GemmConfig (0 on the fallback, which serves every scale mode with one kernel; so does the
+// mma.sync path, whose scales is always kTensorRow).
 struct GemmFp8Config {
   GemmPath path = GemmPath::kSimt;
   DType out_dtype = DType::kBF16;
@@ -30,6 +32,18 @@ struct GemmFp8Config {
   int bn = 0;
   int stages = 0;
   int tokens = 0;
+  int persistent = 0;
+};
+
+// Choices the bench and the tests override (kjit_gemm_fp8 has no autotuner yet).
+struct GemmFp8Tuning {
+  // The decode path's K split over a cluster (1 .. kGemmDecodeMaxSplit); 0: gemm_decode_split's
+  // (ignored by the other paths).
+  int split = 0;
+  // A tactic to run instead of select_gemm_fp8's choice: one of kjit_gemm's sm90 names at the fp8
+  // kernel's width, "sm90_bn128_s<stages>" or "sm90_bn128_s<stages>_p" (gemm_tactics.hpp; the
+  // scale mode stays the call's). One not valid for the call is KJIT_ERROR_INVALID_ARGUMENT.
+  std::string tactic;
 };
 
 // The e4m3 decode kernel's depth for a token tile (as many stages as its blocks per SM leave room
@@ -49,6 +63,12 @@ GemmFp8Config select_gemm_fp8(DType out_dtype, Fp8Scales scales, int64_t m, int6
 
 jit::Spec gemm_fp8_spec(const GemmFp8Config& cfg);
 
+// The config a forced tactic (GemmFp8Tuning::tactic) runs for an m x n x k call whose selected
+// config is `selected` (its out dtype and scales are kept). Throws KJIT_ERROR_INVALID_ARGUMENT for
+// a name that is not an sm90 tactic of width 128, or one sm90_can_run refuses on `target`.
+GemmFp8Config gemm_fp8_forced_config(const std::string& tactic, const GemmFp8Config& selected,
+                                     int64_t m, int64_t n, int64_t k, const GemmTarget& target);
+
 // Shared with the MoE fp8 grouped GEMM (src/ops/moe/moe_gemm.cpp):
 // The e4m3 matrix `m` as rows of 16-bit elements (pairs of e4m3), the element the sm90 kernels'
 // tensor maps and producer move: TMA copies bytes, and this keeps the bf16 kernel's box (64
@@ -59,11 +79,10 @@ RowMatrix as_pairs(RowMatrix m);
 // checked by the caller.
 RowMatrix scale_matrix(const DLTensor* t, const char* name, int device, const char* operand = "a");
 
-// kjit_gemm_fp8 (kjit.h): validates, then launches on `stream`. Throws kjit::Error. split: the
-// decode path's K split over a cluster (1 .. kGemmDecodeMaxSplit), which the bench overrides; 0:
-// gemm_decode_split's (ignored by the other paths).
+// kjit_gemm_fp8 (kjit.h): validates, then launches on `stream`. Throws kjit::Error. tuning: the
+// bench's and the tests' overrides (the defaults are kjit_gemm_fp8's).
 void gemm_fp8(const DLTensor* a, const DLTensor* b, const DLTensor* scale_a,
               const DLTensor* scale_b, DLTensor* out, float alpha, float beta, void* stream,
-              int split = 0);
+              const GemmFp8Tuning& tuning = {});
 
 }  // namespace kjit::ops

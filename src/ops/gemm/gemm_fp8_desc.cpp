@@ -88,7 +88,12 @@ OpDef gemm_fp8_op_def() {
        false,
        "sm90: pipeline stages (default 6); sm80: cp.async stages (default 4); decode: default "
        "the most its blocks per SM leave room for"},
-      {"tokens", {"16", "32", "64", "128"}, false, "decode: token tile (m <= tokens)"}};
+      {"tokens", {"16", "32", "64", "128"}, false, "decode: token tile (m <= tokens)"},
+      {"persistent",
+       {"0", "1"},
+       false,
+       "sm90: 1 = persistent blocks (min(tiles, SMs) blocks looping over the tiles; the forced "
+       "tactic sm90_bn128_s6_p), default 0"}};
   d.arch_families = {"sm_80+", "sm_89+", "sm_90a"};
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
@@ -100,6 +105,10 @@ OpDef gemm_fp8_op_def() {
                                 : GemmPath::kSimt;
     c.out_dtype = dtype_from_name(args.at("out_dtype"));
     const bool has_tokens = args.count("tokens") != 0;
+    const bool persistent = args.count("persistent") != 0 && args.at("persistent") == "1";
+    if (persistent && c.path != GemmPath::kSm90) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm_fp8: persistent is an sm90 setting");
+    }
     if (c.path == GemmPath::kSm90Decode) {
       c.scales = args.count("scales") != 0 && args.at("scales") == "block" ? Fp8Scales::kBlock
                                                                            : Fp8Scales::kTensorRow;
@@ -128,6 +137,7 @@ OpDef gemm_fp8_op_def() {
                                                                          : Fp8Scales::kTensorRow;
     c.bn = 128;  // the kernel's one width (select_gemm_fp8)
     c.stages = args.count("stages") != 0 ? std::stoi(args.at("stages")) : 6;
+    c.persistent = persistent ? 1 : 0;
     return gemm_fp8_spec(c);
   };
   d.catalog = [] {
@@ -138,6 +148,13 @@ OpDef gemm_fp8_op_def() {
       out.push_back({{"path", "sm90"}, {"out_dtype", od}});
       out.push_back({{"path", "sm90"}, {"out_dtype", od}, {"scales", "block"}});
       out.push_back({{"path", "simt"}, {"out_dtype", od}});
+    }
+    // The persistent form of the sm90 kernel at its default depth (the bench's forced
+    // sm90_bn128_s6_p), both scale forms.
+    for (const char* od : {"bf16", "fp32"}) {
+      out.push_back({{"path", "sm90"}, {"out_dtype", od}, {"persistent", "1"}});
+      out.push_back(
+          {{"path", "sm90"}, {"out_dtype", od}, {"scales", "block"}, {"persistent", "1"}});
     }
     for (const char* od : {"bf16", "fp32"}) out.push_back({{"path", "sm80"}, {"out_dtype", od}});
     // The decode path's every token tile in both scale forms.

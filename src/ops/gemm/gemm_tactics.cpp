@@ -29,6 +29,9 @@ using cuda::kMaxTmaSide;
 // The sm90 kernel's tile widths and depths worth timing: the heuristic's two (128 x 6, 256 x 4)
 // and a shallower ring of each (the same tiles, less shared memory to fill before the first MMA).
 constexpr int kSm90Tiles[][2] = {{128, 4}, {128, 6}, {256, 3}, {256, 4}};
+// The persistent kernel's: the heuristic's two tiles at their depths. A shallower ring buys it
+// nothing (its fill overlaps the previous tile's epilogue), so the shallow ones are left out.
+constexpr int kSm90PersistentTiles[][2] = {{128, 6}, {256, 4}};
 // The mma_sm80 kernel's: both widths at the default depths (48 KB, two blocks per SM anywhere) and
 // one stage deeper (64 / 60 KB: on parts with the shared memory for it, a longer ring per block).
 constexpr int kMmaTiles[][2] = {{64, 4}, {128, 3}, {64, 3}, {128, 4}};
@@ -51,7 +54,7 @@ bool simt_grid_ok(int64_t m, int64_t n) {
 
 std::string GemmTactic::name() const {
   switch (path) {
-    case GemmPath::kSm90: return fmt::format("sm90_bn{}_s{}", bn, stages);
+    case GemmPath::kSm90: return fmt::format("sm90_bn{}_s{}{}", bn, stages, persistent ? "_p" : "");
     case GemmPath::kSm90Decode: return fmt::format("decode_t{}_split{}", tokens, split);
     case GemmPath::kMmaSm80: return fmt::format("mma_bn{}_s{}", bn, stages);
     case GemmPath::kSimt: break;
@@ -64,11 +67,16 @@ std::optional<GemmTactic> GemmTactic::parse(std::string_view name) {
   const std::string s(name);
   int a = 0, b = 0, used = 0;
   if (s == "simt") return t;
+  // The persistent suffix: what precedes it must be a whole sm90 name (the canonical check below
+  // refuses it on any other path).
+  const size_t body =
+      s.size() >= 2 && s.compare(s.size() - 2, 2, "_p") == 0 ? s.size() - 2 : s.size();
   if (std::sscanf(s.c_str(), "sm90_bn%d_s%d%n", &a, &b, &used) == 2 &&
-      used == static_cast<int>(s.size())) {
+      used == static_cast<int>(body)) {
     t.path = GemmPath::kSm90;
     t.bn = a;
     t.stages = b;
+    t.persistent = body != s.size();
   } else if (std::sscanf(s.c_str(), "mma_bn%d_s%d%n", &a, &b, &used) == 2 &&
              used == static_cast<int>(s.size())) {
     t.path = GemmPath::kMmaSm80;
@@ -96,6 +104,7 @@ GemmConfig gemm_config_of(const GemmTactic& t, DType dtype, DType out_dtype,
   if (t.path == GemmPath::kSm90 || t.path == GemmPath::kMmaSm80) {
     c.bn = t.bn;
     c.stages = t.stages;
+    c.persistent = t.persistent ? 1 : 0;
   } else if (t.path == GemmPath::kSm90Decode) {
     c.tokens = t.tokens;
     c.stages = gemm_decode_stages(t.tokens, target.max_smem_optin);
@@ -109,6 +118,7 @@ GemmTactic gemm_tactic_of(const GemmConfig& c, int split) {
   if (c.path == GemmPath::kSm90 || c.path == GemmPath::kMmaSm80) {
     t.bn = c.bn;
     t.stages = c.stages;
+    t.persistent = c.persistent != 0;
   } else if (c.path == GemmPath::kSm90Decode) {
     t.tokens = c.tokens;
     t.split = split;
@@ -130,6 +140,7 @@ std::string gemm_bucket(DType dtype, DType out_dtype, int64_t m, int64_t n, int6
 
 bool gemm_tactic_valid(const GemmTactic& t, int64_t m_bucket, int64_t n, int64_t k,
                        const GemmTarget& target) {
+  if (t.persistent && t.path != GemmPath::kSm90) return false;  // no other kernel has the form
   switch (t.path) {
     case GemmPath::kSm90:
       return (t.bn == 128 || t.bn == 256) && t.stages >= 2 && t.stages <= 8 &&
@@ -206,13 +217,14 @@ std::vector<GemmTactic> gemm_tactics(const GemmTactic& dflt, int64_t m, int64_t 
       add(d);
     }
   }
-  const auto add_tiles = [&](GemmPath path, const auto& tiles) {
+  const auto add_tiles = [&](GemmPath path, const auto& tiles, bool persistent) {
     size_t valid = 0;
     for (const auto& [bn, stages] : tiles) {
       GemmTactic t;
       t.path = path;
       t.bn = bn;
       t.stages = stages;
+      t.persistent = persistent;
       valid += gemm_tactic_valid(t, m, n, k, target) ? 1 : 0;
       add(t);
     }
@@ -221,7 +233,13 @@ std::vector<GemmTactic> gemm_tactics(const GemmTactic& dflt, int64_t m, int64_t 
   // mma.sync runs at about half the wgmma tiles' rate on sm_90a (300 against 650-800 TFLOP/s on
   // an H200 at large shapes), so it is a candidate only where no sm90 tile can run: devices
   // without wgmma, and calls TMA cannot describe. Timing it beside them would only add compiles.
-  if (add_tiles(GemmPath::kSm90, kSm90Tiles) == 0) add_tiles(GemmPath::kMmaSm80, kMmaTiles);
+  if (add_tiles(GemmPath::kSm90, kSm90Tiles, false) == 0) {
+    add_tiles(GemmPath::kMmaSm80, kMmaTiles, false);
+  } else if (ceil_div(m, gemm::kGemmBlockM) * ceil_div(n, 128) > target.sm_count) {
+    // Persistent blocks differ from the one-tile kernel only where a block gets more than one
+    // tile (at 128 wide; at 256 it may still be one each, which the timing then shows).
+    add_tiles(GemmPath::kSm90, kSm90PersistentTiles, true);
+  }
   add(GemmTactic{});
   return out;
 }
@@ -234,7 +252,7 @@ struct ChoiceKey {
   int32_t path, bn, stages, tokens;  // the default's kernel
   int32_t mode;                      // the call's own, -1: the process's
   int32_t timing;                    // graph * 2 + cold
-  int32_t flags;                     // tma_ok, bias, beta, cp_async_ok
+  int32_t flags;                     // tma_ok, bias, beta, cp_async_ok, the default persistent
   int64_t m_bucket, n, k;
 };
 static_assert(std::has_unique_object_representations_v<ChoiceKey>, "hashed as bytes");
@@ -264,7 +282,7 @@ util::Hash128 choice_hash(const GemmCall& call, const GemmConfig& dflt,
   ck.mode = req.mode ? static_cast<int32_t>(*req.mode) : -1;
   ck.timing = (req.timing.graph ? 2 : 0) + (req.timing.cold ? 1 : 0);
   ck.flags = (call.target.tma_ok ? 1 : 0) | (call.bias ? 2 : 0) | (call.beta ? 4 : 0) |
-             (call.target.cp_async_ok ? 8 : 0);
+             (call.target.cp_async_ok ? 8 : 0) | (dflt.persistent != 0 ? 16 : 0);
   ck.m_bucket = gemm_m_bucket(call.m);
   ck.n = call.n;
   ck.k = call.k;

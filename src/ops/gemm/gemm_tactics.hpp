@@ -21,12 +21,15 @@
 namespace kjit::ops {
 
 inline constexpr const char* kGemmTuneOp = "gemm";
-// Bumped when a tactic's name changes meaning (stored results of the old space are then misses).
-// 2: the mma_sm80 path's tactics joined the space.
-inline constexpr int kGemmTacticSpace = 2;
+// Bumped when a tactic's name changes meaning or the candidates grow (stored results of the old
+// space are then misses, so a tuned bucket is timed again over the new candidates).
+// 2: the mma_sm80 path's tactics joined the space. 3: the persistent sm90 tactics.
+inline constexpr int kGemmTacticSpace = 3;
 
 // One way to run a call: a path and its parameters.
 //   "sm90_bn128_s6"     the TMA + wgmma kernel, 128 x bn tiles, 6 pipeline stages
+//   "sm90_bn128_s6_p"   the same tiles from its persistent form (min(tiles, SMs) blocks looping
+//                       over the tiles)
 //   "mma_bn64_s4"       the mma.sync + cp.async kernel (any sm_80+), 128 x bn tiles, 4 stages
 //   "decode_t16_split4" the weight-streaming kernel, a 16-token tile, K split over 4 blocks of a
 //                       cluster (its stages follow from the tile and the device)
@@ -35,12 +38,13 @@ struct GemmTactic {
   GemmPath path = GemmPath::kSimt;
   int bn = 0, stages = 0;     // sm90, mma_sm80
   int tokens = 0, split = 0;  // decode
+  bool persistent = false;    // sm90
   std::string name() const;
   // The tactic a name spells, or nullopt for anything else.
   static std::optional<GemmTactic> parse(std::string_view name);
   bool operator==(const GemmTactic& o) const {
     return path == o.path && bn == o.bn && stages == o.stages && tokens == o.tokens &&
-           split == o.split;
+           split == o.split && persistent == o.persistent;
   }
 };
 
@@ -59,7 +63,8 @@ std::string gemm_bucket(DType dtype, DType out_dtype, int64_t m, int64_t n, int6
 // Whether `t` can serve every m of the bucket of m_bucket rows: the launch paths' own checks (a
 // compute capability 9.0 device, operands TMA can describe, sides TMA's coordinates reach, the
 // stages in shared memory, token tile and cluster split within the kernel's limits, grid sizes;
-// mma_sm80_can_run for the mma tactics).
+// mma_sm80_can_run for the mma tactics). A persistent sm90 tactic is valid wherever its
+// one-tile form is (the same tiles and ring; its grid is only smaller).
 bool gemm_tactic_valid(const GemmTactic& t, int64_t m_bucket, int64_t n, int64_t k,
                        const GemmTarget& target);
 
