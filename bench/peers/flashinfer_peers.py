@@ -60,6 +60,17 @@ def base_row(op, shape, dtype, fi):
             "flashinfer": fi.__version__}
 
 
+def plan_refused(label, row, e, args, out):
+    """A wrapper's plan (or its module load) refused the case: one line, and the row with its
+    error under every run, so the case is not silently missing from peers.jsonl."""
+    why = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
+    row["error"] = f"plan: {why}"
+    print(f"{label}: {row['error']}", flush=True)
+    if out:
+        for timer, flush in args.runs:
+            out.write(json.dumps(dict(row, timer=timer, flush=flush)) + "\n")
+
+
 def run_cases(cases, args, out):
     """cases: [(label, row, fn, nbytes, flops or None)] timed under every run."""
     for label, row, fn, nbytes, flops in cases:
@@ -100,12 +111,7 @@ def decode_attention(fi, args, out, dt, gen):
                                                       backend="fa2", **bufs)
             w.plan(indptr, indices, last, hq, hk, d, ps, q_data_type=dt, kv_data_type=dt)
         except Exception as e:  # the plan (or the module load) refused: one row says so
-            why = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
-            row["error"] = f"plan: {why}"
-            print(f"{label}: {row['error']}", flush=True)
-            if out:
-                for timer, flush in args.runs:
-                    out.write(json.dumps(dict(row, timer=timer, flush=flush)) + "\n")
+            plan_refused(label, row, e, args, out)
             continue
         nbytes = k.nbytes + v.nbytes + 2 * q.nbytes + 4 * (indices.numel() + indptr.numel() +
                                                            last.numel())
@@ -172,12 +178,7 @@ def batch_prefill(fi, args, out, dt, gen):
                            kv_data_type=dt)
                     fn = lambda w=w: w.run(q, k, v, out=o)
             except Exception as e:
-                why = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
-                row["error"] = f"plan: {why}"
-                print(f"{label}: {row['error']}", flush=True)
-                if out:
-                    for timer, flush in args.runs:
-                        out.write(json.dumps(dict(row, timer=timer, flush=flush)) + "\n")
+                plan_refused(label, row, e, args, out)
                 continue
             run_cases([(label, row, fn, nbytes, flops)], args, out)
         del q, k, v, o
