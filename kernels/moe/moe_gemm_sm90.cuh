@@ -64,19 +64,21 @@ KJIT_DEVICE KJIT_FORCEINLINE void write_swiglu_tile(const gemm::GemmParams& p, i
 
 // The producer of a grouped tile (one thread): the K blocks of a's rows t.row0 .. + 127 and of
 // b's rows for column tile n_tile of expert t.expert (SWIGLU: its gate slice and the matching up
-// slice). IN is the element TMA moves (16-bit: e4m3 pairs for the fp8 kernel).
+// slice). IN is the element TMA moves (16-bit: e4m3 pairs for the fp8 kernel). it0: the ring's
+// running stage count at the first K block (the persistent kernels' later items).
 template <typename IN, int BN, int STAGES, bool SWIGLU>
 KJIT_DEVICE KJIT_FORCEINLINE void produce_expert(const gemm::GemmParams& g, const gemm::Ring& r,
-                                                 int k_blocks, const GroupTile& t, int n_tile) {
+                                                 int k_blocks, const GroupTile& t, int n_tile,
+                                                 int it0 = 0) {
   const int b_first = static_cast<int>(t.expert * g.n);  // the expert's first row of b
   const int a_row = static_cast<int>(t.row0);
   if (SWIGLU) {
     const int gate = b_first + n_tile * (BN / 2);
     gemm::produce_rows<IN, BN, STAGES>(g, r.tiles, r.full, r.empty, k_blocks, a_row, gate,
-                                       gate + static_cast<int>(g.n / 2));
+                                       gate + static_cast<int>(g.n / 2), it0);
   } else {
     gemm::produce_rows<IN, BN, STAGES>(g, r.tiles, r.full, r.empty, k_blocks, a_row,
-                                       b_first + n_tile * BN);
+                                       b_first + n_tile * BN, -1, it0);
   }
 }
 

@@ -155,7 +155,7 @@ bool call(const Fp8Case& c, Fp8Tensors& t, void* stream) {
                : ops::moe_grouped_gemm_fp8_swiglu(t.a.get(), t.b.get(), t.sa.get(), t.sb.get(),
                                                   t.sched.get(), t.out.get(), stream, c.tuning);
   }
-  if (c.tuning.force != ops::MoeGemmForce::kNone || c.tuning.split != 0) {
+  if (forced(c.tuning)) {
     if (c.masked) {
       REQUIRE_NOTHROW(ops::moe_grouped_gemm_fp8_masked(t.a.get(), t.b.get(), t.sa.get(), t.sb.get(),
                                                        t.sched.get(), t.out.get(), stream,
@@ -229,7 +229,8 @@ std::string describe(const Fp8Case& c) {
          (c.tuning.force == ops::MoeGemmForce::kDecode  ? " forced decode"
           : c.tuning.force == ops::MoeGemmForce::kTiles ? " forced tiles"
                                                         : "") +
-         (c.tuning.split != 0 ? " split " + std::to_string(c.tuning.split) : "");
+         (c.tuning.split != 0 ? " split " + std::to_string(c.tuning.split) : "") +
+         (c.tuning.persistent ? " persistent" : "");
 }
 
 // Runs one case on fresh operands and checks it; returns whether the call was served.
@@ -517,6 +518,97 @@ TEST_CASE("moe fp8 gpu: the decode kernel replays in a CUDA graph with new count
   // SwiGLU (I = 192), a split K forced.
   c.swiglu = true;
   c.tuning.split = 3;
+  replay_masked(c, 4, counts_of, rng);
+}
+
+TEST_CASE("moe fp8 gpu: the persistent tile kernel against fp64", "[gpu][moe][fp8][sm90a]") {
+  REQUIRE(gpu_caps().sm90a());
+  std::mt19937_64 rng(std::random_device{}());
+  ops::MoeGemmTuning persistent;
+  persistent.persistent = true;
+  // Experts of 0, 1 and many rows, n off the tile, k with a short last chunk, scales 2^10 apart;
+  // k = 128 and 16: one stage an item (every item's record in the next slot).
+  for (const int k : {1040, 128, 16}) {
+    Fp8Case c;
+    c.counts = uneven_counts(8, 700, rng);
+    c.n = 200;
+    c.k = k;
+    c.spare_rows = 5;
+    c.wide_scales = k == 1040;
+    c.tuning = persistent;
+    CHECK(run_fp8(c, rng));
+  }
+  // Skewed: one expert 90% of 3000 rows.
+  Fp8Case s;
+  s.counts = skewed_counts(32, 3000, 3);
+  s.n = 384;
+  s.k = 512;
+  s.wide_scales = true;
+  s.tuning = persistent;
+  CHECK(run_fp8(s, rng));
+  // More items than SMs, with row tiles past the schedule's end inside a band of more items than
+  // the grid (bound tiles_m 48, bands of 16 x 10 items; moe_gpu_test.cpp's bf16 case).
+  Fp8Case b;
+  b.counts = uneven_counts(24, 3000, rng);
+  b.n = 1280;
+  b.k = 128;
+  b.tuning = persistent;
+  CHECK(run_fp8(b, rng));
+  // SwiGLU: I = 192 (gate and up in different scale blocks), Qwen3's I = 768 (a band of 192
+  // items); masked SwiGLU, counts clamped; every expert empty.
+  for (const int inter : {192, 768}) {
+    Fp8Case w;
+    w.swiglu = true;
+    w.counts = uneven_counts(16, 1500, rng);
+    w.n = 2 * inter;
+    w.k = 256;
+    w.wide_scales = inter == 192;
+    w.tuning = persistent;
+    CHECK(run_fp8(w, rng));
+  }
+  Fp8Case m;
+  m.swiglu = true;
+  m.masked = true;
+  m.max_rows = 130;
+  m.counts = {0, 1, 130, 77, 500, -3};
+  m.n = 256;
+  m.k = 384;
+  m.tuning = persistent;
+  CHECK(run_fp8(m, rng));
+  Fp8Case none;
+  none.counts = {0, 0, 0};
+  none.n = 128;
+  none.k = 128;
+  none.spare_rows = 3;
+  none.tuning = persistent;
+  CHECK(run_fp8(none, rng));
+}
+
+TEST_CASE("moe fp8 gpu: the persistent tile kernel replays in a CUDA graph with new counts",
+          "[gpu][moe][fp8][sm90a]") {
+  REQUIRE(gpu_caps().sm90a());
+  std::mt19937_64 rng(std::random_device{}());
+  // 16 experts of up to 160 rows, n = 1280 (up to 32 x 10 items, more than the SMs); round 0:
+  // one expert 90%, round 1: random, round 2: none, round 3: every expert full.
+  Fp8Case c;
+  c.masked = true;
+  c.max_rows = 160;
+  c.counts.assign(16, 1);
+  c.n = 1280;
+  c.k = 128;
+  c.tuning.persistent = true;
+  std::uniform_int_distribution<int> pick(0, c.max_rows);
+  const auto counts_of = [&](int round) {
+    std::vector<int> counts;
+    for (int e = 0; e < 16; ++e) counts.push_back(pick(rng));
+    if (round == 0) counts = skewed_counts(16, c.max_rows * 10 / 9, 7);
+    if (round == 2) counts.assign(16, 0);
+    if (round == 3) counts.assign(16, c.max_rows);
+    return counts;
+  };
+  replay_masked(c, 4, counts_of, rng);
+  // SwiGLU (I = 640).
+  c.swiglu = true;
   replay_masked(c, 4, counts_of, rng);
 }
 

@@ -302,7 +302,7 @@ struct GroupedCase {
   // A forced kernel or split: the call goes through the ops layer (kjit's entry points pass the
   // default).
   ops::MoeGemmTuning tuning;
-  bool tuned() const { return tuning.force != ops::MoeGemmForce::kNone || tuning.split != 0; }
+  bool tuned() const { return forced(tuning); }
 };
 
 // Checks out (poisoned before the call) against fp64: rows of each expert's range, and poison
@@ -388,7 +388,8 @@ void run_grouped(const GroupedCase& c, std::mt19937_64& rng) {
       c.masked ? c.max_rows : rows / experts, c.n, c.k, experts, ops::gemm_target(0, tma),
       ops::moe_decode_rows(c.masked, rows, c.max_rows, experts));
   INFO("path " << ops::gemm_path_name(cfg.path) << " bn " << cfg.bn << " tokens " << cfg.tokens
-               << " force " << static_cast<int>(c.tuning.force) << " split " << c.tuning.split);
+               << " force " << static_cast<int>(c.tuning.force) << " split " << c.tuning.split
+               << " persistent " << c.tuning.persistent);
   (void)es;
   const Elems a = random_elems(c.dtype, static_cast<size_t>(rows) * c.k, rng);
   const Elems b = random_elems(c.dtype, static_cast<size_t>(experts) * c.n * c.k, rng);
@@ -575,7 +576,7 @@ namespace {
 // point, or the ops layer where the tuning forces a kernel.
 void call_masked(Tensor& at, Tensor& bt, Tensor& ct, Tensor& ot, const ops::MoeGemmTuning& tuning,
                  CUstream stream) {
-  if (tuning.force != ops::MoeGemmForce::kNone || tuning.split != 0) {
+  if (forced(tuning)) {
     REQUIRE_NOTHROW(
         ops::moe_grouped_gemm_masked(at.get(), bt.get(), ct.get(), ot.get(), stream, tuning));
   } else {
@@ -1142,4 +1143,150 @@ TEST_CASE("moe gpu: gate / up GEMM with silu_and_mul fused, against fp64", "[gpu
   odd.inter = 32;
   odd.k = 67;
   CHECK_FALSE(run_swiglu(odd, rng));
+}
+
+// ---- the persistent tile kernel (moe_gemm_persistent_sm90.cuh) ---------------------------------
+
+TEST_CASE("moe gpu: the persistent tile kernel per expert against fp64", "[gpu][moe][sm90a]") {
+  REQUIRE(tensor_cores());
+  std::mt19937_64 rng(std::random_device{}());
+  ops::MoeGemmTuning persistent;
+  persistent.persistent = true;
+  // Experts of 0, 1 and many rows, n and k off the tile edges; k = 64 and 72: one and two stages
+  // an item, so each block's items wrap the ring many times (the stage slots' records and the
+  // end record); k = 584: more stages an item than the ring holds. bf16 and fp32 out.
+  for (const char* od : {"bf16", "fp32"}) {
+    for (const auto& [experts, rows, n, k] : std::vector<std::array<int, 4>>{
+             {4, 300, 136, 72}, {8, 700, 256, 64}, {16, 40, 200, 584}, {3, 1, 8, 64}}) {
+      GroupedCase c;
+      c.out_dtype = od;
+      c.counts = uneven_counts(experts, rows, rng);
+      c.n = n;
+      c.k = k;
+      c.spare_rows = 5;
+      c.tuning = persistent;
+      run_grouped(c, rng);
+    }
+  }
+  // fp16, every expert empty but one; and every expert empty (every block's first record is
+  // the end one).
+  GroupedCase h;
+  h.dtype = h.out_dtype = "fp16";
+  h.counts = {0, 0, 257, 0};
+  h.n = 130;
+  h.k = 64;
+  h.tuning = persistent;
+  run_grouped(h, rng);
+  GroupedCase none;
+  none.counts = {0, 0, 0};
+  none.n = 128;
+  none.k = 128;
+  none.spare_rows = 4;
+  none.tuning = persistent;
+  run_grouped(none, rng);
+  // Skewed: one expert 90% of 3000 rows (its 22 row tiles, the others' single partial ones).
+  GroupedCase s;
+  s.counts = skewed_counts(32, 3000, 3);
+  s.n = 384;
+  s.k = 256;
+  s.tuning = persistent;
+  run_grouped(s, rng);
+  // More items than SMs, with past-the-end row tiles inside a band that has more items than the
+  // grid: 24 experts of ~125 rows bound tiles_m at 48 (bands of 16 row tiles) while the schedule
+  // has about 40, and n = 1280 makes a band 160 items against 132 SMs, so a block meets an item
+  // past the end and then a real one of the same band (a `break` there would leave rows unwritten).
+  GroupedCase b;
+  b.counts = uneven_counts(24, 3000, rng);
+  b.n = 1280;
+  b.k = 64;
+  b.tuning = persistent;
+  run_grouped(b, rng);
+  // Wide tiles (bn 256: 512+ rows an expert), several items a block.
+  GroupedCase w;
+  w.counts = {0, 2100, 1, 1300, 900};
+  w.n = 1024;
+  w.k = 128;
+  w.tuning = persistent;
+  run_grouped(w, rng);
+  // Masked, counts clamped.
+  GroupedCase m;
+  m.masked = true;
+  m.max_rows = 130;
+  m.counts = {0, 1, 130, 77, 500, -3};
+  m.n = 160;
+  m.k = 136;
+  m.tuning = persistent;
+  run_grouped(m, rng);
+  // A call the tile kernel cannot serve (odd k: the fallback) is refused, not run otherwise.
+  GroupedCase odd;
+  odd.counts = {3, 5};
+  odd.n = 32;
+  odd.k = 67;
+  odd.tuning = persistent;
+  const GroupedRows l = grouped_rows(odd.counts, false, 0, 0);
+  const Elems a = random_elems("bf16", static_cast<size_t>(l.rows) * odd.k, rng);
+  const Elems bw = random_elems("bf16", size_t{2} * odd.n * odd.k, rng);
+  DevElems a_d(a), b_d(bw), out_d(Elems("bf16", static_cast<size_t>(l.rows) * odd.n));
+  Buf<int32_t> sched_d(l.sched);
+  auto at = make_tensor(a_d.dev.get(), {l.rows, odd.k}, dl_dtype("bf16"));
+  auto bt = make_tensor(b_d.dev.get(), {2, odd.n, odd.k}, dl_dtype("bf16"));
+  auto ct = make_tensor(sched_d.dev.get(), {3}, dl_dtype("int32"));
+  auto ot = make_tensor(out_d.dev.get(), {l.rows, odd.n}, dl_dtype("bf16"));
+  CHECK_THROWS(ops::moe_grouped_gemm(at.get(), bt.get(), ct.get(), ot.get(), nullptr, odd.tuning));
+}
+
+TEST_CASE("moe gpu: the persistent tile kernel with silu_and_mul fused, against fp64",
+          "[gpu][moe][sm90a]") {
+  REQUIRE(tensor_cores());
+  std::mt19937_64 rng(std::random_device{}());
+  for (const char* dt : {"bf16", "fp16"}) {
+    // I off the 64-wide gate slices; Qwen3's I = 768 (12 column tiles: a band of 192 items).
+    for (const auto& [experts, rows, inter, k] : std::vector<std::array<int, 4>>{
+             {8, 700, 136, 72}, {24, 2000, 768, 64}, {4, 2600, 200, 128}}) {
+      SwigluCase c;
+      c.dtype = dt;
+      c.counts = uneven_counts(experts, rows, rng);
+      c.inter = inter;
+      c.k = k;
+      c.tuning.persistent = true;
+      CHECK(run_swiglu(c, rng));
+    }
+  }
+  // Skewed (one expert 90%), masked with counts clamped.
+  SwigluCase s;
+  s.counts = skewed_counts(16, 2000, 5);
+  s.inter = 200;
+  s.k = 128;
+  s.tuning.persistent = true;
+  CHECK(run_swiglu(s, rng));
+  SwigluCase m;
+  m.masked = true;
+  m.max_rows = 130;
+  m.counts = {0, 1, 130, 77, 500, -3};
+  m.inter = 80;
+  m.k = 64;
+  m.tuning.persistent = true;
+  CHECK(run_swiglu(m, rng));
+}
+
+TEST_CASE("moe gpu: the persistent tile kernel replays in a CUDA graph with new counts",
+          "[gpu][moe][sm90a]") {
+  REQUIRE(tensor_cores());
+  std::mt19937_64 rng(std::random_device{}());
+  // 16 experts of up to 300 rows, n = 1280: up to 48 x 10 items bound (more than the SMs), the
+  // grid fixed at capture. Round 0: one expert holds 90% of the rows; round 1: random; round 2:
+  // none (every block ends at once); round 3: every expert full.
+  const int experts = 16, max_rows = 300;
+  std::uniform_int_distribution<int> pick(0, max_rows);
+  const auto counts_of = [&](int round) {
+    std::vector<int> counts;
+    for (int e = 0; e < experts; ++e) counts.push_back(pick(rng));
+    if (round == 0) counts = skewed_counts(experts, max_rows * 10 / 9, 7);
+    if (round == 2) counts.assign(experts, 0);
+    if (round == 3) counts.assign(experts, max_rows);
+    return counts;
+  };
+  ops::MoeGemmTuning persistent;
+  persistent.persistent = true;
+  replay_masked(experts, max_rows, 1280, 64, persistent, 4, counts_of, rng);
 }

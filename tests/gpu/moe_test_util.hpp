@@ -4,7 +4,30 @@
 #include <random>
 #include <vector>
 
+#include "ops/moe/moe.hpp"
+
 namespace kjit::test {
+
+// Whether a call's tuning forces anything (a kernel, a split, the persistent form): such calls go
+// through the ops layer, which takes the tuning; the C entry points run the defaults.
+inline bool forced(const ops::MoeGemmTuning& t) {
+  return t.force != ops::MoeGemmForce::kNone || t.split != 0 || t.persistent;
+}
+
+// Rows per expert for the persistent kernels' tests: `experts` experts over `rows` rows, expert
+// `big` taking 90% of them, one expert with none and one with a single row, the rest even.
+inline std::vector<int> skewed_counts(int experts, int rows, int big) {
+  std::vector<int> counts(experts, 0);
+  counts[big] = rows * 9 / 10;
+  int left = rows - counts[big] - 1;
+  counts[(big + 2) % experts] = 1;
+  for (int e = 0; left > 0; e = (e + 1) % experts) {
+    if (e == big || e == (big + 1) % experts || e == (big + 2) % experts) continue;
+    ++counts[e];
+    --left;
+  }
+  return counts;
+}
 
 // Rows per expert: `experts` experts over `rows` rows, with experts of 0 and 1 rows and the rest
 // random.

@@ -100,6 +100,11 @@ GroupedBench grouped_bench(const std::string& op, const ops::SetArgs& args) {
   if (args.count("split") != 0) {
     g.tuning.split = static_cast<int>(ops::positive_int_arg(args, "split", 8));
   }
+  // persistent: the 128-row tile kernel's persistent form (a tile kernel forced, as path=sm90).
+  g.tuning.persistent = flag_arg(args, "persistent");
+  if (g.tuning.persistent && g.path == "decode") {
+    throw UsageError(op + ": persistent is the 128-row tile kernel's form, not path=decode");
+  }
   const std::string layout = args.count("layout") != 0 ? args.at("layout") : "contiguous";
   if (layout != "contiguous" && layout != "masked") {
     throw UsageError(op + ": layout is contiguous or masked");
@@ -118,11 +123,7 @@ GroupedBench grouped_bench(const std::string& op, const ops::SetArgs& args) {
 // The host's bound on an expert's rows for the decode kernel's choice, as the op computes it
 // (contiguous layout) or as the forced path sets it.
 int64_t bench_decode_rows(const GroupedBench& g) {
-  if (g.tuning.force == ops::MoeGemmForce::kTiles) return 0;
-  if (g.tuning.force == ops::MoeGemmForce::kDecode) {
-    return std::clamp<int64_t>(g.masked ? g.max_rows : g.rows, 1, moe::kMoeDecodeMaxTokens);
-  }
-  return ops::moe_decode_rows(g.masked, g.call_rows(), g.max_rows, g.experts);
+  return ops::moe_tuned_decode_rows(g.tuning, g.masked, g.call_rows(), g.max_rows, g.experts);
 }
 
 int bench_moe_grouped_gemm(const ops::SetArgs& args, const BenchOptions& opts) {
@@ -163,6 +164,7 @@ int bench_moe_grouped_gemm(const ops::SetArgs& args, const BenchOptions& opts) {
       masked ? max_rows : rows / experts, n, k, experts,
       ops::gemm_target(0, (k * static_cast<int64_t>(es)) % 16 == 0), bench_decode_rows(g));
   cfg.swiglu = swiglu ? 1 : 0;
+  cfg.persistent = g.tuning.persistent && cfg.path == ops::GemmPath::kSm90 ? 1 : 0;
   if (swiglu && cfg.path == ops::GemmPath::kSimt) {
     throw UsageError(
         "moe_grouped_gemm: swiglu runs on the sm90 path only (sm_90a, k * 2 bytes "
@@ -180,10 +182,13 @@ int bench_moe_grouped_gemm(const ops::SetArgs& args, const BenchOptions& opts) {
   if (masked) c.shape["layout"] = "masked";
   c.shape["path"] = ops::gemm_path_name(cfg.path);
   if (g.tuning.split != 0) c.shape["split"] = g.tuning.split;
+  if (g.tuning.persistent) c.shape["persistent"] = 1;
   c.label = fmt::format("moe_grouped_gemm {} e={} top{} tokens={} n={} k={} {}{}{} ({}{})", dtype,
                         experts, top_k, tokens, n, k, routing, swiglu ? " swiglu" : "",
                         masked ? " masked" : "", ops::gemm_path_name(cfg.path),
-                        cfg.tokens != 0 ? fmt::format(" {} tokens", cfg.tokens) : std::string());
+                        cfg.tokens != 0       ? fmt::format(" {} tokens", cfg.tokens)
+                        : cfg.persistent != 0 ? std::string(" persistent")
+                                              : std::string());
   const ops::MoeGemmTuning tuning = g.tuning;
   c.launch = [&](CUstream stream) {
     bool served = true;
@@ -441,9 +446,10 @@ int bench_moe_grouped_gemm_fp8(const ops::SetArgs& args, const BenchOptions& opt
   auto sbt = test::make_tensor(in.at(sb_at), {experts, n_blocks, chunks}, f32);
   auto ot = test::make_tensor(in.at(off_at), {experts + 1}, test::dl_dtype("int32"));
   auto yt = test::make_tensor(y.get(), {rows, out_n}, test::dl_dtype("bf16"));
-  const ops::MoeGemmFp8Config cfg =
+  ops::MoeGemmFp8Config cfg =
       ops::select_moe_gemm_fp8(ops::DType::kBF16, rows, n, k, experts, swiglu,
                                ops::gemm_target(0, k % 16 == 0), bench_decode_rows(g));
+  cfg.persistent = g.tuning.persistent && cfg.tokens == 0 ? 1 : 0;
   const ops::MoeGemmTuning tuning = g.tuning;
 
   BenchCase c;
@@ -456,9 +462,12 @@ int bench_moe_grouped_gemm_fp8(const ops::SetArgs& args, const BenchOptions& opt
   if (swiglu) c.shape["swiglu"] = 1;
   c.shape["path"] = cfg.tokens != 0 ? "decode" : "sm90";
   if (g.tuning.split != 0) c.shape["split"] = g.tuning.split;
+  if (g.tuning.persistent) c.shape["persistent"] = 1;
   c.label = fmt::format("moe_grouped_gemm_fp8 e={} top{} tokens={} n={} k={} {}{} ({})", experts,
                         g.top_k, g.tokens, n, k, g.routing, swiglu ? " swiglu" : "",
-                        cfg.tokens != 0 ? fmt::format("decode {} tokens", cfg.tokens) : "sm90");
+                        cfg.tokens != 0       ? fmt::format("decode {} tokens", cfg.tokens)
+                        : cfg.persistent != 0 ? std::string("sm90 persistent")
+                                              : std::string("sm90"));
   c.launch = [&](CUstream stream) {
     if (!swiglu) {
       ops::moe_grouped_gemm_fp8(at.get(), bt.get(), sat.get(), sbt.get(), ot.get(), yt.get(),
@@ -507,7 +516,7 @@ int bench_moe_grouped_gemm_fp8(const ops::SetArgs& args, const BenchOptions& opt
 void add_moe_benches(std::vector<BenchEntry>& out) {
   out.push_back({"moe_grouped_gemm",
                  {"experts", "top_k", "tokens", "n", "k"},
-                 {"dtype", "routing", "swiglu", "path", "split", "layout"},
+                 {"dtype", "routing", "swiglu", "path", "split", "layout", "persistent"},
                  bench_moe_grouped_gemm,
                  "experts, top_k, tokens, n, k (b is [experts, n, k]); dtype (bf16|fp16, default "
                  "bf16), routing (even|skew: 90% of first slots to expert 0; default even), swiglu "
@@ -515,7 +524,8 @@ void add_moe_benches(std::vector<BenchEntry>& out) {
                  "(auto|decode|sm90: the weight-streaming decode kernel or the 128-row tiles "
                  "forced; default auto), split (the decode kernel's K split, 1 .. 8), layout "
                  "(contiguous|masked: [experts, tokens, k] with device counts, the CUDA-graph "
-                 "decode form; default contiguous)"});
+                 "decode form; default contiguous), persistent (0|1: the 128-row tile kernel's "
+                 "persistent form, min(items, SMs) blocks; default 0)"});
   out.push_back({"moe_forward",
                  {"experts", "top_k", "tokens", "hidden", "inter"},
                  {"dtype", "routing"},
@@ -525,13 +535,13 @@ void add_moe_benches(std::vector<BenchEntry>& out) {
                  "logits favour expert 0 for 90% of the tokens; default even)"});
   out.push_back({"moe_grouped_gemm_fp8",
                  {"experts", "top_k", "tokens", "n", "k"},
-                 {"routing", "swiglu", "path", "split"},
+                 {"routing", "swiglu", "path", "split", "persistent"},
                  bench_moe_grouped_gemm_fp8,
                  "experts, top_k, tokens, n, k (e4m3 b [experts, n, k] with 128 x 128 block "
                  "scales, a with 1 x 128 group scales, bf16 out; sm_90a); routing (even|skew; "
                  "default even), swiglu (0|1: b is w13 with n = 2 I, I a multiple of 64; default "
                  "0), path (auto|decode|sm90; default auto), split (the decode kernel's K split, "
-                 "1 .. 8)"});
+                 "1 .. 8), persistent (0|1: the tile kernel's persistent form; default 0)"});
 }
 
 }  // namespace kjit::cli

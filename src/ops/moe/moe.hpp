@@ -74,6 +74,10 @@ struct MoeGemmConfig {
   // int: the config's bytes are its cache key, so it has no padding.
   int swiglu = 0;
   int tokens = 0;  // kSm90Decode: the token tile (16, 32 or 64)
+  // kSm90 only, 0 or 1: moe_gemm_sm90_persistent_kernel (moe_gemm_persistent_sm90.cuh), a grid
+  // of min(items, SMs) blocks looping over the schedule's items. Never the default yet (see
+  // select_moe_gemm); MoeGemmTuning::persistent forces it.
+  int persistent = 0;
 };
 
 // The decode path's bound on one row tile's rows (the token tile holds them), from what the host
@@ -95,7 +99,19 @@ struct MoeGemmTuning {
   // The decode kernel's split of K over a cluster (1 .. kGemmDecodeMaxSplit); 0: chosen from
   // the device's residency and the active items expected. Unused by the other kernels.
   int split = 0;
+  // The persistent form of the 128-row tile kernel (bf16 / fp16 and fp8): implies kTiles, so a
+  // call the tile kernel cannot serve is KJIT_ERROR_INVALID_ARGUMENT as that force's.
+  bool persistent = false;
 };
+
+// decode_rows of a call under a tuning: moe_decode_rows, or what the tuning forces (the host's
+// bound on an expert's rows, capped at the widest tile, for the decode kernel; 0 for the tile
+// kernel, persistent or not). rows: a's rows (masked: experts x rows_per_expert).
+int64_t moe_tuned_decode_rows(const MoeGemmTuning& t, bool masked, int64_t rows,
+                              int64_t rows_per_expert, int64_t experts);
+// Throws KJIT_ERROR_INVALID_ARGUMENT when the tuning forces a kernel the call did not get (decode:
+// whether it got the decode kernel; tiles: the 128-row tile kernel, which the persistent form is).
+void check_moe_forced(const char* op, const MoeGemmTuning& t, bool decode, bool tiles);
 
 // The decode path where decode_rows (moe_decode_rows) is 1 .. 64 and gemm_decode_tile serves it
 // on `target` (sm_90a, TMA-ready a and b); else the wgmma path on a compute capability 9.0 device
@@ -129,6 +145,8 @@ struct MoeGemmFp8Config {
   int stages = 0;
   int swiglu = 0;
   int tokens = 0;  // 0: the 128-row tile kernel; else the decode kernel's token tile (16 .. 64)
+  // The tile kernel only, 0 or 1: moe_gemm_fp8_sm90_persistent_kernel (as MoeGemmConfig's).
+  int persistent = 0;
 };
 
 // Support and dispatch in one place: the wgmma kernel on a compute capability 9.0 device with

@@ -315,7 +315,12 @@ OpDef moe_grouped_gemm_op_def() {
              {"0", "1"},
              false,
              "sm90 and decode: silu(gate) * up in the epilogue, b = w13 [experts, 2 I, k] "
-             "(default 0)"}};
+             "(default 0)"},
+            {"persistent",
+             {"0", "1"},
+             false,
+             "sm90: 1 = persistent blocks (min(items, SMs) blocks looping over the schedule's "
+             "items; the bench's persistent=1), default 0"}};
   d.arch_families = {"sm_80+", "sm_90a"};
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
@@ -328,6 +333,11 @@ OpDef moe_grouped_gemm_op_def() {
     c.out_dtype = dtype_from_name(args.at("out_dtype"));
     const bool tiles =
         args.count("bn") != 0 || args.count("stages") != 0 || args.count("swiglu") != 0;
+    const bool persistent = args.count("persistent") != 0 && args.at("persistent") == "1";
+    if (persistent && c.path != GemmPath::kSm90) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "moe_grouped_gemm: persistent is an sm90 setting");
+    }
+    c.persistent = persistent ? 1 : 0;
     if (c.path != GemmPath::kSm90Decode && args.count("tokens") != 0) {
       fail(KJIT_ERROR_INVALID_ARGUMENT, "moe_grouped_gemm: tokens is a decode setting");
     }
@@ -365,6 +375,7 @@ OpDef moe_grouped_gemm_op_def() {
         out.push_back(
             {{"path", "sm90"}, {"dtype", dt}, {"out_dtype", dt}, {"bn", bn}, {"swiglu", "1"}});
       }
+
       // The decode kernel at every token tile, plain and (out in a's dtype) SwiGLU.
       for (const std::string& tokens : kDecodeTokens) {
         for (const char* od : {dt, "fp32"}) {
@@ -375,6 +386,18 @@ OpDef moe_grouped_gemm_op_def() {
                        {"out_dtype", dt},
                        {"tokens", tokens},
                        {"swiglu", "1"}});
+      }
+    }
+    // The persistent forms the suite times beside the default (bf16, both tile widths, plain
+    // and SwiGLU), so a bench run loads them instead of compiling; not the default anywhere yet.
+    for (const char* bn : {"128", "256"}) {
+      for (const char* swiglu : {"0", "1"}) {
+        out.push_back({{"path", "sm90"},
+                       {"dtype", "bf16"},
+                       {"out_dtype", "bf16"},
+                       {"bn", bn},
+                       {"swiglu", swiglu},
+                       {"persistent", "1"}});
       }
     }
     return out;
@@ -477,7 +500,12 @@ OpDef moe_grouped_gemm_fp8_op_def() {
             {"swiglu",
              {"0", "1"},
              false,
-             "silu(gate) * up in the epilogue, b = w13 [experts, 2 I, k] (default 0)"}};
+             "silu(gate) * up in the epilogue, b = w13 [experts, 2 I, k] (default 0)"},
+            {"persistent",
+             {"0", "1"},
+             false,
+             "the 128-row tile kernel's persistent form (min(items, SMs) blocks looping over the "
+             "schedule's items; the bench's persistent=1), default 0"}};
   d.arch_families = {"sm_90a"};
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
@@ -489,6 +517,12 @@ OpDef moe_grouped_gemm_fp8_op_def() {
                                    : 6;
     c.stages = args.count("stages") != 0 ? std::stoi(args.at("stages")) : dflt;
     c.swiglu = args.count("swiglu") != 0 && args.at("swiglu") == "1" ? 1 : 0;
+    c.persistent = args.count("persistent") != 0 && args.at("persistent") == "1" ? 1 : 0;
+    if (c.persistent != 0 && c.tokens != 0) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT,
+           "moe_grouped_gemm_fp8: persistent is the 128-row tile kernel's setting, not the "
+           "decode kernel's (tokens)");
+    }
     return moe_gemm_fp8_spec(c);
   };
   // bf16 out for the entry points; the SwiGLU form in both 16-bit dtypes for the layer's gate_up;
@@ -496,7 +530,10 @@ OpDef moe_grouped_gemm_fp8_op_def() {
   d.catalog = [] {
     std::vector<SetArgs> out = {{{"out_dtype", "bf16"}},
                                 {{"out_dtype", "bf16"}, {"swiglu", "1"}},
-                                {{"out_dtype", "fp16"}, {"swiglu", "1"}}};
+                                {{"out_dtype", "fp16"}, {"swiglu", "1"}},
+                                // the persistent forms the suite times (bf16 out)
+                                {{"out_dtype", "bf16"}, {"persistent", "1"}},
+                                {{"out_dtype", "bf16"}, {"swiglu", "1"}, {"persistent", "1"}}};
     for (const std::string& tokens : kDecodeTokens) {
       out.push_back({{"out_dtype", "bf16"}, {"tokens", tokens}});
       out.push_back({{"out_dtype", "bf16"}, {"tokens", tokens}, {"swiglu", "1"}});

@@ -116,9 +116,11 @@ moe::MoeGemmParams grouped_params(const GroupedOperands& g) {
 }
 
 // The wgmma kernels' grid, tensor maps and shared memory (bf16 and fp8 stages hold the same
-// bytes); `a_tma` / `b_tma` are a and b as TMA moves them (e4m3 as 16-bit pairs).
+// bytes); `a_tma` / `b_tma` are a and b as TMA moves them (e4m3 as 16-bit pairs). persistent_sms
+// > 0 (the persistent kernels): min(items, persistent_sms) blocks; the items are the same bound
+// either way, so neither grid reads the device's counts.
 void sm90_geometry(const GroupedOperands& g, RowMatrix a_tma, RowMatrix b_tma, int bn, int stages,
-                   bool swiglu, moe::MoeGemmParams& p, cuda::LaunchConfig& lc) {
+                   bool swiglu, int persistent_sms, moe::MoeGemmParams& p, cuda::LaunchConfig& lc) {
   p.tiles_m = static_cast<int>(grouped_tiles_m(g, gemm::kGemmBlockM));
   // A SwiGLU block covers bn / 2 outputs: bn / 2 gate rows and as many up rows of b.
   const int b_box = swiglu ? bn / 2 : bn;
@@ -127,7 +129,9 @@ void sm90_geometry(const GroupedOperands& g, RowMatrix a_tma, RowMatrix b_tma, i
   b_tma.rows = g.experts * g.n;
   p.g.tma_a = tensor_map(a_tma, gemm::kGemmBlockM);
   p.g.tma_b = tensor_map(b_tma, static_cast<uint32_t>(b_box));
-  lc.grid_x = static_cast<unsigned>(int64_t{p.tiles_m} * p.tiles_n);
+  const int64_t items = int64_t{p.tiles_m} * p.tiles_n;
+  lc.grid_x =
+      static_cast<unsigned>(persistent_sms > 0 ? std::min<int64_t>(items, persistent_sms) : items);
   lc.block_x = gemm::kGemmSm90Threads;
   lc.smem_bytes = static_cast<unsigned>(gemm::gemm_sm90_smem_bytes(bn, stages));
 }
@@ -148,23 +152,18 @@ GemmDecodeTile moe_decode_tile(const GemmTarget& target, int64_t decode_rows, in
              : gemm_decode_tile(target, decode_rows, experts * n, k2, [](int) { return 2; });
 }
 
-// decode_rows of a call: moe_decode_rows, or what the tuning forces (the host's bound on an
-// expert's rows, capped at the widest tile, for the decode kernel; 0 for the tile kernel).
 int64_t call_decode_rows(const GroupedOperands& g, const MoeGemmTuning& t) {
-  if (t.force == MoeGemmForce::kTiles) return 0;
-  if (t.force == MoeGemmForce::kDecode) {
-    return std::clamp<int64_t>(g.masked ? g.rows_per_expert : g.rows, 1, moe::kMoeDecodeMaxTokens);
-  }
-  return moe_decode_rows(g.masked, g.rows, g.rows_per_expert, g.experts);
+  return moe_tuned_decode_rows(t, g.masked, g.rows, g.rows_per_expert, g.experts);
 }
 
-// Throws KJIT_ERROR_INVALID_ARGUMENT when the tuning forces a kernel the call did not get.
 void check_forced(const char* op, const MoeGemmTuning& t, bool decode, bool tiles) {
-  if ((t.force == MoeGemmForce::kDecode && !decode) ||
-      (t.force == MoeGemmForce::kTiles && !tiles)) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "{}: the forced {} kernel cannot serve this call", op,
-         t.force == MoeGemmForce::kDecode ? "decode" : "128-row tile");
-  }
+  check_moe_forced(op, t, decode, tiles);
+}
+
+// The persistent kernels' grid bound: the device's SMs (one block fits an SM), or 0 for the
+// one-item kernels.
+int persistent_sms(int persistent, int device) {
+  return persistent != 0 ? cuda::device_info(device).sm_count : 0;
 }
 
 // The decode kernel's tensor maps, schedule bounds and launch (bf16 and fp8 stages hold the same
@@ -211,6 +210,7 @@ bool run_grouped(const GroupedOperands& g, void* stream, const MoeGemmTuning& tu
                cfg.path == GemmPath::kSm90);
   if (g.swiglu && cfg.path == GemmPath::kSimt) return false;
   cfg.swiglu = g.swiglu ? 1 : 0;
+  cfg.persistent = tuning.persistent ? 1 : 0;  // check_forced: the path is kSm90 then
   const jit::LoadedKernel& kern = jit::JitCore::global().kernel_for(
       "moe_grouped_gemm", cfg, g.a.device, [&] { return moe_gemm_spec(cfg); });
   moe::MoeGemmParams p = grouped_params(g);
@@ -223,7 +223,8 @@ bool run_grouped(const GroupedOperands& g, void* stream, const MoeGemmTuning& tu
     return true;
   }
   if (cfg.path == GemmPath::kSm90) {
-    sm90_geometry(g, g.a, g.b, cfg.bn, cfg.stages, g.swiglu, p, lc);
+    sm90_geometry(g, g.a, g.b, cfg.bn, cfg.stages, g.swiglu,
+                  persistent_sms(cfg.persistent, g.a.device), p, lc);
   } else {
     p.tiles_m = static_cast<int>(grouped_tiles_m(g, gemm::kGemmSimtTile));
     p.tiles_n = static_cast<int>(ceil_div(g.n, int64_t{gemm::kGemmSimtTile}));
@@ -323,10 +324,11 @@ bool run_grouped_fp8(const GroupedOperands& g, const GroupedScales& s, void* str
     trace::moe_grouped_gemm_fp8(g.masked, g.out.dtype, g.rows, g.n, g.k, g.experts);
   }
   const bool tma_ok = g.k > 0 && tma_describable(g.a) && tma_describable(g.b);
-  const MoeGemmFp8Config cfg =
+  MoeGemmFp8Config cfg =
       select_moe_gemm_fp8(g.out.dtype, g.rows, g.n, g.k, g.experts, g.swiglu,
                           gemm_target(g.a.device, tma_ok), call_decode_rows(g, tuning));
   check_forced("moe_grouped_gemm_fp8", tuning, cfg.tokens != 0, cfg.tokens == 0);
+  cfg.persistent = tuning.persistent ? 1 : 0;
   const jit::LoadedKernel& kern = jit::JitCore::global().kernel_for(
       "moe_grouped_gemm_fp8", cfg, g.a.device, [&] { return moe_gemm_fp8_spec(cfg); });
   moe::MoeGemmFp8Params p{};
@@ -343,13 +345,32 @@ bool run_grouped_fp8(const GroupedOperands& g, const GroupedScales& s, void* str
                       kern.functions.at(0), tuning.split, p.grouped, &p, stream);
     return true;
   }
-  sm90_geometry(g, as_pairs(g.a), as_pairs(g.b), kMoeGemmFp8Bn, cfg.stages, g.swiglu, p.grouped,
-                lc);
+  sm90_geometry(g, as_pairs(g.a), as_pairs(g.b), kMoeGemmFp8Bn, cfg.stages, g.swiglu,
+                persistent_sms(cfg.persistent, g.a.device), p.grouped, lc);
   cuda::launch(kern.functions.at(0), lc, &p);
   return true;
 }
 
 }  // namespace
+
+int64_t moe_tuned_decode_rows(const MoeGemmTuning& t, bool masked, int64_t rows,
+                              int64_t rows_per_expert, int64_t experts) {
+  if (t.force == MoeGemmForce::kTiles || t.persistent) return 0;
+  if (t.force == MoeGemmForce::kDecode) {
+    return std::clamp<int64_t>(masked ? rows_per_expert : rows, 1, moe::kMoeDecodeMaxTokens);
+  }
+  return moe_decode_rows(masked, rows, rows_per_expert, experts);
+}
+
+void check_moe_forced(const char* op, const MoeGemmTuning& t, bool decode, bool tiles) {
+  if ((t.force == MoeGemmForce::kDecode && !decode) ||
+      ((t.force == MoeGemmForce::kTiles || t.persistent) && !tiles)) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{}: the forced {} kernel cannot serve this call", op,
+         t.force == MoeGemmForce::kDecode ? "decode"
+         : t.persistent                   ? "persistent 128-row tile"
+                                          : "128-row tile");
+  }
+}
 
 int64_t moe_decode_rows(bool masked, int64_t rows, int64_t rows_per_expert, int64_t experts) {
   const int64_t widest = moe::kMoeDecodeMaxTokens;
@@ -383,6 +404,12 @@ MoeGemmConfig select_moe_gemm(DType dtype, DType out_dtype, int64_t rows, int64_
     return c;
   }
   // The GEMM's rule on its m, here per expert: wide tiles once experts have rows to fill them.
+  // One block per item, not the persistent kernel (persistent = 1, forced by
+  // MoeGemmTuning::persistent), which has not run on a GPU. Predicted on the H200 (the next item's
+  // stages load during the epilogue, ~1.5-2 us of fill per item hidden; the epilogue itself still
+  // stalls the MMAs, and the waves are the same): Qwen3-30B-A3B's gate_up at 4096 tokens (K 2048:
+  // 32 stages an item) 455 -> ~500-530 TFLOP/s, Mixtral's at 4096 (K 4096, 256-wide tiles) 624 ->
+  // ~635-650. The suite's `-persistent` rows time both.
   c.bn = avg_rows >= 512 ? 256 : 128;
   c.stages = c.bn == 256 ? 4 : 6;
   if (sm90_can_run(target, rows, experts * n, k, c.bn, c.stages)) {
@@ -402,8 +429,10 @@ jit::Spec moe_gemm_spec(const MoeGemmConfig& c) {
       "moe_grouped_gemm",
       sm90 ? std::vector<std::string>{"common", "activation", "gemm", "moe"}
            : std::vector<std::string>{"common", "gemm", "moe"},
-      decode ? "moe/moe_gemm_decode_sm90.cuh"
-             : (sm90 ? "moe/moe_gemm_sm90.cuh" : "moe/moe_gemm_simt.cuh"),
+      decode              ? "moe/moe_gemm_decode_sm90.cuh"
+      : c.persistent != 0 ? "moe/moe_gemm_persistent_sm90.cuh"
+      : sm90              ? "moe/moe_gemm_sm90.cuh"
+                          : "moe/moe_gemm_simt.cuh",
       sm90 ? std::vector<std::string>{"sm_90a"} : std::vector<std::string>{"sm_80+"});
   b.choice("path", gemm_path_name(c.path), static_cast<int>(c.path));
   b.type("dtype", dtype_name(c.dtype), device_type_name(c.dtype));
@@ -414,7 +443,10 @@ jit::Spec moe_gemm_spec(const MoeGemmConfig& c) {
             {"dtype", "out_dtype", "tokens", "stages", "swiglu"});
   } else if (sm90) {
     b.value("bn", c.bn).value("stages", c.stages).flag("swiglu", c.swiglu != 0, true);
-    b.entry("kjit::moe::moe_gemm_sm90_kernel", {"dtype", "out_dtype", "bn", "stages", "swiglu"});
+    b.flag("persistent", c.persistent != 0, /*omit_false=*/true);
+    b.entry(c.persistent != 0 ? "kjit::moe::moe_gemm_sm90_persistent_kernel"
+                              : "kjit::moe::moe_gemm_sm90_kernel",
+            {"dtype", "out_dtype", "bn", "stages", "swiglu"});
   } else {
     b.entry("kjit::moe::moe_gemm_simt_kernel", {"dtype", "out_dtype"});
   }
@@ -460,6 +492,9 @@ MoeGemmFp8Config select_moe_gemm_fp8(DType out_dtype, int64_t rows, int64_t n, i
   }
   MoeGemmFp8Config c;
   c.out_dtype = out_dtype;
+  // The one-item kernel, not its persistent form (MoeGemmTuning::persistent), unmeasured as the
+  // bf16 one's (select_moe_gemm); an item is ceil(k / 128) chunks (Qwen3-30B-A3B: 16), so the
+  // fill it hides is a larger share: predicted 5-10% over the one-item kernel at 4096 tokens.
   c.stages = kMoeGemmFp8Stages;
   c.swiglu = swiglu ? 1 : 0;
   // Decode shapes: the decode kernel (k / 2: its stages count e4m3 pairs).
@@ -474,7 +509,9 @@ MoeGemmFp8Config select_moe_gemm_fp8(DType out_dtype, int64_t rows, int64_t n, i
 jit::Spec moe_gemm_fp8_spec(const MoeGemmFp8Config& c) {
   const bool decode = c.tokens != 0;
   jit::SpecBuilder b("moe_grouped_gemm_fp8", {"common", "activation", "gemm", "moe"},
-                     decode ? "moe/moe_gemm_decode_sm90.cuh" : "moe/moe_gemm_fp8_sm90.cuh",
+                     decode              ? "moe/moe_gemm_decode_sm90.cuh"
+                     : c.persistent != 0 ? "moe/moe_gemm_persistent_sm90.cuh"
+                                         : "moe/moe_gemm_fp8_sm90.cuh",
                      {"sm_90a"});
   b.type("out_dtype", dtype_name(c.out_dtype), device_type_name(c.out_dtype));
   if (decode) {
@@ -484,7 +521,10 @@ jit::Spec moe_gemm_fp8_spec(const MoeGemmFp8Config& c) {
     return b.build();
   }
   b.value("bn", kMoeGemmFp8Bn).value("stages", c.stages).flag("swiglu", c.swiglu != 0, true);
-  b.entry("kjit::moe::moe_gemm_fp8_sm90_kernel", {"out_dtype", "bn", "stages", "swiglu"});
+  b.flag("persistent", c.persistent != 0, /*omit_false=*/true);
+  b.entry(c.persistent != 0 ? "kjit::moe::moe_gemm_fp8_sm90_persistent_kernel"
+                            : "kjit::moe::moe_gemm_fp8_sm90_kernel",
+          {"out_dtype", "bn", "stages", "swiglu"});
   return b.build();
 }
 

@@ -1,0 +1,164 @@
+// The persistent grouped GEMM kernels (kernels/moe/moe_gemm_persistent_sm90.cuh) without a GPU:
+// the `persistent` specialization axis (in the URI only when 1, so the one-item kernels' URIs
+// stay), its entry points and header, what forcing it does to the kernel choice (the tuning the
+// bench and the GPU tests pass), that no default selects it, and its catalog rows compiled by
+// NVRTC for sm_90a with no local memory.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "jit/arch.hpp"
+#include "jit/cubin_info.hpp"
+#include "jit/settings.hpp"
+#include "ops/moe/moe.hpp"
+#include "ops/registry.hpp"
+#include "runtime/jit_core.hpp"
+#include "support/temp_dir.hpp"
+#include "util/error.hpp"
+
+using namespace kjit;
+using ops::DType;
+using ops::GemmPath;
+
+namespace {
+
+ops::GemmTarget h200() {
+  ops::GemmTarget t;
+  t.cc_major = 9;
+  t.max_smem_optin = 232448;
+  t.sm_count = 132;
+  t.tma_ok = true;
+  t.cp_async_ok = true;
+  return t;
+}
+
+bool has(const std::string& s, const char* part) {
+  return s.find(part) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("moe persistent: the axis names its own kernel and leaves the other URIs", "[moe]") {
+  // Qwen3-30B-A3B's gate_up at 4096 tokens: the 128-row tile kernel, one item a block.
+  ops::MoeGemmConfig c =
+      ops::select_moe_gemm(DType::kBF16, DType::kBF16, 32768, 256, 1536, 2048, 128, h200());
+  REQUIRE(c.path == GemmPath::kSm90);
+  CHECK(c.persistent == 0);  // the default stays the one-item kernel (unmeasured)
+  const jit::Spec one = ops::moe_gemm_spec(c);
+  CHECK(one.uri == "moe_grouped_gemm_path_sm90_dtype_bf16_out_dtype_bf16_bn_128_stages_6");
+  CHECK(has(one.entry_names.at(0), "moe_gemm_sm90_kernel<"));
+  c.persistent = 1;
+  const jit::Spec p = ops::moe_gemm_spec(c);
+  CHECK(p.uri == one.uri + "_persistent_1");
+  CHECK(has(p.entry_names.at(0), "moe_gemm_sm90_persistent_kernel<"));
+  CHECK(p.includes == std::vector<std::string>{"moe/moe_gemm_persistent_sm90.cuh"});
+  CHECK(one.includes == std::vector<std::string>{"moe/moe_gemm_sm90.cuh"});
+  // SwiGLU: both flags in the URI.
+  c.swiglu = 1;
+  CHECK(has(ops::moe_gemm_spec(c).uri, "_swiglu_1_persistent_1"));
+
+  // The registry's --set form: the same specs; persistent only on the sm90 path; 0 is the default.
+  const ops::OpDef& d = ops::op_or_throw("moe_grouped_gemm");
+  const ops::SetArgs base = {{"path", "sm90"}, {"dtype", "bf16"}, {"out_dtype", "bf16"}};
+  ops::SetArgs set = base;
+  set["persistent"] = "1";
+  CHECK(d.make_spec(set).uri == p.uri);
+  set["persistent"] = "0";
+  CHECK(d.make_spec(set).uri == one.uri);
+  for (const char* path : {"decode", "simt"}) {
+    ops::SetArgs bad = {{"path", path}, {"dtype", "bf16"}, {"out_dtype", "bf16"}};
+    bad["persistent"] = "1";
+    CHECK_THROWS_AS(d.make_spec(bad), Error);
+  }
+  ops::SetArgs two = base;
+  two["persistent"] = "2";
+  CHECK_THROWS_AS(d.make_spec(two), Error);
+
+  // fp8: the same axis; not with the decode kernel's token tile.
+  const ops::OpDef& f = ops::op_or_throw("moe_grouped_gemm_fp8");
+  ops::MoeGemmFp8Config fc =
+      ops::select_moe_gemm_fp8(DType::kBF16, 32768, 1536, 2048, 128, true, h200());
+  CHECK(fc.tokens == 0);
+  CHECK(fc.persistent == 0);
+  const std::string fone = ops::moe_gemm_fp8_spec(fc).uri;
+  CHECK_FALSE(has(fone, "persistent"));
+  fc.persistent = 1;
+  const jit::Spec fp = ops::moe_gemm_fp8_spec(fc);
+  CHECK(fp.uri == fone + "_persistent_1");
+  CHECK(has(fp.entry_names.at(0), "moe_gemm_fp8_sm90_persistent_kernel<"));
+  CHECK(f.make_spec({{"out_dtype", "bf16"}, {"swiglu", "1"}, {"persistent", "1"}}).uri == fp.uri);
+  CHECK_THROWS_AS(f.make_spec({{"out_dtype", "bf16"}, {"tokens", "16"}, {"persistent", "1"}}),
+                  Error);
+}
+
+TEST_CASE("moe persistent: forcing it takes the tile kernel or refuses the call", "[moe]") {
+  ops::MoeGemmTuning t;
+  t.persistent = true;
+  // A decode-sized call (Qwen3 at 1 token: 8 rows) is sent to the tile kernel, as kTiles does.
+  CHECK(ops::moe_tuned_decode_rows({}, false, 8, 0, 128) == 8);
+  CHECK(ops::moe_tuned_decode_rows(t, false, 8, 0, 128) == 0);
+  CHECK(ops::moe_tuned_decode_rows(t, true, 128 * 4, 4, 128) == 0);
+  CHECK(ops::select_moe_gemm(DType::kBF16, DType::kBF16, 8, 0, 1536, 2048, 128, h200(),
+                             ops::moe_tuned_decode_rows(t, false, 8, 0, 128))
+            .path == GemmPath::kSm90);
+  // Served by the tile kernel: fine; by the decode kernel or the fallback: refused.
+  CHECK_NOTHROW(ops::check_moe_forced("op", t, false, true));
+  CHECK_THROWS_AS(ops::check_moe_forced("op", t, true, false), Error);
+  CHECK_THROWS_AS(ops::check_moe_forced("op", t, false, false), Error);
+  try {
+    ops::check_moe_forced("moe_grouped_gemm", t, false, false);
+  } catch (const Error& e) {
+    CHECK(e.status() == KJIT_ERROR_INVALID_ARGUMENT);
+    CHECK(has(e.what(), "persistent"));
+  }
+  // Without it nothing is forced.
+  CHECK_NOTHROW(ops::check_moe_forced("op", {}, false, false));
+}
+
+namespace {
+
+// Hopper SASS is 16 bytes an instruction, the opcode in the low 12 bits of the first 8
+// (tests/unit/codegen_order_test.cpp): STL 0x387 / LDL 0x983 are local memory, a spill.
+int local_memory_ops(const std::string& code) {
+  int n = 0;
+  for (size_t off = 0; off + 16 <= code.size(); off += 16) {
+    uint64_t lo;
+    std::memcpy(&lo, code.data() + off, 8);
+    const unsigned op12 = lo & 0xfff;
+    n += op12 == 0x387 || op12 == 0x983;
+  }
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("moe persistent: the catalog's persistent specs compile for sm_90a without spills",
+          "[moe][compile]") {
+  test::TempDir dir;  // a fresh cache: every spec compiles here
+  jit::Settings s;
+  s.cache_dir = dir.path() / "cache";
+  s.gen_dir = s.cache_dir / "generated";
+  jit::JitCore core(s);
+  int built = 0;
+  for (const char* op : {"moe_grouped_gemm", "moe_grouped_gemm_fp8"}) {
+    const ops::OpDef& d = ops::op_or_throw(op);
+    for (const ops::SetArgs& set : d.catalog()) {
+      if (set.count("persistent") == 0 || set.at("persistent") != "1") continue;
+      const jit::Spec spec = d.make_spec(set);
+      INFO(spec.uri);
+      const jit::Artifact a = core.build(spec, jit::ArchTarget{9, 0, true});
+      REQUIRE(a.meta.lowered_names.size() == 1);
+      const std::string& name = a.meta.lowered_names[0].second;
+      CHECK(has(name, "persistent"));
+      const jit::CubinKernelInfo info = jit::cubin_kernel_info(a.cubin, name);
+      INFO(info.registers << " registers");
+      CHECK(info.registers > 0);
+      CHECK(local_memory_ops(jit::cubin_kernel_code(a.cubin, name)) == 0);
+      ++built;
+    }
+  }
+  CHECK(built == 6);  // bf16: both tile widths, plain and SwiGLU; fp8: plain and SwiGLU
+}
