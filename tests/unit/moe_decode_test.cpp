@@ -17,6 +17,7 @@
 #include "ops/moe/moe.hpp"
 #include "ops/registry.hpp"
 #include "runtime/jit_core.hpp"
+#include "support/gemm_target.hpp"
 #include "support/temp_dir.hpp"
 #include "util/error.hpp"
 
@@ -27,13 +28,7 @@ using ops::GemmPath;
 namespace {
 
 ops::GemmTarget h200() {
-  ops::GemmTarget t;
-  t.cc_major = 9;
-  t.max_smem_optin = 232448;
-  t.sm_count = 132;
-  t.tma_ok = true;
-  t.cp_async_ok = true;
-  return t;
+  return test::h200_gemm_target();
 }
 
 // select_moe_gemm of a contiguous call as the op makes it (avg_rows rows / experts).
