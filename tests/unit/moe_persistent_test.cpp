@@ -17,6 +17,7 @@
 #include "ops/registry.hpp"
 #include "runtime/jit_core.hpp"
 #include "support/gemm_target.hpp"
+#include "support/sass_scan.hpp"
 #include "support/temp_dir.hpp"
 #include "util/error.hpp"
 
@@ -115,18 +116,7 @@ TEST_CASE("moe persistent: forcing it takes the tile kernel or refuses the call"
 
 namespace {
 
-// Hopper SASS is 16 bytes an instruction, the opcode in the low 12 bits of the first 8
-// (tests/unit/codegen_order_test.cpp): STL 0x387 / LDL 0x983 are local memory, a spill.
-int local_memory_ops(const std::string& code) {
-  int n = 0;
-  for (size_t off = 0; off + 16 <= code.size(); off += 16) {
-    uint64_t lo;
-    std::memcpy(&lo, code.data() + off, 8);
-    const unsigned op12 = lo & 0xfff;
-    n += op12 == 0x387 || op12 == 0x983;
-  }
-  return n;
-}
+using test::local_memory_ops;
 
 }  // namespace
 
