@@ -71,6 +71,8 @@ struct Buf {
   void upload(const std::vector<unsigned char>& h) {
     kjit::cuda::ScopedDevice s(g_device);
     KJIT_CU_CHECK(kjit::cuda::driver().cuMemcpyHtoD(p, h.data(), h.size()));
+    // A pageable upload may return before its DMA lands; g_stream does not wait for it.
+    KJIT_CU_CHECK(kjit::cuda::driver().cuCtxSynchronize());
   }
   std::vector<unsigned char> download() const {
     std::vector<unsigned char> h(bytes);
@@ -82,6 +84,8 @@ struct Buf {
   void poison() {
     kjit::cuda::ScopedDevice s(g_device);
     KJIT_CU_CHECK(kjit::cuda::driver().cuMemsetD8(p, 0xFF, bytes));
+    // The memset runs on the legacy stream, which g_stream (non-blocking) does not wait for.
+    KJIT_CU_CHECK(kjit::cuda::driver().cuCtxSynchronize());
   }
 };
 

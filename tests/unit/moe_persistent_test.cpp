@@ -1,8 +1,8 @@
 // The persistent grouped GEMM kernels (kernels/moe/moe_gemm_persistent_sm90.cuh) without a GPU:
 // the `persistent` specialization axis (in the URI only when 1, so the one-item kernels' URIs
 // stay), its entry points and header, what forcing it does to the kernel choice (the tuning the
-// bench and the GPU tests pass), that no default selects it, and its catalog rows compiled by
-// NVRTC for sm_90a with no local memory.
+// bench and the GPU tests pass), when the call's defaults take it (moe_gemm_persistent), and its
+// catalog rows compiled by NVRTC for sm_90a with no local memory.
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -42,7 +42,7 @@ TEST_CASE("moe persistent: the axis names its own kernel and leaves the other UR
   ops::MoeGemmConfig c =
       ops::select_moe_gemm(DType::kBF16, DType::kBF16, 32768, 256, 1536, 2048, 128, h200());
   REQUIRE(c.path == GemmPath::kSm90);
-  CHECK(c.persistent == 0);  // the default stays the one-item kernel (unmeasured)
+  CHECK(c.persistent == 0);  // the selection's; the call sets it (moe_gemm_persistent)
   const jit::Spec one = ops::moe_gemm_spec(c);
   CHECK(one.uri == "moe_grouped_gemm_path_sm90_dtype_bf16_out_dtype_bf16_bn_128_stages_6");
   CHECK(has(one.entry_names.at(0), "moe_gemm_sm90_kernel<"));
@@ -145,5 +145,24 @@ TEST_CASE("moe persistent: the catalog's persistent specs compile for sm_90a wit
       ++built;
     }
   }
-  CHECK(built == 6);  // bf16: both tile widths, plain and SwiGLU; fp8: plain and SwiGLU
+  // The tile path's default (bf16 / fp16 a, out in a's dtype or fp32, both tile widths) and the
+  // fp8 form the suite times; no SwiGLU form (refused: check_moe_persistent).
+  CHECK(built == 9);
+}
+
+// The persistent form is the bf16 / fp16 tile path's default, except with SwiGLU or under a forced
+// one-item kernel; the SwiGLU form is refused when asked for.
+TEST_CASE("moe persistent: the default on the tile path and the SwiGLU refusal", "[moe]") {
+  ops::MoeGemmTuning none, tiles, forced;
+  tiles.force = ops::MoeGemmForce::kTiles;
+  forced.persistent = true;
+  CHECK(ops::moe_gemm_persistent(none, true, false) == 1);
+  CHECK(ops::moe_gemm_persistent(none, false, false) == 0);  // decode or fallback path
+  CHECK(ops::moe_gemm_persistent(none, true, true) == 0);    // SwiGLU: one block per item
+  CHECK(ops::moe_gemm_persistent(tiles, true, false) == 0);  // path=sm90: one block per item
+  CHECK(ops::moe_gemm_persistent(forced, true, false) == 1);
+  CHECK_NOTHROW(ops::check_moe_persistent("moe_grouped_gemm", none, true));
+  CHECK_NOTHROW(ops::check_moe_persistent("moe_grouped_gemm", forced, false));
+  CHECK_THROWS_WITH(ops::check_moe_persistent("moe_grouped_gemm_fp8", forced, true),
+                    Catch::Contains("does not serve the SwiGLU form"));
 }

@@ -114,7 +114,12 @@ TEST_CASE("prefill abi: the sm_90a kernel on request, and its limits", "[c_abi][
     CHECK(s.uri.rfind("prefill_attention_kernel_wgmma_dtype_fp16_head_dim_" + std::to_string(d),
                       0) == 0);
     CHECK(s.arch_families == std::vector<std::string>{"sm_90a"});
+    // The default on sm_90a, and the mma.sync kernel elsewhere or on request.
     CHECK(ops::select_prefill(kjit::ops::DType::kF16, d, 8, {}, true).kernel ==
+          PrefillKernel::kWgmmaSm90a);
+    CHECK(ops::select_prefill(kjit::ops::DType::kF16, d, 8, {}, false).kernel ==
+          PrefillKernel::kMmaSm80);
+    CHECK(ops::select_prefill(kjit::ops::DType::kF16, d, 8, {}, true, 0).kernel ==
           PrefillKernel::kMmaSm80);
     CHECK_THROWS(ops::select_prefill(kjit::ops::DType::kF16, d, 8, {}, false, kWgmma));
   }
@@ -127,6 +132,12 @@ TEST_CASE("prefill abi: the sm_90a kernel on request, and its limits", "[c_abi][
   kjit::ops::SmemBudget small;
   small.per_block = 160 * 1024;
   CHECK_THROWS(ops::select_prefill(kjit::ops::DType::kBF16, 128, 8, small, true, kWgmma));
+  // Where its shared memory does not fit, the default falls back to the mma.sync kernel; at
+  // head_dim 256 the mma.sync kernel is the only one.
+  CHECK(ops::select_prefill(kjit::ops::DType::kBF16, 128, 8, small, true).kernel ==
+        PrefillKernel::kMmaSm80);
+  CHECK(ops::select_prefill(kjit::ops::DType::kBF16, 256, 8, {}, true).kernel ==
+        PrefillKernel::kMmaSm80);
 }
 
 // The wgmma kernel's ping-pong schedule is a tuning choice of that kernel alone: its own URI, the

@@ -164,7 +164,7 @@ int bench_moe_grouped_gemm(const ops::SetArgs& args, const BenchOptions& opts) {
       masked ? max_rows : rows / experts, n, k, experts,
       ops::gemm_target(0, (k * static_cast<int64_t>(es)) % 16 == 0), bench_decode_rows(g));
   cfg.swiglu = swiglu ? 1 : 0;
-  cfg.persistent = g.tuning.persistent && cfg.path == ops::GemmPath::kSm90 ? 1 : 0;
+  cfg.persistent = ops::moe_gemm_persistent(g.tuning, cfg.path == ops::GemmPath::kSm90, swiglu);
   if (swiglu && cfg.path == ops::GemmPath::kSimt) {
     throw UsageError(
         "moe_grouped_gemm: swiglu runs on the sm90 path only (sm_90a, k * 2 bytes "
@@ -182,7 +182,7 @@ int bench_moe_grouped_gemm(const ops::SetArgs& args, const BenchOptions& opts) {
   if (masked) c.shape["layout"] = "masked";
   c.shape["path"] = ops::gemm_path_name(cfg.path);
   if (g.tuning.split != 0) c.shape["split"] = g.tuning.split;
-  if (g.tuning.persistent) c.shape["persistent"] = 1;
+  if (cfg.persistent != 0) c.shape["persistent"] = 1;
   c.label = fmt::format("moe_grouped_gemm {} e={} top{} tokens={} n={} k={} {}{}{} ({}{})", dtype,
                         experts, top_k, tokens, n, k, routing, swiglu ? " swiglu" : "",
                         masked ? " masked" : "", ops::gemm_path_name(cfg.path),
@@ -522,10 +522,12 @@ void add_moe_benches(std::vector<BenchEntry>& out) {
                  "bf16), routing (even|skew: 90% of first slots to expert 0; default even), swiglu "
                  "(0|1: b is w13 with n = 2 I, out silu(gate) * up [rows, I]; default 0), path "
                  "(auto|decode|sm90: the weight-streaming decode kernel or the 128-row tiles "
-                 "forced; default auto), split (the decode kernel's K split, 1 .. 8), layout "
+                 "forced, one block per item; default auto), split (the decode kernel's K split, 1 "
+                 ".. 8), layout "
                  "(contiguous|masked: [experts, tokens, k] with device counts, the CUDA-graph "
-                 "decode form; default contiguous), persistent (0|1: the 128-row tile kernel's "
-                 "persistent form, min(items, SMs) blocks; default 0)"});
+                 "decode form; default contiguous), persistent (1: the 128-row tile kernel's "
+                 "persistent form forced, min(items, SMs) blocks; the library's choice on the "
+                 "tile path without swiglu)"});
   out.push_back({"moe_forward",
                  {"experts", "top_k", "tokens", "hidden", "inter"},
                  {"dtype", "routing"},

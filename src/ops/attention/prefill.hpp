@@ -15,9 +15,9 @@
 
 namespace kjit::ops {
 
-// The kernels a plan can run: the mma.sync kernel (kernels/attention/prefill.cuh, sm_80+), the
-// default everywhere, and the warp-specialized wgmma one (prefill_sm90.cuh: sm_90a, head_dim 64
-// and 128), run only when asked for (PrefillTuning) until it has passed the GPU tests.
+// The kernels a plan can run: the mma.sync kernel (kernels/attention/prefill.cuh, sm_80+) and the
+// warp-specialized wgmma one (prefill_sm90.cuh: sm_90a, head_dim 64 and 128), the default on
+// compute capability 9.0 where it serves the head size (PrefillTuning forces either).
 enum class PrefillKernel { kMmaSm80 = 0, kWgmmaSm90a = 1 };
 
 // One compiled prefill variant. Each field keeps its name in the URI, the generated kjit_spec

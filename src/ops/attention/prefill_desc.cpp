@@ -25,7 +25,8 @@ jit::Spec prefill_spec_from_args(const OpDef& d, const SetArgs& args) {
   check_set_args(d, args);
   const DType dt = args.at("dtype") == "fp16" ? DType::kF16 : DType::kBF16;
   const int64_t group = args.count("group") ? positive_int_arg(args, "group", 1 << 20) : 1;
-  // Without a kernel named, the default (the mma.sync kernel every arch runs).
+  // Without a kernel named, the mma.sync kernel every arch runs (sm_90a plans choose the wgmma
+  // kernel at head_dim 64 / 128: name it to compile that one).
   const std::string kernel = args.count("kernel") ? args.at("kernel") : "mma_sm80";
   const bool pingpong = kernel == "wgmma_pingpong_sm90a";
   const bool wgmma = pingpong || kernel == "wgmma_sm90a";
@@ -116,7 +117,8 @@ OpDef prefill_attention_op_def() {
             {"kernel",
              {"mma_sm80", "wgmma_sm90a", "wgmma_pingpong_sm90a"},
              false,
-             "mma_sm80 (default, sm_80+), wgmma_sm90a (the Hopper kernel, head_dim 64 / 128) or "
+             "mma_sm80 (default here, sm_80+), wgmma_sm90a (the Hopper kernel, head_dim 64 / 128: "
+             "what plans on compute capability 9.0 choose) or "
              "wgmma_pingpong_sm90a (the same with its consumer warpgroups taking turns)"}};
   d.arch_families = {"sm_80+", "sm_90a"};
   d.make_spec = [d](const SetArgs& args) { return prefill_spec_from_args(d, args); };
@@ -143,10 +145,17 @@ OpDef prefill_attention_op_def() {
            "heads",
            def.name, qo, kv);
     }
-    // The default kernel only: the wgmma one runs only when asked for (ops::PrefillTuning).
-    return std::vector<SetArgs>{{{"dtype", dtype_name(def.tensor_dtype("q"))},
-                                 {"head_dim", std::to_string(def.const_axis("head_dim"))},
-                                 {"group", std::to_string(qo / kv)}}};
+    // The default kernels: mma.sync (sm_80+) and, at head_dim 64 / 128, the wgmma kernel that
+    // sm_90a plans choose (a target compiles the specs its arch runs).
+    const std::string hd = std::to_string(def.const_axis("head_dim"));
+    std::vector<SetArgs> sets{{{"dtype", dtype_name(def.tensor_dtype("q"))},
+                               {"head_dim", hd},
+                               {"group", std::to_string(qo / kv)}}};
+    if (hd == "64" || hd == "128") {
+      sets.push_back(sets.front());
+      sets.back()["kernel"] = "wgmma_sm90a";
+    }
+    return sets;
   };
   d.definitions = [] {
     // Llama 3 8B / Mistral 7B (32 / 8) and Llama 3 70B (64 / 8), causal, over a page-16 cache

@@ -80,9 +80,19 @@ PrefillConfig select_prefill(DType dtype, int64_t head_dim, int64_t group, const
          kernel);
   }
   // The wgmma kernel serves head_dim 64 and 128 (at 256 O and S would take 256 accumulator
-  // registers a thread) and runs only on compute capability 9.0 (sm_90a code). It runs only when
-  // asked for until it has passed the GPU tests on an H100 / H200 (docs/performance.md).
-  const bool want_wgmma = kernel == static_cast<int>(PrefillKernel::kWgmmaSm90a);
+  // registers a thread) and runs only on compute capability 9.0 (sm_90a code). It is the default
+  // there (kernel -1): on the H200 it runs 8k causal prefill at 548 TFLOP/s, the mma.sync kernel
+  // at 174 (docs/performance.md); elsewhere, and where its shared memory does not fit, the
+  // mma.sync kernel.
+  PrefillConfig w;
+  w.kernel = PrefillKernel::kWgmmaSm90a;
+  w.head_dim = static_cast<int>(head_dim);
+  w.kv_tile = 128;
+  w.stages = 2;
+  const bool fits_wgmma =
+      (head_dim == 64 || head_dim == 128) && prefill_smem_bytes(w) <= budget.per_block;
+  const bool want_wgmma = kernel == static_cast<int>(PrefillKernel::kWgmmaSm90a) ||
+                          (kernel == -1 && sm90a && fits_wgmma);
   if (want_wgmma && head_dim != 64 && head_dim != 128) {
     fail(KJIT_ERROR_UNSUPPORTED, "the wgmma prefill kernel serves head_dim 64 and 128, not {}",
          head_dim);

@@ -320,7 +320,7 @@ OpDef moe_grouped_gemm_op_def() {
              {"0", "1"},
              false,
              "sm90: 1 = persistent blocks (min(items, SMs) blocks looping over the schedule's "
-             "items; the bench's persistent=1), default 0"}};
+             "items; what calls on the tile path without swiglu run), default 0"}};
   d.arch_families = {"sm_80+", "sm_90a"};
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
@@ -365,9 +365,15 @@ OpDef moe_grouped_gemm_op_def() {
   d.catalog = [] {
     std::vector<SetArgs> out;
     for (const char* dt : {"bf16", "fp16"}) {
+      // The tile path's default, the persistent form (ops::moe_gemm_persistent), at both widths.
       for (const char* od : {dt, "fp32"}) {
-        out.push_back({{"path", "sm90"}, {"dtype", dt}, {"out_dtype", od}, {"bn", "128"}});
-        out.push_back({{"path", "sm90"}, {"dtype", dt}, {"out_dtype", od}, {"bn", "256"}});
+        for (const char* bn : {"128", "256"}) {
+          out.push_back({{"path", "sm90"},
+                         {"dtype", dt},
+                         {"out_dtype", od},
+                         {"bn", bn},
+                         {"persistent", "1"}});
+        }
         out.push_back({{"path", "simt"}, {"dtype", dt}, {"out_dtype", od}});
       }
       // kjit_moe_forward's gate_up GEMM with silu_and_mul fused (out in a's dtype).
@@ -388,17 +394,9 @@ OpDef moe_grouped_gemm_op_def() {
                        {"swiglu", "1"}});
       }
     }
-    // The persistent forms the suite times beside the default (bf16, both tile widths, plain
-    // and SwiGLU), so a bench run loads them instead of compiling; not the default anywhere yet.
+    // One block per item (the bench's path=sm90, the suite's -items rows), bf16.
     for (const char* bn : {"128", "256"}) {
-      for (const char* swiglu : {"0", "1"}) {
-        out.push_back({{"path", "sm90"},
-                       {"dtype", "bf16"},
-                       {"out_dtype", "bf16"},
-                       {"bn", bn},
-                       {"swiglu", swiglu},
-                       {"persistent", "1"}});
-      }
+      out.push_back({{"path", "sm90"}, {"dtype", "bf16"}, {"out_dtype", "bf16"}, {"bn", bn}});
     }
     return out;
   };
@@ -531,9 +529,8 @@ OpDef moe_grouped_gemm_fp8_op_def() {
     std::vector<SetArgs> out = {{{"out_dtype", "bf16"}},
                                 {{"out_dtype", "bf16"}, {"swiglu", "1"}},
                                 {{"out_dtype", "fp16"}, {"swiglu", "1"}},
-                                // the persistent forms the suite times (bf16 out)
-                                {{"out_dtype", "bf16"}, {"persistent", "1"}},
-                                {{"out_dtype", "bf16"}, {"swiglu", "1"}, {"persistent", "1"}}};
+                                // the persistent form the suite times (bf16 out)
+                                {{"out_dtype", "bf16"}, {"persistent", "1"}}};
     for (const std::string& tokens : kDecodeTokens) {
       out.push_back({{"out_dtype", "bf16"}, {"tokens", tokens}});
       out.push_back({{"out_dtype", "bf16"}, {"tokens", tokens}, {"swiglu", "1"}});

@@ -208,9 +208,10 @@ bool run_grouped(const GroupedOperands& g, void* stream, const MoeGemmTuning& tu
                                       target, call_decode_rows(g, tuning));
   check_forced("moe_grouped_gemm", tuning, cfg.path == GemmPath::kSm90Decode,
                cfg.path == GemmPath::kSm90);
+  check_moe_persistent("moe_grouped_gemm", tuning, g.swiglu);
   if (g.swiglu && cfg.path == GemmPath::kSimt) return false;
   cfg.swiglu = g.swiglu ? 1 : 0;
-  cfg.persistent = tuning.persistent ? 1 : 0;  // check_forced: the path is kSm90 then
+  cfg.persistent = moe_gemm_persistent(tuning, cfg.path == GemmPath::kSm90, g.swiglu);
   const jit::LoadedKernel& kern = jit::JitCore::global().kernel_for(
       "moe_grouped_gemm", cfg, g.a.device, [&] { return moe_gemm_spec(cfg); });
   moe::MoeGemmParams p = grouped_params(g);
@@ -328,6 +329,7 @@ bool run_grouped_fp8(const GroupedOperands& g, const GroupedScales& s, void* str
       select_moe_gemm_fp8(g.out.dtype, g.rows, g.n, g.k, g.experts, g.swiglu,
                           gemm_target(g.a.device, tma_ok), call_decode_rows(g, tuning));
   check_forced("moe_grouped_gemm_fp8", tuning, cfg.tokens != 0, cfg.tokens == 0);
+  check_moe_persistent("moe_grouped_gemm_fp8", tuning, g.swiglu);
   cfg.persistent = tuning.persistent ? 1 : 0;
   const jit::LoadedKernel& kern = jit::JitCore::global().kernel_for(
       "moe_grouped_gemm_fp8", cfg, g.a.device, [&] { return moe_gemm_fp8_spec(cfg); });
@@ -353,6 +355,15 @@ bool run_grouped_fp8(const GroupedOperands& g, const GroupedScales& s, void* str
 
 }  // namespace
 
+int moe_gemm_persistent(const MoeGemmTuning& t, bool tiles, bool swiglu) {
+  if (t.persistent) return 1;  // check_moe_forced: the path is the tile kernel's then
+  // The persistent form by default for the bf16 / fp16 tile path: on the H200 it ran
+  // Qwen3-30B-A3B's gate_up at 4096 tokens at 516 TFLOP/s (one block per item: 450), DeepSeek-V3's
+  // at 337 (320), Mixtral's at 651 (632), skewed Qwen3 at 467 (448). Not with silu_and_mul in the
+  // epilogue: that form failed its GPU test (moe_gpu_test.cpp) and is refused until fixed.
+  return tiles && !swiglu && t.force != MoeGemmForce::kTiles ? 1 : 0;
+}
+
 int64_t moe_tuned_decode_rows(const MoeGemmTuning& t, bool masked, int64_t rows,
                               int64_t rows_per_expert, int64_t experts) {
   if (t.force == MoeGemmForce::kTiles || t.persistent) return 0;
@@ -360,6 +371,15 @@ int64_t moe_tuned_decode_rows(const MoeGemmTuning& t, bool masked, int64_t rows,
     return std::clamp<int64_t>(masked ? rows_per_expert : rows, 1, moe::kMoeDecodeMaxTokens);
   }
   return moe_decode_rows(masked, rows, rows_per_expert, experts);
+}
+
+void check_moe_persistent(const char* op, const MoeGemmTuning& t, bool swiglu) {
+  if (t.persistent && swiglu) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT,
+         "{}: the persistent tile kernel does not serve the SwiGLU form (its outputs were wrong "
+         "on the H200; one block per item serves it)",
+         op);
+  }
 }
 
 void check_moe_forced(const char* op, const MoeGemmTuning& t, bool decode, bool tiles) {
@@ -404,12 +424,7 @@ MoeGemmConfig select_moe_gemm(DType dtype, DType out_dtype, int64_t rows, int64_
     return c;
   }
   // The GEMM's rule on its m, here per expert: wide tiles once experts have rows to fill them.
-  // One block per item, not the persistent kernel (persistent = 1, forced by
-  // MoeGemmTuning::persistent), which has not run on a GPU. Predicted on the H200 (the next item's
-  // stages load during the epilogue, ~1.5-2 us of fill per item hidden; the epilogue itself still
-  // stalls the MMAs, and the waves are the same): Qwen3-30B-A3B's gate_up at 4096 tokens (K 2048:
-  // 32 stages an item) 455 -> ~500-530 TFLOP/s, Mixtral's at 4096 (K 4096, 256-wide tiles) 624 ->
-  // ~635-650. The suite's `-persistent` rows time both.
+  // Whether the tiles run persistent is the call's (moe_gemm_persistent: not SwiGLU's).
   c.bn = avg_rows >= 512 ? 256 : 128;
   c.stages = c.bn == 256 ? 4 : 6;
   if (sm90_can_run(target, rows, experts * n, k, c.bn, c.stages)) {
