@@ -416,9 +416,10 @@ TEST_CASE("prefill gpu: head dims and dtypes, causal and not", "[gpu][attention]
   }
 }
 
-// The planner's choice: the mma.sync kernel everywhere (the wgmma kernel runs when asked for).
-// Asked for, the wgmma kernel serves head_dim 64 and 128 on sm_90a in CTAs of 128 rows and is
-// refused elsewhere (256: the mma.sync kernel, checked correct there by every case).
+// The planner's choice: the wgmma kernel on sm_90a at head_dim 64 and 128, the mma.sync kernel
+// elsewhere and at 256. Asked for, the wgmma kernel serves head_dim 64 and 128 on sm_90a in CTAs
+// of 128 rows and is refused elsewhere (256: the mma.sync kernel, checked correct there by every
+// case).
 TEST_CASE("prefill gpu: the kernel choice and the fallback", "[gpu][attention][prefill]") {
   const bool hopper = gpu_caps().sm90a();
   const DLDataType bf = dl_dtype("bf16");
@@ -428,7 +429,8 @@ TEST_CASE("prefill gpu: the kernel choice and the fallback", "[gpu][attention][p
     kjit_prefill_plan* plan = nullptr;
     REQUIRE(kjit_batch_prefill_plan(qo, kv, 1, 8, 2, d, 16, KJIT_KV_LAYOUT_NHD, bf, bf, nullptr, 0,
                                     &plan) == KJIT_SUCCESS);
-    CHECK(plan->data.cfg.kernel == kjit::ops::PrefillKernel::kMmaSm80);
+    CHECK(plan->data.cfg.kernel == (hopper && d != 256 ? kjit::ops::PrefillKernel::kWgmmaSm90a
+                                                       : kjit::ops::PrefillKernel::kMmaSm80));
     kjit_prefill_plan_destroy(plan);
     kjit::ops::PrefillTuning t;
     t.kernel = static_cast<int>(kjit::ops::PrefillKernel::kWgmmaSm90a);
