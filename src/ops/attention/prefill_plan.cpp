@@ -84,9 +84,13 @@ PrefillConfig select_prefill(DType dtype, int64_t head_dim, int64_t group, const
   // there (kernel -1): on the H200 it runs 8k causal prefill at 548 TFLOP/s, the mma.sync kernel
   // at 174 (docs/performance.md); elsewhere, and where its shared memory does not fit, the
   // mma.sync kernel.
+  // Its config: 128 query rows over 128-key tiles in a 2-stage ring: 160 KB at head_dim 128, one
+  // CTA per SM, two consumer warpgroups of 64 rows.
   PrefillConfig w;
   w.kernel = PrefillKernel::kWgmmaSm90a;
+  w.dtype = dtype;
   w.head_dim = static_cast<int>(head_dim);
+  w.warps = 8;
   w.kv_tile = 128;
   w.stages = 2;
   const bool fits_wgmma =
@@ -104,12 +108,7 @@ PrefillConfig select_prefill(DType dtype, int64_t head_dim, int64_t group, const
   c.dtype = dtype;
   c.head_dim = static_cast<int>(head_dim);
   if (want_wgmma) {
-    // 128 query rows over 128-key tiles in a 2-stage ring: 160 KB at head_dim 128, one CTA per
-    // SM, two consumer warpgroups of 64 rows.
-    c.kernel = PrefillKernel::kWgmmaSm90a;
-    c.warps = 8;
-    c.kv_tile = 128;
-    c.stages = 2;
+    c = w;
   } else if (head_dim == 256) {
     // 128 query rows (8 warps) over 64-key tiles: 96 KB at head_dim 128, two CTAs per H100 /
     // H200 SM. At 256 the O accumulator alone takes 128 registers a thread, so 64 rows over
