@@ -69,12 +69,15 @@ KJIT_DEVICE KJIT_FORCEINLINE void init_ring(u64* full, u64* empty) {
 }
 
 // The producer's loop over the K blocks of a's rows a_row.. + 127 and b's rows b_row.. + BN - 1
-// (the grouped GEMM's tiles start at any row). With b_row2 >= 0 the b tile is two boxes of BN / 2
-// rows, b_row.. and b_row2.. (p.tma_b's box is BN / 2 rows then: the MoE gate / up GEMM loads a
-// gate slice and the matching up slice); both land as one BN-row tile, since BN / 2 rows are whole
-// periods of the 128-byte swizzle. it0: the ring's running stage count at the first K block, as
-// consume's (a persistent block's producer runs on into its next tile's stages).
-template <typename IN, int BN, int STAGES>
+// (the grouped GEMM's tiles start at any row). SPLIT_B: the b tile is two boxes of BN / 2 rows,
+// b_row.. and b_row2.. (p.tma_b's box is BN / 2 rows then: the MoE gate / up GEMM loads a gate
+// slice and the matching up slice); both land as one BN-row tile, since BN / 2 rows are whole
+// periods of the 128-byte swizzle. A template flag, not a run-time test of b_row2: in the
+// persistent MoE kernel (one lane of the producer warp loads) ptxas 13.0 set the third TMA's row
+// coordinate under a predicate its elect loop had just cleared, so the up box loaded the gate rows
+// again (seen in the SASS and on the H200, 2026-12-05). it0: the ring's running stage count at the
+// first K block, as consume's (a persistent block's producer runs on into its next tile's stages).
+template <typename IN, int BN, int STAGES, bool SPLIT_B = false>
 KJIT_DEVICE KJIT_FORCEINLINE void produce_rows(const GemmParams& p, unsigned char* tiles, u64* full,
                                                u64* empty, int k_blocks, int a_row, int b_row,
                                                int b_row2 = -1, int it0 = 0) {
@@ -91,7 +94,7 @@ KJIT_DEVICE KJIT_FORCEINLINE void produce_rows(const GemmParams& p, unsigned cha
     hopper::mbarrier_arrive_expect_tx(&full[s], kStageBytes);
     hopper::tma_load_2d(stage, &p.tma_a, &full[s], kb * kGemmBlockK, a_row);
     hopper::tma_load_2d(stage + kABytes, &p.tma_b, &full[s], kb * kGemmBlockK, b_row);
-    if (b_row2 >= 0) {
+    if (SPLIT_B) {
       hopper::tma_load_2d(stage + kABytes + BN / 2 * kGemmBlockK * sizeof(IN), &p.tma_b, &full[s],
                           kb * kGemmBlockK, b_row2);
     }

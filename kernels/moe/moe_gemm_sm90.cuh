@@ -8,7 +8,7 @@
 //
 // SWIGLU (the gate / up GEMM of a SwiGLU expert, w13 [experts, n = 2 I, k]: gate rows 0 .. I - 1,
 // up rows I .. 2I - 1): a block's BN columns are BN / 2 gate rows and the matching BN / 2 up
-// rows (two TMA boxes, produce_rows' b_row2), so gate and up of one output sit in one thread's
+// rows (two TMA boxes, produce_rows' SPLIT_B), so gate and up of one output sit in one thread's
 // accumulators BN / 2 columns apart, and the epilogue writes silu(gate) * up, in fp32 and rounded
 // once, as out [rows, I]. A gate box at the end of I reads up rows, an up box at the end of 2 I
 // the next expert's (or TMA's zero fill): columns the epilogue masks at I.
@@ -74,7 +74,7 @@ KJIT_DEVICE KJIT_FORCEINLINE void produce_expert(const gemm::GemmParams& g, cons
   const int a_row = static_cast<int>(t.row0);
   if (SWIGLU) {
     const int gate = b_first + n_tile * (BN / 2);
-    gemm::produce_rows<IN, BN, STAGES>(g, r.tiles, r.full, r.empty, k_blocks, a_row, gate,
+    gemm::produce_rows<IN, BN, STAGES, true>(g, r.tiles, r.full, r.empty, k_blocks, a_row, gate,
                                        gate + static_cast<int>(g.n / 2), it0);
   } else {
     gemm::produce_rows<IN, BN, STAGES>(g, r.tiles, r.full, r.empty, k_blocks, a_row,

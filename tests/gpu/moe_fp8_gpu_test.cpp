@@ -559,25 +559,27 @@ TEST_CASE("moe fp8 gpu: the persistent tile kernel against fp64", "[gpu][moe][fp
   b.k = 128;
   b.tuning = persistent;
   CHECK(run_fp8(b, rng));
-  // The SwiGLU form is refused (its outputs were wrong on the H200, 2026-12-05), contiguous and
-  // masked, with nothing written.
-  for (const bool masked : {false, true}) {
+  // SwiGLU: I = 192 (gate and up in different scale blocks), Qwen3's I = 768 (a band of 192
+  // items); masked SwiGLU, counts clamped; every expert empty.
+  for (const int inter : {192, 768}) {
     Fp8Case w;
     w.swiglu = true;
-    w.masked = masked;
-    w.max_rows = 130;
-    w.counts = {0, 1, 130, 77};
-    w.n = 384;
+    w.counts = uneven_counts(16, 1500, rng);
+    w.n = 2 * inter;
     w.k = 256;
+    w.wide_scales = inter == 192;
     w.tuning = persistent;
-    Fp8Operands o(w, rng);
-    Fp8Tensors t(w, o);
-    CHECK_THROWS_WITH(call(w, t, nullptr), Catch::Contains("does not serve the SwiGLU form"));
-    device_synchronize();
-    std::vector<unsigned char> out(static_cast<size_t>(o.l.rows) * w.out_cols() * 2);
-    o.out_d.download(out.data(), out.size());
-    CHECK(std::all_of(out.begin(), out.end(), [](unsigned char x) { return x == 0xFF; }));
+    CHECK(run_fp8(w, rng));
   }
+  Fp8Case m;
+  m.swiglu = true;
+  m.masked = true;
+  m.max_rows = 130;
+  m.counts = {0, 1, 130, 77, 500, -3};
+  m.n = 256;
+  m.k = 384;
+  m.tuning = persistent;
+  CHECK(run_fp8(m, rng));
   Fp8Case none;
   none.counts = {0, 0, 0};
   none.n = 128;
@@ -609,6 +611,9 @@ TEST_CASE("moe fp8 gpu: the persistent tile kernel replays in a CUDA graph with 
     if (round == 3) counts.assign(16, c.max_rows);
     return counts;
   };
+  replay_masked(c, 4, counts_of, rng);
+  // SwiGLU (I = 640).
+  c.swiglu = true;
   replay_masked(c, 4, counts_of, rng);
 }
 

@@ -1235,23 +1235,38 @@ TEST_CASE("moe gpu: the persistent tile kernel per expert against fp64", "[gpu][
   CHECK_THROWS(ops::moe_grouped_gemm(at.get(), bt.get(), ct.get(), ot.get(), nullptr, odd.tuning));
 }
 
-// The persistent tile kernel does not serve the SwiGLU form: on the H200 (2026-12-05) its outputs
-// were wrong for every case of its test (bf16 and fp16, contiguous, skewed and masked), while the
-// plain persistent form and the one-item SwiGLU form passed. Until that is found, the call is
-// refused with a message and writes nothing.
-TEST_CASE("moe gpu: the persistent tile kernel refuses the SwiGLU form", "[gpu][moe][sm90a]") {
+TEST_CASE("moe gpu: the persistent tile kernel with silu_and_mul fused, against fp64",
+          "[gpu][moe][sm90a]") {
   REQUIRE(tensor_cores());
   std::mt19937_64 rng(std::random_device{}());
-  for (const bool masked : {false, true}) {
-    SwigluCase c;
-    c.masked = masked;
-    c.max_rows = 130;
-    c.counts = {0, 1, 130, 77};
-    c.inter = 136;
-    c.k = 72;
-    c.tuning.persistent = true;
-    CHECK_THROWS_WITH(run_swiglu(c, rng), Catch::Contains("does not serve the SwiGLU form"));
+  for (const char* dt : {"bf16", "fp16"}) {
+    // I off the 64-wide gate slices; Qwen3's I = 768 (12 column tiles: a band of 192 items).
+    for (const auto& [experts, rows, inter, k] : std::vector<std::array<int, 4>>{
+             {8, 700, 136, 72}, {24, 2000, 768, 64}, {4, 2600, 200, 128}}) {
+      SwigluCase c;
+      c.dtype = dt;
+      c.counts = uneven_counts(experts, rows, rng);
+      c.inter = inter;
+      c.k = k;
+      c.tuning.persistent = true;
+      CHECK(run_swiglu(c, rng));
+    }
   }
+  // Skewed (one expert 90%), masked with counts clamped.
+  SwigluCase s;
+  s.counts = skewed_counts(16, 2000, 5);
+  s.inter = 200;
+  s.k = 128;
+  s.tuning.persistent = true;
+  CHECK(run_swiglu(s, rng));
+  SwigluCase m;
+  m.masked = true;
+  m.max_rows = 130;
+  m.counts = {0, 1, 130, 77, 500, -3};
+  m.inter = 80;
+  m.k = 64;
+  m.tuning.persistent = true;
+  CHECK(run_swiglu(m, rng));
 }
 
 TEST_CASE("moe gpu: the persistent tile kernel replays in a CUDA graph with new counts",

@@ -132,7 +132,6 @@ int bench_moe_grouped_gemm(const ops::SetArgs& args, const BenchOptions& opts) {
   const int64_t experts = g.experts, top_k = g.top_k, tokens = g.tokens, n = g.n, k = g.k;
   const int64_t rows = g.rows, active = g.active, out_n = g.out_n();
   const std::string& routing = g.routing;
-  const std::vector<int32_t>& offsets = g.offsets;
   const bool swiglu = g.swiglu;
   if (dtype != "bf16" && dtype != "fp16")
     throw UsageError("moe_grouped_gemm: dtype is bf16 or fp16");
@@ -449,7 +448,7 @@ int bench_moe_grouped_gemm_fp8(const ops::SetArgs& args, const BenchOptions& opt
   ops::MoeGemmFp8Config cfg =
       ops::select_moe_gemm_fp8(ops::DType::kBF16, rows, n, k, experts, swiglu,
                                ops::gemm_target(0, k % 16 == 0), bench_decode_rows(g));
-  cfg.persistent = g.tuning.persistent && cfg.tokens == 0 ? 1 : 0;
+  cfg.persistent = ops::moe_gemm_persistent(g.tuning, cfg.tokens == 0, swiglu);
   const ops::MoeGemmTuning tuning = g.tuning;
 
   BenchCase c;
@@ -462,7 +461,7 @@ int bench_moe_grouped_gemm_fp8(const ops::SetArgs& args, const BenchOptions& opt
   if (swiglu) c.shape["swiglu"] = 1;
   c.shape["path"] = cfg.tokens != 0 ? "decode" : "sm90";
   if (g.tuning.split != 0) c.shape["split"] = g.tuning.split;
-  if (g.tuning.persistent) c.shape["persistent"] = 1;
+  if (cfg.persistent != 0) c.shape["persistent"] = 1;
   c.label = fmt::format("moe_grouped_gemm_fp8 e={} top{} tokens={} n={} k={} {}{} ({})", experts,
                         g.top_k, g.tokens, n, k, g.routing, swiglu ? " swiglu" : "",
                         cfg.tokens != 0       ? fmt::format("decode {} tokens", cfg.tokens)
@@ -542,8 +541,10 @@ void add_moe_benches(std::vector<BenchEntry>& out) {
                  "experts, top_k, tokens, n, k (e4m3 b [experts, n, k] with 128 x 128 block "
                  "scales, a with 1 x 128 group scales, bf16 out; sm_90a); routing (even|skew; "
                  "default even), swiglu (0|1: b is w13 with n = 2 I, I a multiple of 64; default "
-                 "0), path (auto|decode|sm90; default auto), split (the decode kernel's K split, "
-                 "1 .. 8), persistent (0|1: the tile kernel's persistent form; default 0)"});
+                 "0), path (auto|decode|sm90: sm90 forces the 128-row tiles, one block per item; "
+                 "default auto), split (the decode kernel's K split, 1 .. 8), persistent (1: the "
+                 "tile kernel's persistent form forced; the library's choice on the tile path "
+                 "without swiglu)"});
 }
 
 }  // namespace kjit::cli

@@ -100,14 +100,14 @@ struct MoeGemmTuning {
   // the device's residency and the active items expected. Unused by the other kernels.
   int split = 0;
   // The persistent form of the 128-row tile kernel (bf16 / fp16 and fp8): implies kTiles, so a
-  // call the tile kernel cannot serve is KJIT_ERROR_INVALID_ARGUMENT as that force's. The bf16 /
-  // fp16 tile path without SwiGLU runs it anyway (moe_gemm_persistent); force kTiles alone for
-  // its one-block-per-item form.
+  // call the tile kernel cannot serve is KJIT_ERROR_INVALID_ARGUMENT as that force's. The tile
+  // path without SwiGLU runs it anyway (moe_gemm_persistent); force kTiles alone for its
+  // one-block-per-item form.
   bool persistent = false;
 };
 
-// MoeGemmConfig::persistent of a bf16 / fp16 call: 1 when the tuning asks for it, or on the tile
-// path (tiles) without SwiGLU unless the tuning forces kTiles.
+// MoeGemmConfig::persistent (MoeGemmFp8Config's too) of a call: 1 when the tuning asks for it, or
+// on the tile path (tiles) without SwiGLU unless the tuning forces kTiles.
 int moe_gemm_persistent(const MoeGemmTuning& t, bool tiles, bool swiglu);
 
 // decode_rows of a call under a tuning: moe_decode_rows, or what the tuning forces (the host's
@@ -115,9 +115,6 @@ int moe_gemm_persistent(const MoeGemmTuning& t, bool tiles, bool swiglu);
 // kernel, persistent or not). rows: a's rows (masked: experts x rows_per_expert).
 int64_t moe_tuned_decode_rows(const MoeGemmTuning& t, bool masked, int64_t rows,
                               int64_t rows_per_expert, int64_t experts);
-// Throws KJIT_ERROR_INVALID_ARGUMENT for the persistent tile kernel with SwiGLU (bf16 / fp16 and
-// fp8): that form computed wrong outputs on the H200 (docs/performance.md) and is not served.
-void check_moe_persistent(const char* op, const MoeGemmTuning& t, bool swiglu);
 // Throws KJIT_ERROR_INVALID_ARGUMENT when the tuning forces a kernel the call did not get (decode:
 // whether it got the decode kernel; tiles: the 128-row tile kernel, which the persistent form is).
 void check_moe_forced(const char* op, const MoeGemmTuning& t, bool decode, bool tiles);

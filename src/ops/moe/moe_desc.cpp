@@ -503,7 +503,7 @@ OpDef moe_grouped_gemm_fp8_op_def() {
              {"0", "1"},
              false,
              "the 128-row tile kernel's persistent form (min(items, SMs) blocks looping over the "
-             "schedule's items; the bench's persistent=1), default 0"}};
+             "schedule's items; what calls on the tile path without swiglu run), default 0"}};
   d.arch_families = {"sm_90a"};
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
@@ -523,13 +523,14 @@ OpDef moe_grouped_gemm_fp8_op_def() {
     }
     return moe_gemm_fp8_spec(c);
   };
-  // bf16 out for the entry points; the SwiGLU form in both 16-bit dtypes for the layer's gate_up;
-  // the same with the decode kernel at every token tile.
+  // bf16 out for the entry points (one block per item, the -items rows, and the persistent
+  // default); the SwiGLU form in both 16-bit dtypes for the layer's gate_up; the same with the
+  // decode kernel at every token tile.
   d.catalog = [] {
     std::vector<SetArgs> out = {{{"out_dtype", "bf16"}},
                                 {{"out_dtype", "bf16"}, {"swiglu", "1"}},
                                 {{"out_dtype", "fp16"}, {"swiglu", "1"}},
-                                // the persistent form the suite times (bf16 out)
+                                // the tile path's default (moe_gemm_persistent)
                                 {{"out_dtype", "bf16"}, {"persistent", "1"}}};
     for (const std::string& tokens : kDecodeTokens) {
       out.push_back({{"out_dtype", "bf16"}, {"tokens", tokens}});
