@@ -75,7 +75,7 @@ KJIT_DEVICE KJIT_FORCEINLINE void produce_expert(const gemm::GemmParams& g, cons
   if (SWIGLU) {
     const int gate = b_first + n_tile * (BN / 2);
     gemm::produce_rows<IN, BN, STAGES, true>(g, r.tiles, r.full, r.empty, k_blocks, a_row, gate,
-                                       gate + static_cast<int>(g.n / 2), it0);
+                                             gate + static_cast<int>(g.n / 2), it0);
   } else {
     gemm::produce_rows<IN, BN, STAGES>(g, r.tiles, r.full, r.empty, k_blocks, a_row,
                                        b_first + n_tile * BN, -1, it0);

@@ -357,8 +357,9 @@ int moe_gemm_persistent(const MoeGemmTuning& t, bool tiles, bool swiglu) {
   if (t.persistent) return 1;  // check_moe_forced: the path is the tile kernel's then
   // The persistent form by default on the tile path: on the H200 it ran Qwen3-30B-A3B's gate_up
   // at 4096 tokens at 516 TFLOP/s (one block per item: 450), DeepSeek-V3's at 337 (320),
-  // Mixtral's at 651 (632), skewed Qwen3 at 467 (448); fp8, Qwen3's at 734 (601). With silu_and_mul in the
-  // epilogue only when asked for, until its A/B has run (the suite's -persistent SwiGLU rows).
+  // Mixtral's at 651 (632), skewed Qwen3 at 467 (448); fp8, Qwen3's at 734 (601). With silu_and_mul
+  // in the epilogue only when asked for, until its A/B has run (the suite's -persistent SwiGLU
+  // rows).
   return tiles && !swiglu && t.force != MoeGemmForce::kTiles ? 1 : 0;
 }
 
