@@ -172,9 +172,10 @@ namespace {
 
 using test::local_memory_ops;
 
-// Every catalog row of `op` for which `decode(set)` holds, built for sm_90a: no local memory,
-// registers within the 64K of an SM for blocks_per_sm blocks of kGemmDecodeThreads (ptxas spreads
-// each block's 9 warps over 4 schedulers: 96 a thread at two blocks).
+// Every catalog row of `op` for which `decode(set)` holds, built for sm_90a: no local memory, no
+// TMA coordinate under a spent elect-loop predicate (sass_scan.hpp), registers within the 64K of an
+// SM for blocks_per_sm blocks of kGemmDecodeThreads (ptxas spreads each block's 9 warps over 4
+// schedulers: 96 a thread at two blocks).
 void check_decode_catalog(const char* op, const char* key, const char* value,
                           int (*blocks_per_sm)(int tokens)) {
   test::TempDir dir;  // a fresh cache: every spec compiles here
@@ -196,7 +197,9 @@ void check_decode_catalog(const char* op, const char* key, const char* value,
     INFO(info.registers << " registers");
     CHECK(info.registers > 0);
     CHECK(info.registers <= (blocks_per_sm(tokens) == 2 ? 96 : 224));
-    CHECK(local_memory_ops(jit::cubin_kernel_code(a.cubin, name)) == 0);
+    const std::string code = jit::cubin_kernel_code(a.cubin, name);
+    CHECK(local_memory_ops(code) == 0);
+    CHECK(test::tma_coordinate_under_spent_predicate(code) == 0);
     ++built;
   }
   CHECK(built >= 9);

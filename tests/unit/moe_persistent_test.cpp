@@ -120,6 +120,9 @@ using test::local_memory_ops;
 
 }  // namespace
 
+// The catalog's persistent specs, and the SwiGLU forms (not in the catalog: compiled on first
+// use), built for sm_90a: no local memory, and no TMA coordinate left under a spent elect-loop
+// predicate (the ptxas pattern that made the SwiGLU form load the gate rows as up rows).
 TEST_CASE("moe persistent: the catalog's persistent specs compile for sm_90a without spills",
           "[moe][compile]") {
   test::TempDir dir;  // a fresh cache: every spec compiles here
@@ -128,26 +131,85 @@ TEST_CASE("moe persistent: the catalog's persistent specs compile for sm_90a wit
   s.gen_dir = s.cache_dir / "generated";
   jit::JitCore core(s);
   int built = 0;
+  const auto check_spec = [&](const ops::OpDef& d, const ops::SetArgs& set) {
+    const jit::Spec spec = d.make_spec(set);
+    INFO(spec.uri);
+    const jit::Artifact a = core.build(spec, jit::ArchTarget{9, 0, true});
+    REQUIRE(a.meta.lowered_names.size() == 1);
+    const std::string& name = a.meta.lowered_names[0].second;
+    CHECK(has(name, "persistent"));
+    const jit::CubinKernelInfo info = jit::cubin_kernel_info(a.cubin, name);
+    INFO(info.registers << " registers");
+    CHECK(info.registers > 0);
+    const std::string code = jit::cubin_kernel_code(a.cubin, name);
+    CHECK(local_memory_ops(code) == 0);
+    CHECK(test::tma_coordinate_under_spent_predicate(code) == 0);
+    ++built;
+  };
   for (const char* op : {"moe_grouped_gemm", "moe_grouped_gemm_fp8"}) {
     const ops::OpDef& d = ops::op_or_throw(op);
     for (const ops::SetArgs& set : d.catalog()) {
       if (set.count("persistent") == 0 || set.at("persistent") != "1") continue;
-      const jit::Spec spec = d.make_spec(set);
-      INFO(spec.uri);
-      const jit::Artifact a = core.build(spec, jit::ArchTarget{9, 0, true});
-      REQUIRE(a.meta.lowered_names.size() == 1);
-      const std::string& name = a.meta.lowered_names[0].second;
-      CHECK(has(name, "persistent"));
-      const jit::CubinKernelInfo info = jit::cubin_kernel_info(a.cubin, name);
-      INFO(info.registers << " registers");
-      CHECK(info.registers > 0);
-      CHECK(local_memory_ops(jit::cubin_kernel_code(a.cubin, name)) == 0);
-      ++built;
+      check_spec(d, set);
     }
   }
   // The tile path's default (bf16 / fp16 a, out in a's dtype or fp32, both tile widths) and the
-  // fp8 form the suite times; the SwiGLU forms compile on first use (not a default yet).
+  // fp8 default.
   CHECK(built == 9);
+  check_spec(ops::op_or_throw("moe_grouped_gemm"), {{"path", "sm90"},
+                                                    {"dtype", "bf16"},
+                                                    {"out_dtype", "bf16"},
+                                                    {"bn", "128"},
+                                                    {"swiglu", "1"},
+                                                    {"persistent", "1"}});
+  check_spec(ops::op_or_throw("moe_grouped_gemm_fp8"),
+             {{"out_dtype", "bf16"}, {"swiglu", "1"}, {"persistent", "1"}});
+  CHECK(built == 11);
+}
+
+// The scan finds the sequence ptxas 13.0 emitted for the persistent SwiGLU kernel's producer at
+// c02e0c1 (cuobjdump -sass, 0x4cb0-0x4da0: the second box's elect loop branching back, `@P0 R2UR
+// UR31, R13` setting the third box's row, the third box's elect loop and UTMALDG), and not the
+// same code with that R2UR unguarded, nor an R2UR the next loop's ELECT guards.
+TEST_CASE("moe persistent: the SASS scan flags a TMA coordinate under a spent predicate", "[moe]") {
+  std::vector<uint64_t> words = {
+      0xfffffffd00e00947, 0x001fea000393ffff,  // @P0 BRA.U.ANY (back)
+      0x000000000d0572ca, 0x000fe400000e0000,  // R2UR UR5, R13
+      0x000000000000781c, 0x000fd60003f6e170,  // PLOP3.LUT P3
+      0x0000003f0500728c, 0x000fe2000bf06270,  // UISETP.GE.AND UP0
+      0x000000000d1f02ca, 0x000fca00000e0000,  // @P0 R2UR UR31, R13  (never runs)
+      0x000000000000781c, 0x000fe40003f4f008,  // PLOP3.LUT P2
+      0x000000000000781c, 0x000fd60003f0f008,  // PLOP3.LUT P0
+      0x0000600007042836, 0x000fe40000000000,  // @P2 VIADD
+      0x00000000003f7886, 0x000fca0000000100,  // VOTEU.ANY
+      0x00000000003f082f, 0x000fda0003860000,  // @P0 ELECT P3
+      0x00000000061e32ca, 0x000fe400000e0000,  // @P3 R2UR UR30, R6
+      0x000000000e1d32ca, 0x000fe400000e0000,  // @P3 R2UR UR29, R14
+      0x00000000041c32ca, 0x000fe400000e0000,  // @P3 R2UR UR28, R4
+      0x000000000000381c, 0x000fe40001f0e170,  // @P3 PLOP3.LUT P0
+      0x000000000000781c, 0x000fd20003f6e170,  // PLOP3.LUT P3
+      0x0000001c120005b4, 0x0001e40008008000,  // @UP0 UTMALDG.2D
+      0xfffffffd00e00947, 0x001fea000393ffff,  // @P0 BRA.U.ANY (back)
+  };
+  const auto code_of = [](const std::vector<uint64_t>& w) {
+    std::string code(w.size() * 8, '\0');
+    std::memcpy(code.data(), w.data(), code.size());
+    return code;
+  };
+  CHECK(test::tma_coordinate_under_spent_predicate(code_of(words)) == 1);
+  std::vector<uint64_t> fixed = words;
+  fixed[8] = 0x000000000d1f72ca;  // R2UR UR31, R13 (PT): what 1c6e4f4's SASS has
+  CHECK(test::tma_coordinate_under_spent_predicate(code_of(fixed)) == 0);
+  // The R2UR after the next loop's ELECT (whose guard writes P0 anew): not flagged.
+  std::vector<uint64_t> later = words;
+  later[8] = 0x000000000000781c;  // PLOP3 in place of the R2UR
+  later[9] = 0x000fd60003f6e170;
+  later[20] = 0x000000000d1f02ca;  // @P0 R2UR right after the ELECT
+  CHECK(test::tma_coordinate_under_spent_predicate(code_of(later)) == 0);
+  // A plain conditional branch (bit 20 of its second word clear) is no elect loop.
+  std::vector<uint64_t> plain = words;
+  plain[1] = 0x001fea000383ffff;
+  CHECK(test::tma_coordinate_under_spent_predicate(code_of(plain)) == 0);
 }
 
 // The persistent form is the bf16 / fp16 tile path's default, except with SwiGLU or under a forced
