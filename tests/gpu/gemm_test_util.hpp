@@ -9,12 +9,14 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <sstream>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "reference/gemm_ref.hpp"
 #include "reference/half.hpp"
+#include "support/parallel_rows.hpp"
 
 namespace kjit::test {
 
@@ -36,20 +38,21 @@ struct GemmOut {
 
 // a_row(r, dst) writes row r of a (k values); b is [n, k]; bias [n] or empty; tolerance(want,
 // sum_abs), or tolerance(r, j, want, sum_abs) where the bound depends on the operands, is the
-// error allowed for one output. Returns the largest |got - want| / tolerance.
+// error allowed for one output. Returns the largest |got - want| / tolerance. The rows run on
+// every core (parallel_rows): a_row and tolerance are called from several threads at once.
 template <class ARow, class Tolerance>
 double check_gemm_out(const GemmOut& o, ARow a_row, const std::vector<double>& b,
                       const std::vector<double>& bias, Tolerance tolerance) {
-  std::vector<double> a(static_cast<size_t>(o.k));
-  long bad = 0, touched = 0;
-  double worst = 0.0;
-  for (int64_t r = 0; r < o.m; ++r) {
-    a_row(r, a.data());
+  std::vector<std::vector<double>> rows(static_cast<size_t>(reference_workers()),
+                                        std::vector<double>(static_cast<size_t>(o.k)));
+  const RowTally t = tally_rows(o.m, [&](int64_t r, RowTally& t, int w) {
+    double* a = rows[static_cast<size_t>(w)].data();
+    a_row(r, a);
     for (int64_t j = 0; j < o.n; ++j) {
       const size_t at = static_cast<size_t>(r * o.row_stride + j);
       const double old = o.beta != 0.0 ? ref::load_elem(o.old->data(), at, o.dtype) : 0.0;
       double sum_abs = 0.0;
-      const double want = ref::gemm_element(a.data(), b.data() + j * o.k, o.k, o.alpha, o.beta, old,
+      const double want = ref::gemm_element(a, b.data() + j * o.k, o.k, o.alpha, o.beta, old,
                                             bias.empty() ? 0.0 : bias[j], &sum_abs);
       const double got = ref::load_elem(o.got->data(), at, o.dtype);
       double tol = 0.0;
@@ -63,23 +66,25 @@ double check_gemm_out(const GemmOut& o, ARow a_row, const std::vector<double>& b
       const bool ok = overflows ? std::isinf(got) && (got > 0) == (want > 0)
                                 : std::fabs(got - want) <= tol;  // NaN (untouched poison) fails
       if (!overflows)
-        worst = std::max(worst, std::isnan(got) ? INFINITY : std::fabs(got - want) / tol);
+        t.worst = std::max(t.worst, std::isnan(got) ? INFINITY : std::fabs(got - want) / tol);
       if (!ok) {
-        if (bad++ < 5) {
-          UNSCOPED_INFO("row " << r << " col " << j << " got " << got << " want " << want << " tol "
-                               << tol);
-        }
+        t.miss(r, [&] {
+          std::ostringstream m;
+          m << "row " << r << " col " << j << " got " << got << " want " << want << " tol " << tol;
+          return m.str();
+        });
       }
     }
     // The gap between strided out rows keeps the poison.
     for (int64_t j = o.n; r + 1 < o.m && j < o.row_stride; ++j) {
-      touched += !std::isnan(
+      t.touched += !std::isnan(
           ref::load_elem(o.got->data(), static_cast<size_t>(r * o.row_stride + j), o.dtype));
     }
-  }
-  CHECK(bad == 0);
-  CHECK(touched == 0);
-  return worst;
+  });
+  for (const auto& m : t.misses) UNSCOPED_INFO(m.second);
+  CHECK(t.bad == 0);
+  CHECK(t.touched == 0);
+  return t.worst;
 }
 
 }  // namespace kjit::test

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,7 @@
 #include "reference/half.hpp"
 #include "reference/moe_ref.hpp"
 #include "support/gpu.hpp"
+#include "support/parallel_rows.hpp"
 
 using namespace kjit::test;
 namespace ref = kjit::ref;
@@ -192,14 +194,13 @@ double check(const Fp8Case& c, const Fp8Operands& o, const std::vector<unsigned 
         &o.b[brow * c.k], &o.sb[(static_cast<size_t>(e) * o.n_blocks + j / 128) * o.chunks], c.k,
         dt);
   };
-  long bad = 0, touched = 0;
-  double worst = 0.0;
-  for (int64_t r = 0; r < o.l.rows; ++r) {
+  // Every core (the fp8 bound walks each output's K in 32-wide groups: minutes on one core).
+  const RowTally t = tally_rows(o.l.rows, [&](int64_t r, RowTally& t, int) {
     const int e = expert_of[r];
     for (int j = 0; j < cols; ++j) {
       const double got = ref::load_elem(out.data(), static_cast<size_t>(r) * cols + j, c.out_dtype);
       if (e < 0) {
-        touched += !std::isnan(got);
+        t.touched += !std::isnan(got);
         continue;
       }
       const ref::Fp8Element want = c.swiglu ? ref::moe_swiglu_of(element(r, e, j, "fp32"),
@@ -213,18 +214,21 @@ double check(const Fp8Case& c, const Fp8Operands& o, const std::vector<unsigned 
                             (got > 0) == (want.want > 0) &&
                             std::fabs(want.want) + want.bound >= 65520.0;
       if (!(err <= want.bound) && !overflow) {
-        if (bad++ < 5) {
-          UNSCOPED_INFO("expert " << e << " row " << r << " col " << j << " got " << got << " want "
-                                  << want.want << " bound " << want.bound);
-        }
+        t.miss(r, [&] {
+          std::ostringstream m;
+          m << "expert " << e << " row " << r << " col " << j << " got " << got << " want "
+            << want.want << " bound " << want.bound;
+          return m.str();
+        });
       } else if (want.bound > 0.0) {
-        worst = std::max(worst, err / want.bound);
+        t.worst = std::max(t.worst, err / want.bound);
       }
     }
-  }
-  CHECK(bad == 0);
-  CHECK(touched == 0);
-  return worst;
+  });
+  for (const auto& m : t.misses) UNSCOPED_INFO(m.second);
+  CHECK(t.bad == 0);
+  CHECK(t.touched == 0);
+  return t.worst;
 }
 
 std::string describe(const Fp8Case& c) {
