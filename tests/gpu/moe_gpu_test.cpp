@@ -13,6 +13,7 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,7 @@
 #include "reference/half.hpp"
 #include "reference/moe_ref.hpp"
 #include "support/gpu.hpp"
+#include "support/parallel_rows.hpp"
 
 using namespace kjit::test;
 namespace ref = kjit::ref;
@@ -315,31 +317,36 @@ void check_grouped(const GroupedCase& c, const Elems& a, const Elems& b, const E
   for (int e = 0; e < experts; ++e) {
     for (int64_t r = first[e]; r < first[e] + used[e]; ++r) expert_of[r] = e;
   }
-  std::vector<double> arow(c.k), bk(static_cast<size_t>(c.k));
-  long bad = 0, touched = 0;
-  for (int64_t r = 0; r < total_rows; ++r) {
+  // Every core: per-worker row buffers.
+  std::vector<std::vector<double>> bufs(static_cast<size_t>(reference_workers()),
+                                        std::vector<double>(2 * static_cast<size_t>(c.k)));
+  const RowTally t = tally_rows(total_rows, [&](int64_t r, RowTally& t, int w) {
     const int e = expert_of[r];
     if (e < 0) {
       for (int j = 0; j < c.n; ++j)
-        touched += !std::isnan(out.at(static_cast<size_t>(r) * c.n + j));
-      continue;
+        t.touched += !std::isnan(out.at(static_cast<size_t>(r) * c.n + j));
+      return;
     }
+    double* arow = bufs[static_cast<size_t>(w)].data();
+    double* bk = arow + c.k;
     for (int i = 0; i < c.k; ++i) arow[i] = a.at(static_cast<size_t>(r) * c.k + i);
     for (int j = 0; j < c.n; ++j) {
       for (int i = 0; i < c.k; ++i) bk[i] = b.at((static_cast<size_t>(e) * c.n + j) * c.k + i);
       double sum_abs = 0.0;
-      const double want =
-          ref::gemm_element(arow.data(), bk.data(), c.k, 1.0, 0.0, 0.0, 0.0, &sum_abs);
+      const double want = ref::gemm_element(arow, bk, c.k, 1.0, 0.0, 0.0, 0.0, &sum_abs);
       const double g = out.at(static_cast<size_t>(r) * c.n + j);
-      if (!(std::fabs(g - want) <= ref::gemm_tolerance(c.out_dtype, want, sum_abs, c.k)) &&
-          bad++ < 5) {
-        UNSCOPED_INFO("expert " << e << " row " << r << " col " << j << " got " << g << " want "
-                                << want);
+      if (!(std::fabs(g - want) <= ref::gemm_tolerance(c.out_dtype, want, sum_abs, c.k))) {
+        t.miss(r, [&] {
+          std::ostringstream m;
+          m << "expert " << e << " row " << r << " col " << j << " got " << g << " want " << want;
+          return m.str();
+        });
       }
     }
-  }
-  CHECK(bad == 0);
-  CHECK(touched == 0);
+  });
+  for (const auto& m : t.misses) UNSCOPED_INFO(m.second);
+  CHECK(t.bad == 0);
+  CHECK(t.touched == 0);
 }
 
 // Where each expert's rows sit in a grouped GEMM's a / out (first, and used: the counts as the
@@ -1049,29 +1056,41 @@ bool run_swiglu(const SwigluCase& c, std::mt19937_64& rng) {
   for (int e = 0; e < experts && ran; ++e) {
     for (int64_t r = layout.first[e]; r < layout.first[e] + layout.used[e]; ++r) expert_of[r] = e;
   }
-  std::vector<double> arow(c.k), w(i2 * c.k);
-  long bad = 0, touched = 0;
-  for (int64_t r = 0; r < rows; ++r) {
+  // Every core: per-worker row buffers (a's row, the expert's w13 as fp64).
+  std::vector<std::vector<double>> bufs(static_cast<size_t>(reference_workers()),
+                                        std::vector<double>(c.k + i2 * c.k));
+  std::vector<int> loaded(bufs.size(), -1);  // the expert whose w13 a worker's buffer holds
+  const RowTally t = tally_rows(rows, [&](int64_t r, RowTally& t, int wi) {
     const int e = expert_of[r];
     if (e < 0) {
       for (int j = 0; j < c.inter; ++j)
-        touched += !std::isnan(out.at(static_cast<size_t>(r) * c.inter + j));
-      continue;
+        t.touched += !std::isnan(out.at(static_cast<size_t>(r) * c.inter + j));
+      return;
     }
+    double* arow = bufs[static_cast<size_t>(wi)].data();
+    double* w = arow + c.k;
     for (int i = 0; i < c.k; ++i) arow[i] = a.at(static_cast<size_t>(r) * c.k + i);
-    for (size_t i = 0; i < w.size(); ++i) w[i] = w13.at(e * i2 * c.k + i);
+    if (loaded[static_cast<size_t>(wi)] != e) {
+      for (size_t i = 0; i < i2 * c.k; ++i) w[i] = w13.at(e * i2 * c.k + i);
+      loaded[static_cast<size_t>(wi)] = e;
+    }
     const ref::MoeValues h =
-        ref::moe_swiglu_act(arow.data(), w.data(), c.k, c.inter, 0.0, ref::unit_roundoff(c.dtype));
+        ref::moe_swiglu_act(arow, w, c.k, c.inter, 0.0, ref::unit_roundoff(c.dtype));
     for (int j = 0; j < c.inter; ++j) {
       const double g = out.at(static_cast<size_t>(r) * c.inter + j);
-      if (!(std::fabs(g - h.v[j]) <= h.err[j]) && bad++ < 5) {
-        UNSCOPED_INFO("expert " << e << " row " << r << " col " << j << " got " << g << " want "
-                                << h.v[j] << " tol " << h.err[j]);
+      if (!(std::fabs(g - h.v[j]) <= h.err[j])) {
+        t.miss(r, [&] {
+          std::ostringstream m;
+          m << "expert " << e << " row " << r << " col " << j << " got " << g << " want " << h.v[j]
+            << " tol " << h.err[j];
+          return m.str();
+        });
       }
     }
-  }
-  CHECK(bad == 0);
-  CHECK(touched == 0);
+  });
+  for (const auto& m : t.misses) UNSCOPED_INFO(m.second);
+  CHECK(t.bad == 0);
+  CHECK(t.touched == 0);
   return ran;
 }
 
