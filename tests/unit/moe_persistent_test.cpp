@@ -5,6 +5,7 @@
 // catalog rows compiled by NVRTC for sm_90a with no local memory.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -224,4 +225,40 @@ TEST_CASE("moe persistent: the default on the tile path", "[moe]") {
   CHECK(ops::moe_gemm_persistent(tiles, true, false) == 0);  // path=sm90: one block per item
   CHECK(ops::moe_gemm_persistent(forced, true, false) == 1);
   CHECK(ops::moe_gemm_persistent(forced, true, true) == 1);
+}
+
+// What kjit_precompile_file warms for a grouped GEMM definition holds the spec a large call runs
+// (the persistent tile kernel, plain GEMM), so a call captured in a CUDA graph after the warm-up
+// never compiles.
+TEST_CASE("moe persistent: the warm-up sets hold the tile kernel in the form calls run", "[moe]") {
+  const auto warm_uris = [](const ops::OpDef& d, const ops::Definition& def) {
+    std::vector<std::string> uris;
+    for (const ops::SetArgs& set : d.precompile_sets(def, {})) uris.push_back(d.make_spec(set).uri);
+    return uris;
+  };
+  const auto holds = [](const std::vector<std::string>& uris, const std::string& uri) {
+    return std::find(uris.begin(), uris.end(), uri) != uris.end();
+  };
+  const ops::OpDef& bf = ops::op_or_throw("moe_grouped_gemm");
+  for (const ops::Definition& def : bf.definitions()) {
+    INFO(def.name);
+    const int64_t experts = def.const_axis("experts");
+    ops::MoeGemmConfig c =
+        ops::select_moe_gemm(def.tensor_dtype("a"), def.tensor_dtype("out"), 512 * experts, 512,
+                             def.const_axis("n"), def.const_axis("k"), experts, h200());
+    REQUIRE(c.path == GemmPath::kSm90);
+    c.persistent = ops::moe_gemm_persistent({}, true, false);
+    CHECK(c.persistent == 1);
+    CHECK(holds(warm_uris(bf, def), ops::moe_gemm_spec(c).uri));
+  }
+  const ops::OpDef& f8 = ops::op_or_throw("moe_grouped_gemm_fp8");
+  for (const ops::Definition& def : f8.definitions()) {
+    INFO(def.name);
+    ops::MoeGemmFp8Config c =
+        ops::select_moe_gemm_fp8(def.tensor_dtype("out"), 4096 * 8, def.const_axis("n"),
+                                 def.const_axis("k"), def.const_axis("experts"), false, h200());
+    REQUIRE(c.tokens == 0);
+    c.persistent = ops::moe_gemm_persistent({}, true, false);
+    CHECK(holds(warm_uris(f8, def), ops::moe_gemm_fp8_spec(c).uri));
+  }
 }

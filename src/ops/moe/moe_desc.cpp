@@ -401,7 +401,7 @@ OpDef moe_grouped_gemm_op_def() {
     return out;
   };
   // The fallback and both tile widths of the wgmma path (the width follows the routing, a
-  // run-time value).
+  // run-time value), in the form the call runs (moe_gemm_persistent).
   d.precompile_sets = [](const Definition& def, const VarAxes& axes) {
     const SetArgs types = {{"dtype", dtype_name(def.tensor_dtype("a"))},
                            {"out_dtype", dtype_name(def.tensor_dtype("out"))}};
@@ -421,6 +421,8 @@ OpDef moe_grouped_gemm_op_def() {
       if (c.path == GemmPath::kSm90) {
         a["bn"] = std::to_string(c.bn);
         a["stages"] = std::to_string(c.stages);
+        // The call's form of the tile kernel (the definitions are the plain GEMM's: no SwiGLU).
+        if (moe_gemm_persistent({}, true, false) != 0) a["persistent"] = "1";
       }
       out.push_back(std::move(a));
     }
@@ -541,7 +543,9 @@ OpDef moe_grouped_gemm_fp8_op_def() {
   };
   d.precompile_sets = [](const Definition& def, const VarAxes& axes) {
     const std::string od = dtype_name(def.tensor_dtype("out"));
+    // The tile kernel in the call's form (the definitions are the plain GEMM's: no SwiGLU).
     std::vector<SetArgs> out = {{{"out_dtype", od}}};
+    if (moe_gemm_persistent({}, true, false) != 0) out.back()["persistent"] = "1";
     for (const std::string& tokens : decode_tiles(def, axes)) {
       out.push_back({{"out_dtype", od}, {"tokens", tokens}});
     }
