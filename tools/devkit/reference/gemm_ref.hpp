@@ -88,7 +88,8 @@ double gemm_fp8_error_bound(const uint8_t* a, const uint8_t* b, int64_t k, Chunk
   }
   const double fp32 = static_cast<double>(128 + (k + 127) / 128 + 4) * 0x1p-24 * sum_abs;
   const double acc = std::fabs(alpha) * mma + fp32;
-  return acc + unit_roundoff(out_dtype) * (std::fabs(want) + acc);
+  const double u = unit_roundoff(out_dtype);
+  return acc + u * (std::fabs(want) + acc) + underflow_slack(u);
 }
 
 }  // namespace kjit::ref

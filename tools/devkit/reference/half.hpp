@@ -95,4 +95,11 @@ inline double unit_roundoff(const std::string& dtype) {
   return dtype == "fp32" ? 0x1p-24 : dtype == "fp16" ? 0x1p-11 : 0x1p-8;
 }
 
+// The absolute part of one rounding to the format of unit roundoff u (fp32, fp16 or bf16): half
+// the spacing of its subnormals, which u * |v| misses below the smallest normal. fp16's (2^-25)
+// matters: a correctly rounded -3.8e-8 is stored as -5.96e-8, the nearest fp16.
+inline double underflow_slack(double u) {
+  return u == 0x1p-11 ? 0x1p-25 : u == 0x1p-8 ? 0x1p-134 : 0x1p-150;
+}
+
 }  // namespace kjit::ref

@@ -149,7 +149,7 @@ inline MoeValues moe_swiglu_act(const double* x, const double* w13, int64_t hidd
     const double silu = g / (1.0 + std::exp(-g));
     r.v[i] = silu * u;
     const double carried = 1.1 * dg * (std::fabs(u) + du) + std::fabs(silu) * du;
-    r.err[i] = carried + (u_h + kMoeFp32Acc) * (std::fabs(r.v[i]) + carried);
+    r.err[i] = carried + (u_h + kMoeFp32Acc) * (std::fabs(r.v[i]) + carried) + underflow_slack(u_h);
   }
   return r;
 }
@@ -172,7 +172,8 @@ inline MoeValues moe_swiglu_expert(const double* x, const double* w13, const dou
       carried += std::fabs(w2[c * inter + i]) * h.err[i];
     }
     r.v[c] = y;
-    r.err[c] = carried + kMoeFp32Acc * sq * (m + carried) + u_out * (std::fabs(y) + carried);
+    r.err[c] = carried + kMoeFp32Acc * sq * (m + carried) + u_out * (std::fabs(y) + carried) +
+               underflow_slack(u_out);
   }
   return r;
 }
@@ -207,7 +208,8 @@ inline Fp8Element moe_swiglu_of(const Fp8Element& g, const Fp8Element& u, double
   const double silu = g.want / (1.0 + std::exp(-g.want));
   const double v = silu * u.want;
   const double carried = 1.1 * g.bound * (std::fabs(u.want) + u.bound) + std::fabs(silu) * u.bound;
-  return Fp8Element{v, carried + (u_h + kMoeFp32Acc) * (std::fabs(v) + carried)};
+  return Fp8Element{
+      v, carried + (u_h + kMoeFp32Acc) * (std::fabs(v) + carried) + underflow_slack(u_h)};
 }
 
 }  // namespace kjit::ref
