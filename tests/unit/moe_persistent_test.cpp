@@ -121,9 +121,9 @@ using test::local_memory_ops;
 
 }  // namespace
 
-// The catalog's persistent specs, and the SwiGLU forms (not in the catalog: compiled on first
-// use), built for sm_90a: no local memory, and no TMA coordinate left under a spent elect-loop
-// predicate (the ptxas pattern that made the SwiGLU form load the gate rows as up rows).
+// The catalog's persistent specs (the SwiGLU forms among them) built for sm_90a: no local memory,
+// and no TMA coordinate left under a spent elect-loop predicate (the ptxas pattern that made the
+// SwiGLU form load the gate rows as up rows).
 TEST_CASE("moe persistent: the catalog's persistent specs compile for sm_90a without spills",
           "[moe][compile]") {
   test::TempDir dir;  // a fresh cache: every spec compiles here
@@ -154,18 +154,9 @@ TEST_CASE("moe persistent: the catalog's persistent specs compile for sm_90a wit
       check_spec(d, set);
     }
   }
-  // The tile path's default (bf16 / fp16 a, out in a's dtype or fp32, both tile widths) and the
-  // fp8 default.
-  CHECK(built == 9);
-  check_spec(ops::op_or_throw("moe_grouped_gemm"), {{"path", "sm90"},
-                                                    {"dtype", "bf16"},
-                                                    {"out_dtype", "bf16"},
-                                                    {"bn", "128"},
-                                                    {"swiglu", "1"},
-                                                    {"persistent", "1"}});
-  check_spec(ops::op_or_throw("moe_grouped_gemm_fp8"),
-             {{"out_dtype", "bf16"}, {"swiglu", "1"}, {"persistent", "1"}});
-  CHECK(built == 11);
+  // The tile path's default (bf16 / fp16 a, out in a's dtype or fp32, both tile widths; SwiGLU
+  // out in a's dtype at both widths) and the fp8 defaults (plain bf16 out, SwiGLU bf16 / fp16).
+  CHECK(built == 8 + 4 + 1 + 2);
 }
 
 // The scan finds the sequence ptxas 13.0 emitted for the persistent SwiGLU kernel's producer at
@@ -213,18 +204,16 @@ TEST_CASE("moe persistent: the SASS scan flags a TMA coordinate under a spent pr
   CHECK(test::tma_coordinate_under_spent_predicate(code_of(plain)) == 0);
 }
 
-// The persistent form is the bf16 / fp16 tile path's default, except with SwiGLU or under a forced
-// one-item kernel; asked for, it serves SwiGLU too.
+// The persistent form is the tile path's default (SwiGLU or not), except under a forced one-item
+// kernel.
 TEST_CASE("moe persistent: the default on the tile path", "[moe]") {
   ops::MoeGemmTuning none, tiles, forced;
   tiles.force = ops::MoeGemmForce::kTiles;
   forced.persistent = true;
-  CHECK(ops::moe_gemm_persistent(none, true, false) == 1);
-  CHECK(ops::moe_gemm_persistent(none, false, false) == 0);  // decode or fallback path
-  CHECK(ops::moe_gemm_persistent(none, true, true) == 0);    // SwiGLU: one block per item
-  CHECK(ops::moe_gemm_persistent(tiles, true, false) == 0);  // path=sm90: one block per item
-  CHECK(ops::moe_gemm_persistent(forced, true, false) == 1);
-  CHECK(ops::moe_gemm_persistent(forced, true, true) == 1);
+  CHECK(ops::moe_gemm_persistent(none, true) == 1);
+  CHECK(ops::moe_gemm_persistent(none, false) == 0);  // decode or fallback path
+  CHECK(ops::moe_gemm_persistent(tiles, true) == 0);  // path=sm90: one block per item
+  CHECK(ops::moe_gemm_persistent(forced, true) == 1);
 }
 
 // What kjit_precompile_file warms for a grouped GEMM definition holds the spec a large call runs
@@ -247,7 +236,7 @@ TEST_CASE("moe persistent: the warm-up sets hold the tile kernel in the form cal
         ops::select_moe_gemm(def.tensor_dtype("a"), def.tensor_dtype("out"), 512 * experts, 512,
                              def.const_axis("n"), def.const_axis("k"), experts, h200());
     REQUIRE(c.path == GemmPath::kSm90);
-    c.persistent = ops::moe_gemm_persistent({}, true, false);
+    c.persistent = ops::moe_gemm_persistent({}, true);
     CHECK(c.persistent == 1);
     CHECK(holds(warm_uris(bf, def), ops::moe_gemm_spec(c).uri));
   }
@@ -258,7 +247,7 @@ TEST_CASE("moe persistent: the warm-up sets hold the tile kernel in the form cal
         ops::select_moe_gemm_fp8(def.tensor_dtype("out"), 4096 * 8, def.const_axis("n"),
                                  def.const_axis("k"), def.const_axis("experts"), false, h200());
     REQUIRE(c.tokens == 0);
-    c.persistent = ops::moe_gemm_persistent({}, true, false);
+    c.persistent = ops::moe_gemm_persistent({}, true);
     CHECK(holds(warm_uris(f8, def), ops::moe_gemm_fp8_spec(c).uri));
   }
 }

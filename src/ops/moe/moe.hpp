@@ -101,14 +101,14 @@ struct MoeGemmTuning {
   int split = 0;
   // The persistent form of the 128-row tile kernel (bf16 / fp16 and fp8): implies kTiles, so a
   // call the tile kernel cannot serve is KJIT_ERROR_INVALID_ARGUMENT as that force's. The tile
-  // path without SwiGLU runs it anyway (moe_gemm_persistent); force kTiles alone for its
-  // one-block-per-item form.
+  // path runs it anyway (moe_gemm_persistent); force kTiles alone for its one-block-per-item
+  // form.
   bool persistent = false;
 };
 
 // MoeGemmConfig::persistent (MoeGemmFp8Config's too) of a call: 1 when the tuning asks for it, or
-// on the tile path (tiles) without SwiGLU unless the tuning forces kTiles.
-int moe_gemm_persistent(const MoeGemmTuning& t, bool tiles, bool swiglu);
+// on the tile path (tiles), SwiGLU or not, unless the tuning forces kTiles.
+int moe_gemm_persistent(const MoeGemmTuning& t, bool tiles);
 
 // decode_rows of a call under a tuning: moe_decode_rows, or what the tuning forces (the host's
 // bound on an expert's rows, capped at the widest tile, for the decode kernel; 0 for the tile

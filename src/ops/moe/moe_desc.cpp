@@ -320,7 +320,7 @@ OpDef moe_grouped_gemm_op_def() {
              {"0", "1"},
              false,
              "sm90: 1 = persistent blocks (min(items, SMs) blocks looping over the schedule's "
-             "items; what calls on the tile path without swiglu run), default 0"}};
+             "items; what calls on the tile path run), default 0"}};
   d.arch_families = {"sm_80+", "sm_90a"};
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
@@ -376,10 +376,14 @@ OpDef moe_grouped_gemm_op_def() {
         }
         out.push_back({{"path", "simt"}, {"dtype", dt}, {"out_dtype", od}});
       }
-      // kjit_moe_forward's gate_up GEMM with silu_and_mul fused (out in a's dtype).
+      // kjit_moe_forward's gate_up GEMM with silu_and_mul fused (out in a's dtype), persistent.
       for (const char* bn : {"128", "256"}) {
-        out.push_back(
-            {{"path", "sm90"}, {"dtype", dt}, {"out_dtype", dt}, {"bn", bn}, {"swiglu", "1"}});
+        out.push_back({{"path", "sm90"},
+                       {"dtype", dt},
+                       {"out_dtype", dt},
+                       {"bn", bn},
+                       {"swiglu", "1"},
+                       {"persistent", "1"}});
       }
 
       // The decode kernel at every token tile, plain and (out in a's dtype) SwiGLU.
@@ -422,7 +426,7 @@ OpDef moe_grouped_gemm_op_def() {
         a["bn"] = std::to_string(c.bn);
         a["stages"] = std::to_string(c.stages);
         // The call's form of the tile kernel (the definitions are the plain GEMM's: no SwiGLU).
-        if (moe_gemm_persistent({}, true, false) != 0) a["persistent"] = "1";
+        if (moe_gemm_persistent({}, true) != 0) a["persistent"] = "1";
       }
       out.push_back(std::move(a));
     }
@@ -505,7 +509,7 @@ OpDef moe_grouped_gemm_fp8_op_def() {
              {"0", "1"},
              false,
              "the 128-row tile kernel's persistent form (min(items, SMs) blocks looping over the "
-             "schedule's items; what calls on the tile path without swiglu run), default 0"}};
+             "schedule's items; what calls on the tile path run), default 0"}};
   d.arch_families = {"sm_90a"};
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
@@ -530,8 +534,8 @@ OpDef moe_grouped_gemm_fp8_op_def() {
   // decode kernel at every token tile.
   d.catalog = [] {
     std::vector<SetArgs> out = {{{"out_dtype", "bf16"}},
-                                {{"out_dtype", "bf16"}, {"swiglu", "1"}},
-                                {{"out_dtype", "fp16"}, {"swiglu", "1"}},
+                                {{"out_dtype", "bf16"}, {"swiglu", "1"}, {"persistent", "1"}},
+                                {{"out_dtype", "fp16"}, {"swiglu", "1"}, {"persistent", "1"}},
                                 // the tile path's default (moe_gemm_persistent)
                                 {{"out_dtype", "bf16"}, {"persistent", "1"}}};
     for (const std::string& tokens : kDecodeTokens) {
@@ -545,7 +549,7 @@ OpDef moe_grouped_gemm_fp8_op_def() {
     const std::string od = dtype_name(def.tensor_dtype("out"));
     // The tile kernel in the call's form (the definitions are the plain GEMM's: no SwiGLU).
     std::vector<SetArgs> out = {{{"out_dtype", od}}};
-    if (moe_gemm_persistent({}, true, false) != 0) out.back()["persistent"] = "1";
+    if (moe_gemm_persistent({}, true) != 0) out.back()["persistent"] = "1";
     for (const std::string& tokens : decode_tiles(def, axes)) {
       out.push_back({{"out_dtype", od}, {"tokens", tokens}});
     }

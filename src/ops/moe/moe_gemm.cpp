@@ -210,7 +210,7 @@ bool run_grouped(const GroupedOperands& g, void* stream, const MoeGemmTuning& tu
                cfg.path == GemmPath::kSm90);
   if (g.swiglu && cfg.path == GemmPath::kSimt) return false;
   cfg.swiglu = g.swiglu ? 1 : 0;
-  cfg.persistent = moe_gemm_persistent(tuning, cfg.path == GemmPath::kSm90, g.swiglu);
+  cfg.persistent = moe_gemm_persistent(tuning, cfg.path == GemmPath::kSm90);
   const jit::LoadedKernel& kern = jit::JitCore::global().kernel_for(
       "moe_grouped_gemm", cfg, g.a.device, [&] { return moe_gemm_spec(cfg); });
   moe::MoeGemmParams p = grouped_params(g);
@@ -328,7 +328,7 @@ bool run_grouped_fp8(const GroupedOperands& g, const GroupedScales& s, void* str
       select_moe_gemm_fp8(g.out.dtype, g.rows, g.n, g.k, g.experts, g.swiglu,
                           gemm_target(g.a.device, tma_ok), call_decode_rows(g, tuning));
   check_forced("moe_grouped_gemm_fp8", tuning, cfg.tokens != 0, cfg.tokens == 0);
-  cfg.persistent = moe_gemm_persistent(tuning, cfg.tokens == 0, g.swiglu);
+  cfg.persistent = moe_gemm_persistent(tuning, cfg.tokens == 0);
   const jit::LoadedKernel& kern = jit::JitCore::global().kernel_for(
       "moe_grouped_gemm_fp8", cfg, g.a.device, [&] { return moe_gemm_fp8_spec(cfg); });
   moe::MoeGemmFp8Params p{};
@@ -353,14 +353,13 @@ bool run_grouped_fp8(const GroupedOperands& g, const GroupedScales& s, void* str
 
 }  // namespace
 
-int moe_gemm_persistent(const MoeGemmTuning& t, bool tiles, bool swiglu) {
+int moe_gemm_persistent(const MoeGemmTuning& t, bool tiles) {
   if (t.persistent) return 1;  // check_moe_forced: the path is the tile kernel's then
   // The persistent form by default on the tile path: on the H200 it ran Qwen3-30B-A3B's gate_up
   // at 4096 tokens at 516 TFLOP/s (one block per item: 450), DeepSeek-V3's at 337 (320),
-  // Mixtral's at 651 (632), skewed Qwen3 at 467 (448); fp8, Qwen3's at 734 (601). With silu_and_mul
-  // in the epilogue only when asked for, until its A/B has run (the suite's -persistent SwiGLU
-  // rows).
-  return tiles && !swiglu && t.force != MoeGemmForce::kTiles ? 1 : 0;
+  // Mixtral's at 651 (632), skewed Qwen3 at 467 (448); fp8, Qwen3's at 734 (601). With
+  // silu_and_mul in the epilogue (an H100, 2026-12-05): bf16 482 TFLOP/s (429), fp8 802 (675).
+  return tiles && t.force != MoeGemmForce::kTiles ? 1 : 0;
 }
 
 int64_t moe_tuned_decode_rows(const MoeGemmTuning& t, bool masked, int64_t rows,
