@@ -63,8 +63,10 @@ struct PrefillParams {
   long long v_sp, v_ss, v_sh;
   long long num_pages;  // paged: pages in the caches; ragged: rows of k and v
   int batch;
-  int total_q;  // rows of q and out: a request's rows are clamped to [0, total_q)
-  int group;    // qo heads per kv head: a CTA's rows are (token, group member) pairs
+  int total_q;     // rows of q and out: a request's rows are clamped to [0, total_q)
+  int group;       // qo heads per kv head: a CTA's rows are (token, group member) pairs
+  int kv_heads;    // the grid is tiles x kv_heads CTAs (prefill_cta)
+  int head_inner;  // 1: the kv head is the CTA index's inner digit, 0: its outer one
   int page_size;
   int nnz_pages;
   int causal;         // query i of q_len over kv_len keys sees keys j <= kv_len - q_len + i

@@ -105,7 +105,7 @@ KJIT_DEVICE KJIT_FORCEINLINE void pv_issue(const u32 (&a)[kv_tile / 16][4], u32 
   wgmma::commit_group();
 }
 
-// Launch contract: grid (the plan's CTA tiles of kSm90Rows rows, num_kv_heads), kSm90Threads
+// Launch contract: grid the plan's CTA tiles of kSm90Rows rows x num_kv_heads, kSm90Threads
 // threads, PrefillSm90Smem::kTotal bytes of dynamic shared memory; the rest as prefill_kernel.
 template <typename dtype, int head_dim, int kv_tile, int stages, int pingpong>
 __global__ void __launch_bounds__(kSm90Threads, 1)
@@ -135,8 +135,9 @@ __global__ void __launch_bounds__(kSm90Threads, 1)
     hopper::fence_barrier_init();
   }
   PrefillWork w;
-  if (!find_work<kSm90Rows>(p, int(blockIdx.x), w, work_s)) return;  // its barrier publishes
-  const int h = int(blockIdx.y);
+  const PrefillCta cta = prefill_cta(p);
+  if (!find_work<kSm90Rows>(p, cta.work, w, work_s)) return;  // its barrier publishes
+  const int h = cta.h;
 
   const TileRange tr = tile_range<kSm90Rows, kv_tile>(p, w);
   const int first_tile = tr.first, end_tile = tr.end;

@@ -77,9 +77,14 @@ struct PrefillPlanData {
   int window_left = -1;
   int64_t total_q = 0;   // qo_indptr_host[batch] - qo_indptr_host[0]: the rows of q
   int64_t tiles = 0;     // CTAs per kv head: each request's rows x group in tiles of prefill_rows
+  int head_inner = 0;    // the CTA order (attention::prefill_cta): 1 where the grid is few waves
   int64_t kv_total = 0;  // the requests' pages (paged) or rows (ragged), as planned
   size_t workspace_bytes = 0;
 };
+
+// The plan's CTA order (PrefillPlanData::head_inner) for a grid of `ctas` CTAs on `sms` SMs (0:
+// unknown).
+bool prefill_head_inner(int64_t ctas, int sms, const PrefillConfig& cfg);
 
 // Validates and plans (see kjit_batch_prefill_plan). Throws kjit::Error.
 PrefillPlanData plan_batch_prefill(const int32_t* qo_indptr_host, const int32_t* kv_indptr_host,

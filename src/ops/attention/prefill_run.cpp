@@ -193,6 +193,8 @@ PrefillParams prefill_params(const PrefillPlanData& pl, const PrefillViews& w, f
   p.batch = pl.batch;
   p.total_q = static_cast<int>(w.q.shape[0]);
   p.group = pl.group;
+  p.kv_heads = pl.num_kv_heads;
+  p.head_inner = pl.head_inner;
   p.page_size = pl.page_size;
   p.causal = pl.causal;
   p.window_left = pl.window_left;
@@ -239,8 +241,7 @@ void launch_prefill(const PrefillPlanData& pl, const PrefillViews& w, const Pref
   const jit::LoadedKernel& kernel = jit::JitCore::global().kernel_for(
       "prefill_attention", cfg, pl.device, [&] { return prefill_spec(cfg); });
   cuda::LaunchConfig lc;
-  lc.grid_x = static_cast<unsigned>(pl.tiles);
-  lc.grid_y = static_cast<unsigned>(pl.num_kv_heads);
+  lc.grid_x = static_cast<unsigned>(pl.tiles * pl.num_kv_heads);  // plan: <= INT_MAX
   lc.block_x = static_cast<unsigned>(
       cfg.kernel == PrefillKernel::kWgmmaSm90a ? attention::kPrefillSm90Threads : 32 * cfg.warps);
   lc.smem_bytes = static_cast<unsigned>(prefill_smem_bytes(cfg));
