@@ -23,13 +23,25 @@ struct PrefillRefArgs {
   std::vector<int32_t> qo_indptr, kv_indptr, kv_indices, last_page_len;
 };
 
+// Runs f(t, 0) for t in [0, n) in order: prefill_attention's default way through a request's
+// query tokens.
+struct SequentialRows {
+  template <class F>
+  void operator()(int64_t n, F&& f) const {
+    for (int64_t t = 0; t < n; ++t) f(t, 0);
+  }
+};
+
 // out[row][i][d] and lse[row][i] (natural log) for every row of q ([total_q, qo_heads, D]) that a
 // request owns; rows no request owns stay 0 / -inf. q(row, i, d) and k / v(page, slot, kv_head,
 // d) return the stored values as doubles; for a ragged KV page is the row of k / v and slot 0.
-template <class Q, class K, class V>
+// rows(n, f) calls f(t, worker) once for each of a request's n query tokens, in any order and
+// from any threads (the GPU tests pass test::parallel_rows): each token writes its own rows of
+// out, lse and tol only, and q, k and v must be safe to call at once.
+template <class Q, class K, class V, class Rows = SequentialRows>
 void prefill_attention(const PrefillRefArgs& a, int64_t total_q, Q&& q, K&& k, V&& v,
                        std::vector<double>& out, std::vector<double>& lse,
-                       DecodeTolerance* tol = nullptr) {
+                       DecodeTolerance* tol = nullptr, Rows&& rows = Rows{}) {
   const int64_t D = a.head_dim, group = a.qo_heads / a.kv_heads;
   out.assign(static_cast<size_t>(total_q * a.qo_heads * D), 0.0);
   lse.assign(static_cast<size_t>(total_q * a.qo_heads), -std::numeric_limits<double>::infinity());
@@ -64,12 +76,11 @@ void prefill_attention(const PrefillRefArgs& a, int64_t total_q, Q&& q, K&& k, V
       }
     }
     const int64_t kv_len = static_cast<int64_t>(pages.size());
-    std::vector<size_t> keys;
-    for (int64_t t = 0; t < q_len; ++t) {
+    rows(q_len, [&](int64_t t, int) {
       const int64_t diag = kv_len - q_len + t;
       const int64_t hi = a.causal ? std::min(kv_len, diag + 1) : kv_len;
       const int64_t lo = a.window_left >= 0 ? std::max<int64_t>(0, diag - a.window_left) : 0;
-      keys.clear();
+      std::vector<size_t> keys;
       for (int64_t j = lo; j < hi; ++j) {
         if (pages[static_cast<size_t>(j)] >= 0) keys.push_back(static_cast<size_t>(j));
       }
@@ -86,7 +97,7 @@ void prefill_attention(const PrefillRefArgs& a, int64_t total_q, Q&& q, K&& k, V
             tol ? &tol->out[row * static_cast<size_t>(D)] : nullptr,
             tol ? &tol->lse[row] : nullptr);
       }
-    }
+    });
   }
 }
 
