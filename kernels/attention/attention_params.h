@@ -66,6 +66,7 @@ struct PrefillParams {
   int total_q;     // rows of q and out: a request's rows are clamped to [0, total_q)
   int group;       // qo heads per kv head: a CTA's rows are (token, group member) pairs
   int kv_heads;    // the grid is tiles x kv_heads CTAs (prefill_cta)
+  int tiles;       // CTA tiles per kv head (the plan's; a persistent grid walks them all)
   int head_inner;  // 1: the kv head is the CTA index's inner digit, 0: its outer one
   int page_size;
   int nnz_pages;

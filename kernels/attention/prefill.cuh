@@ -57,55 +57,57 @@ KJIT_DEVICE KJIT_FORCEINLINE void q_range(const PrefillParams& p, int lo, int hi
 struct PrefillCta {
   int work, h;
 };
-KJIT_DEVICE KJIT_FORCEINLINE PrefillCta prefill_cta(const PrefillParams& p) {
+// `index` is the CTA's (blockIdx.x), or a persistent CTA's item, in [0, tiles x kv_heads).
+KJIT_DEVICE KJIT_FORCEINLINE PrefillCta prefill_cta(const PrefillParams& p, unsigned index) {
   const unsigned heads = unsigned(p.kv_heads);
   if (p.head_inner) {
-    const unsigned work = blockIdx.x / heads;
-    return {int(work), int(blockIdx.x - work * heads)};
+    const unsigned work = index / heads;
+    return {int(work), int(index - work * heads)};
   }
-  const unsigned tiles = gridDim.x / heads;
-  const unsigned h = blockIdx.x / tiles;
-  return {int(blockIdx.x - h * tiles), int(h)};
+  const unsigned tiles = unsigned(p.tiles);
+  const unsigned h = index / tiles;
+  return {int(index - h * tiles), int(h)};
 }
 
-// Finds the request of CTA tile `work`: request b has ceil(q_len * group / rows) tiles, in request
-// order. Warp 0 scans qo_indptr 32 requests at a time (a prefix sum of the tile counts per
-// step); the other warps wait at the barrier. Later tiles of a request have more keys under a
-// causal mask, so a request's tiles run last tile first. Returns false when `work` is past the
-// last tile (a page table that shrank since the plan).
+// find_work's first half, run by one warp: the request of tile `work` and its tile within it
+// into shared[0] (-1: none) and shared[1].
 template <int rows>
-KJIT_DEVICE bool find_work(const PrefillParams& p, int work, PrefillWork& w, int* shared) {
-  if (threadIdx.x < 32) {
-    const int lane = int(threadIdx.x);
-    long long before = 0;  // tiles of the requests before this chunk
-    shared[0] = -1;
-    for (int base = 0; base < p.batch; base += 32) {
-      const int b = base + lane;
-      int tiles = 0;
-      if (b < p.batch) {
-        int begin, len;
-        q_range(p, __ldg(p.qo_indptr + b), __ldg(p.qo_indptr + b + 1), begin, len);
-        tiles = (len * p.group + rows - 1) / rows;
-      }
-      int incl = tiles;  // inclusive prefix over the lanes
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const int x = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += x;
-      }
-      const unsigned hit = __ballot_sync(0xffffffffu, b < p.batch && work < before + incl);
-      if (hit != 0) {
-        const int l = __ffs(hit) - 1;
-        if (lane == l) {
-          shared[0] = b;
-          shared[1] = tiles - 1 - (work - (before + incl - tiles));  // last tile first
-        }
-        break;
-      }
-      before += __shfl_sync(0xffffffffu, incl, 31);
+KJIT_DEVICE KJIT_FORCEINLINE void locate_work(const PrefillParams& p, int work, int* shared) {
+  const int lane = int(threadIdx.x) & 31;
+  long long before = 0;  // tiles of the requests before this chunk
+  shared[0] = -1;
+  for (int base = 0; base < p.batch; base += 32) {
+    const int b = base + lane;
+    int tiles = 0;
+    if (b < p.batch) {
+      int begin, len;
+      q_range(p, __ldg(p.qo_indptr + b), __ldg(p.qo_indptr + b + 1), begin, len);
+      tiles = (len * p.group + rows - 1) / rows;
     }
+    int incl = tiles;  // inclusive prefix over the lanes
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int x = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += x;
+    }
+    const unsigned hit = __ballot_sync(0xffffffffu, b < p.batch && work < before + incl);
+    if (hit != 0) {
+      const int l = __ffs(hit) - 1;
+      if (lane == l) {
+        shared[0] = b;
+        shared[1] = tiles - 1 - (work - (before + incl - tiles));  // last tile first
+      }
+      break;
+    }
+    before += __shfl_sync(0xffffffffu, incl, 31);
   }
-  __syncthreads();
+}
+
+// find_work's second half: the request and rows locate_work left in `shared`, read by every
+// thread after the barrier that published them.
+template <int rows>
+KJIT_DEVICE KJIT_FORCEINLINE bool read_work(const PrefillParams& p, const int* shared,
+                                            PrefillWork& w) {
   w.b = shared[0];
   if (w.b < 0) return false;
   w.m0 = shared[1] * rows;
@@ -127,6 +129,18 @@ KJIT_DEVICE bool find_work(const PrefillParams& p, int work, PrefillWork& w, int
   w.kv_len = int(len > 0x7fffffffLL ? 0x7fffffffLL : len);
   w.kv_first = first;
   return true;
+}
+
+// Finds the request of CTA tile `work`: request b has ceil(q_len * group / rows) tiles, in request
+// order. Warp 0 scans qo_indptr 32 requests at a time (a prefix sum of the tile counts per
+// step); the other warps wait at the barrier. Later tiles of a request have more keys under a
+// causal mask, so a request's tiles run last tile first. Returns false when `work` is past the
+// last tile (a page table that shrank since the plan).
+template <int rows>
+KJIT_DEVICE bool find_work(const PrefillParams& p, int work, PrefillWork& w, int* shared) {
+  if (threadIdx.x < 32) locate_work<rows>(p, work, shared);
+  __syncthreads();
+  return read_work<rows>(p, shared, w);
 }
 
 // The key tiles of a CTA's rows [m0, m0 + rows): from the window's start for its first row to the
@@ -484,7 +498,7 @@ __global__ void __launch_bounds__(32 * warps)
   __shared__ unsigned char valid_s[2][kv_tile];
 
   PrefillWork w;
-  const PrefillCta cta = prefill_cta(p);
+  const PrefillCta cta = prefill_cta(p, blockIdx.x);
   if (!find_work<kRows>(p, cta.work, w, work_s)) return;
   const int h = cta.h;
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;

@@ -40,13 +40,14 @@ constexpr u32 kSm90ProducerRegs = 56;
 constexpr u32 kSm90ConsumerRegs = 224;
 
 // Dynamic shared memory of one CTA (the host's prefill_smem_bytes gives the same figure): the Q
-// tile, then `stages` K tiles and `stages` V tiles, each 1024-byte aligned, plus the slack that
-// aligns the first.
-template <int head_dim, int kv_tile, int stages>
+// tile (q_bufs of them: the persistent kernel loads the next tile's Q into the second), then
+// `stages` K tiles and `stages` V tiles, each 1024-byte aligned, plus the slack that aligns the
+// first.
+template <int head_dim, int kv_tile, int stages, int q_bufs = 1>
 struct PrefillSm90Smem {
   static constexpr int kQBytes = kSm90Rows * head_dim * 2;
   static constexpr int kTileBytes = kv_tile * head_dim * 2;
-  static constexpr int kKAt = kQBytes;
+  static constexpr int kKAt = q_bufs * kQBytes;
   static constexpr int kVAt = kKAt + stages * kTileBytes;
   static constexpr int kTotal = kVAt + stages * kTileBytes + 1024;
 };
@@ -105,6 +106,89 @@ KJIT_DEVICE KJIT_FORCEINLINE void pv_issue(const u32 (&a)[kv_tile / 16][4], u32 
   wgmma::commit_group();
 }
 
+// The consumer side of one CTA tile (warpgroups 1 and 2): per key tile S = Q K^T, the softmax
+// and O += P V from the ring's stages it0, it0 + 1, ... (a persistent CTA's earlier tiles used the
+// stages before it0), then the rows stored. q_empty (the persistent kernel's, else null): each
+// consumer warp arrives once its last S of the tile is done (at once without tiles), so the
+// producer may load another tile's Q into the buffer.
+template <typename dtype, int head_dim, int kv_tile, int stages, int pingpong>
+KJIT_DEVICE KJIT_FORCEINLINE void consume_tile(const PrefillParams& p, const PrefillWork& w, int h,
+                                               const TileRange& tr, unsigned char* q_s,
+                                               unsigned char* k_s, unsigned char* v_s,
+                                               PrefillRing<kv_tile, stages>& ring, int it0,
+                                               u64* q_empty) {
+  using Smem = PrefillSm90Smem<head_dim, kv_tile, stages>;
+  const int first_tile = tr.first, end_tile = tr.end;
+  const int ct = int(threadIdx.x) - 128;  // 0 .. 255
+  const int lane = ct & 31;
+  const int row0 = (ct / 128) * 64 + ((ct % 128) / 32) * 16 + lane / 4;
+  const RowBounds rb = row_bounds(p, w, row0);
+  float m_run[2] = {-__int_as_float(0x7f800000), -__int_as_float(0x7f800000)};
+  float l_run[2] = {0.0f, 0.0f};
+  float o[head_dim / 2];
+  float s[kv_tile / 2];
+#pragma unroll
+  for (int i = 0; i < head_dim / 2; ++i) o[i] = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kv_tile / 2; ++i) s[i] = 0.0f;
+  const u32 q_base = hopper::smem_addr(q_s) + (ct / 128) * 64 * 128;
+  // Softmax of tile i overlaps P V of tile i - 1: S of tile i is issued, then P V of the tile
+  // before it, and the scores wait only for the first.
+  u32 a[kv_tile / 16][4];
+  auto o4 = [&]() -> float(&)[head_dim / 8][4] {
+    return reinterpret_cast<float(&)[head_dim / 8][4]>(o);
+  };
+  // Ping-pong turns: consumer c waits on barrier 2 + c before issuing a tile's MMAs and then
+  // lets the other one go (barrier 3 - c). Both run the same tiles, so the arrivals pair up:
+  // consumer 1 opens consumer 0's first turn and leaves out its own last arrival, which no turn
+  // would consume (a barrier must not be left with arrivals pending).
+  const int cwg = ct / 128;
+  if (pingpong && cwg == 1 && first_tile < end_tile) hopper::named_barrier_arrive(2, 256);
+  if (q_empty != nullptr && first_tile >= end_tile && lane == 0) hopper::mbarrier_arrive(q_empty);
+  for (int t = first_tile; t < end_tile; ++t) {
+    const int i = t - first_tile, g = it0 + i, st = g % stages, prev = (g + stages - 1) % stages;
+    hopper::mbarrier_wait(&ring.full_k[st], (g / stages) & 1);
+    const bool all_ok = ring.ok[st][0] && ring.ok[st][1] && ring.ok[st][2] && ring.ok[st][3];
+    const long long start = (long long)t * kv_tile;
+    const bool masked = !all_ok || tr.masked(start, kv_tile);
+    if (pingpong) hopper::named_barrier_sync(2 + cwg, 256);
+    qk_issue<dtype, head_dim, kv_tile>(q_base, hopper::smem_addr(k_s + st * Smem::kTileBytes), s);
+    if (i > 0) {
+      hopper::mbarrier_wait(&ring.full_v[prev], ((g - 1) / stages) & 1);
+      pv_issue<dtype, head_dim, kv_tile>(a, hopper::smem_addr(v_s + prev * Smem::kTileBytes), o);
+    }
+    if (pingpong && !(cwg == 1 && t + 1 == end_tile)) hopper::named_barrier_arrive(3 - cwg, 256);
+    if (i > 0) {
+      wgmma::wait_group<1>();
+    } else {
+      wgmma::wait_group<0>();
+    }
+    wgmma::fence_operands(s);
+    // The tile's S is done: after the last one Q is free for the next item (persistent).
+    if (q_empty != nullptr && t + 1 == end_tile && lane == 0) hopper::mbarrier_arrive(q_empty);
+    float alpha[2];
+    softmax_scores<kv_tile>(p, reinterpret_cast<float(&)[kv_tile / 8][4]>(s), masked, rb,
+                            ring.valid[st], int(start), lane, m_run, l_run, alpha);
+    if (lane == 0) hopper::mbarrier_arrive(&ring.empty_k[st]);
+    wgmma::wait_group<0>();
+    wgmma::fence_operands(o);
+    keep_operands(a);
+    if (i > 0 && lane == 0) hopper::mbarrier_arrive(&ring.empty_v[prev]);
+    rescale_rows<head_dim>(alpha, o4());
+    pack_p<dtype, kv_tile>(s, a);
+  }
+  if (first_tile < end_tile) {
+    const int g = it0 + end_tile - first_tile, prev = (g - 1) % stages;
+    hopper::mbarrier_wait(&ring.full_v[prev], ((g - 1) / stages) & 1);
+    pv_issue<dtype, head_dim, kv_tile>(a, hopper::smem_addr(v_s + prev * Smem::kTileBytes), o);
+    wgmma::wait_group<0>();
+    wgmma::fence_operands(o);
+    keep_operands(a);
+  }
+  store_rows<dtype, head_dim>(p, w, h, row0, lane, m_run, l_run,
+                              reinterpret_cast<const float(&)[head_dim / 8][4]>(o));
+}
+
 // Launch contract: grid the plan's CTA tiles of kSm90Rows rows x num_kv_heads, kSm90Threads
 // threads, PrefillSm90Smem::kTotal bytes of dynamic shared memory; the rest as prefill_kernel.
 template <typename dtype, int head_dim, int kv_tile, int stages, int pingpong>
@@ -135,7 +219,7 @@ __global__ void __launch_bounds__(kSm90Threads, 1)
     hopper::fence_barrier_init();
   }
   PrefillWork w;
-  const PrefillCta cta = prefill_cta(p);
+  const PrefillCta cta = prefill_cta(p, blockIdx.x);
   if (!find_work<kSm90Rows>(p, cta.work, w, work_s)) return;  // its barrier publishes
   const int h = cta.h;
 
@@ -160,71 +244,119 @@ __global__ void __launch_bounds__(kSm90Threads, 1)
   }
 
   hopper::regs_alloc<kSm90ConsumerRegs>();
-  const int ct = int(threadIdx.x) - 128;  // 0 .. 255
-  const int lane = ct & 31;
-  const int row0 = (ct / 128) * 64 + ((ct % 128) / 32) * 16 + lane / 4;
-  const RowBounds rb = row_bounds(p, w, row0);
-  float m_run[2] = {-__int_as_float(0x7f800000), -__int_as_float(0x7f800000)};
-  float l_run[2] = {0.0f, 0.0f};
-  float o[head_dim / 2];
-  float s[kv_tile / 2];
+  consume_tile<dtype, head_dim, kv_tile, stages, pingpong>(p, w, h, tr, q_s, k_s, v_s, ring, 0,
+                                                           nullptr);
+}
+
+// What the persistent kernel's producer hands its consumers per CTA tile (b < 0: no more).
+struct PrefillItem {
+  PrefillWork w;
+  int h;
+};
+
+// The persistent form (PrefillConfig::persistent): grid min(tiles x kv_heads, SMs) CTAs, CTA c
+// walking the CTA tiles c, 2G - 1 - c, 2G + c, 4G - 1 - c, ... of prefill_cta's order (G the
+// grid: a snake, so each CTA's share of long and short causal tiles evens out), each as
+// prefill_sm90_kernel would run it. What it saves is each tile's start and end: the producer
+// locates the next tile (its warp 0, named barrier 1), loads its Q into the second Q buffer and
+// its first K / V stages while the consumers finish this tile and store its rows. It hands each
+// tile to the consumers in a record per Q buffer (q_full, one arrival), and the consumers give
+// a Q buffer back (q_empty, one arrival per consumer warp) once their last S of its tile is done.
+// The ring's stages and phases run on across tiles. Same launch contract otherwise, with
+// PrefillSm90Smem<..., 2>::kTotal bytes of dynamic shared memory.
+template <typename dtype, int head_dim, int kv_tile, int stages>
+__global__ void __launch_bounds__(kSm90Threads, 1)
+    prefill_sm90_persistent_kernel(const __grid_constant__ PrefillSm90Params args) {
+  static_assert(head_dim == 64 || head_dim == 128, "wgmma prefill serves head_dim 64 and 128");
+  static_assert(kv_tile == 64 || kv_tile == 128, "kv_tile is a wgmma width kjit instantiates");
+  using Smem = PrefillSm90Smem<head_dim, kv_tile, stages, 2>;
+  const PrefillParams& p = args.p;
+  extern __shared__ unsigned char smem_raw[];
+  __shared__ int work_s[2][2];
+  __shared__ PrefillRing<kv_tile, stages> ring;
+  __shared__ u64 q_full[2], q_empty[2];
+  __shared__ PrefillItem item_s[2];
+  unsigned char* q_s = smem_raw + ((1024 - (hopper::smem_addr(smem_raw) & 1023)) & 1023);
+  unsigned char* k_s = q_s + Smem::kKAt;
+  unsigned char* v_s = q_s + Smem::kVAt;
+
+  if (threadIdx.x == 0) {
 #pragma unroll
-  for (int i = 0; i < head_dim / 2; ++i) o[i] = 0.0f;
+    for (int s = 0; s < stages; ++s) {
+      hopper::mbarrier_init(&ring.full_k[s], 128);
+      hopper::mbarrier_init(&ring.empty_k[s], 8);
+      hopper::mbarrier_init(&ring.full_v[s], 128);
+      hopper::mbarrier_init(&ring.empty_v[s], 8);
+    }
 #pragma unroll
-  for (int i = 0; i < kv_tile / 2; ++i) s[i] = 0.0f;
-  const u32 q_base = hopper::smem_addr(q_s) + (ct / 128) * 64 * 128;
-  // Softmax of tile i overlaps P V of tile i - 1: S of tile i is issued, then P V of the tile
-  // before it, and the scores wait only for the first.
-  u32 a[kv_tile / 16][4];
-  auto o4 = [&]() -> float(&)[head_dim / 8][4] {
-    return reinterpret_cast<float(&)[head_dim / 8][4]>(o);
-  };
-  // Ping-pong turns: consumer c waits on barrier 2 + c before issuing a tile's MMAs and then
-  // lets the other one go (barrier 3 - c). Both run the same tiles, so the arrivals pair up:
-  // consumer 1 opens consumer 0's first turn and leaves out its own last arrival, which no turn
-  // would consume (a barrier must not be left with arrivals pending).
-  const int cwg = ct / 128;
-  if (pingpong && cwg == 1 && first_tile < end_tile) hopper::named_barrier_arrive(2, 256);
-  for (int t = first_tile; t < end_tile; ++t) {
-    const int i = t - first_tile, st = i % stages, prev = (i + stages - 1) % stages;
-    hopper::mbarrier_wait(&ring.full_k[st], (i / stages) & 1);
-    const bool all_ok = ring.ok[st][0] && ring.ok[st][1] && ring.ok[st][2] && ring.ok[st][3];
-    const long long start = (long long)t * kv_tile;
-    const bool masked = !all_ok || tr.masked(start, kv_tile);
-    if (pingpong) hopper::named_barrier_sync(2 + cwg, 256);
-    qk_issue<dtype, head_dim, kv_tile>(q_base, hopper::smem_addr(k_s + st * Smem::kTileBytes), s);
-    if (i > 0) {
-      hopper::mbarrier_wait(&ring.full_v[prev], ((i - 1) / stages) & 1);
-      pv_issue<dtype, head_dim, kv_tile>(a, hopper::smem_addr(v_s + prev * Smem::kTileBytes), o);
+    for (int b = 0; b < 2; ++b) {
+      hopper::mbarrier_init(&q_full[b], 1);
+      hopper::mbarrier_init(&q_empty[b], 8);
     }
-    if (pingpong && !(cwg == 1 && t + 1 == end_tile)) hopper::named_barrier_arrive(3 - cwg, 256);
-    if (i > 0) {
-      wgmma::wait_group<1>();
-    } else {
-      wgmma::wait_group<0>();
+    hopper::fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (int(threadIdx.x) < 128) {
+    hopper::regs_dealloc<kSm90ProducerRegs>();
+    const int tid = int(threadIdx.x);
+    const unsigned total = unsigned(p.tiles) * unsigned(p.kv_heads);
+    const unsigned grid = gridDim.x, c = blockIdx.x;
+    int it = 0, pub = 0;  // ring stages used, tiles handed over
+    for (unsigned n = 0;; ++n) {
+      const unsigned index = n * grid + ((n & 1) ? grid - 1 - c : c);
+      if (index >= total) break;  // every later band's index is larger still
+      const PrefillCta cta = prefill_cta(p, index);
+      // Two slot pairs: pair n & 1 is written again two tiles on, a barrier after its last read.
+      int* slots = work_s[n & 1];
+      if (tid < 32) locate_work<kSm90Rows>(p, cta.work, slots);
+      hopper::named_barrier_sync(1, 128);
+      PrefillWork w;
+      if (!read_work<kSm90Rows>(p, slots, w)) continue;  // past the last tile: nothing to hand over
+      const int buf = pub & 1;
+      hopper::mbarrier_wait(&q_empty[buf], ((pub >> 1) & 1) ^ 1);
+      if (tid == 0) {
+        item_s[buf].w = w;
+        item_s[buf].h = cta.h;
+        hopper::mbarrier_arrive(&q_full[buf]);
+      }
+      const TileRange tr = tile_range<kSm90Rows, kv_tile>(p, w);
+      if (tr.first < tr.end) {
+        unsigned char* q = q_s + buf * Smem::kQBytes;
+        produce_q<dtype, head_dim>(p, w, cta.h, tid, q);
+        if (args.kv_tma) {
+          produce_tma<dtype, head_dim, kv_tile, stages>(args, w, cta.h, tid, tr.first, tr.end, k_s,
+                                                        v_s, ring, it);
+        } else {
+          produce_cp_async<dtype, head_dim, kv_tile, stages>(p, w, cta.h, tid, tr.first, tr.end,
+                                                             k_s, v_s, ring, it);
+        }
+        it += tr.end - tr.first;
+      }
+      ++pub;
     }
-    wgmma::fence_operands(s);
-    float alpha[2];
-    softmax_scores<kv_tile>(p, reinterpret_cast<float(&)[kv_tile / 8][4]>(s), masked, rb,
-                            ring.valid[st], int(start), lane, m_run, l_run, alpha);
-    if (lane == 0) hopper::mbarrier_arrive(&ring.empty_k[st]);
-    wgmma::wait_group<0>();
-    wgmma::fence_operands(o);
-    keep_operands(a);
-    if (i > 0 && lane == 0) hopper::mbarrier_arrive(&ring.empty_v[prev]);
-    rescale_rows<head_dim>(alpha, o4());
-    pack_p<dtype, kv_tile>(s, a);
+    const int buf = pub & 1;
+    hopper::mbarrier_wait(&q_empty[buf], ((pub >> 1) & 1) ^ 1);
+    if (tid == 0) {
+      item_s[buf].w.b = -1;
+      hopper::mbarrier_arrive(&q_full[buf]);
+    }
+    return;
   }
-  if (first_tile < end_tile) {
-    const int i = end_tile - first_tile, prev = (i - 1) % stages;
-    hopper::mbarrier_wait(&ring.full_v[prev], ((i - 1) / stages) & 1);
-    pv_issue<dtype, head_dim, kv_tile>(a, hopper::smem_addr(v_s + prev * Smem::kTileBytes), o);
-    wgmma::wait_group<0>();
-    wgmma::fence_operands(o);
-    keep_operands(a);
+
+  hopper::regs_alloc<kSm90ConsumerRegs>();
+  int it = 0;
+  for (int n = 0;; ++n) {
+    const int buf = n & 1;
+    hopper::mbarrier_wait(&q_full[buf], (n >> 1) & 1);
+    const PrefillWork w = item_s[buf].w;
+    const int h = item_s[buf].h;
+    if (w.b < 0) return;
+    const TileRange tr = tile_range<kSm90Rows, kv_tile>(p, w);
+    consume_tile<dtype, head_dim, kv_tile, stages, 0>(p, w, h, tr, q_s + buf * Smem::kQBytes, k_s,
+                                                      v_s, ring, it, &q_empty[buf]);
+    if (tr.first < tr.end) it += tr.end - tr.first;
   }
-  store_rows<dtype, head_dim>(p, w, h, row0, lane, m_run, l_run,
-                              reinterpret_cast<const float(&)[head_dim / 8][4]>(o));
 }
 
 }  // namespace attention

@@ -165,27 +165,30 @@ KJIT_DEVICE KJIT_FORCEINLINE void issue_boxes(const PrefillSm90Params& a, const 
 }
 
 // The cp.async path for every tile (no TMA maps): K of tile i, then V of tile i - 1 published,
-// V of tile i, then K of tile i published; Q rides with the first K tile's copies.
+// V of tile i, then K of tile i published; Q rides with the first K tile's copies. it0: the
+// ring's stages used before this CTA tile's first (a persistent CTA's earlier tiles), so the
+// stages and their barriers' phases run on.
 template <typename dtype, int head_dim, int kv_tile, int stages>
 KJIT_DEVICE void produce_cp_async(const PrefillParams& p, const PrefillWork& w, int h, int tid,
                                   int first_tile, int end_tile, unsigned char* k_s,
-                                  unsigned char* v_s, PrefillRing<kv_tile, stages>& ring) {
+                                  unsigned char* v_s, PrefillRing<kv_tile, stages>& ring,
+                                  int it0 = 0) {
   constexpr int kTileBytes = kv_tile * head_dim * 2;
   for (int t = first_tile; t < end_tile; ++t) {
-    const int i = t - first_tile, s = i % stages;
-    const u32 parity = ((i / stages) & 1) ^ 1;
+    const int i = t - first_tile, g = it0 + i, s = g % stages;
+    const u32 parity = ((g / stages) & 1) ^ 1;
     hopper::mbarrier_wait(&ring.empty_k[s], parity);
-    look_up_keys(p, w, h, tid, t * kv_tile, s, i & 1, ring);
-    copy_rows<dtype, head_dim, kv_tile>(p.k, ring.k_off[i & 1], tid, k_s + s * kTileBytes);
+    look_up_keys(p, w, h, tid, t * kv_tile, s, g & 1, ring);
+    copy_rows<dtype, head_dim, kv_tile>(p.k, ring.k_off[g & 1], tid, k_s + s * kTileBytes);
     cp_async_commit();
     if (i > 0) {
       // V of the tile before landed (all but the newest group), visible to the async proxy.
       cp_async_wait<1>();
       hopper::fence_proxy_async_smem();
-      hopper::mbarrier_arrive(&ring.full_v[(i - 1) % stages]);
+      hopper::mbarrier_arrive(&ring.full_v[(g - 1) % stages]);
     }
     hopper::mbarrier_wait(&ring.empty_v[s], parity);
-    copy_rows<dtype, head_dim, kv_tile>(p.v, ring.v_off[i & 1], tid, v_s + s * kTileBytes);
+    copy_rows<dtype, head_dim, kv_tile>(p.v, ring.v_off[g & 1], tid, v_s + s * kTileBytes);
     cp_async_commit();
     cp_async_wait<1>();
     hopper::fence_proxy_async_smem();
@@ -193,20 +196,21 @@ KJIT_DEVICE void produce_cp_async(const PrefillParams& p, const PrefillWork& w, 
   }
   cp_async_wait<0>();
   hopper::fence_proxy_async_smem();
-  hopper::mbarrier_arrive(&ring.full_v[(end_tile - 1 - first_tile) % stages]);
+  hopper::mbarrier_arrive(&ring.full_v[(it0 + end_tile - 1 - first_tile) % stages]);
 }
 
 // The TMA path: boxes for every tile below kv_len, the cp.async copies (waited for at once) for
 // the one that reaches past it. Q's copies are waited for before the first K tile is published.
+// it0 as produce_cp_async's.
 template <typename dtype, int head_dim, int kv_tile, int stages>
 KJIT_DEVICE void produce_tma(const PrefillSm90Params& a, const PrefillWork& w, int h, int tid,
                              int first_tile, int end_tile, unsigned char* k_s, unsigned char* v_s,
-                             PrefillRing<kv_tile, stages>& ring) {
+                             PrefillRing<kv_tile, stages>& ring, int it0 = 0) {
   constexpr int kTileBytes = kv_tile * head_dim * 2;
   cp_async_commit();  // Q
   for (int t = first_tile; t < end_tile; ++t) {
-    const int i = t - first_tile, s = i % stages;
-    const u32 parity = ((i / stages) & 1) ^ 1;
+    const int i = t - first_tile, g = it0 + i, s = g % stages;
+    const u32 parity = ((g / stages) & 1) ^ 1;
     unsigned char* k_dst = k_s + s * kTileBytes;
     unsigned char* v_dst = v_s + s * kTileBytes;
     hopper::mbarrier_wait(&ring.empty_k[s], parity);
@@ -223,11 +227,11 @@ KJIT_DEVICE void produce_tma(const PrefillSm90Params& a, const PrefillWork& w, i
       issue_boxes<head_dim, kv_tile>(a, a.v_map, c, h, tid, v_dst, &ring.full_v[s]);
       hopper::mbarrier_arrive(&ring.full_v[s]);
     } else {
-      look_up_keys(a.p, w, h, tid, t * kv_tile, s, i & 1, ring);
-      copy_rows_now<dtype, head_dim, kv_tile>(a.p.k, ring.k_off[i & 1], tid, k_dst,
+      look_up_keys(a.p, w, h, tid, t * kv_tile, s, g & 1, ring);
+      copy_rows_now<dtype, head_dim, kv_tile>(a.p.k, ring.k_off[g & 1], tid, k_dst,
                                               &ring.full_k[s]);
       hopper::mbarrier_wait(&ring.empty_v[s], parity);
-      copy_rows_now<dtype, head_dim, kv_tile>(a.p.v, ring.v_off[i & 1], tid, v_dst,
+      copy_rows_now<dtype, head_dim, kv_tile>(a.p.v, ring.v_off[g & 1], tid, v_dst,
                                               &ring.full_v[s]);
     }
   }

@@ -56,12 +56,13 @@ struct PrefillCase {
   // NaN in every cache slot no request's keys cover (a last page's tail, spare pages; ragged:
   // spare rows after the last request): a kernel must not let them reach out (P = 0 x NaN).
   bool nan_unused = false;
-  // A kjit::ops::PrefillKernel to re-plan with (the internal tuning path), or kPingPong: the wgmma
-  // kernel with its ping-pong schedule.
+  // A kjit::ops::PrefillKernel to re-plan with (the internal tuning path), or kPingPong /
+  // kPersistent: the wgmma kernel with its ping-pong schedule / in its persistent form.
   int kernel = -1;
 };
 
 constexpr int kPingPong = 2;
+constexpr int kPersistent = 3;
 
 std::string describe(const PrefillCase& c) {
   std::string lens;
@@ -273,11 +274,13 @@ std::unique_ptr<Problem> build(const PrefillCase& c, std::mt19937_64& rng) {
   REQUIRE(st == KJIT_SUCCESS);
   p.plan.reset(plan);
   if (c.kernel >= 0) {
-    const int kernel =
-        c.kernel == kPingPong ? static_cast<int>(kjit::ops::PrefillKernel::kWgmmaSm90a) : c.kernel;
+    const int kernel = c.kernel == kPingPong || c.kernel == kPersistent
+                           ? static_cast<int>(kjit::ops::PrefillKernel::kWgmmaSm90a)
+                           : c.kernel;
     kjit::ops::PrefillTuning t;
     t.kernel = kernel;
     t.pingpong = c.kernel == kPingPong ? 1 : 0;
+    t.persistent = c.kernel == kPersistent ? 1 : 0;
     try {
       plan->data = kjit::ops::plan_batch_prefill(
           p.qo_indptr.data(), p.kv_indptr.data(), static_cast<int>(p.batch),
@@ -289,6 +292,10 @@ std::unique_ptr<Problem> build(const PrefillCase& c, std::mt19937_64& rng) {
     }
     REQUIRE(static_cast<int>(plan->data.cfg.kernel) == kernel);
     REQUIRE(plan->data.cfg.pingpong == t.pingpong);
+    REQUIRE(plan->data.cfg.persistent == t.persistent);
+    // Three CTAs instead of one an SM, so that at every size the persistent CTAs walk many tiles
+    // (both Q buffers, the ring's phases across tiles, empty tiles handed over).
+    if (t.persistent != 0) plan->data.sms = 3;
   }
   CHECK(kjit_prefill_plan_workspace_bytes(plan) == 0);
   return pp;
@@ -384,12 +391,12 @@ void run_one(const PrefillCase& c, std::mt19937_64& rng) {
 }
 
 // The kernels a case runs on: on sm_90a at head_dim 64 and 128 the mma.sync kernel and the wgmma
-// one with either schedule (asked for by name, whatever the plan's default), elsewhere the plan's
-// choice (-1).
+// one with either schedule and in its persistent form (asked for by name, whatever the plan's
+// default), elsewhere the plan's choice (-1).
 std::vector<int> kernels_for(const PrefillCase& c) {
   if (c.kernel < 0 && gpu_caps().sm90a() && (c.head_dim == 64 || c.head_dim == 128)) {
     return {static_cast<int>(kjit::ops::PrefillKernel::kMmaSm80),
-            static_cast<int>(kjit::ops::PrefillKernel::kWgmmaSm90a), kPingPong};
+            static_cast<int>(kjit::ops::PrefillKernel::kWgmmaSm90a), kPingPong, kPersistent};
   }
   return {c.kernel};
 }

@@ -204,6 +204,42 @@ TEST_CASE("prefill abi: the ping-pong schedule is the wgmma kernel's", "[c_abi][
   }
 }
 
+// The persistent form is a tuning choice of the wgmma kernel alone, without ping-pong: its own URI
+// and entry point, a second Q buffer in its shared memory, and a clear refusal elsewhere.
+TEST_CASE("prefill abi: the persistent form is the wgmma kernel's", "[c_abi][attention]") {
+  ops::PrefillConfig c = ops::select_prefill(kjit::ops::DType::kBF16, 128, 4, {}, true,
+                                             static_cast<int>(ops::PrefillKernel::kWgmmaSm90a));
+  const std::string plain = ops::prefill_spec(c).uri;
+  c.persistent = 1;
+  const kjit::jit::Spec s = ops::prefill_spec(c);
+  CHECK(s.uri == plain + "_persistent_1");
+  REQUIRE(s.entry_names.size() == 1);
+  CHECK(s.entry_names[0].rfind("kjit::attention::prefill_sm90_persistent_kernel<", 0) == 0);
+  CHECK(ops::prefill_smem_bytes(c) == (2 * 128 + 4 * 128) * 128 * 2 + 1024);
+  const int32_t qo[2] = {0, 64}, kv[2] = {0, 64};
+  const DLDataType bf{kDLBfloat, 16, 1};
+  struct Bad {
+    int kernel, pingpong, persistent;
+  };
+  // mma.sync (a plan without a device takes it by default), with ping-pong, a value past 1.
+  for (const Bad b :
+       {Bad{-1, 0, 1}, Bad{static_cast<int>(ops::PrefillKernel::kMmaSm80), 0, 1}, Bad{-1, 0, 2}}) {
+    INFO("kernel " << b.kernel << " persistent " << b.persistent);
+    ops::PrefillTuning t;
+    t.kernel = b.kernel;
+    t.pingpong = b.pingpong;
+    t.persistent = b.persistent;
+    try {
+      ops::plan_batch_prefill(qo, kv, 1, 8, 2, 128, 16, KJIT_KV_LAYOUT_NHD, bf, bf, 1, 0.0f, 0.0f,
+                              -1, 0, &t);
+      FAIL("planned");
+    } catch (const kjit::Error& e) {
+      CHECK(e.status() == KJIT_ERROR_INVALID_ARGUMENT);
+      CHECK(std::string(e.what()).find("persistent form") != std::string::npos);
+    }
+  }
+}
+
 // The wgmma kernel's TMA view of K and V (kernels/attention/attention_params.h): 4-D maps whose
 // boxes are one kv head's box_rows keys x 64 columns, the dimensions ordered by growing stride.
 TEST_CASE("prefill abi: the wgmma kernel's TMA view of the KV", "[c_abi][attention]") {

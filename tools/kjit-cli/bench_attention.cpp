@@ -382,13 +382,16 @@ int bench_batch_prefill(const ops::SetArgs& args, const BenchOptions& opts) {
   if (args.count("kernel")) {
     // The tuning path (ops::PrefillTuning): the named kernel instead of the planned one.
     const std::string k = args.at("kernel");
-    if (k != "mma_sm80" && k != "wgmma_sm90a" && k != "wgmma_pingpong_sm90a") {
-      throw UsageError("kernel must be mma_sm80, wgmma_sm90a or wgmma_pingpong_sm90a");
+    if (k != "mma_sm80" && k != "wgmma_sm90a" && k != "wgmma_pingpong_sm90a" &&
+        k != "wgmma_persistent_sm90a") {
+      throw UsageError(
+          "kernel must be mma_sm80, wgmma_sm90a, wgmma_pingpong_sm90a or wgmma_persistent_sm90a");
     }
     ops::PrefillTuning tune;
     tune.kernel = static_cast<int>(k == "mma_sm80" ? ops::PrefillKernel::kMmaSm80
                                                    : ops::PrefillKernel::kWgmmaSm90a);
     tune.pingpong = k == "wgmma_pingpong_sm90a" ? 1 : 0;
+    tune.persistent = k == "wgmma_persistent_sm90a" ? 1 : 0;
     raw_plan->data = ops::plan_batch_prefill(
         qo_indptr.data(), kv_indptr.data(), static_cast<int>(B), static_cast<int>(hq),
         static_cast<int>(hk), static_cast<int>(D), static_cast<int>(P),
@@ -530,7 +533,7 @@ void add_attention_benches(std::vector<BenchEntry>& out) {
        "dtype, qo_heads, kv_heads, head_dim, page_size (0: ragged k / v), and batch + q_len "
        "(+ kv_len >= q_len: the new tokens end the keys) or lens (comma-separated q = kv "
        "lengths), causal (0|1), layout (nhd|hnd); tuning override kernel "
-       "(mma_sm80|wgmma_sm90a|wgmma_pingpong_sm90a); "
+       "(mma_sm80|wgmma_sm90a|wgmma_pingpong_sm90a|wgmma_persistent_sm90a); "
        "FLOPs count the pairs the mask leaves; checked on 8 query rows"});
 }
 

@@ -33,6 +33,9 @@ struct PrefillConfig {
   // kWgmmaSm90a: 1 makes its consumer warpgroups take turns issuing their MMAs (prefill_sm90.cuh);
   // in the URI only when 1.
   int pingpong = 0;
+  // kWgmmaSm90a: 1 runs its persistent form (prefill_sm90_persistent_kernel: min(CTA tiles, SMs)
+  // CTAs walking the tiles, two Q buffers); not with pingpong. In the URI only when 1.
+  int persistent = 0;
 };
 
 // Query rows (packed (token, group member) pairs) one CTA owns.
@@ -42,8 +45,9 @@ int prefill_rows(const PrefillConfig& c);
 // batch_prefill --set kernel=...`: -1 keeps the planned one; a kernel that cannot serve the plan
 // is KJIT_ERROR_UNSUPPORTED.
 struct PrefillTuning {
-  int kernel = -1;   // a PrefillKernel
-  int pingpong = 0;  // 1: the wgmma kernel's ping-pong schedule (kernel must be kWgmmaSm90a)
+  int kernel = -1;     // a PrefillKernel
+  int pingpong = 0;    // 1: the wgmma kernel's ping-pong schedule (kernel must be kWgmmaSm90a)
+  int persistent = 0;  // 1: the wgmma kernel's persistent form (kernel kWgmmaSm90a, no pingpong)
 };
 
 inline constexpr int kPrefillMaxGroup = 16;
@@ -78,6 +82,7 @@ struct PrefillPlanData {
   int64_t total_q = 0;   // qo_indptr_host[batch] - qo_indptr_host[0]: the rows of q
   int64_t tiles = 0;     // CTAs per kv head: each request's rows x group in tiles of prefill_rows
   int head_inner = 0;    // the CTA order (attention::prefill_cta): 1 where the grid is few waves
+  int sms = 0;           // the device's SMs (0: no device at plan time): a persistent grid's bound
   int64_t kv_total = 0;  // the requests' pages (paged) or rows (ragged), as planned
   size_t workspace_bytes = 0;
 };

@@ -29,10 +29,12 @@ jit::Spec prefill_spec_from_args(const OpDef& d, const SetArgs& args) {
   // kernel at head_dim 64 / 128: name it to compile that one).
   const std::string kernel = args.count("kernel") ? args.at("kernel") : "mma_sm80";
   const bool pingpong = kernel == "wgmma_pingpong_sm90a";
-  const bool wgmma = pingpong || kernel == "wgmma_sm90a";
+  const bool persistent = kernel == "wgmma_persistent_sm90a";
+  const bool wgmma = pingpong || persistent || kernel == "wgmma_sm90a";
   PrefillConfig c =
       select_prefill(dt, std::stoi(args.at("head_dim")), group, SmemBudget{}, wgmma, wgmma ? 1 : 0);
   c.pingpong = pingpong ? 1 : 0;
+  c.persistent = persistent ? 1 : 0;
   return prefill_spec(c);
 }
 
@@ -115,11 +117,12 @@ OpDef prefill_attention_op_def() {
             {"head_dim", {"64", "128", "256"}, true, "head size"},
             {"group", {}, false, "query heads per kv head (1..16; default 1)"},
             {"kernel",
-             {"mma_sm80", "wgmma_sm90a", "wgmma_pingpong_sm90a"},
+             {"mma_sm80", "wgmma_sm90a", "wgmma_pingpong_sm90a", "wgmma_persistent_sm90a"},
              false,
              "mma_sm80 (default here, sm_80+), wgmma_sm90a (the Hopper kernel, head_dim 64 / 128: "
-             "what plans on compute capability 9.0 choose) or "
-             "wgmma_pingpong_sm90a (the same with its consumer warpgroups taking turns)"}};
+             "what plans on compute capability 9.0 choose), "
+             "wgmma_pingpong_sm90a (the same with its consumer warpgroups taking turns) or "
+             "wgmma_persistent_sm90a (its persistent form: CTAs walking the tiles)"}};
   d.arch_families = {"sm_80+", "sm_90a"};
   d.make_spec = [d](const SetArgs& args) { return prefill_spec_from_args(d, args); };
   d.catalog = [] {
@@ -131,6 +134,7 @@ OpDef prefill_attention_op_def() {
       for (const char* hd : {"64", "128"}) {
         out.push_back({{"dtype", dt}, {"head_dim", hd}, {"kernel", "wgmma_sm90a"}});
         out.push_back({{"dtype", dt}, {"head_dim", hd}, {"kernel", "wgmma_pingpong_sm90a"}});
+        out.push_back({{"dtype", dt}, {"head_dim", hd}, {"kernel", "wgmma_persistent_sm90a"}});
       }
     }
     return out;

@@ -61,8 +61,11 @@ int prefill_rows(const PrefillConfig& c) {
 
 int prefill_smem_bytes(const PrefillConfig& c) {
   if (c.kernel == PrefillKernel::kWgmmaSm90a) {
-    // PrefillSm90Smem: Q, the ring's K and V tiles, 1024 bytes to align the first.
-    return (attention::kPrefillSm90Rows + 2 * c.stages * c.kv_tile) * c.head_dim * 2 + 1024;
+    // PrefillSm90Smem: Q (two buffers in the persistent form), the ring's K and V tiles, 1024
+    // bytes to align the first.
+    const int q_bufs = c.persistent != 0 ? 2 : 1;
+    return (q_bufs * attention::kPrefillSm90Rows + 2 * c.stages * c.kv_tile) * c.head_dim * 2 +
+           1024;
   }
   return (16 * c.warps + 4 * c.kv_tile) * c.head_dim * 2;
 }
@@ -133,8 +136,14 @@ jit::Spec prefill_spec(const PrefillConfig& c) {
     b.type("dtype", dtype_name(c.dtype), device_type_name(c.dtype));
     b.value("head_dim", c.head_dim).value("kv_tile", c.kv_tile).value("stages", c.stages);
     b.value("pingpong", c.pingpong, /*uri_default=*/0);
-    b.entry("kjit::attention::prefill_sm90_kernel",
-            {"dtype", "head_dim", "kv_tile", "stages", "pingpong"});
+    b.value("persistent", c.persistent, /*uri_default=*/0);
+    if (c.persistent != 0) {
+      b.entry("kjit::attention::prefill_sm90_persistent_kernel",
+              {"dtype", "head_dim", "kv_tile", "stages"});
+    } else {
+      b.entry("kjit::attention::prefill_sm90_kernel",
+              {"dtype", "head_dim", "kv_tile", "stages", "pingpong"});
+    }
     return b.build();
   }
   jit::SpecBuilder b("prefill_attention", {"common", "attention"}, "attention/prefill.cuh",
@@ -203,6 +212,23 @@ PrefillPlanData plan_batch_prefill(const int32_t* qo_indptr_host, const int32_t*
     }
     pl.cfg.pingpong = 1;
   }
+  if (tuning != nullptr && tuning->persistent != 0) {
+    if (tuning->persistent != 1 || pl.cfg.kernel != PrefillKernel::kWgmmaSm90a ||
+        pl.cfg.pingpong != 0) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT,
+           "the persistent form (1) is the wgmma prefill kernel's without ping-pong, not "
+           "persistent {} on {}{}",
+           tuning->persistent, pl.cfg.kernel == PrefillKernel::kWgmmaSm90a ? "wgmma" : "mma.sync",
+           pl.cfg.pingpong != 0 ? " with ping-pong" : "");
+    }
+    pl.cfg.persistent = 1;
+    if (prefill_smem_bytes(pl.cfg) > budget.per_block) {
+      fail(KJIT_ERROR_UNSUPPORTED,
+           "the persistent wgmma prefill kernel needs {} bytes of shared memory per CTA; the "
+           "device allows {}",
+           prefill_smem_bytes(pl.cfg), budget.per_block);
+    }
+  }
   pl.batch = batch;
   pl.num_qo_heads = num_qo_heads;
   pl.num_kv_heads = num_kv_heads;
@@ -233,6 +259,7 @@ PrefillPlanData plan_batch_prefill(const int32_t* qo_indptr_host, const int32_t*
          INT_MAX, rows, pl.tiles, num_kv_heads);
   }
   pl.head_inner = prefill_head_inner(pl.tiles * num_kv_heads, sms, pl.cfg) ? 1 : 0;
+  pl.sms = sms;
   return pl;
 }
 

@@ -195,6 +195,7 @@ PrefillParams prefill_params(const PrefillPlanData& pl, const PrefillViews& w, f
   p.group = pl.group;
   p.kv_heads = pl.num_kv_heads;
   p.head_inner = pl.head_inner;
+  p.tiles = static_cast<int>(pl.tiles);  // the plan keeps tiles x kv heads <= INT_MAX
   p.page_size = pl.page_size;
   p.causal = pl.causal;
   p.window_left = pl.window_left;
@@ -241,7 +242,10 @@ void launch_prefill(const PrefillPlanData& pl, const PrefillViews& w, const Pref
   const jit::LoadedKernel& kernel = jit::JitCore::global().kernel_for(
       "prefill_attention", cfg, pl.device, [&] { return prefill_spec(cfg); });
   cuda::LaunchConfig lc;
-  lc.grid_x = static_cast<unsigned>(pl.tiles * pl.num_kv_heads);  // plan: <= INT_MAX
+  const int64_t ctas = pl.tiles * pl.num_kv_heads;  // plan: <= INT_MAX
+  // The persistent form: a CTA an SM at most (one fits by shared memory), each walking the tiles.
+  lc.grid_x = static_cast<unsigned>(
+      cfg.persistent != 0 && pl.sms > 0 ? std::min<int64_t>(ctas, pl.sms) : ctas);
   lc.block_x = static_cast<unsigned>(
       cfg.kernel == PrefillKernel::kWgmmaSm90a ? attention::kPrefillSm90Threads : 32 * cfg.warps);
   lc.smem_bytes = static_cast<unsigned>(prefill_smem_bytes(cfg));
