@@ -184,6 +184,9 @@ KJIT_DEVICE KJIT_FORCEINLINE void consume_tile(const PrefillParams& p, const Pre
     wgmma::wait_group<0>();
     wgmma::fence_operands(o);
     keep_operands(a);
+    // The last V stage back to the producer: a persistent CTA's next tile reuses it (a one-tile
+    // CTA's ring ends here).
+    if (q_empty != nullptr && lane == 0) hopper::mbarrier_arrive(&ring.empty_v[prev]);
   }
   store_rows<dtype, head_dim>(p, w, h, row0, lane, m_run, l_run,
                               reinterpret_cast<const float(&)[head_dim / 8][4]>(o));
