@@ -149,12 +149,23 @@ double attend_query(size_t n, int64_t D, double scale, double soft_cap, QK&& qk,
   return lse;
 }
 
+// Runs f(i, 0) for i in [0, n) in order: the references' default way through their rows.
+struct SequentialRows {
+  template <class F>
+  void operator()(int64_t n, F&& f) const {
+    for (int64_t i = 0; i < n; ++i) f(i, 0);
+  }
+};
+
 // out[b][i][d] and lse[b][i] (natural log) for every request b and qo head i. q(b, i, d),
 // k(page, slot, kv_head, d) and v(...) return the stored values as doubles (fp8: decoded, not
-// scaled). An empty request gives out = 0, lse = -inf.
-template <class Q, class K, class V>
+// scaled). An empty request gives out = 0, lse = -inf. rows(n, f) calls f(b, worker) once for
+// each request, in any order and from any threads (the GPU tests pass test::parallel_rows): a
+// request writes its own rows only, and q, k and v must be safe to call at once.
+template <class Q, class K, class V, class Rows = SequentialRows>
 void decode_attention(const DecodeRefArgs& a, Q&& q, K&& k, V&& v, std::vector<double>& out,
-                      std::vector<double>& lse, DecodeTolerance* tol = nullptr) {
+                      std::vector<double>& lse, DecodeTolerance* tol = nullptr,
+                      Rows&& rows = Rows{}) {
   const int64_t D = a.head_dim, group = a.qo_heads / a.kv_heads;
   out.assign(static_cast<size_t>(a.batch * a.qo_heads * D), 0.0);
   lse.assign(static_cast<size_t>(a.batch * a.qo_heads), -std::numeric_limits<double>::infinity());
@@ -162,19 +173,17 @@ void decode_attention(const DecodeRefArgs& a, Q&& q, K&& k, V&& v, std::vector<d
     tol->out.assign(out.size(), 1e-6);
     tol->lse.assign(lse.size(), 0.0);
   }
-  std::vector<int64_t> pages, slots;
-  for (int64_t b = 0; b < a.batch; ++b) {
+  rows(a.batch, [&](int64_t b, int) {
     int64_t start = 0, len = 0;
     decode_ref_range(a, b, start, len);
-    pages.clear();
-    slots.clear();
+    std::vector<int64_t> pages, slots;
     for (int64_t t = start; t < len; ++t) {
       const int64_t page = decode_ref_page(a, b, t);
       if (page < 0) continue;
       pages.push_back(page);
       slots.push_back(t % a.page_size);
     }
-    if (pages.empty()) continue;
+    if (pages.empty()) return;
     for (int64_t i = 0; i < a.qo_heads; ++i) {
       const int64_t h = i / group;
       const size_t row = static_cast<size_t>(b * a.qo_heads + i);
@@ -185,7 +194,7 @@ void decode_attention(const DecodeRefArgs& a, Q&& q, K&& k, V&& v, std::vector<d
           &out[row * static_cast<size_t>(D)], tol,
           tol ? &tol->out[row * static_cast<size_t>(D)] : nullptr, tol ? &tol->lse[row] : nullptr);
     }
-  }
+  });
 }
 
 // Merged state of n states with log-sum-exps s[i] (natural log) and values v(i, d):

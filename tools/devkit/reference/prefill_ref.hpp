@@ -23,15 +23,6 @@ struct PrefillRefArgs {
   std::vector<int32_t> qo_indptr, kv_indptr, kv_indices, last_page_len;
 };
 
-// Runs f(t, 0) for t in [0, n) in order: prefill_attention's default way through a request's
-// query tokens.
-struct SequentialRows {
-  template <class F>
-  void operator()(int64_t n, F&& f) const {
-    for (int64_t t = 0; t < n; ++t) f(t, 0);
-  }
-};
-
 // out[row][i][d] and lse[row][i] (natural log) for every row of q ([total_q, qo_heads, D]) that a
 // request owns; rows no request owns stay 0 / -inf. q(row, i, d) and k / v(page, slot, kv_head,
 // d) return the stored values as doubles; for a ragged KV page is the row of k / v and slot 0.
