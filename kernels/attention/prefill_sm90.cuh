@@ -212,13 +212,7 @@ __global__ void __launch_bounds__(kSm90Threads, 1)
   unsigned char* v_s = q_s + Smem::kVAt;
 
   if (threadIdx.x == 0) {
-#pragma unroll
-    for (int s = 0; s < stages; ++s) {
-      hopper::mbarrier_init(&ring.full_k[s], 128);
-      hopper::mbarrier_init(&ring.empty_k[s], 8);
-      hopper::mbarrier_init(&ring.full_v[s], 128);
-      hopper::mbarrier_init(&ring.empty_v[s], 8);
-    }
+    ring.init();
     hopper::fence_barrier_init();
   }
   PrefillWork w;
@@ -284,13 +278,7 @@ __global__ void __launch_bounds__(kSm90Threads, 1)
   unsigned char* v_s = q_s + Smem::kVAt;
 
   if (threadIdx.x == 0) {
-#pragma unroll
-    for (int s = 0; s < stages; ++s) {
-      hopper::mbarrier_init(&ring.full_k[s], 128);
-      hopper::mbarrier_init(&ring.empty_k[s], 8);
-      hopper::mbarrier_init(&ring.full_v[s], 128);
-      hopper::mbarrier_init(&ring.empty_v[s], 8);
-    }
+    ring.init();
 #pragma unroll
     for (int b = 0; b < 2; ++b) {
       hopper::mbarrier_init(&q_full[b], 1);

@@ -39,6 +39,18 @@ struct PrefillRing {
   unsigned char valid[stages][kv_tile];
   int ok[stages][4];
   long long k_off[2][kv_tile], v_off[2][kv_tile];  // cp.async tiles: a key's rows, -1: none
+
+  // One thread, before the barrier that publishes them: a full barrier takes the producer
+  // warpgroup's 128 arrivals (and the TMA bytes), an empty one the 8 consumer warps'.
+  KJIT_DEVICE KJIT_FORCEINLINE void init() {
+#pragma unroll
+    for (int s = 0; s < stages; ++s) {
+      hopper::mbarrier_init(&full_k[s], 128);
+      hopper::mbarrier_init(&empty_k[s], 8);
+      hopper::mbarrier_init(&full_v[s], 128);
+      hopper::mbarrier_init(&empty_v[s], 8);
+    }
+  }
 };
 
 // The producer's copies of the Q tile: rows past the request's are zeros.
