@@ -96,21 +96,14 @@ TEST_CASE("prefill abi: a plan whose grid of tiles x kv heads passes INT_MAX is 
   CHECK(plan({0, tokens}, {0, tokens}, 128, 128, 128, 0).tiles == 8593750);
 }
 
-// The CTA order: the heads' longest tiles first where the grid is at most four waves of the SMs'
-// CTAs, the heads one by one above that and without a device.
+// The CTA order: the heads' longest tiles first where the grid is at most four waves (one CTA
+// an SM), the heads one by one above that and without a device.
 TEST_CASE("prefill abi: the plan's CTA order follows the waves", "[c_abi][attention]") {
-  ops::PrefillConfig wg = ops::select_prefill(kjit::ops::DType::kBF16, 128, 4, {}, true);
-  REQUIRE(wg.kernel == ops::PrefillKernel::kWgmmaSm90a);
-  CHECK(ops::prefill_head_inner(512, 132, wg));  // 2k tokens, GQA 4, 8 kv heads: 3.9 waves
-  CHECK(ops::prefill_head_inner(528, 132, wg));
-  CHECK_FALSE(ops::prefill_head_inner(529, 132, wg));
-  CHECK_FALSE(ops::prefill_head_inner(2048, 132, wg));  // 8k tokens: 15.5 waves
-  CHECK_FALSE(ops::prefill_head_inner(512, 0, wg));     // no device
-  const ops::PrefillConfig mma = ops::select_prefill(kjit::ops::DType::kBF16, 128, 4, {}, false);
-  REQUIRE(mma.kernel == ops::PrefillKernel::kMmaSm80);
-  CHECK(ops::prefill_smem_bytes(mma) == 96 * 1024);  // two CTAs an SM
-  CHECK(ops::prefill_head_inner(1056, 132, mma));
-  CHECK_FALSE(ops::prefill_head_inner(1057, 132, mma));
+  CHECK(ops::prefill_head_inner(512, 132));  // 2k tokens, GQA 4, 8 kv heads: 3.9 waves
+  CHECK(ops::prefill_head_inner(528, 132));
+  CHECK_FALSE(ops::prefill_head_inner(529, 132));
+  CHECK_FALSE(ops::prefill_head_inner(2048, 132));  // 8k tokens: 15.5 waves
+  CHECK_FALSE(ops::prefill_head_inner(512, 0));     // no device
 }
 
 TEST_CASE("prefill abi: variants fit the shared memory they ask for", "[c_abi][attention]") {

@@ -89,7 +89,7 @@ struct PrefillPlanData {
 
 // The plan's CTA order (PrefillPlanData::head_inner) for a grid of `ctas` CTAs on `sms` SMs (0:
 // unknown).
-bool prefill_head_inner(int64_t ctas, int sms, const PrefillConfig& cfg);
+bool prefill_head_inner(int64_t ctas, int sms);
 
 // Validates and plans (see kjit_batch_prefill_plan). Throws kjit::Error.
 PrefillPlanData plan_batch_prefill(const int32_t* qo_indptr_host, const int32_t* kv_indptr_host,

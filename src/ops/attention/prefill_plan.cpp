@@ -1,6 +1,5 @@
 // Prefill attention's planning: the variant for the dtypes and sizes (select_prefill), its spec,
 // and the plan of a batch (plan_batch_prefill). Pure host code apart from the device queries.
-#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <string>
@@ -154,16 +153,14 @@ jit::Spec prefill_spec(const PrefillConfig& c) {
   return b.build();
 }
 
-bool prefill_head_inner(int64_t ctas, int sms, const PrefillConfig& cfg) {
+bool prefill_head_inner(int64_t ctas, int sms) {
   // The heads' longest tiles first where the grid is at most four waves (an H100 with the head
   // inner: 2k causal 9% faster, the mma.sync kernel's 17%); the heads one after another above that
   // (8k causal paged and 16 ragged requests 1.5% faster: the running CTAs share a head's keys in
-  // L2). A wave is the CTAs an SM holds by shared memory (the wgmma kernel: one, its 384 threads'
-  // registers allow no more) times the SMs. Without a device (sms 0) the heads go one by one.
-  const int64_t per_sm = cfg.kernel == PrefillKernel::kWgmmaSm90a
-                             ? 1
-                             : std::max<int64_t>(1, 227 * 1024 / (prefill_smem_bytes(cfg) + 1024));
-  return sms > 0 && ctas <= 4 * per_sm * sms;
+  // L2). A wave is one CTA an SM: the wgmma kernel's 384 threads fill the register file, and so do
+  // the mma.sync kernel's 256 at head_dim 128 (224 registers each). Without a device (sms 0) the
+  // heads go one by one.
+  return sms > 0 && ctas <= 4 * int64_t{sms};
 }
 
 PrefillPlanData plan_batch_prefill(const int32_t* qo_indptr_host, const int32_t* kv_indptr_host,
@@ -258,7 +255,7 @@ PrefillPlanData plan_batch_prefill(const int32_t* qo_indptr_host, const int32_t*
          "prefill attention launches up to {} CTAs (tiles of {} rows x kv heads), got {} x {}",
          INT_MAX, rows, pl.tiles, num_kv_heads);
   }
-  pl.head_inner = prefill_head_inner(pl.tiles * num_kv_heads, sms, pl.cfg) ? 1 : 0;
+  pl.head_inner = prefill_head_inner(pl.tiles * num_kv_heads, sms) ? 1 : 0;
   pl.sms = sms;
   return pl;
 }
