@@ -530,8 +530,8 @@ OpDef moe_grouped_gemm_fp8_op_def() {
     return moe_gemm_fp8_spec(c);
   };
   // bf16 out for the entry points (one block per item, the -items rows, and the persistent
-  // default); the SwiGLU form in both 16-bit dtypes for the layer's gate_up; the same with the
-  // decode kernel at every token tile.
+  // default); the SwiGLU form, persistent, in both 16-bit dtypes for the layer's gate_up; the
+  // decode kernel at every token tile, plain and SwiGLU.
   d.catalog = [] {
     std::vector<SetArgs> out = {{{"out_dtype", "bf16"}},
                                 {{"out_dtype", "bf16"}, {"swiglu", "1"}, {"persistent", "1"}},
