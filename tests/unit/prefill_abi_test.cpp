@@ -33,6 +33,20 @@ ops::PrefillPlanData plan(const std::vector<int32_t>& qo, const std::vector<int3
                                  0);
 }
 
+// A 64-token plan under `t` must be refused as an invalid argument whose message holds `words`.
+void check_tuning_refused(const ops::PrefillTuning& t, const char* words) {
+  const int32_t qo[2] = {0, 64}, kv[2] = {0, 64};
+  const DLDataType bf{kDLBfloat, 16, 1};
+  try {
+    ops::plan_batch_prefill(qo, kv, 1, 8, 2, 128, 16, KJIT_KV_LAYOUT_NHD, bf, bf, 1, 0.0f, 0.0f, -1,
+                            0, &t);
+    FAIL("planned");
+  } catch (const kjit::Error& e) {
+    CHECK(e.status() == KJIT_ERROR_INVALID_ARGUMENT);
+    CHECK(std::string(e.what()).find(words) != std::string::npos);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("prefill abi: libkjit.so exports the prefill entry points", "[c_abi][attention]") {
@@ -177,22 +191,13 @@ TEST_CASE("prefill abi: the ping-pong schedule is the wgmma kernel's", "[c_abi][
   const kjit::jit::Spec s = ops::prefill_spec(c);
   CHECK(s.uri == plain + "_pingpong_1");
   CHECK(ops::prefill_smem_bytes(c) == (128 + 4 * 128) * 128 * 2 + 1024);
-  const int32_t qo[2] = {0, 64}, kv[2] = {0, 64};
-  const DLDataType bf{kDLBfloat, 16, 1};
   for (int kernel : {-1, static_cast<int>(ops::PrefillKernel::kMmaSm80)}) {
     for (int pingpong : {1, 2}) {
       INFO("kernel " << kernel << " pingpong " << pingpong);
       ops::PrefillTuning t;
       t.kernel = kernel;
       t.pingpong = pingpong;
-      try {
-        ops::plan_batch_prefill(qo, kv, 1, 8, 2, 128, 16, KJIT_KV_LAYOUT_NHD, bf, bf, 1, 0.0f, 0.0f,
-                                -1, 0, &t);
-        FAIL("planned");
-      } catch (const kjit::Error& e) {
-        CHECK(e.status() == KJIT_ERROR_INVALID_ARGUMENT);
-        CHECK(std::string(e.what()).find("ping-pong") != std::string::npos);
-      }
+      check_tuning_refused(t, "ping-pong");
     }
   }
 }
@@ -209,26 +214,15 @@ TEST_CASE("prefill abi: the persistent form is the wgmma kernel's", "[c_abi][att
   REQUIRE(s.entry_names.size() == 1);
   CHECK(s.entry_names[0].rfind("kjit::attention::prefill_sm90_persistent_kernel<", 0) == 0);
   CHECK(ops::prefill_smem_bytes(c) == (2 * 128 + 4 * 128) * 128 * 2 + 1024);
-  const int32_t qo[2] = {0, 64}, kv[2] = {0, 64};
-  const DLDataType bf{kDLBfloat, 16, 1};
-  struct Bad {
-    int kernel, pingpong, persistent;
-  };
-  // mma.sync (a plan without a device takes it by default), with ping-pong, a value past 1.
-  for (const Bad b :
-       {Bad{-1, 0, 1}, Bad{static_cast<int>(ops::PrefillKernel::kMmaSm80), 0, 1}, Bad{-1, 0, 2}}) {
-    INFO("kernel " << b.kernel << " persistent " << b.persistent);
-    ops::PrefillTuning t;
-    t.kernel = b.kernel;
-    t.pingpong = b.pingpong;
-    t.persistent = b.persistent;
-    try {
-      ops::plan_batch_prefill(qo, kv, 1, 8, 2, 128, 16, KJIT_KV_LAYOUT_NHD, bf, bf, 1, 0.0f, 0.0f,
-                              -1, 0, &t);
-      FAIL("planned");
-    } catch (const kjit::Error& e) {
-      CHECK(e.status() == KJIT_ERROR_INVALID_ARGUMENT);
-      CHECK(std::string(e.what()).find("persistent form") != std::string::npos);
+  // On mma.sync (a plan without a device takes it by default), asked for or not, and a value
+  // past 1.
+  for (int kernel : {-1, static_cast<int>(ops::PrefillKernel::kMmaSm80)}) {
+    for (int persistent : {1, 2}) {
+      INFO("kernel " << kernel << " persistent " << persistent);
+      ops::PrefillTuning t;
+      t.kernel = kernel;
+      t.persistent = persistent;
+      check_tuning_refused(t, "persistent form");
     }
   }
 }

@@ -31,10 +31,6 @@ int64_t check_indptr(const int32_t* indptr, int batch, const char* name) {
   return static_cast<int64_t>(indptr[batch]) - indptr[0];
 }
 
-void check_heads(int num_qo_heads, int num_kv_heads, int head_dim) {
-  attention_detail::check_head_counts(num_qo_heads, num_kv_heads, head_dim);
-}
-
 DType check_dtypes(DLDataType q_dtype, DLDataType kv_dtype) {
   using decode_detail::dl_name;
   const auto qd = dtype_of(q_dtype);
@@ -170,7 +166,7 @@ PrefillPlanData plan_batch_prefill(const int32_t* qo_indptr_host, const int32_t*
                                    float logits_soft_cap, int window_left, int device_id,
                                    const PrefillTuning* tuning) {
   if (batch < 0) fail(KJIT_ERROR_INVALID_ARGUMENT, "batch must be >= 0, got {}", batch);
-  check_heads(num_qo_heads, num_kv_heads, head_dim);
+  attention_detail::check_head_counts(num_qo_heads, num_kv_heads, head_dim);
   if (page_size < 0) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "page_size must be >= 1 (paged) or 0 (ragged KV), got {}",
          page_size);
