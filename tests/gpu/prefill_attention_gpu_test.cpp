@@ -22,6 +22,7 @@
 #include <tuple>
 #include <vector>
 
+#include "cuda/device.hpp"
 #include "cuda/driver.hpp"
 #include "kjit/kjit.h"
 #include "ops/attention/prefill.hpp"
@@ -295,6 +296,8 @@ std::unique_ptr<Problem> build(const PrefillCase& c, std::mt19937_64& rng) {
     REQUIRE(plan->data.cfg.persistent == t.persistent);
     // Three CTAs instead of one an SM, so that at every size the persistent CTAs walk many tiles
     // (both Q buffers, the ring's phases across tiles, empty tiles handed over).
+    // The plan's own count is the device's (the launch bound and the CTA-order rule use it).
+    REQUIRE(plan->data.sms == kjit::cuda::device_info(0).sm_count);
     if (t.persistent != 0) plan->data.sms = 3;
   }
   CHECK(kjit_prefill_plan_workspace_bytes(plan) == 0);

@@ -359,11 +359,22 @@ TEST_CASE("gemm: the decode path's token tile, depth and split", "[gemm]") {
     CHECK(2 * (kjit::gemm::gemm_decode_smem_bytes(tokens, stages) + 1024) <= 232448 + 1024);
   }
   CHECK(ops::select_gemm(bf16, bf16, 8, 64, 64, h100(false)).path == GemmPath::kSimt);
-  // Past 64 rows only where the sm90 tiles (128 rows of n each) would leave SMs idle.
-  CHECK(ops::select_gemm(bf16, bf16, 64, 28672, 4096, h100(true)).path == GemmPath::kSm90Decode);
-  CHECK(ops::select_gemm(bf16, bf16, 65, 28672, 4096, h100(true)).path == GemmPath::kSm90);
-  CHECK(ops::select_gemm(bf16, bf16, 128, 16769, 4096, h100(true)).path == GemmPath::kSm90);
-  CHECK(ops::select_gemm(bf16, bf16, 128, 16768, 4096, h100(true)).path == GemmPath::kSm90Decode);
+  // 33-64 rows: the decode kernel unless the 128-wide sm90 tiles outnumber the SMs (then 256
+  // wide); 65-128 rows: only where its 128-row weight tiles leave SMs idle and K is past 8192.
+  const auto pick = [&](int64_t m, int64_t n, int64_t k) {
+    return ops::select_gemm(bf16, bf16, m, n, k, h100(true));
+  };
+  CHECK(pick(32, 28672, 4096).path == GemmPath::kSm90Decode);
+  CHECK(pick(64, 16896, 4096).path == GemmPath::kSm90Decode);
+  CHECK(pick(64, 16897, 4096).path == GemmPath::kSm90);
+  CHECK(pick(64, 16897, 4096).bn == 256);
+  CHECK(pick(128, 16768, 14336).path == GemmPath::kSm90Decode);
+  CHECK(pick(128, 16769, 14336).path == GemmPath::kSm90);
+  CHECK(pick(128, 6144, 4096).path == GemmPath::kSm90);
+  CHECK(pick(128, 6144, 4096).bn == 128);
+  CHECK(pick(128, 8192, 8192).path == GemmPath::kSm90);
+  CHECK(pick(128, 28672, 4096).bn == 256);
+  CHECK(pick(128, 28672, 4096).persistent == 0);
   // The largest split whose clusters (one per 128-row weight tile) all run at once, at most 8, at
   // least 4 K blocks per block. 132 SMs of two blocks each, every cluster placeable:
   ops::GemmResidency even{};

@@ -152,12 +152,15 @@ TEST_CASE("gemm tactics: the candidates of decode and large shapes on sm_90", "[
   CHECK(has(mid, "decode_t128_split1"));
   CHECK_FALSE(has(mid, "decode_t64_split1"));
   const ops::GemmTactic big = default_of(4096, 28672, 4096, t);
-  CHECK(big.name() == "sm90_bn256_s4");
+  // 32 x 112 tiles of 256 at K 4096 on 132 SMs: persistent blocks by default.
+  CHECK(big.name() == "sm90_bn256_s4_p");
   const auto large = names_of(ops::gemm_tactics(big, 4096, 28672, 4096, t));
   // 32 x 224 tiles of 128 on 132 SMs: the persistent forms join the candidates.
-  CHECK(large == std::vector<std::string>{"sm90_bn256_s4", "sm90_bn128_s4", "sm90_bn128_s6",
-                                          "sm90_bn256_s3", "sm90_bn128_s6_p", "sm90_bn256_s4_p",
+  CHECK(large == std::vector<std::string>{"sm90_bn256_s4_p", "sm90_bn128_s4", "sm90_bn128_s6",
+                                          "sm90_bn256_s3", "sm90_bn256_s4", "sm90_bn128_s6_p",
                                           "simt"});
+  CHECK(default_of(4096, 28672, 8192, t).name() == "sm90_bn256_s4");
+  CHECK(default_of(4096, 6144, 4096, t).name() == "sm90_bn256_s4");
   // Where every block has one 128-wide tile at most they would time the same work: not timed.
   const auto few =
       names_of(ops::gemm_tactics(default_of(1024, 2048, 4096, t), 1024, 2048, 4096, t));
@@ -282,9 +285,12 @@ TEST_CASE("gemm tactics: the default is a valid candidate and names the untuned 
           CHECK(back.bn == c.bn);
           CHECK(back.stages == c.stages);
           CHECK(back.tokens == c.tokens);
-          // The heuristic never picks the persistent kernel (not yet measured on a GPU).
-          CHECK(c.persistent == 0);
-          CHECK_FALSE(d.persistent);
+          // Persistent blocks only where a block walks many short tiles (K <= 4096, more than
+          // eight tiles an SM).
+          const int64_t tiles = (m + 127) / 128 * ((n + c.bn - 1) / std::max(c.bn, 1));
+          const bool many = c.path == ops::GemmPath::kSm90 && k <= 4096 && tiles > 8 * 132;
+          CHECK(c.persistent == (many ? 1 : 0));
+          CHECK(d.persistent == many);
         }
       }
     }

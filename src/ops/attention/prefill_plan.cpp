@@ -186,12 +186,16 @@ PrefillPlanData plan_batch_prefill(const int32_t* qo_indptr_host, const int32_t*
 
   // The SM count picks the CTA order (prefill_head_inner); a driverless plan assumes an
   // H100 / H200-class shared-memory budget, and the run's launch is checked on the device.
+  // (device_budget's SM count of 1 only keeps a driverless plan from failing; the plan's `sms`
+  // is the device's own, or 0 without one.)
   SmemBudget budget;
   int sms = 0;
   bool sm90a = false;
-  if (attention_detail::device_budget(device_id, 1, &budget, &sms)) {
+  int budget_sms = 0;
+  if (attention_detail::device_budget(device_id, 1, &budget, &budget_sms)) {
     const cuda::DeviceInfo& info = cuda::device_info(device_id);
     sm90a = info.major == 9 && info.minor == 0;
+    sms = info.sm_count;
   }
 
   const int64_t group = num_qo_heads / num_kv_heads;

@@ -164,6 +164,37 @@ GemmDecodeTile gemm_decode_tile(const GemmTarget& target, int64_t m, int64_t n, 
   return t;
 }
 
+Sm90Tile gemm_sm90_tile(const GemmTarget& target, int64_t m, int64_t n, int64_t k) {
+  // bf16 tiles 256 wide from 512 rows, or where the 128-wide ones would take more than a wave
+  // (128 x 28672 x 4096: 76.2 us at 256 against 79.9 at 128, tuned on the H200 2026-12-05).
+  const int64_t narrow_tiles = ceil_div(m, gemm::kGemmBlockM) * ceil_div(n, 128);
+  Sm90Tile t;
+  t.bn = m >= 512 || narrow_tiles > target.sm_count ? 256 : 128;
+  t.stages = t.bn == 256 ? 4 : 6;
+  if (!sm90_can_run(target, m, n, k, t.bn, t.stages)) return {};
+  // Persistent blocks hide each tile's start (barrier set-up, the first TMA round trip) behind
+  // the previous tile's epilogue: worth it where that start is a visible share of a tile (K up
+  // to 4096) and a block walks many tiles. Tuned on the H200: 4096 x 28672 x 4096 1234.7 us
+  // against 1276.8, 8192 x 28672 x 4096 2448 / 2520, 8192 x 6144 x 4096 537.9 / 552.5; no gain
+  // at 4096 x 6144 x 4096 (768 tiles) nor at K 8192 / 14336.
+  const int64_t tiles = ceil_div(m, gemm::kGemmBlockM) * ceil_div(n, t.bn);
+  t.persistent = k <= 4096 && target.sm_count > 0 && tiles > 8 * int64_t{target.sm_count};
+  return t;
+}
+
+bool gemm_tiles_beat_decode(const GemmTarget& target, int64_t m, int64_t n, int64_t k) {
+  // Where the decode kernel's token tile is 64 or 128 rows wide, each of its blocks rereads the
+  // tokens' K slice, about as many bytes as its weight rows. Tuned on the H200 (2026-12-05,
+  // bench/results/2026-12-05-h200-gemm-tune): at 64 rows the tiles win only where the 128-wide
+  // ones outnumber the SMs (64 x 28672 x 4096: 76.3 us against 81.3; 64 x 6144 / 8192 / 14336 K
+  // stay on the decode kernel), at 65-128 rows wherever K is at most 8192 (128 x 6144 x 4096
+  // 33.6 / 38.8, 128 x 8192 x 8192 55.9 / 60.8), while at K = 14336 a tile's K loop is too long
+  // for the few tiles (128 x 4096 x 14336: decode 60.1, tiles 79).
+  if (m <= 32) return false;
+  if (m <= 64) return ceil_div(n, 128) > target.sm_count;
+  return k <= 8192;
+}
+
 GemmConfig select_gemm(DType dtype, DType out_dtype, int64_t m, int64_t n, int64_t k,
                        const GemmTarget& target) {
   if (dtype != DType::kBF16 && dtype != DType::kF16) {
@@ -175,29 +206,23 @@ GemmConfig select_gemm(DType dtype, DType out_dtype, int64_t m, int64_t n, int64
   GemmConfig c;
   c.dtype = dtype;
   c.out_dtype = out_dtype;
+  // The 128-row tiles: wide ones halve the reads of a per output once there are rows enough to
+  // fill them, or once the 128-wide tiles outnumber the SMs; persistent blocks where the tiles
+  // are many and short (see gemm_sm90_tile).
+  const Sm90Tile wide = gemm_sm90_tile(target, m, n, k);
   // Two blocks an SM at every token tile (gemm_decode_sm90.cuh's launch bound).
   const GemmDecodeTile tile = gemm_decode_tile(target, m, n, k, [](int) { return 2; });
-  if (tile.tokens != 0) {
+  if (tile.tokens != 0 && !(wide.bn != 0 && gemm_tiles_beat_decode(target, m, n, k))) {
     c.path = GemmPath::kSm90Decode;
     c.tokens = tile.tokens;
     c.stages = tile.stages;
     return c;
   }
-  // Wide tiles halve the reads of a per output once there are rows enough to fill them.
-  // The one-tile kernel, not its persistent form (tactic sm90_bn*_s*_p), which has not run on a
-  // GPU yet: the autotuner or a forced tactic picks it until it is measured. The prediction, from
-  // a per-tile bubble of about 1.5-2 us (block start, barrier init, the first TMA round trip)
-  // that persistence hides behind the previous tile's epilogue, and no change to the waves (a
-  // block takes ceil or floor of tiles / SMs): the gain is that bubble over the per-tile time,
-  // largest where tiles > SMs and K is short. 8192^3 (bn 256, 2048 tiles, ~91 us each): ~2%,
-  // 1462 -> ~1430 us; 4096 x 28672 x 4096 (3584 tiles, ~49 us each): ~3.5%, 1366 -> ~1320 us.
-  // fp8 (select_gemm_fp8) about twice that per tile, its mainloop being twice as fast.
-  const int bn = m >= 512 ? 256 : 128;
-  const int stages = bn == 256 ? 4 : 6;
-  if (sm90_can_run(target, m, n, k, bn, stages)) {
+  if (wide.bn != 0) {
     c.path = GemmPath::kSm90;
-    c.bn = bn;
-    c.stages = stages;
+    c.bn = wide.bn;
+    c.stages = wide.stages;
+    c.persistent = wide.persistent ? 1 : 0;
     return c;
   }
   // Every other sm_80+ call whose rows cp.async can copy: tensor cores at about ten times the

@@ -81,6 +81,18 @@ int gemm_decode_split(int64_t n, int64_t k, const GemmResidency& resident);
 // path's active (expert, column tile) items.
 int gemm_decode_split_tiles(int64_t tiles, int64_t k, const GemmResidency& resident);
 
+// The bf16 / fp16 sm90 tile for an m x n x k call on `target` (bn 0 where the sm90 path cannot
+// run): its width, stages and whether persistent blocks serve it. select_gemm's rule.
+struct Sm90Tile {
+  int bn = 0, stages = 0;
+  bool persistent = false;
+};
+Sm90Tile gemm_sm90_tile(const GemmTarget& target, int64_t m, int64_t n, int64_t k);
+
+// Whether the sm90 tiles serve an m x n x k bf16 / fp16 call that the decode path could serve
+// (m > 32 only: measured rules, in gemm.cpp).
+bool gemm_tiles_beat_decode(const GemmTarget& target, int64_t m, int64_t n, int64_t k);
+
 // The decode path's tile for an m x n x k call on `target` (either operand type; k2: K in 16-bit
 // elements, an e4m3 pair is one) where the path runs and is the choice (select_gemm's rule), else
 // tokens = 0: the narrowest wgmma width (16 .. kGemmDecodeMaxTokens) that holds m, and the stages
