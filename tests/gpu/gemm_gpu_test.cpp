@@ -167,9 +167,11 @@ bool tensor_cores() {
 
 // The path a TMA-describable call of m rows takes on this device when n is small (at most a few
 // 128-row tiles, fewer than the SMs).
+// (At K <= 8192 and few columns, as in the shapes below: the decode kernel up to 64 rows, the
+// sm90 tiles past that.)
 ops::GemmPath fast_path(int64_t m) {
   if (!tensor_cores()) return ops::GemmPath::kMmaSm80;
-  return m <= kjit::gemm::kGemmDecodeMaxTokens ? ops::GemmPath::kSm90Decode : ops::GemmPath::kSm90;
+  return m <= 64 ? ops::GemmPath::kSm90Decode : ops::GemmPath::kSm90;
 }
 
 // The mma_sm80 kernel's tactics: both tile widths at both depths.
@@ -247,10 +249,12 @@ TEST_CASE("gemm gpu: the decode path at every token tile, split and epilogue",
           "[gpu][gemm][sm90a]") {
   std::mt19937_64 rng(std::random_device{}());
   // Every token tile (16 .. 128) and its edges; n off the 128-row weight tile; k from a quarter of
-  // a K block to 128 blocks, the library's split each time.
+  // a K block to 128 blocks, the library's split each time. Past 64 rows the library takes this
+  // path only where K is past 8192 (select_gemm): 8192 more there, the same tails.
   for (int64_t m : {1, 3, 16, 17, 64, 127, 128}) {
-    for (const auto& [n, k] :
+    for (const auto& [n, k0] :
          std::vector<std::array<int64_t, 2>>{{301, 16}, {129, 8192}, {77, 520}}) {
+      const int64_t k = m > 64 ? k0 + 8192 : k0;
       for (const char* od : {"bf16", "fp16", "fp32"}) {
         const char* dt = std::string(od) == "fp16" ? "fp16" : "bf16";
         Case c{dt, od, m, n, k};
@@ -262,10 +266,16 @@ TEST_CASE("gemm gpu: the decode path at every token tile, split and epilogue",
   // Every split over the same shape, so a reduction that drops, doubles or misplaces a block's
   // partial sums fails: 17 K blocks (uneven shares), tokens in two 8-token groups owned by
   // different blocks, n past one tile.
+  // (128 rows at this K take the sm90 tiles by default: the decode tactic forced there.)
   for (int split = 1; split <= kjit::gemm::kGemmDecodeMaxSplit; ++split) {
     for (int64_t m : {1, 17, 128}) {
       Case c{"bf16", "fp32", m, 200, 17 * 64 + 8};
-      c.split = split;
+      if (m > 64) {
+        c.tactic = "decode_t128_split" + std::to_string(split);
+      } else {
+        c.split = split;
+      }
+      CHECK(path_for(c) == ops::GemmPath::kSm90Decode);
       run_case(c, rng);
     }
   }
@@ -277,12 +287,13 @@ TEST_CASE("gemm gpu: the decode path at every token tile, split and epilogue",
   for (const char* od : {"bf16", "fp16", "fp32"}) {
     const char* dt = std::string(od) == "fp16" ? "fp16" : "bf16";
     for (int64_t m : {1, 17, 127}) {
-      Case c{dt, od, m, 333, 4096};
+      const int64_t k = m > 64 ? 8192 + 64 : 4096;  // past 64 rows: K past 8192 (select_gemm)
+      Case c{dt, od, m, 333, k};
       c.bias = true;
       c.beta = 1.0f;
       run_case(c, rng);
       c.alpha = -0.75f;
-      c.a_stride = 4096 + 64;
+      c.a_stride = k + 64;
       c.out_stride = 333 + 7;
       CHECK(path_for(c) == ops::GemmPath::kSm90Decode);
       run_case(c, rng);
