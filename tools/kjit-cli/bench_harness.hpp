@@ -70,6 +70,9 @@ void check_gpu();
 
 // The first launch, synchronized: includes compiling or loading the specialization.
 double first_call_ms(const BenchCase& c);
+// first_call_ms, and c.uri becomes the last kernel the call ran, where the kernel is the
+// autotuner's or a forced tactic's choice rather than the heuristic's the case was named by.
+double first_call_ms_naming_kernel(BenchCase& c);
 
 // Times a case that passed its check (or any case under --no-check) with every backend of
 // opts.backends, beside a device-to-device copy of the same traffic timed the same way in the
