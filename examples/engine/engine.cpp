@@ -113,8 +113,14 @@ void Engine::quantize_rows(DLTensor* x, int64_t rows, int64_t k) {
 void Engine::linear(DLTensor* in, int64_t rows, int64_t k, const void* w, const void* w_scale,
                     int64_t n, DLTensor* out) {
   if (!fp8_) {
+    // The weights are loaded once and never written by a forward pass, so each projection may
+    // start streaming its weight while the kernel before it (a norm, attention, SiLU-and-mul)
+    // finishes (docs/c-api.md, "Launch mode").
+    kjit_gemm_options opt;
+    kjit_gemm_options_init(&opt);
+    opt.weights_early = 1;
     KJIT_CHECK(
-        kjit_gemm(in, tensor(w, kBF16, {n, k}, {}, device_).get(), nullptr, out, nullptr, stream_));
+        kjit_gemm(in, tensor(w, kBF16, {n, k}, {}, device_).get(), nullptr, out, &opt, stream_));
     return;
   }
   KJIT_CHECK(kjit_gemm_fp8(tensor(x8_, kE4M3, {rows, k}, {}, device_).get(),
@@ -546,7 +552,10 @@ void Engine::forward(int tokens, int batch, bool prefill, bool all_logits, bool 
     KJIT_CHECK(kjit_embedding(hidden.get(), ints(meta_.last_rows, B).get(), head_in.get(), s));
   }
   Dl logits = tensor(logits_, kF32, {rows, V}, {}, d);
-  KJIT_CHECK(kjit_gemm(head_in.get(), lm_head.get(), nullptr, logits.get(), nullptr, s));
+  kjit_gemm_options opt;
+  kjit_gemm_options_init(&opt);
+  opt.weights_early = 1;  // the LM head, as the projections (linear)
+  KJIT_CHECK(kjit_gemm(head_in.get(), lm_head.get(), nullptr, logits.get(), &opt, s));
   if (do_sample) sample(static_cast<int>(rows));
 }
 

@@ -912,6 +912,14 @@ typedef struct kjit_gemm_options {
                          is stored; 2: measure it again, once per process. A call whose stream is
                          being captured never measures (it uses the stored result or the heuristic) */
   int tune_timing;    /* kjit_tune_timing of a measurement; KJIT_TUNE_EAGER_COLD (default) */
+  int weights_early;  /* kjit_gemm only. 0 (default) or 1: the caller's promise that the kernel
+                         launched just before this call on the same stream does not write b (a
+                         model weight, loaded once). Then, on sm_90 at decode sizes (the
+                         weight-streaming path) and unless KJIT_PDL=0, the call launches as a
+                         programmatic dependent of that kernel and starts loading b while it
+                         finishes; a, bias and out are read, and out written, only after it has
+                         completed, in a CUDA graph too. No effect on other paths
+                         (docs/c-api.md, "Launch mode") */
 } kjit_gemm_options;
 
 /* Fills *options with the defaults (NULL is ignored). */
@@ -933,8 +941,9 @@ KJIT_API void kjit_gemm_options_init(kjit_gemm_options* options);
  * compact tensors); otherwise, and on other sm_80+ devices, mma.sync tensor-core tiles serve it
  * when a's and b's bases and row strides are 16-byte aligned (any k), and a slower fp32 path
  * when they are not. With decode
- * sizes (m <= 64, or m <= 128 where n / 128 is below the SM count) the tensor-core path streams b
- * over every SM, splitting k across a thread-block cluster; it needs no workspace either. k = 0
+ * sizes (m <= 32; m <= 64 unless n / 128 exceeds the SM count; m <= 128 where k > 8192 and n / 128
+ * is below the SM count) the tensor-core path streams b over every SM, splitting k across a
+ * thread-block cluster; it needs no workspace either. k = 0
  * gives out = beta * out + bias. Other dtypes: KJIT_ERROR_UNSUPPORTED. Thread-safe.
  */
 KJIT_API kjit_status kjit_gemm(const DLTensor* a, const DLTensor* b, const DLTensor* bias,

@@ -65,7 +65,33 @@ KJIT_DEVICE KJIT_FORCEINLINE void decode_produce(const GemmParams& p, unsigned c
                                                  int it0 = 0) {
   constexpr u32 kStageBytes = decode_stage_bytes<TOKENS>();
   constexpr u32 kWeightBytes = kGemmDecodeRows * kGemmBlockK * 2;
-  for (int kb = kb_begin; kb < kb_end; ++kb) {
+  int kb = kb_begin;
+  if (p.weights_early != 0) {
+    // A programmatic dependent whose caller promised that the kernel before does not write b:
+    // the first stages' weight boxes go out while that kernel finishes, the tokens (which it may
+    // write) after the wait. Dependents are released after the wait, as kjit's kernels do.
+    const int early = min(STAGES, kb_end - kb_begin);
+    for (int j = 0; j < early; ++j) {
+      const int s = (it0 + j) % STAGES;
+      hopper::mbarrier_wait(&empty[s], (((it0 + j) / STAGES) & 1) ^ 1);
+      unsigned char* stage = tiles + s * kStageBytes;
+      hopper::mbarrier_arrive_expect_tx(&full[s], kStageBytes);
+      hopper::tma_load_2d(stage, &p.tma_b, &full[s], (kb_begin + j) * kGemmBlockK, n0);
+      if (n0_2 >= 0) {
+        hopper::tma_load_2d(stage + kWeightBytes / 2, &p.tma_b, &full[s],
+                            (kb_begin + j) * kGemmBlockK, n0_2);
+      }
+    }
+    pdl_wait();
+    pdl_launch_dependents();
+    for (int j = 0; j < early; ++j) {
+      const int s = (it0 + j) % STAGES;
+      hopper::tma_load_2d(tiles + s * kStageBytes + kWeightBytes, &p.tma_a, &full[s],
+                          (kb_begin + j) * kGemmBlockK, a_row);
+    }
+    kb += early;
+  }
+  for (; kb < kb_end; ++kb) {
     const int i = it0 + kb - kb_begin;
     const int s = i % STAGES;
     hopper::mbarrier_wait(&empty[s], ((i / STAGES) & 1) ^ 1);
@@ -160,6 +186,9 @@ KJIT_DEVICE KJIT_FORCEINLINE void decode_block(const GemmParams& p, int k_blocks
   __syncthreads();
   const bool consumer = threadIdx.x < kDecodeConsumerThreads;
   float* parts = reinterpret_cast<float*>(tiles);
+  // A programmatic dependent's consumers read bias and out, and write out, only after the kernel
+  // before has finished (their stages fill only after the producer's wait in any case).
+  if (consumer && p.weights_early != 0) pdl_wait();
   if (consumer) {
     float acc[TOKENS / 2];
 #pragma unroll

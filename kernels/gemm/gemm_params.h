@@ -29,6 +29,10 @@ struct GemmParams {
   long long m, n, k;
   long long a_stride, b_stride, out_stride;
   float alpha, beta;  // out_old is read only when beta != 0
+  // The decode kernel launched as a programmatic dependent (kjit_gemm_options::weights_early):
+  // its producer loads the first stages' weight boxes before griddepcontrol.wait, everything
+  // else after; 0 elsewhere.
+  int weights_early;
 };
 
 // The sm90 kernel's block tile: kGemmBlockM rows of a (two consumer warpgroups of 64 rows), bn

@@ -10,7 +10,7 @@
 #define KJIT_SAMPLING_OPTION_FIELDS(X) X(top_k) X(top_p) X(min_p) X(temperature)
 #define KJIT_DECODE_OPTION_FIELDS(X) \
   X(sm_scale) X(logits_soft_cap) X(window_left) X(num_splits) X(num_sms) X(autotune) X(tune_timing)
-#define KJIT_GEMM_OPTION_FIELDS(X) X(alpha) X(beta) X(autotune) X(tune_timing)
+#define KJIT_GEMM_OPTION_FIELDS(X) X(alpha) X(beta) X(autotune) X(tune_timing) X(weights_early)
 #define KJIT_PREFILL_OPTION_FIELDS(X) X(causal) X(sm_scale) X(logits_soft_cap) X(window_left)
 #define KJIT_MOE_ROUTE_OPTION_FIELDS(X) \
   X(scoring) X(renormalize) X(n_group) X(topk_group) X(routed_scaling_factor)

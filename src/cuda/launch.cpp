@@ -36,8 +36,16 @@ CUlaunchAttribute cluster_attribute(unsigned cluster_x) {
   return a;
 }
 
-// cuLaunchKernelEx with one launch attribute (a cluster shape, programmatic serialization).
-void launch_ex(CUfunction fn, const LaunchConfig& cfg, CUlaunchAttribute attr, const void* params) {
+CUlaunchAttribute dependent_attribute() {
+  CUlaunchAttribute a{};
+  a.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  a.value.programmaticStreamSerializationAllowed = 1;
+  return a;
+}
+
+// cuLaunchKernelEx with `count` launch attributes (a cluster shape, programmatic serialization).
+void launch_ex(CUfunction fn, const LaunchConfig& cfg, CUlaunchAttribute* attrs, unsigned count,
+               const void* params) {
   CUlaunchConfig lc{};
   lc.gridDimX = cfg.grid_x;
   lc.gridDimY = cfg.grid_y;
@@ -47,8 +55,8 @@ void launch_ex(CUfunction fn, const LaunchConfig& cfg, CUlaunchAttribute attr, c
   lc.blockDimZ = cfg.block_z;
   lc.sharedMemBytes = cfg.smem_bytes;
   lc.hStream = cfg.stream;
-  lc.attrs = &attr;
-  lc.numAttrs = 1;
+  lc.attrs = attrs;
+  lc.numAttrs = count;
   void* args[] = {const_cast<void*>(params)};
   KJIT_CU_CHECK(driver().cuLaunchKernelEx(&lc, fn, args, nullptr));
 }
@@ -63,23 +71,21 @@ void launch(CUfunction fn, const LaunchConfig& cfg, const void* params) {
                                  cfg.block_z, cfg.smem_bytes, cfg.stream, args, nullptr));
 }
 
-void launch_cluster(CUfunction fn, const LaunchConfig& cfg, unsigned cluster_x,
-                    const void* params) {
+void launch_cluster(CUfunction fn, const LaunchConfig& cfg, unsigned cluster_x, const void* params,
+                    bool dependent) {
   const Driver& d = driver();
   KJIT_CU_CHECK(opt_in_dynamic_smem(fn, cfg.smem_bytes));
   if (cluster_x > 8) {
     KJIT_CU_CHECK(d.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1));
   }
-  CUlaunchAttribute attr = cluster_attribute(cluster_x);
-  launch_ex(fn, cfg, attr, params);
+  CUlaunchAttribute attrs[2] = {cluster_attribute(cluster_x), dependent_attribute()};
+  launch_ex(fn, cfg, attrs, dependent ? 2u : 1u, params);
 }
 
 void launch_dependent(CUfunction fn, const LaunchConfig& cfg, const void* params) {
   KJIT_CU_CHECK(opt_in_dynamic_smem(fn, cfg.smem_bytes));
-  CUlaunchAttribute attr{};
-  attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-  attr.value.programmaticStreamSerializationAllowed = 1;
-  launch_ex(fn, cfg, attr, params);
+  CUlaunchAttribute attr = dependent_attribute();
+  launch_ex(fn, cfg, &attr, 1, params);
 }
 
 int max_active_clusters(CUfunction fn, unsigned cluster_x, unsigned block_x, unsigned smem_bytes) {

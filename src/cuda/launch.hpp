@@ -25,8 +25,10 @@ struct LaunchConfig {
 void launch(CUfunction fn, const LaunchConfig& cfg, const void* params);
 
 // Thread-block clusters (sm_90+): `cluster_x` blocks along x form a cluster (grid_x a multiple of
-// it). Sizes above 8 are non-portable; the launch opts the kernel in to them.
-void launch_cluster(CUfunction fn, const LaunchConfig& cfg, unsigned cluster_x, const void* params);
+// it). Sizes above 8 are non-portable; the launch opts the kernel in to them. dependent: also a
+// programmatic dependent, as launch_dependent.
+void launch_cluster(CUfunction fn, const LaunchConfig& cfg, unsigned cluster_x, const void* params,
+                    bool dependent = false);
 
 // Launches as a programmatic dependent of the kernel before it on the stream (sm_90+): its blocks
 // may start once every block of that kernel has started (or executed

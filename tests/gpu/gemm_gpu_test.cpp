@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cuda/device.hpp"
+#include "cuda/driver.hpp"
 #include "kjit/kjit.h"
 #include "ops/gemm/gemm.hpp"
 #include "ops/gemm/gemm_tactics.hpp"
@@ -458,4 +459,87 @@ TEST_CASE("gemm gpu: the persistent sm90 kernel over more tiles than SMs", "[gpu
     c.out_stride = 3000 + 7;
     run_persistent(c);
   }
+}
+
+TEST_CASE("gemm gpu: weights_early after the kernel that writes a, eager and graph replay",
+          "[gpu][gemm][sm90a]") {
+  // kjit_gemm_options::weights_early: the decode path launches as a programmatic dependent of the
+  // kernel before (here kjit_rmsnorm, which writes a, the engine's pattern) and loads b's first
+  // stages while that kernel runs. a is poisoned before each round: a GEMM that read it before
+  // the norm finished would see NaN.
+  const auto& d = kjit::cuda::driver();
+  std::mt19937_64 rng(std::random_device{}());
+  std::uniform_real_distribution<double> dist(-1.0, 1.0), pos(0.5, 1.5);
+  CUstream s = nullptr;
+  REQUIRE(d.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS);
+  for (int64_t m : {1, 16, 61}) {
+    const int64_t n = 1000, k = 4096;
+    Case c{"bf16", "bf16", m, n, k};
+    CHECK(path_for(c) == ops::GemmPath::kSm90Decode);
+    std::vector<unsigned char> x_h(static_cast<size_t>(m * k) * 2), g_h(static_cast<size_t>(k) * 2),
+        b_h(static_cast<size_t>(n * k) * 2);
+    for (int64_t i = 0; i < k; ++i) ref::store_elem(g_h.data(), i, pos(rng), "bf16");
+    for (int64_t i = 0; i < n * k; ++i) ref::store_elem(b_h.data(), i, dist(rng), "bf16");
+    DeviceBuffer x(x_h.size()), g(g_h.size()), a(x_h.size()), b(b_h.size()),
+        y(static_cast<size_t>(m * n) * 2);
+    g.upload(g_h.data(), g_h.size());
+    b.upload(b_h.data(), b_h.size());
+    auto x_t = make_tensor(x.get(), {m, k}, dl_dtype("bf16"));
+    auto g_t = make_tensor(g.get(), {k}, dl_dtype("bf16"));
+    auto a_t = make_tensor(a.get(), {m, k}, dl_dtype("bf16"));
+    auto b_t = make_tensor(b.get(), {n, k}, dl_dtype("bf16"));
+    auto y_t = make_tensor(y.get(), {m, n}, dl_dtype("bf16"));
+    kjit_gemm_options opt;
+    kjit_gemm_options_init(&opt);
+    opt.weights_early = 1;
+    const auto enqueue = [&] {
+      REQUIRE(kjit_rmsnorm(x_t.get(), g_t.get(), a_t.get(), 1e-6f, s) == KJIT_SUCCESS);
+      const kjit_status st = kjit_gemm(a_t.get(), b_t.get(), nullptr, y_t.get(), &opt, s);
+      INFO("kjit_last_error: " << kjit_last_error());
+      REQUIRE(st == KJIT_SUCCESS);
+    };
+    std::vector<double> b_rows(static_cast<size_t>(n * k));
+    for (int64_t i = 0; i < n * k; ++i) b_rows[i] = ref::load_elem(b_h.data(), i, "bf16");
+    // Round 0 eager, rounds 1 and 2 replays of a graph captured after it, each with new x.
+    CUgraph graph = nullptr;
+    CUgraphExec exec = nullptr;
+    for (int round = 0; round < 3; ++round) {
+      INFO("m " << m << " round " << round);
+      for (int64_t i = 0; i < m * k; ++i) ref::store_elem(x_h.data(), i, dist(rng), "bf16");
+      x.upload(x_h.data(), x_h.size());
+      a.fill(0xFF);
+      y.fill(0xFF);
+      if (round == 0) {
+        enqueue();
+      } else {
+        if (exec == nullptr) {
+          REQUIRE(d.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
+          enqueue();
+          REQUIRE(d.cuStreamEndCapture(s, &graph) == CUDA_SUCCESS);
+          REQUIRE(d.cuGraphInstantiateWithFlags(&exec, graph, 0) == CUDA_SUCCESS);
+        }
+        REQUIRE(d.cuGraphLaunch(exec, s) == CUDA_SUCCESS);
+      }
+      REQUIRE(d.cuStreamSynchronize(s) == CUDA_SUCCESS);
+      std::vector<unsigned char> a_h(x_h.size()), y_h(static_cast<size_t>(m * n) * 2);
+      a.download(a_h.data(), a_h.size());
+      y.download(y_h.data(), y_h.size());
+      const GemmOut o{m, n, k, 1.0, 0.0, n, "bf16", &y_h, nullptr};
+      const double worst = check_gemm_out(
+          o,
+          [&](int64_t r, double* row) {
+            for (int64_t i = 0; i < k; ++i) {
+              row[i] = ref::load_elem(a_h.data(), static_cast<size_t>(r * k + i), "bf16");
+            }
+          },
+          b_rows, {},
+          [&](double want, double sum_abs) {
+            return ref::gemm_tolerance("bf16", want, sum_abs, k);
+          });
+      CHECK(worst <= 1.0);
+    }
+    if (exec != nullptr) d.cuGraphExecDestroy(exec);
+    if (graph != nullptr) d.cuGraphDestroy(graph);
+  }
+  d.cuStreamDestroy(s);
 }

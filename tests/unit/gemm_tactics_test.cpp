@@ -379,11 +379,20 @@ TEST_CASE("gemm abi: the tuning options default to the process's and are checked
           KJIT_ERROR_INVALID_ARGUMENT);
     CHECK(std::string(kjit_last_error()).find("tune_timing") != std::string::npos);
   }
+  o.tune_timing = KJIT_TUNE_EAGER_COLD;
+  CHECK(o.weights_early == 0);
+  for (int bad : {-1, 2}) {
+    o.weights_early = bad;
+    CHECK(kjit_gemm(a.get(), b.get(), nullptr, out.get(), &o, nullptr) ==
+          KJIT_ERROR_INVALID_ARGUMENT);
+    CHECK(std::string(kjit_last_error()).find("weights_early") != std::string::npos);
+  }
   // A caller built before the fields existed passes a shorter struct: its bytes past struct_size
   // are not read (the call fails on its out shape instead, before any device is needed).
   o.struct_size = offsetof(kjit_gemm_options, autotune);
   o.autotune = 99;
   o.tune_timing = 99;
+  o.weights_early = 99;
   auto wrong =
       test::make_tensor(reinterpret_cast<void*>(0x30000000), {4, 31}, test::dl_dtype("bf16"));
   CHECK(kjit_gemm(a.get(), b.get(), nullptr, wrong.get(), &o, nullptr) ==
@@ -393,6 +402,7 @@ TEST_CASE("gemm abi: the tuning options default to the process's and are checked
   CHECK(err.find("out") != std::string::npos);
   CHECK(err.find("autotune") == std::string::npos);
   CHECK(err.find("tune_timing") == std::string::npos);
+  CHECK(err.find("weights_early") == std::string::npos);
 }
 
 TEST_CASE("gemm tactics: a record's tactic maps to the kernel its call runs", "[gemm][tune][aot]") {

@@ -13,6 +13,7 @@
 #include "runtime/jit_core.hpp"
 #include "ops/gemm/gemm_desc.hpp"
 #include "ops/gemm/gemm_tactics.hpp"
+#include "ops/pdl.hpp"
 #include "ops/tensor.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
@@ -290,16 +291,21 @@ const GemmResidency& decode_residency(CUfunction fn, unsigned block, unsigned sm
 }
 
 // The launch of cfg's kernel over p (whose pointers, sizes and scalars are set): the tensor maps
-// and the grid of its path; `split` is the decode path's.
+// and the grid of its path; `split` is the decode path's. weights_early: the caller's promise
+// (kjit_gemm_options::weights_early) that the kernel before does not write w; the decode path
+// then launches as its programmatic dependent where elementwise ops do (sm_90+, KJIT_PDL).
 void launch_gemm(CUfunction fn, const GemmConfig& cfg, int split, const RowMatrix& x,
-                 const RowMatrix& w, gemm::GemmParams& p, CUstream stream) {
+                 const RowMatrix& w, gemm::GemmParams& p, CUstream stream,
+                 bool weights_early = false) {
   cuda::LaunchConfig lc;
   lc.stream = stream;
   if (cfg.path == GemmPath::kSm90Decode) {
     lc = gemm_decode_launch_config(cfg.tokens, cfg.stages, split, p.n, stream);
     p.tma_a = tensor_map(x, static_cast<uint32_t>(cfg.tokens));
     p.tma_b = tensor_map(w, gemm::kGemmDecodeRows);
-    cuda::launch_cluster(fn, lc, static_cast<unsigned>(split), &p);
+    const bool dependent = weights_early && elementwise_pdl(x.device);
+    p.weights_early = dependent ? 1 : 0;
+    cuda::launch_cluster(fn, lc, static_cast<unsigned>(split), &p, dependent);
     return;
   }
   if (cfg.path == GemmPath::kSm90) {
@@ -520,7 +526,8 @@ void gemm(const DLTensor* a, const DLTensor* b, const DLTensor* bias, DLTensor* 
   const GemmCall call{x.dtype, y.dtype, m, n, k, bias != nullptr, beta != 0.0f, x.device, target};
   const GemmTactic t = call_tactic(call, dflt, tuning, x, w, y, p, cs);
   const GemmConfig cfg = gemm_config_of(t, x.dtype, y.dtype, target);
-  launch_gemm(gemm_kernel(cfg, x.device).functions.at(0), cfg, t.split, x, w, p, cs);
+  launch_gemm(gemm_kernel(cfg, x.device).functions.at(0), cfg, t.split, x, w, p, cs,
+              tuning.weights_early);
 }
 
 }  // namespace kjit::ops

@@ -63,6 +63,8 @@ struct GemmTuning {
   std::string tactic;
   // The call's autotuning request (kjit_gemm_options' autotune and tune_timing).
   tune::TuneRequest tune;
+  // kjit_gemm_options::weights_early: the kernel before on the stream does not write b.
+  bool weights_early = false;
 };
 
 // The decode kernel's pipeline depth for a token tile: as many stages as leave room for
