@@ -41,6 +41,14 @@ int bench_gemm(const ops::SetArgs& args, const BenchOptions& opts) {
                        "' is not a tactic name (docs/autotune.md)");
     }
   }
+  // weights_early: each call a programmatic dependent of the one before (which reads b only), so
+  // only back-to-back timers measure what it overlaps; under the others a call would wait inside
+  // for the flush kernel and the sample would include that wait.
+  tuning.weights_early = flag_arg(args, "weights_early");
+  if (tuning.weights_early && !back_to_back(opts)) {
+    throw UsageError(
+        "gemm: weights_early=1 is timed back to back: --timer events-batched or graph");
+  }
   if (dtype != "bf16" && dtype != "fp16") throw UsageError("gemm: dtype is bf16 or fp16");
   if (out_dtype != "bf16" && out_dtype != "fp16" && out_dtype != "fp32") {
     throw UsageError("gemm: out_dtype is bf16, fp16 or fp32");
@@ -78,10 +86,12 @@ int bench_gemm(const ops::SetArgs& args, const BenchOptions& opts) {
   c.shape = {{"m", m}, {"n", n}, {"k", k}, {"out_dtype", out_dtype}};
   if (tuning.split != 0) c.shape["split"] = tuning.split;
   if (!tuning.tactic.empty()) c.shape["tactic"] = tuning.tactic;
-  c.label = fmt::format("gemm {}->{} m={} n={} k={} ({}{}{})", dtype, out_dtype, m, n, k,
+  if (tuning.weights_early) c.shape["weights_early"] = 1;
+  c.label = fmt::format("gemm {}->{} m={} n={} k={} ({}{}{}{})", dtype, out_dtype, m, n, k,
                         ops::gemm_path_name(cfg.path),
                         tuning.split != 0 ? fmt::format(", split {}", tuning.split) : "",
-                        tuning.tactic.empty() ? "" : ", tactic " + tuning.tactic);
+                        tuning.tactic.empty() ? "" : ", tactic " + tuning.tactic,
+                        tuning.weights_early ? ", weights early" : "");
   // What kjit_gemm runs with the default options (and the split or tactic, when given).
   c.launch = [&](CUstream stream) {
     ops::gemm(at.get(), bt.get(), nullptr, yt.get(), 1.0f, 0.0f, stream, tuning);
@@ -135,11 +145,13 @@ std::vector<std::pair<int64_t, int64_t>> gemm_check_picks(int64_t m, int64_t n, 
 void add_gemm_benches(std::vector<BenchEntry>& out) {
   out.push_back({"gemm",
                  {"dtype", "m", "n", "k"},
-                 {"out_dtype", "split", "tactic"},
+                 {"out_dtype", "split", "tactic", "weights_early"},
                  bench_gemm,
                  "dtype (bf16|fp16), m, n, k; out_dtype (bf16|fp16|fp32, default dtype), split "
                  "(the decode path's K split, 1..8; default the library's), tactic (an "
-                 "autotuner tactic such as sm90_bn256_s3, run instead of the library's choice)"});
+                 "autotuner tactic such as sm90_bn256_s3, run instead of the library's choice), "
+                 "weights_early (0|1: kjit_gemm_options::weights_early; back-to-back timers "
+                 "only)"});
 }
 
 }  // namespace kjit::cli

@@ -89,10 +89,6 @@ bool elementwise_op(const std::string& op) {
   return std::find(std::begin(kElementwise), std::end(kElementwise), op) != std::end(kElementwise);
 }
 
-bool back_to_back(const BenchOptions& opts) {
-  return opts.timer == "events-batched" || opts.timer == "graph";
-}
-
 // What bench_elementwise_launch() returns: the process's launch mode, or plain launches while a
 // report times an elementwise op with a timer that is not a back-to-back one.
 ops::ElementwiseLaunch g_elementwise_launch = ops::elementwise_launch_from_env();
@@ -391,6 +387,10 @@ size_t add_int32s(Packed& p, const std::vector<int32_t>& v) {
 }
 
 // A "0" / "1" flag, "0" when absent.
+bool back_to_back(const BenchOptions& opts) {
+  return opts.timer == "events-batched" || opts.timer == "graph";
+}
+
 bool flag_arg(const ops::SetArgs& args, const std::string& name) {
   auto it = args.find(name);
   if (it == args.end() || it->second == "0") return false;

@@ -133,6 +133,9 @@ BenchAppendBatch bench_append_batch(int64_t tokens, int64_t batch, int64_t page_
 // A "0" / "1" flag, "0" when absent; UsageError otherwise.
 bool flag_arg(const ops::SetArgs& args, const std::string& name);
 
+// Whether the timer times back-to-back calls (events-batched, graph), each after the one before.
+bool back_to_back(const BenchOptions& opts);
+
 // One `kjit-cli bench <op>`: the --set names it needs, those it also reads, and what runs it.
 // Any other --set name is a usage error: a mistyped or absent knob must not time the default.
 using BenchFn = int (*)(const ops::SetArgs&, const BenchOptions&);
