@@ -491,7 +491,23 @@ void Engine::forward(int tokens, int batch, bool prefill, bool all_logits, bool 
     Dl q = tensor(qkv_, kBF16, {T, nq, hd}, {Nqkv, hd, 1}, d);
     Dl k = tensor(at(qkv_, Nq, 2), kBF16, {T, nkv, hd}, {Nqkv, hd, 1}, d);
     Dl v = tensor(at(qkv_, Nq + Nkv, 2), kBF16, {T, nkv, hd}, {Nqkv, hd, 1}, d);
-    if (cfg_.qk_norm) {
+    Dl kc = tensor(L.k_cache, kBF16, {pages, opt_.page_size, nkv, hd}, {}, d);
+    Dl vc = tensor(L.v_cache, kBF16, {pages, opt_.page_size, nkv, hd}, {}, d);
+    if (!prefill && !cfg_.qk_norm) {
+      // Decode: RoPE and the append in one launch (attention reads k from the cache, so the
+      // rotated k need not exist elsewhere); q rotated in place.
+      KJIT_CHECK(
+          cfg_.llama3_rope
+              ? kjit_llama31_rope_append_paged_kv_cache(
+                    q.get(), k.get(), v.get(), pos.get(), owner.get(), pos.get(), kv_indices.get(),
+                    kv_indptr.get(), last_len.get(), nullptr, nullptr, q.get(), kc.get(), vc.get(),
+                    0, KJIT_ROPE_NEOX, cfg_.rope_factor, cfg_.rope_theta, cfg_.low_freq_factor,
+                    cfg_.high_freq_factor, cfg_.original_max_position, KJIT_KV_LAYOUT_NHD, s)
+              : kjit_rope_append_paged_kv_cache(
+                    q.get(), k.get(), v.get(), pos.get(), owner.get(), pos.get(), kv_indices.get(),
+                    kv_indptr.get(), last_len.get(), nullptr, nullptr, q.get(), kc.get(), vc.get(),
+                    0, KJIT_ROPE_NEOX, 1.0f, cfg_.rope_theta, KJIT_KV_LAYOUT_NHD, s));
+    } else if (cfg_.qk_norm) {
       KJIT_CHECK(kjit_qk_rmsnorm_rope(tensor(L.q_norm, kBF16, {hd}, {}, d).get(),
                                       tensor(L.k_norm, kBF16, {hd}, {}, d).get(), pos.get(),
                                       q.get(), k.get(), cfg_.rms_norm_eps, 0, KJIT_ROPE_NEOX, 1.0f,
@@ -505,11 +521,11 @@ void Engine::forward(int tokens, int batch, bool prefill, bool all_logits, bool 
       KJIT_CHECK(kjit_apply_rope_pos_ids(q.get(), k.get(), pos.get(), q.get(), k.get(), 0,
                                          KJIT_ROPE_NEOX, 1.0f, cfg_.rope_theta, s));
     }
-    Dl kc = tensor(L.k_cache, kBF16, {pages, opt_.page_size, nkv, hd}, {}, d);
-    Dl vc = tensor(L.v_cache, kBF16, {pages, opt_.page_size, nkv, hd}, {}, d);
-    KJIT_CHECK(kjit_append_paged_kv_cache(k.get(), v.get(), owner.get(), pos.get(),
-                                          kv_indices.get(), kv_indptr.get(), last_len.get(),
-                                          kc.get(), vc.get(), KJIT_KV_LAYOUT_NHD, s));
+    if (prefill || cfg_.qk_norm) {
+      KJIT_CHECK(kjit_append_paged_kv_cache(k.get(), v.get(), owner.get(), pos.get(),
+                                            kv_indices.get(), kv_indptr.get(), last_len.get(),
+                                            kc.get(), vc.get(), KJIT_KV_LAYOUT_NHD, s));
+    }
     Dl attn = tensor(attn_, kBF16, {T, nq, hd}, {}, d);
     if (prefill) {
       KJIT_CHECK(kjit_batch_prefill_ragged_run(prefill_plan_, q.get(), k.get(), v.get(),

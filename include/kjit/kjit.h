@@ -481,6 +481,21 @@ KJIT_API kjit_status kjit_rope_append_paged_kv_cache(
     int rotary_dim, kjit_rope_layout rope_layout, float rope_scale, float rope_theta,
     kjit_kv_layout kv_layout, void* stream);
 
+/*
+ * kjit_rope_append_paged_kv_cache with Llama 3.1's frequency scaling: the frequencies of
+ * kjit_apply_llama31_rope_pos_ids (low_freq_factor, high_freq_factor and old_context_len checked
+ * as there), so the result is bit for bit kjit_apply_llama31_rope_pos_ids followed by the append.
+ * Everything else as kjit_rope_append_paged_kv_cache.
+ */
+KJIT_API kjit_status kjit_llama31_rope_append_paged_kv_cache(
+    const DLTensor* q, const DLTensor* k, const DLTensor* v, const DLTensor* pos_ids,
+    const DLTensor* batch_indices, const DLTensor* positions, const DLTensor* kv_indices,
+    const DLTensor* kv_indptr, const DLTensor* kv_last_page_len, const DLTensor* k_scale,
+    const DLTensor* v_scale, DLTensor* q_out, DLTensor* paged_k_cache, DLTensor* paged_v_cache,
+    int rotary_dim, kjit_rope_layout rope_layout, float rope_scale, float rope_theta,
+    float low_freq_factor, float high_freq_factor, float old_context_len, kjit_kv_layout kv_layout,
+    void* stream);
+
 /* ---- Attention (kernels/attention, src/ops/decode_attention, src/ops/merge_states) ---------- */
 
 /*

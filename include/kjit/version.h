@@ -3,7 +3,7 @@
 #define KJIT_VERSION_H
 
 #define KJIT_VERSION_MAJOR 0
-#define KJIT_VERSION_MINOR 7
+#define KJIT_VERSION_MINOR 8
 #define KJIT_VERSION_PATCH 0
 
 /* Bumped whenever a public struct layout or function signature changes incompatibly. 2 (kjit

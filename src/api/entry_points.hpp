@@ -95,6 +95,11 @@
     "in:q in:k in:v in:pos_ids in:batch_indices in:positions in:kv_indices in:kv_indptr "      \
     "in:kv_last_page_len in:k_scale in:v_scale out:q_out inout:paged_k_cache "                 \
     "inout:paged_v_cache rotary_dim rope_layout rope_scale rope_theta kv_layout stream")       \
+  X(kjit_llama31_rope_append_paged_kv_cache,                                                   \
+    "in:q in:k in:v in:pos_ids in:batch_indices in:positions in:kv_indices in:kv_indptr "      \
+    "in:kv_last_page_len in:k_scale in:v_scale out:q_out inout:paged_k_cache "                 \
+    "inout:paged_v_cache rotary_dim rope_layout rope_scale rope_theta low_freq_factor "        \
+    "high_freq_factor old_context_len kv_layout stream")                                       \
   X(kjit_qk_rmsnorm_rope,                                                                      \
     "in:q_weight in:k_weight in:pos_ids inout:q inout:k eps rotary_dim layout rope_scale "     \
     "rope_theta stream")                                                                       \

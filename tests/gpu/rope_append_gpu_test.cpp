@@ -50,6 +50,8 @@ struct Case {
   bool invalid = false;         // tokens the append must skip (their q is still rotated)
   std::string scales = "none";  // "none": 16-bit caches; "tensor" / "head": e4m3 caches
   float rope_scale = 1.0f, theta = 10000.0f;
+  bool llama31 = false;  // Llama 3.1's frequencies (kjit_llama31_rope_append_paged_kv_cache)
+  float low = 1.0f, high = 4.0f, old_context_len = 8192.0f;
 };
 
 std::string describe(const Case& c) {
@@ -61,7 +63,8 @@ std::string describe(const Case& c) {
          " max_append=" + std::to_string(c.max_append) + (c.in_place ? " in-place" : "") +
          (c.fused ? " fused" : "") + " pads=" + std::to_string(c.head_pad) + "/" +
          std::to_string(c.row_pad) + " offset=" + std::to_string(c.offset) +
-         (c.poison ? " poison" : "") + (c.invalid ? " invalid" : "") + " scales=" + c.scales;
+         (c.poison ? " poison" : "") + (c.invalid ? " invalid" : "") + " scales=" + c.scales +
+         (c.llama31 ? " llama31" : "");
 }
 
 // A [tokens, heads, head_dim] view into one of the buffers (elements).
@@ -206,7 +209,10 @@ void run_case(const Case& c, std::mt19937_64& rng) {
   // Expected values.
   const double u = ref::unit_roundoff(dt);
   const double per_input = 2e-6;  // rope_gpu_test.cpp's bound for 16-bit outputs
-  const std::vector<double> inv_freq = ref::rope_inv_freq(rot, c.rope_scale, c.theta);
+  const std::vector<double> inv_freq =
+      c.llama31
+          ? ref::llama31_inv_freq(rot, c.rope_scale, c.theta, c.low, c.high, c.old_context_len)
+          : ref::rope_inv_freq(rot, c.rope_scale, c.theta);
   std::vector<double> cs(static_cast<size_t>(half)), sn(cs.size()), x(static_cast<size_t>(D)),
       y(x.size());
   long written = 0;
@@ -331,11 +337,18 @@ void run_case(const Case& c, std::mt19937_64& rng) {
     Tensor qt = view(fused_dev, q), kt = view(fused_dev, k), vt = view(fused_dev, v);
     Tensor qot = view(fused_dev, qo);
     Tensor kct = cache(fused_dev, kc), vct = cache(fused_dev, vc);
-    const kjit_status s = kjit_rope_append_paged_kv_cache(
-        qt.get(), kt.get(), vt.get(), pt.get(), bt.get(), post.get(), it.get(), ipt.get(), lt.get(),
-        fp8 ? kst.get() : nullptr, fp8 ? vst.get() : nullptr, qot.get(), kct.get(), vct.get(),
-        c.rot, c.interleave ? KJIT_ROPE_INTERLEAVED : KJIT_ROPE_NEOX, c.rope_scale, c.theta,
-        static_cast<kjit_kv_layout>(c.layout), nullptr);
+    const kjit_rope_layout rl = c.interleave ? KJIT_ROPE_INTERLEAVED : KJIT_ROPE_NEOX;
+    const kjit_status s =
+        c.llama31 ? kjit_llama31_rope_append_paged_kv_cache(
+                        qt.get(), kt.get(), vt.get(), pt.get(), bt.get(), post.get(), it.get(),
+                        ipt.get(), lt.get(), fp8 ? kst.get() : nullptr, fp8 ? vst.get() : nullptr,
+                        qot.get(), kct.get(), vct.get(), c.rot, rl, c.rope_scale, c.theta, c.low,
+                        c.high, c.old_context_len, static_cast<kjit_kv_layout>(c.layout), nullptr)
+                  : kjit_rope_append_paged_kv_cache(
+                        qt.get(), kt.get(), vt.get(), pt.get(), bt.get(), post.get(), it.get(),
+                        ipt.get(), lt.get(), fp8 ? kst.get() : nullptr, fp8 ? vst.get() : nullptr,
+                        qot.get(), kct.get(), vct.get(), c.rot, rl, c.rope_scale, c.theta,
+                        static_cast<kjit_kv_layout>(c.layout), nullptr);
     INFO(kjit_last_error());
     REQUIRE(s == KJIT_SUCCESS);
   }
@@ -345,9 +358,13 @@ void run_case(const Case& c, std::mt19937_64& rng) {
     Tensor qt = view(pair_dev, q), kt = view(pair_dev, k), vt = view(pair_dev, v);
     Tensor qot = view(pair_dev, qo);
     Tensor kct = cache(pair_dev, kc), vct = cache(pair_dev, vc);
-    REQUIRE(kjit_apply_rope_pos_ids(qt.get(), kt.get(), pt.get(), qot.get(), krt.get(), c.rot,
-                                    c.interleave ? KJIT_ROPE_INTERLEAVED : KJIT_ROPE_NEOX,
-                                    c.rope_scale, c.theta, nullptr) == KJIT_SUCCESS);
+    const kjit_rope_layout rl = c.interleave ? KJIT_ROPE_INTERLEAVED : KJIT_ROPE_NEOX;
+    REQUIRE((c.llama31 ? kjit_apply_llama31_rope_pos_ids(
+                             qt.get(), kt.get(), pt.get(), qot.get(), krt.get(), c.rot, rl,
+                             c.rope_scale, c.theta, c.low, c.high, c.old_context_len, nullptr)
+                       : kjit_apply_rope_pos_ids(qt.get(), kt.get(), pt.get(), qot.get(), krt.get(),
+                                                 c.rot, rl, c.rope_scale, c.theta, nullptr)) ==
+            KJIT_SUCCESS);
     const kjit_status s =
         fp8 ? kjit_append_paged_kv_cache_fp8(krt.get(), vt.get(), bt.get(), post.get(), it.get(),
                                              ipt.get(), lt.get(), kst.get(), vst.get(), kct.get(),
@@ -460,6 +477,39 @@ TEST_CASE("rope append gpu: head sizes, partial rotary, GQA shapes and positions
   prefill.max_seq = 3000;
   prefill.max_append = 3000;
   run_case(prefill, rng);
+}
+
+TEST_CASE("rope append gpu: Llama 3.1 frequencies, decode and prefill, 16-bit and e4m3",
+          "[gpu][rope_append]") {
+  // kjit_llama31_rope_append_paged_kv_cache against ref::llama31_inv_freq and against
+  // kjit_apply_llama31_rope_pos_ids + the append; positions past old_context_len too.
+  std::mt19937_64 rng(std::random_device{}());
+  for (const char* scales : {"none", "tensor"}) {
+    for (int64_t max_append : {1, 300}) {
+      Case c;
+      c.llama31 = true;
+      c.hq = 32;
+      c.hk = 8;
+      c.batch = 4;
+      c.max_seq = 12000;
+      c.max_append = max_append;
+      c.rope_scale = 8.0f;
+      c.theta = 500000.0f;
+      c.scales = scales;
+      run_case(c, rng);
+    }
+  }
+  Case gptj;  // GPT-J pairs, partial rotary, another band split
+  gptj.llama31 = true;
+  gptj.interleave = true;
+  gptj.rot = 64;
+  gptj.low = 2.0f;
+  gptj.high = 16.0f;
+  gptj.old_context_len = 4096.0f;
+  gptj.rope_scale = 32.0f;
+  gptj.theta = 500000.0f;
+  gptj.max_seq = 9000;
+  run_case(gptj, rng);
 }
 
 TEST_CASE("rope append gpu: fused qkv views, in place, padded and misaligned",

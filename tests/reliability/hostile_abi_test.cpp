@@ -915,6 +915,30 @@ Api rope_append_api(bool fp8) {
   return api;
 }
 
+// kjit_llama31_rope_append_paged_kv_cache: rope_append_api's call and breakages, with Llama 3.1's
+// three scalars and theirs.
+Api llama31_rope_append_api(bool fp8) {
+  Api api = rope_append_api(fp8);
+  api.name = "kjit_llama31_rope_append_paged_kv_cache";
+  api.make = [fp8] {
+    Call c = rope_append_call(fp8);
+    c.floats.push_back({"low_freq_factor", 1.0f});
+    c.floats.push_back({"high_freq_factor", 4.0f});
+    c.floats.push_back({"old_context_len", 8192.0f});
+    return c;
+  };
+  api.invoke = [](Call& c) {
+    return kjit_llama31_rope_append_paged_kv_cache(
+        c.t(0), c.t(1), c.t(2), c.t(3), c.t(4), c.t(5), c.t(6), c.t(7), c.t(8), c.t(9), c.t(10),
+        c.t(11), c.t(12), c.t(13), c.n(0), static_cast<kjit_rope_layout>(c.n(1)), c.f(0), c.f(1),
+        c.f(2), c.f(3), c.f(4), static_cast<kjit_kv_layout>(c.n(2)), nullptr);
+  };
+  api.specific.push_back(set_float("low_freq_factor", 0.0f));
+  api.specific.push_back(set_float("high_freq_factor", 1.0f));  // must exceed low_freq_factor
+  api.specific.push_back(set_float("old_context_len", -8192.0f));
+  return api;
+}
+
 // kjit_qk_rmsnorm_rope: q and k as the views of a fused qkv row (4 tokens, 8 q heads and 2 kv
 // heads of 128: rows of 12 heads).
 Api qk_norm_rope_api() {
@@ -2652,6 +2676,8 @@ std::vector<Api> table() {
       moe_forward_api(),
       rope_append_api(false),
       rope_append_api(true),
+      llama31_rope_append_api(false),
+      llama31_rope_append_api(true),
       qk_norm_rope_api(),
       moe_grouped_gemm_fp8_api(false),
       moe_grouped_gemm_fp8_api(true),

@@ -4,6 +4,7 @@
 // descriptors.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <string>
 
 #include "kjit/kjit.h"
@@ -126,6 +127,48 @@ TEST_CASE("rope append abi: q, k, v and q_out agree, and nothing written overlap
   caches.kc = make_tensor(fake(13), {16, 16, 2, 64}, dl_dtype("bf16"));
   caches.vc = make_tensor(fake(14), {16, 16, 2, 64}, dl_dtype("bf16"));
   expect_invalid(caches, "but k has 2 heads of 128");
+}
+
+namespace {
+
+// kjit_llama31_rope_append_paged_kv_cache over c's tensors with Llama 3.1's scalars but these
+// three.
+kjit_status run_llama31(Call& c, float low, float high, float old_context_len) {
+  return kjit_llama31_rope_append_paged_kv_cache(
+      c.q.get(), c.k.get(), c.v.get(), c.pos_ids.get(), c.bi.get(), c.pos.get(), c.idx.get(),
+      c.ptr.get(), c.last.get(), nullptr, nullptr, c.q_out.get(), c.kc.get(), c.vc.get(), 0,
+      KJIT_ROPE_NEOX, 8.0f, 500000.0f, low, high, old_context_len, KJIT_KV_LAYOUT_NHD, nullptr);
+}
+
+}  // namespace
+
+TEST_CASE("rope append abi: the llama31 entry checks its frequency scalars", "[rope_append]") {
+  struct Bad {
+    float low, high, old_context_len;
+    const char* fragment;
+  };
+  for (const Bad& b :
+       {Bad{0.0f, 4.0f, 8192.0f, "low_freq_factor"}, Bad{1.0f, 1.0f, 8192.0f, "high_freq_factor"},
+        Bad{1.0f, INFINITY, 8192.0f, "high_freq_factor"},
+        Bad{1.0f, 4.0f, -8192.0f, "old_context_len"}}) {
+    Call c;
+    const kjit_status s = run_llama31(c, b.low, b.high, b.old_context_len);
+    const std::string msg = kjit_last_error();
+    INFO("last error: " << msg);
+    CHECK(s == KJIT_ERROR_INVALID_ARGUMENT);
+    CHECK(msg.find(b.fragment) != std::string::npos);
+    CHECK(msg.rfind("kjit_llama31_rope_append_paged_kv_cache: ", 0) == 0);
+  }
+  // The shared checks hold too.
+  Call v_heads;
+  v_heads.v = make_tensor(fake(3), {5, 3, 128}, dl_dtype("bf16"));
+  CHECK(run_llama31(v_heads, 1.0f, 4.0f, 8192.0f) == KJIT_ERROR_INVALID_ARGUMENT);
+}
+
+TEST_CASE("rope append abi: a valid llama31 call reaches the driver", "[rope_append]") {
+  KJIT_RUN_WITHOUT_GPU();
+  Call c;
+  CHECK(run_llama31(c, 1.0f, 4.0f, 8192.0f) == KJIT_ERROR_NO_DEVICE);
 }
 
 TEST_CASE("rope append: the vector narrows to the caches' alignment, the spec names the cache",

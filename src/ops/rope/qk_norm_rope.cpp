@@ -119,8 +119,9 @@ void qk_rmsnorm_rope(const DLTensor* q_weight, const DLTensor* k_weight, const D
   const jit::LoadedKernel& kernel = jit::JitCore::global().kernel_for(
       "qk_norm_rope", cfg, dev, [&] { return qk_norm_rope_spec(cfg); });
 
-  const FusedRope fr = fused_rope(w, pos, cfg.dtype, cfg.head_dim, cfg.rot_dim, cfg.interleave,
-                                  cfg.vec, rope_scale, rope_theta, h_total, dev);
+  const FusedRope fr =
+      fused_rope(w, pos, cfg.dtype, cfg.head_dim, cfg.rot_dim, cfg.interleave, cfg.vec,
+                 plain_key(cfg.rot_dim, rope_scale, rope_theta), h_total, dev);
   rope::QkNormRopeParams<kRopeMaxRotDim / 2> p{};
   p.rope = fr.params.a;
   std::copy(std::begin(fr.params.freq), std::end(fr.params.freq), p.freq);

@@ -399,8 +399,8 @@ std::vector<double> inv_freq_of(const FreqKey& k) {
 }
 
 FusedRope fused_rope(const QkViews& v, const StridedView& pos, DType dtype, int head_dim,
-                     int rot_dim, int interleave, int vec, float rope_scale, float rope_theta,
-                     int64_t h_total, int device) {
+                     int rot_dim, int interleave, int vec, const FreqKey& key, int64_t h_total,
+                     int device) {
   RopeConfig geometry;
   geometry.dtype = dtype;
   geometry.head_dim = head_dim;
@@ -408,7 +408,6 @@ FusedRope fused_rope(const QkViews& v, const StridedView& pos, DType dtype, int 
   geometry.interleave = interleave;
   geometry.vec = vec;
   const RopeGrid g = rope_grid(geometry, v.tokens, h_total, cuda::device_info(device).sm_count);
-  const FreqKey key = plain_key(rot_dim, rope_scale, rope_theta);
   RopeLaunch l;
   l.mode = RopeMode::kFreq;
   l.interleave = interleave != 0;

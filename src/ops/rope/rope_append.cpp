@@ -91,6 +91,10 @@ void rope_append_paged_kv_cache(const DLTensor* q, const DLTensor* k, const DLTe
   check_flag(rope.interleave, "rope_layout");
   check_positive_finite(rope.rope_scale, "rope_scale");
   check_positive_finite(rope.rope_theta, "rope_theta");
+  const FreqKey key = rope.llama31
+                          ? llama31_key(rot, rope.rope_scale, rope.rope_theta, rope.low_freq_factor,
+                                        rope.high_freq_factor, rope.old_context_len)
+                          : plain_key(rot, rope.rope_scale, rope.rope_theta);
 
   // The page table and caches: kjit_append_paged_kv_cache(_fp8)'s checks, k as the appended key.
   const PagedKvTarget t = check_paged_kv_target(w.k, "k", batch_indices, positions, paged_k_cache,
@@ -133,7 +137,7 @@ void rope_append_paged_kv_cache(const DLTensor* q, const DLTensor* k, const DLTe
 
   // The RoPE half of the params as kjit_apply_rope_pos_ids fills them, over q, k, v's heads.
   const FusedRope fr = fused_rope(w, pos, cfg.dtype, cfg.head_dim, cfg.rot_dim, cfg.interleave,
-                                  cfg.vec, rope.rope_scale, rope.rope_theta, h_total, dev);
+                                  cfg.vec, key, h_total, dev);
   rope::RopeAppendParams<kRopeMaxRotDim / 2> p{};
   p.rope = fr.params.a;
   std::copy(std::begin(fr.params.freq), std::end(fr.params.freq), p.freq);

@@ -35,11 +35,14 @@ RopeAppendConfig select_rope_append(DType dtype, int64_t head_dim, int64_t rot_d
 
 jit::Spec rope_append_spec(const RopeAppendConfig& cfg);
 
-// The RoPE scalars of the fused call (kjit_apply_rope_pos_ids's).
+// The RoPE scalars of the fused call (kjit_apply_rope_pos_ids's, with llama31 those of
+// kjit_apply_llama31_rope_pos_ids).
 struct RopeAppendRope {
   int rotary_dim = 0;  // 0: head_dim
   int interleave = 0;
   float rope_scale = 1.0f, rope_theta = 1e4f;
+  bool llama31 = false;
+  float low_freq_factor = 1.0f, high_freq_factor = 4.0f, old_context_len = 8192.0f;
 };
 
 // Validates, then launches on `stream` as `launch` says. Throws kjit::Error. With scales the

@@ -78,8 +78,15 @@ RopeGrid rope_grid(const RopeConfig& cfg, int64_t tokens, int64_t h_total, int s
 // The kernels' params for the views, the launch and the grid.
 RopeParams rope_params(const QkViews& v, const RopeLaunch& l, const RopeGrid& g);
 
+// The frequency table keys of kjit_apply_rope_pos_ids and kjit_apply_llama31_rope_pos_ids, their
+// scalars checked (llama31_key: low / high factors and old_context_len; the caller checks scale
+// and theta).
+FreqKey plain_key(int rot, float rope_scale, float rope_theta);
+FreqKey llama31_key(int rot, float rope_scale, float rope_theta, float low_freq_factor,
+                    float high_freq_factor, float old_context_len);
+
 // The RoPE half of a fused kernel's params and its launch shape: the views' strides, pos, the
-// frequency table of kjit_apply_rope_pos_ids for (rot_dim, rope_scale, rope_theta), and the grid
+// frequency table `key` names (plain_key, llama31_key), and the grid
 // over h_total heads per token with the thread geometry of (dtype, head_dim, rot_dim, interleave,
 // vec) on `device`.
 struct FusedRope {
@@ -87,8 +94,8 @@ struct FusedRope {
   unsigned grid = 0, block = 0;
 };
 FusedRope fused_rope(const QkViews& v, const StridedView& pos, DType dtype, int head_dim,
-                     int rot_dim, int interleave, int vec, float rope_scale, float rope_theta,
-                     int64_t h_total, int device);
+                     int rot_dim, int interleave, int vec, const FreqKey& key, int64_t h_total,
+                     int device);
 
 // Launches a fused kernel with f's grid and block and its full params (which begin with f's)
 // on `stream`, as `launch` says.
