@@ -1294,24 +1294,43 @@ kjit::ops::DecodePlanner planner_of(const DecodeCase& c, std::vector<int32_t>& i
 
 // Every tactic the autotuner may pick for a bucket (splits with each merge, pipeline depths),
 // forced one by one, against the fp64 reference: a tuned plan is as correct as the default.
-TEST_CASE("decode gpu: every candidate tactic against the reference", "[gpu][attention][tune]") {
-  std::mt19937_64 rng(1701);
-  DecodeCase bf16;
-  bf16.lens = {1, 17, 300, 1000, 4097};
-  DecodeCase fp8 = fp8_group16(bf16);
-  fp8.lens = {2000, 5, 64};
-  for (DecodeCase c : {bf16, fp8}) {
-    std::vector<int32_t> indptr;
-    const kjit::ops::DecodePlanner planner = planner_of(c, indptr);
-    const std::vector<kjit::ops::DecodeTactic> tactics = planner.tactics();
-    CHECK(tactics.size() >= 10);
-    for (const kjit::ops::DecodeTactic& t : tactics) {
-      INFO("tactic " << t.name());
-      c.tuned = true;
-      c.tune = t;
-      run_case(c, rng);
-    }
+namespace {
+
+// Every tactic the planner offers for c's bucket, each run against the reference.
+void run_every_tactic(DecodeCase c, std::mt19937_64& rng) {
+  std::vector<int32_t> indptr;
+  const kjit::ops::DecodePlanner planner = planner_of(c, indptr);
+  const std::vector<kjit::ops::DecodeTactic> tactics = planner.tactics();
+  CHECK(tactics.size() >= 10);
+  for (const kjit::ops::DecodeTactic& t : tactics) {
+    INFO("tactic " << t.name());
+    c.tuned = true;
+    c.tune = t;
+    run_case(c, rng);
   }
+}
+
+DecodeCase every_tactic_bf16() {
+  DecodeCase c;
+  c.lens = {1, 17, 300, 1000, 4097};
+  return c;
+}
+
+}  // namespace
+
+// Two test cases (the bf16 and the e4m3 cache), so that CTest runs them side by side.
+TEST_CASE("decode gpu: every candidate tactic against the reference, bf16 cache",
+          "[gpu][attention][tune]") {
+  std::mt19937_64 rng(1701);
+  run_every_tactic(every_tactic_bf16(), rng);
+}
+
+TEST_CASE("decode gpu: every candidate tactic against the reference, e4m3 cache",
+          "[gpu][attention][tune]") {
+  std::mt19937_64 rng(1702);
+  DecodeCase fp8 = fp8_group16(every_tactic_bf16());
+  fp8.lens = {2000, 5, 64};
+  run_every_tactic(fp8, rng);
 }
 
 // A record in a tuning store is what a plan runs (planned on the host, outside any capture);
