@@ -64,7 +64,7 @@ Settings Settings::from_env() {
   s.verbose = env_flag("KJIT_JIT_VERBOSE");
   s.debug = env_flag("KJIT_JIT_DEBUG");
   s.lineinfo = env_flag("KJIT_JIT_LINEINFO");
-  s.use_pch = env_flag("KJIT_JIT_PCH", true);
+  s.use_pch = env_flag("KJIT_JIT_PCH", false);
   if (auto v = env_get("KJIT_CUDA_ARCH_LIST")) s.arch_list = parse_arch_list(*v);
   if (auto v = env_get("KJIT_AOT_DIR")) s.aot_dirs = split_path_list(*v);
   if (auto v = env_get("KJIT_ARTIFACT_DIR"); v && !v->empty()) {

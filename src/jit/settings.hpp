@@ -21,7 +21,7 @@ struct Settings {
   bool verbose = false;             // KJIT_JIT_VERBOSE
   bool debug = false;               // KJIT_JIT_DEBUG  -> -G
   bool lineinfo = false;            // KJIT_JIT_LINEINFO -> -lineinfo
-  bool use_pch = true;              // KJIT_JIT_PCH (0 disables NVRTC precompiled headers)
+  bool use_pch = false;             // KJIT_JIT_PCH (1: NVRTC automatic precompiled headers)
   std::vector<ArchTarget> arch_list;  // KJIT_CUDA_ARCH_LIST (compile-only extra targets)
   // AOT packages and artifact fetching (docs/aot.md).
   std::vector<std::filesystem::path> aot_dirs;  // KJIT_AOT_DIR (':'-separated), read-only

@@ -188,6 +188,22 @@ TEST_CASE("filesystem: no space for anything (RLIMIT_FSIZE 0): served from memor
   CHECK(entry_files(cache / "v1") == 2);
 }
 
+TEST_CASE("filesystem: KJIT_JIT_PCH=1 with no room for NVRTC's PCH heap: compiled without -pch",
+          "[reliability][filesystem]") {
+  // NVRTC maps its precompiled-header heap from a file in $TMPDIR: with no room every -pch
+  // compile fails ("unable to obtain mapped memory"); the opt-in is dropped for that compile.
+  TempDir dir;
+  const fs::path tmp = dir.path() / "tmp";
+  fs::create_directories(tmp);
+  auto r = rel::run_worker({"build", "--spec", "tiny:611", "--fsize", "0"},
+                           {"KJIT_CACHE_DIR=" + (dir.path() / "cache").string(), "KJIT_JIT_PCH=1",
+                            "TMPDIR=" + tmp.string()});
+  INFO(r.out << r.err);
+  CHECK(r.ok);
+  CHECK(r.source == "compiled");
+  CHECK(r.err.find("without -pch") != std::string::npos);
+}
+
 TEST_CASE("filesystem: room for the cubin but not its sidecar (RLIMIT_FSIZE): no orphan cubin",
           "[reliability][filesystem]") {
   TempDir dir;

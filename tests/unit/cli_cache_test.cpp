@@ -292,3 +292,28 @@ TEST_CASE("cli: a cache hit's row shows the hit's time and the original compile'
   // A load takes milliseconds at most, the compile it saved hundreds.
   CHECK(row.at("ms").get<double>() < row.at("compile_ms").get<double>());
 }
+
+TEST_CASE("cli: compile -j workers leave nothing in the temp dir", "[cli]") {
+  // The workers end with _exit, so no exit handler of NVRTC's runs in them: with automatic PCH
+  // (KJIT_JIT_PCH=1, off by default) each leaves ~10 MB per compiled spec in
+  // $TMPDIR/__nvrtc_auto_pch_<pid>_<n>. The opt-in run shows the check can see such leftovers.
+  for (const char* pch : {"", "1"}) {
+    kjit::test::TempDir cache, tmp;
+    const std::string env = std::string("TMPDIR='") + tmp.path().string() + "'" +
+                            (*pch ? std::string(" KJIT_JIT_PCH=") + pch : std::string());
+    INFO("KJIT_JIT_PCH=" << pch);
+    REQUIRE(
+        cli(cache.path(), "compile --all --ops rmsnorm_quant_fp8 --arch sm_90 -j 2", env).code ==
+        0);
+    int left = 0;
+    for (const auto& e : fs::directory_iterator(tmp.path())) {
+      INFO(e.path().string());
+      ++left;
+    }
+    if (*pch) {
+      CHECK(left > 0);
+    } else {
+      CHECK(left == 0);
+    }
+  }
+}
