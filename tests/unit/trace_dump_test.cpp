@@ -230,8 +230,12 @@ TEST_CASE("trace dump: the attention and sampling hooks", "[trace]") {
   CHECK(topp.at("op") == "top_p_sampling");
   CHECK(topp.at("set") == nlohmann::json({{"batch", "8"}, {"vocab", "151936"}}));
   CHECK(lines(t.work("argmax_v128256")).at(0).at("set").at("dtype") == "bf16");
-  CHECK_FALSE(lines(t.work("min_p_sampling_from_probs_v32000")).at(0).contains("op"));
-  CHECK_FALSE(lines(t.work("top_k_mask_logits_v1000_fp16")).at(0).contains("op"));
+  const auto minp = lines(t.work("min_p_sampling_from_probs_v32000")).at(0);
+  CHECK(minp.at("op") == "min_p_sampling");
+  CHECK_FALSE(minp.at("set").contains("dtype"));  // probabilities are fp32
+  const auto mask = lines(t.work("top_k_mask_logits_v1000_fp16")).at(0);
+  CHECK(mask.at("op") == "top_k_mask_logits");
+  CHECK(mask.at("set").at("dtype") == "fp16");
 
   fs::remove(t.work("batch_decode_q32_k8_d128_ps16"));  // the one with two lines
   fs::remove(t.def("batch_decode_q32_k8_d128_ps16"));

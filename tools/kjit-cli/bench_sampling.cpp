@@ -1,4 +1,5 @@
-// `kjit-cli bench` cases of the sampling family: top_p_sampling (from probabilities),
+// `kjit-cli bench` cases of the sampling family: top_p / top_k / min_p / top_k_top_p sampling
+// (from probabilities),
 // top_k_top_p_sampling (fused from logits), argmax and softmax. The check of a sampler is the
 // exactness of its draws: every drawn token must be in the CPU reference's set (rows whose
 // boundary token sits within rounding of the threshold accept either answer, and are counted).
@@ -235,8 +236,15 @@ Check check_draws(const std::vector<double>& values, int64_t batch, int64_t voca
   return chk;
 }
 
-int bench_top_p_sampling(const ops::SetArgs& args, const BenchOptions& opts) {
+// The samplers from fp32 probabilities (kjit_top_p / top_k / min_p / top_k_top_p
+// _sampling_from_probs): `filters` is the set of kFilter* bits the op applies.
+int bench_probs_sampling(const ops::SetArgs& args, const BenchOptions& opts, const char* op,
+                         int filters) {
+  const bool use_k = filters & ops::kFilterTopK, use_p = filters & ops::kFilterTopP,
+             use_min_p = filters & ops::kFilterMinP;
+  const int64_t k = args.count("k") ? ops::positive_int_arg(args, "k", 1 << 30) : 50;
   const double p = float_arg(args, "p", 0.9, 1e-6, 1.0);
+  const double min_p = float_arg(args, "min_p", 0.1, 0.0, 1.0);
   const double sigma = float_arg(args, "sigma", 2.0, 0.0, 100.0);
   ProbRows in(args, sigma);
   const int64_t batch = in.batch, vocab = in.vocab;
@@ -247,15 +255,30 @@ int bench_top_p_sampling(const ops::SetArgs& args, const BenchOptions& opts) {
                                                    ops::DType::kF32, vocab, vocab % 4 == 0);
   const PathChoice path(args);
   BenchCase c;
-  c.op = "top_p_sampling";
-  c.uri = path.uri(cfg, false);
+  c.op = op;
+  c.uri = path.uri(cfg, use_k && k < vocab);
   c.dtype = "fp32";
-  c.shape = {{"batch", batch}, {"vocab", vocab}, {"p", p}, {"sigma", sigma}};
-  c.label =
-      fmt::format("top_p_sampling fp32 batch={} vocab={} p={}{}", batch, vocab, p, path.label());
-  ops::SampleArgs sa;  // kjit_top_p_sampling_from_probs's
-  sa.filters = ops::kFilterTopP;
+  c.shape = {{"batch", batch}, {"vocab", vocab}};
+  std::string params;
+  if (use_k) {
+    c.shape["k"] = k;
+    params += fmt::format(" k={}", k);
+  }
+  if (use_p) {
+    c.shape["p"] = p;
+    params += fmt::format(" p={}", p);
+  }
+  if (use_min_p) {
+    c.shape["min_p"] = min_p;
+    params += fmt::format(" min_p={}", min_p);
+  }
+  c.shape["sigma"] = sigma;
+  c.label = fmt::format("{} fp32 batch={} vocab={}{}{}", op, batch, vocab, params, path.label());
+  ops::SampleArgs sa;  // kjit_<op>_from_probs's
+  sa.filters = filters;
+  sa.top_k.scalar = static_cast<int>(k);
   sa.top_p.scalar = static_cast<float>(p);
+  sa.min_p.scalar = static_cast<float>(min_p);
   c.launch = [&](CUstream stream) {
     ops::sample("probs", ops::FilterInput::kProbs, in.xt.get(), sa, bufs.seed_t.get(),
                 bufs.offset_t.get(), bufs.samples_t.get(), bufs.valid_t.get(), stream,
@@ -268,7 +291,10 @@ int bench_top_p_sampling(const ops::SetArgs& args, const BenchOptions& opts) {
   const double first_ms = first_call_ms(c);
   path.describe_ran(c, cfg);
   ref::FilterSpec spec;
-  spec.top_p = p;
+  if (use_k) spec.top_k = static_cast<int>(k);
+  if (use_p) spec.top_p = p;
+  if (use_min_p) spec.min_p = min_p;
+  spec.value_tol = 2e-5;
   spec.mass_tol = 1e-4;
   return report(c, check_draws(in.v, batch, vocab, spec, 1.0, false, bufs), first_ms, opts);
 }
@@ -588,15 +614,49 @@ int bench_top_k(const ops::SetArgs& args, const BenchOptions& opts) {
   return report(c, chk, first_ms, opts);
 }
 
+// A probability sampler's optional --set names: its own, then the path choice's.
+std::vector<std::string> probs_optional(std::vector<std::string> own) {
+  for (const char* a : {"sigma", "path", "cluster", "threads", "mass"}) own.push_back(a);
+  return own;
+}
+
 void add_sampling_benches(std::vector<BenchEntry>& out) {
-  out.push_back(
-      {"top_p_sampling",
-       {"batch", "vocab"},
-       {"p", "sigma", "path", "cluster", "threads", "mass"},
-       bench_top_p_sampling,
-       "batch, vocab, optional p (0.9), sigma (2: logits' spread), path "
-       "(auto|single|cluster), cluster (2..16, with path=cluster), threads (block size), mass "
-       "(bounds|exact)"});
+  // The samplers from fp32 probabilities.
+#define KJIT_PROBS_HELP(params)                                                            \
+  "batch, vocab (fp32 probabilities), optional " params                                    \
+  ", sigma (2: logits' spread), path "                                                     \
+  "(auto|single|cluster), cluster (2..16, with path=cluster), threads (block size), mass " \
+  "(bounds|exact)"
+  out.push_back({"top_p_sampling",
+                 {"batch", "vocab"},
+                 probs_optional({"p"}),
+                 [](const ops::SetArgs& a, const BenchOptions& o) {
+                   return bench_probs_sampling(a, o, "top_p_sampling", ops::kFilterTopP);
+                 },
+                 KJIT_PROBS_HELP("p (0.9)")});
+  out.push_back({"top_k_sampling",
+                 {"batch", "vocab"},
+                 probs_optional({"k"}),
+                 [](const ops::SetArgs& a, const BenchOptions& o) {
+                   return bench_probs_sampling(a, o, "top_k_sampling", ops::kFilterTopK);
+                 },
+                 KJIT_PROBS_HELP("k (50)")});
+  out.push_back({"min_p_sampling",
+                 {"batch", "vocab"},
+                 probs_optional({"min_p"}),
+                 [](const ops::SetArgs& a, const BenchOptions& o) {
+                   return bench_probs_sampling(a, o, "min_p_sampling", ops::kFilterMinP);
+                 },
+                 KJIT_PROBS_HELP("min_p (0.1)")});
+  out.push_back({"top_k_top_p_sampling_probs",
+                 {"batch", "vocab"},
+                 probs_optional({"k", "p"}),
+                 [](const ops::SetArgs& a, const BenchOptions& o) {
+                   return bench_probs_sampling(a, o, "top_k_top_p_sampling_probs",
+                                               ops::kFilterTopK | ops::kFilterTopP);
+                 },
+                 KJIT_PROBS_HELP("k (50), p (0.9)")});
+#undef KJIT_PROBS_HELP
   out.push_back({"top_k_top_p_sampling",
                  {"dtype", "batch", "vocab"},
                  {"k", "p", "temperature", "sigma", "path", "cluster", "threads", "mass"},

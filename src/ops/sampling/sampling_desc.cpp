@@ -519,13 +519,19 @@ void chain_speculative(int64_t vocab, int64_t num_draft, int64_t batch) noexcept
 
 void sampling(SamplingKind kind, DType dtype, int64_t vocab, int64_t batch) noexcept {
   const Definition d = sampling_definition(kind, dtype, vocab);
-  // The sampling benches time these four at their default filter parameters; the other entry
-  // points have no bench yet.
+  // The sampling benches time these at their default filter parameters; kjit_sampling_from_probs
+  // (no filter) has no bench.
   const char* bench_op = nullptr;
   ojson set = {{"batch", std::to_string(batch)}, {"vocab", std::to_string(vocab)}};
   switch (kind) {
+    case SamplingKind::kTopKFromProbs: bench_op = "top_k_sampling"; break;
     case SamplingKind::kTopPFromProbs: bench_op = "top_p_sampling"; break;
+    case SamplingKind::kMinPFromProbs: bench_op = "min_p_sampling"; break;
+    case SamplingKind::kTopKTopPFromProbs: bench_op = "top_k_top_p_sampling_probs"; break;
     case SamplingKind::kTopKTopPFromLogits: bench_op = "top_k_top_p_sampling"; break;
+    case SamplingKind::kTopKRenormProbs: bench_op = "top_k_renorm_probs"; break;
+    case SamplingKind::kTopPRenormProbs: bench_op = "top_p_renorm_probs"; break;
+    case SamplingKind::kTopKMaskLogits: bench_op = "top_k_mask_logits"; break;
     case SamplingKind::kSoftmax: bench_op = "softmax"; break;
     case SamplingKind::kArgmax: bench_op = "argmax"; break;
     default: break;
