@@ -376,8 +376,8 @@ Expected reference(const Problem& p) {
   auto v = [&](int64_t page, int64_t slot, int64_t h, int64_t d) {
     return p.kv(p.vc_buf, p.vc_off, page, slot, h, d);
   };
-  // The requests on every core (the long cases took minutes on one), then |v|'s largest over
-  // the keys they read, for the report.
+  // The (request, kv head) units on every core (the long cases took minutes on one), then |v|'s
+  // largest over the keys they read, for the report.
   ref::decode_attention(a, q, k, v, e.out, e.lse, &e.tol,
                         [](int64_t n, auto f) { parallel_rows(n, f); });
   for (int64_t b = 0; b < a.batch; ++b) {

@@ -159,9 +159,12 @@ struct SequentialRows {
 
 // out[b][i][d] and lse[b][i] (natural log) for every request b and qo head i. q(b, i, d),
 // k(page, slot, kv_head, d) and v(...) return the stored values as doubles (fp8: decoded, not
-// scaled). An empty request gives out = 0, lse = -inf. rows(n, f) calls f(b, worker) once for
-// each request, in any order and from any threads (the GPU tests pass test::parallel_rows): a
-// request writes its own rows only, and q, k and v must be safe to call at once.
+// scaled). An empty request gives out = 0, lse = -inf. rows(n, f) calls f(unit, worker) once for
+// each of the batch x kv_heads units (request b = unit / kv_heads, kv head unit % kv_heads, and
+// the qo heads of its group), in any order and from any threads (the GPU tests pass
+// test::parallel_rows): a unit writes its own rows only, and q, k and v must be safe to call at
+// once. A unit reads each key and value of its kv head once, for all the group's queries (the
+// accessors cost more than the arithmetic); the sums are the same whatever the split.
 template <class Q, class K, class V, class Rows = SequentialRows>
 void decode_attention(const DecodeRefArgs& a, Q&& q, K&& k, V&& v, std::vector<double>& out,
                       std::vector<double>& lse, DecodeTolerance* tol = nullptr,
@@ -173,26 +176,34 @@ void decode_attention(const DecodeRefArgs& a, Q&& q, K&& k, V&& v, std::vector<d
     tol->out.assign(out.size(), 1e-6);
     tol->lse.assign(lse.size(), 0.0);
   }
-  rows(a.batch, [&](int64_t b, int) {
+  rows(a.batch * a.kv_heads, [&](int64_t unit, int) {
+    const int64_t b = unit / a.kv_heads, h = unit % a.kv_heads;
     int64_t start = 0, len = 0;
     decode_ref_range(a, b, start, len);
-    std::vector<int64_t> pages, slots;
+    // The request's keys and values of head h, decoded once: [n][D] each.
+    std::vector<double> kd, vd;
+    size_t n = 0;
     for (int64_t t = start; t < len; ++t) {
       const int64_t page = decode_ref_page(a, b, t);
       if (page < 0) continue;
-      pages.push_back(page);
-      slots.push_back(t % a.page_size);
+      for (int64_t d = 0; d < D; ++d) {
+        kd.push_back(k(page, t % a.page_size, h, d));
+        vd.push_back(a.v_scale * v(page, t % a.page_size, h, d));
+      }
+      ++n;
     }
-    if (pages.empty()) return;
-    for (int64_t i = 0; i < a.qo_heads; ++i) {
-      const int64_t h = i / group;
+    if (n == 0) return;
+    std::vector<double> qd(static_cast<size_t>(D));
+    for (int64_t i = h * group; i < (h + 1) * group; ++i) {
+      for (int64_t d = 0; d < D; ++d) qd[static_cast<size_t>(d)] = q(b, i, d);
       const size_t row = static_cast<size_t>(b * a.qo_heads + i);
+      const auto at = [D](size_t j, int64_t d) { return j * static_cast<size_t>(D) + d; };
       lse[row] = attend_query(
-          pages.size(), D, a.sm_scale * a.k_scale, a.soft_cap,
-          [&](size_t j, int64_t d) { return q(b, i, d) * k(pages[j], slots[j], h, d); },
-          [&](size_t j, int64_t d) { return a.v_scale * v(pages[j], slots[j], h, d); },
-          &out[row * static_cast<size_t>(D)], tol,
-          tol ? &tol->out[row * static_cast<size_t>(D)] : nullptr, tol ? &tol->lse[row] : nullptr);
+          n, D, a.sm_scale * a.k_scale, a.soft_cap,
+          [&](size_t j, int64_t d) { return qd[static_cast<size_t>(d)] * kd[at(j, d)]; },
+          [&](size_t j, int64_t d) { return vd[at(j, d)]; }, &out[row * static_cast<size_t>(D)],
+          tol, tol ? &tol->out[row * static_cast<size_t>(D)] : nullptr,
+          tol ? &tol->lse[row] : nullptr);
     }
   });
 }

@@ -28,7 +28,8 @@ struct PrefillRefArgs {
 // d) return the stored values as doubles; for a ragged KV page is the row of k / v and slot 0.
 // rows(n, f) calls f(t, worker) once for each of a request's n query tokens, in any order and
 // from any threads (the GPU tests pass test::parallel_rows): each token writes its own rows of
-// out, lse and tol only, and q, k and v must be safe to call at once.
+// out, lse and tol only, and q must be safe to call at once (k and v are read once per request,
+// before its rows, from the calling thread).
 template <class Q, class K, class V, class Rows = SequentialRows>
 void prefill_attention(const PrefillRefArgs& a, int64_t total_q, Q&& q, K&& k, V&& v,
                        std::vector<double>& out, std::vector<double>& lse,
@@ -67,6 +68,22 @@ void prefill_attention(const PrefillRefArgs& a, int64_t total_q, Q&& q, K&& k, V
       }
     }
     const int64_t kv_len = static_cast<int64_t>(pages.size());
+    // The request's keys and values, decoded once ([kv_heads][kv_len][D]; rows of invalid pages
+    // stay 0 and are never read): the accessors cost more than the arithmetic, and every query
+    // row of the request reads them.
+    const size_t KD = static_cast<size_t>(kv_len * D);
+    std::vector<double> kd(static_cast<size_t>(a.kv_heads) * KD), vd(kd.size());
+    for (int64_t h = 0; h < a.kv_heads; ++h) {
+      for (int64_t j = 0; j < kv_len; ++j) {
+        const int64_t page = pages[static_cast<size_t>(j)];
+        if (page < 0) continue;
+        const size_t at = static_cast<size_t>(h) * KD + static_cast<size_t>(j * D);
+        for (int64_t d = 0; d < D; ++d) {
+          kd[at + static_cast<size_t>(d)] = k(page, slots[static_cast<size_t>(j)], h, d);
+          vd[at + static_cast<size_t>(d)] = v(page, slots[static_cast<size_t>(j)], h, d);
+        }
+      }
+    }
     rows(q_len, [&](int64_t t, int) {
       const int64_t diag = kv_len - q_len + t;
       const int64_t hi = a.causal ? std::min(kv_len, diag + 1) : kv_len;
@@ -76,16 +93,21 @@ void prefill_attention(const PrefillRefArgs& a, int64_t total_q, Q&& q, K&& k, V
         if (pages[static_cast<size_t>(j)] >= 0) keys.push_back(static_cast<size_t>(j));
       }
       const int64_t r = q0 + t;
+      std::vector<double> qd(static_cast<size_t>(D));
       for (int64_t i = 0; i < a.qo_heads; ++i) {
         const int64_t h = i / group;
         const size_t row = static_cast<size_t>(r * a.qo_heads + i);
-        auto key = [&](size_t j) { return keys[j]; };
+        for (int64_t d = 0; d < D; ++d) qd[static_cast<size_t>(d)] = q(r, i, d);
+        // Element d of key keys[j] of head h in kd / vd.
+        const auto at = [&](size_t j, int64_t d) {
+          return static_cast<size_t>(h) * KD + keys[j] * static_cast<size_t>(D) +
+                 static_cast<size_t>(d);
+        };
         lse[row] = attend_query(
             keys.size(), D, a.sm_scale, a.soft_cap,
-            [&](size_t j, int64_t d) { return q(r, i, d) * k(pages[key(j)], slots[key(j)], h, d); },
-            [&](size_t j, int64_t d) { return v(pages[key(j)], slots[key(j)], h, d); },
-            &out[row * static_cast<size_t>(D)], tol,
-            tol ? &tol->out[row * static_cast<size_t>(D)] : nullptr,
+            [&](size_t j, int64_t d) { return qd[static_cast<size_t>(d)] * kd[at(j, d)]; },
+            [&](size_t j, int64_t d) { return vd[at(j, d)]; }, &out[row * static_cast<size_t>(D)],
+            tol, tol ? &tol->out[row * static_cast<size_t>(D)] : nullptr,
             tol ? &tol->lse[row] : nullptr);
       }
     });
