@@ -958,7 +958,14 @@ bool clusters_supported() {
 Draws draw_on(SamplePath path, int cluster, Api api, Matrix& x, const Params& prm, uint64_t seed,
               const std::vector<uint64_t>& offsets, std::vector<uint64_t> row_seeds = {}) {
   ForcePath force(path, cluster);
-  return draw(api, x, prm, seed, offsets, false, std::move(row_seeds));
+  Draws d = draw(api, x, prm, seed, offsets, false, std::move(row_seeds));
+  if (path == SamplePath::kCluster && cluster > 0) {
+    // The launch ran what was forced (a cluster of one included).
+    CHECK(g_ran.cluster_kernel);
+    CHECK(g_ran.cluster_size == cluster);
+  }
+  if (path == SamplePath::kSingle) CHECK_FALSE(g_ran.cluster_kernel);
+  return d;
 }
 
 // The two paths must agree token for token: the thresholds are the same exact rule (integer
@@ -1006,7 +1013,7 @@ TEST_CASE("sampling gpu: the cluster path draws the one-block path's tokens, all
         const auto offsets = range_offsets(100, 4);
         const Draws one = draw_on(SamplePath::kSingle, 0, apis[c], x, ps[c], 11, offsets);
         check_in_set(apis[c], x, ps[c], one);
-        for (int n : cluster_sizes({0, 2, 3, 5, 8, 16})) {
+        for (int n : cluster_sizes({0, 1, 2, 3, 5, 8, 16})) {
           INFO("cluster " << n);
           const Draws cl = draw_on(SamplePath::kCluster, n, apis[c], x, ps[c], 11, offsets);
           check_in_set(apis[c], x, ps[c], cl);
@@ -1066,7 +1073,7 @@ TEST_CASE("sampling gpu: the exact-mass top-p search draws the counting search's
     check_in_set(api, x, prm, one);
     check_same(counted, one);
     if (!clusters) return;
-    for (int c : cluster_sizes({2, 5, 16})) {
+    for (int c : cluster_sizes({1, 2, 5, 16})) {
       INFO("cluster " << c);
       const Draws cl = draw_on(SamplePath::kCluster, c, api, x, prm, 5, offsets);
       check_in_set(api, x, prm, cl);
@@ -1138,7 +1145,7 @@ TEST_CASE("sampling gpu: cluster path with weights too small for the fixed-point
       const auto offsets = range_offsets(300, 4);
       const Draws one = draw_on(SamplePath::kSingle, 0, apis[c], x, ps[c], 12, offsets);
       check_in_set(apis[c], x, ps[c], one);
-      for (int n : cluster_sizes({2, 3, 8, 16})) {
+      for (int n : cluster_sizes({1, 2, 3, 8, 16})) {
         INFO("cluster " << n);
         const Draws cl = draw_on(SamplePath::kCluster, n, apis[c], x, ps[c], 12, offsets);
         check_in_set(apis[c], x, ps[c], cl);
@@ -1165,7 +1172,7 @@ TEST_CASE("sampling gpu: cluster path from logits (fp32, bf16, fp16), per-row pa
       const auto offsets = range_offsets(5, 4);
       const Draws one = draw_on(SamplePath::kSingle, 0, Api::kLogits, x, prm, 21, offsets);
       check_in_set(Api::kLogits, x, prm, one);
-      for (int n : cluster_sizes({0, 4, 16})) {
+      for (int n : cluster_sizes({0, 1, 4, 16})) {
         INFO("cluster " << n);
         const Draws cl = draw_on(SamplePath::kCluster, n, Api::kLogits, x, prm, 21, offsets);
         check_in_set(Api::kLogits, x, prm, cl);
@@ -1203,14 +1210,16 @@ TEST_CASE("sampling gpu: cluster path reports the same invalid rows", "[gpu][sam
   Params prm;
   prm.top_p = 0.9f;
   const Draws one = draw_on(SamplePath::kSingle, 0, Api::kTopP, x, prm, 3, {0, 1});
-  const Draws cl =
-      draw_on(SamplePath::kCluster, sanitizer_cluster(16), Api::kTopP, x, prm, 3, {0, 1});
-  check_same(one, cl);
-  for (size_t k = 0; k < 2; ++k) {
-    CHECK(cl.valid[k][0] == 1);
-    for (int64_t r = 1; r < batch; ++r) {
-      CHECK(cl.valid[k][r] == 0);
-      CHECK(cl.samples[k][r] == -1);
+  for (int n : {sanitizer_cluster(16), 1}) {
+    INFO("cluster " << n);
+    const Draws cl = draw_on(SamplePath::kCluster, n, Api::kTopP, x, prm, 3, {0, 1});
+    check_same(one, cl);
+    for (size_t k = 0; k < 2; ++k) {
+      CHECK(cl.valid[k][0] == 1);
+      for (int64_t r = 1; r < batch; ++r) {
+        CHECK(cl.valid[k][r] == 0);
+        CHECK(cl.samples[k][r] == -1);
+      }
     }
   }
 }

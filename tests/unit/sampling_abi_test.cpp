@@ -662,9 +662,17 @@ TEST_CASE("sampling ops: a sampler tuning is refused when no launch can take it"
     INFO("threads " << bad);
     CHECK(tuned(bad, 0, -1) == KJIT_ERROR_INVALID_ARGUMENT);
   }
-  for (int bad : {-1, 1, 17}) {
+  for (int bad : {-1, 17}) {
     INFO("cluster " << bad);
     CHECK(tuned(0, bad, -1) == KJIT_ERROR_INVALID_ARGUMENT);
+  }
+  CHECK(tuned(0, 1, -1) == KJIT_SUCCESS);  // the cluster kernel on one block a row
+  // A cluster size is a cluster path's.
+  for (ops::SamplePath path : {ops::SamplePath::kAuto, ops::SamplePath::kSingle}) {
+    ops::SampleTuning t;
+    t.path = path;
+    t.cluster = 2;
+    CHECK(status_thrown([&] { ops::check_sample_tuning(t); }) == KJIT_ERROR_INVALID_ARGUMENT);
   }
   for (int bad : {-2, 2, 7}) {
     INFO("mass " << bad);

@@ -128,11 +128,11 @@ struct ProbRows {
   test::Tensor xt;
 };
 
-// --set path=auto|single|cluster (default auto) and, with path=cluster, cluster=N (2..16; default:
-// chosen by the batch) force the samplers' kernel path for the case, so that the one-block and
-// the cluster path can be timed side by side in one run; threads=N (a multiple of 32 to 1024)
-// forces the block size, mass=bounds|exact the top-p search. The case calls the ops layer with
-// these as its ops::SampleTuning.
+// --set path=auto|single|cluster (default auto) and, with path=cluster, cluster=N (1..16; default:
+// chosen by the batch; 1: the cluster kernel on one block a row) force the samplers' kernel path
+// for the case, so that the one-block and the cluster path can be timed side by side in one run;
+// threads=N (a multiple of 32 to 1024) forces the block size, mass=bounds|exact the top-p search.
+// The case calls the ops layer with these as its ops::SampleTuning.
 class PathChoice {
  public:
   explicit PathChoice(const ops::SetArgs& args) {
@@ -141,7 +141,7 @@ class PathChoice {
       if (path != "cluster") throw UsageError("cluster=N needs path=cluster");
       tuning_.cluster =
           static_cast<int>(ops::positive_int_arg(args, "cluster", ops::kSampleMaxCluster));
-      if (tuning_.cluster < 2) throw UsageError("cluster must be 2..16");
+      if (tuning_.cluster < 1) throw UsageError("cluster must be 1..16");
     }
     if (path == "auto") {
       tuning_.path = ops::SamplePath::kAuto;
@@ -173,8 +173,9 @@ class PathChoice {
   // After the first call: what the launch took, for the label and the URI.
   void describe_ran(BenchCase& c, ops::FilterConfig cfg) const {
     const int n = ran_.cluster_size;
-    c.label += n > 1 ? fmt::format(" (ran: cluster of {})", n) : std::string(" (ran: one block)");
-    cfg.cluster = n > 1 ? 1 : 0;
+    c.label += ran_.cluster_kernel ? fmt::format(" (ran: cluster of {})", n)
+                                   : std::string(" (ran: one block)");
+    cfg.cluster = ran_.cluster_kernel ? 1 : 0;
     cfg.mass = ran_.mass;
     c.uri = ops::filter_uri(cfg);
   }
@@ -625,7 +626,7 @@ void add_sampling_benches(std::vector<BenchEntry>& out) {
 #define KJIT_PROBS_HELP(params)                                                            \
   "batch, vocab (fp32 probabilities), optional " params                                    \
   ", sigma (2: logits' spread), path "                                                     \
-  "(auto|single|cluster), cluster (2..16, with path=cluster), threads (block size), mass " \
+  "(auto|single|cluster), cluster (1..16, with path=cluster), threads (block size), mass " \
   "(bounds|exact)"
   out.push_back({"top_p_sampling",
                  {"batch", "vocab"},
@@ -662,7 +663,7 @@ void add_sampling_benches(std::vector<BenchEntry>& out) {
                  {"k", "p", "temperature", "sigma", "path", "cluster", "threads", "mass"},
                  bench_top_k_top_p_sampling,
                  "dtype, batch, vocab, optional k (50), p (0.9), temperature (1), sigma (2), "
-                 "path (auto|single|cluster), cluster (2..16, with path=cluster), threads (block "
+                 "path (auto|single|cluster), cluster (1..16, with path=cluster), threads (block "
                  "size), mass (bounds|exact: top-p without top-k)"});
   out.push_back({"argmax",
                  {"dtype", "batch", "vocab"},

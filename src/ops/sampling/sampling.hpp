@@ -108,7 +108,11 @@ enum class SamplePath : int { kAuto = 0, kSingle = 1, kCluster = 2 };
 // (a default SampleTuning).
 struct SampleTuning {
   SamplePath path = SamplePath::kAuto;
-  int cluster = 0;  // with kCluster: blocks per row, 2..kSampleMaxCluster; 0 the batch's choice
+  // With kCluster: blocks per row, 1..kSampleMaxCluster; 0 the batch's choice. 1 runs the cluster
+  // kernel on one block a row (a cluster of one): its list modes finish the search on the few
+  // thousand keys the first level leaves, without more passes over the row, in blocks of at most
+  // kSampleClusterMaxThreads (more rows at once an SM), which large batches may prefer.
+  int cluster = 0;
   // Threads per block, a multiple of 32 in 32..1024; 0 the plan's (sampling_block_threads,
   // sampling_cluster_block_threads). A cluster takes at most kSampleClusterMaxThreads (a larger
   // size runs one block a row under kAuto and is refused under kCluster), and a one-block launch
@@ -129,8 +133,9 @@ int sample_mass(const SampleTuning& tuning, bool top_k_rows);
 
 // What a sampler launch ran, for the bench's label and URI.
 struct SampleRan {
-  int cluster_size = 1;  // blocks per row (1: one block per row)
-  int mass = 0;          // the top-p search (FilterConfig::mass)
+  int cluster_size = 1;         // blocks per row
+  bool cluster_kernel = false;  // the cluster kernel ran (a cluster of cluster_size blocks)
+  int mass = 0;                 // the top-p search (FilterConfig::mass)
 };
 
 // The most blocks a sampling cluster takes.

@@ -134,7 +134,8 @@ int auto_cluster_size(CUfunction fn, const FilterConfig& cfg, const Batch& b, in
 }
 
 // Launches `cfg` over the cluster path when the tuning or the batch asks for it (sm_90+) and
-// returns its blocks per row; 0 when one block per row serves instead.
+// returns its blocks per row (1 for a forced cluster of one); 0 when the one-block kernel serves
+// instead.
 int launch_filter_cluster(const FilterConfig& cfg, const Batch& b, SamplingParams& p,
                           cuda::LaunchConfig lc, const SampleTuning& tuning) {
   // Small batches split each row over a cluster (sm_90+). The split draws the same token as one
@@ -165,7 +166,7 @@ int launch_filter_cluster(const FilterConfig& cfg, const Batch& b, SamplingParam
   int n = forced ? tuning.cluster : 0;
   if (n == 0) n = auto_cluster_size(k.functions.at(0), cfg, b, info.max_smem_optin, tuning);
   if (n == 0 && forced) n = 2;
-  if (n < 2) return 0;
+  if (n < 1) return 0;
   lc.block_x = cluster_threads(b, n, tuning);
   lc.smem_bytes = cluster_cache_bytes(cfg, b, n, info.max_smem_optin);
   if (b.batch > int64_t{0x7fffffff} / n) {
@@ -176,22 +177,24 @@ int launch_filter_cluster(const FilterConfig& cfg, const Batch& b, SamplingParam
   return n;
 }
 
-// Launches `cfg` on one block per row or a cluster per row; returns the blocks per row.
-int launch_filter(const FilterConfig& cfg, const Batch& b, SamplingParams& p, void* stream,
-                  const SampleTuning& tuning = {}) {
+// Launches `cfg` on one block per row or a cluster per row; returns what ran.
+SampleRan launch_filter(const FilterConfig& cfg, const Batch& b, SamplingParams& p, void* stream,
+                        const SampleTuning& tuning = {}) {
   cuda::LaunchConfig lc;
   lc.block_x = static_cast<unsigned>(sampling_block_threads(b.vocab, cfg.vec, cfg.unroll));
   if (tuning.threads > 0) lc.block_x = static_cast<unsigned>(tuning.threads);
   lc.stream = static_cast<CUstream>(stream);
   if (cfg.op == FilterOp::kSample && tuning.path != SamplePath::kSingle) {
-    if (const int n = launch_filter_cluster(cfg, b, p, lc, tuning); n >= 2) return n;
+    if (const int n = launch_filter_cluster(cfg, b, p, lc, tuning); n >= 1) {
+      return SampleRan{n, true, cfg.mass};
+    }
   }
   const jit::LoadedKernel& k = jit::JitCore::global().kernel_for("sampling_filter", cfg, b.m.device,
                                                                  [&] { return filter_spec(cfg); });
   lc.grid_x = static_cast<unsigned>(b.batch);
   cuda::ScopedDevice scope(b.m.device);
   cuda::launch(k.functions.at(0), lc, &p);
-  return 1;
+  return SampleRan{1, false, cfg.mass};
 }
 
 // The renorm / mask output: [batch, vocab] of `dtype`, either input itself (the same view) or
@@ -281,8 +284,8 @@ void sample(const char* input_name, FilterInput input, const DLTensor* x, const 
   p.rows = b.batch;
   p.in_stride = b.m.row_stride;
   p.vocab = static_cast<int>(b.vocab);
-  const int blocks_per_row = launch_filter(cfg, b, p, stream, tuning);
-  if (ran != nullptr) *ran = SampleRan{blocks_per_row, cfg.mass};
+  const SampleRan r = launch_filter(cfg, b, p, stream, tuning);
+  if (ran != nullptr) *ran = r;
 }
 
 namespace {
