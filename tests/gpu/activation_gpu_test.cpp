@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "reference/activation_ref.hpp"
 #include "reference/half.hpp"
 #include "support/gpu.hpp"
+#include "support/parallel_rows.hpp"
 
 using namespace kjit::test;
 namespace ref = kjit::ref;
@@ -66,14 +68,22 @@ void run_case(const Case& c, std::mt19937_64& rng) {
   const size_t out_elems = c.out_offset + static_cast<size_t>((c.rows - 1) * os + c.d);
 
   // Host image of the input buffer, gaps included; the gaps get random values too so a kernel
-  // that reads them would show in the output.
-  std::uniform_real_distribution<double> gate_dist(-c.gate_range, c.gate_range);
-  std::uniform_real_distribution<double> up_dist(-3.0, 3.0);
+  // that reads them would show in the output. Filled in blocks of 64K elements on every core,
+  // each block from its own generator seeded from rng (the large cases hold 10^8 elements).
   std::vector<unsigned char> in_host(in_elems * es);
-  for (size_t i = 0; i < in_elems; ++i) {
-    const int64_t col = i < c.in_offset ? 0 : static_cast<int64_t>(i - c.in_offset) % is;
-    ref::store_elem(in_host.data(), i, col < c.d ? gate_dist(rng) : up_dist(rng), c.dtype);
-  }
+  constexpr size_t kFillBlock = size_t{1} << 16;
+  const uint64_t fill_seed = rng();
+  parallel_rows(
+      static_cast<int64_t>((in_elems + kFillBlock - 1) / kFillBlock), [&](int64_t blk, int) {
+        std::mt19937_64 g(fill_seed ^ (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(blk + 1)));
+        std::uniform_real_distribution<double> gate_dist(-c.gate_range, c.gate_range);
+        std::uniform_real_distribution<double> up_dist(-3.0, 3.0);
+        const size_t end = std::min(in_elems, static_cast<size_t>(blk + 1) * kFillBlock);
+        for (size_t i = static_cast<size_t>(blk) * kFillBlock; i < end; ++i) {
+          const int64_t col = i < c.in_offset ? 0 : static_cast<int64_t>(i - c.in_offset) % is;
+          ref::store_elem(in_host.data(), i, col < c.d ? gate_dist(g) : up_dist(g), c.dtype);
+        }
+      });
 
   DeviceBuffer in_dev(in_host.size()), out_dev(out_elems * es);
   in_dev.upload(in_host.data(), in_host.size());
@@ -91,9 +101,8 @@ void run_case(const Case& c, std::mt19937_64& rng) {
   std::vector<unsigned char> out_host(out_elems * es);
   out_dev.download(out_host.data(), out_host.size());
   // The reference reads the same rounded values the GPU reads, element by element, so large
-  // cases need no fp64 copy of the whole input.
-  long bad = 0;
-  for (int64_t r = 0; r < c.rows; ++r) {
+  // cases need no fp64 copy of the whole input; rows on every core.
+  const RowTally t = tally_rows(c.rows, [&](int64_t r, RowTally& t, int) {
     for (int64_t i = 0; i < c.d; ++i) {
       const size_t g_at = c.in_offset + static_cast<size_t>(r * is + i);
       const double gate = ref::load_elem(in_host.data(), g_at, c.dtype);
@@ -103,14 +112,17 @@ void run_case(const Case& c, std::mt19937_64& rng) {
           ref::load_elem(out_host.data(), c.out_offset + static_cast<size_t>(r * os + i), c.dtype);
       const double tol = ref::act_and_mul_tolerance(c.dtype, want, gate, up);
       if (!(std::fabs(got - want) <= tol)) {  // NaN (untouched poison) fails too
-        if (bad++ < 5) {
-          UNSCOPED_INFO("row " << r << " col " << i << " gate " << gate << " up " << up << " got "
-                               << got << " want " << want << " tol " << tol);
-        }
+        t.miss(r, [&] {
+          std::ostringstream m;
+          m << "row " << r << " col " << i << " gate " << gate << " up " << up << " got " << got
+            << " want " << want << " tol " << tol;
+          return m.str();
+        });
       }
     }
-  }
-  CHECK(bad == 0);
+  });
+  for (const auto& m : t.misses) UNSCOPED_INFO(m.second);
+  CHECK(t.bad == 0);
   // Everything outside the view keeps the poison: the leading offset, the gaps between strided
   // rows. The kernel writes only the view.
   long touched = 0;
