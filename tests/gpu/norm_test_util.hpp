@@ -11,12 +11,14 @@
 #include <functional>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "reference/half.hpp"
 #include "reference/norm_ref.hpp"
 #include "support/gpu.hpp"
+#include "support/parallel_rows.hpp"
 
 namespace kjit::test::norm {
 
@@ -37,19 +39,29 @@ struct RowsImage {
   }
   size_t index(int64_t r, int64_t i) const { return offset + static_cast<size_t>(r * stride + i); }
   double at(int64_t r, int64_t i) const { return ref::load_elem(bytes.data(), index(r, i), dtype); }
-  // Every element of the image, gaps included, uniform in [lo, hi) after rounding to dtype.
+  // Every element of the image, gaps included, uniform in [lo, hi) after rounding to dtype; in
+  // blocks of 64K elements on every core, each from its own generator seeded from rng.
   void fill(std::mt19937_64& rng, double lo, double hi) {
-    std::uniform_real_distribution<double> dist(lo, hi);
-    for (size_t i = 0; i < elems(); ++i) ref::store_elem(bytes.data(), i, dist(rng), dtype);
+    constexpr size_t kBlock = size_t{1} << 16;
+    const uint64_t seed = rng();
+    const size_t n = elems();
+    parallel_rows(static_cast<int64_t>((n + kBlock - 1) / kBlock), [&](int64_t blk, int) {
+      std::mt19937_64 g(seed ^ (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(blk + 1)));
+      std::uniform_real_distribution<double> dist(lo, hi);
+      const size_t end = std::min(n, static_cast<size_t>(blk + 1) * kBlock);
+      for (size_t i = static_cast<size_t>(blk) * kBlock; i < end; ++i) {
+        ref::store_elem(bytes.data(), i, dist(g), dtype);
+      }
+    });
   }
   // 0xFF in every byte: NaN in every float format, so an element never written shows.
   void poison() { std::fill(bytes.begin(), bytes.end(), static_cast<unsigned char>(0xFF)); }
   // The view's values, compact row-major (what the references take).
   std::vector<double> dense() const {
     std::vector<double> v(static_cast<size_t>(rows * hidden));
-    for (int64_t r = 0; r < rows; ++r) {
+    parallel_rows(rows, [&](int64_t r, int) {
       for (int64_t i = 0; i < hidden; ++i) v[static_cast<size_t>(r * hidden + i)] = at(r, i);
-    }
+    });
     return v;
   }
   bool in_view(size_t e) const {
@@ -100,22 +112,25 @@ struct DeviceVector {
 // Allowed |got - want| for element (row, col) whose exact value is `want`.
 using TolFn = std::function<double(int64_t row, int64_t col, double want)>;
 
-// Elements of the view outside tolerance (NaN counts); reports the first few.
+// Elements of the view outside tolerance (NaN counts); reports the first few. Rows on every
+// core: tol must be safe to call from several threads.
 inline long count_bad(const RowsImage& got, const std::vector<double>& want, const TolFn& tol,
                       const char* what) {
-  long bad = 0;
-  for (int64_t r = 0; r < got.rows; ++r) {
+  const RowTally t = tally_rows(got.rows, [&](int64_t r, RowTally& t, int) {
     for (int64_t i = 0; i < got.hidden; ++i) {
       const double w = want[static_cast<size_t>(r * got.hidden + i)];
       const double g = got.at(r, i);
       if (!(std::fabs(g - w) <= tol(r, i, w))) {
-        if (bad++ < 5) {
-          UNSCOPED_INFO(what << " row " << r << " col " << i << " got " << g << " want " << w);
-        }
+        t.miss(r, [&] {
+          std::ostringstream m;
+          m << what << " row " << r << " col " << i << " got " << g << " want " << w;
+          return m.str();
+        });
       }
     }
-  }
-  return bad;
+  });
+  for (const auto& m : t.misses) UNSCOPED_INFO(m.second);
+  return t.bad;
 }
 
 // Elements of the view that differ from `want` at all (bitwise, as values of the dtype).
