@@ -25,6 +25,7 @@
 #include "reference/half.hpp"
 #include "reference/sampling_ref.hpp"
 #include "support/gpu.hpp"
+#include "support/parallel_rows.hpp"
 #include "support/sampling_options.hpp"
 #include "util/error.hpp"
 
@@ -47,16 +48,23 @@ double float_arg(const ops::SetArgs& args, const std::string& name, double dflt,
   return v;
 }
 
-// Logits like a language model's: N(0, sigma), a different row each time.
+// Logits like a language model's: N(0, sigma), a different row each time; in blocks of 64K on
+// every core, each block from its own generator seeded from rng (batch 1024 holds 10^8).
 std::vector<double> random_logits(std::vector<unsigned char>& host, size_t n,
                                   const std::string& dtype, std::mt19937_64& rng, double sigma) {
-  std::normal_distribution<double> nd(0.0, sigma);
   host.resize(n * ref::elem_size(dtype));
   std::vector<double> v(n);
-  for (size_t i = 0; i < n; ++i) {
-    ref::store_elem(host.data(), i, nd(rng), dtype);
-    v[i] = ref::load_elem(host.data(), i, dtype);
-  }
+  constexpr size_t kBlock = size_t{1} << 16;
+  const uint64_t seed = rng();
+  test::parallel_rows(static_cast<int64_t>((n + kBlock - 1) / kBlock), [&](int64_t blk, int) {
+    std::mt19937_64 g(seed ^ (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(blk + 1)));
+    std::normal_distribution<double> nd(0.0, sigma);
+    const size_t end = std::min(n, static_cast<size_t>(blk + 1) * kBlock);
+    for (size_t i = static_cast<size_t>(blk) * kBlock; i < end; ++i) {
+      ref::store_elem(host.data(), i, nd(g), dtype);
+      v[i] = ref::load_elem(host.data(), i, dtype);
+    }
+  });
   return v;
 }
 
@@ -101,7 +109,7 @@ struct ProbRows {
     check_gpu();
     std::mt19937_64 rng(std::random_device{}());
     v = random_logits(host, n, "fp32", rng, sigma);
-    for (int64_t r = 0; r < batch; ++r) {
+    test::parallel_rows(batch, [&](int64_t r, int) {
       double* row = v.data() + r * vocab;
       double m = -INFINITY, s = 0;
       for (int64_t i = 0; i < vocab; ++i) m = std::max(m, row[i]);
@@ -111,7 +119,7 @@ struct ProbRows {
         ref::store_elem(host.data(), at, row[i] / s, "fp32");
         row[i] = ref::load_elem(host.data(), at, "fp32");
       }
-    }
+    });
     x = std::make_unique<test::DeviceBuffer>(host.size());
     x->upload(host.data(), host.size());
     xt = test::make_tensor(x->get(), {batch, vocab}, test::dl_dtype("fp32"));
@@ -216,9 +224,10 @@ Check check_draws(const std::vector<double>& values, int64_t batch, int64_t voca
   std::vector<uint8_t> valid(static_cast<size_t>(batch));
   bufs.samples.download(got.data(), got.size() * 4);
   bufs.valid.download(valid.data(), valid.size());
-  Check chk;
-  long band = 0;
-  for (int64_t r = 0; r < batch; ++r) {
+  // Each row's verdict on every core (a row's reference set sorts the row), then added in order.
+  enum : uint8_t { kOut, kIn, kInBand };
+  std::vector<uint8_t> verdict(static_cast<size_t>(batch));
+  test::parallel_rows(batch, [&](int64_t r, int) {
     std::vector<double> w(values.begin() + r * vocab, values.begin() + (r + 1) * vocab);
     if (logits) {
       double m = -INFINITY;
@@ -229,8 +238,15 @@ Check check_draws(const std::vector<double>& values, int64_t batch, int64_t voca
     const int32_t t = got[static_cast<size_t>(r)];
     const bool ok = valid[static_cast<size_t>(r)] == 1 && t >= 0 && t < vocab &&
                     keep[static_cast<size_t>(t)] != ref::Keep::kNo;
-    chk.add(ok ? 0.0 : 1.0, 0.0, 0.5);
-    band += ok && keep[static_cast<size_t>(t)] == ref::Keep::kMay;
+    verdict[static_cast<size_t>(r)] = !ok                                               ? kOut
+                                      : keep[static_cast<size_t>(t)] == ref::Keep::kMay ? kInBand
+                                                                                        : kIn;
+  });
+  Check chk;
+  long band = 0;
+  for (uint8_t v : verdict) {
+    chk.add(v == kOut ? 1.0 : 0.0, 0.0, 0.5);
+    band += v == kInBand;
   }
   chk.note = fmt::format("{} of {} drawn tokens in the reference set ({} in the rounding band)",
                          batch - chk.bad, batch, band);
