@@ -1,9 +1,8 @@
-// `kjit-cli bench` cases of the sampling family: top_p / top_k / min_p / top_k_top_p sampling
-// (from probabilities),
-// top_k_top_p_sampling (fused from logits), argmax and softmax. The check of a sampler is the
-// exactness of its draws: every drawn token must be in the CPU reference's set (rows whose
-// boundary token sits within rounding of the threshold accept either answer, and are counted).
-// bytes = the probabilities / logits read (plus softmax's fp32 write).
+// `kjit-cli bench` cases of the sampling family: top_p / top_k / min_p / top_k_top_p sampling from
+// probabilities, top_k_top_p_sampling (fused from logits), argmax and softmax. The check of a
+// sampler is the exactness of its draws: every drawn token must be in the CPU reference's set (rows
+// whose boundary token sits within rounding of the threshold accept either answer, and are
+// counted). bytes = the probabilities / logits read (plus softmax's fp32 write).
 #include <fmt/format.h>
 
 #include <algorithm>
