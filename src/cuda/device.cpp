@@ -68,6 +68,8 @@ DeviceState& state_slow(int ordinal) {
     i.sm_count = attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
     i.l2_bytes = attr(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE);
     i.max_smem_optin = attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
+    i.smem_per_sm = attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR);
+    i.smem_reserved = attr(CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK);
     i.max_threads_per_sm = attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR);
     KJIT_CU_CHECK(d.cuDeviceTotalMem(&i.total_mem, dev));
     // Retained for the life of the process, like the CUDA runtime does.

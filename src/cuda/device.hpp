@@ -17,6 +17,8 @@ struct DeviceInfo {
   size_t total_mem = 0;
   int l2_bytes = 0;
   int max_smem_optin = 0;  // per block, with opt-in
+  int smem_per_sm = 0;     // shared memory of one SM
+  int smem_reserved = 0;   // shared memory the driver reserves for each block
   int max_threads_per_sm = 0;
 };
 

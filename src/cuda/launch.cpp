@@ -1,5 +1,7 @@
 #include "cuda/launch.hpp"
 
+#include <algorithm>
+
 #include "cuda/driver.hpp"
 
 namespace kjit::cuda {
@@ -109,6 +111,23 @@ int max_active_clusters(CUfunction fn, unsigned cluster_x, unsigned block_x, uns
   int n = 0;
   if (d.cuOccupancyMaxActiveClusters(&n, fn, &lc) != CUDA_SUCCESS) return 0;
   return n;
+}
+
+unsigned smem_padding_for_blocks(int blocks, int static_bytes, int smem_per_sm, int reserved,
+                                 int optin) {
+  if (blocks <= 0) return 0;
+  const long long pad = static_cast<long long>(smem_per_sm) / blocks - static_bytes - reserved;
+  const long long room = static_cast<long long>(optin) - static_bytes;
+  return static_cast<unsigned>(std::max(0LL, std::min(pad, room)));
+}
+
+unsigned smem_padding_for_blocks(CUfunction fn, int blocks, int smem_per_sm, int reserved,
+                                 int optin) {
+  if (blocks <= 0) return 0;
+  int static_bytes = 0;
+  KJIT_CU_CHECK(
+      driver().cuFuncGetAttribute(&static_bytes, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn));
+  return smem_padding_for_blocks(blocks, static_bytes, smem_per_sm, reserved, optin);
 }
 
 }  // namespace kjit::cuda

@@ -40,4 +40,15 @@ void launch_dependent(CUfunction fn, const LaunchConfig& cfg, const void* params
 // shared memory) the device can run at once; 0 when it cannot run one (or the size is refused).
 int max_active_clusters(CUfunction fn, unsigned cluster_x, unsigned block_x, unsigned smem_bytes);
 
+// The dynamic shared memory (padding: the kernel need not use it) that lets at most `blocks`
+// blocks of a kernel with `static_bytes` of static shared memory share an SM: the SM's
+// `smem_per_sm` over `blocks`, less each block's static part and the driver's `reserved` part,
+// within [0, optin - static_bytes]. 0 for blocks <= 0 (no cap). Threads and registers may cap
+// the blocks an SM runs further.
+unsigned smem_padding_for_blocks(int blocks, int static_bytes, int smem_per_sm, int reserved,
+                                 int optin);
+// The same for `fn` on a device with `smem_per_sm`, `reserved` and `optin` (DeviceInfo's).
+unsigned smem_padding_for_blocks(CUfunction fn, int blocks, int smem_per_sm, int reserved,
+                                 int optin);
+
 }  // namespace kjit::cuda

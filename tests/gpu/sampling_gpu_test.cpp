@@ -1194,6 +1194,47 @@ TEST_CASE("sampling gpu: cluster path from logits (fp32, bf16, fp16), per-row pa
   }
 }
 
+// Caps the blocks an SM runs on the one-block path for a scope (SampleTuning::blocks_per_sm).
+struct ForceBlocksPerSm {
+  explicit ForceBlocksPerSm(int blocks) {
+    g_tuning.blocks_per_sm = blocks;
+    ++g_tuned_scopes;
+  }
+  ~ForceBlocksPerSm() {
+    g_tuning.blocks_per_sm = 0;
+    --g_tuned_scopes;
+  }
+  ForceBlocksPerSm(const ForceBlocksPerSm&) = delete;
+  ForceBlocksPerSm& operator=(const ForceBlocksPerSm&) = delete;
+};
+
+TEST_CASE("sampling gpu: a blocks-per-SM cap draws the one-block path's tokens",
+          "[gpu][sampling]") {
+  // The cap only pads shared memory (fewer rows in flight); the kernel and its sums are the same.
+  std::mt19937_64 rng(std::random_device{}());
+  std::normal_distribution<double> nd(0.0, 2.0);
+  const int64_t batch = sanitizer_batch(300), vocab = sanitizer_vocab(32768);
+  Matrix probs = random_probs(rng, batch, vocab, 2.0);
+  Matrix logits = make_matrix("bf16", batch, vocab, [&](int64_t, int64_t) { return nd(rng); });
+  Params pp, lp;
+  pp.top_p = 0.9f;
+  lp.top_k = 50;
+  lp.top_p = 0.9f;
+  const auto offsets = range_offsets(7, 2);
+  const Draws p0 = draw_on(SamplePath::kSingle, 0, Api::kTopP, probs, pp, 31, offsets);
+  const Draws l0 = draw_on(SamplePath::kSingle, 0, Api::kLogits, logits, lp, 32, offsets);
+  for (int blocks : {1, 2, 3}) {
+    INFO("blocks_per_sm " << blocks);
+    ForceBlocksPerSm cap(blocks);
+    const Draws p1 = draw_on(SamplePath::kSingle, 0, Api::kTopP, probs, pp, 31, offsets);
+    check_in_set(Api::kTopP, probs, pp, p1);
+    check_same(p0, p1);
+    const Draws l1 = draw_on(SamplePath::kSingle, 0, Api::kLogits, logits, lp, 32, offsets);
+    check_in_set(Api::kLogits, logits, lp, l1);
+    check_same(l0, l1);
+  }
+}
+
 TEST_CASE("sampling gpu: cluster path reports the same invalid rows", "[gpu][sampling][cluster]") {
   if (!clusters_supported()) return;
   const int64_t batch = 5, vocab = sanitizer_vocab(128256);

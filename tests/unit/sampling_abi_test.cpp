@@ -13,6 +13,7 @@
 #include <set>
 #include <string>
 
+#include "cuda/launch.hpp"
 #include "kjit/kjit.h"
 #include "ops/registry.hpp"
 #include "ops/sampling/sampling.hpp"
@@ -667,6 +668,26 @@ TEST_CASE("sampling ops: a sampler tuning is refused when no launch can take it"
     CHECK(tuned(0, bad, -1) == KJIT_ERROR_INVALID_ARGUMENT);
   }
   CHECK(tuned(0, 1, -1) == KJIT_SUCCESS);  // the cluster kernel on one block a row
+  // A blocks-per-SM cap: 1..32, on the one-block path only.
+  for (int bad : {-1, 33}) {
+    ops::SampleTuning t;
+    t.path = ops::SamplePath::kSingle;
+    t.blocks_per_sm = bad;
+    INFO("blocks_per_sm " << bad);
+    CHECK(status_thrown([&] { ops::check_sample_tuning(t); }) == KJIT_ERROR_INVALID_ARGUMENT);
+  }
+  for (ops::SamplePath path : {ops::SamplePath::kAuto, ops::SamplePath::kCluster}) {
+    ops::SampleTuning t;
+    t.path = path;
+    t.blocks_per_sm = 1;
+    CHECK(status_thrown([&] { ops::check_sample_tuning(t); }) == KJIT_ERROR_INVALID_ARGUMENT);
+  }
+  {
+    ops::SampleTuning t;
+    t.path = ops::SamplePath::kSingle;
+    t.blocks_per_sm = 1;
+    CHECK(status_thrown([&] { ops::check_sample_tuning(t); }) == KJIT_SUCCESS);
+  }
   // A cluster size is a cluster path's.
   for (ops::SamplePath path : {ops::SamplePath::kAuto, ops::SamplePath::kSingle}) {
     ops::SampleTuning t;
@@ -680,6 +701,23 @@ TEST_CASE("sampling ops: a sampler tuning is refused when no launch can take it"
   }
   CHECK(tuned(256, 16, 1) == KJIT_SUCCESS);
   CHECK(tuned(0, 0, -1) == KJIT_SUCCESS);
+}
+
+TEST_CASE("sampling ops: shared-memory padding caps the blocks an SM runs", "[sampling]") {
+  // An H100 / H200: 228 KB an SM, 1 KB reserved a block, 227 KB a block with opt-in.
+  const int sm = 233472, reserved = 1024, optin = 232448, stat = 20000;
+  CHECK(kjit::cuda::smem_padding_for_blocks(0, stat, sm, reserved, optin) == 0u);
+  CHECK(kjit::cuda::smem_padding_for_blocks(1, stat, sm, reserved, optin) == 212448u);
+  CHECK(kjit::cuda::smem_padding_for_blocks(32, stat, sm, reserved, optin) == 0u);  // no room
+  for (int blocks = 1; blocks <= 8; ++blocks) {
+    INFO("blocks " << blocks);
+    const long per =
+        stat + reserved +
+        static_cast<long>(kjit::cuda::smem_padding_for_blocks(blocks, stat, sm, reserved, optin));
+    CHECK(blocks * per <= sm);       // that many fit
+    CHECK((blocks + 1) * per > sm);  // one more does not
+    CHECK(per - reserved <= optin);  // a block may have it
+  }
 }
 
 TEST_CASE("sampling ops: cluster blocks take about 16 elements a thread, at most 512",

@@ -138,7 +138,8 @@ struct ProbRows {
 // --set path=auto|single|cluster (default auto) and, with path=cluster, cluster=N (1..16; default:
 // chosen by the batch; 1: the cluster kernel on one block a row) force the samplers' kernel path
 // for the case, so that the one-block and the cluster path can be timed side by side in one run;
-// threads=N (a multiple of 32 to 1024) forces the block size, mass=bounds|exact the top-p search.
+// threads=N (a multiple of 32 to 1024) forces the block size, mass=bounds|exact the top-p search,
+// blocks_per_sm=N (path=single) caps the blocks an SM runs at once (fewer rows in flight).
 // The case calls the ops layer with these as its ops::SampleTuning.
 class PathChoice {
  public:
@@ -161,6 +162,10 @@ class PathChoice {
     }
     tuning_.threads =
         args.count("threads") ? static_cast<int>(ops::positive_int_arg(args, "threads", 1024)) : 0;
+    if (args.count("blocks_per_sm")) {
+      if (path != "single") throw UsageError("blocks_per_sm=N needs path=single");
+      tuning_.blocks_per_sm = static_cast<int>(ops::positive_int_arg(args, "blocks_per_sm", 32));
+    }
     const std::string mass = args.count("mass") ? args.at("mass") : "";
     if (!mass.empty() && mass != "bounds" && mass != "exact") {
       throw UsageError("mass must be bounds or exact");
@@ -170,6 +175,8 @@ class PathChoice {
     label_ = path == "auto" ? "" : fmt::format(" path={}", path);
     if (tuning_.cluster > 0) label_ += fmt::format(" cluster={}", tuning_.cluster);
     if (tuning_.threads > 0) label_ += fmt::format(" threads={}", tuning_.threads);
+    if (tuning_.blocks_per_sm > 0)
+      label_ += fmt::format(" blocks_per_sm={}", tuning_.blocks_per_sm);
     if (!mass.empty()) label_ += fmt::format(" mass={}", mass);
   }
 
@@ -632,7 +639,9 @@ int bench_top_k(const ops::SetArgs& args, const BenchOptions& opts) {
 
 // A probability sampler's optional --set names: its own, then the path choice's.
 std::vector<std::string> probs_optional(std::vector<std::string> own) {
-  for (const char* a : {"sigma", "path", "cluster", "threads", "mass"}) own.push_back(a);
+  for (const char* a : {"sigma", "path", "cluster", "threads", "mass", "blocks_per_sm"}) {
+    own.push_back(a);
+  }
   return own;
 }
 
@@ -642,7 +651,7 @@ void add_sampling_benches(std::vector<BenchEntry>& out) {
   "batch, vocab (fp32 probabilities), optional " params                                    \
   ", sigma (2: logits' spread), path "                                                     \
   "(auto|single|cluster), cluster (1..16, with path=cluster), threads (block size), mass " \
-  "(bounds|exact)"
+  "(bounds|exact), blocks_per_sm (1..32, with path=single)"
   out.push_back({"top_p_sampling",
                  {"batch", "vocab"},
                  probs_optional({"p"}),
@@ -673,13 +682,15 @@ void add_sampling_benches(std::vector<BenchEntry>& out) {
                  },
                  KJIT_PROBS_HELP("k (50), p (0.9)")});
 #undef KJIT_PROBS_HELP
-  out.push_back({"top_k_top_p_sampling",
-                 {"dtype", "batch", "vocab"},
-                 {"k", "p", "temperature", "sigma", "path", "cluster", "threads", "mass"},
-                 bench_top_k_top_p_sampling,
-                 "dtype, batch, vocab, optional k (50), p (0.9), temperature (1), sigma (2), "
-                 "path (auto|single|cluster), cluster (1..16, with path=cluster), threads (block "
-                 "size), mass (bounds|exact: top-p without top-k)"});
+  out.push_back(
+      {"top_k_top_p_sampling",
+       {"dtype", "batch", "vocab"},
+       {"k", "p", "temperature", "sigma", "path", "cluster", "threads", "mass", "blocks_per_sm"},
+       bench_top_k_top_p_sampling,
+       "dtype, batch, vocab, optional k (50), p (0.9), temperature (1), sigma (2), "
+       "path (auto|single|cluster), cluster (1..16, with path=cluster), threads (block "
+       "size), mass (bounds|exact: top-p without top-k), blocks_per_sm (1..32, with "
+       "path=single)"});
   out.push_back({"argmax",
                  {"dtype", "batch", "vocab"},
                  {"path", "cluster", "threads", "unroll"},

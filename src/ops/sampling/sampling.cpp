@@ -77,6 +77,14 @@ void check_sample_tuning(const SampleTuning& t) {
   if (t.cluster > 0 && t.path != SamplePath::kCluster) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "a cluster size ({}) needs the cluster path", t.cluster);
   }
+  if (t.blocks_per_sm < 0 || t.blocks_per_sm > 32) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "blocks per SM must be 0 (the occupancy's) or 1..32, not {}",
+         t.blocks_per_sm);
+  }
+  if (t.blocks_per_sm > 0 && t.path != SamplePath::kSingle) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "a blocks-per-SM cap ({}) needs the one-block path",
+         t.blocks_per_sm);
+  }
   if (t.mass < -1 || t.mass > 1) {
     fail(KJIT_ERROR_INVALID_ARGUMENT,
          "sampler mass mode must be -1 (the plan's), 0 (bounds) or 1 (exact), not {}", t.mass);

@@ -122,6 +122,10 @@ struct SampleTuning {
   // The top-p search: 1 the exact-mass one (FilterConfig::mass), 0 counts with mass bounds, -1
   // the plan's (sample_mass). Rows that may have a top-k always count (sample_mass).
   int mass = -1;
+  // With kSingle: at most this many blocks an SM at once (shared-memory padding), so that fewer
+  // rows are in flight and a row's later passes may find it in L2 (a large batch's rows together
+  // exceed it); 0 the occupancy's (two 1024-thread blocks an SM).
+  int blocks_per_sm = 0;
 };
 // Throws KJIT_ERROR_INVALID_ARGUMENT for a field no launch takes.
 void check_sample_tuning(const SampleTuning& tuning);

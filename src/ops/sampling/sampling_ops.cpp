@@ -193,6 +193,12 @@ SampleRan launch_filter(const FilterConfig& cfg, const Batch& b, SamplingParams&
                                                                  [&] { return filter_spec(cfg); });
   lc.grid_x = static_cast<unsigned>(b.batch);
   cuda::ScopedDevice scope(b.m.device);
+  if (tuning.blocks_per_sm > 0) {
+    const cuda::DeviceInfo& info = cuda::device_info(b.m.device);
+    lc.smem_bytes =
+        cuda::smem_padding_for_blocks(k.functions.at(0), tuning.blocks_per_sm, info.smem_per_sm,
+                                      info.smem_reserved, info.max_smem_optin);
+  }
   cuda::launch(k.functions.at(0), lc, &p);
   return SampleRan{1, false, cfg.mass};
 }
