@@ -668,32 +668,26 @@ TEST_CASE("sampling ops: a sampler tuning is refused when no launch can take it"
     CHECK(tuned(0, bad, -1) == KJIT_ERROR_INVALID_ARGUMENT);
   }
   CHECK(tuned(0, 1, -1) == KJIT_SUCCESS);  // the cluster kernel on one block a row
-  // A blocks-per-SM cap: 1..32, on the one-block path only.
+  // The path a cluster size or a blocks-per-SM cap needs: the cluster path for the one (a size of
+  // 1..16), the one-block path for the other (1..32).
+  const auto on_path = [](ops::SamplePath path, int cluster, int blocks_per_sm) {
+    ops::SampleTuning t;
+    t.path = path;
+    t.cluster = cluster;
+    t.blocks_per_sm = blocks_per_sm;
+    return status_thrown([&] { ops::check_sample_tuning(t); });
+  };
+  using ops::SamplePath;
   for (int bad : {-1, 33}) {
-    ops::SampleTuning t;
-    t.path = ops::SamplePath::kSingle;
-    t.blocks_per_sm = bad;
     INFO("blocks_per_sm " << bad);
-    CHECK(status_thrown([&] { ops::check_sample_tuning(t); }) == KJIT_ERROR_INVALID_ARGUMENT);
+    CHECK(on_path(SamplePath::kSingle, 0, bad) == KJIT_ERROR_INVALID_ARGUMENT);
   }
-  for (ops::SamplePath path : {ops::SamplePath::kAuto, ops::SamplePath::kCluster}) {
-    ops::SampleTuning t;
-    t.path = path;
-    t.blocks_per_sm = 1;
-    CHECK(status_thrown([&] { ops::check_sample_tuning(t); }) == KJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(on_path(SamplePath::kSingle, 0, 1) == KJIT_SUCCESS);
+  for (SamplePath path : {SamplePath::kAuto, SamplePath::kCluster}) {
+    CHECK(on_path(path, 0, 1) == KJIT_ERROR_INVALID_ARGUMENT);
   }
-  {
-    ops::SampleTuning t;
-    t.path = ops::SamplePath::kSingle;
-    t.blocks_per_sm = 1;
-    CHECK(status_thrown([&] { ops::check_sample_tuning(t); }) == KJIT_SUCCESS);
-  }
-  // A cluster size is a cluster path's.
-  for (ops::SamplePath path : {ops::SamplePath::kAuto, ops::SamplePath::kSingle}) {
-    ops::SampleTuning t;
-    t.path = path;
-    t.cluster = 2;
-    CHECK(status_thrown([&] { ops::check_sample_tuning(t); }) == KJIT_ERROR_INVALID_ARGUMENT);
+  for (SamplePath path : {SamplePath::kAuto, SamplePath::kSingle}) {
+    CHECK(on_path(path, 2, 0) == KJIT_ERROR_INVALID_ARGUMENT);
   }
   for (int bad : {-2, 2, 7}) {
     INFO("mass " << bad);
