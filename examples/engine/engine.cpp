@@ -118,7 +118,7 @@ void Engine::linear(DLTensor* in, int64_t rows, int64_t k, const void* w, const 
     // finishes (docs/c-api.md, "Launch mode").
     kjit_gemm_options opt;
     kjit_gemm_options_init(&opt);
-    opt.weights_early = 1;
+    opt.weights_early = opt_.weights_early ? 1 : 0;
     KJIT_CHECK(
         kjit_gemm(in, tensor(w, kBF16, {n, k}, {}, device_).get(), nullptr, out, &opt, stream_));
     return;
@@ -570,7 +570,7 @@ void Engine::forward(int tokens, int batch, bool prefill, bool all_logits, bool 
   Dl logits = tensor(logits_, kF32, {rows, V}, {}, d);
   kjit_gemm_options opt;
   kjit_gemm_options_init(&opt);
-  opt.weights_early = 1;  // the LM head, as the projections (linear)
+  opt.weights_early = opt_.weights_early ? 1 : 0;  // the LM head, as the projections (linear)
   KJIT_CHECK(kjit_gemm(head_in.get(), lm_head.get(), nullptr, logits.get(), &opt, s));
   if (do_sample) sample(static_cast<int>(rows));
 }

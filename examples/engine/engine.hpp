@@ -34,6 +34,9 @@ struct RunOptions {
   int page_size = 16;
   bool all_logits = false;  // prefill writes logits of every prompt token (teacher forcing)
   bool use_graph = true;    // replay the decode step from a CUDA graph
+  // bf16 projections start streaming their weights before the kernel ahead finishes
+  // (kjit_gemm_options::weights_early); off: plain programmatic launches, for an A/B.
+  bool weights_early = true;
   SamplingConfig sampling;
 };
 

@@ -4,6 +4,8 @@
 //               [--eos ID ... | --ignore-eos] [--stats] [--no-graph] [--fp8]
 //   kjit-engine MODEL_DIR --prompts FILE --decode-steps S --dump-logits OUT   (teacher forcing)
 //   kjit-engine MODEL_DIR --speed B,L,N   (timing: B requests of L random ids, N decode steps)
+//   --no-weights-early: the projections wait for the kernel ahead before streaming their weights
+//   (kjit_gemm_options::weights_early off: the A/B of that option).
 //
 // FILE holds one request per line, its token ids separated by spaces; generating, a line may
 // start with "K:" to give that request its own token budget. Generating is continuous batching
@@ -43,7 +45,8 @@ struct Args {
   int max_batch = 0, max_prefill_tokens = 0;  // 0: every request at once / what that needs
   int speed_batch = 0, speed_context = 0, speed_steps = 0;  // --speed B,L,N
   std::vector<int32_t> eos;
-  bool eos_given = false, ignore_eos = false, stats = false, graph = true, fp8 = false;
+  bool eos_given = false, ignore_eos = false, stats = false, graph = true, fp8 = false,
+       weights_early = true;
   engine::SamplingConfig sampling;
 };
 
@@ -55,7 +58,8 @@ struct Args {
       << "         [--max-batch B] [--max-prefill-tokens N] [--eos ID]... [--ignore-eos]\n"
       << "         [--decode-steps S --dump-logits FILE] [--page-size N] [--device N]\n"
       << "         [--stats] [--no-graph] [--fp8]\n"
-      << "       kjit-engine MODEL_DIR --speed B,L,N [--max-prefill-tokens N] [--page-size N]\n";
+      << "       kjit-engine MODEL_DIR --speed B,L,N [--max-prefill-tokens N] [--page-size N]\n"
+      << "       (either form: [--no-weights-early])\n";
   std::exit(2);
 }
 
@@ -120,6 +124,8 @@ Args parse(int argc, char** argv) {
       a.graph = false;
     else if (o == "--fp8")
       a.fp8 = true;
+    else if (o == "--no-weights-early")
+      a.weights_early = false;
     else if (o == "--speed") {
       const std::string text = value(i);
       char tail = 0;
@@ -332,6 +338,7 @@ int run(const Args& a) {
   engine::RunOptions opt;
   opt.page_size = a.page_size;
   opt.use_graph = a.graph;
+  opt.weights_early = a.weights_early;
   opt.sampling = a.sampling;
   if (a.speed_batch > 0) {
     speed(eng, cfg, a, opt);
