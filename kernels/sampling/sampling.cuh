@@ -28,7 +28,8 @@
 // within a binade (see filter_kernel). On a cluster, once the first level has narrowed the search
 // to a few thousand keys, the blocks send those keys to the leader (list modes: the exact-mass
 // top-p window, and a top-k row's candidates when they are few, which the leader finishes by
-// ranking), so the later levels need no cluster barriers, merges or redundant searches.
+// ranking), so the later levels need no cluster barriers, merges or redundant searches. One
+// block a row ranks a top-k row's few candidates too, collected in one pass.
 //
 // Sampling then draws one uniform u (Philox, seed / offset from device memory) and inverts the
 // CDF of the kept weights in index order: one pass sums kept weight per 32 * VEC * U-element
@@ -347,7 +348,8 @@ struct FilterSmem {
   u64* red_u64;     // [32]
   int* found;       // [4]
   double* rem;      // the draw's remainder within the chosen segment
-  u32* own;         // [3 * kOwnBins] on a cluster: cluster_merge's shares, the leader's list
+  u32* own;         // [3 * kOwnBins] on a cluster: cluster_merge's shares, the leader's list;
+                    // one block: [kRankCap], top-k's list
   ClusterRed* xch;  // [2] cluster_exchange's slots
   ClusterRed* xin;  // [kMaxCluster]
   u64* rng;         // [2] a cluster leader's seed and offset
@@ -411,6 +413,78 @@ struct SegmentChoice {
   bool found;
 };
 
+// rank_list (a list of at most kRankCap keys in `own`, a top-k of k): every key of the list is
+// ranked against the others in one pass (descending key, then list index: unique ranks), which
+// gives the k-th largest key kk; with a top-p, the top-k set's weight keys are then ranked the
+// same way, placed in that order, and their weights prefix-summed in fp64 in that order, the same
+// sums whatever order the list arrived in (equal keys are equal weights). The top-p threshold kp
+// is the smallest weight key whose mass strictly above (the prefix at its first tie) is below
+// p * mass (0 without a top-p). On a few hundred keys that is a handful of barriers where two
+// top-k levels and three top-p levels (each a 2048-bin clear, a scan and their barriers) were
+// about forty. Called by every thread of the block. (Not inlining it changed no sampler's NVRTC
+// time beyond the noise.) cnt, mlo, mhi: scratch ([kBins] each); red_d: block_exclusive_scan's;
+// found[0..2]: overwritten.
+struct RankedThresholds {
+  u32 kk, kp;
+};
+template <int input>
+KJIT_DEVICE KJIT_FORCEINLINE RankedThresholds rank_list(const u32* own, u32* cnt, u32* mlo,
+                                                        u32* mhi, double* red_d, int* found, u32 n,
+                                                        u32 k, bool use_p, float top_p, float vmax,
+                                                        float c_log2) {
+  if (threadIdx.x == 0) {
+    found[0] = 0;
+    found[1] = -1;
+    found[2] = 0;
+  }
+  __syncthreads();
+  for (u32 i = threadIdx.x; i < n; i += blockDim.x) {
+    if (rank_desc(own, n, i) == k - 1) found[0] = static_cast<int>(own[i]);
+  }
+  __syncthreads();
+  RankedThresholds t{static_cast<u32>(found[0]), 0u};
+  if (!use_p) return t;
+  for (u32 i = threadIdx.x; i < n; i += blockDim.x) {
+    const u32 key = own[i];
+    if (key >= t.kk) {
+      const u32 slot = atomicAdd(reinterpret_cast<u32*>(&found[2]), 1u);
+      // The weight of a top-k key (probabilities: the key's own value).
+      float w = input == kInputProbs ? nonneg_value(key) : signed_value(key);
+      if (input == kInputLogits) w = exp_weight(w, vmax, c_log2);
+      cnt[slot] = nonneg_key(w);
+    }
+  }
+  __syncthreads();
+  const u32 m = static_cast<u32>(found[2]);
+  for (u32 i = threadIdx.x; i < m; i += blockDim.x) {
+    mlo[rank_desc(cnt, m, i)] = cnt[i];  // descending weight keys
+  }
+  __syncthreads();
+  double* prefix = reinterpret_cast<double*>(mhi);  // m <= kRankCap doubles
+  const int per = (int(m) + int(blockDim.x) - 1) / int(blockDim.x);
+  const int r0 = int(threadIdx.x) * per;
+  const int r1 = r0 + per < int(m) ? r0 + per : int(m);
+  double local = 0.0;
+  for (int j = r0; j < r1; ++j) local += double(nonneg_value(mlo[j]));
+  double total;
+  double run = block_exclusive_scan<double>(local, red_d, &total);
+  for (int j = r0; j < r1; ++j) {
+    prefix[j] = run;
+    run += double(nonneg_value(mlo[j]));
+  }
+  __syncthreads();
+  const double target = double(top_p) * total;
+  for (int j = r0; j < r1; ++j) {
+    int first = j;
+    while (first > 0 && mlo[first - 1] == mlo[j]) --first;
+    if (prefix[first] < target) atomicMax(&found[1], j);
+  }
+  __syncthreads();
+  const int last = found[1];
+  t.kp = last >= 0 ? mlo[last] : 0u;
+  return t;
+}
+
 // One row of filter_kernel (the template parameters are the kernel's): the row's state, and
 // the kernel's phases as member functions, which the kernel calls in order. The state is what
 // one phase hands the next (the maximum, the mass, the thresholds, the list-mode flags); every
@@ -442,11 +516,11 @@ struct FilterRow {
   // key is >= kx (for probabilities the two keys are one, and kx folds into kw).
   u32 kx = 0;
   bool x_filter = false;
-  // Cluster list modes (see send_list, rank_finish and top-p's list levels).
+  // List modes (see send_list, rank_finish and top-p's list levels).
   u32 list_n = 0;
-  bool klist = false;      // the top-k list was sent (the same in every block)
-  bool ranked = false;     // the leader finished top-k (and top-p) by ranking
-  u32 kp_ranked = 0;       // rank_finish's top-p threshold
+  bool klist = false;   // the top-k list was sent (the same in every block)
+  bool ranked = false;  // the leader (one block: the block) finished top-k (and top-p) by ranking
+  u32 kp_ranked = 0;    // rank_finish's top-p threshold
   bool list_mode = false;  // exact-mass clusters: the leader searches a list of keys
 
   KJIT_DEVICE KJIT_FORCEINLINE FilterRow(const SamplingParams& params, const FilterSmem& smem)
@@ -498,10 +572,6 @@ struct FilterRow {
     } else {
       return signed_key(x);
     }
-  }
-  // The weight of a top-k key (a list entry).
-  KJIT_DEVICE KJIT_FORCEINLINE u32 weight_key_of(u32 key) const {
-    return nonneg_key(weight(input == kInputProbs ? nonneg_value(key) : signed_value(key)));
   }
   KJIT_DEVICE KJIT_FORCEINLINE bool in_topk(float x) const {
     return !x_filter || signed_key(x) >= kx;
@@ -735,77 +805,28 @@ struct FilterRow {
     return true;
   }
 
-  // rank_finish (the leader, a list of at most kRankCap keys): every key of the list is ranked
-  // against the others in one pass (descending key, then list index: unique ranks), which gives
-  // the k-th largest key; the top-k set's weight keys are then ranked the same way, placed in
-  // that order, and their weights prefix-summed in fp64 in that order, the same sums whatever
-  // order the list arrived in (equal keys are equal weights). The top-p threshold is the smallest
-  // weight key whose mass strictly above (the prefix at its first tie) is below p * mass. On a
-  // few hundred keys that is a handful of barriers where two top-k levels and three top-p levels
-  // (each a 2048-bin clear, a scan and their barriers) were about forty.
+  // rank_finish (the leader; one block: the block): top-k and top-p on the list of list_n keys
+  // in s.own, by rank_list.
   KJIT_DEVICE KJIT_FORCEINLINE void rank_finish(u32 k) {
-    const u32 n = list_n;
-    if (threadIdx.x == 0) {
-      s.found[0] = 0;
-      s.found[1] = -1;
-      s.found[2] = 0;
-    }
-    __syncthreads();
-    for (u32 i = threadIdx.x; i < n; i += blockDim.x) {
-      if (rank_desc(s.own, n, i) == k - 1) s.found[0] = static_cast<int>(s.own[i]);
-    }
-    __syncthreads();
-    const u32 kk = static_cast<u32>(s.found[0]);
-    threshold = kk;
+    const RankedThresholds t = rank_list<input>(s.own, s.cnt, s.mlo, s.mhi, s.red_d, s.found,
+                                                list_n, k, prm.use_p, prm.top_p, vmax, prm.c_log2);
+    threshold = t.kk;
+    kp_ranked = t.kp;
     ranked = true;
-    if (!prm.use_p) return;
-    for (u32 i = threadIdx.x; i < n; i += blockDim.x) {
-      const u32 key = s.own[i];
-      if (key >= kk) {
-        const u32 slot = atomicAdd(reinterpret_cast<u32*>(&s.found[2]), 1u);
-        s.cnt[slot] = weight_key_of(key);
-      }
-    }
-    __syncthreads();
-    const u32 m = static_cast<u32>(s.found[2]);
-    for (u32 i = threadIdx.x; i < m; i += blockDim.x) {
-      s.mlo[rank_desc(s.cnt, m, i)] = s.cnt[i];  // descending weight keys
-    }
-    __syncthreads();
-    double* prefix = reinterpret_cast<double*>(s.mhi);  // m <= kRankCap doubles
-    const int per = (int(m) + int(blockDim.x) - 1) / int(blockDim.x);
-    const int r0 = int(threadIdx.x) * per;
-    const int r1 = r0 + per < int(m) ? r0 + per : int(m);
-    double local = 0.0;
-    for (int j = r0; j < r1; ++j) local += double(nonneg_value(s.mlo[j]));
-    double total;
-    double run = block_exclusive_scan<double>(local, s.red_d, &total);
-    for (int j = r0; j < r1; ++j) {
-      prefix[j] = run;
-      run += double(nonneg_value(s.mlo[j]));
-    }
-    __syncthreads();
-    const double target = double(prm.top_p) * total;
-    for (int j = r0; j < r1; ++j) {
-      int first = j;
-      while (first > 0 && s.mlo[first - 1] == s.mlo[j]) --first;
-      if (prefix[first] < target) atomicMax(&s.found[1], j);
-    }
-    __syncthreads();
-    const int last = s.found[1];
-    kp_ranked = last >= 0 ? s.mlo[last] : 0u;
   }
 
   // ---- Top-k: radix select on counts ----
-  // Top-k list mode (clusters): after the first level the keys at or above the k-th largest's
-  // bin are few on a language model's row (above + in_above + c, the same in every block: a few
-  // hundred for k = 50). When at most kRankCap, every block sends them to the leader, which
-  // finishes top-k and top-p on that list by ranking (rank_finish) and sends both thresholds
-  // back: the later levels' walks, merges and the other blocks' redundant searches go. The other
-  // blocks (followers) skip to the thresholds' arrival. More candidates take the levels below on
-  // every block: a list the leader searched level by level (top-k, then top-p by significand
-  // sums) was a second copy of both searches in the kernel, which doubled its compile time for
-  // rows with an unusually large k.
+  // Top-k list mode: after the first level the keys at or above the k-th largest's bin are few
+  // on a language model's row (above + in_above + c, the same in every block: a few hundred for
+  // k = 50). When at most kRankCap, top-k and top-p are finished on that list by ranking
+  // (rank_finish). On a cluster every block sends its keys to the leader, which ranks them and
+  // sends both thresholds back: the later levels' walks, merges and the other blocks' redundant
+  // searches go, and the other blocks (followers) skip to the thresholds' arrival. One block a
+  // row collects the list itself: one pass instead of the later levels', whose passes on a
+  // large batch read the row from memory again each (its rows do not stay in L2). More
+  // candidates take the levels below: a list searched level by level (top-k, then top-p by
+  // significand sums) was a second copy of both searches in the kernel, which doubled its
+  // compile time for rows with an unusually large k.
   KJIT_DEVICE KJIT_FORCEINLINE void topk_search() {
     if (!prm.use_k) return;
     u32 lo = 0, hi = input == kInputProbs ? 0x7fffffffu : 0xffffffffu;
@@ -817,37 +838,62 @@ struct FilterRow {
       u32 in_above, c;
       find_count_bin(s.cnt, bins_of(lo, hi, sh), k - above, s.red_u, s.found, b, in_above, c);
       const bool done = sh == 0 || above + in_above + c == k;
-      if constexpr (cluster) {
-        // A list when a search is left: top-k's next levels, or top-p on the top-k set.
-        if (level == 0 && (!done || prm.use_p) && above + in_above + c <= kRankCap) {
-          const u32 klo = lo + (u32(b) << sh);
+      // A list when a search is left: top-k's next levels, or top-p on the top-k set.
+      bool list = false;
+      if (level == 0 && (!done || prm.use_p) && above + in_above + c <= kRankCap) {
+        const u32 klo = lo + (u32(b) << sh);
+        if constexpr (cluster) {
           double unused;
           klist = send_list([&](float x) { return topk_key(x); }, klo, ~klo, unused);
           if (klist) {
             if (leader) rank_finish(k);
             break;
           }
+        } else {
+          // One block collects the keys >= klo itself, in the level walk below (one copy of the
+          // walk in the kernel), and ranks them.
+          list = true;
+          lo = klo;
+          hi = ~0u;
         }
       }
-      if (done) {
+      if (done && !list) {
         // Either a single key, or every key of the bin is among the top k: the k-th largest is
         // the bin's smallest key, and no key lies between the bin's start and it.
         threshold = lo + (u32(b) << sh);
         break;
       }
-      above += in_above;
-      lo += u32(b) << sh;
-      hi = lo + ((u32(1) << sh) - 1);
-      sh = sh > 11 ? sh - 11 : 0;
-      clear_bins(s.cnt);
+      if (!list) {
+        above += in_above;
+        lo += u32(b) << sh;
+        hi = lo + ((u32(1) << sh) - 1);
+        sh = sh > 11 ? sh - 11 : 0;
+        clear_bins(s.cnt);
+      } else if (threadIdx.x == 0) {
+        s.found[3] = 0;
+      }
       __syncthreads();
       const u32 wlo = lo, wspan = hi - lo;
       const int bsh = sh;
       walk.run([&](int, float x) {
-        const u32 d = topk_key(x) - wlo;  // wraps for keys below the window
-        if (d <= wspan) atomicAdd(&s.cnt[d >> bsh], 1u);
+        const u32 key = topk_key(x);
+        const u32 d = key - wlo;  // wraps for keys below the window
+        if (d <= wspan) {
+          if (!list) {
+            atomicAdd(&s.cnt[d >> bsh], 1u);
+          } else {
+            const u32 slot = atomicAdd(reinterpret_cast<u32*>(&s.found[3]), 1u);
+            if (slot < kRankCap) s.own[slot] = key;  // pass 0 counted at most kRankCap
+          }
+        }
       });
       __syncthreads();
+      if (list) {
+        const u32 n = static_cast<u32>(s.found[3]);
+        list_n = n < kRankCap ? n : kRankCap;
+        rank_finish(k);
+        break;
+      }
       cl_merge1(bins_of(lo, hi, sh));
     }
   }
@@ -1047,7 +1093,7 @@ struct FilterRow {
       const u32 kp = topp_levels(w, target);
       threshold = kp > threshold ? kp : threshold;
     }
-    if (cluster && ranked && prm.use_p) threshold = kp_ranked > threshold ? kp_ranked : threshold;
+    if (ranked && prm.use_p) threshold = kp_ranked > threshold ? kp_ranked : threshold;
   }
 
   // After a list mode, the leader's thresholds to the others: the weight key's and, for logits
@@ -1357,7 +1403,7 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
   __shared__ u64 s_red_u64[32];
   __shared__ int s_found[4];
   __shared__ double s_rem;
-  __shared__ __align__(16) u32 s_own[cluster ? 3 * detail::kOwnBins : 4];
+  __shared__ __align__(16) u32 s_own[cluster ? 3 * detail::kOwnBins : detail::kRankCap];
   __shared__ detail::ClusterRed s_xch[2];
   __shared__ detail::ClusterRed s_xin[cluster ? detail::kMaxCluster : 1];
   __shared__ u64 s_rng[2];
