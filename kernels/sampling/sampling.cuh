@@ -765,14 +765,17 @@ struct FilterRow {
     kmax = input == kInputLogitKeys ? signed_key(vmax) : nonneg_key(weight(vmax));
   }
 
-  // List mode, cluster only: every block sends the keys key_of(x) in [wlo, wlo + wspan] of its
-  // share to the leader's s.own (rank order: an exchange of the counts gives the offsets) and
-  // sums the weights of the keys above the window; on return (true) the leader holds all
-  // list_n keys and `above` the cluster's sum. False, the same in every block, when the keys do
-  // not fit (more than kListLocal in a block or kListCap in all): nothing was sent. The list's
-  // order within a block is the order of its atomics, so only integer sums may be taken over it.
+  // List mode: every block sends the keys key_of(x) in [wlo, wlo + wspan] of its share to the
+  // leader's s.own (rank order: an exchange of the counts gives the offsets) and sums the
+  // weights of the keys above the window; on return (true) the leader holds all list_n keys and
+  // `above` the cluster's sum. False, the same in every block, when the keys do not fit (more
+  // than kListLocal in a block or kListCap in all): nothing was sent. One block a row (the exact
+  // top-p window's list) keeps at most kListLocal keys in its s.own. The list's order within a
+  // block is the order of its atomics, so only integer sums may be taken over it.
   template <typename KeyOf>
   KJIT_DEVICE KJIT_FORCEINLINE bool send_list(KeyOf key_of, u32 wlo, u32 wspan, double& above) {
+    // One block writes its list in place (s.own), a cluster's blocks theirs into s.cnt first.
+    u32* const local = cluster ? s.cnt : s.own;
     if (threadIdx.x == 0) s.found[3] = 0;
     __syncthreads();
     double a = 0.0;
@@ -782,11 +785,17 @@ struct FilterRow {
         if (key > wlo) a += double(weight(x));
       } else {
         const u32 slot = atomicAdd(reinterpret_cast<u32*>(&s.found[3]), 1u);
-        if (slot < kListLocal) s.cnt[slot] = key;
+        if (slot < kListLocal) local[slot] = key;
       }
     });
     a = block_sum<double>(a, s.red_d);  // ends on a barrier: every slot is taken
     const u32 n_local = static_cast<u32>(s.found[3]);
+    if constexpr (!cluster) {
+      if (n_local > kListLocal) return false;
+      list_n = n_local;
+      above = a;
+      return true;
+    }
     ClusterRed v{a, 0.0, 0.0f, n_local > kListLocal ? 1u : 0u, u64(n_local)};
     cluster_exchange(v, s.xch, s.xin, xpar);
     // s.xin still holds every rank's values (until the next exchange).
@@ -988,10 +997,10 @@ struct FilterRow {
     return double(prm.top_p) * wsum;
   }
 
-  // What a top-p level on a cluster does after narrowing the window.
+  // What a top-p level does after narrowing the window.
   enum class ListStep { kWalk, kNextLevel, kStop };
 
-  // Cluster only, after the window narrowed to [w.lo, w.hi] at `level`: the list modes' part.
+  // After the window narrowed to [w.lo, w.hi] at `level`: the list mode's part (exact mass).
   // kNextLevel: the leader's list level ran in place of a walk; kStop: a follower leaves the
   // search (the leader sends the threshold); kWalk: the level pass over the row follows.
   KJIT_DEVICE KJIT_FORCEINLINE ListStep topp_list_level(Window& w, int level,
@@ -1000,9 +1009,10 @@ struct FilterRow {
       // The window is one first-level bin: a few thousand keys on a language model's row.
       // Every block sends its share of them and the mass above the window to the leader
       // (send_list), which runs the remaining levels on that list alone, with no cluster
-      // barrier or merge per level. Its sums are integers (significands, one binade), so the
-      // list's order does not matter. Too many keys for the room: the levels below, as the
-      // one-block path runs them.
+      // barrier or merge per level; one block a row collects the list itself, so the levels
+      // need no pass over the row (on a large batch each would read it from memory again).
+      // Its sums are integers (significands, one binade), so the list's order does not
+      // matter. Too many keys for the room: the levels below, each a pass over the row.
       const auto wkey = [&](float x) { return nonneg_key(weight(x)); };
       if (send_list(wkey, w.lo, w.hi - w.lo, above_outside)) {
         list_mode = true;
@@ -1070,12 +1080,9 @@ struct FilterRow {
       w.hi = nhi;
       w.s = fit_shift(nlo, nhi);
       set_scale(w);
-      walk_level = true;
-      if constexpr (cluster) {
-        const ListStep step = topp_list_level(w, level, above_outside);
-        if (step == ListStep::kStop) break;
-        walk_level = step == ListStep::kWalk;
-      }
+      const ListStep step = topp_list_level(w, level, above_outside);
+      if (step == ListStep::kStop) break;
+      walk_level = step == ListStep::kWalk;
     }
     return kp;
   }
@@ -1403,7 +1410,9 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
   __shared__ u64 s_red_u64[32];
   __shared__ int s_found[4];
   __shared__ double s_rem;
-  __shared__ __align__(16) u32 s_own[cluster ? 3 * detail::kOwnBins : detail::kRankCap];
+  // One block: the top-k list (counting) or the exact top-p window's (mass = 1).
+  __shared__ __align__(16)
+      u32 s_own[cluster ? 3 * detail::kOwnBins : (mass ? detail::kListLocal : detail::kRankCap)];
   __shared__ detail::ClusterRed s_xch[2];
   __shared__ detail::ClusterRed s_xin[cluster ? detail::kMaxCluster : 1];
   __shared__ u64 s_rng[2];
