@@ -112,13 +112,13 @@ void Engine::quantize_rows(DLTensor* x, int64_t rows, int64_t k) {
 // by a fused norm or by quantize_rows before the call), `in` is not read.
 void Engine::linear(DLTensor* in, int64_t rows, int64_t k, const void* w, const void* w_scale,
                     int64_t n, DLTensor* out) {
+  // The weights (and the fp8 ones' scales) are loaded once and never written by a forward pass,
+  // so each projection may start streaming its weight while the kernel before it (a norm, a
+  // quantizer, attention, SiLU-and-mul) finishes (docs/c-api.md, "Launch mode").
+  kjit_gemm_options opt;
+  kjit_gemm_options_init(&opt);
+  opt.weights_early = opt_.weights_early ? 1 : 0;
   if (!fp8_) {
-    // The weights are loaded once and never written by a forward pass, so each projection may
-    // start streaming its weight while the kernel before it (a norm, attention, SiLU-and-mul)
-    // finishes (docs/c-api.md, "Launch mode").
-    kjit_gemm_options opt;
-    kjit_gemm_options_init(&opt);
-    opt.weights_early = opt_.weights_early ? 1 : 0;
     KJIT_CHECK(
         kjit_gemm(in, tensor(w, kBF16, {n, k}, {}, device_).get(), nullptr, out, &opt, stream_));
     return;
@@ -126,7 +126,7 @@ void Engine::linear(DLTensor* in, int64_t rows, int64_t k, const void* w, const 
   KJIT_CHECK(kjit_gemm_fp8(tensor(x8_, kE4M3, {rows, k}, {}, device_).get(),
                            tensor(w, kE4M3, {n, k}, {}, device_).get(),
                            tensor(x_scale_, kF32, {rows}, {}, device_).get(),
-                           tensor(w_scale, kF32, {n}, {}, device_).get(), out, nullptr, stream_));
+                           tensor(w_scale, kF32, {n}, {}, device_).get(), out, &opt, stream_));
 }
 
 // Copies a checkpoint tensor straight from its mmap'ed bytes to the device (into `dst` when

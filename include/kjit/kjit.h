@@ -927,14 +927,14 @@ typedef struct kjit_gemm_options {
                          is stored; 2: measure it again, once per process. A call whose stream is
                          being captured never measures (it uses the stored result or the heuristic) */
   int tune_timing;    /* kjit_tune_timing of a measurement; KJIT_TUNE_EAGER_COLD (default) */
-  int weights_early;  /* kjit_gemm only. 0 (default) or 1: the caller's promise that the kernel
-                         launched just before this call on the same stream does not write b (a
-                         model weight, loaded once). Then, on sm_90 at decode sizes (the
-                         weight-streaming path) and unless KJIT_PDL=0, the call launches as a
-                         programmatic dependent of that kernel and starts loading b while it
-                         finishes; a, bias and out are read, and out written, only after it has
-                         completed, in a CUDA graph too. No effect on other paths
-                         (docs/c-api.md, "Launch mode") */
+  int weights_early;  /* kjit_gemm and kjit_gemm_fp8. 0 (default) or 1: the caller's promise that
+                         the kernel launched just before this call on the same stream does not
+                         write b (a model weight, loaded once; for kjit_gemm_fp8 nor scale_b).
+                         Then, on sm_90 at decode sizes (the weight-streaming path) and unless
+                         KJIT_PDL=0, the call launches as a programmatic dependent of that kernel
+                         and starts loading b while it finishes; a, bias, the scales and out are
+                         read, and out written, only after it has completed, in a CUDA graph
+                         too. No effect on other paths (docs/c-api.md, "Launch mode") */
 } kjit_gemm_options;
 
 /* Fills *options with the defaults (NULL is ignored). */
@@ -989,7 +989,7 @@ KJIT_API kjit_status kjit_gemm(const DLTensor* a, const DLTensor* b, const DLTen
  *   kjit_quant_fp8 writes scale_a in exactly these layouts. In every mode each 128-wide K chunk
  *   is summed on its own and added to an fp32 result, so the error of the tensor cores' fp8
  *   accumulation (14 significant bits) stays that of one chunk however long k is.
- * options: kjit_gemm_options (alpha, beta); NULL for the defaults (alpha 1, beta 0).
+ * options: kjit_gemm_options (alpha, beta, weights_early); NULL for the defaults (alpha 1, beta 0).
  * Any k >= 0 (k = 0 gives out = beta * out). On an sm_90 device the call runs on tensor cores
  * (TMA + wgmma; at decode sizes, up to 128 rows of a, a kernel that streams the weight with K
  * split over a thread-block cluster) when a and b start at 16-byte aligned addresses with row

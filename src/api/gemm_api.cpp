@@ -2,7 +2,6 @@
 #include "api/entry.hpp"
 #include "api/options.hpp"
 #include "ops/gemm/gemm.hpp"
-#include "util/error.hpp"
 
 extern "C" {
 
@@ -23,10 +22,6 @@ KJIT_API kjit_status kjit_gemm(const DLTensor* a, const DLTensor* b, const DLTen
         const kjit_gemm_options o = kjit::api::gemm_options(options);
         kjit::ops::GemmTuning tuning;
         tuning.tune = kjit::tune::tune_request(o.autotune, o.tune_timing);
-        if (o.weights_early != 0 && o.weights_early != 1) {
-          kjit::fail(KJIT_ERROR_INVALID_ARGUMENT,
-                     "kjit_gemm: options.weights_early is 0 or 1, not {}", o.weights_early);
-        }
         tuning.weights_early = o.weights_early != 0;
         kjit::ops::gemm(a, b, bias, out, o.alpha, o.beta, stream, tuning);
       },

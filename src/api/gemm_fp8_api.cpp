@@ -11,7 +11,9 @@ KJIT_API kjit_status kjit_gemm_fp8(const DLTensor* a, const DLTensor* b, const D
   return kjit::api::entry<&kjit_gemm_fp8>(
       [&] {
         const kjit_gemm_options o = kjit::api::gemm_options(options);
-        kjit::ops::gemm_fp8(a, b, scale_a, scale_b, out, o.alpha, o.beta, stream);
+        kjit::ops::GemmFp8Tuning tuning;
+        tuning.weights_early = o.weights_early != 0;
+        kjit::ops::gemm_fp8(a, b, scale_a, scale_b, out, o.alpha, o.beta, stream, tuning);
       },
       a, b, scale_a, scale_b, out, options, stream);
 }

@@ -70,7 +70,11 @@ kjit_decode_options decode_options(const kjit_decode_options* given) {
 }
 
 kjit_gemm_options gemm_options(const kjit_gemm_options* given) {
-  return checked(given, &kjit_gemm_options_init, "kjit_gemm_options_init");
+  const kjit_gemm_options o = checked(given, &kjit_gemm_options_init, "kjit_gemm_options_init");
+  if (o.weights_early != 0 && o.weights_early != 1) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "options.weights_early is 0 or 1, not {}", o.weights_early);
+  }
+  return o;
 }
 
 kjit_prefill_options prefill_options(const kjit_prefill_options* given) {

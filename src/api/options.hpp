@@ -34,7 +34,7 @@ bool read_options(const kjit_moe_forward_options* given, kjit_moe_forward_option
 // struct_size covers. Throws KJIT_ERROR_INVALID_ARGUMENT naming `init` for a bad struct_size.
 kjit_sampling_options sampling_options(const kjit_sampling_options* given);
 kjit_decode_options decode_options(const kjit_decode_options* given);
-kjit_gemm_options gemm_options(const kjit_gemm_options* given);
+kjit_gemm_options gemm_options(const kjit_gemm_options* given);  // and weights_early 0 or 1
 kjit_prefill_options prefill_options(const kjit_prefill_options* given);
 kjit_moe_route_options moe_route_options(const kjit_moe_route_options* given);
 // The embedded route is read by its own struct_size as well.

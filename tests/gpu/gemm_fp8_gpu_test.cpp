@@ -507,6 +507,108 @@ TEST_CASE("gemm_fp8 gpu: the decode kernel replays in a CUDA graph", "[gpu][gemm
   d.cuStreamDestroy(s);
 }
 
+TEST_CASE(
+    "gemm_fp8 gpu: weights_early after the fused norm that writes a and scale_a, eager and "
+    "graph replay",
+    "[gpu][gemm][fp8][sm90a]") {
+  // kjit_gemm_options::weights_early on the fp8 decode path: the GEMM launches as a programmatic
+  // dependent of kjit_rmsnorm_quant_fp8 (the engine's pattern), which writes a's codes and its
+  // per-row scales; the GEMM loads b's first stages while the norm runs. a and scale_a are
+  // poisoned (NaN codes and NaN scales) before each round: a GEMM that read either before the
+  // norm finished would write NaN.
+  const auto& d = kjit::cuda::driver();
+  std::mt19937_64 rng(std::random_device{}());
+  std::uniform_real_distribution<double> dist(-1.0, 1.0), pos(0.5, 1.5);
+  CUstream s = nullptr;
+  REQUIRE(d.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS);
+  for (int64_t m : {1, 16, 61}) {
+    const int64_t n = 1000, k = 4096;
+    Case c{"row", "bf16", m, n, k};
+    REQUIRE(path_for(c) == ops::GemmPath::kSm90Decode);
+    std::vector<unsigned char> x_h(static_cast<size_t>(m * k) * 2), g_h(static_cast<size_t>(k) * 2);
+    std::vector<uint8_t> b_h(static_cast<size_t>(n * k));
+    std::vector<float> sb(static_cast<size_t>(n));
+    for (int64_t i = 0; i < k; ++i) ref::store_elem(g_h.data(), i, pos(rng), "bf16");
+    for (auto& v : b_h) v = random_e4m3_code(rng);
+    for (auto& v : sb) v = random_scale(rng);
+    DeviceBuffer x(x_h.size()), g(g_h.size()), a(static_cast<size_t>(m * k)), b(b_h.size()),
+        sa(static_cast<size_t>(m) * 4), sb_d(sb.size() * 4), y(static_cast<size_t>(m * n) * 2);
+    g.upload(g_h.data(), g_h.size());
+    b.upload(b_h.data(), b_h.size());
+    sb_d.upload(sb.data(), sb.size() * 4);
+    auto x_t = make_tensor(x.get(), {m, k}, dl_dtype("bf16"));
+    auto g_t = make_tensor(g.get(), {k}, dl_dtype("bf16"));
+    auto a_t = make_tensor(a.get(), {m, k}, dl_dtype("e4m3"));
+    auto sa_t = make_tensor(sa.get(), {m}, dl_dtype("fp32"));
+    auto b_t = make_tensor(b.get(), {n, k}, dl_dtype("e4m3"));
+    auto sb_t = make_tensor(sb_d.get(), {n}, dl_dtype("fp32"));
+    auto y_t = make_tensor(y.get(), {m, n}, dl_dtype("bf16"));
+    kjit_gemm_options opt;
+    kjit_gemm_options_init(&opt);
+    opt.weights_early = 1;
+    const auto enqueue = [&] {
+      REQUIRE(kjit_rmsnorm_quant_fp8(x_t.get(), g_t.get(), a_t.get(), sa_t.get(), 1e-6f, s) ==
+              KJIT_SUCCESS);
+      const kjit_status st =
+          kjit_gemm_fp8(a_t.get(), b_t.get(), sa_t.get(), sb_t.get(), y_t.get(), &opt, s);
+      INFO("kjit_last_error: " << kjit_last_error());
+      REQUIRE(st == KJIT_SUCCESS);
+    };
+    std::vector<double> b_deq(static_cast<size_t>(n * k));
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t kk = 0; kk < k; ++kk)
+        b_deq[j * k + kk] = ref::e4m3_value(b_h[j * k + kk]) * sb[j];
+    }
+    // Round 0 eager, rounds 1 and 2 replays of a graph captured after it, each with new x.
+    CUgraph graph = nullptr;
+    CUgraphExec exec = nullptr;
+    for (int round = 0; round < 3; ++round) {
+      INFO("m " << m << " round " << round);
+      for (int64_t i = 0; i < m * k; ++i) ref::store_elem(x_h.data(), i, dist(rng), "bf16");
+      x.upload(x_h.data(), x_h.size());
+      a.fill(0xFF);
+      sa.fill(0xFF);
+      y.fill(0xFF);
+      if (round == 0) {
+        enqueue();
+      } else {
+        if (exec == nullptr) {
+          REQUIRE(d.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
+          enqueue();
+          REQUIRE(d.cuStreamEndCapture(s, &graph) == CUDA_SUCCESS);
+          REQUIRE(d.cuGraphInstantiateWithFlags(&exec, graph, 0) == CUDA_SUCCESS);
+        }
+        REQUIRE(d.cuGraphLaunch(exec, s) == CUDA_SUCCESS);
+      }
+      REQUIRE(d.cuStreamSynchronize(s) == CUDA_SUCCESS);
+      std::vector<uint8_t> a_h(static_cast<size_t>(m * k));
+      std::vector<float> sa_h(static_cast<size_t>(m));
+      std::vector<unsigned char> y_h(static_cast<size_t>(m * n) * 2);
+      a.download(a_h.data(), a_h.size());
+      sa.download(sa_h.data(), sa_h.size() * 4);
+      y.download(y_h.data(), y_h.size());
+      for (float v : sa_h) REQUIRE(std::isfinite(v));  // the norm wrote every scale
+      const GemmOut o{m, n, k, 1.0, 0.0, n, "bf16", &y_h, nullptr};
+      const double worst = check_gemm_out(
+          o,
+          [&](int64_t r, double* row) {
+            for (int64_t kk = 0; kk < k; ++kk) row[kk] = ref::e4m3_value(a_h[r * k + kk]) * sa_h[r];
+          },
+          b_deq, {},
+          [&](int64_t r, int64_t j, double want, double sum_abs) {
+            return ref::gemm_fp8_error_bound(
+                a_h.data() + r * k, b_h.data() + j * k, k,
+                [&](int64_t) { return double(sa_h[r]) * double(sb[j]); }, 1.0, want, sum_abs,
+                "bf16");
+          });
+      CHECK(worst <= 1.0);
+    }
+    if (exec != nullptr) d.cuGraphExecDestroy(exec);
+    if (graph != nullptr) d.cuGraphDestroy(graph);
+  }
+  d.cuStreamDestroy(s);
+}
+
 // ---- kjit_quant_fp8 --------------------------------------------------------------------------
 
 namespace {

@@ -189,6 +189,26 @@ TEST_CASE("gemm_fp8 abi: rejects an out overlapping an operand or a scale", "[c_
   expect_invalid(nan, "finite");
 }
 
+TEST_CASE("gemm_fp8 abi: options.weights_early is 0 or 1", "[c_abi][fp8]") {
+  kjit_gemm_options o;
+  kjit_gemm_options_init(&o);
+  CHECK(o.weights_early == 0);
+  for (int bad : {-1, 2}) {
+    Call c;
+    o.weights_early = bad;
+    c.options = &o;
+    expect_invalid(c, "weights_early");
+  }
+  // Either valid value passes validation (the call then needs a device).
+  KJIT_RUN_WITHOUT_GPU();
+  for (int ok : {0, 1}) {
+    Call c;
+    o.weights_early = ok;
+    c.options = &o;
+    CHECK(c.run() == KJIT_ERROR_NO_DEVICE);
+  }
+}
+
 TEST_CASE("gemm_fp8 abi: valid calls of every mode report no device without a GPU",
           "[c_abi][fp8]") {
   KJIT_RUN_WITHOUT_GPU();

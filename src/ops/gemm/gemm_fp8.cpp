@@ -6,6 +6,7 @@
 
 #include "cuda/device.hpp"
 #include "cuda/launch.hpp"
+#include "ops/pdl.hpp"
 #include "gemm/gemm_fp8_params.h"
 #include "ops/gemm/gemm_fp8_desc.hpp"
 #include "ops/gemm/gemm_tactics.hpp"
@@ -268,8 +269,12 @@ void gemm_fp8(const DLTensor* a, const DLTensor* b, const DLTensor* scale_a,
                           : gemm_decode_split_for(fn, cfg.tokens, cfg.stages, g.n, (g.k + 1) / 2);
     p.g.tma_a = tensor_map(as_pairs(g.a), static_cast<uint32_t>(cfg.tokens));
     p.g.tma_b = tensor_map(as_pairs(g.b), gemm::kGemmDecodeRows);
+    // As kjit_gemm's decode path (gemm.cpp, launch_gemm): the producer loads only b before the
+    // wait; the consumers read a's codes and both scales after it.
+    const bool dependent = tuning.weights_early && elementwise_pdl(g.a.device);
+    p.g.weights_early = dependent ? 1 : 0;
     cuda::launch_cluster(fn, gemm_decode_launch_config(cfg.tokens, cfg.stages, split, g.n, stream),
-                         static_cast<unsigned>(split), &p);
+                         static_cast<unsigned>(split), &p, dependent);
     return;
   }
   const int sms = cfg.persistent != 0 ? cuda::device_info(g.a.device).sm_count : 0;

@@ -44,6 +44,9 @@ struct GemmFp8Tuning {
   // kernel's width, "sm90_bn128_s<stages>" or "sm90_bn128_s<stages>_p" (gemm_tactics.hpp; the
   // scale mode stays the call's). One not valid for the call is KJIT_ERROR_INVALID_ARGUMENT.
   std::string tactic;
+  // kjit_gemm_options::weights_early: the kernel before on the stream writes neither b nor
+  // scale_b (the decode path then loads b's first stages before waiting for it).
+  bool weights_early = false;
 };
 
 // The e4m3 decode kernel's depth for a token tile (as many stages as its blocks per SM leave room
