@@ -960,7 +960,7 @@ Draws draw_on(SamplePath path, int cluster, Api api, Matrix& x, const Params& pr
   ForcePath force(path, cluster);
   Draws d = draw(api, x, prm, seed, offsets, false, std::move(row_seeds));
   if (path == SamplePath::kCluster && cluster > 0) {
-    // The launch ran what was forced (a cluster of one included).
+    // The launch ran what was forced.
     CHECK(g_ran.cluster_kernel);
     CHECK(g_ran.cluster_size == cluster);
   }
@@ -1013,7 +1013,7 @@ TEST_CASE("sampling gpu: the cluster path draws the one-block path's tokens, all
         const auto offsets = range_offsets(100, 4);
         const Draws one = draw_on(SamplePath::kSingle, 0, apis[c], x, ps[c], 11, offsets);
         check_in_set(apis[c], x, ps[c], one);
-        for (int n : cluster_sizes({0, 1, 2, 3, 5, 8, 16})) {
+        for (int n : cluster_sizes({0, 2, 3, 5, 8, 16})) {
           INFO("cluster " << n);
           const Draws cl = draw_on(SamplePath::kCluster, n, apis[c], x, ps[c], 11, offsets);
           check_in_set(apis[c], x, ps[c], cl);
@@ -1073,7 +1073,7 @@ TEST_CASE("sampling gpu: the exact-mass top-p search draws the counting search's
     check_in_set(api, x, prm, one);
     check_same(counted, one);
     if (!clusters) return;
-    for (int c : cluster_sizes({1, 2, 5, 16})) {
+    for (int c : cluster_sizes({2, 5, 16})) {
       INFO("cluster " << c);
       const Draws cl = draw_on(SamplePath::kCluster, c, api, x, prm, 5, offsets);
       check_in_set(api, x, prm, cl);
@@ -1145,7 +1145,7 @@ TEST_CASE("sampling gpu: cluster path with weights too small for the fixed-point
       const auto offsets = range_offsets(300, 4);
       const Draws one = draw_on(SamplePath::kSingle, 0, apis[c], x, ps[c], 12, offsets);
       check_in_set(apis[c], x, ps[c], one);
-      for (int n : cluster_sizes({1, 2, 3, 8, 16})) {
+      for (int n : cluster_sizes({2, 3, 8, 16})) {
         INFO("cluster " << n);
         const Draws cl = draw_on(SamplePath::kCluster, n, apis[c], x, ps[c], 12, offsets);
         check_in_set(apis[c], x, ps[c], cl);
@@ -1172,7 +1172,7 @@ TEST_CASE("sampling gpu: cluster path from logits (fp32, bf16, fp16), per-row pa
       const auto offsets = range_offsets(5, 4);
       const Draws one = draw_on(SamplePath::kSingle, 0, Api::kLogits, x, prm, 21, offsets);
       check_in_set(Api::kLogits, x, prm, one);
-      for (int n : cluster_sizes({0, 1, 4, 16})) {
+      for (int n : cluster_sizes({0, 4, 16})) {
         INFO("cluster " << n);
         const Draws cl = draw_on(SamplePath::kCluster, n, Api::kLogits, x, prm, 21, offsets);
         check_in_set(Api::kLogits, x, prm, cl);
@@ -1251,7 +1251,7 @@ TEST_CASE("sampling gpu: cluster path reports the same invalid rows", "[gpu][sam
   Params prm;
   prm.top_p = 0.9f;
   const Draws one = draw_on(SamplePath::kSingle, 0, Api::kTopP, x, prm, 3, {0, 1});
-  for (int n : {sanitizer_cluster(16), 1}) {
+  for (int n : {sanitizer_cluster(16), 2}) {
     INFO("cluster " << n);
     const Draws cl = draw_on(SamplePath::kCluster, n, Api::kTopP, x, prm, 3, {0, 1});
     check_same(one, cl);

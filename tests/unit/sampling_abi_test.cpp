@@ -663,13 +663,13 @@ TEST_CASE("sampling ops: a sampler tuning is refused when no launch can take it"
     INFO("threads " << bad);
     CHECK(tuned(bad, 0, -1) == KJIT_ERROR_INVALID_ARGUMENT);
   }
-  for (int bad : {-1, 17}) {
+  for (int bad : {-1, 1, 17}) {
     INFO("cluster " << bad);
     CHECK(tuned(0, bad, -1) == KJIT_ERROR_INVALID_ARGUMENT);
   }
-  CHECK(tuned(0, 1, -1) == KJIT_SUCCESS);  // the cluster kernel on one block a row
+  CHECK(tuned(0, 2, -1) == KJIT_SUCCESS);
   // The path a cluster size or a blocks-per-SM cap needs: the cluster path for the one (a size of
-  // 1..16), the one-block path for the other (1..32).
+  // 2..16), the one-block path for the other (1..32).
   const auto on_path = [](ops::SamplePath path, int cluster, int blocks_per_sm) {
     ops::SampleTuning t;
     t.path = path;

@@ -70,8 +70,8 @@ void check_sample_tuning(const SampleTuning& t) {
     fail(KJIT_ERROR_INVALID_ARGUMENT,
          "sampler threads must be 0 (the plan's) or a multiple of 32 to 1024, not {}", t.threads);
   }
-  if (t.cluster < 0 || t.cluster > kSampleMaxCluster) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "cluster size must be 0 (auto) or 1..{}, not {}",
+  if (t.cluster < 0 || t.cluster == 1 || t.cluster > kSampleMaxCluster) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "cluster size must be 0 (auto) or 2..{}, not {}",
          kSampleMaxCluster, t.cluster);
   }
   if (t.cluster > 0 && t.path != SamplePath::kCluster) {

@@ -108,10 +108,9 @@ enum class SamplePath : int { kAuto = 0, kSingle = 1, kCluster = 2 };
 // (a default SampleTuning).
 struct SampleTuning {
   SamplePath path = SamplePath::kAuto;
-  // With kCluster: blocks per row, 1..kSampleMaxCluster; 0 the batch's choice. 1 runs the cluster
-  // kernel on one block a row (a cluster of one): its list modes finish the search on the few
-  // thousand keys the first level leaves, without more passes over the row, in blocks of at most
-  // kSampleClusterMaxThreads (more rows at once an SM), which large batches may prefer.
+  // With kCluster: blocks per row, 2..kSampleMaxCluster; 0 the batch's choice. (A cluster of one
+  // was tried, 2026-12-05: its cluster merge assumes two blocks or more, and the one-block
+  // kernel, which runs the same list modes since, was faster at every large batch.)
   int cluster = 0;
   // Threads per block, a multiple of 32 in 32..1024; 0 the plan's (sampling_block_threads,
   // sampling_cluster_block_threads). A cluster takes at most kSampleClusterMaxThreads (a larger

@@ -134,8 +134,7 @@ int auto_cluster_size(CUfunction fn, const FilterConfig& cfg, const Batch& b, in
 }
 
 // Launches `cfg` over the cluster path when the tuning or the batch asks for it (sm_90+) and
-// returns its blocks per row (1 for a forced cluster of one); 0 when the one-block kernel serves
-// instead.
+// returns its blocks per row; 0 when the one-block kernel serves instead.
 int launch_filter_cluster(const FilterConfig& cfg, const Batch& b, SamplingParams& p,
                           cuda::LaunchConfig lc, const SampleTuning& tuning) {
   // Small batches split each row over a cluster (sm_90+). The split draws the same token as one
@@ -166,7 +165,7 @@ int launch_filter_cluster(const FilterConfig& cfg, const Batch& b, SamplingParam
   int n = forced ? tuning.cluster : 0;
   if (n == 0) n = auto_cluster_size(k.functions.at(0), cfg, b, info.max_smem_optin, tuning);
   if (n == 0 && forced) n = 2;
-  if (n < 1) return 0;
+  if (n < 2) return 0;
   lc.block_x = cluster_threads(b, n, tuning);
   lc.smem_bytes = cluster_cache_bytes(cfg, b, n, info.max_smem_optin);
   if (b.batch > int64_t{0x7fffffff} / n) {
