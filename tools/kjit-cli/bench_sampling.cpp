@@ -135,8 +135,8 @@ struct ProbRows {
   test::Tensor xt;
 };
 
-// --set path=auto|single|cluster (default auto) and, with path=cluster, cluster=N (1..16; default:
-// chosen by the batch; 1: the cluster kernel on one block a row) force the samplers' kernel path
+// --set path=auto|single|cluster (default auto) and, with path=cluster, cluster=N (2..16; default:
+// chosen by the batch) force the samplers' kernel path
 // for the case, so that the one-block and the cluster path can be timed side by side in one run;
 // threads=N (a multiple of 32 to 1024) forces the block size, mass=bounds|exact the top-p search,
 // blocks_per_sm=N (path=single) caps the blocks an SM runs at once (fewer rows in flight).
