@@ -560,51 +560,42 @@ TEST_CASE(
         b_deq[j * k + kk] = ref::e4m3_value(b_h[j * k + kk]) * sb[j];
     }
     // Round 0 eager, rounds 1 and 2 replays of a graph captured after it, each with new x.
-    CUgraph graph = nullptr;
-    CUgraphExec exec = nullptr;
-    for (int round = 0; round < 3; ++round) {
-      INFO("m " << m << " round " << round);
-      for (int64_t i = 0; i < m * k; ++i) ref::store_elem(x_h.data(), i, dist(rng), "bf16");
-      x.upload(x_h.data(), x_h.size());
-      a.fill(0xFF);
-      sa.fill(0xFF);
-      y.fill(0xFF);
-      if (round == 0) {
-        enqueue();
-      } else {
-        if (exec == nullptr) {
-          REQUIRE(d.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
-          enqueue();
-          REQUIRE(d.cuStreamEndCapture(s, &graph) == CUDA_SUCCESS);
-          REQUIRE(d.cuGraphInstantiateWithFlags(&exec, graph, 0) == CUDA_SUCCESS);
-        }
-        REQUIRE(d.cuGraphLaunch(exec, s) == CUDA_SUCCESS);
-      }
-      REQUIRE(d.cuStreamSynchronize(s) == CUDA_SUCCESS);
-      std::vector<uint8_t> a_h(static_cast<size_t>(m * k));
-      std::vector<float> sa_h(static_cast<size_t>(m));
-      std::vector<unsigned char> y_h(static_cast<size_t>(m * n) * 2);
-      a.download(a_h.data(), a_h.size());
-      sa.download(sa_h.data(), sa_h.size() * 4);
-      y.download(y_h.data(), y_h.size());
-      for (float v : sa_h) REQUIRE(std::isfinite(v));  // the norm wrote every scale
-      const GemmOut o{m, n, k, 1.0, 0.0, n, "bf16", &y_h, nullptr};
-      const double worst = check_gemm_out(
-          o,
-          [&](int64_t r, double* row) {
-            for (int64_t kk = 0; kk < k; ++kk) row[kk] = ref::e4m3_value(a_h[r * k + kk]) * sa_h[r];
-          },
-          b_deq, {},
-          [&](int64_t r, int64_t j, double want, double sum_abs) {
-            return ref::gemm_fp8_error_bound(
-                a_h.data() + r * k, b_h.data() + j * k, k,
-                [&](int64_t) { return double(sa_h[r]) * double(sb[j]); }, 1.0, want, sum_abs,
-                "bf16");
-          });
-      CHECK(worst <= 1.0);
-    }
-    if (exec != nullptr) d.cuGraphExecDestroy(exec);
-    if (graph != nullptr) d.cuGraphDestroy(graph);
+    INFO("m " << m);
+    eager_then_graph_rounds(
+        s,
+        [&](int) {
+          for (int64_t i = 0; i < m * k; ++i) ref::store_elem(x_h.data(), i, dist(rng), "bf16");
+          x.upload(x_h.data(), x_h.size());
+          a.fill(0xFF);
+          sa.fill(0xFF);
+          y.fill(0xFF);
+        },
+        enqueue,
+        [&](int) {
+          std::vector<uint8_t> a_h(static_cast<size_t>(m * k));
+          std::vector<float> sa_h(static_cast<size_t>(m));
+          std::vector<unsigned char> y_h(static_cast<size_t>(m * n) * 2);
+          a.download(a_h.data(), a_h.size());
+          sa.download(sa_h.data(), sa_h.size() * 4);
+          y.download(y_h.data(), y_h.size());
+          for (float v : sa_h) REQUIRE(std::isfinite(v));  // the norm wrote every scale
+          const GemmOut o{m, n, k, 1.0, 0.0, n, "bf16", &y_h, nullptr};
+          const double worst = check_gemm_out(
+              o,
+              [&](int64_t r, double* row) {
+                for (int64_t kk = 0; kk < k; ++kk) {
+                  row[kk] = ref::e4m3_value(a_h[r * k + kk]) * sa_h[r];
+                }
+              },
+              b_deq, {},
+              [&](int64_t r, int64_t j, double want, double sum_abs) {
+                return ref::gemm_fp8_error_bound(
+                    a_h.data() + r * k, b_h.data() + j * k, k,
+                    [&](int64_t) { return double(sa_h[r]) * double(sb[j]); }, 1.0, want, sum_abs,
+                    "bf16");
+              });
+          CHECK(worst <= 1.0);
+        });
   }
   d.cuStreamDestroy(s);
 }

@@ -501,45 +501,34 @@ TEST_CASE("gemm gpu: weights_early after the kernel that writes a, eager and gra
     std::vector<double> b_rows(static_cast<size_t>(n * k));
     for (int64_t i = 0; i < n * k; ++i) b_rows[i] = ref::load_elem(b_h.data(), i, "bf16");
     // Round 0 eager, rounds 1 and 2 replays of a graph captured after it, each with new x.
-    CUgraph graph = nullptr;
-    CUgraphExec exec = nullptr;
-    for (int round = 0; round < 3; ++round) {
-      INFO("m " << m << " round " << round);
-      for (int64_t i = 0; i < m * k; ++i) ref::store_elem(x_h.data(), i, dist(rng), "bf16");
-      x.upload(x_h.data(), x_h.size());
-      a.fill(0xFF);
-      y.fill(0xFF);
-      if (round == 0) {
-        enqueue();
-      } else {
-        if (exec == nullptr) {
-          REQUIRE(d.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
-          enqueue();
-          REQUIRE(d.cuStreamEndCapture(s, &graph) == CUDA_SUCCESS);
-          REQUIRE(d.cuGraphInstantiateWithFlags(&exec, graph, 0) == CUDA_SUCCESS);
-        }
-        REQUIRE(d.cuGraphLaunch(exec, s) == CUDA_SUCCESS);
-      }
-      REQUIRE(d.cuStreamSynchronize(s) == CUDA_SUCCESS);
-      std::vector<unsigned char> a_h(x_h.size()), y_h(static_cast<size_t>(m * n) * 2);
-      a.download(a_h.data(), a_h.size());
-      y.download(y_h.data(), y_h.size());
-      const GemmOut o{m, n, k, 1.0, 0.0, n, "bf16", &y_h, nullptr};
-      const double worst = check_gemm_out(
-          o,
-          [&](int64_t r, double* row) {
-            for (int64_t i = 0; i < k; ++i) {
-              row[i] = ref::load_elem(a_h.data(), static_cast<size_t>(r * k + i), "bf16");
-            }
-          },
-          b_rows, {},
-          [&](double want, double sum_abs) {
-            return ref::gemm_tolerance("bf16", want, sum_abs, k);
-          });
-      CHECK(worst <= 1.0);
-    }
-    if (exec != nullptr) d.cuGraphExecDestroy(exec);
-    if (graph != nullptr) d.cuGraphDestroy(graph);
+    INFO("m " << m);
+    eager_then_graph_rounds(
+        s,
+        [&](int) {
+          for (int64_t i = 0; i < m * k; ++i) ref::store_elem(x_h.data(), i, dist(rng), "bf16");
+          x.upload(x_h.data(), x_h.size());
+          a.fill(0xFF);
+          y.fill(0xFF);
+        },
+        enqueue,
+        [&](int) {
+          std::vector<unsigned char> a_h(x_h.size()), y_h(static_cast<size_t>(m * n) * 2);
+          a.download(a_h.data(), a_h.size());
+          y.download(y_h.data(), y_h.size());
+          const GemmOut o{m, n, k, 1.0, 0.0, n, "bf16", &y_h, nullptr};
+          const double worst = check_gemm_out(
+              o,
+              [&](int64_t r, double* row) {
+                for (int64_t i = 0; i < k; ++i) {
+                  row[i] = ref::load_elem(a_h.data(), static_cast<size_t>(r * k + i), "bf16");
+                }
+              },
+              b_rows, {},
+              [&](double want, double sum_abs) {
+                return ref::gemm_tolerance("bf16", want, sum_abs, k);
+              });
+          CHECK(worst <= 1.0);
+        });
   }
   d.cuStreamDestroy(s);
 }

@@ -1,6 +1,7 @@
-// What the GEMM GPU tests share: random e4m3 codes, and the output check: every element of out
-// against the fp64 reference on the operands as the reference sees them (bf16 / fp16 values, or
-// e4m3 values times their scales), and the NaN poison between strided rows left alone.
+// What the GEMM GPU tests share: random e4m3 codes, the output check (every element of out
+// against the fp64 reference on the operands as the reference sees them: bf16 / fp16 values, or
+// e4m3 values times their scales; the NaN poison between strided rows left alone), and the
+// eager-then-graph rounds of the weights_early cases.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -14,6 +15,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "cuda/driver.hpp"
 #include "reference/gemm_ref.hpp"
 #include "reference/half.hpp"
 #include "support/parallel_rows.hpp"
@@ -89,6 +91,35 @@ double check_gemm_out(const GemmOut& o, ARow a_row, const std::vector<double>& b
   CHECK(t.bad == 0);
   CHECK(t.touched == 0);
   return t.worst;
+}
+
+// Three rounds of the work `enqueue` puts on stream s: round 0 eagerly, rounds 1 and 2 as replays
+// of a graph captured (once) after round 0. prepare(round) comes before each round (new inputs,
+// poisoned outputs), check(round) after its stream synchronization.
+template <class Prepare, class Enqueue, class Check>
+void eager_then_graph_rounds(CUstream s, Prepare prepare, Enqueue enqueue, Check check) {
+  const auto& d = kjit::cuda::driver();
+  CUgraph graph = nullptr;
+  CUgraphExec exec = nullptr;
+  for (int round = 0; round < 3; ++round) {
+    INFO("round " << round);
+    prepare(round);
+    if (round == 0) {
+      enqueue();
+    } else {
+      if (exec == nullptr) {
+        REQUIRE(d.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
+        enqueue();
+        REQUIRE(d.cuStreamEndCapture(s, &graph) == CUDA_SUCCESS);
+        REQUIRE(d.cuGraphInstantiateWithFlags(&exec, graph, 0) == CUDA_SUCCESS);
+      }
+      REQUIRE(d.cuGraphLaunch(exec, s) == CUDA_SUCCESS);
+    }
+    REQUIRE(d.cuStreamSynchronize(s) == CUDA_SUCCESS);
+    check(round);
+  }
+  if (exec != nullptr) d.cuGraphExecDestroy(exec);
+  if (graph != nullptr) d.cuGraphDestroy(graph);
 }
 
 }  // namespace kjit::test
