@@ -194,7 +194,7 @@ def main():
         peers, nbytes = make_case(args.op, batch, vocab, dt, args, fi)
         src = torch.empty(max(nbytes // 2 // 4, 1), dtype=torch.float32, device="cuda")
         dst = torch.empty_like(src)
-        shape_row = {"batch": batch, "vocab": vocab}
+        shape_row = {"batch": batch, "vocab": vocab, "sigma": args.sigma}
         if args.op in ("top_p_sampling", "top_k_top_p_sampling", "top_p_renorm_probs",
                        "top_k_top_p_sampling_probs"):
             shape_row["p"] = args.p
