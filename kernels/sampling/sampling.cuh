@@ -1003,9 +1003,11 @@ struct FilterRow {
   // After the window narrowed to [w.lo, w.hi] at `level`: the list mode's part (exact mass).
   // kNextLevel: the leader's list level ran in place of a walk; kStop: a follower leaves the
   // search (the leader sends the threshold); kWalk: the level pass over the row follows.
-  KJIT_DEVICE KJIT_FORCEINLINE ListStep topp_list_level(Window& w, int level,
-                                                        double& above_outside) {
-    if (exact && level == 0) {
+  // may_fit: false where the window's keys cannot fit one block's list (topp_levels' bound), so
+  // no list is tried.
+  KJIT_DEVICE KJIT_FORCEINLINE ListStep topp_list_level(Window& w, int level, double& above_outside,
+                                                        bool may_fit) {
+    if (exact && level == 0 && may_fit) {
       // The window is one first-level bin: a few thousand keys on a language model's row.
       // Every block sends its share of them and the mass above the window to the leader
       // (send_list), which runs the remaining levels on that list alone, with no cluster
@@ -1076,11 +1078,21 @@ struct FilterRow {
         kp = nlo;
         break;
       }
+      // One block: whether the next window's keys may fit its list. Every key in it weighs at
+      // least nlo's value, so its mass over that value bounds the count (exact masses here).
+      // A list attempt that overflows costs a pass over the row for nothing.
+      bool list_may_fit = true;
+      if (!cluster && exact && level == 0 && b0 >= 0) {
+        double mass = 0.0;
+        for (int b = b0; b <= b1; ++b) mass += exact_bin_mass(s.mhi, s.mlo, w, b);
+        const double v = double(nonneg_value(nlo));
+        list_may_fit = !(v > 0.0) || mass <= v * double(kListLocal);
+      }
       w.lo = nlo;
       w.hi = nhi;
       w.s = fit_shift(nlo, nhi);
       set_scale(w);
-      const ListStep step = topp_list_level(w, level, above_outside);
+      const ListStep step = topp_list_level(w, level, above_outside, list_may_fit);
       if (step == ListStep::kStop) break;
       walk_level = step == ListStep::kWalk;
     }
