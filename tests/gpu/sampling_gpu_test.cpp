@@ -961,10 +961,10 @@ Draws draw_on(SamplePath path, int cluster, Api api, Matrix& x, const Params& pr
   Draws d = draw(api, x, prm, seed, offsets, false, std::move(row_seeds));
   if (path == SamplePath::kCluster && cluster > 0) {
     // The launch ran what was forced.
-    CHECK(g_ran.cluster_kernel);
+    CHECK(g_ran.cluster_kernel());
     CHECK(g_ran.cluster_size == cluster);
   }
-  if (path == SamplePath::kSingle) CHECK_FALSE(g_ran.cluster_kernel);
+  if (path == SamplePath::kSingle) CHECK_FALSE(g_ran.cluster_kernel());
   return d;
 }
 

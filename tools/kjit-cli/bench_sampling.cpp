@@ -187,9 +187,9 @@ class PathChoice {
   // After the first call: what the launch took, for the label and the URI.
   void describe_ran(BenchCase& c, ops::FilterConfig cfg) const {
     const int n = ran_.cluster_size;
-    c.label += ran_.cluster_kernel ? fmt::format(" (ran: cluster of {})", n)
-                                   : std::string(" (ran: one block)");
-    cfg.cluster = ran_.cluster_kernel ? 1 : 0;
+    c.label += ran_.cluster_kernel() ? fmt::format(" (ran: cluster of {})", n)
+                                     : std::string(" (ran: one block)");
+    cfg.cluster = ran_.cluster_kernel() ? 1 : 0;
     cfg.mass = ran_.mass;
     c.uri = ops::filter_uri(cfg);
   }

@@ -136,9 +136,10 @@ int sample_mass(const SampleTuning& tuning, bool top_k_rows);
 
 // What a sampler launch ran, for the bench's label and URI.
 struct SampleRan {
-  int cluster_size = 1;         // blocks per row
-  bool cluster_kernel = false;  // the cluster kernel ran (a cluster of cluster_size blocks)
-  int mass = 0;                 // the top-p search (FilterConfig::mass)
+  int cluster_size = 1;  // blocks per row
+  int mass = 0;          // the top-p search (FilterConfig::mass)
+  // The cluster kernel ran (clusters have two blocks or more).
+  bool cluster_kernel() const { return cluster_size > 1; }
 };
 
 // The most blocks a sampling cluster takes.

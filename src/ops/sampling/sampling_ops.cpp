@@ -185,7 +185,7 @@ SampleRan launch_filter(const FilterConfig& cfg, const Batch& b, SamplingParams&
   lc.stream = static_cast<CUstream>(stream);
   if (cfg.op == FilterOp::kSample && tuning.path != SamplePath::kSingle) {
     if (const int n = launch_filter_cluster(cfg, b, p, lc, tuning); n >= 1) {
-      return SampleRan{n, true, cfg.mass};
+      return SampleRan{n, cfg.mass};
     }
   }
   const jit::LoadedKernel& k = jit::JitCore::global().kernel_for("sampling_filter", cfg, b.m.device,
@@ -199,7 +199,7 @@ SampleRan launch_filter(const FilterConfig& cfg, const Batch& b, SamplingParams&
                                       info.smem_reserved, info.max_smem_optin);
   }
   cuda::launch(k.functions.at(0), lc, &p);
-  return SampleRan{1, false, cfg.mass};
+  return SampleRan{1, cfg.mass};
 }
 
 // The renorm / mask output: [batch, vocab] of `dtype`, either input itself (the same view) or
