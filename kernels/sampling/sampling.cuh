@@ -304,7 +304,7 @@ constexpr u32 kRankCap = 512;
 // `synced`: a cluster barrier has passed since every block's histogram was complete (an exchange
 // right before), which then serves as the merge's first.
 KJIT_DEVICE __noinline__ void cluster_merge(int narr, u32* a0, u32* a1, u32* a2, int nb, u32* own,
-                               bool synced = false) {
+                                            bool synced = false) {
   if (!synced) cluster_sync();  // every block's histogram is complete
   const u32 n = cluster_size(), me = cluster_rank();
   const int nq = (nb + 3) >> 2;                  // quads holding bins [0, nb)
@@ -554,6 +554,11 @@ struct FilterRow {
       b = v.s1;
     }
   }
+  // The keys one block's exact top-p list holds (s.own: p.list_cap in dynamic shared memory,
+  // else the static kListLocal).
+  KJIT_DEVICE KJIT_FORCEINLINE u32 list_cap() const {
+    return p.list_cap > 0 ? static_cast<u32>(p.list_cap) : kListLocal;
+  }
   // A block may leave only when no other block of its cluster still reads its shared memory.
   KJIT_DEVICE KJIT_FORCEINLINE void cl_leave() {
     if (cluster) cluster_sync();
@@ -778,6 +783,7 @@ struct FilterRow {
   KJIT_DEVICE KJIT_FORCEINLINE bool send_list(KeyOf key_of, u32 wlo, u32 wspan, double& above) {
     // One block writes its list in place (s.own), a cluster's blocks theirs into s.cnt first.
     u32* const local = cluster ? s.cnt : s.own;
+    const u32 cap = cluster ? kListLocal : list_cap();
     if (threadIdx.x == 0) s.found[3] = 0;
     __syncthreads();
     double a = 0.0;
@@ -787,13 +793,13 @@ struct FilterRow {
         if (key > wlo) a += double(weight(x));
       } else {
         const u32 slot = atomicAdd(reinterpret_cast<u32*>(&s.found[3]), 1u);
-        if (slot < kListLocal) local[slot] = key;
+        if (slot < cap) local[slot] = key;
       }
     });
     a = block_sum<double>(a, s.red_d);  // ends on a barrier: every slot is taken
     const u32 n_local = static_cast<u32>(s.found[3]);
     if constexpr (!cluster) {
-      if (n_local > kListLocal) return false;
+      if (n_local > cap) return false;
       list_n = n_local;
       above = a;
       return true;
@@ -1088,7 +1094,7 @@ struct FilterRow {
         double mass = 0.0;
         for (int b = b0; b <= b1; ++b) mass += exact_bin_mass(s.mhi, s.mlo, w, b);
         const double v = double(nonneg_value(nlo));
-        list_may_fit = !(v > 0.0) || mass <= v * double(kListLocal);
+        list_may_fit = !(v > 0.0) || mass <= v * double(list_cap());
       }
       w.lo = nlo;
       w.hi = nhi;
@@ -1424,14 +1430,17 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
   __shared__ u64 s_red_u64[32];
   __shared__ int s_found[4];
   __shared__ double s_rem;
-  // One block: the top-k list (counting) or the exact top-p window's (mass = 1).
+  // One block: the top-k list (counting) or the exact top-p window's (mass = 1; in dynamic
+  // shared memory instead when p.list_cap > 0, for wide windows).
   __shared__ __align__(16)
       u32 s_own[cluster ? 3 * detail::kOwnBins : (mass ? detail::kListLocal : detail::kRankCap)];
   __shared__ detail::ClusterRed s_xch[2];
   __shared__ detail::ClusterRed s_xin[cluster ? detail::kMaxCluster : 1];
   __shared__ u64 s_rng[2];
+  extern __shared__ __align__(16) unsigned char s_list_dyn[];
+  u32* const own = !cluster && mass && p.list_cap > 0 ? reinterpret_cast<u32*>(s_list_dyn) : s_own;
   const detail::FilterSmem smem{s_cnt,     s_mhi,   s_mlo,  s_seg, s_red_d, s_red_f, s_red_u,
-                                s_red_u64, s_found, &s_rem, s_own, s_xch,   s_xin,   s_rng};
+                                s_red_u64, s_found, &s_rem, own,   s_xch,   s_xin,   s_rng};
 
   detail::FilterRow<dtype, vec, unroll, input, op, cluster, mass> f(p, smem);
   f.prepare();

@@ -36,6 +36,9 @@ struct SamplingParams {
   float min_p;
   float temperature;
   int per_row_seed;  // seed_stride == 1: a row's stream then does not depend on its position
+  // One block a row, exact top-p search: keys its list holds in dynamic shared memory (0: the
+  // kernel's static list of kListLocal keys).
+  int list_cap;
 };
 
 // softmax_kernel (softmax.cuh).

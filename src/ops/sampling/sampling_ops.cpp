@@ -2,6 +2,7 @@
 // before anything is compiled or launched, and nothing here reads device memory or waits for
 // the device, so each op can be captured in a CUDA graph (after its first call has loaded the
 // kernel).
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstring>
@@ -192,11 +193,24 @@ SampleRan launch_filter(const FilterConfig& cfg, const Batch& b, SamplingParams&
                                                                  [&] { return filter_spec(cfg); });
   lc.grid_x = static_cast<unsigned>(b.batch);
   cuda::ScopedDevice scope(b.m.device);
+  const cuda::DeviceInfo& info = cuda::device_info(b.m.device);
   if (tuning.blocks_per_sm > 0) {
-    const cuda::DeviceInfo& info = cuda::device_info(b.m.device);
     lc.smem_bytes =
         cuda::smem_padding_for_blocks(k.functions.at(0), tuning.blocks_per_sm, info.smem_per_sm,
                                       info.smem_reserved, info.max_smem_optin);
+  }
+  // The exact top-p search's list in dynamic shared memory, as wide as the device allows up to
+  // kSampleListMaxKeys: a window of a few thousand keys (a flat row's) then fits, where the
+  // kernel's static 2048 would send the search back to its level passes over the row. It leaves
+  // one 1024-thread block an SM, which cost nothing at the large batches this path serves.
+  p.list_cap = 0;
+  if (cfg.op == FilterOp::kSample && cfg.mass == 1) {
+    const int keys = std::min(
+        kSampleListMaxKeys, (info.max_smem_optin - cuda::static_smem_bytes(k.functions.at(0))) / 4);
+    if (keys > kSampleListStaticKeys) {
+      p.list_cap = keys;
+      lc.smem_bytes = std::max(lc.smem_bytes, static_cast<unsigned>(keys) * 4u);
+    }
   }
   cuda::launch(k.functions.at(0), lc, &p);
   return SampleRan{1, cfg.mass};
