@@ -113,6 +113,15 @@ int max_active_clusters(CUfunction fn, unsigned cluster_x, unsigned block_x, uns
   return n;
 }
 
+int max_active_blocks(CUfunction fn, unsigned block_x, unsigned smem_bytes) {
+  int n = 0;
+  if (driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, static_cast<int>(block_x),
+                                                           smem_bytes) != CUDA_SUCCESS) {
+    return 0;
+  }
+  return n;
+}
+
 unsigned smem_padding_for_blocks(int blocks, int static_bytes, int smem_per_sm, int reserved,
                                  int optin) {
   if (blocks <= 0) return 0;

@@ -39,6 +39,9 @@ void launch_dependent(CUfunction fn, const LaunchConfig& cfg, const void* params
 // How many clusters of `cluster_x` blocks of `block_x` threads (and `smem_bytes` of dynamic
 // shared memory) the device can run at once; 0 when it cannot run one (or the size is refused).
 int max_active_clusters(CUfunction fn, unsigned cluster_x, unsigned block_x, unsigned smem_bytes);
+// How many blocks of `block_x` threads (and `smem_bytes` of dynamic shared memory) of `fn` one SM
+// runs at once (registers, threads and shared memory); 0 when it cannot run one.
+int max_active_blocks(CUfunction fn, unsigned block_x, unsigned smem_bytes);
 
 // The dynamic shared memory (padding: the kernel need not use it) that lets at most `blocks`
 // blocks of a kernel with `static_bytes` of static shared memory share an SM: the SM's

@@ -177,6 +177,19 @@ int launch_filter_cluster(const FilterConfig& cfg, const Batch& b, SamplingParam
   return n;
 }
 
+// The blocks of `threads` threads of the one-block kernel `fn` an SM runs without dynamic shared
+// memory, asked of the driver once per kernel and size, so a call being captured into a graph
+// asks nothing of it after the first.
+int list_blocks_per_sm(CUfunction fn, unsigned threads) {
+  static std::mutex mu;
+  static std::map<std::pair<CUfunction, unsigned>, int> blocks;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = blocks.find({fn, threads});
+  if (it == blocks.end())
+    it = blocks.emplace(std::make_pair(fn, threads), cuda::max_active_blocks(fn, threads, 0)).first;
+  return it->second;
+}
+
 // Launches `cfg` on one block per row or a cluster per row; returns what ran.
 SampleRan launch_filter(const FilterConfig& cfg, const Batch& b, SamplingParams& p, void* stream,
                         const SampleTuning& tuning = {}) {
@@ -199,14 +212,20 @@ SampleRan launch_filter(const FilterConfig& cfg, const Batch& b, SamplingParams&
         cuda::smem_padding_for_blocks(k.functions.at(0), tuning.blocks_per_sm, info.smem_per_sm,
                                       info.smem_reserved, info.max_smem_optin);
   }
-  // The exact top-p search's list in dynamic shared memory, as wide as the device allows up to
-  // kSampleListMaxKeys: a window of a few thousand keys (a flat row's) then fits, where the
-  // kernel's static 2048 would send the search back to its level passes over the row. It leaves
-  // one 1024-thread block an SM, which cost nothing at the large batches this path serves.
+  // The exact top-p search's list in dynamic shared memory, up to kSampleListMaxKeys: a window
+  // of a few thousand keys (a flat row's) then fits, where the kernel's static 2048 would send the
+  // search back to its level passes over the row. It takes the shared memory the blocks an SM
+  // runs anyway leave free (registers and threads decide those: one 1024-thread block, two of
+  // 512), so it never lowers the rows in flight: on the H200 a list as wide as one block allows
+  // cost 512-thread blocks a third of their speed (top-p fp32 B256 167 -> 224 us).
   p.list_cap = 0;
   if (cfg.op == FilterOp::kSample && cfg.mass == 1) {
-    const int keys = std::min(
-        kSampleListMaxKeys, (info.max_smem_optin - cuda::static_smem_bytes(k.functions.at(0))) / 4);
+    const int blocks = tuning.blocks_per_sm > 0 ? tuning.blocks_per_sm
+                                                : list_blocks_per_sm(k.functions.at(0), lc.block_x);
+    const unsigned room =
+        cuda::smem_padding_for_blocks(k.functions.at(0), std::max(blocks, 1), info.smem_per_sm,
+                                      info.smem_reserved, info.max_smem_optin);
+    const int keys = std::min<int>(kSampleListMaxKeys, static_cast<int>(room / 4));
     if (keys > kSampleListStaticKeys) {
       p.list_cap = keys;
       lc.smem_bytes = std::max(lc.smem_bytes, static_cast<unsigned>(keys) * 4u);
