@@ -429,10 +429,10 @@ TEST_CASE("prefill gpu: head dims and dtypes, causal and not", "[gpu][attention]
   }
 }
 
-// The planner's choice: the wgmma kernel on sm_90a at head_dim 64 and 128, the mma.sync kernel
-// elsewhere and at 256. Asked for, the wgmma kernel serves head_dim 64 and 128 on sm_90a in CTAs
-// of 128 rows and is refused elsewhere (256: the mma.sync kernel, checked correct there by every
-// case).
+// The planner's choice: the wgmma kernel on sm_90a at head_dim 64 and 128 (in its persistent form
+// under a causal mask), the mma.sync kernel elsewhere and at 256. Asked for, the wgmma kernel
+// serves head_dim 64 and 128 on sm_90a in CTAs of 128 rows and is refused elsewhere (256: the
+// mma.sync kernel, checked correct there by every case).
 TEST_CASE("prefill gpu: the kernel choice and the fallback", "[gpu][attention][prefill]") {
   const bool hopper = gpu_caps().sm90a();
   const DLDataType bf = dl_dtype("bf16");
@@ -445,6 +445,13 @@ TEST_CASE("prefill gpu: the kernel choice and the fallback", "[gpu][attention][p
     CHECK(plan->data.cfg.kernel == (hopper && d != 256 ? kjit::ops::PrefillKernel::kWgmmaSm90a
                                                        : kjit::ops::PrefillKernel::kMmaSm80));
     kjit_prefill_plan_destroy(plan);
+    for (int causal : {0, 1}) {
+      INFO("causal " << causal);
+      const auto pl = kjit::ops::plan_batch_prefill(qo, kv, 1, 8, 2, d, 16, KJIT_KV_LAYOUT_NHD, bf,
+                                                    bf, causal, 0.0f, 0.0f, -1, 0, nullptr);
+      CHECK(pl.cfg.persistent == (hopper && d != 256 && causal == 1 ? 1 : 0));
+      if (pl.cfg.persistent != 0) CHECK(pl.head_inner == 1);
+    }
     kjit::ops::PrefillTuning t;
     t.kernel = static_cast<int>(kjit::ops::PrefillKernel::kWgmmaSm90a);
     if (hopper && d != 256) {

@@ -120,9 +120,10 @@ OpDef prefill_attention_op_def() {
              {"mma_sm80", "wgmma_sm90a", "wgmma_pingpong_sm90a", "wgmma_persistent_sm90a"},
              false,
              "mma_sm80 (default here, sm_80+), wgmma_sm90a (the Hopper kernel, head_dim 64 / 128: "
-             "what plans on compute capability 9.0 choose), "
+             "what plans without a causal mask choose on compute capability 9.0), "
              "wgmma_pingpong_sm90a (the same with its consumer warpgroups taking turns) or "
-             "wgmma_persistent_sm90a (its persistent form: CTAs walking the tiles)"}};
+             "wgmma_persistent_sm90a (its persistent form, CTAs walking the tiles: what causal "
+             "plans choose there)"}};
   d.arch_families = {"sm_80+", "sm_90a"};
   d.make_spec = [d](const SetArgs& args) { return prefill_spec_from_args(d, args); };
   d.catalog = [] {
@@ -149,15 +150,18 @@ OpDef prefill_attention_op_def() {
            "heads",
            def.name, qo, kv);
     }
-    // The default kernels: mma.sync (sm_80+) and, at head_dim 64 / 128, the wgmma kernel that
-    // sm_90a plans choose (a target compiles the specs its arch runs).
+    // The default kernels: mma.sync (sm_80+) and, at head_dim 64 / 128, the wgmma kernel and its
+    // persistent form that sm_90a plans choose (without / with a causal mask; a target compiles
+    // the specs its arch runs).
     const std::string hd = std::to_string(def.const_axis("head_dim"));
     std::vector<SetArgs> sets{{{"dtype", dtype_name(def.tensor_dtype("q"))},
                                {"head_dim", hd},
                                {"group", std::to_string(qo / kv)}}};
     if (hd == "64" || hd == "128") {
-      sets.push_back(sets.front());
-      sets.back()["kernel"] = "wgmma_sm90a";
+      for (const char* kernel : {"wgmma_sm90a", "wgmma_persistent_sm90a"}) {
+        sets.push_back(sets.front());
+        sets.back()["kernel"] = kernel;
+      }
     }
     return sets;
   };
