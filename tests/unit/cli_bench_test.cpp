@@ -89,6 +89,7 @@ TEST_CASE("cli bench: bad options are usage errors (exit 2), before any GPU work
       "bench --suite smoke rmsnorm",
       "bench --suite smoke --from " + bad_line.string(),
       "bench --suite smoke --match no-such-row",
+      "bench --suite smoke --match '(unclosed'",  // not a regular expression
       "bench --suite smoke --timers nvtx",
       kRms + "--check --no-check",
       kRms + "--iters 0",
@@ -242,6 +243,26 @@ TEST_CASE("cli bench: the committed suites are valid --suite input, family suite
   CHECK(runs.at(0).at("options").at("op") == "rmsnorm");
   CHECK(runs.at(0).at("options").at("timer") == "graph");
   CHECK(runs.at(0).at("options").at("flush") == "none");
+  // --match is a regular expression: anchored, one row; an alternation, either.
+  for (const auto& [pattern, rows] :
+       std::vector<std::pair<std::string, size_t>>{{"'^rmsnorm-64x4096$'", 1},
+                                                   {"'^rmsnorm-64x409$'", 0},
+                                                   {"'^top_p-b1-v32000$|^rmsnorm'", 2},
+                                                   {"'^(empty|decode)'", 2}}) {
+    INFO(pattern);
+    const Run m = cli(dir.path(), "bench --suite smoke --match " + pattern + " --dry-run");
+    if (rows == 0) {
+      CHECK(m.code == 2);
+      continue;
+    }
+    REQUIRE(m.code == 0);
+    std::set<std::string> ops;
+    const auto doc = nlohmann::json::parse(m.out);
+    for (const auto& r : doc.at("runs")) {
+      ops.insert(r.at("options").at("op").get<std::string>());
+    }
+    CHECK(ops.size() == rows);
+  }
   // A suite given as a file, and its rows' options.
   const fs::path own = dir.path() / "own.jsonl";
   kjit::util::write_file_atomic(

@@ -15,6 +15,7 @@
 #include <iterator>
 #include <memory>
 #include <optional>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -161,7 +162,9 @@ std::vector<std::string> suite_dirs() {
   return dirs;
 }
 
-// What `--suite` selects: the suite file, the rows whose name contains `match` (all when empty),
+// What `--suite` selects: the suite file, the rows whose name `match` finds (an ECMAScript regular
+// expression searched in the name, so a plain word selects the names containing it; all when
+// empty),
 // and of those the timings whose timer is in `timers` (all when empty). A row is one Run (one
 // set-up and check, then every timing), `repeat` times.
 struct SuiteSelection {
@@ -185,8 +188,14 @@ SuiteSelection read_suite(const std::string& name, const std::string& match,
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
+  std::regex pattern;
+  try {
+    pattern = std::regex(match, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    throw UsageError("--match '" + match + "' is not a regular expression: " + e.what());
+  }
   for (const SuiteRow& row : sel.suite.rows) {
-    if (!match.empty() && row.name.find(match) == std::string::npos) continue;
+    if (!match.empty() && !std::regex_search(row.name, pattern)) continue;
     BenchOptions o = base;
     o.backends = row.backends;
     if (row.iters > 0) o.iters = row.iters;
@@ -261,7 +270,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--suite", opts->suite,
                   "run a suite: NAME (bench/suites/NAME.jsonl) or a file; its rows give the ops, "
                   "--set values, timers, flushes and backends (docs/bench.md)");
-  cmd->add_option("--match", opts->match, "with --suite: only the rows whose name contains TEXT");
+  cmd->add_option("--match", opts->match,
+                  "with --suite: only the rows whose name this regular expression finds (a plain "
+                  "word: the names containing it; ^name$: one row; a|b: either)");
   cmd->add_option("--timers", opts->timers,
                   "with --suite: only the runs of these timers (comma-separated), e.g. to keep "
                   "CUPTI out of the process that times back-to-back calls");
