@@ -5,6 +5,19 @@
 
 namespace kjit {
 
+// v, which must be the same in every lane of the warp, as a value ptxas also knows to be: a warp
+// reduction (redux.sync) writes a uniform register. Loop bounds and branch conditions built from
+// it are provably warp-uniform, so the shuffles under them compile as plain ones, not behind a
+// divergence check with a collective copy of each (BRA.DIV, WARPSYNC.COLLECTIVE). Must be called
+// by all 32 lanes of the warp.
+KJIT_DEVICE KJIT_FORCEINLINE int uniform_int(int v) {
+#if __CUDA_ARCH__ >= 800
+  return __reduce_max_sync(0xffffffffu, v);
+#else
+  return v;
+#endif
+}
+
 // Butterfly (xor) rather than shfl_down so every lane ends up holding the total, which saves a
 // broadcast afterwards. With WIDTH < 32 each aligned group of WIDTH lanes gets its own sum (xor
 // offsets below WIDTH never cross a group). Must be called by all 32 lanes of the warp.

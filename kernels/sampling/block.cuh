@@ -5,6 +5,7 @@
 
 #include "common/prelude.cuh"
 #include "common/cluster.cuh"
+#include "common/reduce.cuh"
 #include "common/vec.cuh"
 
 namespace kjit {
@@ -76,7 +77,12 @@ struct RowWalk {
     const int lane = int(threadIdx.x) & 31;
     const int stride = step();
     const int end = seg_hi < (vocab + kSeg - 1) / kSeg ? seg_hi * kSeg : vocab;
-    for (int base = (seg_lo + (int(threadIdx.x) >> 5)) * kSeg; base < end; base += stride) {
+    // The warp's index as a value ptxas knows to be warp-uniform (uniform_int): the loop's bounds
+    // are then provably the same in every lane, so the shuffles of seg_end and of the reductions
+    // after a walk compile as plain ones instead of behind a divergence check with a collective
+    // copy of each. Every caller walks with whole warps.
+    const int warp = uniform_int(int(threadIdx.x) >> 5);
+    for (int base = (seg_lo + warp) * kSeg; base < end; base += stride) {
       Vec<T, VEC> v[U];
 #pragma unroll
       for (int u = 0; u < U; ++u) {

@@ -154,10 +154,16 @@ KJIT_DEVICE void find_mass_bins(const u32* cnt, const u32* mhi, const u32* mlo, 
   const int r1 = r0 + per < nb ? r0 + per : nb;
   // Two walks over the thread's bins, the thread's sums then (after the block scan) the
   // crossings; one loop runs both so that `bounds` (fp64 divisions) is in the kernel once.
+  // The inner loop runs the block's largest count in every lane (a lane past its bins skips), a
+  // count ptxas sees as warp-uniform (uniform_int), so the scans between the walks compile as
+  // plain shuffles rather than behind a divergence check with a collective copy of each.
+  const int per_u = uniform_int(per);
   double run_lo = 0.0, run_hi = 0.0;
 #pragma unroll 1
   for (int walk = 0; walk < 2; ++walk) {
-    for (int r = r0; r < r1; ++r) {
+    for (int k = 0; k < per_u; ++k) {
+      const int r = r0 + k;
+      if (r >= r1) continue;
       const int b = nb - 1 - r;
       double lo, hi;
       bounds(b, lo, hi);
@@ -1202,7 +1208,10 @@ struct FilterRow {
     static_assert(kV * sizeof(double) <= kBins * sizeof(u32), "the prefixes fit s.cnt");
     double* incl_v = reinterpret_cast<double*>(s.cnt);  // [kV] inclusive, per virtual warp
     double* wscan_s = s.red_d + 32;                     // [32] inclusive over warp totals
-    for (int v = int(threadIdx.x); v < kV; v += int(blockDim.x)) {  // warp-uniform
+    // A warp's rounds from its first lane's index (uniform_int): the loop is then warp-uniform to
+    // ptxas too, and its shuffles compile without a divergence check (kV is a multiple of 32).
+    for (int vb = uniform_int(int(threadIdx.x) & ~31); vb < kV; vb += int(blockDim.x)) {
+      const int v = vb + lane;
       double incl = v < nseg ? double(s.seg[v]) : 0.0;
 #pragma unroll
       for (int o = 1; o < 32; o <<= 1) {
