@@ -290,6 +290,7 @@ constexpr int kOwnBins = kBins / 2;  // clusters of >= 2 blocks
 // List mode (see filter_kernel): a block collects at most kListLocal keys (in its s_cnt), the
 // leader's list holds at most kListCap (in its s_own).
 constexpr u32 kListLocal = kBins;
+static_assert(kListLocal == u32(kListStaticKeys), "the host sizes list_cap against kListLocal");
 constexpr u32 kListCap = 3 * kOwnBins;
 // A top-k list of at most kRankCap keys is finished by ranking (see rank_finish).
 constexpr u32 kRankCap = 512;

@@ -10,6 +10,10 @@ namespace sampling {
 // SamplingParams::filters bits.
 enum : int { kFilterTopK = 1, kFilterTopP = 2, kFilterMinP = 4 };
 
+// One block's exact top-p list: the keys filter_kernel's static list holds (its kListLocal);
+// SamplingParams::list_cap above it moves the list into dynamic shared memory.
+enum : int { kListStaticKeys = 2048 };
+
 // filter_kernel (sampling.cuh). A per-row array, when not null, replaces the scalar beside it.
 struct SamplingParams {
   const void* input;                 // [rows, vocab] probabilities or logits, row stride in_stride

@@ -133,14 +133,10 @@ unsigned smem_padding_for_blocks(int blocks, int static_bytes, int smem_per_sm, 
 unsigned smem_padding_for_blocks(CUfunction fn, int blocks, int smem_per_sm, int reserved,
                                  int optin) {
   if (blocks <= 0) return 0;
-  return smem_padding_for_blocks(blocks, static_smem_bytes(fn), smem_per_sm, reserved, optin);
-}
-
-int static_smem_bytes(CUfunction fn) {
   int static_bytes = 0;
   KJIT_CU_CHECK(
       driver().cuFuncGetAttribute(&static_bytes, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn));
-  return static_bytes;
+  return smem_padding_for_blocks(blocks, static_bytes, smem_per_sm, reserved, optin);
 }
 
 }  // namespace kjit::cuda

@@ -53,7 +53,5 @@ unsigned smem_padding_for_blocks(int blocks, int static_bytes, int smem_per_sm, 
 // The same for `fn` on a device with `smem_per_sm`, `reserved` and `optin` (DeviceInfo's).
 unsigned smem_padding_for_blocks(CUfunction fn, int blocks, int smem_per_sm, int reserved,
                                  int optin);
-// fn's static shared memory in bytes (the driver's attribute).
-int static_smem_bytes(CUfunction fn);
 
 }  // namespace kjit::cuda

@@ -164,9 +164,8 @@ std::vector<std::string> suite_dirs() {
 
 // What `--suite` selects: the suite file, the rows whose name `match` finds (an ECMAScript regular
 // expression searched in the name, so a plain word selects the names containing it; all when
-// empty),
-// and of those the timings whose timer is in `timers` (all when empty). A row is one Run (one
-// set-up and check, then every timing), `repeat` times.
+// empty), and of those the timings whose timer is in `timers` (all when empty). A row is one Run
+// (one set-up and check, then every timing), `repeat` times.
 struct SuiteSelection {
   Suite suite;
   std::string path;

@@ -146,9 +146,8 @@ struct SampleRan {
 inline constexpr int kSampleMaxCluster = 16;
 
 // One block a row, exact top-p search: the most keys its list takes in dynamic shared memory
-// (SamplingParams::list_cap), and the kernel's static list (kListLocal) it replaces.
+// (SamplingParams::list_cap, in place of the kernel's static sampling::kListStaticKeys).
 inline constexpr int kSampleListMaxKeys = 32768;
-inline constexpr int kSampleListStaticKeys = 2048;
 // The smallest vocabulary the automatic choice splits over a cluster: below it one block is
 // already short, and a cluster's barriers would cost more than its split saves.
 inline constexpr int64_t kSampleClusterMinVocab = 16384;

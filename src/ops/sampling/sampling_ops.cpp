@@ -177,16 +177,29 @@ int launch_filter_cluster(const FilterConfig& cfg, const Batch& b, SamplingParam
   return n;
 }
 
-// The blocks of `threads` threads of the one-block kernel `fn` an SM runs without dynamic shared
-// memory, asked of the driver once per kernel and size, so a call being captured into a graph
-// asks nothing of it after the first.
-int list_blocks_per_sm(CUfunction fn, unsigned threads) {
+// The keys the exact top-p search's list of the one-block kernel `fn` (blocks of `threads`)
+// takes in dynamic shared memory, up to kSampleListMaxKeys; 0: the kernel's static list. A
+// window of a few thousand keys (a flat row's) then fits, where the static list would send the
+// search back to its level passes over the row. The list takes the shared memory the blocks an
+// SM runs anyway leave free: `blocks_per_sm` when the tuning caps them, else as many as registers
+// and threads allow (one 1024-thread block, two of 512), so it never lowers the rows in flight
+// (on the H200 a list as wide as one block allows cost 512-thread blocks a third of their speed,
+// top-p fp32 B256 167 -> 224 us). Asked of the driver once per kernel, size and cap, so a call
+// being captured into a graph asks nothing of it after the first.
+int list_keys(CUfunction fn, unsigned threads, int blocks_per_sm, const cuda::DeviceInfo& info) {
   static std::mutex mu;
-  static std::map<std::pair<CUfunction, unsigned>, int> blocks;
+  static std::map<std::tuple<CUfunction, unsigned, int>, int> keys;
   std::lock_guard<std::mutex> lock(mu);
-  auto it = blocks.find({fn, threads});
-  if (it == blocks.end())
-    it = blocks.emplace(std::make_pair(fn, threads), cuda::max_active_blocks(fn, threads, 0)).first;
+  auto it = keys.find({fn, threads, blocks_per_sm});
+  if (it == keys.end()) {
+    const int blocks = blocks_per_sm > 0 ? blocks_per_sm : cuda::max_active_blocks(fn, threads, 0);
+    const unsigned room = cuda::smem_padding_for_blocks(fn, std::max(blocks, 1), info.smem_per_sm,
+                                                        info.smem_reserved, info.max_smem_optin);
+    const int n = std::min<int>(kSampleListMaxKeys, static_cast<int>(room / 4));
+    it = keys.emplace(std::make_tuple(fn, threads, blocks_per_sm),
+                      n > sampling::kListStaticKeys ? n : 0)
+             .first;
+  }
   return it->second;
 }
 
@@ -212,25 +225,11 @@ SampleRan launch_filter(const FilterConfig& cfg, const Batch& b, SamplingParams&
         cuda::smem_padding_for_blocks(k.functions.at(0), tuning.blocks_per_sm, info.smem_per_sm,
                                       info.smem_reserved, info.max_smem_optin);
   }
-  // The exact top-p search's list in dynamic shared memory, up to kSampleListMaxKeys: a window
-  // of a few thousand keys (a flat row's) then fits, where the kernel's static 2048 would send the
-  // search back to its level passes over the row. It takes the shared memory the blocks an SM
-  // runs anyway leave free (registers and threads decide those: one 1024-thread block, two of
-  // 512), so it never lowers the rows in flight: on the H200 a list as wide as one block allows
-  // cost 512-thread blocks a third of their speed (top-p fp32 B256 167 -> 224 us).
-  p.list_cap = 0;
-  if (cfg.op == FilterOp::kSample && cfg.mass == 1) {
-    const int blocks = tuning.blocks_per_sm > 0 ? tuning.blocks_per_sm
-                                                : list_blocks_per_sm(k.functions.at(0), lc.block_x);
-    const unsigned room =
-        cuda::smem_padding_for_blocks(k.functions.at(0), std::max(blocks, 1), info.smem_per_sm,
-                                      info.smem_reserved, info.max_smem_optin);
-    const int keys = std::min<int>(kSampleListMaxKeys, static_cast<int>(room / 4));
-    if (keys > kSampleListStaticKeys) {
-      p.list_cap = keys;
-      lc.smem_bytes = std::max(lc.smem_bytes, static_cast<unsigned>(keys) * 4u);
-    }
-  }
+  // The exact top-p search's list in dynamic shared memory (list_keys).
+  p.list_cap = cfg.op == FilterOp::kSample && cfg.mass == 1
+                   ? list_keys(k.functions.at(0), lc.block_x, tuning.blocks_per_sm, info)
+                   : 0;
+  lc.smem_bytes = std::max(lc.smem_bytes, static_cast<unsigned>(p.list_cap) * 4u);
   cuda::launch(k.functions.at(0), lc, &p);
   return SampleRan{1, cfg.mass};
 }
