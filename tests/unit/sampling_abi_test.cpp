@@ -594,6 +594,18 @@ TEST_CASE("sampling ops: vector width follows alignment and vocabulary", "[sampl
   CHECK(ops::sampling_block_threads(7, 1, 8) == 32);
   CHECK(ops::sampling_block_threads(128256, 4, 2) == 1024);
   CHECK(ops::sampling_block_threads(1000, 4, 2) == 128);
+  // More rows than SMs whose wave overflows the L2, with a top-k / top-p search: 512-thread
+  // blocks (two an SM); otherwise the plan's width.
+  const int64_t fp32_row = 128256 * 4, bf16_row = 128256 * 2, l2 = 50 << 20;
+  const int topp = kjit::sampling::kFilterTopP, topk = kjit::sampling::kFilterTopK;
+  const int minp = kjit::sampling::kFilterMinP;
+  CHECK(ops::sampling_single_block_threads(1024, 132, 132, fp32_row, l2, topp) == 1024);
+  CHECK(ops::sampling_single_block_threads(1024, 133, 132, fp32_row, l2, topp) ==
+        ops::kSampleSplitThreads);
+  CHECK(ops::sampling_single_block_threads(1024, 1024, 132, fp32_row, l2, topk | minp) == 512);
+  CHECK(ops::sampling_single_block_threads(1024, 1024, 132, bf16_row, l2, topk | topp) == 1024);
+  CHECK(ops::sampling_single_block_threads(1024, 1024, 132, fp32_row, l2, minp) == 1024);
+  CHECK(ops::sampling_single_block_threads(128, 1024, 132, fp32_row, l2, topp) == 128);
 }
 
 TEST_CASE("sampling ops: unsupported combinations are named", "[sampling]") {

@@ -103,6 +103,14 @@ int sampling_block_threads(int64_t vocab, int vec, int unroll) {
   return static_cast<int>(std::clamp<int64_t>(t, 32, 1024));
 }
 
+int sampling_single_block_threads(int wide, int64_t batch, int sm_count, int64_t row_bytes,
+                                  int64_t l2_bytes, int filters) {
+  const bool search = (filters & (sampling::kFilterTopK | sampling::kFilterTopP)) != 0;
+  const bool overflows_l2 = int64_t{sm_count} * row_bytes > l2_bytes;
+  if (batch <= sm_count || !overflows_l2 || !search) return wide;
+  return std::min(wide, kSampleSplitThreads);
+}
+
 int sampling_cluster_block_threads(int64_t share) {
   int64_t t = (share + 15) / 16;
   t = (t + 31) / 32 * 32;

@@ -88,6 +88,22 @@ std::string argmax_uri(const RowConfig& cfg);
 
 // Threads per block for a row of `vocab` elements read `vec * unroll` per thread per step.
 int sampling_block_threads(int64_t vocab, int vec, int unroll);
+// The one-block sampler's threads: `wide` (sampling_block_threads), or at most
+// kSampleSplitThreads where the rows outnumber the SMs, one wave of `wide` blocks' rows already
+// overflows the L2 (`row_bytes` each), and the rows search a top-k or top-p threshold (`filters`,
+// SamplingParams' bits). The kernel's 1024-thread launch bound keeps it within 64 registers (one
+// 1024-thread block an SM), so two 512-thread blocks then share an SM: one block's barriers,
+// scans and searches between passes overlap the other's loads, and up to twice the SMs' rows run
+// in one wave. Where the rows in flight fit the L2, a row's later passes find it there and
+// narrower blocks (more rows in flight) lose that. Bench rows -t512 against the plan's 1024
+// threads, V 128256, the same call: H100 (2026-12-06), top-p fp32 probabilities B256 161.6 ->
+// 142.9 us, B1024 632.9 -> 555.3; H200 (2026-12-06), top-k probabilities B256 115.4 -> 105.8,
+// top-k + top-p probabilities 124.2 -> 110.6, fp32 logits 142.6 -> 124.3, but bf16 logits (34 MB
+// a wave, within the L2) 108.1 -> 112.2 and B1024 424.8 -> 433.6, min-p alone (two passes, no
+// search) 69.7 -> 93.2.
+inline constexpr int kSampleSplitThreads = 512;
+int sampling_single_block_threads(int wide, int64_t batch, int sm_count, int64_t row_bytes,
+                                  int64_t l2_bytes, int filters);
 // The most threads a cluster block takes (the kernel's kClusterMaxThreads: its launch bound).
 inline constexpr int kSampleClusterMaxThreads = 512;
 // Threads per block of a sampling cluster whose blocks each walk `share` elements: about 16 a

@@ -220,6 +220,11 @@ SampleRan launch_filter(const FilterConfig& cfg, const Batch& b, SamplingParams&
   lc.grid_x = static_cast<unsigned>(b.batch);
   cuda::ScopedDevice scope(b.m.device);
   const cuda::DeviceInfo& info = cuda::device_info(b.m.device);
+  if (cfg.op == FilterOp::kSample && tuning.threads == 0) {
+    lc.block_x = static_cast<unsigned>(sampling_single_block_threads(
+        static_cast<int>(lc.block_x), b.batch, info.sm_count,
+        b.vocab * static_cast<int64_t>(dtype_size(cfg.dtype)), info.l2_bytes, p.filters));
+  }
   if (tuning.blocks_per_sm > 0) {
     lc.smem_bytes =
         cuda::smem_padding_for_blocks(k.functions.at(0), tuning.blocks_per_sm, info.smem_per_sm,
