@@ -242,8 +242,9 @@ TEST_CASE("gemm_fp8 gpu: every scale mode, small and odd shapes, both paths", "[
                                                                        {128, 256, 16},
                                                                        {129, 129, 528}}) {
         Case c{mode, od, m, n, k};
+        // The decode kernel up to 64 rows, and up to 128 where K exceeds 8192 (not here).
         const ops::GemmPath want =
-            fast == ops::GemmPath::kSm90 && m <= 128 ? ops::GemmPath::kSm90Decode : fast;
+            fast == ops::GemmPath::kSm90 && m <= 64 ? ops::GemmPath::kSm90Decode : fast;
         CHECK(path_for(c) == want);
         run_case(c, rng);
       }
@@ -389,9 +390,12 @@ TEST_CASE("gemm_fp8 gpu: the mma.sync kernel serves 16-byte rows TMA refuses, ev
 TEST_CASE("gemm_fp8 gpu: the tensor-core paths take every TMA-ready shape",
           "[gpu][gemm][fp8][sm90a]") {
   for (const char* mode : kModes) {
-    for (int64_t m : {int64_t{1}, int64_t{64}, int64_t{128}}) {
+    for (int64_t m : {int64_t{1}, int64_t{64}}) {
       CHECK(path_for({mode, "bf16", m, 4096, 4096}) == ops::GemmPath::kSm90Decode);
     }
+    // Past 64 rows the decode kernel only where K exceeds 8192 (gemm_tiles_beat_decode).
+    CHECK(path_for({mode, "bf16", 128, 4096, 4096}) == ops::GemmPath::kSm90);
+    CHECK(path_for({mode, "bf16", 128, 4096, 14336}) == ops::GemmPath::kSm90Decode);
     CHECK(path_for({mode, "bf16", 4096, 4096, 4096}) == ops::GemmPath::kSm90);
     // 224 weight tiles: past 64 rows the 128-wide tiles already cover the SMs.
     CHECK(path_for({mode, "bf16", 128, 28672, 4096}) == ops::GemmPath::kSm90);
@@ -400,7 +404,8 @@ TEST_CASE("gemm_fp8 gpu: the tensor-core paths take every TMA-ready shape",
 
 TEST_CASE("gemm_fp8 gpu: the decode kernel, every scale mode and token tile, split K",
           "[gpu][gemm][fp8][sm90a]") {
-  // Every token tile (m = 1, 7, 16 | 17 | 64 | 65, 128), n off the 128-row weight tile, k a
+  // Every token tile (m = 1, 7, 16 | 17 | 64 | 65, 128; past 64 rows K above 8192, where the
+  // plan keeps the decode kernel), n off the 128-row weight tile, k a
   // multiple of 16 (TMA's rule for e4m3 rows) but not of 128 where it can be (the last chunk
   // partial; block scales have ceil(k / 128) chunks, so every mode takes such k), long enough
   // that the cluster splits K (unevenly: 65 chunks over up to 8 blocks) and short enough that it
@@ -415,7 +420,7 @@ TEST_CASE("gemm_fp8 gpu: the decode kernel, every scale mode and token tile, spl
                                                                        {17, 1000, 4112},
                                                                        {64, 257, 3088},
                                                                        {65, 1000, 8208},
-                                                                       {128, 129, 1024}}) {
+                                                                       {128, 129, 8224}}) {
         Case c{mode, od, m, n, k};
         c.wide_block_scales = std::string(mode) == "block" && k > 1024;
         CHECK(path_for(c) == ops::GemmPath::kSm90Decode);

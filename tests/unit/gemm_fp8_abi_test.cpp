@@ -426,15 +426,22 @@ TEST_CASE("gemm_fp8: select takes the decode kernel where kjit_gemm takes its de
     }
   }
   // Past 64 rows only where n has fewer 128-row tiles than SMs (kjit_gemm's rule): 28672 rows
-  // are 224 tiles on 132 SMs.
+  // are 224 tiles on 132 SMs; and only where K exceeds 8192 (gemm_tiles_beat_decode).
   CHECK(ops::select_gemm_fp8(bf16, Fp8Scales::kTensorRow, 64, 28672, 4096, h100(true)).path ==
         GemmPath::kSm90Decode);
   CHECK(ops::select_gemm_fp8(bf16, Fp8Scales::kTensorRow, 65, 28672, 4096, h100(true)).path ==
         GemmPath::kSm90);
-  CHECK(ops::select_gemm_fp8(bf16, Fp8Scales::kBlock, 128, 6144, 4096, h100(true)).path ==
+  CHECK(ops::select_gemm_fp8(bf16, Fp8Scales::kBlock, 64, 6144, 4096, h100(true)).path ==
         GemmPath::kSm90Decode);
-  CHECK(ops::select_gemm_fp8(bf16, Fp8Scales::kBlock, 129, 6144, 4096, h100(true)).path ==
-        GemmPath::kSm90);
+  for (const int64_t m : {65, 128, 129}) {
+    INFO("m " << m);
+    CHECK(ops::select_gemm_fp8(bf16, Fp8Scales::kBlock, m, 6144, 4096, h100(true)).path ==
+          GemmPath::kSm90);
+    CHECK(ops::select_gemm_fp8(bf16, Fp8Scales::kTensorRow, m, 8192, 8192, h100(true)).path ==
+          GemmPath::kSm90);
+  }
+  CHECK(ops::select_gemm_fp8(bf16, Fp8Scales::kTensorRow, 128, 8192, 8208, h100(true)).path ==
+        GemmPath::kSm90Decode);
   // Not without TMA-ready operands, nor on plain sm_90 or sm_89.
   ops::GemmTarget no_tma = h100(false);
   no_tma.cp_async_ok = true;

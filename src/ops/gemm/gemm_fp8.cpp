@@ -115,15 +115,6 @@ GemmFp8Config select_gemm_fp8(DType out_dtype, Fp8Scales scales, int64_t m, int6
   GemmFp8Config c;
   c.out_dtype = out_dtype;
   c.scales = scales;
-  // Few rows: a stream of the weight, as kjit_gemm's decode path (its k in 16-bit elements).
-  const GemmDecodeTile tile =
-      gemm_decode_tile(target, m, n, (k + 1) / 2, gemm::gemm_fp8_decode_blocks_per_sm);
-  if (tile.tokens != 0) {
-    c.path = GemmPath::kSm90Decode;
-    c.tokens = tile.tokens;
-    c.stages = tile.stages;
-    return c;
-  }
   // One tile width: the promotion's second set of accumulators leaves no registers for 256
   // (kernels/gemm/gemm_fp8_sm90.cuh); the bf16 kernel's 6 stages at that width. The one-tile
   // kernel: the persistent form (GemmFp8Tuning::tactic sm90_bn128_s6_p) is unmeasured. Predicted
@@ -132,7 +123,22 @@ GemmFp8Config select_gemm_fp8(DType out_dtype, Fp8Scales scales, int64_t m, int6
   // ~10%.
   const int bn = 128;
   const int stages = 6;
-  if (sm90_can_run(target, m, n, k, bn, stages)) {
+  const bool tiles = sm90_can_run(target, m, n, k, bn, stages);
+  // Few rows: a stream of the weight, as kjit_gemm's decode path (its k in 16-bit elements).
+  // Past 64 rows each decode block rereads the tokens' K slice, and the tiles win wherever K is
+  // at most 8192, kjit_gemm's rule (gemm_tiles_beat_decode) in K elements: H100 (2026-12-06,
+  // one call, cupti read) 128 x 8192 x 8192 on the tiles 30.1 / 30.4 / 48.8 us (per tensor /
+  // row / 128-block scales) against the decode kernel's 43.0 / 43.5 / 62.2, while at
+  // 128 x 4096 x 14336 the decode kernel's 40.2 / 40.3 / 70.0 beat 44.3 / 44.6 / 79.5.
+  const GemmDecodeTile tile =
+      gemm_decode_tile(target, m, n, (k + 1) / 2, gemm::gemm_fp8_decode_blocks_per_sm);
+  if (tile.tokens != 0 && !(tiles && m > 64 && gemm_tiles_beat_decode(target, m, n, k))) {
+    c.path = GemmPath::kSm90Decode;
+    c.tokens = tile.tokens;
+    c.stages = tile.stages;
+    return c;
+  }
+  if (tiles) {
     c.path = GemmPath::kSm90;
     c.bn = bn;
     c.stages = stages;
