@@ -89,6 +89,9 @@ def round_entry(name, folder):
     rows = bench_rows(folder)
     gpus = sorted({r["gpu"] for r in rows if isinstance(r.get("gpu"), str)})
     drivers = sorted({str(r["driver"]) for r in rows if isinstance(r.get("driver"), str)})
+    named = re.search(r"\*\*(NVIDIA [^*]+)\*\*", readme)
+    if not gpus and named:
+        gpus = [named.group(1)]
     if not gpus and "H200" in readme:
         gpus = ["NVIDIA H200"]
     if not drivers:
