@@ -669,7 +669,9 @@ KJIT_API void kjit_prefill_options_init(kjit_prefill_options* options);
  *   size 1..16 (larger: KJIT_ERROR_UNSUPPORTED). head_dim: 64, 128 or 256 (others: UNSUPPORTED).
  * page_size: >= 1 for a paged KV (any size), 0 for a ragged KV. layout: KJIT_KV_LAYOUT_NHD or
  *   _HND (paged only; ignored when page_size = 0).
- * q_dtype: bf16 or fp16; kv_dtype: the same (fp8 KV: KJIT_ERROR_UNSUPPORTED for now).
+ * q_dtype: bf16 or fp16; kv_dtype: the same, or fp8 e4m3 (as kjit_batch_decode_plan takes it:
+ *   KJIT_DL_FLOAT8_E4M3FN or raw 8-bit kDLUInt), whose keys and values the runs multiply by
+ *   k_scale / v_scale; such plans run the mma.sync kernel (fp16 MMAs) on every device.
  * options: NULL for the defaults (causal).
  * device_id: the CUDA device the runs use (its shared memory is queried when a driver is
  *   present). Thread-safe.
@@ -704,7 +706,7 @@ KJIT_API void kjit_prefill_plan_destroy(kjit_prefill_plan* plan);
  *   Rows no request owns are not written.
  * lse: NULL, or [total_q, num_qo_heads] fp32 (natural log), strides free.
  *   out, lse and workspace must not overlap each other or any input.
- * k_scale, v_scale: finite, > 0 (1 for these 16-bit caches).
+ * k_scale, v_scale: finite, > 0 (the fp8 caches' dequantization scales; 1 for 16-bit caches).
  * batch = 0 is a successful no-op after validation. The first run of a specialization may
  * compile or load it: run once before capturing a graph. Thread-safe.
  */

@@ -18,6 +18,12 @@
 // pre-scaled by log2e), then O += P V with P taken from S's accumulators as the A operand without
 // a shuffle (the m16n8k16 C and A layouts line up). Tiles past the causal diagonal or before the
 // window are never loaded; only tiles that cross a boundary evaluate the mask per element.
+//
+// fp8 e4m3 keys and values (kv_fp8 = 1): the MMAs run in fp16 (mma_dtype __half), Q converted on
+// its load and each K / V row converted as decode does (e4m3x4_to_half2x2_scaled: v * 2^-8,
+// exact; the host folds 2^8 into score_scale and v_scale). Those rows are read by plain loads and
+// stored converted, not by cp.async, so this path is correct everywhere but does not overlap its
+// loads with the MMAs as the 16-bit one does; the Hopper kernel does not take fp8 yet.
 #pragma once
 
 #include "attention/attention_params.h"
@@ -27,6 +33,16 @@
 
 namespace kjit {
 namespace attention {
+
+// std::is_same, which NVRTC has no header for (the fp8-KV path's type checks).
+template <typename A, typename B>
+struct is_same_type {
+  static constexpr bool value = false;
+};
+template <typename A>
+struct is_same_type<A, A> {
+  static constexpr bool value = true;
+};
 
 // The CTA's work: request b, its rows and keys, and the packed rows [m0, m0 + kRows) it owns.
 struct PrefillWork {
@@ -211,10 +227,13 @@ struct PrefillSmem {
 
 // The rows [m0, m0 + 16 x warps) of the Q tile into shared memory (cp.async; rows past the
 // request's are zero).
-template <typename dtype, int head_dim, int warps>
+// mma_dtype other than dtype (the fp8-KV path's fp16 MMAs): each chunk is read, converted and
+// stored instead.
+template <typename dtype, int head_dim, int warps, typename mma_dtype = dtype>
 KJIT_DEVICE KJIT_FORCEINLINE void load_q_tile(const PrefillParams& p, const PrefillWork& w, int h,
                                               unsigned char* q_s) {
   constexpr int kRowBytes = head_dim * 2, kChunks = head_dim / 8, kRows = 16 * warps;
+  constexpr bool kConvert = !is_same_type<dtype, mma_dtype>::value;
   const int q_rows = w.q_len * p.group;
   for (int i = int(threadIdx.x); i < kRows * kChunks; i += 32 * warps) {
     const int r = i / kChunks, ch = i % kChunks;
@@ -227,7 +246,20 @@ KJIT_DEVICE KJIT_FORCEINLINE void load_q_tile(const PrefillParams& p, const Pref
              (long long)(h * p.group + m % p.group) * p.q_sh + ch * 8;
       bytes = 16;
     }
-    cp_async<16>(smem_addr(q_s + swz<kRowBytes>(r, ch)), src, bytes);
+    if constexpr (kConvert) {
+      uint4 x = make_uint4(0u, 0u, 0u, 0u);
+      if (bytes != 0) x = *reinterpret_cast<const uint4*>(src);
+      u32 in[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const dtype* v = reinterpret_cast<const dtype*>(&in[e]);
+        in[e] = pack2<mma_dtype>(to_float(v[0]), to_float(v[1]));
+      }
+      *reinterpret_cast<uint4*>(q_s + swz<kRowBytes>(r, ch)) =
+          make_uint4(in[0], in[1], in[2], in[3]);
+    } else {
+      cp_async<16>(smem_addr(q_s + swz<kRowBytes>(r, ch)), src, bytes);
+    }
   }
 }
 
@@ -261,17 +293,42 @@ struct KvLoader {
 
   // Issues the copies of the tile looked up last into stage buffers k_s / v_s; returns whether
   // this thread's key has a valid row (keys past kv_len count as valid: the bound masks them).
-  template <typename dtype>
+  // kv_fp8: the row's e4m3 bytes (8 a chunk) are read now and stored as fp16 * 2^-8, so they are
+  // in shared memory before the barrier that precedes the tile's use, as cp.async's would be.
+  template <typename dtype, bool kv_fp8 = false>
   KJIT_DEVICE KJIT_FORCEINLINE void issue(const PrefillParams& p, unsigned char* k_s,
                                           unsigned char* v_s) const {
-    const dtype* kp = static_cast<const dtype*>(p.k) + (ok ? k_off : 0);
-    const dtype* vp = static_cast<const dtype*>(p.v) + (ok ? v_off : 0);
-    const int bytes = ok ? 16 : 0;
+    if constexpr (kv_fp8) {
+      const unsigned char* kp = static_cast<const unsigned char*>(p.k) + (ok ? k_off : 0);
+      const unsigned char* vp = static_cast<const unsigned char*>(p.v) + (ok ? v_off : 0);
+      uint2 kx[kCopies], vx[kCopies];
 #pragma unroll
-    for (int i = 0; i < kCopies; ++i) {
-      const int ch = part + i * kThreadsPerRow;
-      cp_async<16>(smem_addr(k_s + swz<kRowBytes>(row, ch)), kp + ch * 8, bytes);
-      cp_async<16>(smem_addr(v_s + swz<kRowBytes>(row, ch)), vp + ch * 8, bytes);
+      for (int i = 0; i < kCopies; ++i) {
+        const int ch = part + i * kThreadsPerRow;
+        kx[i] = ok ? __ldg(reinterpret_cast<const uint2*>(kp + ch * 8)) : make_uint2(0u, 0u);
+        vx[i] = ok ? __ldg(reinterpret_cast<const uint2*>(vp + ch * 8)) : make_uint2(0u, 0u);
+      }
+#pragma unroll
+      for (int i = 0; i < kCopies; ++i) {
+        const int ch = part + i * kThreadsPerRow;
+        uint4 ky, vy;
+        e4m3x4_to_half2x2_scaled(kx[i].x, ky.x, ky.y);
+        e4m3x4_to_half2x2_scaled(kx[i].y, ky.z, ky.w);
+        e4m3x4_to_half2x2_scaled(vx[i].x, vy.x, vy.y);
+        e4m3x4_to_half2x2_scaled(vx[i].y, vy.z, vy.w);
+        *reinterpret_cast<uint4*>(k_s + swz<kRowBytes>(row, ch)) = ky;
+        *reinterpret_cast<uint4*>(v_s + swz<kRowBytes>(row, ch)) = vy;
+      }
+    } else {
+      const dtype* kp = static_cast<const dtype*>(p.k) + (ok ? k_off : 0);
+      const dtype* vp = static_cast<const dtype*>(p.v) + (ok ? v_off : 0);
+      const int bytes = ok ? 16 : 0;
+#pragma unroll
+      for (int i = 0; i < kCopies; ++i) {
+        const int ch = part + i * kThreadsPerRow;
+        cp_async<16>(smem_addr(k_s + swz<kRowBytes>(row, ch)), kp + ch * 8, bytes);
+        cp_async<16>(smem_addr(v_s + swz<kRowBytes>(row, ch)), vp + ch * 8, bytes);
+      }
     }
   }
 };
@@ -482,10 +539,14 @@ KJIT_DEVICE KJIT_FORCEINLINE void store_rows(const PrefillParams& p, const Prefi
 
 // Launch contract: grid the plan's CTA tiles x num_kv_heads (prefill_cta), block 32 x warps,
 // PrefillSmem::kTotal bytes of dynamic shared memory. q, k, v and out rows 16-byte aligned
-// (strides multiples of 8 elements), out and lse not overlapping the inputs.
-template <typename dtype, int head_dim, int warps, int kv_tile>
+// (strides multiples of 8 elements; fp8 k / v: of 16), out and lse not overlapping the inputs.
+// kv_fp8 = 1: k and v are e4m3 and mma_dtype is __half (see the top of this file).
+template <typename dtype, int head_dim, int warps, int kv_tile, typename mma_dtype = dtype,
+          int kv_fp8 = 0>
 __global__ void __launch_bounds__(32 * warps)
     prefill_kernel(const __grid_constant__ PrefillParams p) {
+  static_assert(kv_fp8 == 0 || is_same_type<mma_dtype, __half>::value,
+                "fp8 keys and values run fp16 MMAs");
   using Smem = PrefillSmem<head_dim, warps, kv_tile>;
   using Loader = KvLoader<head_dim, warps, kv_tile>;
   constexpr int kRows = 16 * warps;
@@ -521,9 +582,9 @@ __global__ void __launch_bounds__(32 * warps)
 
   if (first_tile < end_tile) {
     Loader ld;
-    load_q_tile<dtype, head_dim, warps>(p, w, h, q_s);
+    load_q_tile<dtype, head_dim, warps, mma_dtype>(p, w, h, q_s);
     ld.look_up(p, w, h, first_tile * kv_tile);
-    ld.template issue<dtype>(p, k_s, v_s);
+    ld.template issue<dtype, kv_fp8 != 0>(p, k_s, v_s);
     bool mine_ok = ld.ok || first_tile * kv_tile + ld.row >= w.kv_len;
     if (ld.part == 0) valid_s[0][ld.row] = mine_ok ? 1 : 0;
     cp_async_commit();
@@ -535,7 +596,8 @@ __global__ void __launch_bounds__(32 * warps)
       bool next_ok = true;
       if (t + 1 < end_tile) {
         // The other stage was last read by the tile before this one (a barrier ago).
-        ld.template issue<dtype>(p, k_s + (stage ^ 1) * kTileBytes, v_s + (stage ^ 1) * kTileBytes);
+        ld.template issue<dtype, kv_fp8 != 0>(p, k_s + (stage ^ 1) * kTileBytes,
+                                              v_s + (stage ^ 1) * kTileBytes);
         next_ok = ld.ok || (t + 1) * kv_tile + ld.row >= w.kv_len;
         if (ld.part == 0) valid_s[stage ^ 1][ld.row] = next_ok ? 1 : 0;
       }
@@ -556,10 +618,11 @@ __global__ void __launch_bounds__(32 * warps)
       const long long start = (long long)t * kv_tile;
       const bool masked = !all_ok || tr.masked(start, kv_tile);
       float s[kv_tile / 8][4];
-      qk_tile<dtype, head_dim, kv_tile, kQInRegs>(q_s, k_s + stage * kTileBytes, qf, warp, lane, s);
+      qk_tile<mma_dtype, head_dim, kv_tile, kQInRegs>(q_s, k_s + stage * kTileBytes, qf, warp, lane,
+                                                      s);
       softmax_tile<head_dim, kv_tile>(p, s, masked, rb, valid_s[stage], int(start), lane, m_run,
                                       l_run, o);
-      pv_tile<dtype, head_dim, kv_tile>(v_s + stage * kTileBytes, s, lane, o);
+      pv_tile<mma_dtype, head_dim, kv_tile>(v_s + stage * kTileBytes, s, lane, o);
       __syncthreads();
     }
   }

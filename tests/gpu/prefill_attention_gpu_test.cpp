@@ -26,6 +26,7 @@
 #include "cuda/driver.hpp"
 #include "kjit/kjit.h"
 #include "ops/attention/prefill.hpp"
+#include "reference/fp8_ref.hpp"
 #include "reference/half.hpp"
 #include "reference/prefill_ref.hpp"
 #include "support/parallel_rows.hpp"
@@ -60,6 +61,9 @@ struct PrefillCase {
   // A kjit::ops::PrefillKernel to re-plan with (the internal tuning path), or kPingPong /
   // kPersistent: the wgmma kernel with its ping-pong schedule / in its persistent form.
   int kernel = -1;
+  // fp8 e4m3 k and v (random codes), dequantized by the run's scales.
+  bool kv_fp8 = false;
+  float k_scale = 1.0f, v_scale = 1.0f;
 };
 
 constexpr int kPingPong = 2;
@@ -77,6 +81,9 @@ std::string describe(const PrefillCase& c) {
          " window=" + std::to_string(c.window_left) + " cap=" + std::to_string(c.soft_cap) +
          " scale=" + std::to_string(c.sm_scale) + (c.lse ? "" : " no-lse") +
          (c.invalid_pages ? " invalid-pages" : "") + (c.nan_unused ? " nan-unused" : "") +
+         (c.kv_fp8
+              ? " kv=e4m3 scales=" + std::to_string(c.k_scale) + "/" + std::to_string(c.v_scale)
+              : "") +
          (c.kernel >= 0 ? " kernel=" + std::to_string(c.kernel) : "");
 }
 
@@ -102,23 +109,24 @@ struct Problem {
   Tensor q_t, k_t, v_t, qo_t, kv_t, idx_t, last_t, out_t, lse_t;
   std::unique_ptr<kjit_prefill_plan, PlanDeleter> plan;
 
+  // A key's or value's element as the run sees it (fp8: the code's value times the scale).
   double kv(const std::vector<unsigned char>& h, int64_t page, int64_t slot, int64_t head,
-            int64_t d) const {
-    return ref::load_elem(
-        h.data(),
-        static_cast<size_t>(page * page_stride + slot * slot_stride + head * head_stride + d),
-        c.dtype);
+            int64_t d, float scale = 1.0f) const {
+    const size_t at =
+        static_cast<size_t>(page * page_stride + slot * slot_stride + head * head_stride + d);
+    if (c.kv_fp8) return ref::e4m3_value(h[at]) * scale;
+    return ref::load_elem(h.data(), at, c.dtype);
   }
   kjit_status run(void* stream = nullptr) {
     DLTensor* lse = c.lse ? lse_t.get() : nullptr;
     if (c.page_size == 0) {
       return kjit_batch_prefill_ragged_run(plan.get(), q_t.get(), k_t.get(), v_t.get(), qo_t.get(),
-                                           kv_t.get(), nullptr, out_t.get(), lse, 1.0f, 1.0f,
-                                           stream);
+                                           kv_t.get(), nullptr, out_t.get(), lse, c.k_scale,
+                                           c.v_scale, stream);
     }
     return kjit_batch_prefill_run(plan.get(), q_t.get(), k_t.get(), v_t.get(), qo_t.get(),
                                   idx_t.get(), kv_t.get(), last_t.get(), nullptr, out_t.get(), lse,
-                                  1.0f, 1.0f, stream);
+                                  c.k_scale, c.v_scale, stream);
   }
   void poison() {
     out_dev->fill(0xFF);
@@ -160,8 +168,9 @@ void poison_unused(Problem& p) {
       if (used[static_cast<size_t>(page * rows + slot)]) continue;
       for (int64_t h = 0; h < c.kv_heads; ++h) {
         const int64_t at = page * p.page_stride + slot * p.slot_stride + h * p.head_stride;
+        const size_t es = c.kv_fp8 ? 1 : 2;  // 0xFF: NaN in every format here
         for (auto* host : {&p.k_host, &p.v_host}) {
-          std::memset(host->data() + at * 2, 0xFF, static_cast<size_t>(c.head_dim) * 2);
+          std::memset(host->data() + at * es, 0xFF, static_cast<size_t>(c.head_dim) * es);
         }
       }
     }
@@ -221,10 +230,22 @@ std::unique_ptr<Problem> build(const PrefillCase& c, std::mt19937_64& rng) {
     p.page_stride = H * D;
   }
   const size_t kv_elems = static_cast<size_t>(p.num_pages * p.page_stride);
-  p.k_host.resize(kv_elems * 2);
-  p.v_host.resize(kv_elems * 2);
-  fill(p.k_host, c.dtype, -0.5, 1.5, rng);
-  fill(p.v_host, c.dtype, -0.5, 1.5, rng);
+  if (c.kv_fp8) {
+    // Codes of values in [-0.5, 1.5] / scale, so the dequantized keys and values span what the
+    // 16-bit cases' do (subnormal codes included near 0); never the NaN code.
+    p.k_host.resize(kv_elems);
+    p.v_host.resize(kv_elems);
+    std::uniform_real_distribution<float> dist(-0.5f, 1.5f);
+    for (size_t i = 0; i < kv_elems; ++i) {
+      p.k_host[i] = ref::e4m3_code(dist(rng) / c.k_scale);
+      p.v_host[i] = ref::e4m3_code(dist(rng) / c.v_scale);
+    }
+  } else {
+    p.k_host.resize(kv_elems * 2);
+    p.v_host.resize(kv_elems * 2);
+    fill(p.k_host, c.dtype, -0.5, 1.5, rng);
+    fill(p.v_host, c.dtype, -0.5, 1.5, rng);
+  }
   if (c.nan_unused) poison_unused(p);
   p.q_host.resize(static_cast<size_t>(p.total_q * c.qo_heads * D) * 2);
   fill(p.q_host, c.dtype, -2.0, 2.0, rng);
@@ -242,6 +263,7 @@ std::unique_ptr<Problem> build(const PrefillCase& c, std::mt19937_64& rng) {
   p.poison();
 
   const DLDataType dt = dl_dtype(c.dtype), i32 = dl_dtype("int32");
+  const DLDataType kvt = c.kv_fp8 ? dl_dtype("e4m3") : dt;
   p.q_t = make_tensor(p.q_dev->get(), {p.total_q, c.qo_heads, D}, dt);
   p.out_t = make_tensor(p.out_dev->get(), {p.total_q, c.qo_heads, D}, dt);
   p.lse_t = make_tensor(p.lse_dev->get(), {p.total_q, c.qo_heads}, dl_dtype("fp32"));
@@ -249,11 +271,11 @@ std::unique_ptr<Problem> build(const PrefillCase& c, std::mt19937_64& rng) {
     const std::vector<int64_t> shape = c.layout == KJIT_KV_LAYOUT_NHD
                                            ? std::vector<int64_t>{p.num_pages, P, H, D}
                                            : std::vector<int64_t>{p.num_pages, H, P, D};
-    p.k_t = make_tensor(p.k_dev->get(), shape, dt);
-    p.v_t = make_tensor(p.v_dev->get(), shape, dt);
+    p.k_t = make_tensor(p.k_dev->get(), shape, kvt);
+    p.v_t = make_tensor(p.v_dev->get(), shape, kvt);
   } else {
-    p.k_t = make_tensor(p.k_dev->get(), {p.num_pages, H, D}, dt);
-    p.v_t = make_tensor(p.v_dev->get(), {p.num_pages, H, D}, dt);
+    p.k_t = make_tensor(p.k_dev->get(), {p.num_pages, H, D}, kvt);
+    p.v_t = make_tensor(p.v_dev->get(), {p.num_pages, H, D}, kvt);
   }
   p.qo_t = make_tensor(p.qo_dev->get(), {p.batch + 1}, i32);
   p.kv_t = make_tensor(p.kv_dev->get(), {p.batch + 1}, i32);
@@ -270,7 +292,7 @@ std::unique_ptr<Problem> build(const PrefillCase& c, std::mt19937_64& rng) {
   const kjit_status st = kjit_batch_prefill_plan(
       p.qo_indptr.data(), p.kv_indptr.data(), static_cast<int>(p.batch),
       static_cast<int>(c.qo_heads), static_cast<int>(H), static_cast<int>(D), static_cast<int>(P),
-      static_cast<kjit_kv_layout>(c.layout), dt, dt, &o, 0, &plan);
+      static_cast<kjit_kv_layout>(c.layout), dt, kvt, &o, 0, &plan);
   INFO("kjit_last_error: " << kjit_last_error());
   REQUIRE(st == KJIT_SUCCESS);
   p.plan.reset(plan);
@@ -286,7 +308,7 @@ std::unique_ptr<Problem> build(const PrefillCase& c, std::mt19937_64& rng) {
       plan->data = kjit::ops::plan_batch_prefill(
           p.qo_indptr.data(), p.kv_indptr.data(), static_cast<int>(p.batch),
           static_cast<int>(c.qo_heads), static_cast<int>(H), static_cast<int>(D),
-          static_cast<int>(P), c.layout, dt, dt, o.causal, o.sm_scale, o.logits_soft_cap,
+          static_cast<int>(P), c.layout, dt, kvt, o.causal, o.sm_scale, o.logits_soft_cap,
           o.window_left, 0, &t);
     } catch (const std::exception& e) {
       FAIL("tuned plan: " << e.what());
@@ -329,14 +351,19 @@ Expected reference(const Problem& p) {
   a.last_page_len = p.last;
   const bool bf16 = c.dtype == "bf16";
   e.tol.u_p = bf16 ? 0x1p-8 : 0x1p-11;
-  e.tol.eta_p = bf16 ? 0x1p-134 : 0x1p-25;
+  // fp8 keys and values run fp16 MMAs whatever q is, so P rounds to fp16 (its subnormals too).
+  e.tol.eta_p = bf16 && !c.kv_fp8 ? 0x1p-134 : 0x1p-25;
   e.tol.u_out = ref::unit_roundoff(c.dtype);
   auto q = [&](int64_t r, int64_t i, int64_t d) {
     return ref::load_elem(p.q_host.data(),
                           static_cast<size_t>((r * c.qo_heads + i) * c.head_dim + d), c.dtype);
   };
-  auto k = [&](int64_t pg, int64_t s, int64_t h, int64_t d) { return p.kv(p.k_host, pg, s, h, d); };
-  auto v = [&](int64_t pg, int64_t s, int64_t h, int64_t d) { return p.kv(p.v_host, pg, s, h, d); };
+  auto k = [&](int64_t pg, int64_t s, int64_t h, int64_t d) {
+    return p.kv(p.k_host, pg, s, h, d, c.k_scale);
+  };
+  auto v = [&](int64_t pg, int64_t s, int64_t h, int64_t d) {
+    return p.kv(p.v_host, pg, s, h, d, c.v_scale);
+  };
   // The query tokens on every core: the long cases took minutes on one.
   ref::prefill_attention(a, p.total_q, q, k, v, e.out, e.lse, &e.tol,
                          [](int64_t n, auto f) { parallel_rows(n, f); });
@@ -397,6 +424,7 @@ void run_one(const PrefillCase& c, std::mt19937_64& rng) {
 // one with either schedule and in its persistent form (asked for by name, whatever the plan's
 // default), elsewhere the plan's choice (-1).
 std::vector<int> kernels_for(const PrefillCase& c) {
+  if (c.kv_fp8) return {c.kernel};  // the mma.sync kernel only
   if (c.kernel < 0 && gpu_caps().sm90a() && (c.head_dim == 64 || c.head_dim == 128)) {
     return {static_cast<int>(kjit::ops::PrefillKernel::kMmaSm80),
             static_cast<int>(kjit::ops::PrefillKernel::kWgmmaSm90a), kPingPong, kPersistent};
@@ -512,6 +540,57 @@ TEST_CASE("prefill gpu: page sizes 1 and 16, NHD and HND, ragged KV", "[gpu][att
       }
     }
   }
+}
+
+TEST_CASE("prefill gpu: fp8 e4m3 keys and values with scales", "[gpu][attention][prefill]") {
+  // The mma.sync kernel's fp8 path (fp16 MMAs over rows converted on their load): every head dim
+  // and q dtype, paged (NHD, HND, page 1 and 16, a broken table, NaN in unused slots) and
+  // ragged, causal or not, a window, GQA 4, scales other than 1 on both sides.
+  std::mt19937_64 rng(std::random_device{}());
+  for (const char* dt : {"bf16", "fp16"}) {
+    for (int64_t d : {64, 128, 256}) {
+      PrefillCase c;
+      c.dtype = dt;
+      c.head_dim = d;
+      c.kv_fp8 = true;
+      c.k_scale = 0.02f;
+      c.v_scale = 0.5f;
+      run_case(c, rng);
+    }
+  }
+  PrefillCase c;
+  c.kv_fp8 = true;
+  c.k_scale = 0.0625f;
+  c.v_scale = 2.0f;
+  c.qo_heads = 16;
+  c.kv_heads = 4;
+  for (int layout : {KJIT_KV_LAYOUT_NHD, KJIT_KV_LAYOUT_HND}) {
+    for (int64_t ps : {1, 16}) {
+      PrefillCase m = c;
+      m.layout = layout;
+      m.page_size = ps;
+      m.invalid_pages = ps == 16;
+      m.nan_unused = true;
+      run_case(m, rng);
+    }
+  }
+  PrefillCase r = c;
+  r.page_size = 0;
+  r.causal = false;
+  run_case(r, rng);
+  r.causal = true;
+  r.window_left = 40;
+  r.dtype = "fp16";
+  run_case(r, rng);
+  // The plan takes the mma.sync kernel for fp8 on every device, and the wgmma one refuses it.
+  auto p = build(c, rng);
+  CHECK(p->plan->data.cfg.kernel == kjit::ops::PrefillKernel::kMmaSm80);
+  CHECK(p->plan->data.cfg.kv_fp8 == 1);
+  // A 16-bit cache given to an fp8 plan is refused, naming the plan's kv dtype.
+  p->k_t = make_tensor(p->k_dev->get(), {p->num_pages, c.page_size, c.kv_heads, c.head_dim},
+                       dl_dtype("bf16"));
+  CHECK(p->run() == KJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(kjit_last_error()).find("kv dtype is e4m3") != std::string::npos);
 }
 
 // Page sizes the wgmma kernel loads by TMA boxes (powers of two >= 8: one box per page, or one

@@ -3037,9 +3037,14 @@ TEST_CASE("hostile abi: kjit_batch_prefill_plan rejects every broken argument",
       {"layout 2", [](Plan& p) { p.layout = 2; }},
       {"q_dtype fp32", [](Plan& p) { p.q_dtype = dl_dtype("fp32"); }},
       {"kv_dtype fp16 beside bf16 q", [](Plan& p) { p.kv_dtype = dl_dtype("fp16"); }},
-      {"kv_dtype fp8 e4m3",
+      {"kv_dtype fp8 e4m3 beside fp32 q",
        [](Plan& p) {
+         p.q_dtype = dl_dtype("fp32");
          p.kv_dtype = DLDataType{10, 8, 1};
+       }},
+      {"kv_dtype int8",
+       [](Plan& p) {
+         p.kv_dtype = DLDataType{kDLInt, 8, 1};
        }},
       {"options.struct_size 0", [](Plan& p) { p.o.struct_size = 0; }},
       {"options.causal 2", [](Plan& p) { p.o.causal = 2; }},

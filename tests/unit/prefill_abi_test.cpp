@@ -180,6 +180,52 @@ TEST_CASE("prefill abi: the sm_90a kernel on request, and its limits", "[c_abi][
         PrefillKernel::kMmaSm80);
 }
 
+TEST_CASE("prefill abi: fp8 e4m3 keys and values take the mma.sync kernel", "[c_abi][attention]") {
+  using ops::PrefillKernel;
+  const int32_t qo[2] = {0, 64}, kv[2] = {0, 4};
+  for (const char* q : {"bf16", "fp16"}) {
+    INFO(q);
+    for (int d : {64, 128, 256}) {
+      // Both spellings of an fp8 cache: float8_e4m3fn and raw bytes.
+      for (const DLDataType kvt : {dl_dtype("e4m3"), DLDataType{kDLUInt, 8, 1}}) {
+        const ops::PrefillPlanData pl = ops::plan_batch_prefill(
+            qo, kv, 1, 32, 8, d, 16, KJIT_KV_LAYOUT_NHD, dl_dtype(q), kvt, 1, 0.0f, 0.0f, -1, 0);
+        CHECK(pl.cfg.kernel == PrefillKernel::kMmaSm80);
+        CHECK(pl.cfg.kv_fp8 == 1);
+        CHECK(pl.cfg.dtype == ops::dtype_from_name(q));
+      }
+      // Even where the wgmma kernel is the default, and never on request.
+      const auto dt = ops::dtype_from_name(q);
+      CHECK(ops::select_prefill(dt, d, 4, {}, true, -1, true).kernel == PrefillKernel::kMmaSm80);
+      try {
+        ops::select_prefill(dt, d, 4, {}, true, static_cast<int>(PrefillKernel::kWgmmaSm90a), true);
+        FAIL("selected");
+      } catch (const kjit::Error& e) {
+        CHECK(e.status() == KJIT_ERROR_UNSUPPORTED);
+        CHECK(std::string(e.what()).find("fp8") != std::string::npos);
+      }
+    }
+  }
+  // Its spec: fp16 MMAs, named in the URI; the 16-bit specs keep theirs.
+  ops::PrefillConfig c = ops::select_prefill(ops::DType::kBF16, 128, 4, {}, false, -1, true);
+  CHECK(ops::prefill_spec(c).uri ==
+        "prefill_attention_dtype_bf16_head_dim_128_warps_8_kv_tile_64_mma_dtype_fp16_kv_fp8_1");
+  c.kv_fp8 = 0;
+  CHECK(ops::prefill_spec(c).uri == "prefill_attention_dtype_bf16_head_dim_128_warps_8_kv_tile_64");
+  // fp8 with an fp32 q, or an int8 cache: refused, naming the pair.
+  for (const auto& [qt, kt] : {std::pair{dl_dtype("fp32"), dl_dtype("e4m3")},
+                               std::pair{dl_dtype("bf16"), DLDataType{kDLInt, 8, 1}}}) {
+    try {
+      ops::plan_batch_prefill(qo, kv, 1, 32, 8, 128, 16, KJIT_KV_LAYOUT_NHD, qt, kt, 1, 0.0f, 0.0f,
+                              -1, 0);
+      FAIL("planned");
+    } catch (const kjit::Error& e) {
+      CHECK(e.status() != KJIT_SUCCESS);
+      CHECK(std::string(e.what()).find("kv_dtype") != std::string::npos);
+    }
+  }
+}
+
 // The wgmma kernel's ping-pong schedule is a tuning choice of that kernel alone: its own URI, the
 // same sizes, and a clear refusal on the mma.sync kernel (a plan without a device never picks
 // wgmma) or for a value other than 0 / 1.

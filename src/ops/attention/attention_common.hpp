@@ -15,6 +15,9 @@
 namespace kjit::ops::attention_detail {
 
 constexpr float kLog2e = 1.4426950408889634f;
+// fp8 e4m3 keys and values enter the MMAs scaled by 2^-8 (e4m3x4_to_half2x2_scaled in
+// mma_sm80.cuh); the score and value scales take the 2^8 back (score_scales' kv_unscale).
+constexpr float kFp8KvUnscale = 256.0f;
 
 // A 1-D contiguous int32 tensor on `device` (page tables, indptr arrays).
 StridedView int_vector(const DLTensor* t, const char* name, int device);

@@ -30,9 +30,6 @@ using attention_detail::prefer_max_shared;
 using decode_detail::dl_name;
 using decode_detail::is_e4m3;
 
-// fp8 values enter the mma scaled by 2^-8 (mma_sm80.cuh); the scales take the 2^8 back.
-constexpr float kFp8Unscale = 256.0f;
-
 // ---- Run-time argument checks -------------------------------------------------------------------
 
 // A cache as a strided view. An fp8 cache is seen as 16-bit pairs (last dim and strides halved)
@@ -219,7 +216,7 @@ using DecodeScales = attention_detail::ScoreScales;
 
 DecodeScales run_scales(const DecodePlanData& pl, float k_scale, float v_scale) {
   return attention_detail::score_scales(pl.sm_scale, pl.soft_cap, k_scale, v_scale,
-                                        pl.cfg.kv_fp8 ? kFp8Unscale : 1.0f);
+                                        pl.cfg.kv_fp8 ? attention_detail::kFp8KvUnscale : 1.0f);
 }
 
 // The variant the run compiles: the plan's, with the copy width the rows' alignment allows and

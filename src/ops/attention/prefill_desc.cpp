@@ -31,8 +31,13 @@ jit::Spec prefill_spec_from_args(const OpDef& d, const SetArgs& args) {
   const bool pingpong = kernel == "wgmma_pingpong_sm90a";
   const bool persistent = kernel == "wgmma_persistent_sm90a";
   const bool wgmma = pingpong || persistent || kernel == "wgmma_sm90a";
-  PrefillConfig c =
-      select_prefill(dt, std::stoi(args.at("head_dim")), group, SmemBudget{}, wgmma, wgmma ? 1 : 0);
+  const std::string kv = args.count("kv_dtype") ? args.at("kv_dtype") : args.at("dtype");
+  if (kv != "e4m3" && kv != args.at("dtype")) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "prefill_attention: kv_dtype is dtype ({}) or e4m3, not {}",
+         args.at("dtype"), kv);
+  }
+  PrefillConfig c = select_prefill(dt, std::stoi(args.at("head_dim")), group, SmemBudget{}, wgmma,
+                                   wgmma ? 1 : 0, kv == "e4m3");
   c.pingpong = pingpong ? 1 : 0;
   c.persistent = persistent ? 1 : 0;
   return prefill_spec(c);
@@ -114,6 +119,10 @@ OpDef prefill_attention_op_def() {
       "batch prefill / append attention: ragged queries over a paged or ragged KV (mma.sync, "
       "or wgmma on sm_90a; GQA rows packed, causal / window / soft cap)";
   d.axes = {{"dtype", {"bf16", "fp16"}, true, "q, k, v and out dtype"},
+            {"kv_dtype",
+             {"bf16", "fp16", "e4m3"},
+             false,
+             "k and v dtype: dtype (default) or e4m3 (fp8 keys and values: the mma_sm80 kernel)"},
             {"head_dim", {"64", "128", "256"}, true, "head size"},
             {"group", {}, false, "query heads per kv head (1..16; default 1)"},
             {"kernel",
@@ -129,7 +138,10 @@ OpDef prefill_attention_op_def() {
   d.catalog = [] {
     std::vector<SetArgs> out;
     for (const char* dt : {"bf16", "fp16"}) {
-      for (const char* hd : {"64", "128", "256"}) out.push_back({{"dtype", dt}, {"head_dim", hd}});
+      for (const char* hd : {"64", "128", "256"}) {
+        out.push_back({{"dtype", dt}, {"head_dim", hd}});
+        out.push_back({{"dtype", dt}, {"kv_dtype", "e4m3"}, {"head_dim", hd}});
+      }
     }
     for (const char* dt : {"bf16", "fp16"}) {
       for (const char* hd : {"64", "128"}) {
@@ -157,6 +169,12 @@ OpDef prefill_attention_op_def() {
     std::vector<SetArgs> sets{{{"dtype", dtype_name(def.tensor_dtype("q"))},
                                {"head_dim", hd},
                                {"group", std::to_string(qo / kv)}}};
+    // fp8 keys and values: the mma.sync kernel only.
+    const std::string k_name = def.tensor_dtype_name("k_cache").empty() ? "k" : "k_cache";
+    if (def.tensor_dtype(k_name) == DType::kE4M3) {
+      sets.front()["kv_dtype"] = "e4m3";
+      return sets;
+    }
     if (hd == "64" || hd == "128") {
       for (const char* kernel : {"wgmma_sm90a", "wgmma_persistent_sm90a"}) {
         sets.push_back(sets.front());

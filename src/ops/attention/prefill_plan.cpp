@@ -31,18 +31,22 @@ int64_t check_indptr(const int32_t* indptr, int batch, const char* name) {
   return static_cast<int64_t>(indptr[batch]) - indptr[0];
 }
 
-DType check_dtypes(DLDataType q_dtype, DLDataType kv_dtype) {
+// q's dtype, and whether k and v are fp8 e4m3 (else they are q's dtype).
+DType check_dtypes(DLDataType q_dtype, DLDataType kv_dtype, bool& kv_fp8) {
   using decode_detail::dl_name;
   const auto qd = dtype_of(q_dtype);
   if (!qd || !is_float(*qd)) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "q_dtype {} is not a float dtype", dl_name(q_dtype));
   }
+  kv_fp8 = decode_detail::is_e4m3(kv_dtype);
   const auto kd = dtype_of(kv_dtype);
-  if (!decode_detail::is_e4m3(kv_dtype) && (!kd || !is_float(*kd))) {
+  if (!kv_fp8 && (!kd || !is_float(*kd))) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "kv_dtype {} is not a float dtype", dl_name(kv_dtype));
   }
-  if (!kd || *kd != *qd) {
-    fail(KJIT_ERROR_UNSUPPORTED, "prefill attention needs kv_dtype = q_dtype, not {} with {} q",
+  if (kv_fp8 ? *qd != DType::kBF16 && *qd != DType::kF16 : (!kd || *kd != *qd)) {
+    fail(KJIT_ERROR_UNSUPPORTED,
+         "prefill attention needs kv_dtype = q_dtype, or fp8 e4m3 with bf16 / fp16 q, not {} "
+         "with {} q",
          dl_name(kv_dtype), dtype_name(*qd));
   }
   return *qd;
@@ -66,13 +70,17 @@ int prefill_smem_bytes(const PrefillConfig& c) {
 }
 
 PrefillConfig select_prefill(DType dtype, int64_t head_dim, int64_t group, const SmemBudget& budget,
-                             bool sm90a, int kernel) {
+                             bool sm90a, int kernel, bool kv_fp8) {
   attention_detail::check_attention_support("prefill attention", dtype, head_dim, group,
                                             kPrefillMaxGroup);
   if (kernel != -1 && kernel != static_cast<int>(PrefillKernel::kMmaSm80) &&
       kernel != static_cast<int>(PrefillKernel::kWgmmaSm90a)) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "prefill kernel {} is none of mma_sm80 (0), wgmma_sm90a (1)",
          kernel);
+  }
+  if (kv_fp8 && kernel == static_cast<int>(PrefillKernel::kWgmmaSm90a)) {
+    fail(KJIT_ERROR_UNSUPPORTED,
+         "the wgmma prefill kernel does not take fp8 keys and values yet (the mma.sync one does)");
   }
   // The wgmma kernel serves head_dim 64 and 128 (at 256 O and S would take 256 accumulator
   // registers a thread) and runs only on compute capability 9.0 (sm_90a code). It is the default
@@ -90,8 +98,9 @@ PrefillConfig select_prefill(DType dtype, int64_t head_dim, int64_t group, const
   w.stages = 2;
   const bool fits_wgmma =
       (head_dim == 64 || head_dim == 128) && prefill_smem_bytes(w) <= budget.per_block;
+  // fp8 keys and values: the mma.sync kernel (fp16 MMAs over converted rows) on every device.
   const bool want_wgmma = kernel == static_cast<int>(PrefillKernel::kWgmmaSm90a) ||
-                          (kernel == -1 && sm90a && fits_wgmma);
+                          (kernel == -1 && sm90a && fits_wgmma && !kv_fp8);
   if (want_wgmma && head_dim != 64 && head_dim != 128) {
     fail(KJIT_ERROR_UNSUPPORTED, "the wgmma prefill kernel serves head_dim 64 and 128, not {}",
          head_dim);
@@ -102,6 +111,7 @@ PrefillConfig select_prefill(DType dtype, int64_t head_dim, int64_t group, const
   PrefillConfig c;
   c.dtype = dtype;
   c.head_dim = static_cast<int>(head_dim);
+  c.kv_fp8 = kv_fp8 ? 1 : 0;
   if (want_wgmma) {
     c = w;
   } else if (head_dim == 256) {
@@ -145,7 +155,15 @@ jit::Spec prefill_spec(const PrefillConfig& c) {
                      {"sm_80+"});
   b.type("dtype", dtype_name(c.dtype), device_type_name(c.dtype));
   b.value("head_dim", c.head_dim).value("warps", c.warps).value("kv_tile", c.kv_tile);
-  b.entry("kjit::attention::prefill_kernel");
+  if (c.kv_fp8 != 0) {
+    // fp8 e4m3 keys and values: fp16 MMAs (prefill.cuh); 16-bit caches keep their URIs.
+    b.type("mma_dtype", "fp16", "__half");
+    b.value("kv_fp8", 1);
+    b.entry("kjit::attention::prefill_kernel",
+            {"dtype", "head_dim", "warps", "kv_tile", "mma_dtype", "kv_fp8"});
+  } else {
+    b.entry("kjit::attention::prefill_kernel");
+  }
   return b.build();
 }
 
@@ -175,7 +193,8 @@ PrefillPlanData plan_batch_prefill(const int32_t* qo_indptr_host, const int32_t*
     fail(KJIT_ERROR_INVALID_ARGUMENT, "layout must be KJIT_KV_LAYOUT_NHD (0) or _HND (1), got {}",
          layout);
   }
-  const DType dt = check_dtypes(q_dtype, kv_dtype);
+  bool kv_fp8 = false;
+  const DType dt = check_dtypes(q_dtype, kv_dtype, kv_fp8);
   if (causal != 0 && causal != 1) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "causal must be 0 or 1, got {}", causal);
   }
@@ -200,7 +219,7 @@ PrefillPlanData plan_batch_prefill(const int32_t* qo_indptr_host, const int32_t*
 
   const int64_t group = num_qo_heads / num_kv_heads;
   PrefillPlanData pl;
-  pl.cfg = select_prefill(dt, head_dim, group, budget, sm90a, tuning ? tuning->kernel : -1);
+  pl.cfg = select_prefill(dt, head_dim, group, budget, sm90a, tuning ? tuning->kernel : -1, kv_fp8);
   if (tuning != nullptr && tuning->pingpong != 0) {
     if (tuning->pingpong != 1 || pl.cfg.kernel != PrefillKernel::kWgmmaSm90a) {
       fail(KJIT_ERROR_INVALID_ARGUMENT,

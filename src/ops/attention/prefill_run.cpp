@@ -10,6 +10,7 @@
 #include "cuda/launch.hpp"
 #include "cuda/tensor_map.hpp"
 #include "ops/attention/attention_common.hpp"
+#include "ops/attention/decode_internal.hpp"
 #include "ops/attention/prefill.hpp"
 #include "diag/trace_dump.hpp"
 #include "ops/attention/prefill_desc.hpp"
@@ -33,16 +34,25 @@ struct PrefillViews {
       head_dim_index = 2;  // k / v slot and head dims (NHD; HND: 2 and 1; ragged: 0, 1)
 };
 
-// A 16-bit tensor of the plan's dtype on its device, `ndim`-D, rows `align`-byte aligned.
+// A tensor of the plan's dtype (kv: its k / v dtype, fp8 e4m3 in a kv_fp8 plan) on its device,
+// `ndim`-D, rows `align`-byte aligned. An fp8 tensor exported as raw bytes (kDLUInt, 8 bits) is
+// taken as e4m3, as decode takes it.
 StridedView data_view(const PrefillPlanData& pl, const DLTensor* t, const char* name, int ndim,
-                      const char* shape_text, int align) {
+                      const char* shape_text, int align, bool kv = false) {
+  const DType want = kv && pl.cfg.kv_fp8 != 0 ? DType::kE4M3 : pl.cfg.dtype;
+  DLTensor as_e4m3;
+  if (t != nullptr && want == DType::kE4M3 && decode_detail::is_e4m3(t->dtype)) {
+    as_e4m3 = *t;
+    as_e4m3.dtype = DLDataType{KJIT_DL_FLOAT8_E4M3FN, 8, 1};
+    t = &as_e4m3;
+  }
   const StridedView v = as_strided_view(t, name);
   if (v.ndim != ndim) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "{} must be {}, got ndim {}", name, shape_text, v.ndim);
   }
-  if (v.dtype != pl.cfg.dtype) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is {} but the plan's dtype is {}", name,
-         dtype_name(v.dtype), dtype_name(pl.cfg.dtype));
+  if (v.dtype != want) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is {} but the plan's {}dtype is {}", name,
+         dtype_name(v.dtype), kv ? "kv " : "", dtype_name(want));
   }
   check_device(v, name, pl.device);
   if (v.shape[ndim - 1] != pl.head_dim) {
@@ -53,7 +63,7 @@ StridedView data_view(const PrefillPlanData& pl, const DLTensor* t, const char* 
     fail(KJIT_ERROR_UNSUPPORTED,
          "{} rows are only {}-byte aligned; prefill attention needs {} (strides multiples of {} "
          "elements)",
-         name, view_alignment(v), align, align / 2);
+         name, view_alignment(v), align, align / static_cast<int>(dtype_size(want)));
   }
   return v;
 }
@@ -94,8 +104,8 @@ void check_paged_kv(const PrefillPlanData& pl, PrefillViews& w, const DLTensor* 
   const bool nhd = pl.layout == KJIT_KV_LAYOUT_NHD;
   const char* shape = nhd ? "[num_pages, page_size, num_kv_heads, head_dim] (NHD)"
                           : "[num_pages, num_kv_heads, page_size, head_dim] (HND)";
-  w.k = data_view(pl, k_cache, "k_cache", 4, shape, 16);
-  w.v = data_view(pl, v_cache, "v_cache", 4, shape, 16);
+  w.k = data_view(pl, k_cache, "k_cache", 4, shape, 16, true);
+  w.v = data_view(pl, v_cache, "v_cache", 4, shape, 16, true);
   w.slot_dim = nhd ? 1 : 2;
   w.head_dim_index = nhd ? 2 : 1;
   for (const auto& [c, cn] : {std::pair{&w.k, "k_cache"}, std::pair{&w.v, "v_cache"}}) {
@@ -115,8 +125,8 @@ void check_paged_kv(const PrefillPlanData& pl, PrefillViews& w, const DLTensor* 
 void check_ragged_kv(const PrefillPlanData& pl, PrefillViews& w, const DLTensor* k,
                      const DLTensor* v) {
   const char* shape = "[total_kv, num_kv_heads, head_dim]";
-  w.k = data_view(pl, k, "k", 3, shape, 16);
-  w.v = data_view(pl, v, "v", 3, shape, 16);
+  w.k = data_view(pl, k, "k", 3, shape, 16, true);
+  w.v = data_view(pl, v, "v", 3, shape, 16, true);
   w.slot_dim = 0;
   w.head_dim_index = 1;
   if (w.k.shape[1] != pl.num_kv_heads || w.v.shape[1] != pl.num_kv_heads) {
@@ -163,7 +173,8 @@ void check_scales_and_overlap(const PrefillPlanData& pl, PrefillViews& w, DLTens
 PrefillParams prefill_params(const PrefillPlanData& pl, const PrefillViews& w, float k_scale,
                              float v_scale, bool paged) {
   const attention_detail::ScoreScales s =
-      attention_detail::score_scales(pl.sm_scale, pl.soft_cap, k_scale, v_scale, 1.0f);
+      attention_detail::score_scales(pl.sm_scale, pl.soft_cap, k_scale, v_scale,
+                                     pl.cfg.kv_fp8 != 0 ? attention_detail::kFp8KvUnscale : 1.0f);
   PrefillParams p{};
   p.q = w.q.data;
   p.k = w.k.data;
