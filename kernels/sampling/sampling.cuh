@@ -113,11 +113,14 @@ KJIT_DEVICE KJIT_FORCEINLINE void bin_bounds(const u32* cnt, const u32* mhi, con
   }
 }
 
-// Adds key's significand to bin b's two half sums (see exact_bin_mass): native u32 atomics.
-KJIT_DEVICE KJIT_FORCEINLINE void add_significand(u32* shi, u32* slo, int b, u32 key) {
+// Adds key's significand to bin b's two half sums (see exact_bin_mass): native u32 reductions
+// on the arrays' shared-window addresses (smem_addr, taken once outside the row walk: through a
+// generic pointer each add re-derived the block's window in pass 0's loop), unconditional (a
+// zero half is rare, and the branch around it cost more than the add).
+KJIT_DEVICE KJIT_FORCEINLINE void add_significand(u32 shi, u32 slo, int b, u32 key) {
   const u32 m = key_significand(key);
-  if (m >> 12) atomicAdd(&shi[b], m >> 12);
-  if (m & 4095u) atomicAdd(&slo[b], m & 4095u);
+  asm volatile("red.shared.add.u32 [%0], %1;" ::"r"(shi + 4u * u32(b)), "r"(m >> 12) : "memory");
+  asm volatile("red.shared.add.u32 [%0], %1;" ::"r"(slo + 4u * u32(b)), "r"(m & 4095u) : "memory");
 }
 
 // Bin b's exact mass from its sum of significands, for windows whose bins each lie in one binade
@@ -552,8 +555,9 @@ struct FilterRow {
   const dtype* const row;
   dtype* const out_row;
   RowWalk<dtype, vec, unroll> walk;
-  const bool leader;  // the block that writes a sampled row's result
-  int xpar = 0;       // cluster_exchange's slot
+  const bool leader;       // the block that writes a sampled row's result
+  const u32 mhi_a, mlo_a;  // s.mhi's and s.mlo's shared-window addresses (add_significand)
+  int xpar = 0;            // cluster_exchange's slot
   RowParams prm;
   bool need_hist = false;  // pass 0 builds the first level of a key histogram
   bool exact = false;      // the exact top-p search (see mass = 1 at filter_kernel)
@@ -564,6 +568,7 @@ struct FilterRow {
   double wsum = 0.0;
   u64 best = 0;
   u32 kmax = 0;       // the largest weight's key (mask: the largest logit key)
+  FixedScale fs{};    // the draw's fixed-point weights (fixed_scale(kmax); sampling only)
   u32 threshold = 0;  // top-k's on topk_key, then the kept weight key kw
   // A token is kept when its weight's key is >= kw and, for logits under a top-k, its logit's
   // key is >= kx (for probabilities the two keys are one, and kx folds into kw).
@@ -591,8 +596,10 @@ struct FilterRow {
         row(static_cast<const dtype*>(params.input) + r * params.in_stride),
         out_row(op == kOpSample ? nullptr
                                 : static_cast<dtype*>(params.out) + r * params.out_stride),
-        walk{row, vocab},
-        leader(crank == 0u) {}
+        walk{row, vocab, 0, 0x7fffffff, !cluster},
+        leader(crank == 0u),
+        mhi_a(smem_addr(smem.mhi)),
+        mlo_a(smem_addr(smem.mlo)) {}
 
   // ---- Cluster combinations; no-ops on the one-block path. `synced`: see cluster_merge ----
   KJIT_DEVICE KJIT_FORCEINLINE void cl_merge1(int nb, bool synced = false) {
@@ -641,7 +648,7 @@ struct FilterRow {
   // Pass 0's histogram: a count per key bin, or (exact) the bin's significand sum.
   KJIT_DEVICE KJIT_FORCEINLINE void add_first_level(u32 key) {
     if (exact) {
-      add_significand(s.mhi, s.mlo, int(key >> 20), key);
+      add_significand(mhi_a, mlo_a, int(key >> 20), key);
     } else {
       atomicAdd(&s.cnt[key >> 20], 1u);
     }
@@ -727,12 +734,21 @@ struct FilterRow {
     constexpr float kMaxFinite = 3.40282347e38f;
     const bool use_k = prm.use_k, greedy = prm.greedy;
     if (input == kInputProbs) {
-      walk.run([&](int, float v) {
+      const auto visit = [&](float v) {
         bad |= !(v >= 0.0f && v <= kMaxFinite);
         wsum += double(v);
         vmax = fmaxf(vmax, v);
-        if (need_hist) add_first_level(nonneg_key(v));
-      });
+      };
+      // Two walks rather than a test per element: under that test the histogram's shared
+      // addresses were derived again at every element.
+      if (need_hist) {
+        walk.run([&](int, float v) {
+          visit(v);
+          add_first_level(nonneg_key(v));
+        });
+      } else {
+        walk.run([&](int, float v) { visit(v); });
+      }
     } else {
       walk.run([&](int i, float x) {
         bad |= x != x;
@@ -825,6 +841,7 @@ struct FilterRow {
     }
     // The largest weight's key (for logits, exp(0) = 1).
     kmax = input == kInputLogitKeys ? signed_key(vmax) : nonneg_key(weight(vmax));
+    if (op == kOpSample) fs = fixed_scale(kmax);
   }
 
   // List mode: every block sends the keys key_of(x) in [wlo, wlo + wspan] of its share to the
@@ -847,7 +864,6 @@ struct FilterRow {
     __syncthreads();
     double a = 0.0;
     fuse = !cluster && fuse;
-    const FixedScale c = fixed_scale(kmax);
     const int lane = int(threadIdx.x) & 31;
     u64 acc = 0;
     walk.run(
@@ -857,7 +873,7 @@ struct FilterRow {
             if (key > wlo) {
               const float wt = weight(x);
               a += double(wt);
-              if (fuse) acc += fixed_weight(wt, c);
+              if (fuse) acc += fixed_weight(wt, fs);
             }
           } else {
             const u32 slot = atomicAdd(reinterpret_cast<u32*>(&s.found[3]), 1u);
@@ -868,11 +884,11 @@ struct FilterRow {
           }
         },
         [&](int sg) {
-          if (fuse) {
-            const u64 total = warp_sum(acc);
-            if (lane == 0) s.seg[sg] = total;
-            acc = 0;
-          }
+          // The sum outside the branch: shuffles under a runtime condition compile behind a
+          // divergence check.
+          const u64 total = warp_sum(acc);
+          if (fuse && lane == 0) s.seg[sg] = total;
+          acc = 0;
         });
     a = block_sum<double>(a, s.red_d);  // ends on a barrier: every slot is taken
     const u32 n_local = static_cast<u32>(s.found[3]);
@@ -1032,7 +1048,7 @@ struct FilterRow {
       } else {
         const int bin = static_cast<int>(d >> sh);
         if (exact) {
-          add_significand(s.mhi, s.mlo, bin, nonneg_key(wt));
+          add_significand(mhi_a, mlo_a, bin, nonneg_key(wt));
           b += double(wt);
         } else {
           atomicAdd(&s.cnt[bin], 1u);
@@ -1134,7 +1150,7 @@ struct FilterRow {
       if (key - wlo > wspan) {
         if (key > wlo) above_sig += key_significand(key);
       } else {
-        add_significand(s.mhi, s.mlo, int((key - wlo) >> sh), key);
+        add_significand(mhi_a, mlo_a, int((key - wlo) >> sh), key);
       }
     }
     above_sig = block_sum<u64>(above_sig, s.red_u64);  // ends on a barrier
@@ -1269,14 +1285,13 @@ struct FilterRow {
   // memory nobody reads any more, leave.
   KJIT_DEVICE KJIT_FORCEINLINE void segment_masses() {
     const u32 t = threshold;
-    const FixedScale c = fixed_scale(kmax);
     const int lane = int(threadIdx.x) & 31;
     u64* seg_out = cluster ? cluster_map(s.seg, 0u) : s.seg;
     u64 acc = 0;
     walk.run(
         [&](int, float x) {
           const float wt = weight(x);
-          if (nonneg_key(wt) >= t && in_topk(x)) acc += fixed_weight(wt, c);
+          if (nonneg_key(wt) >= t && in_topk(x)) acc += fixed_weight(wt, fs);
         },
         [&](int sg) {
           const u64 total = warp_sum(acc);
@@ -1290,12 +1305,11 @@ struct FilterRow {
   // the list's order does not matter.
   KJIT_DEVICE KJIT_FORCEINLINE void add_listed_to_segments() {
     const u32 t = threshold;
-    const FixedScale c = fixed_scale(kmax);
     for (u32 i = threadIdx.x; i < list_n; i += blockDim.x) {
       const u32 e = s.own[i];
       const u32 key = list_base + (e & kListKeyMask);
       if (key >= t)
-        atomic_add_u64_shared(&s.seg[e >> kListKeyBits], fixed_weight(nonneg_value(key), c));
+        atomic_add_u64_shared(&s.seg[e >> kListKeyBits], fixed_weight(nonneg_value(key), fs));
     }
   }
 
@@ -1329,7 +1343,6 @@ struct FilterRow {
   // the segment's sum was made of, so the remainder always lands on a kept token.
   KJIT_DEVICE KJIT_FORCEINLINE void draw_in_segment(int sel) {
     const u32 t = threshold;
-    const FixedScale c = fixed_scale(kmax);
     const int lane = int(threadIdx.x) & 31;
     const u64 rem = *s.rem;
     const int base = sel * (32 * vec * unroll);
@@ -1354,7 +1367,7 @@ struct FilterRow {
         if (i < vocab) {
           const float x = to_float(seg_v[uu][e]);
           const float wt = weight(x);
-          if (nonneg_key(wt) >= t && in_topk(x)) q[e] = fixed_weight(wt, c);
+          if (nonneg_key(wt) >= t && in_topk(x)) q[e] = fixed_weight(wt, fs);
         }
         lane_sum += q[e];
       }
