@@ -780,8 +780,9 @@ KJIT_API kjit_status kjit_merge_states_n(const DLTensor* v, const DLTensor* s, D
  *    keeps value >= fl(min_p * max value). With top-k and top-p together, top-k applies first
  *    and top_p is relative to the top-k set's mass. For logits, top-k ranks the logits
  *    themselves and the other filters the fp32 weights exp((x - max) / T). The sampled token is
- *    always in the set and drawn in proportion to its weight within it. No sort of the vocabulary
- *    and no host synchronization.
+ *    always in the set and drawn in proportion to its weight within it, each weight counted in
+ *    units of 2^-31 of the row's largest weight (rounded down). No sort of the vocabulary and no
+ *    host synchronization.
  *  - Randomness: Philox4x32-10 keyed by seed, counter (offset, row, 0): seed and offset are
  *    device tensors (int64 or uint64, 1 element or [batch]) read by the kernel, so a captured
  *    CUDA graph draws fresh tokens on replay when the caller updates offset in place (any change

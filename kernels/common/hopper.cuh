@@ -26,9 +26,7 @@
 namespace kjit {
 namespace hopper {
 
-KJIT_DEVICE KJIT_FORCEINLINE u32 smem_addr(const void* p) {
-  return static_cast<u32>(__cvta_generic_to_shared(p));
-}
+using kjit::smem_addr;
 
 // cuda::ptx spells a barrier as cuda::std::uint64_t (unsigned long on LP64), kjit as u64.
 KJIT_DEVICE KJIT_FORCEINLINE cuda::std::uint64_t* ptx_bar(u64* bar) {

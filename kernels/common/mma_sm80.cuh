@@ -14,10 +14,6 @@
 
 namespace kjit {
 
-KJIT_DEVICE KJIT_FORCEINLINE u32 smem_addr(const void* p) {
-  return static_cast<u32>(__cvta_generic_to_shared(p));
-}
-
 // 16-byte chunk `chunk` of row `row` in a tile of ROW_BYTES-byte rows, XOR-swizzled so the eight
 // rows an ldmatrix reads at one logical chunk fall in eight different bank groups. Rows of 64
 // bytes (the GEMM's 32-element K blocks) pair up in one 128-byte line: row & 1 picks the line's

@@ -143,4 +143,11 @@ KJIT_DEVICE KJIT_FORCEINLINE void pdl_enter() {
   pdl_launch_dependents();
 }
 
+// A shared-memory object's address in the block's shared window (32 bits), for PTX that takes
+// one. Converting a generic pointer costs a special-register read on sm_90 (the block's place
+// in its cluster's window); in a hot loop, convert once outside it.
+KJIT_DEVICE KJIT_FORCEINLINE u32 smem_addr(const void* p) {
+  return static_cast<u32>(__cvta_generic_to_shared(p));
+}
+
 }  // namespace kjit

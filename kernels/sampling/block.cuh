@@ -62,6 +62,10 @@ KJIT_DEVICE KJIT_FORCEINLINE float exp_weight(float x, float m, float c) {
 //
 // A block of a cluster walks only segments [seg_lo, seg_hi): whole segments, so a segment's
 // elements are visited by the same lanes in the same order on every path.
+//
+// prefetch (a row in global memory): each warp asks L2 for its next segment before visiting the
+// current one (prefetch.global.L2, a line per lane, no registers held), so a large batch's passes
+// keep about twice the bytes in flight that the 64-register bound allows in loads.
 template <typename T, int VEC, int U>
 struct RowWalk {
   static constexpr int kSeg = 32 * VEC * U;
@@ -69,6 +73,7 @@ struct RowWalk {
   int vocab;
   int seg_lo = 0;
   int seg_hi = 0x7fffffff;
+  bool prefetch = false;
 
   KJIT_DEVICE KJIT_FORCEINLINE int step() const { return int(blockDim.x) * VEC * U; }
 
@@ -82,7 +87,14 @@ struct RowWalk {
     // after a walk compile as plain ones instead of behind a divergence check with a collective
     // copy of each. Every caller walks with whole warps.
     const int warp = uniform_int(int(threadIdx.x) >> 5);
+    constexpr int kLineElems = 128 / int(sizeof(T));
     for (int base = (seg_lo + warp) * kSeg; base < end; base += stride) {
+      if (prefetch) {
+        const int line = base + stride + lane * kLineElems;
+        if (lane * kLineElems < kSeg && line < end) {
+          asm volatile("prefetch.global.L2 [%0];" ::"l"(row + line));
+        }
+      }
       Vec<T, VEC> v[U];
 #pragma unroll
       for (int u = 0; u < U; ++u) {

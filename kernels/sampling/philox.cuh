@@ -32,20 +32,25 @@ KJIT_DEVICE KJIT_FORCEINLINE Philox4 philox4x32_10(Philox4 ctr, u32 k0, u32 k1) 
   return ctr;
 }
 
-// A uniform double in [0, 1) with 53 random bits from counter word 3 = `draw` (an op that needs
-// several numbers per row per call numbers them 0, 1, ...). Doubles so that u * total keeps the
-// resolution of a 262144-token row's cumulative sum.
-KJIT_DEVICE KJIT_FORCEINLINE double philox_uniform_at(u64 seed, u64 offset, u32 subsequence,
-                                                      u32 draw) {
+// 53 random bits from counter word 3 = `draw` (an op that needs several numbers per row per call
+// numbers them 0, 1, ...): the uniform u = bits * 2^-53 in [0, 1).
+KJIT_DEVICE KJIT_FORCEINLINE u64 philox_bits53_at(u64 seed, u64 offset, u32 subsequence, u32 draw) {
   const Philox4 r = philox4x32_10({u32(offset), u32(offset >> 32), subsequence, draw}, u32(seed),
                                   u32(seed >> 32));
-  const u64 bits = (u64(r.x) << 21) ^ u64(r.y >> 11);  // 53 bits
-  return double(bits) * (1.0 / 9007199254740992.0);    // 2^-53
+  return (u64(r.x) << 21) ^ u64(r.y >> 11);
 }
 
-// The row's one draw of the samplers.
-KJIT_DEVICE KJIT_FORCEINLINE double philox_uniform(u64 seed, u64 offset, u32 subsequence) {
-  return philox_uniform_at(seed, offset, subsequence, 0u);
+// The uniform as a double (exact: 53 bits), so that u * total keeps the resolution of a
+// 262144-token row's cumulative sum.
+KJIT_DEVICE KJIT_FORCEINLINE double philox_uniform_at(u64 seed, u64 offset, u32 subsequence,
+                                                      u32 draw) {
+  return double(philox_bits53_at(seed, offset, subsequence, draw)) *
+         (1.0 / 9007199254740992.0);  // 2^-53
+}
+
+// The samplers' one draw of a row: its bits (the integer draw takes floor(u * total) from them).
+KJIT_DEVICE KJIT_FORCEINLINE u64 philox_bits53(u64 seed, u64 offset, u32 subsequence) {
+  return philox_bits53_at(seed, offset, subsequence, 0u);
 }
 
 }  // namespace sampling

@@ -32,10 +32,15 @@
 // block a row ranks a top-k row's few candidates too, collected in one pass.
 //
 // Sampling then draws one uniform u (Philox, seed / offset from device memory) and inverts the
-// CDF of the kept weights in index order: one pass sums kept weight per 32 * VEC * U-element
-// segment, a block scan picks the segment, one warp rescans it. Nothing is sorted, nothing is
-// rejected and retried, the work per row is bounded (at most 2 + 2 + 9 + 1 passes over the row,
-// typically 3 to 7), and a fixed seed and offset give the same token on every run.
+// CDF of the kept weights in index order, in integers (fixed_weight: each weight in units of
+// 2^-31 of the row's largest): one pass sums kept weight per 32 * VEC * U-element segment, a
+// block scan picks the segment, one warp rescans it. One block a row running the exact top-p
+// list begins those sums in the list's pass instead (the keys above the list's window are kept
+// whatever the threshold) and adds the listed keys the threshold keeps afterwards, so the top-p
+// sampler reads the row twice (pass 0, the list's) plus one segment. Integer sums do not depend
+// on their order, so every path and block size draws the same token. Nothing is sorted, nothing
+// is rejected and retried, the work per row is bounded (at most 2 + 2 + 9 + 1 passes over the
+// row, typically 2 to 7), and a fixed seed and offset give the same token on every run.
 //
 // A row is invalid when it holds a NaN, an infinite or (probabilities) negative value, when its
 // mass is zero, or when its per-row parameter is out of range; see SamplingParams.
@@ -108,11 +113,14 @@ KJIT_DEVICE KJIT_FORCEINLINE void bin_bounds(const u32* cnt, const u32* mhi, con
   }
 }
 
-// Adds key's significand to bin b's two half sums (see exact_bin_mass): native u32 atomics.
-KJIT_DEVICE KJIT_FORCEINLINE void add_significand(u32* shi, u32* slo, int b, u32 key) {
+// Adds key's significand to bin b's two half sums (see exact_bin_mass): native u32 reductions
+// on the arrays' shared-window addresses (smem_addr, taken once outside the row walk: through a
+// generic pointer each add re-derived the block's window in pass 0's loop), unconditional (a
+// zero half is rare, and the branch around it cost more than the add).
+KJIT_DEVICE KJIT_FORCEINLINE void add_significand(u32 shi, u32 slo, int b, u32 key) {
   const u32 m = key_significand(key);
-  if (m >> 12) atomicAdd(&shi[b], m >> 12);
-  if (m & 4095u) atomicAdd(&slo[b], m & 4095u);
+  asm volatile("red.shared.add.u32 [%0], %1;" ::"r"(shi + 4u * u32(b)), "r"(m >> 12) : "memory");
+  asm volatile("red.shared.add.u32 [%0], %1;" ::"r"(slo + 4u * u32(b)), "r"(m & 4095u) : "memory");
 }
 
 // Bin b's exact mass from its sum of significands, for windows whose bins each lie in one binade
@@ -199,6 +207,39 @@ KJIT_DEVICE void find_mass_bins(const u32* cnt, const u32* mhi, const u32* mlo, 
   b1 = found[0] < 0 ? nb - 1 : found[0];
   b0 = found[1] == 0x7fffffff ? -1 : found[1];
   __syncthreads();
+}
+
+// ---- The draw's fixed-point weights ----
+// The draw inverts the CDF of the kept weights in integers: each kept weight w counts as
+// q(w) = floor(w * 2^(31 - e)), e = floor(log2(w_max)) of the row's largest weight, so q < 2^32
+// and a row's sum < 2^50 fits a u64. Integer sums do not depend on their order: a segment's mass
+// is the same whether one warp sums it in a pass over the row, or (one block, exact top-p) the
+// pass that collects the top-p list sums the keys above the window and the listed keys are added
+// later by atomics, or a cluster's blocks each sum their share; every path draws the same token.
+// A weight under 2^-31 of w_max counts as 0 (never drawn; at most 2^-13 of the mass in all at
+// the largest vocabulary), and the CDF's unit is 2^-31 of w_max, finer than the fp32 weights.
+struct FixedScale {
+  float hi, lo;  // q(w) = floor((w * hi) * lo): powers of two, each product exact
+};
+// The scale for a row whose largest weight has key kmax (> 0). 2^(31 - e) is one float power of
+// two unless e < -96 (tiny rows): then hi = 2^127 and lo the rest, and w * hi is still exact
+// (w <= w_max < 2^-96 keeps it under 2^31).
+KJIT_DEVICE KJIT_FORCEINLINE FixedScale fixed_scale(u32 kmax) {
+  const int e = kmax >= 0x800000u ? int(kmax >> 23) - 127 : (31 - __clz(int(kmax))) - 149;
+  const int n = 31 - e;  // in [-96, 180]
+  const int nh = n < 127 ? n : 127;
+  return {__uint_as_float(u32(nh + 127) << 23), __uint_as_float(u32(n - nh + 127) << 23)};
+}
+KJIT_DEVICE KJIT_FORCEINLINE u32 fixed_weight(float w, FixedScale c) {
+  return __float2uint_rz(__fmul_rn(__fmul_rn(w, c.hi), c.lo));
+}
+// Adds q to the u64 at a (shared memory) from many threads: a u32 atomic on the low word and the
+// carry into the high word (a u64 atomic add on shared memory is a compare-and-swap loop). The
+// total is exact once every thread has added.
+KJIT_DEVICE KJIT_FORCEINLINE void atomic_add_u64_shared(u64* a, u32 q) {
+  u32* const w = reinterpret_cast<u32*>(a);  // little-endian: w[0] low, w[1] high
+  const u32 old = atomicAdd(&w[0], q);
+  if (old + q < old) atomicAdd(&w[1], 1u);
 }
 
 // One row's result: the token (-1 for an invalid row) and its valid flag.
@@ -300,6 +341,11 @@ constexpr int kOwnBins = kBins / 2;  // clusters of >= 2 blocks
 constexpr u32 kListLocal = kBins;
 static_assert(kListLocal == u32(kListStaticKeys), "the host sizes list_cap against kListLocal");
 constexpr u32 kListCap = 3 * kOwnBins;
+// The fused exact top-p list's entries (FilterRow::seg_fused): the key's offset in the window in
+// the low kListKeyBits bits (the window is one first-level bin: 2^20 keys), the segment above.
+constexpr int kListKeyBits = 20;
+constexpr u32 kListKeyMask = (1u << kListKeyBits) - 1u;
+static_assert(kMaxSegments <= (1 << (32 - kListKeyBits)), "a segment number fits the entry");
 // A top-k list of at most kRankCap keys is finished by ranking (see rank_finish).
 constexpr u32 kRankCap = 512;
 
@@ -358,13 +404,13 @@ struct FilterSmem {
   u32* cnt;         // [kBins] key counts; list mode: the block's list
   u32* mhi;         // [kBins]
   u32* mlo;         // [kBins]
-  float* seg;       // [kMaxSegments] kept weight per segment
+  u64* seg;         // [kMaxSegments] kept fixed-point weight per segment (fixed_weight)
   double* red_d;    // [64] two block-wide fp64 reductions or scans at once
   float* red_f;     // [32]
   u32* red_u;       // [32]
   u64* red_u64;     // [32]
   int* found;       // [4]
-  double* rem;      // the draw's remainder within the chosen segment
+  u64* rem;         // the draw's remainder within the chosen segment
   u32* own;         // [3 * kOwnBins] on a cluster: cluster_merge's shares, the leader's list;
                     // one block: [kRankCap], top-k's list
   ClusterRed* xch;  // [2] cluster_exchange's slots
@@ -422,13 +468,6 @@ KJIT_DEVICE KJIT_FORCEINLINE RowParams read_row_params(const SamplingParams& p, 
   }
   return q;
 }
-
-// The segment the draw lands in (sel; -1: no kept weight) and whether the draw fell inside it
-// (else rounding left it past the end, and sel is the last segment with weight).
-struct SegmentChoice {
-  int sel;
-  bool found;
-};
 
 // rank_list (a list of at most kRankCap keys in `own`, a top-k of k): every key of the list is
 // ranked against the others in one pass (descending key, then list index: unique ranks), which
@@ -516,8 +555,9 @@ struct FilterRow {
   const dtype* const row;
   dtype* const out_row;
   RowWalk<dtype, vec, unroll> walk;
-  const bool leader;  // the block that writes a sampled row's result
-  int xpar = 0;       // cluster_exchange's slot
+  const bool leader;       // the block that writes a sampled row's result
+  const u32 mhi_a, mlo_a;  // s.mhi's and s.mlo's shared-window addresses (add_significand)
+  int xpar = 0;            // cluster_exchange's slot
   RowParams prm;
   bool need_hist = false;  // pass 0 builds the first level of a key histogram
   bool exact = false;      // the exact top-p search (see mass = 1 at filter_kernel)
@@ -528,6 +568,7 @@ struct FilterRow {
   double wsum = 0.0;
   u64 best = 0;
   u32 kmax = 0;       // the largest weight's key (mask: the largest logit key)
+  FixedScale fs{};    // the draw's fixed-point weights (fixed_scale(kmax); sampling only)
   u32 threshold = 0;  // top-k's on topk_key, then the kept weight key kw
   // A token is kept when its weight's key is >= kw and, for logits under a top-k, its logit's
   // key is >= kx (for probabilities the two keys are one, and kx folds into kw).
@@ -539,6 +580,10 @@ struct FilterRow {
   bool ranked = false;  // the leader (one block: the block) finished top-k (and top-p) by ranking
   u32 kp_ranked = 0;    // rank_finish's top-p threshold
   bool list_mode = false;  // exact-mass clusters: the leader searches a list of keys
+  // One block, exact top-p (see topp_list_level): the list's pass also summed the segments' kept
+  // weights above the window, and each list entry is (segment << kListKeyBits) | (key - list_base).
+  bool seg_fused = false;
+  u32 list_base = 0;
 
   KJIT_DEVICE KJIT_FORCEINLINE FilterRow(const SamplingParams& params, const FilterSmem& smem)
       : p(params),
@@ -551,8 +596,10 @@ struct FilterRow {
         row(static_cast<const dtype*>(params.input) + r * params.in_stride),
         out_row(op == kOpSample ? nullptr
                                 : static_cast<dtype*>(params.out) + r * params.out_stride),
-        walk{row, vocab},
-        leader(crank == 0u) {}
+        walk{row, vocab, 0, 0x7fffffff, !cluster},
+        leader(crank == 0u),
+        mhi_a(smem_addr(smem.mhi)),
+        mlo_a(smem_addr(smem.mlo)) {}
 
   // ---- Cluster combinations; no-ops on the one-block path. `synced`: see cluster_merge ----
   KJIT_DEVICE KJIT_FORCEINLINE void cl_merge1(int nb, bool synced = false) {
@@ -601,7 +648,7 @@ struct FilterRow {
   // Pass 0's histogram: a count per key bin, or (exact) the bin's significand sum.
   KJIT_DEVICE KJIT_FORCEINLINE void add_first_level(u32 key) {
     if (exact) {
-      add_significand(s.mhi, s.mlo, int(key >> 20), key);
+      add_significand(mhi_a, mlo_a, int(key >> 20), key);
     } else {
       atomicAdd(&s.cnt[key >> 20], 1u);
     }
@@ -687,12 +734,21 @@ struct FilterRow {
     constexpr float kMaxFinite = 3.40282347e38f;
     const bool use_k = prm.use_k, greedy = prm.greedy;
     if (input == kInputProbs) {
-      walk.run([&](int, float v) {
+      const auto visit = [&](float v) {
         bad |= !(v >= 0.0f && v <= kMaxFinite);
         wsum += double(v);
         vmax = fmaxf(vmax, v);
-        if (need_hist) add_first_level(nonneg_key(v));
-      });
+      };
+      // Two walks rather than a test per element: under that test the histogram's shared
+      // addresses were derived again at every element.
+      if (need_hist) {
+        walk.run([&](int, float v) {
+          visit(v);
+          add_first_level(nonneg_key(v));
+        });
+      } else {
+        walk.run([&](int, float v) { visit(v); });
+      }
     } else {
       walk.run([&](int i, float x) {
         bad |= x != x;
@@ -785,6 +841,7 @@ struct FilterRow {
     }
     // The largest weight's key (for logits, exp(0) = 1).
     kmax = input == kInputLogitKeys ? signed_key(vmax) : nonneg_key(weight(vmax));
+    if (op == kOpSample) fs = fixed_scale(kmax);
   }
 
   // List mode: every block sends the keys key_of(x) in [wlo, wlo + wspan] of its share to the
@@ -792,31 +849,55 @@ struct FilterRow {
   // weights of the keys above the window; on return (true) the leader holds all list_n keys and
   // `above` the cluster's sum. False, the same in every block, when the keys do not fit (more
   // than kListLocal in a block or kListCap in all): nothing was sent. One block a row (the exact
-  // top-p window's list) keeps at most kListLocal keys in its s.own. The list's order within a
+  // top-p window's list) keeps at most list_cap() keys in its s.own. The list's order within a
   // block is the order of its atomics, so only integer sums may be taken over it.
+  // fuse (one block; wspan <= kListKeyMask): the pass also stores each segment's fixed-point sum
+  // of the weights above the window in s.seg, and the entries carry their segment (seg_fused's
+  // form), so that the draw needs no pass of its own.
   template <typename KeyOf>
-  KJIT_DEVICE KJIT_FORCEINLINE bool send_list(KeyOf key_of, u32 wlo, u32 wspan, double& above) {
+  KJIT_DEVICE KJIT_FORCEINLINE bool send_list(KeyOf key_of, u32 wlo, u32 wspan, double& above,
+                                              bool fuse = false) {
     // One block writes its list in place (s.own), a cluster's blocks theirs into s.cnt first.
     u32* const local = cluster ? s.cnt : s.own;
     const u32 cap = cluster ? kListLocal : list_cap();
     if (threadIdx.x == 0) s.found[3] = 0;
     __syncthreads();
     double a = 0.0;
-    walk.run([&](int, float x) {
-      const u32 key = key_of(x);
-      if (key - wlo > wspan) {  // wraps for keys below the window
-        if (key > wlo) a += double(weight(x));
-      } else {
-        const u32 slot = atomicAdd(reinterpret_cast<u32*>(&s.found[3]), 1u);
-        if (slot < cap) local[slot] = key;
-      }
-    });
+    fuse = !cluster && fuse;
+    const int lane = int(threadIdx.x) & 31;
+    u64 acc = 0;
+    walk.run(
+        [&](int i, float x) {
+          const u32 key = key_of(x);
+          if (key - wlo > wspan) {  // wraps for keys below the window
+            if (key > wlo) {
+              const float wt = weight(x);
+              a += double(wt);
+              if (fuse) acc += fixed_weight(wt, fs);
+            }
+          } else {
+            const u32 slot = atomicAdd(reinterpret_cast<u32*>(&s.found[3]), 1u);
+            if (slot < cap) {
+              local[slot] =
+                  fuse ? (u32(i / (32 * vec * unroll)) << kListKeyBits) | (key - wlo) : key;
+            }
+          }
+        },
+        [&](int sg) {
+          // The sum outside the branch: shuffles under a runtime condition compile behind a
+          // divergence check.
+          const u64 total = warp_sum(acc);
+          if (fuse && lane == 0) s.seg[sg] = total;
+          acc = 0;
+        });
     a = block_sum<double>(a, s.red_d);  // ends on a barrier: every slot is taken
     const u32 n_local = static_cast<u32>(s.found[3]);
     if constexpr (!cluster) {
       if (n_local > cap) return false;
       list_n = n_local;
       above = a;
+      seg_fused = fuse;
+      list_base = wlo;
       return true;
     }
     ClusterRed v{a, 0.0, 0.0f, n_local > kListLocal ? 1u : 0u, u64(n_local)};
@@ -835,6 +916,12 @@ struct FilterRow {
     list_n = static_cast<u32>(total);
     above = v.s0;
     return true;
+  }
+
+  // Key i of the exact top-p list (seg_fused: unpacked).
+  KJIT_DEVICE KJIT_FORCEINLINE u32 list_key(u32 i) const {
+    const u32 e = s.own[i];
+    return seg_fused ? list_base + (e & kListKeyMask) : e;
   }
 
   // rank_finish (the leader; one block: the block): top-k and top-p on the list of list_n keys
@@ -961,7 +1048,7 @@ struct FilterRow {
       } else {
         const int bin = static_cast<int>(d >> sh);
         if (exact) {
-          add_significand(s.mhi, s.mlo, bin, nonneg_key(wt));
+          add_significand(mhi_a, mlo_a, bin, nonneg_key(wt));
           b += double(wt);
         } else {
           atomicAdd(&s.cnt[bin], 1u);
@@ -1038,8 +1125,13 @@ struct FilterRow {
       // need no pass over the row (on a large batch each would read it from memory again).
       // Its sums are integers (significands, one binade), so the list's order does not
       // matter. Too many keys for the room: the levels below, each a pass over the row.
+      // One block a row sampling also begins the draw's segment sums in that pass (send_list's
+      // fuse): the keys above the window are kept whatever the threshold in it, those below are
+      // not, and a min-p threshold at or below the window's start changes neither.
       const auto wkey = [&](float x) { return nonneg_key(weight(x)); };
-      if (send_list(wkey, w.lo, w.hi - w.lo, above_outside)) {
+      const bool fuse = !cluster && op == kOpSample && w.hi - w.lo <= kListKeyMask &&
+                        (!prm.use_minp || min_p_key() <= w.lo);
+      if (send_list(wkey, w.lo, w.hi - w.lo, above_outside, fuse)) {
         list_mode = true;
         if (!leader) return ListStep::kStop;  // the leader sends the threshold
       }
@@ -1054,11 +1146,11 @@ struct FilterRow {
     const int sh = w.s;
     u64 above_sig = 0;
     for (u32 i = threadIdx.x; i < list_n; i += blockDim.x) {
-      const u32 key = s.own[i];
+      const u32 key = list_key(i);
       if (key - wlo > wspan) {
         if (key > wlo) above_sig += key_significand(key);
       } else {
-        add_significand(s.mhi, s.mlo, int((key - wlo) >> sh), key);
+        add_significand(mhi_a, mlo_a, int((key - wlo) >> sh), key);
       }
     }
     above_sig = block_sum<u64>(above_sig, s.red_u64);  // ends on a barrier
@@ -1161,9 +1253,12 @@ struct FilterRow {
   }
 
   // Min-p: w >= fl(min_p * w_max).
+  KJIT_DEVICE KJIT_FORCEINLINE u32 min_p_key() const {
+    return nonneg_key(__fmul_rn(prm.min_p, nonneg_value(kmax)));
+  }
   KJIT_DEVICE KJIT_FORCEINLINE void apply_min_p() {
     if (prm.use_minp) {
-      const u32 km = nonneg_key(__fmul_rn(prm.min_p, nonneg_value(kmax)));
+      const u32 km = min_p_key();
       threshold = km > threshold ? km : threshold;
     }
   }
@@ -1183,136 +1278,76 @@ struct FilterRow {
   }
 
   // ---- Sample: kept weight per segment, one uniform, inverse CDF in index order ----
-  // On the cluster path every block stores its segments' masses straight into the leader's
-  // s.seg (no one else uses it), so one barrier publishes them; the leader then draws alone,
-  // exactly as one block would, and the other blocks, whose shared memory nobody reads any
-  // more, leave.
+  // The kept weights count as fixed_weight's integers, so the draw is exact integer arithmetic
+  // and the same on every path. On the cluster path every block stores its segments' sums
+  // straight into the leader's s.seg (no one else uses it), so one barrier publishes them; the
+  // leader then draws alone, exactly as one block would, and the other blocks, whose shared
+  // memory nobody reads any more, leave.
   KJIT_DEVICE KJIT_FORCEINLINE void segment_masses() {
     const u32 t = threshold;
     const int lane = int(threadIdx.x) & 31;
-    float* seg_out = cluster ? cluster_map(s.seg, 0u) : s.seg;
-    float acc = 0.0f;
+    u64* seg_out = cluster ? cluster_map(s.seg, 0u) : s.seg;
+    u64 acc = 0;
     walk.run(
         [&](int, float x) {
           const float wt = weight(x);
-          if (nonneg_key(wt) >= t && in_topk(x)) acc += wt;
+          if (nonneg_key(wt) >= t && in_topk(x)) acc += fixed_weight(wt, fs);
         },
         [&](int sg) {
-          const float total = warp_sum(acc);
+          const u64 total = warp_sum(acc);
           if (lane == 0) seg_out[sg] = total;
-          acc = 0.0f;
+          acc = 0;
         });
   }
 
-  // The cluster leader's choice: the segments' exclusive prefix runs over a fixed layout of
-  // kMaxSegments virtual threads, one segment each (nseg <= kMaxSegments): virtual thread v is
-  // real thread v % blockDim.x in round v / blockDim.x, so a virtual warp is one real warp's,
-  // and every fp64 addition is the one the one-block path's scan makes (it has a thread per
-  // segment; its threads past the last segment, like the virtual ones, add zeros). The leader
-  // therefore picks the segment one block picks at any cluster block size. Each virtual warp's
-  // inclusive prefixes are computed once and kept in shared memory (the histograms' room, free
-  // by now), so the segments' starts need no second scan.
-  KJIT_DEVICE KJIT_FORCEINLINE SegmentChoice choose_segment_cluster(double u) {
-    const int lane = int(threadIdx.x) & 31;
-    constexpr int kV = kMaxSegments;
-    static_assert(kV == 32 * 32, "one scan stage per virtual warp, one over the 32 warp totals");
-    static_assert(kV * sizeof(double) <= kBins * sizeof(u32), "the prefixes fit s.cnt");
-    double* incl_v = reinterpret_cast<double*>(s.cnt);  // [kV] inclusive, per virtual warp
-    double* wscan_s = s.red_d + 32;                     // [32] inclusive over warp totals
-    // A warp's rounds from its first lane's index (uniform_int): the loop is then warp-uniform to
-    // ptxas too, and its shuffles compile without a divergence check (kV is a multiple of 32).
-    for (int vb = uniform_int(int(threadIdx.x) & ~31); vb < kV; vb += int(blockDim.x)) {
-      const int v = vb + lane;
-      double incl = v < nseg ? double(s.seg[v]) : 0.0;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const double n = __shfl_up_sync(kFullMask, incl, o);
-        if (lane >= o) incl += n;
-      }
-      incl_v[v] = incl;
-      if (lane == 31) s.red_d[v >> 5] = incl;
+  // The fused list (seg_fused): the listed keys the threshold keeps join their segments' sums,
+  // which the list's pass began with the keys above the window (all kept). Integer atomics, so
+  // the list's order does not matter.
+  KJIT_DEVICE KJIT_FORCEINLINE void add_listed_to_segments() {
+    const u32 t = threshold;
+    for (u32 i = threadIdx.x; i < list_n; i += blockDim.x) {
+      const u32 e = s.own[i];
+      const u32 key = list_base + (e & kListKeyMask);
+      if (key >= t)
+        atomic_add_u64_shared(&s.seg[e >> kListKeyBits], fixed_weight(nonneg_value(key), fs));
     }
-    __syncthreads();
-    {
-      // Every warp scans (a branch around the shuffles would make them divergent code, which
-      // compiles to a collective loop per shuffle); warp 0 stores.
-      double wscan = s.red_d[lane];
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const double n = __shfl_up_sync(kFullMask, wscan, o);
-        if (lane >= o) wscan += n;
-      }
-      if (threadIdx.x < 32) wscan_s[lane] = wscan;
-    }
-    __syncthreads();
-    auto vstart = [&](int v) {  // exclusive prefix of segment v
-      const double excl = (v & 31) != 0 ? incl_v[v - 1] : 0.0;
-      const int vw = v >> 5;
-      return vw == 0 ? excl : wscan_s[vw - 1] + excl;
-    };
-    const double target = u * wscan_s[31];
-    for (int v = int(threadIdx.x); v < nseg; v += int(blockDim.x)) {
-      if (s.seg[v] > 0.0f) {
-        const double start = vstart(v);
-        atomicMax(&s.found[1], v);
-        if (start <= target && target < start + double(s.seg[v])) atomicMin(&s.found[0], v);
-      }
-    }
-    __syncthreads();
-    SegmentChoice c;
-    c.sel = s.found[0];
-    c.found = c.sel != 0x7fffffff;
-    if (!c.found) c.sel = s.found[1];
-    // The remainder within the chosen segment.
-    if (c.found && threadIdx.x == 0) *s.rem = target - vstart(c.sel);
-    return c;
   }
 
-  // One block's choice: a block scan of the segments' masses, a thread's run of them each.
-  KJIT_DEVICE KJIT_FORCEINLINE SegmentChoice choose_segment_block(double u) {
+  // The segment the draw lands in: an exclusive scan of the segments' sums (a thread's run of
+  // them each), target = floor(u * total) from u's 53 bits, and the one segment whose range
+  // holds it, with the remainder in *s.rem. -1 when nothing is kept (never for a valid row: its
+  // largest weight counts 2^31 or more). s.found[0] is -1 on entry.
+  KJIT_DEVICE KJIT_FORCEINLINE int choose_segment(u64 bits53) {
     __syncthreads();
     const int per = (nseg + int(blockDim.x) - 1) / int(blockDim.x);
     const int j0 = int(threadIdx.x) * per;
     const int j1 = j0 + per < nseg ? j0 + per : nseg;
-    double local = 0.0;
-    for (int j = j0; j < j1; ++j) local += double(s.seg[j]);
-    double total;
-    const double start = block_exclusive_scan<double>(local, s.red_d, &total);
-    const double target = u * total;
-    {
-      double run = start;
-      for (int j = j0; j < j1; ++j) {
-        const double next = run + double(s.seg[j]);
-        if (s.seg[j] > 0.0f) {
-          atomicMax(&s.found[1], j);
-          if (run <= target && target < next) atomicMin(&s.found[0], j);
-        }
-        run = next;
+    u64 local = 0;
+    for (int j = j0; j < j1; ++j) local += s.seg[j];
+    u64 total;
+    u64 run = block_exclusive_scan<u64>(local, s.red_u64, &total);
+    const u64 target = __umul64hi(bits53 << 11, total);  // floor(u * total) < total
+    for (int j = j0; j < j1; ++j) {
+      const u64 next = run + s.seg[j];
+      if (run <= target && target < next) {
+        s.found[0] = j;
+        *s.rem = target - run;
       }
+      run = next;
     }
     __syncthreads();
-    SegmentChoice c;
-    c.sel = s.found[0];
-    c.found = c.sel != 0x7fffffff;
-    if (!c.found) c.sel = s.found[1];
-    if (c.found && c.sel >= j0 && c.sel < j1) {
-      // The remainder within the chosen segment, by the thread whose prefix chose it.
-      double run = start;
-      for (int j = j0; j < c.sel; ++j) run += double(s.seg[j]);
-      *s.rem = target - run;
-    }
-    return c;
+    return s.found[0];
   }
 
-  // One warp rescans the chosen segment for the token the remainder falls on.
-  KJIT_DEVICE KJIT_FORCEINLINE void draw_in_segment(SegmentChoice c) {
+  // One warp rescans the chosen segment for the token the remainder falls on: the same integers
+  // the segment's sum was made of, so the remainder always lands on a kept token.
+  KJIT_DEVICE KJIT_FORCEINLINE void draw_in_segment(int sel) {
     const u32 t = threshold;
     const int lane = int(threadIdx.x) & 31;
-    // Rounding can leave the draw past the last segment's end: take the last kept token then.
-    const double rem = c.found ? *s.rem : __int_as_float(0x7f800000);
-    const int base = c.sel * (32 * vec * unroll);
-    double run = 0.0;
-    int pick = -1, last = -1;
+    const u64 rem = *s.rem;
+    const int base = sel * (32 * vec * unroll);
+    u64 run = 0;
+    int pick = -1;
     // Every load of the segment is issued before the first is used: they are L2 round trips on
     // the critical path of the whole launch.
     Vec<dtype, vec> seg_v[unroll];
@@ -1324,83 +1359,58 @@ struct FilterRow {
 #pragma unroll
     for (int uu = 0; uu < unroll; ++uu) {
       const int i = base + (uu * 32 + lane) * vec;
-      float wv[vec];
-      double lane_sum = 0.0;
-      if (i < vocab) {
-        const Vec<dtype, vec>& v = seg_v[uu];
+      u32 q[vec];
+      u64 lane_sum = 0;
 #pragma unroll
-        for (int e = 0; e < vec; ++e) {
-          const float x = to_float(v[e]);
+      for (int e = 0; e < vec; ++e) {
+        q[e] = 0u;
+        if (i < vocab) {
+          const float x = to_float(seg_v[uu][e]);
           const float wt = weight(x);
-          wv[e] = nonneg_key(wt) >= t && in_topk(x) ? wt : 0.0f;
-          lane_sum += double(wv[e]);
-          if (wv[e] > 0.0f) last = i + e;
+          if (nonneg_key(wt) >= t && in_topk(x)) q[e] = fixed_weight(wt, fs);
         }
-      } else {
-#pragma unroll
-        for (int e = 0; e < vec; ++e) wv[e] = 0.0f;
+        lane_sum += q[e];
       }
-      double incl = lane_sum;
+      u64 incl = lane_sum;
 #pragma unroll
       for (int o = 1; o < 32; o <<= 1) {
-        const double n = __shfl_up_sync(kFullMask, incl, o);
+        const u64 n = __shfl_up_sync(kFullMask, incl, o);
         if (lane >= o) incl += n;
       }
-      double excl = __shfl_up_sync(kFullMask, incl, 1);
-      if (lane == 0) excl = 0.0;
-      const double lo = run + excl, hi = run + incl;
-      const unsigned hit =
-          __ballot_sync(kFullMask, pick < 0 && lane_sum > 0.0 && lo <= rem && rem < hi);
+      const u64 lo = run + (incl - lane_sum);
+      // The lanes' ranges tile [run, run + the chunk's sum): at most one holds rem.
+      const unsigned hit = __ballot_sync(kFullMask, pick < 0 && lo <= rem && rem - lo < lane_sum);
       if (hit != 0u) {
         const int src = __ffs(hit) - 1;
         int cand = -1;
         if (lane == src) {
-          double a = lo;
+          u64 a = lo;
 #pragma unroll
           for (int e = 0; e < vec; ++e) {
-            if (wv[e] > 0.0f) {
-              if (cand < 0 && rem < a + double(wv[e])) cand = i + e;
-              a += double(wv[e]);
-            }
+            if (cand < 0 && rem - a < u64(q[e])) cand = i + e;
+            a += q[e];
           }
-          if (cand < 0) cand = last;  // rounding: the lane's last kept token
         }
         pick = __shfl_sync(kFullMask, cand, src);
       }
-      run = __shfl_sync(kFullMask, hi, 31);
+      run = __shfl_sync(kFullMask, run + incl, 31);
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const int other = __shfl_xor_sync(kFullMask, last, o);
-      last = other > last ? other : last;
-    }
-    if (pick < 0) pick = last;
     if (lane == 0) write_sample(p, r, pick);
   }
 
   // The draw (the leader): one uniform, the segment it lands in, the token within it.
   KJIT_DEVICE KJIT_FORCEINLINE void draw() {
-    if (threadIdx.x == 0) {
-      s.found[0] = 0x7fffffff;  // chosen segment: atomicMin
-      s.found[1] = -1;          // last segment with weight: atomicMax
-    }
+    if (threadIdx.x == 0) s.found[0] = -1;
     const u64 seed = cluster ? s.rng[0] : p.seed[r * p.seed_stride];
     const u64 offset = cluster ? s.rng[1] : p.offset[r * p.offset_stride];
-    const double u = philox_uniform(seed, offset, p.per_row_seed ? 0u : static_cast<u32>(r));
-    SegmentChoice c;
-    if constexpr (cluster) {
-      c = choose_segment_cluster(u);
-    } else {
-      c = choose_segment_block(u);
-    }
-    __syncthreads();
+    const int sel = choose_segment(philox_bits53(seed, offset, p.per_row_seed ? 0u : u32(r)));
     if ((int(threadIdx.x) >> 5) != 0) return;
-    if (c.sel < 0) {
+    if (sel < 0) {
       // No kept weight at all (cannot happen for a valid row: its maximum is always kept).
       if ((int(threadIdx.x) & 31) == 0) write_sample(p, r, -1);
       return;
     }
-    draw_in_segment(c);
+    draw_in_segment(sel);
   }
 };
 
@@ -1443,13 +1453,13 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
   __shared__ __align__(16) u32 s_cnt[kBins];
   __shared__ __align__(16) u32 s_mhi[kBins];
   __shared__ __align__(16) u32 s_mlo[kBins];
-  __shared__ float s_seg[kMaxSegments];
+  __shared__ u64 s_seg[kMaxSegments];
   __shared__ double s_red_d[64];
   __shared__ float s_red_f[32];
   __shared__ u32 s_red_u[32];
   __shared__ u64 s_red_u64[32];
   __shared__ int s_found[4];
-  __shared__ double s_rem;
+  __shared__ u64 s_rem;
   // One block: the top-k list (counting) or the exact top-p window's (mass = 1; in dynamic
   // shared memory instead when p.list_cap > 0, for wide windows).
   __shared__ __align__(16)
@@ -1479,7 +1489,11 @@ filter_kernel(const __grid_constant__ SamplingParams p) {
     f.write_renorm();
     return;
   }
-  f.segment_masses();
+  if (f.seg_fused) {
+    f.add_listed_to_segments();
+  } else {
+    f.segment_masses();
+  }
   if (cluster) {
     cluster_sync();
     if (!f.leader) return;

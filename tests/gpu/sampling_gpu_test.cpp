@@ -114,7 +114,8 @@ std::vector<T> download_vec(const DeviceBuffer& b, size_t n) {
 
 // ---- A sampler call -----------------------------------------------------------------------------
 
-enum class Api { kPlain, kTopK, kTopP, kMinP, kTopKTopP, kLogits };
+// kTopPMinP: top-p and min-p on one row, which the ops layer takes and no C entry point offers.
+enum class Api { kPlain, kTopK, kTopP, kMinP, kTopKTopP, kLogits, kTopPMinP };
 
 // Filter parameters: per-row vectors when non-empty, else the scalars.
 struct Params {
@@ -149,6 +150,7 @@ kjit_status sample_tuned(Api api, const DLTensor* x, const DLTensor* k_arr, cons
     case Api::kTopK: a.filters = ops::kFilterTopK; break;
     case Api::kTopP: a.filters = ops::kFilterTopP; break;
     case Api::kMinP: a.filters = ops::kFilterMinP; break;
+    case Api::kTopPMinP: a.filters = ops::kFilterTopP | ops::kFilterMinP; break;
     case Api::kTopKTopP:
     case Api::kLogits: a.filters = ops::kFilterTopK | ops::kFilterTopP; break;
   }
@@ -225,6 +227,7 @@ Draws draw(Api api, Matrix& x, const Params& prm, uint64_t seed, std::vector<uin
               SamplingOptions().top_k(prm.top_k).top_p(prm.top_p).temperature(prm.temperature),
               nullptr);
           break;
+        case Api::kTopPMinP: FAIL("top-p with min-p runs under a tuned scope only");
       }
     }
     INFO("kjit_last_error: " << kjit_last_error());
@@ -332,10 +335,12 @@ std::vector<double> weights_of(Api api, const std::vector<double>& x, double tem
 ref::FilterSpec spec_of(Api api, const Params& prm, int64_t r) {
   ref::FilterSpec f;
   const bool has_k = api == Api::kTopK || api == Api::kTopKTopP || api == Api::kLogits;
-  const bool has_p = api == Api::kTopP || api == Api::kTopKTopP || api == Api::kLogits;
+  const bool has_p =
+      api == Api::kTopP || api == Api::kTopKTopP || api == Api::kLogits || api == Api::kTopPMinP;
+  const bool has_min_p = api == Api::kMinP || api == Api::kTopPMinP;
   if (has_k) f.top_k = prm.top_k_rows.empty() ? prm.top_k : prm.top_k_rows[r];
   if (has_p) f.top_p = prm.top_p_rows.empty() ? prm.top_p : prm.top_p_rows[r];
-  if (api == Api::kMinP) f.min_p = prm.min_p_rows.empty() ? prm.min_p : prm.min_p_rows[r];
+  if (has_min_p) f.min_p = prm.min_p_rows.empty() ? prm.min_p : prm.min_p_rows[r];
   // Probabilities are compared exactly by the kernel (keys are their bits; min-p multiplies in
   // fp32 as the reference does); logits' weights come from an fp32 exp2.
   f.value_tol = api == Api::kLogits ? 2e-5 : 0.0;
@@ -1195,18 +1200,21 @@ TEST_CASE("sampling gpu: cluster path from logits (fp32, bf16, fp16), per-row pa
 }
 
 // Caps the blocks an SM runs on the one-block path for a scope (SampleTuning::blocks_per_sm).
-struct ForceBlocksPerSm {
-  explicit ForceBlocksPerSm(int blocks) {
-    g_tuning.blocks_per_sm = blocks;
+template <int kjit::ops::SampleTuning::*Field>
+struct ForceTuning {
+  explicit ForceTuning(int v) {
+    g_tuning.*Field = v;
     ++g_tuned_scopes;
   }
-  ~ForceBlocksPerSm() {
-    g_tuning.blocks_per_sm = 0;
+  ~ForceTuning() {
+    g_tuning.*Field = 0;
     --g_tuned_scopes;
   }
-  ForceBlocksPerSm(const ForceBlocksPerSm&) = delete;
-  ForceBlocksPerSm& operator=(const ForceBlocksPerSm&) = delete;
+  ForceTuning(const ForceTuning&) = delete;
+  ForceTuning& operator=(const ForceTuning&) = delete;
 };
+using ForceBlocksPerSm = ForceTuning<&kjit::ops::SampleTuning::blocks_per_sm>;
+using ForceThreads = ForceTuning<&kjit::ops::SampleTuning::threads>;
 
 TEST_CASE("sampling gpu: a blocks-per-SM cap draws the one-block path's tokens",
           "[gpu][sampling]") {
@@ -1232,6 +1240,45 @@ TEST_CASE("sampling gpu: a blocks-per-SM cap draws the one-block path's tokens",
     const Draws l1 = draw_on(SamplePath::kSingle, 0, Api::kLogits, logits, lp, 32, offsets);
     check_in_set(Api::kLogits, logits, lp, l1);
     check_same(l0, l1);
+  }
+}
+
+TEST_CASE("sampling gpu: the integer draw is the same at every block size and search",
+          "[gpu][sampling]") {
+  // The draw sums fixed-point weights (sampling.cuh, fixed_weight), so a row's token depends
+  // neither on how its segments are shared among a block's threads (64 threads: fewer than the
+  // segments), nor on who summed the segments: the exact top-p list's pass (one block: the fused
+  // list), a pass of their own (a list too small for the window; the counting search), or either
+  // with min-p beside top-p, whose threshold above the list's window turns the fused sums off.
+  std::mt19937_64 rng(std::random_device{}());
+  const int64_t batch = sanitizer_batch(48);
+  const auto offsets = range_offsets(11, 3);
+  for (const int64_t vocab : vocabularies({4097, 128256})) {
+    for (const double sigma : {2.0, 4.0}) {
+      INFO("vocab " << vocab << " sigma " << sigma);
+      Matrix x = random_probs(rng, batch, vocab, sigma);
+      Params prm;
+      prm.top_p = 0.9f;
+      // min-p 0 (off) on a quarter of the rows, else 2^-1 .. 2^-11 (1 keeps the maxima alone).
+      for (int64_t r = 0; r < batch; ++r) {
+        prm.min_p_rows.push_back(r % 4 == 0 ? 0.0f : std::ldexp(1.0f, -static_cast<int>(r % 12)));
+      }
+      Draws base;
+      {
+        ForceMass counted(0);
+        base = draw_on(SamplePath::kSingle, 0, Api::kTopPMinP, x, prm, 9, offsets);
+      }
+      check_in_set(Api::kTopPMinP, x, prm, base);
+      for (const int mass : {0, 1}) {
+        for (const int threads : {64, 256, 1024}) {
+          INFO("mass " << mass << " threads " << threads);
+          ForceMass m(mass);
+          ForceThreads t(threads);
+          const Draws d = draw_on(SamplePath::kSingle, 0, Api::kTopPMinP, x, prm, 9, offsets);
+          check_same(base, d);
+        }
+      }
+    }
   }
 }
 

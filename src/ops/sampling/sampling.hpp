@@ -130,9 +130,8 @@ struct SampleTuning {
   int cluster = 0;
   // Threads per block, a multiple of 32 in 32..1024; 0 the plan's (sampling_block_threads,
   // sampling_cluster_block_threads). A cluster takes at most kSampleClusterMaxThreads (a larger
-  // size runs one block a row under kAuto and is refused under kCluster), and a one-block launch
-  // with fewer threads than the row has segments sums the draw's segment masses in another order
-  // than the cluster path, so at an fp64 rounding tie it may draw another token of the kept set.
+  // size runs one block a row under kAuto and is refused under kCluster). Every size draws the
+  // same token (the draw's sums are integers).
   int threads = 0;
   // The top-p search: 1 the exact-mass one (FilterConfig::mass), 0 counts with mass bounds, -1
   // the plan's (sample_mass). Rows that may have a top-k always count (sample_mass).
