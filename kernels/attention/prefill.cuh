@@ -34,16 +34,6 @@
 namespace kjit {
 namespace attention {
 
-// std::is_same, which NVRTC has no header for (the fp8-KV path's type checks).
-template <typename A, typename B>
-struct is_same_type {
-  static constexpr bool value = false;
-};
-template <typename A>
-struct is_same_type<A, A> {
-  static constexpr bool value = true;
-};
-
 // The CTA's work: request b, its rows and keys, and the packed rows [m0, m0 + kRows) it owns.
 struct PrefillWork {
   int b;
@@ -233,7 +223,7 @@ template <typename dtype, int head_dim, int warps, typename mma_dtype = dtype>
 KJIT_DEVICE KJIT_FORCEINLINE void load_q_tile(const PrefillParams& p, const PrefillWork& w, int h,
                                               unsigned char* q_s) {
   constexpr int kRowBytes = head_dim * 2, kChunks = head_dim / 8, kRows = 16 * warps;
-  constexpr bool kConvert = !is_same_type<dtype, mma_dtype>::value;
+  constexpr bool kConvert = !IsSame<dtype, mma_dtype>::value;
   const int q_rows = w.q_len * p.group;
   for (int i = int(threadIdx.x); i < kRows * kChunks; i += 32 * warps) {
     const int r = i / kChunks, ch = i % kChunks;
@@ -545,7 +535,7 @@ template <typename dtype, int head_dim, int warps, int kv_tile, typename mma_dty
           int kv_fp8 = 0>
 __global__ void __launch_bounds__(32 * warps)
     prefill_kernel(const __grid_constant__ PrefillParams p) {
-  static_assert(kv_fp8 == 0 || is_same_type<mma_dtype, __half>::value,
+  static_assert(kv_fp8 == 0 || IsSame<mma_dtype, __half>::value,
                 "fp8 keys and values run fp16 MMAs");
   using Smem = PrefillSmem<head_dim, warps, kv_tile>;
   using Loader = KvLoader<head_dim, warps, kv_tile>;

@@ -143,6 +143,16 @@ KJIT_DEVICE KJIT_FORCEINLINE void pdl_enter() {
   pdl_launch_dependents();
 }
 
+// std::is_same, which NVRTC has no header for.
+template <typename A, typename B>
+struct IsSame {
+  static constexpr bool value = false;
+};
+template <typename A>
+struct IsSame<A, A> {
+  static constexpr bool value = true;
+};
+
 // A shared-memory object's address in the block's shared window (32 bits), for PTX that takes
 // one. Converting a generic pointer costs a special-register read on sm_90 (the block's place
 // in its cluster's window); in a hot loop, convert once outside it.

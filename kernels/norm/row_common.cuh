@@ -57,16 +57,6 @@ KJIT_DEVICE KJIT_FORCEINLINE float row_sum(float s, float* partials) {
   }
 }
 
-// No <type_traits> under NVRTC.
-template <typename A, typename B>
-struct IsSame {
-  static constexpr bool value = false;
-};
-template <typename A>
-struct IsSame<A, A> {
-  static constexpr bool value = true;
-};
-
 // out[e] = T(value(e)) for e < VEC. 16-bit types convert two at a time (cvt.rn.f16x2.f32 /
 // cvt.rn.bf16x2.f32, the same round-to-nearest-even as from_float): one instruction per pair
 // that writes the packed register directly. Element-wise 16-bit writes into a vector that stays
