@@ -1427,8 +1427,7 @@ struct FilterRow {
 // of the row's segments; the histograms and block-wide values are combined through distributed
 // shared memory, and every block takes the same decisions on them, so the thresholds follow the
 // one-block path's rule (the list modes finish on one block). Block 0 then draws the token from
-// the gathered segment masses with the one-block path's arithmetic (its scan runs over a fixed
-// 1024-thread layout, whatever the block size).
+// the gathered segment sums with the one-block path's integer arithmetic.
 //
 // mass = 1 (probabilities or logits; a row with top-p and no top-k): the top-p search sums each
 // bin's significands (exact_bin_mass) instead of counting keys and bounding masses.

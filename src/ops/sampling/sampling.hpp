@@ -110,9 +110,8 @@ inline constexpr int kSampleClusterMaxThreads = 512;
 // thread, a multiple of 32 in 128..kSampleClusterMaxThreads. Every block of a cluster repeats
 // the fixed work of a level (barriers, block scans, the bin searches), which grows with the
 // block, while its walks shrink: V 128256 on 16 blocks (8016 elements each) took 27.4 us at 512
-// threads, 29.8 at 384, 31.1 at 1024 (H200, exact-mass top-p). The draw's scan runs over
-// a fixed layout of 1024 virtual threads, so the leader draws the one-block path's token at any
-// block size.
+// threads, 29.8 at 384, 31.1 at 1024 (H200, exact-mass top-p). The draw's sums are integers,
+// so the leader draws the one-block path's token at any block size.
 int sampling_cluster_block_threads(int64_t share);
 
 // Which kernel path the samplers take. kAuto: a cluster of blocks per row (sm_90+) while the
