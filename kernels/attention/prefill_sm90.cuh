@@ -157,13 +157,15 @@ KJIT_DEVICE KJIT_FORCEINLINE void consume_tile(const PrefillParams& p, const Pre
       hopper::mbarrier_wait(&ring.full_v[prev], ((g - 1) / stages) & 1);
       pv_issue<dtype, head_dim, kv_tile>(a, hopper::smem_addr(v_s + prev * Smem::kTileBytes), o);
     }
-    if (pingpong && !(cwg == 1 && t + 1 == end_tile)) hopper::named_barrier_arrive(3 - cwg, 256);
     if (i > 0) {
       wgmma::wait_group<1>();
     } else {
       wgmma::wait_group<0>();
     }
     wgmma::fence_operands(s);
+    // The other consumer's turn once this one's S is done (its P V still on the tensor cores):
+    // an arrive between the issues and the wait made ptxas serialize every wgmma (C7514).
+    if (pingpong && !(cwg == 1 && t + 1 == end_tile)) hopper::named_barrier_arrive(3 - cwg, 256);
     // The tile's S is done: after the last one Q is free for the next item (persistent).
     if (q_empty != nullptr && t + 1 == end_tile && lane == 0) hopper::mbarrier_arrive(q_empty);
     float alpha[2];
