@@ -81,6 +81,7 @@ std::string Metadata::to_json() const {
   j["created"] = created;
   j["registers"] = registers;
   j["shared_bytes"] = shared_bytes;
+  j["ptxas_advisories"] = ptxas_advisories;
   return j.dump(2) + "\n";
 }
 
@@ -105,6 +106,9 @@ Metadata Metadata::from_json(const std::string& text) {
     m.created = j.at("created").get<std::string>();
     m.registers = optional_integer<int>(j, "registers", -1);
     m.shared_bytes = optional_integer<int>(j, "shared_bytes", -1);
+    if (j.contains("ptxas_advisories")) {
+      m.ptxas_advisories = j.at("ptxas_advisories").get<std::vector<std::string>>();
+    }
     return m;
   } catch (const std::exception& e) {
     fail(KJIT_ERROR_CACHE, "invalid metadata: {}", e.what());

@@ -50,6 +50,26 @@ void check_nvrtc_target(const ArchTarget& target) {
        target.sm(), list);
 }
 
+std::vector<std::string> ptxas_advisories(const std::string& log) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at < log.size()) {
+    size_t end = log.find('\n', at);
+    if (end == std::string::npos) end = log.size();
+    std::string line = log.substr(at, end - at);
+    at = end + 1;
+    // ptxas' C75xx notes: "Potential Performance Loss: ..." and the waits it inserted.
+    if (line.find("ptxas") == std::string::npos || line.find(": (C75") == std::string::npos) {
+      continue;
+    }
+    const size_t colon = line.find(": (C");
+    if (colon != std::string::npos) line.erase(0, colon + 2);
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+    out.push_back(line);
+  }
+  return out;
+}
+
 CompileOutput compile_cubin(const Spec& spec, const std::vector<SourceFile>& sources,
                             const ArchTarget& target, const Settings& settings) {
   const Nvrtc& nv = nvrtc();  // first: without NVRTC nothing below matters

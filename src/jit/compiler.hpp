@@ -21,6 +21,13 @@ struct CompileOutput {
   double compile_ms = 0;
 };
 
+// ptxas' performance notes in an NVRTC log (C75xx: "Potential Performance Loss: wgmma.mma_async
+// instructions are serialized ...", "warpgroup.wait is injected ..."), one line each without the
+// "ptxas info :" prefix. They print without -v and mean a kernel does not run as written: the
+// prefill ping-pong kernel carried one (C7514, every wgmma serialized) through all its
+// measurements until 2026-12-06.
+std::vector<std::string> ptxas_advisories(const std::string& log);
+
 // nvrtc_version(): jit/nvrtc.hpp.
 
 // The options that determine the code: everything except include paths, which differ between

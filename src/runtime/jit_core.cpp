@@ -184,6 +184,10 @@ Artifact JitCore::compile(const Spec& spec, const ArchTarget& target,
   }
   CompileOutput out = compile_cubin(spec, sources, target, settings_);
   stats_.compiles++;
+  const std::vector<std::string> advisories = ptxas_advisories(out.log);
+  for (const auto& line : advisories) {
+    util::log("warning: ptxas on {} for {}: {}", spec.uri, target.sm(), line);
+  }
   if (settings_.verbose) {
     std::string opts;
     for (const auto& o : inputs.options) opts += " " + o;
@@ -201,6 +205,7 @@ Artifact JitCore::compile(const Spec& spec, const ArchTarget& target,
   m.cubin_hash = util::xxh3_64_hex(out.cubin);
   m.compile_ms = out.compile_ms;
   m.created = utc_now_iso();
+  m.ptxas_advisories = advisories;
   if (!out.lowered_names.empty()) {
     CubinKernelInfo info = cubin_kernel_info(out.cubin, out.lowered_names.front().second);
     m.registers = info.registers;

@@ -1,6 +1,7 @@
 # Runs `compile --all` on the cache the previous test filled and fails unless nothing compiles and
 # every specialization of the catalog was served from it: the count must be the catalog's own, so
-# a catalog that lost rows (or a plan that dropped items) does not pass as "all cached".
+# a catalog that lost rows (or a plan that dropped items) does not pass as "all cached"; and
+# unless none of them carries a ptxas performance advisory.
 set(archs "sm_80 sm_90 sm_90a")
 
 # The catalog's size: every op's catalog rows (`ops --json`). Each is one specialization, and
@@ -61,4 +62,12 @@ if(NOT compiled EQUAL 0 OR NOT failed EQUAL 0 OR NOT cached EQUAL planned)
   message(FATAL_ERROR "expected all ${planned} cached: compiled=${compiled} cached=${cached} "
                       "failed=${failed}")
 endif()
-message(STATUS "all ${cached} entries (a catalog of ${rows} rows) served from the cache")
+# No specialization may carry a ptxas "Potential Performance Loss" note (C75xx, recorded in its
+# sidecar when it compiled): such a kernel does not run as written (every wgmma serialized, ...).
+string(JSON advised GET "${out}" ptxas_advisories)
+if(NOT advised EQUAL 0)
+  message(FATAL_ERROR "${advised} specializations carry ptxas performance advisories; "
+                      "`kjit-cli compile --all --arch '${archs}'` on this cache lists them")
+endif()
+message(STATUS "all ${cached} entries (a catalog of ${rows} rows) served from the cache, none "
+               "with a ptxas performance advisory")

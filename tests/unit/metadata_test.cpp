@@ -55,6 +55,19 @@ TEST_CASE("metadata: JSON round trip keeps every field", "[metadata]") {
   CHECK_FALSE(validate_entry(m, e.cubin, e.key, e.inputs));
 }
 
+TEST_CASE("metadata: ptxas advisories round trip; older sidecars read as none", "[metadata]") {
+  Entry e;
+  e.meta.ptxas_advisories = {"(C7514) Potential Performance Loss: wgmma.mma_async instructions"};
+  Metadata m = Metadata::from_json(e.meta.to_json());
+  CHECK(m.ptxas_advisories == e.meta.ptxas_advisories);
+  // A sidecar written before the field existed is still a valid entry, with no advisories.
+  nlohmann::json j = nlohmann::json::parse(e.meta.to_json());
+  j.erase("ptxas_advisories");
+  Metadata old = Metadata::from_json(j.dump());
+  CHECK(old.ptxas_advisories.empty());
+  CHECK_FALSE(validate_entry(old, e.cubin, e.key, e.inputs));
+}
+
 TEST_CASE("metadata: each corrupt or incompatible field is rejected", "[metadata]") {
   CHECK_FALSE(Entry().check());
   auto rejects = [](auto mutate, const char* what) {
@@ -100,7 +113,9 @@ TEST_CASE("metadata: malformed JSON is a cache error, not a crash", "[metadata]"
   // Every required field, removed one at a time.
   auto j = nlohmann::json::parse(good);
   for (auto it = j.begin(); it != j.end(); ++it) {
-    if (it.key() == "registers" || it.key() == "shared_bytes") continue;  // optional
+    if (it.key() == "registers" || it.key() == "shared_bytes" || it.key() == "ptxas_advisories") {
+      continue;  // optional
+    }
     auto k = j;
     k.erase(it.key());
     CHECK_THROWS_AS(Metadata::from_json(k.dump()), Error);

@@ -210,7 +210,15 @@ json build_one(const jit::Spec& spec, const jit::ArchTarget& target) {
           {"cubin_size", a.cubin.size()},
           {"cubin_path", a.cubin_path.string()},
           {"registers", a.meta.registers},
+          {"ptxas_advisories", a.meta.ptxas_advisories},
           {"ok", true}};
+}
+
+// Results whose compile carried a ptxas "Potential Performance Loss" note.
+size_t with_advisories(const std::vector<json>& results) {
+  size_t n = 0;
+  for (const auto& r : results) n += !r["ptxas_advisories"].empty();
+  return n;
 }
 
 void print_human(const std::vector<json>& results, const std::vector<Failure>& failures,
@@ -227,6 +235,12 @@ void print_human(const std::vector<json>& results, const std::vector<Failure>& f
                r["cubin_size"].get<size_t>(), path.empty() ? "(not on disk)" : path);
   }
   for (const auto& f : failures) fmt::print("{:<8}  {:<7}  {}\n", "failed", f.arch, f.uri);
+  for (const auto& r : results) {
+    for (const auto& line : r["ptxas_advisories"]) {
+      fmt::print("ptxas     {:<7}  {}: {}\n", r["arch"].get<std::string>(),
+                 r["uri"].get<std::string>(), line.get<std::string>());
+    }
+  }
   std::fflush(stdout);
   for (const auto& f : failures) {
     // kjit's own messages name the URI already; a lost worker's does not.
@@ -237,8 +251,11 @@ void print_human(const std::vector<json>& results, const std::vector<Failure>& f
     }
   }
   std::fflush(stderr);
-  fmt::print("{} compiled, {} cached, {} failed in {:.1f} s (-j {})\n", compiled, cached,
+  fmt::print("{} compiled, {} cached, {} failed in {:.1f} s (-j {})", compiled, cached,
              failures.size(), seconds, jobs);
+  const size_t advised = with_advisories(results);
+  if (advised > 0) fmt::print("; {} with ptxas performance advisories", advised);
+  fmt::print("\n");
 }
 
 int run_compile(const CompileOptions& o) {
@@ -301,7 +318,8 @@ int run_compile(const CompileOptions& o) {
                 {"failures", json::array()},
                 {"compiled", compiled},
                 {"cached", cached},
-                {"failed", plan.failures.size()}};
+                {"failed", plan.failures.size()},
+                {"ptxas_advisories", with_advisories(results)}};
     for (const auto& f : plan.failures) {
       out["failures"].push_back({{"uri", f.uri}, {"arch", f.arch}, {"error", f.error}});
     }
