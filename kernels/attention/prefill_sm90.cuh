@@ -165,8 +165,9 @@ KJIT_DEVICE KJIT_FORCEINLINE void consume_tile(const PrefillParams& p, const Pre
     }
     wgmma::fence_operands(s);
     // The other consumer's turn once this one's S is done (its P V still on the tensor cores):
-    // an arrive between the issues and the wait made ptxas serialize every wgmma (C7514).
-    if (pingpong && !(cwg == 1 && t + 1 == end_tile)) hopper::named_barrier_arrive(3 - cwg, 256);
+    // an arrive between the issues and the wait, under a branch on the tile, made ptxas
+    // serialize every wgmma (C7514).
+    if (pingpong) hopper::named_barrier_arrive(3 - cwg, 256);
     // The tile's S is done: after the last one Q is free for the next item (persistent).
     if (q_empty != nullptr && t + 1 == end_tile && lane == 0) hopper::mbarrier_arrive(q_empty);
     float alpha[2];
@@ -190,6 +191,12 @@ KJIT_DEVICE KJIT_FORCEINLINE void consume_tile(const PrefillParams& p, const Pre
     // The last V stage back to the producer: a persistent CTA's next tile reuses it (a one-tile
     // CTA's ring ends here).
     if (q_empty != nullptr && lane == 0) hopper::mbarrier_arrive(&ring.empty_v[prev]);
+    // Consumer 1's last turn handed one to consumer 0 that no tile takes: taken here, after the
+    // last wgmma wait. One CTA tile a block only: a persistent consumer 1 could reach its next
+    // tile's first arrive before consumer 0 takes this one, and two arrivals of its 128 threads
+    // complete the barrier without consumer 0 (the persistent form with ping-pong hung so, branch
+    // s20-prefill-ppfix).
+    if (pingpong && cwg == 0) hopper::named_barrier_sync(2, 256);
   }
   store_rows<dtype, head_dim>(p, w, h, row0, lane, m_run, l_run,
                               reinterpret_cast<const float(&)[head_dim / 8][4]>(o));
