@@ -55,7 +55,7 @@ TEST_CASE("metadata: JSON round trip keeps every field", "[metadata]") {
   CHECK_FALSE(validate_entry(m, e.cubin, e.key, e.inputs));
 }
 
-TEST_CASE("metadata: ptxas advisories round trip; older sidecars read as none", "[metadata]") {
+TEST_CASE("metadata: ptxas advisories round trip, older sidecars read as none", "[metadata]") {
   Entry e;
   e.meta.ptxas_advisories = {"(C7514) Potential Performance Loss: wgmma.mma_async instructions"};
   Metadata m = Metadata::from_json(e.meta.to_json());
