@@ -179,7 +179,7 @@ TEST_CASE("speculative gpu: outputs and counts equal the reference", "[gpu][samp
   run_case(odd, rng);
 }
 
-TEST_CASE("speculative gpu: equal models accept everything; empty and NaN rows give -1",
+TEST_CASE("speculative gpu: equal models accept everything, empty and NaN rows give -1",
           "[gpu][sampling]") {
   const int64_t n = 3, V = 64;
   std::vector<float> probs(static_cast<size_t>((n + 1) * V));
