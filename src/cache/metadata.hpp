@@ -44,7 +44,7 @@ struct Metadata {
   std::string created;    // ISO-8601 UTC
   int registers = -1;     // per thread of the first entry, -1 when unknown
   int shared_bytes = -1;  // static shared memory of the first entry, -1 when unknown
-  // ptxas' "Potential Performance Loss" notes of the compile (jit::ptxas_advisories): empty for a
+  // ptxas' C75xx performance notes of the compile (jit::ptxas_advisories): empty for a
   // kernel that runs as written; absent in sidecars written before 2026-12-06 (read as empty).
   std::vector<std::string> ptxas_advisories;
 

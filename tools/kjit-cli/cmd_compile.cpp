@@ -214,7 +214,7 @@ json build_one(const jit::Spec& spec, const jit::ArchTarget& target) {
           {"ok", true}};
 }
 
-// Results whose compile carried a ptxas "Potential Performance Loss" note.
+// Results whose compile carried a ptxas C75xx performance note.
 size_t with_advisories(const std::vector<json>& results) {
   size_t n = 0;
   for (const auto& r : results) n += !r["ptxas_advisories"].empty();
