@@ -18,7 +18,7 @@
 //     barriers 2 and 3, FlashAttention-3's inter-warpgroup schedule), so one warpgroup's softmax
 //     runs while the other's MMAs keep the tensor cores busy instead of both softmaxes running
 //     at once. A tuning choice: 3-5% ahead of the plain schedule under a causal mask on an
-//     H100, even without one, and behind the persistent form (docs/performance.md).
+//     H100, level with it without one, and behind the persistent form (docs/performance.md).
 // Tiles and masks as the mma.sync kernel: tiles past the causal diagonal or before the window
 // are never loaded, only tiles that cross a bound evaluate the mask per element. Shared memory
 // tiles use TMA's 128-byte swizzle layout (rows of 64 elements, 8-row groups of 1024 bytes), the
