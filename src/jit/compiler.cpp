@@ -6,6 +6,7 @@
 
 #include "jit/nvrtc.hpp"
 #include "util/error.hpp"
+#include "util/glob.hpp"
 #include "util/log.hpp"
 
 namespace kjit::jit {
@@ -52,20 +53,12 @@ void check_nvrtc_target(const ArchTarget& target) {
 
 std::vector<std::string> ptxas_advisories(const std::string& log) {
   std::vector<std::string> out;
-  size_t at = 0;
-  while (at < log.size()) {
-    size_t end = log.find('\n', at);
-    if (end == std::string::npos) end = log.size();
-    std::string line = log.substr(at, end - at);
-    at = end + 1;
+  for (std::string line : util::split_list(log, '\n')) {
     // ptxas' C75xx notes: "Potential Performance Loss: ..." and the waits it inserted.
-    if (line.find("ptxas") == std::string::npos || line.find(": (C75") == std::string::npos) {
-      continue;
-    }
-    const size_t colon = line.find(": (C");
-    if (colon != std::string::npos) line.erase(0, colon + 2);
-    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
-    out.push_back(line);
+    const size_t note = line.find(": (C75");
+    if (line.find("ptxas") == std::string::npos || note == std::string::npos) continue;
+    if (line.back() == '\r') line.pop_back();
+    out.push_back(line.substr(note + 2));
   }
   return out;
 }
