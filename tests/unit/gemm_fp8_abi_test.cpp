@@ -336,14 +336,27 @@ TEST_CASE("gemm_fp8: a forced sm90 tactic keeps the call's scales and needs the 
           ops::gemm_fp8_forced_config("sm90_bn128_s4", sel, m, 3000, 272, h100(true));
       CHECK(one.persistent == 0);
       CHECK(one.stages == 4);
+      // The 192-wide tile without block scales only.
+      if (scales == ops::Fp8Scales::kTensorRow) {
+        const ops::GemmFp8Config wide =
+            ops::gemm_fp8_forced_config("sm90_bn192_s5", sel, m, 3000, 272, h100(true));
+        CHECK(wide.bn == 192);
+        CHECK(wide.stages == 5);
+        CHECK(wide.persistent == 0);
+        CHECK(ops::gemm_fp8_spec(wide).uri.find("_bn_192_stages_5") != std::string::npos);
+      } else {
+        CHECK_THROWS_AS(ops::gemm_fp8_forced_config("sm90_bn192_s5", sel, m, 3000, 272, h100(true)),
+                        kjit::Error);
+      }
     }
   }
   const ops::GemmFp8Config sel =
       ops::select_gemm_fp8(bf16, ops::Fp8Scales::kTensorRow, 1000, 3000, 272, h100(true));
   // Not an sm90 tactic of the fp8 kernel's width, a ring past the shared memory, a device or
   // operands the sm90 kernel cannot take.
-  for (const char* bad : {"sm90_bn256_s4_p", "sm90_bn128_s9_p", "sm90_bn128_s1", "mma_bn64_s4",
-                          "decode_t16_split2", "simt", "sm90_bn128_s6_q", ""}) {
+  for (const char* bad :
+       {"sm90_bn256_s4_p", "sm90_bn128_s9_p", "sm90_bn128_s1", "mma_bn64_s4", "decode_t16_split2",
+        "simt", "sm90_bn128_s6_q", "sm90_bn192_s5_p", "sm90_bn192_s6", ""}) {
     INFO("'" << bad << "'");
     CHECK_THROWS_AS(ops::gemm_fp8_forced_config(bad, sel, 1000, 3000, 272, h100(true)),
                     kjit::Error);
@@ -487,8 +500,17 @@ TEST_CASE("gemm_fp8 and quant_fp8: specs and catalogs", "[fp8]") {
               : path == "sm80"   ? "gemm_fp8_mma_kernel"
                                  : "gemm_fp8_simt_kernel") != std::string::npos);
   }
-  CHECK(sm90 == 8);
+  CHECK(sm90 == 10);
   CHECK(persistent == 4);  // bf16 / fp32 out, both scale forms
+  // The 192-wide tile: per tensor / row, one tile a block, 5 stages by default (6 of 40 KB pass
+  // the shared memory).
+  CHECK(def.make_spec({{"path", "sm90"}, {"out_dtype", "bf16"}, {"bn", "192"}}).uri ==
+        "gemm_fp8_path_sm90_out_dtype_bf16_bn_192_stages_5_block_0");
+  CHECK_THROWS(
+      def.make_spec({{"path", "sm90"}, {"out_dtype", "bf16"}, {"bn", "192"}, {"scales", "block"}}));
+  CHECK_THROWS(
+      def.make_spec({{"path", "sm90"}, {"out_dtype", "bf16"}, {"bn", "192"}, {"persistent", "1"}}));
+  CHECK_THROWS(def.make_spec({{"path", "decode"}, {"out_dtype", "bf16"}, {"bn", "192"}}));
   CHECK(mma == 2);
   CHECK(decode == 16);  // 4 token tiles x 2 scale forms x 2 outs
   // make_spec's default depth is select_gemm_fp8's on the H100 / H200.

@@ -201,11 +201,14 @@ GemmFp8Config gemm_fp8_forced_config(const std::string& tactic, const GemmFp8Con
   const std::optional<GemmTactic> t = GemmTactic::parse(tactic);
   // The e4m3 stage holds the bytes of a bf16 stage of the same tile, so sm90_can_run's shared
   // memory check is the fp8 kernel's too (k in bytes is at least its pairs).
-  if (!t || t->path != GemmPath::kSm90 || t->bn != 128 || t->stages < 2 || t->stages > 8 ||
-      !sm90_can_run(target, m, n, k, t->bn, t->stages)) {
+  // The fp8 kernel's 192-wide tile is the one-tile kernel's only, and takes no block scales (a
+  // tile straddles two 128-row blocks of b).
+  const bool wide_ok = t && t->bn == 192 && !t->persistent && selected.scales != Fp8Scales::kBlock;
+  if (!t || t->path != GemmPath::kSm90 || (t->bn != 128 && !wide_ok) || t->stages < 2 ||
+      t->stages > 8 || !sm90_can_run(target, m, n, k, t->bn, t->stages)) {
     fail(KJIT_ERROR_INVALID_ARGUMENT,
-         "gemm_fp8: tactic '{}' is not valid for this call (sm90_bn128_s<2..8>[_p] where the sm90 "
-         "kernel runs)",
+         "gemm_fp8: tactic '{}' is not valid for this call (sm90_bn128_s<2..8>[_p], or "
+         "sm90_bn192_s<2..5> without block scales, where the sm90 kernel runs)",
          tactic);
   }
   GemmFp8Config c = selected;
