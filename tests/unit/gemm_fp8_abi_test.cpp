@@ -305,9 +305,26 @@ TEST_CASE("gemm_fp8: select takes sm90 only where TMA and wgmma can serve", "[fp
   const auto bf16 = DType::kBF16;
   const auto tr = Fp8Scales::kTensorRow;
   CHECK(ops::select_gemm_fp8(bf16, tr, 129, 4096, 4096, h100(true)).path == GemmPath::kSm90);
-  // One 128-wide tile (promotion needs the registers a 256-wide one would take).
+  // 128-wide tiles (promotion needs the registers a 256-wide one would take), or 192-wide ones
+  // per tensor / per row where their whole waves beat the 128-wide ones' (gemm_fp8_wide_tile).
   CHECK(ops::select_gemm_fp8(bf16, tr, 4096, 4096, 4096, h100(true)).bn == 128);
+  CHECK(ops::select_gemm_fp8(bf16, tr, 4096, 4096, 14336, h100(true)).bn == 128);
+  CHECK(ops::select_gemm_fp8(bf16, tr, 256, 28672, 4096, h100(true)).bn == 128);
   CHECK(ops::select_gemm_fp8(bf16, Fp8Scales::kBlock, 4096, 4096, 4096, h100(true)).bn == 128);
+  CHECK(ops::select_gemm_fp8(bf16, Fp8Scales::kBlock, 8192, 8192, 8192, h100(true)).bn == 128);
+  for (const auto& [m, n] :
+       {std::pair<int64_t, int64_t>{8192, 8192}, {4096, 28672}, {8192, 28672}}) {
+    const ops::GemmFp8Config wide = ops::select_gemm_fp8(bf16, tr, m, n, 4096, h100(true));
+    CHECK(wide.path == GemmPath::kSm90);
+    CHECK(wide.bn == 192);
+    CHECK(wide.stages == 5);
+    CHECK(wide.persistent == 0);
+  }
+  // Not where the shared memory holds 6 stages of 32 KB but not 5 of 40 KB.
+  ops::GemmTarget small_smem = h100(true);
+  small_smem.max_smem_optin = 200 * 1024;
+  CHECK(ops::select_gemm_fp8(bf16, tr, 8192, 8192, 8192, small_smem).path == GemmPath::kSm90);
+  CHECK(ops::select_gemm_fp8(bf16, tr, 8192, 8192, 8192, small_smem).bn == 128);
   CHECK(ops::select_gemm_fp8(bf16, tr, 64, 64, 64, h100(false)).path == GemmPath::kSimt);
   ops::GemmTarget a100 = h100(true);
   a100.cc_major = 8;

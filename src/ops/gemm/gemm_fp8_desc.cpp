@@ -93,8 +93,8 @@ OpDef gemm_fp8_op_def() {
       {"bn",
        {"128", "192"},
        false,
-       "sm90: output tile width, 128 (default) or 192 (tensor_row scales, one-tile kernel: the "
-       "forced tactics sm90_bn192_s<N>)"},
+       "sm90: output tile width, 128 (default) or 192 (tensor_row scales, one-tile kernel: "
+       "select_gemm_fp8's choice on large shapes, the forced tactics sm90_bn192_s<N>)"},
       {"persistent",
        {"0", "1"},
        false,
