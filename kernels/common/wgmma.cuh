@@ -176,6 +176,23 @@ KJIT_WGMMA_FORM_E4M3(mma_m64n128k32_e4m3, 128, KJIT_WGMMA_REGS_0_63, KJIT_WGMMA_
                      "%65", "%66")
 KJIT_WGMMA_FORM_E4M3(mma_m64n256k32_e4m3, 256, KJIT_WGMMA_REGS_0_63 ", " KJIT_WGMMA_REGS_64_127,
                      KJIT_WGMMA_D_0_127, "%128", "%129", "%130")
+// The fp8 tile GEMM's 192-wide form (kernels/gemm/gemm_fp8_sm90.cuh: 96 accumulators, three sets
+// of which fit a consumer's 232 registers where 128-register sets of the 256-wide form do not).
+#define KJIT_WGMMA_REGS_64_95                                                             \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, " \
+  "%81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+#define KJIT_WGMMA_D_64_95                                                                       \
+  "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]),     \
+      "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), \
+      "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), \
+      "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), \
+      "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+#define KJIT_WGMMA_D_0_95 KJIT_WGMMA_D_0_63, KJIT_WGMMA_D_64_95
+KJIT_WGMMA_FORM_E4M3(mma_m64n192k32_e4m3, 192, KJIT_WGMMA_REGS_0_63 ", " KJIT_WGMMA_REGS_64_95,
+                     KJIT_WGMMA_D_0_95, "%96", "%97", "%98")
+#undef KJIT_WGMMA_REGS_64_95
+#undef KJIT_WGMMA_D_64_95
+#undef KJIT_WGMMA_D_0_95
 // The decode GEMM's narrow e4m3 forms (kernels/gemm/gemm_fp8_decode_sm90.cuh).
 KJIT_WGMMA_FORM_E4M3(mma_m64n16k32_e4m3, 16, KJIT_WGMMA_REGS_0_7, KJIT_WGMMA_D_0_7, "%8", "%9",
                      "%10")
@@ -246,12 +263,12 @@ KJIT_DEVICE KJIT_FORCEINLINE void mma(float (&d)[N / 2], u64 desc_a, u64 desc_b,
   }
 }
 
-// The e4m3 form of width N (16, 32, 64, 128 or 256).
+// The e4m3 form of width N (16, 32, 64, 128, 192 or 256).
 template <int N>
 KJIT_DEVICE KJIT_FORCEINLINE void mma_e4m3(float (&d)[N / 2], u64 desc_a, u64 desc_b,
                                            int accumulate) {
-  static_assert(N == 16 || N == 32 || N == 64 || N == 128 || N == 256,
-                "wgmma widths kjit instantiates: 16, 32, 64, 128, 256");
+  static_assert(N == 16 || N == 32 || N == 64 || N == 128 || N == 192 || N == 256,
+                "wgmma widths kjit instantiates: 16, 32, 64, 128, 192, 256");
   if constexpr (N == 16) {
     mma_m64n16k32_e4m3(d, desc_a, desc_b, accumulate);
   } else if constexpr (N == 32) {
@@ -260,6 +277,8 @@ KJIT_DEVICE KJIT_FORCEINLINE void mma_e4m3(float (&d)[N / 2], u64 desc_a, u64 de
     mma_m64n64k32_e4m3(d, desc_a, desc_b, accumulate);
   } else if constexpr (N == 128) {
     mma_m64n128k32_e4m3(d, desc_a, desc_b, accumulate);
+  } else if constexpr (N == 192) {
+    mma_m64n192k32_e4m3(d, desc_a, desc_b, accumulate);
   } else {
     mma_m64n256k32_e4m3(d, desc_a, desc_b, accumulate);
   }

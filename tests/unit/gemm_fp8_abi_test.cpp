@@ -305,9 +305,26 @@ TEST_CASE("gemm_fp8: select takes sm90 only where TMA and wgmma can serve", "[fp
   const auto bf16 = DType::kBF16;
   const auto tr = Fp8Scales::kTensorRow;
   CHECK(ops::select_gemm_fp8(bf16, tr, 129, 4096, 4096, h100(true)).path == GemmPath::kSm90);
-  // One 128-wide tile (promotion needs the registers a 256-wide one would take).
+  // 128-wide tiles (promotion needs the registers a 256-wide one would take), or 192-wide ones
+  // per tensor / per row where their whole waves beat the 128-wide ones' (gemm_fp8_wide_tile).
   CHECK(ops::select_gemm_fp8(bf16, tr, 4096, 4096, 4096, h100(true)).bn == 128);
+  CHECK(ops::select_gemm_fp8(bf16, tr, 4096, 4096, 14336, h100(true)).bn == 128);
+  CHECK(ops::select_gemm_fp8(bf16, tr, 256, 28672, 4096, h100(true)).bn == 128);
   CHECK(ops::select_gemm_fp8(bf16, Fp8Scales::kBlock, 4096, 4096, 4096, h100(true)).bn == 128);
+  CHECK(ops::select_gemm_fp8(bf16, Fp8Scales::kBlock, 8192, 8192, 8192, h100(true)).bn == 128);
+  for (const auto& [m, n] :
+       {std::pair<int64_t, int64_t>{8192, 8192}, {4096, 28672}, {8192, 28672}}) {
+    const ops::GemmFp8Config wide = ops::select_gemm_fp8(bf16, tr, m, n, 4096, h100(true));
+    CHECK(wide.path == GemmPath::kSm90);
+    CHECK(wide.bn == 192);
+    CHECK(wide.stages == 5);
+    CHECK(wide.persistent == 0);
+  }
+  // Not where the shared memory holds 6 stages of 32 KB but not 5 of 40 KB.
+  ops::GemmTarget small_smem = h100(true);
+  small_smem.max_smem_optin = 200 * 1024;
+  CHECK(ops::select_gemm_fp8(bf16, tr, 8192, 8192, 8192, small_smem).path == GemmPath::kSm90);
+  CHECK(ops::select_gemm_fp8(bf16, tr, 8192, 8192, 8192, small_smem).bn == 128);
   CHECK(ops::select_gemm_fp8(bf16, tr, 64, 64, 64, h100(false)).path == GemmPath::kSimt);
   ops::GemmTarget a100 = h100(true);
   a100.cc_major = 8;
@@ -336,14 +353,27 @@ TEST_CASE("gemm_fp8: a forced sm90 tactic keeps the call's scales and needs the 
           ops::gemm_fp8_forced_config("sm90_bn128_s4", sel, m, 3000, 272, h100(true));
       CHECK(one.persistent == 0);
       CHECK(one.stages == 4);
+      // The 192-wide tile without block scales only.
+      if (scales == ops::Fp8Scales::kTensorRow) {
+        const ops::GemmFp8Config wide =
+            ops::gemm_fp8_forced_config("sm90_bn192_s5", sel, m, 3000, 272, h100(true));
+        CHECK(wide.bn == 192);
+        CHECK(wide.stages == 5);
+        CHECK(wide.persistent == 0);
+        CHECK(ops::gemm_fp8_spec(wide).uri.find("_bn_192_stages_5") != std::string::npos);
+      } else {
+        CHECK_THROWS_AS(ops::gemm_fp8_forced_config("sm90_bn192_s5", sel, m, 3000, 272, h100(true)),
+                        kjit::Error);
+      }
     }
   }
   const ops::GemmFp8Config sel =
       ops::select_gemm_fp8(bf16, ops::Fp8Scales::kTensorRow, 1000, 3000, 272, h100(true));
   // Not an sm90 tactic of the fp8 kernel's width, a ring past the shared memory, a device or
   // operands the sm90 kernel cannot take.
-  for (const char* bad : {"sm90_bn256_s4_p", "sm90_bn128_s9_p", "sm90_bn128_s1", "mma_bn64_s4",
-                          "decode_t16_split2", "simt", "sm90_bn128_s6_q", ""}) {
+  for (const char* bad :
+       {"sm90_bn256_s4_p", "sm90_bn128_s9_p", "sm90_bn128_s1", "mma_bn64_s4", "decode_t16_split2",
+        "simt", "sm90_bn128_s6_q", "sm90_bn192_s5_p", "sm90_bn192_s6", ""}) {
     INFO("'" << bad << "'");
     CHECK_THROWS_AS(ops::gemm_fp8_forced_config(bad, sel, 1000, 3000, 272, h100(true)),
                     kjit::Error);
@@ -487,8 +517,17 @@ TEST_CASE("gemm_fp8 and quant_fp8: specs and catalogs", "[fp8]") {
               : path == "sm80"   ? "gemm_fp8_mma_kernel"
                                  : "gemm_fp8_simt_kernel") != std::string::npos);
   }
-  CHECK(sm90 == 8);
+  CHECK(sm90 == 10);
   CHECK(persistent == 4);  // bf16 / fp32 out, both scale forms
+  // The 192-wide tile: per tensor / row, one tile a block, 5 stages by default (6 of 40 KB pass
+  // the shared memory).
+  CHECK(def.make_spec({{"path", "sm90"}, {"out_dtype", "bf16"}, {"bn", "192"}}).uri ==
+        "gemm_fp8_path_sm90_out_dtype_bf16_bn_192_stages_5_block_0");
+  CHECK_THROWS(
+      def.make_spec({{"path", "sm90"}, {"out_dtype", "bf16"}, {"bn", "192"}, {"scales", "block"}}));
+  CHECK_THROWS(
+      def.make_spec({{"path", "sm90"}, {"out_dtype", "bf16"}, {"bn", "192"}, {"persistent", "1"}}));
+  CHECK_THROWS(def.make_spec({{"path", "decode"}, {"out_dtype", "bf16"}, {"bn", "192"}}));
   CHECK(mma == 2);
   CHECK(decode == 16);  // 4 token tiles x 2 scale forms x 2 outs
   // make_spec's default depth is select_gemm_fp8's on the H100 / H200.

@@ -106,6 +106,22 @@ int gemm_fp8_decode_stages(int tokens, int max_smem_optin) {
   return gemm_decode_stages(tokens, max_smem_optin, gemm::gemm_fp8_decode_blocks_per_sm(tokens));
 }
 
+bool gemm_fp8_wide_tile(const GemmTarget& target, int64_t m, int64_t n, int64_t k) {
+  if (target.sm_count <= 0 || !sm90_can_run(target, m, n, k, 192, 5)) return false;
+  // The 192-wide tile moves 17% fewer bytes a FLOP from L2 into shared memory (40 KB a 128-deep
+  // stage for 128 x 192 outputs against 32 KB for 128 x 128) and ran 7-13% faster per FLOP on an
+  // H100 (2026-12-06, cupti read, per tensor / per row: 4096 x 28672 x 4096 987.6 -> 922.6 us,
+  // 8192^3 1046.3 -> 915.9; 8192 x 28672 x 4096 even, 1972.2 / 1967.7). Its tiles are 1.5x the
+  // work, so it is taken where that per-FLOP gain survives the waves: whole waves of 192-wide tiles
+  // times 192 at most 1.1x whole waves of 128-wide ones times 128, over at least 4 waves (the
+  // measured shapes ran 21-73).
+  const int64_t tm = (m + gemm::kGemmBlockM - 1) / gemm::kGemmBlockM;
+  const int64_t sms = target.sm_count;
+  const int64_t waves128 = (tm * ((n + 127) / 128) + sms - 1) / sms;
+  const int64_t waves192 = (tm * ((n + 191) / 192) + sms - 1) / sms;
+  return waves192 >= 4 && waves192 * 192 * 10 <= waves128 * 128 * 11;
+}
+
 GemmFp8Config select_gemm_fp8(DType out_dtype, Fp8Scales scales, int64_t m, int64_t n, int64_t k,
                               const GemmTarget& target) {
   if (!is_float(out_dtype)) {
@@ -115,12 +131,9 @@ GemmFp8Config select_gemm_fp8(DType out_dtype, Fp8Scales scales, int64_t m, int6
   GemmFp8Config c;
   c.out_dtype = out_dtype;
   c.scales = scales;
-  // One tile width: the promotion's second set of accumulators leaves no registers for 256
-  // (kernels/gemm/gemm_fp8_sm90.cuh); the bf16 kernel's 6 stages at that width. The one-tile
-  // kernel: the persistent form (GemmFp8Tuning::tactic sm90_bn128_s6_p) is unmeasured. Predicted
-  // with select_gemm's model (a ~1.5-2 us bubble per tile hidden): 8192^3 (4096 tiles of ~31 us,
-  // 32 waves) ~6%, 983 -> ~925 us (~1190 TFLOP/s); 4096 x 28672 x 4096 (7168 tiles of ~16 us)
-  // ~10%.
+  // The 128-wide tile, 6 stages (the bf16 kernel's at that width); the one-tile kernel (the
+  // persistent form, tactic sm90_bn128_s6_p, measured even with it: H200 2026-12-05, H100
+  // 2026-12-06). Per tensor / per row, gemm_fp8_wide_tile may take the 192-wide tile instead.
   const int bn = 128;
   const int stages = 6;
   const bool tiles = sm90_can_run(target, m, n, k, bn, stages);
@@ -140,8 +153,9 @@ GemmFp8Config select_gemm_fp8(DType out_dtype, Fp8Scales scales, int64_t m, int6
   }
   if (tiles) {
     c.path = GemmPath::kSm90;
-    c.bn = bn;
-    c.stages = stages;
+    const bool wide = scales == Fp8Scales::kTensorRow && gemm_fp8_wide_tile(target, m, n, k);
+    c.bn = wide ? 192 : bn;
+    c.stages = wide ? 5 : stages;
     return c;
   }
   // The mma.sync kernel's one width and depth (its chunk sums double the accumulators).
@@ -201,11 +215,14 @@ GemmFp8Config gemm_fp8_forced_config(const std::string& tactic, const GemmFp8Con
   const std::optional<GemmTactic> t = GemmTactic::parse(tactic);
   // The e4m3 stage holds the bytes of a bf16 stage of the same tile, so sm90_can_run's shared
   // memory check is the fp8 kernel's too (k in bytes is at least its pairs).
-  if (!t || t->path != GemmPath::kSm90 || t->bn != 128 || t->stages < 2 || t->stages > 8 ||
-      !sm90_can_run(target, m, n, k, t->bn, t->stages)) {
+  // The fp8 kernel's 192-wide tile is the one-tile kernel's only, and takes no block scales (a
+  // tile straddles two 128-row blocks of b).
+  const bool wide_ok = t && t->bn == 192 && !t->persistent && selected.scales != Fp8Scales::kBlock;
+  if (!t || t->path != GemmPath::kSm90 || (t->bn != 128 && !wide_ok) || t->stages < 2 ||
+      t->stages > 8 || !sm90_can_run(target, m, n, k, t->bn, t->stages)) {
     fail(KJIT_ERROR_INVALID_ARGUMENT,
-         "gemm_fp8: tactic '{}' is not valid for this call (sm90_bn128_s<2..8>[_p] where the sm90 "
-         "kernel runs)",
+         "gemm_fp8: tactic '{}' is not valid for this call (sm90_bn128_s<2..8>[_p], or "
+         "sm90_bn192_s<2..5> without block scales, where the sm90 kernel runs)",
          tactic);
   }
   GemmFp8Config c = selected;

@@ -56,7 +56,8 @@ int gemm_fp8_decode_stages(int tokens, int max_smem_optin);
 // Support and dispatch in one place: on a compute capability 9.0 device when TMA can describe a
 // and b (target.tma_ok), the decode kernel (GemmPath::kSm90Decode) where kjit_gemm takes its
 // decode path (gemm_decode_tile: m <= 64, or m <= 128 with fewer 128-row tiles of n than SMs),
-// else the sm90 kernel when its tiles fit the shared memory; else, on a compute
+// else the sm90 kernel when its tiles fit the shared memory (192 wide where gemm_fp8_wide_tile
+// says so, else 128); else, on a compute
 // capability 8.9+ device (mma.sync's e4m3 form), the mma.sync kernel (GemmPath::kMmaSm80) where
 // mma_sm80_can_run; else the fallback.
 // Throws KJIT_ERROR_UNSUPPORTED for out dtypes other than bf16 / fp16 / fp32 and sizes past the
@@ -64,11 +65,17 @@ int gemm_fp8_decode_stages(int tokens, int max_smem_optin);
 GemmFp8Config select_gemm_fp8(DType out_dtype, Fp8Scales scales, int64_t m, int64_t n, int64_t k,
                               const GemmTarget& target);
 
+// Whether the sm90 kernel's 192-wide tile (per tensor / per row scales only) beats the 128-wide
+// one for an m x n x k call on `target`: a model of whole waves fitted to H100 timings (the
+// definition says which).
+bool gemm_fp8_wide_tile(const GemmTarget& target, int64_t m, int64_t n, int64_t k);
+
 jit::Spec gemm_fp8_spec(const GemmFp8Config& cfg);
 
 // The config a forced tactic (GemmFp8Tuning::tactic) runs for an m x n x k call whose selected
 // config is `selected` (its out dtype and scales are kept). Throws KJIT_ERROR_INVALID_ARGUMENT for
-// a name that is not an sm90 tactic of width 128, or one sm90_can_run refuses on `target`.
+// a name that is not an sm90 tactic of width 128 (or 192: one-tile, without block scales), or one
+// sm90_can_run refuses on `target`.
 GemmFp8Config gemm_fp8_forced_config(const std::string& tactic, const GemmFp8Config& selected,
                                      int64_t m, int64_t n, int64_t k, const GemmTarget& target);
 

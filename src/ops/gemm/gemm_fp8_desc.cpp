@@ -86,9 +86,15 @@ OpDef gemm_fp8_op_def() {
       {"stages",
        {"2", "3", "4", "5", "6", "7"},
        false,
-       "sm90: pipeline stages (default 6); sm80: cp.async stages (default 4); decode: default "
+       "sm90: pipeline stages (default 6, 5 at bn=192); sm80: cp.async stages (default 4); decode: "
+       "default "
        "the most its blocks per SM leave room for"},
       {"tokens", {"16", "32", "64", "128"}, false, "decode: token tile (m <= tokens)"},
+      {"bn",
+       {"128", "192"},
+       false,
+       "sm90: output tile width, 128 (default) or 192 (tensor_row scales, one-tile kernel: "
+       "select_gemm_fp8's choice on large shapes, the forced tactics sm90_bn192_s<N>)"},
       {"persistent",
        {"0", "1"},
        false,
@@ -108,6 +114,9 @@ OpDef gemm_fp8_op_def() {
     const bool persistent = args.count("persistent") != 0 && args.at("persistent") == "1";
     if (persistent && c.path != GemmPath::kSm90) {
       fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm_fp8: persistent is an sm90 setting");
+    }
+    if (args.count("bn") != 0 && c.path != GemmPath::kSm90) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm_fp8: bn is an sm90 setting");
     }
     if (c.path == GemmPath::kSm90Decode) {
       c.scales = args.count("scales") != 0 && args.at("scales") == "block" ? Fp8Scales::kBlock
@@ -135,8 +144,13 @@ OpDef gemm_fp8_op_def() {
     }
     c.scales = args.count("scales") != 0 && args.at("scales") == "block" ? Fp8Scales::kBlock
                                                                          : Fp8Scales::kTensorRow;
-    c.bn = 128;  // the kernel's one width (select_gemm_fp8)
-    c.stages = args.count("stages") != 0 ? std::stoi(args.at("stages")) : 6;
+    c.bn = args.count("bn") != 0 ? std::stoi(args.at("bn")) : 128;  // select_gemm_fp8's: 128
+    if (c.bn == 192 && (c.scales == Fp8Scales::kBlock || persistent)) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT,
+           "gemm_fp8: bn=192 is the one-tile kernel's with tensor_row scales");
+    }
+    // The most stages of the tile that fit 227 KB: 6 of 32 KB, 5 of 40.
+    c.stages = args.count("stages") != 0 ? std::stoi(args.at("stages")) : c.bn == 192 ? 5 : 6;
     c.persistent = persistent ? 1 : 0;
     return gemm_fp8_spec(c);
   };
@@ -155,6 +169,10 @@ OpDef gemm_fp8_op_def() {
       out.push_back({{"path", "sm90"}, {"out_dtype", od}, {"persistent", "1"}});
       out.push_back(
           {{"path", "sm90"}, {"out_dtype", od}, {"scales", "block"}, {"persistent", "1"}});
+    }
+    // The 192-wide tile (the forced sm90_bn192_s5) with tensor_row scales.
+    for (const char* od : {"bf16", "fp32"}) {
+      out.push_back({{"path", "sm90"}, {"out_dtype", od}, {"bn", "192"}, {"stages", "5"}});
     }
     for (const char* od : {"bf16", "fp32"}) out.push_back({{"path", "sm80"}, {"out_dtype", od}});
     // The decode path's every token tile in both scale forms.
