@@ -8,13 +8,25 @@ TFLOP/s beside the GB/s of the bytes moved (a, b read once, out written once).
 With --scales tensor or row it is the peer of kjit_gemm_fp8 instead: torch._scaled_mm on
 float8_e4m3fn a [m, k] and b [n, k] (passed as b.t(), the column-major operand cuBLAS wants) with
 fp32 scales per tensor ([1], [1]) or per row ([m, 1], [1, n]), bf16 out. PyTorch has no
-DeepSeek-V3 block mode on sm_90 to compare kjit's "block" rows with."""
+DeepSeek-V3 block mode on sm_90 to compare kjit's "block" rows with. The fp8 operands are by
+default the codes `kjit-cli bench gemm_fp8` draws (random sign and mantissa, exponent field 4 ..
+10: magnitudes 2^-3 .. 2^3), since under the power cap a GEMM's speed depends on its data;
+--codes uniform converts uniform [-1, 1) to e4m3 instead."""
 import argparse
 import sys
 
 import torch
 
 from peer_timing import add_runs_argument, timed_row
+
+
+def bench_codes(rows, cols):
+    """e4m3 codes as kjit-cli bench gemm_fp8 draws them: sign and 3 mantissa bits random, the
+    exponent field uniform in 4 .. 10 (never NaN's 15)."""
+    r = torch.randint(0, 256, (rows, cols), device="cuda", dtype=torch.int32)
+    e = torch.randint(4, 11, (rows, cols), device="cuda", dtype=torch.int32)
+    codes = (r & 0x80) | (e << 3) | (r & 7)
+    return codes.to(torch.uint8).view(torch.float8_e4m3fn)
 
 
 def main():
@@ -24,6 +36,8 @@ def main():
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--scales", default="none", choices=["none", "tensor", "row"],
                     help="tensor / row: fp8 operands through torch._scaled_mm (bf16 out)")
+    ap.add_argument("--codes", default="kjit", choices=["kjit", "uniform"],
+                    help="fp8 operands: kjit-cli bench's codes (default) or uniform [-1, 1)")
     ap.add_argument("--json", default="")
     add_runs_argument(ap)
     args = ap.parse_args()
@@ -37,8 +51,9 @@ def main():
         nbytes = a.nbytes + b.nbytes + m * n * a.element_size()
         op, dtype, shape = "gemm", args.dtype, {"m": m, "n": n, "k": k}
         if args.scales != "none":
-            a8 = a.to(torch.float8_e4m3fn)
-            b8 = b.to(torch.float8_e4m3fn)
+            a8, b8 = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
+            if args.codes == "kjit":
+                a8, b8 = bench_codes(m, k), bench_codes(n, k)
             rows = args.scales == "row"
             sa = torch.rand(m if rows else 1, 1, device="cuda") + 0.5
             sb = torch.rand(1, n if rows else 1, device="cuda") + 0.5
@@ -51,6 +66,7 @@ def main():
             shape = {"m": m, "n": n, "k": k, "scales": args.scales, "out_dtype": "bf16"}
         for timer, flush in args.runs:
             row = {"op": op, "backend": "torch-cublas", "shape": shape,
+                   "inputs": args.codes if args.scales != "none" else "uniform",
                    "dtype": dtype, "gpu": torch.cuda.get_device_name(),
                    "torch": torch.__version__}
             row = timed_row(row, fn, timer, flush, nbytes,
