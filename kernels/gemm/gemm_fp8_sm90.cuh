@@ -15,8 +15,9 @@
 // is a wait for each stage's MMAs before the next are issued; the stage goes back to the producer
 // as soon as they are done.
 //
-// Launch contract: gemm_sm90.cuh's with BN = 128 (or 192 without block scales), p.g.tma_a / p.g.tma_b describing a and b as
-// rows of k / 2 16-bit elements (k a multiple of 16, 16-byte aligned bases and row strides).
+// Launch contract: gemm_sm90.cuh's with BN = 128 (or 192 without block scales), p.g.tma_a /
+// p.g.tma_b describing a and b as rows of k / 2 16-bit elements (k a multiple of 16, 16-byte
+// aligned bases and row strides).
 #pragma once
 
 #include "gemm/fp8_scales.cuh"
