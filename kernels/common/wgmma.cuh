@@ -176,8 +176,8 @@ KJIT_WGMMA_FORM_E4M3(mma_m64n128k32_e4m3, 128, KJIT_WGMMA_REGS_0_63, KJIT_WGMMA_
                      "%65", "%66")
 KJIT_WGMMA_FORM_E4M3(mma_m64n256k32_e4m3, 256, KJIT_WGMMA_REGS_0_63 ", " KJIT_WGMMA_REGS_64_127,
                      KJIT_WGMMA_D_0_127, "%128", "%129", "%130")
-// The fp8 tile GEMM's 192-wide form (kernels/gemm/gemm_fp8_sm90.cuh: 96 accumulators, three sets
-// of which fit a consumer's 232 registers where 128-register sets of the 256-wide form do not).
+// The fp8 tile GEMM's 192-wide form (kernels/gemm/gemm_fp8_sm90.cuh: 96 accumulators, whose sum
+// and chunk part fit a consumer where two 128-register sets of the 256-wide form do not).
 #define KJIT_WGMMA_REGS_64_95                                                             \
   "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, " \
   "%81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"

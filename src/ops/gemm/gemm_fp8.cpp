@@ -115,10 +115,10 @@ bool gemm_fp8_wide_tile(const GemmTarget& target, int64_t m, int64_t n, int64_t 
   // work, so it is taken where that per-FLOP gain survives the waves: whole waves of 192-wide tiles
   // times 192 at most 1.1x whole waves of 128-wide ones times 128, over at least 4 waves (the
   // measured shapes ran 21-73).
-  const int64_t tm = (m + gemm::kGemmBlockM - 1) / gemm::kGemmBlockM;
+  const int64_t tm = ceil_div(m, int64_t{gemm::kGemmBlockM});
   const int64_t sms = target.sm_count;
-  const int64_t waves128 = (tm * ((n + 127) / 128) + sms - 1) / sms;
-  const int64_t waves192 = (tm * ((n + 191) / 192) + sms - 1) / sms;
+  const int64_t waves128 = ceil_div(tm * ceil_div(n, int64_t{128}), sms);
+  const int64_t waves192 = ceil_div(tm * ceil_div(n, int64_t{192}), sms);
   return waves192 >= 4 && waves192 * 192 * 10 <= waves128 * 128 * 11;
 }
 
