@@ -106,6 +106,10 @@ int gemm_fp8_decode_stages(int tokens, int max_smem_optin) {
   return gemm_decode_stages(tokens, max_smem_optin, gemm::gemm_fp8_decode_blocks_per_sm(tokens));
 }
 
+bool gemm_fp8_sm90_width_ok(int bn, Fp8Scales scales, bool persistent) {
+  return bn == 128 || (bn == 192 && scales != Fp8Scales::kBlock && !persistent);
+}
+
 bool gemm_fp8_wide_tile(const GemmTarget& target, int64_t m, int64_t n, int64_t k) {
   if (target.sm_count <= 0 || !sm90_can_run(target, m, n, k, 192, 5)) return false;
   // The 192-wide tile moves 17% fewer bytes a FLOP from L2 into shared memory (40 KB a 128-deep
@@ -215,10 +219,8 @@ GemmFp8Config gemm_fp8_forced_config(const std::string& tactic, const GemmFp8Con
   const std::optional<GemmTactic> t = GemmTactic::parse(tactic);
   // The e4m3 stage holds the bytes of a bf16 stage of the same tile, so sm90_can_run's shared
   // memory check is the fp8 kernel's too (k in bytes is at least its pairs).
-  // The fp8 kernel's 192-wide tile is the one-tile kernel's only, and takes no block scales (a
-  // tile straddles two 128-row blocks of b).
-  const bool wide_ok = t && t->bn == 192 && !t->persistent && selected.scales != Fp8Scales::kBlock;
-  if (!t || t->path != GemmPath::kSm90 || (t->bn != 128 && !wide_ok) || t->stages < 2 ||
+  if (!t || t->path != GemmPath::kSm90 ||
+      !gemm_fp8_sm90_width_ok(t->bn, selected.scales, t->persistent) || t->stages < 2 ||
       t->stages > 8 || !sm90_can_run(target, m, n, k, t->bn, t->stages)) {
     fail(KJIT_ERROR_INVALID_ARGUMENT,
          "gemm_fp8: tactic '{}' is not valid for this call (sm90_bn128_s<2..8>[_p], or "

@@ -70,6 +70,11 @@ GemmFp8Config select_gemm_fp8(DType out_dtype, Fp8Scales scales, int64_t m, int6
 // definition says which).
 bool gemm_fp8_wide_tile(const GemmTarget& target, int64_t m, int64_t n, int64_t k);
 
+// Whether the sm90 fp8 kernel has a tile bn wide for these scales and form: 128 always; 192 for
+// per tensor / per row scales in the one-tile kernel (a 192-wide tile straddles two 128-row
+// blocks of b's scales). The one check behind the catalog's specs and the forced tactics.
+bool gemm_fp8_sm90_width_ok(int bn, Fp8Scales scales, bool persistent);
+
 jit::Spec gemm_fp8_spec(const GemmFp8Config& cfg);
 
 // The config a forced tactic (GemmFp8Tuning::tactic) runs for an m x n x k call whose selected

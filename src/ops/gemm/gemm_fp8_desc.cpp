@@ -86,9 +86,8 @@ OpDef gemm_fp8_op_def() {
       {"stages",
        {"2", "3", "4", "5", "6", "7"},
        false,
-       "sm90: pipeline stages (default 6, 5 at bn=192); sm80: cp.async stages (default 4); decode: "
-       "default "
-       "the most its blocks per SM leave room for"},
+       "sm90: pipeline stages (default 6, 5 at bn=192); sm80: cp.async stages (default 4); "
+       "decode: default the most its blocks per SM leave room for"},
       {"tokens", {"16", "32", "64", "128"}, false, "decode: token tile (m <= tokens)"},
       {"bn",
        {"128", "192"},
@@ -145,7 +144,7 @@ OpDef gemm_fp8_op_def() {
     c.scales = args.count("scales") != 0 && args.at("scales") == "block" ? Fp8Scales::kBlock
                                                                          : Fp8Scales::kTensorRow;
     c.bn = args.count("bn") != 0 ? std::stoi(args.at("bn")) : 128;  // select_gemm_fp8's: 128
-    if (c.bn == 192 && (c.scales == Fp8Scales::kBlock || persistent)) {
+    if (!gemm_fp8_sm90_width_ok(c.bn, c.scales, persistent)) {
       fail(KJIT_ERROR_INVALID_ARGUMENT,
            "gemm_fp8: bn=192 is the one-tile kernel's with tensor_row scales");
     }
