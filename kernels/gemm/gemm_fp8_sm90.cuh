@@ -91,15 +91,39 @@ KJIT_DEVICE KJIT_FORCEINLINE void consume_fp8_chunks(unsigned char* tiles, u64* 
     const ChunkScales c = scales(kb);
     const u32 a_base = hopper::smem_addr(tiles + s * kStageBytes) + half * 64 * 128;
     const u32 b_base = hopper::smem_addr(tiles + s * kStageBytes + kABytes);
-    float part[BN / 2];
-    mma_chunk<BN>(part, full, empty, s, (use / STAGES) & 1, a_base, b_base);
+    if constexpr (BN == 256) {
+      // Two 128-wide halves in turn through one part set: 128 + 64 registers where a 256-wide
+      // part would need 128 + 128. The halves' MMAs serialize in this warp group, the other's
+      // fill the tensor cores meanwhile. Register h * 64 + i of acc is register i of half h (the
+      // m64n256 layout is two m64n128 ones side by side: common/wgmma.cuh), whose columns are
+      // one 128-row block of b (ChunkScales' column half h).
+      hopper::mbarrier_wait(&full[s], (use / STAGES) & 1);
 #pragma unroll
-    for (int i = 0; i < BN / 2; ++i) acc[i] = fmaf(part[i], c.s[(i / 2) % 2][i >= BN / 4], acc[i]);
+      for (int h = 0; h < 2; ++h) {
+        float part[64];
+        mma_stage<128>(part, a_base, b_base + h * 128 * 128);
+        wgmma::wait_group<0>();
+        wgmma::fence_operands(part);
+        if (h == 1 && threadIdx.x % 32 == 0) hopper::mbarrier_arrive(&empty[s]);
+#pragma unroll
+        for (int i = 0; i < 64; ++i) {
+          acc[h * 64 + i] = fmaf(part[i], c.s[(i / 2) % 2][h], acc[h * 64 + i]);
+        }
+      }
+    } else {
+      float part[BN / 2];
+      mma_chunk<BN>(part, full, empty, s, (use / STAGES) & 1, a_base, b_base);
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) {
+        acc[i] = fmaf(part[i], c.s[(i / 2) % 2][i >= BN / 4], acc[i]);
+      }
+    }
   }
 }
 
 // Consumer `half` (0 or 1): rows 64 * half .. + 63 of the tile into acc, scaled per chunk when
-// BLOCK (a 128-wide tile's columns share one scale of b); it0 as consume_fp8_chunks'.
+// BLOCK (a 128-wide tile's columns share one scale of b, a 256-wide tile's halves one each); it0
+// as consume_fp8_chunks'.
 template <int BN, int STAGES, bool BLOCK>
 KJIT_DEVICE KJIT_FORCEINLINE void consume_fp8(const GemmFp8Params& p, unsigned char* tiles,
                                               u64* full, u64* empty, int k_blocks, int half,
@@ -110,8 +134,10 @@ KJIT_DEVICE KJIT_FORCEINLINE void consume_fp8(const GemmFp8Params& p, unsigned c
       tiles, full, empty, k_blocks, half, acc,
       [&](int kb) {
         if constexpr (BLOCK) {
-          const float sb = scale_b_at(p, i64(n_tile) * BN, kb);
-          return block_scales(p, row0, kb, sb, sb);
+          // A 256-wide tile's column halves are two 128-row blocks of b.
+          const i64 col = i64(n_tile) * BN;
+          const float sb = scale_b_at(p, col, kb);
+          return block_scales(p, row0, kb, sb, BN == 256 ? scale_b_at(p, col + 128, kb) : sb);
         } else {
           return ChunkScales{{{1.0f, 1.0f}, {1.0f, 1.0f}}};
         }
@@ -143,10 +169,10 @@ KJIT_DEVICE KJIT_FORCEINLINE void consume_fp8(const GemmFp8Params& p, unsigned c
 template <typename OUT, int BN, int STAGES, bool BLOCK>
 __global__ void __launch_bounds__(kGemmSm90Threads, 1)
     gemm_fp8_sm90_kernel(const __grid_constant__ GemmFp8Params p) {
-  // Block scales need a tile's columns in one 128-row block of b (a 192-wide tile straddles two),
-  // and a second set of BN / 2 accumulators for the promotion leaves no registers for 256.
-  static_assert(BN == 128 || (BN == 192 && !BLOCK),
-                "the fp8 kernel's tile is 128 wide, or 192 without block scales");
+  // Block scales need each 128-column half of a tile in one 128-row block of b (a 192-wide tile
+  // straddles two); the 256-wide tile promotes its halves in turn (consume_fp8_chunks).
+  static_assert(BN == 128 || BN == 256 || (BN == 192 && !BLOCK),
+                "the fp8 kernel's tile is 128 or 256 wide, or 192 without block scales");
   constexpr u32 kStageBytes = (kGemmBlockM + BN) * kFp8ChunkK;
   extern __shared__ unsigned char smem_raw[];
   // The bf16 kernel's layout: tiles from a 1024-byte boundary (the 128-byte swizzle's period),
@@ -184,7 +210,7 @@ __global__ void __launch_bounds__(kGemmSm90Threads, 1)
 template <typename OUT, int BN, int STAGES, bool BLOCK>
 __global__ void __launch_bounds__(kGemmSm90Threads, 1)
     gemm_fp8_sm90_persistent_kernel(const __grid_constant__ GemmFp8Params p) {
-  static_assert(BN == 128, "the fp8 kernel's tile is 128 wide");
+  static_assert(BN == 128 || BN == 256, "the persistent fp8 kernel's tile is 128 or 256 wide");
   extern __shared__ unsigned char smem_raw[];
   const Ring r = ring_in<STAGES>(smem_raw, (kGemmBlockM + BN) * kFp8ChunkK);
   init_ring<STAGES>(r.full, r.empty);

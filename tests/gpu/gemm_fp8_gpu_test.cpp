@@ -373,6 +373,38 @@ TEST_CASE("gemm_fp8 gpu: the 192-wide sm90 tile, per tensor and per row",
   run_case(c, rng);
 }
 
+TEST_CASE("gemm_fp8 gpu: the 256-wide sm90 tile, every scale mode, one-tile and persistent",
+          "[gpu][gemm][fp8][sm90a]") {
+  // Forced (tactic sm90_bn256_s<N>[_p]): the two 128-column halves promoted in turn, each with its
+  // own 128-row block of b's scales (2^10 apart between neighbouring blocks and chunks: a half
+  // scaled with the other's block is off by 2^10). N off the tile edges (3000 = 11 tiles + 184
+  // columns, the last tile's second half partly past n), K tails, rings of 2 and 4, the
+  // persistent form over more tiles than SMs, every out dtype.
+  std::mt19937_64 rng(std::random_device{}());
+  const char* const kOuts[] = {"bf16", "fp16", "fp32"};
+  int turn = 0;
+  for (const char* tactic : {"sm90_bn256_s4", "sm90_bn256_s2", "sm90_bn256_s4_p"}) {
+    for (const char* mode : {"tensor", "row", "block"}) {
+      for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3>>{
+               {1000, 3000, 272}, {300, 700, 16}, {129, 2000, 1040}, {2100, 2300, 1152}}) {
+        Case c{mode, kOuts[turn++ % 3], m, n, k};
+        c.tactic = tactic;
+        c.wide_block_scales = std::string(mode) == "block";
+        INFO(describe(c));
+        run_case(c, rng);
+      }
+    }
+  }
+  Case c{"block", "bf16", 1000, 3000, 144};
+  c.tactic = "sm90_bn256_s4";
+  c.alpha = 0.5f;
+  c.beta = -1.25f;
+  c.a_stride = 144 + 32;
+  c.out_stride = 3000 + 5;
+  INFO(describe(c));
+  run_case(c, rng);
+}
+
 TEST_CASE("gemm_fp8 gpu: all-positive k = 8192 stays inside the bound of promotion every 128",
           "[gpu][gemm][fp8]") {
   // Products in [1, 4) with 6 fraction bits: the accumulator, which grows with the partial sum,

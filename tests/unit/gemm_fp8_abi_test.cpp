@@ -365,15 +365,26 @@ TEST_CASE("gemm_fp8: a forced sm90 tactic keeps the call's scales and needs the 
         CHECK_THROWS_AS(ops::gemm_fp8_forced_config("sm90_bn192_s5", sel, m, 3000, 272, h100(true)),
                         kjit::Error);
       }
+      // The 256-wide tile in every scale mode, both forms.
+      for (const bool pers : {false, true}) {
+        const ops::GemmFp8Config w256 = ops::gemm_fp8_forced_config(
+            pers ? "sm90_bn256_s4_p" : "sm90_bn256_s4", sel, m, 3000, 272, h100(true));
+        CHECK(w256.bn == 256);
+        CHECK(w256.stages == 4);
+        CHECK(w256.persistent == (pers ? 1 : 0));
+        CHECK(w256.scales == scales);
+        CHECK(ops::gemm_fp8_spec(w256).uri.find("_bn_256_stages_4") != std::string::npos);
+      }
     }
   }
   const ops::GemmFp8Config sel =
       ops::select_gemm_fp8(bf16, ops::Fp8Scales::kTensorRow, 1000, 3000, 272, h100(true));
-  // Not an sm90 tactic of the fp8 kernel's width, a ring past the shared memory, a device or
+  // Not an sm90 tactic of the fp8 kernel's widths, a ring past the shared memory (5 stages of 48 KB
+  // at 256), a device or
   // operands the sm90 kernel cannot take.
   for (const char* bad :
-       {"sm90_bn256_s4_p", "sm90_bn128_s9_p", "sm90_bn128_s1", "mma_bn64_s4", "decode_t16_split2",
-        "simt", "sm90_bn128_s6_q", "sm90_bn192_s5_p", "sm90_bn192_s6", ""}) {
+       {"sm90_bn256_s5", "sm90_bn64_s4", "sm90_bn128_s9_p", "sm90_bn128_s1", "mma_bn64_s4",
+        "decode_t16_split2", "simt", "sm90_bn128_s6_q", "sm90_bn192_s5_p", "sm90_bn192_s6", ""}) {
     INFO("'" << bad << "'");
     CHECK_THROWS_AS(ops::gemm_fp8_forced_config(bad, sel, 1000, 3000, 272, h100(true)),
                     kjit::Error);
@@ -517,8 +528,8 @@ TEST_CASE("gemm_fp8 and quant_fp8: specs and catalogs", "[fp8]") {
               : path == "sm80"   ? "gemm_fp8_mma_kernel"
                                  : "gemm_fp8_simt_kernel") != std::string::npos);
   }
-  CHECK(sm90 == 10);
-  CHECK(persistent == 4);  // bf16 / fp32 out, both scale forms
+  CHECK(sm90 == 18);
+  CHECK(persistent == 8);  // bf16 / fp32 out, both scale forms, 128 and 256 wide
   // The 192-wide tile: per tensor / row, one tile a block, 5 stages by default (6 of 40 KB pass
   // the shared memory).
   CHECK(def.make_spec({{"path", "sm90"}, {"out_dtype", "bf16"}, {"bn", "192"}}).uri ==
@@ -559,7 +570,10 @@ TEST_CASE("gemm_fp8 and quant_fp8: specs and catalogs", "[fp8]") {
                   kjit::Error);
   CHECK_THROWS_AS(def.make_spec({{"path", "sm80"}, {"out_dtype", "bf16"}, {"persistent", "1"}}),
                   kjit::Error);
-  CHECK_THROWS_AS(def.make_spec({{"path", "sm90"}, {"out_dtype", "bf16"}, {"bn", "256"}}),
+  // The 256-wide tile: 4 stages of 48 KB by default, every scale form; not 64 wide.
+  CHECK(def.make_spec({{"path", "sm90"}, {"out_dtype", "bf16"}, {"bn", "256"}, {"scales", "block"}})
+            .uri == "gemm_fp8_path_sm90_out_dtype_bf16_bn_256_stages_4_block_1");
+  CHECK_THROWS_AS(def.make_spec({{"path", "sm90"}, {"out_dtype", "bf16"}, {"bn", "64"}}),
                   kjit::Error);
   CHECK_THROWS_AS(def.make_spec({{"path", "simt"}, {"out_dtype", "bf16"}, {"scales", "block"}}),
                   kjit::Error);

@@ -53,7 +53,7 @@ int bench_gemm_fp8(const ops::SetArgs& args, const BenchOptions& opts) {
     // Widths and depths are the library's to judge (gemm_fp8_forced_config), per call.
     if (!t || t->path != ops::GemmPath::kSm90) {
       throw UsageError("gemm_fp8: tactic '" + tuning.tactic +
-                       "' is not an sm90 tactic (sm90_bn128_s6_p, sm90_bn192_s5)");
+                       "' is not an sm90 tactic (sm90_bn128_s6_p, sm90_bn192_s5, sm90_bn256_s4)");
     }
   }
   const int split = tuning.split;
@@ -238,14 +238,15 @@ int bench_quant_fp8(const ops::SetArgs& args, const BenchOptions& opts) {
 }  // namespace
 
 void add_gemm_fp8_benches(std::vector<BenchEntry>& out) {
-  out.push_back({"gemm_fp8",
-                 {"scales", "m", "n", "k"},
-                 {"out_dtype", "split", "tactic"},
-                 bench_gemm_fp8,
-                 "scales (tensor|row|block), m, n, k; out_dtype (bf16|fp16|fp32, default bf16), "
-                 "split (the decode path's K split, 1..8; default the library's), tactic (the "
-                 "sm90 kernel forced: sm90_bn128_s<stages>, or sm90_bn128_s6_p for its "
-                 "persistent form)"});
+  out.push_back(
+      {"gemm_fp8",
+       {"scales", "m", "n", "k"},
+       {"out_dtype", "split", "tactic"},
+       bench_gemm_fp8,
+       "scales (tensor|row|block), m, n, k; out_dtype (bf16|fp16|fp32, default bf16), "
+       "split (the decode path's K split, 1..8; default the library's), tactic (the "
+       "sm90 kernel forced: sm90_bn128_s<stages>, sm90_bn128_s6_p for its persistent form, "
+       "sm90_bn192_s5 (not block), sm90_bn256_s4[_p])"});
   out.push_back({"quant_fp8",
                  {"dtype", "scaling", "m", "k"},
                  {},

@@ -107,7 +107,7 @@ int gemm_fp8_decode_stages(int tokens, int max_smem_optin) {
 }
 
 bool gemm_fp8_sm90_width_ok(int bn, Fp8Scales scales, bool persistent) {
-  return bn == 128 || (bn == 192 && scales != Fp8Scales::kBlock && !persistent);
+  return bn == 128 || bn == 256 || (bn == 192 && scales != Fp8Scales::kBlock && !persistent);
 }
 
 bool gemm_fp8_wide_tile(const GemmTarget& target, int64_t m, int64_t n, int64_t k) {
@@ -224,7 +224,8 @@ GemmFp8Config gemm_fp8_forced_config(const std::string& tactic, const GemmFp8Con
       t->stages > 8 || !sm90_can_run(target, m, n, k, t->bn, t->stages)) {
     fail(KJIT_ERROR_INVALID_ARGUMENT,
          "gemm_fp8: tactic '{}' is not valid for this call (sm90_bn128_s<2..8>[_p], or "
-         "sm90_bn192_s<2..5> without block scales, where the sm90 kernel runs)",
+         "sm90_bn192_s<2..5> without block scales, sm90_bn256_s<2..4>[_p], where the sm90 kernel "
+         "runs)",
          tactic);
   }
   GemmFp8Config c = selected;

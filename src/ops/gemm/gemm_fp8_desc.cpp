@@ -86,14 +86,15 @@ OpDef gemm_fp8_op_def() {
       {"stages",
        {"2", "3", "4", "5", "6", "7"},
        false,
-       "sm90: pipeline stages (default 6, 5 at bn=192); sm80: cp.async stages (default 4); "
-       "decode: default the most its blocks per SM leave room for"},
+       "sm90: pipeline stages (default 6, 5 at bn=192, 4 at bn=256); sm80: cp.async stages "
+       "(default 4); decode: default the most its blocks per SM leave room for"},
       {"tokens", {"16", "32", "64", "128"}, false, "decode: token tile (m <= tokens)"},
       {"bn",
-       {"128", "192"},
+       {"128", "192", "256"},
        false,
-       "sm90: output tile width, 128 (default) or 192 (tensor_row scales, one-tile kernel: "
-       "select_gemm_fp8's choice on large shapes, the forced tactics sm90_bn192_s<N>)"},
+       "sm90: output tile width, 128 (default), 192 (tensor_row scales, one-tile kernel: "
+       "select_gemm_fp8's choice on large shapes, the forced tactics sm90_bn192_s<N>) or 256 "
+       "(its halves promoted in turn: the forced tactics sm90_bn256_s<N>[_p])"},
       {"persistent",
        {"0", "1"},
        false,
@@ -148,8 +149,11 @@ OpDef gemm_fp8_op_def() {
       fail(KJIT_ERROR_INVALID_ARGUMENT,
            "gemm_fp8: bn=192 is the one-tile kernel's with tensor_row scales");
     }
-    // The most stages of the tile that fit 227 KB: 6 of 32 KB, 5 of 40.
-    c.stages = args.count("stages") != 0 ? std::stoi(args.at("stages")) : c.bn == 192 ? 5 : 6;
+    // The most stages of the tile that fit 227 KB: 6 of 32 KB, 5 of 40, 4 of 48.
+    c.stages = args.count("stages") != 0 ? std::stoi(args.at("stages"))
+               : c.bn == 256             ? 4
+               : c.bn == 192             ? 5
+                                         : 6;
     c.persistent = persistent ? 1 : 0;
     return gemm_fp8_spec(c);
   };
@@ -169,9 +173,16 @@ OpDef gemm_fp8_op_def() {
       out.push_back(
           {{"path", "sm90"}, {"out_dtype", od}, {"scales", "block"}, {"persistent", "1"}});
     }
-    // The 192-wide tile (the forced sm90_bn192_s5) with tensor_row scales.
+    // The 192-wide tile (the forced sm90_bn192_s5) with tensor_row scales; the 256-wide one (the
+    // forced sm90_bn256_s4 and its persistent form) in both scale forms.
     for (const char* od : {"bf16", "fp32"}) {
       out.push_back({{"path", "sm90"}, {"out_dtype", od}, {"bn", "192"}, {"stages", "5"}});
+      for (const char* sc : {"tensor_row", "block"}) {
+        SetArgs wide{{"path", "sm90"}, {"out_dtype", od}, {"scales", sc}, {"bn", "256"}};
+        out.push_back(wide);
+        wide["persistent"] = "1";
+        out.push_back(wide);
+      }
     }
     for (const char* od : {"bf16", "fp32"}) out.push_back({{"path", "sm80"}, {"out_dtype", od}});
     // The decode path's every token tile in both scale forms.
