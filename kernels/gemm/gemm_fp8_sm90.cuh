@@ -210,7 +210,8 @@ __global__ void __launch_bounds__(kGemmSm90Threads, 1)
 template <typename OUT, int BN, int STAGES, bool BLOCK>
 __global__ void __launch_bounds__(kGemmSm90Threads, 1)
     gemm_fp8_sm90_persistent_kernel(const __grid_constant__ GemmFp8Params p) {
-  static_assert(BN == 128 || BN == 256, "the persistent fp8 kernel's tile is 128 or 256 wide");
+  static_assert(BN == 128 || BN == 256 || (BN == 192 && !BLOCK),
+                "the persistent fp8 kernel's tile is 128 or 256 wide, or 192 without block scales");
   extern __shared__ unsigned char smem_raw[];
   const Ring r = ring_in<STAGES>(smem_raw, (kGemmBlockM + BN) * kFp8ChunkK);
   init_ring<STAGES>(r.full, r.empty);

@@ -346,16 +346,16 @@ TEST_CASE("gemm_fp8 gpu: the persistent sm90 kernel over more tiles than SMs, ev
 
 TEST_CASE("gemm_fp8 gpu: the 192-wide sm90 tile, per tensor and per row",
           "[gpu][gemm][fp8][sm90a]") {
-  // Forced (tactic sm90_bn192_s<N>): N off its edges (3000 = 15 tiles + 120 columns), one partial
-  // chunk to 9, rings of 3 and 5, every out dtype; alpha / beta over a preset out and strided
-  // views.
+  // Forced (tactic sm90_bn192_s<N>[_p]): N off its edges (3000 = 15 tiles + 120 columns), one
+  // partial chunk to 9, rings of 3 and 5, the persistent form (204 tiles at 2100 x 2300: more
+  // than SMs), every out dtype; alpha / beta over a preset out and strided views.
   std::mt19937_64 rng(std::random_device{}());
   const char* const kOuts[] = {"bf16", "fp16", "fp32"};
   int turn = 0;
-  for (const char* tactic : {"sm90_bn192_s5", "sm90_bn192_s3"}) {
+  for (const char* tactic : {"sm90_bn192_s5", "sm90_bn192_s3", "sm90_bn192_s5_p"}) {
     for (const char* mode : {"tensor", "row"}) {
       for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3>>{
-               {1000, 3000, 272}, {300, 700, 16}, {129, 2000, 1040}}) {
+               {1000, 3000, 272}, {300, 700, 16}, {129, 2000, 1040}, {2100, 2300, 1152}}) {
         Case c{mode, kOuts[turn++ % 3], m, n, k};
         c.tactic = tactic;
         INFO(describe(c));

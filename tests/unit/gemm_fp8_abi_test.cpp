@@ -361,6 +361,8 @@ TEST_CASE("gemm_fp8: a forced sm90 tactic keeps the call's scales and needs the 
         CHECK(wide.stages == 5);
         CHECK(wide.persistent == 0);
         CHECK(ops::gemm_fp8_spec(wide).uri.find("_bn_192_stages_5") != std::string::npos);
+        CHECK(ops::gemm_fp8_forced_config("sm90_bn192_s5_p", sel, m, 3000, 272, h100(true))
+                  .persistent == 1);
       } else {
         CHECK_THROWS_AS(ops::gemm_fp8_forced_config("sm90_bn192_s5", sel, m, 3000, 272, h100(true)),
                         kjit::Error);
@@ -384,7 +386,7 @@ TEST_CASE("gemm_fp8: a forced sm90 tactic keeps the call's scales and needs the 
   // operands the sm90 kernel cannot take.
   for (const char* bad :
        {"sm90_bn256_s5", "sm90_bn64_s4", "sm90_bn128_s9_p", "sm90_bn128_s1", "mma_bn64_s4",
-        "decode_t16_split2", "simt", "sm90_bn128_s6_q", "sm90_bn192_s5_p", "sm90_bn192_s6", ""}) {
+        "decode_t16_split2", "simt", "sm90_bn128_s6_q", "sm90_bn192_s6_p", "sm90_bn192_s6", ""}) {
     INFO("'" << bad << "'");
     CHECK_THROWS_AS(ops::gemm_fp8_forced_config(bad, sel, 1000, 3000, 272, h100(true)),
                     kjit::Error);
@@ -528,16 +530,16 @@ TEST_CASE("gemm_fp8 and quant_fp8: specs and catalogs", "[fp8]") {
               : path == "sm80"   ? "gemm_fp8_mma_kernel"
                                  : "gemm_fp8_simt_kernel") != std::string::npos);
   }
-  CHECK(sm90 == 18);
-  CHECK(persistent == 8);  // bf16 / fp32 out, both scale forms, 128 and 256 wide
-  // The 192-wide tile: per tensor / row, one tile a block, 5 stages by default (6 of 40 KB pass
-  // the shared memory).
+  CHECK(sm90 == 20);
+  CHECK(persistent == 10);  // bf16 / fp32 out: 128 and 256 wide in both scale forms, 192
+  // The 192-wide tile: per tensor / row, both forms, 5 stages by default (6 of 40 KB pass the
+  // shared memory).
   CHECK(def.make_spec({{"path", "sm90"}, {"out_dtype", "bf16"}, {"bn", "192"}}).uri ==
         "gemm_fp8_path_sm90_out_dtype_bf16_bn_192_stages_5_block_0");
   CHECK_THROWS(
       def.make_spec({{"path", "sm90"}, {"out_dtype", "bf16"}, {"bn", "192"}, {"scales", "block"}}));
-  CHECK_THROWS(
-      def.make_spec({{"path", "sm90"}, {"out_dtype", "bf16"}, {"bn", "192"}, {"persistent", "1"}}));
+  CHECK(def.make_spec({{"path", "sm90"}, {"out_dtype", "bf16"}, {"bn", "192"}, {"persistent", "1"}})
+            .uri == "gemm_fp8_path_sm90_out_dtype_bf16_bn_192_stages_5_block_0_persistent_1");
   CHECK_THROWS(def.make_spec({{"path", "decode"}, {"out_dtype", "bf16"}, {"bn", "192"}}));
   CHECK(mma == 2);
   CHECK(decode == 16);  // 4 token tiles x 2 scale forms x 2 outs

@@ -106,8 +106,8 @@ int gemm_fp8_decode_stages(int tokens, int max_smem_optin) {
   return gemm_decode_stages(tokens, max_smem_optin, gemm::gemm_fp8_decode_blocks_per_sm(tokens));
 }
 
-bool gemm_fp8_sm90_width_ok(int bn, Fp8Scales scales, bool persistent) {
-  return bn == 128 || bn == 256 || (bn == 192 && scales != Fp8Scales::kBlock && !persistent);
+bool gemm_fp8_sm90_width_ok(int bn, Fp8Scales scales) {
+  return bn == 128 || bn == 256 || (bn == 192 && scales != Fp8Scales::kBlock);
 }
 
 bool gemm_fp8_wide_tile(const GemmTarget& target, int64_t m, int64_t n, int64_t k) {
@@ -219,13 +219,12 @@ GemmFp8Config gemm_fp8_forced_config(const std::string& tactic, const GemmFp8Con
   const std::optional<GemmTactic> t = GemmTactic::parse(tactic);
   // The e4m3 stage holds the bytes of a bf16 stage of the same tile, so sm90_can_run's shared
   // memory check is the fp8 kernel's too (k in bytes is at least its pairs).
-  if (!t || t->path != GemmPath::kSm90 ||
-      !gemm_fp8_sm90_width_ok(t->bn, selected.scales, t->persistent) || t->stages < 2 ||
-      t->stages > 8 || !sm90_can_run(target, m, n, k, t->bn, t->stages)) {
+  if (!t || t->path != GemmPath::kSm90 || !gemm_fp8_sm90_width_ok(t->bn, selected.scales) ||
+      t->stages < 2 || t->stages > 8 || !sm90_can_run(target, m, n, k, t->bn, t->stages)) {
     fail(KJIT_ERROR_INVALID_ARGUMENT,
          "gemm_fp8: tactic '{}' is not valid for this call (sm90_bn128_s<2..8>[_p], or "
-         "sm90_bn192_s<2..5> without block scales, sm90_bn256_s<2..4>[_p], where the sm90 kernel "
-         "runs)",
+         "sm90_bn192_s<2..5>[_p] without block scales, sm90_bn256_s<2..4>[_p], where the sm90 "
+         "kernel runs)",
          tactic);
   }
   GemmFp8Config c = selected;

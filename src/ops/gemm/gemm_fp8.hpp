@@ -41,7 +41,7 @@ struct GemmFp8Tuning {
   // (ignored by the other paths).
   int split = 0;
   // A tactic to run instead of select_gemm_fp8's choice: one of kjit_gemm's sm90 names at the fp8
-  // kernel's widths, "sm90_bn128_s<stages>[_p]", "sm90_bn192_s<stages>" (not block scales) or
+  // kernel's widths, "sm90_bn128_s<stages>[_p]", "sm90_bn192_s<stages>[_p]" (not block scales) or
   // "sm90_bn256_s<stages>[_p]" (gemm_tactics.hpp; the scale mode stays the call's). One not valid
   // for the call is KJIT_ERROR_INVALID_ARGUMENT.
   std::string tactic;
@@ -72,17 +72,17 @@ GemmFp8Config select_gemm_fp8(DType out_dtype, Fp8Scales scales, int64_t m, int6
 bool gemm_fp8_wide_tile(const GemmTarget& target, int64_t m, int64_t n, int64_t k);
 
 // Whether the sm90 fp8 kernel has a tile bn wide for these scales and form: 128 and 256 (its
-// halves promoted in turn) always; 192 for per tensor / per row scales in the one-tile kernel (a
-// 192-wide tile straddles two 128-row blocks of b's scales). The one check behind the catalog's
-// specs and the forced tactics.
-bool gemm_fp8_sm90_width_ok(int bn, Fp8Scales scales, bool persistent);
+// halves promoted in turn) always; 192 for per tensor / per row scales (a 192-wide tile straddles
+// two 128-row blocks of b's scales); every width in both forms, one-tile and persistent. The one
+// check behind the catalog's specs and the forced tactics.
+bool gemm_fp8_sm90_width_ok(int bn, Fp8Scales scales);
 
 jit::Spec gemm_fp8_spec(const GemmFp8Config& cfg);
 
 // The config a forced tactic (GemmFp8Tuning::tactic) runs for an m x n x k call whose selected
 // config is `selected` (its out dtype and scales are kept). Throws KJIT_ERROR_INVALID_ARGUMENT for
-// a name that is not an sm90 tactic of width 128 or 256 (or 192: one-tile, without block scales),
-// or one sm90_can_run refuses on `target`.
+// a name that is not an sm90 tactic of width 128 or 256 (or 192, without block scales), or one
+// sm90_can_run refuses on `target`.
 GemmFp8Config gemm_fp8_forced_config(const std::string& tactic, const GemmFp8Config& selected,
                                      int64_t m, int64_t n, int64_t k, const GemmTarget& target);
 

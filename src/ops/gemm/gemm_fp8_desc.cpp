@@ -92,8 +92,8 @@ OpDef gemm_fp8_op_def() {
       {"bn",
        {"128", "192", "256"},
        false,
-       "sm90: output tile width, 128 (default), 192 (tensor_row scales, one-tile kernel: "
-       "select_gemm_fp8's choice on large shapes, the forced tactics sm90_bn192_s<N>) or 256 "
+       "sm90: output tile width, 128 (default), 192 (tensor_row scales: select_gemm_fp8's "
+       "choice on large shapes, the forced tactics sm90_bn192_s<N>[_p]) or 256 "
        "(its halves promoted in turn: the forced tactics sm90_bn256_s<N>[_p])"},
       {"persistent",
        {"0", "1"},
@@ -145,9 +145,8 @@ OpDef gemm_fp8_op_def() {
     c.scales = args.count("scales") != 0 && args.at("scales") == "block" ? Fp8Scales::kBlock
                                                                          : Fp8Scales::kTensorRow;
     c.bn = args.count("bn") != 0 ? std::stoi(args.at("bn")) : 128;  // select_gemm_fp8's: 128
-    if (!gemm_fp8_sm90_width_ok(c.bn, c.scales, persistent)) {
-      fail(KJIT_ERROR_INVALID_ARGUMENT,
-           "gemm_fp8: bn=192 is the one-tile kernel's with tensor_row scales");
+    if (!gemm_fp8_sm90_width_ok(c.bn, c.scales)) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm_fp8: bn=192 takes tensor_row scales only");
     }
     // The most stages of the tile that fit 227 KB: 6 of 32 KB, 5 of 40, 4 of 48.
     c.stages = args.count("stages") != 0 ? std::stoi(args.at("stages"))
@@ -173,10 +172,15 @@ OpDef gemm_fp8_op_def() {
       out.push_back(
           {{"path", "sm90"}, {"out_dtype", od}, {"scales", "block"}, {"persistent", "1"}});
     }
-    // The 192-wide tile (the forced sm90_bn192_s5) with tensor_row scales; the 256-wide one (the
-    // forced sm90_bn256_s4 and its persistent form) in both scale forms.
+    // The 192-wide tile (the forced sm90_bn192_s5 and its persistent form) with tensor_row
+    // scales; the 256-wide one (the forced sm90_bn256_s4 and its persistent form) in both.
     for (const char* od : {"bf16", "fp32"}) {
       out.push_back({{"path", "sm90"}, {"out_dtype", od}, {"bn", "192"}, {"stages", "5"}});
+      out.push_back({{"path", "sm90"},
+                     {"out_dtype", od},
+                     {"bn", "192"},
+                     {"stages", "5"},
+                     {"persistent", "1"}});
       for (const char* sc : {"tensor_row", "block"}) {
         SetArgs wide{{"path", "sm90"}, {"out_dtype", od}, {"scales", sc}, {"bn", "256"}};
         out.push_back(wide);
