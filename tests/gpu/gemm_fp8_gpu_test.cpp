@@ -344,47 +344,18 @@ TEST_CASE("gemm_fp8 gpu: the persistent sm90 kernel over more tiles than SMs, ev
   }
 }
 
-TEST_CASE("gemm_fp8 gpu: the 192-wide sm90 tile, per tensor and per row",
-          "[gpu][gemm][fp8][sm90a]") {
-  // Forced (tactic sm90_bn192_s<N>[_p]): N off its edges (3000 = 15 tiles + 120 columns), one
-  // partial chunk to 9, rings of 3 and 5, the persistent form (204 tiles at 2100 x 2300: more
-  // than SMs), every out dtype; alpha / beta over a preset out and strided views.
-  std::mt19937_64 rng(std::random_device{}());
-  const char* const kOuts[] = {"bf16", "fp16", "fp32"};
-  int turn = 0;
-  for (const char* tactic : {"sm90_bn192_s5", "sm90_bn192_s3", "sm90_bn192_s5_p"}) {
-    for (const char* mode : {"tensor", "row"}) {
-      for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3>>{
-               {1000, 3000, 272}, {300, 700, 16}, {129, 2000, 1040}, {2100, 2300, 1152}}) {
-        Case c{mode, kOuts[turn++ % 3], m, n, k};
-        c.tactic = tactic;
-        INFO(describe(c));
-        run_case(c, rng);
-      }
-    }
-  }
-  Case c{"row", "bf16", 1000, 3000, 144};
-  c.tactic = "sm90_bn192_s5";
-  c.alpha = 0.5f;
-  c.beta = -1.25f;
-  c.a_stride = 144 + 32;
-  c.out_stride = 3000 + 5;
-  INFO(describe(c));
-  run_case(c, rng);
-}
+namespace {
 
-TEST_CASE("gemm_fp8 gpu: the 256-wide sm90 tile, every scale mode, one-tile and persistent",
-          "[gpu][gemm][fp8][sm90a]") {
-  // Forced (tactic sm90_bn256_s<N>[_p]): the two 128-column halves promoted in turn, each with its
-  // own 128-row block of b's scales (2^10 apart between neighbouring blocks and chunks: a half
-  // scaled with the other's block is off by 2^10). N off the tile edges (3000 = 11 tiles + 184
-  // columns, the last tile's second half partly past n), K tails, rings of 2 and 4, the
-  // persistent form over more tiles than SMs, every out dtype.
-  std::mt19937_64 rng(std::random_device{}());
+// A forced wide sm90 tile over every scale mode in `modes`: N off its edges, one partial chunk to
+// 9, rings of two depths and the persistent form (204 tiles of 192 at 2100 x 2300, 153 of 256:
+// more than SMs), the out dtypes in turn (block scales 2^10 apart between neighbouring blocks
+// and chunks); then alpha / beta over a preset out with strided views on the first tactic.
+void run_wide_tile(const std::vector<const char*>& tactics, const std::vector<const char*>& modes,
+                   std::mt19937_64& rng) {
   const char* const kOuts[] = {"bf16", "fp16", "fp32"};
   int turn = 0;
-  for (const char* tactic : {"sm90_bn256_s4", "sm90_bn256_s2", "sm90_bn256_s4_p"}) {
-    for (const char* mode : {"tensor", "row", "block"}) {
+  for (const char* tactic : tactics) {
+    for (const char* mode : modes) {
       for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3>>{
                {1000, 3000, 272}, {300, 700, 16}, {129, 2000, 1040}, {2100, 2300, 1152}}) {
         Case c{mode, kOuts[turn++ % 3], m, n, k};
@@ -395,14 +366,33 @@ TEST_CASE("gemm_fp8 gpu: the 256-wide sm90 tile, every scale mode, one-tile and 
       }
     }
   }
-  Case c{"block", "bf16", 1000, 3000, 144};
-  c.tactic = "sm90_bn256_s4";
+  Case c{modes.back(), "bf16", 1000, 3000, 144};
+  c.tactic = tactics.front();
   c.alpha = 0.5f;
   c.beta = -1.25f;
   c.a_stride = 144 + 32;
   c.out_stride = 3000 + 5;
   INFO(describe(c));
   run_case(c, rng);
+}
+
+}  // namespace
+
+TEST_CASE("gemm_fp8 gpu: the 192-wide sm90 tile, per tensor and per row",
+          "[gpu][gemm][fp8][sm90a]") {
+  // Forced (tactic sm90_bn192_s<N>[_p]): 3000 = 15 tiles + 120 columns, rings of 3 and 5.
+  std::mt19937_64 rng(std::random_device{}());
+  run_wide_tile({"sm90_bn192_s5", "sm90_bn192_s3", "sm90_bn192_s5_p"}, {"tensor", "row"}, rng);
+}
+
+TEST_CASE("gemm_fp8 gpu: the 256-wide sm90 tile, every scale mode, one-tile and persistent",
+          "[gpu][gemm][fp8][sm90a]") {
+  // Forced (tactic sm90_bn256_s<N>[_p]): the two 128-column halves promoted in turn, each with its
+  // own 128-row block of b's scales (a half scaled with the other's block is off by 2^10);
+  // 3000 = 11 tiles + 184 columns (the last tile's second half partly past n), rings of 2 and 4.
+  std::mt19937_64 rng(std::random_device{}());
+  run_wide_tile({"sm90_bn256_s4", "sm90_bn256_s2", "sm90_bn256_s4_p"}, {"tensor", "row", "block"},
+                rng);
 }
 
 TEST_CASE("gemm_fp8 gpu: all-positive k = 8192 stays inside the bound of promotion every 128",
