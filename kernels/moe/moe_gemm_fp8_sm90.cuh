@@ -4,12 +4,14 @@
 // into fp32 times its scales), with DeepSeek-V3's scales per expert (moe_params.h,
 // MoeGemmFp8Params): scale_a per 1 x 128 group of a row, scale_b per 128 x 128 block of b[e].
 //
-// A tile's 128 columns are one 128-row block of b[e], so one scale of b serves them; the SWIGLU
-// tile's halves are 64 gate rows and the matching 64 up rows, two blocks (the up slice at
-// I + 64 j stays in one block when I is a multiple of 64, which the host requires).
+// A 128-wide tile's columns are one 128-row block of b[e], so one scale of b serves them; the
+// SWIGLU tile's halves are 64 gate rows and the matching 64 up rows, two blocks (the up slice at
+// I + 64 j stays in one block when I is a multiple of 64, which the host requires). A 256-wide
+// tile's halves (promoted in turn: gemm_fp8_sm90.cuh) are two blocks of b, or 128 gate and 128 up
+// rows with SWIGLU (I a multiple of 128).
 //
-// Launch contract: moe_gemm_sm90.cuh's with BN = 128, IN = 16-bit (e4m3 pairs: the tensor maps
-// and k_blocks = ceil(k / 128) count pairs as the fp8 GEMM's do), k a multiple of 16.
+// Launch contract: moe_gemm_sm90.cuh's with BN = 128 or 256, IN = 16-bit (e4m3 pairs: the tensor
+// maps and k_blocks = ceil(k / 128) count pairs as the fp8 GEMM's do), k a multiple of 16.
 #pragma once
 
 #include "gemm/gemm_fp8_sm90.cuh"
@@ -35,11 +37,32 @@ KJIT_DEVICE KJIT_FORCEINLINE gemm::GemmFp8Params expert_fp8_view(const MoeGemmFp
   return v;
 }
 
+// The block scales of a tile's chunks: its two column halves take b's rows lo and hi (the same
+// block in a plain 128-wide tile).
+template <int BN, bool SWIGLU>
+struct TileBlockScales {
+  const gemm::GemmFp8Params& v;
+  i64 row0, lo, hi;
+
+  KJIT_DEVICE KJIT_FORCEINLINE gemm::ChunkScales operator()(int kb) const {
+    const float sb_lo = gemm::scale_b_at(v, lo, kb);
+    return gemm::block_scales(v, row0, kb, sb_lo,
+                              SWIGLU || BN == 256 ? gemm::scale_b_at(v, hi, kb) : sb_lo);
+  }
+};
+
+template <int BN, bool SWIGLU>
+KJIT_DEVICE KJIT_FORCEINLINE TileBlockScales<BN, SWIGLU> tile_block_scales(
+    const gemm::GemmFp8Params& v, int half, int n_tile) {
+  static_assert(BN == 128 || BN == 256, "the fp8 grouped tile is 128 or 256 wide");
+  const i64 lo = SWIGLU ? i64(n_tile) * (BN / 2) : i64(n_tile) * BN;
+  return {v, gemm::fragment_row0(0, half), lo, SWIGLU ? lo + v.g.n / 2 : lo + BN / 2};
+}
+
 template <typename OUT, int BN, int STAGES, bool SWIGLU>
 __global__ void __launch_bounds__(gemm::kGemmSm90Threads, 1)
     moe_gemm_fp8_sm90_kernel(const __grid_constant__ MoeGemmFp8Params p) {
   using namespace gemm;
-  static_assert(BN == 128, "the fp8 kernel's tile is 128 wide (gemm_fp8_sm90.cuh)");
   extern __shared__ unsigned char smem_raw[];
   const Ring r = ring_in<STAGES>(smem_raw, (kGemmBlockM + BN) * kFp8ChunkK);
   const int k_blocks = static_cast<int>((p.grouped.g.k + kFp8ChunkK - 1) / kFp8ChunkK);
@@ -58,17 +81,11 @@ __global__ void __launch_bounds__(gemm::kGemmSm90Threads, 1)
     hopper::regs_alloc<kConsumerRegs>();
     const GemmFp8Params v = expert_fp8_view(p, t, sizeof(OUT));
     const int half = wg - 1;
-    const i64 row0 = fragment_row0(0, half);
-    // b's rows (columns of the tile) whose block scales the tile's two column halves take.
-    const i64 b_lo = SWIGLU ? i64(n_tile) * (BN / 2) : i64(n_tile) * BN;
-    const i64 b_hi = SWIGLU ? b_lo + v.g.n / 2 : b_lo;
     float acc[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
-    consume_fp8_chunks<BN, STAGES>(r.tiles, r.full, r.empty, k_blocks, half, acc, [&](int kb) {
-      const float sb_lo = scale_b_at(v, b_lo, kb);
-      return block_scales(v, row0, kb, sb_lo, SWIGLU ? scale_b_at(v, b_hi, kb) : sb_lo);
-    });
+    consume_fp8_chunks<BN, STAGES>(r.tiles, r.full, r.empty, k_blocks, half, acc,
+                                   tile_block_scales<BN, SWIGLU>(v, half, n_tile));
     write_expert_tile<__nv_bfloat16, OUT, BN, SWIGLU>(v.g, half, n_tile, acc);
   }
 }

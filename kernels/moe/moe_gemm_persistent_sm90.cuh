@@ -139,7 +139,6 @@ template <typename OUT, int BN, int STAGES, bool SWIGLU>
 __global__ void __launch_bounds__(gemm::kGemmSm90Threads, 1)
     moe_gemm_fp8_sm90_persistent_kernel(const __grid_constant__ MoeGemmFp8Params p) {
   using namespace gemm;
-  static_assert(BN == 128, "the fp8 kernel's tile is 128 wide (gemm_fp8_sm90.cuh)");
   extern __shared__ unsigned char smem_raw[];
   __shared__ ItemRecord records[STAGES];
   const Ring r = ring_in<STAGES>(smem_raw, (kGemmBlockM + BN) * kFp8ChunkK);
@@ -157,23 +156,14 @@ __global__ void __launch_bounds__(gemm::kGemmSm90Threads, 1)
   } else {
     hopper::regs_alloc<kConsumerRegs>();
     const int half = wg - 1;
-    const i64 row0 = fragment_row0(0, half);
     consume_items<STAGES>(r, records, k_blocks, [&](const ItemRecord& rec, int it0) {
       const GemmFp8Params v = expert_fp8_view(p, rec.t, sizeof(OUT));
-      // b's rows whose block scales the tile's two column halves take (moe_gemm_fp8_sm90.cuh).
-      const i64 b_lo = SWIGLU ? i64(rec.n_tile) * (BN / 2) : i64(rec.n_tile) * BN;
-      const i64 b_hi = SWIGLU ? b_lo + v.g.n / 2 : b_lo;
       float acc[BN / 2];
 #pragma unroll
       for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
       // Every chunk's stage is released once its MMAs are done, the last one too.
-      consume_fp8_chunks<BN, STAGES>(
-          r.tiles, r.full, r.empty, k_blocks, half, acc,
-          [&](int kb) {
-            const float sb_lo = scale_b_at(v, b_lo, kb);
-            return block_scales(v, row0, kb, sb_lo, SWIGLU ? scale_b_at(v, b_hi, kb) : sb_lo);
-          },
-          it0);
+      consume_fp8_chunks<BN, STAGES>(r.tiles, r.full, r.empty, k_blocks, half, acc,
+                                     tile_block_scales<BN, SWIGLU>(v, half, rec.n_tile), it0);
       write_expert_tile<__nv_bfloat16, OUT, BN, SWIGLU>(v.g, half, rec.n_tile, acc);
     });
   }

@@ -18,6 +18,7 @@
 
 #include "cuda/driver.hpp"
 #include "gemm_test_util.hpp"
+#include "util/error.hpp"
 #include "kjit/kjit.h"
 #include "moe_test_util.hpp"
 #include "ops/moe/moe.hpp"
@@ -239,7 +240,8 @@ std::string describe(const Fp8Case& c) {
           : c.tuning.force == ops::MoeGemmForce::kTiles ? " forced tiles"
                                                         : "") +
          (c.tuning.split != 0 ? " split " + std::to_string(c.tuning.split) : "") +
-         (c.tuning.persistent ? " persistent" : "");
+         (c.tuning.persistent ? " persistent" : "") +
+         (c.tuning.fp8_bn != 0 ? " bn " + std::to_string(c.tuning.fp8_bn) : "");
 }
 
 // Runs one case on fresh operands and checks it; returns whether the call was served.
@@ -591,6 +593,56 @@ TEST_CASE("moe fp8 gpu: the persistent tile kernel against fp64", "[gpu][moe][fp
   none.spare_rows = 3;
   none.tuning = persistent;
   CHECK(run_fp8(none, rng));
+}
+
+TEST_CASE("moe fp8 gpu: the 256-wide tile, one block per item and persistent, against fp64",
+          "[gpu][moe][fp8][sm90a]") {
+  // MoeGemmTuning::fp8_bn 256: each tile's two 128-column halves take their own 128-row block of
+  // b's scales (2^10 apart between neighbouring blocks), or the gate and up blocks with SwiGLU.
+  // n off the tile (200 = 128 + 72: the second half partly past n), experts of 0, 1 and many rows,
+  // a short last chunk; more items than SMs; SwiGLU at I = 256 and Qwen3's 768; I = 192 refused.
+  REQUIRE(gpu_caps().sm90a());
+  std::mt19937_64 rng(std::random_device{}());
+  for (const bool pers : {false, true}) {
+    ops::MoeGemmTuning wide;
+    wide.fp8_bn = 256;
+    wide.persistent = pers;
+    wide.force = ops::MoeGemmForce::kTiles;
+    for (const int n : {200, 640}) {
+      Fp8Case c;
+      c.counts = uneven_counts(8, 700, rng);
+      c.n = n;
+      c.k = 1040;
+      c.spare_rows = 5;
+      c.wide_scales = true;
+      c.tuning = wide;
+      CHECK(run_fp8(c, rng));
+    }
+    Fp8Case b;
+    b.counts = uneven_counts(24, 3000, rng);
+    b.n = 1280;
+    b.k = 256;
+    b.tuning = wide;
+    CHECK(run_fp8(b, rng));
+    for (const int inter : {256, 768}) {
+      Fp8Case w;
+      w.swiglu = true;
+      w.counts = uneven_counts(16, 1500, rng);
+      w.n = 2 * inter;
+      w.k = 384;
+      w.wide_scales = inter == 256;
+      w.tuning = wide;
+      CHECK(run_fp8(w, rng));
+    }
+  }
+  Fp8Case odd;
+  odd.swiglu = true;
+  odd.counts = {10, 20};
+  odd.n = 2 * 192;
+  odd.k = 128;
+  odd.tuning.fp8_bn = 256;
+  odd.tuning.force = ops::MoeGemmForce::kTiles;
+  CHECK_THROWS_AS(run_fp8(odd, rng), kjit::Error);
 }
 
 TEST_CASE("moe fp8 gpu: the persistent tile kernel replays in a CUDA graph with new counts",

@@ -207,6 +207,34 @@ TEST_CASE("moe fp8 abi: sm_90a only, choices and specs", "[moe][fp8]") {
   for (const auto& set : d.catalog()) CHECK_NOTHROW(d.make_spec(set));
   CHECK(d.make_spec({{"out_dtype", "bf16"}}).uri == uri);
   CHECK_FALSE(d.definitions().empty());
+
+  // The forced 256-wide tile (MoeGemmTuning::fp8_bn): 4 stages, its own URI; not on the decode
+  // path, not another width, and with SwiGLU only where I is a multiple of 128.
+  ops::MoeGemmTuning wide;
+  wide.fp8_bn = 256;
+  ops::MoeGemmFp8Config w = c;
+  ops::moe_gemm_fp8_width(w, wide, 4096, false);
+  CHECK(w.bn == 256);
+  CHECK(w.stages == 4);
+  CHECK(ops::moe_gemm_fp8_spec(w).uri.find("_bn_256_stages_4") != std::string::npos);
+  CHECK(d.make_spec({{"out_dtype", "bf16"}, {"bn", "256"}}).uri == ops::moe_gemm_fp8_spec(w).uri);
+  ops::MoeGemmFp8Config sw256 = c;
+  ops::moe_gemm_fp8_width(sw256, wide, 2 * 768, true);
+  CHECK(sw256.bn == 256);
+  ops::MoeGemmFp8Config odd = c;
+  CHECK_THROWS_AS(ops::moe_gemm_fp8_width(odd, wide, 2 * 192, true), kjit::Error);
+  ops::MoeGemmFp8Config dec =
+      ops::select_moe_gemm_fp8(DType::kBF16, 8, 1536, 2048, 128, false, h200(), 8);
+  REQUIRE(dec.tokens != 0);
+  CHECK_THROWS_AS(ops::moe_gemm_fp8_width(dec, wide, 1536, false), kjit::Error);
+  ops::MoeGemmTuning bad;
+  bad.fp8_bn = 192;
+  ops::MoeGemmFp8Config b192 = c;
+  CHECK_THROWS_AS(ops::moe_gemm_fp8_width(b192, bad, 4096, false), kjit::Error);
+  ops::MoeGemmFp8Config plain = c;
+  ops::moe_gemm_fp8_width(plain, ops::MoeGemmTuning{}, 4096, false);  // 0: the selection's
+  CHECK(plain.bn == 128);
+  CHECK_THROWS(d.make_spec({{"out_dtype", "bf16"}, {"bn", "256"}, {"tokens", "16"}}));
 }
 
 namespace {

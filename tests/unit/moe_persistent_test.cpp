@@ -155,8 +155,9 @@ TEST_CASE("moe persistent: the catalog's persistent specs compile for sm_90a wit
     }
   }
   // The tile path's default (bf16 / fp16 a, out in a's dtype or fp32, both tile widths; SwiGLU
-  // out in a's dtype at both widths) and the fp8 defaults (plain bf16 out, SwiGLU bf16 / fp16).
-  CHECK(built == 8 + 4 + 1 + 2);
+  // out in a's dtype at both widths), the fp8 defaults (plain bf16 out, SwiGLU bf16 / fp16) and
+  // the fp8 256-wide tile (plain and SwiGLU, bf16 out).
+  CHECK(built == 8 + 4 + 1 + 2 + 2);
 }
 
 // The scan finds the sequence ptxas 13.0 emitted for the persistent SwiGLU kernel's producer at

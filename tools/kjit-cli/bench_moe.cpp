@@ -105,6 +105,9 @@ GroupedBench grouped_bench(const std::string& op, const ops::SetArgs& args) {
   if (g.tuning.persistent && g.path == "decode") {
     throw UsageError(op + ": persistent is the 128-row tile kernel's form, not path=decode");
   }
+  // bn: the fp8 tile kernel's width (ops::MoeGemmTuning::fp8_bn; the library refuses the rest).
+  if (args.count("bn") != 0)
+    g.tuning.fp8_bn = static_cast<int>(ops::positive_int_arg(args, "bn", 256));
   const std::string layout = args.count("layout") != 0 ? args.at("layout") : "contiguous";
   if (layout != "contiguous" && layout != "masked") {
     throw UsageError(op + ": layout is contiguous or masked");
@@ -449,6 +452,7 @@ int bench_moe_grouped_gemm_fp8(const ops::SetArgs& args, const BenchOptions& opt
       ops::select_moe_gemm_fp8(ops::DType::kBF16, rows, n, k, experts, swiglu,
                                ops::gemm_target(0, k % 16 == 0), bench_decode_rows(g));
   cfg.persistent = ops::moe_gemm_persistent(g.tuning, cfg.tokens == 0);
+  ops::moe_gemm_fp8_width(cfg, g.tuning, n, swiglu);
   const ops::MoeGemmTuning tuning = g.tuning;
 
   BenchCase c;
@@ -462,6 +466,7 @@ int bench_moe_grouped_gemm_fp8(const ops::SetArgs& args, const BenchOptions& opt
   c.shape["path"] = cfg.tokens != 0 ? "decode" : "sm90";
   if (g.tuning.split != 0) c.shape["split"] = g.tuning.split;
   if (cfg.persistent != 0) c.shape["persistent"] = 1;
+  if (cfg.bn != 128) c.shape["bn"] = cfg.bn;
   c.label = fmt::format("moe_grouped_gemm_fp8 e={} top{} tokens={} n={} k={} {}{} ({})", experts,
                         g.top_k, g.tokens, n, k, g.routing, swiglu ? " swiglu" : "",
                         cfg.tokens != 0       ? fmt::format("decode {} tokens", cfg.tokens)
@@ -534,16 +539,18 @@ void add_moe_benches(std::vector<BenchEntry>& out) {
                  "experts, top_k, tokens, hidden, inter (w13 [experts, 2 inter, hidden], w2 "
                  "[experts, hidden, inter]); dtype (bf16|fp16, default bf16), routing (even|skew: "
                  "logits favour expert 0 for 90% of the tokens; default even)"});
-  out.push_back({"moe_grouped_gemm_fp8",
-                 {"experts", "top_k", "tokens", "n", "k"},
-                 {"routing", "swiglu", "path", "split", "persistent"},
-                 bench_moe_grouped_gemm_fp8,
-                 "experts, top_k, tokens, n, k (e4m3 b [experts, n, k] with 128 x 128 block "
-                 "scales, a with 1 x 128 group scales, bf16 out; sm_90a); routing (even|skew; "
-                 "default even), swiglu (0|1: b is w13 with n = 2 I, I a multiple of 64; default "
-                 "0), path (auto|decode|sm90: sm90 forces the 128-row tiles, one block per item; "
-                 "default auto), split (the decode kernel's K split, 1 .. 8), persistent (1: the "
-                 "tile kernel's persistent form forced; the library's choice on the tile path)"});
+  out.push_back(
+      {"moe_grouped_gemm_fp8",
+       {"experts", "top_k", "tokens", "n", "k"},
+       {"routing", "swiglu", "path", "split", "persistent", "bn"},
+       bench_moe_grouped_gemm_fp8,
+       "experts, top_k, tokens, n, k (e4m3 b [experts, n, k] with 128 x 128 block "
+       "scales, a with 1 x 128 group scales, bf16 out; sm_90a); routing (even|skew; "
+       "default even), swiglu (0|1: b is w13 with n = 2 I, I a multiple of 64; default "
+       "0), path (auto|decode|sm90: sm90 forces the 128-row tiles, one block per item; "
+       "default auto), split (the decode kernel's K split, 1 .. 8), persistent (1: the "
+       "tile kernel's persistent form forced; the library's choice on the tile path), bn (128|256: "
+       "the tile kernel's width; 256 needs I a multiple of 128 with swiglu)"});
 }
 
 }  // namespace kjit::cli

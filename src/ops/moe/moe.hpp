@@ -104,6 +104,10 @@ struct MoeGemmTuning {
   // path runs it anyway (moe_gemm_persistent); force kTiles alone for its one-block-per-item
   // form.
   bool persistent = false;
+  // The fp8 tile kernel's width: 0 = 128 (the default), or 256 (gemm_fp8_sm90.cuh's 256-wide tile:
+  // two 128-column halves promoted in turn; with SwiGLU, I a multiple of 128), on the tile path
+  // only (force kTiles at decode sizes); the bf16 / fp16 calls refuse it.
+  int fp8_bn = 0;
 };
 
 // MoeGemmConfig::persistent (MoeGemmFp8Config's too) of a call: 1 when the tuning asks for it, or
@@ -153,7 +157,13 @@ struct MoeGemmFp8Config {
   int tokens = 0;  // 0: the 128-row tile kernel; else the decode kernel's token tile (16 .. 64)
   // The tile kernel only, 0 or 1: moe_gemm_fp8_sm90_persistent_kernel (as MoeGemmConfig's).
   int persistent = 0;
+  int bn = 128;  // the tile kernel's width: 128, or 256 (MoeGemmTuning::fp8_bn)
 };
+
+// Applies MoeGemmTuning::fp8_bn to a selected fp8 config of n columns (b's rows; 2 I with SwiGLU):
+// bn 256 with 4 stages on the tile path. Throws KJIT_ERROR_INVALID_ARGUMENT for a width other than
+// 128 or 256, on the decode path, or with SwiGLU where I is not a multiple of 128.
+void moe_gemm_fp8_width(MoeGemmFp8Config& c, const MoeGemmTuning& t, int64_t n, bool swiglu);
 
 // Support and dispatch in one place: the wgmma kernel on a compute capability 9.0 device with
 // TMA-ready e4m3 a and b (target.tma_ok: 16-byte aligned bases and row strides, k > 0 a multiple

@@ -509,7 +509,11 @@ OpDef moe_grouped_gemm_fp8_op_def() {
              {"0", "1"},
              false,
              "the 128-row tile kernel's persistent form (min(items, SMs) blocks looping over the "
-             "schedule's items; what calls on the tile path run), default 0"}};
+             "schedule's items; what calls on the tile path run), default 0"},
+            {"bn",
+             {"128", "256"},
+             false,
+             "the tile kernel's width: 128 (default) or 256 (MoeGemmTuning::fp8_bn; 4 stages)"}};
   d.arch_families = {"sm_90a"};
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
@@ -519,7 +523,12 @@ OpDef moe_grouped_gemm_fp8_op_def() {
     const int dflt = c.tokens != 0 ? gemm_decode_stages(c.tokens, kHopperSmemOptin,
                                                         moe::moe_fp8_decode_blocks_per_sm(c.tokens))
                                    : 6;
-    c.stages = args.count("stages") != 0 ? std::stoi(args.at("stages")) : dflt;
+    c.bn = args.count("bn") != 0 ? std::stoi(args.at("bn")) : 128;
+    if (c.bn != 128 && c.tokens != 0) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT,
+           "moe_grouped_gemm_fp8: bn is the tile kernel's setting, not the decode kernel's");
+    }
+    c.stages = args.count("stages") != 0 ? std::stoi(args.at("stages")) : c.bn == 256 ? 4 : dflt;
     c.swiglu = args.count("swiglu") != 0 && args.at("swiglu") == "1" ? 1 : 0;
     c.persistent = args.count("persistent") != 0 && args.at("persistent") == "1" ? 1 : 0;
     if (c.persistent != 0 && c.tokens != 0) {
@@ -533,11 +542,15 @@ OpDef moe_grouped_gemm_fp8_op_def() {
   // default); the SwiGLU form, persistent, in both 16-bit dtypes for the layer's gate_up; the
   // decode kernel at every token tile, plain and SwiGLU.
   d.catalog = [] {
-    std::vector<SetArgs> out = {{{"out_dtype", "bf16"}},
-                                {{"out_dtype", "bf16"}, {"swiglu", "1"}, {"persistent", "1"}},
-                                {{"out_dtype", "fp16"}, {"swiglu", "1"}, {"persistent", "1"}},
-                                // the tile path's default (moe_gemm_persistent)
-                                {{"out_dtype", "bf16"}, {"persistent", "1"}}};
+    std::vector<SetArgs> out = {
+        {{"out_dtype", "bf16"}},
+        {{"out_dtype", "bf16"}, {"swiglu", "1"}, {"persistent", "1"}},
+        {{"out_dtype", "fp16"}, {"swiglu", "1"}, {"persistent", "1"}},
+        // the tile path's default (moe_gemm_persistent)
+        {{"out_dtype", "bf16"}, {"persistent", "1"}},
+        // the 256-wide tile (MoeGemmTuning::fp8_bn), plain and SwiGLU
+        {{"out_dtype", "bf16"}, {"persistent", "1"}, {"bn", "256"}},
+        {{"out_dtype", "bf16"}, {"swiglu", "1"}, {"persistent", "1"}, {"bn", "256"}}};
     for (const std::string& tokens : kDecodeTokens) {
       out.push_back({{"out_dtype", "bf16"}, {"tokens", tokens}});
       out.push_back({{"out_dtype", "bf16"}, {"tokens", tokens}, {"swiglu", "1"}});

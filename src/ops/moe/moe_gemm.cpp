@@ -208,6 +208,9 @@ bool run_grouped(const GroupedOperands& g, void* stream, const MoeGemmTuning& tu
                                       target, call_decode_rows(g, tuning));
   check_forced("moe_grouped_gemm", tuning, cfg.path == GemmPath::kSm90Decode,
                cfg.path == GemmPath::kSm90);
+  if (tuning.fp8_bn != 0) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "moe_grouped_gemm: fp8_bn is the fp8 grouped GEMM's setting");
+  }
   if (g.swiglu && cfg.path == GemmPath::kSimt) return false;
   cfg.swiglu = g.swiglu ? 1 : 0;
   cfg.persistent = moe_gemm_persistent(tuning, cfg.path == GemmPath::kSm90);
@@ -329,6 +332,7 @@ bool run_grouped_fp8(const GroupedOperands& g, const GroupedScales& s, void* str
                           gemm_target(g.a.device, tma_ok), call_decode_rows(g, tuning));
   check_forced("moe_grouped_gemm_fp8", tuning, cfg.tokens != 0, cfg.tokens == 0);
   cfg.persistent = moe_gemm_persistent(tuning, cfg.tokens == 0);
+  moe_gemm_fp8_width(cfg, tuning, g.n, g.swiglu);
   const jit::LoadedKernel& kern = jit::JitCore::global().kernel_for(
       "moe_grouped_gemm_fp8", cfg, g.a.device, [&] { return moe_gemm_fp8_spec(cfg); });
   moe::MoeGemmFp8Params p{};
@@ -345,13 +349,32 @@ bool run_grouped_fp8(const GroupedOperands& g, const GroupedScales& s, void* str
                       kern.functions.at(0), tuning.split, p.grouped, &p, stream);
     return true;
   }
-  sm90_geometry(g, as_pairs(g.a), as_pairs(g.b), kMoeGemmFp8Bn, cfg.stages, g.swiglu,
+  sm90_geometry(g, as_pairs(g.a), as_pairs(g.b), cfg.bn, cfg.stages, g.swiglu,
                 persistent_sms(cfg.persistent, g.a.device), p.grouped, lc);
   cuda::launch(kern.functions.at(0), lc, &p);
   return true;
 }
 
 }  // namespace
+
+void moe_gemm_fp8_width(MoeGemmFp8Config& c, const MoeGemmTuning& t, int64_t n, bool swiglu) {
+  if (t.fp8_bn == 0 || t.fp8_bn == kMoeGemmFp8Bn) return;
+  if (t.fp8_bn != 256) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "moe_grouped_gemm_fp8: the tile width is 128 or 256, not {}",
+         t.fp8_bn);
+  }
+  if (c.tokens != 0) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT,
+         "moe_grouped_gemm_fp8: a tile width is the tile kernel's setting, not the decode path's");
+  }
+  // A SwiGLU tile's halves are 128 gate and 128 up rows, each one 128-row block of scales.
+  if (swiglu && (n / 2) % 128 != 0) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT,
+         "moe_grouped_gemm_fp8: the 256-wide SwiGLU tile needs I a multiple of 128, not {}", n / 2);
+  }
+  c.bn = 256;
+  c.stages = 4;  // 4 stages of 48 KB
+}
 
 int moe_gemm_persistent(const MoeGemmTuning& t, bool tiles) {
   if (t.persistent) return 1;  // check_moe_forced: the path is the tile kernel's then
@@ -524,7 +547,7 @@ jit::Spec moe_gemm_fp8_spec(const MoeGemmFp8Config& c) {
             {"out_dtype", "tokens", "stages", "swiglu"});
     return b.build();
   }
-  b.value("bn", kMoeGemmFp8Bn).value("stages", c.stages).flag("swiglu", c.swiglu != 0, true);
+  b.value("bn", c.bn).value("stages", c.stages).flag("swiglu", c.swiglu != 0, true);
   b.flag("persistent", c.persistent != 0, /*omit_false=*/true);
   b.entry(c.persistent != 0 ? "kjit::moe::moe_gemm_fp8_sm90_persistent_kernel"
                             : "kjit::moe::moe_gemm_fp8_sm90_kernel",
