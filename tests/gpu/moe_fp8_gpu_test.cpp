@@ -532,13 +532,16 @@ TEST_CASE("moe fp8 gpu: the decode kernel replays in a CUDA graph with new count
   replay_masked(c, 4, counts_of, rng);
 }
 
-TEST_CASE("moe fp8 gpu: the persistent tile kernel against fp64", "[gpu][moe][fp8][sm90a]") {
-  REQUIRE(gpu_caps().sm90a());
-  std::mt19937_64 rng(std::random_device{}());
-  ops::MoeGemmTuning persistent;
-  persistent.persistent = true;
-  // Experts of 0, 1 and many rows, n off the tile, k with a short last chunk, scales 2^10 apart;
-  // k = 128 and 16: one stage an item (every item's record in the next slot).
+namespace {
+
+// The tile kernel's cases under `tuning` (a forced tile form): experts of 0, 1 and many rows, n off
+// the tile, k with a short last chunk, scales 2^10 apart; k = 128 and 16: one stage an item (every
+// item's record in the next slot); skewed routing (one expert 90% of 3000 rows); more items than
+// SMs, with row tiles past the schedule's end inside a band of more items than the grid (bound
+// tiles_m 48; moe_gpu_test.cpp's bf16 case); SwiGLU at each of `inters` (the first with scales
+// 2^10 apart), masked SwiGLU with counts clamped; every expert empty.
+void run_tile_cases(const ops::MoeGemmTuning& tuning, const std::vector<int>& inters,
+                    std::mt19937_64& rng) {
   for (const int k : {1040, 128, 16}) {
     Fp8Case c;
     c.counts = uneven_counts(8, 700, rng);
@@ -546,35 +549,30 @@ TEST_CASE("moe fp8 gpu: the persistent tile kernel against fp64", "[gpu][moe][fp
     c.k = k;
     c.spare_rows = 5;
     c.wide_scales = k == 1040;
-    c.tuning = persistent;
+    c.tuning = tuning;
     CHECK(run_fp8(c, rng));
   }
-  // Skewed: one expert 90% of 3000 rows.
   Fp8Case s;
   s.counts = skewed_counts(32, 3000, 3);
   s.n = 384;
   s.k = 512;
   s.wide_scales = true;
-  s.tuning = persistent;
+  s.tuning = tuning;
   CHECK(run_fp8(s, rng));
-  // More items than SMs, with row tiles past the schedule's end inside a band of more items than
-  // the grid (bound tiles_m 48, bands of 16 x 10 items; moe_gpu_test.cpp's bf16 case).
   Fp8Case b;
   b.counts = uneven_counts(24, 3000, rng);
   b.n = 1280;
   b.k = 128;
-  b.tuning = persistent;
+  b.tuning = tuning;
   CHECK(run_fp8(b, rng));
-  // SwiGLU: I = 192 (gate and up in different scale blocks), Qwen3's I = 768 (a band of 192
-  // items); masked SwiGLU, counts clamped; every expert empty.
-  for (const int inter : {192, 768}) {
+  for (const int inter : inters) {
     Fp8Case w;
     w.swiglu = true;
     w.counts = uneven_counts(16, 1500, rng);
     w.n = 2 * inter;
     w.k = 256;
-    w.wide_scales = inter == 192;
-    w.tuning = persistent;
+    w.wide_scales = inter == inters.front();
+    w.tuning = tuning;
     CHECK(run_fp8(w, rng));
   }
   Fp8Case m;
@@ -584,23 +582,34 @@ TEST_CASE("moe fp8 gpu: the persistent tile kernel against fp64", "[gpu][moe][fp
   m.counts = {0, 1, 130, 77, 500, -3};
   m.n = 256;
   m.k = 384;
-  m.tuning = persistent;
+  m.tuning = tuning;
   CHECK(run_fp8(m, rng));
   Fp8Case none;
   none.counts = {0, 0, 0};
   none.n = 128;
   none.k = 128;
   none.spare_rows = 3;
-  none.tuning = persistent;
+  none.tuning = tuning;
   CHECK(run_fp8(none, rng));
+}
+
+}  // namespace
+
+TEST_CASE("moe fp8 gpu: the persistent tile kernel against fp64", "[gpu][moe][fp8][sm90a]") {
+  // SwiGLU at I = 192 (gate and up in different scale blocks) and Qwen3's I = 768 (a band of 192
+  // items).
+  REQUIRE(gpu_caps().sm90a());
+  std::mt19937_64 rng(std::random_device{}());
+  ops::MoeGemmTuning persistent;
+  persistent.persistent = true;
+  run_tile_cases(persistent, {192, 768}, rng);
 }
 
 TEST_CASE("moe fp8 gpu: the 256-wide tile, one block per item and persistent, against fp64",
           "[gpu][moe][fp8][sm90a]") {
   // MoeGemmTuning::fp8_bn 256: each tile's two 128-column halves take their own 128-row block of
-  // b's scales (2^10 apart between neighbouring blocks), or the gate and up blocks with SwiGLU.
-  // n off the tile (200 = 128 + 72: the second half partly past n), experts of 0, 1 and many rows,
-  // a short last chunk; more items than SMs; SwiGLU at I = 256 and Qwen3's 768; I = 192 refused.
+  // b's scales, or the gate and up blocks with SwiGLU (n = 200: the second half partly past n;
+  // SwiGLU at I = 256 and Qwen3's 768, masked at 128). I = 192 is refused.
   REQUIRE(gpu_caps().sm90a());
   std::mt19937_64 rng(std::random_device{}());
   for (const bool pers : {false, true}) {
@@ -608,32 +617,7 @@ TEST_CASE("moe fp8 gpu: the 256-wide tile, one block per item and persistent, ag
     wide.fp8_bn = 256;
     wide.persistent = pers;
     wide.force = ops::MoeGemmForce::kTiles;
-    for (const int n : {200, 640}) {
-      Fp8Case c;
-      c.counts = uneven_counts(8, 700, rng);
-      c.n = n;
-      c.k = 1040;
-      c.spare_rows = 5;
-      c.wide_scales = true;
-      c.tuning = wide;
-      CHECK(run_fp8(c, rng));
-    }
-    Fp8Case b;
-    b.counts = uneven_counts(24, 3000, rng);
-    b.n = 1280;
-    b.k = 256;
-    b.tuning = wide;
-    CHECK(run_fp8(b, rng));
-    for (const int inter : {256, 768}) {
-      Fp8Case w;
-      w.swiglu = true;
-      w.counts = uneven_counts(16, 1500, rng);
-      w.n = 2 * inter;
-      w.k = 384;
-      w.wide_scales = inter == 256;
-      w.tuning = wide;
-      CHECK(run_fp8(w, rng));
-    }
+    run_tile_cases(wide, {256, 768}, rng);
   }
   Fp8Case odd;
   odd.swiglu = true;
