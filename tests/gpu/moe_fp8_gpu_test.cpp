@@ -241,7 +241,7 @@ std::string describe(const Fp8Case& c) {
                                                         : "") +
          (c.tuning.split != 0 ? " split " + std::to_string(c.tuning.split) : "") +
          (c.tuning.persistent ? " persistent" : "") +
-         (c.tuning.fp8_bn != 0 ? " bn " + std::to_string(c.tuning.fp8_bn) : "");
+         (c.tuning.bn != 0 ? " bn " + std::to_string(c.tuning.bn) : "");
 }
 
 // Runs one case on fresh operands and checks it; returns whether the call was served.
@@ -607,14 +607,14 @@ TEST_CASE("moe fp8 gpu: the persistent tile kernel against fp64", "[gpu][moe][fp
 
 TEST_CASE("moe fp8 gpu: the 256-wide tile, one block per item and persistent, against fp64",
           "[gpu][moe][fp8][sm90a]") {
-  // MoeGemmTuning::fp8_bn 256: each tile's two 128-column halves take their own 128-row block of
+  // MoeGemmTuning::bn 256: each tile's two 128-column halves take their own 128-row block of
   // b's scales, or the gate and up blocks with SwiGLU (n = 200: the second half partly past n;
   // SwiGLU at I = 256 and Qwen3's 768, masked at 128). I = 192 is refused.
   REQUIRE(gpu_caps().sm90a());
   std::mt19937_64 rng(std::random_device{}());
   for (const bool pers : {false, true}) {
     ops::MoeGemmTuning wide;
-    wide.fp8_bn = 256;
+    wide.bn = 256;
     wide.persistent = pers;
     wide.force = ops::MoeGemmForce::kTiles;
     run_tile_cases(wide, {256, 768}, rng);
@@ -624,7 +624,7 @@ TEST_CASE("moe fp8 gpu: the 256-wide tile, one block per item and persistent, ag
   odd.counts = {10, 20};
   odd.n = 2 * 192;
   odd.k = 128;
-  odd.tuning.fp8_bn = 256;
+  odd.tuning.bn = 256;
   odd.tuning.force = ops::MoeGemmForce::kTiles;
   CHECK_THROWS_AS(run_fp8(odd, rng), kjit::Error);
 }

@@ -396,7 +396,7 @@ void run_grouped(const GroupedCase& c, std::mt19937_64& rng) {
       ops::moe_decode_rows(c.masked, rows, c.max_rows, experts));
   INFO("path " << ops::gemm_path_name(cfg.path) << " bn " << cfg.bn << " tokens " << cfg.tokens
                << " force " << static_cast<int>(c.tuning.force) << " split " << c.tuning.split
-               << " persistent " << c.tuning.persistent);
+               << " persistent " << c.tuning.persistent << " forced bn " << c.tuning.bn);
   (void)es;
   const Elems a = random_elems(c.dtype, static_cast<size_t>(rows) * c.k, rng);
   const Elems b = random_elems(c.dtype, static_cast<size_t>(experts) * c.n * c.k, rng);
@@ -1286,6 +1286,40 @@ TEST_CASE("moe gpu: the persistent tile kernel with silu_and_mul fused, against 
   m.k = 64;
   m.tuning.persistent = true;
   CHECK(run_swiglu(m, rng));
+}
+
+TEST_CASE("moe gpu: the 256-wide tile forced at few rows an expert (MoeGemmTuning::bn)",
+          "[gpu][moe][sm90a]") {
+  REQUIRE(tensor_cores());
+  std::mt19937_64 rng(std::random_device{}());
+  // The selection takes 256-wide tiles from 512 rows an expert; forced below that, most row
+  // tiles are partial and n ends inside a tile (n 200, I 136: a 256-wide SwiGLU tile's halves
+  // past I), persistent and one block per item.
+  for (const bool persistent : {true, false}) {
+    ops::MoeGemmTuning t;
+    t.bn = 256;
+    t.persistent = persistent;
+    if (!persistent) t.force = ops::MoeGemmForce::kTiles;
+    for (const auto& [experts, rows, n, k] :
+         std::vector<std::array<int, 4>>{{16, 700, 200, 72}, {24, 3000, 1536, 128}}) {
+      GroupedCase c;
+      c.counts = uneven_counts(experts, rows, rng);
+      c.n = n;
+      c.k = k;
+      c.spare_rows = 3;
+      c.tuning = t;
+      run_grouped(c, rng);
+    }
+    for (const auto& [experts, rows, inter, k] :
+         std::vector<std::array<int, 4>>{{8, 700, 136, 72}, {24, 2000, 768, 64}}) {
+      SwigluCase s;
+      s.counts = uneven_counts(experts, rows, rng);
+      s.inter = inter;
+      s.k = k;
+      s.tuning = t;
+      CHECK(run_swiglu(s, rng));
+    }
+  }
 }
 
 TEST_CASE("moe gpu: the persistent tile kernel replays in a CUDA graph with new counts",

@@ -234,6 +234,24 @@ TEST_CASE("moe abi: choices and specs", "[moe]") {
   CHECK(prefill.bn == 128);
   CHECK(ops::select_moe_gemm(DType::kBF16, DType::kBF16, 4096, 1024, 4096, 4096, 4, h200).bn ==
         256);
+  // MoeGemmTuning::bn forces a width on the tile path, with its ring depth, and refuses the rest.
+  ops::MoeGemmTuning wide;
+  wide.bn = 256;
+  ops::MoeGemmConfig forced = prefill;
+  ops::moe_gemm_width(forced, wide);
+  CHECK(forced.bn == 256);
+  CHECK(forced.stages == 4);
+  CHECK(ops::moe_gemm_spec(forced).uri.find("_bn_256_stages_4") != std::string::npos);
+  wide.bn = 128;
+  ops::moe_gemm_width(forced, wide);
+  CHECK(forced.bn == 128);
+  CHECK(forced.stages == 6);
+  wide.bn = 192;
+  CHECK_THROWS_WITH(ops::moe_gemm_width(forced, wide), Catch::Contains("128 or 256, not 192"));
+  wide.bn = 256;
+  ops::MoeGemmConfig simt = forced;
+  simt.path = ops::GemmPath::kSimt;
+  CHECK_THROWS_WITH(ops::moe_gemm_width(simt, wide), Catch::Contains("sm90 tile kernel's"));
   ops::GemmTarget ampere = h200;
   ampere.cc_major = 8;
   CHECK(ops::select_moe_gemm(DType::kBF16, DType::kF32, 64, 8, 256, 256, 8, ampere).path ==

@@ -208,10 +208,10 @@ TEST_CASE("moe fp8 abi: sm_90a only, choices and specs", "[moe][fp8]") {
   CHECK(d.make_spec({{"out_dtype", "bf16"}}).uri == uri);
   CHECK_FALSE(d.definitions().empty());
 
-  // The forced 256-wide tile (MoeGemmTuning::fp8_bn): 4 stages, its own URI; not on the decode
+  // The forced 256-wide tile (MoeGemmTuning::bn): 4 stages, its own URI; not on the decode
   // path, not another width, and with SwiGLU only where I is a multiple of 128.
   ops::MoeGemmTuning wide;
-  wide.fp8_bn = 256;
+  wide.bn = 256;
   ops::MoeGemmFp8Config w = c;
   ops::moe_gemm_fp8_width(w, wide, 4096, false);
   CHECK(w.bn == 256);
@@ -228,7 +228,7 @@ TEST_CASE("moe fp8 abi: sm_90a only, choices and specs", "[moe][fp8]") {
   REQUIRE(dec.tokens != 0);
   CHECK_THROWS_AS(ops::moe_gemm_fp8_width(dec, wide, 1536, false), kjit::Error);
   ops::MoeGemmTuning bad;
-  bad.fp8_bn = 192;
+  bad.bn = 192;
   ops::MoeGemmFp8Config b192 = c;
   CHECK_THROWS_AS(ops::moe_gemm_fp8_width(b192, bad, 4096, false), kjit::Error);
   ops::MoeGemmFp8Config plain = c;

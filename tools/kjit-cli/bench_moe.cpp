@@ -105,9 +105,8 @@ GroupedBench grouped_bench(const std::string& op, const ops::SetArgs& args) {
   if (g.tuning.persistent && g.path == "decode") {
     throw UsageError(op + ": persistent is the 128-row tile kernel's form, not path=decode");
   }
-  // bn: the fp8 tile kernel's width (ops::MoeGemmTuning::fp8_bn; the library refuses the rest).
-  if (args.count("bn") != 0)
-    g.tuning.fp8_bn = static_cast<int>(ops::positive_int_arg(args, "bn", 256));
+  // bn: the tile kernel's width (ops::MoeGemmTuning::bn; the library refuses the rest).
+  if (args.count("bn") != 0) g.tuning.bn = static_cast<int>(ops::positive_int_arg(args, "bn", 256));
   const std::string layout = args.count("layout") != 0 ? args.at("layout") : "contiguous";
   if (layout != "contiguous" && layout != "masked") {
     throw UsageError(op + ": layout is contiguous or masked");
@@ -172,6 +171,7 @@ int bench_moe_grouped_gemm(const ops::SetArgs& args, const BenchOptions& opts) {
         "moe_grouped_gemm: swiglu runs on the sm90 path only (sm_90a, k * 2 bytes "
         "a multiple of 16)");
   }
+  ops::moe_gemm_width(cfg, g.tuning);
 
   BenchCase c;
   c.op = "moe_grouped_gemm";
@@ -185,6 +185,7 @@ int bench_moe_grouped_gemm(const ops::SetArgs& args, const BenchOptions& opts) {
   c.shape["path"] = ops::gemm_path_name(cfg.path);
   if (g.tuning.split != 0) c.shape["split"] = g.tuning.split;
   if (cfg.persistent != 0) c.shape["persistent"] = 1;
+  if (g.tuning.bn != 0) c.shape["bn"] = cfg.bn;
   c.label = fmt::format("moe_grouped_gemm {} e={} top{} tokens={} n={} k={} {}{}{} ({}{})", dtype,
                         experts, top_k, tokens, n, k, routing, swiglu ? " swiglu" : "",
                         masked ? " masked" : "", ops::gemm_path_name(cfg.path),
@@ -520,7 +521,7 @@ int bench_moe_grouped_gemm_fp8(const ops::SetArgs& args, const BenchOptions& opt
 void add_moe_benches(std::vector<BenchEntry>& out) {
   out.push_back({"moe_grouped_gemm",
                  {"experts", "top_k", "tokens", "n", "k"},
-                 {"dtype", "routing", "swiglu", "path", "split", "layout", "persistent"},
+                 {"dtype", "routing", "swiglu", "path", "split", "layout", "persistent", "bn"},
                  bench_moe_grouped_gemm,
                  "experts, top_k, tokens, n, k (b is [experts, n, k]); dtype (bf16|fp16, default "
                  "bf16), routing (even|skew: 90% of first slots to expert 0; default even), swiglu "
@@ -531,7 +532,7 @@ void add_moe_benches(std::vector<BenchEntry>& out) {
                  "(contiguous|masked: [experts, tokens, k] with device counts, the CUDA-graph "
                  "decode form; default contiguous), persistent (1: the 128-row tile kernel's "
                  "persistent form forced, min(items, SMs) blocks; the library's choice on the "
-                 "tile path)"});
+                 "tile path), bn (128|256: the tile kernel's width; default the selection's)"});
   out.push_back({"moe_forward",
                  {"experts", "top_k", "tokens", "hidden", "inter"},
                  {"dtype", "routing"},

@@ -104,10 +104,10 @@ struct MoeGemmTuning {
   // path runs it anyway (moe_gemm_persistent); force kTiles alone for its one-block-per-item
   // form.
   bool persistent = false;
-  // The fp8 tile kernel's width: 0 = 128 (the default), or 256 (gemm_fp8_sm90.cuh's 256-wide tile:
-  // two 128-column halves promoted in turn; with SwiGLU, I a multiple of 128), on the tile path
-  // only (force kTiles at decode sizes); the bf16 / fp16 calls refuse it.
-  int fp8_bn = 0;
+  // The tile kernel's width: 0 = the selection's, or 128 / 256 (fp8: gemm_fp8_sm90.cuh's 256-wide
+  // tile, two 128-column halves promoted in turn, with SwiGLU I a multiple of 128), on the tile
+  // path only (force kTiles at decode sizes).
+  int bn = 0;
 };
 
 // MoeGemmConfig::persistent (MoeGemmFp8Config's too) of a call: 1 when the tuning asks for it, or
@@ -131,6 +131,9 @@ MoeGemmConfig select_moe_gemm(DType dtype, DType out_dtype, int64_t rows, int64_
                               int64_t n, int64_t k, int64_t experts, const GemmTarget& target,
                               int64_t decode_rows = 0);
 jit::Spec moe_gemm_spec(const MoeGemmConfig& cfg);
+// Applies MoeGemmTuning::bn to a selected bf16 / fp16 config: 128 with 6 stages or 256 with 4 on
+// the tile path. Throws KJIT_ERROR_INVALID_ARGUMENT for another width or on another path.
+void moe_gemm_width(MoeGemmConfig& c, const MoeGemmTuning& t);
 
 // kjit_moe_grouped_gemm: a [rows, k], b [experts, n, k], expert_offsets [experts + 1] int32.
 void moe_grouped_gemm(const DLTensor* a, const DLTensor* b, const DLTensor* expert_offsets,
@@ -157,10 +160,10 @@ struct MoeGemmFp8Config {
   int tokens = 0;  // 0: the 128-row tile kernel; else the decode kernel's token tile (16 .. 64)
   // The tile kernel only, 0 or 1: moe_gemm_fp8_sm90_persistent_kernel (as MoeGemmConfig's).
   int persistent = 0;
-  int bn = 128;  // the tile kernel's width: 128, or 256 (MoeGemmTuning::fp8_bn)
+  int bn = 128;  // the tile kernel's width: 128, or 256 (MoeGemmTuning::bn)
 };
 
-// Applies MoeGemmTuning::fp8_bn to a selected fp8 config of n columns (b's rows; 2 I with SwiGLU):
+// Applies MoeGemmTuning::bn to a selected fp8 config of n columns (b's rows; 2 I with SwiGLU):
 // bn 256 with 4 stages on the tile path. Throws KJIT_ERROR_INVALID_ARGUMENT for a width other than
 // 128 or 256, on the decode path, or with SwiGLU where I is not a multiple of 128.
 void moe_gemm_fp8_width(MoeGemmFp8Config& c, const MoeGemmTuning& t, int64_t n, bool swiglu);

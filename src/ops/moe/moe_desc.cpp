@@ -513,7 +513,7 @@ OpDef moe_grouped_gemm_fp8_op_def() {
             {"bn",
              {"128", "256"},
              false,
-             "the tile kernel's width: 128 (default) or 256 (MoeGemmTuning::fp8_bn; 4 stages)"}};
+             "the tile kernel's width: 128 (default) or 256 (MoeGemmTuning::bn; 4 stages)"}};
   d.arch_families = {"sm_90a"};
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
@@ -548,7 +548,7 @@ OpDef moe_grouped_gemm_fp8_op_def() {
         {{"out_dtype", "fp16"}, {"swiglu", "1"}, {"persistent", "1"}},
         // the tile path's default (moe_gemm_persistent)
         {{"out_dtype", "bf16"}, {"persistent", "1"}},
-        // the 256-wide tile (MoeGemmTuning::fp8_bn), plain and SwiGLU
+        // the 256-wide tile (MoeGemmTuning::bn), plain and SwiGLU
         {{"out_dtype", "bf16"}, {"persistent", "1"}, {"bn", "256"}},
         {{"out_dtype", "bf16"}, {"swiglu", "1"}, {"persistent", "1"}, {"bn", "256"}}};
     for (const std::string& tokens : kDecodeTokens) {

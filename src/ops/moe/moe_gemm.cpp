@@ -208,10 +208,8 @@ bool run_grouped(const GroupedOperands& g, void* stream, const MoeGemmTuning& tu
                                       target, call_decode_rows(g, tuning));
   check_forced("moe_grouped_gemm", tuning, cfg.path == GemmPath::kSm90Decode,
                cfg.path == GemmPath::kSm90);
-  if (tuning.fp8_bn != 0) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT, "moe_grouped_gemm: fp8_bn is the fp8 grouped GEMM's setting");
-  }
   if (g.swiglu && cfg.path == GemmPath::kSimt) return false;
+  moe_gemm_width(cfg, tuning);
   cfg.swiglu = g.swiglu ? 1 : 0;
   cfg.persistent = moe_gemm_persistent(tuning, cfg.path == GemmPath::kSm90);
   const jit::LoadedKernel& kern = jit::JitCore::global().kernel_for(
@@ -357,11 +355,26 @@ bool run_grouped_fp8(const GroupedOperands& g, const GroupedScales& s, void* str
 
 }  // namespace
 
+void moe_gemm_width(MoeGemmConfig& c, const MoeGemmTuning& t) {
+  if (t.bn == 0) return;
+  if (t.bn != 128 && t.bn != 256) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "moe_grouped_gemm: the tile width is 128 or 256, not {}",
+         t.bn);
+  }
+  if (c.path != GemmPath::kSm90) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT,
+         "moe_grouped_gemm: a tile width is the sm90 tile kernel's setting, not the {} path's",
+         gemm_path_name(c.path));
+  }
+  c.bn = t.bn;
+  c.stages = t.bn == 256 ? 4 : 6;
+}
+
 void moe_gemm_fp8_width(MoeGemmFp8Config& c, const MoeGemmTuning& t, int64_t n, bool swiglu) {
-  if (t.fp8_bn == 0 || t.fp8_bn == kMoeGemmFp8Bn) return;
-  if (t.fp8_bn != 256) {
+  if (t.bn == 0 || t.bn == kMoeGemmFp8Bn) return;
+  if (t.bn != 256) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "moe_grouped_gemm_fp8: the tile width is 128 or 256, not {}",
-         t.fp8_bn);
+         t.bn);
   }
   if (c.tokens != 0) {
     fail(KJIT_ERROR_INVALID_ARGUMENT,
