@@ -394,21 +394,20 @@ KJIT_DEVICE KJIT_FORCEINLINE void softmax_scores(const PrefillParams& p, float (
                                                  float (&alpha)[2]) {
   const float kNegInf = -__int_as_float(0x7f800000);
   const int c = lane & 3;
-  // The soft cap and the mask are tested once per tile, outside the unrolled element loops: a
-  // test per element made every element its own basic block, and the common tile (no cap, no
-  // mask) paid two branches per score.
+  // The score scale (log2 e included) rides in the exponent's FFMA, exp2(x s - m) with m the
+  // scaled running max, as FlashAttention-3 does: a multiply an element fewer than scaling the
+  // tile first. The scale is > 0 (checked on the host), so the scaled max is the max scaled. The
+  // soft cap and the mask are tested once per tile, outside the unrolled element loops: a test
+  // per element made every element its own basic block, and the common tile (no cap, no mask)
+  // paid two branches per score.
+  float scale = p.score_scale;
   if (p.cap_out != 0.0f) {
 #pragma unroll
     for (int n = 0; n < kv_tile / 8; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[n][e] = p.cap_out * tanhf(s[n][e] * p.score_scale);
     }
-  } else {
-#pragma unroll
-    for (int n = 0; n < kv_tile / 8; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[n][e] *= p.score_scale;
-    }
+    scale = 1.0f;
   }
   if (masked) {
 #pragma unroll
@@ -429,14 +428,14 @@ KJIT_DEVICE KJIT_FORCEINLINE void softmax_scores(const PrefillParams& p, float (
     for (int n = 0; n < kv_tile / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * j], s[n][2 * j + 1]));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float m_new = fmaxf(m_run[j], mx);
+    const float m_new = fmaxf(m_run[j], mx * scale);
     const float m_use = m_new == kNegInf ? 0.0f : m_new;  // a row with no key yet: p = 0
     alpha[j] = ex2_approx(m_run[j] - m_use);
     float l = 0.0f;
 #pragma unroll
     for (int n = 0; n < kv_tile / 8; ++n) {
-      s[n][2 * j] = ex2_approx(s[n][2 * j] - m_use);
-      s[n][2 * j + 1] = ex2_approx(s[n][2 * j + 1] - m_use);
+      s[n][2 * j] = ex2_approx(fmaf(s[n][2 * j], scale, -m_use));
+      s[n][2 * j + 1] = ex2_approx(fmaf(s[n][2 * j + 1], scale, -m_use));
       l += s[n][2 * j] + s[n][2 * j + 1];
     }
     l_run[j] = l_run[j] * alpha[j] + l;
