@@ -305,20 +305,26 @@ TEST_CASE("gemm_fp8: select takes sm90 only where TMA and wgmma can serve", "[fp
   const auto bf16 = DType::kBF16;
   const auto tr = Fp8Scales::kTensorRow;
   CHECK(ops::select_gemm_fp8(bf16, tr, 129, 4096, 4096, h100(true)).path == GemmPath::kSm90);
-  // 128-wide tiles (promotion needs the registers a 256-wide one would take), or 192-wide ones
-  // per tensor / per row where their whole waves beat the 128-wide ones' (gemm_fp8_wide_tile).
+  // 128-wide tiles, or wider ones where their whole waves beat the 128-wide ones'
+  // (gemm_fp8_wide_tile): 192 per tensor / per row, 256 with block scales.
+  const auto block = Fp8Scales::kBlock;
   CHECK(ops::select_gemm_fp8(bf16, tr, 4096, 4096, 4096, h100(true)).bn == 128);
   CHECK(ops::select_gemm_fp8(bf16, tr, 4096, 4096, 14336, h100(true)).bn == 128);
   CHECK(ops::select_gemm_fp8(bf16, tr, 256, 28672, 4096, h100(true)).bn == 128);
-  CHECK(ops::select_gemm_fp8(bf16, Fp8Scales::kBlock, 4096, 4096, 4096, h100(true)).bn == 128);
-  CHECK(ops::select_gemm_fp8(bf16, Fp8Scales::kBlock, 8192, 8192, 8192, h100(true)).bn == 128);
+  // 4096 x 4096: 4 whole waves of 256-wide tiles against 8 of 128-wide ones (192: 6 against 8).
+  CHECK(ops::select_gemm_fp8(bf16, block, 4096, 4096, 14336, h100(true)).bn == 256);
+  CHECK(ops::select_gemm_fp8(bf16, block, 4096, 4352, 4096, h100(true)).bn == 128);
+  CHECK(ops::select_gemm_fp8(bf16, block, 256, 28672, 4096, h100(true)).bn == 128);
   for (const auto& [m, n] :
        {std::pair<int64_t, int64_t>{8192, 8192}, {4096, 28672}, {8192, 28672}}) {
-    const ops::GemmFp8Config wide = ops::select_gemm_fp8(bf16, tr, m, n, 4096, h100(true));
-    CHECK(wide.path == GemmPath::kSm90);
-    CHECK(wide.bn == 192);
-    CHECK(wide.stages == 5);
-    CHECK(wide.persistent == 0);
+    for (const auto scales : {tr, block}) {
+      INFO("m " << m << " n " << n << " block " << (scales == block));
+      const ops::GemmFp8Config wide = ops::select_gemm_fp8(bf16, scales, m, n, 4096, h100(true));
+      CHECK(wide.path == GemmPath::kSm90);
+      CHECK(wide.bn == (scales == block ? 256 : 192));
+      CHECK(wide.stages == (scales == block ? 4 : 5));
+      CHECK(wide.persistent == 0);
+    }
   }
   // Not where the shared memory holds 6 stages of 32 KB but not 5 of 40 KB.
   ops::GemmTarget small_smem = h100(true);

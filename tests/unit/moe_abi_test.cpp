@@ -234,6 +234,13 @@ TEST_CASE("moe abi: choices and specs", "[moe]") {
   CHECK(prefill.bn == 128);
   CHECK(ops::select_moe_gemm(DType::kBF16, DType::kBF16, 4096, 1024, 4096, 4096, 4, h200).bn ==
         256);
+  // From 256 rows an expert (ops::moe_wide_tile): Qwen3-30B-A3B's gate_up at 4096 and 2048 tokens.
+  const ops::MoeGemmConfig qwen_4k =
+      ops::select_moe_gemm(DType::kBF16, DType::kBF16, 32768, 256, 1536, 2048, 128, h200);
+  CHECK(qwen_4k.bn == 256);
+  CHECK(qwen_4k.stages == 4);
+  CHECK(ops::select_moe_gemm(DType::kBF16, DType::kBF16, 16384, 128, 1536, 2048, 128, h200).bn ==
+        128);
   // MoeGemmTuning::bn forces a width on the tile path, with its ring depth, and refuses the rest.
   ops::MoeGemmTuning wide;
   wide.bn = 256;

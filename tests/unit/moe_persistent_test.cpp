@@ -39,9 +39,10 @@ bool has(const std::string& s, const char* part) {
 }  // namespace
 
 TEST_CASE("moe persistent: the axis names its own kernel and leaves the other URIs", "[moe]") {
-  // Qwen3-30B-A3B's gate_up at 4096 tokens: the 128-row tile kernel, one item a block.
+  // Qwen3-30B-A3B's gate_up at 2048 tokens: the 128-row tile kernel, one item a block, 128 wide
+  // (128 rows an expert: ops::moe_wide_tile).
   ops::MoeGemmConfig c =
-      ops::select_moe_gemm(DType::kBF16, DType::kBF16, 32768, 256, 1536, 2048, 128, h200());
+      ops::select_moe_gemm(DType::kBF16, DType::kBF16, 16384, 128, 1536, 2048, 128, h200());
   REQUIRE(c.path == GemmPath::kSm90);
   CHECK(c.persistent == 0);  // the selection's; the call sets it (moe_gemm_persistent)
   const jit::Spec one = ops::moe_gemm_spec(c);
@@ -77,8 +78,9 @@ TEST_CASE("moe persistent: the axis names its own kernel and leaves the other UR
   // fp8: the same axis; not with the decode kernel's token tile.
   const ops::OpDef& f = ops::op_or_throw("moe_grouped_gemm_fp8");
   ops::MoeGemmFp8Config fc =
-      ops::select_moe_gemm_fp8(DType::kBF16, 32768, 1536, 2048, 128, true, h200());
+      ops::select_moe_gemm_fp8(DType::kBF16, 16384, 1536, 2048, 128, true, h200());
   CHECK(fc.tokens == 0);
+  CHECK(fc.bn == 128);
   CHECK(fc.persistent == 0);
   const std::string fone = ops::moe_gemm_fp8_spec(fc).uri;
   CHECK_FALSE(has(fone, "persistent"));
@@ -156,8 +158,8 @@ TEST_CASE("moe persistent: the catalog's persistent specs compile for sm_90a wit
   }
   // The tile path's default (bf16 / fp16 a, out in a's dtype or fp32, both tile widths; SwiGLU
   // out in a's dtype at both widths), the fp8 defaults (plain bf16 out, SwiGLU bf16 / fp16) and
-  // the fp8 256-wide tile (plain and SwiGLU, bf16 out).
-  CHECK(built == 8 + 4 + 1 + 2 + 2);
+  // the fp8 256-wide tile (plain bf16 out, SwiGLU bf16 / fp16).
+  CHECK(built == 8 + 4 + 1 + 2 + 3);
 }
 
 // The scan finds the sequence ptxas 13.0 emitted for the persistent SwiGLU kernel's producer at

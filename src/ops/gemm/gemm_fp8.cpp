@@ -110,20 +110,26 @@ bool gemm_fp8_sm90_width_ok(int bn, Fp8Scales scales) {
   return bn == 128 || bn == 256 || (bn == 192 && scales != Fp8Scales::kBlock);
 }
 
-bool gemm_fp8_wide_tile(const GemmTarget& target, int64_t m, int64_t n, int64_t k) {
-  if (target.sm_count <= 0 || !sm90_can_run(target, m, n, k, 192, 5)) return false;
-  // The 192-wide tile moves 17% fewer bytes a FLOP from L2 into shared memory (40 KB a 128-deep
-  // stage for 128 x 192 outputs against 32 KB for 128 x 128) and ran 7-13% faster per FLOP on an
-  // H100 (2026-12-06, cupti read, per tensor / per row: 4096 x 28672 x 4096 987.6 -> 922.6 us,
-  // 8192^3 1046.3 -> 915.9; 8192 x 28672 x 4096 even, 1972.2 / 1967.7). Its tiles are 1.5x the
-  // work, so it is taken where that per-FLOP gain survives the waves: whole waves of 192-wide tiles
-  // times 192 at most 1.1x whole waves of 128-wide ones times 128, over at least 4 waves (the
-  // measured shapes ran 21-73).
+int gemm_fp8_wide_tile(const GemmTarget& target, Fp8Scales scales, int64_t m, int64_t n,
+                       int64_t k) {
+  // Per tensor / per row the 192-wide tile (5 stages of 40 KB), with block scales the 256-wide one
+  // (4 of 48 KB; 192 columns would straddle two 128-row blocks of b's scales). Both move fewer
+  // bytes a FLOP from L2 into shared memory than 128 x 128 tiles (17% and 25% fewer). On an H100
+  // (cupti read, checked): per tensor / per row the 192-wide tile ran 4096 x 28672 x 4096 987.6 ->
+  // 922.6 us, 8192^3 1046.3 -> 915.9, 8192 x 28672 x 4096 even (1972.2 / 1967.7; session 21), the
+  // 256-wide one there 902.5 and 917.7 against 192's 921.9 and 907.8 (session 22: even, so 192
+  // stays); with block scales the 256-wide tile ran 1405.7 -> 1198.6 and 1494.0 -> 1261.4 (session
+  // 22). Wider tiles are more work each, so one is taken where the per-FLOP gain survives the
+  // waves: whole waves of wide tiles times their width at most 1.1x whole waves of 128-wide ones
+  // times 128, over at least 4 waves (the measured shapes ran 16-73).
+  const int bn = scales == Fp8Scales::kBlock ? 256 : 192;
+  const int stages = bn == 256 ? 4 : 5;
+  if (target.sm_count <= 0 || !sm90_can_run(target, m, n, k, bn, stages)) return 0;
   const int64_t tm = ceil_div(m, int64_t{gemm::kGemmBlockM});
   const int64_t sms = target.sm_count;
   const int64_t waves128 = ceil_div(tm * ceil_div(n, int64_t{128}), sms);
-  const int64_t waves192 = ceil_div(tm * ceil_div(n, int64_t{192}), sms);
-  return waves192 >= 4 && waves192 * 192 * 10 <= waves128 * 128 * 11;
+  const int64_t waves_wide = ceil_div(tm * ceil_div(n, int64_t{bn}), sms);
+  return waves_wide >= 4 && waves_wide * bn * 10 <= waves128 * 128 * 11 ? bn : 0;
 }
 
 GemmFp8Config select_gemm_fp8(DType out_dtype, Fp8Scales scales, int64_t m, int64_t n, int64_t k,
@@ -137,7 +143,7 @@ GemmFp8Config select_gemm_fp8(DType out_dtype, Fp8Scales scales, int64_t m, int6
   c.scales = scales;
   // The 128-wide tile, 6 stages (the bf16 kernel's at that width); the one-tile kernel (the
   // persistent form, tactic sm90_bn128_s6_p, measured even with it: H200 2026-12-05, H100
-  // 2026-12-06). Per tensor / per row, gemm_fp8_wide_tile may take the 192-wide tile instead.
+  // 2026-12-06). gemm_fp8_wide_tile may take a wider tile instead.
   const int bn = 128;
   const int stages = 6;
   const bool tiles = sm90_can_run(target, m, n, k, bn, stages);
@@ -157,9 +163,9 @@ GemmFp8Config select_gemm_fp8(DType out_dtype, Fp8Scales scales, int64_t m, int6
   }
   if (tiles) {
     c.path = GemmPath::kSm90;
-    const bool wide = scales == Fp8Scales::kTensorRow && gemm_fp8_wide_tile(target, m, n, k);
-    c.bn = wide ? 192 : bn;
-    c.stages = wide ? 5 : stages;
+    const int wide = gemm_fp8_wide_tile(target, scales, m, n, k);
+    c.bn = wide != 0 ? wide : bn;
+    c.stages = wide == 256 ? 4 : wide == 192 ? 5 : stages;
     return c;
   }
   // The mma.sync kernel's one width and depth (its chunk sums double the accumulators).

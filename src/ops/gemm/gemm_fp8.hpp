@@ -57,8 +57,8 @@ int gemm_fp8_decode_stages(int tokens, int max_smem_optin);
 // Support and dispatch in one place: on a compute capability 9.0 device when TMA can describe a
 // and b (target.tma_ok), the decode kernel (GemmPath::kSm90Decode) where kjit_gemm takes its
 // decode path (gemm_decode_tile: m <= 64, or m <= 128 with fewer 128-row tiles of n than SMs),
-// else the sm90 kernel when its tiles fit the shared memory (192 wide where gemm_fp8_wide_tile
-// says so, else 128); else, on a compute
+// else the sm90 kernel when its tiles fit the shared memory (192 or 256 wide where
+// gemm_fp8_wide_tile says so, else 128); else, on a compute
 // capability 8.9+ device (mma.sync's e4m3 form), the mma.sync kernel (GemmPath::kMmaSm80) where
 // mma_sm80_can_run; else the fallback.
 // Throws KJIT_ERROR_UNSUPPORTED for out dtypes other than bf16 / fp16 / fp32 and sizes past the
@@ -66,10 +66,10 @@ int gemm_fp8_decode_stages(int tokens, int max_smem_optin);
 GemmFp8Config select_gemm_fp8(DType out_dtype, Fp8Scales scales, int64_t m, int64_t n, int64_t k,
                               const GemmTarget& target);
 
-// Whether the sm90 kernel's 192-wide tile (per tensor / per row scales only) beats the 128-wide
-// one for an m x n x k call on `target`: a model of whole waves fitted to H100 timings (the
-// definition says which).
-bool gemm_fp8_wide_tile(const GemmTarget& target, int64_t m, int64_t n, int64_t k);
+// The sm90 kernel's wider tile for these scales (192 per tensor / per row, 256 with block scales)
+// where it beats the 128-wide one for an m x n x k call on `target`, else 0: a model of whole
+// waves fitted to H100 timings (the definition says which).
+int gemm_fp8_wide_tile(const GemmTarget& target, Fp8Scales scales, int64_t m, int64_t n, int64_t k);
 
 // Whether the sm90 fp8 kernel has a tile bn wide for these scales and form: 128 and 256 (its
 // halves promoted in turn) always; 192 for per tensor / per row scales (a 192-wide tile straddles

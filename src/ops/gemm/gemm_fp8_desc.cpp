@@ -94,7 +94,8 @@ OpDef gemm_fp8_op_def() {
        false,
        "sm90: output tile width, 128 (default), 192 (tensor_row scales: select_gemm_fp8's "
        "choice on large shapes, the forced tactics sm90_bn192_s<N>[_p]) or 256 "
-       "(its halves promoted in turn: the forced tactics sm90_bn256_s<N>[_p])"},
+       "(its halves promoted in turn: select_gemm_fp8's choice with block scales on large "
+       "shapes, the forced tactics sm90_bn256_s<N>[_p])"},
       {"persistent",
        {"0", "1"},
        false,

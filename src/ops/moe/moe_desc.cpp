@@ -513,7 +513,8 @@ OpDef moe_grouped_gemm_fp8_op_def() {
             {"bn",
              {"128", "256"},
              false,
-             "the tile kernel's width: 128 (default) or 256 (MoeGemmTuning::bn; 4 stages)"}};
+             "the tile kernel's width: 128 (default) or 256 (4 stages: ops::moe_wide_tile's "
+             "choice from 256 rows an expert, or MoeGemmTuning::bn)"}};
   d.arch_families = {"sm_90a"};
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
@@ -548,9 +549,10 @@ OpDef moe_grouped_gemm_fp8_op_def() {
         {{"out_dtype", "fp16"}, {"swiglu", "1"}, {"persistent", "1"}},
         // the tile path's default (moe_gemm_persistent)
         {{"out_dtype", "bf16"}, {"persistent", "1"}},
-        // the 256-wide tile (MoeGemmTuning::bn), plain and SwiGLU
+        // the 256-wide tile (moe_wide_tile's), plain and SwiGLU
         {{"out_dtype", "bf16"}, {"persistent", "1"}, {"bn", "256"}},
-        {{"out_dtype", "bf16"}, {"swiglu", "1"}, {"persistent", "1"}, {"bn", "256"}}};
+        {{"out_dtype", "bf16"}, {"swiglu", "1"}, {"persistent", "1"}, {"bn", "256"}},
+        {{"out_dtype", "fp16"}, {"swiglu", "1"}, {"persistent", "1"}, {"bn", "256"}}};
     for (const std::string& tokens : kDecodeTokens) {
       out.push_back({{"out_dtype", "bf16"}, {"tokens", tokens}});
       out.push_back({{"out_dtype", "bf16"}, {"tokens", tokens}, {"swiglu", "1"}});
@@ -560,9 +562,13 @@ OpDef moe_grouped_gemm_fp8_op_def() {
   };
   d.precompile_sets = [](const Definition& def, const VarAxes& axes) {
     const std::string od = dtype_name(def.tensor_dtype("out"));
-    // The tile kernel in the call's form (the definitions are the plain GEMM's: no SwiGLU).
-    std::vector<SetArgs> out = {{{"out_dtype", od}}};
-    if (moe_gemm_persistent({}, true) != 0) out.back()["persistent"] = "1";
+    // The tile kernel in the call's form at both widths (the width follows the routing, a run-time
+    // value; the definitions are the plain GEMM's: no SwiGLU).
+    std::vector<SetArgs> out;
+    for (const char* bn : {"128", "256"}) {
+      out.push_back({{"out_dtype", od}, {"bn", bn}});
+      if (moe_gemm_persistent({}, true) != 0) out.back()["persistent"] = "1";
+    }
     for (const std::string& tokens : decode_tiles(def, axes)) {
       out.push_back({{"out_dtype", od}, {"tokens", tokens}});
     }
