@@ -171,7 +171,7 @@ Sm90Tile gemm_sm90_tile(const GemmTarget& target, int64_t m, int64_t n, int64_t 
   const int64_t narrow_tiles = ceil_div(m, gemm::kGemmBlockM) * ceil_div(n, 128);
   Sm90Tile t;
   t.bn = m >= 512 || narrow_tiles > target.sm_count ? 256 : 128;
-  t.stages = t.bn == 256 ? 4 : 6;
+  t.stages = sm90_default_stages(t.bn);
   if (!sm90_can_run(target, m, n, k, t.bn, t.stages)) return {};
   // Persistent blocks hide each tile's start (barrier set-up, the first TMA round trip) behind
   // the previous tile's epilogue: worth it where that start is a visible share of a tile (K up

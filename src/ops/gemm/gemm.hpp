@@ -143,6 +143,13 @@ jit::Spec gemm_spec(const GemmConfig& cfg);
 // stages: a compute capability 9.0 device, operands TMA can describe (target.tma_ok), sides and
 // tile counts TMA's int32 coordinates reach, the stages in its shared memory.
 bool sm90_can_run(const GemmTarget& target, int64_t m, int64_t n, int64_t k, int bn, int stages);
+
+// The default ring depth of an sm90 tile bn wide (128 rows a tile; a 16-bit stage of 64 K and an
+// e4m3 stage of 128 K move the same bytes): the most stages that fit 227 KB, 6 of 32 KB at 128,
+// 5 of 40 KB at 192, 4 of 48 KB at 256.
+constexpr int sm90_default_stages(int bn) {
+  return bn == 256 ? 4 : bn == 192 ? 5 : 6;
+}
 // The mma_sm80 path's one validity check, used by select_gemm and the tactics: a compute
 // capability 8.0+ device, a and b with 16-byte aligned rows (target.cp_async_ok), a tile width
 // (64 or 128) and depth (2 .. 6) the kernel has, the stages in the shared memory, tile and K block

@@ -118,7 +118,7 @@ OpDef gemm_op_def() {
       return gemm_spec(c);
     }
     if (c.bn == 64) fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm: sm90's bn is 128 or 256");
-    c.stages = args.count("stages") != 0 ? std::stoi(args.at("stages")) : (c.bn == 256 ? 4 : 6);
+    c.stages = args.count("stages") != 0 ? std::stoi(args.at("stages")) : sm90_default_stages(c.bn);
     return gemm_spec(c);
   };
   d.catalog = [] {

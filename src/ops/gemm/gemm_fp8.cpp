@@ -123,7 +123,7 @@ int gemm_fp8_wide_tile(const GemmTarget& target, Fp8Scales scales, int64_t m, in
   // waves: whole waves of wide tiles times their width at most 1.1x whole waves of 128-wide ones
   // times 128, over at least 4 waves (the measured shapes ran 16-73).
   const int bn = scales == Fp8Scales::kBlock ? 256 : 192;
-  const int stages = bn == 256 ? 4 : 5;
+  const int stages = sm90_default_stages(bn);
   if (target.sm_count <= 0 || !sm90_can_run(target, m, n, k, bn, stages)) return 0;
   const int64_t tm = ceil_div(m, int64_t{gemm::kGemmBlockM});
   const int64_t sms = target.sm_count;
@@ -165,7 +165,7 @@ GemmFp8Config select_gemm_fp8(DType out_dtype, Fp8Scales scales, int64_t m, int6
     c.path = GemmPath::kSm90;
     const int wide = gemm_fp8_wide_tile(target, scales, m, n, k);
     c.bn = wide != 0 ? wide : bn;
-    c.stages = wide == 256 ? 4 : wide == 192 ? 5 : stages;
+    c.stages = sm90_default_stages(c.bn);
     return c;
   }
   // The mma.sync kernel's one width and depth (its chunk sums double the accumulators).

@@ -149,11 +149,7 @@ OpDef gemm_fp8_op_def() {
     if (!gemm_fp8_sm90_width_ok(c.bn, c.scales)) {
       fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm_fp8: bn=192 takes tensor_row scales only");
     }
-    // The most stages of the tile that fit 227 KB: 6 of 32 KB, 5 of 40, 4 of 48.
-    c.stages = args.count("stages") != 0 ? std::stoi(args.at("stages"))
-               : c.bn == 256             ? 4
-               : c.bn == 192             ? 5
-                                         : 6;
+    c.stages = args.count("stages") != 0 ? std::stoi(args.at("stages")) : sm90_default_stages(c.bn);
     c.persistent = persistent ? 1 : 0;
     return gemm_fp8_spec(c);
   };

@@ -358,7 +358,7 @@ OpDef moe_grouped_gemm_op_def() {
       return moe_gemm_spec(c);
     }
     c.bn = args.count("bn") != 0 ? std::stoi(args.at("bn")) : 128;
-    c.stages = args.count("stages") != 0 ? std::stoi(args.at("stages")) : (c.bn == 256 ? 4 : 6);
+    c.stages = args.count("stages") != 0 ? std::stoi(args.at("stages")) : sm90_default_stages(c.bn);
     if (c.stages > 6) fail(KJIT_ERROR_INVALID_ARGUMENT, "moe_grouped_gemm: sm90 stages are 2 .. 6");
     return moe_gemm_spec(c);
   };
@@ -529,7 +529,9 @@ OpDef moe_grouped_gemm_fp8_op_def() {
       fail(KJIT_ERROR_INVALID_ARGUMENT,
            "moe_grouped_gemm_fp8: bn is the tile kernel's setting, not the decode kernel's");
     }
-    c.stages = args.count("stages") != 0 ? std::stoi(args.at("stages")) : c.bn == 256 ? 4 : dflt;
+    c.stages = args.count("stages") != 0 ? std::stoi(args.at("stages"))
+               : c.bn == 256             ? sm90_default_stages(256)
+                                         : dflt;
     c.swiglu = args.count("swiglu") != 0 && args.at("swiglu") == "1" ? 1 : 0;
     c.persistent = args.count("persistent") != 0 && args.at("persistent") == "1" ? 1 : 0;
     if (c.persistent != 0 && c.tokens != 0) {

@@ -367,7 +367,7 @@ void moe_gemm_width(MoeGemmConfig& c, const MoeGemmTuning& t) {
          gemm_path_name(c.path));
   }
   c.bn = t.bn;
-  c.stages = t.bn == 256 ? 4 : 6;
+  c.stages = sm90_default_stages(t.bn);
 }
 
 void moe_gemm_fp8_width(MoeGemmFp8Config& c, const MoeGemmTuning& t, int64_t n, bool swiglu) {
@@ -391,7 +391,7 @@ void moe_gemm_fp8_width(MoeGemmFp8Config& c, const MoeGemmTuning& t, int64_t n, 
          "moe_grouped_gemm_fp8: the 256-wide SwiGLU tile needs I a multiple of 128, not {}", n / 2);
   }
   c.bn = 256;
-  c.stages = 4;  // 4 stages of 48 KB
+  c.stages = sm90_default_stages(256);
 }
 
 int moe_gemm_persistent(const MoeGemmTuning& t, bool tiles) {
@@ -456,7 +456,7 @@ MoeGemmConfig select_moe_gemm(DType dtype, DType out_dtype, int64_t rows, int64_
   // Wide tiles once experts have rows to fill them (moe_wide_tile). Whether the tiles run
   // persistent is the call's (moe_gemm_persistent).
   c.bn = moe_wide_tile(avg_rows) ? 256 : 128;
-  c.stages = c.bn == 256 ? 4 : 6;
+  c.stages = sm90_default_stages(c.bn);
   if (sm90_can_run(target, rows, experts * n, k, c.bn, c.stages)) {
     c.path = GemmPath::kSm90;
     return c;
@@ -554,9 +554,9 @@ MoeGemmFp8Config select_moe_gemm_fp8(DType out_dtype, int64_t rows, int64_t n, i
   // Qwen3-30B-A3B's gate_up at 4096 tokens (256 rows an expert) on an H100 (cupti read, checked,
   // session 22): 318.8 -> 288.5 us, SwiGLU 258.1 -> 231.6.
   if (moe_wide_tile(rows / std::max<int64_t>(experts, 1)) && (!swiglu || (n / 2) % 128 == 0) &&
-      sm90_can_run(target, rows, experts * n, k, 256, 4)) {
+      sm90_can_run(target, rows, experts * n, k, 256, sm90_default_stages(256))) {
     c.bn = 256;
-    c.stages = 4;
+    c.stages = sm90_default_stages(256);
   }
   return c;
 }
