@@ -19,6 +19,8 @@
 //     runs while the other's MMAs keep the tensor cores busy instead of both softmaxes running
 //     at once. A tuning choice: 3-5% ahead of the plain schedule under a causal mask on an
 //     H100, level with it without one, and behind the persistent form (docs/performance.md).
+// head_dim 256 (Gemma-class models) runs 64-key tiles: O takes 128 accumulator registers a thread
+// there, and 64 keys leave S (32) and P (16) room beside it under the consumers' 224.
 // Tiles and masks as the mma.sync kernel: tiles past the causal diagonal or before the window
 // are never loaded, only tiles that cross a bound evaluate the mask per element. Shared memory
 // tiles use TMA's 128-byte swizzle layout (rows of 64 elements, 8-row groups of 1024 bytes), the
@@ -207,8 +209,11 @@ KJIT_DEVICE KJIT_FORCEINLINE void consume_tile(const PrefillParams& p, const Pre
 template <typename dtype, int head_dim, int kv_tile, int stages, int pingpong>
 __global__ void __launch_bounds__(kSm90Threads, 1)
     prefill_sm90_kernel(const __grid_constant__ PrefillSm90Params args) {
-  static_assert(head_dim == 64 || head_dim == 128, "wgmma prefill serves head_dim 64 and 128");
+  static_assert(head_dim == 64 || head_dim == 128 || head_dim == 256,
+                "wgmma prefill serves head_dim 64, 128 and 256");
   static_assert(kv_tile == 64 || kv_tile == 128, "kv_tile is a wgmma width kjit instantiates");
+  static_assert(head_dim != 256 || kv_tile == 64,
+                "at head_dim 256 O takes 128 registers: S and P fit beside it at 64 keys a tile");
   using Smem = PrefillSm90Smem<head_dim, kv_tile, stages>;
   const PrefillParams& p = args.p;
   extern __shared__ unsigned char smem_raw[];
@@ -274,8 +279,11 @@ struct PrefillItem {
 template <typename dtype, int head_dim, int kv_tile, int stages>
 __global__ void __launch_bounds__(kSm90Threads, 1)
     prefill_sm90_persistent_kernel(const __grid_constant__ PrefillSm90Params args) {
-  static_assert(head_dim == 64 || head_dim == 128, "wgmma prefill serves head_dim 64 and 128");
+  static_assert(head_dim == 64 || head_dim == 128 || head_dim == 256,
+                "wgmma prefill serves head_dim 64, 128 and 256");
   static_assert(kv_tile == 64 || kv_tile == 128, "kv_tile is a wgmma width kjit instantiates");
+  static_assert(head_dim != 256 || kv_tile == 64,
+                "at head_dim 256 O takes 128 registers: S and P fit beside it at 64 keys a tile");
   using Smem = PrefillSm90Smem<head_dim, kv_tile, stages, 2>;
   const PrefillParams& p = args.p;
   extern __shared__ unsigned char smem_raw[];

@@ -153,6 +153,12 @@ KJIT_WGMMA_FORM_RS(mma_rs_m64n128k16_bf16, 128, "bf16", KJIT_WGMMA_REGS_0_63, KJ
                    "{%64, %65, %66, %67}", "%68", "%69")
 KJIT_WGMMA_FORM_RS(mma_rs_m64n128k16_f16, 128, "f16", KJIT_WGMMA_REGS_0_63, KJIT_WGMMA_D_0_63,
                    "{%64, %65, %66, %67}", "%68", "%69")
+KJIT_WGMMA_FORM_RS(mma_rs_m64n256k16_bf16, 256, "bf16",
+                   KJIT_WGMMA_REGS_0_63 ", " KJIT_WGMMA_REGS_64_127, KJIT_WGMMA_D_0_127,
+                   "{%128, %129, %130, %131}", "%132", "%133")
+KJIT_WGMMA_FORM_RS(mma_rs_m64n256k16_f16, 256, "f16",
+                   KJIT_WGMMA_REGS_0_63 ", " KJIT_WGMMA_REGS_64_127, KJIT_WGMMA_D_0_127,
+                   "{%128, %129, %130, %131}", "%132", "%133")
 #undef KJIT_WGMMA_FORM_RS
 
 // The e4m3 forms: d (+)= a[64 x 32] * b[N x 32]^T, fp8 operands both K-major (fp8 wgmma has no
@@ -284,22 +290,29 @@ KJIT_DEVICE KJIT_FORCEINLINE void mma_e4m3(float (&d)[N / 2], u64 desc_a, u64 de
   }
 }
 
-// The register-A, B N-major form for operand type T and width N (64 or 128).
+// The register-A, B N-major form for operand type T and width N (64, 128 or 256).
 template <typename T, int N>
 KJIT_DEVICE KJIT_FORCEINLINE void mma_rs(float (&d)[N / 2], const u32 (&a)[4], u64 desc_b,
                                          int accumulate) {
-  static_assert(N == 64 || N == 128, "register-A widths kjit instantiates: 64, 128");
+  static_assert(N == 64 || N == 128 || N == 256,
+                "register-A widths kjit instantiates: 64, 128, 256");
   if constexpr (N == 64) {
     if constexpr (IsBf16<T>::kValue) {
       mma_rs_m64n64k16_bf16(d, a, desc_b, accumulate);
     } else {
       mma_rs_m64n64k16_f16(d, a, desc_b, accumulate);
     }
-  } else {
+  } else if constexpr (N == 128) {
     if constexpr (IsBf16<T>::kValue) {
       mma_rs_m64n128k16_bf16(d, a, desc_b, accumulate);
     } else {
       mma_rs_m64n128k16_f16(d, a, desc_b, accumulate);
+    }
+  } else {
+    if constexpr (IsBf16<T>::kValue) {
+      mma_rs_m64n256k16_bf16(d, a, desc_b, accumulate);
+    } else {
+      mma_rs_m64n256k16_f16(d, a, desc_b, accumulate);
     }
   }
 }

@@ -7,9 +7,10 @@
 // it. Tolerances are decode's model (reference/attention_ref.hpp, DecodeTolerance): the
 // probabilities fed to P.V rounded to the input type, fp32 accumulation, one output rounding.
 //
-// run_case runs each case on the kernel the plan picks or, on an H100 / H200 at head_dim 64 and
-// 128, on the mma.sync and the sm_90a wgmma kernels in turn, the latter with and without its
-// ping-pong schedule (asked for through ops::PrefillTuning), so every kernel meets every case.
+// run_case runs each case on the kernel the plan picks or, on an H100 / H200, on the mma.sync and
+// the sm_90a wgmma kernels in turn, the latter with and without its ping-pong schedule and (head
+// dims 64 and 128) in its persistent form (asked for through ops::PrefillTuning), so every kernel
+// meets every case.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -420,14 +421,16 @@ void run_one(const PrefillCase& c, std::mt19937_64& rng) {
   CHECK(check(*p, reference(*p)) == 0);
 }
 
-// The kernels a case runs on: on sm_90a at head_dim 64 and 128 the mma.sync kernel and the wgmma
-// one with either schedule and in its persistent form (asked for by name, whatever the plan's
-// default), elsewhere the plan's choice (-1).
+// The kernels a case runs on: on sm_90a the mma.sync kernel and the wgmma one with either
+// schedule and (head_dim 64 / 128: its two Q buffers do not fit at 256) in its persistent form,
+// asked for by name whatever the plan's default; elsewhere the plan's choice (-1).
 std::vector<int> kernels_for(const PrefillCase& c) {
   if (c.kv_fp8) return {c.kernel};  // the mma.sync kernel only
-  if (c.kernel < 0 && gpu_caps().sm90a() && (c.head_dim == 64 || c.head_dim == 128)) {
-    return {static_cast<int>(kjit::ops::PrefillKernel::kMmaSm80),
-            static_cast<int>(kjit::ops::PrefillKernel::kWgmmaSm90a), kPingPong, kPersistent};
+  if (c.kernel < 0 && gpu_caps().sm90a()) {
+    std::vector<int> k = {static_cast<int>(kjit::ops::PrefillKernel::kMmaSm80),
+                          static_cast<int>(kjit::ops::PrefillKernel::kWgmmaSm90a), kPingPong};
+    if (c.head_dim != 256) k.push_back(kPersistent);
+    return k;
   }
   return {c.kernel};
 }
@@ -455,12 +458,25 @@ TEST_CASE("prefill gpu: head dims and dtypes, causal and not", "[gpu][attention]
       }
     }
   }
+  // head_dim 256 (64-key tiles on the wgmma kernel): ragged keys and pages of 16, requests many
+  // tiles long, a window and a soft cap.
+  for (int64_t ps : {0, 16}) {
+    PrefillCase c;
+    c.head_dim = 256;
+    c.page_size = ps;
+    c.q_lens = {300, 5, 64};
+    c.kv_lens = {700, 133, 64};
+    run_case(c, rng);
+    c.window_left = 100;
+    c.soft_cap = 30.0f;
+    run_case(c, rng);
+  }
 }
 
-// The planner's choice: the wgmma kernel on sm_90a at head_dim 64 and 128 (in its persistent form
-// under a causal mask), the mma.sync kernel elsewhere and at 256. Asked for, the wgmma kernel
-// serves head_dim 64 and 128 on sm_90a in CTAs of 128 rows and is refused elsewhere (256: the
-// mma.sync kernel, checked correct there by every case).
+// The planner's choice: the wgmma kernel on sm_90a (in its persistent form under a causal mask at
+// head_dim 64 and 128; at 256 its second Q buffer does not fit), the mma.sync kernel elsewhere.
+// Asked for, the wgmma kernel serves every head_dim on sm_90a in CTAs of 128 rows and is refused
+// elsewhere.
 TEST_CASE("prefill gpu: the kernel choice and the fallback", "[gpu][attention][prefill]") {
   const bool hopper = gpu_caps().sm90a();
   const DLDataType bf = dl_dtype("bf16");
@@ -470,8 +486,8 @@ TEST_CASE("prefill gpu: the kernel choice and the fallback", "[gpu][attention][p
     kjit_prefill_plan* plan = nullptr;
     REQUIRE(kjit_batch_prefill_plan(qo, kv, 1, 8, 2, d, 16, KJIT_KV_LAYOUT_NHD, bf, bf, nullptr, 0,
                                     &plan) == KJIT_SUCCESS);
-    CHECK(plan->data.cfg.kernel == (hopper && d != 256 ? kjit::ops::PrefillKernel::kWgmmaSm90a
-                                                       : kjit::ops::PrefillKernel::kMmaSm80));
+    CHECK(plan->data.cfg.kernel ==
+          (hopper ? kjit::ops::PrefillKernel::kWgmmaSm90a : kjit::ops::PrefillKernel::kMmaSm80));
     kjit_prefill_plan_destroy(plan);
     for (int causal : {0, 1}) {
       INFO("causal " << causal);
@@ -482,7 +498,7 @@ TEST_CASE("prefill gpu: the kernel choice and the fallback", "[gpu][attention][p
     }
     kjit::ops::PrefillTuning t;
     t.kernel = static_cast<int>(kjit::ops::PrefillKernel::kWgmmaSm90a);
-    if (hopper && d != 256) {
+    if (hopper) {
       const auto pl = kjit::ops::plan_batch_prefill(qo, kv, 1, 8, 2, d, 16, KJIT_KV_LAYOUT_NHD, bf,
                                                     bf, 1, 0.0f, 0.0f, -1, 0, &t);
       CHECK(pl.cfg.kernel == kjit::ops::PrefillKernel::kWgmmaSm90a);

@@ -136,8 +136,9 @@ TEST_CASE("prefill abi: variants fit the shared memory they ask for", "[c_abi][a
   CHECK_THROWS(ops::select_prefill(kjit::ops::DType::kBF16, 128, 17, {}, false));
 }
 
-// The mma.sync kernel is the default everywhere; asked for, the wgmma kernel serves head_dim 64
-// and 128 on sm_90a (128-row CTAs over 128-key tiles in a 2-stage ring) and is refused elsewhere.
+// The wgmma kernel is the default on sm_90a, the mma.sync kernel elsewhere; asked for, the wgmma
+// kernel serves head_dim 64 and 128 on sm_90a (128-row CTAs over 128-key tiles in a 2-stage ring)
+// and 256 (64-key tiles) and is refused elsewhere.
 TEST_CASE("prefill abi: the sm_90a kernel on request, and its limits", "[c_abi][attention]") {
   using ops::PrefillKernel;
   constexpr int kWgmma = static_cast<int>(PrefillKernel::kWgmmaSm90a);
@@ -163,7 +164,19 @@ TEST_CASE("prefill abi: the sm_90a kernel on request, and its limits", "[c_abi][
           PrefillKernel::kMmaSm80);
     CHECK_THROWS(ops::select_prefill(kjit::ops::DType::kF16, d, 8, {}, false, kWgmma));
   }
-  CHECK_THROWS(ops::select_prefill(kjit::ops::DType::kBF16, 256, 8, {}, true, kWgmma));
+  // head_dim 256: 64-key tiles (O takes 128 registers a thread), 193 KB, no persistent form.
+  const ops::PrefillConfig c256 = ops::select_prefill(kjit::ops::DType::kBF16, 256, 8, {}, true);
+  CHECK(c256.kernel == PrefillKernel::kWgmmaSm90a);
+  CHECK(c256.kv_tile == 64);
+  CHECK(c256.stages == 2);
+  CHECK(ops::prefill_smem_bytes(c256) == (128 + 4 * 64) * 256 * 2 + 1024);
+  CHECK(ops::prefill_spec(c256).uri.find("head_dim_256_kv_tile_64_stages_2") != std::string::npos);
+  CHECK(ops::select_prefill(kjit::ops::DType::kBF16, 256, 8, {}, true, kWgmma).kv_tile == 64);
+  ops::PrefillConfig p256 = c256;
+  p256.persistent = 1;
+  CHECK(ops::prefill_smem_bytes(p256) > 227 * 1024);
+  CHECK(ops::select_prefill(kjit::ops::DType::kBF16, 256, 8, {}, false).kernel ==
+        PrefillKernel::kMmaSm80);
   CHECK_THROWS(ops::select_prefill(kjit::ops::DType::kBF16, 128, 8, {}, true, 2));
   // V's N-major descriptor (kernels/common/wgmma_desc.h): start >> 4, 64-column blocks 16 KB
   // apart (leading offset), 8-key groups 1024 bytes apart (stride offset), 128-byte swizzle.
@@ -172,11 +185,10 @@ TEST_CASE("prefill abi: the sm_90a kernel on request, and its limits", "[c_abi][
   kjit::ops::SmemBudget small;
   small.per_block = 160 * 1024;
   CHECK_THROWS(ops::select_prefill(kjit::ops::DType::kBF16, 128, 8, small, true, kWgmma));
-  // Where its shared memory does not fit, the default falls back to the mma.sync kernel; at
-  // head_dim 256 the mma.sync kernel is the only one.
+  // Where its shared memory does not fit, the default falls back to the mma.sync kernel.
   CHECK(ops::select_prefill(kjit::ops::DType::kBF16, 128, 8, small, true).kernel ==
         PrefillKernel::kMmaSm80);
-  CHECK(ops::select_prefill(kjit::ops::DType::kBF16, 256, 8, {}, true).kernel ==
+  CHECK(ops::select_prefill(kjit::ops::DType::kBF16, 256, 8, small, true).kernel ==
         PrefillKernel::kMmaSm80);
 }
 

@@ -26,7 +26,7 @@ jit::Spec prefill_spec_from_args(const OpDef& d, const SetArgs& args) {
   const DType dt = args.at("dtype") == "fp16" ? DType::kF16 : DType::kBF16;
   const int64_t group = args.count("group") ? positive_int_arg(args, "group", 1 << 20) : 1;
   // Without a kernel named, the mma.sync kernel every arch runs (sm_90a plans choose the wgmma
-  // kernel at head_dim 64 / 128: name it to compile that one).
+  // kernel: name it to compile that one).
   const std::string kernel = args.count("kernel") ? args.at("kernel") : "mma_sm80";
   const bool pingpong = kernel == "wgmma_pingpong_sm90a";
   const bool persistent = kernel == "wgmma_persistent_sm90a";
@@ -128,11 +128,11 @@ OpDef prefill_attention_op_def() {
             {"kernel",
              {"mma_sm80", "wgmma_sm90a", "wgmma_pingpong_sm90a", "wgmma_persistent_sm90a"},
              false,
-             "mma_sm80 (default here, sm_80+), wgmma_sm90a (the Hopper kernel, head_dim 64 / 128: "
-             "what plans without a causal mask choose on compute capability 9.0), "
+             "mma_sm80 (default here, sm_80+), wgmma_sm90a (the Hopper kernel: what plans without "
+             "a causal mask choose on compute capability 9.0, and causal ones at head_dim 256), "
              "wgmma_pingpong_sm90a (the same with its consumer warpgroups taking turns) or "
              "wgmma_persistent_sm90a (its persistent form, CTAs walking the tiles: what causal "
-             "plans choose there)"}};
+             "plans choose there at head_dim 64 / 128; its two Q buffers do not fit at 256)"}};
   d.arch_families = {"sm_80+", "sm_90a"};
   d.make_spec = [d](const SetArgs& args) { return prefill_spec_from_args(d, args); };
   d.catalog = [] {
@@ -144,10 +144,13 @@ OpDef prefill_attention_op_def() {
       }
     }
     for (const char* dt : {"bf16", "fp16"}) {
-      for (const char* hd : {"64", "128"}) {
+      for (const char* hd : {"64", "128", "256"}) {
         out.push_back({{"dtype", dt}, {"head_dim", hd}, {"kernel", "wgmma_sm90a"}});
         out.push_back({{"dtype", dt}, {"head_dim", hd}, {"kernel", "wgmma_pingpong_sm90a"}});
-        out.push_back({{"dtype", dt}, {"head_dim", hd}, {"kernel", "wgmma_persistent_sm90a"}});
+        // The persistent form's second Q buffer does not fit beside the ring at 256.
+        if (std::string(hd) != "256") {
+          out.push_back({{"dtype", dt}, {"head_dim", hd}, {"kernel", "wgmma_persistent_sm90a"}});
+        }
       }
     }
     return out;
@@ -162,7 +165,7 @@ OpDef prefill_attention_op_def() {
            "heads",
            def.name, qo, kv);
     }
-    // The default kernels: mma.sync (sm_80+) and, at head_dim 64 / 128, the wgmma kernel and its
+    // The default kernels: mma.sync (sm_80+) and the wgmma kernel and (head_dim 64 / 128) its
     // persistent form that sm_90a plans choose (without / with a causal mask; a target compiles
     // the specs its arch runs).
     const std::string hd = std::to_string(def.const_axis("head_dim"));
@@ -175,11 +178,10 @@ OpDef prefill_attention_op_def() {
       sets.front()["kv_dtype"] = "e4m3";
       return sets;
     }
-    if (hd == "64" || hd == "128") {
-      for (const char* kernel : {"wgmma_sm90a", "wgmma_persistent_sm90a"}) {
-        sets.push_back(sets.front());
-        sets.back()["kernel"] = kernel;
-      }
+    for (const char* kernel : {"wgmma_sm90a", "wgmma_persistent_sm90a"}) {
+      if (hd == "256" && std::string(kernel) == "wgmma_persistent_sm90a") continue;
+      sets.push_back(sets.front());
+      sets.back()["kernel"] = kernel;
     }
     return sets;
   };

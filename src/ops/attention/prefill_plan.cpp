@@ -82,27 +82,28 @@ PrefillConfig select_prefill(DType dtype, int64_t head_dim, int64_t group, const
     fail(KJIT_ERROR_UNSUPPORTED,
          "the wgmma prefill kernel does not take fp8 keys and values yet (the mma.sync one does)");
   }
-  // The wgmma kernel serves head_dim 64 and 128 (at 256 O and S would take 256 accumulator
-  // registers a thread) and runs only on compute capability 9.0 (sm_90a code). It is the default
-  // there (kernel -1): on the H200 it runs 8k causal prefill at 548 TFLOP/s, the mma.sync kernel
-  // at 174 (docs/performance.md); elsewhere, and where its shared memory does not fit, the
-  // mma.sync kernel.
+  // The wgmma kernel serves head_dim 64, 128 and 256 and runs only on compute capability 9.0
+  // (sm_90a code). It is the default there (kernel -1): on the H200 it runs 8k causal prefill at
+  // 548 TFLOP/s, the mma.sync kernel at 174 (docs/performance.md); elsewhere, and where its shared
+  // memory does not fit, the mma.sync kernel.
   // Its config: 128 query rows over 128-key tiles in a 2-stage ring: 160 KB at head_dim 128, one
-  // CTA per SM, two consumer warpgroups of 64 rows.
+  // CTA per SM, two consumer warpgroups of 64 rows. At head_dim 256 the tiles hold 64 keys (O
+  // alone takes 128 accumulator registers a thread; S and P of 64 keys fit beside it): 193 KB, and
+  // no room for the persistent form's second Q buffer.
   PrefillConfig w;
   w.kernel = PrefillKernel::kWgmmaSm90a;
   w.dtype = dtype;
   w.head_dim = static_cast<int>(head_dim);
   w.warps = 8;
-  w.kv_tile = 128;
+  w.kv_tile = head_dim == 256 ? 64 : 128;
   w.stages = 2;
-  const bool fits_wgmma =
-      (head_dim == 64 || head_dim == 128) && prefill_smem_bytes(w) <= budget.per_block;
+  const bool fits_wgmma = (head_dim == 64 || head_dim == 128 || head_dim == 256) &&
+                          prefill_smem_bytes(w) <= budget.per_block;
   // fp8 keys and values: the mma.sync kernel (fp16 MMAs over converted rows) on every device.
   const bool want_wgmma = kernel == static_cast<int>(PrefillKernel::kWgmmaSm90a) ||
                           (kernel == -1 && sm90a && fits_wgmma && !kv_fp8);
-  if (want_wgmma && head_dim != 64 && head_dim != 128) {
-    fail(KJIT_ERROR_UNSUPPORTED, "the wgmma prefill kernel serves head_dim 64 and 128, not {}",
+  if (want_wgmma && head_dim != 64 && head_dim != 128 && head_dim != 256) {
+    fail(KJIT_ERROR_UNSUPPORTED, "the wgmma prefill kernel serves head_dim 64, 128 and 256, not {}",
          head_dim);
   }
   if (want_wgmma && !sm90a) {
