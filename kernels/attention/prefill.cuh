@@ -443,10 +443,15 @@ KJIT_DEVICE KJIT_FORCEINLINE void softmax_scores(const PrefillParams& p, float (
   }
 }
 
-// Scales the output accumulated so far by softmax_scores' alpha, row by row.
+// Scales the output accumulated so far by softmax_scores' alpha, row by row. Where no row of the
+// warp saw its running max grow, every alpha is exactly 1 (ex2(0)) and the multiplies are skipped:
+// past the first few tiles of a long row the max rarely moves, and the rescale is a multiply per
+// output register per tile, a sixth of the softmax's instructions. The test is a warp vote, so
+// the branch is uniform (all 32 lanes call this together).
 template <int head_dim>
 KJIT_DEVICE KJIT_FORCEINLINE void rescale_rows(const float (&alpha)[2],
                                                float (&o)[head_dim / 8][4]) {
+  if (__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f)) return;
 #pragma unroll
   for (int d = 0; d < head_dim / 8; ++d) {
 #pragma unroll
