@@ -1292,9 +1292,9 @@ TEST_CASE("moe gpu: the 256-wide tile forced at few rows an expert (MoeGemmTunin
           "[gpu][moe][sm90a]") {
   REQUIRE(tensor_cores());
   std::mt19937_64 rng(std::random_device{}());
-  // The selection takes 256-wide tiles from 256 rows an expert (ops::moe_wide_tile); forced
-  // below that, most row tiles are partial and n ends inside a tile (n 200, I 136: a 256-wide
-  // SwiGLU tile's halves past I), persistent and one block per item.
+  // The selection takes 256-wide tiles from 128 rows an expert (ops::moe_wide_tile; fp8 from 256:
+  // ops::moe_fp8_wide_tile); forced below that, most row tiles are partial and n ends inside a tile
+  // (n 200, I 136: a 256-wide SwiGLU tile's halves past I), persistent and one block per item.
   for (const bool persistent : {true, false}) {
     ops::MoeGemmTuning t;
     t.bn = 256;

@@ -231,15 +231,20 @@ TEST_CASE("moe abi: choices and specs", "[moe]") {
   const ops::MoeGemmConfig prefill =
       ops::select_moe_gemm(DType::kBF16, DType::kBF16, 32768, 128, 4096, 7168, 256, h200);
   CHECK(prefill.path == ops::GemmPath::kSm90);
-  CHECK(prefill.bn == 128);
+  CHECK(prefill.bn == 256);  // DeepSeek-V3's 128 rows an expert (ops::moe_wide_tile)
   CHECK(ops::select_moe_gemm(DType::kBF16, DType::kBF16, 4096, 1024, 4096, 4096, 4, h200).bn ==
         256);
-  // From 256 rows an expert (ops::moe_wide_tile): Qwen3-30B-A3B's gate_up at 4096 and 2048 tokens.
+  // From 128 rows an expert (ops::moe_wide_tile): Qwen3-30B-A3B's gate_up at 4096 and 2048 tokens
+  // take 256-wide tiles, 1024 tokens (64 rows an expert) 128-wide ones.
   const ops::MoeGemmConfig qwen_4k =
       ops::select_moe_gemm(DType::kBF16, DType::kBF16, 32768, 256, 1536, 2048, 128, h200);
   CHECK(qwen_4k.bn == 256);
   CHECK(qwen_4k.stages == 4);
   CHECK(ops::select_moe_gemm(DType::kBF16, DType::kBF16, 16384, 128, 1536, 2048, 128, h200).bn ==
+        256);
+  CHECK(ops::select_moe_gemm(DType::kBF16, DType::kBF16, 8192, 64, 1536, 2048, 128, h200).bn ==
+        128);
+  CHECK(ops::select_moe_gemm(DType::kBF16, DType::kBF16, 16256, 127, 1536, 2048, 128, h200).bn ==
         128);
   // MoeGemmTuning::bn forces a width on the tile path, with its ring depth, and refuses the rest.
   ops::MoeGemmTuning wide;

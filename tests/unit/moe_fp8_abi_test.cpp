@@ -235,9 +235,9 @@ TEST_CASE("moe fp8 abi: sm_90a only, choices and specs", "[moe][fp8]") {
   ops::moe_gemm_fp8_width(plain, ops::MoeGemmTuning{}, 4096, false);  // 0: the selection's
   CHECK(plain.bn == 128);
   CHECK_THROWS(d.make_spec({{"out_dtype", "bf16"}, {"bn", "256"}, {"tokens", "16"}}));
-  // The selection's width: 256 from 256 rows an expert (ops::moe_wide_tile: Qwen3-30B-A3B at 4096
-  // tokens, plain and SwiGLU), not where a SwiGLU tile's halves would straddle scale blocks (I
-  // 192); a forced 128 takes it back with its ring depth.
+  // The selection's width: 256 from 256 rows an expert (ops::moe_fp8_wide_tile: Qwen3-30B-A3B
+  // at 4096 tokens, plain and SwiGLU), not where a SwiGLU tile's halves would straddle scale
+  // blocks (I 192); a forced 128 takes it back with its ring depth.
   for (const bool swiglu : {false, true}) {
     const ops::MoeGemmFp8Config q =
         ops::select_moe_gemm_fp8(DType::kBF16, 32768, 1536, 2048, 128, swiglu, h200());

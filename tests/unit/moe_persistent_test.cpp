@@ -39,10 +39,10 @@ bool has(const std::string& s, const char* part) {
 }  // namespace
 
 TEST_CASE("moe persistent: the axis names its own kernel and leaves the other URIs", "[moe]") {
-  // Qwen3-30B-A3B's gate_up at 2048 tokens: the 128-row tile kernel, one item a block, 128 wide
-  // (128 rows an expert: ops::moe_wide_tile).
+  // Qwen3-30B-A3B's gate_up at 1024 tokens: the 128-row tile kernel, one item a block, 128 wide
+  // (64 rows an expert: ops::moe_wide_tile).
   ops::MoeGemmConfig c =
-      ops::select_moe_gemm(DType::kBF16, DType::kBF16, 16384, 128, 1536, 2048, 128, h200());
+      ops::select_moe_gemm(DType::kBF16, DType::kBF16, 8192, 64, 1536, 2048, 128, h200());
   REQUIRE(c.path == GemmPath::kSm90);
   CHECK(c.persistent == 0);  // the selection's; the call sets it (moe_gemm_persistent)
   const jit::Spec one = ops::moe_gemm_spec(c);

@@ -131,13 +131,20 @@ MoeGemmConfig select_moe_gemm(DType dtype, DType out_dtype, int64_t rows, int64_
                               int64_t n, int64_t k, int64_t experts, const GemmTarget& target,
                               int64_t decode_rows = 0);
 jit::Spec moe_gemm_spec(const MoeGemmConfig& cfg);
-// Whether the 128-row tile kernels take 256-wide tiles (4 stages) instead of 128-wide ones at
-// avg_rows rows an expert: from 256. 256-wide tiles load 25% fewer bytes a FLOP; on an H100
-// (cupti read, checked, session 22) they ran Qwen3-30B-A3B's gate_up at 4096 tokens (256 rows
-// an expert) in 441.0-448.7 us against 462.2-463.4 (SwiGLU 384.0-389.1 against 414.6-423.5, its
-// down projection 274.3-278.2 against 282.5-284.1), and Mixtral's (1024) in 2967-3038 against
-// 3889-3923. Fewer rows an expert are unmeasured.
+// Whether the bf16 / fp16 128-row tile kernel takes 256-wide tiles (4 stages) instead of 128-wide
+// ones at avg_rows rows an expert: from 128. 256-wide tiles load 25% fewer bytes a FLOP, and at
+// one row tile an expert read each expert's rows half as often. On an H100 (cupti read, checked)
+// they ran Qwen3-30B-A3B's gate_up at 4096 tokens (256 rows an expert) in 441.0-448.7 us against
+// 462.2-463.4 (SwiGLU 384.0-389.1 against 414.6-423.5, down 274.3-278.2 against 282.5-284.1;
+// session 22), at 2048 tokens (128 rows) in 359.9-361.4 against 378.2-379.0, DeepSeek-V3's (E 256,
+// N 4096, K 7168) at 4096 tokens (128 rows) in 6980 against 8131-8259 (session 23), and Mixtral's
+// (1024) in 2967-3038 against 3889-3923. Fewer rows an expert are unmeasured.
 inline bool moe_wide_tile(int64_t avg_rows) {
+  return avg_rows >= 128;
+}
+// The fp8 grouped kernel's rule: from 256 rows an expert. At 128 (Qwen3-30B-A3B at 2048 tokens,
+// H100, session 23) the 256-wide tile ran 204.5-205.0 us against 202.1-203.2: level or behind.
+inline bool moe_fp8_wide_tile(int64_t avg_rows) {
   return avg_rows >= 256;
 }
 // Applies MoeGemmTuning::bn to a selected bf16 / fp16 config: 128 with 6 stages or 256 with 4 on

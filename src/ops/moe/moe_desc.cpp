@@ -513,7 +513,7 @@ OpDef moe_grouped_gemm_fp8_op_def() {
             {"bn",
              {"128", "256"},
              false,
-             "the tile kernel's width: 128 (default) or 256 (4 stages: ops::moe_wide_tile's "
+             "the tile kernel's width: 128 (default) or 256 (4 stages: ops::moe_fp8_wide_tile's "
              "choice from 256 rows an expert, or MoeGemmTuning::bn)"}};
   d.arch_families = {"sm_90a"};
   d.make_spec = [d](const SetArgs& args) {
@@ -551,7 +551,7 @@ OpDef moe_grouped_gemm_fp8_op_def() {
         {{"out_dtype", "fp16"}, {"swiglu", "1"}, {"persistent", "1"}},
         // the tile path's default (moe_gemm_persistent)
         {{"out_dtype", "bf16"}, {"persistent", "1"}},
-        // the 256-wide tile (moe_wide_tile's), plain and SwiGLU
+        // the 256-wide tile (moe_fp8_wide_tile's), plain and SwiGLU
         {{"out_dtype", "bf16"}, {"persistent", "1"}, {"bn", "256"}},
         {{"out_dtype", "bf16"}, {"swiglu", "1"}, {"persistent", "1"}, {"bn", "256"}},
         {{"out_dtype", "fp16"}, {"swiglu", "1"}, {"persistent", "1"}, {"bn", "256"}}};

@@ -549,11 +549,11 @@ MoeGemmFp8Config select_moe_gemm_fp8(DType out_dtype, int64_t rows, int64_t n, i
     c.stages = tile.stages;
     return c;
   }
-  // The 256-wide tile from 256 rows an expert, as the bf16 kernel's (moe_wide_tile), where a
-  // SwiGLU tile's 128 gate and 128 up rows are each one block of scales (I a multiple of 128).
-  // Qwen3-30B-A3B's gate_up at 4096 tokens (256 rows an expert) on an H100 (cupti read, checked,
-  // session 22): 318.8 -> 288.5 us, SwiGLU 258.1 -> 231.6.
-  if (moe_wide_tile(rows / std::max<int64_t>(experts, 1)) && (!swiglu || (n / 2) % 128 == 0) &&
+  // The 256-wide tile from 256 rows an expert (moe_fp8_wide_tile), where a SwiGLU tile's 128 gate
+  // and 128 up rows are each one block of scales (I a multiple of 128). Qwen3-30B-A3B's gate_up
+  // at 4096 tokens (256 rows an expert) on an H100 (cupti read, checked, session 22): 318.8 ->
+  // 288.5 us, SwiGLU 258.1 -> 231.6.
+  if (moe_fp8_wide_tile(rows / std::max<int64_t>(experts, 1)) && (!swiglu || (n / 2) % 128 == 0) &&
       sm90_can_run(target, rows, experts * n, k, 256, sm90_default_stages(256))) {
     c.bn = 256;
     c.stages = sm90_default_stages(256);
