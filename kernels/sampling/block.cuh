@@ -65,7 +65,11 @@ KJIT_DEVICE KJIT_FORCEINLINE float exp_weight(float x, float m, float c) {
 //
 // prefetch (a row in global memory): each warp asks L2 for its next segment before visiting the
 // current one (prefetch.global.L2, a line per lane, no registers held), so a large batch's passes
-// keep about twice the bytes in flight that the 64-register bound allows in loads.
+// keep about twice the bytes in flight that the 64-register bound allows in loads. Such walks
+// also turn direction each time (a zig-zag): at a large batch the rows in flight overflow L2, and
+// the segments a walk read last are the likeliest still there, so the next walk starts with them.
+// Each warp visits the same segments either way; only fp64 sums see the other order (as they see
+// a cluster's split), which the callers allow for.
 template <typename T, int VEC, int U>
 struct RowWalk {
   static constexpr int kSeg = 32 * VEC * U;
@@ -74,6 +78,7 @@ struct RowWalk {
   int seg_lo = 0;
   int seg_hi = 0x7fffffff;
   bool prefetch = false;
+  mutable bool back = false;  // the next walk runs from the last segment down (prefetch only)
 
   KJIT_DEVICE KJIT_FORCEINLINE int step() const { return int(blockDim.x) * VEC * U; }
 
@@ -88,10 +93,16 @@ struct RowWalk {
     // copy of each. Every caller walks with whole warps.
     const int warp = uniform_int(int(threadIdx.x) >> 5);
     constexpr int kLineElems = 128 / int(sizeof(T));
-    for (int base = (seg_lo + warp) * kSeg; base < end; base += stride) {
+    const int first = (seg_lo + warp) * kSeg;
+    const bool down = prefetch && back && first < end;
+    const int step = down ? -stride : stride;
+    if (prefetch) back = !back;
+    // Down: from the warp's last segment; the loop's test holds base in [first, end) either way.
+    for (int base = down ? first + (end - 1 - first) / stride * stride : first;
+         base >= first && base < end; base += step) {
       if (prefetch) {
-        const int line = base + stride + lane * kLineElems;
-        if (lane * kLineElems < kSeg && line < end) {
+        const int line = base + step + lane * kLineElems;
+        if (lane * kLineElems < kSeg && line >= first && line < end) {
           asm volatile("prefetch.global.L2 [%0];" ::"l"(row + line));
         }
       }
