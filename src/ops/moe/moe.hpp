@@ -132,8 +132,8 @@ MoeGemmConfig select_moe_gemm(DType dtype, DType out_dtype, int64_t rows, int64_
                               int64_t decode_rows = 0);
 jit::Spec moe_gemm_spec(const MoeGemmConfig& cfg);
 // Whether the bf16 / fp16 128-row tile kernel takes 256-wide tiles (4 stages) instead of 128-wide
-// ones at avg_rows rows an expert: from 128. 256-wide tiles load 25% fewer bytes a FLOP, and at
-// one row tile an expert read each expert's rows half as often. On an H100 (cupti read, checked)
+// ones at avg_rows rows an expert: from 128. 256-wide tiles load 25% fewer bytes a FLOP, and with
+// one row tile an expert they read its rows half as often. On an H100 (cupti read, checked)
 // they ran Qwen3-30B-A3B's gate_up at 4096 tokens (256 rows an expert) in 441.0-448.7 us against
 // 462.2-463.4 (SwiGLU 384.0-389.1 against 414.6-423.5, down 274.3-278.2 against 282.5-284.1;
 // session 22), at 2048 tokens (128 rows) in 359.9-361.4 against 378.2-379.0, DeepSeek-V3's (E 256,
