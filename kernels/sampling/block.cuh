@@ -94,12 +94,15 @@ struct RowWalk {
     const int warp = uniform_int(int(threadIdx.x) >> 5);
     constexpr int kLineElems = 128 / int(sizeof(T));
     const int first = (seg_lo + warp) * kSeg;
-    const bool down = prefetch && back && first < end;
-    const int step = down ? -stride : stride;
-    if (prefetch) back = !back;
     // Down: from the warp's last segment; the loop's test holds base in [first, end) either way.
-    for (int base = down ? first + (end - 1 - first) / stride * stride : first;
-         base >= first && base < end; base += step) {
+    // The start and step through uniform_int as well (`back` is per-thread state, though the same
+    // in every lane): bounds ptxas cannot prove warp-uniform put the walk's shuffles back behind
+    // divergence checks.
+    const bool down = prefetch && back && first < end;
+    const int step = uniform_int(down ? -stride : stride);
+    const int start = uniform_int(down ? first + (end - 1 - first) / stride * stride : first);
+    if (prefetch) back = !back;
+    for (int base = start; base >= first && base < end; base += step) {
       if (prefetch) {
         const int line = base + step + lane * kLineElems;
         if (lane * kLineElems < kSeg && line >= first && line < end) {
