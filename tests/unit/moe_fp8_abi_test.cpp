@@ -245,6 +245,8 @@ TEST_CASE("moe fp8 abi: sm_90a only, choices and specs", "[moe][fp8]") {
     CHECK(q.stages == 4);
   }
   CHECK(ops::select_moe_gemm_fp8(DType::kBF16, 32768, 384, 2048, 128, true, h200()).bn == 128);
+  // At 128 rows an expert (2048 tokens) the fp8 rule keeps 128-wide tiles, unlike the bf16 one.
+  CHECK(ops::select_moe_gemm_fp8(DType::kBF16, 16384, 1536, 2048, 128, false, h200()).bn == 128);
   ops::MoeGemmFp8Config back =
       ops::select_moe_gemm_fp8(DType::kBF16, 32768, 1536, 2048, 128, false, h200());
   ops::MoeGemmTuning narrow;
