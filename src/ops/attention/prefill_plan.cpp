@@ -97,15 +97,11 @@ PrefillConfig select_prefill(DType dtype, int64_t head_dim, int64_t group, const
   w.warps = 8;
   w.kv_tile = head_dim == 256 ? 64 : 128;
   w.stages = 2;
-  const bool fits_wgmma = (head_dim == 64 || head_dim == 128 || head_dim == 256) &&
-                          prefill_smem_bytes(w) <= budget.per_block;
+  // Every head_dim check_attention_support lets through (64, 128, 256) has a wgmma form.
+  const bool fits_wgmma = prefill_smem_bytes(w) <= budget.per_block;
   // fp8 keys and values: the mma.sync kernel (fp16 MMAs over converted rows) on every device.
   const bool want_wgmma = kernel == static_cast<int>(PrefillKernel::kWgmmaSm90a) ||
                           (kernel == -1 && sm90a && fits_wgmma && !kv_fp8);
-  if (want_wgmma && head_dim != 64 && head_dim != 128 && head_dim != 256) {
-    fail(KJIT_ERROR_UNSUPPORTED, "the wgmma prefill kernel serves head_dim 64, 128 and 256, not {}",
-         head_dim);
-  }
   if (want_wgmma && !sm90a) {
     fail(KJIT_ERROR_UNSUPPORTED, "the wgmma prefill kernel runs on compute capability 9.0 only");
   }
