@@ -10,7 +10,8 @@
 #
 # New inputs go to $build/fuzz-corpus/<target>/ (kept between runs); a failing input is written to
 # $build/fuzz-findings/<target>/ (replay it: $build/tests/fuzz/<target> <file>); the log of each
-# run is $build/fuzz-logs/<target>.log. Exits 1 when any target failed.
+# run is $build/fuzz-logs/<target>.log, and what a failure printed is also kept in
+# $build/fuzz-logs/<target>.failure. Exits 1 when any target failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs="${1:-20}"
@@ -35,24 +36,38 @@ run_one() {
   local log="$build/fuzz-logs/$1.log"
   mkdir -p "$corpus" "$findings" "$(dirname "$log")"
   # New inputs go to the working corpus; the committed seeds are only read.
-  local rc=0
+  local rc=0 stamp="$build/fuzz-logs/$1.start"
+  touch "$stamp"
   "$build/tests/fuzz/$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$findings" "$corpus" "tests/fuzz/corpus/$t" \
     >"$log" 2>&1 || rc=$?
   local execs cov corp
+  # (A crash while the corpus loads leaves no "cov:" line: the greps may find nothing.)
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
-  cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+  cov=$(grep -ao 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2 || true)
   corp=$(find "$corpus" -type f | wc -l)
   if ((rc == 0)); then
     echo "fuzz: $t: ok, ${execs:-?} executions in ${secs}s, coverage ${cov:-?}, corpus $corp"
   else
-    echo "fuzz: $t: FAILED (exit $rc) after ${execs:-?} executions; input in $findings, log $log"
-    grep -m 5 -E 'ERROR|runtime error|invariant failed|uncaught|deadly signal' "$log" |
-      sed 's/^/  /'
+    # What CI shows of a run is its tail: tools/test.sh repeats these lines at its end, with enough
+    # to replay the finding (its bytes in hex) and to place it (the first frames).
+    {
+      echo "fuzz: $t: FAILED (exit $rc) after ${execs:-?} executions; input in $findings, log $log"
+      grep -a -m 5 -E 'ERROR|runtime error|invariant failed|uncaught|deadly signal' "$log" || true
+      grep -a -m 12 -E '^ +#[0-9]+ ' "$log" || true
+      # This run's inputs only: the folder keeps earlier runs' findings.
+      find "$findings" -type f -newer "$stamp" | while read -r f; do
+        echo "input $(basename "$f") ($(stat -c %s "$f") bytes), hex:"
+        head -c 2048 "$f" | od -An -tx1 -v | tr -d ' \n' | fold -w 96
+        echo
+      done
+    } | sed '2,$s/^/  /' | tee "$build/fuzz-logs/$t.failure"
   fi
   return "$rc"
 }
 
+mkdir -p "$build/fuzz-logs"
+rm -f "$build"/fuzz-logs/*.failure
 jobs="${KJIT_FUZZ_JOBS:-1}"
 failed=0
 pids=()

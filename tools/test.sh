@@ -75,6 +75,12 @@ else
     stage "TSan suite" bash tools/sanitize.sh thread
 fi
 
+# CI keeps only the tail of this output: a fuzzer's finding (its input and first frames) goes at
+# the end, before the stage table.
+if ls "${KJIT_ASAN_BUILD_DIR:-build-asan}"/fuzz-logs/*.failure >/dev/null 2>&1; then
+  echo "==== test.sh: fuzzer findings"
+  cat "${KJIT_ASAN_BUILD_DIR:-build-asan}"/fuzz-logs/*.failure
+fi
 echo "==== test.sh: stages"
 printf '  %s\n' "${report[@]}"
 child_cpu

@@ -245,8 +245,10 @@ bool views_overlap(const StridedView& a, const StridedView& b) {
   // modulo S.
   const bool a_rows = a.shape[0] > 1, b_rows = b.shape[0] > 1;
   if (!a_rows && !b_rows) return true;
-  const int64_t sa = a.strides[0] * static_cast<int64_t>(a.elem_bytes());
-  const int64_t sb = b.strides[0] * static_cast<int64_t>(b.elem_bytes());
+  // Only a dim of more than one element has a checked stride (as_strided_view): a size-1 dim's
+  // may be anything, so it is never multiplied.
+  const int64_t sa = a_rows ? a.strides[0] * static_cast<int64_t>(a.elem_bytes()) : 0;
+  const int64_t sb = b_rows ? b.strides[0] * static_cast<int64_t>(b.elem_bytes()) : 0;
   if (a_rows && b_rows && sa != sb) return true;
   const int64_t period = a_rows ? sa : sb;
   const int64_t ea = a_rows ? extent_bytes(a, 1) : extent_bytes(a, 0);
