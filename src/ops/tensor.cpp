@@ -17,6 +17,18 @@ uintptr_t data_address(const DLTensor* t, const char* name) {
   return base + static_cast<uintptr_t>(t->byte_offset);
 }
 
+namespace {
+
+// A tensor's bytes [addr, addr + bytes) must not run past the top of the address space: no real
+// allocation does, and the overlap and alignment tests add extents to addresses.
+void check_span(uintptr_t addr, unsigned __int128 bytes, const char* name) {
+  if (bytes > 0 && bytes - 1 > static_cast<unsigned __int128>(UINTPTR_MAX - addr)) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT, "{} runs past the end of the address space", name);
+  }
+}
+
+}  // namespace
+
 RowMatrix as_row_matrix(const DLTensor* t, const char* name) {
   if (t == nullptr) fail(KJIT_ERROR_INVALID_ARGUMENT, "{} is NULL", name);
   if (t->ndim < 1 || t->ndim > kMaxDims) {
@@ -93,6 +105,13 @@ RowMatrix as_row_matrix(const DLTensor* t, const char* name) {
       }
       expect = s * t->shape[i];
     }
+  }
+  if (numel > 0) {
+    check_span(reinterpret_cast<uintptr_t>(m.data),
+               (static_cast<unsigned __int128>(m.rows - 1) * static_cast<uint64_t>(m.row_stride) +
+                static_cast<uint64_t>(m.cols)) *
+                   dtype_size(m.dtype),
+               name);
   }
   return m;
 }
@@ -180,6 +199,8 @@ StridedView as_strided_view(const DLTensor* t, const char* name) {
       }
       extent += (t->shape[i] - 1) * s;
     }
+    check_span(reinterpret_cast<uintptr_t>(v.data),
+               (static_cast<unsigned __int128>(extent) + 1) * static_cast<uint64_t>(es), name);
   }
   if (reinterpret_cast<uintptr_t>(v.data) % static_cast<uintptr_t>(es) != 0) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "{} data is not aligned to its {}-byte elements", name, es);

@@ -49,3 +49,25 @@ TEST_CASE("tensor: overlap detection allows exact in-place only", "[tensor]") {
   CHECK(ops::partially_overlaps(ma, ops::as_row_matrix(shifted.get(), "s")));
   CHECK_FALSE(ops::partially_overlaps(ma, ops::as_row_matrix(after.get(), "s")));
 }
+
+TEST_CASE("tensor: a tensor that runs past the top of the address space is refused", "[tensor]") {
+  // fuzz_dltensor: data 0xffffffffffffff00 with 64 int64 elements wrapped to low addresses, so two
+  // identical views looked disjoint to views_overlap.
+  char* top = reinterpret_cast<char*>(~uintptr_t{0} - 255);  // 256 bytes below the top
+  auto fits = make_tensor(top, {4, 8}, dl_dtype("int64"));   // exactly the last 256 bytes
+  CHECK(ops::as_row_matrix(fits.get(), "x").rows == 4);
+  CHECK(ops::as_strided_view(fits.get(), "x").numel() == 32);
+  auto wraps = make_tensor(top, {4, 16}, dl_dtype("int64"));
+  CHECK_THROWS_WITH(ops::as_row_matrix(wraps.get(), "x"),
+                    Catch::Contains("x runs past the end of the address space"));
+  CHECK_THROWS_WITH(ops::as_strided_view(wraps.get(), "x"),
+                    Catch::Contains("runs past the end of the address space"));
+  // Strides that reach past the top where the compact extent would not.
+  auto strided = make_tensor(top, {2, 8}, dl_dtype("int64"), {32, 1});
+  CHECK_THROWS_WITH(ops::as_strided_view(strided.get(), "x"),
+                    Catch::Contains("runs past the end of the address space"));
+  CHECK_THROWS_WITH(ops::as_row_matrix(strided.get(), "x"),
+                    Catch::Contains("runs past the end of the address space"));
+  auto empty = make_tensor(top, {0, 1 << 20}, dl_dtype("int64"));  // no bytes: nothing to check
+  CHECK(ops::as_row_matrix(empty.get(), "x").numel() == 0);
+}
