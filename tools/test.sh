@@ -54,6 +54,8 @@ release_suite() {
 }
 
 start=$SECONDS
+# Only this run's fuzzer findings are reported at the end (tools/fuzz.sh writes them).
+rm -f "${KJIT_ASAN_BUILD_DIR:-build-asan}"/fuzz-logs/*.failure
 child_cpu
 cpu_start=$cpu
 stage "dependencies" bash tools/deps.sh || exit 1
