@@ -961,7 +961,10 @@ KJIT_API void kjit_gemm_options_init(kjit_gemm_options* options);
  * when they are not. With decode
  * sizes (m <= 32; m <= 64 unless n / 128 exceeds the SM count; m <= 128 where k > 8192 and n / 128
  * is below the SM count) the tensor-core path streams b over every SM, splitting k across a
- * thread-block cluster; it needs no workspace either. k = 0
+ * thread-block cluster; it needs no workspace either. On the sm_90 tiles a bf16 / fp16 out whose
+ * base is 16-byte aligned, row stride and n multiples of 8 elements, is written through shared
+ * memory by TMA when beta is 0 (faster on large shapes; any other out is written from registers,
+ * with the same results). k = 0
  * gives out = beta * out + bias. Other dtypes: KJIT_ERROR_UNSUPPORTED. Thread-safe.
  */
 KJIT_API kjit_status kjit_gemm(const DLTensor* a, const DLTensor* b, const DLTensor* bias,
@@ -998,7 +1001,8 @@ KJIT_API kjit_status kjit_gemm(const DLTensor* a, const DLTensor* b, const DLTen
  * split over a thread-block cluster) when a and b start at 16-byte aligned addresses with row
  * strides multiples of 16 bytes (k a multiple of 16 for compact tensors); otherwise, on sm_89+
  * devices, mma.sync e4m3 tiles serve it when a's and b's bases and row strides are 16-byte
- * aligned (any k), and an fp32 fallback when they are not or the device is sm_80 / sm_86.
+ * aligned (any k), and an fp32 fallback when they are not or the device is sm_80 / sm_86. The
+ * sm_90 tiles write a bf16 / fp16 out through shared memory and TMA as kjit_gemm's do.
  * Thread-safe.
  */
 KJIT_API kjit_status kjit_gemm_fp8(const DLTensor* a, const DLTensor* b, const DLTensor* scale_a,

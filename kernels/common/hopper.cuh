@@ -1,7 +1,8 @@
 // Hopper (sm_90) asynchronous copies and their barriers: mbarriers, TMA tensor loads into shared
-// memory and the register reallocation of warp-specialized kernels. The mbarrier and TMA
-// instructions come from CCCL's cuda::ptx (on NVRTC's include path); this file only names the
-// forms kjit uses. Compiled for sm_90a kernels only.
+// memory, TMA stores out of it (and stmatrix to fill it), and the register reallocation of
+// warp-specialized kernels. The mbarrier and TMA load instructions come from CCCL's cuda::ptx (on
+// NVRTC's include path), the stores and stmatrix are inline PTX; this file only names the forms
+// kjit uses. Compiled for sm_90a kernels only.
 #pragma once
 
 // Only the instruction headers kjit uses: all of <cuda/ptx> (every instruction family up to
@@ -93,6 +94,48 @@ KJIT_DEVICE KJIT_FORCEINLINE void tma_load_4d(void* dst, const void* tensor_map,
   const int coords[4] = {c0, c1, c2, c3};
   cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, dst,
                                   tensor_map, coords, ptx_bar(bar));
+}
+
+// A 2-D TMA store of the box at (x = inner coordinate, y = outer) of `tensor_map` from `src`
+// (shared memory, the map's swizzle), one bulk group of the issuing thread: rows and columns of
+// the box outside the tensor are not written. The thread commits the group (bulk_commit_group) and
+// waits for it (bulk_wait_group_read before reusing src, bulk_wait_group before the block exits).
+// Generic-proxy writes of src must be fenced first (fence_proxy_async_smem).
+KJIT_DEVICE KJIT_FORCEINLINE void tma_store_2d(const void* tensor_map, const void* src, int x,
+                                               int y) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
+          tensor_map),
+      "r"(smem_addr(src)), "r"(x), "r"(y)
+      : "memory");
+}
+
+// Closes the calling thread's bulk group of the TMA stores issued since its last commit.
+KJIT_DEVICE KJIT_FORCEINLINE void bulk_commit_group() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+
+// Waits until at most N of the calling thread's committed bulk groups still read shared memory.
+template <int N>
+KJIT_DEVICE KJIT_FORCEINLINE void bulk_wait_group_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+
+// Waits until at most N of the calling thread's committed bulk groups are incomplete (their
+// writes done).
+template <int N>
+KJIT_DEVICE KJIT_FORCEINLINE void bulk_wait_group() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// stmatrix m8n8.x4 (16-bit elements): four 8 x 8 matrices from the warp's registers to shared
+// memory. Lane l gives the address of row l % 8 of matrix l / 8 (16 bytes); register q of lane
+// l holds the element pair at row l / 4, columns 2 (l % 4) + {0, 1} of matrix q, the layout of an
+// mma.sync m16n8 accumulator's pairs.
+KJIT_DEVICE KJIT_FORCEINLINE void stmatrix_x4(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+               "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
 }
 
 // Synchronizes the `threads` threads (a multiple of 32) that use named barrier `id` (1..15; 0 is

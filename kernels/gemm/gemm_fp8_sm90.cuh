@@ -166,20 +166,21 @@ KJIT_DEVICE KJIT_FORCEINLINE void consume_fp8(const GemmFp8Params& p, unsigned c
 // 128-wide tile moves 32 KB for 128 x 128 x 128, 17% fewer bytes a FLOP; its sum and the chunk's
 // part take 2 x 96 of a consumer's 232 registers. 7-13% faster per FLOP on an H100 at 4096 x 28672
 // x 4096 and 8192^3 (select_gemm_fp8 takes it there: gemm_fp8_wide_tile).
-template <typename OUT, int BN, int STAGES, bool BLOCK>
+// TMA_OUT: the bf16 kernel's TMA-store epilogue (gemm_sm90.cuh, write_tile_tma).
+template <typename OUT, int BN, int STAGES, bool BLOCK, bool TMA_OUT = false>
 __global__ void __launch_bounds__(kGemmSm90Threads, 1)
     gemm_fp8_sm90_kernel(const __grid_constant__ GemmFp8Params p) {
   // Block scales need each 128-column half of a tile in one 128-row block of b (a 192-wide tile
   // straddles two); the 256-wide tile promotes its halves in turn (consume_fp8_chunks).
   static_assert(BN == 128 || BN == 256 || (BN == 192 && !BLOCK),
                 "the fp8 kernel's tile is 128 or 256 wide, or 192 without block scales");
-  constexpr u32 kStageBytes = (kGemmBlockM + BN) * kFp8ChunkK;
   extern __shared__ unsigned char smem_raw[];
-  // The bf16 kernel's layout: tiles from a 1024-byte boundary (the 128-byte swizzle's period),
-  // then the barriers.
-  unsigned char* tiles = smem_raw + ((1024 - (hopper::smem_addr(smem_raw) & 1023)) & 1023);
-  u64* full = reinterpret_cast<u64*>(tiles + STAGES * kStageBytes);
-  u64* empty = full + STAGES;
+  // The bf16 kernel's layout (ring_in).
+  const Ring r = ring_in<STAGES>(smem_raw, (kGemmBlockM + BN) * kFp8ChunkK,
+                                 TMA_OUT ? kGemmOutStagingBytes : 0);
+  unsigned char* tiles = r.tiles;
+  u64* full = r.full;
+  u64* empty = r.empty;
   init_ring<STAGES>(full, empty);
   __syncthreads();
   const int k_blocks = static_cast<int>((p.g.k + kFp8ChunkK - 1) / kFp8ChunkK);
@@ -198,8 +199,9 @@ __global__ void __launch_bounds__(kGemmSm90Threads, 1)
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
     consume_fp8<BN, STAGES, BLOCK>(p, tiles, full, empty, k_blocks, wg - 1, m_tile, n_tile, acc);
-    // No bias: write_tile's input type only types the (null) bias.
-    write_tile<__nv_bfloat16, OUT, BN>(p.g, wg - 1, m_tile, n_tile, acc);
+    // No bias: the epilogue's input type only types the (null) bias.
+    write_tile_any<__nv_bfloat16, OUT, BN, TMA_OUT>(p.g, wg - 1, m_tile, n_tile, acc, r.extra,
+                                                    true);
   }
 }
 
@@ -207,13 +209,14 @@ __global__ void __launch_bounds__(kGemmSm90Threads, 1)
 // over for_each_tile's tiles, the ring's stages and phases running on across them, so the next
 // tile's first chunks load during this tile's epilogue). Every chunk's MMAs are already waited
 // for before its stage is released, so the consumers need only the running stage count.
-template <typename OUT, int BN, int STAGES, bool BLOCK>
+template <typename OUT, int BN, int STAGES, bool BLOCK, bool TMA_OUT = false>
 __global__ void __launch_bounds__(kGemmSm90Threads, 1)
     gemm_fp8_sm90_persistent_kernel(const __grid_constant__ GemmFp8Params p) {
   static_assert(BN == 128 || BN == 256 || (BN == 192 && !BLOCK),
                 "the persistent fp8 kernel's tile is 128 or 256 wide, or 192 without block scales");
   extern __shared__ unsigned char smem_raw[];
-  const Ring r = ring_in<STAGES>(smem_raw, (kGemmBlockM + BN) * kFp8ChunkK);
+  const Ring r = ring_in<STAGES>(smem_raw, (kGemmBlockM + BN) * kFp8ChunkK,
+                                 TMA_OUT ? kGemmOutStagingBytes : 0);
   init_ring<STAGES>(r.full, r.empty);
   __syncthreads();
   const int k_blocks = static_cast<int>((p.g.k + kFp8ChunkK - 1) / kFp8ChunkK);
@@ -227,13 +230,14 @@ __global__ void __launch_bounds__(kGemmSm90Threads, 1)
     });
   } else {
     hopper::regs_alloc<kConsumerRegs>();
-    for_each_tile<BN, STAGES>(p.g, k_blocks, [&](int m_tile, int n_tile, int it0, bool) {
+    for_each_tile<BN, STAGES>(p.g, k_blocks, [&](int m_tile, int n_tile, int it0, bool more) {
       float acc[BN / 2];
 #pragma unroll
       for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
       consume_fp8<BN, STAGES, BLOCK>(p, r.tiles, r.full, r.empty, k_blocks, wg - 1, m_tile, n_tile,
                                      acc, it0);
-      write_tile<__nv_bfloat16, OUT, BN>(p.g, wg - 1, m_tile, n_tile, acc);
+      write_tile_any<__nv_bfloat16, OUT, BN, TMA_OUT>(p.g, wg - 1, m_tile, n_tile, acc, r.extra,
+                                                      !more);
     });
   }
 }

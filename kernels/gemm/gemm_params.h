@@ -18,14 +18,16 @@ using TensorMapBytes = TmaDescriptor;
 
 // Passed by value as the kernels' __grid_constant__ argument.
 struct GemmParams {
-  TensorMapBytes tma_a;  // sm90 paths: a as [m rows, k cols], box kGemmBlockK x kGemmBlockM
-                         // (decode: x tokens)
-  TensorMapBytes tma_b;  // sm90 paths: b as [n rows, k cols], box kGemmBlockK x bn
-                         // (decode: x kGemmDecodeRows)
-  const void* a;         // [m, k], row stride a_stride
-  const void* b;         // [n, k], row stride b_stride
-  const void* bias;      // [n], a's dtype, or null
-  void* out;             // [m, n], row stride out_stride
+  TensorMapBytes tma_a;    // sm90 paths: a as [m rows, k cols], box kGemmBlockK x kGemmBlockM
+                           // (decode: x tokens)
+  TensorMapBytes tma_b;    // sm90 paths: b as [n rows, k cols], box kGemmBlockK x bn
+                           // (decode: x kGemmDecodeRows)
+  TensorMapBytes tma_out;  // sm90 tiles with the TMA-store epilogue (TMA_OUT): out as [m rows,
+                           // n cols], box kGemmOutSlab x 64, 128-byte swizzle; unset elsewhere
+  const void* a;           // [m, k], row stride a_stride
+  const void* b;           // [n, k], row stride b_stride
+  const void* bias;        // [n], a's dtype, or null
+  void* out;               // [m, n], row stride out_stride
   long long m, n, k;
   long long a_stride, b_stride, out_stride;
   float alpha, beta;  // out_old is read only when beta != 0
@@ -42,10 +44,19 @@ constexpr int kGemmBlockK = 64;
 constexpr int kGemmSm90Threads = 384;  // one producer and two consumer warpgroups
 constexpr int kGemmGroupM = 16;        // row tiles per band of the sm90 block order
 
+// The TMA-store epilogue (gemm_sm90.cuh, write_tile_tma): each consumer warpgroup stages its 64
+// rows kGemmOutSlab columns (128 bytes of a 16-bit out) at a time in one of two 8 KB buffers,
+// and one thread stores each slab with TMA: 32 KB for the block.
+constexpr int kGemmOutSlab = 64;
+constexpr int kGemmOutSlabBytes = 64 * kGemmOutSlab * 2;
+constexpr int kGemmOutStagingBytes = 2 * 2 * kGemmOutSlabBytes;
+
 // Dynamic shared memory of the sm90 kernel: the stages' a and b tiles, up to 1023 bytes to align
-// them to the 1024-byte period of the 128-byte swizzle, and the full / empty barriers.
-constexpr int gemm_sm90_smem_bytes(int bn, int stages) {
-  return stages * (kGemmBlockM + bn) * kGemmBlockK * 2 + 1024 + stages * 2 * 8;
+// them to the 1024-byte period of the 128-byte swizzle, the TMA-store epilogue's staging (tma_out)
+// and the full / empty barriers.
+constexpr int gemm_sm90_smem_bytes(int bn, int stages, bool tma_out = false) {
+  return stages * (kGemmBlockM + bn) * kGemmBlockK * 2 + 1024 +
+         (tma_out ? kGemmOutStagingBytes : 0) + stages * 2 * 8;
 }
 
 // The decode kernel (gemm_decode_sm90.cuh, m <= kGemmDecodeMaxTokens): kGemmDecodeRows weight rows

@@ -15,11 +15,15 @@
 // gemm_sm90_persistent_kernel (below) is the same pipeline over a fixed grid whose blocks loop
 // over the tiles, the ring running on from one tile into the next.
 //
+// TMA_OUT: the epilogue stages the registers in shared memory and stores them with TMA instead
+// (write_tile_tma), the way cuBLAS's kernels do.
+//
 // Launch contract: grid ceil(m / 128) * ceil(n / BN) blocks (tile_of maps them), kGemmSm90Threads
-// threads, gemm_sm90_smem_bytes(BN, STAGES) bytes of dynamic shared memory. p.tma_a / p.tma_b
-// describe a and b with boxes of 64 x 128 and 64 x BN elements and 128-byte swizzling (TMA's
-// rules: 16-byte aligned bases, row strides multiples of 16 bytes). out must not overlap a, b or
-// bias.
+// threads, gemm_sm90_smem_bytes(BN, STAGES, TMA_OUT) bytes of dynamic shared memory. p.tma_a /
+// p.tma_b describe a and b with boxes of 64 x 128 and 64 x BN elements and 128-byte swizzling
+// (TMA's rules: 16-byte aligned bases, row strides multiples of 16 bytes); with TMA_OUT p.tma_out
+// describes out (16-bit) with 64 x 64 boxes and the same swizzle, and beta is 0. out must not
+// overlap a, b or bias.
 #pragma once
 
 #include "common/hopper.cuh"
@@ -38,18 +42,21 @@ constexpr u32 kConsumerRegs = 232;
 
 // The ring in dynamic shared memory: STAGES stages of stage_bytes from a 1024-byte boundary (the
 // 128-byte swizzle repeats every 1024 bytes and the descriptors assume tiles start on it), then
-// the stages' full and empty barriers.
+// `extra` bytes (the TMA-store epilogue's staging, on the same period: stage_bytes is a multiple
+// of 1024), then the stages' full and empty barriers.
 struct Ring {
   unsigned char* tiles;
+  unsigned char* extra;
   u64* full;
   u64* empty;
 };
 
 template <int STAGES>
-KJIT_DEVICE KJIT_FORCEINLINE Ring ring_in(unsigned char* smem, u32 stage_bytes) {
+KJIT_DEVICE KJIT_FORCEINLINE Ring ring_in(unsigned char* smem, u32 stage_bytes, u32 extra = 0) {
   Ring r;
   r.tiles = smem + ((1024 - (hopper::smem_addr(smem) & 1023)) & 1023);
-  r.full = reinterpret_cast<u64*>(r.tiles + STAGES * stage_bytes);
+  r.extra = r.tiles + STAGES * stage_bytes;
+  r.full = reinterpret_cast<u64*>(r.extra + extra);
   r.empty = r.full + STAGES;
   return r;
 }
@@ -164,39 +171,135 @@ KJIT_DEVICE KJIT_FORCEINLINE void write_tile(const GemmParams& p, int half, int 
   }
 }
 
+// Two outputs as one 32-bit register (the low half the first column), stmatrix's element pair.
+template <typename OUT>
+KJIT_DEVICE KJIT_FORCEINLINE u32 pack_pair(float x, float y) {
+  static_assert(sizeof(OUT) == 2, "stmatrix moves 16-bit elements");
+  const OutPair<OUT> v{from_float<OUT>(x), from_float<OUT>(y)};
+  return *reinterpret_cast<const u32*>(&v);  // OutPair is 4-byte aligned
+}
+
+// The TMA-store epilogue of consumer `half`: its 64 rows of the 128 x BN tile at (row0 = the
+// tile's first row, col0 = its first column) go out kGemmOutSlab columns at a time. The warpgroup
+// converts a slab's registers (alpha, then bias: beta is 0 on this path) into one of its two 8 KB
+// staging buffers with stmatrix, in the 128-byte swizzle of p.tma_out's 64 x 64 box (16-byte
+// chunk c of row r at chunk c ^ (r % 8); the buffers are 1024-byte aligned), and one thread stores
+// the slab by TMA, which leaves out rows >= m and columns >= n, while the warpgroup fills the other
+// buffer. Slabs wholly past n or m are skipped. `staging`: the block's kGemmOutStagingBytes (2 x 2
+// buffers); drain: wait until the stores have read their buffers before returning (a block's last
+// tile; the next tile's epilogue waits for them anyway, after its MMAs, when they are long done).
+// acc's register 4j + q: columns 8j + 2 (t % 4) + (q % 2) of rows (t / 4) % 8 + 8 (q / 2) of the
+// warp's 16 (common/wgmma.cuh), so a 16 x 16 block's four m8n8 matrices are registers 4j .. 4j+3
+// and 4j+4 .. 4j+7 paired: (rows 0-7, cols 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15).
+template <typename IN, typename OUT, int BN>
+KJIT_DEVICE KJIT_FORCEINLINE void write_tile_tma(const GemmParams& p, int half, i64 row0, i64 col0,
+                                                 const float (&acc)[BN / 2], unsigned char* staging,
+                                                 bool drain) {
+  static_assert(BN % kGemmOutSlab == 0, "a tile is whole slabs");
+  const int t = static_cast<int>(threadIdx.x % 128);
+  const int lane = t % 32;
+  const bool leader = t == 0;
+  const int bar = 1 + half;  // named barrier of this warpgroup (0 is __syncthreads')
+  const u32 base = hopper::smem_addr(staging) + half * 2 * kGemmOutSlabBytes;
+  // This lane's stmatrix row (matrix lane / 8, row lane % 8 of it) and its swizzle phase.
+  const int q = lane / 8;
+  const u32 row_off = static_cast<u32>(((t / 32) * 16 + (q % 2) * 8 + lane % 8) * 128);
+  const int phase = lane % 8;
+  const i64 cfrag = col0 + (t % 4) * 2;  // this thread's first column
+  // The previous tile's stores (a persistent block) must have read both buffers.
+  if (leader) hopper::bulk_wait_group_read<0>();
+  hopper::named_barrier_sync(bar, 128);
+  const bool rows_in = row0 + half * 64 < p.m;  // else every row is past m: nothing to store
+#pragma unroll
+  for (int sl = 0; sl < BN / kGemmOutSlab; ++sl) {
+    if (!rows_in || col0 + sl * kGemmOutSlab >= p.n) break;
+    const u32 buf = base + (sl % 2) * kGemmOutSlabBytes;
+    if (sl >= 2) {
+      // The store of slab sl - 2 (this buffer's last) has read it.
+      if (leader) hopper::bulk_wait_group_read<1>();
+      hopper::named_barrier_sync(bar, 128);
+    }
+#pragma unroll
+    for (int c = 0; c < kGemmOutSlab / 16; ++c) {
+      const int j = sl * (kGemmOutSlab / 8) + 2 * c;  // the block's first n8 group
+      float v[8];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const i64 col = cfrag + 8 * (j + h);
+        const float b0 = col < p.n ? bias_at<IN>(p, col) : 0.0f;
+        const float b1 = col + 1 < p.n ? bias_at<IN>(p, col + 1) : 0.0f;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          v[4 * h + 2 * r] = fmaf(p.alpha, acc[4 * (j + h) + 2 * r], b0);
+          v[4 * h + 2 * r + 1] = fmaf(p.alpha, acc[4 * (j + h) + 2 * r + 1], b1);
+        }
+      }
+      const u32 chunk = static_cast<u32>((2 * c + q / 2) ^ phase);
+      hopper::stmatrix_x4(buf + row_off + chunk * 16, pack_pair<OUT>(v[0], v[1]),
+                          pack_pair<OUT>(v[2], v[3]), pack_pair<OUT>(v[4], v[5]),
+                          pack_pair<OUT>(v[6], v[7]));
+    }
+    // The slab's generic-proxy writes, visible to the TMA unit, from every warp.
+    hopper::fence_proxy_async_smem();
+    hopper::named_barrier_sync(bar, 128);
+    if (leader) {
+      hopper::tma_store_2d(&p.tma_out, staging + (half * 2 + sl % 2) * kGemmOutSlabBytes,
+                           static_cast<int>(col0 + sl * kGemmOutSlab),
+                           static_cast<int>(row0 + half * 64));
+      hopper::bulk_commit_group();
+    }
+  }
+  if (drain && leader) hopper::bulk_wait_group_read<0>();
+}
+
+// The epilogue of consumer `half` for tile (m_tile, n_tile): write_tile_tma when TMA_OUT (into
+// `staging`), else write_tile's register stores.
+template <typename IN, typename OUT, int BN, bool TMA_OUT>
+KJIT_DEVICE KJIT_FORCEINLINE void write_tile_any(const GemmParams& p, int half, int m_tile,
+                                                 int n_tile, const float (&acc)[BN / 2],
+                                                 unsigned char* staging, bool drain) {
+  if constexpr (TMA_OUT) {
+    write_tile_tma<IN, OUT, BN>(p, half, i64(m_tile) * kGemmBlockM, i64(n_tile) * BN, acc, staging,
+                                drain);
+  } else {
+    write_tile<IN, OUT, BN>(p, half, m_tile, n_tile, acc);
+  }
+}
+
 template <int BN>
 KJIT_DEVICE KJIT_FORCEINLINE void tile_of(const GemmParams& p, int& m_tile, int& n_tile) {
   band_tile(static_cast<int>(blockIdx.x), static_cast<int>((p.m + kGemmBlockM - 1) / kGemmBlockM),
             static_cast<int>((p.n + BN - 1) / BN), m_tile, n_tile);
 }
 
-template <typename IN, typename OUT, int BN, int STAGES>
+// TMA_OUT: the TMA-store epilogue (write_tile_tma; a 16-bit out, p.tma_out set, beta 0), with
+// its staging between the ring and the barriers (gemm_sm90_smem_bytes(BN, STAGES, true)).
+template <typename IN, typename OUT, int BN, int STAGES, bool TMA_OUT = false>
 __global__ void __launch_bounds__(kGemmSm90Threads, 1)
     gemm_sm90_kernel(const __grid_constant__ GemmParams p) {
   static_assert(sizeof(IN) == 2, "wgmma operands here are bf16 or fp16");
   static_assert(BN == 128 || BN == 256, "BN is a wgmma width kjit instantiates");
-  constexpr u32 kStageBytes = (kGemmBlockM + BN) * kGemmBlockK * sizeof(IN);
   extern __shared__ unsigned char smem_raw[];
-  // The 128-byte swizzle repeats every 1024 bytes and the descriptors assume tiles start on it.
-  unsigned char* tiles = smem_raw + ((1024 - (hopper::smem_addr(smem_raw) & 1023)) & 1023);
-  u64* full = reinterpret_cast<u64*>(tiles + STAGES * kStageBytes);
-  u64* empty = full + STAGES;
+  const Ring r = ring_in<STAGES>(smem_raw, (kGemmBlockM + BN) * kGemmBlockK * sizeof(IN),
+                                 TMA_OUT ? kGemmOutStagingBytes : 0);
   const int k_blocks = static_cast<int>((p.k + kGemmBlockK - 1) / kGemmBlockK);
-  init_ring<STAGES>(full, empty);
+  init_ring<STAGES>(r.full, r.empty);
   __syncthreads();
   int m_tile, n_tile;
   tile_of<BN>(p, m_tile, n_tile);
   const int wg = static_cast<int>(threadIdx.x / 128);
   if (wg == 0) {
     hopper::regs_dealloc<kProducerRegs>();
-    if (threadIdx.x == 0) produce<IN, BN, STAGES>(p, tiles, full, empty, k_blocks, m_tile, n_tile);
+    if (threadIdx.x == 0) {
+      produce<IN, BN, STAGES>(p, r.tiles, r.full, r.empty, k_blocks, m_tile, n_tile);
+    }
   } else {
     hopper::regs_alloc<kConsumerRegs>();
     float acc[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
-    consume<IN, BN, STAGES>(tiles, full, empty, k_blocks, wg - 1, acc);
-    write_tile<IN, OUT, BN>(p, wg - 1, m_tile, n_tile, acc);
+    consume<IN, BN, STAGES>(r.tiles, r.full, r.empty, k_blocks, wg - 1, acc);
+    write_tile_any<IN, OUT, BN, TMA_OUT>(p, wg - 1, m_tile, n_tile, acc, r.extra, true);
   }
 }
 
@@ -229,13 +332,14 @@ KJIT_DEVICE KJIT_FORCEINLINE void for_each_tile(const GemmParams& p, int k_block
 // consumers release every stage but the block's very last (nothing refills it), and rezero
 // their accumulators per tile. Launch contract: gemm_sm90_kernel's, with any grid of at least
 // one block (fewer blocks than tiles take several each).
-template <typename IN, typename OUT, int BN, int STAGES>
+template <typename IN, typename OUT, int BN, int STAGES, bool TMA_OUT = false>
 __global__ void __launch_bounds__(kGemmSm90Threads, 1)
     gemm_sm90_persistent_kernel(const __grid_constant__ GemmParams p) {
   static_assert(sizeof(IN) == 2, "wgmma operands here are bf16 or fp16");
   static_assert(BN == 128 || BN == 256, "BN is a wgmma width kjit instantiates");
   extern __shared__ unsigned char smem_raw[];
-  const Ring r = ring_in<STAGES>(smem_raw, (kGemmBlockM + BN) * kGemmBlockK * sizeof(IN));
+  const Ring r = ring_in<STAGES>(smem_raw, (kGemmBlockM + BN) * kGemmBlockK * sizeof(IN),
+                                 TMA_OUT ? kGemmOutStagingBytes : 0);
   const int k_blocks = static_cast<int>((p.k + kGemmBlockK - 1) / kGemmBlockK);
   init_ring<STAGES>(r.full, r.empty);
   __syncthreads();
@@ -254,7 +358,7 @@ __global__ void __launch_bounds__(kGemmSm90Threads, 1)
 #pragma unroll
       for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
       consume<IN, BN, STAGES>(r.tiles, r.full, r.empty, k_blocks, wg - 1, acc, it0, more);
-      write_tile<IN, OUT, BN>(p, wg - 1, m_tile, n_tile, acc);
+      write_tile_any<IN, OUT, BN, TMA_OUT>(p, wg - 1, m_tile, n_tile, acc, r.extra, !more);
     });
   }
 }

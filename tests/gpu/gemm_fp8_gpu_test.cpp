@@ -887,3 +887,58 @@ TEST_CASE("quant_fp8 gpu: round trip through gemm_fp8 with the scales it wrote",
     CHECK(std::sqrt(err2 / ref2) < 0.05);
   }
 }
+
+TEST_CASE("gemm_fp8 gpu: the TMA-store epilogue, every width, scale mode and form",
+          "[gpu][gemm][fp8][sm90a]") {
+  // A bf16 / fp16 out TMA can describe, with beta 0, is stored through shared memory by TMA (URI
+  // flag tma_out; gemm_gpu_test's case walks the edges on the bf16 kernel, whose epilogue this
+  // is). Every width at depths that leave the 32 KB of staging room (the 192-wide tile at 4 stages:
+  // at 5 it keeps the register epilogue), one-tile and persistent, M and N off the 64 x 64 slabs.
+  std::mt19937_64 rng(std::random_device{}());
+  const auto run_tma = [&](const Case& c, bool want_tma) {
+    INFO(describe(c));
+    KernelUris seen;
+    run_case(c, rng);
+    REQUIRE_FALSE(seen.uris.empty());
+    CHECK((seen.uris.back().find("_tma_out_1") != std::string::npos) == want_tma);
+  };
+  // Each tactic over three shapes, the scale modes in turn (the 192-wide tile's without block):
+  // 130 x 136 (a second tile half without rows, a slab of 8 columns), 1000 x 3000 (56 columns past
+  // the last whole slab) and, persistent, 2100 x 2296 (more tiles than SMs at every width: a block
+  // drains one tile's stores while it computes the next).
+  int turn = 0;
+  for (const char* tactic : {"sm90_bn128_s6", "sm90_bn128_s6_p", "sm90_bn192_s4", "sm90_bn192_s4_p",
+                             "sm90_bn256_s4", "sm90_bn256_s4_p"}) {
+    const bool w192 = std::string(tactic).find("bn192") != std::string::npos;
+    const bool persistent = std::string(tactic).back() == 'p';
+    for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3>>{
+             {130, 136, 272}, {1000, 3000, 144}, {2100, 2296, 400}}) {
+      if (m == 2100 && !persistent) continue;  // the draining across tiles is the persistent's
+      const char* mode = kModes[turn % (w192 ? 3 : 4)];  // kModes ends with block
+      Case c{mode, turn % 2 == 0 ? "bf16" : "fp16", m, n, k};
+      ++turn;
+      c.tactic = tactic;
+      c.wide_block_scales = std::string(mode) == "block";
+      c.alpha = turn % 3 == 0 ? 0.5f : 1.0f;
+      run_tma(c, true);
+    }
+    Case strided{"row", "bf16", 300, 200, 144};
+    strided.tactic = tactic;
+    strided.out_stride = 200 + 40;
+    run_tma(strided, true);
+  }
+  // Where it must not apply: the 192-wide tile at 5 stages (no room), beta, an fp32 out.
+  Case deep{"tensor", "bf16", 1000, 3000, 144};
+  deep.tactic = "sm90_bn192_s5";
+  run_tma(deep, false);
+  Case beta{"row", "bf16", 300, 200, 144};
+  beta.tactic = "sm90_bn128_s6";
+  beta.beta = -1.0f;
+  run_tma(beta, false);
+  Case wide_out{"block", "fp32", 300, 256, 144};
+  wide_out.tactic = "sm90_bn256_s4";
+  run_tma(wide_out, false);
+  // kjit_gemm_fp8's own choice on a large shape per tensor (the 192-wide tile, now 4 stages).
+  Case chosen{"tensor", "bf16", 4096, 6144, 512};
+  run_tma(chosen, true);
+}

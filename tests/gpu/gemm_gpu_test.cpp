@@ -72,14 +72,6 @@ ops::GemmPath path_for(const Case& c) {
       .path;
 }
 
-// The URIs of the kernels the calls in its scope run on this thread, as the API call log sees
-// them (KJIT_LOG_LEVEL=3 prints them as "kernel: <uri>").
-struct KernelUris : kjit::jit::KernelObserver {
-  std::vector<std::string> uris;
-  kjit::jit::ScopedKernelObserver scope{this};
-  void on_kernel(const kjit::jit::LoadedKernel& k) noexcept override { uris.push_back(k.uri); }
-};
-
 void run_case(const Case& c, std::mt19937_64& rng) {
   INFO(describe(c) << " path " << ops::gemm_path_name(path_for(c)));
   const size_t es = ref::elem_size(c.dtype);
@@ -531,4 +523,62 @@ TEST_CASE("gemm gpu: weights_early after the kernel that writes a, eager and gra
         });
   }
   d.cuStreamDestroy(s);
+}
+
+TEST_CASE("gemm gpu: the TMA-store epilogue at every edge, one-tile and persistent",
+          "[gpu][gemm][sm90a]") {
+  // A 16-bit out TMA can describe, with beta 0, is stored through shared memory by TMA (URI flag
+  // tma_out): each warpgroup's 64 rows 64 columns at a time, the slabs past m or n skipped and
+  // TMA clipping the rest. M off the 64-row halves (m 130: the last tile's second half has no row;
+  // 200: part of one), N off the 64-column slabs (72, 136, 3000 = 46 slabs + 56), one row, bias and
+  // alpha, a row-strided out over a poisoned gap; both tile widths, one-tile and persistent.
+  std::mt19937_64 rng(std::random_device{}());
+  const auto run_tma = [&](Case c, bool want_tma) {
+    INFO(describe(c));
+    KernelUris seen;
+    run_case(c, rng);
+    REQUIRE_FALSE(seen.uris.empty());
+    CHECK((seen.uris.back().find("_tma_out_1") != std::string::npos) == want_tma);
+  };
+  int turn = 0;
+  for (const char* tactic : {"sm90_bn128_s6", "sm90_bn256_s4", "sm90_bn128_s6_p", "sm90_bn256_s4_p",
+                             "sm90_bn128_s4", "sm90_bn256_s3"}) {
+    for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3>>{
+             {130, 136, 200}, {200, 72, 64}, {1, 3000, 520}, {2000, 3000, 264}, {257, 520, 8}}) {
+      const char* dt = turn++ % 2 == 0 ? "bf16" : "fp16";
+      Case c{dt, dt, m, n, k};
+      c.tactic = tactic;
+      c.bias = turn % 3 == 0;
+      c.alpha = turn % 4 == 0 ? -0.75f : 1.0f;
+      run_tma(c, true);
+    }
+    // A row stride past n (still 16-byte rows): the gap between rows stays poisoned.
+    Case strided{"bf16", "bf16", 300, 200, 136};
+    strided.tactic = tactic;
+    strided.out_stride = 200 + 24;
+    strided.bias = true;
+    run_tma(strided, true);
+  }
+  // Where it must not apply: beta reads out, an fp32 out, rows TMA cannot describe (a stride of
+  // 4 elements past n, n * 2 bytes off 16). The register epilogue serves them.
+  for (const char* tactic : {"sm90_bn128_s6", "sm90_bn256_s4_p"}) {
+    Case beta{"bf16", "bf16", 300, 200, 136};
+    beta.tactic = tactic;
+    beta.beta = 0.5f;
+    run_tma(beta, false);
+    Case wide_out{"bf16", "fp32", 300, 200, 136};
+    wide_out.tactic = tactic;
+    run_tma(wide_out, false);
+    Case odd_stride{"fp16", "fp16", 300, 200, 136};
+    odd_stride.tactic = tactic;
+    odd_stride.out_stride = 204;
+    run_tma(odd_stride, false);
+    Case odd_n{"fp16", "fp16", 300, 204, 136};
+    odd_n.tactic = tactic;
+    run_tma(odd_n, false);
+  }
+  // kjit_gemm's own choice on a large shape takes it.
+  Case chosen{"bf16", "bf16", 1024, 4096, 512};
+  chosen.ops_call = true;
+  run_tma(chosen, true);
 }

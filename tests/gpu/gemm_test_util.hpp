@@ -16,11 +16,20 @@
 #include <vector>
 
 #include "cuda/driver.hpp"
+#include "runtime/jit_core.hpp"
 #include "reference/gemm_ref.hpp"
 #include "reference/half.hpp"
 #include "support/parallel_rows.hpp"
 
 namespace kjit::test {
+
+// The URIs of the kernels the calls in its scope run on this thread, as the API call log sees
+// them (KJIT_LOG_LEVEL=3 prints them as "kernel: <uri>").
+struct KernelUris : kjit::jit::KernelObserver {
+  std::vector<std::string> uris;
+  kjit::jit::ScopedKernelObserver scope{this};
+  void on_kernel(const kjit::jit::LoadedKernel& k) noexcept override { uris.push_back(k.uri); }
+};
 
 // A random e4m3 code of magnitude 2^-3 .. 2^3 (exponent field 4 .. 10), never NaN.
 inline uint8_t random_e4m3_code(std::mt19937_64& rng) {

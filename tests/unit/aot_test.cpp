@@ -580,7 +580,8 @@ jit::Spec gemm_run_spec(const std::string& tactic) {
   ops::GemmTarget h200;
   h200.cc_major = 9;
   h200.max_smem_optin = cuda::kHopperSmemOptin;
-  h200.tma_ok = h200.cp_async_ok = true;
+  // The bucket's beta is 0 and kjit_gemm's outs are TMA-ready: the TMA-store epilogue's kernel.
+  h200.tma_ok = h200.cp_async_ok = h200.tma_store_ok = true;
   return ops::gemm_spec(ops::gemm_config_of(*t, ops::DType::kBF16, ops::DType::kBF16, h200));
 }
 

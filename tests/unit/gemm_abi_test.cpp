@@ -239,6 +239,22 @@ TEST_CASE("gemm: select_gemm takes the sm90 path only where TMA and wgmma can se
   CHECK(ops::select_gemm(bf16, bf16, 129, 4096, 4096, h100(true)).path == GemmPath::kSm90);
   CHECK(ops::select_gemm(bf16, bf16, 129, 4096, 4096, h100(true)).bn == 128);
   CHECK(ops::select_gemm(bf16, bf16, 4096, 4096, 4096, h100(true)).bn == 256);
+  // The TMA-store epilogue where the call's out can take it (tma_store_ok: TMA-ready, beta 0) and
+  // is 16-bit; both tiles at their default depths leave room for its staging.
+  {
+    ops::GemmTarget staged = h100(true);
+    staged.tma_store_ok = true;
+    for (const int64_t m : {129, 4096}) {
+      const ops::GemmConfig c = ops::select_gemm(bf16, bf16, m, 4096, 4096, staged);
+      CHECK(c.tma_out == 1);
+      CHECK(c.stages == ops::sm90_default_stages(c.bn));
+      CHECK(ops::select_gemm(bf16, ops::DType::kF32, m, 4096, 4096, staged).tma_out == 0);
+      CHECK(ops::select_gemm(bf16, bf16, m, 4096, 4096, h100(true)).tma_out == 0);
+    }
+    CHECK(ops::select_gemm(bf16, bf16, 16, 4096, 4096, staged).tma_out == 0);  // decode path
+    CHECK_FALSE(ops::gemm_tma_out(staged, bf16, 128, 7));  // 224 KB of ring: no room
+    CHECK(ops::gemm_tma_out(staged, ops::DType::kF16, 256, 4));
+  }
   CHECK(ops::select_gemm(bf16, DType::kF32, 4096, 4096, 4096, h100(false)).path == GemmPath::kSimt);
   // Other devices and sm_90a calls the wgmma paths cannot take go to mma_sm80 (next test case).
   ops::GemmTarget a100 = h100(true);
@@ -448,8 +464,8 @@ TEST_CASE("gemm: the wgmma descriptor has the PTX ISA's bit layout", "[gemm]") {
 TEST_CASE("gemm: specs and the catalog", "[gemm]") {
   const ops::OpDef& def = ops::op_or_throw("gemm");
   const auto catalog = def.catalog();
-  CHECK(catalog.size() == 44);
-  int sm90 = 0, decode = 0, mma = 0, persistent = 0;
+  CHECK(catalog.size() == 52);
+  int sm90 = 0, decode = 0, mma = 0, persistent = 0, tma = 0;
   for (const auto& args : catalog) {
     const kjit::jit::Spec s = def.make_spec(args);
     INFO(s.uri);
@@ -459,17 +475,49 @@ TEST_CASE("gemm: specs and the catalog", "[gemm]") {
     mma += path == "sm80";
     const bool any_arch = path == "simt" || path == "sm80";
     CHECK(s.arch_families == std::vector<std::string>{any_arch ? "sm_80+" : "sm_90a"});
-    const bool p = args.count("persistent") != 0;
+    const bool p = args.count("persistent") != 0 && args.at("persistent") == "1";
     persistent += p;
     CHECK((s.uri.find("persistent_1") != std::string::npos) == p);
+    const bool staged = args.count("tma_out") != 0;
+    tma += staged;
+    CHECK((s.uri.find("_tma_out_1") != std::string::npos) == staged);
     const char* entry = path == "sm90" ? (p ? "gemm_sm90_persistent_kernel" : "gemm_sm90_kernel")
                         : path == "decode" ? "gemm_decode_sm90_kernel"
                         : path == "sm80"   ? "gemm_mma_sm80_kernel"
                                            : "gemm_simt_kernel";
     CHECK(s.entry_names.at(0).find(entry) != std::string::npos);
   }
-  CHECK(sm90 == 16);
-  CHECK(persistent == 8);  // both tiles, both dtypes, out in the input dtype or fp32
+  CHECK(sm90 == 24);
+  CHECK(persistent == 12);  // both tiles, both dtypes, out in the input dtype or fp32; staged
+  CHECK(tma == 8);          // both tiles and forms, both dtypes, out in the input dtype
+  // The TMA-store epilogue: its flag last in the URI (omitted when 0), the entry's last template
+  // argument; an fp32 out, a ring that leaves no room for the 32 KB of staging (7 stages of
+  // 32 KB) and the other paths are refused.
+  CHECK(def.make_spec({{"path", "sm90"},
+                       {"dtype", "bf16"},
+                       {"out_dtype", "bf16"},
+                       {"bn", "256"},
+                       {"persistent", "1"},
+                       {"tma_out", "1"}})
+            .uri ==
+        "gemm_path_sm90_dtype_bf16_out_dtype_bf16_bn_256_stages_4_persistent_1_tma_out_1");
+  const kjit::jit::Spec staged128 =
+      def.make_spec({{"path", "sm90"}, {"dtype", "fp16"}, {"out_dtype", "fp16"}, {"tma_out", "1"}});
+  CHECK(staged128.uri == "gemm_path_sm90_dtype_fp16_out_dtype_fp16_bn_128_stages_6_tma_out_1");
+  CHECK(staged128.entry_names.at(0).find(", kjit_spec::tma_out>") != std::string::npos);
+  CHECK_THROWS_AS(
+      def.make_spec({{"path", "sm90"}, {"dtype", "bf16"}, {"out_dtype", "fp32"}, {"tma_out", "1"}}),
+      kjit::Error);
+  CHECK_THROWS_AS(def.make_spec({{"path", "sm90"},
+                                 {"dtype", "bf16"},
+                                 {"out_dtype", "bf16"},
+                                 {"stages", "7"},
+                                 {"tma_out", "1"}}),
+                  kjit::Error);
+  CHECK_THROWS_AS(
+      def.make_spec(
+          {{"path", "decode"}, {"dtype", "bf16"}, {"out_dtype", "bf16"}, {"tma_out", "1"}}),
+      kjit::Error);
   CHECK(decode == 16);
   CHECK(mma == 8);
   // The URI reads as path, dtype and tile; stages default per width.

@@ -326,6 +326,34 @@ TEST_CASE("gemm_fp8: select takes sm90 only where TMA and wgmma can serve", "[fp
       CHECK(wide.persistent == 0);
     }
   }
+  // An out the TMA-store epilogue can take (a TMA-ready 16-bit out, beta 0): the 192-wide tile
+  // at 4 stages so its 32 KB of staging fit, the 128- and 256-wide tiles at their depths; an fp32
+  // out keeps the register epilogue and the depth.
+  ops::GemmTarget staged = h100(true);
+  staged.tma_store_ok = true;
+  for (const auto scales : {tr, block}) {
+    const ops::GemmFp8Config w = ops::select_gemm_fp8(bf16, scales, 4096, 28672, 4096, staged);
+    CHECK(w.bn == (scales == block ? 256 : 192));
+    CHECK(w.stages == 4);
+    CHECK(w.tma_out == 1);
+    const ops::GemmFp8Config n = ops::select_gemm_fp8(bf16, tr, 4096, 4096, 4096, staged);
+    CHECK(n.bn == 128);
+    CHECK(n.stages == 6);
+    CHECK(n.tma_out == 1);
+    const ops::GemmFp8Config f32 =
+        ops::select_gemm_fp8(DType::kF32, scales, 4096, 28672, 4096, staged);
+    CHECK(f32.stages == (scales == block ? 4 : 5));
+    CHECK(f32.tma_out == 0);
+    CHECK(ops::select_gemm_fp8(bf16, scales, 4096, 28672, 4096, h100(true)).tma_out == 0);
+  }
+  CHECK(ops::gemm_fp8_forced_config("sm90_bn192_s5",
+                                    ops::select_gemm_fp8(bf16, tr, 4096, 28672, 4096, staged), 4096,
+                                    28672, 4096, staged)
+            .tma_out == 0);  // 5 stages of 40 KB leave no room for the staging
+  CHECK(ops::gemm_fp8_forced_config("sm90_bn192_s4_p",
+                                    ops::select_gemm_fp8(bf16, tr, 4096, 28672, 4096, staged), 4096,
+                                    28672, 4096, staged)
+            .tma_out == 1);
   // Not where the shared memory holds 6 stages of 32 KB but not 5 of 40 KB.
   ops::GemmTarget small_smem = h100(true);
   small_smem.max_smem_optin = 200 * 1024;
@@ -516,7 +544,7 @@ TEST_CASE("gemm_fp8: select takes the decode kernel where kjit_gemm takes its de
 
 TEST_CASE("gemm_fp8 and quant_fp8: specs and catalogs", "[fp8]") {
   const ops::OpDef& def = ops::op_or_throw("gemm_fp8");
-  int sm90 = 0, mma = 0, decode = 0, persistent = 0;
+  int sm90 = 0, mma = 0, decode = 0, persistent = 0, tma = 0;
   for (const auto& args : def.catalog()) {
     const kjit::jit::Spec s = def.make_spec(args);
     INFO(s.uri);
@@ -527,17 +555,42 @@ TEST_CASE("gemm_fp8 and quant_fp8: specs and catalogs", "[fp8]") {
     CHECK(s.arch_families == std::vector<std::string>{path == "sm90" || path == "decode" ? "sm_90a"
                                                       : path == "sm80"                   ? "sm_89+"
                                                                        : "sm_80+"});
-    const bool p = args.count("persistent") != 0;
+    const bool p = args.count("persistent") != 0 && args.at("persistent") == "1";
     persistent += p;
     CHECK((s.uri.find("persistent_1") != std::string::npos) == p);
+    const bool staged = args.count("tma_out") != 0;
+    tma += staged;
+    CHECK((s.uri.find("_tma_out_1") != std::string::npos) == staged);
     CHECK(s.entry_names.at(0).find(
               path == "sm90"     ? (p ? "gemm_fp8_sm90_persistent_kernel" : "gemm_fp8_sm90_kernel")
               : path == "decode" ? "gemm_fp8_decode_sm90_kernel"
               : path == "sm80"   ? "gemm_fp8_mma_kernel"
                                  : "gemm_fp8_simt_kernel") != std::string::npos);
   }
-  CHECK(sm90 == 20);
-  CHECK(persistent == 10);  // bf16 / fp32 out: 128 and 256 wide in both scale forms, 192
+  CHECK(sm90 == 30);
+  CHECK(persistent == 15);  // bf16 / fp32 out: 128 and 256 wide in both scale forms, 192; staged
+  CHECK(tma == 10);         // bf16 out: 128 and 256 wide in both scale forms, 192, both forms
+  // The TMA-store epilogue: the 192-wide tile's default depth drops to 4 (5 leave no room for the
+  // staging); an fp32 out, too deep a ring or another path is refused.
+  CHECK(def.make_spec({{"path", "sm90"}, {"out_dtype", "bf16"}, {"bn", "192"}, {"tma_out", "1"}})
+            .uri == "gemm_fp8_path_sm90_out_dtype_bf16_bn_192_stages_4_block_0_tma_out_1");
+  CHECK(def.make_spec({{"path", "sm90"}, {"out_dtype", "fp16"}, {"tma_out", "1"}}).uri ==
+        "gemm_fp8_path_sm90_out_dtype_fp16_bn_128_stages_6_block_0_tma_out_1");
+  CHECK(def.make_spec({{"path", "sm90"}, {"out_dtype", "bf16"}, {"tma_out", "0"}}).uri ==
+        "gemm_fp8_path_sm90_out_dtype_bf16_bn_128_stages_6_block_0");
+  CHECK_THROWS_AS(def.make_spec({{"path", "sm90"},
+                                 {"out_dtype", "bf16"},
+                                 {"bn", "192"},
+                                 {"stages", "5"},
+                                 {"tma_out", "1"}}),
+                  kjit::Error);
+  CHECK_THROWS_AS(def.make_spec({{"path", "sm90"}, {"out_dtype", "fp32"}, {"tma_out", "1"}}),
+                  kjit::Error);
+  CHECK_THROWS_AS(def.make_spec({{"path", "decode"}, {"out_dtype", "bf16"}, {"tma_out", "1"}}),
+                  kjit::Error);
+  CHECK(def.make_spec({{"path", "sm90"}, {"out_dtype", "bf16"}, {"tma_out", "1"}})
+            .entry_names.at(0)
+            .find(", kjit_spec::tma_out>") != std::string::npos);
   // The 192-wide tile: per tensor / row, both forms, 5 stages by default (6 of 40 KB pass the
   // shared memory).
   CHECK(def.make_spec({{"path", "sm90"}, {"out_dtype", "bf16"}, {"bn", "192"}}).uri ==

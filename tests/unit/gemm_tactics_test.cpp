@@ -417,8 +417,17 @@ TEST_CASE("gemm tactics: a record's tactic maps to the kernel its call runs", "[
     REQUIRE(t.has_value());
     const std::vector<jit::Spec> specs = ops::gemm_tactic_specs(bucket, name, sm90a);
     REQUIRE(specs.size() == 1);
-    CHECK(specs[0].uri == ops::gemm_spec(ops::gemm_config_of(*t, bf16, bf16, hopper())).uri);
+    // A beta-0 bucket's out is taken as TMA-ready: the sm90 tiles' TMA-store epilogue.
+    ops::GemmTarget staged = hopper();
+    staged.tma_store_ok = true;
+    CHECK(specs[0].uri == ops::gemm_spec(ops::gemm_config_of(*t, bf16, bf16, staged)).uri);
+    CHECK((specs[0].uri.find("_tma_out_1") != std::string::npos) ==
+          (t->path == ops::GemmPath::kSm90));
   }
+  // With beta the old out is read: the register epilogue.
+  const std::string beta_bucket = ops::gemm_bucket(bf16, bf16, 16, 4096, 4096, false, true);
+  CHECK(ops::gemm_tactic_specs(beta_bucket, "sm90_bn256_s3", sm90a).at(0).uri.find("tma_out") ==
+        std::string::npos);
   CHECK(ops::gemm_tactic_specs(bucket, "sm90_bn256_s4_p", sm90a).at(0).uri.find("persistent_1") !=
         std::string::npos);
   CHECK(ops::gemm_tactic_specs(bucket, "sm90_bn256_s4", sm90a).at(0).uri.find("persistent") ==

@@ -67,6 +67,28 @@ gemm::TensorMapBytes tensor_map(const RowMatrix& m, uint32_t box_rows) {
   return out;
 }
 
+bool tma_store_ok(const RowMatrix& out, float beta) {
+  return beta == 0.0f && tma_describable(out);
+}
+
+bool gemm_tma_out(const GemmTarget& target, DType out_dtype, int bn, int stages) {
+  return target.tma_store_ok && dtype_size(out_dtype) == 2 &&
+         gemm::gemm_sm90_smem_bytes(bn, stages, true) <= target.max_smem_optin;
+}
+
+int sm90_stages_for(const GemmTarget& target, DType out_dtype, int bn) {
+  const int stages = sm90_default_stages(bn);
+  return !gemm_tma_out(target, out_dtype, bn, stages) &&
+                 gemm_tma_out(target, out_dtype, bn, stages - 1)
+             ? stages - 1
+             : stages;
+}
+
+gemm::TensorMapBytes out_tensor_map(const RowMatrix& out) {
+  static_assert(gemm::kGemmOutSlab == gemm::kGemmBlockK, "tensor_map's box is kGemmBlockK wide");
+  return tensor_map(out, 64);
+}
+
 const char* gemm_path_name(GemmPath p) {
   switch (p) {
     case GemmPath::kSm90: return "sm90";
@@ -224,6 +246,7 @@ GemmConfig select_gemm(DType dtype, DType out_dtype, int64_t m, int64_t n, int64
     c.bn = wide.bn;
     c.stages = wide.stages;
     c.persistent = wide.persistent ? 1 : 0;
+    c.tma_out = gemm_tma_out(target, out_dtype, c.bn, c.stages) ? 1 : 0;
     return c;
   }
   // Every other sm_80+ call whose rows cp.async can copy: tensor cores at about ten times the
@@ -256,9 +279,10 @@ jit::Spec gemm_spec(const GemmConfig& c) {
   if (c.path == GemmPath::kSm90) {
     b.value("bn", c.bn).value("stages", c.stages);
     b.flag("persistent", c.persistent != 0, /*omit_false=*/true);
+    b.flag("tma_out", c.tma_out != 0, /*omit_false=*/true);
     b.entry(c.persistent != 0 ? "kjit::gemm::gemm_sm90_persistent_kernel"
                               : "kjit::gemm::gemm_sm90_kernel",
-            {"dtype", "out_dtype", "bn", "stages"});
+            {"dtype", "out_dtype", "bn", "stages", "tma_out"});
   } else if (c.path == GemmPath::kSm90Decode) {
     b.value("tokens", c.tokens).value("stages", c.stages);
     b.entry("kjit::gemm::gemm_decode_sm90_kernel", {"dtype", "out_dtype", "tokens", "stages"});
@@ -295,7 +319,7 @@ const GemmResidency& decode_residency(CUfunction fn, unsigned block, unsigned sm
 // (kjit_gemm_options::weights_early) that the kernel before does not write w; the decode path
 // then launches as its programmatic dependent where elementwise ops do (sm_90+, KJIT_PDL).
 void launch_gemm(CUfunction fn, const GemmConfig& cfg, int split, const RowMatrix& x,
-                 const RowMatrix& w, gemm::GemmParams& p, CUstream stream,
+                 const RowMatrix& w, const RowMatrix& y, gemm::GemmParams& p, CUstream stream,
                  bool weights_early = false) {
   cuda::LaunchConfig lc;
   lc.stream = stream;
@@ -311,9 +335,12 @@ void launch_gemm(CUfunction fn, const GemmConfig& cfg, int split, const RowMatri
   if (cfg.path == GemmPath::kSm90) {
     p.tma_a = tensor_map(x, gemm::kGemmBlockM);
     p.tma_b = tensor_map(w, static_cast<uint32_t>(cfg.bn));
+    if (cfg.tma_out != 0) p.tma_out = out_tensor_map(y);
   }
   const int sms = cfg.persistent != 0 ? cuda::device_info(x.device).sm_count : 0;
-  cuda::launch(fn, gemm_launch_config(cfg.path, cfg.bn, cfg.stages, p.m, p.n, stream, sms), &p);
+  cuda::launch(
+      fn, gemm_launch_config(cfg.path, cfg.bn, cfg.stages, p.m, p.n, stream, sms, cfg.tma_out != 0),
+      &p);
 }
 
 const jit::LoadedKernel& gemm_kernel(const GemmConfig& cfg, int device) {
@@ -349,9 +376,14 @@ std::vector<double> measure_gemm(const GemmTactic& t, const GemmConfig& dflt,
     gemm::GemmParams q = p;
     q.out = reinterpret_cast<void*>(out.ptr);
     q.out_stride = p.n;
+    // The scratch is compact and 256-byte aligned: where the call's out takes the TMA-store
+    // epilogue (target.tma_store_ok: n * 2 bytes a multiple of 16), so does it.
+    RowMatrix scratch = y;
+    scratch.data = q.out;
+    scratch.row_stride = p.n;
     KJIT_CU_CHECK(cuda::driver().cuStreamSynchronize(stream));
     return tune::time_on_gpu(
-        x.device, [&](CUstream s) { launch_gemm(fn, cfg, t.split, x, w, q, s); }, timing);
+        x.device, [&](CUstream s) { launch_gemm(fn, cfg, t.split, x, w, scratch, q, s); }, timing);
   } catch (const Error& e) {
     util::log("gemm: tactic {} not timed: {}", t.name(), e.what());
     return {};
@@ -465,7 +497,7 @@ gemm::GemmParams gemm_params(const GemmOperands& g, float alpha, float beta) {
 }
 
 cuda::LaunchConfig gemm_launch_config(GemmPath path, int bn, int stages, int64_t m, int64_t n,
-                                      void* stream, int persistent_sms) {
+                                      void* stream, int persistent_sms, bool tma_out) {
   cuda::LaunchConfig lc;
   lc.stream = static_cast<CUstream>(stream);
   if (path == GemmPath::kSm90) {
@@ -475,7 +507,7 @@ cuda::LaunchConfig gemm_launch_config(GemmPath path, int bn, int stages, int64_t
     lc.grid_x = static_cast<unsigned>(persistent_sms > 0 ? std::min<int64_t>(tiles, persistent_sms)
                                                          : tiles);
     lc.block_x = gemm::kGemmSm90Threads;
-    lc.smem_bytes = static_cast<unsigned>(gemm::gemm_sm90_smem_bytes(bn, stages));
+    lc.smem_bytes = static_cast<unsigned>(gemm::gemm_sm90_smem_bytes(bn, stages, tma_out));
   } else if (path == GemmPath::kMmaSm80) {
     lc.grid_x = static_cast<unsigned>(ceil_div(n, bn) * ceil_div(m, gemm::kGemmMmaBlockM));
     lc.block_x = gemm::kGemmMmaThreads;
@@ -516,8 +548,9 @@ void gemm(const DLTensor* a, const DLTensor* b, const DLTensor* bias, DLTensor* 
   select_gemm(x.dtype, y.dtype, m, n, k, GemmTarget{});
   if (trace::enabled()) trace::gemm(x.dtype, y.dtype, m, n, k, bias != nullptr);
 
-  const GemmTarget target = gemm_target(x.device, k > 0 && tma_describable(x) && tma_describable(w),
-                                        cp_async_ready(x) && cp_async_ready(w));
+  GemmTarget target = gemm_target(x.device, k > 0 && tma_describable(x) && tma_describable(w),
+                                  cp_async_ready(x) && cp_async_ready(w));
+  target.tma_store_ok = tma_store_ok(y, beta);
   const GemmConfig dflt = select_gemm(x.dtype, y.dtype, m, n, k, target);
   gemm::GemmParams p = gemm_params(g, alpha, beta);
   p.bias = bias != nullptr ? bv.data : nullptr;
@@ -526,7 +559,7 @@ void gemm(const DLTensor* a, const DLTensor* b, const DLTensor* bias, DLTensor* 
   const GemmCall call{x.dtype, y.dtype, m, n, k, bias != nullptr, beta != 0.0f, x.device, target};
   const GemmTactic t = call_tactic(call, dflt, tuning, x, w, y, p, cs);
   const GemmConfig cfg = gemm_config_of(t, x.dtype, y.dtype, target);
-  launch_gemm(gemm_kernel(cfg, x.device).functions.at(0), cfg, t.split, x, w, p, cs,
+  launch_gemm(gemm_kernel(cfg, x.device).functions.at(0), cfg, t.split, x, w, y, p, cs,
               tuning.weights_early);
 }
 

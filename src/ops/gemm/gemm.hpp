@@ -32,7 +32,8 @@ const char* gemm_path_name(GemmPath p);  // "sm90", "simt", "decode", "sm80"
 // kernels' tile width and pipeline depth, tokens and stages the decode kernel's token tile and
 // depth (0 where unused). persistent (sm90 only): 1 for gemm_sm90_persistent_kernel, a grid of
 // min(tiles, SMs) blocks that loop over the tiles (in the URI only when 1, so the one-tile
-// kernel's URIs are unchanged).
+// kernel's URIs are unchanged). tma_out (sm90 only, likewise): 1 for the TMA-store epilogue
+// (gemm_tma_out).
 struct GemmConfig {
   GemmPath path = GemmPath::kSimt;
   DType dtype = DType::kBF16;      // a, b and bias
@@ -41,6 +42,7 @@ struct GemmConfig {
   int stages = 0;
   int tokens = 0;
   int persistent = 0;
+  int tma_out = 0;
 };
 
 // What select_gemm needs to know about a call besides dtypes and sizes.
@@ -52,7 +54,24 @@ struct GemmTarget {
   // a and b: 16-byte-aligned bases and row strides (cp_async_ready), what the mma_sm80 path needs
   // (k need not be a multiple of 8); true wherever tma_ok is.
   bool cp_async_ok = false;
+  // out can take the sm90 tiles' TMA-store epilogue where its dtype is 16-bit (tma_store_ok).
+  bool tma_store_ok = false;
 };
+
+// Whether a call's out can be stored by TMA from the sm90 tiles' epilogue: TMA can describe it
+// (tma_describable) and beta is 0 (the staged epilogue never reads the old out). The out dtype is
+// gemm_tma_out's to check.
+bool tma_store_ok(const RowMatrix& out, float beta);
+
+// Whether the sm90 tile kernel bn wide with `stages` stages takes the TMA-store epilogue for an out
+// of `out_dtype` on `target`: target.tma_store_ok, a 16-bit out (stmatrix's element), and its 32 KB
+// of staging fit beside the ring.
+bool gemm_tma_out(const GemmTarget& target, DType out_dtype, int bn, int stages);
+
+// The sm90 tile's default depth on `target` for an out of `out_dtype`: sm90_default_stages(bn), one
+// stage fewer where the TMA-store epilogue's staging would not fit beside those (the fp8 192-wide
+// tile: 4 stages of 40 KB, which ran as fast as 5 on an H100, session 24's sweep).
+int sm90_stages_for(const GemmTarget& target, DType out_dtype, int bn);
 
 // Choices the bench and the tests override; the defaults are kjit_gemm's.
 struct GemmTuning {
@@ -189,9 +208,12 @@ GemmOperands gemm_operands(const DLTensor* a, const DLTensor* b, DLTensor* out);
 gemm::GemmParams gemm_params(const GemmOperands& g, float alpha, float beta);
 // The launch of the sm90 or mma_sm80 kernels (bn, stages) or the fallback for an m x n out on
 // `stream`. persistent_sms > 0 (the sm90 persistent kernels): min(tiles, persistent_sms) blocks
-// instead of one per tile.
+// instead of one per tile; tma_out: the sm90 kernel's TMA-store epilogue (its staging).
 cuda::LaunchConfig gemm_launch_config(GemmPath path, int bn, int stages, int64_t m, int64_t n,
-                                      void* stream, int persistent_sms = 0);
+                                      void* stream, int persistent_sms = 0, bool tma_out = false);
+// The TMA-store epilogue's tensor map of out (16-bit): boxes of kGemmOutSlab columns x 64 rows,
+// 128-byte swizzle.
+gemm::TensorMapBytes out_tensor_map(const RowMatrix& out);
 
 // out[..., n] = alpha * a[..., k] . b[n, k]^T + beta * out + bias[n] (bias may be null). a and
 // out may have leading dims (collapsed into m rows) and row strides; b and bias are compact.

@@ -22,6 +22,16 @@ using namespace def;
 // decode path's default depth where no device is at hand (--set, the catalog).
 using cuda::kHopperSmemOptin;
 
+// A compute capability 9.0 device whose call takes the TMA-store epilogue (tma_store_ok): the
+// target make_spec checks a tma_out spec's shared memory against.
+GemmTarget hopper_store_target() {
+  GemmTarget t;
+  t.cc_major = 9;
+  t.max_smem_optin = kHopperSmemOptin;
+  t.tma_ok = t.cp_async_ok = t.tma_store_ok = true;
+  return t;
+}
+
 std::string gemm_name(DType dtype, DType out_dtype, int64_t n, int64_t k, bool bias) {
   return fmt::format("gemm_n{}_k{}{}{}{}", n, k, dtype_suffix(dtype),
                      out_dtype == dtype ? "" : std::string("_out_") + dtype_name(out_dtype),
@@ -75,7 +85,12 @@ OpDef gemm_op_def() {
              {"0", "1"},
              false,
              "sm90: 1 = persistent blocks (min(tiles, SMs) blocks looping over the tiles; the "
-             "sm90_*_p tactics), default 0"}};
+             "sm90_*_p tactics), default 0"},
+            {"tma_out",
+             {"0", "1"},
+             false,
+             "sm90: 1 = the TMA-store epilogue (a bf16 / fp16 out staged in shared memory; "
+             "kjit_gemm's choice for a TMA-ready out with beta 0), default 0"}};
   d.arch_families = {"sm_80+", "sm_90a"};
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
@@ -95,6 +110,10 @@ OpDef gemm_op_def() {
       fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm: persistent is an sm90 setting");
     }
     c.persistent = persistent ? 1 : 0;
+    const bool tma_out = args.count("tma_out") != 0 && args.at("tma_out") == "1";
+    if (tma_out && c.path != GemmPath::kSm90) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm: tma_out is an sm90 setting");
+    }
     if (c.path == GemmPath::kSimt) {
       if (has_bn || has_stages || has_tokens) {
         fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm: bn, tokens and stages are sm90 settings");
@@ -119,6 +138,14 @@ OpDef gemm_op_def() {
     }
     if (c.bn == 64) fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm: sm90's bn is 128 or 256");
     c.stages = args.count("stages") != 0 ? std::stoi(args.at("stages")) : sm90_default_stages(c.bn);
+    if (tma_out) {
+      if (!gemm_tma_out(hopper_store_target(), c.out_dtype, c.bn, c.stages)) {
+        fail(KJIT_ERROR_INVALID_ARGUMENT,
+             "gemm: tma_out takes a bf16 / fp16 out and stages whose ring leaves the epilogue's "
+             "32 KB of shared memory free");
+      }
+      c.tma_out = 1;
+    }
     return gemm_spec(c);
   };
   d.catalog = [] {
@@ -141,6 +168,20 @@ OpDef gemm_op_def() {
                          {"out_dtype", od},
                          {"bn", bn},
                          {"persistent", "1"}});
+        }
+        // With a 16-bit out, what kjit_gemm runs for a TMA-ready out and beta 0: every one of
+        // the four with the TMA-store epilogue.
+        if (od != std::string("fp32")) {
+          for (const char* bn : {"128", "256"}) {
+            for (const char* pers : {"0", "1"}) {
+              out.push_back({{"path", "sm90"},
+                             {"dtype", dt},
+                             {"out_dtype", od},
+                             {"bn", bn},
+                             {"persistent", pers},
+                             {"tma_out", "1"}});
+            }
+          }
         }
         out.push_back({{"path", "simt"}, {"dtype", dt}, {"out_dtype", od}});
       }
@@ -175,6 +216,7 @@ OpDef gemm_op_def() {
     hopper.max_smem_optin = kHopperSmemOptin;
     hopper.tma_ok = true;
     hopper.cp_async_ok = true;
+    hopper.tma_store_ok = true;  // kjit_gemm's own checks at the call (out's alignment, beta)
     GemmTarget ampere = hopper;
     ampere.cc_major = 8;
     for (int64_t m : ms) {
@@ -187,6 +229,8 @@ OpDef gemm_op_def() {
           if (c.path == GemmPath::kSm90 || c.path == GemmPath::kMmaSm80) {
             a["bn"] = std::to_string(c.bn);
           }
+          if (c.persistent != 0) a["persistent"] = "1";
+          if (c.tma_out != 0) a["tma_out"] = "1";
           if (c.path == GemmPath::kSm90Decode) a["tokens"] = std::to_string(c.tokens);
           if (c.path != GemmPath::kSimt) a["stages"] = std::to_string(c.stages);
           out.push_back(std::move(a));

@@ -165,7 +165,8 @@ GemmFp8Config select_gemm_fp8(DType out_dtype, Fp8Scales scales, int64_t m, int6
     c.path = GemmPath::kSm90;
     const int wide = gemm_fp8_wide_tile(target, scales, m, n, k);
     c.bn = wide != 0 ? wide : bn;
-    c.stages = sm90_default_stages(c.bn);
+    c.stages = sm90_stages_for(target, out_dtype, c.bn);
+    c.tma_out = gemm_tma_out(target, out_dtype, c.bn, c.stages) ? 1 : 0;
     return c;
   }
   // The mma.sync kernel's one width and depth (its chunk sums double the accumulators).
@@ -214,9 +215,10 @@ jit::Spec gemm_fp8_spec(const GemmFp8Config& c) {
   b.value("bn", c.bn).value("stages", c.stages);
   b.flag("block", c.scales == Fp8Scales::kBlock);
   b.flag("persistent", c.persistent != 0, /*omit_false=*/true);
+  b.flag("tma_out", c.tma_out != 0, /*omit_false=*/true);
   b.entry(c.persistent != 0 ? "kjit::gemm::gemm_fp8_sm90_persistent_kernel"
                             : "kjit::gemm::gemm_fp8_sm90_kernel",
-          {"out_dtype", "bn", "stages", "block"});
+          {"out_dtype", "bn", "stages", "block", "tma_out"});
   return b.build();
 }
 
@@ -239,6 +241,7 @@ GemmFp8Config gemm_fp8_forced_config(const std::string& tactic, const GemmFp8Con
   c.stages = t->stages;
   c.tokens = 0;
   c.persistent = t->persistent ? 1 : 0;
+  c.tma_out = gemm_tma_out(target, c.out_dtype, c.bn, c.stages) ? 1 : 0;
   return c;
 }
 
@@ -273,9 +276,10 @@ void gemm_fp8(const DLTensor* a, const DLTensor* b, const DLTensor* scale_a,
                     g.n, g.k);
   }
 
-  const GemmTarget target =
+  GemmTarget target =
       gemm_target(g.a.device, g.k > 0 && tma_describable(g.a) && tma_describable(g.b),
                   cp_async_ready(g.a) && cp_async_ready(g.b));
+  target.tma_store_ok = tma_store_ok(g.out, beta);
   const GemmFp8Config selected = select_gemm_fp8(g.out.dtype, l.scales, m, g.n, g.k, target);
   const GemmFp8Config cfg =
       tuning.tactic.empty() ? selected
@@ -310,10 +314,11 @@ void gemm_fp8(const DLTensor* a, const DLTensor* b, const DLTensor* scale_a,
   }
   const int sms = cfg.persistent != 0 ? cuda::device_info(g.a.device).sm_count : 0;
   const cuda::LaunchConfig lc =
-      gemm_launch_config(cfg.path, cfg.bn, cfg.stages, m, g.n, stream, sms);
+      gemm_launch_config(cfg.path, cfg.bn, cfg.stages, m, g.n, stream, sms, cfg.tma_out != 0);
   if (cfg.path == GemmPath::kSm90) {
     p.g.tma_a = tensor_map(as_pairs(g.a), gemm::kGemmBlockM);
     p.g.tma_b = tensor_map(as_pairs(g.b), static_cast<uint32_t>(cfg.bn));
+    if (cfg.tma_out != 0) p.g.tma_out = out_tensor_map(g.out);
   }
   cuda::launch(fn, lc, &p);
 }

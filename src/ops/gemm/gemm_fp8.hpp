@@ -33,6 +33,7 @@ struct GemmFp8Config {
   int stages = 0;
   int tokens = 0;
   int persistent = 0;
+  int tma_out = 0;  // sm90: the TMA-store epilogue (gemm_tma_out), as GemmConfig's
 };
 
 // Choices the bench and the tests override (kjit_gemm_fp8 has no autotuner yet).

@@ -100,7 +100,13 @@ OpDef gemm_fp8_op_def() {
        {"0", "1"},
        false,
        "sm90: 1 = persistent blocks (min(tiles, SMs) blocks looping over the tiles; the forced "
-       "tactic sm90_bn128_s6_p), default 0"}};
+       "tactic sm90_bn128_s6_p), default 0"},
+      {"tma_out",
+       {"0", "1"},
+       false,
+       "sm90: 1 = the TMA-store epilogue (a bf16 / fp16 out staged in shared memory; "
+       "kjit_gemm_fp8's choice for a TMA-ready out with beta 0; default stages then 4 at "
+       "bn=192), default 0"}};
   d.arch_families = {"sm_80+", "sm_89+", "sm_90a"};
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
@@ -115,6 +121,10 @@ OpDef gemm_fp8_op_def() {
     const bool persistent = args.count("persistent") != 0 && args.at("persistent") == "1";
     if (persistent && c.path != GemmPath::kSm90) {
       fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm_fp8: persistent is an sm90 setting");
+    }
+    const bool tma_out = args.count("tma_out") != 0 && args.at("tma_out") == "1";
+    if (tma_out && c.path != GemmPath::kSm90) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm_fp8: tma_out is an sm90 setting");
     }
     if (args.count("bn") != 0 && c.path != GemmPath::kSm90) {
       fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm_fp8: bn is an sm90 setting");
@@ -149,8 +159,21 @@ OpDef gemm_fp8_op_def() {
     if (!gemm_fp8_sm90_width_ok(c.bn, c.scales)) {
       fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm_fp8: bn=192 takes tensor_row scales only");
     }
-    c.stages = args.count("stages") != 0 ? std::stoi(args.at("stages")) : sm90_default_stages(c.bn);
+    GemmTarget hopper;  // what kjit_gemm_fp8 sees for a TMA-ready out with beta 0
+    hopper.cc_major = 9;
+    hopper.max_smem_optin = cuda::kHopperSmemOptin;
+    hopper.tma_ok = hopper.cp_async_ok = hopper.tma_store_ok = tma_out;
+    c.stages = args.count("stages") != 0 ? std::stoi(args.at("stages"))
+                                         : sm90_stages_for(hopper, c.out_dtype, c.bn);
     c.persistent = persistent ? 1 : 0;
+    if (tma_out) {
+      if (!gemm_tma_out(hopper, c.out_dtype, c.bn, c.stages)) {
+        fail(KJIT_ERROR_INVALID_ARGUMENT,
+             "gemm_fp8: tma_out takes a bf16 / fp16 out and stages whose ring leaves the "
+             "epilogue's 32 KB of shared memory free");
+      }
+      c.tma_out = 1;
+    }
     return gemm_fp8_spec(c);
   };
   d.catalog = [] {
@@ -185,6 +208,25 @@ OpDef gemm_fp8_op_def() {
         out.push_back(wide);
       }
     }
+    // With a bf16 out, what kjit_gemm_fp8 runs for a TMA-ready out and beta 0: the tiles above
+    // (the 192-wide one at its 4 stages) with the TMA-store epilogue.
+    for (const char* pers : {"0", "1"}) {
+      for (const char* sc : {"tensor_row", "block"}) {
+        for (const char* bn : {"128", "256"}) {
+          out.push_back({{"path", "sm90"},
+                         {"out_dtype", "bf16"},
+                         {"scales", sc},
+                         {"bn", bn},
+                         {"persistent", pers},
+                         {"tma_out", "1"}});
+        }
+      }
+      out.push_back({{"path", "sm90"},
+                     {"out_dtype", "bf16"},
+                     {"bn", "192"},
+                     {"persistent", pers},
+                     {"tma_out", "1"}});
+    }
     for (const char* od : {"bf16", "fp32"}) out.push_back({{"path", "sm80"}, {"out_dtype", od}});
     // The decode path's every token tile in both scale forms.
     for (const char* od : {"bf16", "fp32"}) {
@@ -207,6 +249,11 @@ OpDef gemm_fp8_op_def() {
     if (def.axis("k_blocks") != nullptr) sm90["scales"] = "block";
     std::vector<SetArgs> out = {
         {{"path", "simt"}, {"out_dtype", od}}, sm90, {{"path", "sm80"}, {"out_dtype", od}}};
+    if (od != "fp32") {  // a TMA-ready out with beta 0 takes the TMA-store epilogue
+      SetArgs staged = sm90;
+      staged["tma_out"] = "1";
+      out.push_back(std::move(staged));
+    }
     // The decode path's token tiles for the call's m (any: every one), at make_spec's depth.
     std::vector<int> tiles = {16, 32, 64, 128};
     if (auto m = var_axis(axes, "m")) {

@@ -105,6 +105,9 @@ GemmConfig gemm_config_of(const GemmTactic& t, DType dtype, DType out_dtype,
     c.bn = t.bn;
     c.stages = t.stages;
     c.persistent = t.persistent ? 1 : 0;
+    if (t.path == GemmPath::kSm90) {
+      c.tma_out = gemm_tma_out(target, out_dtype, t.bn, t.stages) ? 1 : 0;
+    }
   } else if (t.path == GemmPath::kSm90Decode) {
     c.tokens = t.tokens;
     c.stages = gemm_decode_stages(t.tokens, target.max_smem_optin);
@@ -198,6 +201,7 @@ std::vector<jit::Spec> gemm_tactic_specs(const std::string& bucket, const std::s
   target.max_smem_optin = (arch_smem_per_sm_kb(arch) - 1) * 1024;
   target.tma_ok = true;
   target.cp_async_ok = true;
+  target.tma_store_ok = !flag("beta");  // kjit_gemm's outs are mostly TMA-ready
   if (!gemm_tactic_valid(*t, m, n, k, target)) return {};
   return {gemm_spec(gemm_config_of(*t, dtype, out, target))};
 }
@@ -252,7 +256,7 @@ struct ChoiceKey {
   int32_t path, bn, stages, tokens;  // the default's kernel
   int32_t mode;                      // the call's own, -1: the process's
   int32_t timing;                    // graph * 2 + cold
-  int32_t flags;                     // tma_ok, bias, beta, cp_async_ok, the default persistent
+  int32_t flags;  // tma_ok, bias, beta, cp_async_ok, the default persistent, tma_store_ok
   int64_t m_bucket, n, k;
 };
 static_assert(std::has_unique_object_representations_v<ChoiceKey>, "hashed as bytes");
@@ -282,7 +286,8 @@ util::Hash128 choice_hash(const GemmCall& call, const GemmConfig& dflt,
   ck.mode = req.mode ? static_cast<int32_t>(*req.mode) : -1;
   ck.timing = (req.timing.graph ? 2 : 0) + (req.timing.cold ? 1 : 0);
   ck.flags = (call.target.tma_ok ? 1 : 0) | (call.bias ? 2 : 0) | (call.beta ? 4 : 0) |
-             (call.target.cp_async_ok ? 8 : 0) | (dflt.persistent != 0 ? 16 : 0);
+             (call.target.cp_async_ok ? 8 : 0) | (dflt.persistent != 0 ? 16 : 0) |
+             (call.target.tma_store_ok ? 32 : 0);
   ck.m_bucket = gemm_m_bucket(call.m);
   ck.n = call.n;
   ck.k = call.k;
