@@ -179,23 +179,26 @@ KJIT_DEVICE KJIT_FORCEINLINE u32 pack_pair(float x, float y) {
   return *reinterpret_cast<const u32*>(&v);  // OutPair is 4-byte aligned
 }
 
-// The TMA-store epilogue of consumer `half`: its 64 rows of the 128 x BN tile at (row0 = the
-// tile's first row, col0 = its first column) go out kGemmOutSlab columns at a time. The warpgroup
-// converts a slab's registers (alpha, then bias: beta is 0 on this path) into one of its two 8 KB
-// staging buffers with stmatrix, in the 128-byte swizzle of p.tma_out's 64 x 64 box (16-byte
+// The TMA-store epilogue's slab loop, shared by the dense tiles (write_tile_tma) and the grouped
+// ones (kernels/moe): consumer `half`'s 64 rows of an out tile COLS columns wide, whose first
+// row (of this warpgroup) and column in `out_map`'s tensor are (row0, col0), go out kGemmOutSlab
+// columns at a time. value(j, e, col) is the output of the thread's register 4j + e (n8 group j of
+// the tile: columns 8j + 2 (t % 4) + e % 2 of rows (t / 4) % 8 + 8 (e / 2) of the warp's 16,
+// common/wgmma.cuh), col its column in the tensor. The warpgroup converts a slab into one of its
+// two 8 KB staging buffers with stmatrix, in the 128-byte swizzle of out_map's 64 x 64 box (16-byte
 // chunk c of row r at chunk c ^ (r % 8); the buffers are 1024-byte aligned), and one thread stores
-// the slab by TMA, which leaves out rows >= m and columns >= n, while the warpgroup fills the other
-// buffer. Slabs wholly past n or m are skipped. `staging`: the block's kGemmOutStagingBytes (2 x 2
+// the slab by TMA, which leaves out rows and columns outside the tensor, while the warpgroup fills
+// the other buffer. Slabs whose columns start at or past `cols` (from col0) are skipped, all of
+// them where rows <= 0 (rows left from row0). `staging`: the block's kGemmOutStagingBytes (2 x 2
 // buffers); drain: wait until the stores have read their buffers before returning (a block's last
 // tile; the next tile's epilogue waits for them anyway, after its MMAs, when they are long done).
-// acc's register 4j + q: columns 8j + 2 (t % 4) + (q % 2) of rows (t / 4) % 8 + 8 (q / 2) of the
-// warp's 16 (common/wgmma.cuh), so a 16 x 16 block's four m8n8 matrices are registers 4j .. 4j+3
-// and 4j+4 .. 4j+7 paired: (rows 0-7, cols 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15).
-template <typename IN, typename OUT, int BN>
-KJIT_DEVICE KJIT_FORCEINLINE void write_tile_tma(const GemmParams& p, int half, i64 row0, i64 col0,
-                                                 const float (&acc)[BN / 2], unsigned char* staging,
-                                                 bool drain) {
-  static_assert(BN % kGemmOutSlab == 0, "a tile is whole slabs");
+// So a 16 x 16 block's four m8n8 matrices are the registers of groups j and j + 1 paired: (rows
+// 0-7, cols 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15).
+template <typename OUT, int COLS, typename Value>
+KJIT_DEVICE KJIT_FORCEINLINE void store_tile_tma(const TensorMapBytes& out_map, int half, i64 row0,
+                                                 i64 col0, i64 rows, i64 cols,
+                                                 unsigned char* staging, bool drain, Value value) {
+  static_assert(COLS % kGemmOutSlab == 0, "a tile is whole slabs");
   const int t = static_cast<int>(threadIdx.x % 128);
   const int lane = t % 32;
   const bool leader = t == 0;
@@ -209,10 +212,9 @@ KJIT_DEVICE KJIT_FORCEINLINE void write_tile_tma(const GemmParams& p, int half, 
   // The previous tile's stores (a persistent block) must have read both buffers.
   if (leader) hopper::bulk_wait_group_read<0>();
   hopper::named_barrier_sync(bar, 128);
-  const bool rows_in = row0 + half * 64 < p.m;  // else every row is past m: nothing to store
 #pragma unroll
-  for (int sl = 0; sl < BN / kGemmOutSlab; ++sl) {
-    if (!rows_in || col0 + sl * kGemmOutSlab >= p.n) break;
+  for (int sl = 0; sl < COLS / kGemmOutSlab; ++sl) {
+    if (rows <= 0 || sl * kGemmOutSlab >= cols) break;
     const u32 buf = base + (sl % 2) * kGemmOutSlabBytes;
     if (sl >= 2) {
       // The store of slab sl - 2 (this buffer's last) has read it.
@@ -225,14 +227,8 @@ KJIT_DEVICE KJIT_FORCEINLINE void write_tile_tma(const GemmParams& p, int half, 
       float v[8];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const i64 col = cfrag + 8 * (j + h);
-        const float b0 = col < p.n ? bias_at<IN>(p, col) : 0.0f;
-        const float b1 = col + 1 < p.n ? bias_at<IN>(p, col + 1) : 0.0f;
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          v[4 * h + 2 * r] = fmaf(p.alpha, acc[4 * (j + h) + 2 * r], b0);
-          v[4 * h + 2 * r + 1] = fmaf(p.alpha, acc[4 * (j + h) + 2 * r + 1], b1);
-        }
+        for (int e = 0; e < 4; ++e) v[4 * h + e] = value(j + h, e, cfrag + 8 * (j + h) + e % 2);
       }
       const u32 chunk = static_cast<u32>((2 * c + q / 2) ^ phase);
       hopper::stmatrix_x4(buf + row_off + chunk * 16, pack_pair<OUT>(v[0], v[1]),
@@ -243,13 +239,26 @@ KJIT_DEVICE KJIT_FORCEINLINE void write_tile_tma(const GemmParams& p, int half, 
     hopper::fence_proxy_async_smem();
     hopper::named_barrier_sync(bar, 128);
     if (leader) {
-      hopper::tma_store_2d(&p.tma_out, staging + (half * 2 + sl % 2) * kGemmOutSlabBytes,
-                           static_cast<int>(col0 + sl * kGemmOutSlab),
-                           static_cast<int>(row0 + half * 64));
+      hopper::tma_store_2d(&out_map, staging + (half * 2 + sl % 2) * kGemmOutSlabBytes,
+                           static_cast<int>(col0 + sl * kGemmOutSlab), static_cast<int>(row0));
       hopper::bulk_commit_group();
     }
   }
   if (drain && leader) hopper::bulk_wait_group_read<0>();
+}
+
+// The dense tiles' TMA-store epilogue (a 16-bit out, p.tma_out set, beta 0): consumer `half`'s
+// rows of the 128 x BN tile at (row0 = the tile's first row, col0 = its first column), alpha
+// times the sum plus the bias, through store_tile_tma.
+template <typename IN, typename OUT, int BN>
+KJIT_DEVICE KJIT_FORCEINLINE void write_tile_tma(const GemmParams& p, int half, i64 row0, i64 col0,
+                                                 const float (&acc)[BN / 2], unsigned char* staging,
+                                                 bool drain) {
+  store_tile_tma<OUT, BN>(p.tma_out, half, row0 + half * 64, col0, p.m - row0 - half * 64,
+                          p.n - col0, staging, drain, [&](int j, int e, i64 col) {
+                            const float bias = col < p.n ? bias_at<IN>(p, col) : 0.0f;
+                            return fmaf(p.alpha, acc[4 * j + e], bias);
+                          });
 }
 
 // The epilogue of consumer `half` for tile (m_tile, n_tile): write_tile_tma when TMA_OUT (into

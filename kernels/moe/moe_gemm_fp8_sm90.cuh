@@ -59,12 +59,14 @@ KJIT_DEVICE KJIT_FORCEINLINE TileBlockScales<BN, SWIGLU> tile_block_scales(
   return {v, gemm::fragment_row0(0, half), lo, SWIGLU ? lo + v.g.n / 2 : lo + BN / 2};
 }
 
-template <typename OUT, int BN, int STAGES, bool SWIGLU>
+// TMA_OUT: as moe_gemm_sm90_kernel's.
+template <typename OUT, int BN, int STAGES, bool SWIGLU, bool TMA_OUT = false>
 __global__ void __launch_bounds__(gemm::kGemmSm90Threads, 1)
     moe_gemm_fp8_sm90_kernel(const __grid_constant__ MoeGemmFp8Params p) {
   using namespace gemm;
   extern __shared__ unsigned char smem_raw[];
-  const Ring r = ring_in<STAGES>(smem_raw, (kGemmBlockM + BN) * kFp8ChunkK);
+  const Ring r = ring_in<STAGES>(smem_raw, (kGemmBlockM + BN) * kFp8ChunkK,
+                                 TMA_OUT ? kGemmOutStagingBytes : 0);
   const int k_blocks = static_cast<int>((p.grouped.g.k + kFp8ChunkK - 1) / kFp8ChunkK);
   int m_tile, n_tile;
   band_tile(static_cast<int>(blockIdx.x), p.grouped.tiles_m, p.grouped.tiles_n, m_tile, n_tile);
@@ -86,7 +88,8 @@ __global__ void __launch_bounds__(gemm::kGemmSm90Threads, 1)
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
     consume_fp8_chunks<BN, STAGES>(r.tiles, r.full, r.empty, k_blocks, half, acc,
                                    tile_block_scales<BN, SWIGLU>(v, half, n_tile));
-    write_expert_tile<__nv_bfloat16, OUT, BN, SWIGLU>(v.g, half, n_tile, acc);
+    write_group_tile<__nv_bfloat16, OUT, BN, SWIGLU, TMA_OUT>(p.grouped.g, v.g, t, half, n_tile,
+                                                              acc, r.extra, true);
   }
 }
 

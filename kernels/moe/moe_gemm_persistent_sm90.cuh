@@ -105,13 +105,16 @@ KJIT_DEVICE KJIT_FORCEINLINE void consume_items(const gemm::Ring& r, const ItemR
   }
 }
 
-template <typename IN, typename OUT, int BN, int STAGES, bool SWIGLU>
+// TMA_OUT: the TMA-store epilogue on the items it can serve (write_group_tile), the stores
+// drained once, at the block's end.
+template <typename IN, typename OUT, int BN, int STAGES, bool SWIGLU, bool TMA_OUT = false>
 __global__ void __launch_bounds__(gemm::kGemmSm90Threads, 1)
     moe_gemm_sm90_persistent_kernel(const __grid_constant__ MoeGemmParams p) {
   using namespace gemm;
   extern __shared__ unsigned char smem_raw[];
   __shared__ ItemRecord records[STAGES];
-  const Ring r = ring_in<STAGES>(smem_raw, (kGemmBlockM + BN) * kGemmBlockK * sizeof(IN));
+  const Ring r = ring_in<STAGES>(smem_raw, (kGemmBlockM + BN) * kGemmBlockK * sizeof(IN),
+                                 TMA_OUT ? kGemmOutStagingBytes : 0);
   const int k_blocks = static_cast<int>((p.g.k + kGemmBlockK - 1) / kGemmBlockK);
   init_ring<STAGES>(r.full, r.empty);
   __syncthreads();
@@ -129,19 +132,22 @@ __global__ void __launch_bounds__(gemm::kGemmSm90Threads, 1)
 #pragma unroll
       for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
       consume<IN, BN, STAGES>(r.tiles, r.full, r.empty, k_blocks, wg - 1, acc, it0, true);
-      write_expert_tile<IN, OUT, BN, SWIGLU>(expert_view(p, rec.t, sizeof(IN), sizeof(OUT)), wg - 1,
-                                             rec.n_tile, acc);
+      write_group_tile<IN, OUT, BN, SWIGLU, TMA_OUT>(
+          p.g, expert_view(p, rec.t, sizeof(IN), sizeof(OUT)), rec.t, wg - 1, rec.n_tile, acc,
+          r.extra, false);
     });
+    drain_tma_stores<TMA_OUT>();
   }
 }
 
-template <typename OUT, int BN, int STAGES, bool SWIGLU>
+template <typename OUT, int BN, int STAGES, bool SWIGLU, bool TMA_OUT = false>
 __global__ void __launch_bounds__(gemm::kGemmSm90Threads, 1)
     moe_gemm_fp8_sm90_persistent_kernel(const __grid_constant__ MoeGemmFp8Params p) {
   using namespace gemm;
   extern __shared__ unsigned char smem_raw[];
   __shared__ ItemRecord records[STAGES];
-  const Ring r = ring_in<STAGES>(smem_raw, (kGemmBlockM + BN) * kFp8ChunkK);
+  const Ring r = ring_in<STAGES>(smem_raw, (kGemmBlockM + BN) * kFp8ChunkK,
+                                 TMA_OUT ? kGemmOutStagingBytes : 0);
   const int k_blocks = static_cast<int>((p.grouped.g.k + kFp8ChunkK - 1) / kFp8ChunkK);
   init_ring<STAGES>(r.full, r.empty);
   __syncthreads();
@@ -164,8 +170,10 @@ __global__ void __launch_bounds__(gemm::kGemmSm90Threads, 1)
       // Every chunk's stage is released once its MMAs are done, the last one too.
       consume_fp8_chunks<BN, STAGES>(r.tiles, r.full, r.empty, k_blocks, half, acc,
                                      tile_block_scales<BN, SWIGLU>(v, half, rec.n_tile), it0);
-      write_expert_tile<__nv_bfloat16, OUT, BN, SWIGLU>(v.g, half, rec.n_tile, acc);
+      write_group_tile<__nv_bfloat16, OUT, BN, SWIGLU, TMA_OUT>(p.grouped.g, v.g, rec.t, half,
+                                                                rec.n_tile, acc, r.extra, false);
     });
+    drain_tma_stores<TMA_OUT>();
   }
 }
 

@@ -94,12 +94,53 @@ KJIT_DEVICE KJIT_FORCEINLINE void write_expert_tile(const gemm::GemmParams& view
   }
 }
 
-template <typename IN, typename OUT, int BN, int STAGES, bool SWIGLU>
+// The epilogue of grouped tile t (the TMA_OUT kernels'): a tile whose 128 rows are all its
+// expert's goes through the dense tiles' TMA-store slab loop (gemm::store_tile_tma) into the
+// whole out (whole.tma_out: [rows, n], SWIGLU [rows, n / 2]); one that reaches past its expert's
+// last row takes write_expert_tile's register stores on the expert's view, since TMA clips only
+// at the tensor's edges and the rows past the expert are the next one's. The choice is the
+// block's (t is), so both warpgroups agree. drain as store_tile_tma's.
+template <typename E, typename OUT, int BN, bool SWIGLU, bool TMA_OUT>
+KJIT_DEVICE KJIT_FORCEINLINE void write_group_tile(const gemm::GemmParams& whole,
+                                                   const gemm::GemmParams& view, const GroupTile& t,
+                                                   int half, int n_tile, const float (&acc)[BN / 2],
+                                                   unsigned char* staging, bool drain) {
+  if constexpr (TMA_OUT) {
+    if (t.row_end - t.row0 >= gemm::kGemmBlockM) {
+      constexpr int kCols = SWIGLU ? BN / 2 : BN;  // the out tile's columns
+      const i64 col0 = i64(n_tile) * kCols;
+      const i64 cols = (SWIGLU ? whole.n / 2 : whole.n) - col0;
+      gemm::store_tile_tma<OUT, kCols>(whole.tma_out, half, t.row0 + half * 64, col0, 64, cols,
+                                       staging, drain, [&](int j, int e, i64) {
+                                         if constexpr (SWIGLU) {
+                                           return activation::Silu::apply(acc[4 * j + e]) *
+                                                  acc[4 * j + e + BN / 4];
+                                         } else {
+                                           return whole.alpha * acc[4 * j + e];
+                                         }
+                                       });
+      return;
+    }
+  }
+  write_expert_tile<E, OUT, BN, SWIGLU>(view, half, n_tile, acc);
+}
+
+// A persistent block's end: its TMA stores (store_tile_tma without drain) must have read their
+// staging before the block's shared memory goes.
+template <bool TMA_OUT>
+KJIT_DEVICE KJIT_FORCEINLINE void drain_tma_stores() {
+  if (TMA_OUT && threadIdx.x % 128 == 0) hopper::bulk_wait_group_read<0>();
+}
+
+// TMA_OUT: the TMA-store epilogue on the tiles it can serve (write_group_tile; a 16-bit out,
+// p.g.tma_out set), its staging between the ring and the barriers.
+template <typename IN, typename OUT, int BN, int STAGES, bool SWIGLU, bool TMA_OUT = false>
 __global__ void __launch_bounds__(gemm::kGemmSm90Threads, 1)
     moe_gemm_sm90_kernel(const __grid_constant__ MoeGemmParams p) {
   using namespace gemm;
   extern __shared__ unsigned char smem_raw[];
-  const Ring r = ring_in<STAGES>(smem_raw, (kGemmBlockM + BN) * kGemmBlockK * sizeof(IN));
+  const Ring r = ring_in<STAGES>(smem_raw, (kGemmBlockM + BN) * kGemmBlockK * sizeof(IN),
+                                 TMA_OUT ? kGemmOutStagingBytes : 0);
   const int k_blocks = static_cast<int>((p.g.k + kGemmBlockK - 1) / kGemmBlockK);
   int m_tile, n_tile;
   band_tile(static_cast<int>(blockIdx.x), p.tiles_m, p.tiles_n, m_tile, n_tile);
@@ -116,8 +157,8 @@ __global__ void __launch_bounds__(gemm::kGemmSm90Threads, 1)
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
     consume<IN, BN, STAGES>(r.tiles, r.full, r.empty, k_blocks, wg - 1, acc);
-    write_expert_tile<IN, OUT, BN, SWIGLU>(expert_view(p, t, sizeof(IN), sizeof(OUT)), wg - 1,
-                                           n_tile, acc);
+    write_group_tile<IN, OUT, BN, SWIGLU, TMA_OUT>(p.g, expert_view(p, t, sizeof(IN), sizeof(OUT)),
+                                                   t, wg - 1, n_tile, acc, r.extra, true);
   }
 }
 

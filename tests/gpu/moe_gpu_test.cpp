@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cuda/driver.hpp"
+#include "gemm_test_util.hpp"
 #include "kjit/kjit.h"
 #include "moe_test_util.hpp"
 #include "ops/moe/moe.hpp"
@@ -1342,4 +1343,63 @@ TEST_CASE("moe gpu: the persistent tile kernel replays in a CUDA graph with new 
   ops::MoeGemmTuning persistent;
   persistent.persistent = true;
   replay_masked(experts, max_rows, 1280, 64, persistent, 4, counts_of, rng);
+}
+
+TEST_CASE("moe gpu: the TMA-store epilogue on tiles of whole experts, registers on the rest",
+          "[gpu][moe][sm90a]") {
+  // A TMA-ready 16-bit out takes the tile kernels' TMA-store form (URI flag tma_out): a tile whose
+  // 128 rows are all its expert's stores through shared memory and TMA into the whole out, one
+  // that reaches past the expert's last row keeps the register epilogue (the rows after it are
+  // the next expert's, which TMA would not clip). Experts of exactly 128 rows, 2 x 128 + 17, 5,
+  // none and 3 x 128 in one call, contiguous and masked (slots of 400 rows), plain and SwiGLU,
+  // one block an item and persistent; out poisoned, every other row checked untouched.
+  std::mt19937_64 rng(std::random_device{}());
+  const std::vector<int> counts = {128, 273, 5, 0, 384};
+  for (const bool persistent : {false, true}) {
+    ops::MoeGemmTuning t;
+    if (persistent) {
+      t.persistent = true;
+    } else {
+      t.force = ops::MoeGemmForce::kTiles;
+    }
+    for (const bool masked : {false, true}) {
+      for (const char* dt : {"bf16", "fp16"}) {
+        GroupedCase c;
+        c.dtype = c.out_dtype = dt;
+        c.counts = counts;
+        c.n = 264;  // 4 slabs of the 256-wide tile's first, one of 8 columns in the second
+        c.k = 136;
+        c.masked = masked;
+        c.max_rows = 400;
+        c.spare_rows = 3;
+        c.tuning = t;
+        KernelUris seen;
+        run_grouped(c, rng);
+        REQUIRE_FALSE(seen.uris.empty());
+        CHECK(seen.uris.back().find("_tma_out_1") != std::string::npos);
+      }
+      SwigluCase w;
+      w.counts = counts;
+      w.inter = 200;  // 3 slabs of 64 and 8 columns past them
+      w.k = 136;
+      w.masked = masked;
+      w.max_rows = 400;
+      w.tuning = t;
+      KernelUris seen;
+      CHECK(run_swiglu(w, rng));
+      REQUIRE_FALSE(seen.uris.empty());
+      CHECK(seen.uris.back().find("_tma_out_1") != std::string::npos);
+    }
+  }
+  // An fp32 out keeps the register epilogue everywhere.
+  GroupedCase f;
+  f.out_dtype = "fp32";
+  f.counts = counts;
+  f.n = 264;
+  f.k = 136;
+  f.tuning.persistent = true;
+  KernelUris seen;
+  run_grouped(f, rng);
+  REQUIRE_FALSE(seen.uris.empty());
+  CHECK(seen.uris.back().find("tma_out") == std::string::npos);
 }

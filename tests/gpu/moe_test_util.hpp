@@ -11,7 +11,7 @@ namespace kjit::test {
 // Whether a call's tuning forces anything (a kernel, a split, the persistent form): such calls go
 // through the ops layer, which takes the tuning; the C entry points run the defaults.
 inline bool forced(const ops::MoeGemmTuning& t) {
-  return t.force != ops::MoeGemmForce::kNone || t.split != 0 || t.persistent;
+  return t.force != ops::MoeGemmForce::kNone || t.split != 0 || t.persistent || t.tma_out;
 }
 
 // Rows per expert for the persistent kernels' tests: `experts` experts over `rows` rows, expert

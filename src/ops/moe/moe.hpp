@@ -78,7 +78,15 @@ struct MoeGemmConfig {
   // of min(items, SMs) blocks looping over the schedule's items. Never the default yet (see
   // select_moe_gemm); MoeGemmTuning::persistent forces it.
   int persistent = 0;
+  // kSm90 only, 0 or 1: the TMA-store epilogue on the tiles whose rows are all their expert's
+  // (moe_tma_out: a 16-bit, TMA-ready out).
+  int tma_out = 0;
 };
+
+// Whether a grouped call's sm90 tile kernel bn wide with `stages` stages takes the TMA-store
+// epilogue: out (its whole [rows, n] or [rows, n / 2]) 16-bit and TMA-ready, and the 32 KB of
+// staging fit beside the ring on `target`.
+bool moe_tma_out(const RowMatrix& out, const GemmTarget& target, int bn, int stages);
 
 // The decode path's bound on one row tile's rows (the token tile holds them), from what the host
 // knows, or 0 where that path is not the choice: masked, max_rows (rows_per_expert) up to 64;
@@ -108,6 +116,11 @@ struct MoeGemmTuning {
   // tile, two 128-column halves promoted in turn, with SwiGLU I a multiple of 128), on the tile
   // path only (force kTiles at decode sizes).
   int bn = 0;
+  // The fp8 grouped GEMM's TMA-store epilogue (the bf16 / fp16 one's default where out can take
+  // it, moe_tma_out), forced on the tile path: not yet its default (its first GPU run, session 26,
+  // failed a case; docs/performance.md). A call whose out cannot take it is
+  // KJIT_ERROR_INVALID_ARGUMENT. Ignored by the bf16 / fp16 grouped GEMM.
+  bool tma_out = false;
 };
 
 // MoeGemmConfig::persistent (MoeGemmFp8Config's too) of a call: 1 when the tuning asks for it, or
@@ -176,7 +189,8 @@ struct MoeGemmFp8Config {
   int tokens = 0;  // 0: the 128-row tile kernel; else the decode kernel's token tile (16 .. 64)
   // The tile kernel only, 0 or 1: moe_gemm_fp8_sm90_persistent_kernel (as MoeGemmConfig's).
   int persistent = 0;
-  int bn = 128;  // the tile kernel's width: 128, or 256 (moe_wide_tile, or MoeGemmTuning::bn)
+  int bn = 128;     // the tile kernel's width: 128, or 256 (moe_wide_tile, or MoeGemmTuning::bn)
+  int tma_out = 0;  // the tile kernel only: as MoeGemmConfig's
 };
 
 // Applies MoeGemmTuning::bn to a selected fp8 config of n columns (b's rows; 2 I with SwiGLU):

@@ -294,6 +294,41 @@ OpDef moe_finalize_op_def() {
   return d;
 }
 
+namespace {
+
+// A grouped GEMM spec's tma_out setting ("1": the TMA-store epilogue), checked against the tile
+// kernel it names: a 16-bit out and stages that leave its staging room on an H100 / H200.
+bool staged_out(const char* op, const SetArgs& args, DType out_dtype, int bn, int stages) {
+  if (args.count("tma_out") == 0 || args.at("tma_out") != "1") return false;
+  GemmTarget hopper;
+  hopper.cc_major = 9;
+  hopper.max_smem_optin = kHopperSmemOptin;
+  hopper.tma_ok = hopper.cp_async_ok = hopper.tma_store_ok = true;
+  if (!gemm_tma_out(hopper, out_dtype, bn, stages)) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT,
+         "{}: tma_out takes a bf16 / fp16 out and stages whose ring leaves the epilogue's 32 KB "
+         "of shared memory free",
+         op);
+  }
+  return true;
+}
+
+// `sets` and, after them, each tile-kernel set (path sm90) of a 16-bit out again with tma_out:
+// the form a TMA-ready out runs (moe_tma_out).
+std::vector<SetArgs> with_staged_out(std::vector<SetArgs> sets) {
+  const size_t n = sets.size();
+  for (size_t i = 0; i < n; ++i) {
+    const SetArgs& a = sets[i];
+    if (a.at("path") != "sm90" || a.at("out_dtype") == "fp32") continue;
+    SetArgs staged = a;
+    staged["tma_out"] = "1";
+    sets.push_back(std::move(staged));
+  }
+  return sets;
+}
+
+}  // namespace
+
 OpDef moe_grouped_gemm_op_def() {
   OpDef d;
   d.name = "moe_grouped_gemm";
@@ -320,7 +355,12 @@ OpDef moe_grouped_gemm_op_def() {
              {"0", "1"},
              false,
              "sm90: 1 = persistent blocks (min(items, SMs) blocks looping over the schedule's "
-             "items; what calls on the tile path run), default 0"}};
+             "items; what calls on the tile path run), default 0"},
+            {"tma_out",
+             {"0", "1"},
+             false,
+             "sm90: 1 = the TMA-store epilogue on tiles whose rows are all their expert's (a "
+             "bf16 / fp16 out; what a TMA-ready out runs), default 0"}};
   d.arch_families = {"sm_80+", "sm_90a"};
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
@@ -341,6 +381,9 @@ OpDef moe_grouped_gemm_op_def() {
     if (c.path != GemmPath::kSm90Decode && args.count("tokens") != 0) {
       fail(KJIT_ERROR_INVALID_ARGUMENT, "moe_grouped_gemm: tokens is a decode setting");
     }
+    if (c.path != GemmPath::kSm90 && args.count("tma_out") != 0 && args.at("tma_out") == "1") {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "moe_grouped_gemm: tma_out is an sm90 setting");
+    }
     if (c.path == GemmPath::kSimt) {
       if (tiles) {
         fail(KJIT_ERROR_INVALID_ARGUMENT,
@@ -360,6 +403,7 @@ OpDef moe_grouped_gemm_op_def() {
     c.bn = args.count("bn") != 0 ? std::stoi(args.at("bn")) : 128;
     c.stages = args.count("stages") != 0 ? std::stoi(args.at("stages")) : sm90_default_stages(c.bn);
     if (c.stages > 6) fail(KJIT_ERROR_INVALID_ARGUMENT, "moe_grouped_gemm: sm90 stages are 2 .. 6");
+    c.tma_out = staged_out("moe_grouped_gemm", args, c.out_dtype, c.bn, c.stages) ? 1 : 0;
     return moe_gemm_spec(c);
   };
   d.catalog = [] {
@@ -402,7 +446,7 @@ OpDef moe_grouped_gemm_op_def() {
     for (const char* bn : {"128", "256"}) {
       out.push_back({{"path", "sm90"}, {"dtype", "bf16"}, {"out_dtype", "bf16"}, {"bn", bn}});
     }
-    return out;
+    return with_staged_out(std::move(out));
   };
   // The fallback and both tile widths of the wgmma path (the width follows the routing, a
   // run-time value), in the form the call runs (moe_gemm_persistent).
@@ -430,6 +474,7 @@ OpDef moe_grouped_gemm_op_def() {
       }
       out.push_back(std::move(a));
     }
+    out = with_staged_out(std::move(out));
     // The decode kernel's token tiles (the rows per expert pick one).
     for (const std::string& tokens : decode_tiles(def, axes)) {
       SetArgs a = types;
@@ -514,7 +559,13 @@ OpDef moe_grouped_gemm_fp8_op_def() {
              {"128", "256"},
              false,
              "the tile kernel's width: 128 (default) or 256 (4 stages: ops::moe_fp8_wide_tile's "
-             "choice from 256 rows an expert, or MoeGemmTuning::bn)"}};
+             "choice from 256 rows an expert, or MoeGemmTuning::bn)"},
+            {"tma_out",
+             {"0", "1"},
+             false,
+             "the tile kernel: 1 = the TMA-store epilogue on tiles whose rows are all their "
+             "expert's (a bf16 / fp16 out; MoeGemmTuning::tma_out forces it: not yet the "
+             "default), default 0"}};
   d.arch_families = {"sm_90a"};
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
@@ -539,6 +590,11 @@ OpDef moe_grouped_gemm_fp8_op_def() {
            "moe_grouped_gemm_fp8: persistent is the 128-row tile kernel's setting, not the "
            "decode kernel's (tokens)");
     }
+    if (c.tokens != 0 && args.count("tma_out") != 0 && args.at("tma_out") == "1") {
+      fail(KJIT_ERROR_INVALID_ARGUMENT,
+           "moe_grouped_gemm_fp8: tma_out is the tile kernel's setting, not the decode kernel's");
+    }
+    c.tma_out = staged_out("moe_grouped_gemm_fp8", args, c.out_dtype, c.bn, c.stages) ? 1 : 0;
     return moe_gemm_fp8_spec(c);
   };
   // bf16 out for the entry points (one block per item, the -items rows, and the persistent

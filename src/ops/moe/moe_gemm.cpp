@@ -120,7 +120,8 @@ moe::MoeGemmParams grouped_params(const GroupedOperands& g) {
 // > 0 (the persistent kernels): min(items, persistent_sms) blocks; the items are the same bound
 // either way, so neither grid reads the device's counts.
 void sm90_geometry(const GroupedOperands& g, RowMatrix a_tma, RowMatrix b_tma, int bn, int stages,
-                   bool swiglu, int persistent_sms, moe::MoeGemmParams& p, cuda::LaunchConfig& lc) {
+                   bool swiglu, bool tma_out, int persistent_sms, moe::MoeGemmParams& p,
+                   cuda::LaunchConfig& lc) {
   p.tiles_m = static_cast<int>(grouped_tiles_m(g, gemm::kGemmBlockM));
   // A SwiGLU block covers bn / 2 outputs: bn / 2 gate rows and as many up rows of b.
   const int b_box = swiglu ? bn / 2 : bn;
@@ -129,11 +130,12 @@ void sm90_geometry(const GroupedOperands& g, RowMatrix a_tma, RowMatrix b_tma, i
   b_tma.rows = g.experts * g.n;
   p.g.tma_a = tensor_map(a_tma, gemm::kGemmBlockM);
   p.g.tma_b = tensor_map(b_tma, static_cast<uint32_t>(b_box));
+  if (tma_out) p.g.tma_out = out_tensor_map(g.out);
   const int64_t items = int64_t{p.tiles_m} * p.tiles_n;
   lc.grid_x =
       static_cast<unsigned>(persistent_sms > 0 ? std::min<int64_t>(items, persistent_sms) : items);
   lc.block_x = gemm::kGemmSm90Threads;
-  lc.smem_bytes = static_cast<unsigned>(gemm::gemm_sm90_smem_bytes(bn, stages));
+  lc.smem_bytes = static_cast<unsigned>(gemm::gemm_sm90_smem_bytes(bn, stages, tma_out));
 }
 
 // The decode kernel's token tile and stages for decode_rows (moe_decode_rows) on `target`, or
@@ -212,6 +214,8 @@ bool run_grouped(const GroupedOperands& g, void* stream, const MoeGemmTuning& tu
   moe_gemm_width(cfg, tuning);
   cfg.swiglu = g.swiglu ? 1 : 0;
   cfg.persistent = moe_gemm_persistent(tuning, cfg.path == GemmPath::kSm90);
+  cfg.tma_out =
+      cfg.path == GemmPath::kSm90 && moe_tma_out(g.out, target, cfg.bn, cfg.stages) ? 1 : 0;
   const jit::LoadedKernel& kern = jit::JitCore::global().kernel_for(
       "moe_grouped_gemm", cfg, g.a.device, [&] { return moe_gemm_spec(cfg); });
   moe::MoeGemmParams p = grouped_params(g);
@@ -224,7 +228,7 @@ bool run_grouped(const GroupedOperands& g, void* stream, const MoeGemmTuning& tu
     return true;
   }
   if (cfg.path == GemmPath::kSm90) {
-    sm90_geometry(g, g.a, g.b, cfg.bn, cfg.stages, g.swiglu,
+    sm90_geometry(g, g.a, g.b, cfg.bn, cfg.stages, g.swiglu, cfg.tma_out != 0,
                   persistent_sms(cfg.persistent, g.a.device), p, lc);
   } else {
     p.tiles_m = static_cast<int>(grouped_tiles_m(g, gemm::kGemmSimtTile));
@@ -325,12 +329,20 @@ bool run_grouped_fp8(const GroupedOperands& g, const GroupedScales& s, void* str
     trace::moe_grouped_gemm_fp8(g.masked, g.out.dtype, g.rows, g.n, g.k, g.experts);
   }
   const bool tma_ok = g.k > 0 && tma_describable(g.a) && tma_describable(g.b);
-  MoeGemmFp8Config cfg =
-      select_moe_gemm_fp8(g.out.dtype, g.rows, g.n, g.k, g.experts, g.swiglu,
-                          gemm_target(g.a.device, tma_ok), call_decode_rows(g, tuning));
+  const GemmTarget target = gemm_target(g.a.device, tma_ok);
+  MoeGemmFp8Config cfg = select_moe_gemm_fp8(g.out.dtype, g.rows, g.n, g.k, g.experts, g.swiglu,
+                                             target, call_decode_rows(g, tuning));
   check_forced("moe_grouped_gemm_fp8", tuning, cfg.tokens != 0, cfg.tokens == 0);
   cfg.persistent = moe_gemm_persistent(tuning, cfg.tokens == 0);
   moe_gemm_fp8_width(cfg, tuning, g.n, g.swiglu);
+  if (tuning.tma_out) {
+    if (cfg.tokens != 0 || !moe_tma_out(g.out, target, cfg.bn, cfg.stages)) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT,
+           "moe_grouped_gemm_fp8: the TMA-store epilogue takes the tile path and a bf16 / fp16 "
+           "out with 16-byte aligned rows");
+    }
+    cfg.tma_out = 1;
+  }
   const jit::LoadedKernel& kern = jit::JitCore::global().kernel_for(
       "moe_grouped_gemm_fp8", cfg, g.a.device, [&] { return moe_gemm_fp8_spec(cfg); });
   moe::MoeGemmFp8Params p{};
@@ -347,7 +359,7 @@ bool run_grouped_fp8(const GroupedOperands& g, const GroupedScales& s, void* str
                       kern.functions.at(0), tuning.split, p.grouped, &p, stream);
     return true;
   }
-  sm90_geometry(g, as_pairs(g.a), as_pairs(g.b), cfg.bn, cfg.stages, g.swiglu,
+  sm90_geometry(g, as_pairs(g.a), as_pairs(g.b), cfg.bn, cfg.stages, g.swiglu, cfg.tma_out != 0,
                 persistent_sms(cfg.persistent, g.a.device), p.grouped, lc);
   cuda::launch(kern.functions.at(0), lc, &p);
   return true;
@@ -467,6 +479,12 @@ MoeGemmConfig select_moe_gemm(DType dtype, DType out_dtype, int64_t rows, int64_
   return c;
 }
 
+bool moe_tma_out(const RowMatrix& out, const GemmTarget& target, int bn, int stages) {
+  GemmTarget t = target;
+  t.tma_store_ok = tma_store_ok(out, 0.0f);  // the grouped GEMMs never read out
+  return gemm_tma_out(t, out.dtype, bn, stages);
+}
+
 jit::Spec moe_gemm_spec(const MoeGemmConfig& c) {
   const bool decode = c.path == GemmPath::kSm90Decode;
   const bool sm90 = c.path == GemmPath::kSm90 || decode;
@@ -489,9 +507,10 @@ jit::Spec moe_gemm_spec(const MoeGemmConfig& c) {
   } else if (sm90) {
     b.value("bn", c.bn).value("stages", c.stages).flag("swiglu", c.swiglu != 0, true);
     b.flag("persistent", c.persistent != 0, /*omit_false=*/true);
+    b.flag("tma_out", c.tma_out != 0, /*omit_false=*/true);
     b.entry(c.persistent != 0 ? "kjit::moe::moe_gemm_sm90_persistent_kernel"
                               : "kjit::moe::moe_gemm_sm90_kernel",
-            {"dtype", "out_dtype", "bn", "stages", "swiglu"});
+            {"dtype", "out_dtype", "bn", "stages", "swiglu", "tma_out"});
   } else {
     b.entry("kjit::moe::moe_gemm_simt_kernel", {"dtype", "out_dtype"});
   }
@@ -577,9 +596,10 @@ jit::Spec moe_gemm_fp8_spec(const MoeGemmFp8Config& c) {
   }
   b.value("bn", c.bn).value("stages", c.stages).flag("swiglu", c.swiglu != 0, true);
   b.flag("persistent", c.persistent != 0, /*omit_false=*/true);
+  b.flag("tma_out", c.tma_out != 0, /*omit_false=*/true);
   b.entry(c.persistent != 0 ? "kjit::moe::moe_gemm_fp8_sm90_persistent_kernel"
                             : "kjit::moe::moe_gemm_fp8_sm90_kernel",
-          {"out_dtype", "bn", "stages", "swiglu"});
+          {"out_dtype", "bn", "stages", "swiglu", "tma_out"});
   return b.build();
 }
 
