@@ -535,10 +535,7 @@ TEST_CASE("gemm gpu: the TMA-store epilogue at every edge, one-tile and persiste
   std::mt19937_64 rng(std::random_device{}());
   const auto run_tma = [&](Case c, bool want_tma) {
     INFO(describe(c));
-    KernelUris seen;
-    run_case(c, rng);
-    REQUIRE_FALSE(seen.uris.empty());
-    CHECK((seen.uris.back().find("_tma_out_1") != std::string::npos) == want_tma);
+    check_tma_out([&] { run_case(c, rng); }, want_tma);
   };
   int turn = 0;
   for (const char* tactic : {"sm90_bn128_s6", "sm90_bn256_s4", "sm90_bn128_s6_p", "sm90_bn256_s4_p",

@@ -31,6 +31,17 @@ struct KernelUris : kjit::jit::KernelObserver {
   void on_kernel(const kjit::jit::LoadedKernel& k) noexcept override { uris.push_back(k.uri); }
 };
 
+// Runs `call` and checks whether the last kernel it ran takes the sm90 tiles' TMA-store epilogue
+// (the URI flag tma_out), as `want` says.
+template <class Call>
+void check_tma_out(Call call, bool want) {
+  KernelUris seen;
+  call();
+  REQUIRE_FALSE(seen.uris.empty());
+  INFO(seen.uris.back());
+  CHECK((seen.uris.back().find("_tma_out_1") != std::string::npos) == want);
+}
+
 // A random e4m3 code of magnitude 2^-3 .. 2^3 (exponent field 4 .. 10), never NaN.
 inline uint8_t random_e4m3_code(std::mt19937_64& rng) {
   std::uniform_int_distribution<int> bits(0, 255), exp(4, 10);

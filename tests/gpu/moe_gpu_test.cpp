@@ -1373,10 +1373,7 @@ TEST_CASE("moe gpu: the TMA-store epilogue on tiles of whole experts, registers 
         c.max_rows = 400;
         c.spare_rows = 3;
         c.tuning = t;
-        KernelUris seen;
-        run_grouped(c, rng);
-        REQUIRE_FALSE(seen.uris.empty());
-        CHECK(seen.uris.back().find("_tma_out_1") != std::string::npos);
+        check_tma_out([&] { run_grouped(c, rng); }, true);
       }
       SwigluCase w;
       w.counts = counts;
@@ -1385,10 +1382,7 @@ TEST_CASE("moe gpu: the TMA-store epilogue on tiles of whole experts, registers 
       w.masked = masked;
       w.max_rows = 400;
       w.tuning = t;
-      KernelUris seen;
-      CHECK(run_swiglu(w, rng));
-      REQUIRE_FALSE(seen.uris.empty());
-      CHECK(seen.uris.back().find("_tma_out_1") != std::string::npos);
+      check_tma_out([&] { CHECK(run_swiglu(w, rng)); }, true);
     }
   }
   // An fp32 out keeps the register epilogue everywhere.
@@ -1398,8 +1392,5 @@ TEST_CASE("moe gpu: the TMA-store epilogue on tiles of whole experts, registers 
   f.n = 264;
   f.k = 136;
   f.tuning.persistent = true;
-  KernelUris seen;
-  run_grouped(f, rng);
-  REQUIRE_FALSE(seen.uris.empty());
-  CHECK(seen.uris.back().find("tma_out") == std::string::npos);
+  check_tma_out([&] { run_grouped(f, rng); }, false);
 }
