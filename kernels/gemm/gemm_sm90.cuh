@@ -184,16 +184,16 @@ KJIT_DEVICE KJIT_FORCEINLINE u32 pack_pair(float x, float y) {
 // row (of this warpgroup) and column in `out_map`'s tensor are (row0, col0), go out kGemmOutSlab
 // columns at a time. value(j, e, col) is the output of the thread's register 4j + e (n8 group j of
 // the tile: columns 8j + 2 (t % 4) + e % 2 of rows (t / 4) % 8 + 8 (e / 2) of the warp's 16,
-// common/wgmma.cuh), col its column in the tensor. The warpgroup converts a slab into one of its
-// two 8 KB staging buffers with stmatrix, in the 128-byte swizzle of out_map's 64 x 64 box (16-byte
-// chunk c of row r at chunk c ^ (r % 8); the buffers are 1024-byte aligned), and one thread stores
-// the slab by TMA, which leaves out rows and columns outside the tensor, while the warpgroup fills
-// the other buffer. Slabs whose columns start at or past `cols` (from col0) are skipped, all of
-// them where rows <= 0 (rows left from row0). `staging`: the block's kGemmOutStagingBytes (2 x 2
-// buffers); drain: wait until the stores have read their buffers before returning (a block's last
-// tile; the next tile's epilogue waits for them anyway, after its MMAs, when they are long done).
-// So a 16 x 16 block's four m8n8 matrices are the registers of groups j and j + 1 paired: (rows
-// 0-7, cols 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15).
+// common/wgmma.cuh), col its column in the tensor; so a 16 x 16 block's four m8n8 matrices are
+// the registers of groups j and j + 1 paired: (rows 0-7, cols 0-7), (8-15, 0-7), (0-7, 8-15),
+// (8-15, 8-15). The warpgroup converts a slab into one of its two 8 KB staging buffers with
+// stmatrix, in the 128-byte swizzle of out_map's 64 x 64 box (16-byte chunk c of row r at chunk
+// c ^ (r % 8); the buffers are 1024-byte aligned), and one thread stores the slab by TMA, which
+// leaves out rows and columns outside the tensor, while the warpgroup fills the other buffer.
+// Slabs whose columns start at or past `cols` (from col0) are skipped, all of them where rows <= 0
+// (rows left from row0). `staging`: the block's kGemmOutStagingBytes (2 x 2 buffers); drain: wait
+// until the stores have read their buffers before returning (a block's last tile; the next tile's
+// epilogue waits for them anyway, after its MMAs, when they are long done).
 template <typename OUT, int COLS, typename Value>
 KJIT_DEVICE KJIT_FORCEINLINE void store_tile_tma(const TensorMapBytes& out_map, int half, i64 row0,
                                                  i64 col0, i64 rows, i64 cols,
