@@ -246,7 +246,8 @@ void add_gemm_fp8_benches(std::vector<BenchEntry>& out) {
        "scales (tensor|row|block), m, n, k; out_dtype (bf16|fp16|fp32, default bf16), "
        "split (the decode path's K split, 1..8; default the library's), tactic (the "
        "sm90 kernel forced: sm90_bn128_s<stages>, sm90_bn128_s6_p for its persistent form, "
-       "sm90_bn192_s5[_p] (not block), sm90_bn256_s4[_p])"});
+       "sm90_bn192_s<4|5>[_p] (not block; 4 stages leave room for the TMA-store epilogue), "
+       "sm90_bn256_s4[_p])"});
   out.push_back({"quant_fp8",
                  {"dtype", "scaling", "m", "k"},
                  {},
