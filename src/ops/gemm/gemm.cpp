@@ -76,6 +76,15 @@ bool gemm_tma_out(const GemmTarget& target, DType out_dtype, int bn, int stages)
          gemm::gemm_sm90_smem_bytes(bn, stages, true) <= target.max_smem_optin;
 }
 
+GemmTarget hopper_gemm_target(bool tma_store) {
+  GemmTarget t;
+  t.cc_major = 9;
+  t.max_smem_optin = cuda::kHopperSmemOptin;
+  t.tma_ok = t.cp_async_ok = true;
+  t.tma_store_ok = tma_store;
+  return t;
+}
+
 int sm90_stages_for(const GemmTarget& target, DType out_dtype, int bn) {
   const int stages = sm90_default_stages(bn);
   return !gemm_tma_out(target, out_dtype, bn, stages) &&

@@ -68,6 +68,12 @@ bool tma_store_ok(const RowMatrix& out, float beta);
 // of staging fit beside the ring.
 bool gemm_tma_out(const GemmTarget& target, DType out_dtype, int bn, int stages);
 
+// A compute capability 9.0 device with the opt-in shared memory of every Hopper part (H100, H200),
+// operands TMA can describe and, with tma_store, an out the TMA-store epilogue can take: what the
+// specs' defaults and checks assume where no device is at hand (--set, the catalogs, the
+// precompile sets).
+GemmTarget hopper_gemm_target(bool tma_store);
+
 // The sm90 tile's default depth on `target` for an out of `out_dtype`: sm90_default_stages(bn), one
 // stage fewer where the TMA-store epilogue's staging would not fit beside those (the fp8 192-wide
 // tile: 4 stages of 40 KB, which ran as fast as 5 on an H100, session 24's sweep).

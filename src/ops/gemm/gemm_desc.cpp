@@ -22,16 +22,6 @@ using namespace def;
 // decode path's default depth where no device is at hand (--set, the catalog).
 using cuda::kHopperSmemOptin;
 
-// A compute capability 9.0 device whose call takes the TMA-store epilogue (tma_store_ok): the
-// target make_spec checks a tma_out spec's shared memory against.
-GemmTarget hopper_store_target() {
-  GemmTarget t;
-  t.cc_major = 9;
-  t.max_smem_optin = kHopperSmemOptin;
-  t.tma_ok = t.cp_async_ok = t.tma_store_ok = true;
-  return t;
-}
-
 std::string gemm_name(DType dtype, DType out_dtype, int64_t n, int64_t k, bool bias) {
   return fmt::format("gemm_n{}_k{}{}{}{}", n, k, dtype_suffix(dtype),
                      out_dtype == dtype ? "" : std::string("_out_") + dtype_name(out_dtype),
@@ -139,7 +129,7 @@ OpDef gemm_op_def() {
     if (c.bn == 64) fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm: sm90's bn is 128 or 256");
     c.stages = args.count("stages") != 0 ? std::stoi(args.at("stages")) : sm90_default_stages(c.bn);
     if (tma_out) {
-      if (!gemm_tma_out(hopper_store_target(), c.out_dtype, c.bn, c.stages)) {
+      if (!gemm_tma_out(hopper_gemm_target(true), c.out_dtype, c.bn, c.stages)) {
         fail(KJIT_ERROR_INVALID_ARGUMENT,
              "gemm: tma_out takes a bf16 / fp16 out and stages whose ring leaves the epilogue's "
              "32 KB of shared memory free");
@@ -211,12 +201,8 @@ OpDef gemm_op_def() {
     const SetArgs types = {{"dtype", dtype_name(dtype)}, {"out_dtype", dtype_name(od)}};
     std::vector<SetArgs> out = {types};
     out.back()["path"] = "simt";
-    GemmTarget hopper;
-    hopper.cc_major = 9;
-    hopper.max_smem_optin = kHopperSmemOptin;
-    hopper.tma_ok = true;
-    hopper.cp_async_ok = true;
-    hopper.tma_store_ok = true;  // kjit_gemm's own checks at the call (out's alignment, beta)
+    // The TMA-store epilogue where the call's out takes it (kjit_gemm's checks at the call).
+    GemmTarget hopper = hopper_gemm_target(true);
     GemmTarget ampere = hopper;
     ampere.cc_major = 8;
     for (int64_t m : ms) {

@@ -159,10 +159,8 @@ OpDef gemm_fp8_op_def() {
     if (!gemm_fp8_sm90_width_ok(c.bn, c.scales)) {
       fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm_fp8: bn=192 takes tensor_row scales only");
     }
-    GemmTarget hopper;  // what kjit_gemm_fp8 sees for a TMA-ready out with beta 0
-    hopper.cc_major = 9;
-    hopper.max_smem_optin = cuda::kHopperSmemOptin;
-    hopper.tma_ok = hopper.cp_async_ok = hopper.tma_store_ok = tma_out;
+    // What kjit_gemm_fp8 sees for a TMA-ready out with beta 0 (tma_out).
+    const GemmTarget hopper = hopper_gemm_target(tma_out);
     c.stages = args.count("stages") != 0 ? std::stoi(args.at("stages"))
                                          : sm90_stages_for(hopper, c.out_dtype, c.bn);
     c.persistent = persistent ? 1 : 0;

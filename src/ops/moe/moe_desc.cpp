@@ -300,11 +300,7 @@ namespace {
 // kernel it names: a 16-bit out and stages that leave its staging room on an H100 / H200.
 bool staged_out(const char* op, const SetArgs& args, DType out_dtype, int bn, int stages) {
   if (args.count("tma_out") == 0 || args.at("tma_out") != "1") return false;
-  GemmTarget hopper;
-  hopper.cc_major = 9;
-  hopper.max_smem_optin = kHopperSmemOptin;
-  hopper.tma_ok = hopper.cp_async_ok = hopper.tma_store_ok = true;
-  if (!gemm_tma_out(hopper, out_dtype, bn, stages)) {
+  if (!gemm_tma_out(hopper_gemm_target(true), out_dtype, bn, stages)) {
     fail(KJIT_ERROR_INVALID_ARGUMENT,
          "{}: tma_out takes a bf16 / fp16 out and stages whose ring leaves the epilogue's 32 KB "
          "of shared memory free",
