@@ -354,6 +354,13 @@ TEST_CASE("gemm_fp8: select takes sm90 only where TMA and wgmma can serve", "[fp
                                     ops::select_gemm_fp8(bf16, tr, 4096, 28672, 4096, staged), 4096,
                                     28672, 4096, staged)
             .tma_out == 1);
+  // sm90_stages_for: a stage fewer only where the staging would not fit beside the default ring.
+  CHECK(ops::sm90_stages_for(staged, bf16, 192) == 4);
+  CHECK(ops::sm90_stages_for(staged, bf16, 128) == 6);
+  CHECK(ops::sm90_stages_for(staged, bf16, 256) == 4);
+  CHECK(ops::sm90_stages_for(staged, DType::kF32, 192) == 5);
+  CHECK(ops::sm90_stages_for(h100(true), bf16, 192) == 5);
+  CHECK(ops::sm90_stages_for(ops::hopper_gemm_target(true), DType::kF16, 192) == 4);
   // Not where the shared memory holds 6 stages of 32 KB but not 5 of 40 KB.
   ops::GemmTarget small_smem = h100(true);
   small_smem.max_smem_optin = 200 * 1024;

@@ -221,6 +221,40 @@ TEST_CASE("moe abi: permute, finalize and grouped GEMM arguments", "[moe]") {
          KJIT_ERROR_INVALID_ARGUMENT, "counts must be int32", "kjit_moe_grouped_gemm_masked");
 }
 
+TEST_CASE("moe abi: which outs the grouped tiles store through TMA", "[moe]") {
+  // moe_tma_out: a 16-bit out TMA can describe (16-byte aligned base and rows, n a multiple of 8)
+  // and a ring that leaves the 32 KB of staging room on the device; the grouped GEMMs never read
+  // out, so no beta to ask about. No device: the address is only inspected.
+  const ops::GemmTarget h200 = ops::hopper_gemm_target(false);  // tma_store_ok is moe_tma_out's
+  ops::RowMatrix out;
+  out.data = reinterpret_cast<void*>(uintptr_t{1} << 20);
+  out.rows = 1000;
+  out.cols = 1536;
+  out.row_stride = 1536;
+  out.dtype = ops::DType::kBF16;
+  CHECK(ops::moe_tma_out(out, h200, 256, 4));
+  CHECK(ops::moe_tma_out(out, h200, 128, 6));
+  CHECK_FALSE(ops::moe_tma_out(out, h200, 128, 7));  // 224 KB of ring: no room
+  ops::RowMatrix f32 = out;
+  f32.dtype = ops::DType::kF32;
+  CHECK_FALSE(ops::moe_tma_out(f32, h200, 128, 6));
+  ops::RowMatrix fp16 = out;
+  fp16.dtype = ops::DType::kF16;
+  CHECK(ops::moe_tma_out(fp16, h200, 128, 6));
+  ops::RowMatrix strided = out;
+  strided.row_stride = 1540;  // 3080-byte rows
+  CHECK_FALSE(ops::moe_tma_out(strided, h200, 128, 6));
+  ops::RowMatrix odd = out;
+  odd.cols = odd.row_stride = 1500;  // 3000-byte rows, n off 8
+  CHECK_FALSE(ops::moe_tma_out(odd, h200, 128, 6));
+  ops::RowMatrix shifted = out;
+  shifted.data = static_cast<char*>(out.data) + 8;
+  CHECK_FALSE(ops::moe_tma_out(shifted, h200, 128, 6));
+  ops::GemmTarget small = h200;
+  small.max_smem_optin = 200 * 1024;
+  CHECK_FALSE(ops::moe_tma_out(out, small, 128, 6));
+}
+
 TEST_CASE("moe abi: choices and specs", "[moe]") {
   ops::GemmTarget h200;
   h200.cc_major = 9;
