@@ -29,6 +29,17 @@ std::string gemm_name(DType dtype, DType out_dtype, int64_t n, int64_t k, bool b
 }
 }  // namespace
 
+bool spec_tma_out(const char* op, const SetArgs& args, DType out_dtype, int bn, int stages) {
+  if (args.count("tma_out") == 0 || args.at("tma_out") != "1") return false;
+  if (!gemm_tma_out(hopper_gemm_target(true), out_dtype, bn, stages)) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT,
+         "{}: tma_out takes a bf16 / fp16 out and stages whose ring leaves the epilogue's 32 KB "
+         "of shared memory free",
+         op);
+  }
+  return true;
+}
+
 Definition gemm_definition(DType dtype, DType out_dtype, int64_t n, int64_t k, bool bias) {
   Definition d;
   d.name = gemm_name(dtype, out_dtype, n, k, bias);
@@ -128,14 +139,7 @@ OpDef gemm_op_def() {
     }
     if (c.bn == 64) fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm: sm90's bn is 128 or 256");
     c.stages = args.count("stages") != 0 ? std::stoi(args.at("stages")) : sm90_default_stages(c.bn);
-    if (tma_out) {
-      if (!gemm_tma_out(hopper_gemm_target(true), c.out_dtype, c.bn, c.stages)) {
-        fail(KJIT_ERROR_INVALID_ARGUMENT,
-             "gemm: tma_out takes a bf16 / fp16 out and stages whose ring leaves the epilogue's "
-             "32 KB of shared memory free");
-      }
-      c.tma_out = 1;
-    }
+    c.tma_out = spec_tma_out("gemm", args, c.out_dtype, c.bn, c.stages) ? 1 : 0;
     return gemm_spec(c);
   };
   d.catalog = [] {

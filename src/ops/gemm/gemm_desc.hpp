@@ -25,6 +25,13 @@ inline constexpr int64_t kGemmDefinitionShapes[][2] = {
 // when `bias`.
 Definition gemm_definition(DType dtype, DType out_dtype, int64_t n, int64_t k, bool bias);
 
+// A tile spec's tma_out setting (--set tma_out=1: the TMA-store epilogue) for `op`: false when
+// absent or 0; true when the tile kernel it names (a 16-bit out, bn wide, `stages` deep) leaves its
+// staging room on an H100 / H200 (gemm_tma_out); otherwise KJIT_ERROR_INVALID_ARGUMENT. The
+// caller checks that the spec's path has the epilogue. Shared by the gemm, gemm_fp8 and grouped
+// GEMM descriptors.
+bool spec_tma_out(const char* op, const SetArgs& args, DType out_dtype, int bn, int stages);
+
 namespace trace {
 void gemm(DType dtype, DType out_dtype, int64_t m, int64_t n, int64_t k, bool bias) noexcept;
 }  // namespace trace

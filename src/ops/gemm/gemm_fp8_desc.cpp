@@ -164,14 +164,7 @@ OpDef gemm_fp8_op_def() {
     c.stages = args.count("stages") != 0 ? std::stoi(args.at("stages"))
                                          : sm90_stages_for(hopper, c.out_dtype, c.bn);
     c.persistent = persistent ? 1 : 0;
-    if (tma_out) {
-      if (!gemm_tma_out(hopper, c.out_dtype, c.bn, c.stages)) {
-        fail(KJIT_ERROR_INVALID_ARGUMENT,
-             "gemm_fp8: tma_out takes a bf16 / fp16 out and stages whose ring leaves the "
-             "epilogue's 32 KB of shared memory free");
-      }
-      c.tma_out = 1;
-    }
+    c.tma_out = spec_tma_out("gemm_fp8", args, c.out_dtype, c.bn, c.stages) ? 1 : 0;
     return gemm_fp8_spec(c);
   };
   d.catalog = [] {

@@ -10,6 +10,7 @@
 #include "cuda/launch.hpp"
 #include "gemm/gemm_fp8_params.h"
 #include "moe/moe_params.h"
+#include "ops/gemm/gemm_desc.hpp"
 #include "ops/moe/moe.hpp"
 #include "util/error.hpp"
 
@@ -296,19 +297,6 @@ OpDef moe_finalize_op_def() {
 
 namespace {
 
-// A grouped GEMM spec's tma_out setting ("1": the TMA-store epilogue), checked against the tile
-// kernel it names: a 16-bit out and stages that leave its staging room on an H100 / H200.
-bool staged_out(const char* op, const SetArgs& args, DType out_dtype, int bn, int stages) {
-  if (args.count("tma_out") == 0 || args.at("tma_out") != "1") return false;
-  if (!gemm_tma_out(hopper_gemm_target(true), out_dtype, bn, stages)) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT,
-         "{}: tma_out takes a bf16 / fp16 out and stages whose ring leaves the epilogue's 32 KB "
-         "of shared memory free",
-         op);
-  }
-  return true;
-}
-
 // `sets` and, after them, each tile-kernel set (path sm90) of a 16-bit out again with tma_out:
 // the form a TMA-ready out runs (moe_tma_out).
 std::vector<SetArgs> with_staged_out(std::vector<SetArgs> sets) {
@@ -399,7 +387,7 @@ OpDef moe_grouped_gemm_op_def() {
     c.bn = args.count("bn") != 0 ? std::stoi(args.at("bn")) : 128;
     c.stages = args.count("stages") != 0 ? std::stoi(args.at("stages")) : sm90_default_stages(c.bn);
     if (c.stages > 6) fail(KJIT_ERROR_INVALID_ARGUMENT, "moe_grouped_gemm: sm90 stages are 2 .. 6");
-    c.tma_out = staged_out("moe_grouped_gemm", args, c.out_dtype, c.bn, c.stages) ? 1 : 0;
+    c.tma_out = spec_tma_out("moe_grouped_gemm", args, c.out_dtype, c.bn, c.stages) ? 1 : 0;
     return moe_gemm_spec(c);
   };
   d.catalog = [] {
@@ -590,7 +578,7 @@ OpDef moe_grouped_gemm_fp8_op_def() {
       fail(KJIT_ERROR_INVALID_ARGUMENT,
            "moe_grouped_gemm_fp8: tma_out is the tile kernel's setting, not the decode kernel's");
     }
-    c.tma_out = staged_out("moe_grouped_gemm_fp8", args, c.out_dtype, c.bn, c.stages) ? 1 : 0;
+    c.tma_out = spec_tma_out("moe_grouped_gemm_fp8", args, c.out_dtype, c.bn, c.stages) ? 1 : 0;
     return moe_gemm_fp8_spec(c);
   };
   // bf16 out for the entry points (one block per item, the -items rows, and the persistent
