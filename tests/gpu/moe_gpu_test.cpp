@@ -1351,10 +1351,10 @@ TEST_CASE("moe gpu: the TMA-store epilogue on tiles of whole experts, registers 
   // 128 rows are all its expert's stores through shared memory and TMA into the whole out, one
   // that reaches past the expert's last row keeps the register epilogue (the rows after it are
   // the next expert's, which TMA would not clip). Experts of exactly 128 rows, 2 x 128 + 17, 5,
-  // none and 3 x 128 in one call, contiguous and masked (slots of 400 rows), plain and SwiGLU,
-  // one block an item and persistent; out poisoned, every other row checked untouched.
+  // none, 3 x 128 and 128 + 100 in one call, contiguous and masked (slots of 400 rows), plain and
+  // SwiGLU, one block an item and persistent; out poisoned, every other row checked untouched.
   std::mt19937_64 rng(std::random_device{}());
-  const std::vector<int> counts = {128, 273, 5, 0, 384};
+  const std::vector<int> counts = {128, 273, 5, 0, 384, 228};
   for (const bool persistent : {false, true}) {
     ops::MoeGemmTuning t;
     if (persistent) {

@@ -8,10 +8,10 @@
 
 namespace kjit::test {
 
-// Whether a call's tuning forces anything (a kernel, a split, the persistent form): such calls go
-// through the ops layer, which takes the tuning; the C entry points run the defaults.
+// Whether a call's tuning forces anything (a kernel, a split, the persistent form, a width): such
+// calls go through the ops layer, which takes the tuning; the C entry points run the defaults.
 inline bool forced(const ops::MoeGemmTuning& t) {
-  return t.force != ops::MoeGemmForce::kNone || t.split != 0 || t.persistent || t.tma_out;
+  return t.force != ops::MoeGemmForce::kNone || t.split != 0 || t.persistent || t.bn != 0;
 }
 
 // Rows per expert for the persistent kernels' tests: `experts` experts over `rows` rows, expert

@@ -159,8 +159,8 @@ TEST_CASE("moe persistent: the catalog's persistent specs compile for sm_90a wit
   // The tile path's default (bf16 / fp16 a, out in a's dtype or fp32, both tile widths; SwiGLU
   // out in a's dtype at both widths), the fp8 defaults (plain bf16 out, SwiGLU bf16 / fp16) and
   // the fp8 256-wide tile (plain bf16 out, SwiGLU bf16 / fp16); then the bf16 / fp16 op's with a
-  // 16-bit out again in the TMA-store epilogue's form (8 of its 12).
-  CHECK(built == 8 + 4 + 1 + 2 + 3 + 8);
+  // 16-bit out again in the TMA-store epilogue's form (8 of its 12), and every fp8 one (6).
+  CHECK(built == 8 + 4 + 1 + 2 + 3 + 8 + 6);
 }
 
 // The scan finds the sequence ptxas 13.0 emitted for the persistent SwiGLU kernel's producer at
@@ -243,6 +243,8 @@ TEST_CASE("moe persistent: the warm-up sets hold the tile kernel in the form cal
     c.persistent = ops::moe_gemm_persistent({}, true);
     CHECK(c.persistent == 1);
     CHECK(holds(warm_uris(bf, def), ops::moe_gemm_spec(c).uri));
+    c.tma_out = 1;  // the form a TMA-ready 16-bit out runs
+    CHECK(holds(warm_uris(bf, def), ops::moe_gemm_spec(c).uri));
   }
   const ops::OpDef& f8 = ops::op_or_throw("moe_grouped_gemm_fp8");
   for (const ops::Definition& def : f8.definitions()) {
@@ -252,6 +254,8 @@ TEST_CASE("moe persistent: the warm-up sets hold the tile kernel in the form cal
                                  def.const_axis("k"), def.const_axis("experts"), false, h200());
     REQUIRE(c.tokens == 0);
     c.persistent = ops::moe_gemm_persistent({}, true);
+    CHECK(holds(warm_uris(f8, def), ops::moe_gemm_fp8_spec(c).uri));
+    c.tma_out = 1;  // the form a TMA-ready 16-bit out runs
     CHECK(holds(warm_uris(f8, def), ops::moe_gemm_fp8_spec(c).uri));
   }
 }

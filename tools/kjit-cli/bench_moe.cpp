@@ -107,8 +107,6 @@ GroupedBench grouped_bench(const std::string& op, const ops::SetArgs& args) {
   }
   // bn: the tile kernel's width (ops::MoeGemmTuning::bn; the library refuses the rest).
   if (args.count("bn") != 0) g.tuning.bn = static_cast<int>(ops::positive_int_arg(args, "bn", 256));
-  // tma_out (fp8): the TMA-store epilogue forced (ops::MoeGemmTuning::tma_out).
-  g.tuning.tma_out = flag_arg(args, "tma_out");
   const std::string layout = args.count("layout") != 0 ? args.at("layout") : "contiguous";
   if (layout != "contiguous" && layout != "masked") {
     throw UsageError(op + ": layout is contiguous or masked");
@@ -470,7 +468,6 @@ int bench_moe_grouped_gemm_fp8(const ops::SetArgs& args, const BenchOptions& opt
   if (g.tuning.split != 0) c.shape["split"] = g.tuning.split;
   if (cfg.persistent != 0) c.shape["persistent"] = 1;
   if (cfg.bn != 128) c.shape["bn"] = cfg.bn;
-  if (g.tuning.tma_out) c.shape["tma_out"] = 1;
   c.label = fmt::format("moe_grouped_gemm_fp8 e={} top{} tokens={} n={} k={} {}{} ({})", experts,
                         g.top_k, g.tokens, n, k, g.routing, swiglu ? " swiglu" : "",
                         cfg.tokens != 0       ? fmt::format("decode {} tokens", cfg.tokens)
@@ -546,7 +543,7 @@ void add_moe_benches(std::vector<BenchEntry>& out) {
   out.push_back(
       {"moe_grouped_gemm_fp8",
        {"experts", "top_k", "tokens", "n", "k"},
-       {"routing", "swiglu", "path", "split", "persistent", "bn", "tma_out"},
+       {"routing", "swiglu", "path", "split", "persistent", "bn"},
        bench_moe_grouped_gemm_fp8,
        "experts, top_k, tokens, n, k (e4m3 b [experts, n, k] with 128 x 128 block "
        "scales, a with 1 x 128 group scales, bf16 out; sm_90a); routing (even|skew; "
@@ -554,8 +551,7 @@ void add_moe_benches(std::vector<BenchEntry>& out) {
        "0), path (auto|decode|sm90: sm90 forces the 128-row tiles, one block per item; "
        "default auto), split (the decode kernel's K split, 1 .. 8), persistent (1: the "
        "tile kernel's persistent form forced; the library's choice on the tile path), bn (128|256: "
-       "the tile kernel's width; 256 needs I a multiple of 128 with swiglu), tma_out (1: the "
-       "TMA-store epilogue forced on the tile path, ops::MoeGemmTuning::tma_out)"});
+       "the tile kernel's width; 256 needs I a multiple of 128 with swiglu)"});
 }
 
 }  // namespace kjit::cli

@@ -116,11 +116,6 @@ struct MoeGemmTuning {
   // tile, two 128-column halves promoted in turn, with SwiGLU I a multiple of 128), on the tile
   // path only (force kTiles at decode sizes).
   int bn = 0;
-  // The fp8 grouped GEMM's TMA-store epilogue (the bf16 / fp16 one's default where out can take
-  // it, moe_tma_out), forced on the tile path: not yet its default (its first GPU run, session 26,
-  // failed a case; docs/performance.md). A call whose out cannot take it is
-  // KJIT_ERROR_INVALID_ARGUMENT. Ignored by the bf16 / fp16 grouped GEMM.
-  bool tma_out = false;
 };
 
 // MoeGemmConfig::persistent (MoeGemmFp8Config's too) of a call: 1 when the tuning asks for it, or

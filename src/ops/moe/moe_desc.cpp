@@ -297,13 +297,15 @@ OpDef moe_finalize_op_def() {
 
 namespace {
 
-// `sets` and, after them, each tile-kernel set (path sm90) of a 16-bit out again with tma_out:
-// the form a TMA-ready out runs (moe_tma_out).
+// `sets` and, after them, each tile-kernel set of a 16-bit out again with tma_out: the form a
+// TMA-ready out runs (moe_tma_out). A tile-kernel set: path sm90 (moe_grouped_gemm's sets), or no
+// token tile (moe_grouped_gemm_fp8's, which have no path).
 std::vector<SetArgs> with_staged_out(std::vector<SetArgs> sets) {
   const size_t n = sets.size();
   for (size_t i = 0; i < n; ++i) {
     const SetArgs& a = sets[i];
-    if (a.at("path") != "sm90" || a.at("out_dtype") == "fp32") continue;
+    const bool tiles = a.count("path") != 0 ? a.at("path") == "sm90" : a.count("tokens") == 0;
+    if (!tiles || a.at("out_dtype") == "fp32") continue;
     SetArgs staged = a;
     staged["tma_out"] = "1";
     sets.push_back(std::move(staged));
@@ -548,8 +550,7 @@ OpDef moe_grouped_gemm_fp8_op_def() {
              {"0", "1"},
              false,
              "the tile kernel: 1 = the TMA-store epilogue on tiles whose rows are all their "
-             "expert's (a bf16 / fp16 out; MoeGemmTuning::tma_out forces it: not yet the "
-             "default), default 0"}};
+             "expert's (a bf16 / fp16 out; the form a TMA-ready out runs), default 0"}};
   d.arch_families = {"sm_90a"};
   d.make_spec = [d](const SetArgs& args) {
     check_set_args(d, args);
@@ -582,8 +583,9 @@ OpDef moe_grouped_gemm_fp8_op_def() {
     return moe_gemm_fp8_spec(c);
   };
   // bf16 out for the entry points (one block per item, the -items rows, and the persistent
-  // default); the SwiGLU form, persistent, in both 16-bit dtypes for the layer's gate_up; the
-  // decode kernel at every token tile, plain and SwiGLU.
+  // default); the SwiGLU form, persistent, in both 16-bit dtypes for the layer's gate_up; each
+  // tile set again with the TMA-store epilogue (with_staged_out); the decode kernel at every
+  // token tile, plain and SwiGLU.
   d.catalog = [] {
     std::vector<SetArgs> out = {
         {{"out_dtype", "bf16"}},
@@ -595,6 +597,7 @@ OpDef moe_grouped_gemm_fp8_op_def() {
         {{"out_dtype", "bf16"}, {"persistent", "1"}, {"bn", "256"}},
         {{"out_dtype", "bf16"}, {"swiglu", "1"}, {"persistent", "1"}, {"bn", "256"}},
         {{"out_dtype", "fp16"}, {"swiglu", "1"}, {"persistent", "1"}, {"bn", "256"}}};
+    out = with_staged_out(std::move(out));
     for (const std::string& tokens : kDecodeTokens) {
       out.push_back({{"out_dtype", "bf16"}, {"tokens", tokens}});
       out.push_back({{"out_dtype", "bf16"}, {"tokens", tokens}, {"swiglu", "1"}});
@@ -611,6 +614,7 @@ OpDef moe_grouped_gemm_fp8_op_def() {
       out.push_back({{"out_dtype", od}, {"bn", bn}});
       if (moe_gemm_persistent({}, true) != 0) out.back()["persistent"] = "1";
     }
+    out = with_staged_out(std::move(out));
     for (const std::string& tokens : decode_tiles(def, axes)) {
       out.push_back({{"out_dtype", od}, {"tokens", tokens}});
     }

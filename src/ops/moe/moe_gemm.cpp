@@ -335,14 +335,7 @@ bool run_grouped_fp8(const GroupedOperands& g, const GroupedScales& s, void* str
   check_forced("moe_grouped_gemm_fp8", tuning, cfg.tokens != 0, cfg.tokens == 0);
   cfg.persistent = moe_gemm_persistent(tuning, cfg.tokens == 0);
   moe_gemm_fp8_width(cfg, tuning, g.n, g.swiglu);
-  if (tuning.tma_out) {
-    if (cfg.tokens != 0 || !moe_tma_out(g.out, target, cfg.bn, cfg.stages)) {
-      fail(KJIT_ERROR_INVALID_ARGUMENT,
-           "moe_grouped_gemm_fp8: the TMA-store epilogue takes the tile path and a bf16 / fp16 "
-           "out with 16-byte aligned rows");
-    }
-    cfg.tma_out = 1;
-  }
+  cfg.tma_out = cfg.tokens == 0 && moe_tma_out(g.out, target, cfg.bn, cfg.stages) ? 1 : 0;
   const jit::LoadedKernel& kern = jit::JitCore::global().kernel_for(
       "moe_grouped_gemm_fp8", cfg, g.a.device, [&] { return moe_gemm_fp8_spec(cfg); });
   moe::MoeGemmFp8Params p{};
