@@ -51,7 +51,7 @@ struct Case {
   bool wide_block_scales = false;  // block scales alternate 2^-5 / 2^5 along k and n
   bool positive = false;           // codes in [1, 2): every product in [1, 4), none cancels
   int64_t b_stride = 0;            // 0 = compact (k)
-  std::string tactic;              // a forced sm90 tactic (ops::GemmFp8Tuning); empty: the choice
+  std::string tactic;              // a forced tactic (ops::GemmFp8Tuning); empty: the choice
 };
 
 std::string describe(const Case& c) {
@@ -63,7 +63,9 @@ std::string describe(const Case& c) {
 }
 
 ops::GemmPath path_for(const Case& c) {
-  if (!c.tactic.empty()) return ops::GemmPath::kSm90;  // the only tactics gemm_fp8 takes
+  if (!c.tactic.empty()) {  // the sm90 tiles or the decode kernel, as the tactic names
+    return c.tactic.rfind("decode_", 0) == 0 ? ops::GemmPath::kSm90Decode : ops::GemmPath::kSm90;
+  }
   const int64_t as = c.a_stride ? c.a_stride : c.k;
   const int64_t bs = c.b_stride ? c.b_stride : c.k;
   const bool rows_ok =
@@ -484,6 +486,21 @@ TEST_CASE("gemm_fp8 gpu: the decode kernel, every scale mode and token tile, spl
     b.out_stride = 777 + 3;
     CHECK(path_for(b) == ops::GemmPath::kSm90Decode);
     run_case(b, rng);
+  }
+  // The deeper rings of one block an SM (decode_t<T>_s<N>_split<s>, forced): 16, 32 and 64
+  // tokens, every scale mode, K split unevenly over 3 blocks and not at all, K a ring's length
+  // and more (the ring wraps its stages several times).
+  for (const char* mode : kModes) {
+    for (const auto& [m, tactic] :
+         std::vector<std::pair<int64_t, const char*>>{{5, "decode_t16_s12_split3"},
+                                                      {20, "decode_t32_s11_split1"},
+                                                      {64, "decode_t64_s9_split3"},
+                                                      {40, "decode_t64_s9_split1"}}) {
+      Case c{mode, "bf16", m, 389, 4112};
+      c.wide_block_scales = std::string(mode) == "block";
+      c.tactic = tactic;
+      run_case(c, rng);
+    }
   }
   // All-positive operands at k = 8192: the promotion every 128 of K happens on this path too
   // (summed over all of K the error would be about 15 times the bound).

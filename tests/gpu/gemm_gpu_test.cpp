@@ -272,6 +272,18 @@ TEST_CASE("gemm gpu: the decode path at every token tile, split and epilogue",
       run_case(c, rng);
     }
   }
+  // The deeper rings of one block an SM (the decode_t<T>_s<N> tactics): each token tile, K split
+  // unevenly and not at all, K many times a ring's length.
+  for (const auto& [m, tactic] :
+       std::vector<std::pair<int64_t, const char*>>{{3, "decode_t16_s12_split3"},
+                                                    {30, "decode_t32_s11_split1"},
+                                                    {50, "decode_t64_s9_split3"},
+                                                    {128, "decode_t128_s7_split2"}}) {
+    Case c{"bf16", "bf16", m, 200, 64 * 64 + 8};
+    c.tactic = tactic;
+    CHECK(path_for(c) == ops::GemmPath::kSm90Decode);
+    run_case(c, rng);
+  }
   // More splits than K blocks: the blocks without K contribute zeros.
   Case thin{"fp16", "fp16", 9, 130, 72};
   thin.split = 8;

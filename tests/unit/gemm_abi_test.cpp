@@ -464,7 +464,7 @@ TEST_CASE("gemm: the wgmma descriptor has the PTX ISA's bit layout", "[gemm]") {
 TEST_CASE("gemm: specs and the catalog", "[gemm]") {
   const ops::OpDef& def = ops::op_or_throw("gemm");
   const auto catalog = def.catalog();
-  CHECK(catalog.size() == 52);
+  CHECK(catalog.size() == 68);
   int sm90 = 0, decode = 0, mma = 0, persistent = 0, tma = 0;
   for (const auto& args : catalog) {
     const kjit::jit::Spec s = def.make_spec(args);
@@ -518,8 +518,25 @@ TEST_CASE("gemm: specs and the catalog", "[gemm]") {
       def.make_spec(
           {{"path", "decode"}, {"dtype", "bf16"}, {"out_dtype", "bf16"}, {"tma_out", "1"}}),
       kjit::Error);
-  CHECK(decode == 16);
+  CHECK(decode == 32);  // every token tile at two rings (two blocks an SM, one), dtypes and outs
   CHECK(mma == 8);
+  // The decode tile's ring: the tactics' deeper one fits one block an SM (64 tokens: 9 of 24 KB),
+  // one stage more does not; depths past 6 are the decode path's only.
+  CHECK(def.make_spec({{"path", "decode"},
+                       {"dtype", "bf16"},
+                       {"out_dtype", "bf16"},
+                       {"tokens", "64"},
+                       {"stages", "9"}})
+            .uri == "gemm_path_decode_dtype_bf16_out_dtype_bf16_tokens_64_stages_9");
+  CHECK_THROWS_AS(def.make_spec({{"path", "decode"},
+                                 {"dtype", "bf16"},
+                                 {"out_dtype", "bf16"},
+                                 {"tokens", "64"},
+                                 {"stages", "10"}}),
+                  kjit::Error);
+  CHECK_THROWS_AS(
+      def.make_spec({{"path", "sm90"}, {"dtype", "bf16"}, {"out_dtype", "bf16"}, {"stages", "7"}}),
+      kjit::Error);
   // The URI reads as path, dtype and tile; stages default per width.
   CHECK(def.make_spec({{"path", "sm80"}, {"dtype", "bf16"}, {"out_dtype", "bf16"}}).uri ==
         "gemm_path_sm80_dtype_bf16_out_dtype_bf16_bn_128_stages_3");

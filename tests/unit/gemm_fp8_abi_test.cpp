@@ -439,6 +439,29 @@ TEST_CASE("gemm_fp8: a forced sm90 tactic keeps the call's scales and needs the 
   CHECK(ops::gemm_fp8_forced_config("sm90_bn128_s4_p", sel, 1000, 3000, 272, small).stages == 4);
   CHECK_THROWS_AS(ops::gemm_fp8_forced_config("sm90_bn128_s6_p", sel, 1000, 3000, 272, h100(false)),
                   kjit::Error);
+  // The decode kernel at the selected token tile with a named ring (one block an SM), or its own;
+  // not another tile, not a ring past the shared memory, not where the call takes the tiles.
+  const ops::GemmFp8Config dsel =
+      ops::select_gemm_fp8(bf16, ops::Fp8Scales::kTensorRow, 64, 4096, 14336, h100(true));
+  REQUIRE(dsel.path == ops::GemmPath::kSm90Decode);
+  REQUIRE(dsel.tokens == 64);
+  const ops::GemmFp8Config deep =
+      ops::gemm_fp8_forced_config("decode_t64_s9_split4", dsel, 64, 4096, 14336, h100(true));
+  CHECK(deep.path == ops::GemmPath::kSm90Decode);
+  CHECK(deep.tokens == 64);
+  CHECK(deep.stages == 9);
+  CHECK(deep.scales == dsel.scales);
+  CHECK(
+      ops::gemm_fp8_forced_config("decode_t64_split2", dsel, 64, 4096, 14336, h100(true)).stages ==
+      dsel.stages);
+  for (const char* bad : {"decode_t32_s9_split4", "decode_t64_s10_split4", "decode_t64_s1_split4",
+                          "decode_t128_s7_split1"}) {
+    INFO("'" << bad << "'");
+    CHECK_THROWS_AS(ops::gemm_fp8_forced_config(bad, dsel, 64, 4096, 14336, h100(true)),
+                    kjit::Error);
+  }
+  CHECK_THROWS_AS(ops::gemm_fp8_forced_config("decode_t64_s9_split4", dsel, 64, 4096, 14336, small),
+                  kjit::Error);
 }
 
 TEST_CASE("gemm_fp8: select takes the mma.sync kernel on sm_89+ rows cp.async can copy", "[fp8]") {
@@ -608,7 +631,15 @@ TEST_CASE("gemm_fp8 and quant_fp8: specs and catalogs", "[fp8]") {
             .uri == "gemm_fp8_path_sm90_out_dtype_bf16_bn_192_stages_5_block_0_persistent_1");
   CHECK_THROWS(def.make_spec({{"path", "decode"}, {"out_dtype", "bf16"}, {"bn", "192"}}));
   CHECK(mma == 2);
-  CHECK(decode == 16);  // 4 token tiles x 2 scale forms x 2 outs
+  // 4 token tiles x 2 scale forms x 2 outs, and with a bf16 out the deeper ring of 16-64 tokens
+  // in both scale forms.
+  CHECK(decode == 16 + 6);
+  CHECK(
+      def.make_spec({{"path", "decode"}, {"out_dtype", "bf16"}, {"tokens", "64"}, {"stages", "9"}})
+          .uri == "gemm_fp8_path_decode_out_dtype_bf16_tokens_64_stages_9_block_0");
+  CHECK_THROWS(def.make_spec(
+      {{"path", "decode"}, {"out_dtype", "bf16"}, {"tokens", "64"}, {"stages", "10"}}));
+  CHECK_THROWS(def.make_spec({{"path", "sm90"}, {"out_dtype", "bf16"}, {"stages", "8"}}));
   // make_spec's default depth is select_gemm_fp8's on the H100 / H200.
   CHECK(def.make_spec(
                {{"path", "decode"}, {"out_dtype", "bf16"}, {"tokens", "128"}, {"scales", "block"}})

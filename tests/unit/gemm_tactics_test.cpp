@@ -81,7 +81,8 @@ const tune::Fingerprint kH200{"NVIDIA H200", 132, 13000, "13.0", "0.4.0"};
 TEST_CASE("gemm tactics: names round-trip and only canonical spellings parse", "[gemm][tune]") {
   for (const char* name :
        {"simt", "sm90_bn128_s6", "sm90_bn256_s3", "sm90_bn128_s6_p", "sm90_bn256_s4_p",
-        "decode_t16_split1", "decode_t128_split8", "mma_bn64_s4", "mma_bn128_s3"}) {
+        "decode_t16_split1", "decode_t128_split8", "decode_t64_s9_split4", "decode_t16_s12_split1",
+        "mma_bn64_s4", "mma_bn128_s3"}) {
     INFO(name);
     const auto t = ops::GemmTactic::parse(name);
     REQUIRE(t);
@@ -97,6 +98,14 @@ TEST_CASE("gemm tactics: names round-trip and only canonical spellings parse", "
   CHECK(p->persistent);
   CHECK_FALSE(*p == *ops::GemmTactic::parse("sm90_bn256_s4"));
   CHECK(ops::GemmTactic::parse("decode_t32_split4")->split == 4);
+  CHECK(ops::GemmTactic::parse("decode_t32_split4")->stages == 0);  // the tile's own ring
+  const auto deep = ops::GemmTactic::parse("decode_t64_s9_split4");
+  REQUIRE(deep);
+  CHECK(deep->path == ops::GemmPath::kSm90Decode);
+  CHECK(deep->tokens == 64);
+  CHECK(deep->stages == 9);
+  CHECK(deep->split == 4);
+  CHECK_FALSE(*deep == *ops::GemmTactic::parse("decode_t64_split4"));
   const auto mma = ops::GemmTactic::parse("mma_bn64_s3");
   REQUIRE(mma);
   CHECK(mma->path == ops::GemmPath::kMmaSm80);
@@ -125,6 +134,11 @@ TEST_CASE("gemm tactics: names round-trip and only canonical spellings parse", "
                           "sm90_bn128_s6_p ",
                           "mma_bn64_s4_p",
                           "decode_t16_split1_p",
+                          "decode_t64_s09_split4",
+                          "decode_t64_s9",
+                          "decode_t64_s9_split",
+                          "decode_t64_split4_s9",
+                          "decode_t64_s_split4",
                           "simt_p"}) {
     INFO("'" << bad << "'");
     CHECK_FALSE(ops::GemmTactic::parse(bad));
@@ -139,8 +153,14 @@ TEST_CASE("gemm tactics: the candidates of decode and large shapes on sm_90", "[
   CHECK(d1.name() == "decode_t16_split3");
   const auto one = names_of(ops::gemm_tactics(d1, ops::gemm_m_bucket(1), 4096, 4096, t));
   CHECK(one.front() == "decode_t16_split3");
-  CHECK(one.size() == 8 + 4 + 1);
-  for (int s = 1; s <= 8; ++s) CHECK(has(one, "decode_t16_split" + std::to_string(s)));
+  // Each split at the tile's ring (two blocks an SM) and at the deepest one of one block an SM.
+  const int deep16 = ops::gemm_decode_stages(16, t.max_smem_optin, 1);
+  CHECK(deep16 > ops::gemm_decode_stages(16, t.max_smem_optin));
+  CHECK(one.size() == 8 + 8 + 4 + 1);
+  for (int s = 1; s <= 8; ++s) {
+    CHECK(has(one, "decode_t16_split" + std::to_string(s)));
+    CHECK(has(one, "decode_t16_s" + std::to_string(deep16) + "_split" + std::to_string(s)));
+  }
   for (const char* s : {"sm90_bn128_s4", "sm90_bn128_s6", "sm90_bn256_s3", "sm90_bn256_s4", "simt"})
     CHECK(has(one, s));
   for (const char* s : {"mma_bn64_s3", "mma_bn64_s4", "mma_bn128_s3", "mma_bn128_s4"})
@@ -191,6 +211,24 @@ TEST_CASE("gemm tactics: validity follows the launch paths' checks", "[gemm][tun
   CHECK_FALSE(valid("decode_t128_split4", 256, 4096, 4096, hopper()));
   CHECK_FALSE(valid("decode_t32_split9", 32, 4096, 4096, hopper()));
   CHECK_FALSE(valid("decode_t32_split0", 32, 4096, 4096, hopper()));
+  // A named ring: at least 2 stages, within the shared memory of one block (64 tokens: 9 stages
+  // of 24 KB fit 227 KB, 10 do not).
+  CHECK(valid("decode_t64_s9_split4", 64, 4096, 4096, hopper()));
+  CHECK(valid("decode_t64_s2_split4", 64, 4096, 4096, hopper()));
+  CHECK_FALSE(valid("decode_t64_s10_split4", 64, 4096, 4096, hopper()));
+  CHECK_FALSE(valid("decode_t64_s1_split4", 64, 4096, 4096, hopper()));
+  CHECK_FALSE(valid("decode_t64_s9_split4", 64, 4096, 4096, hopper(150000)));
+  // The config a deeper ring runs, and the default's tactic (the selection's ring, unnamed).
+  const ops::GemmConfig dc = ops::gemm_config_of(*ops::GemmTactic::parse("decode_t64_s9_split4"),
+                                                 ops::DType::kBF16, ops::DType::kBF16, hopper());
+  CHECK(dc.path == ops::GemmPath::kSm90Decode);
+  CHECK(dc.tokens == 64);
+  CHECK(dc.stages == 9);
+  const ops::GemmConfig dd = ops::gemm_config_of(*ops::GemmTactic::parse("decode_t64_split4"),
+                                                 ops::DType::kBF16, ops::DType::kBF16, hopper());
+  CHECK(dd.stages == ops::gemm_decode_stages(64, hopper().max_smem_optin));
+  CHECK(ops::gemm_tactic_of(dd, 4).name() == "decode_t64_split4");
+  CHECK(ops::gemm_spec(dc).uri != ops::gemm_spec(dd).uri);
   // The persistent form is valid exactly where the one-tile kernel is: any shape (odd edges, one
   // tile, more tiles than SMs), the same shared memory, the same devices and operands.
   for (const char* tile : {"sm90_bn128_s4", "sm90_bn128_s6", "sm90_bn256_s3", "sm90_bn256_s4"}) {

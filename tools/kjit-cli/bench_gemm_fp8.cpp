@@ -41,7 +41,8 @@ int bench_gemm_fp8(const ops::SetArgs& args, const BenchOptions& opts) {
   if (out_dtype != "bf16" && out_dtype != "fp16" && out_dtype != "fp32") {
     throw UsageError("gemm_fp8: out_dtype is bf16, fp16 or fp32");
   }
-  // The decode path's K split (default: the library's) and a forced sm90 tactic.
+  // The decode path's K split (default: the library's) and a forced tactic (sm90, or decode at
+  // the call's token tile with a named ring depth).
   ops::GemmFp8Tuning tuning;
   if (args.count("split") != 0) {
     tuning.split =
@@ -51,9 +52,10 @@ int bench_gemm_fp8(const ops::SetArgs& args, const BenchOptions& opts) {
     tuning.tactic = args.at("tactic");
     const std::optional<ops::GemmTactic> t = ops::GemmTactic::parse(tuning.tactic);
     // Widths and depths are the library's to judge (gemm_fp8_forced_config), per call.
-    if (!t || t->path != ops::GemmPath::kSm90) {
+    if (!t || (t->path != ops::GemmPath::kSm90 && t->path != ops::GemmPath::kSm90Decode)) {
       throw UsageError("gemm_fp8: tactic '" + tuning.tactic +
-                       "' is not an sm90 tactic (sm90_bn128_s6_p, sm90_bn192_s5, sm90_bn256_s4)");
+                       "' is not an sm90 or decode tactic (sm90_bn128_s6_p, sm90_bn192_s5, "
+                       "sm90_bn256_s4, decode_t64_s9_split4)");
     }
   }
   const int split = tuning.split;
@@ -247,7 +249,8 @@ void add_gemm_fp8_benches(std::vector<BenchEntry>& out) {
        "split (the decode path's K split, 1..8; default the library's), tactic (the "
        "sm90 kernel forced: sm90_bn128_s<stages>, sm90_bn128_s6_p for its persistent form, "
        "sm90_bn192_s<4|5>[_p] (not block; 4 stages leave room for the TMA-store epilogue), "
-       "sm90_bn256_s4[_p])"});
+       "sm90_bn256_s4[_p]; or the decode kernel at the call's token tile with a named ring "
+       "depth and split, decode_t<tokens>_s<stages>_split<s>)"});
   out.push_back({"quant_fp8",
                  {"dtype", "scaling", "m", "k"},
                  {},

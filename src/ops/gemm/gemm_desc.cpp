@@ -78,10 +78,11 @@ OpDef gemm_op_def() {
              "sm90: output tile width (default 128); sm80: 64 or 128 (default 128)"},
             {"tokens", {"16", "32", "64", "128"}, false, "decode: token tile (m <= tokens)"},
             {"stages",
-             {"2", "3", "4", "5", "6"},
+             {"2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12"},
              false,
-             "sm90: pipeline stages (default 6 at bn=128, 4 at bn=256); decode: default the most "
-             "that let two blocks share an SM; sm80: default 3 at bn=128, 4 at bn=64"},
+             "sm90 (2-6): pipeline stages (default 6 at bn=128, 4 at bn=256); decode: default the "
+             "most that let two blocks share an SM, up to the most one block holds (the "
+             "decode_t<T>_s<N>_split<s> tactics); sm80 (2-6): default 3 at bn=128, 4 at bn=64"},
             {"persistent",
              {"0", "1"},
              false,
@@ -126,7 +127,15 @@ OpDef gemm_op_def() {
       c.tokens = has_tokens ? std::stoi(args.at("tokens")) : 16;
       c.stages = has_stages ? std::stoi(args.at("stages"))
                             : gemm_decode_stages(c.tokens, kHopperSmemOptin);
+      if (gemm::gemm_decode_smem_bytes(c.tokens, c.stages) > kHopperSmemOptin) {
+        fail(KJIT_ERROR_INVALID_ARGUMENT,
+             "gemm: {} stages of the {}-token decode tile exceed an SM's shared memory", c.stages,
+             c.tokens);
+      }
       return gemm_spec(c);
+    }
+    if (has_stages && std::stoi(args.at("stages")) > 6) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm: stages above 6 are the decode path's");
     }
     if (has_tokens) fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm: tokens is a decode setting");
     c.bn = args.count("bn") != 0 ? std::stoi(args.at("bn")) : 128;
@@ -151,6 +160,14 @@ OpDef gemm_op_def() {
       for (const char* od : {dt, "fp32"}) {
         for (const char* tokens : {"16", "32", "64", "128"}) {
           out.push_back({{"path", "decode"}, {"dtype", dt}, {"out_dtype", od}, {"tokens", tokens}});
+          // The deeper ring the decode_t<T>_s<N> tactics time (one block an SM), so a tuning
+          // run finds it compiled.
+          const int t = std::stoi(tokens);
+          out.push_back({{"path", "decode"},
+                         {"dtype", dt},
+                         {"out_dtype", od},
+                         {"tokens", tokens},
+                         {"stages", std::to_string(gemm_decode_stages(t, kHopperSmemOptin, 1))}});
         }
         out.push_back({{"path", "sm90"}, {"dtype", dt}, {"out_dtype", od}, {"bn", "128"}});
         out.push_back({{"path", "sm90"}, {"dtype", dt}, {"out_dtype", od}, {"bn", "256"}});

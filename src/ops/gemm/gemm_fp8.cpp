@@ -225,6 +225,25 @@ jit::Spec gemm_fp8_spec(const GemmFp8Config& c) {
 GemmFp8Config gemm_fp8_forced_config(const std::string& tactic, const GemmFp8Config& selected,
                                      int64_t m, int64_t n, int64_t k, const GemmTarget& target) {
   const std::optional<GemmTactic> t = GemmTactic::parse(tactic);
+  if (t && t->path == GemmPath::kSm90Decode) {
+    // The decode kernel at the selection's token tile (the tile must hold every token) with a
+    // named ring depth, or the tile's own; its split is the caller's (GemmFp8Tuning::split).
+    const int stages =
+        t->stages != 0 ? t->stages : gemm_fp8_decode_stages(t->tokens, target.max_smem_optin);
+    if (selected.path != GemmPath::kSm90Decode || t->tokens != selected.tokens || t->stages == 1 ||
+        stages < 2 || gemm::gemm_decode_smem_bytes(t->tokens, stages) > target.max_smem_optin) {
+      fail(
+          KJIT_ERROR_INVALID_ARGUMENT,
+          "gemm_fp8: tactic '{}' is not valid for this call (decode_t<tokens>[_s<stages>]_split<s> "
+          "at the token tile the call selects{}, its stages in shared memory)",
+          tactic,
+          selected.path == GemmPath::kSm90Decode ? fmt::format(", {}", selected.tokens)
+                                                 : std::string(": none here"));
+    }
+    GemmFp8Config c = selected;
+    c.stages = stages;
+    return c;
+  }
   // The e4m3 stage holds the bytes of a bf16 stage of the same tile, so sm90_can_run's shared
   // memory check is the fp8 kernel's too (k in bytes is at least its pairs).
   if (!t || t->path != GemmPath::kSm90 || !gemm_fp8_sm90_width_ok(t->bn, selected.scales) ||
@@ -299,9 +318,10 @@ void gemm_fp8(const DLTensor* a, const DLTensor* b, const DLTensor* scale_a,
   cuda::ScopedDevice scope(g.a.device);
   const CUfunction fn = kern.functions.at(0);
   if (cfg.path == GemmPath::kSm90Decode) {
-    const int split = tuning.split != 0
-                          ? tuning.split
-                          : gemm_decode_split_for(fn, cfg.tokens, cfg.stages, g.n, (g.k + 1) / 2);
+    // The split: the tuning's, else a forced decode tactic's, else the residency's.
+    int split = tuning.split;
+    if (split == 0 && !tuning.tactic.empty()) split = GemmTactic::parse(tuning.tactic)->split;
+    if (split == 0) split = gemm_decode_split_for(fn, cfg.tokens, cfg.stages, g.n, (g.k + 1) / 2);
     p.g.tma_a = tensor_map(as_pairs(g.a), static_cast<uint32_t>(cfg.tokens));
     p.g.tma_b = tensor_map(as_pairs(g.b), gemm::kGemmDecodeRows);
     // As kjit_gemm's decode path (gemm.cpp, launch_gemm): the producer loads only b before the

@@ -84,10 +84,11 @@ OpDef gemm_fp8_op_def() {
        "sm90: tensor_row (per tensor / per row, default) or block (128-blocks, promoted per K "
        "chunk)"},
       {"stages",
-       {"2", "3", "4", "5", "6", "7"},
+       {"2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12"},
        false,
-       "sm90: pipeline stages (default 6, 5 at bn=192, 4 at bn=256); sm80: cp.async stages "
-       "(default 4); decode: default the most its blocks per SM leave room for"},
+       "sm90 (2-7): pipeline stages (default 6, 5 at bn=192, 4 at bn=256); sm80 (2-7): cp.async "
+       "stages (default 4); decode: default the most its blocks per SM leave room for, up to the "
+       "most one block holds (a forced decode_t<T>_s<N>_split<s>)"},
       {"tokens", {"16", "32", "64", "128"}, false, "decode: token tile (m <= tokens)"},
       {"bn",
        {"128", "192", "256"},
@@ -136,7 +137,15 @@ OpDef gemm_fp8_op_def() {
       c.stages = args.count("stages") != 0
                      ? std::stoi(args.at("stages"))
                      : gemm_fp8_decode_stages(c.tokens, cuda::kHopperSmemOptin);
+      if (gemm::gemm_decode_smem_bytes(c.tokens, c.stages) > cuda::kHopperSmemOptin) {
+        fail(KJIT_ERROR_INVALID_ARGUMENT,
+             "gemm_fp8: {} stages of the {}-token decode tile exceed an SM's shared memory",
+             c.stages, c.tokens);
+      }
       return gemm_fp8_spec(c);
+    }
+    if (args.count("stages") != 0 && std::stoi(args.at("stages")) > 7) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm_fp8: stages above 7 are the decode path's");
     }
     if (has_tokens) fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm_fp8: tokens is a decode setting");
     if (c.path == GemmPath::kMmaSm80) {
@@ -219,12 +228,27 @@ OpDef gemm_fp8_op_def() {
                      {"tma_out", "1"}});
     }
     for (const char* od : {"bf16", "fp32"}) out.push_back({{"path", "sm80"}, {"out_dtype", od}});
-    // The decode path's every token tile in both scale forms.
+    // The decode path's every token tile in both scale forms; with a bf16 out also the deeper
+    // ring of one block an SM where it is deeper (16-64 tokens: the forced
+    // decode_t<T>_s<N>_split<s>; 128 tokens already runs one block an SM).
     for (const char* od : {"bf16", "fp32"}) {
       for (const char* tokens : {"16", "32", "64", "128"}) {
         out.push_back({{"path", "decode"}, {"out_dtype", od}, {"tokens", tokens}});
         out.push_back(
             {{"path", "decode"}, {"out_dtype", od}, {"tokens", tokens}, {"scales", "block"}});
+        const int t = std::stoi(tokens);
+        const int deep = gemm_decode_stages(t, cuda::kHopperSmemOptin, 1);
+        if (od != std::string("bf16") ||
+            deep == gemm_fp8_decode_stages(t, cuda::kHopperSmemOptin)) {
+          continue;
+        }
+        for (const char* sc : {"tensor_row", "block"}) {
+          out.push_back({{"path", "decode"},
+                         {"out_dtype", od},
+                         {"tokens", tokens},
+                         {"scales", sc},
+                         {"stages", std::to_string(deep)}});
+        }
       }
     }
     return out;

@@ -55,7 +55,9 @@ bool simt_grid_ok(int64_t m, int64_t n) {
 std::string GemmTactic::name() const {
   switch (path) {
     case GemmPath::kSm90: return fmt::format("sm90_bn{}_s{}{}", bn, stages, persistent ? "_p" : "");
-    case GemmPath::kSm90Decode: return fmt::format("decode_t{}_split{}", tokens, split);
+    case GemmPath::kSm90Decode:
+      return stages != 0 ? fmt::format("decode_t{}_s{}_split{}", tokens, stages, split)
+                         : fmt::format("decode_t{}_split{}", tokens, split);
     case GemmPath::kMmaSm80: return fmt::format("mma_bn{}_s{}", bn, stages);
     case GemmPath::kSimt: break;
   }
@@ -65,7 +67,7 @@ std::string GemmTactic::name() const {
 std::optional<GemmTactic> GemmTactic::parse(std::string_view name) {
   GemmTactic t;
   const std::string s(name);
-  int a = 0, b = 0, used = 0;
+  int a = 0, b = 0, c = 0, used = 0;
   if (s == "simt") return t;
   // The persistent suffix: what precedes it must be a whole sm90 name (the canonical check below
   // refuses it on any other path).
@@ -86,6 +88,12 @@ std::optional<GemmTactic> GemmTactic::parse(std::string_view name) {
              used == static_cast<int>(s.size())) {
     t.path = GemmPath::kSm90Decode;
     t.tokens = a;
+    t.split = b;
+  } else if (std::sscanf(s.c_str(), "decode_t%d_s%d_split%d%n", &a, &c, &b, &used) == 3 &&
+             used == static_cast<int>(s.size())) {
+    t.path = GemmPath::kSm90Decode;
+    t.tokens = a;
+    t.stages = c;
     t.split = b;
   } else {
     return std::nullopt;
@@ -110,7 +118,7 @@ GemmConfig gemm_config_of(const GemmTactic& t, DType dtype, DType out_dtype,
     }
   } else if (t.path == GemmPath::kSm90Decode) {
     c.tokens = t.tokens;
-    c.stages = gemm_decode_stages(t.tokens, target.max_smem_optin);
+    c.stages = t.stages != 0 ? t.stages : gemm_decode_stages(t.tokens, target.max_smem_optin);
   }
   return c;
 }
@@ -156,10 +164,12 @@ bool gemm_tactic_valid(const GemmTactic& t, int64_t m_bucket, int64_t n, int64_t
           t.tokens == std::max<int64_t>(16, m_bucket);
       // Splits of 1..8 blocks: a portable cluster size; blocks without K contribute zeros.
       const bool split_ok = t.split >= 1 && t.split <= gemm::kGemmDecodeMaxSplit;
-      if (!tile_ok || !split_ok || !decode_sides_ok(target, n, k)) return false;
-      return gemm::gemm_decode_smem_bytes(t.tokens,
-                                          gemm_decode_stages(t.tokens, target.max_smem_optin)) <=
-             target.max_smem_optin;
+      // A named ring depth: 2 stages at least (one loading while one multiplies).
+      const bool stages_ok = t.stages == 0 || t.stages >= 2;
+      if (!tile_ok || !split_ok || !stages_ok || !decode_sides_ok(target, n, k)) return false;
+      const int stages =
+          t.stages != 0 ? t.stages : gemm_decode_stages(t.tokens, target.max_smem_optin);
+      return gemm::gemm_decode_smem_bytes(t.tokens, stages) <= target.max_smem_optin;
     }
     case GemmPath::kMmaSm80: return mma_sm80_can_run(target, m_bucket, n, k, t.bn, t.stages);
     case GemmPath::kSimt: break;
@@ -216,9 +226,19 @@ std::vector<GemmTactic> gemm_tactics(const GemmTactic& dflt, int64_t m, int64_t 
     GemmTactic d;
     d.path = GemmPath::kSm90Decode;
     d.tokens = static_cast<int>(std::max<int64_t>(16, m));
+    // The default ring (two blocks an SM) and, where it is deeper, the ring of one block an SM:
+    // more weight bytes in flight a block where the tokens' tile takes a third to a half of each
+    // stage (64 and 128 tokens), at the cost of the second block's overlap.
+    const int deep = gemm_decode_stages(d.tokens, target.max_smem_optin, 1);
+    const bool deeper = deep > gemm_decode_stages(d.tokens, target.max_smem_optin);
     for (int s = 1; s <= gemm::kGemmDecodeMaxSplit; ++s) {
       d.split = s;
+      d.stages = 0;
       add(d);
+      if (deeper) {
+        d.stages = deep;
+        add(d);
+      }
     }
   }
   const auto add_tiles = [&](GemmPath path, const auto& tiles, bool persistent) {

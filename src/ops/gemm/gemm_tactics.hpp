@@ -23,8 +23,9 @@ namespace kjit::ops {
 inline constexpr const char* kGemmTuneOp = "gemm";
 // Bumped when a tactic's name changes meaning or the candidates grow (stored results of the old
 // space are then misses, so a tuned bucket is timed again over the new candidates).
-// 2: the mma_sm80 path's tactics joined the space. 3: the persistent sm90 tactics.
-inline constexpr int kGemmTacticSpace = 3;
+// 2: the mma_sm80 path's tactics joined the space. 3: the persistent sm90 tactics. 4: the decode
+// kernel's deeper ring (one block an SM).
+inline constexpr int kGemmTacticSpace = 4;
 
 // One way to run a call: a path and its parameters.
 //   "sm90_bn128_s6"     the TMA + wgmma kernel, 128 x bn tiles, 6 pipeline stages
@@ -32,11 +33,14 @@ inline constexpr int kGemmTacticSpace = 3;
 //                       over the tiles)
 //   "mma_bn64_s4"       the mma.sync + cp.async kernel (any sm_80+), 128 x bn tiles, 4 stages
 //   "decode_t16_split4" the weight-streaming kernel, a 16-token tile, K split over 4 blocks of a
-//                       cluster (its stages follow from the tile and the device)
+//                       cluster (its stages follow from the tile and the device: two blocks an
+//                       SM)
+//   "decode_t64_s9_split4"  the same with a ring of 9 stages (one block an SM where 9 do not fit
+//                       twice)
 //   "simt"              the fp32 fallback
 struct GemmTactic {
   GemmPath path = GemmPath::kSimt;
-  int bn = 0, stages = 0;     // sm90, mma_sm80
+  int bn = 0, stages = 0;     // sm90, mma_sm80; decode: 0 = the tile's default ring
   int tokens = 0, split = 0;  // decode
   bool persistent = false;    // sm90
   std::string name() const;
@@ -51,7 +55,8 @@ struct GemmTactic {
 // The kernel a tactic runs (its split is a launch parameter, not part of the kernel).
 GemmConfig gemm_config_of(const GemmTactic& t, DType dtype, DType out_dtype,
                           const GemmTarget& target);
-// The tactic of a selected config and (decode path) split.
+// The tactic of a selected config and (decode path) split; a decode config's ring is taken as its
+// tile's default (stages 0), which is what the selection picks.
 GemmTactic gemm_tactic_of(const GemmConfig& c, int split);
 
 // M of a bucket: the next power of two (an engine's batch sizes fall into a handful).
