@@ -734,8 +734,12 @@ struct FilterRow {
     constexpr float kMaxFinite = 3.40282347e38f;
     const bool use_k = prm.use_k, greedy = prm.greedy;
     if (input == kInputProbs) {
+      // Validity from the walk's minimum and sum rather than a test an element: a negative weight
+      // leaves the minimum below zero (-0.0 counts as zero, as v >= 0 did), a NaN or an infinity
+      // leaves the thread's fp64 sum NaN or infinite (fminf / fmaxf skip a NaN, the sum does not).
+      float vmin = __int_as_float(0x7f800000);
       const auto visit = [&](float v) {
-        bad |= !(v >= 0.0f && v <= kMaxFinite);
+        vmin = fminf(vmin, v);
         wsum += double(v);
         vmax = fmaxf(vmax, v);
       };
@@ -749,6 +753,7 @@ struct FilterRow {
       } else {
         walk.run([&](int, float v) { visit(v); });
       }
+      bad |= !(vmin >= 0.0f) || !(wsum <= 1.7976931348623157e308);
     } else {
       walk.run([&](int i, float x) {
         bad |= x != x;

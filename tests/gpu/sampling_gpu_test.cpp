@@ -763,11 +763,15 @@ TEST_CASE("sampling gpu: the draw is the inverse CDF of the documented Philox un
 TEST_CASE("sampling gpu: NaN, negative, infinite and all-zero rows are reported invalid",
           "[gpu][sampling]") {
   const int64_t vocab = 1000;
+  // Row 5 holds a -0.0 (a zero weight: valid), row 6 a -Inf, row 7 a NaN beside a +Inf.
   Matrix x = make_matrix("fp32", 8, vocab, [](int64_t r, int64_t i) {
     if (r == 1 && i == 500) return kNaN;
     if (r == 2 && i == 3) return -0.25;
     if (r == 3) return 0.0;
     if (r == 4 && i == 999) return kInf;
+    if (r == 5 && i == 7) return -0.0;
+    if (r == 6 && i == 640) return -kInf;
+    if (r == 7 && (i == 0 || i == 1)) return i == 0 ? kInf : kNaN;
     return 1.0 + (i % 7);
   });
   Params prm;
@@ -776,7 +780,7 @@ TEST_CASE("sampling gpu: NaN, negative, infinite and all-zero rows are reported 
   for (Api api : {Api::kPlain, Api::kTopK, Api::kTopP, Api::kTopKTopP}) {
     const Draws d = draw(api, x, prm, 1, {0});
     for (int64_t r = 0; r < 8; ++r) {
-      const bool bad = r >= 1 && r <= 4;
+      const bool bad = (r >= 1 && r <= 4) || r >= 6;
       INFO("api " << static_cast<int>(api) << " row " << r);
       CHECK(d.valid[0][r] == (bad ? 0 : 1));
       if (bad) CHECK(d.samples[0][r] == -1);
