@@ -489,13 +489,15 @@ TEST_CASE("gemm_fp8 gpu: the decode kernel, every scale mode and token tile, spl
   }
   // The deeper rings of one block an SM (decode_t<T>_s<N>_split<s>, forced): 16, 32 and 64
   // tokens, every scale mode, K split unevenly over 3 blocks and not at all, K a ring's length
-  // and more (the ring wraps its stages several times).
+  // and more (the ring wraps its stages several times); and the decode kernel forced where the
+  // plan takes the tiles (100 rows, K <= 8192).
   for (const char* mode : kModes) {
     for (const auto& [m, tactic] :
          std::vector<std::pair<int64_t, const char*>>{{5, "decode_t16_s12_split3"},
                                                       {20, "decode_t32_s11_split1"},
                                                       {64, "decode_t64_s9_split3"},
-                                                      {40, "decode_t64_s9_split1"}}) {
+                                                      {40, "decode_t64_s9_split1"},
+                                                      {100, "decode_t128_s7_split2"}}) {
       Case c{mode, "bf16", m, 389, 4112};
       c.wide_block_scales = std::string(mode) == "block";
       c.tactic = tactic;

@@ -439,8 +439,9 @@ TEST_CASE("gemm_fp8: a forced sm90 tactic keeps the call's scales and needs the 
   CHECK(ops::gemm_fp8_forced_config("sm90_bn128_s4_p", sel, 1000, 3000, 272, small).stages == 4);
   CHECK_THROWS_AS(ops::gemm_fp8_forced_config("sm90_bn128_s6_p", sel, 1000, 3000, 272, h100(false)),
                   kjit::Error);
-  // The decode kernel at the selected token tile with a named ring (one block an SM), or its own;
-  // not another tile, not a ring past the shared memory, not where the call takes the tiles.
+  // The decode kernel at the narrowest token tile holding m with a named ring (one block an SM),
+  // or its own; not another tile, not a ring past the shared memory, not past 128 rows; also
+  // where the selection takes the tiles (100 x 28672 x 4096: past 64 rows at K <= 8192).
   const ops::GemmFp8Config dsel =
       ops::select_gemm_fp8(bf16, ops::Fp8Scales::kTensorRow, 64, 4096, 14336, h100(true));
   REQUIRE(dsel.path == ops::GemmPath::kSm90Decode);
@@ -462,6 +463,20 @@ TEST_CASE("gemm_fp8: a forced sm90 tactic keeps the call's scales and needs the 
   }
   CHECK_THROWS_AS(ops::gemm_fp8_forced_config("decode_t64_s9_split4", dsel, 64, 4096, 14336, small),
                   kjit::Error);
+  const ops::GemmFp8Config tsel =
+      ops::select_gemm_fp8(bf16, ops::Fp8Scales::kTensorRow, 100, 28672, 4096, h100(true));
+  REQUIRE(tsel.path == ops::GemmPath::kSm90);
+  const ops::GemmFp8Config forced =
+      ops::gemm_fp8_forced_config("decode_t128_s6_split2", tsel, 100, 28672, 4096, h100(true));
+  CHECK(forced.path == ops::GemmPath::kSm90Decode);
+  CHECK(forced.tokens == 128);
+  CHECK(forced.stages == 6);
+  CHECK(forced.bn == 0);
+  CHECK(forced.tma_out == 0);
+  // Operands TMA cannot describe.
+  CHECK_THROWS_AS(
+      ops::gemm_fp8_forced_config("decode_t128_split2", tsel, 100, 28672, 4096, h100(false)),
+      kjit::Error);
 }
 
 TEST_CASE("gemm_fp8: select takes the mma.sync kernel on sm_89+ rows cp.async can copy", "[fp8]") {

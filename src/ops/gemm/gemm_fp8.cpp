@@ -226,22 +226,29 @@ GemmFp8Config gemm_fp8_forced_config(const std::string& tactic, const GemmFp8Con
                                      int64_t m, int64_t n, int64_t k, const GemmTarget& target) {
   const std::optional<GemmTactic> t = GemmTactic::parse(tactic);
   if (t && t->path == GemmPath::kSm90Decode) {
-    // The decode kernel at the selection's token tile (the tile must hold every token) with a
-    // named ring depth, or the tile's own; its split is the caller's (GemmFp8Tuning::split).
+    // The decode kernel, also where the selection takes the tiles (m <= 128), at the narrowest
+    // token tile that holds m, a named ring depth or the tile's own, the call's scale mode; the
+    // tactic validity of kjit_gemm's decode path over k's e4m3 pairs (an sm_90a device, TMA-ready
+    // operands, TMA's sides), the fp8 ring in shared memory. Its split is the launch's
+    // (GemmFp8Tuning::split, else the tactic's).
     const int stages =
         t->stages != 0 ? t->stages : gemm_fp8_decode_stages(t->tokens, target.max_smem_optin);
-    if (selected.path != GemmPath::kSm90Decode || t->tokens != selected.tokens || t->stages == 1 ||
-        stages < 2 || gemm::gemm_decode_smem_bytes(t->tokens, stages) > target.max_smem_optin) {
+    if (!gemm_tactic_valid(*t, gemm_m_bucket(m), n, (k + 1) / 2, target) ||
+        gemm::gemm_decode_smem_bytes(t->tokens, stages) > target.max_smem_optin) {
       fail(
           KJIT_ERROR_INVALID_ARGUMENT,
           "gemm_fp8: tactic '{}' is not valid for this call (decode_t<tokens>[_s<stages>]_split<s> "
-          "at the token tile the call selects{}, its stages in shared memory)",
-          tactic,
-          selected.path == GemmPath::kSm90Decode ? fmt::format(", {}", selected.tokens)
-                                                 : std::string(": none here"));
+          "with m <= 128 at the narrowest token tile that holds m, its stages in shared memory, on "
+          "an sm_90a device with TMA-ready operands)",
+          tactic);
     }
     GemmFp8Config c = selected;
+    c.path = GemmPath::kSm90Decode;
+    c.tokens = t->tokens;
     c.stages = stages;
+    c.bn = 0;
+    c.persistent = 0;
+    c.tma_out = 0;
     return c;
   }
   // The e4m3 stage holds the bytes of a bf16 stage of the same tile, so sm90_can_run's shared

@@ -44,8 +44,9 @@ struct GemmFp8Tuning {
   // A tactic to run instead of select_gemm_fp8's choice: one of kjit_gemm's sm90 names at the fp8
   // kernel's widths, "sm90_bn128_s<stages>[_p]", "sm90_bn192_s<stages>[_p]" (not block scales) or
   // "sm90_bn256_s<stages>[_p]" (gemm_tactics.hpp; the scale mode stays the call's), or the decode
-  // kernel at the call's token tile, "decode_t<tokens>[_s<stages>]_split<s>" (a deeper ring than
-  // its two blocks an SM). One not valid for the call is KJIT_ERROR_INVALID_ARGUMENT.
+  // kernel at the narrowest token tile that holds m (also where the selection takes the tiles),
+  // "decode_t<tokens>[_s<stages>]_split<s>" (a deeper ring than its two blocks an SM). One not
+  // valid for the call is KJIT_ERROR_INVALID_ARGUMENT.
   std::string tactic;
   // kjit_gemm_options::weights_early: the kernel before on the stream writes neither b nor
   // scale_b (the decode path then loads b's first stages before waiting for it).
@@ -84,9 +85,9 @@ jit::Spec gemm_fp8_spec(const GemmFp8Config& cfg);
 // The config a forced tactic (GemmFp8Tuning::tactic) runs for an m x n x k call whose selected
 // config is `selected` (its out dtype and scales are kept). Throws KJIT_ERROR_INVALID_ARGUMENT for
 // a name that is not an sm90 tactic of width 128 or 256 (or 192, without block scales), or one
-// sm90_can_run refuses on `target`, or a decode tactic other than at the selected token tile or
-// whose ring does not fit (its split is the launch's: gemm_fp8 takes it where
-// GemmFp8Tuning::split is 0).
+// sm90_can_run refuses on `target`, or a decode tactic kjit_gemm's decode path could not run for
+// the call (m up to 128 at the narrowest token tile that holds it) or whose ring does not fit (its
+// split is the launch's: gemm_fp8 takes it where GemmFp8Tuning::split is 0).
 GemmFp8Config gemm_fp8_forced_config(const std::string& tactic, const GemmFp8Config& selected,
                                      int64_t m, int64_t n, int64_t k, const GemmTarget& target);
 
