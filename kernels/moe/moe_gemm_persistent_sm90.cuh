@@ -5,9 +5,10 @@
 // run this item's epilogue: with K = 2048 (Qwen3-30B-A3B, 32 stages an item) the one-item kernel
 // pays a pipeline fill and an epilogue per 32 stages.
 //
-// Items: block b takes w = b, b + gridDim.x, ... < tiles_m * tiles_n, each mapped by band_tile (the
-// one-item kernel's order over the host's bound tiles_m) to a row tile of the device schedule
-// (moe_schedule.cuh) and a column tile; the grid never depends on the device counts (graph-safe).
+// Items: block b takes w = b, b + gridDim.x, ... < tiles_m * tiles_n, each mapped by band_tile (in
+// bands of kMoeGroupM row tiles over the host's bound tiles_m) to a row tile of the device
+// schedule (moe_schedule.cuh) and a column tile; the grid never depends on the device counts
+// (graph-safe).
 //
 // Who reads the schedule: the producer warp alone (find_tile is one warp's), not block_tile. A
 // block-wide barrier per item would hold the producer at item i + 1's lookup until the consumers
@@ -54,7 +55,7 @@ KJIT_DEVICE KJIT_FORCEINLINE void produce_items(const MoeGemmParams& p, const ge
     records[it % STAGES] = rec;
   };
   const i64 items = i64(p.tiles_m) * p.tiles_n;
-  const i64 band_items = i64(kGemmGroupM) * p.tiles_n;
+  const i64 band_items = i64(kMoeGroupM) * p.tiles_n;
   i64 hole_band = items;  // the band of the first item found past the schedule's end
   int it = 0;
   for (i64 w = blockIdx.x; w < items; w += gridDim.x) {
@@ -68,7 +69,7 @@ KJIT_DEVICE KJIT_FORCEINLINE void produce_items(const MoeGemmParams& p, const ge
     // skips or stops together.
     if (w / band_items > hole_band) break;
     int m_tile, n_tile;
-    band_tile(static_cast<int>(w), p.tiles_m, p.tiles_n, m_tile, n_tile);
+    band_tile<kMoeGroupM>(static_cast<int>(w), p.tiles_m, p.tiles_n, m_tile, n_tile);
     const GroupTile t = find_tile<kGemmBlockM>(p, m_tile);
     if (t.expert < 0) {
       hole_band = w / band_items;

@@ -80,6 +80,15 @@ struct MoeGemmParams {
 
 constexpr int kMoeGemmSchedThreads = 32;  // one warp finds a block's expert
 
+// Row tiles per band of the persistent grouped kernels' item order (gemm::band_tile; the dense
+// kernels' kGemmGroupM is 16). Every column tile of a band reads its row tiles of a, and with 16
+// rows the 132 blocks in flight read a tile at times far enough apart that the weights streaming
+// past evict it in between: DeepSeek-V3's gate_up (256 experts of 128 rows, 4096 x 7168, 15.8 GB
+// of operands) moved 20.3 GB from DRAM, _grouped_mm's kernel 15.8. With 4 rows: Qwen3-30B-A3B
+// gate_up 387 -> 360 us, Mixtral level (its experts' 8 row tiles now span two bands; H100,
+// session 28, docs/performance.md).
+constexpr int kMoeGroupM = 4;
+
 // fp8 block-scaled grouped GEMM (moe_gemm_fp8_sm90.cuh): `grouped` over e4m3 a and b (its g's
 // m, n, k and row strides in e4m3 elements; tma_a / tma_b over e4m3 pairs, as the fp8 GEMM's),
 // and DeepSeek-V3's scales, fp32, compact:

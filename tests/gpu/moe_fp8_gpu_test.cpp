@@ -535,8 +535,8 @@ namespace {
 // the tile, k with a short last chunk, scales 2^10 apart; k = 128 and 16: one stage an item (every
 // item's record in the next slot); skewed routing (one expert 90% of 3000 rows); more items than
 // SMs, with row tiles past the schedule's end inside a band of more items than the grid (bound
-// tiles_m 48; moe_gpu_test.cpp's bf16 case); SwiGLU at each of `inters` (the first with scales
-// 2^10 apart), masked SwiGLU with counts clamped; every expert empty.
+// tiles_m 48, n 4480; moe_gpu_test.cpp's bf16 case); SwiGLU at each of `inters` (the first with
+// scales 2^10 apart), masked SwiGLU with counts clamped; every expert empty.
 void run_tile_cases(const ops::MoeGemmTuning& tuning, const std::vector<int>& inters,
                     std::mt19937_64& rng) {
   for (const int k : {1040, 128, 16}) {
@@ -558,7 +558,7 @@ void run_tile_cases(const ops::MoeGemmTuning& tuning, const std::vector<int>& in
   CHECK(run_fp8(s, rng));
   Fp8Case b;
   b.counts = uneven_counts(24, 3000, rng);
-  b.n = 1280;
+  b.n = 4480;
   b.k = 128;
   b.tuning = tuning;
   CHECK(run_fp8(b, rng));

@@ -1212,12 +1212,14 @@ TEST_CASE("moe gpu: the persistent tile kernel per expert against fp64", "[gpu][
   s.tuning = persistent;
   run_grouped(s, rng);
   // More items than SMs, with past-the-end row tiles inside a band that has more items than the
-  // grid: 24 experts of ~125 rows bound tiles_m at 48 (bands of 16 row tiles) while the schedule
-  // has about 40, and n = 1280 makes a band 160 items against 132 SMs, so a block meets an item
-  // past the end and then a real one of the same band (a `break` there would leave rows unwritten).
+  // grid: 24 experts of ~136 rows bound tiles_m at 48 (bands of kMoeGroupM = 4 row tiles) while
+  // the schedule has about 45, and n = 4480 (35 column tiles) makes a band 140 items against 132
+  // SMs, so a block can meet an item past the end and then a real one of the same band (a `break`
+  // there would leave rows unwritten; on a grid of a multiple of 4 blocks a block keeps its row of
+  // the band, so there it meets past-the-end items of two columns).
   GroupedCase b;
   b.counts = uneven_counts(24, 3000, rng);
-  b.n = 1280;
+  b.n = 4480;
   b.k = 64;
   b.tuning = persistent;
   run_grouped(b, rng);
