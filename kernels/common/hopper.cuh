@@ -87,6 +87,31 @@ KJIT_DEVICE KJIT_FORCEINLINE void tma_load_2d(void* dst, const void* tensor_map,
                                   tensor_map, coords, ptx_bar(bar));
 }
 
+// tma_load_2d into the same shared-memory offset of every block of the cluster in `cta_mask`
+// (bit r: block rank r), completing the bytes on the barrier at `bar`'s offset in each of them.
+// Each receiving block's barrier must expect those bytes in the phase they land in.
+KJIT_DEVICE KJIT_FORCEINLINE void tma_load_2d_multicast(void* dst, const void* tensor_map, u64* bar,
+                                                        int x, int y, u16 cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<u64>(tensor_map)), "r"(x), "r"(y), "r"(smem_addr(bar)), "h"(cta_mask)
+      : "memory");
+}
+
+// One arrival on the barrier at `bar`'s offset in block `rank` of the cluster: a consumer giving a
+// stage back to a producer in another block. Its reads of the stage (wgmma's, waited for) are all
+// it orders, so the default release at CTA scope serves (a cluster-scope release costs a
+// GPU-wide memory barrier).
+KJIT_DEVICE KJIT_FORCEINLINE void mbarrier_arrive_remote(u64* bar, u32 rank) {
+  asm volatile(
+      "{\n\t.reg .b32 remote;\n\t"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n\t"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n\t}" ::"r"(smem_addr(bar)),
+      "r"(rank)
+      : "memory");
+}
+
 // A 4-D TMA load of the box at coordinates (c0 innermost .. c3) of `tensor_map` into `dst`, as
 // tma_load_2d. Coordinates outside the tensor (negative ones too) load zeros.
 KJIT_DEVICE KJIT_FORCEINLINE void tma_load_4d(void* dst, const void* tensor_map, u64* bar, int c0,

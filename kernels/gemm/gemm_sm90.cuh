@@ -26,6 +26,7 @@
 // overlap a, b or bias.
 #pragma once
 
+#include "common/cluster.cuh"
 #include "common/hopper.cuh"
 #include "common/prelude.cuh"
 #include "common/wgmma.cuh"
@@ -63,14 +64,14 @@ KJIT_DEVICE KJIT_FORCEINLINE Ring ring_in(unsigned char* smem, u32 stage_bytes, 
 
 // Thread 0 initializes the ring's barriers (the caller's __syncthreads() publishes them): a
 // stage's full barrier takes the producer's arrive_expect_tx, its empty barrier one arrival per
-// consumer warp (two warpgroups).
+// consumer warp (two warpgroups; 16 where a pair of blocks shares the stage's b, below).
 template <int STAGES>
-KJIT_DEVICE KJIT_FORCEINLINE void init_ring(u64* full, u64* empty) {
+KJIT_DEVICE KJIT_FORCEINLINE void init_ring(u64* full, u64* empty, u32 empty_arrivals = 8) {
   if (threadIdx.x != 0) return;
 #pragma unroll
   for (int s = 0; s < STAGES; ++s) {
     hopper::mbarrier_init(&full[s], 1);
-    hopper::mbarrier_init(&empty[s], 8);
+    hopper::mbarrier_init(&empty[s], empty_arrivals);
   }
   hopper::fence_barrier_init();
 }
@@ -114,11 +115,40 @@ KJIT_DEVICE KJIT_FORCEINLINE void produce(const GemmParams& p, unsigned char* ti
   produce_rows<IN, BN, STAGES>(p, tiles, full, empty, k_blocks, m_tile * kGemmBlockM, n_tile * BN);
 }
 
+// The producer of a block of a pair (gemm_sm90_persistent_kernel's PAIR form: a cluster of two
+// blocks on row tiles 2i and 2i + 1 of one column tile). Each block loads its own rows of a, and
+// rank 0 loads b's tile once into both blocks (TMA multicast), so the pair reads b from L2 once.
+// Each block's full barrier expects its whole stage (b landing from rank 0's load), and a stage is
+// refilled only after both blocks' consumers gave it back: their empty barriers count the
+// consumer warps of both blocks (consume's PAIR release). A row tile wholly past m (rank 1 of the
+// last pair where the row tiles are odd) loads no a: its sums are never written.
+template <typename IN, int BN, int STAGES>
+KJIT_DEVICE KJIT_FORCEINLINE void produce_pair_rows(const GemmParams& p, unsigned char* tiles,
+                                                    u64* full, u64* empty, int k_blocks, int a_row,
+                                                    int b_row, int it0, u32 rank) {
+  constexpr u32 kABytes = kGemmBlockM * kGemmBlockK * sizeof(IN);
+  constexpr u32 kStageBytes = (kGemmBlockM + BN) * kGemmBlockK * sizeof(IN);
+  const bool a_in = a_row < p.m;
+  for (int kb = 0; kb < k_blocks; ++kb) {
+    const int i = it0 + kb;
+    const int s = i % STAGES;
+    hopper::mbarrier_wait(&empty[s], ((i / STAGES) & 1) ^ 1);
+    unsigned char* stage = tiles + s * kStageBytes;
+    hopper::mbarrier_arrive_expect_tx(&full[s], a_in ? kStageBytes : kStageBytes - kABytes);
+    if (a_in) hopper::tma_load_2d(stage, &p.tma_a, &full[s], kb * kGemmBlockK, a_row);
+    if (rank == 0) {
+      hopper::tma_load_2d_multicast(stage + kABytes, &p.tma_b, &full[s], kb * kGemmBlockK, b_row,
+                                    u16{0x3});
+    }
+  }
+}
+
 // Consumer `half` (0 or 1) accumulates rows 64 * half .. + 63 of the tile into acc. it0: the
 // ring's running stage count at the first K block (a persistent block's later tiles continue the
 // barriers' phases: stage (it0 + kb) % STAGES); release_last: give the last stage back too (a
 // block whose producer goes on to another tile).
-template <typename IN, int BN, int STAGES>
+// PAIR: each release also arrives on the other block's barrier (produce_pair_rows).
+template <typename IN, int BN, int STAGES, bool PAIR = false>
 KJIT_DEVICE KJIT_FORCEINLINE void consume(unsigned char* tiles, u64* full, u64* empty, int k_blocks,
                                           int half, float (&acc)[BN / 2], int it0 = 0,
                                           bool release_last = false) {
@@ -126,6 +156,10 @@ KJIT_DEVICE KJIT_FORCEINLINE void consume(unsigned char* tiles, u64* full, u64* 
   constexpr u32 kStageBytes = (kGemmBlockM + BN) * kGemmBlockK * sizeof(IN);
   constexpr u32 kK16Bytes = 16 * sizeof(IN);  // one k16 step inside a 128-byte swizzle row
   const bool arrives = threadIdx.x % 32 == 0;
+  const auto release = [&](int stage) {
+    hopper::mbarrier_arrive(&empty[stage]);
+    if constexpr (PAIR) hopper::mbarrier_arrive_remote(&empty[stage], cluster_rank() ^ 1);
+  };
   for (int kb = 0; kb < k_blocks; ++kb) {
     const int i = it0 + kb;
     const int s = i % STAGES;
@@ -145,13 +179,11 @@ KJIT_DEVICE KJIT_FORCEINLINE void consume(unsigned char* tiles, u64* full, u64* 
     // producer. The last stage is released only on request (a single tile's is never refilled).
     wgmma::wait_group<1>();
     wgmma::fence_operands(acc);
-    if (kb > 0 && arrives) hopper::mbarrier_arrive(&empty[(i - 1) % STAGES]);
+    if (kb > 0 && arrives) release((i - 1) % STAGES);
   }
   wgmma::wait_group<0>();
   wgmma::fence_operands(acc);
-  if (release_last && k_blocks > 0 && arrives) {
-    hopper::mbarrier_arrive(&empty[(it0 + k_blocks - 1) % STAGES]);
-  }
+  if (release_last && k_blocks > 0 && arrives) release((it0 + k_blocks - 1) % STAGES);
 }
 
 // acc's register i at (row, col) of the warpgroup's 64 x BN block (common/wgmma.cuh): registers
@@ -333,6 +365,28 @@ KJIT_DEVICE KJIT_FORCEINLINE void for_each_tile(const GemmParams& p, int k_block
   }
 }
 
+// for_each_tile's walk for the pairs of a cluster of two blocks (gemm_sm90_persistent_kernel's
+// PAIR form): cluster c = blockIdx.x / 2 takes pair tiles c, + gridDim.x / 2, ... of the band
+// order over ceil(tiles_m / 2) pair rows (bands of kGemmGroupM / 2 pairs: the same rows as the
+// one-block order's bands), and block rank r of the pair row tile 2 i + r, so both blocks of a
+// cluster walk the same column tiles in the same order (their rings' counts agree too).
+template <int BN, int STAGES, typename F>
+KJIT_DEVICE KJIT_FORCEINLINE void for_each_pair_tile(const GemmParams& p, int k_blocks, F f) {
+  const int tiles_m = static_cast<int>((p.m + kGemmBlockM - 1) / kGemmBlockM);
+  const int pairs_m = (tiles_m + 1) / 2;
+  const int tiles_n = static_cast<int>((p.n + BN - 1) / BN);
+  const i64 tiles = i64(pairs_m) * tiles_n;
+  const i64 clusters = gridDim.x / 2;
+  const int rank = static_cast<int>(cluster_rank());
+  int it = 0;
+  for (i64 t = blockIdx.x / 2; t < tiles; t += clusters) {
+    int pair_m, n_tile;
+    band_tile<kGemmGroupM / 2>(static_cast<int>(t), pairs_m, tiles_n, pair_m, n_tile);
+    f(2 * pair_m + rank, n_tile, it, t + clusters < tiles);
+    it = (it + k_blocks) % (2 * STAGES);
+  }
+}
+
 // The persistent form of gemm_sm90_kernel: a fixed grid of at most one block per SM (the host's
 // min(tiles, SMs); setmaxnreg's split takes all of an SM's registers, so one block fits anyway),
 // each looping over for_each_tile's tiles. The producer streams every tile's K blocks through the
@@ -341,7 +395,11 @@ KJIT_DEVICE KJIT_FORCEINLINE void for_each_tile(const GemmParams& p, int k_block
 // consumers release every stage but the block's very last (nothing refills it), and rezero
 // their accumulators per tile. Launch contract: gemm_sm90_kernel's, with any grid of at least
 // one block (fewer blocks than tiles take several each).
-template <typename IN, typename OUT, int BN, int STAGES, bool TMA_OUT = false>
+// PAIR: clusters of two blocks (launched with cluster size 2, an even grid) on row tiles 2i and
+// 2i + 1 of each column tile (for_each_pair_tile), b's tile loaded once for both
+// (produce_pair_rows): a pair reads 128 + 128 + BN rows of operands from L2 a stage where two
+// blocks alone read 2 (128 + BN). No block leaves while its pair may still arrive on its barriers.
+template <typename IN, typename OUT, int BN, int STAGES, bool TMA_OUT = false, bool PAIR = false>
 __global__ void __launch_bounds__(kGemmSm90Threads, 1)
     gemm_sm90_persistent_kernel(const __grid_constant__ GemmParams p) {
   static_assert(sizeof(IN) == 2, "wgmma operands here are bf16 or fp16");
@@ -350,25 +408,47 @@ __global__ void __launch_bounds__(kGemmSm90Threads, 1)
   const Ring r = ring_in<STAGES>(smem_raw, (kGemmBlockM + BN) * kGemmBlockK * sizeof(IN),
                                  TMA_OUT ? kGemmOutStagingBytes : 0);
   const int k_blocks = static_cast<int>((p.k + kGemmBlockK - 1) / kGemmBlockK);
-  init_ring<STAGES>(r.full, r.empty);
-  __syncthreads();
+  init_ring<STAGES>(r.full, r.empty, PAIR ? 16 : 8);
+  if constexpr (PAIR) {
+    cluster_sync();  // both blocks' barriers initialized before either's loads or releases
+  } else {
+    __syncthreads();
+  }
+  const auto walk = [&](auto f) {
+    if constexpr (PAIR) {
+      for_each_pair_tile<BN, STAGES>(p, k_blocks, f);
+    } else {
+      for_each_tile<BN, STAGES>(p, k_blocks, f);
+    }
+  };
   const int wg = static_cast<int>(threadIdx.x / 128);
   if (wg == 0) {
     hopper::regs_dealloc<kProducerRegs>();
-    if (threadIdx.x != 0) return;
-    for_each_tile<BN, STAGES>(p, k_blocks, [&](int m_tile, int n_tile, int it0, bool) {
-      produce_rows<IN, BN, STAGES>(p, r.tiles, r.full, r.empty, k_blocks, m_tile * kGemmBlockM,
-                                   n_tile * BN, -1, it0);
-    });
+    if (!PAIR && threadIdx.x != 0) return;
+    if (threadIdx.x == 0) {
+      walk([&](int m_tile, int n_tile, int it0, bool) {
+        if constexpr (PAIR) {
+          produce_pair_rows<IN, BN, STAGES>(p, r.tiles, r.full, r.empty, k_blocks,
+                                            m_tile * kGemmBlockM, n_tile * BN, it0, cluster_rank());
+        } else {
+          produce_rows<IN, BN, STAGES>(p, r.tiles, r.full, r.empty, k_blocks, m_tile * kGemmBlockM,
+                                       n_tile * BN, -1, it0);
+        }
+      });
+    }
   } else {
     hopper::regs_alloc<kConsumerRegs>();
-    for_each_tile<BN, STAGES>(p, k_blocks, [&](int m_tile, int n_tile, int it0, bool more) {
+    walk([&](int m_tile, int n_tile, int it0, bool more) {
       float acc[BN / 2];
 #pragma unroll
       for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
-      consume<IN, BN, STAGES>(r.tiles, r.full, r.empty, k_blocks, wg - 1, acc, it0, more);
+      consume<IN, BN, STAGES, PAIR>(r.tiles, r.full, r.empty, k_blocks, wg - 1, acc, it0, more);
       write_tile_any<IN, OUT, BN, TMA_OUT>(p, wg - 1, m_tile, n_tile, acc, r.extra, !more);
     });
+  }
+  if constexpr (PAIR) {
+    __syncwarp();
+    cluster_sync();
   }
 }
 

@@ -195,6 +195,37 @@ TEST_CASE("tune gpu: every gemm tactic of a decode and a large bucket is correct
                     Catch::Contains("not valid for this call"));
 }
 
+TEST_CASE("tune gpu: the paired persistent tactics are correct", "[gpu][tune][gemm][sm90a]") {
+  // Clusters of two blocks sharing b's tile (sm90_*_p2): more pair tiles than clusters run at
+  // once (each cluster walks several, its two rings in step), an odd count of row tiles (the last
+  // pair's second block has no rows: it must take its stages and write nothing), a row tile and
+  // a column tile cut short, K with a short last block, beta and bias (the register epilogue) and
+  // beta 0 (the TMA store), and a call with a single row tile.
+  REQUIRE(test::gpu_caps().sm90a());
+  const ops::GemmTarget target = ops::gemm_target(0, true);
+  struct Shape {
+    int64_t m, n, k;
+    bool bias;
+    float beta;
+  };
+  for (const char* tactic : {"sm90_bn256_s4_p2", "sm90_bn128_s6_p2"}) {
+    for (const Shape& s : {Shape{4000, 3000, 264, false, 0.0f}, Shape{1100, 4100, 200, true, 0.5f},
+                           Shape{1100, 1000, 72, false, 0.0f}, Shape{100, 300, 64, true, 0.0f}}) {
+      const auto t = ops::GemmTactic::parse(tactic);
+      REQUIRE(t);
+      INFO("m " << s.m << " n " << s.n << " k " << s.k << " tactic " << tactic);
+      REQUIRE(ops::gemm_tactic_valid(*t, ops::gemm_m_bucket(s.m), s.n, s.k, target));
+      check_tuned_gemm(
+          s.m, s.n, s.k, s.bias, s.beta,
+          [&](const DLTensor* a, const DLTensor* b, const DLTensor* bias, DLTensor* out) {
+            ops::GemmTuning tuning;
+            tuning.tactic = tactic;
+            ops::gemm(a, b, bias, out, 1.0f, s.beta, nullptr, tuning);
+          });
+    }
+  }
+}
+
 TEST_CASE("tune gpu child: a gemm call in a tuning process", "[.tune_child]") {
   const char* step_env = std::getenv("KJIT_TEST_TUNE_CHILD");
   REQUIRE(step_env != nullptr);

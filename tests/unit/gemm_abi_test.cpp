@@ -464,8 +464,8 @@ TEST_CASE("gemm: the wgmma descriptor has the PTX ISA's bit layout", "[gemm]") {
 TEST_CASE("gemm: specs and the catalog", "[gemm]") {
   const ops::OpDef& def = ops::op_or_throw("gemm");
   const auto catalog = def.catalog();
-  CHECK(catalog.size() == 68);
-  int sm90 = 0, decode = 0, mma = 0, persistent = 0, tma = 0;
+  CHECK(catalog.size() == 80);
+  int sm90 = 0, decode = 0, mma = 0, persistent = 0, tma = 0, pairs = 0;
   for (const auto& args : catalog) {
     const kjit::jit::Spec s = def.make_spec(args);
     INFO(s.uri);
@@ -481,15 +481,25 @@ TEST_CASE("gemm: specs and the catalog", "[gemm]") {
     const bool staged = args.count("tma_out") != 0;
     tma += staged;
     CHECK((s.uri.find("_tma_out_1") != std::string::npos) == staged);
+    const bool pair = args.count("pair") != 0 && args.at("pair") == "1";
+    pairs += pair;
+    CHECK((s.uri.find("_pair_1") != std::string::npos) == pair);
+    if (p) CHECK(s.entry_names.at(0).find(", kjit_spec::pair>") != std::string::npos);
     const char* entry = path == "sm90" ? (p ? "gemm_sm90_persistent_kernel" : "gemm_sm90_kernel")
                         : path == "decode" ? "gemm_decode_sm90_kernel"
                         : path == "sm80"   ? "gemm_mma_sm80_kernel"
                                            : "gemm_simt_kernel";
     CHECK(s.entry_names.at(0).find(entry) != std::string::npos);
   }
-  CHECK(sm90 == 24);
-  CHECK(persistent == 12);  // both tiles, both dtypes, out in the input dtype or fp32; staged
-  CHECK(tma == 8);          // both tiles and forms, both dtypes, out in the input dtype
+  CHECK(sm90 == 36);
+  // Both tiles, both dtypes, out in the input dtype or fp32, alone and in pairs; staged.
+  CHECK(persistent == 24);
+  CHECK(pairs == 12);
+  CHECK(tma == 12);  // both tiles and the three forms, both dtypes, out in the input dtype
+  // A pair is a setting of the persistent kernel only.
+  CHECK_THROWS_AS(
+      def.make_spec({{"path", "sm90"}, {"dtype", "bf16"}, {"out_dtype", "bf16"}, {"pair", "1"}}),
+      kjit::Error);
   // The TMA-store epilogue: its flag last in the URI (omitted when 0), the entry's last template
   // argument; an fp32 out, a ring that leaves no room for the 32 KB of staging (7 stages of
   // 32 KB) and the other paths are refused.

@@ -423,11 +423,10 @@ TEST_CASE("gemm_fp8: a forced sm90 tactic keeps the call's scales and needs the 
   const ops::GemmFp8Config sel =
       ops::select_gemm_fp8(bf16, ops::Fp8Scales::kTensorRow, 1000, 3000, 272, h100(true));
   // Not an sm90 tactic of the fp8 kernel's widths, a ring past the shared memory (5 stages of 48 KB
-  // at 256), a device or
-  // operands the sm90 kernel cannot take.
-  for (const char* bad :
-       {"sm90_bn256_s5", "sm90_bn64_s4", "sm90_bn128_s9_p", "sm90_bn128_s1", "mma_bn64_s4",
-        "decode_t16_split2", "simt", "sm90_bn128_s6_q", "sm90_bn192_s6_p", "sm90_bn192_s6", ""}) {
+  // at 256), the bf16 kernel's pairs (_p2), a device or operands the sm90 kernel cannot take.
+  for (const char* bad : {"sm90_bn256_s5", "sm90_bn64_s4", "sm90_bn128_s9_p", "sm90_bn128_s1",
+                          "mma_bn64_s4", "decode_t16_split2", "simt", "sm90_bn128_s6_q",
+                          "sm90_bn192_s6_p", "sm90_bn192_s6", "sm90_bn128_s6_p2", ""}) {
     INFO("'" << bad << "'");
     CHECK_THROWS_AS(ops::gemm_fp8_forced_config(bad, sel, 1000, 3000, 272, h100(true)),
                     kjit::Error);

@@ -81,8 +81,8 @@ const tune::Fingerprint kH200{"NVIDIA H200", 132, 13000, "13.0", "0.4.0"};
 TEST_CASE("gemm tactics: names round-trip and only canonical spellings parse", "[gemm][tune]") {
   for (const char* name :
        {"simt", "sm90_bn128_s6", "sm90_bn256_s3", "sm90_bn128_s6_p", "sm90_bn256_s4_p",
-        "decode_t16_split1", "decode_t128_split8", "decode_t64_s9_split4", "decode_t16_s12_split1",
-        "mma_bn64_s4", "mma_bn128_s3"}) {
+        "sm90_bn256_s4_p2", "sm90_bn128_s6_p2", "decode_t16_split1", "decode_t128_split8",
+        "decode_t64_s9_split4", "decode_t16_s12_split1", "mma_bn64_s4", "mma_bn128_s3"}) {
     INFO(name);
     const auto t = ops::GemmTactic::parse(name);
     REQUIRE(t);
@@ -96,7 +96,14 @@ TEST_CASE("gemm tactics: names round-trip and only canonical spellings parse", "
   CHECK(p->bn == 256);
   CHECK(p->stages == 4);
   CHECK(p->persistent);
+  CHECK_FALSE(p->pair);
   CHECK_FALSE(*p == *ops::GemmTactic::parse("sm90_bn256_s4"));
+  const auto p2 = ops::GemmTactic::parse("sm90_bn256_s4_p2");
+  REQUIRE(p2);
+  CHECK(p2->persistent);
+  CHECK(p2->pair);
+  CHECK(p2->bn == 256);
+  CHECK_FALSE(*p2 == *p);
   CHECK(ops::GemmTactic::parse("decode_t32_split4")->split == 4);
   CHECK(ops::GemmTactic::parse("decode_t32_split4")->stages == 0);  // the tile's own ring
   const auto deep = ops::GemmTactic::parse("decode_t64_s9_split4");
@@ -132,6 +139,12 @@ TEST_CASE("gemm tactics: names round-trip and only canonical spellings parse", "
                           "sm90_bn0128_s6_p",
                           "_p",
                           "sm90_bn128_s6_p ",
+                          "sm90_bn128_s6_p3",
+                          "sm90_bn128_s6_p02",
+                          "sm90_bn128_s6_p2_p",
+                          "sm90_bn128_s6_2",
+                          "mma_bn64_s4_p2",
+                          "decode_t16_split1_p2",
                           "mma_bn64_s4_p",
                           "decode_t16_split1_p",
                           "decode_t64_s09_split4",
@@ -175,7 +188,8 @@ TEST_CASE("gemm tactics: the candidates of decode and large shapes on sm_90", "[
   // 32 x 112 tiles of 256 at K 4096 on 132 SMs: persistent blocks by default.
   CHECK(big.name() == "sm90_bn256_s4_p");
   const auto large = names_of(ops::gemm_tactics(big, 4096, 28672, 4096, t));
-  // 32 x 224 tiles of 128 on 132 SMs: the persistent forms join the candidates.
+  // 32 x 224 tiles of 128 on 132 SMs: the persistent forms join the candidates (the pairs, _p2,
+  // are forced only so far).
   CHECK(large == std::vector<std::string>{"sm90_bn256_s4_p", "sm90_bn128_s4", "sm90_bn128_s6",
                                           "sm90_bn256_s3", "sm90_bn256_s4", "sm90_bn128_s6_p",
                                           "simt"});
@@ -251,6 +265,15 @@ TEST_CASE("gemm tactics: validity follows the launch paths' checks", "[gemm][tun
   CHECK(pc.path == ops::GemmPath::kSm90);
   CHECK(pc.persistent == 1);
   CHECK(ops::gemm_tactic_of(pc, 0).name() == "sm90_bn128_s6_p");
+  // A pair is a persistent form; its config is persistent 2, and back.
+  ops::GemmTactic pair_only = *ops::GemmTactic::parse("sm90_bn128_s6");
+  pair_only.pair = true;
+  CHECK_FALSE(ops::gemm_tactic_valid(pair_only, 1024, 3000, 1000, hopper()));
+  CHECK(valid("sm90_bn256_s4_p2", 1024, 3000, 1000, hopper()));
+  const ops::GemmConfig pp = ops::gemm_config_of(*ops::GemmTactic::parse("sm90_bn256_s4_p2"),
+                                                 ops::DType::kBF16, ops::DType::kBF16, hopper());
+  CHECK(pp.persistent == 2);
+  CHECK(ops::gemm_tactic_of(pp, 0).name() == "sm90_bn256_s4_p2");
   // TMA: operands it cannot describe, or another device, leave the mma_sm80 kernel (where the
   // rows are 16-byte aligned) and the fallback.
   const ops::GemmTarget a100 = [] {
@@ -469,6 +492,10 @@ TEST_CASE("gemm tactics: a record's tactic maps to the kernel its call runs", "[
   CHECK(ops::gemm_tactic_specs(bucket, "sm90_bn256_s4_p", sm90a).at(0).uri.find("persistent_1") !=
         std::string::npos);
   CHECK(ops::gemm_tactic_specs(bucket, "sm90_bn256_s4", sm90a).at(0).uri.find("persistent") ==
+        std::string::npos);
+  CHECK(ops::gemm_tactic_specs(bucket, "sm90_bn256_s4_p2", sm90a).at(0).uri.find("pair_1") !=
+        std::string::npos);
+  CHECK(ops::gemm_tactic_specs(bucket, "sm90_bn256_s4_p", sm90a).at(0).uri.find("pair") ==
         std::string::npos);
   // Not valid there: wgmma on sm_80, a token tile wider than the bucket's rows.
   CHECK(ops::gemm_tactic_specs(bucket, "sm90_bn256_s3", sm80).empty());

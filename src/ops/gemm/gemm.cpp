@@ -289,9 +289,13 @@ jit::Spec gemm_spec(const GemmConfig& c) {
     b.value("bn", c.bn).value("stages", c.stages);
     b.flag("persistent", c.persistent != 0, /*omit_false=*/true);
     b.flag("tma_out", c.tma_out != 0, /*omit_false=*/true);
-    b.entry(c.persistent != 0 ? "kjit::gemm::gemm_sm90_persistent_kernel"
-                              : "kjit::gemm::gemm_sm90_kernel",
-            {"dtype", "out_dtype", "bn", "stages", "tma_out"});
+    if (c.persistent != 0) {
+      b.flag("pair", c.persistent == 2, /*omit_false=*/true);
+      b.entry("kjit::gemm::gemm_sm90_persistent_kernel",
+              {"dtype", "out_dtype", "bn", "stages", "tma_out", "pair"});
+    } else {
+      b.entry("kjit::gemm::gemm_sm90_kernel", {"dtype", "out_dtype", "bn", "stages", "tma_out"});
+    }
   } else if (c.path == GemmPath::kSm90Decode) {
     b.value("tokens", c.tokens).value("stages", c.stages);
     b.entry("kjit::gemm::gemm_decode_sm90_kernel", {"dtype", "out_dtype", "tokens", "stages"});
@@ -305,6 +309,18 @@ jit::Spec gemm_spec(const GemmConfig& c) {
 }
 
 namespace {
+
+// Clusters of two of the paired persistent kernel the device runs at once, asked of the driver
+// once per loaded kernel.
+int pair_clusters(CUfunction fn, unsigned block, unsigned smem) {
+  static std::mutex mu;
+  static std::unordered_map<CUfunction, int> known;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = known.find(fn);
+  if (it == known.end())
+    it = known.emplace(fn, cuda::max_active_clusters(fn, 2, block, smem)).first;
+  return it->second;
+}
 
 // The decode kernel's residency per split, asked of the driver once per loaded kernel (the answer
 // depends on its registers and shared memory, and on the device).
@@ -347,9 +363,23 @@ void launch_gemm(CUfunction fn, const GemmConfig& cfg, int split, const RowMatri
     if (cfg.tma_out != 0) p.tma_out = out_tensor_map(y);
   }
   const int sms = cfg.persistent != 0 ? cuda::device_info(x.device).sm_count : 0;
-  cuda::launch(
-      fn, gemm_launch_config(cfg.path, cfg.bn, cfg.stages, p.m, p.n, stream, sms, cfg.tma_out != 0),
-      &p);
+  lc = gemm_launch_config(cfg.path, cfg.bn, cfg.stages, p.m, p.n, stream, sms, cfg.tma_out != 0);
+  if (cfg.persistent == 2) {
+    // Pairs (gemm_sm90_persistent_kernel's PAIR form): clusters of two blocks over the pair
+    // tiles, ceil(row tiles / 2) x column tiles, as many clusters as run at once (a GPC with an
+    // odd count of free SMs leaves one out: a persistent grid must never wait for a second wave).
+    const int64_t pairs =
+        ceil_div(ceil_div(p.m, gemm::kGemmBlockM), int64_t{2}) * ceil_div(p.n, int64_t{cfg.bn});
+    const int resident = pair_clusters(fn, lc.block_x, lc.smem_bytes);
+    if (resident < 1) {
+      fail(KJIT_ERROR_UNSUPPORTED, "gemm: no cluster of two {}-wide tile blocks fits this device",
+           cfg.bn);
+    }
+    lc.grid_x = static_cast<unsigned>(2 * std::min<int64_t>(pairs, resident));
+    cuda::launch_cluster(fn, lc, 2, &p);
+    return;
+  }
+  cuda::launch(fn, lc, &p);
 }
 
 const jit::LoadedKernel& gemm_kernel(const GemmConfig& cfg, int device) {

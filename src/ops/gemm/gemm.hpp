@@ -41,7 +41,7 @@ struct GemmConfig {
   int bn = 0;
   int stages = 0;
   int tokens = 0;
-  int persistent = 0;
+  int persistent = 0;  // sm90: 1 = persistent blocks, 2 = persistent pairs (the _p2 tactics)
   int tma_out = 0;
 };
 

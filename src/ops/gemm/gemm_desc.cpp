@@ -88,6 +88,11 @@ OpDef gemm_op_def() {
              false,
              "sm90: 1 = persistent blocks (min(tiles, SMs) blocks looping over the tiles; the "
              "sm90_*_p tactics), default 0"},
+            {"pair",
+             {"0", "1"},
+             false,
+             "sm90 persistent: 1 = clusters of two blocks on adjacent row tiles sharing b's tile "
+             "(TMA multicast; the sm90_*_p2 tactics), default 0"},
             {"tma_out",
              {"0", "1"},
              false,
@@ -111,7 +116,11 @@ OpDef gemm_op_def() {
     if (persistent && c.path != GemmPath::kSm90) {
       fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm: persistent is an sm90 setting");
     }
-    c.persistent = persistent ? 1 : 0;
+    const bool pair = args.count("pair") != 0 && args.at("pair") == "1";
+    if (pair && !persistent) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm: pair is a setting of the persistent sm90 kernel");
+    }
+    c.persistent = pair ? 2 : persistent ? 1 : 0;
     const bool tma_out = args.count("tma_out") != 0 && args.at("tma_out") == "1";
     if (tma_out && c.path != GemmPath::kSm90) {
       fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm: tma_out is an sm90 setting");
@@ -174,23 +183,25 @@ OpDef gemm_op_def() {
         // The persistent tactics' kernels (gemm_tactics.cpp: both tiles at their default depths),
         // so a tuning run times them without compiling.
         for (const char* bn : {"128", "256"}) {
-          out.push_back({{"path", "sm90"},
-                         {"dtype", dt},
-                         {"out_dtype", od},
-                         {"bn", bn},
-                         {"persistent", "1"}});
+          for (const char* pair : {"0", "1"}) {
+            out.push_back({{"path", "sm90"},
+                           {"dtype", dt},
+                           {"out_dtype", od},
+                           {"bn", bn},
+                           {"persistent", "1"},
+                           {"pair", pair}});
+          }
         }
         // With a 16-bit out, what kjit_gemm runs for a TMA-ready out and beta 0: every one of
-        // the four with the TMA-store epilogue.
+        // the six with the TMA-store epilogue.
         if (od != std::string("fp32")) {
           for (const char* bn : {"128", "256"}) {
-            for (const char* pers : {"0", "1"}) {
-              out.push_back({{"path", "sm90"},
-                             {"dtype", dt},
-                             {"out_dtype", od},
-                             {"bn", bn},
-                             {"persistent", pers},
-                             {"tma_out", "1"}});
+            for (const char* form : {"tile", "persistent", "pair"}) {
+              SetArgs a = {{"path", "sm90"}, {"dtype", dt}, {"out_dtype", od}, {"bn", bn}};
+              if (form != std::string("tile")) a["persistent"] = "1";
+              if (form == std::string("pair")) a["pair"] = "1";
+              a["tma_out"] = "1";
+              out.push_back(std::move(a));
             }
           }
         }

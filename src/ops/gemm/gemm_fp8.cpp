@@ -253,8 +253,9 @@ GemmFp8Config gemm_fp8_forced_config(const std::string& tactic, const GemmFp8Con
   }
   // The e4m3 stage holds the bytes of a bf16 stage of the same tile, so sm90_can_run's shared
   // memory check is the fp8 kernel's too (k in bytes is at least its pairs).
-  if (!t || t->path != GemmPath::kSm90 || !gemm_fp8_sm90_width_ok(t->bn, selected.scales) ||
-      t->stages < 2 || t->stages > 8 || !sm90_can_run(target, m, n, k, t->bn, t->stages)) {
+  if (!t || t->path != GemmPath::kSm90 || t->pair ||
+      !gemm_fp8_sm90_width_ok(t->bn, selected.scales) || t->stages < 2 || t->stages > 8 ||
+      !sm90_can_run(target, m, n, k, t->bn, t->stages)) {
     fail(KJIT_ERROR_INVALID_ARGUMENT,
          "gemm_fp8: tactic '{}' is not valid for this call (sm90_bn128_s<2..8>[_p], or "
          "sm90_bn192_s<2..5>[_p] without block scales, sm90_bn256_s<2..4>[_p], where the sm90 "

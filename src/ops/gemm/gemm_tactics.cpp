@@ -54,7 +54,8 @@ bool simt_grid_ok(int64_t m, int64_t n) {
 
 std::string GemmTactic::name() const {
   switch (path) {
-    case GemmPath::kSm90: return fmt::format("sm90_bn{}_s{}{}", bn, stages, persistent ? "_p" : "");
+    case GemmPath::kSm90:
+      return fmt::format("sm90_bn{}_s{}{}", bn, stages, pair ? "_p2" : persistent ? "_p" : "");
     case GemmPath::kSm90Decode:
       return stages != 0 ? fmt::format("decode_t{}_s{}_split{}", tokens, stages, split)
                          : fmt::format("decode_t{}_split{}", tokens, split);
@@ -69,16 +70,20 @@ std::optional<GemmTactic> GemmTactic::parse(std::string_view name) {
   const std::string s(name);
   int a = 0, b = 0, c = 0, used = 0;
   if (s == "simt") return t;
-  // The persistent suffix: what precedes it must be a whole sm90 name (the canonical check below
-  // refuses it on any other path).
-  const size_t body =
-      s.size() >= 2 && s.compare(s.size() - 2, 2, "_p") == 0 ? s.size() - 2 : s.size();
+  // The persistent suffixes (_p, _p2 for pairs): what precedes one must be a whole sm90 name (the
+  // canonical check below refuses it on any other path).
+  const auto ends_with = [&](const char* tail) {
+    const size_t n = std::strlen(tail);
+    return s.size() >= n && s.compare(s.size() - n, n, tail) == 0;
+  };
+  const size_t body = ends_with("_p2") ? s.size() - 3 : ends_with("_p") ? s.size() - 2 : s.size();
   if (std::sscanf(s.c_str(), "sm90_bn%d_s%d%n", &a, &b, &used) == 2 &&
       used == static_cast<int>(body)) {
     t.path = GemmPath::kSm90;
     t.bn = a;
     t.stages = b;
     t.persistent = body != s.size();
+    t.pair = ends_with("_p2");
   } else if (std::sscanf(s.c_str(), "mma_bn%d_s%d%n", &a, &b, &used) == 2 &&
              used == static_cast<int>(s.size())) {
     t.path = GemmPath::kMmaSm80;
@@ -112,7 +117,7 @@ GemmConfig gemm_config_of(const GemmTactic& t, DType dtype, DType out_dtype,
   if (t.path == GemmPath::kSm90 || t.path == GemmPath::kMmaSm80) {
     c.bn = t.bn;
     c.stages = t.stages;
-    c.persistent = t.persistent ? 1 : 0;
+    c.persistent = t.pair ? 2 : t.persistent ? 1 : 0;
     if (t.path == GemmPath::kSm90) {
       c.tma_out = gemm_tma_out(target, out_dtype, t.bn, t.stages) ? 1 : 0;
     }
@@ -130,6 +135,7 @@ GemmTactic gemm_tactic_of(const GemmConfig& c, int split) {
     t.bn = c.bn;
     t.stages = c.stages;
     t.persistent = c.persistent != 0;
+    t.pair = c.persistent == 2;
   } else if (c.path == GemmPath::kSm90Decode) {
     t.tokens = c.tokens;
     t.split = split;
@@ -152,6 +158,7 @@ std::string gemm_bucket(DType dtype, DType out_dtype, int64_t m, int64_t n, int6
 bool gemm_tactic_valid(const GemmTactic& t, int64_t m_bucket, int64_t n, int64_t k,
                        const GemmTarget& target) {
   if (t.persistent && t.path != GemmPath::kSm90) return false;  // no other kernel has the form
+  if (t.pair && !t.persistent) return false;
   switch (t.path) {
     case GemmPath::kSm90:
       return (t.bn == 128 || t.bn == 256) && t.stages >= 2 && t.stages <= 8 &&

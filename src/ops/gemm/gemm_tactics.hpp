@@ -24,13 +24,16 @@ inline constexpr const char* kGemmTuneOp = "gemm";
 // Bumped when a tactic's name changes meaning or the candidates grow (stored results of the old
 // space are then misses, so a tuned bucket is timed again over the new candidates).
 // 2: the mma_sm80 path's tactics joined the space. 3: the persistent sm90 tactics. 4: the decode
-// kernel's deeper ring (one block an SM).
+// kernel's deeper ring (one block an SM). (The paired persistent tiles, _p2, are forced only:
+// not candidates until a GPU has run them.)
 inline constexpr int kGemmTacticSpace = 4;
 
 // One way to run a call: a path and its parameters.
 //   "sm90_bn128_s6"     the TMA + wgmma kernel, 128 x bn tiles, 6 pipeline stages
 //   "sm90_bn128_s6_p"   the same tiles from its persistent form (min(tiles, SMs) blocks looping
 //                       over the tiles)
+//   "sm90_bn256_s4_p2"  the persistent form in pairs: clusters of two blocks on adjacent row tiles
+//                       of one column tile, b's tile loaded once for both (TMA multicast)
 //   "mma_bn64_s4"       the mma.sync + cp.async kernel (any sm_80+), 128 x bn tiles, 4 stages
 //   "decode_t16_split4" the weight-streaming kernel, a 16-token tile, K split over 4 blocks of a
 //                       cluster (its stages follow from the tile and the device: two blocks an
@@ -43,12 +46,13 @@ struct GemmTactic {
   int bn = 0, stages = 0;     // sm90, mma_sm80; decode: 0 = the tile's default ring
   int tokens = 0, split = 0;  // decode
   bool persistent = false;    // sm90
+  bool pair = false;  // sm90 persistent, bf16 / fp16: clusters of two blocks sharing b (_p2)
   std::string name() const;
   // The tactic a name spells, or nullopt for anything else.
   static std::optional<GemmTactic> parse(std::string_view name);
   bool operator==(const GemmTactic& o) const {
     return path == o.path && bn == o.bn && stages == o.stages && tokens == o.tokens &&
-           split == o.split && persistent == o.persistent;
+           split == o.split && persistent == o.persistent && pair == o.pair;
   }
 };
 
