@@ -40,15 +40,15 @@ KJIT_DEVICE KJIT_FORCEINLINE void mma_stage(float (&d)[BN / 2], u32 a_base, u32 
 }
 
 // Waits for ring stage s (in phase `phase`), multiplies its chunk into part from zero, waits for
-// the MMAs and hands the stage back to the producer (one arrival per warp).
+// the MMAs and hands the stage back to the producer (one arrival per warp; pair: release_stage's).
 template <int BN>
 KJIT_DEVICE KJIT_FORCEINLINE void mma_chunk(float (&part)[BN / 2], u64* full, u64* empty, int s,
-                                            int phase, u32 a_base, u32 b_base) {
+                                            int phase, u32 a_base, u32 b_base, bool pair = false) {
   hopper::mbarrier_wait(&full[s], phase);
   mma_stage<BN>(part, a_base, b_base);
   wgmma::wait_group<0>();
   wgmma::fence_operands(part);
-  if (threadIdx.x % 32 == 0) hopper::mbarrier_arrive(&empty[s]);
+  if (threadIdx.x % 32 == 0) release_stage(empty, s, pair);
 }
 
 // The first of the two rows of a consumer thread's registers in tile m_tile (the other is 8
@@ -78,11 +78,13 @@ KJIT_DEVICE KJIT_FORCEINLINE ChunkScales block_scales(const GemmFp8Params& p, i6
 // The promotion loop of consumer `half` (0 or 1): per stage (one 128-wide K chunk) the MMAs from
 // zero into a second set of registers, then acc += part * scales(kb) (a ChunkScales; called
 // before the stage's wait so the scale loads' latency hides behind it). it0: the ring's running
-// stage count at chunk 0, as gemm::consume's (every stage is released, the last one too).
+// stage count at chunk 0, as gemm::consume's (every stage is released, the last one too). pair:
+// the block is one of a pair (produce_pair_rows), whose releases reach both blocks.
 template <int BN, int STAGES, typename Scales>
 KJIT_DEVICE KJIT_FORCEINLINE void consume_fp8_chunks(unsigned char* tiles, u64* full, u64* empty,
                                                      int k_blocks, int half, float (&acc)[BN / 2],
-                                                     Scales scales, int it0 = 0) {
+                                                     Scales scales, int it0 = 0,
+                                                     bool pair = false) {
   constexpr u32 kABytes = kGemmBlockM * kFp8ChunkK;
   constexpr u32 kStageBytes = (kGemmBlockM + BN) * kFp8ChunkK;
   for (int kb = 0; kb < k_blocks; ++kb) {
@@ -104,7 +106,7 @@ KJIT_DEVICE KJIT_FORCEINLINE void consume_fp8_chunks(unsigned char* tiles, u64* 
         mma_stage<128>(part, a_base, b_base + h * 128 * 128);
         wgmma::wait_group<0>();
         wgmma::fence_operands(part);
-        if (h == 1 && threadIdx.x % 32 == 0) hopper::mbarrier_arrive(&empty[s]);
+        if (h == 1 && threadIdx.x % 32 == 0) release_stage(empty, s, pair);
 #pragma unroll
         for (int i = 0; i < 64; ++i) {
           acc[h * 64 + i] = fmaf(part[i], c.s[(i / 2) % 2][h], acc[h * 64 + i]);
@@ -112,7 +114,7 @@ KJIT_DEVICE KJIT_FORCEINLINE void consume_fp8_chunks(unsigned char* tiles, u64* 
       }
     } else {
       float part[BN / 2];
-      mma_chunk<BN>(part, full, empty, s, (use / STAGES) & 1, a_base, b_base);
+      mma_chunk<BN>(part, full, empty, s, (use / STAGES) & 1, a_base, b_base, pair);
 #pragma unroll
       for (int i = 0; i < BN / 2; ++i) {
         acc[i] = fmaf(part[i], c.s[(i / 2) % 2][i >= BN / 4], acc[i]);
@@ -128,7 +130,7 @@ template <int BN, int STAGES, bool BLOCK>
 KJIT_DEVICE KJIT_FORCEINLINE void consume_fp8(const GemmFp8Params& p, unsigned char* tiles,
                                               u64* full, u64* empty, int k_blocks, int half,
                                               int m_tile, int n_tile, float (&acc)[BN / 2],
-                                              int it0 = 0) {
+                                              int it0 = 0, bool pair = false) {
   const i64 row0 = fragment_row0(m_tile, half);
   consume_fp8_chunks<BN, STAGES>(
       tiles, full, empty, k_blocks, half, acc,
@@ -142,7 +144,7 @@ KJIT_DEVICE KJIT_FORCEINLINE void consume_fp8(const GemmFp8Params& p, unsigned c
           return ChunkScales{{{1.0f, 1.0f}, {1.0f, 1.0f}}};
         }
       },
-      it0);
+      it0, pair);
   if constexpr (!BLOCK) {
     // Per tensor / per row, once: registers 4j .. 4j+3 hold columns 8j + 2 (t % 4) + {0, 1} of
     // rows row0 and row0 + 8 (common/wgmma.cuh). One scale of b per 128 rows never applies here.
@@ -208,8 +210,10 @@ __global__ void __launch_bounds__(kGemmSm90Threads, 1)
 // The persistent form (gemm_sm90.cuh's gemm_sm90_persistent_kernel: a fixed grid, each block
 // over for_each_tile's tiles, the ring's stages and phases running on across them, so the next
 // tile's first chunks load during this tile's epilogue). Every chunk's MMAs are already waited
-// for before its stage is released, so the consumers need only the running stage count.
-template <typename OUT, int BN, int STAGES, bool BLOCK, bool TMA_OUT = false>
+// for before its stage is released, so the consumers need only the running stage count. PAIR:
+// the bf16 kernel's pairs (clusters of two blocks on adjacent row tiles, b loaded once for both;
+// for_each_pair_tile, produce_pair_rows), launched as its are.
+template <typename OUT, int BN, int STAGES, bool BLOCK, bool TMA_OUT = false, bool PAIR = false>
 __global__ void __launch_bounds__(kGemmSm90Threads, 1)
     gemm_fp8_sm90_persistent_kernel(const __grid_constant__ GemmFp8Params p) {
   static_assert(BN == 128 || BN == 256 || (BN == 192 && !BLOCK),
@@ -217,28 +221,51 @@ __global__ void __launch_bounds__(kGemmSm90Threads, 1)
   extern __shared__ unsigned char smem_raw[];
   const Ring r = ring_in<STAGES>(smem_raw, (kGemmBlockM + BN) * kFp8ChunkK,
                                  TMA_OUT ? kGemmOutStagingBytes : 0);
-  init_ring<STAGES>(r.full, r.empty);
-  __syncthreads();
+  init_ring<STAGES>(r.full, r.empty, PAIR ? 16 : 8);
+  if constexpr (PAIR) {
+    cluster_sync();  // both blocks' barriers initialized before either's loads or releases
+  } else {
+    __syncthreads();
+  }
   const int k_blocks = static_cast<int>((p.g.k + kFp8ChunkK - 1) / kFp8ChunkK);
+  const auto walk = [&](auto f) {
+    if constexpr (PAIR) {
+      for_each_pair_tile<BN, STAGES>(p.g, k_blocks, f);
+    } else {
+      for_each_tile<BN, STAGES>(p.g, k_blocks, f);
+    }
+  };
   const int wg = static_cast<int>(threadIdx.x / 128);
   if (wg == 0) {
     hopper::regs_dealloc<kProducerRegs>();
-    if (threadIdx.x != 0) return;
-    for_each_tile<BN, STAGES>(p.g, k_blocks, [&](int m_tile, int n_tile, int it0, bool) {
-      produce_rows<u16, BN, STAGES>(p.g, r.tiles, r.full, r.empty, k_blocks, m_tile * kGemmBlockM,
-                                    n_tile * BN, -1, it0);
-    });
+    if (!PAIR && threadIdx.x != 0) return;
+    if (threadIdx.x == 0) {
+      walk([&](int m_tile, int n_tile, int it0, bool) {
+        if constexpr (PAIR) {
+          produce_pair_rows<u16, BN, STAGES>(p.g, r.tiles, r.full, r.empty, k_blocks,
+                                             m_tile * kGemmBlockM, n_tile * BN, it0,
+                                             cluster_rank());
+        } else {
+          produce_rows<u16, BN, STAGES>(p.g, r.tiles, r.full, r.empty, k_blocks,
+                                        m_tile * kGemmBlockM, n_tile * BN, -1, it0);
+        }
+      });
+    }
   } else {
     hopper::regs_alloc<kConsumerRegs>();
-    for_each_tile<BN, STAGES>(p.g, k_blocks, [&](int m_tile, int n_tile, int it0, bool more) {
+    walk([&](int m_tile, int n_tile, int it0, bool more) {
       float acc[BN / 2];
 #pragma unroll
       for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
       consume_fp8<BN, STAGES, BLOCK>(p, r.tiles, r.full, r.empty, k_blocks, wg - 1, m_tile, n_tile,
-                                     acc, it0);
+                                     acc, it0, PAIR);
       write_tile_any<__nv_bfloat16, OUT, BN, TMA_OUT>(p.g, wg - 1, m_tile, n_tile, acc, r.extra,
                                                       !more);
     });
+  }
+  if constexpr (PAIR) {
+    __syncwarp();
+    cluster_sync();
   }
 }
 

@@ -147,6 +147,13 @@ KJIT_DEVICE KJIT_FORCEINLINE void produce_pair_rows(const GemmParams& p, unsigne
 // ring's running stage count at the first K block (a persistent block's later tiles continue the
 // barriers' phases: stage (it0 + kb) % STAGES); release_last: give the last stage back too (a
 // block whose producer goes on to another tile).
+// A consumer warp's release of ring stage `s` (its lane 0 calls it): one arrival on the block's
+// empty barrier, and where the block is one of a pair (produce_pair_rows) on the other block's too.
+KJIT_DEVICE KJIT_FORCEINLINE void release_stage(u64* empty, int s, bool pair) {
+  hopper::mbarrier_arrive(&empty[s]);
+  if (pair) hopper::mbarrier_arrive_remote(&empty[s], cluster_rank() ^ 1);
+}
+
 // PAIR: each release also arrives on the other block's barrier (produce_pair_rows).
 template <typename IN, int BN, int STAGES, bool PAIR = false>
 KJIT_DEVICE KJIT_FORCEINLINE void consume(unsigned char* tiles, u64* full, u64* empty, int k_blocks,
@@ -156,10 +163,6 @@ KJIT_DEVICE KJIT_FORCEINLINE void consume(unsigned char* tiles, u64* full, u64* 
   constexpr u32 kStageBytes = (kGemmBlockM + BN) * kGemmBlockK * sizeof(IN);
   constexpr u32 kK16Bytes = 16 * sizeof(IN);  // one k16 step inside a 128-byte swizzle row
   const bool arrives = threadIdx.x % 32 == 0;
-  const auto release = [&](int stage) {
-    hopper::mbarrier_arrive(&empty[stage]);
-    if constexpr (PAIR) hopper::mbarrier_arrive_remote(&empty[stage], cluster_rank() ^ 1);
-  };
   for (int kb = 0; kb < k_blocks; ++kb) {
     const int i = it0 + kb;
     const int s = i % STAGES;
@@ -179,11 +182,13 @@ KJIT_DEVICE KJIT_FORCEINLINE void consume(unsigned char* tiles, u64* full, u64* 
     // producer. The last stage is released only on request (a single tile's is never refilled).
     wgmma::wait_group<1>();
     wgmma::fence_operands(acc);
-    if (kb > 0 && arrives) release((i - 1) % STAGES);
+    if (kb > 0 && arrives) release_stage(empty, (i - 1) % STAGES, PAIR);
   }
   wgmma::wait_group<0>();
   wgmma::fence_operands(acc);
-  if (release_last && k_blocks > 0 && arrives) release((it0 + k_blocks - 1) % STAGES);
+  if (release_last && k_blocks > 0 && arrives) {
+    release_stage(empty, (it0 + k_blocks - 1) % STAGES, PAIR);
+  }
 }
 
 // acc's register i at (row, col) of the warpgroup's 64 x BN block (common/wgmma.cuh): registers

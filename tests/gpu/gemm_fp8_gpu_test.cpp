@@ -397,6 +397,18 @@ TEST_CASE("gemm_fp8 gpu: the 256-wide sm90 tile, every scale mode, one-tile and 
                 rng);
 }
 
+TEST_CASE("gemm_fp8 gpu: the paired persistent tiles, every width and scale mode",
+          "[gpu][gemm][fp8][sm90a]") {
+  // Forced (tactics sm90_bn<W>_s<N>_p2: clusters of two blocks on adjacent row tiles, b loaded
+  // once for both): run_wide_tile's shapes give odd row tile counts (300, 2100: the last pair's
+  // second block has no rows) and even ones, more pair tiles than clusters at 2100 x 2300, and
+  // the out dtypes in turn (bf16 through the TMA store, fp16 and fp32 through registers).
+  std::mt19937_64 rng(std::random_device{}());
+  run_wide_tile({"sm90_bn128_s6_p2"}, {"tensor", "row", "block"}, rng);
+  run_wide_tile({"sm90_bn192_s5_p2"}, {"tensor", "row"}, rng);
+  run_wide_tile({"sm90_bn256_s4_p2"}, {"tensor", "row", "block"}, rng);
+}
+
 TEST_CASE("gemm_fp8 gpu: all-positive k = 8192 stays inside the bound of promotion every 128",
           "[gpu][gemm][fp8]") {
   // Products in [1, 4) with 6 fraction bits: the accumulator, which grows with the partial sum,

@@ -423,10 +423,10 @@ TEST_CASE("gemm_fp8: a forced sm90 tactic keeps the call's scales and needs the 
   const ops::GemmFp8Config sel =
       ops::select_gemm_fp8(bf16, ops::Fp8Scales::kTensorRow, 1000, 3000, 272, h100(true));
   // Not an sm90 tactic of the fp8 kernel's widths, a ring past the shared memory (5 stages of 48 KB
-  // at 256), the bf16 kernel's pairs (_p2), a device or operands the sm90 kernel cannot take.
+  // at 256), a device or operands the sm90 kernel cannot take.
   for (const char* bad : {"sm90_bn256_s5", "sm90_bn64_s4", "sm90_bn128_s9_p", "sm90_bn128_s1",
                           "mma_bn64_s4", "decode_t16_split2", "simt", "sm90_bn128_s6_q",
-                          "sm90_bn192_s6_p", "sm90_bn192_s6", "sm90_bn128_s6_p2", ""}) {
+                          "sm90_bn192_s6_p", "sm90_bn192_s6", "sm90_bn192_s6_p2", ""}) {
     INFO("'" << bad << "'");
     CHECK_THROWS_AS(ops::gemm_fp8_forced_config(bad, sel, 1000, 3000, 272, h100(true)),
                     kjit::Error);
@@ -588,7 +588,7 @@ TEST_CASE("gemm_fp8: select takes the decode kernel where kjit_gemm takes its de
 
 TEST_CASE("gemm_fp8 and quant_fp8: specs and catalogs", "[fp8]") {
   const ops::OpDef& def = ops::op_or_throw("gemm_fp8");
-  int sm90 = 0, mma = 0, decode = 0, persistent = 0, tma = 0;
+  int sm90 = 0, mma = 0, decode = 0, persistent = 0, tma = 0, pairs = 0;
   for (const auto& args : def.catalog()) {
     const kjit::jit::Spec s = def.make_spec(args);
     INFO(s.uri);
@@ -605,15 +605,23 @@ TEST_CASE("gemm_fp8 and quant_fp8: specs and catalogs", "[fp8]") {
     const bool staged = args.count("tma_out") != 0;
     tma += staged;
     CHECK((s.uri.find("_tma_out_1") != std::string::npos) == staged);
+    const bool pair = args.count("pair") != 0 && args.at("pair") == "1";
+    pairs += pair;
+    CHECK((s.uri.find("_pair_1") != std::string::npos) == pair);
+    if (p) CHECK(s.entry_names.at(0).find(", kjit_spec::pair>") != std::string::npos);
     CHECK(s.entry_names.at(0).find(
               path == "sm90"     ? (p ? "gemm_fp8_sm90_persistent_kernel" : "gemm_fp8_sm90_kernel")
               : path == "decode" ? "gemm_fp8_decode_sm90_kernel"
               : path == "sm80"   ? "gemm_fp8_mma_kernel"
                                  : "gemm_fp8_simt_kernel") != std::string::npos);
   }
-  CHECK(sm90 == 30);
-  CHECK(persistent == 15);  // bf16 / fp32 out: 128 and 256 wide in both scale forms, 192; staged
-  CHECK(tma == 10);         // bf16 out: 128 and 256 wide in both scale forms, 192, both forms
+  CHECK(sm90 == 35);
+  // bf16 / fp32 out: 128 and 256 wide in both scale forms, 192; staged, alone and in pairs.
+  CHECK(persistent == 20);
+  CHECK(pairs == 5);  // staged: 128 and 256 wide in both scale forms, 192
+  CHECK(tma == 15);   // bf16 out: 128 and 256 wide in both scale forms, 192, all three forms
+  CHECK_THROWS_AS(def.make_spec({{"path", "sm90"}, {"out_dtype", "bf16"}, {"pair", "1"}}),
+                  kjit::Error);
   // The TMA-store epilogue: the 192-wide tile's default depth drops to 4 (5 leave no room for the
   // staging); an fp32 out, too deep a ring or another path is refused.
   CHECK(def.make_spec({{"path", "sm90"}, {"out_dtype", "bf16"}, {"bn", "192"}, {"tma_out", "1"}})

@@ -310,18 +310,6 @@ jit::Spec gemm_spec(const GemmConfig& c) {
 
 namespace {
 
-// Clusters of two of the paired persistent kernel the device runs at once, asked of the driver
-// once per loaded kernel.
-int pair_clusters(CUfunction fn, unsigned block, unsigned smem) {
-  static std::mutex mu;
-  static std::unordered_map<CUfunction, int> known;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = known.find(fn);
-  if (it == known.end())
-    it = known.emplace(fn, cuda::max_active_clusters(fn, 2, block, smem)).first;
-  return it->second;
-}
-
 // The decode kernel's residency per split, asked of the driver once per loaded kernel (the answer
 // depends on its registers and shared memory, and on the device).
 const GemmResidency& decode_residency(CUfunction fn, unsigned block, unsigned smem) {
@@ -338,6 +326,37 @@ const GemmResidency& decode_residency(CUfunction fn, unsigned block, unsigned sm
   }
   return it->second;
 }
+
+// Clusters of two of a paired persistent kernel the device runs at once, asked of the driver
+// once per loaded kernel.
+int pair_clusters(CUfunction fn, unsigned block, unsigned smem) {
+  static std::mutex mu;
+  static std::unordered_map<CUfunction, int> known;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = known.find(fn);
+  if (it == known.end())
+    it = known.emplace(fn, cuda::max_active_clusters(fn, 2, block, smem)).first;
+  return it->second;
+}
+
+}  // namespace
+
+void launch_sm90_pairs(CUfunction fn, cuda::LaunchConfig lc, int64_t m, int64_t n, int bn,
+                       const void* params) {
+  // As many clusters as run at once (a GPC with an odd count of free SMs leaves one out): a
+  // persistent grid must never wait for a second wave.
+  const int64_t pairs =
+      ceil_div(ceil_div(m, gemm::kGemmBlockM), int64_t{2}) * ceil_div(n, int64_t{bn});
+  const int resident = pair_clusters(fn, lc.block_x, lc.smem_bytes);
+  if (resident < 1) {
+    fail(KJIT_ERROR_UNSUPPORTED, "gemm: no cluster of two {}-wide tile blocks fits this device",
+         bn);
+  }
+  lc.grid_x = static_cast<unsigned>(2 * std::min<int64_t>(pairs, resident));
+  cuda::launch_cluster(fn, lc, 2, params);
+}
+
+namespace {
 
 // The launch of cfg's kernel over p (whose pointers, sizes and scalars are set): the tensor maps
 // and the grid of its path; `split` is the decode path's. weights_early: the caller's promise
@@ -365,18 +384,7 @@ void launch_gemm(CUfunction fn, const GemmConfig& cfg, int split, const RowMatri
   const int sms = cfg.persistent != 0 ? cuda::device_info(x.device).sm_count : 0;
   lc = gemm_launch_config(cfg.path, cfg.bn, cfg.stages, p.m, p.n, stream, sms, cfg.tma_out != 0);
   if (cfg.persistent == 2) {
-    // Pairs (gemm_sm90_persistent_kernel's PAIR form): clusters of two blocks over the pair
-    // tiles, ceil(row tiles / 2) x column tiles, as many clusters as run at once (a GPC with an
-    // odd count of free SMs leaves one out: a persistent grid must never wait for a second wave).
-    const int64_t pairs =
-        ceil_div(ceil_div(p.m, gemm::kGemmBlockM), int64_t{2}) * ceil_div(p.n, int64_t{cfg.bn});
-    const int resident = pair_clusters(fn, lc.block_x, lc.smem_bytes);
-    if (resident < 1) {
-      fail(KJIT_ERROR_UNSUPPORTED, "gemm: no cluster of two {}-wide tile blocks fits this device",
-           cfg.bn);
-    }
-    lc.grid_x = static_cast<unsigned>(2 * std::min<int64_t>(pairs, resident));
-    cuda::launch_cluster(fn, lc, 2, &p);
+    launch_sm90_pairs(fn, lc, p.m, p.n, cfg.bn, &p);
     return;
   }
   cuda::launch(fn, lc, &p);

@@ -216,9 +216,13 @@ jit::Spec gemm_fp8_spec(const GemmFp8Config& c) {
   b.flag("block", c.scales == Fp8Scales::kBlock);
   b.flag("persistent", c.persistent != 0, /*omit_false=*/true);
   b.flag("tma_out", c.tma_out != 0, /*omit_false=*/true);
-  b.entry(c.persistent != 0 ? "kjit::gemm::gemm_fp8_sm90_persistent_kernel"
-                            : "kjit::gemm::gemm_fp8_sm90_kernel",
-          {"out_dtype", "bn", "stages", "block", "tma_out"});
+  if (c.persistent != 0) {
+    b.flag("pair", c.persistent == 2, /*omit_false=*/true);
+    b.entry("kjit::gemm::gemm_fp8_sm90_persistent_kernel",
+            {"out_dtype", "bn", "stages", "block", "tma_out", "pair"});
+  } else {
+    b.entry("kjit::gemm::gemm_fp8_sm90_kernel", {"out_dtype", "bn", "stages", "block", "tma_out"});
+  }
   return b.build();
 }
 
@@ -253,13 +257,12 @@ GemmFp8Config gemm_fp8_forced_config(const std::string& tactic, const GemmFp8Con
   }
   // The e4m3 stage holds the bytes of a bf16 stage of the same tile, so sm90_can_run's shared
   // memory check is the fp8 kernel's too (k in bytes is at least its pairs).
-  if (!t || t->path != GemmPath::kSm90 || t->pair ||
-      !gemm_fp8_sm90_width_ok(t->bn, selected.scales) || t->stages < 2 || t->stages > 8 ||
-      !sm90_can_run(target, m, n, k, t->bn, t->stages)) {
+  if (!t || t->path != GemmPath::kSm90 || !gemm_fp8_sm90_width_ok(t->bn, selected.scales) ||
+      t->stages < 2 || t->stages > 8 || !sm90_can_run(target, m, n, k, t->bn, t->stages)) {
     fail(KJIT_ERROR_INVALID_ARGUMENT,
-         "gemm_fp8: tactic '{}' is not valid for this call (sm90_bn128_s<2..8>[_p], or "
-         "sm90_bn192_s<2..5>[_p] without block scales, sm90_bn256_s<2..4>[_p], where the sm90 "
-         "kernel runs)",
+         "gemm_fp8: tactic '{}' is not valid for this call (sm90_bn128_s<2..8>[_p|_p2], or "
+         "sm90_bn192_s<2..5>[_p|_p2] without block scales, sm90_bn256_s<2..4>[_p|_p2], where the "
+         "sm90 kernel runs)",
          tactic);
   }
   GemmFp8Config c = selected;
@@ -267,7 +270,7 @@ GemmFp8Config gemm_fp8_forced_config(const std::string& tactic, const GemmFp8Con
   c.bn = t->bn;
   c.stages = t->stages;
   c.tokens = 0;
-  c.persistent = t->persistent ? 1 : 0;
+  c.persistent = t->pair ? 2 : t->persistent ? 1 : 0;
   c.tma_out = gemm_tma_out(target, c.out_dtype, c.bn, c.stages) ? 1 : 0;
   return c;
 }
@@ -347,6 +350,10 @@ void gemm_fp8(const DLTensor* a, const DLTensor* b, const DLTensor* scale_a,
     p.g.tma_a = tensor_map(as_pairs(g.a), gemm::kGemmBlockM);
     p.g.tma_b = tensor_map(as_pairs(g.b), static_cast<uint32_t>(cfg.bn));
     if (cfg.tma_out != 0) p.g.tma_out = out_tensor_map(g.out);
+  }
+  if (cfg.persistent == 2) {
+    launch_sm90_pairs(fn, lc, m, g.n, cfg.bn, &p);
+    return;
   }
   cuda::launch(fn, lc, &p);
 }

@@ -102,6 +102,11 @@ OpDef gemm_fp8_op_def() {
        false,
        "sm90: 1 = persistent blocks (min(tiles, SMs) blocks looping over the tiles; the forced "
        "tactic sm90_bn128_s6_p), default 0"},
+      {"pair",
+       {"0", "1"},
+       false,
+       "sm90 persistent: 1 = clusters of two blocks on adjacent row tiles sharing b's tile "
+       "(TMA multicast; the forced sm90_*_p2 tactics), default 0"},
       {"tma_out",
        {"0", "1"},
        false,
@@ -122,6 +127,11 @@ OpDef gemm_fp8_op_def() {
     const bool persistent = args.count("persistent") != 0 && args.at("persistent") == "1";
     if (persistent && c.path != GemmPath::kSm90) {
       fail(KJIT_ERROR_INVALID_ARGUMENT, "gemm_fp8: persistent is an sm90 setting");
+    }
+    const bool pair = args.count("pair") != 0 && args.at("pair") == "1";
+    if (pair && !persistent) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT,
+           "gemm_fp8: pair is a setting of the persistent sm90 kernel");
     }
     const bool tma_out = args.count("tma_out") != 0 && args.at("tma_out") == "1";
     if (tma_out && c.path != GemmPath::kSm90) {
@@ -172,7 +182,7 @@ OpDef gemm_fp8_op_def() {
     const GemmTarget hopper = hopper_gemm_target(tma_out);
     c.stages = args.count("stages") != 0 ? std::stoi(args.at("stages"))
                                          : sm90_stages_for(hopper, c.out_dtype, c.bn);
-    c.persistent = persistent ? 1 : 0;
+    c.persistent = pair ? 2 : persistent ? 1 : 0;
     c.tma_out = spec_tma_out("gemm_fp8", args, c.out_dtype, c.bn, c.stages) ? 1 : 0;
     return gemm_fp8_spec(c);
   };
@@ -209,23 +219,23 @@ OpDef gemm_fp8_op_def() {
       }
     }
     // With a bf16 out, what kjit_gemm_fp8 runs for a TMA-ready out and beta 0: the tiles above
-    // (the 192-wide one at its 4 stages) with the TMA-store epilogue.
-    for (const char* pers : {"0", "1"}) {
+    // (the 192-wide one at its 4 stages) with the TMA-store epilogue, alone, persistent and in
+    // persistent pairs (the forced sm90_*_p2).
+    for (const char* form : {"tile", "persistent", "pair"}) {
+      SetArgs base{{"path", "sm90"}, {"out_dtype", "bf16"}, {"tma_out", "1"}};
+      base["persistent"] = form == std::string("tile") ? "0" : "1";
+      if (form == std::string("pair")) base["pair"] = "1";
       for (const char* sc : {"tensor_row", "block"}) {
         for (const char* bn : {"128", "256"}) {
-          out.push_back({{"path", "sm90"},
-                         {"out_dtype", "bf16"},
-                         {"scales", sc},
-                         {"bn", bn},
-                         {"persistent", pers},
-                         {"tma_out", "1"}});
+          SetArgs a = base;
+          a["scales"] = sc;
+          a["bn"] = bn;
+          out.push_back(std::move(a));
         }
       }
-      out.push_back({{"path", "sm90"},
-                     {"out_dtype", "bf16"},
-                     {"bn", "192"},
-                     {"persistent", pers},
-                     {"tma_out", "1"}});
+      SetArgs a = base;
+      a["bn"] = "192";
+      out.push_back(std::move(a));
     }
     for (const char* od : {"bf16", "fp32"}) out.push_back({{"path", "sm80"}, {"out_dtype", od}});
     // The decode path's every token tile in both scale forms; with a bf16 out also the deeper
