@@ -143,10 +143,6 @@ KJIT_DEVICE KJIT_FORCEINLINE void produce_pair_rows(const GemmParams& p, unsigne
   }
 }
 
-// Consumer `half` (0 or 1) accumulates rows 64 * half .. + 63 of the tile into acc. it0: the
-// ring's running stage count at the first K block (a persistent block's later tiles continue the
-// barriers' phases: stage (it0 + kb) % STAGES); release_last: give the last stage back too (a
-// block whose producer goes on to another tile).
 // A consumer warp's release of ring stage `s` (its lane 0 calls it): one arrival on the block's
 // empty barrier, and where the block is one of a pair (produce_pair_rows) on the other block's too.
 KJIT_DEVICE KJIT_FORCEINLINE void release_stage(u64* empty, int s, bool pair) {
@@ -154,7 +150,11 @@ KJIT_DEVICE KJIT_FORCEINLINE void release_stage(u64* empty, int s, bool pair) {
   if (pair) hopper::mbarrier_arrive_remote(&empty[s], cluster_rank() ^ 1);
 }
 
-// PAIR: each release also arrives on the other block's barrier (produce_pair_rows).
+// Consumer `half` (0 or 1) accumulates rows 64 * half .. + 63 of the tile into acc. it0: the
+// ring's running stage count at the first K block (a persistent block's later tiles continue the
+// barriers' phases: stage (it0 + kb) % STAGES); release_last: give the last stage back too (a
+// block whose producer goes on to another tile). PAIR: each release reaches both blocks of a
+// pair (release_stage).
 template <typename IN, int BN, int STAGES, bool PAIR = false>
 KJIT_DEVICE KJIT_FORCEINLINE void consume(unsigned char* tiles, u64* full, u64* empty, int k_blocks,
                                           int half, float (&acc)[BN / 2], int it0 = 0,
