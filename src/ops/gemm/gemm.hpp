@@ -212,15 +212,15 @@ struct GemmOperands {
 GemmOperands gemm_operands(const DLTensor* a, const DLTensor* b, DLTensor* out);
 // The kernels' parameters of validated operands (no bias, no tensor maps yet).
 gemm::GemmParams gemm_params(const GemmOperands& g, float alpha, float beta);
-// The launch of the sm90 or mma_sm80 kernels (bn, stages) or the fallback for an m x n out on
-// `stream`. persistent_sms > 0 (the sm90 persistent kernels): min(tiles, persistent_sms) blocks
-// instead of one per tile; tma_out: the sm90 kernel's TMA-store epilogue (its staging).
 // Launches a paired persistent sm90 kernel (gemm_sm90_persistent_kernel's or
 // gemm_fp8_sm90_persistent_kernel's PAIR form; lc as gemm_launch_config gives it): clusters of two
 // blocks over ceil(row tiles / 2) x column tiles, as many clusters as the device runs at once.
 void launch_sm90_pairs(CUfunction fn, cuda::LaunchConfig lc, int64_t m, int64_t n, int bn,
                        const void* params);
 
+// The launch of the sm90 or mma_sm80 kernels (bn, stages) or the fallback for an m x n out on
+// `stream`. persistent_sms > 0 (the sm90 persistent kernels): min(tiles, persistent_sms) blocks
+// instead of one per tile; tma_out: the sm90 kernel's TMA-store epilogue (its staging).
 cuda::LaunchConfig gemm_launch_config(GemmPath path, int bn, int stages, int64_t m, int64_t n,
                                       void* stream, int persistent_sms = 0, bool tma_out = false);
 // The TMA-store epilogue's tensor map of out (16-bit): boxes of kGemmOutSlab columns x 64 rows,
