@@ -41,8 +41,11 @@ struct ItemRecord {
 };
 
 // The producer warp's walk (all 32 lanes: find_tile is a warp's; lane 0 loads). produce(t,
-// n_tile, it0): lane 0's loads of one item from the ring's running stage count it0.
-template <int STAGES, typename Produce>
+// n_tile, it0): lane 0's loads of one item from the ring's running stage count it0. PAIR: the
+// items of a cluster of two blocks (the pair's column tiles 2j and 2j + 1 of one row tile: its
+// items walk ceil(tiles_n / 2) pair columns, cluster c = blockIdx.x / 2 taking c, + gridDim.x /
+// 2, ...), so both blocks meet the same row tiles, and the schedule's end, at the same items.
+template <int STAGES, bool PAIR = false, typename Produce>
 KJIT_DEVICE KJIT_FORCEINLINE void produce_items(const MoeGemmParams& p, const gemm::Ring& r,
                                                 ItemRecord* records, int k_blocks,
                                                 Produce produce) {
@@ -54,11 +57,14 @@ KJIT_DEVICE KJIT_FORCEINLINE void produce_items(const MoeGemmParams& p, const ge
     hopper::mbarrier_wait(&r.empty[it % STAGES], ((it / STAGES) & 1) ^ 1);
     records[it % STAGES] = rec;
   };
-  const i64 items = i64(p.tiles_m) * p.tiles_n;
-  const i64 band_items = i64(kMoeGroupM) * p.tiles_n;
+  const int cols = PAIR ? (p.tiles_n + 1) / 2 : p.tiles_n;  // column tiles, or pair columns
+  const i64 items = i64(p.tiles_m) * cols;
+  const i64 band_items = i64(kMoeGroupM) * cols;
+  const i64 first = PAIR ? blockIdx.x / 2 : blockIdx.x;
+  const i64 stride = PAIR ? gridDim.x / 2 : gridDim.x;
   i64 hole_band = items;  // the band of the first item found past the schedule's end
   int it = 0;
-  for (i64 w = blockIdx.x; w < items; w += gridDim.x) {
+  for (i64 w = first; w < items; w += stride) {
     // Past the schedule's end: `continue`, not `break`. band_tile walks a band's row tiles
     // first + 0 .. rows - 1 once per column tile, so an item past the end (m_tile >= the
     // schedule's row tiles R) can be followed in the same band by one of the next column with a
@@ -69,7 +75,8 @@ KJIT_DEVICE KJIT_FORCEINLINE void produce_items(const MoeGemmParams& p, const ge
     // skips or stops together.
     if (w / band_items > hole_band) break;
     int m_tile, n_tile;
-    band_tile<kMoeGroupM>(static_cast<int>(w), p.tiles_m, p.tiles_n, m_tile, n_tile);
+    band_tile<kMoeGroupM>(static_cast<int>(w), p.tiles_m, cols, m_tile, n_tile);
+    if (PAIR) n_tile = 2 * n_tile + static_cast<int>(cluster_rank());
     const GroupTile t = find_tile<kGemmBlockM>(p, m_tile);
     if (t.expert < 0) {
       hole_band = w / band_items;
@@ -107,8 +114,12 @@ KJIT_DEVICE KJIT_FORCEINLINE void consume_items(const gemm::Ring& r, const ItemR
 }
 
 // TMA_OUT: the TMA-store epilogue on the items it can serve (write_group_tile), the stores
-// drained once, at the block's end.
-template <typename IN, typename OUT, int BN, int STAGES, bool SWIGLU, bool TMA_OUT = false>
+// drained once, at the block's end. PAIR: clusters of two blocks (launched with cluster size 2, an
+// even grid) on column tiles 2j and 2j + 1 of each row tile, a's rows loaded once for both
+// (produce_expert_pair): every column tile of a band reads its row tiles of a, and a pair reads
+// them from L2 once, at the same time for both.
+template <typename IN, typename OUT, int BN, int STAGES, bool SWIGLU, bool TMA_OUT = false,
+          bool PAIR = false>
 __global__ void __launch_bounds__(gemm::kGemmSm90Threads, 1)
     moe_gemm_sm90_persistent_kernel(const __grid_constant__ MoeGemmParams p) {
   using namespace gemm;
@@ -117,27 +128,43 @@ __global__ void __launch_bounds__(gemm::kGemmSm90Threads, 1)
   const Ring r = ring_in<STAGES>(smem_raw, (kGemmBlockM + BN) * kGemmBlockK * sizeof(IN),
                                  TMA_OUT ? kGemmOutStagingBytes : 0);
   const int k_blocks = static_cast<int>((p.g.k + kGemmBlockK - 1) / kGemmBlockK);
-  init_ring<STAGES>(r.full, r.empty);
-  __syncthreads();
+  init_ring<STAGES>(r.full, r.empty, PAIR ? 16 : 8);
+  if constexpr (PAIR) {
+    cluster_sync();  // both blocks' barriers initialized before either's loads or releases
+  } else {
+    __syncthreads();
+  }
   const int wg = static_cast<int>(threadIdx.x / 128);
   if (wg == 0) {
     hopper::regs_dealloc<kProducerRegs>();
-    if (threadIdx.x >= 32) return;
-    produce_items<STAGES>(p, r, records, k_blocks, [&](const GroupTile& t, int n_tile, int it0) {
-      produce_expert<IN, BN, STAGES, SWIGLU>(p.g, r, k_blocks, t, n_tile, it0);
-    });
+    if (!PAIR && threadIdx.x >= 32) return;
+    if (threadIdx.x < 32) {
+      produce_items<STAGES, PAIR>(
+          p, r, records, k_blocks, [&](const GroupTile& t, int n_tile, int it0) {
+            if constexpr (PAIR) {
+              produce_expert_pair<IN, BN, STAGES, SWIGLU>(p.g, r, k_blocks, t, n_tile, it0,
+                                                          cluster_rank());
+            } else {
+              produce_expert<IN, BN, STAGES, SWIGLU>(p.g, r, k_blocks, t, n_tile, it0);
+            }
+          });
+    }
   } else {
     hopper::regs_alloc<kConsumerRegs>();
     consume_items<STAGES>(r, records, k_blocks, [&](const ItemRecord& rec, int it0) {
       float acc[BN / 2];
 #pragma unroll
       for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
-      consume<IN, BN, STAGES>(r.tiles, r.full, r.empty, k_blocks, wg - 1, acc, it0, true);
+      consume<IN, BN, STAGES, PAIR>(r.tiles, r.full, r.empty, k_blocks, wg - 1, acc, it0, true);
       write_group_tile<IN, OUT, BN, SWIGLU, TMA_OUT>(
           p.g, expert_view(p, rec.t, sizeof(IN), sizeof(OUT)), rec.t, wg - 1, rec.n_tile, acc,
           r.extra, false);
     });
     drain_tma_stores<TMA_OUT>();
+  }
+  if constexpr (PAIR) {
+    __syncwarp();
+    cluster_sync();  // no block leaves while the other may still arrive on its barriers
   }
 }
 

@@ -82,6 +82,41 @@ KJIT_DEVICE KJIT_FORCEINLINE void produce_expert(const gemm::GemmParams& g, cons
   }
 }
 
+// The producer of one block of a pair (moe_gemm_sm90_persistent_kernel's PAIR form: a cluster of
+// two blocks on column tiles 2j and 2j + 1 of one row tile t): rank 0 loads a's rows into both
+// blocks (TMA multicast), so the pair reads them from L2 once, and each block loads its own rows
+// of b. Each block's full barrier expects its whole stage; a stage is refilled only after both
+// blocks' consumers gave it back (gemm::release_stage's pair arrivals). A column tile past the
+// expert's n (rank 1 of the last pair where the column tiles are odd) loads rows of the next
+// expert, or zeros past b's end, that the epilogue never writes (columns past n are masked).
+template <typename IN, int BN, int STAGES, bool SWIGLU>
+KJIT_DEVICE KJIT_FORCEINLINE void produce_expert_pair(const gemm::GemmParams& g,
+                                                      const gemm::Ring& r, int k_blocks,
+                                                      const GroupTile& t, int n_tile, int it0,
+                                                      u32 rank) {
+  using namespace gemm;
+  constexpr u32 kABytes = kGemmBlockM * kGemmBlockK * sizeof(IN);
+  constexpr u32 kStageBytes = (kGemmBlockM + BN) * kGemmBlockK * sizeof(IN);
+  const int b_first = static_cast<int>(t.expert * g.n);
+  const int a_row = static_cast<int>(t.row0);
+  const int b_row = b_first + n_tile * (SWIGLU ? BN / 2 : BN);
+  for (int kb = 0; kb < k_blocks; ++kb) {
+    const int i = it0 + kb;
+    const int s = i % STAGES;
+    hopper::mbarrier_wait(&r.empty[s], ((i / STAGES) & 1) ^ 1);
+    unsigned char* stage = r.tiles + s * kStageBytes;
+    hopper::mbarrier_arrive_expect_tx(&r.full[s], kStageBytes);
+    if (rank == 0) {
+      hopper::tma_load_2d_multicast(stage, &g.tma_a, &r.full[s], kb * kGemmBlockK, a_row, u16{0x3});
+    }
+    hopper::tma_load_2d(stage + kABytes, &g.tma_b, &r.full[s], kb * kGemmBlockK, b_row);
+    if (SWIGLU) {  // the matching up slice, n / 2 rows below the gate slice
+      hopper::tma_load_2d(stage + kABytes + BN / 2 * kGemmBlockK * sizeof(IN), &g.tma_b, &r.full[s],
+                          kb * kGemmBlockK, b_row + static_cast<int>(g.n / 2));
+    }
+  }
+}
+
 // The epilogue of a grouped tile on the expert's view (expert_view): SWIGLU's or the GEMM's
 // (E types the GEMM's bias, null here).
 template <typename E, typename OUT, int BN, bool SWIGLU>

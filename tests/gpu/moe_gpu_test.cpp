@@ -1167,11 +1167,10 @@ TEST_CASE("moe gpu: gate / up GEMM with silu_and_mul fused, against fp64", "[gpu
 
 // ---- the persistent tile kernel (moe_gemm_persistent_sm90.cuh) ---------------------------------
 
-TEST_CASE("moe gpu: the persistent tile kernel per expert against fp64", "[gpu][moe][sm90a]") {
-  REQUIRE(tensor_cores());
-  std::mt19937_64 rng(std::random_device{}());
-  ops::MoeGemmTuning persistent;
-  persistent.persistent = true;
+namespace {
+
+// The persistent tile kernel's cases under `persistent` (its one-block form, or its pairs).
+void run_persistent_cases(const ops::MoeGemmTuning& persistent, std::mt19937_64& rng) {
   // Experts of 0, 1 and many rows, n and k off the tile edges; k = 64 and 72: one and two stages
   // an item, so each block's items wrap the ring many times (the stage slots' records and the
   // end record); k = 584: more stages an item than the ring holds. bf16 and fp32 out.
@@ -1255,6 +1254,44 @@ TEST_CASE("moe gpu: the persistent tile kernel per expert against fp64", "[gpu][
   auto ct = make_tensor(sched_d.dev.get(), {3}, dl_dtype("int32"));
   auto ot = make_tensor(out_d.dev.get(), {l.rows, odd.n}, dl_dtype("bf16"));
   CHECK_THROWS(ops::moe_grouped_gemm(at.get(), bt.get(), ct.get(), ot.get(), nullptr, odd.tuning));
+}
+
+}  // namespace
+
+TEST_CASE("moe gpu: the persistent tile kernel per expert against fp64", "[gpu][moe][sm90a]") {
+  REQUIRE(tensor_cores());
+  std::mt19937_64 rng(std::random_device{}());
+  ops::MoeGemmTuning persistent;
+  persistent.persistent = true;
+  run_persistent_cases(persistent, rng);
+}
+
+TEST_CASE("moe gpu: the persistent tile kernel in pairs per expert against fp64",
+          "[gpu][moe][sm90a]") {
+  // MoeGemmTuning::pair: clusters of two blocks on column tiles 2j and 2j + 1 sharing a's rows;
+  // the same cases, where an odd count of column tiles (n 8: one; n 4480: 35) leaves the last
+  // pair's second block a column tile past n that must load, release and write nothing.
+  REQUIRE(tensor_cores());
+  std::mt19937_64 rng(std::random_device{}());
+  ops::MoeGemmTuning pairs;
+  pairs.pair = true;
+  run_persistent_cases(pairs, rng);
+  // SwiGLU in pairs: I off the 64-wide gate slices, Qwen3's I = 768, skewed routing.
+  for (const auto& [experts, rows, inter, k] :
+       std::vector<std::array<int, 4>>{{8, 700, 136, 72}, {24, 2000, 768, 64}}) {
+    SwigluCase c;
+    c.counts = uneven_counts(experts, rows, rng);
+    c.inter = inter;
+    c.k = k;
+    c.tuning = pairs;
+    CHECK(run_swiglu(c, rng));
+  }
+  SwigluCase sk;
+  sk.counts = skewed_counts(16, 2000, 5);
+  sk.inter = 200;
+  sk.k = 128;
+  sk.tuning = pairs;
+  CHECK(run_swiglu(sk, rng));
 }
 
 TEST_CASE("moe gpu: the persistent tile kernel with silu_and_mul fused, against fp64",

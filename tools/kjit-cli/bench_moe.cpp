@@ -102,7 +102,9 @@ GroupedBench grouped_bench(const std::string& op, const ops::SetArgs& args) {
   }
   // persistent: the 128-row tile kernel's persistent form (a tile kernel forced, as path=sm90).
   g.tuning.persistent = flag_arg(args, "persistent");
-  if (g.tuning.persistent && g.path == "decode") {
+  // pair: its pairs of blocks sharing a's rows (bf16 / fp16; the fp8 call refuses it).
+  g.tuning.pair = flag_arg(args, "pair");
+  if ((g.tuning.persistent || g.tuning.pair) && g.path == "decode") {
     throw UsageError(op + ": persistent is the 128-row tile kernel's form, not path=decode");
   }
   // bn: the tile kernel's width (ops::MoeGemmTuning::bn; the library refuses the rest).
@@ -185,11 +187,13 @@ int bench_moe_grouped_gemm(const ops::SetArgs& args, const BenchOptions& opts) {
   c.shape["path"] = ops::gemm_path_name(cfg.path);
   if (g.tuning.split != 0) c.shape["split"] = g.tuning.split;
   if (cfg.persistent != 0) c.shape["persistent"] = 1;
+  if (cfg.persistent == 2) c.shape["pair"] = 1;
   if (g.tuning.bn != 0) c.shape["bn"] = cfg.bn;
   c.label = fmt::format("moe_grouped_gemm {} e={} top{} tokens={} n={} k={} {}{}{} ({}{})", dtype,
                         experts, top_k, tokens, n, k, routing, swiglu ? " swiglu" : "",
                         masked ? " masked" : "", ops::gemm_path_name(cfg.path),
                         cfg.tokens != 0       ? fmt::format(" {} tokens", cfg.tokens)
+                        : cfg.persistent == 2 ? std::string(" persistent pairs")
                         : cfg.persistent != 0 ? std::string(" persistent")
                                               : std::string());
   const ops::MoeGemmTuning tuning = g.tuning;

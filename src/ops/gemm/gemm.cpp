@@ -327,9 +327,9 @@ const GemmResidency& decode_residency(CUfunction fn, unsigned block, unsigned sm
   return it->second;
 }
 
-// Clusters of two of a paired persistent kernel the device runs at once, asked of the driver
-// once per loaded kernel.
-int pair_clusters(CUfunction fn, unsigned block, unsigned smem) {
+}  // namespace
+
+int sm90_pair_clusters(CUfunction fn, unsigned block, unsigned smem) {
   static std::mutex mu;
   static std::unordered_map<CUfunction, int> known;
   std::lock_guard<std::mutex> lock(mu);
@@ -339,15 +339,13 @@ int pair_clusters(CUfunction fn, unsigned block, unsigned smem) {
   return it->second;
 }
 
-}  // namespace
-
 void launch_sm90_pairs(CUfunction fn, cuda::LaunchConfig lc, int64_t m, int64_t n, int bn,
                        const void* params) {
   // As many clusters as run at once (a GPC with an odd count of free SMs leaves one out): a
   // persistent grid must never wait for a second wave.
   const int64_t pairs =
       ceil_div(ceil_div(m, gemm::kGemmBlockM), int64_t{2}) * ceil_div(n, int64_t{bn});
-  const int resident = pair_clusters(fn, lc.block_x, lc.smem_bytes);
+  const int resident = sm90_pair_clusters(fn, lc.block_x, lc.smem_bytes);
   if (resident < 1) {
     fail(KJIT_ERROR_UNSUPPORTED, "gemm: no cluster of two {}-wide tile blocks fits this device",
          bn);

@@ -212,6 +212,11 @@ struct GemmOperands {
 GemmOperands gemm_operands(const DLTensor* a, const DLTensor* b, DLTensor* out);
 // The kernels' parameters of validated operands (no bias, no tensor maps yet).
 gemm::GemmParams gemm_params(const GemmOperands& g, float alpha, float beta);
+// Clusters of two blocks of a paired persistent kernel (the sm90 GEMMs' and the grouped GEMM's
+// PAIR forms; block threads and smem bytes of dynamic shared memory) the device runs at once,
+// asked of the driver once per loaded kernel.
+int sm90_pair_clusters(CUfunction fn, unsigned block, unsigned smem);
+
 // Launches a paired persistent sm90 kernel (gemm_sm90_persistent_kernel's or
 // gemm_fp8_sm90_persistent_kernel's PAIR form; lc as gemm_launch_config gives it): clusters of two
 // blocks over ceil(row tiles / 2) x column tiles, as many clusters as the device runs at once.

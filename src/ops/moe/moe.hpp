@@ -74,9 +74,10 @@ struct MoeGemmConfig {
   // int: the config's bytes are its cache key, so it has no padding.
   int swiglu = 0;
   int tokens = 0;  // kSm90Decode: the token tile (16, 32 or 64)
-  // kSm90 only, 0 or 1: moe_gemm_sm90_persistent_kernel (moe_gemm_persistent_sm90.cuh), a grid
-  // of min(items, SMs) blocks looping over the schedule's items. Never the default yet (see
-  // select_moe_gemm); MoeGemmTuning::persistent forces it.
+  // kSm90 only: 1 = moe_gemm_sm90_persistent_kernel (moe_gemm_persistent_sm90.cuh), a grid of
+  // min(items, SMs) blocks looping over the schedule's items (moe_gemm_persistent); 2 = its pairs
+  // (bf16 / fp16: clusters of two blocks on adjacent column tiles sharing a's rows; forced by
+  // MoeGemmTuning::pair).
   int persistent = 0;
   // kSm90 only, 0 or 1: the TMA-store epilogue on the tiles whose rows are all their expert's
   // (moe_tma_out: a 16-bit, TMA-ready out).
@@ -112,14 +113,19 @@ struct MoeGemmTuning {
   // path runs it anyway (moe_gemm_persistent); force kTiles alone for its one-block-per-item
   // form.
   bool persistent = false;
+  // The persistent tile kernel in pairs (bf16 / fp16 only; implies persistent): clusters of two
+  // blocks on column tiles 2j and 2j + 1 of one row tile, rank 0 loading a's rows into both (TMA
+  // multicast). The fp8 call refuses it (KJIT_ERROR_INVALID_ARGUMENT).
+  bool pair = false;
   // The tile kernel's width: 0 = the selection's, or 128 / 256 (fp8: gemm_fp8_sm90.cuh's 256-wide
   // tile, two 128-column halves promoted in turn, with SwiGLU I a multiple of 128), on the tile
   // path only (force kTiles at decode sizes).
   int bn = 0;
 };
 
-// MoeGemmConfig::persistent (MoeGemmFp8Config's too) of a call: 1 when the tuning asks for it, or
-// on the tile path (tiles), SwiGLU or not, unless the tuning forces kTiles.
+// MoeGemmConfig::persistent (MoeGemmFp8Config's too) of a call: 2 when the tuning asks for pairs,
+// 1 when it asks for the persistent form, or on the tile path (tiles), SwiGLU or not, unless the
+// tuning forces kTiles.
 int moe_gemm_persistent(const MoeGemmTuning& t, bool tiles);
 
 // decode_rows of a call under a tuning: moe_decode_rows, or what the tuning forces (the host's

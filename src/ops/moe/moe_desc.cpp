@@ -342,6 +342,11 @@ OpDef moe_grouped_gemm_op_def() {
              false,
              "sm90: 1 = persistent blocks (min(items, SMs) blocks looping over the schedule's "
              "items; what calls on the tile path run), default 0"},
+            {"pair",
+             {"0", "1"},
+             false,
+             "sm90 persistent: 1 = clusters of two blocks on adjacent column tiles sharing a's "
+             "rows (TMA multicast; MoeGemmTuning::pair), default 0"},
             {"tma_out",
              {"0", "1"},
              false,
@@ -363,7 +368,12 @@ OpDef moe_grouped_gemm_op_def() {
     if (persistent && c.path != GemmPath::kSm90) {
       fail(KJIT_ERROR_INVALID_ARGUMENT, "moe_grouped_gemm: persistent is an sm90 setting");
     }
-    c.persistent = persistent ? 1 : 0;
+    const bool pair = args.count("pair") != 0 && args.at("pair") == "1";
+    if (pair && !persistent) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT,
+           "moe_grouped_gemm: pair is a setting of the persistent sm90 kernel");
+    }
+    c.persistent = pair ? 2 : persistent ? 1 : 0;
     if (c.path != GemmPath::kSm90Decode && args.count("tokens") != 0) {
       fail(KJIT_ERROR_INVALID_ARGUMENT, "moe_grouped_gemm: tokens is a decode setting");
     }
@@ -395,7 +405,8 @@ OpDef moe_grouped_gemm_op_def() {
   d.catalog = [] {
     std::vector<SetArgs> out;
     for (const char* dt : {"bf16", "fp16"}) {
-      // The tile path's default, the persistent form (ops::moe_gemm_persistent), at both widths.
+      // The tile path's default, the persistent form (ops::moe_gemm_persistent), at both widths,
+      // and (out in a's dtype) its pairs (MoeGemmTuning::pair).
       for (const char* od : {dt, "fp32"}) {
         for (const char* bn : {"128", "256"}) {
           out.push_back({{"path", "sm90"},
@@ -403,6 +414,10 @@ OpDef moe_grouped_gemm_op_def() {
                          {"out_dtype", od},
                          {"bn", bn},
                          {"persistent", "1"}});
+          if (od == std::string(dt)) {
+            out.push_back(out.back());
+            out.back()["pair"] = "1";
+          }
         }
         out.push_back({{"path", "simt"}, {"dtype", dt}, {"out_dtype", od}});
       }

@@ -230,6 +230,21 @@ bool run_grouped(const GroupedOperands& g, void* stream, const MoeGemmTuning& tu
   if (cfg.path == GemmPath::kSm90) {
     sm90_geometry(g, g.a, g.b, cfg.bn, cfg.stages, g.swiglu, cfg.tma_out != 0,
                   persistent_sms(cfg.persistent, g.a.device), p, lc);
+    if (cfg.persistent == 2) {
+      // Pairs: clusters of two over the row tiles x ceil(column tiles / 2) pair items, as many
+      // as run at once (moe_gemm_sm90_persistent_kernel's PAIR form; a persistent grid must
+      // never wait for a second wave).
+      const CUfunction fn = kern.functions.at(0);
+      const int resident = sm90_pair_clusters(fn, lc.block_x, lc.smem_bytes);
+      if (resident < 1) {
+        fail(KJIT_ERROR_UNSUPPORTED,
+             "moe_grouped_gemm: no cluster of two {}-wide tile blocks fits this device", cfg.bn);
+      }
+      const int64_t pairs = int64_t{p.tiles_m} * ((p.tiles_n + 1) / 2);
+      lc.grid_x = static_cast<unsigned>(2 * std::min<int64_t>(pairs, resident));
+      cuda::launch_cluster(fn, lc, 2, &p);
+      return true;
+    }
   } else {
     p.tiles_m = static_cast<int>(grouped_tiles_m(g, gemm::kGemmSimtTile));
     p.tiles_n = static_cast<int>(ceil_div(g.n, int64_t{gemm::kGemmSimtTile}));
@@ -321,6 +336,10 @@ GroupedScales grouped_scales(const GroupedOperands& g, const DLTensor* scale_a,
 // would straddle scale blocks (I not a multiple of 64).
 bool run_grouped_fp8(const GroupedOperands& g, const GroupedScales& s, void* stream,
                      const MoeGemmTuning& tuning) {
+  if (tuning.pair) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT,
+         "moe_grouped_gemm_fp8: the paired tile kernel is the bf16 / fp16 call's only");
+  }
   if (g.swiglu && g.out_cols() % (gemm::kFp8ChunkK / 2) != 0) return false;
   if (g.rows == 0 || g.n == 0) return true;  // after validation: a zero-size call is checked
   // What needs no device (out's dtype, the launch's limits) before any driver call.
@@ -400,7 +419,8 @@ void moe_gemm_fp8_width(MoeGemmFp8Config& c, const MoeGemmTuning& t, int64_t n, 
 }
 
 int moe_gemm_persistent(const MoeGemmTuning& t, bool tiles) {
-  if (t.persistent) return 1;  // check_moe_forced: the path is the tile kernel's then
+  if (t.pair) return 2;  // check_moe_forced: the path is the tile kernel's then
+  if (t.persistent) return 1;
   // The persistent form by default on the tile path: on the H200 it ran Qwen3-30B-A3B's gate_up
   // at 4096 tokens at 516 TFLOP/s (one block per item: 450), DeepSeek-V3's at 337 (320),
   // Mixtral's at 651 (632), skewed Qwen3 at 467 (448); fp8, Qwen3's at 734 (601). With
@@ -419,10 +439,10 @@ int64_t moe_tuned_decode_rows(const MoeGemmTuning& t, bool masked, int64_t rows,
 
 void check_moe_forced(const char* op, const MoeGemmTuning& t, bool decode, bool tiles) {
   if ((t.force == MoeGemmForce::kDecode && !decode) ||
-      ((t.force == MoeGemmForce::kTiles || t.persistent) && !tiles)) {
+      ((t.force == MoeGemmForce::kTiles || t.persistent || t.pair) && !tiles)) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "{}: the forced {} kernel cannot serve this call", op,
          t.force == MoeGemmForce::kDecode ? "decode"
-         : t.persistent                   ? "persistent 128-row tile"
+         : t.persistent || t.pair         ? "persistent 128-row tile"
                                           : "128-row tile");
   }
 }
@@ -501,9 +521,14 @@ jit::Spec moe_gemm_spec(const MoeGemmConfig& c) {
     b.value("bn", c.bn).value("stages", c.stages).flag("swiglu", c.swiglu != 0, true);
     b.flag("persistent", c.persistent != 0, /*omit_false=*/true);
     b.flag("tma_out", c.tma_out != 0, /*omit_false=*/true);
-    b.entry(c.persistent != 0 ? "kjit::moe::moe_gemm_sm90_persistent_kernel"
-                              : "kjit::moe::moe_gemm_sm90_kernel",
-            {"dtype", "out_dtype", "bn", "stages", "swiglu", "tma_out"});
+    if (c.persistent != 0) {
+      b.flag("pair", c.persistent == 2, /*omit_false=*/true);
+      b.entry("kjit::moe::moe_gemm_sm90_persistent_kernel",
+              {"dtype", "out_dtype", "bn", "stages", "swiglu", "tma_out", "pair"});
+    } else {
+      b.entry("kjit::moe::moe_gemm_sm90_kernel",
+              {"dtype", "out_dtype", "bn", "stages", "swiglu", "tma_out"});
+    }
   } else {
     b.entry("kjit::moe::moe_gemm_simt_kernel", {"dtype", "out_dtype"});
   }
