@@ -168,7 +168,9 @@ __global__ void __launch_bounds__(gemm::kGemmSm90Threads, 1)
   }
 }
 
-template <typename OUT, int BN, int STAGES, bool SWIGLU, bool TMA_OUT = false>
+// PAIR: the bf16 kernel's pairs (column tiles 2j and 2j + 1 of a row tile, a's rows loaded once
+// for both), the e4m3 stage moved as 16-bit pairs as produce_expert's.
+template <typename OUT, int BN, int STAGES, bool SWIGLU, bool TMA_OUT = false, bool PAIR = false>
 __global__ void __launch_bounds__(gemm::kGemmSm90Threads, 1)
     moe_gemm_fp8_sm90_persistent_kernel(const __grid_constant__ MoeGemmFp8Params p) {
   using namespace gemm;
@@ -177,16 +179,27 @@ __global__ void __launch_bounds__(gemm::kGemmSm90Threads, 1)
   const Ring r = ring_in<STAGES>(smem_raw, (kGemmBlockM + BN) * kFp8ChunkK,
                                  TMA_OUT ? kGemmOutStagingBytes : 0);
   const int k_blocks = static_cast<int>((p.grouped.g.k + kFp8ChunkK - 1) / kFp8ChunkK);
-  init_ring<STAGES>(r.full, r.empty);
-  __syncthreads();
+  init_ring<STAGES>(r.full, r.empty, PAIR ? 16 : 8);
+  if constexpr (PAIR) {
+    cluster_sync();  // both blocks' barriers initialized before either's loads or releases
+  } else {
+    __syncthreads();
+  }
   const int wg = static_cast<int>(threadIdx.x / 128);
   if (wg == 0) {
     hopper::regs_dealloc<kProducerRegs>();
-    if (threadIdx.x >= 32) return;
-    produce_items<STAGES>(
-        p.grouped, r, records, k_blocks, [&](const GroupTile& t, int n_tile, int it0) {
-          produce_expert<u16, BN, STAGES, SWIGLU>(p.grouped.g, r, k_blocks, t, n_tile, it0);
-        });
+    if (!PAIR && threadIdx.x >= 32) return;
+    if (threadIdx.x < 32) {
+      produce_items<STAGES, PAIR>(
+          p.grouped, r, records, k_blocks, [&](const GroupTile& t, int n_tile, int it0) {
+            if constexpr (PAIR) {
+              produce_expert_pair<u16, BN, STAGES, SWIGLU>(p.grouped.g, r, k_blocks, t, n_tile, it0,
+                                                           cluster_rank());
+            } else {
+              produce_expert<u16, BN, STAGES, SWIGLU>(p.grouped.g, r, k_blocks, t, n_tile, it0);
+            }
+          });
+    }
   } else {
     hopper::regs_alloc<kConsumerRegs>();
     const int half = wg - 1;
@@ -197,11 +210,15 @@ __global__ void __launch_bounds__(gemm::kGemmSm90Threads, 1)
       for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
       // Every chunk's stage is released once its MMAs are done, the last one too.
       consume_fp8_chunks<BN, STAGES>(r.tiles, r.full, r.empty, k_blocks, half, acc,
-                                     tile_block_scales<BN, SWIGLU>(v, half, rec.n_tile), it0);
+                                     tile_block_scales<BN, SWIGLU>(v, half, rec.n_tile), it0, PAIR);
       write_group_tile<__nv_bfloat16, OUT, BN, SWIGLU, TMA_OUT>(p.grouped.g, v.g, rec.t, half,
                                                                 rec.n_tile, acc, r.extra, false);
     });
     drain_tma_stores<TMA_OUT>();
+  }
+  if constexpr (PAIR) {
+    __syncwarp();
+    cluster_sync();  // no block leaves while the other may still arrive on its barriers
   }
 }
 

@@ -602,6 +602,20 @@ TEST_CASE("moe fp8 gpu: the persistent tile kernel against fp64", "[gpu][moe][fp
   run_tile_cases(persistent, {192, 768}, rng);
 }
 
+TEST_CASE("moe fp8 gpu: the persistent tile kernel in pairs against fp64",
+          "[gpu][moe][fp8][sm90a]") {
+  // MoeGemmTuning::pair: clusters of two blocks on column tiles 2j and 2j + 1 sharing a's rows,
+  // at both widths; run_tile_cases' odd column tile counts (n 200 at 256 wide, 4480 at 128 wide:
+  // 35) leave the last pair's second block a column tile past n that writes nothing.
+  REQUIRE(gpu_caps().sm90a());
+  std::mt19937_64 rng(std::random_device{}());
+  ops::MoeGemmTuning pairs;
+  pairs.pair = true;
+  run_tile_cases(pairs, {192, 768}, rng);
+  pairs.bn = 256;
+  run_tile_cases(pairs, {256, 768}, rng);
+}
+
 TEST_CASE("moe fp8 gpu: the 256-wide tile, one block per item and persistent, against fp64",
           "[gpu][moe][fp8][sm90a]") {
   // MoeGemmTuning::bn 256: each tile's two 128-column halves take their own 128-row block of

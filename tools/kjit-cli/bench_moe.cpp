@@ -102,7 +102,7 @@ GroupedBench grouped_bench(const std::string& op, const ops::SetArgs& args) {
   }
   // persistent: the 128-row tile kernel's persistent form (a tile kernel forced, as path=sm90).
   g.tuning.persistent = flag_arg(args, "persistent");
-  // pair: its pairs of blocks sharing a's rows (bf16 / fp16; the fp8 call refuses it).
+  // pair: its pairs of blocks sharing a's rows (MoeGemmTuning::pair).
   g.tuning.pair = flag_arg(args, "pair");
   if ((g.tuning.persistent || g.tuning.pair) && g.path == "decode") {
     throw UsageError(op + ": persistent is the 128-row tile kernel's form, not path=decode");
@@ -471,10 +471,12 @@ int bench_moe_grouped_gemm_fp8(const ops::SetArgs& args, const BenchOptions& opt
   c.shape["path"] = cfg.tokens != 0 ? "decode" : "sm90";
   if (g.tuning.split != 0) c.shape["split"] = g.tuning.split;
   if (cfg.persistent != 0) c.shape["persistent"] = 1;
+  if (cfg.persistent == 2) c.shape["pair"] = 1;
   if (cfg.bn != 128) c.shape["bn"] = cfg.bn;
   c.label = fmt::format("moe_grouped_gemm_fp8 e={} top{} tokens={} n={} k={} {}{} ({})", experts,
                         g.top_k, g.tokens, n, k, g.routing, swiglu ? " swiglu" : "",
                         cfg.tokens != 0       ? fmt::format("decode {} tokens", cfg.tokens)
+                        : cfg.persistent == 2 ? std::string("sm90 persistent pairs")
                         : cfg.persistent != 0 ? std::string("sm90 persistent")
                                               : std::string("sm90"));
   c.launch = [&](CUstream stream) {

@@ -76,8 +76,7 @@ struct MoeGemmConfig {
   int tokens = 0;  // kSm90Decode: the token tile (16, 32 or 64)
   // kSm90 only: 1 = moe_gemm_sm90_persistent_kernel (moe_gemm_persistent_sm90.cuh), a grid of
   // min(items, SMs) blocks looping over the schedule's items (moe_gemm_persistent); 2 = its pairs
-  // (bf16 / fp16: clusters of two blocks on adjacent column tiles sharing a's rows; forced by
-  // MoeGemmTuning::pair).
+  // (clusters of two blocks on adjacent column tiles sharing a's rows; MoeGemmTuning::pair).
   int persistent = 0;
   // kSm90 only, 0 or 1: the TMA-store epilogue on the tiles whose rows are all their expert's
   // (moe_tma_out: a 16-bit, TMA-ready out).
@@ -113,9 +112,9 @@ struct MoeGemmTuning {
   // path runs it anyway (moe_gemm_persistent); force kTiles alone for its one-block-per-item
   // form.
   bool persistent = false;
-  // The persistent tile kernel in pairs (bf16 / fp16 only; implies persistent): clusters of two
+  // The persistent tile kernel in pairs (bf16 / fp16 and fp8; implies persistent): clusters of two
   // blocks on column tiles 2j and 2j + 1 of one row tile, rank 0 loading a's rows into both (TMA
-  // multicast). The fp8 call refuses it (KJIT_ERROR_INVALID_ARGUMENT).
+  // multicast).
   bool pair = false;
   // The tile kernel's width: 0 = the selection's, or 128 / 256 (fp8: gemm_fp8_sm90.cuh's 256-wide
   // tile, two 128-column halves promoted in turn, with SwiGLU I a multiple of 128), on the tile
@@ -188,7 +187,8 @@ struct MoeGemmFp8Config {
   int stages = 0;
   int swiglu = 0;
   int tokens = 0;  // 0: the 128-row tile kernel; else the decode kernel's token tile (16 .. 64)
-  // The tile kernel only, 0 or 1: moe_gemm_fp8_sm90_persistent_kernel (as MoeGemmConfig's).
+  // The tile kernel only, 0, 1 or 2: moe_gemm_fp8_sm90_persistent_kernel, 2 its pairs (as
+  // MoeGemmConfig's).
   int persistent = 0;
   int bn = 128;     // the tile kernel's width: 128, or 256 (moe_wide_tile, or MoeGemmTuning::bn)
   int tma_out = 0;  // the tile kernel only: as MoeGemmConfig's

@@ -556,6 +556,11 @@ OpDef moe_grouped_gemm_fp8_op_def() {
              false,
              "the 128-row tile kernel's persistent form (min(items, SMs) blocks looping over the "
              "schedule's items; what calls on the tile path run), default 0"},
+            {"pair",
+             {"0", "1"},
+             false,
+             "the persistent form in pairs: 1 = clusters of two blocks on adjacent column tiles "
+             "sharing a's rows (TMA multicast; MoeGemmTuning::pair), default 0"},
             {"bn",
              {"128", "256"},
              false,
@@ -585,6 +590,13 @@ OpDef moe_grouped_gemm_fp8_op_def() {
                                          : dflt;
     c.swiglu = args.count("swiglu") != 0 && args.at("swiglu") == "1" ? 1 : 0;
     c.persistent = args.count("persistent") != 0 && args.at("persistent") == "1" ? 1 : 0;
+    if (args.count("pair") != 0 && args.at("pair") == "1") {
+      if (c.persistent == 0) {
+        fail(KJIT_ERROR_INVALID_ARGUMENT,
+             "moe_grouped_gemm_fp8: pair is a setting of the persistent tile kernel");
+      }
+      c.persistent = 2;
+    }
     if (c.persistent != 0 && c.tokens != 0) {
       fail(KJIT_ERROR_INVALID_ARGUMENT,
            "moe_grouped_gemm_fp8: persistent is the 128-row tile kernel's setting, not the "
@@ -610,6 +622,9 @@ OpDef moe_grouped_gemm_fp8_op_def() {
         {{"out_dtype", "bf16"}, {"persistent", "1"}},
         // the 256-wide tile (moe_fp8_wide_tile's), plain and SwiGLU
         {{"out_dtype", "bf16"}, {"persistent", "1"}, {"bn", "256"}},
+        // the default's pairs (MoeGemmTuning::pair) at both widths
+        {{"out_dtype", "bf16"}, {"persistent", "1"}, {"pair", "1"}},
+        {{"out_dtype", "bf16"}, {"persistent", "1"}, {"pair", "1"}, {"bn", "256"}},
         {{"out_dtype", "bf16"}, {"swiglu", "1"}, {"persistent", "1"}, {"bn", "256"}},
         {{"out_dtype", "fp16"}, {"swiglu", "1"}, {"persistent", "1"}, {"bn", "256"}}};
     out = with_staged_out(std::move(out));

@@ -194,6 +194,21 @@ void launch_moe_decode(const GroupedOperands& g, RowMatrix a_tma, RowMatrix b_tm
   cuda::launch_cluster(fn, lc, static_cast<unsigned>(split), params);
 }
 
+// The paired persistent tile kernels' launch (moe_gemm_sm90_persistent_kernel's and
+// moe_gemm_fp8_sm90_persistent_kernel's PAIR form; lc as sm90_geometry set it): clusters of two
+// over the row tiles x ceil(column tiles / 2) pair items, as many as run at once (a persistent
+// grid must never wait for a second wave).
+void launch_grouped_pairs(CUfunction fn, cuda::LaunchConfig lc, const moe::MoeGemmParams& p, int bn,
+                          const void* params) {
+  const int resident = sm90_pair_clusters(fn, lc.block_x, lc.smem_bytes);
+  if (resident < 1) {
+    fail(KJIT_ERROR_UNSUPPORTED, "moe: no cluster of two {}-wide tile blocks fits this device", bn);
+  }
+  const int64_t pairs = int64_t{p.tiles_m} * ((p.tiles_n + 1) / 2);
+  lc.grid_x = static_cast<unsigned>(2 * std::min<int64_t>(pairs, resident));
+  cuda::launch_cluster(fn, lc, 2, params);
+}
+
 // Runs a validated call. False, launching nothing, for a SwiGLU call the wgmma paths cannot
 // serve.
 bool run_grouped(const GroupedOperands& g, void* stream, const MoeGemmTuning& tuning) {
@@ -231,18 +246,7 @@ bool run_grouped(const GroupedOperands& g, void* stream, const MoeGemmTuning& tu
     sm90_geometry(g, g.a, g.b, cfg.bn, cfg.stages, g.swiglu, cfg.tma_out != 0,
                   persistent_sms(cfg.persistent, g.a.device), p, lc);
     if (cfg.persistent == 2) {
-      // Pairs: clusters of two over the row tiles x ceil(column tiles / 2) pair items, as many
-      // as run at once (moe_gemm_sm90_persistent_kernel's PAIR form; a persistent grid must
-      // never wait for a second wave).
-      const CUfunction fn = kern.functions.at(0);
-      const int resident = sm90_pair_clusters(fn, lc.block_x, lc.smem_bytes);
-      if (resident < 1) {
-        fail(KJIT_ERROR_UNSUPPORTED,
-             "moe_grouped_gemm: no cluster of two {}-wide tile blocks fits this device", cfg.bn);
-      }
-      const int64_t pairs = int64_t{p.tiles_m} * ((p.tiles_n + 1) / 2);
-      lc.grid_x = static_cast<unsigned>(2 * std::min<int64_t>(pairs, resident));
-      cuda::launch_cluster(fn, lc, 2, &p);
+      launch_grouped_pairs(kern.functions.at(0), lc, p, cfg.bn, &p);
       return true;
     }
   } else {
@@ -336,10 +340,6 @@ GroupedScales grouped_scales(const GroupedOperands& g, const DLTensor* scale_a,
 // would straddle scale blocks (I not a multiple of 64).
 bool run_grouped_fp8(const GroupedOperands& g, const GroupedScales& s, void* stream,
                      const MoeGemmTuning& tuning) {
-  if (tuning.pair) {
-    fail(KJIT_ERROR_INVALID_ARGUMENT,
-         "moe_grouped_gemm_fp8: the paired tile kernel is the bf16 / fp16 call's only");
-  }
   if (g.swiglu && g.out_cols() % (gemm::kFp8ChunkK / 2) != 0) return false;
   if (g.rows == 0 || g.n == 0) return true;  // after validation: a zero-size call is checked
   // What needs no device (out's dtype, the launch's limits) before any driver call.
@@ -373,6 +373,10 @@ bool run_grouped_fp8(const GroupedOperands& g, const GroupedScales& s, void* str
   }
   sm90_geometry(g, as_pairs(g.a), as_pairs(g.b), cfg.bn, cfg.stages, g.swiglu, cfg.tma_out != 0,
                 persistent_sms(cfg.persistent, g.a.device), p.grouped, lc);
+  if (cfg.persistent == 2) {
+    launch_grouped_pairs(kern.functions.at(0), lc, p.grouped, cfg.bn, &p);
+    return true;
+  }
   cuda::launch(kern.functions.at(0), lc, &p);
   return true;
 }
@@ -615,9 +619,14 @@ jit::Spec moe_gemm_fp8_spec(const MoeGemmFp8Config& c) {
   b.value("bn", c.bn).value("stages", c.stages).flag("swiglu", c.swiglu != 0, true);
   b.flag("persistent", c.persistent != 0, /*omit_false=*/true);
   b.flag("tma_out", c.tma_out != 0, /*omit_false=*/true);
-  b.entry(c.persistent != 0 ? "kjit::moe::moe_gemm_fp8_sm90_persistent_kernel"
-                            : "kjit::moe::moe_gemm_fp8_sm90_kernel",
-          {"out_dtype", "bn", "stages", "swiglu", "tma_out"});
+  if (c.persistent != 0) {
+    b.flag("pair", c.persistent == 2, /*omit_false=*/true);
+    b.entry("kjit::moe::moe_gemm_fp8_sm90_persistent_kernel",
+            {"out_dtype", "bn", "stages", "swiglu", "tma_out", "pair"});
+  } else {
+    b.entry("kjit::moe::moe_gemm_fp8_sm90_kernel",
+            {"out_dtype", "bn", "stages", "swiglu", "tma_out"});
+  }
   return b.build();
 }
 
