@@ -221,12 +221,7 @@ __global__ void __launch_bounds__(kGemmSm90Threads, 1)
   extern __shared__ unsigned char smem_raw[];
   const Ring r = ring_in<STAGES>(smem_raw, (kGemmBlockM + BN) * kFp8ChunkK,
                                  TMA_OUT ? kGemmOutStagingBytes : 0);
-  init_ring<STAGES>(r.full, r.empty, PAIR ? 16 : 8);
-  if constexpr (PAIR) {
-    cluster_sync();  // both blocks' barriers initialized before either's loads or releases
-  } else {
-    __syncthreads();
-  }
+  init_ring_published<STAGES, PAIR>(r.full, r.empty);
   const int k_blocks = static_cast<int>((p.g.k + kFp8ChunkK - 1) / kFp8ChunkK);
   const auto walk = [&](auto f) {
     if constexpr (PAIR) {
@@ -263,10 +258,7 @@ __global__ void __launch_bounds__(kGemmSm90Threads, 1)
                                                       !more);
     });
   }
-  if constexpr (PAIR) {
-    __syncwarp();
-    cluster_sync();
-  }
+  leave_pair<PAIR>();
 }
 
 }  // namespace gemm

@@ -76,6 +76,29 @@ KJIT_DEVICE KJIT_FORCEINLINE void init_ring(u64* full, u64* empty, u32 empty_arr
   hopper::fence_barrier_init();
 }
 
+// init_ring for a block alone or one of a pair (a cluster of two sharing a stage's loads, whose
+// empty barriers count both blocks' consumer warps), published to the block, or to both blocks
+// of the pair before either loads or releases.
+template <int STAGES, bool PAIR>
+KJIT_DEVICE KJIT_FORCEINLINE void init_ring_published(u64* full, u64* empty) {
+  init_ring<STAGES>(full, empty, PAIR ? 16 : 8);
+  if constexpr (PAIR) {
+    cluster_sync();
+  } else {
+    __syncthreads();
+  }
+}
+
+// A pair's block leaves only with the other (which may still arrive on its barriers); every
+// thread of both calls it last. Nothing for a block alone.
+template <bool PAIR>
+KJIT_DEVICE KJIT_FORCEINLINE void leave_pair() {
+  if constexpr (PAIR) {
+    __syncwarp();
+    cluster_sync();
+  }
+}
+
 // The producer's loop over the K blocks of a's rows a_row.. + 127 and b's rows b_row.. + BN - 1
 // (the grouped GEMM's tiles start at any row). SPLIT_B: the b tile is two boxes of BN / 2 rows,
 // b_row.. and b_row2.. (p.tma_b's box is BN / 2 rows then: the MoE gate / up GEMM loads a gate
@@ -413,12 +436,7 @@ __global__ void __launch_bounds__(kGemmSm90Threads, 1)
   const Ring r = ring_in<STAGES>(smem_raw, (kGemmBlockM + BN) * kGemmBlockK * sizeof(IN),
                                  TMA_OUT ? kGemmOutStagingBytes : 0);
   const int k_blocks = static_cast<int>((p.k + kGemmBlockK - 1) / kGemmBlockK);
-  init_ring<STAGES>(r.full, r.empty, PAIR ? 16 : 8);
-  if constexpr (PAIR) {
-    cluster_sync();  // both blocks' barriers initialized before either's loads or releases
-  } else {
-    __syncthreads();
-  }
+  init_ring_published<STAGES, PAIR>(r.full, r.empty);
   const auto walk = [&](auto f) {
     if constexpr (PAIR) {
       for_each_pair_tile<BN, STAGES>(p, k_blocks, f);
@@ -451,10 +469,7 @@ __global__ void __launch_bounds__(kGemmSm90Threads, 1)
       write_tile_any<IN, OUT, BN, TMA_OUT>(p, wg - 1, m_tile, n_tile, acc, r.extra, !more);
     });
   }
-  if constexpr (PAIR) {
-    __syncwarp();
-    cluster_sync();
-  }
+  leave_pair<PAIR>();
 }
 
 }  // namespace gemm

@@ -128,12 +128,7 @@ __global__ void __launch_bounds__(gemm::kGemmSm90Threads, 1)
   const Ring r = ring_in<STAGES>(smem_raw, (kGemmBlockM + BN) * kGemmBlockK * sizeof(IN),
                                  TMA_OUT ? kGemmOutStagingBytes : 0);
   const int k_blocks = static_cast<int>((p.g.k + kGemmBlockK - 1) / kGemmBlockK);
-  init_ring<STAGES>(r.full, r.empty, PAIR ? 16 : 8);
-  if constexpr (PAIR) {
-    cluster_sync();  // both blocks' barriers initialized before either's loads or releases
-  } else {
-    __syncthreads();
-  }
+  init_ring_published<STAGES, PAIR>(r.full, r.empty);
   const int wg = static_cast<int>(threadIdx.x / 128);
   if (wg == 0) {
     hopper::regs_dealloc<kProducerRegs>();
@@ -162,10 +157,7 @@ __global__ void __launch_bounds__(gemm::kGemmSm90Threads, 1)
     });
     drain_tma_stores<TMA_OUT>();
   }
-  if constexpr (PAIR) {
-    __syncwarp();
-    cluster_sync();  // no block leaves while the other may still arrive on its barriers
-  }
+  leave_pair<PAIR>();
 }
 
 // PAIR: the bf16 kernel's pairs (column tiles 2j and 2j + 1 of a row tile, a's rows loaded once
@@ -179,12 +171,7 @@ __global__ void __launch_bounds__(gemm::kGemmSm90Threads, 1)
   const Ring r = ring_in<STAGES>(smem_raw, (kGemmBlockM + BN) * kFp8ChunkK,
                                  TMA_OUT ? kGemmOutStagingBytes : 0);
   const int k_blocks = static_cast<int>((p.grouped.g.k + kFp8ChunkK - 1) / kFp8ChunkK);
-  init_ring<STAGES>(r.full, r.empty, PAIR ? 16 : 8);
-  if constexpr (PAIR) {
-    cluster_sync();  // both blocks' barriers initialized before either's loads or releases
-  } else {
-    __syncthreads();
-  }
+  init_ring_published<STAGES, PAIR>(r.full, r.empty);
   const int wg = static_cast<int>(threadIdx.x / 128);
   if (wg == 0) {
     hopper::regs_dealloc<kProducerRegs>();
@@ -216,10 +203,7 @@ __global__ void __launch_bounds__(gemm::kGemmSm90Threads, 1)
     });
     drain_tma_stores<TMA_OUT>();
   }
-  if constexpr (PAIR) {
-    __syncwarp();
-    cluster_sync();  // no block leaves while the other may still arrive on its barriers
-  }
+  leave_pair<PAIR>();
 }
 
 }  // namespace moe

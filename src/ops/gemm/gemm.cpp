@@ -339,19 +339,26 @@ int sm90_pair_clusters(CUfunction fn, unsigned block, unsigned smem) {
   return it->second;
 }
 
-void launch_sm90_pairs(CUfunction fn, cuda::LaunchConfig lc, int64_t m, int64_t n, int bn,
-                       const void* params) {
+void launch_pair_clusters(CUfunction fn, cuda::LaunchConfig lc, int64_t pair_items,
+                          const void* params) {
   // As many clusters as run at once (a GPC with an odd count of free SMs leaves one out): a
   // persistent grid must never wait for a second wave.
-  const int64_t pairs =
-      ceil_div(ceil_div(m, gemm::kGemmBlockM), int64_t{2}) * ceil_div(n, int64_t{bn});
   const int resident = sm90_pair_clusters(fn, lc.block_x, lc.smem_bytes);
   if (resident < 1) {
-    fail(KJIT_ERROR_UNSUPPORTED, "gemm: no cluster of two {}-wide tile blocks fits this device",
-         bn);
+    fail(KJIT_ERROR_UNSUPPORTED,
+         "no cluster of two tile blocks of {} bytes of shared memory fits "
+         "this device",
+         lc.smem_bytes);
   }
-  lc.grid_x = static_cast<unsigned>(2 * std::min<int64_t>(pairs, resident));
+  lc.grid_x = static_cast<unsigned>(2 * std::min<int64_t>(pair_items, resident));
   cuda::launch_cluster(fn, lc, 2, params);
+}
+
+void launch_sm90_pairs(CUfunction fn, const cuda::LaunchConfig& lc, int64_t m, int64_t n, int bn,
+                       const void* params) {
+  launch_pair_clusters(
+      fn, lc, ceil_div(ceil_div(m, gemm::kGemmBlockM), int64_t{2}) * ceil_div(n, int64_t{bn}),
+      params);
 }
 
 namespace {

@@ -217,10 +217,13 @@ gemm::GemmParams gemm_params(const GemmOperands& g, float alpha, float beta);
 // asked of the driver once per loaded kernel.
 int sm90_pair_clusters(CUfunction fn, unsigned block, unsigned smem);
 
-// Launches a paired persistent sm90 kernel (gemm_sm90_persistent_kernel's or
-// gemm_fp8_sm90_persistent_kernel's PAIR form; lc as gemm_launch_config gives it): clusters of two
-// blocks over ceil(row tiles / 2) x column tiles, as many clusters as the device runs at once.
-void launch_sm90_pairs(CUfunction fn, cuda::LaunchConfig lc, int64_t m, int64_t n, int bn,
+// Launches a paired persistent kernel (lc's block and shared memory; its grid set here): clusters
+// of two blocks, one a pair item up to as many as the device runs at once (sm90_pair_clusters).
+void launch_pair_clusters(CUfunction fn, cuda::LaunchConfig lc, int64_t pair_items,
+                          const void* params);
+// The dense sm90 GEMMs' pairs (gemm_sm90_persistent_kernel's or gemm_fp8_sm90_persistent_kernel's
+// PAIR form; lc as gemm_launch_config gives it): ceil(row tiles / 2) x column tiles pair items.
+void launch_sm90_pairs(CUfunction fn, const cuda::LaunchConfig& lc, int64_t m, int64_t n, int bn,
                        const void* params);
 
 // The launch of the sm90 or mma_sm80 kernels (bn, stages) or the fallback for an m x n out on

@@ -194,21 +194,6 @@ void launch_moe_decode(const GroupedOperands& g, RowMatrix a_tma, RowMatrix b_tm
   cuda::launch_cluster(fn, lc, static_cast<unsigned>(split), params);
 }
 
-// The paired persistent tile kernels' launch (moe_gemm_sm90_persistent_kernel's and
-// moe_gemm_fp8_sm90_persistent_kernel's PAIR form; lc as sm90_geometry set it): clusters of two
-// over the row tiles x ceil(column tiles / 2) pair items, as many as run at once (a persistent
-// grid must never wait for a second wave).
-void launch_grouped_pairs(CUfunction fn, cuda::LaunchConfig lc, const moe::MoeGemmParams& p, int bn,
-                          const void* params) {
-  const int resident = sm90_pair_clusters(fn, lc.block_x, lc.smem_bytes);
-  if (resident < 1) {
-    fail(KJIT_ERROR_UNSUPPORTED, "moe: no cluster of two {}-wide tile blocks fits this device", bn);
-  }
-  const int64_t pairs = int64_t{p.tiles_m} * ((p.tiles_n + 1) / 2);
-  lc.grid_x = static_cast<unsigned>(2 * std::min<int64_t>(pairs, resident));
-  cuda::launch_cluster(fn, lc, 2, params);
-}
-
 // Runs a validated call. False, launching nothing, for a SwiGLU call the wgmma paths cannot
 // serve.
 bool run_grouped(const GroupedOperands& g, void* stream, const MoeGemmTuning& tuning) {
@@ -246,7 +231,10 @@ bool run_grouped(const GroupedOperands& g, void* stream, const MoeGemmTuning& tu
     sm90_geometry(g, g.a, g.b, cfg.bn, cfg.stages, g.swiglu, cfg.tma_out != 0,
                   persistent_sms(cfg.persistent, g.a.device), p, lc);
     if (cfg.persistent == 2) {
-      launch_grouped_pairs(kern.functions.at(0), lc, p, cfg.bn, &p);
+      // The row tiles x ceil(column tiles / 2) pair items (moe_gemm_sm90_persistent_kernel's
+      // PAIR form).
+      launch_pair_clusters(kern.functions.at(0), lc, int64_t{p.tiles_m} * ((p.tiles_n + 1) / 2),
+                           &p);
       return true;
     }
   } else {
@@ -374,7 +362,8 @@ bool run_grouped_fp8(const GroupedOperands& g, const GroupedScales& s, void* str
   sm90_geometry(g, as_pairs(g.a), as_pairs(g.b), cfg.bn, cfg.stages, g.swiglu, cfg.tma_out != 0,
                 persistent_sms(cfg.persistent, g.a.device), p.grouped, lc);
   if (cfg.persistent == 2) {
-    launch_grouped_pairs(kern.functions.at(0), lc, p.grouped, cfg.bn, &p);
+    launch_pair_clusters(kern.functions.at(0), lc,
+                         int64_t{p.grouped.tiles_m} * ((p.grouped.tiles_n + 1) / 2), &p);
     return true;
   }
   cuda::launch(kern.functions.at(0), lc, &p);
