@@ -7,13 +7,19 @@
 #include <cmath>
 #include <string>
 
+#include "jit/arch.hpp"
+#include "jit/cubin_info.hpp"
+#include "jit/settings.hpp"
 #include "kjit/kjit.h"
 #include "ops/registry.hpp"
 #include "ops/rope/qk_norm_rope.hpp"
 #include "ops/rope/rope_append.hpp"
 #include "ops/rope/rope_desc.hpp"
+#include "runtime/jit_core.hpp"
 #include "support/gpu.hpp"
 #include "support/no_gpu.hpp"
+#include "support/sass_scan.hpp"
+#include "support/temp_dir.hpp"
 #include "util/error.hpp"
 
 using kjit::test::dl_dtype;
@@ -282,4 +288,34 @@ TEST_CASE("qk norm rope: select and spec", "[qk_norm_rope]") {
       CHECK(in_catalog);
     }
   }
+}
+
+// Both fused kernels keep several heads' loads in flight under a register cap (rope_kernel's 3
+// blocks of 256; 2 with an e4m3 cache): every catalog spec built for sm_90a without local memory,
+// so a cap that starts to spill (one more head in flight, a wider conversion) fails here.
+TEST_CASE("rope fused: every catalog spec compiles for sm_90a without local memory",
+          "[rope_append][compile]") {
+  kjit::test::TempDir dir;  // a fresh cache: every spec compiles here
+  kjit::jit::Settings s;
+  s.cache_dir = dir.path() / "cache";
+  s.gen_dir = s.cache_dir / "generated";
+  kjit::jit::JitCore core(s);
+  int built = 0;
+  for (const char* op : {"rope_append", "qk_norm_rope"}) {
+    const ops::OpDef& d = ops::op_or_throw(op);
+    for (const ops::SetArgs& set : d.catalog()) {
+      const kjit::jit::Spec spec = d.make_spec(set);
+      INFO(spec.uri);
+      const kjit::jit::Artifact a = core.build(spec, kjit::jit::ArchTarget{9, 0, true});
+      REQUIRE(a.meta.lowered_names.size() == 1);
+      const std::string& name = a.meta.lowered_names[0].second;
+      const kjit::jit::CubinKernelInfo info = kjit::jit::cubin_kernel_info(a.cubin, name);
+      INFO(info.registers << " registers");
+      CHECK(info.registers > 0);
+      CHECK(info.registers <= (spec.uri.find("cache_fp8_1") != std::string::npos ? 128 : 80));
+      CHECK(kjit::test::local_memory_ops(kjit::jit::cubin_kernel_code(a.cubin, name)) == 0);
+      ++built;
+    }
+  }
+  CHECK(built >= 20);
 }
