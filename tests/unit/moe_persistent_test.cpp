@@ -100,6 +100,11 @@ TEST_CASE("moe persistent: forcing it takes the tile kernel or refuses the call"
   CHECK(ops::moe_tuned_decode_rows({}, false, 8, 0, 128) == 8);
   CHECK(ops::moe_tuned_decode_rows(t, false, 8, 0, 128) == 0);
   CHECK(ops::moe_tuned_decode_rows(t, true, 128 * 4, 4, 128) == 0);
+  // The pairs too (pair alone names the persistent form: moe_gemm_persistent).
+  ops::MoeGemmTuning pair;
+  pair.pair = true;
+  CHECK(ops::moe_tuned_decode_rows(pair, false, 8, 0, 128) == 0);
+  CHECK(ops::moe_tuned_decode_rows(pair, true, 128 * 4, 4, 128) == 0);
   CHECK(ops::select_moe_gemm(DType::kBF16, DType::kBF16, 8, 0, 1536, 2048, 128, h200(),
                              ops::moe_tuned_decode_rows(t, false, 8, 0, 128))
             .path == GemmPath::kSm90);

@@ -525,20 +525,22 @@ int bench_moe_grouped_gemm_fp8(const ops::SetArgs& args, const BenchOptions& opt
 }  // namespace
 
 void add_moe_benches(std::vector<BenchEntry>& out) {
-  out.push_back({"moe_grouped_gemm",
-                 {"experts", "top_k", "tokens", "n", "k"},
-                 {"dtype", "routing", "swiglu", "path", "split", "layout", "persistent", "bn"},
-                 bench_moe_grouped_gemm,
-                 "experts, top_k, tokens, n, k (b is [experts, n, k]); dtype (bf16|fp16, default "
-                 "bf16), routing (even|skew: 90% of first slots to expert 0; default even), swiglu "
-                 "(0|1: b is w13 with n = 2 I, out silu(gate) * up [rows, I]; default 0), path "
-                 "(auto|decode|sm90: the weight-streaming decode kernel or the 128-row tiles "
-                 "forced, one block per item; default auto), split (the decode kernel's K split, 1 "
-                 ".. 8), layout "
-                 "(contiguous|masked: [experts, tokens, k] with device counts, the CUDA-graph "
-                 "decode form; default contiguous), persistent (1: the 128-row tile kernel's "
-                 "persistent form forced, min(items, SMs) blocks; the library's choice on the "
-                 "tile path), bn (128|256: the tile kernel's width; default the selection's)"});
+  out.push_back(
+      {"moe_grouped_gemm",
+       {"experts", "top_k", "tokens", "n", "k"},
+       {"dtype", "routing", "swiglu", "path", "split", "layout", "persistent", "pair", "bn"},
+       bench_moe_grouped_gemm,
+       "experts, top_k, tokens, n, k (b is [experts, n, k]); dtype (bf16|fp16, default "
+       "bf16), routing (even|skew: 90% of first slots to expert 0; default even), swiglu "
+       "(0|1: b is w13 with n = 2 I, out silu(gate) * up [rows, I]; default 0), path "
+       "(auto|decode|sm90: the weight-streaming decode kernel or the 128-row tiles "
+       "forced, one block per item; default auto), split (the decode kernel's K split, 1 "
+       ".. 8), layout "
+       "(contiguous|masked: [experts, tokens, k] with device counts, the CUDA-graph "
+       "decode form; default contiguous), persistent (1: the 128-row tile kernel's "
+       "persistent form forced, min(items, SMs) blocks; the library's choice on the "
+       "tile path), pair (1: that form in clusters of two blocks sharing a's rows), bn "
+       "(128|256: the tile kernel's width; default the selection's)"});
   out.push_back({"moe_forward",
                  {"experts", "top_k", "tokens", "hidden", "inter"},
                  {"dtype", "routing"},
@@ -549,14 +551,15 @@ void add_moe_benches(std::vector<BenchEntry>& out) {
   out.push_back(
       {"moe_grouped_gemm_fp8",
        {"experts", "top_k", "tokens", "n", "k"},
-       {"routing", "swiglu", "path", "split", "persistent", "bn"},
+       {"routing", "swiglu", "path", "split", "persistent", "pair", "bn"},
        bench_moe_grouped_gemm_fp8,
        "experts, top_k, tokens, n, k (e4m3 b [experts, n, k] with 128 x 128 block "
        "scales, a with 1 x 128 group scales, bf16 out; sm_90a); routing (even|skew; "
        "default even), swiglu (0|1: b is w13 with n = 2 I, I a multiple of 64; default "
        "0), path (auto|decode|sm90: sm90 forces the 128-row tiles, one block per item; "
        "default auto), split (the decode kernel's K split, 1 .. 8), persistent (1: the "
-       "tile kernel's persistent form forced; the library's choice on the tile path), bn (128|256: "
+       "tile kernel's persistent form forced; the library's choice on the tile path), pair (1: "
+       "that form in clusters of two blocks sharing a's rows), bn (128|256: "
        "the tile kernel's width; 256 needs I a multiple of 128 with swiglu)"});
 }
 

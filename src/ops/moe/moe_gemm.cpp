@@ -423,7 +423,7 @@ int moe_gemm_persistent(const MoeGemmTuning& t, bool tiles) {
 
 int64_t moe_tuned_decode_rows(const MoeGemmTuning& t, bool masked, int64_t rows,
                               int64_t rows_per_expert, int64_t experts) {
-  if (t.force == MoeGemmForce::kTiles || t.persistent) return 0;
+  if (t.force == MoeGemmForce::kTiles || t.persistent || t.pair) return 0;
   if (t.force == MoeGemmForce::kDecode) {
     return std::clamp<int64_t>(masked ? rows_per_expert : rows, 1, moe::kMoeDecodeMaxTokens);
   }
