@@ -26,7 +26,8 @@ namespace rope {
 // Launch with grid = tokens * p.rope.chunks and block = kUnits * slots threads (at most 256), no
 // dynamic shared memory. q, k (and their token and head strides) and the weights must be aligned
 // to VEC elements; HEAD_DIM and ROT_DIM (NeoX: ROT_DIM / 2) are multiples of VEC. q and k do not
-// overlap.
+// overlap. rope_kernel's register cap (3 blocks of 256: 80 registers; the batch below took 98
+// without it), no local memory at any catalog spec (unit-tested).
 // clang-format off
 template <typename DTYPE, int HEAD_DIM, int ROT_DIM, bool INTERLEAVE, int VEC>
 __global__ void __launch_bounds__(256, 3)
