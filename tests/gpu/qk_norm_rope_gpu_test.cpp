@@ -169,6 +169,10 @@ TEST_CASE("qk norm rope gpu: Qwen3 shapes, decode and prefill, both dtypes",
     big.hk = 8;
     big.pos_dtype = "int64";
     run_case(big, rng);
+    // Enough tokens for one block a token (8 blocks an SM's worth): 72 heads then take two
+    // rounds of 4 heads a slot (16 slots at head_dim 128).
+    big.tokens = 1500;
+    run_case(big, rng);
   }
 }
 

@@ -477,6 +477,16 @@ TEST_CASE("rope append gpu: head sizes, partial rotary, GQA shapes and positions
   prefill.max_seq = 3000;
   prefill.max_append = 3000;
   run_case(prefill, rng);
+  // 64 / 8 heads, 80 a token: past one batch of 4 heads a slot (16 slots at head_dim 128), so
+  // where there are tokens enough for one block a token (~12000 here, 1056 suffice on 132 SMs)
+  // a block walks its heads in two batches.
+  Case wide;
+  wide.hq = 64;
+  wide.hk = 8;
+  wide.batch = 8;
+  wide.max_seq = 3000;
+  wide.max_append = 3000;
+  run_case(wide, rng);
 }
 
 TEST_CASE("rope append gpu: Llama 3.1 frequencies, decode and prefill, 16-bit and e4m3",
