@@ -23,7 +23,8 @@
 // its load and each K / V row converted as decode does (e4m3x4_to_half2x2_scaled: v * 2^-8,
 // exact; the host folds 2^8 into score_scale and v_scale). Those rows are read by plain loads and
 // stored converted, not by cp.async, so this path is correct everywhere but does not overlap its
-// loads with the MMAs as the 16-bit one does; the Hopper kernel does not take fp8 yet.
+// loads with the MMAs as the 16-bit one does; the Hopper kernel's fp8 form (prefill_sm90.cuh,
+// produce_fp8) copies them raw by cp.async and converts them in shared memory.
 #pragma once
 
 #include "attention/attention_params.h"

@@ -19,6 +19,8 @@
 //     runs while the other's MMAs keep the tensor cores busy instead of both softmaxes running
 //     at once. A tuning choice: 3-5% ahead of the plain schedule under a causal mask on an
 //     H100, level with it without one, and behind the persistent form (docs/performance.md).
+// fp8 e4m3 keys and values (kv_fp8, head_dim 64 / 128, not persistent): the producer copies
+// each tile's rows raw and converts them into the stage (produce_fp8), the MMAs run in fp16.
 // head_dim 256 (Gemma-class models) runs 64-key tiles: O takes 128 accumulator registers a thread
 // there, and 64 keys leave S (32) and P (16) room beside it under the consumers' 224.
 // Tiles and masks as the mma.sync kernel: tiles past the causal diagonal or before the window
@@ -46,13 +48,16 @@ constexpr u32 kSm90ConsumerRegs = 224;
 // tile (q_bufs of them: the persistent kernel loads the next tile's Q into the second), then
 // `stages` K tiles and `stages` V tiles, each 1024-byte aligned, plus the slack that aligns the
 // first.
-template <int head_dim, int kv_tile, int stages, int q_bufs = 1>
+// kv_fp8: then a raw e4m3 tile each for K and V (produce_fp8's staging).
+template <int head_dim, int kv_tile, int stages, int q_bufs = 1, int kv_fp8 = 0>
 struct PrefillSm90Smem {
   static constexpr int kQBytes = kSm90Rows * head_dim * 2;
   static constexpr int kTileBytes = kv_tile * head_dim * 2;
   static constexpr int kKAt = q_bufs * kQBytes;
   static constexpr int kVAt = kKAt + stages * kTileBytes;
-  static constexpr int kTotal = kVAt + stages * kTileBytes + 1024;
+  static constexpr int kRawAt = kVAt + stages * kTileBytes;
+  static constexpr int kRawBytes = kv_fp8 != 0 ? kv_tile * head_dim : 0;
+  static constexpr int kTotal = kRawAt + 2 * kRawBytes + 1024;
 };
 
 // Keeps P's registers from being reused while a wgmma that reads them may still run: called after
@@ -114,7 +119,9 @@ KJIT_DEVICE KJIT_FORCEINLINE void pv_issue(const u32 (&a)[kv_tile / 16][4], u32 
 // stages before it0), then the rows stored. q_empty (the persistent kernel's, else null): each
 // consumer warp arrives once its last S of the tile is done (at once without tiles), so the
 // producer may load another tile's Q into the buffer.
-template <typename dtype, int head_dim, int kv_tile, int stages, int pingpong>
+// mma_dtype: the MMAs' input type (fp16 for fp8 keys and values), dtype Q's and out's.
+template <typename dtype, int head_dim, int kv_tile, int stages, int pingpong,
+          typename mma_dtype = dtype>
 KJIT_DEVICE KJIT_FORCEINLINE void consume_tile(const PrefillParams& p, const PrefillWork& w, int h,
                                                const TileRange& tr, unsigned char* q_s,
                                                unsigned char* k_s, unsigned char* v_s,
@@ -155,10 +162,12 @@ KJIT_DEVICE KJIT_FORCEINLINE void consume_tile(const PrefillParams& p, const Pre
     const long long start = (long long)t * kv_tile;
     const bool masked = !all_ok || tr.masked(start, kv_tile);
     if (pingpong) hopper::named_barrier_sync(2 + cwg, 256);
-    qk_issue<dtype, head_dim, kv_tile>(q_base, hopper::smem_addr(k_s + st * Smem::kTileBytes), s);
+    qk_issue<mma_dtype, head_dim, kv_tile>(q_base, hopper::smem_addr(k_s + st * Smem::kTileBytes),
+                                           s);
     if (i > 0) {
       hopper::mbarrier_wait(&ring.full_v[prev], ((g - 1) / stages) & 1);
-      pv_issue<dtype, head_dim, kv_tile>(a, hopper::smem_addr(v_s + prev * Smem::kTileBytes), o);
+      pv_issue<mma_dtype, head_dim, kv_tile>(a, hopper::smem_addr(v_s + prev * Smem::kTileBytes),
+                                             o);
     }
     if (i > 0) {
       wgmma::wait_group<1>();
@@ -181,12 +190,12 @@ KJIT_DEVICE KJIT_FORCEINLINE void consume_tile(const PrefillParams& p, const Pre
     keep_operands(a);
     if (i > 0 && lane == 0) hopper::mbarrier_arrive(&ring.empty_v[prev]);
     rescale_rows<head_dim>(alpha, o4());
-    pack_p<dtype, kv_tile>(s, a);
+    pack_p<mma_dtype, kv_tile>(s, a);
   }
   if (first_tile < end_tile) {
     const int g = it0 + end_tile - first_tile, prev = (g - 1) % stages;
     hopper::mbarrier_wait(&ring.full_v[prev], ((g - 1) / stages) & 1);
-    pv_issue<dtype, head_dim, kv_tile>(a, hopper::smem_addr(v_s + prev * Smem::kTileBytes), o);
+    pv_issue<mma_dtype, head_dim, kv_tile>(a, hopper::smem_addr(v_s + prev * Smem::kTileBytes), o);
     wgmma::wait_group<0>();
     wgmma::fence_operands(o);
     keep_operands(a);
@@ -206,15 +215,19 @@ KJIT_DEVICE KJIT_FORCEINLINE void consume_tile(const PrefillParams& p, const Pre
 
 // Launch contract: grid the plan's CTA tiles of kSm90Rows rows x num_kv_heads, kSm90Threads
 // threads, PrefillSm90Smem::kTotal bytes of dynamic shared memory; the rest as prefill_kernel.
-template <typename dtype, int head_dim, int kv_tile, int stages, int pingpong>
+// kv_fp8 = 1: k and v are e4m3 (produce_fp8; args.kv_tma must be 0), mma_dtype is __half.
+template <typename dtype, int head_dim, int kv_tile, int stages, int pingpong,
+          typename mma_dtype = dtype, int kv_fp8 = 0>
 __global__ void __launch_bounds__(kSm90Threads, 1)
     prefill_sm90_kernel(const __grid_constant__ PrefillSm90Params args) {
+  static_assert(kv_fp8 == 0 || IsSame<mma_dtype, __half>::value,
+                "fp8 keys and values run fp16 MMAs");
   static_assert(head_dim == 64 || head_dim == 128 || head_dim == 256,
                 "wgmma prefill serves head_dim 64, 128 and 256");
   static_assert(kv_tile == 64 || kv_tile == 128, "kv_tile is a wgmma width kjit instantiates");
   static_assert(head_dim != 256 || kv_tile == 64,
                 "at head_dim 256 O takes 128 registers: S and P fit beside it at 64 keys a tile");
-  using Smem = PrefillSm90Smem<head_dim, kv_tile, stages>;
+  using Smem = PrefillSm90Smem<head_dim, kv_tile, stages, 1, kv_fp8>;
   const PrefillParams& p = args.p;
   extern __shared__ unsigned char smem_raw[];
   __shared__ int work_s[2];
@@ -243,8 +256,12 @@ __global__ void __launch_bounds__(kSm90Threads, 1)
     hopper::regs_dealloc<kSm90ProducerRegs>();
     const int tid = int(threadIdx.x);
     if (first_tile < end_tile) {
-      produce_q<dtype, head_dim>(p, w, h, tid, q_s);
-      if (args.kv_tma) {
+      produce_q<dtype, head_dim, mma_dtype>(p, w, h, tid, q_s);
+      if constexpr (kv_fp8 != 0) {
+        unsigned char* raw = q_s + Smem::kRawAt;
+        produce_fp8<head_dim, kv_tile, stages>(p, w, h, tid, first_tile, end_tile, k_s, v_s, raw,
+                                               raw + Smem::kRawBytes, ring);
+      } else if (args.kv_tma) {
         produce_tma<dtype, head_dim, kv_tile, stages>(args, w, h, tid, first_tile, end_tile, k_s,
                                                       v_s, ring);
       } else {
@@ -256,8 +273,8 @@ __global__ void __launch_bounds__(kSm90Threads, 1)
   }
 
   hopper::regs_alloc<kSm90ConsumerRegs>();
-  consume_tile<dtype, head_dim, kv_tile, stages, pingpong>(p, w, h, tr, q_s, k_s, v_s, ring, 0,
-                                                           nullptr);
+  consume_tile<dtype, head_dim, kv_tile, stages, pingpong, mma_dtype>(p, w, h, tr, q_s, k_s, v_s,
+                                                                      ring, 0, nullptr);
 }
 
 // What the persistent kernel's producer hands its consumers per CTA tile (b < 0: no more).

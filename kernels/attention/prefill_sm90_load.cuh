@@ -53,11 +53,15 @@ struct PrefillRing {
   }
 };
 
-// The producer's copies of the Q tile: rows past the request's are zeros.
-template <typename dtype, int head_dim>
+// The producer's copies of the Q tile: rows past the request's are zeros. mma_dtype other than
+// dtype (fp8 keys and values: fp16 MMAs, a bf16 Q): each 16-byte chunk is read, converted and
+// stored by this thread (plain stores: the fence before the first K tile's arrive publishes
+// them to the tensor cores), as prefill.cuh's load_q_tile converts for the mma.sync kernel.
+template <typename dtype, int head_dim, typename mma_dtype = dtype>
 KJIT_DEVICE KJIT_FORCEINLINE void produce_q(const PrefillParams& p, const PrefillWork& w, int h,
                                             int tid, unsigned char* q_s) {
   constexpr int kChunks = head_dim / 8;
+  constexpr bool kConvert = !IsSame<dtype, mma_dtype>::value;
   const int q_rows = w.q_len * p.group;
   for (int i = tid; i < kPrefillSm90Rows * kChunks; i += 128) {
     const int r = i / kChunks, ch = i % kChunks;
@@ -69,7 +73,20 @@ KJIT_DEVICE KJIT_FORCEINLINE void produce_q(const PrefillParams& p, const Prefil
              (long long)(h * p.group + m % p.group) * p.q_sh + ch * 8;
       bytes = 16;
     }
-    cp_async<16>(smem_addr(q_s + sw128_offset<kPrefillSm90Rows>(r, ch)), src, bytes);
+    if constexpr (kConvert) {
+      uint4 in = make_uint4(0u, 0u, 0u, 0u), out;
+      if (bytes != 0) in = __ldg(reinterpret_cast<const uint4*>(src));
+      const u32* x = reinterpret_cast<const u32*>(&in);
+      u32* y = reinterpret_cast<u32*>(&out);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const dtype* v = reinterpret_cast<const dtype*>(x + e);
+        y[e] = pack2<mma_dtype>(to_float(v[0]), to_float(v[1]));
+      }
+      *reinterpret_cast<uint4*>(q_s + sw128_offset<kPrefillSm90Rows>(r, ch)) = out;
+    } else {
+      cp_async<16>(smem_addr(q_s + sw128_offset<kPrefillSm90Rows>(r, ch)), src, bytes);
+    }
   }
 }
 
@@ -209,6 +226,85 @@ KJIT_DEVICE void produce_cp_async(const PrefillParams& p, const PrefillWork& w, 
   cp_async_wait<0>();
   hopper::fence_proxy_async_smem();
   hopper::mbarrier_arrive(&ring.full_v[(it0 + end_tile - 1 - first_tile) % stages]);
+}
+
+// fp8 e4m3 keys and values (kv_fp8): each key's row is copied by cp.async, 16 e4m3 bytes a copy,
+// into a raw staging tile (kv_tile x head_dim bytes, row-major), then converted by the same
+// thread into the stage's 16-bit swizzled layout (fp16 * 2^-8, exact, as prefill.cuh's fp8 path:
+// the host folds 2^8 into the score and v scales). The copy and the conversion map each thread to
+// the same chunks, so a thread's cp.async wait is all its conversion needs (no barrier), and
+// the conversion's plain stores reach the tensor cores through the fence before the full arrive.
+template <int head_dim, int kv_tile>
+KJIT_DEVICE KJIT_FORCEINLINE void copy_raw_fp8(const void* base, const long long* off, int tid,
+                                               unsigned char* raw) {
+  constexpr int kChunks = head_dim / 16;
+  constexpr int kRowsPerPass = 128 / kChunks;
+  const int ch = tid % kChunks;
+#pragma unroll 4
+  for (int r = tid / kChunks; r < kv_tile; r += kRowsPerPass) {
+    const long long o = off[r];
+    const unsigned char* src = static_cast<const unsigned char*>(base) + (o < 0 ? 0 : o) + ch * 16;
+    cp_async<16>(smem_addr(raw + r * head_dim + ch * 16), src, o < 0 ? 0 : 16);
+  }
+}
+
+template <int head_dim, int kv_tile>
+KJIT_DEVICE KJIT_FORCEINLINE void convert_raw_fp8(const unsigned char* raw, int tid,
+                                                  unsigned char* dst) {
+  constexpr int kChunks = head_dim / 16;
+  constexpr int kRowsPerPass = 128 / kChunks;
+  const int ch = tid % kChunks;
+#pragma unroll 4
+  for (int r = tid / kChunks; r < kv_tile; r += kRowsPerPass) {
+    const uint4 x = *reinterpret_cast<const uint4*>(raw + r * head_dim + ch * 16);
+    uint4 lo, hi;
+    e4m3x4_to_half2x2_scaled(x.x, lo.x, lo.y);
+    e4m3x4_to_half2x2_scaled(x.y, lo.z, lo.w);
+    e4m3x4_to_half2x2_scaled(x.z, hi.x, hi.y);
+    e4m3x4_to_half2x2_scaled(x.w, hi.z, hi.w);
+    *reinterpret_cast<uint4*>(dst + sw128_offset<kv_tile>(r, 2 * ch)) = lo;
+    *reinterpret_cast<uint4*>(dst + sw128_offset<kv_tile>(r, 2 * ch + 1)) = hi;
+  }
+}
+
+// The fp8 path for every tile (no TMA: the boxes would land e4m3 where the MMAs read fp16): as
+// produce_cp_async, K of tile i copied raw, then V of tile i - 1 converted and published, V of
+// tile i copied raw, then K of tile i converted and published. One raw tile each for K and V:
+// each is converted before the next copy into it (by the thread that copies into it). Q rides
+// with the first K tile's copies (cp.async), or was stored converted (produce_q).
+template <int head_dim, int kv_tile, int stages>
+KJIT_DEVICE void produce_fp8(const PrefillParams& p, const PrefillWork& w, int h, int tid,
+                             int first_tile, int end_tile, unsigned char* k_s, unsigned char* v_s,
+                             unsigned char* raw_k, unsigned char* raw_v,
+                             PrefillRing<kv_tile, stages>& ring, int it0 = 0) {
+  constexpr int kTileBytes = kv_tile * head_dim * 2;
+  if (first_tile >= end_tile) return;
+  const auto publish_v = [&](int g) {
+    const int s = g % stages;
+    hopper::mbarrier_wait(&ring.empty_v[s], ((g / stages) & 1) ^ 1);
+    convert_raw_fp8<head_dim, kv_tile>(raw_v, tid, v_s + s * kTileBytes);
+    hopper::fence_proxy_async_smem();
+    hopper::mbarrier_arrive(&ring.full_v[s]);
+  };
+  for (int t = first_tile; t < end_tile; ++t) {
+    const int i = t - first_tile, g = it0 + i, s = g % stages;
+    hopper::mbarrier_wait(&ring.empty_k[s], ((g / stages) & 1) ^ 1);
+    look_up_keys(p, w, h, tid, t * kv_tile, s, g & 1, ring);
+    copy_raw_fp8<head_dim, kv_tile>(p.k, ring.k_off[g & 1], tid, raw_k);
+    cp_async_commit();
+    if (i > 0) {
+      cp_async_wait<1>();  // V of the tile before (all but the newest group)
+      publish_v(g - 1);
+    }
+    copy_raw_fp8<head_dim, kv_tile>(p.v, ring.v_off[g & 1], tid, raw_v);
+    cp_async_commit();
+    cp_async_wait<1>();  // K of this tile (and Q's copies with the first)
+    convert_raw_fp8<head_dim, kv_tile>(raw_k, tid, k_s + s * kTileBytes);
+    hopper::fence_proxy_async_smem();
+    hopper::mbarrier_arrive(&ring.full_k[s]);
+  }
+  cp_async_wait<0>();
+  publish_v(it0 + end_tile - 1 - first_tile);
 }
 
 // The TMA path: boxes for every tile below kv_len, the cp.async copies (waited for at once) for

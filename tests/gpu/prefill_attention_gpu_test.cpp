@@ -598,7 +598,7 @@ TEST_CASE("prefill gpu: fp8 e4m3 keys and values with scales", "[gpu][attention]
   r.window_left = 40;
   r.dtype = "fp16";
   run_case(r, rng);
-  // The plan takes the mma.sync kernel for fp8 on every device, and the wgmma one refuses it.
+  // The plan takes the mma.sync kernel for fp8 on every device (the wgmma one on request: below).
   auto p = build(c, rng);
   CHECK(p->plan->data.cfg.kernel == kjit::ops::PrefillKernel::kMmaSm80);
   CHECK(p->plan->data.cfg.kv_fp8 == 1);
@@ -607,6 +607,58 @@ TEST_CASE("prefill gpu: fp8 e4m3 keys and values with scales", "[gpu][attention]
                        dl_dtype("bf16"));
   CHECK(p->run() == KJIT_ERROR_INVALID_ARGUMENT);
   CHECK(std::string(kjit_last_error()).find("kv dtype is e4m3") != std::string::npos);
+}
+
+TEST_CASE("prefill gpu: fp8 e4m3 keys and values on the wgmma kernel, on request",
+          "[gpu][attention][prefill][sm90a]") {
+  // The wgmma kernel's fp8 form (PrefillTuning kernel 1): the producer copies each tile's e4m3
+  // rows raw and converts them into the 16-bit swizzled stages, the consumers run fp16 MMAs (a
+  // bf16 Q converted on its load). Head dims 64 and 128, both q dtypes, paged (NHD, HND, pages of
+  // 1 and 16, a broken table, NaN in unused slots) and ragged, causal or not, a window, GQA 4,
+  // lengths that leave a key tile partly past kv_len, scales other than 1 on both sides.
+  REQUIRE(gpu_caps().sm90a());
+  std::mt19937_64 rng(std::random_device{}());
+  const int wgmma = static_cast<int>(kjit::ops::PrefillKernel::kWgmmaSm90a);
+  for (const char* dt : {"bf16", "fp16"}) {
+    for (int64_t d : {64, 128}) {
+      PrefillCase c;
+      c.dtype = dt;
+      c.head_dim = d;
+      c.kv_fp8 = true;
+      c.k_scale = 0.02f;
+      c.v_scale = 0.5f;
+      c.kernel = wgmma;
+      run_case(c, rng);
+    }
+  }
+  PrefillCase c;
+  c.kv_fp8 = true;
+  c.k_scale = 0.0625f;
+  c.v_scale = 2.0f;
+  c.qo_heads = 16;
+  c.kv_heads = 4;
+  c.kernel = wgmma;
+  for (int layout : {KJIT_KV_LAYOUT_NHD, KJIT_KV_LAYOUT_HND}) {
+    for (int64_t ps : {1, 16}) {
+      PrefillCase m = c;
+      m.layout = layout;
+      m.page_size = ps;
+      m.invalid_pages = ps == 16;
+      m.nan_unused = true;
+      run_case(m, rng);
+    }
+  }
+  PrefillCase r = c;
+  r.page_size = 0;
+  r.causal = false;
+  run_case(r, rng);
+  r.causal = true;
+  r.window_left = 40;
+  r.dtype = "fp16";
+  run_case(r, rng);
+  auto p = build(c, rng);
+  CHECK(p->plan->data.cfg.kernel == kjit::ops::PrefillKernel::kWgmmaSm90a);
+  CHECK(p->plan->data.cfg.kv_fp8 == 1);
 }
 
 // Page sizes the wgmma kernel loads by TMA boxes (powers of two >= 8: one box per page, or one

@@ -192,7 +192,8 @@ TEST_CASE("prefill abi: the sm_90a kernel on request, and its limits", "[c_abi][
         PrefillKernel::kMmaSm80);
 }
 
-TEST_CASE("prefill abi: fp8 e4m3 keys and values take the mma.sync kernel", "[c_abi][attention]") {
+TEST_CASE("prefill abi: fp8 e4m3 keys and values take the mma.sync kernel, wgmma on request",
+          "[c_abi][attention]") {
   using ops::PrefillKernel;
   const int32_t qo[2] = {0, 64}, kv[2] = {0, 4};
   for (const char* q : {"bf16", "fp16"}) {
@@ -206,11 +207,24 @@ TEST_CASE("prefill abi: fp8 e4m3 keys and values take the mma.sync kernel", "[c_
         CHECK(pl.cfg.kv_fp8 == 1);
         CHECK(pl.cfg.dtype == ops::dtype_from_name(q));
       }
-      // Even where the wgmma kernel is the default, and never on request.
+      // Even where the wgmma kernel is the default; on request its fp8 form at head_dim 64 and
+      // 128 (raw e4m3 tiles beside the ring, fp16 MMAs), refused at 256.
       const auto dt = ops::dtype_from_name(q);
       CHECK(ops::select_prefill(dt, d, 4, {}, true, -1, true).kernel == PrefillKernel::kMmaSm80);
+      const int wgmma = static_cast<int>(PrefillKernel::kWgmmaSm90a);
+      if (d != 256) {
+        const ops::PrefillConfig w = ops::select_prefill(dt, d, 4, {}, true, wgmma, true);
+        CHECK(w.kernel == PrefillKernel::kWgmmaSm90a);
+        CHECK(w.kv_fp8 == 1);
+        // The raw tiles: kv_tile x head_dim bytes each for K and V past the 16-bit form's bytes.
+        ops::PrefillConfig w16 = w;
+        w16.kv_fp8 = 0;
+        CHECK(ops::prefill_smem_bytes(w) == ops::prefill_smem_bytes(w16) + 2 * w.kv_tile * d);
+        CHECK(ops::prefill_spec(w).uri.find("_mma_dtype_fp16_kv_fp8_1") != std::string::npos);
+        continue;
+      }
       try {
-        ops::select_prefill(dt, d, 4, {}, true, static_cast<int>(PrefillKernel::kWgmmaSm90a), true);
+        ops::select_prefill(dt, d, 4, {}, true, wgmma, true);
         FAIL("selected");
       } catch (const kjit::Error& e) {
         CHECK(e.status() == KJIT_ERROR_UNSUPPORTED);

@@ -36,6 +36,10 @@ jit::Spec prefill_spec_from_args(const OpDef& d, const SetArgs& args) {
     fail(KJIT_ERROR_INVALID_ARGUMENT, "prefill_attention: kv_dtype is dtype ({}) or e4m3, not {}",
          args.at("dtype"), kv);
   }
+  if (kv == "e4m3" && (persistent || pingpong)) {
+    fail(KJIT_ERROR_INVALID_ARGUMENT,
+         "prefill_attention: fp8 keys and values run mma_sm80 or wgmma_sm90a, not {}", kernel);
+  }
   PrefillConfig c = select_prefill(dt, std::stoi(args.at("head_dim")), group, SmemBudget{}, wgmma,
                                    wgmma ? 1 : 0, kv == "e4m3");
   c.pingpong = pingpong ? 1 : 0;
@@ -122,7 +126,8 @@ OpDef prefill_attention_op_def() {
             {"kv_dtype",
              {"bf16", "fp16", "e4m3"},
              false,
-             "k and v dtype: dtype (default) or e4m3 (fp8 keys and values: the mma_sm80 kernel)"},
+             "k and v dtype: dtype (default) or e4m3 (fp8 keys and values: the mma_sm80 kernel, or "
+             "wgmma_sm90a at head_dim 64 / 128)"},
             {"head_dim", {"64", "128", "256"}, true, "head size"},
             {"group", {}, false, "query heads per kv head (1..16; default 1)"},
             {"kernel",
@@ -150,6 +155,9 @@ OpDef prefill_attention_op_def() {
         // The persistent form's second Q buffer does not fit beside the ring at 256.
         if (std::string(hd) != "256") {
           out.push_back({{"dtype", dt}, {"head_dim", hd}, {"kernel", "wgmma_persistent_sm90a"}});
+          // fp8 keys and values on the wgmma kernel: its raw e4m3 tiles do not fit at 256.
+          out.push_back(
+              {{"dtype", dt}, {"kv_dtype", "e4m3"}, {"head_dim", hd}, {"kernel", "wgmma_sm90a"}});
         }
       }
     }

@@ -62,9 +62,11 @@ int prefill_smem_bytes(const PrefillConfig& c) {
   if (c.kernel == PrefillKernel::kWgmmaSm90a) {
     // PrefillSm90Smem: Q (two buffers in the persistent form), the ring's K and V tiles, 1024
     // bytes to align the first.
+    // fp8 keys and values: a raw e4m3 tile each for K and V beside (produce_fp8's staging).
     const int q_bufs = c.persistent != 0 ? 2 : 1;
+    const int raw = c.kv_fp8 != 0 ? 2 * c.kv_tile * c.head_dim : 0;
     return (q_bufs * attention::kPrefillSm90Rows + 2 * c.stages * c.kv_tile) * c.head_dim * 2 +
-           1024;
+           raw + 1024;
   }
   return (16 * c.warps + 4 * c.kv_tile) * c.head_dim * 2;
 }
@@ -78,9 +80,10 @@ PrefillConfig select_prefill(DType dtype, int64_t head_dim, int64_t group, const
     fail(KJIT_ERROR_INVALID_ARGUMENT, "prefill kernel {} is none of mma_sm80 (0), wgmma_sm90a (1)",
          kernel);
   }
-  if (kv_fp8 && kernel == static_cast<int>(PrefillKernel::kWgmmaSm90a)) {
+  if (kv_fp8 && head_dim == 256 && kernel == static_cast<int>(PrefillKernel::kWgmmaSm90a)) {
     fail(KJIT_ERROR_UNSUPPORTED,
-         "the wgmma prefill kernel does not take fp8 keys and values yet (the mma.sync one does)");
+         "the wgmma prefill kernel takes fp8 keys and values at head_dim 64 and 128 (at 256 its "
+         "raw fp8 tiles do not fit beside the ring); the mma.sync one takes 256");
   }
   // The wgmma kernel serves head_dim 64, 128 and 256 and runs only on compute capability 9.0
   // (sm_90a code). It is the default there (kernel -1): on the H200 it runs 8k causal prefill at
@@ -97,9 +100,12 @@ PrefillConfig select_prefill(DType dtype, int64_t head_dim, int64_t group, const
   w.warps = 8;
   w.kv_tile = head_dim == 256 ? 64 : 128;
   w.stages = 2;
+  w.kv_fp8 = kv_fp8 ? 1 : 0;
   // Every head_dim check_attention_support lets through (64, 128, 256) has a wgmma form.
   const bool fits_wgmma = prefill_smem_bytes(w) <= budget.per_block;
-  // fp8 keys and values: the mma.sync kernel (fp16 MMAs over converted rows) on every device.
+  // fp8 keys and values: the mma.sync kernel (fp16 MMAs over converted rows) on every device by
+  // default; the wgmma kernel's fp8 form (each tile converted by its producer) only when asked
+  // for, until a GPU has run it.
   const bool want_wgmma = kernel == static_cast<int>(PrefillKernel::kWgmmaSm90a) ||
                           (kernel == -1 && sm90a && fits_wgmma && !kv_fp8);
   if (want_wgmma && !sm90a) {
@@ -142,6 +148,12 @@ jit::Spec prefill_spec(const PrefillConfig& c) {
     if (c.persistent != 0) {
       b.entry("kjit::attention::prefill_sm90_persistent_kernel",
               {"dtype", "head_dim", "kv_tile", "stages"});
+    } else if (c.kv_fp8 != 0) {
+      // fp8 e4m3 keys and values: fp16 MMAs over tiles the producer converts.
+      b.type("mma_dtype", "fp16", "__half");
+      b.value("kv_fp8", 1);
+      b.entry("kjit::attention::prefill_sm90_kernel",
+              {"dtype", "head_dim", "kv_tile", "stages", "pingpong", "mma_dtype", "kv_fp8"});
     } else {
       b.entry("kjit::attention::prefill_sm90_kernel",
               {"dtype", "head_dim", "kv_tile", "stages", "pingpong"});
@@ -226,6 +238,11 @@ PrefillPlanData plan_batch_prefill(const int32_t* qo_indptr_host, const int32_t*
     pl.cfg.pingpong = 1;
   }
   if (tuning != nullptr && tuning->persistent != 0) {
+    if (pl.cfg.kv_fp8 != 0) {
+      fail(KJIT_ERROR_UNSUPPORTED,
+           "the persistent wgmma prefill kernel does not take fp8 keys and values (its second Q "
+           "buffer and the raw fp8 tiles do not fit together)");
+    }
     if (tuning->persistent != 1 || pl.cfg.kernel != PrefillKernel::kWgmmaSm90a ||
         pl.cfg.pingpong != 0) {
       fail(KJIT_ERROR_INVALID_ARGUMENT,
@@ -242,7 +259,7 @@ PrefillPlanData plan_batch_prefill(const int32_t* qo_indptr_host, const int32_t*
            prefill_smem_bytes(pl.cfg), budget.per_block);
     }
   } else if (causal != 0 && pl.cfg.kernel == PrefillKernel::kWgmmaSm90a && pl.cfg.pingpong == 0 &&
-             (tuning == nullptr || tuning->kernel < 0)) {
+             pl.cfg.kv_fp8 == 0 && (tuning == nullptr || tuning->kernel < 0)) {
     // A causal mask gives tiles of many costs, which CTAs walking the tiles (head-innermost, a
     // band an SM) pair up better than one CTA a tile: H200, 2026-12-06, 1.17x at 2k causal,
     // 1.14x on a ragged batch of 16 over pages, 1.08x at 8k causal; without a mask the two

@@ -225,7 +225,9 @@ attention::PrefillSm90Params prefill_sm90_params(const PrefillPlanData& pl, cons
   a.box_rows = prefill_box_rows(pl);
   a.slot_major = pl.page_size != 0 && pl.layout == KJIT_KV_LAYOUT_HND ? 1 : 0;
   cuda::TensorMapNd km, vm;
-  if (a.box_rows == 0 || !prefill_kv_tma_view(pl, w.k.data, w.k.shape, w.k.strides, km) ||
+  // fp8 keys and values: the producer converts each tile (produce_fp8), so no TMA boxes.
+  if (pl.cfg.kv_fp8 != 0 || a.box_rows == 0 ||
+      !prefill_kv_tma_view(pl, w.k.data, w.k.shape, w.k.strides, km) ||
       !prefill_kv_tma_view(pl, w.v.data, w.v.shape, w.v.strides, vm)) {
     return a;
   }
