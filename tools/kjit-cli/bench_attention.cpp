@@ -319,6 +319,12 @@ int bench_batch_prefill(const ops::SetArgs& args, const BenchOptions& opts) {
   const std::string layout = args.count("layout") ? args.at("layout") : "nhd";
   if (layout != "nhd" && layout != "hnd") throw UsageError("layout must be nhd or hnd");
   const bool nhd = layout == "nhd";
+  // kv_dtype e4m3: fp8 keys and values (the plan's mma.sync kernel, or kernel=wgmma_sm90a).
+  const std::string kv_dtype = args.count("kv_dtype") ? args.at("kv_dtype") : dtype;
+  if (kv_dtype != dtype && kv_dtype != "e4m3") {
+    throw UsageError("kv_dtype must be the q dtype or e4m3");
+  }
+  const bool fp8 = kv_dtype == "e4m3";
   std::vector<int64_t> q_lens, kv_lens;
   if (args.count("lens")) {
     q_lens = parse_lens(args.at("lens"));
@@ -332,7 +338,7 @@ int bench_batch_prefill(const ops::SetArgs& args, const BenchOptions& opts) {
     kv_lens.assign(static_cast<size_t>(B), kl);
   }
   const int64_t B = static_cast<int64_t>(q_lens.size());
-  const size_t es = ref::elem_size(dtype);
+  const size_t es = ref::elem_size(dtype), es_kv = fp8 ? 1 : es;
   check_gpu();
 
   // Page table (a fragmented pool: distinct pages in random order) or ragged rows.
@@ -354,9 +360,9 @@ int bench_batch_prefill(const ops::SetArgs& args, const BenchOptions& opts) {
   const int64_t unit_elems = (P > 0 ? P : 1) * hk * D;
   const size_t kv_elems = static_cast<size_t>(units * unit_elems);
   Packed kv;
-  const size_t k_at = kv.add(kv_elems * es), v_at = kv.add(kv_elems * es);
-  fill_fast(kv.host.data() + k_at, kv_elems, dtype, false, rng);
-  fill_fast(kv.host.data() + v_at, kv_elems, dtype, false, rng);
+  const size_t k_at = kv.add(kv_elems * es_kv), v_at = kv.add(kv_elems * es_kv);
+  fill_fast(kv.host.data() + k_at, kv_elems, dtype, fp8, rng);
+  fill_fast(kv.host.data() + v_at, kv_elems, dtype, fp8, rng);
   kv.upload();
   Packed in;
   const size_t nq = static_cast<size_t>(total_q * hq * D);
@@ -369,6 +375,7 @@ int bench_batch_prefill(const ops::SetArgs& args, const BenchOptions& opts) {
   out.fill(0xFF);
 
   const DLDataType dt = test::dl_dtype(dtype), i32 = test::dl_dtype("int32");
+  const DLDataType kvdt = fp8 ? DLDataType{10, 8, 1} : dt;  // kDLFloat8_e4m3fn
   kjit_prefill_options o;
   kjit_prefill_options_init(&o);
   o.causal = causal ? 1 : 0;
@@ -376,7 +383,7 @@ int bench_batch_prefill(const ops::SetArgs& args, const BenchOptions& opts) {
   const kjit_status st = kjit_batch_prefill_plan(
       qo_indptr.data(), kv_indptr.data(), static_cast<int>(B), static_cast<int>(hq),
       static_cast<int>(hk), static_cast<int>(D), static_cast<int>(P),
-      nhd ? KJIT_KV_LAYOUT_NHD : KJIT_KV_LAYOUT_HND, dt, dt, &o, 0, &raw_plan);
+      nhd ? KJIT_KV_LAYOUT_NHD : KJIT_KV_LAYOUT_HND, dt, kvdt, &o, 0, &raw_plan);
   if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
   std::unique_ptr<kjit_prefill_plan, PrefillPlanDeleter> plan(raw_plan);
   if (args.count("kernel")) {
@@ -395,7 +402,7 @@ int bench_batch_prefill(const ops::SetArgs& args, const BenchOptions& opts) {
     raw_plan->data = ops::plan_batch_prefill(
         qo_indptr.data(), kv_indptr.data(), static_cast<int>(B), static_cast<int>(hq),
         static_cast<int>(hk), static_cast<int>(D), static_cast<int>(P),
-        nhd ? KJIT_KV_LAYOUT_NHD : KJIT_KV_LAYOUT_HND, dt, dt, o.causal, o.sm_scale,
+        nhd ? KJIT_KV_LAYOUT_NHD : KJIT_KV_LAYOUT_HND, dt, kvdt, o.causal, o.sm_scale,
         o.logits_soft_cap, o.window_left, 0, &tune);
   }
 
@@ -403,8 +410,8 @@ int bench_batch_prefill(const ops::SetArgs& args, const BenchOptions& opts) {
                                         : nhd  ? std::vector<int64_t>{units, P, hk, D}
                                                : std::vector<int64_t>{units, hk, P, D};
   auto qt = test::make_tensor(in.at(q_at), {total_q, hq, D}, dt);
-  auto kt = test::make_tensor(kv.at(k_at), kv_shape, dt);
-  auto vt = test::make_tensor(kv.at(v_at), kv_shape, dt);
+  auto kt = test::make_tensor(kv.at(k_at), kv_shape, kvdt);
+  auto vt = test::make_tensor(kv.at(v_at), kv_shape, kvdt);
   auto qot = test::make_tensor(in.at(qo_at), {B + 1}, i32);
   auto kvt = test::make_tensor(in.at(kvp_at), {B + 1}, i32);
   auto it = test::make_tensor(in.at(idx_at), {static_cast<int64_t>(indices.size())}, i32);
@@ -431,9 +438,10 @@ int bench_batch_prefill(const ops::SetArgs& args, const BenchOptions& opts) {
   c.shape = {{"batch", B},        {"total_q", total_q}, {"qo_heads", hq},   {"kv_heads", hk},
              {"head_dim", D},     {"page_size", P},     {"layout", layout}, {"causal", causal},
              {"lens", lens_text}, {"pairs", pairs}};
-  c.label = fmt::format("batch_prefill {} {} {} batch={} q/kv={} heads={}/{} head_dim={} page={}",
-                        dtype, causal ? "causal" : "full", P > 0 ? layout : "ragged", B, lens_text,
-                        hq, hk, D, P);
+  if (fp8) c.shape["kv_dtype"] = kv_dtype;
+  c.label = fmt::format("batch_prefill {}{} {} {} batch={} q/kv={} heads={}/{} head_dim={} page={}",
+                        dtype, fp8 ? "/e4m3" : "", causal ? "causal" : "full",
+                        P > 0 ? layout : "ragged", B, lens_text, hq, hk, D, P);
   c.launch = [&](CUstream stream) {
     const kjit_status s =
         P > 0 ? kjit_batch_prefill_run(raw_plan, qt.get(), kt.get(), vt.get(), qot.get(), it.get(),
@@ -444,7 +452,7 @@ int bench_batch_prefill(const ops::SetArgs& args, const BenchOptions& opts) {
                                               stream);
     if (s != KJIT_SUCCESS) throw Error(s, kjit_last_error());
   };
-  c.bytes = 2.0 * static_cast<double>(kv_elems * es) + 2.0 * static_cast<double>(nq * es);
+  c.bytes = 2.0 * static_cast<double>(kv_elems * es_kv) + 2.0 * static_cast<double>(nq * es);
   c.flops = 4.0 * pairs * static_cast<double>(hq * D);
 
   // The check: the fp64 reference on 8 query rows (each request's last one first, then random
@@ -490,6 +498,7 @@ int bench_batch_prefill(const ops::SetArgs& args, const BenchOptions& opts) {
         const int64_t i = P == 0 ? (unit * hk + h) * D + d
                           : nhd  ? ((unit * P + slot) * hk + h) * D + d
                                  : ((unit * hk + h) * P + slot) * D + d;
+        if (fp8) return ref::e4m3_to_double(kv.host[at + static_cast<size_t>(i)]);
         return ref::load_elem(kv.host.data() + at, static_cast<size_t>(i), dtype);
       };
       auto q = [&](int64_t, int64_t i, int64_t d) {
@@ -500,8 +509,10 @@ int bench_batch_prefill(const ops::SetArgs& args, const BenchOptions& opts) {
       auto v = [&](int64_t key, int64_t, int64_t h, int64_t d) { return elem(v_at, key, h, d); };
       std::vector<double> want, lse;
       ref::DecodeTolerance tol;
-      tol.u_p = dtype == "bf16" ? 0x1p-8 : 0x1p-11;
-      tol.eta_p = dtype == "bf16" ? 0x1p-134 : 0x1p-25;
+      // P is rounded to the MMAs' type: fp16 for fp8 keys and values whatever q's.
+      const bool bf16_p = dtype == "bf16" && !fp8;
+      tol.u_p = bf16_p ? 0x1p-8 : 0x1p-11;
+      tol.eta_p = bf16_p ? 0x1p-134 : 0x1p-25;
       tol.u_out = ref::unit_roundoff(dtype);
       ref::prefill_attention(a, 1, q, k, v, want, lse, &tol);
       for (int64_t i = 0; i < hq * D; ++i) {
@@ -528,11 +539,12 @@ void add_attention_benches(std::vector<BenchEntry>& out) {
   out.push_back(
       {"batch_prefill",
        {"dtype", "qo_heads", "kv_heads", "head_dim", "page_size"},
-       {"batch", "q_len", "kv_len", "lens", "causal", "layout", "kernel"},
+       {"batch", "q_len", "kv_len", "lens", "causal", "layout", "kernel", "kv_dtype"},
        bench_batch_prefill,
        "dtype, qo_heads, kv_heads, head_dim, page_size (0: ragged k / v), and batch + q_len "
        "(+ kv_len >= q_len: the new tokens end the keys) or lens (comma-separated q = kv "
-       "lengths), causal (0|1), layout (nhd|hnd); tuning override kernel "
+       "lengths), causal (0|1), layout (nhd|hnd), kv_dtype (e4m3: fp8 keys and values); "
+       "tuning override kernel "
        "(mma_sm80|wgmma_sm90a|wgmma_pingpong_sm90a|wgmma_persistent_sm90a); "
        "FLOPs count the pairs the mask leaves; checked on 8 query rows"});
 }
