@@ -63,6 +63,8 @@ KJIT_DEVICE KJIT_FORCEINLINE void produce_q(const PrefillParams& p, const Prefil
   constexpr int kChunks = head_dim / 8;
   constexpr bool kConvert = !IsSame<dtype, mma_dtype>::value;
   const int q_rows = w.q_len * p.group;
+  // Unrolled so that the converting form has several loads in flight, not one a chunk.
+#pragma unroll 4
   for (int i = tid; i < kPrefillSm90Rows * kChunks; i += 128) {
     const int r = i / kChunks, ch = i % kChunks;
     const int m = w.m0 + r;
