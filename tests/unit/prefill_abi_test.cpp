@@ -221,6 +221,20 @@ TEST_CASE("prefill abi: fp8 e4m3 keys and values take the mma.sync kernel, wgmma
         w16.kv_fp8 = 0;
         CHECK(ops::prefill_smem_bytes(w) == ops::prefill_smem_bytes(w16) + 2 * w.kv_tile * d);
         CHECK(ops::prefill_spec(w).uri.find("_mma_dtype_fp16_kv_fp8_1") != std::string::npos);
+        // Neither its persistent form nor the ping-pong schedule takes fp8.
+        for (const bool pp : {false, true}) {
+          ops::PrefillTuning t;
+          t.kernel = wgmma;
+          (pp ? t.pingpong : t.persistent) = 1;
+          try {
+            ops::plan_batch_prefill(qo, kv, 1, 32, 8, d, 16, KJIT_KV_LAYOUT_NHD, dl_dtype(q),
+                                    dl_dtype("e4m3"), 1, 0.0f, 0.0f, -1, 0, &t);
+            FAIL("planned");
+          } catch (const kjit::Error& e) {
+            CHECK(e.status() == KJIT_ERROR_UNSUPPORTED);
+            CHECK(std::string(e.what()).find("fp8") != std::string::npos);
+          }
+        }
         continue;
       }
       try {

@@ -227,6 +227,13 @@ PrefillPlanData plan_batch_prefill(const int32_t* qo_indptr_host, const int32_t*
   }
 
   const int64_t group = num_qo_heads / num_kv_heads;
+  if (kv_fp8 && tuning != nullptr && (tuning->pingpong != 0 || tuning->persistent != 0)) {
+    // Before the kernel's selection, so the refusal does not depend on the device.
+    fail(KJIT_ERROR_UNSUPPORTED,
+         "fp8 keys and values take the mma.sync or the plain wgmma prefill kernel, not {} (the "
+         "persistent form's second Q buffer and the raw fp8 tiles do not fit together)",
+         tuning->pingpong != 0 ? "the ping-pong schedule" : "the persistent form");
+  }
   PrefillPlanData pl;
   pl.cfg = select_prefill(dt, head_dim, group, budget, sm90a, tuning ? tuning->kernel : -1, kv_fp8);
   if (tuning != nullptr && tuning->pingpong != 0) {
@@ -238,11 +245,6 @@ PrefillPlanData plan_batch_prefill(const int32_t* qo_indptr_host, const int32_t*
     pl.cfg.pingpong = 1;
   }
   if (tuning != nullptr && tuning->persistent != 0) {
-    if (pl.cfg.kv_fp8 != 0) {
-      fail(KJIT_ERROR_UNSUPPORTED,
-           "the persistent wgmma prefill kernel does not take fp8 keys and values (its second Q "
-           "buffer and the raw fp8 tiles do not fit together)");
-    }
     if (tuning->persistent != 1 || pl.cfg.kernel != PrefillKernel::kWgmmaSm90a ||
         pl.cfg.pingpong != 0) {
       fail(KJIT_ERROR_INVALID_ARGUMENT,
