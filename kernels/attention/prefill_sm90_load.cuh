@@ -236,28 +236,30 @@ KJIT_DEVICE void produce_cp_async(const PrefillParams& p, const PrefillWork& w, 
 // the host folds 2^8 into the score and v scales). The copy and the conversion map each thread to
 // the same chunks, so a thread's cp.async wait is all its conversion needs (no barrier), and
 // the conversion's plain stores reach the tensor cores through the fence before the full arrive.
+// Thread tid's (row, 16-byte chunk) pairs of a raw e4m3 tile, the same for the copy and the
+// conversion.
+template <int head_dim, int kv_tile, typename F>
+KJIT_DEVICE KJIT_FORCEINLINE void for_raw_chunks(int tid, F f) {
+  constexpr int kChunks = head_dim / 16;
+  constexpr int kRowsPerPass = 128 / kChunks;
+#pragma unroll 4
+  for (int r = tid / kChunks; r < kv_tile; r += kRowsPerPass) f(r, tid % kChunks);
+}
+
 template <int head_dim, int kv_tile>
 KJIT_DEVICE KJIT_FORCEINLINE void copy_raw_fp8(const void* base, const long long* off, int tid,
                                                unsigned char* raw) {
-  constexpr int kChunks = head_dim / 16;
-  constexpr int kRowsPerPass = 128 / kChunks;
-  const int ch = tid % kChunks;
-#pragma unroll 4
-  for (int r = tid / kChunks; r < kv_tile; r += kRowsPerPass) {
+  for_raw_chunks<head_dim, kv_tile>(tid, [&](int r, int ch) {
     const long long o = off[r];
     const unsigned char* src = static_cast<const unsigned char*>(base) + (o < 0 ? 0 : o) + ch * 16;
     cp_async<16>(smem_addr(raw + r * head_dim + ch * 16), src, o < 0 ? 0 : 16);
-  }
+  });
 }
 
 template <int head_dim, int kv_tile>
 KJIT_DEVICE KJIT_FORCEINLINE void convert_raw_fp8(const unsigned char* raw, int tid,
                                                   unsigned char* dst) {
-  constexpr int kChunks = head_dim / 16;
-  constexpr int kRowsPerPass = 128 / kChunks;
-  const int ch = tid % kChunks;
-#pragma unroll 4
-  for (int r = tid / kChunks; r < kv_tile; r += kRowsPerPass) {
+  for_raw_chunks<head_dim, kv_tile>(tid, [&](int r, int ch) {
     const uint4 x = *reinterpret_cast<const uint4*>(raw + r * head_dim + ch * 16);
     uint4 lo, hi;
     e4m3x4_to_half2x2_scaled(x.x, lo.x, lo.y);
@@ -266,7 +268,7 @@ KJIT_DEVICE KJIT_FORCEINLINE void convert_raw_fp8(const unsigned char* raw, int 
     e4m3x4_to_half2x2_scaled(x.w, hi.z, hi.w);
     *reinterpret_cast<uint4*>(dst + sw128_offset<kv_tile>(r, 2 * ch)) = lo;
     *reinterpret_cast<uint4*>(dst + sw128_offset<kv_tile>(r, 2 * ch + 1)) = hi;
-  }
+  });
 }
 
 // The fp8 path for every tile (no TMA: the boxes would land e4m3 where the MMAs read fp16): as

@@ -425,7 +425,7 @@ void run_one(const PrefillCase& c, std::mt19937_64& rng) {
 // schedule and (head_dim 64 / 128: its two Q buffers do not fit at 256) in its persistent form,
 // asked for by name whatever the plan's default; elsewhere the plan's choice (-1).
 std::vector<int> kernels_for(const PrefillCase& c) {
-  if (c.kv_fp8) return {c.kernel};  // the mma.sync kernel only
+  if (c.kv_fp8) return {c.kernel};  // the plan's (mma.sync) or the one asked for
   if (c.kernel < 0 && gpu_caps().sm90a()) {
     std::vector<int> k = {static_cast<int>(kjit::ops::PrefillKernel::kMmaSm80),
                           static_cast<int>(kjit::ops::PrefillKernel::kWgmmaSm90a), kPingPong};
@@ -558,19 +558,21 @@ TEST_CASE("prefill gpu: page sizes 1 and 16, NHD and HND, ragged KV", "[gpu][att
   }
 }
 
-TEST_CASE("prefill gpu: fp8 e4m3 keys and values with scales", "[gpu][attention][prefill]") {
-  // The mma.sync kernel's fp8 path (fp16 MMAs over rows converted on their load): every head dim
-  // and q dtype, paged (NHD, HND, page 1 and 16, a broken table, NaN in unused slots) and
-  // ragged, causal or not, a window, GQA 4, scales other than 1 on both sides.
-  std::mt19937_64 rng(std::random_device{}());
+namespace {
+
+// fp8 keys and values on `kernel` (-1: the plan's, the mma.sync one): head dims `dims` and both
+// q dtypes, paged (NHD, HND, page 1 and 16, a broken table, NaN in unused slots) and ragged,
+// causal or not, a window, GQA 4, scales other than 1 on both sides. Returns the GQA case.
+PrefillCase run_fp8_cases(int kernel, std::initializer_list<int64_t> dims, std::mt19937_64& rng) {
   for (const char* dt : {"bf16", "fp16"}) {
-    for (int64_t d : {64, 128, 256}) {
+    for (int64_t d : dims) {
       PrefillCase c;
       c.dtype = dt;
       c.head_dim = d;
       c.kv_fp8 = true;
       c.k_scale = 0.02f;
       c.v_scale = 0.5f;
+      c.kernel = kernel;
       run_case(c, rng);
     }
   }
@@ -580,6 +582,7 @@ TEST_CASE("prefill gpu: fp8 e4m3 keys and values with scales", "[gpu][attention]
   c.v_scale = 2.0f;
   c.qo_heads = 16;
   c.kv_heads = 4;
+  c.kernel = kernel;
   for (int layout : {KJIT_KV_LAYOUT_NHD, KJIT_KV_LAYOUT_HND}) {
     for (int64_t ps : {1, 16}) {
       PrefillCase m = c;
@@ -598,6 +601,15 @@ TEST_CASE("prefill gpu: fp8 e4m3 keys and values with scales", "[gpu][attention]
   r.window_left = 40;
   r.dtype = "fp16";
   run_case(r, rng);
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("prefill gpu: fp8 e4m3 keys and values with scales", "[gpu][attention][prefill]") {
+  // The mma.sync kernel's fp8 path (fp16 MMAs over rows converted on their load).
+  std::mt19937_64 rng(std::random_device{}());
+  const PrefillCase c = run_fp8_cases(-1, {64, 128, 256}, rng);
   // The plan takes the mma.sync kernel for fp8 on every device (the wgmma one on request: below).
   auto p = build(c, rng);
   CHECK(p->plan->data.cfg.kernel == kjit::ops::PrefillKernel::kMmaSm80);
@@ -613,49 +625,11 @@ TEST_CASE("prefill gpu: fp8 e4m3 keys and values on the wgmma kernel, on request
           "[gpu][attention][prefill][sm90a]") {
   // The wgmma kernel's fp8 form (PrefillTuning kernel 1): the producer copies each tile's e4m3
   // rows raw and converts them into the 16-bit swizzled stages, the consumers run fp16 MMAs (a
-  // bf16 Q converted on its load). Head dims 64 and 128, both q dtypes, paged (NHD, HND, pages of
-  // 1 and 16, a broken table, NaN in unused slots) and ragged, causal or not, a window, GQA 4,
-  // lengths that leave a key tile partly past kv_len, scales other than 1 on both sides.
+  // bf16 Q converted on its load); head dims 64 and 128 (256 is refused).
   REQUIRE(gpu_caps().sm90a());
   std::mt19937_64 rng(std::random_device{}());
-  const int wgmma = static_cast<int>(kjit::ops::PrefillKernel::kWgmmaSm90a);
-  for (const char* dt : {"bf16", "fp16"}) {
-    for (int64_t d : {64, 128}) {
-      PrefillCase c;
-      c.dtype = dt;
-      c.head_dim = d;
-      c.kv_fp8 = true;
-      c.k_scale = 0.02f;
-      c.v_scale = 0.5f;
-      c.kernel = wgmma;
-      run_case(c, rng);
-    }
-  }
-  PrefillCase c;
-  c.kv_fp8 = true;
-  c.k_scale = 0.0625f;
-  c.v_scale = 2.0f;
-  c.qo_heads = 16;
-  c.kv_heads = 4;
-  c.kernel = wgmma;
-  for (int layout : {KJIT_KV_LAYOUT_NHD, KJIT_KV_LAYOUT_HND}) {
-    for (int64_t ps : {1, 16}) {
-      PrefillCase m = c;
-      m.layout = layout;
-      m.page_size = ps;
-      m.invalid_pages = ps == 16;
-      m.nan_unused = true;
-      run_case(m, rng);
-    }
-  }
-  PrefillCase r = c;
-  r.page_size = 0;
-  r.causal = false;
-  run_case(r, rng);
-  r.causal = true;
-  r.window_left = 40;
-  r.dtype = "fp16";
-  run_case(r, rng);
+  const PrefillCase c =
+      run_fp8_cases(static_cast<int>(kjit::ops::PrefillKernel::kWgmmaSm90a), {64, 128}, rng);
   auto p = build(c, rng);
   CHECK(p->plan->data.cfg.kernel == kjit::ops::PrefillKernel::kWgmmaSm90a);
   CHECK(p->plan->data.cfg.kv_fp8 == 1);
