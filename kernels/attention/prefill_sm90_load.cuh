@@ -236,6 +236,7 @@ KJIT_DEVICE void produce_cp_async(const PrefillParams& p, const PrefillWork& w, 
 // the host folds 2^8 into the score and v scales). The copy and the conversion map each thread to
 // the same chunks, so a thread's cp.async wait is all its conversion needs (no barrier), and
 // the conversion's plain stores reach the tensor cores through the fence before the full arrive.
+
 // Thread tid's (row, 16-byte chunk) pairs of a raw e4m3 tile, the same for the copy and the
 // conversion.
 template <int head_dim, int kv_tile, typename F>
