@@ -112,6 +112,36 @@ KJIT_DEVICE KJIT_FORCEINLINE void mbarrier_arrive_remote(u64* bar, u32 rank) {
       : "memory");
 }
 
+// tma_load_2d under an L2 cache policy (createpolicy's 64-bit operand).
+KJIT_DEVICE KJIT_FORCEINLINE void tma_load_2d_hint(void* dst, const void* tensor_map, u64* bar,
+                                                   int x, int y, u64 policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      ".L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<u64>(tensor_map)), "r"(x), "r"(y), "r"(smem_addr(bar)), "l"(policy)
+      : "memory");
+}
+
+// tma_load_2d_multicast under an L2 cache policy (after the CTA mask, as PTX orders them).
+KJIT_DEVICE KJIT_FORCEINLINE void tma_load_2d_multicast_hint(void* dst, const void* tensor_map,
+                                                             u64* bar, int x, int y, u16 cta_mask,
+                                                             u64 policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      ".multicast::cluster.L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5, %6;\n" ::"r"(
+          smem_addr(dst)),
+      "l"(reinterpret_cast<u64>(tensor_map)), "r"(x), "r"(y), "r"(smem_addr(bar)), "h"(cta_mask),
+      "l"(policy)
+      : "memory");
+}
+
+// A policy that keeps the lines it loads in L2 ahead of the others (evict_last).
+KJIT_DEVICE KJIT_FORCEINLINE u64 policy_evict_last() {
+  u64 p;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(p));
+  return p;
+}
+
 // A 4-D TMA load of the box at coordinates (c0 innermost .. c3) of `tensor_map` into `dst`, as
 // tma_load_2d. Coordinates outside the tensor (negative ones too) load zeros.
 KJIT_DEVICE KJIT_FORCEINLINE void tma_load_4d(void* dst, const void* tensor_map, u64* bar, int c0,

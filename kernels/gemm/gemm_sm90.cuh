@@ -108,10 +108,11 @@ KJIT_DEVICE KJIT_FORCEINLINE void leave_pair() {
 // coordinate under a predicate its elect loop had just cleared, so the up box loaded the gate rows
 // again (seen in the SASS and on the H200, 2026-12-05). it0: the ring's running stage count at the
 // first K block, as consume's (a persistent block's producer runs on into its next tile's stages).
+// keep_a: a's boxes under L2 evict_last (the grouped kernels' lone tiles, produce_expert).
 template <typename IN, int BN, int STAGES, bool SPLIT_B = false>
 KJIT_DEVICE KJIT_FORCEINLINE void produce_rows(const GemmParams& p, unsigned char* tiles, u64* full,
                                                u64* empty, int k_blocks, int a_row, int b_row,
-                                               int b_row2 = -1, int it0 = 0) {
+                                               int b_row2 = -1, int it0 = 0, bool keep_a = false) {
   constexpr u32 kABytes = kGemmBlockM * kGemmBlockK * sizeof(IN);
   constexpr u32 kStageBytes = (kGemmBlockM + BN) * kGemmBlockK * sizeof(IN);
   for (int kb = 0; kb < k_blocks; ++kb) {
@@ -123,7 +124,12 @@ KJIT_DEVICE KJIT_FORCEINLINE void produce_rows(const GemmParams& p, unsigned cha
     hopper::mbarrier_wait(&empty[s], ((i / STAGES) & 1) ^ 1);
     unsigned char* stage = tiles + s * kStageBytes;
     hopper::mbarrier_arrive_expect_tx(&full[s], kStageBytes);
-    hopper::tma_load_2d(stage, &p.tma_a, &full[s], kb * kGemmBlockK, a_row);
+    if (keep_a) {
+      hopper::tma_load_2d_hint(stage, &p.tma_a, &full[s], kb * kGemmBlockK, a_row,
+                               hopper::policy_evict_last());
+    } else {
+      hopper::tma_load_2d(stage, &p.tma_a, &full[s], kb * kGemmBlockK, a_row);
+    }
     hopper::tma_load_2d(stage + kABytes, &p.tma_b, &full[s], kb * kGemmBlockK, b_row);
     if (SPLIT_B) {
       hopper::tma_load_2d(stage + kABytes + BN / 2 * kGemmBlockK * sizeof(IN), &p.tma_b, &full[s],

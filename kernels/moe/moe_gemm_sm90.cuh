@@ -65,7 +65,10 @@ KJIT_DEVICE KJIT_FORCEINLINE void write_swiglu_tile(const gemm::GemmParams& p, i
 // The producer of a grouped tile (one thread): the K blocks of a's rows t.row0 .. + 127 and of
 // b's rows for column tile n_tile of expert t.expert (SWIGLU: its gate slice and the matching up
 // slice). IN is the element TMA moves (16-bit: e4m3 pairs for the fp8 kernel). it0: the ring's
-// running stage count at the first K block (the persistent kernels' later items).
+// running stage count at the first K block (the persistent kernels' later items). A lone tile
+// (its expert's only row tile) loads a's rows under L2 evict_last: every column tile of the expert
+// reads the same rows while b streams past once (DeepSeek-V3's 128 rows an expert at 4096 tokens:
+// 6226 -> 5873 us on the H100, bf16 gate_up).
 template <typename IN, int BN, int STAGES, bool SWIGLU>
 KJIT_DEVICE KJIT_FORCEINLINE void produce_expert(const gemm::GemmParams& g, const gemm::Ring& r,
                                                  int k_blocks, const GroupTile& t, int n_tile,
@@ -75,10 +78,10 @@ KJIT_DEVICE KJIT_FORCEINLINE void produce_expert(const gemm::GemmParams& g, cons
   if (SWIGLU) {
     const int gate = b_first + n_tile * (BN / 2);
     gemm::produce_rows<IN, BN, STAGES, true>(g, r.tiles, r.full, r.empty, k_blocks, a_row, gate,
-                                             gate + static_cast<int>(g.n / 2), it0);
+                                             gate + static_cast<int>(g.n / 2), it0, t.lone);
   } else {
     gemm::produce_rows<IN, BN, STAGES>(g, r.tiles, r.full, r.empty, k_blocks, a_row,
-                                       b_first + n_tile * BN, -1, it0);
+                                       b_first + n_tile * BN, -1, it0, t.lone);
   }
 }
 
@@ -106,7 +109,10 @@ KJIT_DEVICE KJIT_FORCEINLINE void produce_expert_pair(const gemm::GemmParams& g,
     hopper::mbarrier_wait(&r.empty[s], ((i / STAGES) & 1) ^ 1);
     unsigned char* stage = r.tiles + s * kStageBytes;
     hopper::mbarrier_arrive_expect_tx(&r.full[s], kStageBytes);
-    if (rank == 0) {
+    if (rank == 0 && t.lone) {  // produce_expert's L2 policy for a lone tile's rows
+      hopper::tma_load_2d_multicast_hint(stage, &g.tma_a, &r.full[s], kb * kGemmBlockK, a_row,
+                                         u16{0x3}, hopper::policy_evict_last());
+    } else if (rank == 0) {
       hopper::tma_load_2d_multicast(stage, &g.tma_a, &r.full[s], kb * kGemmBlockK, a_row, u16{0x3});
     }
     hopper::tma_load_2d(stage + kABytes, &g.tma_b, &r.full[s], kb * kGemmBlockK, b_row);

@@ -26,6 +26,7 @@ KJIT_DEVICE KJIT_FORCEINLINE void expert_rows(const MoeGemmParams& p, int e, i64
 struct GroupTile {
   i64 row0, row_end;  // the tile's first row and its expert's end (rows of the whole a / out)
   int expert;
+  bool lone;  // the expert's only row tile: its column tiles all re-read these rows of a
 };
 
 // Row tile `tile` of the schedule. All 32 lanes of one warp call it; every lane gets the answer.
@@ -51,6 +52,7 @@ KJIT_DEVICE KJIT_FORCEINLINE GroupTile find_tile(const MoeGemmParams& p, int til
       g.expert = e0 + l;
       g.row0 = __shfl_sync(0xffffffffu, first, l) + i64(tile - before - skipped) * TILE_M;
       g.row_end = __shfl_sync(0xffffffffu, end, l);
+      g.lone = __shfl_sync(0xffffffffu, end - first, l) <= TILE_M;
       return g;
     }
     before += total;
