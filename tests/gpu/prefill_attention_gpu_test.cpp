@@ -560,7 +560,7 @@ TEST_CASE("prefill gpu: page sizes 1 and 16, NHD and HND, ragged KV", "[gpu][att
 
 namespace {
 
-// fp8 keys and values on `kernel` (-1: the plan's, the mma.sync one): head dims `dims` and both
+// fp8 keys and values on `kernel` (-1: the plan's): head dims `dims` and both
 // q dtypes, paged (NHD, HND, page 1 and 16, a broken table, NaN in unused slots) and ragged,
 // causal or not, a window, GQA 4, scales other than 1 on both sides. Returns the GQA case.
 PrefillCase run_fp8_cases(int kernel, std::initializer_list<int64_t> dims, std::mt19937_64& rng) {
@@ -607,10 +607,11 @@ PrefillCase run_fp8_cases(int kernel, std::initializer_list<int64_t> dims, std::
 }  // namespace
 
 TEST_CASE("prefill gpu: fp8 e4m3 keys and values with scales", "[gpu][attention][prefill]") {
-  // The mma.sync kernel's fp8 path (fp16 MMAs over rows converted on their load).
+  // The mma.sync kernel's fp8 path (fp16 MMAs over rows converted on their load), forced: the
+  // plans take it at head_dim 256 and off compute capability 9.0.
   std::mt19937_64 rng(std::random_device{}());
-  const PrefillCase c = run_fp8_cases(-1, {64, 128, 256}, rng);
-  // The plan takes the mma.sync kernel for fp8 on every device (the wgmma one on request: below).
+  const PrefillCase c =
+      run_fp8_cases(static_cast<int>(kjit::ops::PrefillKernel::kMmaSm80), {64, 128, 256}, rng);
   auto p = build(c, rng);
   CHECK(p->plan->data.cfg.kernel == kjit::ops::PrefillKernel::kMmaSm80);
   CHECK(p->plan->data.cfg.kv_fp8 == 1);
@@ -621,15 +622,14 @@ TEST_CASE("prefill gpu: fp8 e4m3 keys and values with scales", "[gpu][attention]
   CHECK(std::string(kjit_last_error()).find("kv dtype is e4m3") != std::string::npos);
 }
 
-TEST_CASE("prefill gpu: fp8 e4m3 keys and values on the wgmma kernel, on request",
+TEST_CASE("prefill gpu: fp8 e4m3 keys and values on the wgmma kernel, the plans' default",
           "[gpu][attention][prefill][sm90a]") {
-  // The wgmma kernel's fp8 form (PrefillTuning kernel 1): the producer copies each tile's e4m3
-  // rows raw and converts them into the 16-bit swizzled stages, the consumers run fp16 MMAs (a
-  // bf16 Q converted on its load); head dims 64 and 128 (256 is refused).
+  // The wgmma kernel's fp8 form: the producer copies each tile's e4m3 rows raw and converts them
+  // into the 16-bit swizzled stages, the consumers run fp16 MMAs (a bf16 Q converted on its
+  // load); head dims 64 and 128 (256 is refused). The plans' own choice on compute capability 9.0.
   REQUIRE(gpu_caps().sm90a());
   std::mt19937_64 rng(std::random_device{}());
-  const PrefillCase c =
-      run_fp8_cases(static_cast<int>(kjit::ops::PrefillKernel::kWgmmaSm90a), {64, 128}, rng);
+  const PrefillCase c = run_fp8_cases(-1, {64, 128}, rng);
   auto p = build(c, rng);
   CHECK(p->plan->data.cfg.kernel == kjit::ops::PrefillKernel::kWgmmaSm90a);
   CHECK(p->plan->data.cfg.kv_fp8 == 1);

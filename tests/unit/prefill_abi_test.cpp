@@ -192,7 +192,7 @@ TEST_CASE("prefill abi: the sm_90a kernel on request, and its limits", "[c_abi][
         PrefillKernel::kMmaSm80);
 }
 
-TEST_CASE("prefill abi: fp8 e4m3 keys and values take the mma.sync kernel, wgmma on request",
+TEST_CASE("prefill abi: fp8 e4m3 keys and values take the wgmma kernel at 64 and 128 on sm_90a",
           "[c_abi][attention]") {
   using ops::PrefillKernel;
   const int32_t qo[2] = {0, 64}, kv[2] = {0, 4};
@@ -201,16 +201,21 @@ TEST_CASE("prefill abi: fp8 e4m3 keys and values take the mma.sync kernel, wgmma
     for (int d : {64, 128, 256}) {
       // Both spellings of an fp8 cache: float8_e4m3fn and raw bytes.
       for (const DLDataType kvt : {dl_dtype("e4m3"), DLDataType{kDLUInt, 8, 1}}) {
+        // The plan's device: the wgmma kernel on an sm_90a one below head_dim 256, else mma.sync.
         const ops::PrefillPlanData pl = ops::plan_batch_prefill(
             qo, kv, 1, 32, 8, d, 16, KJIT_KV_LAYOUT_NHD, dl_dtype(q), kvt, 1, 0.0f, 0.0f, -1, 0);
-        CHECK(pl.cfg.kernel == PrefillKernel::kMmaSm80);
+        CHECK(pl.cfg.kernel == (kjit::test::gpu_caps().sm90a() && d != 256
+                                    ? PrefillKernel::kWgmmaSm90a
+                                    : PrefillKernel::kMmaSm80));
         CHECK(pl.cfg.kv_fp8 == 1);
         CHECK(pl.cfg.dtype == ops::dtype_from_name(q));
       }
-      // Even where the wgmma kernel is the default; on request its fp8 form at head_dim 64 and
-      // 128 (raw e4m3 tiles beside the ring, fp16 MMAs), refused at 256.
+      // On sm_90a the wgmma kernel's fp8 form at head_dim 64 and 128 (raw e4m3 tiles beside the
+      // ring, fp16 MMAs), the default as for 16-bit caches; at 256 the mma.sync one (forcing
+      // wgmma there is refused), as where the raw tiles do not fit.
       const auto dt = ops::dtype_from_name(q);
-      CHECK(ops::select_prefill(dt, d, 4, {}, true, -1, true).kernel == PrefillKernel::kMmaSm80);
+      CHECK(ops::select_prefill(dt, d, 4, {}, true, -1, true).kernel ==
+            (d == 256 ? PrefillKernel::kMmaSm80 : PrefillKernel::kWgmmaSm90a));
       const int wgmma = static_cast<int>(PrefillKernel::kWgmmaSm90a);
       if (d != 256) {
         const ops::PrefillConfig w = ops::select_prefill(dt, d, 4, {}, true, wgmma, true);

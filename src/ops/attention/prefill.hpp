@@ -36,8 +36,9 @@ struct PrefillConfig {
   // kWgmmaSm90a: 1 runs its persistent form (prefill_sm90_persistent_kernel: min(CTA tiles, SMs)
   // CTAs walking the tiles, two Q buffers); not with pingpong. In the URI only when 1.
   int persistent = 0;
-  // kMmaSm80: 1 when k and v are fp8 e4m3 (fp16 MMAs over rows converted on their load,
-  // prefill.cuh); in the URI only when 1.
+  // 1 when k and v are fp8 e4m3 (fp16 MMAs: kMmaSm80 over rows converted on their load,
+  // prefill.cuh; kWgmmaSm90a over tiles its producer converts, not persistent or ping-pong); in
+  // the URI only when 1.
   int kv_fp8 = 0;
 };
 
@@ -61,7 +62,8 @@ int prefill_smem_bytes(const PrefillConfig& c);
 // Support and dispatch in one place: the variant for these dtypes and sizes on a device with
 // this shared-memory budget (sm90a: a compute capability 9.0 device, which runs wgmma), or
 // KJIT_ERROR_UNSUPPORTED saying why none serves them. `kernel` >= 0 asks for that kernel (a
-// PrefillKernel); -1 takes the default. kv_fp8: k and v are fp8 e4m3 (the mma.sync kernel only).
+// PrefillKernel); -1 takes the default. kv_fp8: k and v are fp8 e4m3 (the wgmma kernel at
+// head_dim 64 and 128, the mma.sync one anywhere).
 PrefillConfig select_prefill(DType dtype, int64_t head_dim, int64_t group, const SmemBudget& budget,
                              bool sm90a, int kernel = -1, bool kv_fp8 = false);
 
