@@ -76,20 +76,23 @@ TEST_CASE("prefill abi: options defaults and NULL-safe calls", "[c_abi][attentio
 }
 
 TEST_CASE("prefill abi: a plan counts each request's row tiles", "[c_abi][attention]") {
+  // The plan's device picks the kernel: wgmma on an sm_90a one (128-key tiles; 128 rows a CTA at
+  // every head_dim), else mma.sync (64-key tiles; at head_dim 256 64 rows over 32-key tiles).
+  const bool wgmma = kjit::test::gpu_caps().sm90a();
   // Group 4, 128 rows a CTA at head_dim 128: 1 -> 1 tile, 0 -> 0, 32 -> 1, 33 -> 2, 1000 -> 32.
   const auto pl = plan({0, 1, 1, 33, 66, 1066}, {0, 1, 2, 5, 9, 80}, 32, 8, 128, 16);
   CHECK(pl.cfg.warps == 8);
-  CHECK(pl.cfg.kv_tile == 64);
+  CHECK(pl.cfg.kv_tile == (wgmma ? 128 : 64));
   CHECK(pl.group == 4);
   CHECK(pl.total_q == 1066);
   CHECK(pl.tiles == 1 + 0 + 1 + 2 + 32);
   CHECK(pl.workspace_bytes == 0);
   CHECK(pl.sm_scale == Approx(1.0 / std::sqrt(128.0)));
-  // head_dim 256: 64 rows over 32-key tiles.
+  // head_dim 256, 100 rows: one tile of 128 rows (wgmma, 64-key tiles) or two of 64.
   const auto p256 = plan({0, 100}, {0, 100}, 8, 8, 256, 0, false);
-  CHECK(p256.cfg.warps == 4);
-  CHECK(p256.cfg.kv_tile == 32);
-  CHECK(p256.tiles == 2);
+  CHECK(p256.cfg.warps == (wgmma ? 8 : 4));
+  CHECK(p256.cfg.kv_tile == (wgmma ? 64 : 32));
+  CHECK(p256.tiles == (wgmma ? 1 : 2));
   CHECK(p256.page_size == 0);
   CHECK(p256.causal == 0);
 }
@@ -272,8 +275,8 @@ TEST_CASE("prefill abi: fp8 e4m3 keys and values take the wgmma kernel at 64 and
 }
 
 // The wgmma kernel's ping-pong schedule is a tuning choice of that kernel alone: its own URI, the
-// same sizes, and a clear refusal on the mma.sync kernel (a plan without a device never picks
-// wgmma) or for a value other than 0 / 1.
+// same sizes, and a clear refusal on the mma.sync kernel (the plan's own choice without an sm_90a
+// device) or for a value other than 0 / 1.
 TEST_CASE("prefill abi: the ping-pong schedule is the wgmma kernel's", "[c_abi][attention]") {
   ops::PrefillConfig c = ops::select_prefill(kjit::ops::DType::kBF16, 128, 4, {}, true,
                                              static_cast<int>(ops::PrefillKernel::kWgmmaSm90a));
@@ -284,6 +287,7 @@ TEST_CASE("prefill abi: the ping-pong schedule is the wgmma kernel's", "[c_abi][
   CHECK(ops::prefill_smem_bytes(c) == (128 + 4 * 128) * 128 * 2 + 1024);
   for (int kernel : {-1, static_cast<int>(ops::PrefillKernel::kMmaSm80)}) {
     for (int pingpong : {1, 2}) {
+      if (kernel == -1 && pingpong == 1 && kjit::test::gpu_caps().sm90a()) continue;  // wgmma's
       INFO("kernel " << kernel << " pingpong " << pingpong);
       ops::PrefillTuning t;
       t.kernel = kernel;
@@ -305,10 +309,11 @@ TEST_CASE("prefill abi: the persistent form is the wgmma kernel's", "[c_abi][att
   REQUIRE(s.entry_names.size() == 1);
   CHECK(s.entry_names[0].rfind("kjit::attention::prefill_sm90_persistent_kernel<", 0) == 0);
   CHECK(ops::prefill_smem_bytes(c) == (2 * 128 + 4 * 128) * 128 * 2 + 1024);
-  // On mma.sync (a plan without a device takes it by default), asked for or not, and a value
+  // On mma.sync (the plan's default without an sm_90a device), asked for or not, and a value
   // past 1.
   for (int kernel : {-1, static_cast<int>(ops::PrefillKernel::kMmaSm80)}) {
     for (int persistent : {1, 2}) {
+      if (kernel == -1 && persistent == 1 && kjit::test::gpu_caps().sm90a()) continue;  // wgmma's
       INFO("kernel " << kernel << " persistent " << persistent);
       ops::PrefillTuning t;
       t.kernel = kernel;
