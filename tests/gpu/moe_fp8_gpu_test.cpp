@@ -616,6 +616,24 @@ TEST_CASE("moe fp8 gpu: the persistent tile kernel in pairs against fp64",
   run_tile_cases(pairs, {256, 768}, rng);
 }
 
+// The default takes the pairs where experts have one row tile on average over a long K
+// (ops::moe_pairs_pay): uneven counts, an empty expert, five column tiles (the last pair's second
+// block past n).
+TEST_CASE("moe fp8 gpu: the default takes pairs where experts have one row tile over a long K",
+          "[gpu][moe][fp8][sm90a]") {
+  REQUIRE(gpu_caps().sm90a());
+  std::mt19937_64 rng(std::random_device{}());
+  Fp8Case c;
+  c.counts = {90, 0, 200, 17, 130, 64, 1, 110};
+  c.n = 5 * 128 - 64;
+  c.k = 4096;
+  REQUIRE(ops::moe_pairs_pay(612 / 8, c.n, c.k, 128));
+  KernelUris seen;
+  CHECK(run_fp8(c, rng));
+  REQUIRE_FALSE(seen.uris.empty());
+  CHECK(seen.uris.back().find("_pair_1") != std::string::npos);
+}
+
 TEST_CASE("moe fp8 gpu: the 256-wide tile, one block per item and persistent, against fp64",
           "[gpu][moe][fp8][sm90a]") {
   // MoeGemmTuning::bn 256: each tile's two 128-column halves take their own 128-row block of

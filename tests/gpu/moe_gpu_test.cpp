@@ -1294,6 +1294,35 @@ TEST_CASE("moe gpu: the persistent tile kernel in pairs per expert against fp64"
   CHECK(run_swiglu(sk, rng));
 }
 
+// The default (no tuning) takes the pairs where experts have one row tile on average over a long K
+// (ops::moe_pairs_pay): uneven counts, some experts past 128 rows (two row tiles) and some empty,
+// k off the 64-wide K block, an odd count of column tiles; SwiGLU too.
+TEST_CASE("moe gpu: the default takes pairs where experts have one row tile over a long K",
+          "[gpu][moe][sm90a]") {
+  REQUIRE(tensor_cores());
+  std::mt19937_64 rng(std::random_device{}());
+  GroupedCase c;
+  c.counts = uneven_counts(12, 1100, rng);
+  c.counts[3] = 0;
+  c.n = 5 * 128 + 8;
+  c.k = 4096 + 72;
+  c.spare_rows = 3;
+  REQUIRE(ops::moe_pairs_pay(1100 / 12, c.n, c.k, 128));
+  KernelUris seen;
+  run_grouped(c, rng);
+  REQUIRE_FALSE(seen.uris.empty());
+  CHECK(seen.uris.back().find("_pair_1") != std::string::npos);
+  SwigluCase w;
+  w.counts = uneven_counts(10, 900, rng);
+  w.inter = 3 * 64 + 8;
+  w.k = 4096;
+  KernelUris seen_swiglu;
+  CHECK(run_swiglu(w, rng));
+  REQUIRE_FALSE(seen_swiglu.uris.empty());
+  CHECK(seen_swiglu.uris.back().find("_swiglu_1") != std::string::npos);
+  CHECK(seen_swiglu.uris.back().find("_pair_1") != std::string::npos);
+}
+
 TEST_CASE("moe gpu: the persistent tile kernel with silu_and_mul fused, against fp64",
           "[gpu][moe][sm90a]") {
   REQUIRE(tensor_cores());

@@ -225,6 +225,26 @@ TEST_CASE("moe persistent: the default on the tile path", "[moe]") {
   CHECK(ops::moe_gemm_persistent(none, false) == 0);  // decode or fallback path
   CHECK(ops::moe_gemm_persistent(tiles, true) == 0);  // path=sm90: one block per item
   CHECK(ops::moe_gemm_persistent(forced, true) == 1);
+  // Where pairs pay (moe_pairs_pay) the default takes them; a forced form keeps its own.
+  CHECK(ops::moe_gemm_persistent(none, true, true) == 2);
+  CHECK(ops::moe_gemm_persistent(none, false, true) == 0);
+  CHECK(ops::moe_gemm_persistent(tiles, true, true) == 0);
+  CHECK(ops::moe_gemm_persistent(forced, true, true) == 1);
+}
+
+// Pairs pay where each expert has one row tile of a long K (DeepSeek-V3's gate_up at 4096 tokens:
+// 128 rows an expert, k 7168), not where experts have several row tiles (Qwen3-30B-A3B at 4096
+// tokens, Mixtral), K is short (Qwen3 at 2048 tokens), or there is one column tile to pair.
+TEST_CASE("moe persistent: pairs where experts have one row tile over a long K", "[moe]") {
+  CHECK(ops::moe_pairs_pay(128, 4096, 7168, 256));
+  CHECK(ops::moe_pairs_pay(128, 4096, 7168, 128));
+  CHECK(ops::moe_pairs_pay(40, 4096, 7168, 128));
+  CHECK_FALSE(ops::moe_pairs_pay(129, 4096, 7168, 256));
+  CHECK_FALSE(ops::moe_pairs_pay(256, 1536, 2048, 256));
+  CHECK_FALSE(ops::moe_pairs_pay(128, 1536, 2048, 256));
+  CHECK_FALSE(ops::moe_pairs_pay(1024, 28672, 4096, 256));
+  CHECK_FALSE(ops::moe_pairs_pay(128, 256, 7168, 256));
+  CHECK(ops::moe_pairs_pay(128, 512, 7168, 256));
 }
 
 // What kjit_precompile_file warms for a grouped GEMM definition holds the spec a large call runs
@@ -252,6 +272,14 @@ TEST_CASE("moe persistent: the warm-up sets hold the tile kernel in the form cal
     CHECK(holds(warm_uris(bf, def), ops::moe_gemm_spec(c).uri));
     c.tma_out = 1;  // the form a TMA-ready 16-bit out runs
     CHECK(holds(warm_uris(bf, def), ops::moe_gemm_spec(c).uri));
+    // One row tile an expert: the pairs where they pay (Mixtral's and DeepSeek-V3's K).
+    const int64_t n = def.const_axis("n"), k = def.const_axis("k");
+    ops::MoeGemmConfig one = ops::select_moe_gemm(def.tensor_dtype("a"), def.tensor_dtype("out"),
+                                                  128 * experts, 128, n, k, experts, h200());
+    REQUIRE(one.path == GemmPath::kSm90);
+    one.persistent = ops::moe_gemm_persistent({}, true, ops::moe_pairs_pay(128, n, k, one.bn));
+    CHECK(one.persistent == (k == 2048 ? 1 : 2));  // Qwen3-30B-A3B's short K: no pairs
+    CHECK(holds(warm_uris(bf, def), ops::moe_gemm_spec(one).uri));
   }
   const ops::OpDef& f8 = ops::op_or_throw("moe_grouped_gemm_fp8");
   for (const ops::Definition& def : f8.definitions()) {
@@ -264,5 +292,13 @@ TEST_CASE("moe persistent: the warm-up sets hold the tile kernel in the form cal
     CHECK(holds(warm_uris(f8, def), ops::moe_gemm_fp8_spec(c).uri));
     c.tma_out = 1;  // the form a TMA-ready 16-bit out runs
     CHECK(holds(warm_uris(f8, def), ops::moe_gemm_fp8_spec(c).uri));
+    ops::MoeGemmFp8Config one = ops::select_moe_gemm_fp8(
+        def.tensor_dtype("out"), 128 * def.const_axis("experts"), def.const_axis("n"),
+        def.const_axis("k"), def.const_axis("experts"), false, h200());
+    REQUIRE(one.tokens == 0);
+    one.persistent = ops::moe_gemm_persistent(
+        {}, true, ops::moe_pairs_pay(128, def.const_axis("n"), def.const_axis("k"), one.bn));
+    CHECK(one.persistent == (def.const_axis("k") == 2048 ? 1 : 2));
+    CHECK(holds(warm_uris(f8, def), ops::moe_gemm_fp8_spec(one).uri));
   }
 }

@@ -167,13 +167,16 @@ int bench_moe_grouped_gemm(const ops::SetArgs& args, const BenchOptions& opts) {
       masked ? max_rows : rows / experts, n, k, experts,
       ops::gemm_target(0, (k * static_cast<int64_t>(es)) % 16 == 0), bench_decode_rows(g));
   cfg.swiglu = swiglu ? 1 : 0;
-  cfg.persistent = ops::moe_gemm_persistent(g.tuning, cfg.path == ops::GemmPath::kSm90);
   if (swiglu && cfg.path == ops::GemmPath::kSimt) {
     throw UsageError(
         "moe_grouped_gemm: swiglu runs on the sm90 path only (sm_90a, k * 2 bytes "
         "a multiple of 16)");
   }
   ops::moe_gemm_width(cfg, g.tuning);
+  // As run_grouped: the width first, then the form (pairs by default where they pay).
+  cfg.persistent = ops::moe_gemm_persistent(
+      g.tuning, cfg.path == ops::GemmPath::kSm90,
+      ops::moe_pairs_pay(masked ? max_rows : rows / experts, n, k, cfg.bn));
 
   BenchCase c;
   c.op = "moe_grouped_gemm";
@@ -456,8 +459,9 @@ int bench_moe_grouped_gemm_fp8(const ops::SetArgs& args, const BenchOptions& opt
   ops::MoeGemmFp8Config cfg =
       ops::select_moe_gemm_fp8(ops::DType::kBF16, rows, n, k, experts, swiglu,
                                ops::gemm_target(0, k % 16 == 0), bench_decode_rows(g));
-  cfg.persistent = ops::moe_gemm_persistent(g.tuning, cfg.tokens == 0);
   ops::moe_gemm_fp8_width(cfg, g.tuning, n, swiglu);
+  cfg.persistent = ops::moe_gemm_persistent(g.tuning, cfg.tokens == 0,
+                                            ops::moe_pairs_pay(rows / experts, n, k, cfg.bn));
   const ops::MoeGemmTuning tuning = g.tuning;
 
   BenchCase c;
@@ -538,8 +542,9 @@ void add_moe_benches(std::vector<BenchEntry>& out) {
        ".. 8), layout "
        "(contiguous|masked: [experts, tokens, k] with device counts, the CUDA-graph "
        "decode form; default contiguous), persistent (1: the 128-row tile kernel's "
-       "persistent form forced, min(items, SMs) blocks; the library's choice on the "
-       "tile path), pair (1: that form in clusters of two blocks sharing a's rows), bn "
+       "persistent form forced, min(items, SMs) blocks, no pairs; the library's choice on "
+       "the tile path, in pairs where ops::moe_pairs_pay), pair (1: that form in clusters "
+       "of two blocks sharing a's rows, forced), bn "
        "(128|256: the tile kernel's width; default the selection's)"});
   out.push_back({"moe_forward",
                  {"experts", "top_k", "tokens", "hidden", "inter"},
@@ -558,8 +563,9 @@ void add_moe_benches(std::vector<BenchEntry>& out) {
        "default even), swiglu (0|1: b is w13 with n = 2 I, I a multiple of 64; default "
        "0), path (auto|decode|sm90: sm90 forces the 128-row tiles, one block per item; "
        "default auto), split (the decode kernel's K split, 1 .. 8), persistent (1: the "
-       "tile kernel's persistent form forced; the library's choice on the tile path), pair (1: "
-       "that form in clusters of two blocks sharing a's rows), bn (128|256: "
+       "tile kernel's persistent form forced, no pairs; the library's choice on the tile path, "
+       "in pairs where ops::moe_pairs_pay), pair (1: that form in clusters of two blocks "
+       "sharing a's rows, forced), bn (128|256: "
        "the tile kernel's width; 256 needs I a multiple of 128 with swiglu)"});
 }
 

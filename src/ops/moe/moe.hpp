@@ -122,10 +122,16 @@ struct MoeGemmTuning {
   int bn = 0;
 };
 
+// Whether the persistent tile kernel's pairs are the default for a call: each expert's rows fit
+// one 128-row tile on average (avg_rows <= 128, so every column tile of an expert re-reads the
+// same rows of a, which a pair loads once for two), K is a weight stream's (k >= 4096), and there
+// are two column tiles bn wide (n: b's rows an expert) to pair.
+bool moe_pairs_pay(int64_t avg_rows, int64_t n, int64_t k, int bn);
+
 // MoeGemmConfig::persistent (MoeGemmFp8Config's too) of a call: 2 when the tuning asks for pairs,
 // 1 when it asks for the persistent form, or on the tile path (tiles), SwiGLU or not, unless the
-// tuning forces kTiles.
-int moe_gemm_persistent(const MoeGemmTuning& t, bool tiles);
+// tuning forces kTiles: 2 there where pairs pay (moe_pairs_pay), else 1.
+int moe_gemm_persistent(const MoeGemmTuning& t, bool tiles, bool pairs_pay = false);
 
 // decode_rows of a call under a tuning: moe_decode_rows, or what the tuning forces (the host's
 // bound on an expert's rows, capped at the widest tile, for the decode kernel; 0 for the tile

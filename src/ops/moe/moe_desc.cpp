@@ -461,17 +461,20 @@ OpDef moe_grouped_gemm_op_def() {
     hopper.max_smem_optin = kHopperSmemOptin;
     hopper.tma_ok = true;
     const int64_t experts = def.const_axis("experts");
-    for (int64_t avg : {1, 512}) {
-      const MoeGemmConfig c =
-          select_moe_gemm(def.tensor_dtype("a"), def.tensor_dtype("out"), avg * experts, avg,
-                          def.const_axis("n"), def.const_axis("k"), experts, hopper);
+    // Decode, one row tile an expert (where the pairs may pay) and several.
+    for (int64_t avg : {1, 128, 512}) {
+      const int64_t n = def.const_axis("n"), k = def.const_axis("k");
+      const MoeGemmConfig c = select_moe_gemm(def.tensor_dtype("a"), def.tensor_dtype("out"),
+                                              avg * experts, avg, n, k, experts, hopper);
       SetArgs a = types;
       a["path"] = gemm_path_name(c.path);
       if (c.path == GemmPath::kSm90) {
         a["bn"] = std::to_string(c.bn);
         a["stages"] = std::to_string(c.stages);
         // The call's form of the tile kernel (the definitions are the plain GEMM's: no SwiGLU).
-        if (moe_gemm_persistent({}, true) != 0) a["persistent"] = "1";
+        const int form = moe_gemm_persistent({}, true, moe_pairs_pay(avg, n, k, c.bn));
+        if (form != 0) a["persistent"] = "1";
+        if (form == 2) a["pair"] = "1";
       }
       out.push_back(std::move(a));
     }
@@ -643,6 +646,11 @@ OpDef moe_grouped_gemm_fp8_op_def() {
     for (const char* bn : {"128", "256"}) {
       out.push_back({{"out_dtype", od}, {"bn", bn}});
       if (moe_gemm_persistent({}, true) != 0) out.back()["persistent"] = "1";
+    }
+    // One row tile an expert (128 rows: the 128-wide tile, moe_fp8_wide_tile) where pairs pay.
+    if (moe_gemm_persistent(
+            {}, true, moe_pairs_pay(128, def.const_axis("n"), def.const_axis("k"), 128)) == 2) {
+      out.push_back({{"out_dtype", od}, {"bn", "128"}, {"persistent", "1"}, {"pair", "1"}});
     }
     out = with_staged_out(std::move(out));
     for (const std::string& tokens : decode_tiles(def, axes)) {

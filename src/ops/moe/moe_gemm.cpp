@@ -213,7 +213,8 @@ bool run_grouped(const GroupedOperands& g, void* stream, const MoeGemmTuning& tu
   if (g.swiglu && cfg.path == GemmPath::kSimt) return false;
   moe_gemm_width(cfg, tuning);
   cfg.swiglu = g.swiglu ? 1 : 0;
-  cfg.persistent = moe_gemm_persistent(tuning, cfg.path == GemmPath::kSm90);
+  cfg.persistent = moe_gemm_persistent(tuning, cfg.path == GemmPath::kSm90,
+                                       moe_pairs_pay(avg_rows, g.n, g.k, cfg.bn));
   cfg.tma_out =
       cfg.path == GemmPath::kSm90 && moe_tma_out(g.out, target, cfg.bn, cfg.stages) ? 1 : 0;
   const jit::LoadedKernel& kern = jit::JitCore::global().kernel_for(
@@ -340,8 +341,10 @@ bool run_grouped_fp8(const GroupedOperands& g, const GroupedScales& s, void* str
   MoeGemmFp8Config cfg = select_moe_gemm_fp8(g.out.dtype, g.rows, g.n, g.k, g.experts, g.swiglu,
                                              target, call_decode_rows(g, tuning));
   check_forced("moe_grouped_gemm_fp8", tuning, cfg.tokens != 0, cfg.tokens == 0);
-  cfg.persistent = moe_gemm_persistent(tuning, cfg.tokens == 0);
   moe_gemm_fp8_width(cfg, tuning, g.n, g.swiglu);
+  const int64_t avg_rows = g.masked ? g.rows_per_expert : g.rows / std::max<int64_t>(g.experts, 1);
+  cfg.persistent =
+      moe_gemm_persistent(tuning, cfg.tokens == 0, moe_pairs_pay(avg_rows, g.n, g.k, cfg.bn));
   cfg.tma_out = cfg.tokens == 0 && moe_tma_out(g.out, target, cfg.bn, cfg.stages) ? 1 : 0;
   const jit::LoadedKernel& kern = jit::JitCore::global().kernel_for(
       "moe_grouped_gemm_fp8", cfg, g.a.device, [&] { return moe_gemm_fp8_spec(cfg); });
@@ -411,14 +414,24 @@ void moe_gemm_fp8_width(MoeGemmFp8Config& c, const MoeGemmTuning& t, int64_t n, 
   c.stages = sm90_default_stages(256);
 }
 
-int moe_gemm_persistent(const MoeGemmTuning& t, bool tiles) {
+bool moe_pairs_pay(int64_t avg_rows, int64_t n, int64_t k, int bn) {
+  // Measured on an H100 (2026-12-07, cupti read, checked, one binary): DeepSeek-V3's gate_up at
+  // 4096 tokens (128 rows an expert, k 7168) bf16 5729.7 -> 5455.4 us (1.05x), fp8 3076.4 ->
+  // 2913.0 (1.06x); where experts have several row tiles or K is short the pairs lost:
+  // Qwen3-30B-A3B (256 rows, k 2048) bf16 362.5 -> 427.8, fp8 226.5 -> 239.5, Mixtral (1024 rows, k
+  // 4096) 2631.0 -> 2776.9.
+  return avg_rows <= 128 && k >= 4096 && n >= 2 * int64_t{bn};
+}
+
+int moe_gemm_persistent(const MoeGemmTuning& t, bool tiles, bool pairs_pay) {
   if (t.pair) return 2;  // check_moe_forced: the path is the tile kernel's then
   if (t.persistent) return 1;
   // The persistent form by default on the tile path: on the H200 it ran Qwen3-30B-A3B's gate_up
   // at 4096 tokens at 516 TFLOP/s (one block per item: 450), DeepSeek-V3's at 337 (320),
   // Mixtral's at 651 (632), skewed Qwen3 at 467 (448); fp8, Qwen3's at 734 (601). With
   // silu_and_mul in the epilogue (an H100, 2026-12-05): bf16 482 TFLOP/s (429), fp8 802 (675).
-  return tiles && t.force != MoeGemmForce::kTiles ? 1 : 0;
+  if (!tiles || t.force == MoeGemmForce::kTiles) return 0;
+  return pairs_pay ? 2 : 1;
 }
 
 int64_t moe_tuned_decode_rows(const MoeGemmTuning& t, bool masked, int64_t rows,
