@@ -245,6 +245,31 @@ TEST_CASE("moe persistent: pairs where experts have one row tile over a long K",
   CHECK_FALSE(ops::moe_pairs_pay(1024, 28672, 4096, 256));
   CHECK_FALSE(ops::moe_pairs_pay(128, 256, 7168, 256));
   CHECK(ops::moe_pairs_pay(128, 512, 7168, 256));
+  // As a call tunes its selection (moe_gemm_tune: the width first, then the form).
+  ops::MoeGemmConfig ds =
+      ops::select_moe_gemm(DType::kBF16, DType::kBF16, 32768, 128, 4096, 7168, 256, h200());
+  REQUIRE(ds.path == GemmPath::kSm90);
+  ops::MoeGemmConfig forced_single = ds;
+  ops::moe_gemm_tune(ds, {}, 128, 4096, 7168);
+  CHECK(ds.persistent == 2);
+  ops::MoeGemmTuning single;
+  single.persistent = true;
+  ops::moe_gemm_tune(forced_single, single, 128, 4096, 7168);
+  CHECK(forced_single.persistent == 1);
+  ops::MoeGemmConfig qw =
+      ops::select_moe_gemm(DType::kBF16, DType::kBF16, 16384, 128, 1536, 2048, 128, h200());
+  ops::moe_gemm_tune(qw, {}, 128, 1536, 2048);
+  CHECK(qw.persistent == 1);
+  ops::MoeGemmFp8Config f8 =
+      ops::select_moe_gemm_fp8(DType::kBF16, 32768, 4096, 7168, 256, false, h200());
+  REQUIRE(f8.tokens == 0);
+  ops::moe_gemm_fp8_tune(f8, {}, 128, 4096, 7168, false);
+  CHECK(f8.persistent == 2);
+  ops::MoeGemmTuning wide;
+  wide.bn = 256;
+  ops::moe_gemm_fp8_tune(f8, wide, 128, 4096, 7168, false);
+  CHECK(f8.bn == 256);
+  CHECK(f8.persistent == 2);
 }
 
 // What kjit_precompile_file warms for a grouped GEMM definition holds the spec a large call runs

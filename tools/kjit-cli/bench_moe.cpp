@@ -172,11 +172,7 @@ int bench_moe_grouped_gemm(const ops::SetArgs& args, const BenchOptions& opts) {
         "moe_grouped_gemm: swiglu runs on the sm90 path only (sm_90a, k * 2 bytes "
         "a multiple of 16)");
   }
-  ops::moe_gemm_width(cfg, g.tuning);
-  // As run_grouped: the width first, then the form (pairs by default where they pay).
-  cfg.persistent = ops::moe_gemm_persistent(
-      g.tuning, cfg.path == ops::GemmPath::kSm90,
-      ops::moe_pairs_pay(masked ? max_rows : rows / experts, n, k, cfg.bn));
+  ops::moe_gemm_tune(cfg, g.tuning, masked ? max_rows : rows / experts, n, k);
 
   BenchCase c;
   c.op = "moe_grouped_gemm";
@@ -459,9 +455,7 @@ int bench_moe_grouped_gemm_fp8(const ops::SetArgs& args, const BenchOptions& opt
   ops::MoeGemmFp8Config cfg =
       ops::select_moe_gemm_fp8(ops::DType::kBF16, rows, n, k, experts, swiglu,
                                ops::gemm_target(0, k % 16 == 0), bench_decode_rows(g));
-  ops::moe_gemm_fp8_width(cfg, g.tuning, n, swiglu);
-  cfg.persistent = ops::moe_gemm_persistent(g.tuning, cfg.tokens == 0,
-                                            ops::moe_pairs_pay(rows / experts, n, k, cfg.bn));
+  ops::moe_gemm_fp8_tune(cfg, g.tuning, rows / experts, n, k, swiglu);
   const ops::MoeGemmTuning tuning = g.tuning;
 
   BenchCase c;

@@ -169,6 +169,10 @@ inline bool moe_fp8_wide_tile(int64_t avg_rows) {
 // Applies MoeGemmTuning::bn to a selected bf16 / fp16 config: 128 with 6 stages or 256 with 4 on
 // the tile path. Throws KJIT_ERROR_INVALID_ARGUMENT for another width or on another path.
 void moe_gemm_width(MoeGemmConfig& c, const MoeGemmTuning& t);
+// A selected config as a call runs it: moe_gemm_width, then the form (moe_gemm_persistent, pairs
+// where moe_pairs_pay at avg_rows rows an expert). The entry points and the bench share it.
+void moe_gemm_tune(MoeGemmConfig& c, const MoeGemmTuning& t, int64_t avg_rows, int64_t n,
+                   int64_t k);
 
 // kjit_moe_grouped_gemm: a [rows, k], b [experts, n, k], expert_offsets [experts + 1] int32.
 void moe_grouped_gemm(const DLTensor* a, const DLTensor* b, const DLTensor* expert_offsets,
@@ -204,6 +208,9 @@ struct MoeGemmFp8Config {
 // bn 256 with 4 stages on the tile path. Throws KJIT_ERROR_INVALID_ARGUMENT for a width other than
 // 128 or 256, on the decode path, or with SwiGLU where I is not a multiple of 128.
 void moe_gemm_fp8_width(MoeGemmFp8Config& c, const MoeGemmTuning& t, int64_t n, bool swiglu);
+// moe_gemm_tune's fp8 form (moe_gemm_fp8_width, then the form).
+void moe_gemm_fp8_tune(MoeGemmFp8Config& c, const MoeGemmTuning& t, int64_t avg_rows, int64_t n,
+                       int64_t k, bool swiglu);
 
 // Support and dispatch in one place: the wgmma kernel on a compute capability 9.0 device with
 // TMA-ready e4m3 a and b (target.tma_ok: 16-byte aligned bases and row strides, k > 0 a multiple

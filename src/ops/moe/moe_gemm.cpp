@@ -211,10 +211,8 @@ bool run_grouped(const GroupedOperands& g, void* stream, const MoeGemmTuning& tu
   check_forced("moe_grouped_gemm", tuning, cfg.path == GemmPath::kSm90Decode,
                cfg.path == GemmPath::kSm90);
   if (g.swiglu && cfg.path == GemmPath::kSimt) return false;
-  moe_gemm_width(cfg, tuning);
+  moe_gemm_tune(cfg, tuning, avg_rows, g.n, g.k);
   cfg.swiglu = g.swiglu ? 1 : 0;
-  cfg.persistent = moe_gemm_persistent(tuning, cfg.path == GemmPath::kSm90,
-                                       moe_pairs_pay(avg_rows, g.n, g.k, cfg.bn));
   cfg.tma_out =
       cfg.path == GemmPath::kSm90 && moe_tma_out(g.out, target, cfg.bn, cfg.stages) ? 1 : 0;
   const jit::LoadedKernel& kern = jit::JitCore::global().kernel_for(
@@ -341,10 +339,9 @@ bool run_grouped_fp8(const GroupedOperands& g, const GroupedScales& s, void* str
   MoeGemmFp8Config cfg = select_moe_gemm_fp8(g.out.dtype, g.rows, g.n, g.k, g.experts, g.swiglu,
                                              target, call_decode_rows(g, tuning));
   check_forced("moe_grouped_gemm_fp8", tuning, cfg.tokens != 0, cfg.tokens == 0);
-  moe_gemm_fp8_width(cfg, tuning, g.n, g.swiglu);
-  const int64_t avg_rows = g.masked ? g.rows_per_expert : g.rows / std::max<int64_t>(g.experts, 1);
-  cfg.persistent =
-      moe_gemm_persistent(tuning, cfg.tokens == 0, moe_pairs_pay(avg_rows, g.n, g.k, cfg.bn));
+  moe_gemm_fp8_tune(cfg, tuning,
+                    g.masked ? g.rows_per_expert : g.rows / std::max<int64_t>(g.experts, 1), g.n,
+                    g.k, g.swiglu);
   cfg.tma_out = cfg.tokens == 0 && moe_tma_out(g.out, target, cfg.bn, cfg.stages) ? 1 : 0;
   const jit::LoadedKernel& kern = jit::JitCore::global().kernel_for(
       "moe_grouped_gemm_fp8", cfg, g.a.device, [&] { return moe_gemm_fp8_spec(cfg); });
@@ -412,6 +409,19 @@ void moe_gemm_fp8_width(MoeGemmFp8Config& c, const MoeGemmTuning& t, int64_t n, 
   }
   c.bn = 256;
   c.stages = sm90_default_stages(256);
+}
+
+void moe_gemm_tune(MoeGemmConfig& c, const MoeGemmTuning& t, int64_t avg_rows, int64_t n,
+                   int64_t k) {
+  moe_gemm_width(c, t);
+  c.persistent =
+      moe_gemm_persistent(t, c.path == GemmPath::kSm90, moe_pairs_pay(avg_rows, n, k, c.bn));
+}
+
+void moe_gemm_fp8_tune(MoeGemmFp8Config& c, const MoeGemmTuning& t, int64_t avg_rows, int64_t n,
+                       int64_t k, bool swiglu) {
+  moe_gemm_fp8_width(c, t, n, swiglu);
+  c.persistent = moe_gemm_persistent(t, c.tokens == 0, moe_pairs_pay(avg_rows, n, k, c.bn));
 }
 
 bool moe_pairs_pay(int64_t avg_rows, int64_t n, int64_t k, int bn) {
