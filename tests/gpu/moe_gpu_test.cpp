@@ -1304,7 +1304,7 @@ TEST_CASE("moe gpu: the default takes pairs where experts have one row tile over
   GroupedCase c;
   c.counts = uneven_counts(12, 1100, rng);
   c.counts[3] = 0;
-  c.n = 5 * 128 + 8;
+  c.n = 4 * 128 + 8;  // five column tiles: the last pair's second block past n
   c.k = 4096 + 72;
   c.spare_rows = 3;
   REQUIRE(ops::moe_pairs_pay(1100 / 12, c.n, c.k, 128));
