@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -22,6 +23,7 @@
 #include "ops/pdl.hpp"
 #include "ops/registry.hpp"
 #include "support/gpu.hpp"
+#include "support/parallel_rows.hpp"
 
 namespace kjit::cli {
 
@@ -40,7 +42,25 @@ struct Check {
     max_rel = std::max(max_rel, err / std::max(std::fabs(want), 1e-3));
   }
   bool pass() const { return bad == 0; }
+  // Another check's counts and largest errors folded in (one check a worker thread).
+  void merge(const Check& o) {
+    bad += o.bad;
+    max_abs = std::max(max_abs, o.max_abs);
+    max_rel = std::max(max_rel, o.max_rel);
+  }
 };
+
+// f(row, check) for each row in [0, rows) on every core (test::parallel_rows), each worker
+// adding to its own Check, merged after: the fp64 references of the large rows (65536 tokens of
+// rope + append: ~85 s on one core) in device-time terms. f must touch only its row's state.
+template <class F>
+Check check_rows(int64_t rows, F f) {
+  std::vector<Check> checks(static_cast<size_t>(test::reference_workers()));
+  test::parallel_rows(rows, [&](int64_t r, int w) { f(r, checks[static_cast<size_t>(w)]); });
+  Check all;
+  for (const Check& c : checks) all.merge(c);
+  return all;
+}
 
 // What one op's bench hands to the shared part: how to launch it, what it moves, and how to
 // describe it.
