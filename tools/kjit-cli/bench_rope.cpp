@@ -144,10 +144,9 @@ int bench_rope(const ops::SetArgs& args, const BenchOptions& opts) {
   // two inputs (the kernel's angle error); the copied dims beyond rot are exact.
   const double u = ref::unit_roundoff(dtype);
   const std::vector<double> inv_freq = ref::rope_inv_freq(static_cast<int>(rot), scale, theta);
-  std::vector<double> cs(static_cast<size_t>(rot / 2)), sn(cs.size());
-  std::vector<double> x(static_cast<size_t>(D)), y(x.size());
-  Check chk;
-  for (int64_t t = 0; opts.check && t < tokens; ++t) {
+  const Check all = check_rows(opts.check ? tokens : 0, [&](int64_t t, Check& chk) {
+    std::vector<double> cs(static_cast<size_t>(rot / 2)), sn(cs.size());
+    std::vector<double> x(static_cast<size_t>(D)), y(x.size());
     for (size_t i = 0; i < cs.size(); ++i) {
       const double a = static_cast<double>(pos[static_cast<size_t>(t)]) * inv_freq[i];
       cs[i] = std::cos(a);
@@ -172,8 +171,8 @@ int bench_rope(const ops::SetArgs& args, const BenchOptions& opts) {
         }
       }
     }
-  }
-  return report(c, chk, first_ms, opts);
+  });
+  return report(c, all, first_ms, opts);
 }
 
 }  // namespace
