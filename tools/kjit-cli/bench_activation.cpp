@@ -77,9 +77,8 @@ int bench_act_and_mul(const ops::SetArgs& args, const BenchOptions& opts) {
   c.copy_bytes = 3 * n * es / 2;
 
   const double first_ms = first_call_ms(c);
-  Check chk;
   if (opts.check) y.download(yh.data(), yh.size());
-  for (int64_t r = 0; opts.check && r < rows; ++r) {
+  const Check all = check_rows(opts.check ? rows : 0, [&](int64_t r, Check& chk) {
     for (int64_t i = 0; i < d; ++i) {
       const size_t g_at = static_cast<size_t>(r * 2 * d + i);
       const double gate = ref::load_elem(xh.data(), g_at, dtype);
@@ -88,8 +87,8 @@ int bench_act_and_mul(const ops::SetArgs& args, const BenchOptions& opts) {
       chk.add(ref::load_elem(yh.data(), static_cast<size_t>(r * d + i), dtype), want,
               ref::act_and_mul_tolerance(dtype, want, gate, up));
     }
-  }
-  return report(c, chk, first_ms, opts);
+  });
+  return report(c, all, first_ms, opts);
 }
 
 }  // namespace

@@ -76,8 +76,7 @@ int bench_embedding(const ops::SetArgs& args, const BenchOptions& opts) {
   const double first_ms = first_call_ms(c);
   std::vector<unsigned char> got(opts.check ? out.host.size() : 0);
   if (opts.check) out.dev->download(got.data(), got.size());
-  Check chk;
-  for (int64_t t = 0; opts.check && t < tokens; ++t) {
+  const Check all = check_rows(opts.check ? tokens : 0, [&](int64_t t, Check& chk) {
     const unsigned char* row = got.data() + out_at + static_cast<size_t>(t) * row_bytes;
     const unsigned char* want =
         in.host.data() + table_at + static_cast<size_t>(ids[static_cast<size_t>(t)]) * row_bytes;
@@ -85,8 +84,8 @@ int bench_embedding(const ops::SetArgs& args, const BenchOptions& opts) {
       chk.add(ref::load_elem(row, static_cast<size_t>(h), dtype),
               ref::load_elem(want, static_cast<size_t>(h), dtype), 0.0);
     }
-  }
-  return report(c, chk, first_ms, opts);
+  });
+  return report(c, all, first_ms, opts);
 }
 
 }  // namespace
