@@ -1,12 +1,13 @@
 // The GPU-free rules of `kjit-cli bench` (tools/kjit-cli/bench_stats.*) on synthetic input:
 // statistics, the noise stopping decision, throttle classification, CUPTI record splitting, CSV
 // rows, --backends / --flush / --timer parsing, repro command lines, the bound on launches
-// queued behind the blocking kernel, and suite files (bench_suite.*); and the harness's own
-// kernels compile.
+// queued behind the blocking kernel, suite files (bench_suite.*) and the checks' row split over
+// the cores (check_rows); and the harness's own kernels compile.
 #include <catch2/catch.hpp>
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_harness.hpp"
 #include "bench_kernels.hpp"
 #include "bench_stats.hpp"
 #include "bench_suite.hpp"
@@ -471,4 +473,25 @@ TEST_CASE("bench suite: --suite finds NAME.jsonl in its folders, or a file", "[b
   CHECK(find_suite((b / "norm.jsonl").string(), {}) == (b / "norm.jsonl").string());
   CHECK_THROWS_WITH(find_suite("rope", dirs), Catch::Contains("suites: norm, smoke"));
   CHECK_THROWS_WITH(find_suite("x/rope.jsonl", dirs), Catch::Contains("no such file"));
+}
+
+// check_rows: each worker's Check merged, every row visited once, whatever the worker count.
+TEST_CASE("bench: check_rows merges every row's check across the workers", "[bench]") {
+  const int64_t rows = 1003;
+  std::vector<int> seen(static_cast<size_t>(rows), 0);
+  const kjit::cli::Check all = kjit::cli::check_rows(rows, [&](int64_t r, kjit::cli::Check& chk) {
+    ++seen[static_cast<size_t>(r)];
+    // Row r: one exact element, and one off by r / 1000 against a tolerance of 0.5 (rows 501 ..
+    // 1002 fail), row 7 a NaN.
+    chk.add(1.0, 1.0, 0.0);
+    chk.add(r == 7 ? NAN : 2.0 + static_cast<double>(r) / 1000.0, 2.0, 0.5);
+  });
+  CHECK(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
+  CHECK(all.bad == (rows - 501) + 1);
+  CHECK(std::isinf(all.max_abs));
+  CHECK_FALSE(all.pass());
+  const kjit::cli::Check none =
+      kjit::cli::check_rows(0, [](int64_t, kjit::cli::Check& chk) { chk.add(0.0, 1.0, 0.0); });
+  CHECK(none.pass());
+  CHECK(none.max_abs == 0.0);
 }
