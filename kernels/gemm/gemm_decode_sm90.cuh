@@ -105,18 +105,37 @@ KJIT_DEVICE KJIT_FORCEINLINE void decode_produce(const GemmParams& p, unsigned c
   }
 }
 
-// Where consumer thread t keeps output (row n of the tile, token m) in its registers
-// (common/wgmma.cuh's layout with rows read as n and columns as m): its partial-sum slot
-// i * 256 + t in `parts`.
-KJIT_DEVICE KJIT_FORCEINLINE int part_slot(int n, int m) {
-  const int r = n % 16;  // 8 (i / 2 % 2) + lane / 4
-  const int t = (n / 16) * 32 + 4 * (r % 8) + (m % 8) / 2;
-  const int i = 4 * (m / 8) + 2 * (r / 8) + m % 2;
-  return i * kDecodeConsumerThreads + t;
+// The split's partial sums in shared memory (the drained ring): token m's sums for the tile's
+// rows n at parts[m * kPartStride + n], so the reduction reads a token's rows as float4 runs and
+// its warps' stores to out follow n. The 4-float pad makes the consumers' writes, 8 rows n x 4
+// tokens m two apart per warp and register, fall in 32 different banks.
+constexpr int kPartStride = kGemmDecodeRows + 4;
+
+template <int TOKENS>
+constexpr u32 decode_parts_bytes() {
+  return static_cast<u32>(TOKENS * kPartStride * 4);
 }
 
-// The cluster's partials (each block's `parts`), mapped once, and the sum of one slot over them:
-// the loads are unrolled so they are in flight together rather than one remote latency each.
+// Consumer thread t's accumulators (common/wgmma.cuh's layout, rows read as n and columns as m:
+// register i holds row 16 (t / 32) + t % 32 / 4 + 8 (i / 2 % 2), token 8 (i / 4) + 2 (t % 4) +
+// i % 2) into `parts`, the tokens below `tokens` only.
+template <int TOKENS>
+KJIT_DEVICE KJIT_FORCEINLINE void store_parts(float* parts, const float (&acc)[TOKENS / 2],
+                                              int tokens) {
+  const int t = static_cast<int>(threadIdx.x);
+  const int n = 16 * (t / 32) + (t % 32) / 4;
+  const int m = 2 * (t % 4);
+#pragma unroll
+  for (int i = 0; i < TOKENS / 2; ++i) {
+    if (8 * (i / 4) < tokens) {
+      parts[(m + 8 * (i / 4) + i % 2) * kPartStride + n + 8 * (i / 2 % 2)] = acc[i];
+    }
+  }
+}
+
+// The cluster's partials (each block's `parts`), mapped once, and the sum of four adjacent
+// floats (16-byte aligned) over them: the loads are unrolled so they are in flight together
+// rather than one remote latency each.
 struct ClusterParts {
   const float* src[kGemmDecodeMaxSplit];
 };
@@ -126,13 +145,55 @@ KJIT_DEVICE KJIT_FORCEINLINE ClusterParts map_cluster_parts(const float* parts, 
   for (u32 q = 0; q < kGemmDecodeMaxSplit; ++q) c.src[q] = cluster_map(parts, q < split ? q : 0);
   return c;
 }
-KJIT_DEVICE KJIT_FORCEINLINE float cluster_part_sum(const ClusterParts& c, u32 split, int slot) {
-  float acc = 0.0f;
+KJIT_DEVICE KJIT_FORCEINLINE float4 cluster_part_sum4(const ClusterParts& c, u32 split, int at) {
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
   for (u32 q = 0; q < kGemmDecodeMaxSplit; ++q) {
-    if (q < split) acc += c.src[q][slot];
+    if (q < split) {
+      const float4 v = *reinterpret_cast<const float4*>(c.src[q] + at);
+      acc.x += v.x;
+      acc.y += v.y;
+      acc.z += v.z;
+      acc.w += v.w;
+    }
   }
   return acc;
+}
+
+// The reduction's work, items of four adjacent partial sums: block `rank` of the cluster takes
+// the tokens m % split == rank (of m_total) and each of their kRuns runs of four floats (run j at
+// 4 j into a token's row, and with kSecond > 0 also the run kSecond floats further on: SwiGLU's
+// up rows beside its gate rows). Each thread sums kUnroll items over the cluster before it hands
+// them to write(m, j, sums) (sums[0], and sums[1] for kSecond), so several items' remote loads
+// are in flight at once. A warp's items are one token's adjacent runs: its loads and the writes
+// that follow them are contiguous.
+template <int kRuns, int kSecond, typename Write>
+KJIT_DEVICE KJIT_FORCEINLINE void reduce_parts(const float* parts, u32 rank, u32 split, int m_total,
+                                               Write write) {
+  constexpr int kSets = kSecond > 0 ? 2 : 1;
+  // 16 floats of sums in flight a thread: more spilled the fp8 SwiGLU consumer under its 96
+  // registers.
+  constexpr int kUnroll = 4 / kSets;
+  const ClusterParts src = map_cluster_parts(parts, split);
+  const int r = static_cast<int>(rank), sp = static_cast<int>(split);
+  const int items = (m_total > r ? (m_total - r + sp - 1) / sp : 0) * kRuns;
+  for (int f0 = static_cast<int>(threadIdx.x); f0 < items; f0 += kDecodeConsumerThreads * kUnroll) {
+    float4 sum[kUnroll][kSets];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int f = f0 + u * kDecodeConsumerThreads;
+      const int at = (r + (f / kRuns) * sp) * kPartStride + 4 * (f % kRuns);
+#pragma unroll
+      for (int q = 0; q < kSets; ++q) {
+        if (f < items) sum[u][q] = cluster_part_sum4(src, split, at + q * kSecond);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int f = f0 + u * kDecodeConsumerThreads;
+      if (f < items) write(r + (f / kRuns) * sp, f % kRuns, sum[u]);
+    }
+  }
 }
 
 // Block `rank` of the cluster writes the tokens m % split == rank: each output summed over the
@@ -141,18 +202,18 @@ KJIT_DEVICE KJIT_FORCEINLINE float cluster_part_sum(const ClusterParts& c, u32 s
 template <typename IN, typename OUT, typename OutScale>
 KJIT_DEVICE KJIT_FORCEINLINE void decode_write(const GemmParams& p, int n_tile, u32 rank, u32 split,
                                                const float* parts, OutScale out_scale) {
-  const ClusterParts src = map_cluster_parts(parts, split);
-  const int m_count = p.m > rank ? static_cast<int>((p.m - rank + split - 1) / split) : 0;
-  for (int f = static_cast<int>(threadIdx.x); f < m_count * kGemmDecodeRows;
-       f += kDecodeConsumerThreads) {
-    const int nr = f % kGemmDecodeRows;
-    const i64 n = i64(n_tile) * kGemmDecodeRows + nr;
-    if (n >= p.n) continue;
-    const int m = static_cast<int>(rank) + (f / kGemmDecodeRows) * static_cast<int>(split);
-    const float acc = cluster_part_sum(src, split, part_slot(nr, m));
-    OUT* o = static_cast<OUT*>(p.out) + m * p.out_stride + n;
-    *o = from_float<OUT>(output_value(p, out_scale(m, n) * acc, o, bias_at<IN>(p, n)));
-  }
+  reduce_parts<kGemmDecodeRows / 4, 0>(
+      parts, rank, split, static_cast<int>(p.m), [&](int m, int j, const float4(&s)[1]) {
+        const float v[4] = {s[0].x, s[0].y, s[0].z, s[0].w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const i64 n = i64(n_tile) * kGemmDecodeRows + 4 * j + e;
+          if (n < p.n) {
+            OUT* o = static_cast<OUT*>(p.out) + m * p.out_stride + n;
+            *o = from_float<OUT>(output_value(p, out_scale(m, n) * v[e], o, bias_at<IN>(p, n)));
+          }
+        }
+      });
 }
 
 // One block of a decode kernel: the ring, the producer, the split's partial sums and the write,
@@ -171,7 +232,7 @@ KJIT_DEVICE KJIT_FORCEINLINE void decode_block(const GemmParams& p, int k_blocks
   static_assert(TOKENS == 16 || TOKENS == 32 || TOKENS == 64 || TOKENS == 128,
                 "TOKENS is a wgmma width kjit instantiates");
   constexpr u32 kStageBytes = decode_stage_bytes<TOKENS>();
-  static_assert(TOKENS / 2 * kDecodeConsumerThreads * 4 <= STAGES * kStageBytes,
+  static_assert(decode_parts_bytes<TOKENS>() <= STAGES * kStageBytes,
                 "the partial accumulators reuse the ring");
   extern __shared__ unsigned char smem_raw[];
   unsigned char* tiles = smem_raw + ((1024 - (hopper::smem_addr(smem_raw) & 1023)) & 1023);
@@ -198,10 +259,7 @@ KJIT_DEVICE KJIT_FORCEINLINE void decode_block(const GemmParams& p, int k_blocks
     // Both warpgroups' MMAs are done with the ring (and every TMA write landed: each stage was
     // waited for) before it holds the partial sums.
     consumers_sync();
-#pragma unroll
-    for (int i = 0; i < TOKENS / 2; ++i) {
-      if (8 * (i / 4) < p.m) parts[i * kDecodeConsumerThreads + threadIdx.x] = acc[i];
-    }
+    store_parts<TOKENS>(parts, acc, static_cast<int>(p.m));
   } else if (threadIdx.x == kDecodeConsumerThreads) {
     decode_produce<TOKENS, STAGES>(p, tiles, full, empty, kb_begin, kb_end,
                                    n_tile * kGemmDecodeRows);

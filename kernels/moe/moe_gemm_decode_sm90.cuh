@@ -41,25 +41,26 @@ namespace moe {
 
 // The SWIGLU write of block `rank`: the tokens m % split == rank of output columns n_tile * 64 ..
 // + 63 (masked at I = v.n / 2 and v.m tokens), gate (tile row c) and up (tile row 64 + c) summed
-// over the cluster's partials; a warp's threads on adjacent columns.
+// over the cluster's partials (gemm_decode_sm90.cuh's reduce_parts, four columns an item); a
+// warp's threads on adjacent columns.
 template <typename OUT>
 KJIT_DEVICE KJIT_FORCEINLINE void write_swiglu_decode(const gemm::GemmParams& v, int n_tile,
                                                       u32 rank, u32 split, const float* parts) {
   constexpr int kCols = gemm::kGemmDecodeRows / 2;
-  const gemm::ClusterParts src = gemm::map_cluster_parts(parts, split);
   const i64 inter = v.n / 2;
-  const int m_count = v.m > rank ? static_cast<int>((v.m - rank + split - 1) / split) : 0;
-  for (int f = static_cast<int>(threadIdx.x); f < m_count * kCols;
-       f += gemm::kDecodeConsumerThreads) {
-    const int c = f % kCols;
-    const i64 col = i64(n_tile) * kCols + c;
-    if (col >= inter) continue;
-    const int m = static_cast<int>(rank) + (f / kCols) * static_cast<int>(split);
-    const float gate = gemm::cluster_part_sum(src, split, gemm::part_slot(c, m));
-    const float up = gemm::cluster_part_sum(src, split, gemm::part_slot(kCols + c, m));
-    static_cast<OUT*>(v.out)[m * v.out_stride + col] =
-        from_float<OUT>(activation::Silu::apply(gate) * up);
-  }
+  gemm::reduce_parts<kCols / 4, kCols>(
+      parts, rank, split, static_cast<int>(v.m), [&](int m, int j, const float4(&s)[2]) {
+        const float gate[4] = {s[0].x, s[0].y, s[0].z, s[0].w};
+        const float up[4] = {s[1].x, s[1].y, s[1].z, s[1].w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const i64 col = i64(n_tile) * kCols + 4 * j + e;
+          if (col < inter) {
+            static_cast<OUT*>(v.out)[m * v.out_stride + col] =
+                from_float<OUT>(activation::Silu::apply(gate[e]) * up[e]);
+          }
+        }
+      });
 }
 
 // The persistent clusters' loop (see the top of the file). ELEM: bytes of an element of a and b
@@ -73,7 +74,7 @@ KJIT_DEVICE KJIT_FORCEINLINE void moe_decode_blocks(const MoeGemmParams& p, int 
   using namespace gemm;
   static_assert(TOKENS == 16 || TOKENS == 32 || TOKENS == 64, "TOKENS is a decode token tile");
   constexpr u32 kStageBytes = decode_stage_bytes<TOKENS>();
-  static_assert(TOKENS / 2 * kDecodeConsumerThreads * 4 <= STAGES * kStageBytes,
+  static_assert(decode_parts_bytes<TOKENS>() <= STAGES * kStageBytes,
                 "the partial accumulators reuse the ring");
   extern __shared__ unsigned char smem_raw[];
   const Ring ring = ring_in<STAGES>(smem_raw, kStageBytes);  // the dense decode kernel's layout
@@ -106,10 +107,7 @@ KJIT_DEVICE KJIT_FORCEINLINE void moe_decode_blocks(const MoeGemmParams& p, int 
       // Both warpgroups' MMAs are done with the ring (and every TMA write of the item landed:
       // each stage was waited for) before it holds the partial sums.
       consumers_sync();
-#pragma unroll
-      for (int i = 0; i < TOKENS / 2; ++i) {
-        if (8 * (i / 4) < tokens) parts[i * kDecodeConsumerThreads + threadIdx.x] = acc[i];
-      }
+      store_parts<TOKENS>(parts, acc, tokens);
     } else if (threadIdx.x == kDecodeConsumerThreads) {
       // The previous item's partial sums (generic proxy, ordered by the barrier that ended it)
       // before this item's TMA writes.

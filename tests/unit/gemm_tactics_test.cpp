@@ -3,7 +3,8 @@
 // bucket, the heuristic's pick always first among the candidates (and the kernel it names being
 // the one the untuned call runs), and the choice rules over those names with a fake timer: a
 // blocklisted default falls back, a forced tactic that is not valid for the call is reported and
-// ignored. Also the options' tuning fields through the C ABI.
+// ignored. Also the options' tuning fields through the C ABI, and every decode-kernel spec of the
+// catalogs (the tactics' deep rings among them) compiled for sm_90a without spills.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -18,7 +19,9 @@
 #include "kjit/kjit.h"
 #include "ops/gemm/gemm.hpp"
 #include "ops/gemm/gemm_tactics.hpp"
+#include "gemm/gemm_fp8_params.h"
 #include "ops/precompile.hpp"
+#include "support/decode_catalog.hpp"
 #include "support/gpu.hpp"
 #include "support/temp_dir.hpp"
 #include "tune/autotuner.hpp"
@@ -516,4 +519,11 @@ TEST_CASE("gemm tactics: a record's tactic maps to the kernel its call runs", "[
   CHECK_THROWS_AS(
       ops::tactic_specs_for("gemm", ops::kGemmTacticSpace, bucket, "sm90_bn512_s4", {sm80, sm90a}),
       kjit::Error);
+}
+
+TEST_CASE("gemm decode: every catalog specialization compiles for sm_90a without spills",
+          "[gemm][compile]") {
+  test::check_decode_catalog("gemm", "path", "decode", [](int) { return 2; });
+  test::check_decode_catalog("gemm_fp8", "path", "decode",
+                             [](int t) { return gemm::gemm_fp8_decode_blocks_per_sm(t); });
 }

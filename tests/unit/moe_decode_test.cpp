@@ -11,15 +11,11 @@
 
 #include "gemm/gemm_params.h"
 #include "jit/arch.hpp"
-#include "jit/cubin_info.hpp"
-#include "jit/settings.hpp"
 #include "moe/moe_params.h"
 #include "ops/moe/moe.hpp"
 #include "ops/registry.hpp"
-#include "runtime/jit_core.hpp"
+#include "support/decode_catalog.hpp"
 #include "support/gemm_target.hpp"
-#include "support/sass_scan.hpp"
-#include "support/temp_dir.hpp"
 #include "util/error.hpp"
 
 using namespace kjit;
@@ -168,48 +164,9 @@ TEST_CASE("moe decode: warm-up sets follow the rows a workload gives", "[moe]") 
   }
 }
 
-namespace {
-
-using test::local_memory_ops;
-
-// Every catalog row of `op` for which `decode(set)` holds, built for sm_90a: no local memory, no
-// TMA coordinate under a spent elect-loop predicate (sass_scan.hpp), registers within the 64K of an
-// SM for blocks_per_sm blocks of kGemmDecodeThreads (ptxas spreads each block's 9 warps over 4
-// schedulers: 96 a thread at two blocks).
-void check_decode_catalog(const char* op, const char* key, const char* value,
-                          int (*blocks_per_sm)(int tokens)) {
-  test::TempDir dir;  // a fresh cache: every spec compiles here
-  jit::Settings s;
-  s.cache_dir = dir.path() / "cache";
-  s.gen_dir = s.cache_dir / "generated";
-  jit::JitCore core(s);
-  const ops::OpDef& d = ops::op_or_throw(op);
-  int built = 0;
-  for (const ops::SetArgs& set : d.catalog()) {
-    if (set.count(key) == 0 || (value != nullptr && set.at(key) != value)) continue;
-    const jit::Spec spec = d.make_spec(set);
-    INFO(spec.uri);
-    const jit::Artifact a = core.build(spec, jit::ArchTarget{9, 0, true});
-    REQUIRE(a.meta.lowered_names.size() == 1);
-    const std::string& name = a.meta.lowered_names[0].second;
-    const jit::CubinKernelInfo info = jit::cubin_kernel_info(a.cubin, name);
-    const int tokens = std::stoi(set.at("tokens"));
-    INFO(info.registers << " registers");
-    CHECK(info.registers > 0);
-    CHECK(info.registers <= (blocks_per_sm(tokens) == 2 ? 96 : 224));
-    const std::string code = jit::cubin_kernel_code(a.cubin, name);
-    CHECK(local_memory_ops(code) == 0);
-    CHECK(test::tma_coordinate_under_spent_predicate(code) == 0);
-    ++built;
-  }
-  CHECK(built >= 9);
-}
-
-}  // namespace
-
 TEST_CASE("moe decode: every catalog specialization compiles for sm_90a without spills",
           "[moe][compile]") {
-  check_decode_catalog("moe_grouped_gemm", "path", "decode", [](int) { return 2; });
-  check_decode_catalog("moe_grouped_gemm_fp8", "tokens", nullptr,
-                       [](int t) { return moe::moe_fp8_decode_blocks_per_sm(t); });
+  test::check_decode_catalog("moe_grouped_gemm", "path", "decode", [](int) { return 2; });
+  test::check_decode_catalog("moe_grouped_gemm_fp8", "tokens", nullptr,
+                             [](int t) { return moe::moe_fp8_decode_blocks_per_sm(t); });
 }
