@@ -20,9 +20,15 @@
 
 namespace kjit::test {
 
-// Rows of `op` whose `key` is `value` (any value where null); at least min_built of them.
+// Rows of `op` whose `key` is `value` (any value where null) and, where a row names them, whose
+// dtype and out_dtype are bf16 when bf16_only (fp16 and an fp32 out change no register's life,
+// and every spec here is a fresh NVRTC compile); at least min_built of them.
 inline void check_decode_catalog(const char* op, const char* key, const char* value,
-                                 int (*blocks_per_sm)(int tokens), int min_built = 9) {
+                                 int (*blocks_per_sm)(int tokens), int min_built = 9,
+                                 bool bf16_only = false) {
+  const auto bf16 = [](const ops::SetArgs& set, const char* k) {
+    return set.count(k) == 0 || set.at(k) == "bf16";
+  };
   TempDir dir;  // a fresh cache: every spec compiles here
   jit::Settings s;
   s.cache_dir = dir.path() / "cache";
@@ -32,6 +38,7 @@ inline void check_decode_catalog(const char* op, const char* key, const char* va
   int built = 0;
   for (const ops::SetArgs& set : d.catalog()) {
     if (set.count(key) == 0 || (value != nullptr && set.at(key) != value)) continue;
+    if (bf16_only && !(bf16(set, "dtype") && bf16(set, "out_dtype"))) continue;
     const jit::Spec spec = d.make_spec(set);
     INFO(spec.uri);
     const jit::Artifact a = core.build(spec, jit::ArchTarget{9, 0, true});

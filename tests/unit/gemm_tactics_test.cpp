@@ -3,8 +3,9 @@
 // bucket, the heuristic's pick always first among the candidates (and the kernel it names being
 // the one the untuned call runs), and the choice rules over those names with a fake timer: a
 // blocklisted default falls back, a forced tactic that is not valid for the call is reported and
-// ignored. Also the options' tuning fields through the C ABI, and every decode-kernel spec of the
-// catalogs (the tactics' deep rings among them) compiled for sm_90a without spills.
+// ignored. Also the options' tuning fields through the C ABI, and the decode kernel's catalog
+// specs (every token tile and ring depth, the tactics' deep rings among them; bf16 in and out)
+// compiled for sm_90a without spills.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -16,10 +17,10 @@
 #include <string>
 #include <vector>
 
+#include "gemm/gemm_fp8_params.h"
 #include "kjit/kjit.h"
 #include "ops/gemm/gemm.hpp"
 #include "ops/gemm/gemm_tactics.hpp"
-#include "gemm/gemm_fp8_params.h"
 #include "ops/precompile.hpp"
 #include "support/decode_catalog.hpp"
 #include "support/gpu.hpp"
@@ -521,9 +522,12 @@ TEST_CASE("gemm tactics: a record's tactic maps to the kernel its call runs", "[
       kjit::Error);
 }
 
-TEST_CASE("gemm decode: every catalog specialization compiles for sm_90a without spills",
+TEST_CASE("gemm decode: every token tile and ring depth compiles for sm_90a without spills",
           "[gemm][compile]") {
-  test::check_decode_catalog("gemm", "path", "decode", [](int) { return 2; });
-  test::check_decode_catalog("gemm_fp8", "path", "decode",
-                             [](int t) { return gemm::gemm_fp8_decode_blocks_per_sm(t); });
+  // bf16 in and out: every token tile, ring depth and scale mode, at a quarter of the compiles.
+  test::check_decode_catalog(
+      "gemm", "path", "decode", [](int) { return 2; }, 6, true);
+  test::check_decode_catalog(
+      "gemm_fp8", "path", "decode", [](int t) { return gemm::gemm_fp8_decode_blocks_per_sm(t); }, 9,
+      true);
 }
