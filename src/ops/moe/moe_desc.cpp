@@ -471,10 +471,12 @@ OpDef moe_grouped_gemm_op_def() {
       if (c.path == GemmPath::kSm90) {
         a["bn"] = std::to_string(c.bn);
         a["stages"] = std::to_string(c.stages);
-        // The call's form of the tile kernel (the definitions are the plain GEMM's: no SwiGLU).
-        const int form = moe_gemm_persistent({}, true, moe_pairs_pay(avg, n, k, c.bn));
-        if (form != 0) a["persistent"] = "1";
-        if (form == 2) a["pair"] = "1";
+        // The call's form of the tile kernel (the definitions are the plain GEMM's: no SwiGLU),
+        // as the entry points tune it.
+        MoeGemmConfig called = c;
+        moe_gemm_tune(called, {}, avg, n, k);
+        if (called.persistent != 0) a["persistent"] = "1";
+        if (called.persistent == 2) a["pair"] = "1";
       }
       out.push_back(std::move(a));
     }

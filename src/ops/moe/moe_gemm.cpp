@@ -53,6 +53,8 @@ struct GroupedOperands {
   bool masked = false;          // sched: counts (masked layout), else offsets
   bool swiglu = false;          // out is [.., n / 2]: silu(gate) * up
   int64_t out_cols() const { return swiglu ? n / 2 : n; }
+  // An expert's rows on average (check_common: experts >= 1), the selection's and the form's.
+  int64_t avg_rows() const { return masked ? rows_per_expert : rows / experts; }
 };
 
 // b [experts, n, k] beside a [rows, k] (already read) and out [rows, n]; `sched` [len] int32.
@@ -205,7 +207,7 @@ bool run_grouped(const GroupedOperands& g, void* stream, const MoeGemmTuning& tu
   }
   const bool tma_ok = g.k > 0 && tma_describable(g.a) && tma_describable(g.b);
   const GemmTarget target = gemm_target(g.a.device, tma_ok);
-  const int64_t avg_rows = g.masked ? g.rows_per_expert : g.rows / g.experts;
+  const int64_t avg_rows = g.avg_rows();
   MoeGemmConfig cfg = select_moe_gemm(g.a.dtype, g.out.dtype, g.rows, avg_rows, g.n, g.k, g.experts,
                                       target, call_decode_rows(g, tuning));
   check_forced("moe_grouped_gemm", tuning, cfg.path == GemmPath::kSm90Decode,
@@ -339,9 +341,7 @@ bool run_grouped_fp8(const GroupedOperands& g, const GroupedScales& s, void* str
   MoeGemmFp8Config cfg = select_moe_gemm_fp8(g.out.dtype, g.rows, g.n, g.k, g.experts, g.swiglu,
                                              target, call_decode_rows(g, tuning));
   check_forced("moe_grouped_gemm_fp8", tuning, cfg.tokens != 0, cfg.tokens == 0);
-  moe_gemm_fp8_tune(cfg, tuning,
-                    g.masked ? g.rows_per_expert : g.rows / std::max<int64_t>(g.experts, 1), g.n,
-                    g.k, g.swiglu);
+  moe_gemm_fp8_tune(cfg, tuning, g.avg_rows(), g.n, g.k, g.swiglu);
   cfg.tma_out = cfg.tokens == 0 && moe_tma_out(g.out, target, cfg.bn, cfg.stages) ? 1 : 0;
   const jit::LoadedKernel& kern = jit::JitCore::global().kernel_for(
       "moe_grouped_gemm_fp8", cfg, g.a.device, [&] { return moe_gemm_fp8_spec(cfg); });
