@@ -67,10 +67,16 @@ constexpr int kGemmDecodeThreads = 288;  // two consumer warpgroups and one prod
 constexpr int kGemmDecodeMaxTokens = 128;
 constexpr int kGemmDecodeMaxSplit = 8;
 
+// The e4m3 decode kernels' block scales of a chunk's tokens, staged after the barriers: two
+// chunks' (the one multiplied and the next) of up to kGemmDecodeMaxTokens floats.
+constexpr int kGemmDecodeScaleBytes = 2 * kGemmDecodeMaxTokens * 4;
+
 // Dynamic shared memory of the decode kernel: the stages' weight and token tiles, the alignment
-// slack and the barriers (the split's partial sums reuse the stages).
+// slack, the barriers (the split's partial sums reuse the stages) and the staged scales (within
+// every ring depth's slack: no token tile loses a stage to them).
 constexpr int gemm_decode_smem_bytes(int tokens, int stages) {
-  return stages * (kGemmDecodeRows + tokens) * kGemmBlockK * 2 + 1024 + stages * 2 * 8;
+  return stages * (kGemmDecodeRows + tokens) * kGemmBlockK * 2 + 1024 + stages * 2 * 8 +
+         kGemmDecodeScaleBytes;
 }
 
 // The sm_80 tensor-core kernel (gemm_mma_sm80.cuh, any sm_80+ device): kGemmMmaBlockM x bn
