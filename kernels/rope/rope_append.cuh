@@ -38,11 +38,14 @@ namespace rope {
 // DRAM round trip. A v head's vectors sit where a k head's would (its first kLoads at
 // elem_offset, the rest past ROT_DIM), so every head kind shares the loads. A skipped token's
 // k and v are still read (in bounds: they are the call's rows), not stored. The register cap is
-// rope_kernel's (3 blocks of 256), for the same reason; an e4m3 cache's conversions spill under
-// it (ptxas, sm_90a: 25-49 local loads and stores), so that form caps at 2 blocks.
+// rope_kernel's (3 blocks of 256), for the same reason. An e4m3 cache's conversions spilled under
+// that cap with four heads in flight (ptxas, sm_90a: 25-49 local loads and stores), and at 2
+// blocks an SM (114 registers) that form ran 0.92x its unbatched self; it keeps one head in
+// flight at 4 blocks (60 registers): 628.6 -> 529.9 us at 65536 tokens on an H100 (two heads at
+// 3 blocks: 562.3).
 // clang-format off
 template <typename DTYPE, int HEAD_DIM, int ROT_DIM, bool INTERLEAVE, int VEC, bool CACHE_FP8>
-__global__ void __launch_bounds__(256, CACHE_FP8 ? 2 : 3)
+__global__ void __launch_bounds__(256, CACHE_FP8 ? 4 : 3)
 rope_append_paged_kv_kernel(const __grid_constant__ RopeAppendParams<ROT_DIM / 2> p) {
   // clang-format on
   pdl_enter();  // before any global access: see prelude.cuh
@@ -51,7 +54,8 @@ rope_append_paged_kv_kernel(const __grid_constant__ RopeAppendParams<ROT_DIM / 2
   constexpr int kLoads = Shape::kLoads;
   constexpr int kUnits = Shape::kUnits;
   constexpr int kFreqs = Shape::kFreqs;
-  constexpr int kInFlight = 4;  // rope_kernel's: 128 bytes a thread of NeoX 16-byte vectors
+  // rope_kernel's: 128 bytes a thread of NeoX 16-byte vectors (an e4m3 cache: see above).
+  constexpr int kInFlight = CACHE_FP8 ? 1 : 4;
   using V = Vec<DTYPE, VEC>;
   using CacheT = typename kv_cache::CacheElement<DTYPE, CACHE_FP8>::type;
   const RopeArgs& a = p.rope;
