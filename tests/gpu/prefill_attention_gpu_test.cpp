@@ -32,6 +32,7 @@
 #include "reference/prefill_ref.hpp"
 #include "support/parallel_rows.hpp"
 #include "support/gpu.hpp"
+#include "util/error.hpp"
 
 using namespace kjit::test;
 namespace ref = kjit::ref;
@@ -62,6 +63,7 @@ struct PrefillCase {
   // A kjit::ops::PrefillKernel to re-plan with (the internal tuning path), or kPingPong /
   // kPersistent: the wgmma kernel with its ping-pong schedule / in its persistent form.
   int kernel = -1;
+  int stages = 0;  // the wgmma kernel's ring depth (ops::PrefillTuning::stages); 0: the plan's
   // fp8 e4m3 k and v (random codes), dequantized by the run's scales.
   bool kv_fp8 = false;
   float k_scale = 1.0f, v_scale = 1.0f;
@@ -305,6 +307,7 @@ std::unique_ptr<Problem> build(const PrefillCase& c, std::mt19937_64& rng) {
     t.kernel = kernel;
     t.pingpong = c.kernel == kPingPong ? 1 : 0;
     t.persistent = c.kernel == kPersistent ? 1 : 0;
+    t.stages = c.stages;
     try {
       plan->data = kjit::ops::plan_batch_prefill(
           p.qo_indptr.data(), p.kv_indptr.data(), static_cast<int>(p.batch),
@@ -317,6 +320,7 @@ std::unique_ptr<Problem> build(const PrefillCase& c, std::mt19937_64& rng) {
     REQUIRE(static_cast<int>(plan->data.cfg.kernel) == kernel);
     REQUIRE(plan->data.cfg.pingpong == t.pingpong);
     REQUIRE(plan->data.cfg.persistent == t.persistent);
+    if (c.stages != 0) REQUIRE(plan->data.cfg.stages == c.stages);
     // Three CTAs instead of one an SM, so that at every size the persistent CTAs walk many tiles
     // (both Q buffers, the ring's phases across tiles, empty tiles handed over).
     // The plan's own count is the device's (the launch bound and the CTA-order rule use it).
@@ -529,6 +533,51 @@ TEST_CASE("prefill gpu: long requests over many key tiles", "[gpu][attention][pr
         run_case(c, rng);
       }
     }
+  }
+}
+
+// The wgmma kernel's deeper rings (ops::PrefillTuning::stages) at head_dim 64, where 4 stages of
+// K and V fit beside one or two Q tiles: every schedule, causal and not, over pages and ragged
+// keys, requests many tiles long (the ring wraps many times). At head_dim 128 a third stage does
+// not fit beside the Q tile: refused, naming the bytes.
+TEST_CASE("prefill gpu: the wgmma kernel's deeper rings", "[gpu][attention][prefill]") {
+  if (!gpu_caps().sm90a()) {
+    WARN("the wgmma prefill kernel runs on sm_90a only: nothing to run");
+    return;
+  }
+  std::mt19937_64 rng(2719);
+  for (int stages : {3, 4}) {
+    for (int kernel :
+         {static_cast<int>(kjit::ops::PrefillKernel::kWgmmaSm90a), kPingPong, kPersistent}) {
+      for (bool causal : {true, false}) {
+        PrefillCase c;
+        c.head_dim = 64;
+        c.stages = stages;
+        c.kernel = kernel;
+        c.causal = causal;
+        c.qo_heads = 8;
+        c.kv_heads = 2;
+        c.q_lens = {300, 517, 2, 0};
+        c.kv_lens = {1000, 517, 700, 40};
+        for (int64_t ps : {0, 16}) {
+          c.page_size = ps;
+          run_one(c, rng);
+        }
+      }
+    }
+  }
+  const DLDataType bf = dl_dtype("bf16");
+  const int32_t qo[2] = {0, 200}, kv[2] = {0, 300};
+  kjit::ops::PrefillTuning t;
+  t.kernel = static_cast<int>(kjit::ops::PrefillKernel::kWgmmaSm90a);
+  t.stages = 3;
+  try {
+    kjit::ops::plan_batch_prefill(qo, kv, 1, 8, 2, 128, 16, KJIT_KV_LAYOUT_NHD, bf, bf, 0, 0.0f,
+                                  0.0f, -1, 0, &t);
+    FAIL("planned");
+  } catch (const kjit::Error& e) {
+    CHECK(e.status() == KJIT_ERROR_UNSUPPORTED);
+    CHECK(std::string(e.what()).find("3 stages") != std::string::npos);
   }
 }
 

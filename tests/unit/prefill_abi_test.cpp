@@ -323,6 +323,29 @@ TEST_CASE("prefill abi: the persistent form is the wgmma kernel's", "[c_abi][att
   }
 }
 
+// The ring depth is a tuning choice of the wgmma kernel alone: its own URI and shared memory, and
+// a clear refusal on the mma.sync kernel or outside 2 .. kPrefillMaxStages.
+TEST_CASE("prefill abi: the ring depth is the wgmma kernel's", "[c_abi][attention]") {
+  ops::PrefillConfig c = ops::select_prefill(kjit::ops::DType::kBF16, 64, 4, {}, true,
+                                             static_cast<int>(ops::PrefillKernel::kWgmmaSm90a));
+  CHECK(c.stages == 2);
+  const std::string plain = ops::prefill_spec(c).uri;
+  CHECK(plain.find("_stages_2") != std::string::npos);
+  c.stages = 4;
+  CHECK(ops::prefill_spec(c).uri.find("_stages_4") != std::string::npos);
+  CHECK(ops::prefill_smem_bytes(c) == (128 + 8 * 128) * 64 * 2 + 1024);
+  for (int kernel : {-1, static_cast<int>(ops::PrefillKernel::kMmaSm80)}) {
+    for (int stages : {1, 3, ops::kPrefillMaxStages + 1}) {
+      if (kernel == -1 && stages == 3 && kjit::test::gpu_caps().sm90a()) continue;  // wgmma's
+      INFO("kernel " << kernel << " stages " << stages);
+      ops::PrefillTuning t;
+      t.kernel = kernel;
+      t.stages = stages;
+      check_tuning_refused(t, "ring depth");
+    }
+  }
+}
+
 // The wgmma kernel's TMA view of K and V (kernels/attention/attention_params.h): 4-D maps whose
 // boxes are one kv head's box_rows keys x 64 columns, the dimensions ordered by growing stride.
 TEST_CASE("prefill abi: the wgmma kernel's TMA view of the KV", "[c_abi][attention]") {

@@ -386,9 +386,10 @@ int bench_batch_prefill(const ops::SetArgs& args, const BenchOptions& opts) {
       nhd ? KJIT_KV_LAYOUT_NHD : KJIT_KV_LAYOUT_HND, dt, kvdt, &o, 0, &raw_plan);
   if (st != KJIT_SUCCESS) throw Error(st, kjit_last_error());
   std::unique_ptr<kjit_prefill_plan, PrefillPlanDeleter> plan(raw_plan);
-  if (args.count("kernel")) {
-    // The tuning path (ops::PrefillTuning): the named kernel instead of the planned one.
-    const std::string k = args.at("kernel");
+  if (args.count("kernel") || args.count("stages")) {
+    // The tuning path (ops::PrefillTuning): the named kernel instead of the planned one, and or
+    // the ring depth.
+    const std::string k = args.count("kernel") ? args.at("kernel") : "wgmma_sm90a";
     if (k != "mma_sm80" && k != "wgmma_sm90a" && k != "wgmma_pingpong_sm90a" &&
         k != "wgmma_persistent_sm90a") {
       throw UsageError(
@@ -399,6 +400,9 @@ int bench_batch_prefill(const ops::SetArgs& args, const BenchOptions& opts) {
                                                    : ops::PrefillKernel::kWgmmaSm90a);
     tune.pingpong = k == "wgmma_pingpong_sm90a" ? 1 : 0;
     tune.persistent = k == "wgmma_persistent_sm90a" ? 1 : 0;
+    if (args.count("stages")) {
+      tune.stages = static_cast<int>(ops::positive_int_arg(args, "stages", ops::kPrefillMaxStages));
+    }
     raw_plan->data = ops::plan_batch_prefill(
         qo_indptr.data(), kv_indptr.data(), static_cast<int>(B), static_cast<int>(hq),
         static_cast<int>(hk), static_cast<int>(D), static_cast<int>(P),
@@ -539,14 +543,15 @@ void add_attention_benches(std::vector<BenchEntry>& out) {
   out.push_back(
       {"batch_prefill",
        {"dtype", "qo_heads", "kv_heads", "head_dim", "page_size"},
-       {"batch", "q_len", "kv_len", "lens", "causal", "layout", "kernel", "kv_dtype"},
+       {"batch", "q_len", "kv_len", "lens", "causal", "layout", "kernel", "stages", "kv_dtype"},
        bench_batch_prefill,
        "dtype, qo_heads, kv_heads, head_dim, page_size (0: ragged k / v), and batch + q_len "
        "(+ kv_len >= q_len: the new tokens end the keys) or lens (comma-separated q = kv "
        "lengths), causal (0|1), layout (nhd|hnd), kv_dtype (e4m3: fp8 keys and values); "
        "tuning override kernel "
-       "(mma_sm80|wgmma_sm90a|wgmma_pingpong_sm90a|wgmma_persistent_sm90a); "
-       "FLOPs count the pairs the mask leaves; checked on 8 query rows"});
+       "(mma_sm80|wgmma_sm90a|wgmma_pingpong_sm90a|wgmma_persistent_sm90a) and stages (the "
+       "wgmma kernel's ring depth, 2 .. 6); FLOPs count the pairs the mask leaves; checked on 8 "
+       "query rows"});
 }
 
 }  // namespace kjit::cli

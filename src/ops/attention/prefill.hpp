@@ -52,7 +52,13 @@ struct PrefillTuning {
   int kernel = -1;     // a PrefillKernel
   int pingpong = 0;    // 1: the wgmma kernel's ping-pong schedule (kernel must be kWgmmaSm90a)
   int persistent = 0;  // 1: the wgmma kernel's persistent form (kernel kWgmmaSm90a, no pingpong)
+  // The wgmma kernel's ring depth (K and V tiles in flight, 2 .. kPrefillMaxStages); 0 keeps the
+  // plan's (2). Where the deeper ring does not fit the device's shared memory:
+  // KJIT_ERROR_UNSUPPORTED.
+  int stages = 0;
 };
+
+inline constexpr int kPrefillMaxStages = 6;
 
 inline constexpr int kPrefillMaxGroup = 16;
 

@@ -245,6 +245,16 @@ PrefillPlanData plan_batch_prefill(const int32_t* qo_indptr_host, const int32_t*
     }
     pl.cfg.pingpong = 1;
   }
+  if (tuning != nullptr && tuning->stages != 0) {
+    if (tuning->stages < 2 || tuning->stages > kPrefillMaxStages ||
+        pl.cfg.kernel != PrefillKernel::kWgmmaSm90a) {
+      fail(KJIT_ERROR_INVALID_ARGUMENT,
+           "the ring depth (stages 2 .. {}) is the wgmma prefill kernel's, not stages {} on {}",
+           kPrefillMaxStages, tuning->stages,
+           pl.cfg.kernel == PrefillKernel::kWgmmaSm90a ? "wgmma" : "mma.sync");
+    }
+    pl.cfg.stages = tuning->stages;
+  }
   if (tuning != nullptr && tuning->persistent != 0) {
     if (tuning->persistent != 1 || pl.cfg.kernel != PrefillKernel::kWgmmaSm90a ||
         pl.cfg.pingpong != 0) {
@@ -271,6 +281,18 @@ PrefillPlanData plan_batch_prefill(const int32_t* qo_indptr_host, const int32_t*
     PrefillConfig c = pl.cfg;
     c.persistent = 1;
     if (prefill_smem_bytes(c) <= budget.per_block) pl.cfg = c;
+  }
+  if (tuning != nullptr && tuning->stages != 0) {
+    // The ring's barriers, validity and key offsets (PrefillRing) are static shared memory
+    // beside the tiles.
+    const int s = pl.cfg.stages, kv = pl.cfg.kv_tile;
+    const int ring = 32 * s + s * kv + 16 * s + 32 * kv;
+    if (prefill_smem_bytes(pl.cfg) + ring > budget.per_block) {
+      fail(KJIT_ERROR_UNSUPPORTED,
+           "the wgmma prefill kernel with {} stages of {}-key tiles at head_dim {} needs {} bytes "
+           "of shared memory per CTA; the device allows {}",
+           s, kv, head_dim, prefill_smem_bytes(pl.cfg) + ring, budget.per_block);
+    }
   }
   pl.batch = batch;
   pl.num_qo_heads = num_qo_heads;
