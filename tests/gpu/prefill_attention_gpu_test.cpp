@@ -478,7 +478,8 @@ TEST_CASE("prefill gpu: head dims and dtypes, causal and not", "[gpu][attention]
 }
 
 // The planner's choice: the wgmma kernel on sm_90a (in its persistent form under a causal mask at
-// head_dim 64 and 128; at 256 its second Q buffer does not fit), the mma.sync kernel elsewhere.
+// head_dim 64 and 128, and without one where the grid is at most four waves; at 256 its second Q
+// buffer does not fit), the mma.sync kernel elsewhere.
 // Asked for, the wgmma kernel serves every head_dim on sm_90a in CTAs of 128 rows and is refused
 // elsewhere.
 TEST_CASE("prefill gpu: the kernel choice and the fallback", "[gpu][attention][prefill]") {
@@ -497,8 +498,23 @@ TEST_CASE("prefill gpu: the kernel choice and the fallback", "[gpu][attention][p
       INFO("causal " << causal);
       const auto pl = kjit::ops::plan_batch_prefill(qo, kv, 1, 8, 2, d, 16, KJIT_KV_LAYOUT_NHD, bf,
                                                     bf, causal, 0.0f, 0.0f, -1, 0, nullptr);
-      CHECK(pl.cfg.persistent == (hopper && d != 256 && causal == 1 ? 1 : 0));
+      // 14 CTAs: a few waves, so the persistent form also without a mask.
+      CHECK(pl.cfg.persistent == (hopper && d != 256 ? 1 : 0));
       if (pl.cfg.persistent != 0) CHECK(pl.head_inner == 1);
+    }
+    {
+      // 8192 rows x group 4 over 2 kv heads: 512 CTAs, about four waves or fewer on a GPU of
+      // 128+ SMs; 32768 rows: 2048 CTAs, past four waves, where without a mask plans keep one
+      // CTA a tile.
+      const int sms = kjit::cuda::device_info(0).sm_count;
+      for (int q : {8192, 32768}) {
+        INFO("q_len " << q << " on " << sms << " SMs");
+        const int32_t qo_l[2] = {0, q}, kv_l[2] = {0, q};
+        const auto pl = kjit::ops::plan_batch_prefill(
+            qo_l, kv_l, 1, 8, 2, d, 16, KJIT_KV_LAYOUT_NHD, bf, bf, 0, 0.0f, 0.0f, -1, 0, nullptr);
+        const bool few_waves = int64_t{q} * 4 / 128 * 2 <= 4 * int64_t{sms};
+        CHECK(pl.cfg.persistent == (hopper && d != 256 && few_waves ? 1 : 0));
+      }
     }
     kjit::ops::PrefillTuning t;
     t.kernel = static_cast<int>(kjit::ops::PrefillKernel::kWgmmaSm90a);

@@ -276,8 +276,8 @@ PrefillPlanData plan_batch_prefill(const int32_t* qo_indptr_host, const int32_t*
     // A causal mask gives tiles of many costs, which CTAs walking the tiles (head-innermost, a
     // band an SM) pair up better than one CTA a tile: H200, 2026-12-06, 1.17x at 2k causal,
     // 1.14x on a ragged batch of 16 over pages, 1.08x at 8k causal; without a mask the two
-    // forms ran even (8k, 0.99x), so those plans keep one CTA a tile. Only where its second Q
-    // buffer fits.
+    // forms ran even at 8k (0.99x), so those plans keep one CTA a tile past a few waves (below).
+    // Only where its second Q buffer fits.
     PrefillConfig c = pl.cfg;
     c.persistent = 1;
     if (prefill_smem_bytes(c) <= budget.per_block) pl.cfg = c;
@@ -322,6 +322,17 @@ PrefillPlanData plan_batch_prefill(const int32_t* qo_indptr_host, const int32_t*
     fail(KJIT_ERROR_UNSUPPORTED,
          "prefill attention launches up to {} CTAs (tiles of {} rows x kv heads), got {} x {}",
          INT_MAX, rows, pl.tiles, num_kv_heads);
+  }
+  if (causal == 0 && pl.cfg.kernel == PrefillKernel::kWgmmaSm90a && pl.cfg.persistent == 0 &&
+      pl.cfg.pingpong == 0 && pl.cfg.kv_fp8 == 0 && (tuning == nullptr || tuning->kernel < 0) &&
+      prefill_head_inner(pl.tiles * num_kv_heads, sms)) {
+    // Without a mask every tile costs the same, but where the grid is a few waves each CTA's
+    // start and end (Q load, pipeline fill, O store) is a visible share of its tile, which the
+    // persistent form hides under the previous tile: H100, 2k (3.9 waves) 139.1 -> 132.9 us
+    // (1.05x; 1.03x in 2026-12-05's call), while at 8k (15.5 waves) it ran 0.98-0.99x.
+    PrefillConfig c = pl.cfg;
+    c.persistent = 1;
+    if (prefill_smem_bytes(c) <= budget.per_block) pl.cfg = c;
   }
   // The persistent form walks the order in bands of one CTA an SM (a snake): head-innermost keeps
   // tiles of one cost together, so a band's long and short causal tiles pair up. Head-outer
