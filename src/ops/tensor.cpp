@@ -143,14 +143,16 @@ bool partially_overlaps(const RowMatrix& a, const RowMatrix& b) {
   if (a.data == b.data && a.row_stride == b.row_stride && a.rows == b.rows && a.cols == b.cols) {
     return false;  // the exact same view: in-place, allowed where documented
   }
+  // First and last byte: a view may end at the top of the address space (check_span), where
+  // one past its end would wrap to 0.
   auto span = [](const RowMatrix& m) {
     auto lo = reinterpret_cast<uintptr_t>(m.data);
-    auto hi = lo + ((m.rows - 1) * m.row_stride + m.cols) * dtype_size(m.dtype);
-    return std::pair<uintptr_t, uintptr_t>(lo, hi);
+    auto last = lo + ((m.rows - 1) * m.row_stride + m.cols) * dtype_size(m.dtype) - 1;
+    return std::pair<uintptr_t, uintptr_t>(lo, last);
   };
-  auto [alo, ahi] = span(a);
-  auto [blo, bhi] = span(b);
-  return alo < bhi && blo < ahi;
+  auto [alo, alast] = span(a);
+  auto [blo, blast] = span(b);
+  return alo <= blast && blo <= alast;
 }
 
 // ---- Strided views ------------------------------------------------------------------------------
@@ -260,7 +262,11 @@ bool views_overlap(const StridedView& a, const StridedView& b) {
   if (a.numel() == 0 || b.numel() == 0) return false;
   const auto alo = reinterpret_cast<uintptr_t>(a.data);
   const auto blo = reinterpret_cast<uintptr_t>(b.data);
-  if (alo + extent_bytes(a, 0) <= blo || blo + extent_bytes(b, 0) <= alo) return false;
+  // Last bytes, not ends: a view may end at the top of the address space, where one past its end
+  // wraps to 0.
+  const uintptr_t alast = alo + static_cast<uintptr_t>(extent_bytes(a, 0)) - 1;
+  const uintptr_t blast = blo + static_cast<uintptr_t>(extent_bytes(b, 0)) - 1;
+  if (alast < blo || blast < alo) return false;
   // The ranges interleave. Disjoint anyway when both are rows of one period S (dim 0) and each
   // row stays inside its own slice of the period: a's rows cover [0, Ea) and b's [d, d + Eb)
   // modulo S.

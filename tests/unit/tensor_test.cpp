@@ -71,3 +71,28 @@ TEST_CASE("tensor: a tensor that runs past the top of the address space is refus
   auto empty = make_tensor(top, {0, 1 << 20}, dl_dtype("int64"));  // no bytes: nothing to check
   CHECK(ops::as_row_matrix(empty.get(), "x").numel() == 0);
 }
+
+TEST_CASE("tensor: views that end at the top of the address space still overlap", "[tensor]") {
+  // fuzz_dltensor (2026-12-08): two identical int32 views of the last 256 bytes; one past their
+  // end wrapped to 0, so views_overlap called them disjoint.
+  char* top = reinterpret_cast<char*>(~uintptr_t{0} - 255);
+  auto a = make_tensor(top, {4, 16}, dl_dtype("int32"));
+  auto b = make_tensor(top, {4, 16}, dl_dtype("int32"));
+  auto tail = make_tensor(top + 128, {2, 16}, dl_dtype("int32"));   // a's last two rows
+  auto below = make_tensor(top - 256, {4, 16}, dl_dtype("int32"));  // the 256 bytes before a
+  const auto va = ops::as_strided_view(a.get(), "a"), vb = ops::as_strided_view(b.get(), "b");
+  const auto vt = ops::as_strided_view(tail.get(), "t");
+  const auto vl = ops::as_strided_view(below.get(), "l");
+  CHECK(ops::views_overlap(va, vb));
+  CHECK(ops::views_overlap(va, vt));
+  CHECK(ops::views_overlap(vt, va));
+  CHECK_FALSE(ops::views_overlap(va, vl));
+  CHECK_FALSE(ops::views_overlap(vl, va));
+  const auto ma = ops::as_row_matrix(a.get(), "a"), mt = ops::as_row_matrix(tail.get(), "t");
+  const auto ml = ops::as_row_matrix(below.get(), "l");
+  CHECK_FALSE(ops::partially_overlaps(ma, ops::as_row_matrix(b.get(), "b")));  // the same view
+  CHECK(ops::partially_overlaps(ma, mt));
+  CHECK(ops::partially_overlaps(mt, ma));
+  CHECK_FALSE(ops::partially_overlaps(ma, ml));
+  CHECK_FALSE(ops::partially_overlaps(ml, ma));
+}

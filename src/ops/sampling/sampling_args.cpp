@@ -144,7 +144,9 @@ void check_no_overlap(const std::vector<Span>& written, const std::vector<Span>&
   for (const Span& w : written) {
     for (const Span& o : all) {
       if (o.name == w.name || w.lo == w.hi || o.lo == o.hi) continue;
-      if (w.lo < o.hi && o.lo < w.hi) {
+      // Last bytes (hi - 1): a span may end at the top of the address space, where hi wraps to
+      // 0 and hi - 1 wraps back.
+      if (w.lo <= o.hi - 1 && o.lo <= w.hi - 1) {
         fail(KJIT_ERROR_INVALID_ARGUMENT, "{} overlaps {}", w.name, o.name);
       }
     }
