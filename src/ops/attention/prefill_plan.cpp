@@ -271,28 +271,6 @@ PrefillPlanData plan_batch_prefill(const int32_t* qo_indptr_host, const int32_t*
            "device allows {}",
            prefill_smem_bytes(pl.cfg), budget.per_block);
     }
-  } else if (causal != 0 && pl.cfg.kernel == PrefillKernel::kWgmmaSm90a && pl.cfg.pingpong == 0 &&
-             pl.cfg.kv_fp8 == 0 && (tuning == nullptr || tuning->kernel < 0)) {
-    // A causal mask gives tiles of many costs, which CTAs walking the tiles (head-innermost, a
-    // band an SM) pair up better than one CTA a tile: H200, 2026-12-06, 1.17x at 2k causal,
-    // 1.14x on a ragged batch of 16 over pages, 1.08x at 8k causal; without a mask the two
-    // forms ran even at 8k (0.99x), so those plans keep one CTA a tile past a few waves (below).
-    // Only where its second Q buffer fits.
-    PrefillConfig c = pl.cfg;
-    c.persistent = 1;
-    if (prefill_smem_bytes(c) <= budget.per_block) pl.cfg = c;
-  }
-  if (tuning != nullptr && tuning->stages != 0) {
-    // The ring's barriers, validity and key offsets (PrefillRing) are static shared memory
-    // beside the tiles.
-    const int s = pl.cfg.stages, kv = pl.cfg.kv_tile;
-    const int ring = 32 * s + s * kv + 16 * s + 32 * kv;
-    if (prefill_smem_bytes(pl.cfg) + ring > budget.per_block) {
-      fail(KJIT_ERROR_UNSUPPORTED,
-           "the wgmma prefill kernel with {} stages of {}-key tiles at head_dim {} needs {} bytes "
-           "of shared memory per CTA; the device allows {}",
-           s, kv, head_dim, prefill_smem_bytes(pl.cfg) + ring, budget.per_block);
-    }
   }
   pl.batch = batch;
   pl.num_qo_heads = num_qo_heads;
@@ -323,16 +301,32 @@ PrefillPlanData plan_batch_prefill(const int32_t* qo_indptr_host, const int32_t*
          "prefill attention launches up to {} CTAs (tiles of {} rows x kv heads), got {} x {}",
          INT_MAX, rows, pl.tiles, num_kv_heads);
   }
-  if (causal == 0 && pl.cfg.kernel == PrefillKernel::kWgmmaSm90a && pl.cfg.persistent == 0 &&
+  if (pl.cfg.kernel == PrefillKernel::kWgmmaSm90a && pl.cfg.persistent == 0 &&
       pl.cfg.pingpong == 0 && pl.cfg.kv_fp8 == 0 && (tuning == nullptr || tuning->kernel < 0) &&
-      prefill_head_inner(pl.tiles * num_kv_heads, sms)) {
-    // Without a mask every tile costs the same, but where the grid is a few waves each CTA's
-    // start and end (Q load, pipeline fill, O store) is a visible share of its tile, which the
-    // persistent form hides under the previous tile: H100, 2k (3.9 waves) 139.1 -> 132.9 us
-    // (1.05x; 1.03x in 2026-12-05's call), while at 8k (15.5 waves) it ran 0.98-0.99x.
+      (causal != 0 || prefill_head_inner(pl.tiles * num_kv_heads, sms))) {
+    // The persistent form where its second Q buffer fits. A causal mask gives tiles of many
+    // costs, which CTAs walking the tiles (head-innermost, a band an SM) pair up better than one
+    // CTA a tile: H200, 2026-12-06, 1.17x at 2k causal, 1.14x on a ragged batch of 16 over pages,
+    // 1.08x at 8k causal. Without a mask every tile costs the same and the two forms ran even at
+    // 8k (0.99x, 15.5 waves), but where the grid is a few waves each CTA's start and end (Q load,
+    // pipeline fill, O store) is a visible share of its tile, which the persistent form hides
+    // under the previous tile: H100, 2k (3.9 waves) 139.1 -> 132.9 us (1.05x; 1.03x in
+    // 2026-12-05's call).
     PrefillConfig c = pl.cfg;
     c.persistent = 1;
     if (prefill_smem_bytes(c) <= budget.per_block) pl.cfg = c;
+  }
+  if (tuning != nullptr && tuning->stages != 0) {
+    // The ring's barriers, validity and key offsets (PrefillRing) are static shared memory
+    // beside the tiles.
+    const int s = pl.cfg.stages, kv = pl.cfg.kv_tile;
+    const int ring = 32 * s + s * kv + 16 * s + 32 * kv;
+    if (prefill_smem_bytes(pl.cfg) + ring > budget.per_block) {
+      fail(KJIT_ERROR_UNSUPPORTED,
+           "the wgmma prefill kernel with {} stages of {}-key tiles at head_dim {} needs {} bytes "
+           "of shared memory per CTA; the device allows {}",
+           s, kv, head_dim, prefill_smem_bytes(pl.cfg) + ring, budget.per_block);
+    }
   }
   // The persistent form walks the order in bands of one CTA an SM (a snake): head-innermost keeps
   // tiles of one cost together, so a band's long and short causal tiles pair up. Head-outer
